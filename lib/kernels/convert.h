@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Element-wise dtype conversion kernels: a scalar reference and SIMD variants
+ * selected once at run time. Every variant is bit-identical to the scalar
+ * reference, and the reference is bit-exact with torch's tensor.to(dtype)
+ * for every non-NaN input (docs/FORMATS.md, "Casts").
+ */
+#ifndef CASTFS_CONVERT_H
+#define CASTFS_CONVERT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "../dtype.h"
+
+/*
+ * A conversion of @n elements from @src to @dst. Pointers may be unaligned;
+ * the buffers must not overlap. Kernels cannot fail.
+ */
+typedef void (*castfs_convert_fn)(void *restrict dst, const void *restrict src,
+				  size_t n);
+
+enum castfs_isa {
+	CASTFS_ISA_SCALAR,
+	CASTFS_ISA_AVX2,   /* AVX2 + F16C + FMA */
+	CASTFS_ISA_AVX512, /* AVX-512 F/BW/VL (+ BF16/FP16 where present) */
+	CASTFS_ISA_COUNT,
+};
+
+/* Flags for castfs_convert_get(). */
+enum {
+	/*
+	 * fp8 targets only: clamp finite overflow and +-Inf to the largest
+	 * finite value (+-448 for E4M3, +-57344 for E5M2) instead of torch's
+	 * NaN (E4M3) / Inf (E5M2). NaN stays NaN.
+	 */
+	CASTFS_CVT_SATURATE = 1u << 0,
+};
+
+/*
+ * castfs_convert_get - the kernel converting @from to @to on the ISA chosen
+ * for this process (see castfs_isa_selected()).
+ *
+ * Sources: F64, F32, F16, BF16, F8_E4M3, F8_E5M2. Targets: F32, F16, BF16,
+ * F8_E4M3, F8_E5M2. @from == @to returns a copying kernel.
+ * Returns NULL for any other pair or unknown flag. Thread-safe.
+ */
+castfs_convert_fn castfs_convert_get(enum castfs_dtype from,
+				     enum castfs_dtype to, unsigned flags);
+
+/*
+ * castfs_convert_get_isa - the same for an explicit @isa; NULL when that ISA
+ * is not built in, not supported by this CPU, or the pair is unsupported.
+ * For tests and benchmarks.
+ */
+castfs_convert_fn castfs_convert_get_isa(enum castfs_isa isa,
+					 enum castfs_dtype from,
+					 enum castfs_dtype to, unsigned flags);
+
+/*
+ * castfs_isa_selected - the ISA used by castfs_convert_get(): the best one
+ * this CPU supports, or the one named by the environment variable CASTFS_ISA
+ * ("scalar", "avx2", "avx512") when it is set and supported. Chosen once.
+ */
+enum castfs_isa castfs_isa_selected(void);
+
+/* castfs_isa_available - true if @isa is built in and this CPU runs it. */
+bool castfs_isa_available(enum castfs_isa isa);
+
+/* castfs_isa_name - "scalar", "avx2", "avx512"; NULL for an invalid value. */
+const char *castfs_isa_name(enum castfs_isa isa);
+
+/* castfs_isa_from_name - the ISA spelled @name, or CASTFS_ISA_COUNT. */
+enum castfs_isa castfs_isa_from_name(const char *name);
+
+#endif

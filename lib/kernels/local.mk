@@ -1,0 +1,3 @@
+# SPDX-License-Identifier: MIT
+lib_libcastfs_a_SOURCES += \
+	lib/kernels/convert.h

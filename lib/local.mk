@@ -1,0 +1,11 @@
+# SPDX-License-Identifier: MIT
+noinst_LIBRARIES += lib/libcastfs.a
+lib_libcastfs_a_CFLAGS = $(AM_CFLAGS) $(CJSON_CFLAGS) $(ZSTD_CFLAGS)
+lib_libcastfs_a_SOURCES = \
+	lib/common/bytes.h lib/common/ckd.h lib/common/compiler.h \
+	lib/common/err.c lib/common/err.h \
+	lib/dtype.c lib/dtype.h \
+	lib/reader.c lib/reader.h \
+	lib/st_header.c lib/st_header.h \
+	lib/plan.c lib/plan.h lib/plan_internal.h lib/plan_read.c \
+	lib/quant_ops.c

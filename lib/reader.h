@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The one way libcastfs reads source bytes: a small vtable, so that tests can
+ * use memory-backed sources and the daemon a file descriptor.
+ */
+#ifndef CASTFS_READER_H
+#define CASTFS_READER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct castfs_reader {
+	/*
+	 * Read exactly @n bytes at @off into @buf. Returns @n, or a negative
+	 * errno. A short read is the reader's error to report (-EIO): the
+	 * plan never asks for bytes past the end of the source it was built
+	 * from, so a short read means the source changed or failed.
+	 */
+	ssize_t (*pread)(void *ctx, void *buf, size_t n, uint64_t off);
+	void *ctx;
+};
+
+/* castfs_reader_read - call @r->pread; map short reads to -EIO. */
+int castfs_reader_read(const struct castfs_reader *r, void *buf, size_t n,
+		       uint64_t off);
+
+/*
+ * A reader over a file descriptor (pread, retrying EINTR and partial
+ * reads). @fd stays owned by the caller. Thread-safe: pread has no offset.
+ */
+struct castfs_fd_reader {
+	struct castfs_reader r;
+	int fd;
+};
+
+void castfs_fd_reader_init(struct castfs_fd_reader *fr, int fd);
+
+/* A reader over caller-owned memory of @len bytes; for tests and fuzzers. */
+struct castfs_mem_reader {
+	struct castfs_reader r;
+	const uint8_t *data;
+	size_t len;
+};
+
+void castfs_mem_reader_init(struct castfs_mem_reader *mr, const void *data,
+			    size_t len);
+
+#endif
