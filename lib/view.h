@@ -47,7 +47,9 @@ struct castfs_view {
 	uint32_t blocksize;	 /* BNB4: 64 by default */
 	size_t nrules;
 	struct castfs_rule *rules;
+	bool listed;	     /* shown by readdir (lookups resolve any view) */
 	const char *summary; /* one line for --help and /.castfs/config */
+	char *owned_summary; /* set when summary came from a config file */
 };
 
 /*
@@ -83,19 +85,39 @@ int castfs_views_builtin(struct castfs_views *vs);
 int castfs_views_load(struct castfs_views *vs, const char *json, size_t len,
 		      struct castfs_diag *d);
 
+/* castfs_view_name_valid - 1-31 characters of [a-z0-9_-]: no dots, so that
+ * "X.<view>.safetensors" parses one way only. */
+bool castfs_view_name_valid(const char *name, size_t len);
+
 /* castfs_views_find - the view called @name (@len bytes), or NULL. */
 const struct castfs_view *castfs_views_find(const struct castfs_views *vs,
 					    const char *name, size_t len);
 
+/*
+ * castfs_views_select - list exactly the views named in comma-separated
+ * @list (the mount option -o views=); every view still resolves on lookup.
+ * Returns 0, or -EINVAL for an unknown name (then nothing changes).
+ */
+int castfs_views_select(struct castfs_views *vs, const char *list,
+			struct castfs_diag *d);
+
+/* castfs_views_json - a malloc'ed JSON array describing every view, or
+ * NULL on -ENOMEM. */
+char *castfs_views_json(const struct castfs_views *vs);
+
+/* What /.castfs/config shows: the effective options of a mount. */
+struct castfs_config_info {
+	const char *source, *mountpoint, *config_file;
+	const struct castfs_views *views;
+	unsigned threads;
+	double timeout;
+	unsigned read_ahead_kb;
+};
+
+/* castfs_config_render - @info as malloc'ed JSON, or NULL on -ENOMEM. */
+char *castfs_config_render(const struct castfs_config_info *info);
+
 /* castfs_views_fini - release what castfs_views_builtin/load allocated. */
 void castfs_views_fini(struct castfs_views *vs);
-
-/* Internal to lib/: the kind-specific builders. */
-int castfs_view_plan_cast(const struct castfs_view *v,
-			  const struct castfs_header *h,
-			  struct castfs_plan **out, struct castfs_diag *d);
-int castfs_view_plan_bnb(const struct castfs_view *v,
-			 const struct castfs_header *h,
-			 struct castfs_plan **out, struct castfs_diag *d);
 
 #endif

@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/* Mount plumbing: find our mount's device number in /proc/self/mountinfo. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* mountinfo escapes space, tab, newline and backslash as \ooo. */
+static void unescape(char *s)
+{
+	char *o = s;
+
+	for (; *s; s++) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] &&
+		    s[3]) {
+			*o++ = (char)((s[1] - '0') << 6 | (s[2] - '0') << 3 |
+				      (s[3] - '0'));
+			s += 3;
+		} else {
+			*o++ = *s;
+		}
+	}
+	*o = '\0';
+}
+
+char *castfs_mount_device(const char *mountpoint)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+	char line[8192], *found = NULL;
+
+	if (!f)
+		return NULL;
+	/* The last match: a mount stacked on the same point hides earlier. */
+	while (fgets(line, sizeof(line), f)) {
+		char dev[64], mnt[4096];
+
+		if (sscanf(line, "%*s %*s %63s %*s %4095s", dev, mnt) != 2)
+			continue;
+		unescape(mnt);
+		if (strcmp(mnt, mountpoint) != 0)
+			continue;
+		free(found);
+		found = strdup(dev);
+	}
+	fclose(f);
+	return found;
+}

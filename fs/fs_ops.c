@@ -1,0 +1,466 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The FUSE low-level operations: decode the request, make one namespace
+ * call, send exactly one reply. Every mutating operation gets EROFS.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+
+#include "fs.h"
+
+/* Per worker thread: the conversion scratch and the reply buffer. */
+struct fs_thread {
+	struct castfs_scratch s;
+	char *out;
+	size_t out_len;
+};
+
+#define FS_OUT_LEN (1u << 20) /* the largest read the kernel sends */
+
+static void thread_free(void *p)
+{
+	struct fs_thread *t = p;
+
+	castfs_scratch_fini(&t->s);
+	free(t->out);
+	free(t);
+}
+
+int castfs_fs_thread_key_init(struct castfs_fs *fs)
+{
+	return -pthread_key_create(&fs->tls, thread_free);
+}
+
+static struct fs_thread *thread_get(struct castfs_fs *fs)
+{
+	struct fs_thread *t = pthread_getspecific(fs->tls);
+
+	if (t)
+		return t;
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return NULL;
+	t->out = malloc(FS_OUT_LEN);
+	if (!t->out || castfs_scratch_init(&t->s)) {
+		thread_free(t);
+		return NULL;
+	}
+	t->out_len = FS_OUT_LEN;
+	pthread_setspecific(fs->tls, t);
+	return t;
+}
+
+static struct castfs_fs *fs_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static void reply_err(fuse_req_t req, enum castfs_sop op, int rc)
+{
+	castfs_stats_op(fs_of(req)->stats, op, rc);
+	fuse_reply_err(req, -rc);
+}
+
+static void castfs_op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	(void)userdata;
+	/* Node ids are stable across restarts: NFS handles can use them. */
+	if (conn->capable & FUSE_CAP_EXPORT_SUPPORT)
+		conn->want |= FUSE_CAP_EXPORT_SUPPORT;
+	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
+		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	/* Splice did not pay off at 1 MiB requests (DESIGN.md section 4). */
+	conn->want &= ~(unsigned)(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
+				  FUSE_CAP_SPLICE_MOVE);
+	conn->max_readahead = FS_OUT_LEN;
+}
+
+static void reply_entry(fuse_req_t req, uint64_t id, const struct stat *st)
+{
+	struct castfs_fs *fs = fs_of(req);
+	struct fuse_entry_param e = {
+		.ino = id,
+		.generation = 1,
+		.attr = *st,
+		.attr_timeout = fs->timeout,
+		.entry_timeout = fs->timeout,
+	};
+
+	castfs_stats_op(fs->stats, CASTFS_SOP_LOOKUP, 0);
+	if (fuse_reply_entry(req, &e) == -ENOENT)
+		castfs_ns_forget(fs->ns, id, 1); /* the lookup was interrupted */
+}
+
+static void castfs_op_lookup(fuse_req_t req, fuse_ino_t parent,
+			     const char *name)
+{
+	struct stat st;
+	uint64_t id;
+	int rc = castfs_ns_lookup(fs_of(req)->ns, parent, name, &id, &st);
+
+	if (rc)
+		reply_err(req, CASTFS_SOP_LOOKUP, rc);
+	else
+		reply_entry(req, id, &st);
+}
+
+static void castfs_op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	castfs_ns_forget(fs_of(req)->ns, ino, nlookup);
+	castfs_stats_op(fs_of(req)->stats, CASTFS_SOP_FORGET, 0);
+	fuse_reply_none(req);
+}
+
+static void castfs_op_forget_multi(fuse_req_t req, size_t count,
+				   struct fuse_forget_data *forgets)
+{
+	for (size_t i = 0; i < count; i++)
+		castfs_ns_forget(fs_of(req)->ns, forgets[i].ino,
+				 forgets[i].nlookup);
+	castfs_stats_op(fs_of(req)->stats, CASTFS_SOP_FORGET, 0);
+	fuse_reply_none(req);
+}
+
+static void castfs_op_getattr(fuse_req_t req, fuse_ino_t ino,
+			      struct fuse_file_info *fi)
+{
+	struct castfs_fs *fs = fs_of(req);
+	struct stat st;
+	int rc = castfs_ns_getattr(fs->ns, ino, &st);
+
+	(void)fi;
+	if (rc) {
+		reply_err(req, CASTFS_SOP_GETATTR, rc);
+		return;
+	}
+	castfs_stats_op(fs->stats, CASTFS_SOP_GETATTR, 0);
+	fuse_reply_attr(req, &st, fs->timeout);
+}
+
+static void castfs_op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	char buf[PATH_MAX + 1];
+	int rc = castfs_ns_readlink(fs_of(req)->ns, ino, buf, sizeof(buf));
+
+	if (rc) {
+		reply_err(req, CASTFS_SOP_READLINK, rc);
+		return;
+	}
+	castfs_stats_op(fs_of(req)->stats, CASTFS_SOP_READLINK, 0);
+	fuse_reply_readlink(req, buf);
+}
+
+static void castfs_op_open(fuse_req_t req, fuse_ino_t ino,
+			   struct fuse_file_info *fi)
+{
+	struct castfs_file *f;
+	int rc;
+
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+		reply_err(req, CASTFS_SOP_OPEN, -EROFS);
+		return;
+	}
+	rc = castfs_ns_open(fs_of(req)->ns, ino, &f);
+	if (rc) {
+		reply_err(req, CASTFS_SOP_OPEN, rc);
+		return;
+	}
+	fi->fh = (uintptr_t)f;
+	/* Content per node id never changes: keep the page cache. Control
+	 * files are made per open and read past their size-0 attribute. */
+	fi->direct_io = castfs_file_direct_io(f);
+	fi->keep_cache = !fi->direct_io;
+	fi->noflush = 1;
+	castfs_stats_op(fs_of(req)->stats, CASTFS_SOP_OPEN, 0);
+	if (fuse_reply_open(req, fi) == -ENOENT)
+		castfs_file_close(f);
+}
+
+static void castfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
+			   off_t off, struct fuse_file_info *fi)
+{
+	struct castfs_file *f = (struct castfs_file *)(uintptr_t)fi->fh;
+	struct fs_thread *t = thread_get(fs_of(req));
+	char *buf;
+	ssize_t n;
+
+	(void)ino;
+	if (!t) {
+		reply_err(req, CASTFS_SOP_READ, -ENOMEM);
+		return;
+	}
+	buf = size <= t->out_len ? t->out : malloc(size);
+	if (!buf) {
+		reply_err(req, CASTFS_SOP_READ, -ENOMEM);
+		return;
+	}
+	n = castfs_file_read(f, &t->s, buf, size, (uint64_t)off);
+	if (n < 0) {
+		reply_err(req, CASTFS_SOP_READ, (int)n);
+	} else {
+		castfs_stats_op(fs_of(req)->stats, CASTFS_SOP_READ, 0);
+		fuse_reply_buf(req, buf, (size_t)n);
+	}
+	if (buf != t->out)
+		free(buf);
+}
+
+static void castfs_op_release(fuse_req_t req, fuse_ino_t ino,
+			      struct fuse_file_info *fi)
+{
+	(void)ino;
+	castfs_file_close((struct castfs_file *)(uintptr_t)fi->fh);
+	castfs_stats_op(fs_of(req)->stats, CASTFS_SOP_RELEASE, 0);
+	fuse_reply_err(req, 0);
+}
+
+static void castfs_op_opendir(fuse_req_t req, fuse_ino_t ino,
+			      struct fuse_file_info *fi)
+{
+	struct castfs_dir *dir;
+	int rc = castfs_ns_opendir(fs_of(req)->ns, ino, &dir);
+
+	if (rc) {
+		reply_err(req, CASTFS_SOP_OPENDIR, rc);
+		return;
+	}
+	fi->fh = (uintptr_t)dir;
+	castfs_stats_op(fs_of(req)->stats, CASTFS_SOP_OPENDIR, 0);
+	if (fuse_reply_open(req, fi) == -ENOENT)
+		castfs_dir_free(dir);
+}
+
+static void castfs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
+			      off_t off, struct fuse_file_info *fi)
+{
+	struct castfs_dir *dir = (struct castfs_dir *)(uintptr_t)fi->fh;
+	struct fs_thread *t = thread_get(fs_of(req));
+	size_t pos = 0;
+
+	(void)ino;
+	if (!t) {
+		reply_err(req, CASTFS_SOP_READDIR, -ENOMEM);
+		return;
+	}
+	size = size < t->out_len ? size : t->out_len;
+	for (size_t i = (size_t)off; off >= 0 && i < dir->n; i++) {
+		struct stat st = { .st_ino = dir->ents[i].ino,
+				   .st_mode = dir->ents[i].type };
+		size_t need = fuse_add_direntry(req, t->out + pos, size - pos,
+						dir->ents[i].name, &st,
+						(off_t)(i + 1));
+
+		if (need > size - pos)
+			break;
+		pos += need;
+	}
+	castfs_stats_op(fs_of(req)->stats, CASTFS_SOP_READDIR, 0);
+	fuse_reply_buf(req, t->out, pos);
+}
+
+static void castfs_op_releasedir(fuse_req_t req, fuse_ino_t ino,
+				 struct fuse_file_info *fi)
+{
+	(void)ino;
+	castfs_dir_free((struct castfs_dir *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+static void castfs_op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct statvfs sv;
+	int rc = castfs_ns_statfs(fs_of(req)->ns, &sv);
+
+	(void)ino;
+	if (rc) {
+		reply_err(req, CASTFS_SOP_STATFS, rc);
+		return;
+	}
+	castfs_stats_op(fs_of(req)->stats, CASTFS_SOP_STATFS, 0);
+	fuse_reply_statfs(req, &sv);
+}
+
+/* getxattr and listxattr share the FUSE size-probe protocol. */
+static void reply_xattr(fuse_req_t req, enum castfs_sop op, char *buf,
+			size_t size, ssize_t n)
+{
+	if (n < 0) {
+		reply_err(req, op, (int)n);
+		return;
+	}
+	castfs_stats_op(fs_of(req)->stats, op, 0);
+	if (size == 0)
+		fuse_reply_xattr(req, (size_t)n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+}
+
+static void castfs_op_getxattr(fuse_req_t req, fuse_ino_t ino,
+			       const char *name, size_t size)
+{
+	struct fs_thread *t = thread_get(fs_of(req));
+	ssize_t n;
+
+	if (!t) {
+		reply_err(req, CASTFS_SOP_GETXATTR, -ENOMEM);
+		return;
+	}
+	size = size < t->out_len ? size : t->out_len;
+	n = castfs_ns_getxattr(fs_of(req)->ns, ino, name, t->out, size);
+	reply_xattr(req, CASTFS_SOP_GETXATTR, t->out, size, n);
+}
+
+static void castfs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct fs_thread *t = thread_get(fs_of(req));
+	ssize_t n;
+
+	if (!t) {
+		reply_err(req, CASTFS_SOP_LISTXATTR, -ENOMEM);
+		return;
+	}
+	size = size < t->out_len ? size : t->out_len;
+	n = castfs_ns_listxattr(fs_of(req)->ns, ino, t->out, size);
+	reply_xattr(req, CASTFS_SOP_LISTXATTR, t->out, size, n);
+}
+
+/* ---- everything that would change something ---- */
+
+static void erofs(fuse_req_t req)
+{
+	reply_err(req, CASTFS_SOP_MUTATE, -EROFS);
+}
+
+static void castfs_op_setattr(fuse_req_t req, fuse_ino_t ino,
+			      struct stat *attr, int to_set,
+			      struct fuse_file_info *fi)
+{
+	(void)ino, (void)attr, (void)to_set, (void)fi;
+	erofs(req);
+}
+
+static void castfs_op_mknod(fuse_req_t req, fuse_ino_t parent,
+			    const char *name, mode_t mode, dev_t rdev)
+{
+	(void)parent, (void)name, (void)mode, (void)rdev;
+	erofs(req);
+}
+
+static void castfs_op_mkdir(fuse_req_t req, fuse_ino_t parent,
+			    const char *name, mode_t mode)
+{
+	(void)parent, (void)name, (void)mode;
+	erofs(req);
+}
+
+static void castfs_op_unlink(fuse_req_t req, fuse_ino_t parent,
+			     const char *name)
+{
+	(void)parent, (void)name;
+	erofs(req);
+}
+
+static void castfs_op_symlink(fuse_req_t req, const char *link,
+			      fuse_ino_t parent, const char *name)
+{
+	(void)link, (void)parent, (void)name;
+	erofs(req);
+}
+
+static void castfs_op_rename(fuse_req_t req, fuse_ino_t parent,
+			     const char *name, fuse_ino_t newparent,
+			     const char *newname, unsigned int flags)
+{
+	(void)parent, (void)name, (void)newparent, (void)newname, (void)flags;
+	erofs(req);
+}
+
+static void castfs_op_link(fuse_req_t req, fuse_ino_t ino,
+			   fuse_ino_t newparent, const char *newname)
+{
+	(void)ino, (void)newparent, (void)newname;
+	erofs(req);
+}
+
+static void castfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
+			    size_t size, off_t off, struct fuse_file_info *fi)
+{
+	(void)ino, (void)buf, (void)size, (void)off, (void)fi;
+	erofs(req);
+}
+
+static void castfs_op_create(fuse_req_t req, fuse_ino_t parent,
+			     const char *name, mode_t mode,
+			     struct fuse_file_info *fi)
+{
+	(void)parent, (void)name, (void)mode, (void)fi;
+	erofs(req);
+}
+
+static void castfs_op_setxattr(fuse_req_t req, fuse_ino_t ino,
+			       const char *name, const char *value,
+			       size_t size, int flags)
+{
+	(void)ino, (void)name, (void)value, (void)size, (void)flags;
+	erofs(req);
+}
+
+static void castfs_op_removexattr(fuse_req_t req, fuse_ino_t ino,
+				  const char *name)
+{
+	(void)ino, (void)name;
+	erofs(req);
+}
+
+static void castfs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
+				off_t offset, off_t length,
+				struct fuse_file_info *fi)
+{
+	(void)ino, (void)mode, (void)offset, (void)length, (void)fi;
+	erofs(req);
+}
+
+static void castfs_op_rmdir(fuse_req_t req, fuse_ino_t parent,
+			    const char *name)
+{
+	(void)parent, (void)name;
+	erofs(req);
+}
+
+const struct fuse_lowlevel_ops castfs_fs_ops = {
+	.init = castfs_op_init,
+	.lookup = castfs_op_lookup,
+	.forget = castfs_op_forget,
+	.forget_multi = castfs_op_forget_multi,
+	.getattr = castfs_op_getattr,
+	.readlink = castfs_op_readlink,
+	.open = castfs_op_open,
+	.read = castfs_op_read,
+	.release = castfs_op_release,
+	.opendir = castfs_op_opendir,
+	.readdir = castfs_op_readdir,
+	.releasedir = castfs_op_releasedir,
+	.statfs = castfs_op_statfs,
+	.getxattr = castfs_op_getxattr,
+	.listxattr = castfs_op_listxattr,
+	.setattr = castfs_op_setattr,
+	.mknod = castfs_op_mknod,
+	.mkdir = castfs_op_mkdir,
+	.unlink = castfs_op_unlink,
+	.rmdir = castfs_op_rmdir,
+	.symlink = castfs_op_symlink,
+	.rename = castfs_op_rename,
+	.link = castfs_op_link,
+	.write = castfs_op_write,
+	.create = castfs_op_create,
+	.setxattr = castfs_op_setxattr,
+	.removexattr = castfs_op_removexattr,
+	.fallocate = castfs_op_fallocate,
+};

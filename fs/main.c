@@ -1,0 +1,349 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * castfs: mount a directory of checkpoints with converted views
+ * (`castfs [options] SOURCE MOUNTPOINT`), or run a sub-command
+ * (`castfs info`, `castfs convert`).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "fs.h"
+
+struct options {
+	char *source;
+	char *views;
+	char *config;
+	double timeout;
+	unsigned read_ahead_kb;
+	unsigned threads;
+	int help;
+	int version;
+};
+
+enum { KEY_HELP, KEY_VERSION };
+
+#define OPT(t, p) { t, offsetof(struct options, p), 1 }
+static const struct fuse_opt option_spec[] = {
+	OPT("views=%s", views),
+	OPT("config=%s", config),
+	OPT("timeout=%lf", timeout),
+	OPT("read_ahead_kb=%u", read_ahead_kb),
+	OPT("threads=%u", threads),
+	FUSE_OPT_KEY("-h", KEY_HELP),
+	FUSE_OPT_KEY("--help", KEY_HELP),
+	FUSE_OPT_KEY("-V", KEY_VERSION),
+	FUSE_OPT_KEY("--version", KEY_VERSION),
+	FUSE_OPT_END,
+};
+
+static bool foreground_log;
+
+void castfs_fs_log(void *ctx, const char *msg)
+{
+	(void)ctx;
+	if (foreground_log)
+		fprintf(stderr, "castfs: %s\n", msg);
+	else
+		syslog(LOG_WARNING, "%s", msg);
+}
+
+static int opt_proc(void *data, const char *arg, int key,
+		    struct fuse_args *outargs)
+{
+	struct options *o = data;
+
+	(void)outargs;
+	switch (key) {
+	case KEY_HELP:
+		o->help = 1;
+		return 0;
+	case KEY_VERSION:
+		o->version = 1;
+		return 0;
+	case FUSE_OPT_KEY_NONOPT:
+		if (o->source)
+			return 1; /* the mountpoint: fuse_parse_cmdline's */
+		o->source = realpath(arg, NULL);
+		if (!o->source) {
+			fprintf(stderr, "castfs: %s: %s\n", arg,
+				strerror(errno));
+			return -1;
+		}
+		return 0;
+	default:
+		return 1;
+	}
+}
+
+static void usage(const char *prog)
+{
+	printf("usage: %s [options] SOURCE MOUNTPOINT\n"
+	       "       %s info FILE...\n"
+	       "       %s convert FILE --view VIEW -o OUT\n\n"
+	       "Mount SOURCE read-only at MOUNTPOINT; every X.safetensors gains\n"
+	       "converted views X.<view>.safetensors computed on demand.\n\n"
+	       "castfs options:\n"
+	       "    -o views=LIST          views listed by ls (comma-separated;\n"
+	       "                           every view resolves on lookup anyway)\n"
+	       "    -o config=FILE         JSON file defining more views and rules\n"
+	       "    -o timeout=SECONDS     entry and attribute timeout (86400)\n"
+	       "    -o read_ahead_kb=N     kernel read-ahead of the mount (1024)\n"
+	       "    -o threads=N           worker threads (default 2 x CPUs, >= 4)\n"
+	       "    -h, --help             this help\n"
+	       "    -V, --version          the version\n\n",
+	       prog, prog, prog);
+}
+
+static void list_views(const struct castfs_views *vs)
+{
+	printf("views (* = listed by default):\n");
+	for (size_t i = 0; i < vs->n; i++)
+		printf("    %c %-14s %s\n", vs->v[i].listed ? '*' : ' ',
+		       vs->v[i].name, vs->v[i].summary ? vs->v[i].summary : "");
+	printf("\nFUSE options:\n");
+}
+
+static char *read_text_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	long n;
+
+	if (!f)
+		return NULL;
+	if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 &&
+	    n < (1l << 24) && fseek(f, 0, SEEK_SET) == 0) {
+		buf = malloc((size_t)n + 1);
+		if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+			free(buf);
+			buf = NULL;
+		} else if (buf) {
+			buf[n] = '\0';
+			*len = (size_t)n;
+		}
+	}
+	fclose(f);
+	return buf;
+}
+
+/* Built-in views, then the config file, then -o views=. */
+static int setup_views(struct castfs_fs *fs, const struct options *o)
+{
+	struct castfs_diag d = { { 0 } };
+	size_t len;
+	char *json;
+	int rc = castfs_views_builtin(&fs->views);
+
+	if (!rc && o->config) {
+		json = read_text_file(o->config, &len);
+		if (!json) {
+			fprintf(stderr, "castfs: %s: %s\n", o->config,
+				strerror(errno ? errno : EINVAL));
+			return -1;
+		}
+		rc = castfs_views_load(&fs->views, json, len, &d);
+		free(json);
+	}
+	if (!rc && o->views)
+		rc = castfs_views_select(&fs->views, o->views, &d);
+	if (rc) {
+		fprintf(stderr, "castfs: %s%s%s\n", o->config ? o->config : "",
+			o->config ? ": " : "", d.msg[0] ? d.msg : strerror(-rc));
+		return -1;
+	}
+	return 0;
+}
+
+static unsigned default_threads(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	/* Readers block on the source too: more threads than cores. */
+	return n > 2 ? (unsigned)n * 2 : 4;
+}
+
+static int setup_ns(struct castfs_fs *fs, const struct options *o,
+		    const char *mountpoint)
+{
+	struct castfs_config_info info = {
+		.source = o->source,
+		.mountpoint = mountpoint,
+		.config_file = o->config,
+		.views = &fs->views,
+		.threads = o->threads,
+		.timeout = fs->timeout,
+		.read_ahead_kb = o->read_ahead_kb,
+	};
+	struct castfs_ns_opts nso = {
+		.source = o->source,
+		.views = &fs->views,
+		.log = castfs_fs_log,
+		.log_ctx = fs,
+	};
+	struct castfs_diag d = { { 0 } };
+	char *config_json;
+	int rc;
+
+	rc = castfs_stats_new(fs->views.n, &fs->stats);
+	if (rc)
+		return rc;
+	nso.stats = fs->stats;
+	config_json = castfs_config_render(&info);
+	nso.config_json = config_json;
+	rc = castfs_ns_new(&nso, &fs->ns, &d);
+	free(config_json);
+	if (rc)
+		fprintf(stderr, "castfs: %s\n", d.msg[0] ? d.msg : strerror(-rc));
+	return rc;
+}
+
+/* Raise the mount's read-ahead: the INIT reply can only lower it. */
+static void set_read_ahead(const char *mountpoint, unsigned kb)
+{
+	char path[128], *dev = castfs_mount_device(mountpoint);
+	FILE *f;
+
+	if (!dev)
+		return;
+	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", dev);
+	free(dev);
+	f = fopen(path, "w");
+	if (!f)
+		return; /* not root: the default read-ahead still works */
+	fprintf(f, "%u\n", kb);
+	fclose(f);
+}
+
+static int run_loop(struct castfs_fs *fs, struct fuse_cmdline_opts *cmd,
+		    const struct options *o)
+{
+	struct fuse_loop_config *cfg;
+	int rc;
+
+	if (cmd->singlethread)
+		return fuse_session_loop(fs->se);
+	cfg = fuse_loop_cfg_create();
+	if (!cfg)
+		return -1;
+	fuse_loop_cfg_set_clone_fd(cfg, (unsigned)cmd->clone_fd);
+	fuse_loop_cfg_set_max_threads(cfg, o->threads);
+	fuse_loop_cfg_set_idle_threads(cfg, o->threads);
+	rc = fuse_session_loop_mt(fs->se, cfg);
+	fuse_loop_cfg_destroy(cfg);
+	return rc;
+}
+
+/* Mount options every castfs mount has: read-only, permissions enforced. */
+static int add_mount_args(struct fuse_args *args, const char *source)
+{
+	char fsname[PATH_MAX * 2 + 32], *p = fsname;
+
+	p += sprintf(p, "-ofsname=castfs:");
+	for (const char *s = source; *s; s++) {
+		if (*s == ',' || *s == '\\')
+			*p++ = '\\';
+		*p++ = *s;
+	}
+	*p = '\0';
+	if (fuse_opt_add_arg(args, "-oro") ||
+	    fuse_opt_add_arg(args, "-odefault_permissions") ||
+	    fuse_opt_add_arg(args, "-osubtype=castfs") ||
+	    fuse_opt_add_arg(args, fsname))
+		return -1;
+	return 0;
+}
+
+static int mount_and_serve(struct castfs_fs *fs, struct fuse_args *args,
+			   struct fuse_cmdline_opts *cmd,
+			   const struct options *o)
+{
+	int rc = 1;
+
+	fs->se = fuse_session_new(args, &castfs_fs_ops, sizeof(castfs_fs_ops),
+				  fs);
+	if (!fs->se)
+		return 1;
+	if (fuse_set_signal_handlers(fs->se))
+		goto out_destroy;
+	if (fuse_session_mount(fs->se, cmd->mountpoint))
+		goto out_signals;
+	set_read_ahead(cmd->mountpoint, o->read_ahead_kb);
+	foreground_log = cmd->foreground;
+	if (!cmd->foreground)
+		openlog("castfs", LOG_PID, LOG_DAEMON);
+	fuse_daemonize(cmd->foreground);
+	rc = run_loop(fs, cmd, o) ? 1 : 0;
+	fuse_session_unmount(fs->se);
+out_signals:
+	fuse_remove_signal_handlers(fs->se);
+out_destroy:
+	fuse_session_destroy(fs->se);
+	return rc;
+}
+
+static int mount_main(int argc, char **argv)
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct options o = { .timeout = 86400, .read_ahead_kb = 1024 };
+	struct fuse_cmdline_opts cmd = { 0 };
+	struct castfs_fs fs = { 0 };
+	int rc = 1;
+
+	if (fuse_opt_parse(&args, &o, option_spec, opt_proc) ||
+	    fuse_parse_cmdline(&args, &cmd))
+		goto out_args;
+	if (o.help || o.version || cmd.show_help || cmd.show_version) {
+		if (o.version || cmd.show_version) {
+			printf("castfs %s (libfuse %s)\n", PACKAGE_VERSION,
+			       fuse_pkgversion());
+		} else {
+			usage(argv[0]);
+			if (!castfs_views_builtin(&fs.views))
+				list_views(&fs.views);
+			fuse_cmdline_help();
+			fuse_lowlevel_help();
+		}
+		rc = 0;
+		goto out_args;
+	}
+	if (!o.source || !cmd.mountpoint) {
+		fprintf(stderr, "usage: %s [options] SOURCE MOUNTPOINT "
+				"(--help for more)\n", argv[0]);
+		goto out_args;
+	}
+	if (!o.threads)
+		o.threads = default_threads();
+	fs.timeout = o.timeout;
+	fs.read_ahead_kb = o.read_ahead_kb;
+	if (setup_views(&fs, &o) || setup_ns(&fs, &o, cmd.mountpoint) ||
+	    castfs_fs_thread_key_init(&fs) || add_mount_args(&args, o.source))
+		goto out_free;
+	rc = mount_and_serve(&fs, &args, &cmd, &o);
+out_free:
+	castfs_ns_free(fs.ns);
+	castfs_stats_free(fs.stats);
+out_args:
+	castfs_views_fini(&fs.views);
+	free(cmd.mountpoint);
+	free(o.source);
+	free(o.views);
+	free(o.config);
+	fuse_opt_free_args(&args);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && strcmp(argv[1], "info") == 0)
+		return castfs_cli_info(argc - 1, argv + 1);
+	if (argc > 1 && strcmp(argv[1], "convert") == 0)
+		return castfs_cli_convert(argc - 1, argv + 1);
+	return mount_main(argc, argv);
+}

@@ -1,0 +1,219 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Open files: a snapshot of what one open serves (a plan and the source it
+ * reads, or a pass-through source), with the check that the source is
+ * still the identity the plan was built from after every read.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ns_internal.h"
+#include "plan_internal.h"
+
+struct castfs_file {
+	struct castfs_ns *ns;
+	int fd; /* the source, or -1 for plans of memory only */
+	struct castfs_fd_reader fr;
+	struct stat ident;
+	struct ns_ckpt *ck;
+	const struct castfs_plan *plan; /* NULL: pass-through */
+	struct castfs_plan *owned;
+	uint64_t size;
+	int view;
+	bool direct;
+};
+
+static int file_alloc(struct castfs_ns *ns, int view, struct castfs_file **out)
+{
+	struct castfs_file *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return -ENOMEM;
+	f->ns = ns;
+	f->fd = -1;
+	f->view = view;
+	*out = f;
+	return 0;
+}
+
+/* Open source @path and check it is still identity @ident. */
+static int open_source(struct castfs_ns *ns, const char *path,
+		       const struct stat *ident, struct castfs_file *f)
+{
+	struct stat now;
+	int fd = ns_src_open(ns, path, O_RDONLY | O_NOFOLLOW);
+
+	if (fd < 0)
+		return fd == -ENOENT || fd == -ELOOP ? -ESTALE : fd;
+	if (fstat(fd, &now) < 0 || !ns_same_file(&now, ident)) {
+		close(fd);
+		return -ESTALE;
+	}
+	f->fd = fd;
+	f->ident = *ident;
+	castfs_fd_reader_init(&f->fr, fd);
+	return 0;
+}
+
+int ns_file_new_plan(struct castfs_ns *ns, const char *path,
+		     const struct stat *ident, struct ns_ckpt *ck,
+		     const struct castfs_plan *plan,
+		     struct castfs_plan *owned_plan, int view_idx,
+		     struct castfs_file **out)
+{
+	struct castfs_file *f;
+	int rc = file_alloc(ns, view_idx, &f);
+
+	if (rc) {
+		castfs_plan_free(owned_plan);
+		return rc;
+	}
+	f->plan = plan;
+	f->owned = owned_plan;
+	f->size = plan->size;
+	if (ck) {
+		atomic_fetch_add(&ck->refs, 1);
+		f->ck = ck;
+	}
+	if (path) {
+		rc = open_source(ns, path, ident, f);
+		if (rc) {
+			castfs_file_close(f);
+			return rc;
+		}
+	}
+	castfs_stats_open(ns->stats, view_idx);
+	*out = f;
+	return 0;
+}
+
+int ns_file_new_source(struct castfs_ns *ns, const char *path,
+		       const struct stat *ident, struct castfs_file **out)
+{
+	struct castfs_file *f;
+	int rc = file_alloc(ns, CASTFS_STATS_PASSTHROUGH, &f);
+
+	if (rc)
+		return rc;
+	rc = open_source(ns, path, ident, f);
+	if (rc) {
+		castfs_file_close(f);
+		return rc;
+	}
+	f->size = (uint64_t)ident->st_size;
+	castfs_stats_open(ns->stats, f->view);
+	*out = f;
+	return 0;
+}
+
+int ns_file_new_mem(struct castfs_ns *ns, const void *data, size_t len,
+		    struct castfs_file **out)
+{
+	struct castfs_producer p = { .op = CASTFS_OP_MEM, .mem = data };
+	struct castfs_plan *plan;
+	struct castfs_pb *pb;
+	int rc = castfs_pb_new(&pb);
+
+	if (rc)
+		return rc;
+	rc = castfs_pb_append(pb, &p, len);
+	if (rc) {
+		castfs_pb_free(pb);
+		return rc;
+	}
+	rc = castfs_pb_finish_raw(pb, &plan);
+	if (rc)
+		return rc;
+	rc = ns_file_new_plan(ns, NULL, NULL, NULL, plan, plan,
+			      CASTFS_STATS_OTHER, out);
+	if (!rc)
+		(*out)->direct = true;
+	return rc;
+}
+
+static ssize_t no_source(void *ctx, void *buf, size_t n, uint64_t off)
+{
+	(void)ctx;
+	(void)buf;
+	(void)n;
+	(void)off;
+	return -EIO; /* a plan of memory only never reads its source */
+}
+
+static const struct castfs_reader null_reader = { no_source, NULL };
+
+/* The bytes just read are only good if the source did not change. */
+static int check_source(struct castfs_file *f)
+{
+	struct stat now;
+
+	if (f->fd < 0)
+		return 0;
+	if (fstat(f->fd, &now) < 0)
+		return -errno;
+	if (now.st_size != f->ident.st_size ||
+	    now.st_mtim.tv_sec != f->ident.st_mtim.tv_sec ||
+	    now.st_mtim.tv_nsec != f->ident.st_mtim.tv_nsec) {
+		castfs_stats_count(f->ns->stats, CASTFS_SCTR_STALE_READS, 1);
+		return -EIO;
+	}
+	return 0;
+}
+
+static ssize_t read_source(struct castfs_file *f, void *buf, size_t len,
+			   uint64_t off)
+{
+	if (off >= f->size)
+		return 0;
+	if (len > f->size - off)
+		len = (size_t)(f->size - off);
+	return castfs_reader_read(&f->fr.r, buf, len, off) ?: (ssize_t)len;
+}
+
+ssize_t castfs_file_read(struct castfs_file *f, struct castfs_scratch *s,
+			 void *buf, size_t len, uint64_t off)
+{
+	ssize_t n;
+	int rc;
+
+	if (f->plan)
+		n = castfs_plan_read(f->plan, f->fd >= 0 ? &f->fr.r : &null_reader,
+				     s, buf, len, off);
+	else
+		n = read_source(f, buf, len, off);
+	rc = check_source(f);
+	if (rc)
+		return rc;
+	if (n > 0)
+		castfs_stats_read(f->ns->stats, f->view, (uint64_t)n);
+	return n;
+}
+
+uint64_t castfs_file_size(const struct castfs_file *f)
+{
+	return f->size;
+}
+
+bool castfs_file_is_view(const struct castfs_file *f)
+{
+	return f->plan != NULL;
+}
+
+bool castfs_file_direct_io(const struct castfs_file *f)
+{
+	return f->direct;
+}
+
+void castfs_file_close(struct castfs_file *f)
+{
+	if (!f)
+		return;
+	if (f->fd >= 0)
+		close(f->fd);
+	ns_ckpt_put(f->ns, f->ck);
+	castfs_plan_free(f->owned);
+	free(f);
+}
