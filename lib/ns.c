@@ -431,6 +431,9 @@ int ns_list_add(struct ns_list *l, const char *name, size_t len, mode_t type,
 		return -ENOMEM;
 	memcpy(copy, name, len);
 	copy[len] = '\0';
+	/* readdir(3) hides entries whose inode number is 0. */
+	if (!ino)
+		ino = mix64(fnv1a(0xcbf29ce484222325ull, name, len)) | 2;
 	d->ents[d->n++] = (struct castfs_dirent){ copy, type, ino };
 	return 0;
 }

@@ -75,7 +75,7 @@ int castfs_ns_readlink(struct castfs_ns *ns, uint64_t id, char *buf,
 struct castfs_dirent {
 	char *name;
 	mode_t type; /* S_IFDIR, S_IFREG, S_IFLNK */
-	uint64_t ino;
+	uint64_t ino; /* the node id a lookup gives, where cheap to know */
 };
 
 struct castfs_dir {

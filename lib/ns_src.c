@@ -224,9 +224,10 @@ static int dir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	return rc;
 }
 
-/* The views of checkpoint @name (a valid one) in listing @l. */
+/* The views of checkpoint @name (a valid one, of identity @st). */
 static int list_views(struct castfs_ns *ns, const struct ns_node *dir,
-		      const char *name, struct ns_list *l)
+		      const char *name, const struct stat *st,
+		      struct ns_list *l)
 {
 	size_t stem = strlen(name) - ST_EXT_LEN;
 	char buf[512];
@@ -234,6 +235,7 @@ static int list_views(struct castfs_ns *ns, const struct ns_node *dir,
 
 	for (size_t i = 0; !rc && i < ns->views->n; i++) {
 		const struct castfs_view *v = &ns->views->v[i];
+		struct ns_node node = { .kind = NS_VIEW, .view = v, .st = *st };
 		int n;
 
 		if (!v->listed)
@@ -243,7 +245,8 @@ static int list_views(struct castfs_ns *ns, const struct ns_node *dir,
 		if (n < 0 || (size_t)n >= sizeof(buf) || n > 255 ||
 		    ns_list_has(l, buf, (size_t)n))
 			continue;
-		rc = ns_list_add(l, buf, (size_t)n, S_IFREG, 0);
+		rc = ns_list_add(l, buf, (size_t)n, S_IFREG,
+				 ns_node_id(&node));
 	}
 	if (!rc)
 		rc = ns_tensors_list(ns, dir, name, l);
@@ -272,7 +275,7 @@ static int list_virtual(struct castfs_ns *ns, const struct ns_node *dir,
 	if (rc)
 		return rc == -ENOMEM ? rc : 0; /* rejected: no views */
 	ns_ckpt_put(ns, ck);
-	return list_views(ns, dir, name, l);
+	return list_views(ns, dir, name, &st, l);
 }
 
 static mode_t dirent_type(int dfd, const struct dirent *de)

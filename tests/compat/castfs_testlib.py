@@ -1,0 +1,150 @@
+# SPDX-License-Identifier: MIT
+"""Shared helpers for castfs tests that mount a real FUSE filesystem.
+
+Every test starts its own daemon (`castfs -f SRC MNT`), waits until the
+kernel lists the mount, and unmounts it with fusermount3 at the end. A test
+program exits 77 (automake's SKIP, never a pass) when FUSE is unusable.
+"""
+import contextlib
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+SKIP = 77
+
+
+def castfs_binary():
+    exe = os.environ.get("CASTFS")
+    if exe:
+        return exe
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.join(here, "..", "..", "fs", "castfs")
+
+
+def fuse_usable():
+    return os.path.exists("/dev/fuse") and os.access("/dev/fuse", os.R_OK | os.W_OK) \
+        and shutil.which("fusermount3") is not None
+
+
+def _mounted(mnt):
+    mnt = os.path.realpath(mnt)
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            parts = line.split()
+            point = parts[4].replace("\\040", " ")
+            if point == mnt and " - fuse.castfs " in line:
+                return True
+    return False
+
+
+class Mount:
+    """A running castfs daemon in the foreground, mounted at self.path."""
+
+    def __init__(self, source, options=(), extra_args=(), env=None, timeout=30):
+        self.source = source
+        self.tmp = tempfile.mkdtemp(prefix="castfs-mnt-")
+        self.path = os.path.join(self.tmp, "mnt")
+        os.mkdir(self.path)
+        args = [castfs_binary(), "-f"]
+        for o in options:
+            args += ["-o", o]
+        args += list(extra_args) + [source, self.path]
+        self.log = tempfile.TemporaryFile(mode="w+")
+        full_env = dict(os.environ)
+        if env:
+            full_env.update(env)
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=full_env)
+        deadline = time.time() + timeout
+        while not _mounted(self.path):
+            if self.proc.poll() is not None:
+                raise RuntimeError("castfs exited with %d: %s" %
+                                   (self.proc.returncode, self.output()))
+            if time.time() > deadline:
+                self.proc.kill()
+                raise RuntimeError("castfs did not mount: " + self.output())
+            time.sleep(0.02)
+
+    def output(self):
+        self.log.seek(0)
+        return self.log.read()
+
+    def join(self, *parts):
+        return os.path.join(self.path, *parts)
+
+    def unmount(self):
+        if self.proc is None:
+            return 0
+        if _mounted(self.path):
+            subprocess.run(["fusermount3", "-u", self.path], check=False)
+        try:
+            rc = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        self.proc = None
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        return rc
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        rc = self.unmount()
+        if exc[0] is None and rc != 0:
+            raise AssertionError("castfs exited with %d: %s" % (rc, self.output()))
+
+
+@contextlib.contextmanager
+def tempdir(prefix="castfs-src-"):
+    d = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def read_ranges(path, size, rng, count=200, max_len=1 << 20):
+    """Yield (off, data) for random ranges of the file, read with pread."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for _ in range(count):
+            off = rng.randrange(0, max(size, 1))
+            n = rng.randrange(1, max_len)
+            yield off, os.pread(fd, n, off)
+    finally:
+        os.close(fd)
+
+
+def check_ranges(test, path, expected, rng=None, count=200):
+    """Random preads of @path must equal slices of @expected (bytes)."""
+    rng = rng or random.Random(1234)
+    for off, data in read_ranges(path, len(expected), rng, count,
+                                 max_len=min(len(expected) + 2, 1 << 20)):
+        test.assertEqual(data, expected[off:off + len(data)], "range at %d" % off)
+        test.assertEqual(len(data), max(0, min(len(expected) - off, len(data))))
+
+
+def main():
+    """Run the unittest cases of __main__ and print a Check-style summary."""
+    if not fuse_usable():
+        print("SKIP: /dev/fuse or fusermount3 unusable")
+        sys.exit(SKIP)
+    suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules["__main__"])
+    result = unittest.TextTestRunner(verbosity=2).run(suite)
+    n = result.testsRun
+    fails, errs = len(result.failures), len(result.errors)
+    skipped = len(result.skipped)
+    ok = n - fails - errs - skipped
+    pct = 100 * ok // n if n else 0
+    print("%d%%: Checks: %d, Failures: %d, Errors: %d, Skipped: %d" %
+          (pct, n, fails, errs, skipped))
+    if skipped:
+        # A skipped case is not a pass: report the program as failed.
+        sys.exit(1)
+    sys.exit(0 if result.wasSuccessful() and n else 1)
