@@ -1,22 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Placeholders until tensor trees and model-directory views land. */
+/* Placeholder until model-directory views land: no DIR.<view>/. */
 #include <errno.h>
 
 #include "ns_internal.h"
-
-int ns_tensors_lookup(struct castfs_ns *ns, const struct ns_node *dir,
-		      const char *name, struct ns_node *child)
-{
-	(void)ns, (void)dir, (void)name, (void)child;
-	return -ENOENT;
-}
-
-int ns_tensors_list(struct castfs_ns *ns, const struct ns_node *dir,
-		    const char *name, struct ns_list *l)
-{
-	(void)ns, (void)dir, (void)name, (void)l;
-	return 0;
-}
 
 int ns_modeldir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 		       const char *name, struct ns_node *child)
@@ -40,4 +26,4 @@ void ns_modeldir_invalidate(struct castfs_ns *ns, const char *rel,
 	(void)ns, (void)rel, (void)cb, (void)ctx;
 }
 
-const struct ns_kind_ops ns_tdir_ops, ns_tfile_ops, ns_mdir_ops, ns_mfile_ops;
+const struct ns_kind_ops ns_mdir_ops, ns_mfile_ops;
