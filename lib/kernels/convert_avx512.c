@@ -1,0 +1,282 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * AVX-512 kernels: 16 elements per step, widened to float32 bits in a zmm
+ * and narrowed again, with the same integer algorithms as convert_scalar.c.
+ */
+#include "common/compiler.h"
+#include "convert_internal.h"
+
+#if CASTFS_HAVE_X86_KERNELS
+#include <immintrin.h>
+#include <stdint.h>
+
+/*
+ * GCC 12's _mm512_undefined_*() initialise a variable with itself, which
+ * -Winit-self reports as maybe-uninitialized (GCC PR 105593, fixed in 13).
+ */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c")))
+#define STEP 16
+
+#define F32_ABS 0x7fffffff
+#define F32_INF 0x7f800000
+#define E4M3_MAX 0x43e00000 /* 448.0f */
+#define E5M2_MAX 0x47600000 /* 57344.0f */
+
+static inline AVX512 __m512i set1(uint32_t v)
+{
+	return _mm512_set1_epi32((int)v);
+}
+
+/* a + b as floats, on bit patterns: the fp8 subnormal rounding. */
+static inline AVX512 __m512i fadd(__m512i a, uint32_t b)
+{
+	__m512 s = _mm512_add_ps(_mm512_castsi512_ps(a),
+				 _mm512_castsi512_ps(set1(b)));
+	return _mm512_castps_si512(s);
+}
+
+/* (a + bias + bit @lsb of a) >> @lsb: round-to-nearest-even by shifting. */
+static inline AVX512 __m512i rne_shift(__m512i a, uint32_t bias, unsigned lsb)
+{
+	__m512i odd = _mm512_and_si512(_mm512_srli_epi32(a, lsb), set1(1));
+
+	a = _mm512_add_epi32(_mm512_add_epi32(a, set1(bias)), odd);
+	return _mm512_srli_epi32(a, lsb);
+}
+
+static inline AVX512 __m512i widen_f32(const uint8_t *p)
+{
+	return _mm512_loadu_si512(p);
+}
+
+/* vcvtph2ps is exact, and quiets NaN as widen_f16() does. */
+static inline AVX512 __m512i widen_f16(const uint8_t *p)
+{
+	__m256i h = _mm256_loadu_si256((const __m256i *)p);
+
+	return _mm512_castps_si512(_mm512_cvtph_ps(h));
+}
+
+static inline AVX512 __m512i widen_bf16(const uint8_t *p)
+{
+	__m256i h = _mm256_loadu_si256((const __m256i *)p);
+
+	return _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+}
+
+static inline AVX512 __m512i widen_e4m3(const uint8_t *p)
+{
+	__m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+	__m512i m = _mm512_and_si512(b, set1(0x7f));
+	__m512i sign = _mm512_slli_epi32(_mm512_and_si512(b, set1(0x80)), 24);
+	__m512i r = _mm512_add_epi32(_mm512_slli_epi32(m, 20), set1(120 << 23));
+	__m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(0x1p-9f));
+
+	r = _mm512_mask_mov_epi32(r, _mm512_cmplt_epu32_mask(m, set1(8)),
+				  _mm512_castps_si512(sub));
+	r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epi32_mask(m, set1(0x7f)),
+				  set1(0x7ff00000));
+	return _mm512_or_si512(r, sign);
+}
+
+/* e5m2 is the top byte of an f16. */
+static inline AVX512 __m512i widen_e5m2(const uint8_t *p)
+{
+	__m256i h = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p));
+
+	h = _mm256_slli_epi16(h, 8);
+	return _mm512_castps_si512(_mm512_cvtph_ps(h));
+}
+
+static inline AVX512 void narrow_f32(uint8_t *p, __m512i u)
+{
+	_mm512_storeu_si512(p, u);
+}
+
+static inline AVX512 void narrow_f16(uint8_t *p, __m512i u)
+{
+	__m256i h = _mm512_cvtps_ph(_mm512_castsi512_ps(u),
+				    _MM_FROUND_TO_NEAREST_INT |
+					    _MM_FROUND_NO_EXC);
+
+	_mm256_storeu_si256((__m256i *)p, h);
+}
+
+/*
+ * Integer RNE rather than vcvtneps2bf16, which flushes subnormal inputs to
+ * zero where torch keeps them.
+ */
+static inline AVX512 void narrow_bf16(uint8_t *p, __m512i u)
+{
+	__m512i r = rne_shift(u, 0x7fff, 16);
+	__m512i a = _mm512_and_si512(u, set1(F32_ABS));
+	__m512i qnan = _mm512_or_si512(_mm512_srli_epi32(u, 16), set1(0x40));
+
+	r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epu32_mask(a, set1(F32_INF)),
+				  qnan);
+	_mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(r));
+}
+
+/* The finite part of fp8e4m3fn_from_fp32_value(), for |x| = @a < 480. */
+static inline AVX512 __m512i e4m3_finite(__m512i a)
+{
+	__m512i r = rne_shift(a, ((uint32_t)(7 - 127) << 23) + 0x7ffff, 20);
+	__m512i sub = _mm512_sub_epi32(fadd(a, 141u << 23), set1(141u << 23));
+
+	return _mm512_mask_mov_epi32(
+		r, _mm512_cmplt_epu32_mask(a, set1(121u << 23)), sub);
+}
+
+/* The finite part of fp8e5m2_from_fp32_value(), for |x| = @a < 65536. */
+static inline AVX512 __m512i e5m2_finite(__m512i a)
+{
+	__m512i r = rne_shift(a, ((uint32_t)(15 - 127) << 23) + 0xfffff, 21);
+	__m512i sub = _mm512_sub_epi32(fadd(a, 134u << 23), set1(134u << 23));
+
+	return _mm512_mask_mov_epi32(
+		r, _mm512_cmplt_epu32_mask(a, set1(113u << 23)), sub);
+}
+
+/* ORs the sign of @u into the fp8 codes @r and stores the low bytes. */
+static inline AVX512 void store_fp8(uint8_t *p, __m512i r, __m512i u)
+{
+	__m512i sign = _mm512_srli_epi32(u, 31);
+
+	r = _mm512_or_si512(r, _mm512_slli_epi32(sign, 7));
+	_mm_storeu_si128((__m128i *)p, _mm512_cvtepi32_epi8(r));
+}
+
+static inline AVX512 __mmask16 is_nan(__m512i a)
+{
+	return _mm512_cmpgt_epu32_mask(a, set1(F32_INF));
+}
+
+static inline AVX512 void narrow_e4m3(uint8_t *p, __m512i u)
+{
+	__m512i a = _mm512_and_si512(u, set1(F32_ABS));
+	__m512i r = e4m3_finite(a);
+
+	r = _mm512_mask_mov_epi32(
+		r, _mm512_cmpge_epu32_mask(a, set1(1087u << 20)), set1(0x7f));
+	store_fp8(p, r, u);
+}
+
+static inline AVX512 void narrow_e4m3_sat(uint8_t *p, __m512i u)
+{
+	__m512i a = _mm512_and_si512(u, set1(F32_ABS));
+	__m512i r = e4m3_finite(_mm512_min_epu32(a, set1(E4M3_MAX)));
+
+	r = _mm512_mask_mov_epi32(r, is_nan(a), set1(0x7f));
+	store_fp8(p, r, u);
+}
+
+static inline AVX512 void narrow_e5m2(uint8_t *p, __m512i u)
+{
+	__m512i a = _mm512_and_si512(u, set1(F32_ABS));
+	__m512i r = e5m2_finite(a);
+
+	r = _mm512_mask_mov_epi32(
+		r, _mm512_cmpge_epu32_mask(a, set1(143u << 23)), set1(0x7c));
+	r = _mm512_mask_mov_epi32(r, is_nan(a), set1(0x7f));
+	store_fp8(p, r, u);
+}
+
+static inline AVX512 void narrow_e5m2_sat(uint8_t *p, __m512i u)
+{
+	__m512i a = _mm512_and_si512(u, set1(F32_ABS));
+	__m512i r = e5m2_finite(_mm512_min_epu32(a, set1(E5M2_MAX)));
+
+	r = _mm512_mask_mov_epi32(r, is_nan(a), set1(0x7f));
+	store_fp8(p, r, u);
+}
+
+#define T(x) CASTFS_CVT_##x
+
+/*
+ * cvt_<from>_<to>: @sb/@db are element sizes in bits, @S/@D/@sat the scalar
+ * table entry that finishes the last n % STEP elements.
+ */
+#define KERNEL(from, S, sb, to, D, db, sat)                                  \
+	static CASTFS_UNUSED AVX512 void cvt_##from##_##to(                 \
+		void *restrict dst, const void *restrict src, size_t n)      \
+	{                                                                    \
+		const uint8_t *s = src;                                      \
+		uint8_t *d = dst;                                            \
+		size_t i;                                                    \
+									     \
+		for (i = 0; i + STEP <= n; i += STEP)                        \
+			narrow_##to(d + i * (db / 8),                        \
+				    widen_##from(s + i * (sb / 8)));         \
+		if (i < n)                                                   \
+			castfs_cvt_scalar.fn[T(S)][T(D)][sat](               \
+				d + i * (db / 8), s + i * (sb / 8), n - i);  \
+	}
+
+#define KERNELS_TO_FP8(from, S, sb)                                          \
+	KERNEL(from, S, sb, e4m3, E4M3, 8, 0)                                \
+	KERNEL(from, S, sb, e4m3_sat, E4M3, 8, 1)                            \
+	KERNEL(from, S, sb, e5m2, E5M2, 8, 0)                                \
+	KERNEL(from, S, sb, e5m2_sat, E5M2, 8, 1)
+
+KERNELS_TO_FP8(f32, F32, 32)
+KERNELS_TO_FP8(f16, F16, 16)
+KERNELS_TO_FP8(bf16, BF16, 16)
+KERNELS_TO_FP8(e4m3, E4M3, 8)
+KERNELS_TO_FP8(e5m2, E5M2, 8)
+
+KERNEL(f32, F32, 32, f16, F16, 16, 0)
+KERNEL(f32, F32, 32, bf16, BF16, 16, 0)
+KERNEL(f16, F16, 16, f32, F32, 32, 0)
+KERNEL(f16, F16, 16, bf16, BF16, 16, 0)
+KERNEL(bf16, BF16, 16, f32, F32, 32, 0)
+KERNEL(bf16, BF16, 16, f16, F16, 16, 0)
+KERNEL(e4m3, E4M3, 8, f32, F32, 32, 0)
+KERNEL(e4m3, E4M3, 8, f16, F16, 16, 0)
+KERNEL(e4m3, E4M3, 8, bf16, BF16, 16, 0)
+KERNEL(e5m2, E5M2, 8, f32, F32, 32, 0)
+KERNEL(e5m2, E5M2, 8, f16, F16, 16, 0)
+KERNEL(e5m2, E5M2, 8, bf16, BF16, 16, 0)
+
+/* NULL (identity copies, F64 sources): dispatch uses the scalar kernel. */
+const struct castfs_cvt_table castfs_cvt_avx512 = {
+	.fn = {
+		[T(F32)] = {
+			[T(F16)] = { cvt_f32_f16, NULL },
+			[T(BF16)] = { cvt_f32_bf16, NULL },
+			[T(E4M3)] = { cvt_f32_e4m3, cvt_f32_e4m3_sat },
+			[T(E5M2)] = { cvt_f32_e5m2, cvt_f32_e5m2_sat },
+		},
+		[T(F16)] = {
+			[T(F32)] = { cvt_f16_f32, NULL },
+			[T(BF16)] = { cvt_f16_bf16, NULL },
+			[T(E4M3)] = { cvt_f16_e4m3, cvt_f16_e4m3_sat },
+			[T(E5M2)] = { cvt_f16_e5m2, cvt_f16_e5m2_sat },
+		},
+		[T(BF16)] = {
+			[T(F32)] = { cvt_bf16_f32, NULL },
+			[T(F16)] = { cvt_bf16_f16, NULL },
+			[T(E4M3)] = { cvt_bf16_e4m3, cvt_bf16_e4m3_sat },
+			[T(E5M2)] = { cvt_bf16_e5m2, cvt_bf16_e5m2_sat },
+		},
+		[T(E4M3)] = {
+			[T(F32)] = { cvt_e4m3_f32, NULL },
+			[T(F16)] = { cvt_e4m3_f16, NULL },
+			[T(BF16)] = { cvt_e4m3_bf16, NULL },
+			[T(E4M3)] = { NULL, cvt_e4m3_e4m3_sat },
+			[T(E5M2)] = { cvt_e4m3_e5m2, cvt_e4m3_e5m2_sat },
+		},
+		[T(E5M2)] = {
+			[T(F32)] = { cvt_e5m2_f32, NULL },
+			[T(F16)] = { cvt_e5m2_f16, NULL },
+			[T(BF16)] = { cvt_e5m2_bf16, NULL },
+			[T(E4M3)] = { cvt_e5m2_e4m3, cvt_e5m2_e4m3_sat },
+			[T(E5M2)] = { NULL, cvt_e5m2_e5m2_sat },
+		},
+	},
+};
+
+#endif
