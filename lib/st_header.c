@@ -18,7 +18,7 @@
 #include "common/ckd.h"
 #include "st_header.h"
 
-#define ST_MAX_DEPTH 128 /* serde_json's recursion limit */
+#define ST_MAX_DEPTH 127 /* serde_json fails on the 128th nested container */
 #define ST_MAX_INT (UINT64_C(1) << 53)
 #define ST_SHOW 56 /* a name quoted in a message, cut to ~44 bytes */
 #define ST_META "__metadata__"
