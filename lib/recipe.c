@@ -503,7 +503,7 @@ static int load_views(struct castfs_views *vs, const cJSON *views,
 		return castfs_diag_set(d, -EINVAL,
 				       "config: \"views\" must be an object");
 	cJSON_ArrayForEach(j, views) {
-		struct castfs_view v;
+		struct castfs_view v = { .nrules = 0 };
 		int rc = parse_view(j, vs, &v, d);
 
 		if (!rc)
@@ -544,10 +544,14 @@ int castfs_views_load(struct castfs_views *vs, const char *json, size_t len,
 
 	/* The parse-end pointer, not cJSON's global error pointer. */
 	root = cJSON_ParseWithLengthOpts(json, len, &end, false);
-	if (!root)
+	while (root && end < json + len && strchr(" \t\r\n", *end) && *end)
+		end++;
+	if (!root || end != json + len) {
+		cJSON_Delete(root);
 		return castfs_diag_set(d, -EINVAL,
 				       "config: not valid JSON near byte %zu",
 				       (size_t)(end ? end - json : 0));
+	}
 	rc = views_clone(vs, &nvs);
 	if (!rc && !cJSON_IsObject(root))
 		rc = castfs_diag_set(d, -EINVAL,

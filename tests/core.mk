@@ -1,0 +1,15 @@
+# SPDX-License-Identifier: MIT
+# Unit tests of the plan, recipes and the namespace.
+check_PROGRAMS += tests/unit/test_plan tests/unit/test_recipe tests/unit/test_ns
+TESTS += tests/unit/test_plan tests/unit/test_recipe tests/unit/test_ns
+tests_unit_test_plan_SOURCES = tests/unit/test_plan.c tests/unit/testutil.c \
+	tests/unit/testutil.h
+tests_unit_test_plan_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_unit_test_plan_LDADD = $(LIBCASTFS_LIBS) $(CHECK_LIBS)
+tests_unit_test_recipe_SOURCES = tests/unit/test_recipe.c
+tests_unit_test_recipe_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_unit_test_recipe_LDADD = $(LIBCASTFS_LIBS) $(CHECK_LIBS)
+tests_unit_test_ns_SOURCES = tests/unit/test_ns.c tests/unit/testutil.c \
+	tests/unit/testutil.h
+tests_unit_test_ns_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_unit_test_ns_LDADD = $(LIBCASTFS_LIBS) $(CHECK_LIBS)

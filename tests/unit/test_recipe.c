@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: MIT */
+/* Recipe tests: built-in views, JSON config validation, rules, -o views=. */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/convert.h"
+#include "plan.h"
+#include "view.h"
+
+static struct castfs_views vs;
+
+static void setup(void)
+{
+	ck_assert_int_eq(castfs_views_builtin(&vs), 0);
+}
+
+static void teardown(void)
+{
+	castfs_views_fini(&vs);
+}
+
+static const struct castfs_view *find(const char *name)
+{
+	return castfs_views_find(&vs, name, strlen(name));
+}
+
+static int load(const char *json, struct castfs_diag *d)
+{
+	return castfs_views_load(&vs, json, strlen(json), d);
+}
+
+START_TEST(test_recipe__builtins_are_what_the_docs_say)
+{
+	ck_assert_int_eq(find("fp8")->dtype, CASTFS_DTYPE_F8_E4M3);
+	ck_assert_uint_eq(find("fp8")->cvt_flags, 0);
+	ck_assert_uint_eq(find("fp8_sat")->cvt_flags, CASTFS_CVT_SATURATE);
+	ck_assert_int_eq(find("fp8_e5m2")->dtype, CASTFS_DTYPE_F8_E5M2);
+	ck_assert_int_eq(find("bf16")->dtype, CASTFS_DTYPE_BF16);
+	ck_assert_int_eq(find("fp16")->dtype, CASTFS_DTYPE_F16);
+	ck_assert_int_eq(find("fp32")->dtype, CASTFS_DTYPE_F32);
+	ck_assert(find("nf4")->nested);
+	ck_assert(!find("nf4_nodq")->nested);
+	ck_assert_int_eq(find("nf4")->kind, CASTFS_VIEW_BNB4);
+	ck_assert_int_eq(find("int8")->kind, CASTFS_VIEW_INT8);
+	ck_assert_uint_eq(find("nf4")->blocksize, 64);
+	ck_assert_ptr_null(find("fp9"));
+	for (size_t i = 0; i < vs.n; i++)
+		ck_assert(castfs_view_name_valid(vs.v[i].name,
+						 strlen(vs.v[i].name)));
+}
+END_TEST
+
+START_TEST(test_recipe__config_adds_and_overrides_views)
+{
+	struct castfs_diag d = { { 0 } };
+	size_t n = vs.n;
+
+	ck_assert_int_eq(load("{\"views\":{\"half\":{\"dtype\":\"F16\"},"
+			      "\"fp8\":{\"base\":\"fp8\",\"saturate\":true}}}",
+			      &d), 0);
+	ck_assert_uint_eq(vs.n, n + 1);
+	ck_assert_int_eq(find("half")->kind, CASTFS_VIEW_CAST);
+	ck_assert_int_eq(find("half")->dtype, CASTFS_DTYPE_F16);
+	ck_assert(find("half")->listed);
+	ck_assert_uint_eq(find("fp8")->cvt_flags, CASTFS_CVT_SATURATE);
+}
+END_TEST
+
+START_TEST(test_recipe__rules_parse)
+{
+	struct castfs_diag d = { { 0 } };
+	const struct castfs_view *v;
+
+	ck_assert_int_eq(load("{\"views\":{\"q\":{\"base\":\"nf4\",\"rules\":["
+			      "{\"match\":\"*.norm*\",\"convert\":false},"
+			      "{\"dtypes\":[\"F32\",\"bf16\"],\"rank\":2,"
+			      "\"convert\":true}]}}}", &d), 0);
+	v = find("q");
+	ck_assert_uint_eq(v->nrules, 2);
+	ck_assert_str_eq(v->rules[0].pattern, "*.norm*");
+	ck_assert(!v->rules[0].convert);
+	ck_assert_int_eq(v->rules[1].min_rank, 2);
+	ck_assert_int_eq(v->rules[1].max_rank, 2);
+	ck_assert_uint_eq(v->rules[1].dtype_mask,
+			  (1u << CASTFS_DTYPE_F32) | (1u << CASTFS_DTYPE_BF16));
+	ck_assert_int_eq(v->kind, CASTFS_VIEW_BNB4);
+}
+END_TEST
+
+static const struct {
+	const char *json, *phrase;
+} bad_configs[] = {
+	{ "[1]", "top level" },
+	{ "{\"views\":{\"x\":{\"dtype\":\"F17\"}}}", "unknown dtype" },
+	{ "{\"views\":{\"x.y\":{\"dtype\":\"F16\"}}}", "view name" },
+	{ "{\"views\":{\"X\":{\"dtype\":\"F16\"}}}", "view name" },
+	{ "{\"views\":{\"x\":{\"dtype\":\"F16\",\"colour\":1}}}", "unknown key" },
+	{ "{\"views\":{\"x\":{\"base\":\"nope\"}}}", "unknown base" },
+	{ "{\"views\":{\"x\":{\"dtype\":\"I32\"}}}", "cannot cast" },
+	{ "{\"views\":{\"x\":{\"dtype\":\"F16\",\"saturate\":true}}}", "fp8" },
+	{ "{\"views\":{\"x\":{\"kind\":\"bnb4\",\"blocksize\":100}}}", "power" },
+	{ "{\"views\":{\"x\":{\"kind\":\"zip\"}}}", "kind" },
+	{ "{\"views\":{\"x\":{\"base\":\"fp8\",\"rules\":[{\"match\":1,"
+	  "\"convert\":true}]}}}", "match" },
+	{ "{\"views\":{\"x\":{\"base\":\"fp8\",\"rules\":[{\"match\":\"a\"}]}}}",
+	  "convert" },
+	{ "{\"views\":{\"x\":{\"base\":\"fp8\",\"rules\":{}}}}", "array" },
+	{ "{\"views\":3}", "object" },
+	{ "{\"views\":{}} trailing", "JSON" },
+	{ "{\"other\":{}}", "unknown key" },
+};
+
+START_TEST(test_recipe__bad_configs_rejected_with_reason)
+{
+	struct castfs_diag d = { { 0 } };
+	size_t n = vs.n;
+
+	ck_assert_int_eq(load(bad_configs[_i].json, &d), -EINVAL);
+	ck_assert_msg(strstr(d.msg, bad_configs[_i].phrase), "'%s' lacks '%s'",
+		      d.msg, bad_configs[_i].phrase);
+	/* A failed load leaves the set as it was. */
+	ck_assert_uint_eq(vs.n, n);
+	ck_assert_ptr_null(find("x"));
+}
+END_TEST
+
+START_TEST(test_recipe__select_lists_only_named_views)
+{
+	struct castfs_diag d = { { 0 } };
+
+	ck_assert_int_eq(castfs_views_select(&vs, "fp8,nf4", &d), 0);
+	for (size_t i = 0; i < vs.n; i++)
+		ck_assert(vs.v[i].listed == (!strcmp(vs.v[i].name, "fp8") ||
+					     !strcmp(vs.v[i].name, "nf4")));
+	ck_assert_int_eq(castfs_views_select(&vs, "fp8,nope", &d), -EINVAL);
+	ck_assert(strstr(d.msg, "nope"));
+	ck_assert(find("nf4")->listed); /* unchanged on error */
+}
+END_TEST
+
+static struct castfs_tensor tensor(const char *name, enum castfs_dtype dt,
+				   uint32_t ndim)
+{
+	static const uint64_t shape[] = { 8, 8, 3, 3 };
+	struct castfs_tensor t = {
+		.name = name, .name_len = strlen(name), .dtype = dt,
+		.ndim = ndim, .shape = shape, .nelems = 1,
+	};
+
+	for (uint32_t i = 0; i < ndim; i++)
+		t.nelems *= shape[i];
+	return t;
+}
+
+START_TEST(test_recipe__default_rules_pick_linear_weights)
+{
+	const struct castfs_view *nf4 = find("nf4"), *fp8 = find("fp8");
+	struct castfs_tensor t;
+
+	t = tensor("model.layers.0.self_attn.q_proj.weight", CASTFS_DTYPE_BF16, 2);
+	ck_assert(castfs_view_converts(nf4, &t));
+	t = tensor("time_embedding.linear_1.weight", CASTFS_DTYPE_F32, 2);
+	ck_assert(castfs_view_converts(nf4, &t));
+	t = tensor("model.embed_tokens.weight", CASTFS_DTYPE_BF16, 2);
+	ck_assert(!castfs_view_converts(nf4, &t));
+	ck_assert(castfs_view_converts(fp8, &t));
+	t = tensor("lm_head.weight", CASTFS_DTYPE_BF16, 2);
+	ck_assert(!castfs_view_converts(nf4, &t));
+	t = tensor("model.norm.weight", CASTFS_DTYPE_BF16, 1);
+	ck_assert(!castfs_view_converts(nf4, &t));
+	t = tensor("layers.0.q_proj.bias", CASTFS_DTYPE_BF16, 2);
+	ck_assert(!castfs_view_converts(nf4, &t));
+	t = tensor("conv_in.weight", CASTFS_DTYPE_F32, 4);
+	ck_assert(!castfs_view_converts(nf4, &t));
+	ck_assert(castfs_view_converts(fp8, &t));
+	t = tensor("x.weight", CASTFS_DTYPE_I32, 2);
+	ck_assert(!castfs_view_converts(nf4, &t));
+	ck_assert(!castfs_view_converts(fp8, &t));
+}
+END_TEST
+
+static Suite *recipe_suite(void)
+{
+	Suite *s = suite_create("recipe");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_recipe__builtins_are_what_the_docs_say);
+	tcase_add_test(tc, test_recipe__config_adds_and_overrides_views);
+	tcase_add_test(tc, test_recipe__rules_parse);
+	tcase_add_loop_test(tc, test_recipe__bad_configs_rejected_with_reason, 0,
+			    (int)(sizeof(bad_configs) / sizeof(bad_configs[0])));
+	tcase_add_test(tc, test_recipe__select_lists_only_named_views);
+	tcase_add_test(tc, test_recipe__default_rules_pick_linear_weights);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(recipe_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
