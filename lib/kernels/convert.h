@@ -3,7 +3,8 @@
  * Element-wise dtype conversion kernels: a scalar reference and SIMD variants
  * selected once at run time. Every variant is bit-identical to the scalar
  * reference, and the reference is bit-exact with torch's tensor.to(dtype)
- * for every non-NaN input (docs/FORMATS.md, "Casts").
+ * for every non-NaN input (docs/FORMATS.md, "Casts"). A NaN input gives a
+ * NaN of the same sign; payload bits are documented in convert_scalar.c.
  */
 #ifndef CASTFS_CONVERT_H
 #define CASTFS_CONVERT_H
@@ -31,8 +32,11 @@ enum castfs_isa {
 enum {
 	/*
 	 * fp8 targets only: clamp finite overflow and +-Inf to the largest
-	 * finite value (+-448 for E4M3, +-57344 for E5M2) instead of torch's
-	 * NaN (E4M3) / Inf (E5M2). NaN stays NaN.
+	 * finite value (+-448 for E4M3, +-57344 for E5M2) instead of the
+	 * NaN (E4M3) / Inf (E5M2) of the default. NaN stays NaN.
+	 * torch changed its CPU E4M3 cast to saturate (pytorch PR #178817;
+	 * torch 2.15 does): E4M3 with this flag is bit-exact with that torch,
+	 * E4M3 without it with the torch releases before.
 	 */
 	CASTFS_CVT_SATURATE = 1u << 0,
 };

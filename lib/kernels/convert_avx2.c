@@ -61,33 +61,34 @@ static inline AVX2 __m256i rne_shift(__m256i a, uint32_t bias, int lsb)
 	return _mm256_srli_epi32(a, lsb);
 }
 
-static inline AVX2 __m256i widen_f32(const uint8_t *p)
+static inline AVX2 __m256i widen_f32(const void *p)
 {
-	return _mm256_loadu_si256((const __m256i *)p);
+	return _mm256_loadu_si256(p);
 }
 
 /* vcvtph2ps is exact, and quiets NaN as widen_f16() does. */
-static inline AVX2 __m256i widen_f16(const uint8_t *p)
+static inline AVX2 __m256i widen_f16(const void *p)
 {
-	__m128i h = _mm_loadu_si128((const __m128i *)p);
+	__m128i h = _mm_loadu_si128(p);
 
 	return _mm256_castps_si256(_mm256_cvtph_ps(h));
 }
 
-static inline AVX2 __m256i widen_bf16(const uint8_t *p)
+static inline AVX2 __m256i widen_bf16(const void *p)
 {
-	__m128i h = _mm_loadu_si128((const __m128i *)p);
+	__m128i h = _mm_loadu_si128(p);
 
 	return _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
 }
 
-static inline AVX2 __m256i widen_e4m3(const uint8_t *p)
+static inline AVX2 __m256i widen_e4m3(const void *p)
 {
-	__m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+	__m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p));
 	__m256i m = _mm256_and_si256(b, set1(0x7f));
 	__m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, set1(0x80)), 24);
 	__m256i r = _mm256_add_epi32(_mm256_slli_epi32(m, 20), set1(120 << 23));
-	__m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(0x1p-9f));
+	__m256 sub =
+		_mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(0x1p-9f));
 
 	r = blend(r, less(m, 8), _mm256_castps_si256(sub));
 	r = blend(r, _mm256_cmpeq_epi32(m, set1(0x7f)), set1(0x7ff00000));
@@ -95,24 +96,24 @@ static inline AVX2 __m256i widen_e4m3(const uint8_t *p)
 }
 
 /* e5m2 is the top byte of an f16. */
-static inline AVX2 __m256i widen_e5m2(const uint8_t *p)
+static inline AVX2 __m256i widen_e5m2(const void *p)
 {
-	__m128i h = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)p));
+	__m128i h = _mm_cvtepu8_epi16(_mm_loadl_epi64(p));
 
 	return _mm256_castps_si256(_mm256_cvtph_ps(_mm_slli_epi16(h, 8)));
 }
 
-static inline AVX2 void narrow_f32(uint8_t *p, __m256i u)
+static inline AVX2 void narrow_f32(void *p, __m256i u)
 {
-	_mm256_storeu_si256((__m256i *)p, u);
+	_mm256_storeu_si256(p, u);
 }
 
-static inline AVX2 void narrow_f16(uint8_t *p, __m256i u)
+static inline AVX2 void narrow_f16(void *p, __m256i u)
 {
 	__m128i h = _mm256_cvtps_ph(_mm256_castsi256_ps(u),
 				    _MM_FROUND_TO_NEAREST_INT);
 
-	_mm_storeu_si128((__m128i *)p, h);
+	_mm_storeu_si128(p, h);
 }
 
 /* Lanes below 2^16, so unsigned saturation is a plain truncation. */
@@ -123,14 +124,14 @@ static inline AVX2 __m128i pack16(__m256i r)
 }
 
 /* Integer RNE: there is no vcvtneps2bf16 before AVX-512 BF16 / AVX-NE. */
-static inline AVX2 void narrow_bf16(uint8_t *p, __m256i u)
+static inline AVX2 void narrow_bf16(void *p, __m256i u)
 {
 	__m256i r = rne_shift(u, 0x7fff, 16);
 	__m256i a = _mm256_and_si256(u, set1(F32_ABS));
 	__m256i qnan = _mm256_or_si256(_mm256_srli_epi32(u, 16), set1(0x40));
 
 	r = blend(r, greater(a, F32_INF), qnan);
-	_mm_storeu_si128((__m128i *)p, pack16(r));
+	_mm_storeu_si128(p, pack16(r));
 }
 
 /* The finite part of fp8e4m3fn_from_fp32_value(), for |x| = @a < 480. */
@@ -152,14 +153,14 @@ static inline AVX2 __m256i e5m2_finite(__m256i a)
 }
 
 /* ORs the sign of @u into the fp8 codes @r and stores the low bytes. */
-static inline AVX2 void store_fp8(uint8_t *p, __m256i r, __m256i u)
+static inline AVX2 void store_fp8(void *p, __m256i r, __m256i u)
 {
 	__m256i sign = _mm256_srli_epi32(u, 31);
 	__m128i h;
 
 	r = _mm256_or_si256(r, _mm256_slli_epi32(sign, 7));
 	h = pack16(r);
-	_mm_storel_epi64((__m128i *)p, _mm_packus_epi16(h, h));
+	_mm_storel_epi64(p, _mm_packus_epi16(h, h));
 }
 
 static inline AVX2 __m256i abs_bits(__m256i u)
@@ -167,7 +168,7 @@ static inline AVX2 __m256i abs_bits(__m256i u)
 	return _mm256_and_si256(u, set1(F32_ABS));
 }
 
-static inline AVX2 void narrow_e4m3(uint8_t *p, __m256i u)
+static inline AVX2 void narrow_e4m3(void *p, __m256i u)
 {
 	__m256i a = abs_bits(u);
 	__m256i r = e4m3_finite(a);
@@ -176,7 +177,7 @@ static inline AVX2 void narrow_e4m3(uint8_t *p, __m256i u)
 	store_fp8(p, r, u);
 }
 
-static inline AVX2 void narrow_e4m3_sat(uint8_t *p, __m256i u)
+static inline AVX2 void narrow_e4m3_sat(void *p, __m256i u)
 {
 	__m256i a = abs_bits(u);
 	__m256i r = e4m3_finite(_mm256_min_epi32(a, set1(E4M3_MAX)));
@@ -185,7 +186,7 @@ static inline AVX2 void narrow_e4m3_sat(uint8_t *p, __m256i u)
 	store_fp8(p, r, u);
 }
 
-static inline AVX2 void narrow_e5m2(uint8_t *p, __m256i u)
+static inline AVX2 void narrow_e5m2(void *p, __m256i u)
 {
 	__m256i a = abs_bits(u);
 	__m256i r = e5m2_finite(a);
@@ -195,7 +196,7 @@ static inline AVX2 void narrow_e5m2(uint8_t *p, __m256i u)
 	store_fp8(p, r, u);
 }
 
-static inline AVX2 void narrow_e5m2_sat(uint8_t *p, __m256i u)
+static inline AVX2 void narrow_e5m2_sat(void *p, __m256i u)
 {
 	__m256i a = abs_bits(u);
 	__m256i r = e5m2_finite(_mm256_min_epi32(a, set1(E5M2_MAX)));
@@ -210,26 +211,26 @@ static inline AVX2 void narrow_e5m2_sat(uint8_t *p, __m256i u)
  * cvt_<from>_<to>: @sb/@db are element sizes in bits, @S/@D/@sat the scalar
  * table entry that finishes the last n % STEP elements.
  */
-#define KERNEL(from, S, sb, to, D, db, sat)                                  \
-	static CASTFS_UNUSED AVX2 void cvt_##from##_##to(                    \
-		void *restrict dst, const void *restrict src, size_t n)      \
-	{                                                                    \
-		const uint8_t *s = src;                                      \
-		uint8_t *d = dst;                                            \
-		size_t i;                                                    \
-									     \
-		for (i = 0; i + STEP <= n; i += STEP)                        \
-			narrow_##to(d + i * (db / 8),                        \
-				    widen_##from(s + i * (sb / 8)));         \
-		if (i < n)                                                   \
-			castfs_cvt_scalar.fn[T(S)][T(D)][sat](               \
-				d + i * (db / 8), s + i * (sb / 8), n - i);  \
+#define KERNEL(from, S, sb, to, D, db, sat)                                 \
+	static CASTFS_UNUSED AVX2 void cvt_##from##_##to(                   \
+		void *restrict dst, const void *restrict src, size_t n)     \
+	{                                                                   \
+		const uint8_t *s = src;                                     \
+		uint8_t *d = dst;                                           \
+		size_t i;                                                   \
+                                                                            \
+		for (i = 0; i + STEP <= n; i += STEP)                       \
+			narrow_##to(d + i * (db / 8),                       \
+				    widen_##from(s + i * (sb / 8)));        \
+		if (i < n)                                                  \
+			castfs_cvt_scalar.fn[T(S)][T(D)][sat](              \
+				d + i * (db / 8), s + i * (sb / 8), n - i); \
 	}
 
-#define KERNELS_TO_FP8(from, S, sb)                                          \
-	KERNEL(from, S, sb, e4m3, E4M3, 8, 0)                                \
-	KERNEL(from, S, sb, e4m3_sat, E4M3, 8, 1)                            \
-	KERNEL(from, S, sb, e5m2, E5M2, 8, 0)                                \
+#define KERNELS_TO_FP8(from, S, sb)               \
+	KERNEL(from, S, sb, e4m3, E4M3, 8, 0)     \
+	KERNEL(from, S, sb, e4m3_sat, E4M3, 8, 1) \
+	KERNEL(from, S, sb, e5m2, E5M2, 8, 0)     \
 	KERNEL(from, S, sb, e5m2_sat, E5M2, 8, 1)
 
 KERNELS_TO_FP8(f32, F32, 32)

@@ -48,33 +48,34 @@ static inline AVX512 __m512i rne_shift(__m512i a, uint32_t bias, unsigned lsb)
 	return _mm512_srli_epi32(a, lsb);
 }
 
-static inline AVX512 __m512i widen_f32(const uint8_t *p)
+static inline AVX512 __m512i widen_f32(const void *p)
 {
 	return _mm512_loadu_si512(p);
 }
 
 /* vcvtph2ps is exact, and quiets NaN as widen_f16() does. */
-static inline AVX512 __m512i widen_f16(const uint8_t *p)
+static inline AVX512 __m512i widen_f16(const void *p)
 {
-	__m256i h = _mm256_loadu_si256((const __m256i *)p);
+	__m256i h = _mm256_loadu_si256(p);
 
 	return _mm512_castps_si512(_mm512_cvtph_ps(h));
 }
 
-static inline AVX512 __m512i widen_bf16(const uint8_t *p)
+static inline AVX512 __m512i widen_bf16(const void *p)
 {
-	__m256i h = _mm256_loadu_si256((const __m256i *)p);
+	__m256i h = _mm256_loadu_si256(p);
 
 	return _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
 }
 
-static inline AVX512 __m512i widen_e4m3(const uint8_t *p)
+static inline AVX512 __m512i widen_e4m3(const void *p)
 {
-	__m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+	__m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(p));
 	__m512i m = _mm512_and_si512(b, set1(0x7f));
 	__m512i sign = _mm512_slli_epi32(_mm512_and_si512(b, set1(0x80)), 24);
 	__m512i r = _mm512_add_epi32(_mm512_slli_epi32(m, 20), set1(120 << 23));
-	__m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(0x1p-9f));
+	__m512 sub =
+		_mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(0x1p-9f));
 
 	r = _mm512_mask_mov_epi32(r, _mm512_cmplt_epu32_mask(m, set1(8)),
 				  _mm512_castps_si512(sub));
@@ -84,33 +85,33 @@ static inline AVX512 __m512i widen_e4m3(const uint8_t *p)
 }
 
 /* e5m2 is the top byte of an f16. */
-static inline AVX512 __m512i widen_e5m2(const uint8_t *p)
+static inline AVX512 __m512i widen_e5m2(const void *p)
 {
-	__m256i h = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p));
+	__m256i h = _mm256_cvtepu8_epi16(_mm_loadu_si128(p));
 
 	h = _mm256_slli_epi16(h, 8);
 	return _mm512_castps_si512(_mm512_cvtph_ps(h));
 }
 
-static inline AVX512 void narrow_f32(uint8_t *p, __m512i u)
+static inline AVX512 void narrow_f32(void *p, __m512i u)
 {
 	_mm512_storeu_si512(p, u);
 }
 
-static inline AVX512 void narrow_f16(uint8_t *p, __m512i u)
+static inline AVX512 void narrow_f16(void *p, __m512i u)
 {
-	__m256i h = _mm512_cvtps_ph(_mm512_castsi512_ps(u),
-				    _MM_FROUND_TO_NEAREST_INT |
-					    _MM_FROUND_NO_EXC);
+	__m256i h =
+		_mm512_cvtps_ph(_mm512_castsi512_ps(u),
+				_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 
-	_mm256_storeu_si256((__m256i *)p, h);
+	_mm256_storeu_si256(p, h);
 }
 
 /*
  * Integer RNE rather than vcvtneps2bf16, which flushes subnormal inputs to
  * zero where torch keeps them.
  */
-static inline AVX512 void narrow_bf16(uint8_t *p, __m512i u)
+static inline AVX512 void narrow_bf16(void *p, __m512i u)
 {
 	__m512i r = rne_shift(u, 0x7fff, 16);
 	__m512i a = _mm512_and_si512(u, set1(F32_ABS));
@@ -118,7 +119,7 @@ static inline AVX512 void narrow_bf16(uint8_t *p, __m512i u)
 
 	r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epu32_mask(a, set1(F32_INF)),
 				  qnan);
-	_mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(r));
+	_mm256_storeu_si256(p, _mm512_cvtepi32_epi16(r));
 }
 
 /* The finite part of fp8e4m3fn_from_fp32_value(), for |x| = @a < 480. */
@@ -142,12 +143,12 @@ static inline AVX512 __m512i e5m2_finite(__m512i a)
 }
 
 /* ORs the sign of @u into the fp8 codes @r and stores the low bytes. */
-static inline AVX512 void store_fp8(uint8_t *p, __m512i r, __m512i u)
+static inline AVX512 void store_fp8(void *p, __m512i r, __m512i u)
 {
 	__m512i sign = _mm512_srli_epi32(u, 31);
 
 	r = _mm512_or_si512(r, _mm512_slli_epi32(sign, 7));
-	_mm_storeu_si128((__m128i *)p, _mm512_cvtepi32_epi8(r));
+	_mm_storeu_si128(p, _mm512_cvtepi32_epi8(r));
 }
 
 static inline AVX512 __mmask16 is_nan(__m512i a)
@@ -155,7 +156,7 @@ static inline AVX512 __mmask16 is_nan(__m512i a)
 	return _mm512_cmpgt_epu32_mask(a, set1(F32_INF));
 }
 
-static inline AVX512 void narrow_e4m3(uint8_t *p, __m512i u)
+static inline AVX512 void narrow_e4m3(void *p, __m512i u)
 {
 	__m512i a = _mm512_and_si512(u, set1(F32_ABS));
 	__m512i r = e4m3_finite(a);
@@ -165,7 +166,7 @@ static inline AVX512 void narrow_e4m3(uint8_t *p, __m512i u)
 	store_fp8(p, r, u);
 }
 
-static inline AVX512 void narrow_e4m3_sat(uint8_t *p, __m512i u)
+static inline AVX512 void narrow_e4m3_sat(void *p, __m512i u)
 {
 	__m512i a = _mm512_and_si512(u, set1(F32_ABS));
 	__m512i r = e4m3_finite(_mm512_min_epu32(a, set1(E4M3_MAX)));
@@ -174,7 +175,7 @@ static inline AVX512 void narrow_e4m3_sat(uint8_t *p, __m512i u)
 	store_fp8(p, r, u);
 }
 
-static inline AVX512 void narrow_e5m2(uint8_t *p, __m512i u)
+static inline AVX512 void narrow_e5m2(void *p, __m512i u)
 {
 	__m512i a = _mm512_and_si512(u, set1(F32_ABS));
 	__m512i r = e5m2_finite(a);
@@ -185,7 +186,7 @@ static inline AVX512 void narrow_e5m2(uint8_t *p, __m512i u)
 	store_fp8(p, r, u);
 }
 
-static inline AVX512 void narrow_e5m2_sat(uint8_t *p, __m512i u)
+static inline AVX512 void narrow_e5m2_sat(void *p, __m512i u)
 {
 	__m512i a = _mm512_and_si512(u, set1(F32_ABS));
 	__m512i r = e5m2_finite(_mm512_min_epu32(a, set1(E5M2_MAX)));
@@ -200,26 +201,26 @@ static inline AVX512 void narrow_e5m2_sat(uint8_t *p, __m512i u)
  * cvt_<from>_<to>: @sb/@db are element sizes in bits, @S/@D/@sat the scalar
  * table entry that finishes the last n % STEP elements.
  */
-#define KERNEL(from, S, sb, to, D, db, sat)                                  \
+#define KERNEL(from, S, sb, to, D, db, sat)                                 \
 	static CASTFS_UNUSED AVX512 void cvt_##from##_##to(                 \
-		void *restrict dst, const void *restrict src, size_t n)      \
-	{                                                                    \
-		const uint8_t *s = src;                                      \
-		uint8_t *d = dst;                                            \
-		size_t i;                                                    \
-									     \
-		for (i = 0; i + STEP <= n; i += STEP)                        \
-			narrow_##to(d + i * (db / 8),                        \
-				    widen_##from(s + i * (sb / 8)));         \
-		if (i < n)                                                   \
-			castfs_cvt_scalar.fn[T(S)][T(D)][sat](               \
-				d + i * (db / 8), s + i * (sb / 8), n - i);  \
+		void *restrict dst, const void *restrict src, size_t n)     \
+	{                                                                   \
+		const uint8_t *s = src;                                     \
+		uint8_t *d = dst;                                           \
+		size_t i;                                                   \
+                                                                            \
+		for (i = 0; i + STEP <= n; i += STEP)                       \
+			narrow_##to(d + i * (db / 8),                       \
+				    widen_##from(s + i * (sb / 8)));        \
+		if (i < n)                                                  \
+			castfs_cvt_scalar.fn[T(S)][T(D)][sat](              \
+				d + i * (db / 8), s + i * (sb / 8), n - i); \
 	}
 
-#define KERNELS_TO_FP8(from, S, sb)                                          \
-	KERNEL(from, S, sb, e4m3, E4M3, 8, 0)                                \
-	KERNEL(from, S, sb, e4m3_sat, E4M3, 8, 1)                            \
-	KERNEL(from, S, sb, e5m2, E5M2, 8, 0)                                \
+#define KERNELS_TO_FP8(from, S, sb)               \
+	KERNEL(from, S, sb, e4m3, E4M3, 8, 0)     \
+	KERNEL(from, S, sb, e4m3_sat, E4M3, 8, 1) \
+	KERNEL(from, S, sb, e5m2, E5M2, 8, 0)     \
 	KERNEL(from, S, sb, e5m2_sat, E5M2, 8, 1)
 
 KERNELS_TO_FP8(f32, F32, 32)

@@ -42,7 +42,7 @@ extern const struct castfs_cvt_table castfs_cvt_avx512;
 
 /* Bits of castfs_cpu_detect(). */
 enum {
-	CASTFS_CPU_AVX2 = 1u << 0,   /* AVX2, F16C, FMA, OS saves ymm */
+	CASTFS_CPU_AVX2 = 1u << 0, /* AVX2, F16C, FMA, OS saves ymm */
 	CASTFS_CPU_AVX512 = 1u << 1, /* AVX-512 F/BW/VL, OS saves zmm */
 	CASTFS_CPU_AVX512_BF16 = 1u << 2,
 	CASTFS_CPU_AVX512_FP16 = 1u << 3,

@@ -33,7 +33,8 @@
 
 static uint32_t fadd_bits(uint32_t a, uint32_t b)
 {
-	return castfs_f32_bits(castfs_f32_from_bits(a) + castfs_f32_from_bits(b));
+	return castfs_f32_bits(castfs_f32_from_bits(a) +
+			       castfs_f32_from_bits(b));
 }
 
 static uint32_t widen_f64(uint64_t u)
@@ -102,7 +103,8 @@ static uint16_t narrow_f16(uint32_t u)
 	if (a >= UINT32_C(0x477ff000)) /* 65520 ties up to Inf */
 		return (uint16_t)(sign | 0x7c00);
 	if (a < UINT32_C(113) << 23) /* below 2^-14: ulp of 0.5f is 2^-24 */
-		return (uint16_t)(sign | (fadd_bits(a, 0x3f000000) - 0x3f000000));
+		return (uint16_t)(sign |
+				  (fadd_bits(a, 0x3f000000) - 0x3f000000));
 	a += ((uint32_t)(15 - 127) << 23) + 0xfff + ((a >> 13) & 1);
 	return (uint16_t)(sign | a >> 13);
 }
@@ -115,7 +117,7 @@ static uint16_t narrow_bf16(uint32_t u)
 	return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
 }
 
-/* torch's fp8e4m3fn_from_fp32_value(). */
+/* torch's fp8e4m3fn_from_fp32_value() before PR #178817 made it saturate. */
 static uint8_t narrow_e4m3(uint32_t u)
 {
 	uint32_t sign = u & F32_SIGN, a = u ^ sign;
@@ -213,20 +215,21 @@ static void store_8(uint8_t *p, size_t i, uint8_t v)
 	{                                                                    \
 		const uint8_t *s = src;                                      \
 		uint8_t *d = dst;                                            \
-									     \
+                                                                             \
 		for (size_t i = 0; i < n; i++)                               \
-			store_##db(d, i,                                     \
-				   narrow_##to(widen_##from(load_##sb(s, i)))); \
+			store_##db(                                          \
+				d, i,                                        \
+				narrow_##to(widen_##from(load_##sb(s, i)))); \
 	}
 
 /* Each source to every target but itself, fp8 targets also saturating. */
-#define KERNELS_FROM(from, sb)                                               \
-	KERNEL(from, sb, f32, 32)                                            \
-	KERNEL(from, sb, f16, 16)                                            \
-	KERNEL(from, sb, bf16, 16)                                           \
-	KERNEL(from, sb, e4m3, 8)                                            \
-	KERNEL(from, sb, e4m3_sat, 8)                                        \
-	KERNEL(from, sb, e5m2, 8)                                            \
+#define KERNELS_FROM(from, sb)        \
+	KERNEL(from, sb, f32, 32)     \
+	KERNEL(from, sb, f16, 16)     \
+	KERNEL(from, sb, bf16, 16)    \
+	KERNEL(from, sb, e4m3, 8)     \
+	KERNEL(from, sb, e4m3_sat, 8) \
+	KERNEL(from, sb, e5m2, 8)     \
 	KERNEL(from, sb, e5m2_sat, 8)
 
 /*
@@ -241,20 +244,29 @@ KERNELS_FROM(e4m3, 8)
 KERNELS_FROM(e5m2, 8)
 
 /* @from == @to without flags is a copy: NaN payloads pass untouched. */
-#define COPY(bytes)                                                          \
-	static void copy_##bytes(void *restrict dst, const void *restrict src, \
-				 size_t n)                                   \
-	{                                                                    \
-		memcpy(dst, src, n * bytes);                                 \
-	}
+static void copy_1(void *restrict dst, const void *restrict src, size_t n)
+{
+	memcpy(dst, src, n);
+}
 
-COPY(1)
-COPY(2)
-COPY(4)
-COPY(8)
+static void copy_2(void *restrict dst, const void *restrict src, size_t n)
+{
+	memcpy(dst, src, 2 * n);
+}
+
+static void copy_4(void *restrict dst, const void *restrict src, size_t n)
+{
+	memcpy(dst, src, 4 * n);
+}
+
+static void copy_8(void *restrict dst, const void *restrict src, size_t n)
+{
+	memcpy(dst, src, 8 * n);
+}
 
 #define T(x) CASTFS_CVT_##x
 
+/* clang-format off */
 /*
  * Row for a source type; the arguments let the identity entry be a copy.
  * F64 is a target only of itself.
@@ -271,17 +283,18 @@ COPY(8)
 
 const struct castfs_cvt_table castfs_cvt_scalar = {
 	.fn = {
-		[T(F64)] = ROW(f64, copy_8, cvt_f64_f32, cvt_f64_f16, cvt_f64_bf16,
-			       cvt_f64_e4m3, cvt_f64_e5m2),
-		[T(F32)] = ROW(f32, NULL, copy_4, cvt_f32_f16, cvt_f32_bf16,
-			       cvt_f32_e4m3, cvt_f32_e5m2),
-		[T(F16)] = ROW(f16, NULL, cvt_f16_f32, copy_2, cvt_f16_bf16,
-			       cvt_f16_e4m3, cvt_f16_e5m2),
-		[T(BF16)] = ROW(bf16, NULL, cvt_bf16_f32, cvt_bf16_f16, copy_2,
-				cvt_bf16_e4m3, cvt_bf16_e5m2),
-		[T(E4M3)] = ROW(e4m3, NULL, cvt_e4m3_f32, cvt_e4m3_f16, cvt_e4m3_bf16,
-				copy_1, cvt_e4m3_e5m2),
-		[T(E5M2)] = ROW(e5m2, NULL, cvt_e5m2_f32, cvt_e5m2_f16, cvt_e5m2_bf16,
-				cvt_e5m2_e4m3, copy_1),
+		[T(F64)] = ROW(f64, copy_8, cvt_f64_f32, cvt_f64_f16,
+			       cvt_f64_bf16, cvt_f64_e4m3, cvt_f64_e5m2),
+		[T(F32)] = ROW(f32, NULL, copy_4, cvt_f32_f16,
+			       cvt_f32_bf16, cvt_f32_e4m3, cvt_f32_e5m2),
+		[T(F16)] = ROW(f16, NULL, cvt_f16_f32, copy_2,
+			       cvt_f16_bf16, cvt_f16_e4m3, cvt_f16_e5m2),
+		[T(BF16)] = ROW(bf16, NULL, cvt_bf16_f32, cvt_bf16_f16,
+				copy_2, cvt_bf16_e4m3, cvt_bf16_e5m2),
+		[T(E4M3)] = ROW(e4m3, NULL, cvt_e4m3_f32, cvt_e4m3_f16,
+				cvt_e4m3_bf16, copy_1, cvt_e4m3_e5m2),
+		[T(E5M2)] = ROW(e5m2, NULL, cvt_e5m2_f32, cvt_e5m2_f16,
+				cvt_e5m2_bf16, cvt_e5m2_e4m3, copy_1),
 	},
 };
+/* clang-format on */
