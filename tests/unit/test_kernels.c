@@ -105,18 +105,26 @@ static void store_elem(uint8_t *p, size_t sz, size_t i, uint64_t v)
 	}
 }
 
+/* The f32 value @f as a double, plus @low in the bits a float lacks. */
+static uint64_t f64_near(uint32_t f, uint64_t low)
+{
+	return castfs_f64_bits(castfs_f32_from_bits(f)) + low;
+}
+
 /*
  * Inputs for @from: every pattern of the 8- and 16-bit types; for F32 every
  * bf16 pattern with four kinds of low halves (exact, tie, below tie,
- * random); for F64 those F32 values widened, plus f32 ties and random bits.
+ * random); for F64 random bits, and those F32 values as doubles exactly, at
+ * a float rounding tie, or one above it.
  */
 static uint8_t *make_inputs(enum castfs_dtype from, size_t *n)
 {
-	size_t sz = size_of(from), count = sz <= 2 ? (size_t)1 << (8 * sz)
-						   : (size_t)1 << 18;
+	size_t sz = size_of(from),
+	       count = sz <= 2 ? (size_t)1 << (8 * sz) : (size_t)1 << 18;
 	uint8_t *buf = xmalloc(count * sz);
 	uint64_t seed = 0x9e3779b97f4a7c15u;
 	static const uint32_t low[4] = { 0, 0x8000, 0x7fff, 0 };
+	static const uint64_t tie[3] = { 0, 1 << 28, (1 << 28) + 1 };
 
 	for (size_t i = 0; i < count; i++) {
 		uint32_t f = (uint32_t)(i & 0xffff) << 16 | low[i >> 16];
@@ -130,12 +138,8 @@ static uint8_t *make_inputs(enum castfs_dtype from, size_t *n)
 			store_elem(buf, sz, i, f);
 		else if (i % 3 == 0)
 			store_elem(buf, sz, i, r);
-		else if (i % 3 == 1) /* f32 ties, then a nudge either way */
-			store_elem(buf, sz, i,
-				   (uint64_t)f << 29 | (r & 0x1fffffff));
 		else
-			store_elem(buf, sz, i,
-				   castfs_f64_bits(castfs_f32_from_bits(f)));
+			store_elem(buf, sz, i, f64_near(f, tie[i / 3 % 3]));
 	}
 	*n = count;
 	return buf;
@@ -169,7 +173,8 @@ static void compare_isa(enum castfs_isa isa, struct pair p, const uint8_t *in,
 			size_t n)
 {
 	castfs_convert_fn ref, fn;
-	uint8_t *a = xmalloc(n * size_of(p.to)), *b = xmalloc(n * size_of(p.to));
+	uint8_t *a = xmalloc(n * size_of(p.to)),
+		*b = xmalloc(n * size_of(p.to));
 
 	ref = castfs_convert_get_isa(CASTFS_ISA_SCALAR, p.from, p.to, p.flags);
 	fn = castfs_convert_get_isa(isa, p.from, p.to, p.flags);
@@ -188,8 +193,8 @@ static bool isa_pair_at(int i, enum castfs_isa *isa, struct pair *p)
 	*isa = (enum castfs_isa)(i / NPAIRS);
 	*p = pair_at(i % NPAIRS);
 	if (!castfs_isa_available(*isa)) {
-		ck_assert_ptr_null(castfs_convert_get_isa(*isa, p->from, p->to,
-							  p->flags));
+		ck_assert_ptr_null(
+			castfs_convert_get_isa(*isa, p->from, p->to, p->flags));
 		return false;
 	}
 	return true;
@@ -323,7 +328,8 @@ static double decode(uint64_t bits, struct fmt f)
 	else if (e == 0)
 		v = ldexp((double)m, 1 - fmt_bias(f) - f.mbits);
 	else
-		v = ldexp((double)(m | (mmask + 1)), (int)e - fmt_bias(f) - f.mbits);
+		v = ldexp((double)(m | (mmask + 1)),
+			  (int)e - fmt_bias(f) - f.mbits);
 	return copysign(v, neg ? -1.0 : 1.0);
 }
 
@@ -385,7 +391,8 @@ START_TEST(test_kernels__scalar_rounds_as_ieee_defines)
 	for (size_t i = 0; i < n; i++) {
 		double x = decode(load_elem(in, ssz, i), fs), want, got;
 
-		if (p.from == CASTFS_DTYPE_F64) /* torch: double -> float first */
+		/* torch rounds double to float first */
+		if (p.from == CASTFS_DTYPE_F64)
 			x = expect(x, CASTFS_DTYPE_F32, false);
 		want = expect(x, p.to, p.flags);
 		got = decode(load_elem(out, dsz, i), fd);
@@ -418,27 +425,27 @@ static const struct vector {
 	uint32_t want;
 } vectors[] = {
 	/* bf16 -> e4m3: ties between codes go to the even code */
-	{ BF16, E4M3, 0, 0x3f80, 0x38 },   /* 1.0 */
-	{ BF16, E4M3, 0, 0x3f88, 0x38 },   /* 1.0625: tie 1.0 / 1.125 */
-	{ BF16, E4M3, 0, 0x3f89, 0x39 },   /* just above that tie */
-	{ BF16, E4M3, 0, 0x3f98, 0x3a },   /* 1.1875: tie 1.125 / 1.25 */
-	{ BF16, E4M3, 0, 0x3a80, 0x00 },   /* 2^-10: half the least subnormal */
-	{ BF16, E4M3, 0, 0xba80, 0x80 },   /* -2^-10 keeps its sign */
-	{ BF16, E4M3, 0, 0x3b00, 0x01 },   /* 2^-9 */
-	{ BF16, E4M3, 0, 0x3b40, 0x02 },   /* 1.5 * 2^-9: tie 1 / 2 units */
-	{ BF16, E4M3, 0, 0x3c70, 0x08 },   /* 15 * 2^-10: tie 0x07 / 0x08 */
-	{ BF16, E4M3, 0, 0x43e0, 0x7e },   /* 448, the largest finite */
-	{ BF16, E4M3, 0, 0x43e8, 0x7e },   /* 464: tie 448 / 480, even */
-	{ BF16, E4M3, 0, 0x43e9, 0x7f },   /* 466 rounds to 480: NaN */
-	{ BF16, E4M3, 0, 0x43f0, 0x7f },   /* 480 */
-	{ BF16, E4M3, 0, 0xc3f0, 0xff },   /* -480 */
-	{ BF16, E4M3, 0, 0x7f80, 0x7f },   /* +Inf */
-	{ BF16, E4M3, 0, 0xff80, 0xff },   /* -Inf */
-	{ BF16, E4M3, 0, 0x7fc0, 0x7f },   /* NaN */
-	{ BF16, E4M3, 0, 0xffc0, 0xff },   /* -NaN */
-	{ BF16, E4M3, 0, 0x7f81, 0x7f },   /* signalling NaN */
-	{ BF16, E4M3, 0, 0x8000, 0x80 },   /* -0 */
-	{ BF16, E4M3, 0, 0x0001, 0x00 },   /* bf16 subnormal */
+	{ BF16, E4M3, 0, 0x3f80, 0x38 }, /* 1.0 */
+	{ BF16, E4M3, 0, 0x3f88, 0x38 }, /* 1.0625: tie 1.0 / 1.125 */
+	{ BF16, E4M3, 0, 0x3f89, 0x39 }, /* just above that tie */
+	{ BF16, E4M3, 0, 0x3f98, 0x3a }, /* 1.1875: tie 1.125 / 1.25 */
+	{ BF16, E4M3, 0, 0x3a80, 0x00 }, /* 2^-10: half the least subnormal */
+	{ BF16, E4M3, 0, 0xba80, 0x80 }, /* -2^-10 keeps its sign */
+	{ BF16, E4M3, 0, 0x3b00, 0x01 }, /* 2^-9 */
+	{ BF16, E4M3, 0, 0x3b40, 0x02 }, /* 1.5 * 2^-9: tie 1 / 2 units */
+	{ BF16, E4M3, 0, 0x3c70, 0x08 }, /* 15 * 2^-10: tie 0x07 / 0x08 */
+	{ BF16, E4M3, 0, 0x43e0, 0x7e }, /* 448, the largest finite */
+	{ BF16, E4M3, 0, 0x43e8, 0x7e }, /* 464: tie 448 / 480, even */
+	{ BF16, E4M3, 0, 0x43e9, 0x7f }, /* 466 rounds to 480: NaN */
+	{ BF16, E4M3, 0, 0x43f0, 0x7f }, /* 480 */
+	{ BF16, E4M3, 0, 0xc3f0, 0xff }, /* -480 */
+	{ BF16, E4M3, 0, 0x7f80, 0x7f }, /* +Inf */
+	{ BF16, E4M3, 0, 0xff80, 0xff }, /* -Inf */
+	{ BF16, E4M3, 0, 0x7fc0, 0x7f }, /* NaN */
+	{ BF16, E4M3, 0, 0xffc0, 0xff }, /* -NaN */
+	{ BF16, E4M3, 0, 0x7f81, 0x7f }, /* signalling NaN */
+	{ BF16, E4M3, 0, 0x8000, 0x80 }, /* -0 */
+	{ BF16, E4M3, 0, 0x0001, 0x00 }, /* bf16 subnormal */
 	{ BF16, E4M3, 0, 0x8001, 0x80 },
 	{ BF16, E4M3, SAT, 0x43e8, 0x7e }, /* 464 */
 	{ BF16, E4M3, SAT, 0x43e9, 0x7e }, /* 466 */
@@ -449,22 +456,22 @@ static const struct vector {
 	{ BF16, E4M3, SAT, 0x7fc0, 0x7f }, /* NaN stays NaN */
 	{ BF16, E4M3, SAT, 0xffc0, 0xff },
 	/* bf16 -> e5m2 */
-	{ BF16, E5M2, 0, 0x3f80, 0x3c },   /* 1.0 */
-	{ BF16, E5M2, 0, 0x3f90, 0x3c },   /* 1.125: tie 1.0 / 1.25 */
-	{ BF16, E5M2, 0, 0x3fb0, 0x3e },   /* 1.375: tie 1.25 / 1.5 */
-	{ BF16, E5M2, 0, 0x4760, 0x7b },   /* 57344, the largest finite */
-	{ BF16, E5M2, 0, 0x476f, 0x7b },   /* 61184, below the tie */
-	{ BF16, E5M2, 0, 0x4770, 0x7c },   /* 61440: tie 57344 / Inf */
-	{ BF16, E5M2, 0, 0x4780, 0x7c },   /* 65536 */
+	{ BF16, E5M2, 0, 0x3f80, 0x3c }, /* 1.0 */
+	{ BF16, E5M2, 0, 0x3f90, 0x3c }, /* 1.125: tie 1.0 / 1.25 */
+	{ BF16, E5M2, 0, 0x3fb0, 0x3e }, /* 1.375: tie 1.25 / 1.5 */
+	{ BF16, E5M2, 0, 0x4760, 0x7b }, /* 57344, the largest finite */
+	{ BF16, E5M2, 0, 0x476f, 0x7b }, /* 61184, below the tie */
+	{ BF16, E5M2, 0, 0x4770, 0x7c }, /* 61440: tie 57344 / Inf */
+	{ BF16, E5M2, 0, 0x4780, 0x7c }, /* 65536 */
 	{ BF16, E5M2, 0, 0xc780, 0xfc },
-	{ BF16, E5M2, 0, 0x7f80, 0x7c },   /* +Inf */
+	{ BF16, E5M2, 0, 0x7f80, 0x7c }, /* +Inf */
 	{ BF16, E5M2, 0, 0xff80, 0xfc },
-	{ BF16, E5M2, 0, 0x7fc0, 0x7f },   /* NaN */
+	{ BF16, E5M2, 0, 0x7fc0, 0x7f }, /* NaN */
 	{ BF16, E5M2, 0, 0xffc0, 0xff },
-	{ BF16, E5M2, 0, 0x3700, 0x00 },   /* 2^-17: tie 0 / 2^-16 */
-	{ BF16, E5M2, 0, 0x37c0, 0x02 },   /* 1.5 * 2^-16 */
-	{ BF16, E5M2, 0, 0x3780, 0x01 },   /* 2^-16 */
-	{ BF16, E5M2, 0, 0x3880, 0x04 },   /* 2^-14, the least normal */
+	{ BF16, E5M2, 0, 0x3700, 0x00 }, /* 2^-17: tie 0 / 2^-16 */
+	{ BF16, E5M2, 0, 0x37c0, 0x02 }, /* 1.5 * 2^-16 */
+	{ BF16, E5M2, 0, 0x3780, 0x01 }, /* 2^-16 */
+	{ BF16, E5M2, 0, 0x3880, 0x04 }, /* 2^-14, the least normal */
 	{ BF16, E5M2, SAT, 0x4770, 0x7b }, /* 61440 */
 	{ BF16, E5M2, SAT, 0x4780, 0x7b },
 	{ BF16, E5M2, SAT, 0x7f80, 0x7b },
@@ -472,19 +479,19 @@ static const struct vector {
 	{ BF16, E5M2, SAT, 0x7fc0, 0x7f },
 	{ BF16, E5M2, SAT, 0xffc0, 0xff },
 	/* f16 -> fp8 */
-	{ F16, E4M3, 0, 0x7bff, 0x7f },	   /* 65504 */
+	{ F16, E4M3, 0, 0x7bff, 0x7f }, /* 65504 */
 	{ F16, E4M3, SAT, 0x7bff, 0x7e },
 	{ F16, E5M2, 0, 0x7bff, 0x7c },
 	{ F16, E5M2, SAT, 0x7bff, 0x7b },
-	{ F16, E4M3, 0, 0x7c00, 0x7f },	   /* +Inf */
+	{ F16, E4M3, 0, 0x7c00, 0x7f }, /* +Inf */
 	{ F16, E5M2, 0, 0x7c00, 0x7c },
-	{ F16, E4M3, 0, 0x3c40, 0x38 },	   /* 1.0625 */
-	{ F16, E4M3, 0, 0x0001, 0x00 },	   /* 2^-24 */
+	{ F16, E4M3, 0, 0x3c40, 0x38 }, /* 1.0625 */
+	{ F16, E4M3, 0, 0x0001, 0x00 }, /* 2^-24 */
 	{ F16, E5M2, 0, 0x0001, 0x00 },
-	{ F16, E5M2, 0, 0x0100, 0x01 },	   /* 2^-16 */
-	{ F16, E5M2, 0, 0x0180, 0x02 },	   /* 1.5 * 2^-16 */
-	{ F16, E5M2, 0, 0x0080, 0x00 },	   /* 2^-17 */
-	{ F16, E4M3, 0, 0x7e00, 0x7f },	   /* NaN */
+	{ F16, E5M2, 0, 0x0100, 0x01 }, /* 2^-16 */
+	{ F16, E5M2, 0, 0x0180, 0x02 }, /* 1.5 * 2^-16 */
+	{ F16, E5M2, 0, 0x0080, 0x00 }, /* 2^-17 */
+	{ F16, E4M3, 0, 0x7e00, 0x7f }, /* NaN */
 	{ F16, E4M3, 0, 0xfe00, 0xff },
 	{ F16, E5M2, 0, 0x7e00, 0x7f },
 	/* f32 -> fp8 */
@@ -559,16 +566,16 @@ static const struct vector {
 	{ F16, F32, 0, 0x7c01, 0x7fc02000 },
 	{ BF16, F32, 0, 0x0001, 0x00010000 },
 	{ BF16, F32, 0, 0x7f81, 0x7f810000 }, /* a plain shift, as torch */
-	{ E4M3, F32, 0, 0x01, 0x3b000000 },   /* 2^-9 */
-	{ E4M3, F32, 0, 0x07, 0x3c600000 },   /* 7 * 2^-9 */
-	{ E4M3, F32, 0, 0x08, 0x3c800000 },   /* 2^-6 */
+	{ E4M3, F32, 0, 0x01, 0x3b000000 }, /* 2^-9 */
+	{ E4M3, F32, 0, 0x07, 0x3c600000 }, /* 7 * 2^-9 */
+	{ E4M3, F32, 0, 0x08, 0x3c800000 }, /* 2^-6 */
 	{ E4M3, F32, 0, 0x38, 0x3f800000 },
 	{ E4M3, F32, 0, 0x7e, 0x43e00000 },
 	{ E4M3, F32, 0, 0xfe, 0xc3e00000 },
 	{ E4M3, F32, 0, 0x80, 0x80000000 },
-	{ E4M3, F32, 0, 0x7f, 0x7ff00000 },   /* NaN, payload 111 kept */
+	{ E4M3, F32, 0, 0x7f, 0x7ff00000 }, /* NaN, payload 111 kept */
 	{ E4M3, F32, 0, 0xff, 0xfff00000 },
-	{ E5M2, F32, 0, 0x01, 0x37800000 },   /* 2^-16 */
+	{ E5M2, F32, 0, 0x01, 0x37800000 }, /* 2^-16 */
 	{ E5M2, F32, 0, 0x7b, 0x47600000 },
 	{ E5M2, F32, 0, 0x7c, 0x7f800000 },
 	{ E5M2, F32, 0, 0xfc, 0xff800000 },
@@ -577,16 +584,16 @@ static const struct vector {
 	{ E5M2, F32, 0, 0x7f, 0x7fe00000 },
 	{ E5M2, F32, 0, 0xff, 0xffe00000 },
 	/* between the 16-bit types and from fp8 */
-	{ BF16, F16, 0, 0x3f81, 0x3c08 },     /* 1 + 2^-7 */
+	{ BF16, F16, 0, 0x3f81, 0x3c08 }, /* 1 + 2^-7 */
 	{ BF16, F16, 0, 0x0001, 0x0000 },
-	{ BF16, F16, 0, 0x477f, 0x7bf8 },     /* 65280 */
-	{ BF16, F16, 0, 0x4780, 0x7c00 },     /* 65536 */
+	{ BF16, F16, 0, 0x477f, 0x7bf8 }, /* 65280 */
+	{ BF16, F16, 0, 0x4780, 0x7c00 }, /* 65536 */
 	{ BF16, F16, 0, 0x7fc0, 0x7e00 },
 	{ BF16, F16, 0, 0xff81, 0xfe08 },
-	{ F16, BF16, 0, 0x7bff, 0x4780 },     /* 65504 rounds up */
-	{ F16, BF16, 0, 0x3c01, 0x3f80 },     /* 1 + 2^-10 */
-	{ F16, BF16, 0, 0x3c04, 0x3f80 },     /* 1 + 2^-8: tie */
-	{ F16, BF16, 0, 0x3c0c, 0x3f82 },     /* 1 + 3 * 2^-8: tie */
+	{ F16, BF16, 0, 0x7bff, 0x4780 }, /* 65504 rounds up */
+	{ F16, BF16, 0, 0x3c01, 0x3f80 }, /* 1 + 2^-10 */
+	{ F16, BF16, 0, 0x3c04, 0x3f80 }, /* 1 + 2^-8: tie */
+	{ F16, BF16, 0, 0x3c0c, 0x3f82 }, /* 1 + 3 * 2^-8: tie */
 	{ F16, BF16, 0, 0x0001, 0x3380 },
 	{ F16, BF16, 0, 0x7e00, 0x7fc0 },
 	{ F16, BF16, 0, 0x7d00, 0x7fe0 },
@@ -602,24 +609,24 @@ static const struct vector {
 	{ E5M2, BF16, 0, 0x7d, 0x7fe0 },
 	{ E5M2, BF16, 0, 0x7b, 0x4760 },
 	{ E5M2, BF16, 0, 0x01, 0x3780 },
-	{ E4M3, E5M2, 0, 0x39, 0x3c },	      /* 1.125: tie */
-	{ E4M3, E5M2, 0, 0x3b, 0x3e },	      /* 1.375: tie */
-	{ E4M3, E5M2, 0, 0x3d, 0x3e },	      /* 1.625: tie */
-	{ E4M3, E5M2, 0, 0x7e, 0x5f },	      /* 448 */
-	{ E4M3, E5M2, 0, 0x01, 0x18 },	      /* 2^-9 */
+	{ E4M3, E5M2, 0, 0x39, 0x3c }, /* 1.125: tie */
+	{ E4M3, E5M2, 0, 0x3b, 0x3e }, /* 1.375: tie */
+	{ E4M3, E5M2, 0, 0x3d, 0x3e }, /* 1.625: tie */
+	{ E4M3, E5M2, 0, 0x7e, 0x5f }, /* 448 */
+	{ E4M3, E5M2, 0, 0x01, 0x18 }, /* 2^-9 */
 	{ E4M3, E5M2, 0, 0x7f, 0x7f },
-	{ E5M2, E4M3, 0, 0x7b, 0x7f },	      /* 57344 */
+	{ E5M2, E4M3, 0, 0x7b, 0x7f }, /* 57344 */
 	{ E5M2, E4M3, SAT, 0x7b, 0x7e },
-	{ E5M2, E4M3, 0, 0x7c, 0x7f },	      /* Inf */
+	{ E5M2, E4M3, 0, 0x7c, 0x7f }, /* Inf */
 	{ E5M2, E4M3, SAT, 0x7c, 0x7e },
 	{ E5M2, E4M3, SAT, 0xfc, 0xfe },
-	{ E5M2, E4M3, 0, 0x01, 0x00 },	      /* 2^-16 */
-	{ E5M2, E4M3, 0, 0x18, 0x01 },	      /* 2^-9 */
-	{ E5M2, E4M3, 0, 0x14, 0x00 },	      /* 2^-10: tie */
-	{ E5M2, E4M3, 0, 0x15, 0x01 },	      /* 1.25 * 2^-10 */
+	{ E5M2, E4M3, 0, 0x01, 0x00 }, /* 2^-16 */
+	{ E5M2, E4M3, 0, 0x18, 0x01 }, /* 2^-9 */
+	{ E5M2, E4M3, 0, 0x14, 0x00 }, /* 2^-10: tie */
+	{ E5M2, E4M3, 0, 0x15, 0x01 }, /* 1.25 * 2^-10 */
 	{ E5M2, E4M3, 0, 0x3c, 0x38 },
 	{ E5M2, E4M3, 0, 0x7e, 0x7f },
-	{ E5M2, E5M2, SAT, 0x7c, 0x7b },      /* Inf clamps */
+	{ E5M2, E5M2, SAT, 0x7c, 0x7b }, /* Inf clamps */
 	{ E5M2, E5M2, SAT, 0xfc, 0xfb },
 	{ E5M2, E5M2, SAT, 0x7d, 0x7f },
 	{ E5M2, E5M2, SAT, 0x01, 0x01 },
@@ -634,10 +641,10 @@ static const struct vector {
 	{ F64, F32, 0, 0x3ff0000010000000, 0x3f800000 }, /* 1 + 2^-24 */
 	{ F64, F32, 0, 0x3ff0000010001000, 0x3f800001 },
 	{ F64, BF16, 0, 0x3ff0100000400000, 0x3f80 }, /* 1+2^-8+2^-30 */
-	{ F64, E4M3, 0, 0x3ff1000000001000, 0x38 },   /* 1+2^-4+2^-40 */
-	{ F64, F16, 0, 0x3ff0020000001000, 0x3c00 },  /* 1+2^-11+2^-40 */
-	{ F64, E5M2, 0, 0x3ff2000000001000, 0x3c },   /* 1+2^-3+2^-40 */
-	{ F64, E4M3, 0, 0x407d000000000001, 0x7e },   /* 464 + ulp */
+	{ F64, E4M3, 0, 0x3ff1000000001000, 0x38 }, /* 1+2^-4+2^-40 */
+	{ F64, F16, 0, 0x3ff0020000001000, 0x3c00 }, /* 1+2^-11+2^-40 */
+	{ F64, E5M2, 0, 0x3ff2000000001000, 0x3c }, /* 1+2^-3+2^-40 */
+	{ F64, E4M3, 0, 0x407d000000000001, 0x7e }, /* 464 + ulp */
 	{ F64, F32, 0, 0x7e37e43c8800759c, 0x7f800000 }, /* 1e300 */
 	{ F64, E4M3, 0, 0x7e37e43c8800759c, 0x7f },
 	{ F64, E4M3, SAT, 0x7e37e43c8800759c, 0x7e },
@@ -683,7 +690,8 @@ START_TEST(test_kernels__known_values)
 				      castfs_dtype_name(v->to),
 				      v->flags ? " sat" : "",
 				      (unsigned long long)v->in, v->want,
-				      (unsigned long long)load_elem(out, dsz, i));
+				      (unsigned long long)load_elem(out, dsz,
+								    i));
 	}
 }
 END_TEST
@@ -693,14 +701,14 @@ START_TEST(test_kernels__get_rejects_unsupported)
 	ck_assert_ptr_null(castfs_convert_get(F32, F64, 0));
 	ck_assert_ptr_null(castfs_convert_get(CASTFS_DTYPE_I8, F32, 0));
 	ck_assert_ptr_null(castfs_convert_get(F32, CASTFS_DTYPE_I32, 0));
-	ck_assert_ptr_null(castfs_convert_get(CASTFS_DTYPE_F4,
-					      CASTFS_DTYPE_F4, 0));
+	ck_assert_ptr_null(
+		castfs_convert_get(CASTFS_DTYPE_F4, CASTFS_DTYPE_F4, 0));
 	ck_assert_ptr_null(castfs_convert_get(F32, F16, SAT));
 	ck_assert_ptr_null(castfs_convert_get(BF16, BF16, SAT));
 	ck_assert_ptr_null(castfs_convert_get(BF16, E4M3, 2));
 	ck_assert_ptr_null(castfs_convert_get(CASTFS_DTYPE_INVALID, F32, 0));
-	ck_assert_ptr_null(castfs_convert_get_isa(CASTFS_ISA_COUNT, F32, F16,
-						  0));
+	ck_assert_ptr_null(
+		castfs_convert_get_isa(CASTFS_ISA_COUNT, F32, F16, 0));
 	ck_assert_ptr_nonnull(castfs_convert_get(F64, F64, 0));
 	ck_assert_ptr_nonnull(castfs_convert_get(BF16, E4M3, SAT));
 }
@@ -755,12 +763,14 @@ Suite *kernels_suite(void)
 	suite_add_tcase(s, tc);
 	tcase_add_loop_test(ref, test_kernels__known_values, 0,
 			    (int)(sizeof(vectors) / sizeof(vectors[0])));
-	tcase_add_loop_test(ref, test_kernels__scalar_rounds_as_ieee_defines,
-			    0, NPAIRS);
+	tcase_add_loop_test(ref, test_kernels__scalar_rounds_as_ieee_defines, 0,
+			    NPAIRS);
 	suite_add_tcase(s, ref);
-	tcase_add_loop_test(simd, test_kernels__isa_matches_scalar_on_all_patterns,
+	tcase_add_loop_test(simd,
+			    test_kernels__isa_matches_scalar_on_all_patterns,
 			    NPAIRS, CASTFS_ISA_COUNT * NPAIRS);
-	tcase_add_loop_test(simd, test_kernels__isa_matches_scalar_on_random_f32,
+	tcase_add_loop_test(simd,
+			    test_kernels__isa_matches_scalar_on_random_f32,
 			    NDST * 2, CASTFS_ISA_COUNT * NDST * 2);
 	tcase_add_loop_test(simd,
 			    test_kernels__isa_handles_odd_lengths_and_alignment,
@@ -769,24 +779,22 @@ Suite *kernels_suite(void)
 	return s;
 }
 
-/* An ISA named by CASTFS_ISA that this CPU lacks is a skip (77). */
+/*
+ * An ISA named by CASTFS_ISA that cannot run here is a skip (77), as is one
+ * this build does not know (a "neon" leg of a CI matrix on x86).
+ */
 int main(void)
 {
 	const char *env = getenv("CASTFS_ISA");
 	SRunner *sr;
 	int failed;
 
-	if (env) {
-		enum castfs_isa isa = castfs_isa_from_name(env);
-
-		if (isa == CASTFS_ISA_COUNT) {
-			fprintf(stderr, "CASTFS_ISA=%s: unknown ISA\n", env);
-			return 99;
-		}
-		if (!castfs_isa_available(isa)) {
-			fprintf(stderr, "CASTFS_ISA=%s: not on this CPU\n", env);
-			return 77;
-		}
+	if (env && !castfs_isa_available(castfs_isa_from_name(env))) {
+		fprintf(stderr, "CASTFS_ISA=%s: %s, skipping\n", env,
+			castfs_isa_from_name(env) == CASTFS_ISA_COUNT ?
+				"not an ISA of this build" :
+				"not supported by this CPU");
+		return 77;
 	}
 	sr = srunner_create(kernels_suite());
 	srunner_run_all(sr, CK_ENV);
