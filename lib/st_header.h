@@ -56,6 +56,16 @@ struct castfs_header {
  * Returns 0, -EINVAL (malformed, with the reason in @d), -E2BIG (N over
  * 100 MB), -EOVERFLOW (sizes that overflow 64 bits) or -ENOMEM. On error
  * *@out is untouched. Thread-safe.
+ *
+ * Stricter than the reference reader (safetensors 0.8.0), on purpose:
+ * the header must begin with '{' (README "MUST"; 0.8 skips leading
+ * whitespace); duplicate tensor names and duplicate __metadata__ keys are
+ * rejected (serde keeps the last one); every number in the header, in
+ * ignored fields too, must be a non-negative integer <= 2^53. Everything
+ * else (trailing JSON whitespace, unknown fields, nesting up to 127
+ * levels, escaped keys, "\u0000" in names) is accepted exactly as serde
+ * accepts it. Tensors whose offsets tie (empty tensors) are ordered by
+ * name. The whole header is one allocation.
  */
 int castfs_header_parse(const void *buf, size_t buf_len, uint64_t file_size,
 			struct castfs_header **out, struct castfs_diag *d);
@@ -103,6 +113,9 @@ struct castfs_emit_tensor {
  *
  * Returns 0, -EINVAL (duplicate names, size not matching the shape), or
  * -E2BIG (N would exceed 100 MB), -EOVERFLOW, -ENOMEM. Thread-safe.
+ * Names and metadata must be valid UTF-8, and no tensor may be named
+ * "__metadata__" (-EINVAL). On error *@out is untouched, but @t may have
+ * been reordered.
  */
 int castfs_header_emit(struct castfs_emit_tensor *t, size_t n, bool has_meta,
 		       const struct castfs_meta_kv *meta, size_t nmeta,
