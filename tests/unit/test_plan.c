@@ -151,7 +151,7 @@ static uint8_t *materialise(const struct castfs_plan *p,
 }
 
 static const char *const cast_views[] = {
-	"fp32", "fp16", "bf16", "fp8", "fp8_sat", "fp8_e5m2", "fp8_e5m2_sat",
+	"fp32", "fp16", "bf16", "fp8", "fp8_nan", "fp8_e5m2", "fp8_e5m2_sat",
 };
 
 START_TEST(test_plan__cast_views_tile_and_match_oracle)

@@ -34,8 +34,11 @@ static int load(const char *json, struct castfs_diag *d)
 START_TEST(test_recipe__builtins_are_what_the_docs_say)
 {
 	ck_assert_int_eq(find("fp8")->dtype, CASTFS_DTYPE_F8_E4M3);
-	ck_assert_uint_eq(find("fp8")->cvt_flags, 0);
-	ck_assert_uint_eq(find("fp8_sat")->cvt_flags, CASTFS_CVT_SATURATE);
+	ck_assert_uint_eq(find("fp8")->cvt_flags, CASTFS_CVT_SATURATE);
+	ck_assert_uint_eq(find("fp8_e4m3fn")->cvt_flags, CASTFS_CVT_SATURATE);
+	ck_assert_uint_eq(find("fp8_nan")->cvt_flags, 0);
+	ck_assert_uint_eq(find("fp8_e5m2")->cvt_flags, 0);
+	ck_assert_uint_eq(find("fp8_e5m2_sat")->cvt_flags, CASTFS_CVT_SATURATE);
 	ck_assert_int_eq(find("fp8_e5m2")->dtype, CASTFS_DTYPE_F8_E5M2);
 	ck_assert_int_eq(find("bf16")->dtype, CASTFS_DTYPE_BF16);
 	ck_assert_int_eq(find("fp16")->dtype, CASTFS_DTYPE_F16);
@@ -58,13 +61,13 @@ START_TEST(test_recipe__config_adds_and_overrides_views)
 	size_t n = vs.n;
 
 	ck_assert_int_eq(load("{\"views\":{\"half\":{\"dtype\":\"F16\"},"
-			      "\"fp8\":{\"base\":\"fp8\",\"saturate\":true}}}",
+			      "\"fp8\":{\"base\":\"fp8\",\"saturate\":false}}}",
 			      &d), 0);
 	ck_assert_uint_eq(vs.n, n + 1);
 	ck_assert_int_eq(find("half")->kind, CASTFS_VIEW_CAST);
 	ck_assert_int_eq(find("half")->dtype, CASTFS_DTYPE_F16);
 	ck_assert(find("half")->listed);
-	ck_assert_uint_eq(find("fp8")->cvt_flags, CASTFS_CVT_SATURATE);
+	ck_assert_uint_eq(find("fp8")->cvt_flags, 0);
 }
 END_TEST
 
