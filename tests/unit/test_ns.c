@@ -121,7 +121,7 @@ START_TEST(test_ns__root_lists_sources_views_and_control_dir)
 	ck_assert(listed(CASTFS_NS_ROOT_ID, "a.bf16.safetensors"));
 	ck_assert(listed(CASTFS_NS_ROOT_ID, "bad.safetensors"));
 	ck_assert(!listed(CASTFS_NS_ROOT_ID, "bad.fp8.safetensors"));
-	ck_assert(!listed(CASTFS_NS_ROOT_ID, "a.fp8_sat.safetensors"));
+	ck_assert(!listed(CASTFS_NS_ROOT_ID, "a.fp8_nan.safetensors"));
 	ck_assert(listed(CASTFS_NS_ROOT_ID, "notes.txt"));
 	ck_assert(listed(CASTFS_NS_ROOT_ID, "sub"));
 	ck_assert(listed(CASTFS_NS_ROOT_ID, "out"));
@@ -157,7 +157,7 @@ START_TEST(test_ns__unlisted_views_resolve_unknown_do_not)
 {
 	uint64_t id;
 
-	ck_assert_int_eq(lookup("a.fp8_sat.safetensors", &id, NULL), 0);
+	ck_assert_int_eq(lookup("a.fp8_nan.safetensors", &id, NULL), 0);
 	ck_assert_int_eq(lookup("a.fp9.safetensors", &id, NULL), -ENOENT);
 	ck_assert_int_eq(lookup("bad.fp8.safetensors", &id, NULL), -ENOENT);
 	ck_assert_int_eq(lookup("nothere.fp8.safetensors", &id, NULL), -ENOENT);
