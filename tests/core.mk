@@ -13,3 +13,7 @@ tests_unit_test_ns_SOURCES = tests/unit/test_ns.c tests/unit/testutil.c \
 	tests/unit/testutil.h
 tests_unit_test_ns_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_unit_test_ns_LDADD = $(LIBCASTFS_LIBS) $(CHECK_LIBS)
+
+# The kernel-dependent suites again, once per available ISA.
+TESTS += tests/unit/per_isa.sh
+EXTRA_DIST += tests/unit/per_isa.sh
