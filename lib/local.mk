@@ -6,7 +6,8 @@ lib_libcastfs_a_SOURCES = \
 	lib/common/err.c lib/common/err.h \
 	lib/dtype.c lib/dtype.h \
 	lib/reader.c lib/reader.h \
-	lib/st_header.c lib/st_header.h \
+	lib/st_header.c lib/st_header.h lib/st_emit.c lib/st_lex.c \
+	lib/st_internal.h \
 	lib/plan.c lib/plan.h lib/plan_internal.h lib/plan_read.c \
 	lib/quant_ops.c \
 	lib/ns.c lib/ns.h lib/ns_internal.h lib/ns_ckpt.c lib/ns_ctl.c \
