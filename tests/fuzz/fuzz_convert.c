@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Differential fuzzing of the conversion kernels: every SIMD variant this
+ * CPU runs (and the one castfs_convert_get() selects) must produce exactly
+ * the scalar reference's bytes, for every conversion pair and flag, at
+ * any length and alignment. Input: [from][to][flags] then elements.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuzz.h"
+#include "kernels/convert.h"
+
+static const enum castfs_dtype types[] = {
+	CASTFS_DTYPE_F64,     CASTFS_DTYPE_F32,	    CASTFS_DTYPE_F16,
+	CASTFS_DTYPE_BF16,    CASTFS_DTYPE_F8_E4M3, CASTFS_DTYPE_F8_E5M2,
+	CASTFS_DTYPE_I32, /* not castable: every ISA must say NULL */
+};
+#define NTYPES (sizeof(types) / sizeof(types[0]))
+
+/* Run @fn over @n elements at byte offsets @so/@do into exact-size
+ * buffers (so that ASan sees any overrun); the result is malloc'ed. */
+static uint8_t *run(castfs_convert_fn fn, const uint8_t *src, size_t n,
+		    unsigned ssz, unsigned dsz, unsigned so, unsigned dof)
+{
+	uint8_t *s = malloc(n * ssz + so + 1), *d = malloc(n * dsz + dof + 1);
+	uint8_t *out = malloc(n * dsz + 1);
+
+	FUZZ_CHECK(s && d && out);
+	memcpy(s + so, src, n * ssz);
+	memset(d, 0xa5, n * dsz + dof);
+	fn(d + dof, s + so, n);
+	memcpy(out, d + dof, n * dsz);
+	free(s);
+	free(d);
+	return out;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	enum castfs_dtype from, to;
+	unsigned flags, ssz, dsz, so, dof;
+	castfs_convert_fn ref, fn;
+	uint8_t *want, *got;
+	size_t n;
+
+	if (size < 3)
+		return 0;
+	from = types[data[0] % NTYPES];
+	to = types[data[1] % NTYPES];
+	flags = data[2] & 1u;
+	so = (data[2] >> 1) & 7u;
+	dof = (data[2] >> 4) & 7u;
+	ssz = castfs_dtype_bits(from) / 8;
+	dsz = castfs_dtype_bits(to) / 8;
+	n = (size - 3) / ssz;
+	ref = castfs_convert_get_isa(CASTFS_ISA_SCALAR, from, to, flags);
+	for (int isa = 0; isa < CASTFS_ISA_COUNT; isa++) {
+		fn = castfs_convert_get_isa((enum castfs_isa)isa, from, to, flags);
+		FUZZ_CHECK(!ref ? !fn : (!fn || castfs_isa_available(isa)));
+	}
+	FUZZ_CHECK(!ref == !castfs_convert_get(from, to, flags));
+	if (!ref)
+		return 0;
+	want = run(ref, data + 3, n, ssz, dsz, 0, 0);
+	for (int isa = 0; isa <= CASTFS_ISA_COUNT; isa++) {
+		fn = isa == CASTFS_ISA_COUNT ?
+			     castfs_convert_get(from, to, flags) :
+			     castfs_convert_get_isa((enum castfs_isa)isa, from,
+						    to, flags);
+		if (!fn)
+			continue;
+		got = run(fn, data + 3, n, ssz, dsz, so, dof);
+		FUZZ_CHECK(memcmp(got, want, n * dsz) == 0);
+		free(got);
+	}
+	free(want);
+	return 0;
+}
