@@ -1,9 +1,497 @@
 /* SPDX-License-Identifier: MIT */
-/* Placeholder until the bitsandbytes quantisers land: no generators. */
+/*
+ * The generators of the bitsandbytes extents: each reads the source blocks
+ * (or rows) a range needs through the thread's scratch and quantises them.
+ * The only tensor-wide state, the double-quantisation statistics, is
+ * computed once per tensor on first need (q4_stats_get).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bytes.h"
+#include "common/compiler.h"
 #include "plan_internal.h"
+#include "quant_internal.h"
+
+/*
+ * Source elements staged as float32 in the scratch:
+ * [f32: cap * 4][raw: cap * src size][half: cap * 2][amax: cap / 16 * 4].
+ */
+struct q_stage {
+	castfs_convert_fn to_half; /* int8: source -> F16, NULL if F16 */
+	castfs_convert_fn to_f32;  /* source (or F16) -> F32; NULL if F32 */
+	size_t src_sz;
+	size_t cap; /* elements per chunk */
+	float *f32;
+	uint8_t *raw;
+	uint8_t *half;
+	float *amax; /* cap / 16 block absmax (blocks of >= 64) */
+};
+
+static const struct castfs_qtensor *q_tensor(const struct castfs_read_env *env,
+					     const struct castfs_extent *e)
+{
+	return &env->plan->qtensors[e->qt];
+}
+
+/*
+ * Prepare the staging of @qt's elements, through float16 when @via_half
+ * (LLM.int8 rounds to float16 first). Chunks hold a multiple of @align
+ * elements. Returns 0, or -ENOTSUP / -ENOMEM (a scratch too small).
+ */
+static int q_stage_init(struct q_stage *st, const struct castfs_read_env *env,
+			const struct castfs_qtensor *qt, bool via_half,
+			size_t align)
+{
+	enum castfs_dtype src = (enum castfs_dtype)qt->src_dtype;
+	enum castfs_dtype mid = via_half ? CASTFS_DTYPE_F16 : src;
+	size_t per;
+
+	st->src_sz = castfs_dtype_bits(src) / 8;
+	st->to_half = NULL;
+	if (via_half && src != CASTFS_DTYPE_F16) {
+		st->to_half = castfs_convert_get(src, CASTFS_DTYPE_F16, 0);
+		if (!st->to_half)
+			return -ENOTSUP; /* unreachable: the plan checked it */
+	}
+	st->to_f32 = NULL;
+	if (mid != CASTFS_DTYPE_F32) {
+		st->to_f32 = castfs_convert_get(mid, CASTFS_DTYPE_F32, 0);
+		if (!st->to_f32)
+			return -ENOTSUP;
+	}
+	/* 4 (f32) + src + 2 (half) + 1 (absmax, 4 bytes per >= 16). */
+	per = 4 + st->src_sz + 2 + 1;
+	st->cap = env->s->len / per;
+	st->cap -= st->cap % 64; /* keeps every region aligned */
+	st->cap = st->cap / align * align;
+	if (st->cap == 0)
+		return -ENOMEM;
+	st->f32 = (float *)(void *)env->s->buf;
+	st->raw = env->s->buf + st->cap * 4;
+	st->half = st->raw + st->cap * st->src_sz;
+	st->amax = (float *)(void *)(st->half + st->cap * 2);
+	return 0;
+}
+
+/* Elements [@first, @first + @n) of @qt into st->f32 (@n <= st->cap). */
+static int q_load(const struct castfs_read_env *env,
+		  const struct castfs_qtensor *qt, const struct q_stage *st,
+		  uint64_t first, size_t n)
+{
+	uint8_t *raw = st->to_half || st->to_f32 ? st->raw : (uint8_t *)st->f32;
+	int rc = castfs_reader_read(env->src, raw, n * st->src_sz,
+				    qt->src_off + first * st->src_sz);
+
+	if (rc)
+		return rc;
+	if (st->to_half) {
+		st->to_half(st->half, raw, n);
+		raw = st->half;
+	}
+	if (st->to_f32)
+		st->to_f32(st->f32, raw, n);
+	return 0;
+}
+
+/* The block absmax of blocks [@b, @b + @nb) into st->amax (@nb * bs <= cap). */
+static int q4_load_absmax(const struct castfs_read_env *env,
+			  const struct castfs_qtensor *qt,
+			  const struct q_stage *st, uint64_t b, size_t nb)
+{
+	uint64_t first = b * qt->blocksize;
+	size_t n = (size_t)CASTFS_MIN((uint64_t)nb * qt->blocksize,
+				      qt->nelems - first);
+	int rc = q_load(env, qt, st, first, n);
+
+	if (!rc)
+		castfs_quant_kernels_get()->absmax(st->amax, st->f32, n,
+						   qt->blocksize);
+	return rc;
+}
+
+static uint64_t q4_nblocks(const struct castfs_qtensor *qt)
+{
+	return qt->nelems / qt->blocksize + (qt->nelems % qt->blocksize != 0);
+}
+
+/* Per nested block, the smallest and largest block absmax. */
+struct q4_minmax {
+	float *lo, *hi;
+};
+
+/*
+ * One pass over @qt: the mean of all block absmax (summed in double, in
+ * block order, so every ISA and thread count gives the same float) and
+ * each nested block's extremes. fl32(a - offset) is monotonic in a, so the
+ * extremes give the largest |a - offset| of the nested block.
+ */
+static int q4_stats_pass(const struct castfs_read_env *env,
+			 const struct castfs_qtensor *qt,
+			 const struct q4_minmax *mm, float *offset)
+{
+	uint64_t nb = q4_nblocks(qt), b = 0;
+	double sum = 0.0;
+	struct q_stage st;
+	int rc = q_stage_init(&st, env, qt, false, qt->blocksize);
+
+	while (!rc && b < nb) {
+		size_t k = (size_t)CASTFS_MIN(nb - b, st.cap / qt->blocksize);
+
+		rc = q4_load_absmax(env, qt, &st, b, k);
+		for (size_t i = 0; !rc && i < k; i++, b++) {
+			size_t g = (size_t)(b / CASTFS_Q_NESTED_BLOCK);
+			bool cont = b % CASTFS_Q_NESTED_BLOCK != 0;
+			float a = st.amax[i];
+
+			sum += a;
+			mm->lo[g] = cont ? fminf(mm->lo[g], a) : a;
+			mm->hi[g] = cont ? fmaxf(mm->hi[g], a) : a;
+		}
+	}
+	if (!rc)
+		*offset = (float)(sum / (double)nb);
+	return rc;
+}
+
+/* Compute @qs of @qt; the caller holds qs->lock. */
+static int q4_stats_compute(const struct castfs_read_env *env,
+			    const struct castfs_qtensor *qt,
+			    struct castfs_qstats *qs)
+{
+	uint64_t ng64 = (q4_nblocks(qt) + CASTFS_Q_NESTED_BLOCK - 1) /
+			CASTFS_Q_NESTED_BLOCK;
+	size_t ng = (size_t)ng64;
+	struct q4_minmax mm;
+	float offset = 0.0f;
+	int rc = -ENOMEM;
+
+	mm.lo = calloc(ng, sizeof(float));
+	mm.hi = calloc(ng, sizeof(float));
+	if (!mm.lo || !mm.hi)
+		goto out_free_minmax;
+	rc = q4_stats_pass(env, qt, &mm, &offset);
+	if (rc)
+		goto out_free_minmax;
+	for (size_t g = 0; g < ng; g++)
+		mm.hi[g] = fmaxf(fabsf(mm.hi[g] - offset),
+				 fabsf(mm.lo[g] - offset));
+	qs->offset = offset;
+	qs->nnested = ng;
+	qs->nested_absmax = mm.hi;
+	mm.hi = NULL;
+out_free_minmax:
+	free(mm.lo);
+	free(mm.hi);
+	return rc;
+}
+
+/*
+ * The statistics of the extent's tensor, computed on first need (one pass
+ * over the source, under the tensor's lock). Uses the scratch: call before
+ * staging anything in it. Returns them, or NULL with *@rc set.
+ */
+static const struct castfs_qstats *q4_stats_get(const struct castfs_read_env *env,
+						const struct castfs_extent *e,
+						int *rc)
+{
+	struct castfs_qstats *qs = &env->plan->qstats[e->qt];
+
+	*rc = 0;
+	if (__atomic_load_n(&qs->ready, __ATOMIC_ACQUIRE))
+		return qs;
+	pthread_mutex_lock(&qs->lock);
+	if (!qs->ready) {
+		*rc = q4_stats_compute(env, q_tensor(env, e), qs);
+		if (!*rc)
+			__atomic_store_n(&qs->ready, true, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&qs->lock);
+	return *rc ? NULL : qs;
+}
+
+/* Q4_CODES: a unit is one block's blocksize / 2 bytes. */
+static int gen_q4_codes(const struct castfs_read_env *env,
+			const struct castfs_extent *e, uint64_t first,
+			uint64_t count, uint8_t *dst)
+{
+	const struct castfs_qtensor *qt = q_tensor(env, e);
+	const struct castfs_quant_kernels *k = castfs_quant_kernels_get();
+	uint64_t elem = first * qt->blocksize;
+	uint64_t end = CASTFS_MIN(qt->nelems, (first + count) * qt->blocksize);
+	struct q_stage st;
+	int rc = q_stage_init(&st, env, qt, false, qt->blocksize);
+
+	while (!rc && elem < end) {
+		size_t n = (size_t)CASTFS_MIN(end - elem, (uint64_t)st.cap);
+
+		rc = q_load(env, qt, &st, elem, n);
+		if (rc)
+			break;
+		k->q4(dst, st.f32, n, qt->blocksize,
+		      (enum castfs_qtype)qt->qtype);
+		dst += (n + 1) / 2;
+		elem += n;
+	}
+	return rc;
+}
+
+/* Q4_ABSMAX: a unit is one block's float32 absmax. */
+static int gen_q4_absmax(const struct castfs_read_env *env,
+			 const struct castfs_extent *e, uint64_t first,
+			 uint64_t count, uint8_t *dst)
+{
+	const struct castfs_qtensor *qt = q_tensor(env, e);
+	struct q_stage st;
+	int rc = q_stage_init(&st, env, qt, false, qt->blocksize);
+
+	while (!rc && count) {
+		size_t k = (size_t)CASTFS_MIN(count, st.cap / qt->blocksize);
+
+		rc = q4_load_absmax(env, qt, &st, first, k);
+		for (size_t i = 0; !rc && i < k; i++, dst += 4)
+			castfs_store_le32(dst, castfs_f32_bits(st.amax[i]));
+		first += k;
+		count -= k;
+	}
+	return rc;
+}
+
+/* Q4_QABSMAX: a unit is one block's 8-bit code of (absmax - offset). */
+static int gen_q4_qabsmax(const struct castfs_read_env *env,
+			  const struct castfs_extent *e, uint64_t first,
+			  uint64_t count, uint8_t *dst)
+{
+	const struct castfs_qtensor *qt = q_tensor(env, e);
+	const struct castfs_qstats *qs;
+	struct q_stage st;
+	int rc;
+
+	qs = q4_stats_get(env, e, &rc);
+	if (!rc)
+		rc = q_stage_init(&st, env, qt, false, qt->blocksize);
+	while (!rc && count) {
+		size_t k = (size_t)CASTFS_MIN(count, st.cap / qt->blocksize);
+
+		rc = q4_load_absmax(env, qt, &st, first, k);
+		for (size_t i = 0; !rc && i < k; i++) {
+			uint64_t g = (first + i) / CASTFS_Q_NESTED_BLOCK;
+			float v = st.amax[i] - qs->offset;
+
+			*dst++ = castfs_q8_code(
+				v, castfs_q_scale(qs->nested_absmax[g]));
+		}
+		first += k;
+		count -= k;
+	}
+	return rc;
+}
+
+/* Q4_NESTED_ABSMAX: a unit is one nested block's float32 absmax. */
+static int gen_q4_nested_absmax(const struct castfs_read_env *env,
+				const struct castfs_extent *e, uint64_t first,
+				uint64_t count, uint8_t *dst)
+{
+	const struct castfs_qstats *qs;
+	int rc;
+
+	qs = q4_stats_get(env, e, &rc);
+	for (uint64_t i = 0; !rc && i < count; i++, dst += 4)
+		castfs_store_le32(dst,
+				  castfs_f32_bits(qs->nested_absmax[first + i]));
+	return rc;
+}
+
+/* Q4_STATE: the plan's JSON with nested_offset written into its field. */
+static int gen_q4_state(const struct castfs_read_env *env,
+			const struct castfs_extent *e, uint64_t first,
+			uint64_t count, uint8_t *dst)
+{
+	const struct castfs_qtensor *qt = q_tensor(env, e);
+	uint64_t lo = CASTFS_MAX(first, (uint64_t)qt->state_off);
+	uint64_t hi = CASTFS_MIN(first + count,
+				 (uint64_t)qt->state_off + qt->state_width);
+	char field[CASTFS_Q4_OFFSET_WIDTH];
+	const struct castfs_qstats *qs;
+	int rc;
+
+	memcpy(dst, e->mem + first, (size_t)count);
+	if (lo >= hi)
+		return 0;
+	qs = q4_stats_get(env, e, &rc);
+	if (rc)
+		return rc;
+	castfs_q4_state_offset(field, qs->offset);
+	memcpy(dst + (lo - first), field + (lo - qt->state_off),
+	       (size_t)(hi - lo));
+	return 0;
+}
+
+/* The absmax of row @r (staged in chunks when it exceeds one). */
+static int i8_row_absmax(const struct castfs_read_env *env,
+			 const struct castfs_qtensor *qt,
+			 const struct q_stage *st, uint64_t r, float *absmax)
+{
+	uint64_t c = 0;
+	float m = 0.0f;
+
+	while (c < qt->cols) {
+		size_t n = (size_t)CASTFS_MIN(qt->cols - c, (uint64_t)st->cap);
+		int rc = q_load(env, qt, st, r * qt->cols + c, n);
+
+		if (rc)
+			return rc;
+		m = fmaxf(m, castfs_q_absmax(st->f32, n));
+		c += n;
+	}
+	*absmax = m;
+	return 0;
+}
+
+/*
+ * Codes of elements [@first, @first + @n) of row @r (@first within the
+ * row) into @dst. Rows that fit in a chunk are read once.
+ */
+static int i8_row_codes(const struct castfs_read_env *env,
+			const struct castfs_qtensor *qt,
+			const struct q_stage *st, uint64_t r, uint64_t first,
+			uint64_t n, int8_t *dst)
+{
+	const struct castfs_quant_kernels *k = castfs_quant_kernels_get();
+	float absmax, scale;
+	int rc;
+
+	if (qt->cols <= st->cap) {
+		rc = q_load(env, qt, st, r * qt->cols, (size_t)qt->cols);
+		if (rc)
+			return rc;
+		scale = castfs_i8_scale(castfs_q_absmax(st->f32, qt->cols));
+		k->i8(dst, st->f32 + first, (size_t)n, scale);
+		return 0;
+	}
+	rc = i8_row_absmax(env, qt, st, r, &absmax);
+	scale = castfs_i8_scale(absmax);
+	while (!rc && n) {
+		size_t m = (size_t)CASTFS_MIN(n, (uint64_t)st->cap);
+
+		rc = q_load(env, qt, st, r * qt->cols + first, m);
+		if (!rc)
+			k->i8(dst, st->f32, m, scale);
+		dst += m;
+		first += m;
+		n -= m;
+	}
+	return rc;
+}
+
+/*
+ * Whole rows [@r, @r + @nr) (@nr * cols <= st->cap), read at once: their
+ * codes into @codes when not NULL, their absmax into @scb when not NULL.
+ */
+static int i8_whole_rows(const struct castfs_read_env *env,
+			 const struct castfs_qtensor *qt,
+			 const struct q_stage *st, uint64_t r, size_t nr,
+			 int8_t *codes, uint8_t *scb)
+{
+	const struct castfs_quant_kernels *k = castfs_quant_kernels_get();
+	size_t cols = (size_t)qt->cols;
+	int rc = q_load(env, qt, st, r * qt->cols, nr * cols);
+
+	for (size_t i = 0; !rc && i < nr; i++) {
+		const float *x = st->f32 + i * cols;
+		float absmax = castfs_q_absmax(x, cols);
+
+		if (codes)
+			k->i8(codes + i * cols, x, cols, castfs_i8_scale(absmax));
+		if (scb)
+			castfs_store_le32(scb + i * 4, castfs_f32_bits(absmax));
+	}
+	return rc;
+}
+
+/* I8_CODES: unit 1 (one element); each row's absmax is recomputed. */
+static int gen_i8_codes(const struct castfs_read_env *env,
+			const struct castfs_extent *e, uint64_t first,
+			uint64_t count, uint8_t *dst)
+{
+	const struct castfs_qtensor *qt = q_tensor(env, e);
+	struct q_stage st;
+	int rc = q_stage_init(&st, env, qt, true, 1);
+
+	while (!rc && count) {
+		uint64_t r = first / qt->cols, c = first % qt->cols;
+		uint64_t n = CASTFS_MIN(count, qt->cols - c);
+		uint64_t nr = CASTFS_MIN(count / qt->cols, st.cap / qt->cols);
+
+		if (c == 0 && nr > 1) {
+			n = nr * qt->cols;
+			rc = i8_whole_rows(env, qt, &st, r, (size_t)nr,
+					   (int8_t *)dst, NULL);
+		} else {
+			rc = i8_row_codes(env, qt, &st, r, c, n, (int8_t *)dst);
+		}
+		dst += n;
+		first += n;
+		count -= n;
+	}
+	return rc;
+}
+
+/* I8_SCB: a unit is one row's float32 absmax (of its float16 values). */
+static int gen_i8_scb(const struct castfs_read_env *env,
+		      const struct castfs_extent *e, uint64_t first,
+		      uint64_t count, uint8_t *dst)
+{
+	const struct castfs_qtensor *qt = q_tensor(env, e);
+	uint64_t per = 0;
+	struct q_stage st;
+	float absmax;
+	int rc = q_stage_init(&st, env, qt, true, 1);
+
+	if (!rc)
+		per = st.cap / qt->cols; /* 0: rows longer than a chunk */
+	while (!rc && count) {
+		uint64_t nr = CASTFS_MIN(count, CASTFS_MAX(per, 1));
+
+		if (per) {
+			rc = i8_whole_rows(env, qt, &st, first, (size_t)nr,
+					   NULL, dst);
+		} else {
+			rc = i8_row_absmax(env, qt, &st, first, &absmax);
+			if (!rc)
+				castfs_store_le32(dst, castfs_f32_bits(absmax));
+		}
+		dst += nr * 4;
+		first += nr;
+		count -= nr;
+	}
+	return rc;
+}
 
 castfs_gen_fn castfs_quant_gen(enum castfs_op op)
 {
-	(void)op;
+	switch (op) {
+	case CASTFS_OP_Q4_CODES:
+		return gen_q4_codes;
+	case CASTFS_OP_Q4_ABSMAX:
+		return gen_q4_absmax;
+	case CASTFS_OP_Q4_QABSMAX:
+		return gen_q4_qabsmax;
+	case CASTFS_OP_Q4_NESTED_ABSMAX:
+		return gen_q4_nested_absmax;
+	case CASTFS_OP_Q4_STATE:
+		return gen_q4_state;
+	case CASTFS_OP_I8_CODES:
+		return gen_i8_codes;
+	case CASTFS_OP_I8_SCB:
+		return gen_i8_scb;
+	case CASTFS_OP_MEM:
+	case CASTFS_OP_COPY:
+	case CASTFS_OP_CAST:
+	case CASTFS_OP_COUNT:
+		break;
+	}
 	return NULL;
 }

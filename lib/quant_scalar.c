@@ -1,0 +1,140 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The scalar reference of the quantiser rules: every SIMD kernel must give
+ * the same bytes. The rules follow bitsandbytes' default (CPU) backend; NaN
+ * and Inf, which bnb lets propagate, get the policy of docs/FORMATS.md.
+ */
+#include <math.h>
+
+#include "quant_internal.h"
+
+/* bnb clamps absmax to this before taking the reciprocal. */
+#define Q_TINY 1e-38f
+
+float castfs_q_absmax(const float *x, size_t n)
+{
+	float m = 0.0f;
+
+	for (size_t i = 0; i < n; i++) {
+		float a = fabsf(x[i]);
+
+		/* False for NaN; the second test drops +-Inf. */
+		if (a > m && a <= FLT_MAX)
+			m = a;
+	}
+	return m;
+}
+
+float castfs_q_scale(float absmax)
+{
+	return 1.0f / (absmax > Q_TINY ? absmax : Q_TINY);
+}
+
+/* The position of @s among the 16 sorted values: midpoints it exceeds. */
+static inline unsigned q4_position(float s, const float *mid)
+{
+	unsigned p = 0;
+
+	for (unsigned k = 0; k < 15; k++)
+		p += s > mid[k];
+	return p;
+}
+
+uint8_t castfs_q4_code(float x, float scale, enum castfs_qtype qt)
+{
+	float s = isnan(x) ? 0.0f : x * scale;
+
+	return castfs_q4_order[qt][q4_position(s, castfs_q4_mids[qt].f)];
+}
+
+void castfs_q4_encode_block(uint8_t *dst, const float *x, size_t m,
+			    float scale, enum castfs_qtype qt)
+{
+	size_t i;
+
+	for (i = 0; i + 1 < m; i += 2)
+		dst[i / 2] = (uint8_t)(castfs_q4_code(x[i], scale, qt) << 4 |
+				       castfs_q4_code(x[i + 1], scale, qt));
+	/* An odd count: bnb pads the scaled values with a zero. */
+	if (i < m)
+		dst[i / 2] = (uint8_t)(castfs_q4_code(x[i], scale, qt) << 4 |
+				       castfs_q4_code(0.0f, scale, qt));
+}
+
+/* The midpoint of dynamic-map entries @k and @k + 1, as bnb's bounds. */
+static inline float q8_mid(const float *c, unsigned k)
+{
+	return (c[k] + c[k + 1]) * 0.5f;
+}
+
+uint8_t castfs_q8_code(float v, float scale)
+{
+	const float *c = castfs_q_dynmap();
+	float s = isnan(v) ? 0.0f : v * scale;
+	unsigned lo = 0, hi = 255;
+
+	/* The number of the 255 ascending midpoints that s exceeds. */
+	while (lo < hi) {
+		unsigned mid = (lo + hi) / 2;
+
+		if (s > q8_mid(c, mid))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return (uint8_t)lo;
+}
+
+/* torch evaluates bnb's 127.0 / row_stats as reciprocal(row_stats) * 127. */
+float castfs_i8_scale(float absmax)
+{
+	return absmax > 0.0f ? (1.0f / absmax) * 127.0f : 0.0f;
+}
+
+int8_t castfs_i8_code(float x, float scale)
+{
+	float r;
+
+	if (isnan(x))
+		return 0;
+	if (isinf(x))
+		return x > 0.0f ? 127 : -127;
+	/* rintf: round half to even in the default rounding mode. */
+	r = rintf(x * scale);
+	if (r > 127.0f)
+		r = 127.0f;
+	if (r < -127.0f)
+		r = -127.0f;
+	return (int8_t)r;
+}
+
+void castfs_absmax_scalar(float *restrict amax, const float *restrict x,
+			  size_t n, size_t bs)
+{
+	for (size_t b = 0; b < n; b += bs)
+		*amax++ = castfs_q_absmax(x + b, n - b < bs ? n - b : bs);
+}
+
+static void q4_scalar(uint8_t *restrict dst, const float *restrict x,
+		      size_t n, size_t bs, enum castfs_qtype qt)
+{
+	for (size_t b = 0; b < n; b += bs) {
+		size_t m = n - b < bs ? n - b : bs;
+		float scale = castfs_q_scale(castfs_q_absmax(x + b, m));
+
+		castfs_q4_encode_block(dst + b / 2, x + b, m, scale, qt);
+	}
+}
+
+void castfs_i8_scalar(int8_t *restrict dst, const float *restrict x, size_t n,
+		      float scale)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] = castfs_i8_code(x[i], scale);
+}
+
+const struct castfs_quant_kernels castfs_quant_scalar = {
+	.absmax = castfs_absmax_scalar,
+	.q4 = q4_scalar,
+	.i8 = castfs_i8_scalar,
+};
