@@ -31,4 +31,23 @@ int castfs_fs_thread_key_init(struct castfs_fs *fs);
 /* castfs_fs_log - report an event: stderr in the foreground, else syslog. */
 void castfs_fs_log(void *ctx, const char *msg);
 
+/* The source watcher (fs_watch.c). */
+struct castfs_watch;
+
+/*
+ * castfs_watch_start - watch every directory of @source (up to a bound)
+ * with inotify and, on each change, invalidate the namespace's cache and
+ * the kernel's entries for the changed name and its views. Call once
+ * fs->se is mounted (and after daemonizing: it starts a thread).
+ * Returns 0 or -errno; *@out is set on success.
+ */
+int castfs_watch_start(struct castfs_fs *fs, const char *source,
+		       struct castfs_watch **out);
+
+/*
+ * castfs_watch_stop - stop the thread and release @w (NULL is accepted).
+ * Call after the loop ends and before fuse_session_unmount().
+ */
+void castfs_watch_stop(struct castfs_watch *w);
+
 #endif

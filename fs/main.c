@@ -264,6 +264,7 @@ static int mount_and_serve(struct castfs_fs *fs, struct fuse_args *args,
 			   struct fuse_cmdline_opts *cmd,
 			   const struct options *o)
 {
+	struct castfs_watch *watch = NULL;
 	int rc = 1;
 
 	fs->se = fuse_session_new(args, &castfs_fs_ops, sizeof(castfs_fs_ops),
@@ -279,7 +280,12 @@ static int mount_and_serve(struct castfs_fs *fs, struct fuse_args *args,
 	if (!cmd->foreground)
 		openlog("castfs", LOG_PID, LOG_DAEMON);
 	fuse_daemonize(cmd->foreground);
+	/* After daemonizing: the watcher is a thread. Without it changes
+	 * still show once the entry and attribute timeouts expire. */
+	if (castfs_watch_start(fs, o->source, &watch))
+		castfs_fs_log(fs, "cannot watch the source for changes");
 	rc = run_loop(fs, cmd, o) ? 1 : 0;
+	castfs_watch_stop(watch);
 	fuse_session_unmount(fs->se);
 out_signals:
 	fuse_remove_signal_handlers(fs->se);
