@@ -18,7 +18,8 @@ void fuzz_check_plan(const struct castfs_plan *p)
 		FUZZ_CHECK(e->out_off == at);
 		FUZZ_CHECK(e->len > 0 && e->unit > 0);
 		FUZZ_CHECK(e->unit <= CASTFS_BOUNCE_LEN);
-		FUZZ_CHECK(e->len % e->unit == 0);
+		/* Quantiser extents may end in a short block. */
+		FUZZ_CHECK(e->op != CASTFS_OP_CAST || e->len % e->unit == 0);
 		FUZZ_CHECK(e->op < CASTFS_OP_COUNT);
 		FUZZ_CHECK(castfs_plan_find(p, e->out_off) == i);
 		FUZZ_CHECK(castfs_plan_find(p, e->out_off + e->len - 1) == i);

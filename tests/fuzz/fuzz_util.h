@@ -7,7 +7,7 @@
 #include "view.h"
 
 /* fuzz_check_plan - abort unless @p's extents are sorted, non-empty,
- * gap-free and tile [0, size) exactly, each a whole number of units. */
+ * gap-free and tile [0, size) exactly, casts a whole number of units. */
 void fuzz_check_plan(const struct castfs_plan *p);
 
 /* fuzz_scratch - this process's scratch for castfs_plan_read(). */
