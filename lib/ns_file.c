@@ -12,6 +12,7 @@
 
 #include "ns_internal.h"
 #include "plan_internal.h"
+#include "tensor_layer.h"
 
 struct castfs_file {
 	struct castfs_ns *ns;
@@ -21,6 +22,7 @@ struct castfs_file {
 	struct ns_ckpt *ck;
 	const struct castfs_plan *plan; /* NULL: pass-through */
 	struct castfs_plan *owned;
+	const struct castfs_plan *base; /* the plan reads this view, or NULL */
 	uint64_t size;
 	int view;
 	bool direct;
@@ -88,6 +90,20 @@ int ns_file_new_plan(struct castfs_ns *ns, const char *path,
 	castfs_stats_open(ns->stats, view_idx);
 	*out = f;
 	return 0;
+}
+
+int ns_file_new_layered(struct castfs_ns *ns, const char *path,
+			const struct stat *ident, struct ns_ckpt *ck,
+			const struct castfs_plan *base,
+			struct castfs_plan *owned_plan, int view_idx,
+			struct castfs_file **out)
+{
+	int rc = ns_file_new_plan(ns, path, ident, ck, owned_plan, owned_plan,
+				  view_idx, out);
+
+	if (!rc)
+		(*out)->base = base;
+	return rc;
 }
 
 int ns_file_new_source(struct castfs_ns *ns, const char *path,
@@ -173,13 +189,26 @@ static ssize_t read_source(struct castfs_file *f, void *buf, size_t len,
 	return castfs_reader_read(&f->fr.r, buf, len, off) ?: (ssize_t)len;
 }
 
+/* A plan over a view: its source is the view's plan over the file. */
+static ssize_t read_layered(struct castfs_file *f, struct castfs_scratch *s,
+			    void *buf, size_t len, uint64_t off)
+{
+	struct castfs_scratch outer;
+	struct castfs_layer l;
+
+	castfs_layer_init(&l, f->base, &f->fr.r, s, &outer);
+	return castfs_plan_read(f->plan, &l.r, &outer, buf, len, off);
+}
+
 ssize_t castfs_file_read(struct castfs_file *f, struct castfs_scratch *s,
 			 void *buf, size_t len, uint64_t off)
 {
 	ssize_t n;
 	int rc;
 
-	if (f->plan)
+	if (f->base)
+		n = read_layered(f, s, buf, len, off);
+	else if (f->plan)
 		n = castfs_plan_read(f->plan, f->fd >= 0 ? &f->fr.r : &null_reader,
 				     s, buf, len, off);
 	else

@@ -85,6 +85,8 @@ extern const struct ns_kind_ops ns_dir_ops, ns_file_ops, ns_link_ops,
 	ns_view_ops, ns_ctl_dir_ops, ns_ctl_file_ops, ns_tdir_ops,
 	ns_tfile_ops, ns_mdir_ops, ns_mfile_ops;
 
+struct ns_tree; /* a tensor tree (ns_tensors.c) */
+
 /* The checkpoint cache entry: one identity of one *.safetensors file. */
 struct ns_ckpt {
 	_Atomic uint64_t refs;
@@ -98,8 +100,11 @@ struct ns_ckpt {
 	struct castfs_header *h; /* NULL when rejected */
 	int err;
 	char reason[256];
-	pthread_mutex_t lock; /* guards plans */
+	pthread_mutex_t lock; /* guards plans and trees */
 	struct castfs_plan **plans; /* per view index, built on first need */
+	/* Tensor trees: [0] the source's, [1 + view index] the views';
+	 * allocated and built by ns_tensors.c on first need. */
+	struct ns_tree **trees;
 };
 
 #define NS_HASH_BUCKETS 4096u
@@ -188,9 +193,13 @@ void ns_ckpt_drop_path(struct castfs_ns *ns, const char *path);
 int ns_tensors_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 		      const char *name, struct ns_node *child);
 
-/* ns_tensors_list - add the tensor-tree root of valid checkpoint @name. */
+/* ns_tensors_list - add the tensor-tree root of valid checkpoint @name
+ * (identity @st). */
 int ns_tensors_list(struct castfs_ns *ns, const struct ns_node *dir,
-		    const char *name, struct ns_list *l);
+		    const char *name, const struct stat *st, struct ns_list *l);
+
+/* ns_tensors_ckpt_fini - free the tensor trees cached in @ck. */
+void ns_tensors_ckpt_fini(struct ns_ckpt *ck);
 
 /* ns_modeldir_lookup - @name in source dir @dir as a model-directory view
  * "DIR.<view>"; -ENOENT if it is none. */
@@ -220,6 +229,16 @@ int ns_file_new_plan(struct castfs_ns *ns, const char *path,
 		     const struct castfs_plan *plan,
 		     struct castfs_plan *owned_plan, int view_idx,
 		     struct castfs_file **out);
+
+/* ns_file_new_layered - like ns_file_new_plan(), but the extents of
+ * @owned_plan read the bytes of @base (a view of source @path, owned by
+ * @ck) instead of the source: the tensor files of a view. Takes ownership
+ * of @owned_plan. */
+int ns_file_new_layered(struct castfs_ns *ns, const char *path,
+			const struct stat *ident, struct ns_ckpt *ck,
+			const struct castfs_plan *base,
+			struct castfs_plan *owned_plan, int view_idx,
+			struct castfs_file **out);
 
 /* ns_file_new_source - a pass-through file of source @path (@ident). */
 int ns_file_new_source(struct castfs_ns *ns, const char *path,

@@ -249,7 +249,7 @@ static int list_views(struct castfs_ns *ns, const struct ns_node *dir,
 				 ns_node_id(&node));
 	}
 	if (!rc)
-		rc = ns_tensors_list(ns, dir, name, l);
+		rc = ns_tensors_list(ns, dir, name, st, l);
 	return rc;
 }
 

@@ -18,7 +18,7 @@ struct castfs_stats {
 	_Atomic uint64_t ops[CASTFS_SOP_COUNT];
 	_Atomic uint64_t errors[CASTFS_SOP_COUNT];
 	_Atomic uint64_t ctr[CASTFS_SCTR_COUNT];
-	struct view_ctr passthrough, other;
+	struct view_ctr passthrough, other, tensors;
 	struct view_ctr view[]; /* nviews */
 };
 
@@ -40,6 +40,8 @@ static const char *const sctr_names[CASTFS_SCTR_COUNT] = {
 	[CASTFS_SCTR_HEADER_CACHE_HITS] = "header_cache_hits",
 	[CASTFS_SCTR_TENSOR_STATS] = "tensor_stats_computed",
 	[CASTFS_SCTR_STALE_READS] = "stale_reads",
+	[CASTFS_SCTR_TREES_BUILT] = "tensor_trees_built",
+	[CASTFS_SCTR_TREE_CACHE_HITS] = "tensor_tree_cache_hits",
 };
 
 int castfs_stats_new(size_t nviews, struct castfs_stats **out)
@@ -83,6 +85,8 @@ static struct view_ctr *view_ctr(struct castfs_stats *st, int view)
 {
 	if (view == CASTFS_STATS_PASSTHROUGH)
 		return &st->passthrough;
+	if (view == CASTFS_STATS_TENSORS)
+		return &st->tensors;
 	if (view >= 0 && (size_t)view < st->nviews)
 		return &st->view[view];
 	return &st->other;
@@ -140,36 +144,79 @@ static double uptime(const struct castfs_stats *st)
 	       (double)(now.tv_nsec - st->start.tv_nsec) / 1e9;
 }
 
-static void add_ops(cJSON *root, const struct castfs_stats *st)
+static void add_ops(cJSON *root, const struct castfs_stats *st,
+		    uint64_t *nops, uint64_t *nerrs)
 {
 	cJSON *ops = cJSON_AddObjectToObject(root, "requests");
 	cJSON *errs = cJSON_AddObjectToObject(root, "errors");
 
+	*nops = *nerrs = 0;
 	for (int i = 0; i < CASTFS_SOP_COUNT; i++) {
 		cJSON_AddNumberToObject(ops, sop_names[i],
 					(double)get(&st->ops[i]));
 		cJSON_AddNumberToObject(errs, sop_names[i],
 					(double)get(&st->errors[i]));
+		*nops += get(&st->ops[i]);
+		*nerrs += get(&st->errors[i]);
 	}
+}
+
+static void ctr_sum(struct view_ctr *sum, const struct view_ctr *c)
+{
+	add(&sum->opens, get(&c->opens));
+	add(&sum->reads, get(&c->reads));
+	add(&sum->bytes, get(&c->bytes));
+}
+
+/* Sums over the views ("conversions": bytes the view plans produced) and
+ * over every file ("totals"), and the cache hits in one place. */
+static void add_sums(cJSON *root, const struct castfs_stats *st,
+		     uint64_t nops, uint64_t nerrs)
+{
+	struct view_ctr views = { 0 }, all = { 0 };
+	cJSON *o;
+
+	for (size_t i = 0; i < st->nviews; i++)
+		ctr_sum(&views, &st->view[i]);
+	ctr_sum(&all, &views);
+	ctr_sum(&all, &st->passthrough);
+	ctr_sum(&all, &st->tensors);
+	ctr_sum(&all, &st->other);
+	o = view_json(&all);
+	cJSON_AddNumberToObject(o, "requests", (double)nops);
+	cJSON_AddNumberToObject(o, "errors", (double)nerrs);
+	cJSON_AddItemToObject(root, "totals", o);
+	cJSON_AddItemToObject(root, "conversions", view_json(&views));
+	o = cJSON_AddObjectToObject(root, "cache_hits");
+	cJSON_AddNumberToObject(
+		o, "headers", (double)get(&st->ctr[CASTFS_SCTR_HEADER_CACHE_HITS]));
+	cJSON_AddNumberToObject(
+		o, "plans", (double)get(&st->ctr[CASTFS_SCTR_PLAN_CACHE_HITS]));
+	cJSON_AddNumberToObject(
+		o, "tensor_trees",
+		(double)get(&st->ctr[CASTFS_SCTR_TREE_CACHE_HITS]));
 }
 
 char *castfs_stats_json(const struct castfs_stats *st,
 			const struct castfs_views *vs)
 {
 	cJSON *root = cJSON_CreateObject();
+	uint64_t nops, nerrs;
 	cJSON *views;
 	char *out;
 
 	if (!root)
 		return NULL;
 	cJSON_AddNumberToObject(root, "uptime_s", uptime(st));
-	add_ops(root, st);
+	add_ops(root, st, &nops, &nerrs);
 	views = cJSON_AddObjectToObject(root, "views");
 	for (size_t i = 0; views && i < st->nviews && i < vs->n; i++)
 		cJSON_AddItemToObject(views, vs->v[i].name,
 				      view_json(&st->view[i]));
 	cJSON_AddItemToObject(root, "passthrough", view_json(&st->passthrough));
+	cJSON_AddItemToObject(root, "tensor_files", view_json(&st->tensors));
 	cJSON_AddItemToObject(root, "other_files", view_json(&st->other));
+	add_sums(root, st, nops, nerrs);
 	for (int i = 0; i < CASTFS_SCTR_COUNT; i++)
 		cJSON_AddNumberToObject(root, sctr_names[i],
 					(double)get(&st->ctr[i]));

@@ -35,13 +35,17 @@ enum castfs_sctr {
 	CASTFS_SCTR_HEADER_CACHE_HITS,
 	CASTFS_SCTR_TENSOR_STATS,   /* tensor-wide statistics computed */
 	CASTFS_SCTR_STALE_READS,    /* reads refused: the source changed */
+	CASTFS_SCTR_TREES_BUILT,    /* tensor trees indexed */
+	CASTFS_SCTR_TREE_CACHE_HITS,
 	CASTFS_SCTR_COUNT,
 };
 
 /* Index of pass-through reads in per-view counters (after the views). */
 #define CASTFS_STATS_PASSTHROUGH (-1)
-/* Index of reads of other computed files (npy, info, JSON). */
+/* Index of reads of other computed files (model-directory JSON...). */
 #define CASTFS_STATS_OTHER (-2)
+/* Index of reads of the files of tensor trees (.npy, .info, .raw). */
+#define CASTFS_STATS_TENSORS (-3)
 
 struct castfs_stats;
 
@@ -71,8 +75,10 @@ uint64_t castfs_stats_get(const struct castfs_stats *st, enum castfs_sctr c);
 
 /*
  * castfs_stats_json - the counters as a malloc'ed JSON text (uptime,
- * requests and errors per operation, opens/reads/bytes per view, and the
- * global counters), or NULL on -ENOMEM. @vs names the views.
+ * requests and errors per operation, opens/reads/bytes per view and for
+ * pass-through, tensor-tree and other files, their totals, the bytes the
+ * views converted, cache hits, and the global counters), or NULL on
+ * -ENOMEM. @vs names the views. The layout is in docs/castfs.1.
  */
 char *castfs_stats_json(const struct castfs_stats *st,
 			const struct castfs_views *vs);
