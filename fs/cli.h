@@ -1,7 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-/* The sub-commands of the castfs binary. */
+/* The sub-commands of the castfs binary and what they share. */
 #ifndef CASTFS_CLI_H
 #define CASTFS_CLI_H
+
+#include <stdbool.h>
+#include <sys/stat.h>
+
+#include "st_header.h"
+#include "view.h"
 
 /* castfs info FILE...: header summary and tensor table. Exit status. */
 int castfs_cli_info(int argc, char **argv);
@@ -12,5 +18,39 @@ int castfs_cli_convert(int argc, char **argv);
 /* castfs_mount_device - "major:minor" of the filesystem mounted at
  * @mountpoint per /proc/self/mountinfo (malloc'ed), or NULL. */
 char *castfs_mount_device(const char *mountpoint);
+
+/* ---- shared by the sub-commands (fs/cli_common.c) ---- */
+
+/*
+ * cli_views_load - the built-in views plus those of JSON file @config
+ * (may be NULL) into @vs. Prints what is wrong on stderr. Returns 0 or -1.
+ */
+int cli_views_load(struct castfs_views *vs, const char *cmd,
+		   const char *config);
+
+/* A checkpoint opened by a sub-command, possibly seen through a view. */
+struct cli_src {
+	char *path;		/* the safetensors file read */
+	char *shown;		/* the name to show: FILE, or X.<view>... */
+	int fd;
+	struct stat st;
+	struct castfs_header *h;
+	const struct castfs_view *view; /* NULL: the file itself */
+};
+
+/*
+ * cli_src_open - open @arg and read its header: the file itself, through
+ * view @view_name when given, or, when @arg does not exist and is named
+ * X.<view>.safetensors, X.safetensors through that view. Prints
+ * "castfs CMD: FILE: reason" on stderr on failure. Returns 0 or -1.
+ */
+int cli_src_open(struct cli_src *s, const char *cmd, const char *arg,
+		 const struct castfs_views *vs, const char *view_name);
+
+/* cli_src_close - release what cli_src_open() got; safe twice. */
+void cli_src_close(struct cli_src *s);
+
+/* cli_same_file - true if @fd is still the identity in @st (size, mtime). */
+bool cli_same_file(int fd, const struct stat *st);
 
 #endif

@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: MIT */
+/* What the sub-commands share: views, and opening a checkpoint or view. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "reader.h"
+
+static const char st_ext[] = ".safetensors";
+#define ST_EXT_LEN (sizeof(st_ext) - 1)
+
+/* A config file, whole; NULL with errno set on failure. */
+static char *read_small_file(const char *path, size_t *len)
+{
+	struct stat st;
+	char *buf = NULL;
+	int fd = open(path, O_RDONLY | O_CLOEXEC), saved;
+	ssize_t got;
+
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) < 0)
+		goto out_close;
+	if (!S_ISREG(st.st_mode) || st.st_size > (16 << 20)) {
+		errno = EINVAL;
+		goto out_close;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf)
+		goto out_close;
+	got = read(fd, buf, (size_t)st.st_size);
+	if (got != st.st_size) {
+		free(buf);
+		buf = NULL;
+		errno = got < 0 ? errno : EIO;
+		goto out_close;
+	}
+	buf[got] = '\0';
+	*len = (size_t)got;
+out_close:
+	saved = errno;
+	close(fd);
+	errno = saved;
+	return buf;
+}
+
+int cli_views_load(struct castfs_views *vs, const char *cmd,
+		   const char *config)
+{
+	struct castfs_diag d = { { 0 } };
+	size_t len;
+	char *json;
+	int rc = castfs_views_builtin(vs);
+
+	if (rc) {
+		fprintf(stderr, "castfs %s: %s\n", cmd, strerror(-rc));
+		return -1;
+	}
+	if (!config)
+		return 0;
+	json = read_small_file(config, &len);
+	if (!json) {
+		fprintf(stderr, "castfs %s: %s: %s\n", cmd, config,
+			strerror(errno));
+		return -1;
+	}
+	rc = castfs_views_load(vs, json, len, &d);
+	free(json);
+	if (rc) {
+		fprintf(stderr, "castfs %s: %s: %s\n", cmd, config,
+			d.msg[0] ? d.msg : strerror(-rc));
+		return -1;
+	}
+	return 0;
+}
+
+/* "dir/X.<view>.safetensors" -> "dir/X.safetensors" and the view. */
+static int split_view_name(const char *arg, const struct castfs_views *vs,
+			   char **path, const struct castfs_view **view)
+{
+	size_t len = strlen(arg), stem;
+	const char *dot, *slash = strrchr(arg, '/');
+
+	if (len <= ST_EXT_LEN || strcmp(arg + len - ST_EXT_LEN, st_ext))
+		return -ENOENT;
+	stem = len - ST_EXT_LEN;
+	dot = memrchr(arg, '.', stem);
+	if (!dot || dot == arg || (slash && dot <= slash + 1))
+		return -ENOENT;
+	*view = castfs_views_find(vs, dot + 1, (size_t)(arg + stem - dot - 1));
+	if (!*view)
+		return -ENOENT;
+	if (asprintf(path, "%.*s%s", (int)(dot - arg), arg, st_ext) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+/* The name a view of @path is shown under: "dir/X.<view>.safetensors". */
+static char *view_shown(const char *path, const char *view)
+{
+	size_t len = strlen(path);
+	char *s;
+
+	if (len > ST_EXT_LEN && !strcmp(path + len - ST_EXT_LEN, st_ext))
+		len -= ST_EXT_LEN;
+	if (asprintf(&s, "%.*s.%s%s", (int)len, path, view, st_ext) < 0)
+		return NULL;
+	return s;
+}
+
+static int src_fail(struct cli_src *s, const char *cmd, const char *file,
+		    const char *why)
+{
+	fprintf(stderr, "castfs %s: %s: %s\n", cmd, file, why);
+	cli_src_close(s);
+	return -1;
+}
+
+/* Find what @arg names: the file itself, or a view of its sibling. */
+static int src_resolve(struct cli_src *s, const char *cmd, const char *arg,
+		       const struct castfs_views *vs, const char *view_name)
+{
+	if (view_name) {
+		s->view = castfs_views_find(vs, view_name, strlen(view_name));
+		if (!s->view) {
+			fprintf(stderr, "castfs %s: unknown view '%s' "
+					"(castfs --help lists them)\n",
+				cmd, view_name);
+			return -1;
+		}
+	}
+	s->fd = open(arg, O_RDONLY | O_CLOEXEC);
+	if (s->fd < 0 && errno == ENOENT && !view_name &&
+	    split_view_name(arg, vs, &s->path, &s->view) == 0) {
+		s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
+		s->shown = strdup(arg);
+	} else {
+		s->path = strdup(arg);
+		s->shown = s->view ? view_shown(arg, s->view->name) :
+				     strdup(arg);
+	}
+	if (s->fd < 0)
+		return src_fail(s, cmd, s->path ? s->path : arg,
+				strerror(errno));
+	if (!s->path || !s->shown)
+		return src_fail(s, cmd, arg, strerror(ENOMEM));
+	return 0;
+}
+
+int cli_src_open(struct cli_src *s, const char *cmd, const char *arg,
+		 const struct castfs_views *vs, const char *view_name)
+{
+	struct castfs_diag d = { { 0 } };
+	struct castfs_fd_reader fr;
+	int rc;
+
+	memset(s, 0, sizeof(*s));
+	s->fd = -1;
+	if (src_resolve(s, cmd, arg, vs, view_name))
+		return -1;
+	if (fstat(s->fd, &s->st) < 0)
+		return src_fail(s, cmd, s->path, strerror(errno));
+	if (!S_ISREG(s->st.st_mode))
+		return src_fail(s, cmd, s->path, "not a regular file");
+	castfs_fd_reader_init(&fr, s->fd);
+	rc = castfs_header_read(&fr.r, (uint64_t)s->st.st_size, &s->h, &d);
+	if (rc)
+		return src_fail(s, cmd, s->path, d.msg[0] ? d.msg :
+							     strerror(-rc));
+	return 0;
+}
+
+void cli_src_close(struct cli_src *s)
+{
+	if (s->fd >= 0)
+		close(s->fd);
+	s->fd = -1;
+	castfs_header_free(s->h);
+	s->h = NULL;
+	free(s->path);
+	free(s->shown);
+	s->path = s->shown = NULL;
+}
+
+bool cli_same_file(int fd, const struct stat *st)
+{
+	struct stat now;
+
+	return fstat(fd, &now) == 0 && now.st_size == st->st_size &&
+	       now.st_mtim.tv_sec == st->st_mtim.tv_sec &&
+	       now.st_mtim.tv_nsec == st->st_mtim.tv_nsec;
+}

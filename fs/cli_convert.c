@@ -1,0 +1,346 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * castfs convert: write a view to a real file with the mount's engine (the
+ * same plan, the same kernels: the bytes equal the mounted view's), into a
+ * temporary file next to the output that is renamed over it when whole.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "plan.h"
+
+#define CHUNK_LEN (4u << 20) /* bytes per castfs_plan_read() */
+
+struct conv_opts {
+	const char *view;
+	const char *config;
+	const char *out;
+	int progress; /* 1 on, 0 off, -1 when stderr is a terminal */
+};
+
+/* The output file being written. */
+struct conv_out {
+	char *tmp; /* the temporary name, unlinked unless renamed */
+	int fd;
+};
+
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+	interrupted = sig;
+}
+
+static void convert_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: castfs convert FILE --view VIEW -o OUT [--config FILE]\n"
+		"                      [--progress | --no-progress]\n\n"
+		"Write FILE as view VIEW converts it to OUT, with the engine of "
+		"the\nmount: OUT is byte-identical to the mounted "
+		"X.VIEW.safetensors.\nOUT appears whole or not at all "
+		"(temporary file, fsync, rename).\nFILE may also be named "
+		"X.VIEW.safetensors when only X.safetensors\nexists; then "
+		"--view may be left out.\n\n"
+		"    --view VIEW      the view (castfs --help lists them)\n"
+		"    -o, --output OUT the file to write (replaced if it "
+		"exists)\n"
+		"    --config FILE    JSON file defining more views\n"
+		"    --progress       show a progress bar (default: when "
+		"stderr is a\n"
+		"                     terminal)\n"
+		"    --no-progress    never show one\n"
+		"    -h, --help       this help\n\n"
+		"Exit status: 0, 1 on failure (the reason goes to stderr), 2 "
+		"for\nusage errors. See castfs-convert(1).\n");
+}
+
+static const char *human(uint64_t n, char *buf, size_t len)
+{
+	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	double v = (double)n;
+	int u = 0;
+
+	while (v >= 1024 && u < 4) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
+	return buf;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void show_progress(uint64_t done, uint64_t total, double t0)
+{
+	static double last;
+	double t = now_s(), frac = total ? (double)done / (double)total : 1;
+	char a[32], b[32], r[32], bar[31];
+	int fill = (int)(frac * 30);
+
+	if (done < total && t - last < 0.1)
+		return;
+	last = t;
+	memset(bar, '#', (size_t)fill);
+	memset(bar + fill, '-', (size_t)(30 - fill));
+	bar[30] = '\0';
+	fprintf(stderr, "\r[%s] %3d%% %s / %s  %s/s ", bar, (int)(frac * 100),
+		human(done, a, sizeof(a)), human(total, b, sizeof(b)),
+		human((uint64_t)((double)done / CASTFS_MAX(t - t0, 1e-3)), r,
+		      sizeof(r)));
+	if (done == total)
+		fputc('\n', stderr);
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* Produce every byte of @plan into @fd. Returns 0 or prints why not. */
+static int conv_copy(const struct cli_src *s, const struct castfs_plan *plan,
+		     int fd, const struct conv_opts *o)
+{
+	struct castfs_scratch sc;
+	struct castfs_fd_reader fr;
+	uint8_t *buf = malloc(CHUNK_LEN);
+	double t0 = now_s();
+	uint64_t off = 0;
+	int rc = buf ? castfs_scratch_init(&sc) : -ENOMEM;
+
+	castfs_fd_reader_init(&fr, s->fd);
+	while (!rc && off < plan->size && !interrupted) {
+		size_t n = (size_t)CASTFS_MIN(plan->size - off, CHUNK_LEN);
+		ssize_t got = castfs_plan_read(plan, &fr.r, &sc, buf, n, off);
+
+		if (got < 0 || (size_t)got != n) {
+			rc = got < 0 ? (int)got : -EIO;
+			fprintf(stderr, "\ncastfs convert: %s: output bytes "
+					"[%" PRIu64 ", %" PRIu64 "): %s\n",
+				s->path, off, off + n, strerror(-rc));
+			break;
+		}
+		rc = write_all(fd, buf, n);
+		if (rc)
+			fprintf(stderr, "\ncastfs convert: %s: %s\n", o->out,
+				strerror(-rc));
+		off += n;
+		if (o->progress)
+			show_progress(off, plan->size, t0);
+	}
+	if (buf)
+		castfs_scratch_fini(&sc);
+	free(buf);
+	return rc || interrupted ? -1 : 0;
+}
+
+/* A temporary file next to @out; mode as a new file would get. */
+static int out_open(struct conv_out *w, const char *out)
+{
+	char *d = strdup(out), *b = strdup(out);
+	mode_t mask = umask(0);
+
+	umask(mask);
+	w->fd = -1;
+	w->tmp = NULL;
+	if (d && b && asprintf(&w->tmp, "%s/.%s.castfs-XXXXXX", dirname(d),
+			       basename(b)) >= 0)
+		w->fd = mkstemp(w->tmp);
+	free(d);
+	free(b);
+	if (w->fd < 0 || fchmod(w->fd, 0666 & ~mask) < 0) {
+		fprintf(stderr, "castfs convert: %s: %s\n",
+			w->tmp ? w->tmp : out, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* Make @w durable under its final name @out. */
+static int out_commit(struct conv_out *w, const char *out)
+{
+	char *d = strdup(out);
+	int dfd, rc = 0;
+
+	if (fsync(w->fd) < 0)
+		rc = -errno;
+	if (close(w->fd) < 0 && !rc)
+		rc = -errno;
+	w->fd = -1;
+	if (!rc && rename(w->tmp, out) < 0)
+		rc = -errno;
+	if (!rc) {
+		free(w->tmp);
+		w->tmp = NULL;
+		/* The rename itself must reach the disk too. */
+		dfd = d ? open(dirname(d), O_RDONLY | O_DIRECTORY) : -1;
+		if (dfd >= 0) {
+			fsync(dfd);
+			close(dfd);
+		}
+	}
+	free(d);
+	if (rc)
+		fprintf(stderr, "castfs convert: %s: %s\n", out, strerror(-rc));
+	return rc ? -1 : 0;
+}
+
+static void out_abort(struct conv_out *w)
+{
+	if (w->fd >= 0)
+		close(w->fd);
+	if (w->tmp)
+		unlink(w->tmp);
+	free(w->tmp);
+}
+
+static bool is_source(const struct cli_src *s, const char *out)
+{
+	struct stat st;
+
+	return stat(out, &st) == 0 && st.st_dev == s->st.st_dev &&
+	       st.st_ino == s->st.st_ino;
+}
+
+static int convert_src(const struct cli_src *s, const struct conv_opts *o)
+{
+	struct castfs_diag d = { { 0 } };
+	struct castfs_plan *plan;
+	struct conv_out w;
+	int rc;
+
+	if (is_source(s, o->out)) {
+		fprintf(stderr, "castfs convert: %s: would overwrite the "
+				"source\n", o->out);
+		return 1;
+	}
+	rc = castfs_view_plan(s->view, s->h, &plan, &d);
+	if (rc) {
+		fprintf(stderr, "castfs convert: %s: view %s: %s\n", s->path,
+			s->view->name, d.msg[0] ? d.msg : strerror(-rc));
+		return 1;
+	}
+	rc = out_open(&w, o->out);
+	if (!rc)
+		rc = conv_copy(s, plan, w.fd, o);
+	if (!rc && !cli_same_file(s->fd, &s->st)) {
+		fprintf(stderr, "castfs convert: %s: changed while being "
+				"converted\n", s->path);
+		rc = -1;
+	}
+	if (!rc)
+		rc = out_commit(&w, o->out);
+	if (interrupted)
+		fprintf(stderr, "castfs convert: interrupted\n");
+	out_abort(&w);
+	castfs_plan_free(plan);
+	return rc ? 1 : 0;
+}
+
+static int parse_opts(int argc, char **argv, struct conv_opts *o)
+{
+	static const struct option longopts[] = {
+		{ "view", required_argument, NULL, 'w' },
+		{ "output", required_argument, NULL, 'o' },
+		{ "config", required_argument, NULL, 'c' },
+		{ "progress", no_argument, NULL, 'p' },
+		{ "no-progress", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int ch;
+
+	while ((ch = getopt_long(argc, argv, "ho:", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'w':
+			o->view = optarg;
+			break;
+		case 'o':
+			o->out = optarg;
+			break;
+		case 'c':
+			o->config = optarg;
+			break;
+		case 'p':
+		case 'q':
+			o->progress = ch == 'p';
+			break;
+		case 'h':
+			convert_usage(stdout);
+			exit(0);
+		default:
+			convert_usage(stderr);
+			return -1;
+		}
+	}
+	if (optind != argc - 1 || !o->out) {
+		convert_usage(stderr);
+		return -1;
+	}
+	if (o->progress < 0)
+		o->progress = isatty(STDERR_FILENO);
+	return 0;
+}
+
+static void catch_signals(void)
+{
+	struct sigaction sa = { .sa_handler = on_signal };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+}
+
+int castfs_cli_convert(int argc, char **argv)
+{
+	struct conv_opts o = { .progress = -1 };
+	struct castfs_views vs = { 0 };
+	struct cli_src s;
+	int status = 1;
+
+	if (parse_opts(argc, argv, &o))
+		return 2;
+	if (cli_views_load(&vs, "convert", o.config))
+		goto out_views;
+	if (cli_src_open(&s, "convert", argv[optind], &vs, o.view))
+		goto out_views;
+	if (!s.view) {
+		fprintf(stderr, "castfs convert: %s: which view? (--view)\n",
+			s.path);
+		goto out_src;
+	}
+	catch_signals();
+	status = convert_src(&s, &o);
+out_src:
+	cli_src_close(&s);
+out_views:
+	castfs_views_fini(&vs);
+	return status;
+}

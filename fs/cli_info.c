@@ -1,0 +1,273 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * castfs info: the header summary and tensor table of a checkpoint, of a
+ * view of one (computed with the mount's engine), or one tensor's .info.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "tensor_files.h"
+
+struct info_opts {
+	const char *view;
+	const char *config;
+	const char *tensor;
+};
+
+static void info_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: castfs info [--view VIEW] [--config FILE] "
+		"[--tensor NAME] FILE...\n\n"
+		"Print the header summary and tensor table of each safetensors "
+		"FILE.\n\n"
+		"    --view VIEW     show FILE as view VIEW would convert it\n"
+		"                    (X.VIEW.safetensors names work too when "
+		"only\n"
+		"                    X.safetensors exists)\n"
+		"    --config FILE   JSON file defining more views\n"
+		"    -t, --tensor NAME  print the .info text of one tensor\n"
+		"    -h, --help      this help\n\n"
+		"Exit status: 0, 1 if a FILE could not be read or is not a "
+		"valid\ncheckpoint (the reason goes to stderr), 2 for usage "
+		"errors.\nSee castfs-info(1).\n");
+}
+
+/* Names may hold quotes and control bytes: print those quoted. */
+static int print_name(const char *s, size_t n)
+{
+	bool plain = strlen(s) == n && n > 0;
+
+	for (size_t i = 0; plain && i < n; i++)
+		plain = (unsigned char)s[i] >= 0x20 && s[i] != 0x7f &&
+			s[i] != '"' && s[i] != ' ';
+	if (plain)
+		return printf("%s", s);
+	putchar('"');
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c < 0x20 || c == 0x7f || c == '"' || c == '\\')
+			printf("\\x%02x", c);
+		else
+			putchar(c);
+	}
+	putchar('"');
+	return (int)n + 2;
+}
+
+static void print_dtypes(const struct castfs_header *h)
+{
+	size_t count[CASTFS_DTYPE_COUNT] = { 0 };
+	const char *sep = "";
+
+	for (size_t i = 0; i < h->ntensors; i++)
+		count[h->tensors[i].dtype]++;
+	printf("dtypes:");
+	for (int i = CASTFS_DTYPE_COUNT - 1; i >= 0; i--) {
+		if (!count[i])
+			continue;
+		printf("%s %s %zu", sep,
+		       castfs_dtype_name((enum castfs_dtype)i), count[i]);
+		sep = ",";
+	}
+	putchar('\n');
+}
+
+static void print_summary(const struct castfs_tfile_ctx *c, uint64_t size)
+{
+	const struct castfs_header *h = c->h;
+	uint64_t elems = 0;
+	char *meta = castfs_meta_json(h, NULL);
+
+	for (size_t i = 0; i < h->ntensors; i++)
+		elems += h->tensors[i].nelems;
+	printf("file: ");
+	print_name(c->file, strlen(c->file));
+	if (c->view) {
+		printf("\nview: %s of ", c->view);
+		print_name(c->src_file, strlen(c->src_file));
+	}
+	printf("\nsize: %" PRIu64 " bytes\n"
+	       "header: %" PRIu64 " bytes (8 + %" PRIu64 " of JSON)\n"
+	       "data: %" PRIu64 " bytes at offset %" PRIu64 "\n"
+	       "tensors: %zu\nelements: %" PRIu64 "\n",
+	       size, h->data_start, h->header_len, h->data_len, h->data_start,
+	       h->ntensors, elems);
+	print_dtypes(h);
+	printf("metadata: %s", meta ? meta : "?\n");
+	free(meta);
+}
+
+static int name_width(const struct castfs_header *h)
+{
+	size_t w = 4;
+
+	for (size_t i = 0; i < h->ntensors; i++)
+		w = CASTFS_MAX(w, h->tensors[i].name_len);
+	return (int)CASTFS_MIN(w, 64);
+}
+
+static void print_row(const struct castfs_tfile_ctx *c,
+		      const struct castfs_tensor *t, int width)
+{
+	char *shape = castfs_shape_str(t->ndim, t->shape), off[64];
+	int n = print_name(t->name, t->name_len);
+
+	snprintf(off, sizeof(off), "[%" PRIu64 ", %" PRIu64 "]", t->begin,
+		 t->end);
+	printf("%*s  %-11s %-16s ", n < width ? width - n : 0, "",
+	       castfs_dtype_name(t->dtype), shape ? shape : "?");
+	if (c->view) {
+		struct castfs_torigin o;
+		char how[128];
+
+		castfs_torigin_find(c, t, &o);
+		castfs_torigin_str(&o, how, sizeof(how));
+		printf("%-24s %s\n", off, how);
+	} else {
+		printf("%s\n", off);
+	}
+	free(shape);
+}
+
+static void print_table(const struct castfs_tfile_ctx *c)
+{
+	int w = name_width(c->h);
+
+	printf("\n%-*s  %-11s %-16s %s\n", w, "NAME", "DTYPE", "SHAPE",
+	       c->view ? "DATA_OFFSETS             FROM" : "DATA_OFFSETS");
+	for (size_t i = 0; i < c->h->ntensors; i++)
+		print_row(c, c->h->by_name[i], w);
+}
+
+static int print_tensor(const struct castfs_tfile_ctx *c, const char *name)
+{
+	const struct castfs_tensor *t =
+		castfs_header_find(c->h, name, strlen(name));
+	char *text;
+
+	if (!t) {
+		fprintf(stderr, "castfs info: %s: no tensor '%s'\n", c->file,
+			name);
+		return 1;
+	}
+	text = castfs_tinfo_text(c, t, NULL);
+	if (!text) {
+		fprintf(stderr, "castfs info: %s\n", strerror(ENOMEM));
+		return 1;
+	}
+	fputs(text, stdout);
+	free(text);
+	return 0;
+}
+
+/* Describe @s itself, or as its view converts it. */
+static int info_src(const struct cli_src *s, const struct info_opts *o)
+{
+	struct castfs_tfile_ctx c = { .h = s->h, .file = s->shown };
+	struct castfs_diag d = { { 0 } };
+	struct castfs_header *vh = NULL;
+	struct castfs_plan *plan = NULL;
+	uint64_t size = (uint64_t)s->st.st_size;
+	int rc = 0, status;
+
+	if (s->view) {
+		rc = castfs_view_plan(s->view, s->h, &plan, &d);
+		if (!rc)
+			rc = castfs_view_header(plan, &vh, &d);
+		if (rc) {
+			fprintf(stderr, "castfs info: %s: view %s: %s\n",
+				s->path, s->view->name,
+				d.msg[0] ? d.msg : strerror(-rc));
+			castfs_plan_free(plan);
+			return 1;
+		}
+		c = (struct castfs_tfile_ctx){
+			.h = vh, .file = s->shown, .view = s->view->name,
+			.plan = plan, .src_h = s->h, .src_file = s->path,
+		};
+		size = plan->size;
+	}
+	if (o->tensor) {
+		status = print_tensor(&c, o->tensor);
+	} else {
+		print_summary(&c, size);
+		print_table(&c);
+		status = 0;
+	}
+	castfs_header_free(vh);
+	castfs_plan_free(plan);
+	return status;
+}
+
+static int parse_opts(int argc, char **argv, struct info_opts *o)
+{
+	static const struct option longopts[] = {
+		{ "view", required_argument, NULL, 'w' },
+		{ "config", required_argument, NULL, 'c' },
+		{ "tensor", required_argument, NULL, 't' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int ch;
+
+	while ((ch = getopt_long(argc, argv, "ht:", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'w':
+			o->view = optarg;
+			break;
+		case 'c':
+			o->config = optarg;
+			break;
+		case 't':
+			o->tensor = optarg;
+			break;
+		case 'h':
+			info_usage(stdout);
+			exit(0);
+		default:
+			info_usage(stderr);
+			return -1;
+		}
+	}
+	if (optind >= argc) {
+		info_usage(stderr);
+		return -1;
+	}
+	return 0;
+}
+
+int castfs_cli_info(int argc, char **argv)
+{
+	struct castfs_views vs = { 0 };
+	struct info_opts o = { 0 };
+	int status = 0;
+
+	if (parse_opts(argc, argv, &o))
+		return 2;
+	if (cli_views_load(&vs, "info", o.config)) {
+		castfs_views_fini(&vs);
+		return 1;
+	}
+	for (int i = optind; i < argc; i++) {
+		struct cli_src s;
+
+		if (i > optind)
+			putchar('\n');
+		if (cli_src_open(&s, "info", argv[i], &vs, o.view)) {
+			status = 1;
+			continue;
+		}
+		if (info_src(&s, &o))
+			status = 1;
+		cli_src_close(&s);
+	}
+	castfs_views_fini(&vs);
+	return status;
+}
