@@ -51,3 +51,9 @@ tests_fuzz_fuzz_convert_LDADD = $(FUZZ_LIBS)
 EXTRA_DIST += tests/fuzz/replay.c tests/fuzz/gen-seeds.py \
 	tests/fuzz/fuzz_st_header.in tests/fuzz/fuzz_recipe.in \
 	tests/fuzz/fuzz_plan_read.in tests/fuzz/fuzz_convert.in
+
+# Reliability tests under a real mount (docs/RELIABILITY.md).
+REL_TESTS = tests/compat/test_rel_malformed.py \
+	tests/compat/test_rel_containment.py
+TESTS += $(REL_TESTS)
+EXTRA_DIST += $(REL_TESTS) tests/compat/rel_common.py
