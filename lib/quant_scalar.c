@@ -30,35 +30,51 @@ float castfs_q_scale(float absmax)
 	return 1.0f / (absmax > Q_TINY ? absmax : Q_TINY);
 }
 
-/* The position of @s among the 16 sorted values: midpoints it exceeds. */
+/*
+ * The position of @s among the 16 sorted values: the number of the 15
+ * ascending midpoints it exceeds, found by a branch-free binary search.
+ */
 static inline unsigned q4_position(float s, const float *mid)
 {
 	unsigned p = 0;
 
-	for (unsigned k = 0; k < 15; k++)
-		p += s > mid[k];
+	p += (unsigned)(s > mid[p + 7]) << 3;
+	p += (unsigned)(s > mid[p + 3]) << 2;
+	p += (unsigned)(s > mid[p + 1]) << 1;
+	p += (unsigned)(s > mid[p]);
 	return p;
+}
+
+static inline unsigned q4_code(float x, float scale, const float *mid,
+			       const uint8_t *order)
+{
+	float s = x * scale;
+
+	/* NaN counts as 0.0 (s != s only for NaN: scale is finite). */
+	s = s == s ? s : 0.0f;
+	return order[q4_position(s, mid)];
 }
 
 uint8_t castfs_q4_code(float x, float scale, enum castfs_qtype qt)
 {
-	float s = isnan(x) ? 0.0f : x * scale;
-
-	return castfs_q4_order[qt][q4_position(s, castfs_q4_mids[qt].f)];
+	return (uint8_t)q4_code(x, scale, castfs_q4_mids[qt].f,
+				castfs_q4_order[qt]);
 }
 
 void castfs_q4_encode_block(uint8_t *dst, const float *x, size_t m,
 			    float scale, enum castfs_qtype qt)
 {
+	const float *mid = castfs_q4_mids[qt].f;
+	const uint8_t *order = castfs_q4_order[qt];
 	size_t i;
 
 	for (i = 0; i + 1 < m; i += 2)
-		dst[i / 2] = (uint8_t)(castfs_q4_code(x[i], scale, qt) << 4 |
-				       castfs_q4_code(x[i + 1], scale, qt));
+		dst[i / 2] = (uint8_t)(q4_code(x[i], scale, mid, order) << 4 |
+				       q4_code(x[i + 1], scale, mid, order));
 	/* An odd count: bnb pads the scaled values with a zero. */
 	if (i < m)
-		dst[i / 2] = (uint8_t)(castfs_q4_code(x[i], scale, qt) << 4 |
-				       castfs_q4_code(0.0f, scale, qt));
+		dst[i / 2] = (uint8_t)(q4_code(x[i], scale, mid, order) << 4 |
+				       q4_code(0.0f, scale, mid, order));
 }
 
 /* The midpoint of dynamic-map entries @k and @k + 1, as bnb's bounds. */
