@@ -5,3 +5,13 @@
 lib_libcastfs_a_SOURCES += \
 	lib/quant.h lib/quant_internal.h lib/quant.c lib/quant_scalar.c \
 	lib/quant_avx512.c lib/quant_json.c
+
+check_PROGRAMS += tests/unit/test_quant
+TESTS += tests/unit/test_quant
+tests_unit_test_quant_SOURCES = tests/unit/test_quant.c \
+	tests/unit/testutil.c tests/unit/testutil.h
+tests_unit_test_quant_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_unit_test_quant_LDADD = $(LIBCASTFS_LIBS) $(CHECK_LIBS)
+
+TESTS += tests/compat/test_bnb.py
+EXTRA_DIST += tests/compat/test_bnb.py tests/compat/bnb_ref.py
