@@ -54,6 +54,7 @@ EXTRA_DIST += tests/fuzz/replay.c tests/fuzz/gen-seeds.py \
 
 # Reliability tests under a real mount (docs/RELIABILITY.md).
 REL_TESTS = tests/compat/test_rel_malformed.py \
-	tests/compat/test_rel_containment.py tests/compat/test_rel_changes.py
+	tests/compat/test_rel_containment.py tests/compat/test_rel_changes.py \
+	tests/compat/test_rel_stress.py
 TESTS += $(REL_TESTS)
 EXTRA_DIST += $(REL_TESTS) tests/compat/rel_common.py
