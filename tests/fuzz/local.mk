@@ -55,6 +55,12 @@ EXTRA_DIST += tests/fuzz/replay.c tests/fuzz/gen-seeds.py \
 # Reliability tests under a real mount (docs/RELIABILITY.md).
 REL_TESTS = tests/compat/test_rel_malformed.py \
 	tests/compat/test_rel_containment.py tests/compat/test_rel_changes.py \
-	tests/compat/test_rel_stress.py
+	tests/compat/test_rel_stress.py tests/compat/test_rel_faults.py
 TESTS += $(REL_TESTS)
+
+# A passthrough FUSE source that fails reads with EIO (test_rel_faults).
+check_PROGRAMS += tests/fuse/faultfs
+tests_fuse_faultfs_SOURCES = tests/fuse/faultfs.c
+tests_fuse_faultfs_CFLAGS = $(AM_CFLAGS) $(FUSE_CFLAGS)
+tests_fuse_faultfs_LDADD = $(FUSE_LIBS)
 EXTRA_DIST += $(REL_TESTS) tests/compat/rel_common.py

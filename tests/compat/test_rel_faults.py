@@ -1,0 +1,217 @@
+# SPDX-License-Identifier: MIT
+"""Faults (issue 7).
+
+kill -9: the dead mount answers ENOTCONN, `fusermount3 -u` clears it, and
+a daemon restarted on the same mount point serves the same node ids for
+the same names (files, views, directories, tensor trees, control files).
+
+Source I/O errors: the source is a FUSE filesystem (tests/fuse/faultfs)
+that fails reads reaching a given offset of files named *fault* with EIO,
+the way a bad sector does, below an unmodified castfs. Reads that hit the
+bad bytes get EIO, through the raw file and through views; reads that do
+not, and other files, are served correctly; a checkpoint whose header
+cannot be read is rejected with the reason; the daemon keeps running.
+"""
+import errno
+import json
+import os
+import signal
+import struct
+import subprocess
+import time
+import unittest
+
+import castfs_testlib as tl
+import rel_common as rc
+
+FAULT_OFF = 65536
+
+
+def faultfs_binary():
+    top = os.environ.get("top_builddir",
+                         os.path.join(os.path.dirname(__file__), "..", ".."))
+    return os.path.join(top, "tests", "fuse", "faultfs")
+
+
+def wait_mounted(mnt, proc, fstype):
+    def up():
+        if proc.poll() is not None:
+            raise AssertionError("%s exited with %d" % (fstype, proc.returncode))
+        with open("/proc/self/mountinfo") as f:
+            return any(l.split()[4] == mnt and (" - %s " % fstype) in l
+                       for l in f)
+    rc.poll(up, 30, "%s to mount" % fstype)
+
+
+def start_castfs(src, mnt):
+    p = subprocess.Popen([tl.castfs_binary(), "-f", src, mnt],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_mounted(mnt, p, "fuse.castfs")
+    return p
+
+
+class KillAndRestart(unittest.TestCase):
+    NAMES = ["m.safetensors", rc.view_name("m", "fp16"),
+             rc.view_name("m", "nf4"), "sub", "sub/s.safetensors",
+             os.path.join("sub", rc.view_name("s", "bf16")), "notes.txt",
+             ".castfs", ".castfs/stats", "m.safetensors.tensors"]
+
+    def test_kill_9_umount_restart_same_ids(self):
+        with rc_tempdir() as top:
+            src, mnt = os.path.join(top, "src"), os.path.join(top, "mnt")
+            os.makedirs(os.path.join(src, "sub"))
+            os.mkdir(mnt)
+            t = rc.write_ckpt(os.path.join(src, "m.safetensors"), 1)
+            rc.write_ckpt(os.path.join(src, "sub", "s.safetensors"), 2)
+            with open(os.path.join(src, "notes.txt"), "w") as f:
+                f.write("x\n")
+            names = self.NAMES
+            p = start_castfs(src, mnt)
+            fd = -1
+            try:
+                ids = self.ids(mnt, names)
+                fd = os.open(os.path.join(mnt, rc.view_name("m", "fp16")),
+                             os.O_RDONLY)  # in use at the kill
+                p.send_signal(signal.SIGKILL)
+                p.wait(timeout=30)
+                with self.assertRaises(OSError) as cm:
+                    os.listdir(mnt)
+                self.assertEqual(cm.exception.errno, errno.ENOTCONN)
+                with self.assertRaises(OSError) as cm:
+                    os.pread(fd, 4096, 0)
+                self.assertEqual(cm.exception.errno, errno.ENOTCONN)
+                os.close(fd)
+                fd = -1
+                subprocess.run(["fusermount3", "-u", mnt], check=True,
+                               timeout=60)
+                self.assertFalse(tl._mounted(mnt))
+                p = start_castfs(src, mnt)
+                self.assertEqual(self.ids(mnt, names), ids)
+                with open(os.path.join(mnt, rc.view_name("m", "fp16")),
+                          "rb") as f:
+                    self.assertEqual(f.read(), rc.view_bytes(t, "fp16"))
+            finally:
+                if fd >= 0:
+                    os.close(fd)
+                if tl._mounted(mnt):
+                    subprocess.run(["fusermount3", "-u", "-z", mnt], timeout=60)
+                p.wait(timeout=30)
+            self.assertEqual(p.returncode, 0)
+
+    def ids(self, mnt, names):
+        out = {}
+        for n in names:
+            p = os.path.join(mnt, n)
+            if n.endswith(".tensors") and not os.path.exists(p):
+                continue  # tensor trees not built in
+            out[n] = os.stat(p).st_ino
+        self.assertGreaterEqual(len(out), len(names) - 1)
+        self.assertEqual(len(set(out.values())), len(out), "ids collide")
+        return out
+
+
+class rc_tempdir:
+    def __enter__(self):
+        self.cm = tl.tempdir()
+        return self.cm.__enter__()
+
+    def __exit__(self, *a):
+        return self.cm.__exit__(*a)
+
+
+class SourceIOErrors(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not os.access(faultfs_binary(), os.X_OK):
+            raise unittest.SkipTest("faultfs not built")
+        cls.tmp = tl.tempdir()
+        top = cls.tmp.__enter__()
+        cls.real, cls.fmnt = os.path.join(top, "real"), os.path.join(top, "fmnt")
+        os.makedirs(cls.real)
+        os.makedirs(cls.fmnt)
+        cls.good = rc.write_ckpt(os.path.join(cls.real, "good.safetensors"), 1, 8)
+        cls.bad = rc.write_ckpt(os.path.join(cls.real, "fault.safetensors"), 2, 16)
+        # A header longer than FAULT_OFF: its checkpoint cannot be read.
+        from safetensors.torch import save_file
+        save_file(rc.make_tensors(3), os.path.join(cls.real, "faulthdr.safetensors"),
+                  metadata={"format": "pt", "pad": "x" * (FAULT_OFF + 100)})
+        with open(os.path.join(cls.real, "fault.safetensors"), "rb") as f:
+            cls.bad_bytes = f.read()
+        assert len(cls.bad_bytes) > 4 * FAULT_OFF
+        cls.fproc = subprocess.Popen([faultfs_binary(), cls.real, cls.fmnt,
+                                      str(FAULT_OFF), "-f"])
+        wait_mounted(cls.fmnt, cls.fproc, "fuse.faultfs")
+        cls.mount = tl.Mount(cls.fmnt)
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.mount.unmount()
+        subprocess.run(["fusermount3", "-u", cls.fmnt], timeout=60)
+        cls.fproc.wait(timeout=30)
+        cls.tmp.__exit__(None, None, None)
+        assert code == 0, "castfs exited with %d" % code
+
+    def pread(self, name, n, off):
+        fd = os.open(self.mount.join(name), os.O_RDONLY | os.O_DIRECT)
+        try:
+            return os.pread(fd, n, off)
+        finally:
+            os.close(fd)
+
+    def eio(self, name, n, off):
+        with self.assertRaises(OSError) as cm:
+            self.pread(name, n, off)
+        self.assertEqual(cm.exception.errno, errno.EIO, "%s @%d" % (name, off))
+
+    def test_raw_reads_that_hit_the_fault_get_eio(self):
+        b = self.bad_bytes
+        self.assertEqual(self.pread("fault.safetensors", 4096, 0), b[:4096])
+        self.assertEqual(self.pread("fault.safetensors", 100, FAULT_OFF - 100),
+                         b[FAULT_OFF - 100:FAULT_OFF])
+        self.eio("fault.safetensors", 200, FAULT_OFF - 100)
+        self.eio("fault.safetensors", 4096, 3 * FAULT_OFF)
+        with self.assertRaises(OSError) as cm:
+            with open(self.mount.join("fault.safetensors"), "rb") as f:
+                f.read()
+        self.assertEqual(cm.exception.errno, errno.EIO)
+
+    def test_view_reads_that_hit_the_fault_get_eio(self):
+        want = rc.view_bytes(self.bad, "fp32")  # same layout as the source
+        name = rc.view_name("fault", "fp32")
+        self.assertEqual(os.stat(self.mount.join(name)).st_size, len(want))
+        # The header and "ids" (copied from the start of the source's data)
+        # read fine; the rest of the view is computed from faulty bytes.
+        hlen = 8 + struct.unpack("<Q", want[:8])[0]
+        end = hlen + json.loads(want[8:hlen])["ids"]["data_offsets"][1]
+        self.assertEqual(self.pread(name, end, 0), want[:end])
+        self.eio(name, 4096, len(want) - 4096)
+        for view in ("fp16", "bf16", "nf4"):
+            with self.subTest(view=view):
+                size = os.stat(self.mount.join(rc.view_name("fault", view))).st_size
+                with self.assertRaises(OSError) as cm:
+                    with open(self.mount.join(rc.view_name("fault", view)),
+                              "rb") as f:
+                        f.read()
+                self.assertEqual(cm.exception.errno, errno.EIO)
+                self.assertGreater(size, 0)
+
+    def test_unreadable_header_is_rejected_with_the_reason(self):
+        names = os.listdir(self.mount.path)
+        self.assertIn("faulthdr.safetensors", names)
+        self.assertNotIn(rc.view_name("faulthdr", "fp16"), names)
+        with open(self.mount.join(".castfs", "rejected")) as f:
+            rej = {e["path"]: e for e in json.load(f)}
+        self.assertEqual(rej["faulthdr.safetensors"]["error"],
+                         os.strerror(errno.EIO))
+
+    def test_other_files_unaffected_and_daemon_alive(self):
+        for _ in range(3):
+            self.eio("fault.safetensors", 4096, 3 * FAULT_OFF)
+            for view in rc.CAST_VIEWS:
+                with open(self.mount.join(rc.view_name("good", view)), "rb") as f:
+                    self.assertEqual(f.read(), rc.view_bytes(self.good, view))
+        self.assertIsNone(self.mount.proc.poll())
+
+
+if __name__ == "__main__":
+    tl.main()

@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * faultfs: a read-only passthrough FUSE filesystem that fails reads with
+ * EIO, for the fault tests (docs/RELIABILITY.md). Any read of a file whose
+ * name contains "fault" that reaches byte OFFSET or beyond gets EIO, as a
+ * failing disk sector would; everything else is passed through, uncached.
+ *
+ *   faultfs SOURCE MOUNTPOINT OFFSET [FUSE options...]
+ */
+#define FUSE_USE_VERSION 31
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <fuse.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int src_fd = -1;
+static off_t fault_off;
+
+/* FUSE paths start with '/': relative to the source directory. */
+static const char *rel(const char *path)
+{
+	return path[1] ? path + 1 : ".";
+}
+
+static int ff_getattr(const char *path, struct stat *st,
+		      struct fuse_file_info *fi)
+{
+	(void)fi;
+	return fstatat(src_fd, rel(path), st, AT_SYMLINK_NOFOLLOW) ? -errno : 0;
+}
+
+static int ff_readlink(const char *path, char *buf, size_t len)
+{
+	ssize_t n = readlinkat(src_fd, rel(path), buf, len - 1);
+
+	if (n < 0)
+		return -errno;
+	buf[n] = '\0';
+	return 0;
+}
+
+static int ff_readdir(const char *path, void *buf, fuse_fill_dir_t fill,
+		      off_t off, struct fuse_file_info *fi,
+		      enum fuse_readdir_flags flags)
+{
+	int fd = openat(src_fd, rel(path), O_RDONLY | O_DIRECTORY);
+	struct dirent *de;
+	DIR *dp;
+
+	(void)off, (void)fi, (void)flags;
+	if (fd < 0 || !(dp = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
+		return -errno;
+	}
+	while ((de = readdir(dp)))
+		fill(buf, de->d_name, NULL, 0, 0);
+	closedir(dp);
+	return 0;
+}
+
+static int ff_open(const char *path, struct fuse_file_info *fi)
+{
+	int fd;
+
+	if ((fi->flags & O_ACCMODE) != O_RDONLY)
+		return -EROFS;
+	fd = openat(src_fd, rel(path), O_RDONLY);
+	if (fd < 0)
+		return -errno;
+	fi->fh = (uint64_t)fd;
+	fi->direct_io = 1; /* every read reaches us: no cache hides a fault */
+	return 0;
+}
+
+static int ff_read(const char *path, char *buf, size_t size, off_t off,
+		   struct fuse_file_info *fi)
+{
+	ssize_t n;
+
+	if (strstr(path, "fault") && off + (off_t)size > fault_off)
+		return -EIO;
+	n = pread((int)fi->fh, buf, size, off);
+	return n < 0 ? -errno : (int)n;
+}
+
+static int ff_release(const char *path, struct fuse_file_info *fi)
+{
+	(void)path;
+	close((int)fi->fh);
+	return 0;
+}
+
+static const struct fuse_operations ff_ops = {
+	.getattr = ff_getattr,
+	.readlink = ff_readlink,
+	.readdir = ff_readdir,
+	.open = ff_open,
+	.read = ff_read,
+	.release = ff_release,
+};
+
+int main(int argc, char **argv)
+{
+	char *fargv[64];
+	int fargc = 0;
+
+	if (argc < 4 || argc > 60) {
+		fprintf(stderr, "usage: %s SOURCE MOUNTPOINT OFFSET [opts]\n",
+			argv[0]);
+		return 2;
+	}
+	src_fd = open(argv[1], O_RDONLY | O_DIRECTORY);
+	if (src_fd < 0) {
+		perror(argv[1]);
+		return 1;
+	}
+	fault_off = strtoll(argv[3], NULL, 0);
+	fargv[fargc++] = argv[0];
+	fargv[fargc++] = argv[2];
+	for (int i = 4; i < argc; i++)
+		fargv[fargc++] = argv[i];
+	fargv[fargc] = NULL;
+	return fuse_main(fargc, fargv, &ff_ops, NULL);
+}
