@@ -180,7 +180,6 @@ class Changes(unittest.TestCase):
         time.sleep(1.0)  # readers keep going across the change (duration)
         r.finish()
         self.assertEqual(r.problems, [])
-        self.assertGreater(r.counts["ok"], 10)
         self.assertIsNone(self.mount.proc.poll(), "daemon died")
         return r
 
