@@ -3,9 +3,12 @@
  * The control directory /.castfs: live stats, the effective configuration,
  * the rejected source files and the version. Content is generated at open.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ns_internal.h"
 
@@ -78,6 +81,98 @@ static int ctl_file_getattr(struct castfs_ns *ns, const struct ns_node *n,
 	return 0;
 }
 
+/* Bounds of the walk that makes /.castfs/rejected complete. */
+#define SCAN_MAX_DEPTH 64
+#define SCAN_MAX_FILES 100000
+
+static bool is_checkpoint_name(const char *name)
+{
+	static const char ext[] = ".safetensors";
+	size_t len = strlen(name), el = sizeof(ext) - 1;
+
+	return len > el && strcmp(name + len - el, ext) == 0;
+}
+
+static mode_t scan_type(DIR *dp, const struct dirent *de)
+{
+	struct stat st;
+
+	if (de->d_type == DT_DIR)
+		return S_IFDIR;
+	if (de->d_type == DT_REG)
+		return S_IFREG;
+	if (de->d_type != DT_UNKNOWN ||
+	    fstatat(dirfd(dp), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return 0;
+	return st.st_mode & S_IFMT;
+}
+
+static void scan_dir(struct castfs_ns *ns, const char *dir, int depth,
+		     size_t *budget);
+
+static void scan_entry(struct castfs_ns *ns, const char *dir, DIR *dp,
+		       const struct dirent *de, int depth, size_t *budget)
+{
+	mode_t type = scan_type(dp, de);
+	struct ns_ckpt *ck;
+	struct stat st;
+	char *path;
+
+	if (type == S_IFREG && !is_checkpoint_name(de->d_name))
+		return;
+	if (type != S_IFREG && type != S_IFDIR)
+		return;
+	path = ns_path_join(dir, de->d_name, strlen(de->d_name));
+	if (!path)
+		return;
+	if (type == S_IFDIR) {
+		scan_dir(ns, path, depth + 1, budget);
+	} else {
+		/* Rejected files are cached (and logged) as a side effect. */
+		if (ns_ckpt_valid(ns, path, &st, &ck) == 0)
+			ns_ckpt_put(ns, ck);
+		(*budget)--;
+	}
+	free(path);
+}
+
+/*
+ * Read the header of every *.safetensors file below @dir through the
+ * checkpoint cache, so that the rejected ones are all known, not only
+ * those a listing happened to show. Headers are read once per identity.
+ */
+static void scan_dir(struct castfs_ns *ns, const char *dir, int depth,
+		     size_t *budget)
+{
+	struct dirent *de;
+	DIR *dp;
+	int fd;
+
+	if (depth > SCAN_MAX_DEPTH || !*budget)
+		return;
+	fd = ns_src_open(ns, dir, O_RDONLY | O_DIRECTORY);
+	if (fd < 0)
+		return;
+	dp = fdopendir(fd);
+	if (!dp) {
+		close(fd);
+		return;
+	}
+	while (*budget && (de = readdir(dp))) {
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			scan_entry(ns, dir, dp, de, depth, budget);
+	}
+	closedir(dp);
+}
+
+static char *ctl_rejected(struct castfs_ns *ns)
+{
+	size_t budget = SCAN_MAX_FILES;
+
+	scan_dir(ns, "", 0, &budget);
+	return ns_ckpt_rejected_json(ns);
+}
+
 static char *ctl_text(struct castfs_ns *ns, uint32_t which)
 {
 	switch ((enum ctl_file)which) {
@@ -87,7 +182,7 @@ static char *ctl_text(struct castfs_ns *ns, uint32_t which)
 	case CTL_CONFIG:
 		return strdup(ns->config_json);
 	case CTL_REJECTED:
-		return ns_ckpt_rejected_json(ns);
+		return ctl_rejected(ns);
 	case CTL_VERSION:
 		return strdup(PACKAGE_NAME " " PACKAGE_VERSION);
 	case CTL_COUNT:
