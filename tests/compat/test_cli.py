@@ -1,0 +1,296 @@
+# SPDX-License-Identifier: MIT
+"""The command line: castfs --help/--version, castfs info, castfs convert,
+and the man pages. convert's output must equal the mounted view, byte for
+byte, for every view; info must agree with the header and the .info files.
+"""
+import json
+import os
+import pty
+import re
+import shutil
+import stat
+import subprocess
+import unittest
+
+import castfs_testlib as tl
+import test_tensors as tt
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.join(HERE, "..", "..")
+MALFORMED = os.path.join(TOP, "tests", "data", "malformed")
+MAN_PAGES = ["castfs.1", "castfs-info.1", "castfs-convert.1"]
+
+
+def castfs(*args, **kw):
+    return subprocess.run([tl.castfs_binary()] + list(args), capture_output=True,
+                          text=True, **kw)
+
+
+def unquote(name):
+    if not name.startswith('"'):
+        return name
+    return re.sub(r"\\x([0-9a-f]{2})", lambda m: chr(int(m.group(1), 16)), name[1:-1])
+
+
+ROW = re.compile(r"^(?P<name>\".*\"|\S+)\s+(?P<dtype>[A-Z0-9_]+)\s+(?P<shape>\[[0-9, ]*\])\s+"
+                 r"(?P<off>\[\d+, \d+\])(?:\s+(?P<src>\S.*))?$")
+
+
+def parse_info(out):
+    """(summary dict, {name: row}) of `castfs info` output."""
+    head, _, table = out.partition("\nNAME ")
+    summary = {}
+    for line in head.splitlines():
+        if ": " in line and not line.startswith(" "):
+            k, v = line.split(": ", 1)
+            summary.setdefault(k, v)
+    rows = {}
+    for line in table.splitlines()[1:]:
+        m = ROW.match(line)
+        assert m, line
+        rows[unquote(m.group("name"))] = m
+    return summary, rows
+
+
+def info_lines(text):
+    return dict(l.split(": ", 1) for l in text.splitlines())
+
+
+class CommandLine(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.src_ctx = tl.tempdir()
+        cls.src = cls.src_ctx.__enter__()
+        for make in (tt.llama, tt.flux, tt.sdunet, tt.hostile):
+            make(cls.src)
+        cls.out_ctx = tl.tempdir(prefix="castfs-out-")
+        cls.out = cls.out_ctx.__enter__()
+        cls.mnt = tl.Mount(cls.src)
+        with open(cls.mnt.join(".castfs", "config")) as f:
+            cls.views = [v["name"] for v in json.load(f)["views"]]
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.mnt.unmount()
+        cls.out_ctx.__exit__(None, None, None)
+        cls.src_ctx.__exit__(None, None, None)
+        assert rc == 0, "castfs exited with %d" % rc
+
+    def files(self):
+        return sorted(f for f in os.listdir(self.src) if f.endswith(".safetensors"))
+
+    def test_help_and_version(self):
+        r = castfs("--help")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for word in ["info", "convert", "views=", "config=", "man castfs"] + self.views:
+            self.assertIn(word, r.stdout)
+        r = castfs("--version")
+        self.assertEqual(r.returncode, 0)
+        self.assertRegex(r.stdout, r"^castfs \d+\.\d+\.\d+")
+        for sub in ("info", "convert"):
+            r = castfs(sub, "--help")
+            self.assertEqual(r.returncode, 0)
+            self.assertIn("castfs " + sub, r.stdout)
+        self.assertEqual(castfs("info").returncode, 2)
+        self.assertEqual(castfs("convert", "x.safetensors").returncode, 2)
+        self.assertEqual(castfs("info", "--bogus", "x").returncode, 2)
+
+    def test_info_table(self):
+        for f in self.files():
+            path = os.path.join(self.src, f)
+            hdr, meta, data_start = tt.read_header(path)
+            r = castfs("info", path)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            summary, rows = parse_info(r.stdout)
+            self.assertEqual(int(summary["tensors"]), len(hdr))
+            self.assertEqual(summary["size"], "%d bytes" % os.path.getsize(path))
+            self.assertTrue(summary["data"].endswith("at offset %d" % data_start))
+            self.assertEqual(sorted(rows), sorted(hdr), f)
+            for name, m in rows.items():
+                self.assertEqual(m.group("dtype"), hdr[name]["dtype"])
+                self.assertEqual(json.loads(m.group("shape")), hdr[name]["shape"])
+                self.assertEqual(json.loads(m.group("off")), hdr[name]["data_offsets"])
+
+    def tensor_info(self, tree, name):
+        stem = tt.TensorTrees.walk(self, tree)[name]
+        with open(stem + ".info") as f:
+            return f.read()
+
+    def test_info_tensor_equals_info_file(self):
+        f = "flux.safetensors"
+        tree = self.mnt.join(f + ".tensors")
+        for name in ("double_blocks.0.img_attn.qkv.weight", "img_in.weight"):
+            r = castfs("info", "-t", name, os.path.join(self.src, f))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            got, exp = info_lines(r.stdout), info_lines(self.tensor_info(tree, name))
+            self.assertEqual(json.loads(got.pop("file")), os.path.join(self.src, f))
+            self.assertEqual(json.loads(exp.pop("file")), f)
+            self.assertEqual(got, exp)
+        r = castfs("info", "-t", "no.such.tensor", os.path.join(self.src, f))
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("no tensor 'no.such.tensor'", r.stderr)
+
+    def test_info_views(self):
+        src = os.path.join(self.src, "llama.safetensors")
+        a = castfs("info", "--view", "fp8", src)
+        b = castfs("info", os.path.join(self.src, "llama.fp8.safetensors"))
+        self.assertEqual(a.returncode, 0, a.stderr)
+        self.assertEqual(a.stdout, b.stdout)
+        summary, rows = parse_info(a.stdout)
+        self.assertTrue(summary["view"].startswith("fp8 of "))
+        vhdr, _, _ = tt.read_header(self.mnt.join("llama.fp8.safetensors"))
+        self.assertEqual(sorted(rows), sorted(vhdr))
+        w = rows["model.layers.0.mlp.up_proj.weight"]
+        self.assertEqual(w.group("dtype"), "F8_E4M3")
+        self.assertTrue(w.group("src").startswith("cast BF16 -> F8_E4M3"), w.group("src"))
+        self.assertEqual(rows["model.layers.0.self_attn.rotary_emb.inv_freq"].group("src"),
+                         "cast F32 -> F8_E4M3 (saturating)")
+        # The same file read through the mount: same tensors, same offsets.
+        c = castfs("info", self.mnt.join("llama.fp8.safetensors"))
+        self.assertEqual(c.returncode, 0, c.stderr)
+        _, mrows = parse_info(c.stdout)
+        for name, m in rows.items():
+            self.assertEqual(mrows[name].group("dtype", "shape", "off"),
+                             m.group("dtype", "shape", "off"))
+        # One tensor of a view equals its .info on the mount but for names.
+        name = "model.layers.1.mlp.down_proj.weight"
+        r = castfs("info", "--view", "fp8", "-t", name, src)
+        got = info_lines(r.stdout)
+        exp = info_lines(self.tensor_info(self.mnt.join("llama.fp8.safetensors.tensors"), name))
+        for k in ("file", "source"):
+            got.pop(k), exp.pop(k)
+        self.assertEqual(got, exp)
+        r = castfs("info", "--view", "nope", src)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("unknown view 'nope'", r.stderr)
+
+    def test_info_malformed(self):
+        with open(os.path.join(MALFORMED, "EXPECTED")) as f:
+            expected = [l.split(" ", 2) for l in f.read().splitlines()
+                        if l and not l.startswith("#")]
+        self.assertGreater(len(expected), 50)
+        for name, _errno, phrase in expected:
+            path = os.path.join(MALFORMED, name)
+            r = castfs("info", path)
+            self.assertEqual(r.returncode, 1, name)
+            self.assertEqual(r.stdout, "", name)
+            self.assertIn("castfs info: %s: " % path, r.stderr, name)
+            self.assertIn(phrase, r.stderr, name)
+        r = castfs("info", os.path.join(self.src, "missing.safetensors"))
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("No such file or directory", r.stderr)
+        r = castfs("info", self.src)
+        self.assertEqual(r.returncode, 1)
+        # One bad file among good ones: the good are shown, status is 1.
+        r = castfs("info", os.path.join(MALFORMED, "size-mismatch.safetensors"),
+                   os.path.join(self.src, "llama.safetensors"))
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("model.norm.weight", r.stdout)
+
+    def convert(self, src, view, out, *extra):
+        return castfs("convert", src, "--view", view, "-o", out, *extra)
+
+    def test_convert_every_view(self):
+        done = 0
+        for f in self.files():
+            stem = f[:-len(".safetensors")]
+            for v in self.views:
+                mounted = self.mnt.join("%s.%s.safetensors" % (stem, v))
+                out = os.path.join(self.out, "%s.%s.safetensors" % (stem, v))
+                r = self.convert(os.path.join(self.src, f), v, out)
+                try:
+                    os.stat(mounted)
+                except OSError:  # a view that cannot convert this file
+                    self.assertEqual(r.returncode, 1)
+                    self.assertIn("view %s" % v, r.stderr)
+                    continue
+                self.assertEqual(r.returncode, 0, "%s %s: %s" % (f, v, r.stderr))
+                self.assertEqual(r.stderr, "")  # no progress bar off a terminal
+                subprocess.run(["cmp", out, mounted], check=True)
+                done += 1
+        self.assertGreaterEqual(done, len(self.files()) * 5)
+        self.assertEqual([n for n in os.listdir(self.out) if n.startswith(".")], [])
+
+    def test_convert_atomic_replace(self):
+        src = os.path.join(self.src, "sd-unet.safetensors")
+        out = os.path.join(self.out, "replace.safetensors")
+        with open(out, "w") as f:
+            f.write("old")
+        old = os.stat(out).st_ino
+        old_mask = os.umask(0o022)
+        try:
+            r = self.convert(src, "fp16", out)
+        finally:
+            os.umask(old_mask)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        st = os.stat(out)
+        self.assertNotEqual(st.st_ino, old)
+        self.assertEqual(stat.S_IMODE(st.st_mode), 0o644)
+        subprocess.run(["cmp", out, self.mnt.join("sd-unet.fp16.safetensors")], check=True)
+        # The view's name alone says which view.
+        out2 = os.path.join(self.out, "named.safetensors")
+        r = castfs("convert", os.path.join(self.src, "sd-unet.bf16.safetensors"), "-o", out2)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        subprocess.run(["cmp", out2, self.mnt.join("sd-unet.bf16.safetensors")], check=True)
+
+    def test_convert_progress(self):
+        src = os.path.join(self.src, "llama.safetensors")
+        out = os.path.join(self.out, "progress.safetensors")
+        r = self.convert(src, "fp8", out, "--progress")
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("100%", r.stderr)
+        # stderr a terminal: the bar appears by default.
+        master, slave = pty.openpty()
+        p = subprocess.Popen([tl.castfs_binary(), "convert", src, "--view", "fp8",
+                              "-o", out], stderr=slave, stdout=subprocess.DEVNULL)
+        os.close(slave)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        os.close(master)
+        self.assertEqual(p.wait(), 0)
+        self.assertIn(b"100%", seen)
+
+    def test_convert_errors(self):
+        src = os.path.join(self.src, "llama.safetensors")
+        r = self.convert(src, "nope", os.path.join(self.out, "x"))
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("unknown view 'nope'", r.stderr)
+        r = self.convert(src, "fp8", os.path.join(self.out, "no", "such", "dir", "x"))
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("No such file or directory", r.stderr)
+        bad = os.path.join(MALFORMED, "overlapping-offsets.safetensors")
+        r = self.convert(bad, "fp8", os.path.join(self.out, "x"))
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(bad + ": ", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.out, "x")))
+        copy = os.path.join(self.out, "self.safetensors")
+        shutil.copy(src, copy)
+        r = self.convert(copy, "fp8", copy)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("would overwrite the source", r.stderr)
+        r = castfs("convert", src, "-o", os.path.join(self.out, "x"))
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("--view", r.stderr)
+
+    def test_man_pages(self):
+        for page in MAN_PAGES:
+            path = os.path.join(TOP, "docs", page)
+            r = subprocess.run(["groff", "-man", "-ww", "-z", "-Tutf8", path],
+                               capture_output=True, text=True)
+            self.assertEqual((r.returncode, r.stderr), (0, ""), page)
+        with open(os.path.join(TOP, "docs", "castfs.1")) as f:
+            text = f.read().replace("\\-", "-").replace("\\(em", "")
+        for word in ["stats", "config", "rejected", "version", "fuse.castfs",
+                     "castfs#", ".tensors"] + self.views:
+            self.assertIn(word, text)
+
+
+if __name__ == "__main__":
+    tl.main()
