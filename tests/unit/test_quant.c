@@ -8,6 +8,7 @@
 #include <check.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -731,6 +732,135 @@ START_TEST(test_quant__double_quant_known_values)
 }
 END_TEST
 
+/* Threads reading one fresh plan race to compute its statistics. */
+struct racer {
+	const struct castfs_plan *p;
+	uint8_t *out;
+	int rc;
+};
+
+static void *race(void *arg)
+{
+	struct racer *r = arg;
+	struct castfs_scratch s;
+	ssize_t n;
+
+	r->rc = castfs_scratch_init(&s);
+	if (r->rc)
+		return NULL;
+	/* Back to front: the quant_state JSONs come last in the file. */
+	for (uint64_t off = r->p->size; off > 0;) {
+		size_t len = off < 4096 ? (size_t)off : 4096;
+
+		off -= len;
+		n = castfs_plan_read(r->p, &fx.mr.r, &s, r->out + off, len, off);
+		if (n != (ssize_t)len)
+			r->rc = -1;
+	}
+	castfs_scratch_fini(&s);
+	return NULL;
+}
+
+START_TEST(test_quant__concurrent_first_reads_agree)
+{
+	struct castfs_plan *ref = plan_of("nf4"), *p = plan_of("nf4");
+	uint8_t *all = read_all(ref, &fx.s);
+	struct racer r[4];
+	pthread_t t[4];
+
+	for (int i = 0; i < 4; i++) {
+		r[i] = (struct racer){ .p = p, .out = malloc(p->size) };
+		ck_assert_int_eq(pthread_create(&t[i], NULL, race, &r[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+		ck_assert_int_eq(r[i].rc, 0);
+		ck_assert_int_eq(memcmp(r[i].out, all, p->size), 0);
+		free(r[i].out);
+	}
+	free(all);
+	castfs_plan_free(ref);
+	castfs_plan_free(p);
+}
+END_TEST
+
+/* A reader that fails after @budget bytes. */
+struct flaky {
+	struct castfs_reader r;
+	size_t budget;
+};
+
+static ssize_t flaky_pread(void *ctx, void *buf, size_t n, uint64_t off)
+{
+	struct flaky *f = ctx;
+
+	if (f->budget < n)
+		return -EIO;
+	f->budget -= n;
+	memcpy(buf, fx.file + off, n);
+	return (ssize_t)n;
+}
+
+/* A source error during the statistics pass is returned, not cached. */
+START_TEST(test_quant__stats_errors_propagate_and_retry)
+{
+	const char *v = _i ? "fp4" : "nf4";
+	struct castfs_plan *p = plan_of(v);
+	struct flaky f = { { flaky_pread, &f }, 0 };
+	struct castfs_diag d = { { 0 } };
+	const struct castfs_tensor *t;
+	struct castfs_header *h;
+	char name[96];
+	uint8_t *all = read_all(p, &fx.s), *buf;
+	uint64_t off, size = p->size;
+	size_t len;
+	ssize_t n;
+
+	castfs_plan_free(p);
+	ck_assert_int_eq(castfs_header_parse(all, size, size, &h, &d), 0);
+	snprintf(name, sizeof(name), Q ".quant_state.bitsandbytes__%s", v);
+	t = find(h, name);
+	off = h->data_start + t->begin;
+	len = (size_t)(t->end - t->begin);
+	buf = malloc(len);
+	p = plan_of(v);
+	/* Only the statistics pass reads the source for these bytes. */
+	n = castfs_plan_read(p, &f.r, &fx.s, buf, len, off);
+	ck_assert_int_eq(n, -EIO);
+	f.budget = SIZE_MAX;
+	n = castfs_plan_read(p, &f.r, &fx.s, buf, len, off);
+	ck_assert_int_eq(n, (ssize_t)len);
+	ck_assert_int_eq(memcmp(buf, all + off, len), 0);
+	castfs_header_free(h);
+	castfs_plan_free(p);
+	free(buf);
+	free(all);
+}
+END_TEST
+
+/* Rules override the default: keep a Linear, quantise lm_head. */
+START_TEST(test_quant__rules_override_default)
+{
+	static const char cfg[] =
+		"{\"views\":{\"nf4r\":{\"base\":\"nf4\",\"rules\":["
+		"{\"match\":\"lm_head.weight\",\"convert\":true},"
+		"{\"match\":\"*.k_proj.weight\",\"convert\":false}]}}}";
+	struct castfs_diag d = { { 0 } };
+	struct castfs_header *h;
+	uint8_t *b;
+
+	ck_assert_int_eq(castfs_views_load(&fx.views, cfg, strlen(cfg), &d), 0);
+	h = view_header("nf4r", &b);
+	expect(h, "lm_head.weight", CASTFS_DTYPE_U8, 2, 1600, 1);
+	expect(h, "model.layers.0.self_attn.k_proj.weight", CASTFS_DTYPE_F16,
+	       2, 7, 33);
+	/* Rules cannot quantise what bnb cannot: a norm stays 1-D. */
+	expect(h, "model.norm.weight", CASTFS_DTYPE_BF16, 1, 64, 0);
+	castfs_header_free(h);
+	free(b);
+}
+END_TEST
+
 Suite *quant_suite(void);
 
 Suite *quant_suite(void)
@@ -760,6 +890,10 @@ Suite *quant_suite(void)
 	tcase_add_loop_test(plan, test_quant__random_ranges_equal_full_read, 0,
 			    (int)(sizeof(bnb_views) / sizeof(bnb_views[0])));
 	tcase_add_test(plan, test_quant__double_quant_known_values);
+	tcase_add_test(plan, test_quant__concurrent_first_reads_agree);
+	tcase_add_loop_test(plan, test_quant__stats_errors_propagate_and_retry,
+			    0, 2);
+	tcase_add_test(plan, test_quant__rules_override_default);
 	suite_add_tcase(s, plan);
 	return s;
 }
