@@ -206,6 +206,7 @@ ssize_t castfs_file_read(struct castfs_file *f, struct castfs_scratch *s,
 	ssize_t n;
 	int rc;
 
+	castfs_stats_read_size(f->ns->stats, len);
 	if (f->base)
 		n = read_layered(f, s, buf, len, off);
 	else if (f->plan)

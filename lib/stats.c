@@ -3,6 +3,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -18,6 +19,7 @@ struct castfs_stats {
 	_Atomic uint64_t ops[CASTFS_SOP_COUNT];
 	_Atomic uint64_t errors[CASTFS_SOP_COUNT];
 	_Atomic uint64_t ctr[CASTFS_SCTR_COUNT];
+	_Atomic uint64_t read_sizes[CASTFS_STATS_READ_BUCKETS];
 	struct view_ctr passthrough, other, tensors;
 	struct view_ctr view[]; /* nviews */
 };
@@ -101,6 +103,18 @@ void castfs_stats_read(struct castfs_stats *st, int view, uint64_t bytes)
 	c = view_ctr(st, view);
 	add(&c->reads, 1);
 	add(&c->bytes, bytes);
+}
+
+void castfs_stats_read_size(struct castfs_stats *st, size_t len)
+{
+	unsigned b = 0;
+
+	if (!st)
+		return;
+	/* Bucket b holds lengths in (2^(11+b), 2^(12+b)]; b = 0 is <= 4 KiB. */
+	while (b + 1 < CASTFS_STATS_READ_BUCKETS && len > (size_t)4096 << b)
+		b++;
+	add(&st->read_sizes[b], 1);
 }
 
 void castfs_stats_open(struct castfs_stats *st, int view)
@@ -197,6 +211,25 @@ static void add_sums(cJSON *root, const struct castfs_stats *st,
 		(double)get(&st->ctr[CASTFS_SCTR_TREE_CACHE_HITS]));
 }
 
+/* "read_sizes": {"4K": n, "8K": n, ..., "1M": n, ">1M": n}. */
+static void add_read_sizes(cJSON *root, const struct castfs_stats *st)
+{
+	cJSON *o = cJSON_AddObjectToObject(root, "read_sizes");
+	char name[16];
+
+	for (unsigned b = 0; o && b < CASTFS_STATS_READ_BUCKETS; b++) {
+		unsigned kib = 4u << b;
+
+		if (b + 1 == CASTFS_STATS_READ_BUCKETS)
+			snprintf(name, sizeof(name), ">%uM", kib / 2048);
+		else if (kib >= 1024)
+			snprintf(name, sizeof(name), "%uM", kib / 1024);
+		else
+			snprintf(name, sizeof(name), "%uK", kib);
+		cJSON_AddNumberToObject(o, name, (double)get(&st->read_sizes[b]));
+	}
+}
+
 char *castfs_stats_json(const struct castfs_stats *st,
 			const struct castfs_views *vs)
 {
@@ -217,6 +250,7 @@ char *castfs_stats_json(const struct castfs_stats *st,
 	cJSON_AddItemToObject(root, "tensor_files", view_json(&st->tensors));
 	cJSON_AddItemToObject(root, "other_files", view_json(&st->other));
 	add_sums(root, st, nops, nerrs);
+	add_read_sizes(root, st);
 	for (int i = 0; i < CASTFS_SCTR_COUNT; i++)
 		cJSON_AddNumberToObject(root, sctr_names[i],
 					(double)get(&st->ctr[i]));

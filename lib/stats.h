@@ -63,6 +63,15 @@ void castfs_stats_op(struct castfs_stats *st, enum castfs_sop op, int rc);
  * index in the view set) or CASTFS_STATS_PASSTHROUGH / _OTHER. */
 void castfs_stats_read(struct castfs_stats *st, int view, uint64_t bytes);
 
+/* Buckets of the read-size histogram: <= 4 KiB, <= 8 KiB, ..., <= 1 MiB,
+ * larger. */
+#define CASTFS_STATS_READ_BUCKETS 10
+
+/* castfs_stats_read_size - count one read request of @len bytes (as asked,
+ * before clipping at EOF) in the histogram of request sizes: it shows
+ * whether the kernel sends the large requests the mount asks for. */
+void castfs_stats_read_size(struct castfs_stats *st, size_t len);
+
 /* castfs_stats_open - count an open of a file of view @view (as above). */
 void castfs_stats_open(struct castfs_stats *st, int view);
 

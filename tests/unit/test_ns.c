@@ -296,6 +296,25 @@ START_TEST(test_ns__headers_parsed_once)
 }
 END_TEST
 
+START_TEST(test_ns__stats_histogram_of_read_sizes)
+{
+	static const size_t lens[] = { 1, 4096, 4097, 131072, 1u << 20,
+				       (1u << 20) + 1 };
+	char *json;
+
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+		castfs_stats_read_size(st, lens[i]);
+	json = castfs_stats_json(st, &vs);
+	ck_assert_ptr_nonnull(json);
+	ck_assert_ptr_nonnull(strstr(json, "\"4K\":\t2"));
+	ck_assert_ptr_nonnull(strstr(json, "\"8K\":\t1"));
+	ck_assert_ptr_nonnull(strstr(json, "\"128K\":\t1"));
+	ck_assert_ptr_nonnull(strstr(json, "\"1M\":\t1"));
+	ck_assert_ptr_nonnull(strstr(json, "\">1M\":\t1"));
+	free(json);
+}
+END_TEST
+
 static Suite *ns_suite(void)
 {
 	Suite *s = suite_create("ns");
@@ -311,6 +330,7 @@ static Suite *ns_suite(void)
 	tcase_add_test(tc, test_ns__rewritten_source_goes_stale);
 	tcase_add_test(tc, test_ns__rejected_listed_with_reason);
 	tcase_add_test(tc, test_ns__headers_parsed_once);
+	tcase_add_test(tc, test_ns__stats_histogram_of_read_sizes);
 	suite_add_tcase(s, tc);
 	return s;
 }
