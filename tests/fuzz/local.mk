@@ -63,4 +63,4 @@ check_PROGRAMS += tests/fuse/faultfs
 tests_fuse_faultfs_SOURCES = tests/fuse/faultfs.c
 tests_fuse_faultfs_CFLAGS = $(AM_CFLAGS) $(FUSE_CFLAGS)
 tests_fuse_faultfs_LDADD = $(FUSE_LIBS)
-EXTRA_DIST += $(REL_TESTS) tests/compat/rel_common.py
+EXTRA_DIST += $(REL_TESTS) tests/compat/rel_common.py tests/tsan.supp
