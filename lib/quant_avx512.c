@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * AVX-512 quantiser kernels: 16 elements per step, bit-identical to
- * quant_scalar.c (max is exact and order-free; the code is found by a
- * branch-free binary search over the same float32 midpoints).
+ * quant_scalar.c (max is exact and order-free; the 4-bit code is found by
+ * a branch-free binary search over the same float32 midpoints; int8 rounds
+ * half to even explicitly, as rintf does in the default rounding mode).
  */
+#include <math.h>
+
 #include "quant_internal.h"
 
 #if CASTFS_HAVE_X86_QUANT
@@ -104,10 +107,39 @@ static AVX512 void q4_avx512(uint8_t *restrict dst, const float *restrict x,
 	}
 }
 
+/* castfs_i8_code on 16 lanes: round half even, clamp, NaN 0, Inf +-127. */
+static AVX512 void i8_avx512(int8_t *restrict dst, const float *restrict x,
+			     size_t n, float scale)
+{
+	const __m512 lim = _mm512_set1_ps(127.0f), nlim = _mm512_set1_ps(-127.0f);
+	const __m512 inf = _mm512_set1_ps(INFINITY), zero = _mm512_setzero_ps();
+	const __m512 vs = _mm512_set1_ps(scale);
+	size_t i;
+
+	for (i = 0; i + 16 <= n; i += 16) {
+		__m512 v = _mm512_loadu_ps(x + i);
+		__m512 r = _mm512_roundscale_ps(_mm512_mul_ps(v, vs),
+						_MM_FROUND_TO_NEAREST_INT |
+							_MM_FROUND_NO_EXC);
+		__mmask16 is_inf = _mm512_cmp_ps_mask(_mm512_abs_ps(v), inf,
+						      _CMP_EQ_OQ);
+		__mmask16 pos = _mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ);
+
+		r = _mm512_min_ps(_mm512_max_ps(r, nlim), lim);
+		r = _mm512_mask_mov_ps(r, is_inf,
+				       _mm512_mask_mov_ps(nlim, pos, lim));
+		r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
+				       zero);
+		_mm_storeu_si128((__m128i *)(void *)(dst + i),
+				 _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r)));
+	}
+	castfs_i8_scalar(dst + i, x + i, n - i, scale);
+}
+
 const struct castfs_quant_kernels castfs_quant_avx512 = {
 	.absmax = absmax_avx512,
 	.q4 = q4_avx512,
-	.i8 = castfs_i8_scalar,
+	.i8 = i8_avx512,
 };
 
 #endif

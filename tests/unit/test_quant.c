@@ -388,9 +388,14 @@ START_TEST(test_quant__isa_matches_scalar)
 			ck_assert_int_eq(memcmp(a1, a2,
 						(n + bs - 1) / bs * sizeof(*a1)),
 					 0);
-			s->i8((int8_t *)c1, x, n, 31.75f);
-			k->i8((int8_t *)c2, x, n, 31.75f);
-			ck_assert_int_eq(memcmp(c1, c2, n), 0);
+			for (size_t j = 0; j < 4; j++) {
+				static const float sc[] = { 31.75f, 0.0f,
+							    1000.0f, 63.5f };
+
+				s->i8((int8_t *)c1, x, n, sc[j]);
+				k->i8((int8_t *)c2, x, n, sc[j]);
+				ck_assert_int_eq(memcmp(c1, c2, n), 0);
+			}
 		}
 	}
 	free(a1);
