@@ -179,6 +179,9 @@ class Changes(unittest.TestCase):
         change()
         time.sleep(1.0)  # readers keep going across the change (duration)
         r.finish()
+        print("%s: %d whole reads, %d errors, %d SIGBUS" % (
+            self.id().split(".")[-1], r.counts["ok"], r.counts["err"],
+            r.counts["sigbus"]), file=sys.stderr)
         self.assertEqual(r.problems, [])
         self.assertIsNone(self.mount.proc.poll(), "daemon died")
         return r
