@@ -83,6 +83,8 @@ uint64_t ns_node_id(const struct ns_node *n)
 	}
 	h = hash_str(h, n->view ? n->view->name : NULL);
 	h = hash_str(h, n->sub);
+	if (n->dep) /* only model-directory files: other ids unchanged */
+		h = hash_u64(h, n->dep);
 	h = mix64(h);
 	/* 0 is invalid and 1 is the root in FUSE. */
 	return h > CASTFS_NS_ROOT_ID ? h : h + 2;
@@ -256,6 +258,8 @@ int castfs_ns_new(const struct castfs_ns_opts *o, struct castfs_ns **out,
 		goto out_free;
 	}
 	rc = ns_add_root(ns, d);
+	if (!rc)
+		rc = ns_modeldir_init(ns);
 	if (rc)
 		goto out_free;
 	*out = ns;
@@ -288,6 +292,7 @@ void castfs_ns_free(struct castfs_ns *ns)
 			ns_ckpt_put(ns, ck);
 		}
 	}
+	ns_modeldir_fini(ns);
 	if (ns->root_fd >= 0)
 		close(ns->root_fd);
 	pthread_mutex_destroy(&ns->lock);

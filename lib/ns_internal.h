@@ -46,6 +46,9 @@ struct ns_node {
 	char *path; /* source-relative path of the underlying object ("" root) */
 	char *sub;  /* kind-specific sub-path, or NULL */
 	struct stat st; /* the underlying source object at lookup */
+	/* A fingerprint of the other sources the content depends on (the
+	 * shards behind a rewritten index.json), or 0. Part of the id. */
+	uint64_t dep;
 };
 
 /* A listing under construction. */
@@ -121,6 +124,7 @@ struct castfs_ns {
 	struct ns_node *nodes[NS_HASH_BUCKETS];
 	pthread_mutex_t ck_lock; /* the checkpoint cache */
 	struct ns_ckpt *ckpts[NS_HASH_BUCKETS];
+	struct ns_mdcache *md; /* rewritten model-directory JSON */
 };
 
 /* ---- source access (ns_src.c): every path is relative to the root and
@@ -206,10 +210,16 @@ void ns_tensors_ckpt_fini(struct ns_ckpt *ck);
 int ns_modeldir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 		       const char *name, struct ns_node *child);
 
-/* ns_modeldir_list - add the listed views of sub-directory @name of @dir
- * if it holds a model. */
+/* ns_modeldir_list - add the virtual siblings of entry @name (of type
+ * @type) of @dir: the listed views of a sub-directory that holds a model,
+ * the variant spellings of a "*.safetensors.index.json". */
 int ns_modeldir_list(struct castfs_ns *ns, const struct ns_node *dir,
-		     const char *name, struct ns_list *l);
+		     const char *name, mode_t type, struct ns_list *l);
+
+/* ns_modeldir_init / ns_modeldir_fini - the model-directory JSON cache of
+ * @ns. init returns 0 or -ENOMEM; fini accepts an ns without one. */
+int ns_modeldir_init(struct castfs_ns *ns);
+void ns_modeldir_fini(struct castfs_ns *ns);
 
 /* ns_modeldir_invalidate - report the model-directory view entries that
  * depend on source path @rel (see castfs_ns_invalidate()). */

@@ -12,10 +12,21 @@ int ns_modeldir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 }
 
 int ns_modeldir_list(struct castfs_ns *ns, const struct ns_node *dir,
-		     const char *name, struct ns_list *l)
+		     const char *name, mode_t type, struct ns_list *l)
 {
-	(void)ns, (void)dir, (void)name, (void)l;
+	(void)ns, (void)dir, (void)name, (void)type, (void)l;
 	return 0;
+}
+
+int ns_modeldir_init(struct castfs_ns *ns)
+{
+	(void)ns;
+	return 0;
+}
+
+void ns_modeldir_fini(struct castfs_ns *ns)
+{
+	(void)ns;
 }
 
 void ns_modeldir_invalidate(struct castfs_ns *ns, const char *rel,

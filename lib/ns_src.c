@@ -263,9 +263,9 @@ static int list_virtual(struct castfs_ns *ns, const struct ns_node *dir,
 	char *path;
 	int rc;
 
-	if (type == S_IFDIR)
-		return ns_modeldir_list(ns, dir, name, l);
-	if (type != S_IFREG || !has_st_ext(name, len))
+	if (type == S_IFDIR || (type == S_IFREG && !has_st_ext(name, len)))
+		return ns_modeldir_list(ns, dir, name, type, l);
+	if (type != S_IFREG)
 		return 0;
 	path = ns_path_join(dir->path, name, len);
 	if (!path)
