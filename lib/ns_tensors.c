@@ -29,8 +29,6 @@ static const char *const tf_suffix[] = {
 };
 #define TF_LEAF_COUNT 3
 
-static char empty_sub[1]; /* the tree root's sub-path, "" */
-
 /* A tensor tree: the tensors of one file (a checkpoint or a view). */
 struct ns_tree {
 	struct castfs_ttree *tt;
@@ -231,7 +229,8 @@ int ns_tensors_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 int ns_tensors_list(struct castfs_ns *ns, const struct ns_node *dir,
 		    const char *name, const struct stat *st, struct ns_list *l)
 {
-	struct ns_node root = { .kind = NS_TDIR, .st = *st, .sub = empty_sub };
+	char root_sub[1] = ""; /* as its lookup makes it: hashed like "" */
+	struct ns_node root = { .kind = NS_TDIR, .st = *st, .sub = root_sub };
 	char buf[512];
 	int n;
 
