@@ -9,7 +9,7 @@ lib_libcastfs_a_SOURCES += \
 check_PROGRAMS += tests/unit/test_quant
 TESTS += tests/unit/test_quant
 tests_unit_test_quant_SOURCES = tests/unit/test_quant.c \
-	tests/unit/testutil.c tests/unit/testutil.h
+	tests/unit/test_quant_plan.c tests/unit/testutil.c tests/unit/testutil.h
 tests_unit_test_quant_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_unit_test_quant_LDADD = $(LIBCASTFS_LIBS) $(CHECK_LIBS)
 

@@ -104,8 +104,9 @@ static const union {
 
 const float *castfs_q4_table(enum castfs_qtype qt)
 {
-	return castfs_q4_values[qt == CASTFS_Q_FP4 ? CASTFS_Q_FP4 : CASTFS_Q_NF4]
-		.f;
+	if (qt == CASTFS_Q_FP4)
+		return castfs_q4_values[CASTFS_Q_FP4].f;
+	return castfs_q4_values[CASTFS_Q_NF4].f;
 }
 
 const float *castfs_q_dynmap(void)
@@ -114,7 +115,8 @@ const float *castfs_q_dynmap(void)
 }
 
 /* NULL: no kernels of that ISA yet; the scalar ones are used instead. */
-static const struct castfs_quant_kernels *const quant_tables[CASTFS_ISA_COUNT] = {
+static const struct castfs_quant_kernels *const
+	quant_tables[CASTFS_ISA_COUNT] = {
 	[CASTFS_ISA_SCALAR] = &castfs_quant_scalar,
 #if CASTFS_HAVE_X86_QUANT
 	[CASTFS_ISA_AVX512] = &castfs_quant_avx512,

@@ -135,8 +135,8 @@ struct castfs_q4_state {
  * overwritten by castfs_q4_state_offset(); otherwise *@num_off is 0.
  * Returns the length (not NUL-terminated), or -ENOSPC.
  */
-int castfs_q4_state_json(char *buf, size_t cap, const struct castfs_q4_state *st,
-			 size_t *num_off);
+int castfs_q4_state_json(char *buf, size_t cap,
+			 const struct castfs_q4_state *st, size_t *num_off);
 
 /*
  * castfs_q4_state_offset - the CASTFS_Q4_OFFSET_WIDTH bytes of the

@@ -90,9 +90,10 @@ static inline AVX512 void q4_16(uint8_t *dst, const float *x, __m512 scale,
 static AVX512 void q4_avx512(uint8_t *restrict dst, const float *restrict x,
 			     size_t n, size_t bs, enum castfs_qtype qt)
 {
+	const void *ord = castfs_q4_order[qt];
 	const __m512 mid = _mm512_loadu_ps(castfs_q4_mids[qt].f);
-	const __m512i order = _mm512_cvtepu8_epi32(
-		_mm_loadu_si128((const __m128i *)(const void *)castfs_q4_order[qt]));
+	const __m512i order =
+		_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)ord));
 
 	for (size_t b = 0; b < n; b += bs) {
 		size_t m = n - b < bs ? n - b : bs, i;
@@ -111,7 +112,8 @@ static AVX512 void q4_avx512(uint8_t *restrict dst, const float *restrict x,
 static AVX512 void i8_avx512(int8_t *restrict dst, const float *restrict x,
 			     size_t n, float scale)
 {
-	const __m512 lim = _mm512_set1_ps(127.0f), nlim = _mm512_set1_ps(-127.0f);
+	const __m512 lim = _mm512_set1_ps(127.0f);
+	const __m512 nlim = _mm512_set1_ps(-127.0f);
 	const __m512 inf = _mm512_set1_ps(INFINITY), zero = _mm512_setzero_ps();
 	const __m512 vs = _mm512_set1_ps(scale);
 	size_t i;
@@ -124,12 +126,12 @@ static AVX512 void i8_avx512(int8_t *restrict dst, const float *restrict x,
 		__mmask16 is_inf = _mm512_cmp_ps_mask(_mm512_abs_ps(v), inf,
 						      _CMP_EQ_OQ);
 		__mmask16 pos = _mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ);
+		__mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
 
 		r = _mm512_min_ps(_mm512_max_ps(r, nlim), lim);
 		r = _mm512_mask_mov_ps(r, is_inf,
 				       _mm512_mask_mov_ps(nlim, pos, lim));
-		r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
-				       zero);
+		r = _mm512_mask_mov_ps(r, nan, zero);
 		_mm_storeu_si128((__m128i *)(void *)(dst + i),
 				 _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r)));
 	}

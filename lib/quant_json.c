@@ -148,8 +148,8 @@ int castfs_q_pyfloat(char *buf, size_t cap, double v)
 	return len;
 }
 
-int castfs_q4_state_json(char *buf, size_t cap, const struct castfs_q4_state *st,
-			 size_t *num_off)
+int castfs_q4_state_json(char *buf, size_t cap,
+			 const struct castfs_q4_state *st, size_t *num_off)
 {
 	const char *qt = st->qtype == CASTFS_Q_FP4 ? "fp4" : "nf4";
 	int len;
@@ -180,7 +180,7 @@ void castfs_q4_state_offset(char field[CASTFS_Q4_OFFSET_WIDTH], float offset)
 	char s[40];
 	int len = castfs_q_pyfloat(s, sizeof(s), offset);
 
-	/* A float32 read as a double needs at most 23 ("-0.000" + 17 digits). */
+	/* A float32 as a double needs at most 23: "-0.000" + 17 digits. */
 	if (len < 0 || len > (int)CASTFS_Q4_OFFSET_WIDTH)
 		len = 0;
 	memset(field, ' ', CASTFS_Q4_OFFSET_WIDTH);

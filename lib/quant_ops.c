@@ -193,9 +193,9 @@ out_free_minmax:
  * over the source, under the tensor's lock). Uses the scratch: call before
  * staging anything in it. Returns them, or NULL with *@rc set.
  */
-static const struct castfs_qstats *q4_stats_get(const struct castfs_read_env *env,
-						const struct castfs_extent *e,
-						int *rc)
+static const struct castfs_qstats *
+q4_stats_get(const struct castfs_read_env *env, const struct castfs_extent *e,
+	     int *rc)
 {
 	struct castfs_qstats *qs = &env->plan->qstats[e->qt];
 
@@ -298,9 +298,11 @@ static int gen_q4_nested_absmax(const struct castfs_read_env *env,
 	int rc;
 
 	qs = q4_stats_get(env, e, &rc);
-	for (uint64_t i = 0; !rc && i < count; i++, dst += 4)
-		castfs_store_le32(dst,
-				  castfs_f32_bits(qs->nested_absmax[first + i]));
+	for (uint64_t i = 0; !rc && i < count; i++, dst += 4) {
+		float a = qs->nested_absmax[first + i];
+
+		castfs_store_le32(dst, castfs_f32_bits(a));
+	}
 	return rc;
 }
 
@@ -404,7 +406,8 @@ static int i8_whole_rows(const struct castfs_read_env *env,
 		float absmax = castfs_q_absmax(x, cols);
 
 		if (codes)
-			k->i8(codes + i * cols, x, cols, castfs_i8_scale(absmax));
+			k->i8(codes + i * cols, x, cols,
+			      castfs_i8_scale(absmax));
 		if (scb)
 			castfs_store_le32(scb + i * 4, castfs_f32_bits(absmax));
 	}

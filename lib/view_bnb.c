@@ -31,8 +31,8 @@ static char *bnb_name(const char *a, size_t a_len, const char *b, size_t *len)
 /* Add tensor @prefix@suffix; the name is copied by the builder. */
 static int bnb_add(struct castfs_pb *pb, const struct castfs_tensor *t,
 		   size_t prefix_len, const char *suffix,
-		   enum castfs_dtype dtype, uint32_t ndim, const uint64_t *shape,
-		   const struct castfs_producer *p)
+		   enum castfs_dtype dtype, uint32_t ndim,
+		   const uint64_t *shape, const struct castfs_producer *p)
 {
 	size_t len;
 	char *name = bnb_name(t->name, prefix_len, suffix, &len);
@@ -252,7 +252,8 @@ static int bnb_add_i8(struct castfs_pb *pb, const struct castfs_header *h,
 			     1, &qt.rows, &p);
 	p = (struct castfs_producer){ .op = CASTFS_OP_MEM, .mem = &row_format };
 	if (!rc)
-		rc = bnb_add(pb, t, mod, dot ? ".weight_format" : "weight_format",
+		rc = bnb_add(pb, t, mod,
+			     dot ? ".weight_format" : "weight_format",
 			     CASTFS_DTYPE_U8, 0, NULL, &p);
 	return rc;
 }
@@ -283,7 +284,8 @@ static int bnb_add_tensor(struct castfs_pb *pb, const struct castfs_view *v,
 	else
 		rc = bnb_add_q4(pb, v, h, t);
 	if (rc)
-		castfs_diag_set(d, rc, "view '%s': tensor '%s': cannot quantise",
+		castfs_diag_set(d, rc,
+				"view '%s': tensor '%s': cannot quantise",
 				v->name, t->name);
 	return rc;
 }

@@ -23,6 +23,7 @@ import warnings
 
 import castfs_testlib as tl
 
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here needs the hub
 try:
     import torch
     from safetensors.torch import load, save_file
