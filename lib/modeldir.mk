@@ -1,2 +1,6 @@
 # SPDX-License-Identifier: MIT
-lib_libcastfs_a_SOURCES += lib/ns_modeldir_stub.c
+# Model-directory views (DIR.<view>/, X.safetensors.index.<view>.json):
+# the JSON work (modeldir*.c) and their place in the namespace (ns_md*.c).
+lib_libcastfs_a_SOURCES += lib/modeldir.c lib/modeldir.h \
+	lib/modeldir_internal.h lib/modeldir_json.c lib/modeldir_index.c \
+	lib/ns_modeldir.c lib/ns_mdjson.c lib/ns_modeldir_internal.h

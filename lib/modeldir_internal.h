@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Private to the model-directory code: a growable output buffer that
+ * writes JSON as Python's json.dumps does, and a scanner that finds the
+ * members of a JSON object as byte spans so that edits keep the rest of
+ * the text (numbers, order, spacing) exactly as it was.
+ */
+#ifndef CASTFS_MODELDIR_INTERNAL_H
+#define CASTFS_MODELDIR_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+struct cJSON;
+
+/* Output text; a failed allocation is remembered and reported once. */
+struct md_buf {
+	char *p;
+	size_t len, cap;
+	bool oom;
+};
+
+void md_put(struct md_buf *b, const void *s, size_t n);
+void md_puts(struct md_buf *b, const char *s);
+void md_put_u64(struct md_buf *b, uint64_t v);
+
+/*
+ * md_put_str - @n bytes of UTF-8 @s as a JSON string literal the way
+ * json.dumps writes it by default (ensure_ascii: \" \\ \n \r \t \b \f,
+ * other control and non-ASCII characters as lowercase \uXXXX, surrogate
+ * pairs above U+FFFF). A byte that is not valid UTF-8 is written as
+ * U+FFFD. NUL bytes are characters like any other.
+ */
+void md_put_str(struct md_buf *b, const char *s, size_t n);
+
+/*
+ * md_buf_take - the text (NUL-terminated, malloc'ed) into *@out and its
+ * length into *@len; the buffer is emptied. Returns 0, or -ENOMEM (then
+ * the text is freed).
+ */
+int md_buf_take(struct md_buf *b, char **out, size_t *len);
+
+/* md_buf_fini - free the text; the buffer may be reused. */
+void md_buf_fini(struct md_buf *b);
+
+/* One member of an object, as offsets into the scanned text. */
+struct md_member {
+	size_t lead, lead_len; /* whitespace before the key */
+	size_t key, key_len;   /* the key, quotes included */
+	size_t val, val_len;   /* the value's text */
+};
+
+/* An object: where its braces are and its members in text order. */
+struct md_object {
+	size_t open, close; /* offsets of '{' and '}' */
+	size_t n;
+	struct md_member *m;
+};
+
+/*
+ * md_scan_object - the members of the object that starts at @at (a '{')
+ * of the @len bytes at @js. Every offset is bounds-checked; nesting is
+ * limited to 1000 levels as in cJSON. Fills @o (md_object_fini() frees it). Returns
+ * 0, -EINVAL (not a well-formed object) or -ENOMEM.
+ */
+int md_scan_object(const char *js, size_t len, size_t at, struct md_object *o);
+
+/* md_object_fini - free what md_scan_object() allocated. */
+void md_object_fini(struct md_object *o);
+
+/* md_key_is - true if member @m's key is exactly "@key" (no escapes). */
+bool md_key_is(const char *js, const struct md_member *m, const char *key);
+
+/* md_skip_ws - the first offset at or after @i that is not JSON space. */
+size_t md_skip_ws(const char *js, size_t len, size_t i);
+
+/*
+ * md_parse - validate @len bytes of @json (not NUL-terminated) as one
+ * JSON object with cJSON, surrounded by JSON space only. With @root set,
+ * *@root is the parsed tree (the caller cJSON_Delete()s it). Returns 0 or
+ * -EINVAL (@d says why, naming the file as @what).
+ */
+int md_parse(const char *json, size_t len, struct cJSON **root,
+	     struct castfs_diag *d, const char *what);
+
+/* md_top_object - md_scan_object() of the top-level object of text that
+ * md_parse() accepted. */
+int md_top_object(const char *json, size_t len, struct md_object *o);
+
+#endif
