@@ -4,6 +4,7 @@
  * each operation to the kind that implements it.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -536,6 +537,19 @@ ssize_t castfs_ns_listxattr(struct castfs_ns *ns, uint64_t id, char *buf,
 				     0;
 	node_put_copy(&n);
 	return rc;
+}
+
+void ns_logf(struct castfs_ns *ns, const char *fmt, ...)
+{
+	char msg[768];
+	va_list ap;
+
+	if (!ns->log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	ns->log(ns->log_ctx, msg);
 }
 
 int ns_view_index(const struct castfs_ns *ns, const struct castfs_view *v)

@@ -259,6 +259,9 @@ int ns_file_new_source(struct castfs_ns *ns, const char *path,
 int ns_file_new_mem(struct castfs_ns *ns, const void *data, size_t len,
 		    struct castfs_file **out);
 
+/* ns_logf - report an event through the mount's log callback, if any. */
+void ns_logf(struct castfs_ns *ns, const char *fmt, ...) CASTFS_PRINTF(2, 3);
+
 /* ns_view_index - position of @v in the mount's view set (for stats). */
 int ns_view_index(const struct castfs_ns *ns, const struct castfs_view *v);
 

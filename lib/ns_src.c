@@ -278,24 +278,31 @@ static int list_virtual(struct castfs_ns *ns, const struct ns_node *dir,
 	return list_views(ns, dir, name, &st, l);
 }
 
-static mode_t dirent_type(int dfd, const struct dirent *de)
+/*
+ * Type and node id of directory entry @de: the id its lookup will give, so
+ * that `ls -i` and stat(2) agree. Returns 0 for entries castfs does not
+ * mirror (FIFOs, sockets, devices) or that vanished.
+ */
+static mode_t dirent_node(int dfd, const struct dirent *de, uint64_t *ino)
 {
-	struct stat st;
+	struct ns_node n = { .kind = NS_FILE };
 
-	switch (de->d_type) {
-	case DT_DIR:
-		return S_IFDIR;
-	case DT_REG:
-		return S_IFREG;
-	case DT_LNK:
-		return S_IFLNK;
-	case DT_UNKNOWN:
-		if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
-			return st.st_mode & S_IFMT;
+	if (fstatat(dfd, de->d_name, &n.st, AT_SYMLINK_NOFOLLOW) < 0)
 		return 0;
+	switch (n.st.st_mode & S_IFMT) {
+	case S_IFDIR:
+		n.kind = NS_DIR;
+		break;
+	case S_IFREG:
+		break;
+	case S_IFLNK:
+		n.kind = NS_LINK;
+		break;
 	default:
 		return 0;
 	}
+	*ino = ns_node_id(&n);
+	return n.st.st_mode & S_IFMT;
 }
 
 /* Source entries first, so that a real file shadows a virtual name. */
@@ -305,13 +312,15 @@ static int list_source(DIR *dp, struct ns_list *l, size_t *nsrc)
 	int rc = 0;
 
 	while (!rc && (errno = 0, de = readdir(dp))) {
-		mode_t t = dirent_type(dirfd(dp), de);
+		uint64_t ino = 0;
+		mode_t t;
 
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
-		if (t == S_IFDIR || t == S_IFREG || t == S_IFLNK)
+		t = dirent_node(dirfd(dp), de, &ino);
+		if (t)
 			rc = ns_list_add(l, de->d_name, strlen(de->d_name), t,
-					 de->d_ino);
+					 ino);
 	}
 	if (!rc && errno)
 		rc = -errno;
@@ -345,8 +354,12 @@ static int dir_list(struct castfs_ns *ns, const struct ns_node *dir,
 		rc = list_virtual(ns, dir, name, l->dir->ents[i].type, l);
 		free(name);
 	}
-	if (!rc && dir->id == CASTFS_NS_ROOT_ID && !ns_list_has(l, ".castfs", 7))
-		rc = ns_list_add(l, ".castfs", 7, S_IFDIR, 0);
+	if (!rc && dir->id == CASTFS_NS_ROOT_ID &&
+	    !ns_list_has(l, ".castfs", 7)) {
+		struct ns_node ctl = { .kind = NS_CTL_DIR, .st = dir->st };
+
+		rc = ns_list_add(l, ".castfs", 7, S_IFDIR, ns_node_id(&ctl));
+	}
 	return rc;
 }
 
@@ -405,6 +418,7 @@ const struct ns_kind_ops ns_link_ops = {
 static int view_plan(struct castfs_ns *ns, const struct ns_node *n,
 		     struct ns_ckpt **ck, const struct castfs_plan **plan)
 {
+	struct castfs_diag d = { { 0 } };
 	struct stat st;
 	int rc = ns_ckpt_valid(ns, n->path, &st, ck);
 
@@ -414,9 +428,12 @@ static int view_plan(struct castfs_ns *ns, const struct ns_node *n,
 		ns_ckpt_put(ns, *ck);
 		return -ESTALE;
 	}
-	rc = ns_ckpt_plan(ns, *ck, n->view, plan, NULL);
-	if (rc)
+	rc = ns_ckpt_plan(ns, *ck, n->view, plan, &d);
+	if (rc) {
+		ns_logf(ns, "%s: view %s: %s", n->path, n->view->name,
+			d.msg[0] ? d.msg : strerror(-rc));
 		ns_ckpt_put(ns, *ck);
+	}
 	return rc;
 }
 

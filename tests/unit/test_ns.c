@@ -130,6 +130,24 @@ START_TEST(test_ns__root_lists_sources_views_and_control_dir)
 }
 END_TEST
 
+START_TEST(test_ns__listed_inode_is_the_lookup_id)
+{
+	struct castfs_dir *dir;
+	size_t checked = 0;
+
+	ck_assert_int_eq(castfs_ns_opendir(ns, CASTFS_NS_ROOT_ID, &dir), 0);
+	for (size_t i = 2; i < dir->n; i++) {
+		uint64_t id;
+
+		ck_assert_int_eq(lookup(dir->ents[i].name, &id, NULL), 0);
+		ck_assert_msg(id == dir->ents[i].ino, "%s", dir->ents[i].name);
+		checked++;
+	}
+	castfs_dir_free(dir);
+	ck_assert_uint_ge(checked, 8);
+}
+END_TEST
+
 START_TEST(test_ns__view_reads_equal_the_plan)
 {
 	struct castfs_file *f;
@@ -322,6 +340,7 @@ static Suite *ns_suite(void)
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_ns__root_lists_sources_views_and_control_dir);
+	tcase_add_test(tc, test_ns__listed_inode_is_the_lookup_id);
 	tcase_add_test(tc, test_ns__view_reads_equal_the_plan);
 	tcase_add_test(tc, test_ns__unlisted_views_resolve_unknown_do_not);
 	tcase_add_test(tc, test_ns__ids_stable_across_instances);
