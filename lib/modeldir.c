@@ -399,6 +399,21 @@ static void put_member(struct md_buf *b, const struct md_style *s,
 	put(b, s, ctx);
 }
 
+/*
+ * The layout between two members of @o: the lead of its second member
+ * (the first has none in compact JSON), or of the only one when pretty,
+ * else json.dumps' default ", ".
+ */
+static void style_between(const char *js, const struct md_object *o,
+			  struct md_style *s)
+{
+	style_of(js, &o->m[o->n > 1 ? 1 : 0], s);
+	if (o->n == 1 && !s->pretty) {
+		s->lead = " ";
+		s->lead_len = 1;
+	}
+}
+
 /* @js with member @key added as sorted keys place it, styled like its
  * neighbours. @o is the top-level object of @js. */
 static void insert_member(struct md_buf *b, const char *js, size_t len,
@@ -421,7 +436,7 @@ static void insert_member(struct md_buf *b, const char *js, size_t len,
 	} else {
 		i = o->n;
 	}
-	style_of(js, &o->m[i < o->n ? i : o->n - 1], &s);
+	style_between(js, o, &s);
 	if (i < o->n) {
 		at = o->m[i].key;
 		md_put(b, js, at);

@@ -1,0 +1,613 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Model-directory views: the config.json patch and index.json rewrite as
+ * text (exact bytes, as json.dumps(indent=2, sort_keys=True) writes), the
+ * bitsandbytes skip rule, hostile JSON, and the namespace: DIR.<view>/,
+ * listing ids equal lookup ids, and rewritten JSON going stale when a
+ * shard changes.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "modeldir.h"
+#include "ns.h"
+#include "plan.h"
+#include "stats.h"
+#include "testutil.h"
+#include "view.h"
+
+static struct castfs_views vs;
+
+static const struct castfs_view *view(const char *name)
+{
+	const struct castfs_view *v = castfs_views_find(&vs, name,
+							strlen(name));
+
+	ck_assert_ptr_nonnull(v);
+	return v;
+}
+
+static void views_setup(void)
+{
+	ck_assert_int_eq(castfs_views_builtin(&vs), 0);
+}
+
+static void views_teardown(void)
+{
+	castfs_views_fini(&vs);
+}
+
+/* Patch @in and compare with @want exactly. */
+static void check_patch(const char *in, const struct castfs_md_patch *p,
+			const char *want)
+{
+	char *out = NULL;
+	size_t len;
+
+	ck_assert_int_eq(castfs_md_config_patch(in, strlen(in), p, &out, &len,
+						NULL), 0);
+	ck_assert_uint_eq(len, strlen(out));
+	ck_assert_str_eq(out, want);
+	free(out);
+}
+
+/* ---- names ---- */
+
+START_TEST(test_modeldir__name_kinds)
+{
+	const char *v;
+	size_t stem, vl;
+
+	ck_assert_int_eq(castfs_md_name_kind("config.json"), CASTFS_MD_CONFIG);
+	ck_assert_int_eq(castfs_md_name_kind("model_index.json"),
+			 CASTFS_MD_PIPELINE);
+	ck_assert_int_eq(castfs_md_name_kind("a.safetensors"),
+			 CASTFS_MD_WEIGHTS);
+	ck_assert_int_eq(castfs_md_name_kind(".safetensors"), CASTFS_MD_OTHER);
+	ck_assert_int_eq(castfs_md_name_kind("model.safetensors.index.json"),
+			 CASTFS_MD_INDEX);
+	ck_assert_int_eq(castfs_md_name_kind(
+				 "diffusion_pytorch_model.safetensors.index.fp16.json"),
+			 CASTFS_MD_INDEX);
+	ck_assert_int_eq(castfs_md_name_kind("tokenizer.json"),
+			 CASTFS_MD_OTHER);
+	ck_assert(castfs_md_is_base_index("model.safetensors.index.json"));
+	ck_assert(!castfs_md_is_base_index("model.safetensors.index.fp8.json"));
+	ck_assert(!castfs_md_is_base_index(".safetensors.index.json"));
+	ck_assert(castfs_md_split_variant_index(
+		"model.safetensors.index.fp8.json", &stem, &v, &vl));
+	ck_assert_uint_eq(stem, strlen("model.safetensors.index"));
+	ck_assert_uint_eq(vl, 3);
+	ck_assert(!strncmp(v, "fp8", 3));
+	ck_assert(!castfs_md_split_variant_index(
+		"model.safetensors.index.json", &stem, &v, &vl));
+	ck_assert(!castfs_md_split_variant_index(
+		"model.safetensors.index.F.P8.json", &stem, &v, &vl));
+}
+END_TEST
+
+/* ---- config.json ---- */
+
+static const char llama_cfg[] =
+	"{\n  \"architectures\": [\n    \"LlamaForCausalLM\"\n  ],\n"
+	"  \"dtype\": \"float32\",\n  \"rms_norm_eps\": 1e-06,\n"
+	"  \"rope_theta\": 10000.0,\n  \"vocab_size\": 128\n}\n";
+
+START_TEST(test_modeldir__dtype_replaced_numbers_kept)
+{
+	const struct castfs_md_patch p = { .dtype = "bfloat16" };
+
+	check_patch(llama_cfg, &p,
+		    "{\n  \"architectures\": [\n    \"LlamaForCausalLM\"\n  ],\n"
+		    "  \"dtype\": \"bfloat16\",\n  \"rms_norm_eps\": 1e-06,\n"
+		    "  \"rope_theta\": 10000.0,\n  \"vocab_size\": 128\n}\n");
+	/* Older configs: torch_dtype; both are set when both exist. */
+	check_patch("{\"dtype\": \"float32\", \"torch_dtype\": \"float32\"}", &p,
+		    "{\"dtype\": \"bfloat16\", \"torch_dtype\": \"bfloat16\"}");
+	/* None: added where sorted keys put it. */
+	check_patch("{\n  \"a\": 1,\n  \"z\": 2\n}", &p,
+		    "{\n  \"a\": 1,\n  \"dtype\": \"bfloat16\",\n  \"z\": 2\n}");
+}
+END_TEST
+
+static const char bnb4_text[] =
+	"  \"quantization_config\": {\n"
+	"    \"_load_in_4bit\": true,\n"
+	"    \"_load_in_8bit\": false,\n"
+	"    \"bnb_4bit_compute_dtype\": \"bfloat16\",\n"
+	"    \"bnb_4bit_quant_storage\": \"uint8\",\n"
+	"    \"bnb_4bit_quant_type\": \"nf4\",\n"
+	"    \"bnb_4bit_use_double_quant\": true,\n"
+	"    \"llm_int8_enable_fp32_cpu_offload\": false,\n"
+	"    \"llm_int8_has_fp16_weight\": false,\n"
+	"    \"llm_int8_skip_modules\": null,\n"
+	"    \"llm_int8_threshold\": 6.0,\n"
+	"    \"load_in_4bit\": true,\n"
+	"    \"load_in_8bit\": false,\n"
+	"    \"quant_method\": \"bitsandbytes\"\n"
+	"  },\n";
+
+START_TEST(test_modeldir__quantization_config_as_to_dict)
+{
+	const struct castfs_md_bnb q = {
+		.quant_type = "nf4", .double_quant = true,
+		.compute_dtype = "bfloat16", .skip_null = true,
+	};
+	const struct castfs_md_patch p = { .bnb = &q };
+	char want[2048];
+
+	snprintf(want, sizeof(want),
+		 "{\n  \"architectures\": [\n    \"LlamaForCausalLM\"\n  ],\n"
+		 "  \"dtype\": \"float32\",\n%s  \"rms_norm_eps\": 1e-06,\n"
+		 "  \"rope_theta\": 10000.0,\n  \"vocab_size\": 128\n}\n",
+		 bnb4_text);
+	check_patch(llama_cfg, &p, want);
+}
+END_TEST
+
+START_TEST(test_modeldir__skip_list_and_unsorted_and_compact)
+{
+	char s1[] = "lm_head", s2[] = "model.layers.0.mlp";
+	char *skip[] = { s1, s2 };
+	const struct castfs_md_bnb q = {
+		.load_in_8bit = true, .quant_type = "fp4",
+		.compute_dtype = "float32", .nskip = 2, .skip = skip,
+	};
+	const struct castfs_md_patch p = { .bnb = &q };
+
+	/* Unsorted keys: appended after the last member. */
+	check_patch("{\n\t\"z\": 1,\n\t\"a\": 2\n}", &p,
+		    "{\n\t\"z\": 1,\n\t\"a\": 2,\n\t\"quantization_config\": {\n"
+		    "\t\t\"_load_in_4bit\": false,\n"
+		    "\t\t\"_load_in_8bit\": true,\n"
+		    "\t\t\"bnb_4bit_compute_dtype\": \"float32\",\n"
+		    "\t\t\"bnb_4bit_quant_storage\": \"uint8\",\n"
+		    "\t\t\"bnb_4bit_quant_type\": \"fp4\",\n"
+		    "\t\t\"bnb_4bit_use_double_quant\": false,\n"
+		    "\t\t\"llm_int8_enable_fp32_cpu_offload\": false,\n"
+		    "\t\t\"llm_int8_has_fp16_weight\": false,\n"
+		    "\t\t\"llm_int8_skip_modules\": [\n"
+		    "\t\t\t\"lm_head\",\n\t\t\t\"model.layers.0.mlp\"\n\t\t],\n"
+		    "\t\t\"llm_int8_threshold\": 6.0,\n"
+		    "\t\t\"load_in_4bit\": false,\n"
+		    "\t\t\"load_in_8bit\": true,\n"
+		    "\t\t\"quant_method\": \"bitsandbytes\"\n\t}\n}");
+	/* json.dumps without indent: one line. */
+	check_patch("{\"a\": 1}", &p,
+		    "{\"a\": 1, \"quantization_config\": {\"_load_in_4bit\": "
+		    "false, \"_load_in_8bit\": true, \"bnb_4bit_compute_dtype\""
+		    ": \"float32\", \"bnb_4bit_quant_storage\": \"uint8\", "
+		    "\"bnb_4bit_quant_type\": \"fp4\", "
+		    "\"bnb_4bit_use_double_quant\": false, "
+		    "\"llm_int8_enable_fp32_cpu_offload\": false, "
+		    "\"llm_int8_has_fp16_weight\": false, "
+		    "\"llm_int8_skip_modules\": [\"lm_head\", "
+		    "\"model.layers.0.mlp\"], \"llm_int8_threshold\": 6.0, "
+		    "\"load_in_4bit\": false, \"load_in_8bit\": true, "
+		    "\"quant_method\": \"bitsandbytes\"}}");
+}
+END_TEST
+
+START_TEST(test_modeldir__config_facts_and_hostile_text)
+{
+	static const char *const bad[] = {
+		"", "[]", "{", "{\"a\":1}}", "{\"a\":1} x", "\xef\xbb\xbf{}",
+		"{\"a\":\"\x01\"}", "{\"a\" 1}", "\"s\"", "{\"a\":[1,}",
+	};
+	const struct castfs_md_bnb q = { .quant_type = "nf4",
+					 .compute_dtype = "float32",
+					 .skip_null = true };
+	const struct castfs_md_patch p = { .dtype = "float16", .bnb = &q };
+	struct castfs_md_config c;
+	char *out, deep[3000];
+	size_t len;
+	static const char unet[] = "{\"_class_name\": \"UNet\"}";
+	static const char quant[] = "{\"quantization_config\": {}}";
+
+	ck_assert_int_eq(castfs_md_config_read(unet, strlen(unet), &c, NULL),
+			 0);
+	ck_assert(c.diffusers && !c.quantized);
+	ck_assert_int_eq(castfs_md_config_read(quant, strlen(quant), &c, NULL),
+			 0);
+	ck_assert(!c.diffusers && c.quantized);
+	ck_assert_int_eq(castfs_md_config_patch(quant, strlen(quant), &p, &out,
+						&len, NULL),
+			 -EINVAL);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_int_eq(castfs_md_config_patch(bad[i], strlen(bad[i]),
+							&p, &out, &len, NULL),
+				 -EINVAL);
+	/* Deep nesting is refused by cJSON before the scanner sees it. */
+	memset(deep, '[', sizeof(deep));
+	memcpy(deep, "{\"a\":", 5);
+	ck_assert_int_eq(castfs_md_config_patch(deep, sizeof(deep), &p, &out,
+						&len, NULL), -EINVAL);
+	check_patch("{}", &p, "{\"dtype\": \"float16\", "
+			      "\"quantization_config\": {\"_load_in_4bit\": "
+			      "true, \"_load_in_8bit\": false, "
+			      "\"bnb_4bit_compute_dtype\": \"float32\", "
+			      "\"bnb_4bit_quant_storage\": \"uint8\", "
+			      "\"bnb_4bit_quant_type\": \"nf4\", "
+			      "\"bnb_4bit_use_double_quant\": false, "
+			      "\"llm_int8_enable_fp32_cpu_offload\": false, "
+			      "\"llm_int8_has_fp16_weight\": false, "
+			      "\"llm_int8_skip_modules\": null, "
+			      "\"llm_int8_threshold\": 6.0, "
+			      "\"load_in_4bit\": true, \"load_in_8bit\": false, "
+			      "\"quant_method\": \"bitsandbytes\"}}");
+}
+END_TEST
+
+/* ---- the skip rule ---- */
+
+static struct castfs_header *header_of(const char *const *names,
+				       const char *dtype, size_t n)
+{
+	static const uint64_t mat[] = { 64, 64 }, vec[] = { 64 };
+	struct castfs_header *h;
+	struct tu_st *b = tu_st_new();
+	uint8_t *buf;
+	size_t len;
+
+	for (size_t i = 0; i < n; i++) {
+		bool is_vec = strstr(names[i], "norm") != NULL;
+
+		tu_st_add(b, names[i], dtype, is_vec ? 1 : 2,
+			  is_vec ? vec : mat, NULL);
+	}
+	buf = tu_st_build(b, &len);
+	ck_assert_int_eq(castfs_header_parse(buf, len, len, &h, NULL), 0);
+	free(buf);
+	tu_st_free(b);
+	return h;
+}
+
+static const char *const llama_names[] = {
+	"lm_head.weight", "model.embed_tokens.weight", "model.norm.weight",
+	"model.layers.0.mlp.up_proj.weight",
+	"model.layers.0.self_attn.q_proj.weight",
+};
+
+START_TEST(test_modeldir__skip_rule)
+{
+	struct castfs_header *h = header_of(llama_names, "BF16", 5);
+	const struct castfs_header *hs[] = { h };
+	struct castfs_view custom = *view("nf4");
+	struct castfs_rule rule = { .pattern = (char[]){ "*.mlp.*" },
+				    .min_rank = -1, .max_rank = -1 };
+	struct castfs_md_bnb q;
+
+	/* transformers, default rule: null (lm_head, embeddings kept). */
+	ck_assert_int_eq(castfs_md_bnb_init(&q, view("nf4"), hs, 1, false), 0);
+	ck_assert(q.skip_null);
+	ck_assert_str_eq(q.compute_dtype, "bfloat16");
+	ck_assert_str_eq(q.quant_type, "nf4");
+	ck_assert(q.double_quant && !q.load_in_8bit);
+	castfs_md_bnb_fini(&q);
+	/* diffusers: every unquantised 2-D weight, no lm_head added. */
+	ck_assert_int_eq(castfs_md_bnb_init(&q, view("int8"), hs, 1, true), 0);
+	ck_assert(!q.skip_null && q.load_in_8bit);
+	ck_assert_str_eq(q.compute_dtype, "float32");
+	ck_assert_uint_eq(q.nskip, 2);
+	ck_assert_str_eq(q.skip[0], "lm_head");
+	ck_assert_str_eq(q.skip[1], "model.embed_tokens");
+	castfs_md_bnb_fini(&q);
+	/* A rule keeping the MLP: the explicit list, plus lm_head. */
+	custom.nrules = 1;
+	custom.rules = &rule;
+	ck_assert_int_eq(castfs_md_bnb_init(&q, &custom, hs, 1, false), 0);
+	ck_assert(!q.skip_null);
+	ck_assert_uint_eq(q.nskip, 3);
+	ck_assert_str_eq(q.skip[0], "lm_head");
+	ck_assert_str_eq(q.skip[1], "model.embed_tokens");
+	ck_assert_str_eq(q.skip[2], "model.layers.0.mlp.up_proj");
+	castfs_md_bnb_fini(&q);
+	ck_assert_int_eq(castfs_md_bnb_init(&q, view("fp8"), hs, 1, false),
+			 -EINVAL);
+	castfs_header_free(h);
+}
+END_TEST
+
+/* ---- index.json ---- */
+
+static int shard_fn(void *ctx, const char *name, struct castfs_header **out)
+{
+	static const char *const s1[] = { "b.weight", "a\"\xc3\xa9\xf0\x9f\x98\x80" };
+	static const char *const s2[] = { "c.weight", "d.norm" };
+
+	(void)ctx;
+	if (strcmp(name, "m-1.safetensors") == 0)
+		*out = header_of(s1, "F32", 2);
+	else if (strcmp(name, "m-2.safetensors") == 0)
+		*out = header_of(s2, "BF16", 2);
+	else
+		return -ENOENT;
+	return 0;
+}
+
+static char *rewrite(const char *in, const char *variant, int *rc)
+{
+	char *out = NULL;
+	size_t len;
+
+	*rc = castfs_md_index_rewrite(in, strlen(in), variant, shard_fn, NULL,
+				      &out, &len, NULL);
+	ck_assert(*rc || len == strlen(out));
+	return out;
+}
+
+START_TEST(test_modeldir__index_rewritten)
+{
+	static const char in[] =
+		"{\n  \"metadata\": {\n    \"total_parameters\": 9,\n"
+		"    \"total_size\": 1\n  },\n  \"weight_map\": {\n"
+		"    \"b.weight\": \"m-1.safetensors\",\n"
+		"    \"c.weight\": \"m-2.safetensors\"\n  }\n}\n";
+	/* 64*64*4 * 2 + 64*64*2 + 64*2 */
+	static const char want[] =
+		"{\n  \"metadata\": {\n    \"total_parameters\": 9,\n"
+		"    \"total_size\": 41088\n  },\n  \"weight_map\": {\n"
+		"    \"a\\\"\\u00e9\\ud83d\\ude00\": \"m-1.fp8.safetensors\",\n"
+		"    \"b.weight\": \"m-1.fp8.safetensors\",\n"
+		"    \"c.weight\": \"m-2.fp8.safetensors\",\n"
+		"    \"d.norm\": \"m-2.fp8.safetensors\"\n  }\n}\n";
+	int rc;
+	char *out = rewrite(in, "fp8", &rc);
+
+	ck_assert_int_eq(rc, 0);
+	ck_assert_str_eq(out, want);
+	free(out);
+	/* No metadata, an extra member: metadata added, the extra kept. */
+	out = rewrite("{\"weight_map\": {\"c.weight\": \"m-2.safetensors\"}, "
+		      "\"x\": [1, 2.50]}", NULL, &rc);
+	ck_assert_int_eq(rc, 0);
+	ck_assert_str_eq(out, "{\n  \"metadata\": {\n    \"total_size\": 8320"
+			      "\n  },\n  \"weight_map\": {\n    \"c.weight\": "
+			      "\"m-2.safetensors\",\n    \"d.norm\": "
+			      "\"m-2.safetensors\"\n  },\n  \"x\": [1, 2.50]"
+			      "\n}\n");
+	free(out);
+}
+END_TEST
+
+START_TEST(test_modeldir__index_hostile)
+{
+	static const char *const bad[] = {
+		"{}", "{\"weight_map\": []}", "{\"weight_map\": {\"a\": 1}}",
+		"{\"weight_map\": {\"a\": \"../m-1.safetensors\"}}",
+		"{\"weight_map\": {\"a\": \"x/m-1.safetensors\"}}",
+		"{\"weight_map\": {\"a\": \"m-1.bin\"}}",
+		"{\"weight_map\": {\"a\": \".safetensors\"}}",
+		"{\"weight_map\": {\"a\": \"m-1.safetensors\"}",
+	};
+	int rc;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ck_assert_ptr_null(rewrite(bad[i], NULL, &rc));
+		ck_assert_int_eq(rc, -EINVAL);
+	}
+	ck_assert_ptr_null(rewrite("{\"weight_map\": {\"a\": "
+				   "\"gone.safetensors\"}}", NULL, &rc));
+	ck_assert_int_eq(rc, -ENOENT);
+}
+END_TEST
+
+/* ---- the namespace ---- */
+
+static char root[64];
+static struct castfs_stats *st;
+static struct castfs_ns *ns;
+static struct castfs_scratch scr;
+
+static void write_file(const char *name, const void *data, size_t len)
+{
+	char path[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", root, name);
+	f = fopen(path, "wb");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_uint_eq(fwrite(data, 1, len, f), len);
+	fclose(f);
+}
+
+static void write_shard(const char *name, const char *tensor, uint64_t rows)
+{
+	const uint64_t shape[] = { rows, 64 };
+	struct tu_st *b = tu_st_new();
+	uint8_t *buf;
+	size_t len;
+
+	tu_st_add(b, tensor, "BF16", 2, shape, NULL);
+	buf = tu_st_build(b, &len);
+	write_file(name, buf, len);
+	free(buf);
+	tu_st_free(b);
+}
+
+static void ns_setup(void)
+{
+	static const char index[] =
+		"{\"metadata\": {}, \"weight_map\": {"
+		"\"a.weight\": \"m-1.safetensors\", "
+		"\"b.weight\": \"m-2.safetensors\"}}";
+	static const char cfg[] = "{\"model_type\": \"llama\"}";
+	struct castfs_ns_opts o = { .views = &vs };
+	char path[256];
+
+	strcpy(root, "/tmp/castfs-md-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(root));
+	snprintf(path, sizeof(path), "%s/m", root);
+	ck_assert_int_eq(mkdir(path, 0755), 0);
+	snprintf(path, sizeof(path), "%s/m/sub", root);
+	ck_assert_int_eq(mkdir(path, 0755), 0);
+	snprintf(path, sizeof(path), "%s/plain", root);
+	ck_assert_int_eq(mkdir(path, 0755), 0);
+	write_shard("m/m-1.safetensors", "a.weight", 64);
+	write_shard("m/m-2.safetensors", "b.weight", 64);
+	write_file("m/model.safetensors.index.json", index, strlen(index));
+	write_file("m/config.json", cfg, strlen(cfg));
+	write_file("m/README.md", "hi\n", 3);
+	write_file("plain/config.json", cfg, strlen(cfg));
+	views_setup();
+	ck_assert_int_eq(castfs_stats_new(vs.n, &st), 0);
+	ck_assert_int_eq(castfs_scratch_init(&scr), 0);
+	o.source = root;
+	o.stats = st;
+	ck_assert_int_eq(castfs_ns_new(&o, &ns, NULL), 0);
+}
+
+static void ns_teardown(void)
+{
+	char cmd[128];
+
+	castfs_ns_free(ns);
+	castfs_scratch_fini(&scr);
+	castfs_stats_free(st);
+	views_teardown();
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+/* The id @dir's listing gives @name, or 0 if not listed. */
+static uint64_t listed_id(uint64_t dir, const char *name)
+{
+	struct castfs_dir *d;
+	uint64_t id = 0;
+
+	ck_assert_int_eq(castfs_ns_opendir(ns, dir, &d), 0);
+	for (size_t i = 0; i < d->n; i++) {
+		if (strcmp(d->ents[i].name, name) == 0)
+			id = d->ents[i].ino;
+	}
+	castfs_dir_free(d);
+	return id;
+}
+
+static uint64_t look(uint64_t dir, const char *name, struct stat *s)
+{
+	struct stat tmp;
+	uint64_t id;
+
+	ck_assert_int_eq(castfs_ns_lookup(ns, dir, name, &id, s ? s : &tmp),
+			 0);
+	return id;
+}
+
+static char *read_all(uint64_t id, size_t *len)
+{
+	struct castfs_file *f;
+	char *buf = malloc(1 << 16);
+	ssize_t n;
+
+	ck_assert_int_eq(castfs_ns_open(ns, id, &f), 0);
+	n = castfs_file_read(f, &scr, buf, (1 << 16) - 1, 0);
+	ck_assert_int_ge(n, 0);
+	buf[n] = '\0';
+	*len = (size_t)n;
+	castfs_file_close(f);
+	return buf;
+}
+
+START_TEST(test_modeldir__views_listed_with_lookup_ids)
+{
+	static const char *const inside[] = {
+		"config.json", "model.safetensors.index.json",
+		"m-1.safetensors", "README.md", "sub",
+	};
+	uint64_t vdir, id;
+	struct stat s;
+
+	ck_assert_uint_ne(listed_id(CASTFS_NS_ROOT_ID, "m.nf4"), 0);
+	ck_assert_uint_eq(listed_id(CASTFS_NS_ROOT_ID, "plain.nf4"), 0);
+	ck_assert_uint_eq(listed_id(CASTFS_NS_ROOT_ID, "m.fp8_nan"), 0);
+	vdir = look(CASTFS_NS_ROOT_ID, "m.fp8", &s);
+	ck_assert(S_ISDIR(s.st_mode));
+	ck_assert_uint_eq(listed_id(CASTFS_NS_ROOT_ID, "m.fp8"), vdir);
+	look(CASTFS_NS_ROOT_ID, "m.fp8_nan", NULL); /* unlisted resolves */
+	for (size_t i = 0; i < sizeof(inside) / sizeof(inside[0]); i++) {
+		id = look(vdir, inside[i], NULL);
+		ck_assert_uint_eq(listed_id(vdir, inside[i]), id);
+	}
+	/* Pass-through files are the source's nodes. */
+	ck_assert_uint_eq(look(vdir, "README.md", NULL),
+			  look(look(CASTFS_NS_ROOT_ID, "m", NULL), "README.md",
+			       NULL));
+	id = look(look(CASTFS_NS_ROOT_ID, "m", NULL),
+		  "model.safetensors.index.fp8.json", NULL);
+	ck_assert_uint_eq(listed_id(look(CASTFS_NS_ROOT_ID, "m", NULL),
+				    "model.safetensors.index.fp8.json"),
+			  id);
+	ck_assert_uint_eq(listed_id(look(CASTFS_NS_ROOT_ID, "m", NULL),
+				    "model.safetensors.index.nf4.json"),
+			  0);
+}
+END_TEST
+
+START_TEST(test_modeldir__json_sizes_and_staleness)
+{
+	uint64_t vdir = look(CASTFS_NS_ROOT_ID, "m.bf16", NULL), id, id2;
+	struct stat s;
+	size_t len;
+	char *text;
+
+	id = look(vdir, "config.json", &s);
+	text = read_all(id, &len);
+	ck_assert_uint_eq(len, (size_t)s.st_size);
+	ck_assert_str_eq(text, "{\"dtype\": \"bfloat16\", "
+			       "\"model_type\": \"llama\"}");
+	free(text);
+	id = look(vdir, "model.safetensors.index.json", &s);
+	text = read_all(id, &len);
+	ck_assert_uint_eq(len, (size_t)s.st_size);
+	ck_assert_msg(strstr(text, "\"total_size\": 16384"), "%s", text);
+	free(text);
+	/* A shard changes: the index is another identity. */
+	write_shard("m/m-2.safetensors", "b.weight", 32);
+	ck_assert_int_eq(castfs_ns_getattr(ns, id, &s), -ESTALE);
+	id2 = look(vdir, "model.safetensors.index.json", &s);
+	ck_assert_uint_ne(id2, id);
+	text = read_all(id2, &len);
+	ck_assert_msg(strstr(text, "\"total_size\": 12288"), "%s", text);
+	free(text);
+}
+END_TEST
+
+static Suite *modeldir_suite(void)
+{
+	Suite *s = suite_create("modeldir");
+	TCase *tc = tcase_create("json");
+
+	tcase_add_checked_fixture(tc, views_setup, views_teardown);
+	tcase_add_test(tc, test_modeldir__name_kinds);
+	tcase_add_test(tc, test_modeldir__dtype_replaced_numbers_kept);
+	tcase_add_test(tc, test_modeldir__quantization_config_as_to_dict);
+	tcase_add_test(tc, test_modeldir__skip_list_and_unsorted_and_compact);
+	tcase_add_test(tc, test_modeldir__config_facts_and_hostile_text);
+	tcase_add_test(tc, test_modeldir__skip_rule);
+	tcase_add_test(tc, test_modeldir__index_rewritten);
+	tcase_add_test(tc, test_modeldir__index_hostile);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("ns");
+	tcase_add_checked_fixture(tc, ns_setup, ns_teardown);
+	tcase_add_test(tc, test_modeldir__views_listed_with_lookup_ids);
+	tcase_add_test(tc, test_modeldir__json_sizes_and_staleness);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(modeldir_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
