@@ -151,14 +151,15 @@ static int queue_subdirs(int fd, const char *rel, char ***queue, size_t *n,
 		    !strcmp(de->d_name, ".."))
 			continue;
 		if (*n == *cap) {
-			char **q = realloc(*queue, (*cap * 2 + 16) * sizeof(*q));
+			size_t ncap = *cap * 2 + 16;
+			char **q = realloc(*queue, ncap * sizeof(*q));
 
 			if (!q) {
 				rc = -ENOMEM;
 				break;
 			}
 			*queue = q;
-			*cap = *cap * 2 + 16;
+			*cap = ncap;
 		}
 		if (asprintf(&p, "%s%s%s", rel, rel[0] ? "/" : "",
 			     de->d_name) < 0) {

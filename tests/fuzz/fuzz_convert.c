@@ -56,7 +56,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	n = (size - 3) / ssz;
 	ref = castfs_convert_get_isa(CASTFS_ISA_SCALAR, from, to, flags);
 	for (int isa = 0; isa < CASTFS_ISA_COUNT; isa++) {
-		fn = castfs_convert_get_isa((enum castfs_isa)isa, from, to, flags);
+		fn = castfs_convert_get_isa((enum castfs_isa)isa, from, to,
+					    flags);
 		FUZZ_CHECK(!ref ? !fn : (!fn || castfs_isa_available(isa)));
 	}
 	FUZZ_CHECK(!ref == !castfs_convert_get(from, to, flags));

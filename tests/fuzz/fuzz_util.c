@@ -73,7 +73,8 @@ void fuzz_check_cast_output(const struct castfs_view *v,
 		const struct castfs_tensor *o = &oh->tensors[i];
 
 		check_tensor(v, o, castfs_header_find(h, o->name, o->name_len),
-			     src + h->data_start, out + oh->data_start + o->begin);
+			     src + h->data_start,
+			     out + oh->data_start + o->begin);
 	}
 	castfs_header_free(oh);
 }
