@@ -45,13 +45,16 @@ class Malformed(unittest.TestCase):
             "sub/deep": rc.write_ckpt(
                 os.path.join(cls.src, "sub", "deep.safetensors"), 2),
         }
+        cls.digest = rc.tree_digest(cls.src)
         cls.mount = tl.Mount(cls.src)
 
     @classmethod
     def tearDownClass(cls):
         rc_ = cls.mount.unmount()
+        same = rc.tree_digest(cls.src) == cls.digest
         cls.tmp.__exit__(None, None, None)
         assert rc_ == 0, "castfs exited with %d" % rc_
+        assert same, "the source tree changed"
 
     def test_corpus_is_big_enough(self):
         self.assertGreaterEqual(len({c[0] for c in self.cases}), 40)

@@ -91,12 +91,15 @@ class Stress(unittest.TestCase):
                           "wb") as f:
                     f.write(data)
                 cls.names.append(name)
+        cls.digest = rc.tree_digest(cls.src)
 
     @classmethod
     def tearDownClass(cls):
         code = cls.mount.unmount()
+        same = rc.tree_digest(cls.src) == cls.digest
         cls.tmp.__exit__(None, None, None)
         assert code == 0, "castfs exited with %d (sanitizer report?)" % code
+        assert same, "the source tree changed"
 
     def test_many_readers_always_read_the_reference(self):
         until = time.time() + SECONDS
