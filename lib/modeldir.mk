@@ -11,3 +11,7 @@ tests_unit_test_modeldir_SOURCES = tests/unit/test_modeldir.c \
 	tests/unit/testutil.c tests/unit/testutil.h
 tests_unit_test_modeldir_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_unit_test_modeldir_LDADD = $(LIBCASTFS_LIBS) $(CHECK_LIBS)
+
+# Mount tests with the real loaders (transformers, diffusers, bitsandbytes).
+TESTS += tests/compat/test_modeldir.py
+EXTRA_DIST += tests/compat/test_modeldir.py

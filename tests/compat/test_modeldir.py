@@ -1,0 +1,609 @@
+# SPDX-License-Identifier: MIT
+"""Model-directory views loaded by unmodified transformers and diffusers.
+
+The models are built here with the libraries themselves (random weights,
+save_pretrained): a tiny Llama (bf16, two shards) and BERT (float32, one
+file) with transformers; a tiny UNet2DConditionModel (bf16) and Flux
+transformer (bf16, six shards) and a DDPM pipeline (model_index.json,
+unet/, scheduler/) with diffusers. For every listed view of every model:
+
+- from_pretrained on the mounted DIR.<view> loads with no load report and
+  no log message about missing, unexpected or mismatched keys (captured
+  from the libraries' loggers; a negative control proves the capture);
+- every parameter equals the source converted the way the loader would
+  see it: bit for bit for casts; for bitsandbytes, every Linear the
+  loader built as Linear4bit / Linear8bitLt dequantises (through
+  bitsandbytes) within the format's bound of the source, and every other
+  tensor is bit-identical;
+- a forward pass on fixed inputs is close to the source model's.
+
+Also: the variant spellings (variant="fp8" over X.safetensors.index.fp8.json
+and X.fp8.safetensors), the rewritten index (weight_map = the shards'
+tensors, exact total_size, json.dumps(indent=2, sort_keys=True) text), and
+config.json (quantization_config == BitsAndBytesConfig(...).to_dict(),
+dtype rule, the rest untouched). diffusers refuses bitsandbytes on a
+CPU-only machine; as docs/LOADERS.md §4.1 says, the test patches its
+validate_environment (test side only) and loads with device_map="cpu".
+"""
+import contextlib
+import gc
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+import unittest
+import warnings
+
+import castfs_testlib as tl
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+try:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import torch
+        import bitsandbytes as bnb
+        import bitsandbytes.functional as F
+        import transformers
+        from transformers import (AutoModel, AutoModelForCausalLM, BertConfig,
+                                  BertModel, LlamaConfig, LlamaForCausalLM)
+        import diffusers
+        from diffusers import (DDPMPipeline, DDPMScheduler,
+                               FluxTransformer2DModel, UNet2DConditionModel,
+                               UNet2DModel)
+        from diffusers.quantizers.bitsandbytes import bnb_quantizer as BQ
+        from safetensors import safe_open
+        from safetensors.torch import load_file, save_file
+except ImportError as e:  # pragma: no cover
+    print("SKIP: %s" % e)
+    sys.exit(tl.SKIP)
+
+CASTS = {"bf16": torch.bfloat16, "fp16": torch.float16,
+         "fp32": torch.float32, "fp8": torch.float8_e4m3fn,
+         "fp8_e5m2": torch.float8_e5m2}
+BNB = {"nf4": ("nf4", True), "fp4": ("fp4", True), "int8": None}
+INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+# Forward-pass closeness, relative L2 error against the source model;
+# from measured errors of this setup with a margin (see the log).
+FORWARD_TOL = {"bf16": 0.01, "fp32": 0.0, "fp16": 0.002, "fp8": 0.2,
+               "fp8_e5m2": 0.35, "nf4": 0.5, "nf4_nodq": 0.5, "fp4": 0.6,
+               "int8": 0.1}
+
+KEY_TROUBLE = re.compile(r"missing|unexpected|mismatch|not initiali|"
+                         r"newly initiali|not used|were not|LOAD REPORT",
+                         re.IGNORECASE)
+
+
+def report(msg):
+    sys.stdout.write(msg + "\n")
+    sys.stdout.flush()
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.msgs = []
+
+    def emit(self, record):
+        self.msgs.append("%s: %s" % (record.name, record.getMessage()))
+
+
+@contextlib.contextmanager
+def captured():
+    """Every WARNING+ log record of transformers/diffusers and every
+    Python warning raised inside, as strings."""
+    h = _Records()
+    loggers = [logging.getLogger(n) for n in ("transformers", "diffusers")]
+    for lg in loggers:
+        lg.addHandler(h)
+    try:
+        with warnings.catch_warnings(record=True) as ws:
+            warnings.simplefilter("always")
+            yield h.msgs
+        h.msgs.extend(str(w.message) for w in ws)
+    finally:
+        for lg in loggers:
+            lg.removeHandler(h)
+
+
+def load_quietly(test, cls, path, **kw):
+    """cls.from_pretrained(path) that must report no key trouble."""
+    with captured() as msgs:
+        model, info = cls.from_pretrained(path, output_loading_info=True, **kw)
+    trouble = [m for m in msgs if KEY_TROUBLE.search(m)]
+    test.assertEqual(trouble, [], "%s: loader reported key problems" % path)
+    for k in ("missing_keys", "unexpected_keys", "mismatched_keys",
+              "error_msgs"):
+        test.assertFalse(info.get(k), "%s: %s = %s" % (path, k, info.get(k)))
+    return model
+
+
+def bits(t):
+    return t.contiguous().view(INT[t.element_size()])
+
+
+def assert_same(test, got, want, what):
+    test.assertEqual(got.dtype, want.dtype, what)
+    test.assertEqual(tuple(got.shape), tuple(want.shape), what)
+    test.assertTrue(torch.equal(bits(got), bits(want)), "%s differs" % what)
+
+
+def source_state(d):
+    sd = {}
+    for f in sorted(os.listdir(d)):
+        if f.endswith(".safetensors") and f.count(".") == 1:
+            sd.update(load_file(os.path.join(d, f)))
+        elif re.match(r"^[^.]+-\d+-of-\d+\.safetensors$", f):
+            sd.update(load_file(os.path.join(d, f)))
+    return sd
+
+
+def half_gap(qtype):
+    v = F.get_4bit_type(qtype, device="cpu").float().sort().values
+    return ((v[1:] - v[:-1]) / 2).max().item()
+
+
+def dequant_def(st, packed):
+    """bitsandbytes' definition of the weight a QuantState describes (its
+    pure-torch backend): code[c] * absmax per flat block of blocksize,
+    absmax = dequantize_blockwise(absmax, state2) + offset when nested.
+    Used because bnb 0.50's CPU C++ dequantize_4bit gets rows shorter
+    than a block wrong (e.g. [128, 32]) even for its own quantize_4bit."""
+    n = st.shape.numel()
+    p = packed.reshape(-1)
+    codes = torch.stack([p >> 4, p & 15], dim=1).reshape(-1)[:n].long()
+    am = st.absmax.float()
+    if st.nested:
+        am = F.dequantize_blockwise(st.absmax, st.state2).float() + st.offset
+    out = st.code.float()[codes] * am.repeat_interleave(st.blocksize)[:n]
+    return out.to(st.dtype), am
+
+
+def bnb_kernel_ok(src, qtype):
+    """Whether bnb's own CPU dequantize_4bit inverts its own quantize_4bit
+    of @src as its definition says."""
+    q, st = F.quantize_4bit(src, blocksize=64, quant_type=qtype)
+    return torch.equal(F.dequantize_4bit(q, st).reshape(-1),
+                       dequant_def(st, q)[0])
+
+
+def check_4bit(test, name, mod, src, qtype):
+    """Dequantised as bitsandbytes defines it (and through its
+    dequantize_4bit where that is right), each element is within its
+    block's bound: absmax * (largest half code gap) + the error of the
+    stored (double-quantised) absmax + the output dtype's rounding."""
+    st = mod.weight.quant_state
+    test.assertEqual(tuple(st.shape), tuple(src.shape), name)
+    test.assertEqual(st.dtype, src.dtype, name)
+    deq, am2 = dequant_def(st, mod.weight.data)
+    if bnb_kernel_ok(src, qtype):
+        test.assertTrue(torch.equal(
+            F.dequantize_4bit(mod.weight.data, st).reshape(-1), deq), name)
+    deq = deq.float()
+    x = src.float().reshape(-1)
+    n, bs = x.numel(), st.blocksize
+    pad = (-n) % bs
+    am = torch.cat([x.abs(), x.new_zeros(pad)]).view(-1, bs).amax(1)
+    per = lambda v: v.repeat_interleave(bs)[:n]
+    ulp = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11,
+           torch.float32: 2.0 ** -24}[src.dtype]
+    bound = per(am) * half_gap(qtype) + per((am2 - am).abs()) + \
+        deq.abs() * ulp + 1e-30
+    err = (deq - x).abs()
+    test.assertTrue(bool((err <= bound * (1 + 1e-5)).all()),
+                    "%s: %d elements out of bound" % (name,
+                                                      int((err > bound).sum())))
+
+
+def check_int8(test, name, mod, src):
+    cb, scb = mod.weight.data, mod.weight.SCB
+    test.assertEqual(cb.dtype, torch.int8, name)
+    test.assertEqual(tuple(cb.shape), tuple(src.shape), name)
+    x16 = src.to(torch.float16).float()
+    deq = cb.float() * scb.float().view(-1, 1) / 127
+    bound = scb.float().view(-1, 1) / 254 * (1 + 1e-5) + 1e-7
+    test.assertTrue(bool(((deq - x16).abs() <= bound).all()), name)
+
+
+def rel_err(a, b):
+    a, b = a.float(), b.float()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def no_avx512_repack(model):
+    """docs/LOADERS.md §2.4: keep Linear4bit's eval forward from
+    rewriting its weights (and needing aligned shapes)."""
+    for m in model.modules():
+        if isinstance(m, bnb.nn.Linear4bit):
+            m.support_avx512bf16_for_cpu = False
+
+
+# ---- the models ----
+
+def build_models(root):
+    torch.manual_seed(0)
+    llama = LlamaForCausalLM(LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
+        max_position_embeddings=64, tie_word_embeddings=False))
+    llama.to(torch.bfloat16).save_pretrained(os.path.join(root, "llama"),
+                                             max_shard_size="100KB")
+    bert = BertModel(BertConfig(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, vocab_size=128, max_position_embeddings=64,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    bert.save_pretrained(os.path.join(root, "bert"))  # float32
+    unet = UNet2DConditionModel(
+        sample_size=16, in_channels=4, out_channels=4, layers_per_block=1,
+        block_out_channels=(32, 64),
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        cross_attention_dim=64, attention_head_dim=8, norm_num_groups=32)
+    flux = FluxTransformer2DModel(
+        patch_size=1, in_channels=64, num_layers=1, num_single_layers=1,
+        attention_head_dim=16, num_attention_heads=4, joint_attention_dim=64,
+        pooled_projection_dim=64, axes_dims_rope=[4, 4, 8])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with captured():
+            unet.to(torch.bfloat16).save_pretrained(os.path.join(root, "unet"))
+            flux.to(torch.bfloat16).save_pretrained(
+                os.path.join(root, "flux"), max_shard_size="100KB")
+    pipe_unet = UNet2DModel(
+        sample_size=16, in_channels=3, out_channels=3, layers_per_block=1,
+        block_out_channels=(32, 64), norm_num_groups=32,
+        down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+        up_block_types=("AttnUpBlock2D", "UpBlock2D"))
+    DDPMPipeline(unet=pipe_unet, scheduler=DDPMScheduler(
+        num_train_timesteps=10)).save_pretrained(os.path.join(root, "pipe"))
+
+
+def llama_inputs():
+    g = torch.Generator().manual_seed(1)
+    return {"input_ids": torch.randint(0, 128, (2, 12), generator=g)}
+
+
+def forward_llama(m, inputs):
+    return m(**inputs).logits
+
+
+def forward_bert(m, inputs):
+    return m(**inputs).last_hidden_state
+
+
+def unet_inputs():
+    g = torch.Generator().manual_seed(2)
+    return {"sample": torch.randn(1, 4, 16, 16, generator=g),
+            "timestep": torch.tensor([10]),
+            "encoder_hidden_states": torch.randn(1, 8, 64, generator=g)}
+
+
+def flux_inputs():
+    g = torch.Generator().manual_seed(3)
+    return {"hidden_states": torch.randn(1, 16, 64, generator=g),
+            "encoder_hidden_states": torch.randn(1, 8, 64, generator=g),
+            "pooled_projections": torch.randn(1, 64, generator=g),
+            "timestep": torch.tensor([0.5]),
+            "img_ids": torch.zeros(16, 3), "txt_ids": torch.zeros(8, 3)}
+
+
+def forward_diffusers(m, inputs):
+    dt = next(m.parameters()).dtype
+    if dt not in (torch.float32, torch.bfloat16, torch.float16):
+        dt = torch.float32
+    cast = {k: v.to(dt) if v.is_floating_point() and k != "timestep" else v
+            for k, v in inputs.items()}
+    return m(**cast).sample
+
+
+class Env:
+    root = None
+    src = None
+    mnt = None
+    states = {}
+
+    @classmethod
+    def state(cls, name):
+        if name not in cls.states:
+            cls.states[name] = source_state(os.path.join(cls.src, name))
+        return cls.states[name]
+
+
+def setUpModule():
+    Env.root = tl.tempfile.mkdtemp(prefix="castfs-md-")
+    Env.src = os.path.join(Env.root, "src")
+    os.mkdir(Env.src)
+    build_models(Env.src)
+    Env.mnt = tl.Mount(Env.src)
+    BQ.BnB4BitDiffusersQuantizer.validate_environment = \
+        lambda self, *a, **k: None
+    BQ.BnB8BitDiffusersQuantizer.validate_environment = \
+        lambda self, *a, **k: None
+
+
+def tearDownModule():
+    # Loaded models map the mounted files: let them go before unmounting.
+    Env.states.clear()
+    gc.collect()
+    if Env.mnt:
+        rc = Env.mnt.unmount()
+        if rc:
+            report(Env.mnt.output())
+    shutil.rmtree(Env.root, ignore_errors=True)
+
+
+# ---- the checks ----
+
+def expected_cast(src, view, model_dtype):
+    """What the loader gives for source tensor src seen through a cast
+    view, loaded in model_dtype (floating tensors only)."""
+    if not src.is_floating_point():
+        return src
+    return src.to(CASTS[view]).to(model_dtype)
+
+
+class Checks(unittest.TestCase):
+
+    def check_cast_params(self, model, name, view, model_dtype):
+        sd = model.state_dict()
+        for k, v in Env.state(name).items():
+            self.assertIn(k, sd, "%s.%s" % (name, view))
+            assert_same(self, sd[k], expected_cast(v, view, model_dtype),
+                        "%s.%s: %s" % (name, view, k))
+
+    def check_bnb_params(self, model, name, view, plain_dtype, skip=()):
+        """Every Linear (but @skip) quantised and within bound; every
+        other tensor bit-identical (in @plain_dtype)."""
+        src = Env.state(name)
+        seen = set()
+        for mname, mod in model.named_modules():
+            if not isinstance(mod, torch.nn.Linear):
+                continue
+            w = src[mname + ".weight"]
+            if mname in skip:
+                self.assertNotIsInstance(mod, (bnb.nn.Linear4bit,
+                                               bnb.nn.Linear8bitLt), mname)
+                continue
+            if view == "int8":
+                self.assertIsInstance(mod, bnb.nn.Linear8bitLt, mname)
+                check_int8(self, mname, mod, w)
+            else:
+                self.assertIsInstance(mod, bnb.nn.Linear4bit, mname)
+                check_4bit(self, mname, mod, w, view[:3])
+            seen.add(mname + ".weight")
+        self.assertTrue(seen, "no quantised Linear in %s.%s" % (name, view))
+        sd = model.state_dict()
+        for k, v in src.items():
+            if k not in seen:
+                assert_same(self, sd[k], v.to(plain_dtype),
+                            "%s.%s: %s" % (name, view, k))
+
+    def check_forward(self, name, view, model, ref, fwd, inputs):
+        with torch.no_grad():
+            err = rel_err(fwd(model, inputs), fwd(ref, inputs))
+        report("forward %s.%s: relative error %.3g" % (name, view, err))
+        self.assertLessEqual(err, FORWARD_TOL[view] + 1e-6,
+                             "%s.%s forward" % (name, view))
+
+
+class TestTransformers(Checks):
+    """transformers from_pretrained on llama.<view>/ and bert.<view>/."""
+
+    MODELS = {"llama": (AutoModelForCausalLM, torch.bfloat16, forward_llama,
+                        llama_inputs, ("lm_head",)),
+              "bert": (AutoModel, torch.float32, forward_bert, llama_inputs,
+                       ())}
+
+    def run_view(self, name, view):
+        cls, src_dt, fwd, inputs, skip = self.MODELS[name]
+        path = Env.mnt.join("%s.%s" % (name, view))
+        model = load_quietly(self, cls, path)
+        if view in CASTS:
+            dt = CASTS[view] if view in ("bf16", "fp16", "fp32") else src_dt
+            self.assertEqual(model.dtype, dt)
+            self.check_cast_params(model, name, view, dt)
+            ref = cls.from_pretrained(os.path.join(Env.src, name),
+                                      dtype=torch.float32)
+            model = model.float()
+        else:
+            self.assertEqual(model.dtype, src_dt)
+            self.check_bnb_params(model, name, view, src_dt, skip)
+            no_avx512_repack(model)
+            ref = cls.from_pretrained(os.path.join(Env.src, name))
+        self.check_forward(name, view, model.eval(), ref.eval(), fwd,
+                           inputs())
+
+
+class TestDiffusers(Checks):
+    """diffusers from_pretrained on unet.<view>/ and flux.<view>/."""
+
+    MODELS = {"unet": (UNet2DConditionModel, unet_inputs),
+              "flux": (FluxTransformer2DModel, flux_inputs)}
+
+    def run_view(self, name, view):
+        cls, inputs = self.MODELS[name]
+        path = Env.mnt.join("%s.%s" % (name, view))
+        if view in CASTS:
+            dt = CASTS[view]
+            # diffusers takes float8_e4m3fn as a model dtype, not e5m2.
+            load_dt = torch.bfloat16 if view == "fp8_e5m2" else dt
+            model = load_quietly(self, cls, path, torch_dtype=load_dt)
+            self.check_cast_params(model, name, view, load_dt)
+            model = model.float()
+            ref = cls.from_pretrained(os.path.join(Env.src, name),
+                                      torch_dtype=torch.float32)
+        else:
+            model = load_quietly(self, cls, path, torch_dtype=torch.bfloat16,
+                                 device_map="cpu")
+            self.check_bnb_params(model, name, view, torch.bfloat16)
+            no_avx512_repack(model)
+            ref = cls.from_pretrained(os.path.join(Env.src, name),
+                                      torch_dtype=torch.bfloat16)
+        self.check_forward(name, view, model.eval(), ref.eval(),
+                           forward_diffusers, inputs())
+
+
+def _add_view_tests(case, names, views):
+    for name in names:
+        for view in views:
+            def t(self, name=name, view=view):
+                self.run_view(name, view)
+            t.__doc__ = "%s.%s loads and matches the source" % (name, view)
+            setattr(case, "test_%s_%s" % (name, view), t)
+
+
+_add_view_tests(TestTransformers, ("llama", "bert"),
+                list(CASTS) + list(BNB))
+_add_view_tests(TestTransformers, ("llama",), ("nf4_nodq",))
+_add_view_tests(TestDiffusers, ("unet", "flux"), list(CASTS) + list(BNB))
+
+
+class TestPipeline(Checks):
+    """A diffusers pipeline root: model_index.json and scheduler/ pass
+    through, unet/ is converted."""
+
+    def test_pipeline_casts(self):
+        for view in ("fp16", "bf16"):
+            dt = CASTS[view]
+            path = Env.mnt.join("pipe." + view)
+            with captured() as msgs:
+                pipe = DDPMPipeline.from_pretrained(path, dtype=dt)
+            self.assertEqual([m for m in msgs if KEY_TROUBLE.search(m)], [])
+            self.assertEqual(sorted(os.listdir(path)),
+                             sorted(os.listdir(os.path.join(Env.src, "pipe"))))
+            for f in ("model_index.json", "scheduler/scheduler_config.json"):
+                with open(os.path.join(path, f), "rb") as a, \
+                        open(os.path.join(Env.src, "pipe", f), "rb") as b:
+                    self.assertEqual(a.read(), b.read(), f)
+            self.check_cast_params(pipe.unet, "pipe/unet", view, dt)
+            ref = UNet2DModel.from_pretrained(os.path.join(Env.src, "pipe"),
+                                              subfolder="unet")
+            g = torch.Generator().manual_seed(4)
+            x = {"sample": torch.randn(1, 3, 16, 16, generator=g),
+                 "timestep": torch.tensor([3])}
+            self.check_forward("pipe", view, pipe.unet.float().eval(),
+                               ref.eval(), forward_diffusers, x)
+
+
+class TestVariants(Checks):
+    """variant= reads X.<view>.safetensors and X.safetensors.index.<view>.json
+    next to the source."""
+
+    def test_transformers_sharded_fp8(self):
+        m = load_quietly(self, AutoModelForCausalLM, Env.mnt.join("llama"),
+                         variant="fp8")
+        self.check_cast_params(m, "llama", "fp8", torch.bfloat16)
+
+    def test_transformers_single_fp16(self):
+        m = load_quietly(self, AutoModel, Env.mnt.join("bert"),
+                         variant="fp16")
+        self.check_cast_params(m, "bert", "fp16", torch.float32)
+
+    def test_diffusers_sharded_fp8(self):
+        m = load_quietly(self, FluxTransformer2DModel, Env.mnt.join("flux"),
+                         variant="fp8", torch_dtype=torch.float8_e4m3fn)
+        self.check_cast_params(m, "flux", "fp8", torch.float8_e4m3fn)
+
+    def test_diffusers_single_bf16(self):
+        m = load_quietly(self, UNet2DConditionModel, Env.mnt.join("unet"),
+                         variant="bf16", torch_dtype=torch.bfloat16)
+        self.check_cast_params(m, "unet", "bf16", torch.bfloat16)
+
+    def test_listed_for_casts_only(self):
+        names = os.listdir(Env.mnt.join("llama"))
+        for v in ("fp8", "bf16", "fp16", "fp32", "fp8_e5m2"):
+            self.assertIn("model.safetensors.index.%s.json" % v, names)
+        self.assertNotIn("model.safetensors.index.nf4.json", names)
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class TestFiles(unittest.TestCase):
+    """The rewritten files themselves."""
+
+    def check_index(self, d, index):
+        text = read(os.path.join(d, index)).decode()
+        idx = json.loads(text)
+        self.assertEqual(text, json.dumps(idx, indent=2, sort_keys=True) + "\n")
+        want, total = {}, 0
+        for shard in sorted(set(idx["weight_map"].values())):
+            with safe_open(os.path.join(d, shard), framework="pt") as f:
+                for k in f.keys():
+                    t = f.get_tensor(k)
+                    want[k] = shard
+                    total += t.numel() * t.element_size()
+        self.assertEqual(idx["weight_map"], want)
+        self.assertEqual(idx["metadata"]["total_size"], total)
+
+    def test_indexes(self):
+        for name, index in (("llama", "model.safetensors.index.json"),
+                            ("flux",
+                             "diffusion_pytorch_model.safetensors.index.json")):
+            for view in list(CASTS) + list(BNB):
+                self.check_index(Env.mnt.join(name + "." + view), index)
+        self.check_index(Env.mnt.join("llama"),
+                         "model.safetensors.index.fp8.json")
+
+    def test_configs(self):
+        src = json.loads(read(os.path.join(Env.src, "llama", "config.json")))
+        want4 = transformers.BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.bfloat16).to_dict()
+        want8 = transformers.BitsAndBytesConfig(load_in_8bit=True).to_dict()
+        for view, q in (("nf4", want4), ("int8", want8)):
+            text = read(Env.mnt.join("llama." + view, "config.json")).decode()
+            cfg = json.loads(text)
+            self.assertEqual(text, json.dumps(cfg, indent=2, sort_keys=True)
+                             + "\n")
+            self.assertEqual(cfg.pop("quantization_config"), q)
+            self.assertIsInstance(q["llm_int8_threshold"], float)
+            self.assertEqual(cfg, src)
+        for view, dt in (("bf16", "bfloat16"), ("fp16", "float16"),
+                         ("fp32", "float32"), ("fp8", "bfloat16")):
+            cfg = json.loads(read(Env.mnt.join("llama." + view,
+                                               "config.json")))
+            self.assertEqual(cfg.pop("dtype"), dt, view)
+            self.assertEqual(cfg, {k: v for k, v in src.items()
+                                   if k != "dtype"})
+        # diffusers configs carry no dtype: casts leave them as they are.
+        self.assertEqual(read(Env.mnt.join("unet.bf16", "config.json")),
+                         read(os.path.join(Env.src, "unet", "config.json")))
+        ucfg = json.loads(read(Env.mnt.join("unet.nf4", "config.json")))
+        self.assertEqual(ucfg["quantization_config"]["llm_int8_skip_modules"],
+                         None)
+
+    def test_pass_through_and_sizes(self):
+        for name in ("llama", "flux", "pipe"):
+            for view in ("fp8", "nf4"):
+                top = Env.mnt.join(name + "." + view)
+                for d, _, files in os.walk(top):
+                    for f in files:
+                        p = os.path.join(d, f)
+                        self.assertEqual(os.path.getsize(p), len(read(p)), p)
+        a = Env.mnt.join("llama.fp8", "generation_config.json")
+        b = Env.mnt.join("llama", "generation_config.json")
+        self.assertEqual(os.stat(a).st_ino, os.stat(b).st_ino)
+        self.assertEqual(read(a), read(b))
+
+    def test_key_capture_catches_trouble(self):
+        """Negative control: an unexpected and a missing key are caught."""
+        d = os.path.join(Env.root, "broken_bert")
+        shutil.copytree(os.path.join(Env.src, "bert"), d)
+        sd = load_file(os.path.join(d, "model.safetensors"))
+        sd["extra.weight"] = torch.zeros(3)
+        del sd["pooler.dense.bias"]
+        save_file(sd, os.path.join(d, "model.safetensors"),
+                  metadata={"format": "pt"})
+        with self.assertRaises(AssertionError):
+            load_quietly(self, AutoModel, d)
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(2)
+    tl.main()
