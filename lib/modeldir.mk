@@ -15,3 +15,5 @@ tests_unit_test_modeldir_LDADD = $(LIBCASTFS_LIBS) $(CHECK_LIBS)
 # Mount tests with the real loaders (transformers, diffusers, bitsandbytes).
 TESTS += tests/compat/test_modeldir.py
 EXTRA_DIST += tests/compat/test_modeldir.py
+TESTS += tests/compat/test_single_file.py
+EXTRA_DIST += tests/compat/test_single_file.py tests/compat/ldm_unet.py
