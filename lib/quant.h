@@ -95,6 +95,24 @@ struct castfs_quant_kernels {
 	/* int8 codes (castfs_i8_code) of @n elements with one @scale. */
 	void (*i8)(int8_t *restrict dst, const float *restrict x, size_t n,
 		   float scale);
+	/*
+	 * absmax() of 16-bit floats read as they are: @x holds @n
+	 * little-endian BF16 (or F16 when @f16) values, at any alignment.
+	 * The same values as absmax() of their float32 widening, without
+	 * staging it: most checkpoints are BF16.
+	 */
+	void (*absmax16)(float *restrict amax, const void *restrict x,
+			 size_t n, size_t bs, bool f16);
+	/* q4() of 16-bit floats read as they are (as absmax16): the same
+	 * bytes as q4() of their float32 widening. */
+	void (*q4_16)(uint8_t *restrict dst, const void *restrict x, size_t n,
+		      size_t bs, enum castfs_qtype qt, bool f16);
+	/*
+	 * Double quantisation of @n block absmax values of one nested block:
+	 * dst[i] = castfs_q8_code(amax[i] - offset, scale).
+	 */
+	void (*q8)(uint8_t *restrict dst, const float *restrict amax, size_t n,
+		   float offset, float scale);
 };
 
 /*

@@ -142,6 +142,9 @@ const struct castfs_quant_kernels castfs_quant_avx512 = {
 	.absmax = absmax_avx512,
 	.q4 = q4_avx512,
 	.i8 = i8_avx512,
+	.absmax16 = castfs_absmax16_avx512,
+	.q4_16 = castfs_q4_16_avx512,
+	.q8 = castfs_q8_avx512,
 };
 
 #endif

@@ -31,6 +31,31 @@ union castfs_q_f32x16 {
 	float f[16];
 };
 
+union castfs_q_f32x256 {
+	uint32_t u[256];
+	float f[256];
+};
+
+/* The midpoints of the 8-bit dynamic map (quant.c), entry 255 +Inf. */
+extern const union castfs_q_f32x256 castfs_q8_mids;
+
+/*
+ * The same 256 values by search level, m = castfs_q8_mids.f: [0, 16)
+ * m[16j + 15] (the bounds of 16 buckets of 16 codes), [16, 32) m[16b + 7],
+ * [32, 64) m[16b + 8c + 3], [64, 128) m[16b + 4c + 1], [128, 256)
+ * m[16b + 2c], entry (level start + b * width + c).
+ */
+extern const union castfs_q_f32x256 castfs_q8_tree;
+
+/* Offsets of the levels in castfs_q8_tree. */
+enum {
+	CASTFS_Q8_T16 = 0,
+	CASTFS_Q8_T8 = 16,
+	CASTFS_Q8_T4 = 32,
+	CASTFS_Q8_T2 = 64,
+	CASTFS_Q8_T1 = 128,
+};
+
 /* Indexed by enum castfs_qtype (NF4, FP4). */
 extern const union castfs_q_f32x16 castfs_q4_values[2];
 
@@ -46,6 +71,7 @@ extern const uint8_t castfs_q4_order[2][16];
 
 extern const struct castfs_quant_kernels castfs_quant_scalar;
 #if CASTFS_HAVE_X86_QUANT
+extern const struct castfs_quant_kernels castfs_quant_avx2;
 extern const struct castfs_quant_kernels castfs_quant_avx512;
 #endif
 
@@ -56,5 +82,22 @@ void castfs_absmax_scalar(float *restrict amax, const float *restrict x,
 			  size_t n, size_t bs);
 void castfs_i8_scalar(int8_t *restrict dst, const float *restrict x, size_t n,
 		      float scale);
+void castfs_absmax16_scalar(float *restrict amax, const void *restrict x,
+			    size_t n, size_t bs, bool f16);
+void castfs_q4_16_scalar(uint8_t *restrict dst, const void *restrict x,
+			 size_t n, size_t bs, enum castfs_qtype qt, bool f16);
+void castfs_q8_scalar(uint8_t *restrict dst, const float *restrict amax,
+		      size_t n, float offset, float scale);
+
+/* The AVX-512 kernels of 16-bit inputs and of double quantisation
+ * (quant_avx512_16.c), entries of castfs_quant_avx512. */
+#if CASTFS_HAVE_X86_QUANT
+void castfs_absmax16_avx512(float *restrict amax, const void *restrict x,
+			    size_t n, size_t bs, bool f16);
+void castfs_q4_16_avx512(uint8_t *restrict dst, const void *restrict x,
+			 size_t n, size_t bs, enum castfs_qtype qt, bool f16);
+void castfs_q8_avx512(uint8_t *restrict dst, const float *restrict amax,
+		      size_t n, float offset, float scale);
+#endif
 
 #endif

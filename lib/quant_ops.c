@@ -23,6 +23,8 @@ struct q_stage {
 	castfs_convert_fn to_half; /* int8: source -> F16, NULL if F16 */
 	castfs_convert_fn to_f32;  /* source (or F16) -> F32; NULL if F32 */
 	size_t src_sz;
+	bool raw16; /* BF16/F16 4-bit sources: kernels read st->raw as is */
+	bool f16;
 	size_t cap; /* elements per chunk */
 	float *f32;
 	uint8_t *raw;
@@ -50,6 +52,9 @@ static int q_stage_init(struct q_stage *st, const struct castfs_read_env *env,
 	size_t per;
 
 	st->src_sz = castfs_dtype_bits(src) / 8;
+	st->raw16 = !via_half && (src == CASTFS_DTYPE_BF16 ||
+				  src == CASTFS_DTYPE_F16);
+	st->f16 = src == CASTFS_DTYPE_F16;
 	st->to_half = NULL;
 	if (via_half && src != CASTFS_DTYPE_F16) {
 		st->to_half = castfs_convert_get(src, CASTFS_DTYPE_F16, 0);
@@ -76,7 +81,10 @@ static int q_stage_init(struct q_stage *st, const struct castfs_read_env *env,
 	return 0;
 }
 
-/* Elements [@first, @first + @n) of @qt into st->f32 (@n <= st->cap). */
+/*
+ * Elements [@first, @first + @n) of @qt into st->f32 (@n <= st->cap), or
+ * only into st->raw when st->raw16.
+ */
 static int q_load(const struct castfs_read_env *env,
 		  const struct castfs_qtensor *qt, const struct q_stage *st,
 		  uint64_t first, size_t n)
@@ -91,7 +99,7 @@ static int q_load(const struct castfs_read_env *env,
 		st->to_half(st->half, raw, n);
 		raw = st->half;
 	}
-	if (st->to_f32)
+	if (st->to_f32 && !st->raw16)
 		st->to_f32(st->f32, raw, n);
 	return 0;
 }
@@ -104,12 +112,16 @@ static int q4_load_absmax(const struct castfs_read_env *env,
 	uint64_t first = b * qt->blocksize;
 	size_t n = (size_t)CASTFS_MIN((uint64_t)nb * qt->blocksize,
 				      qt->nelems - first);
+	const struct castfs_quant_kernels *k = castfs_quant_kernels_get();
 	int rc = q_load(env, qt, st, first, n);
 
-	if (!rc)
-		castfs_quant_kernels_get()->absmax(st->amax, st->f32, n,
-						   qt->blocksize);
-	return rc;
+	if (rc)
+		return rc;
+	if (st->raw16)
+		k->absmax16(st->amax, st->raw, n, qt->blocksize, st->f16);
+	else
+		k->absmax(st->amax, st->f32, n, qt->blocksize);
+	return 0;
 }
 
 static uint64_t q4_nblocks(const struct castfs_qtensor *qt)
@@ -230,8 +242,12 @@ static int gen_q4_codes(const struct castfs_read_env *env,
 		rc = q_load(env, qt, &st, elem, n);
 		if (rc)
 			break;
-		k->q4(dst, st.f32, n, qt->blocksize,
-		      (enum castfs_qtype)qt->qtype);
+		if (st.raw16)
+			k->q4_16(dst, st.raw, n, qt->blocksize,
+				 (enum castfs_qtype)qt->qtype, st.f16);
+		else
+			k->q4(dst, st.f32, n, qt->blocksize,
+			      (enum castfs_qtype)qt->qtype);
 		dst += (n + 1) / 2;
 		elem += n;
 	}
@@ -265,6 +281,7 @@ static int gen_q4_qabsmax(const struct castfs_read_env *env,
 			  uint64_t count, uint8_t *dst)
 {
 	const struct castfs_qtensor *qt = q_tensor(env, e);
+	const struct castfs_quant_kernels *kq = castfs_quant_kernels_get();
 	const struct castfs_qstats *qs;
 	struct q_stage st;
 	int rc;
@@ -276,12 +293,15 @@ static int gen_q4_qabsmax(const struct castfs_read_env *env,
 		size_t k = (size_t)CASTFS_MIN(count, st.cap / qt->blocksize);
 
 		rc = q4_load_absmax(env, qt, &st, first, k);
-		for (size_t i = 0; !rc && i < k; i++) {
+		/* One kernel call per nested block (one scale each). */
+		for (size_t i = 0, m; !rc && i < k; i += m, dst += m) {
 			uint64_t g = (first + i) / CASTFS_Q_NESTED_BLOCK;
-			float v = st.amax[i] - qs->offset;
 
-			*dst++ = castfs_q8_code(
-				v, castfs_q_scale(qs->nested_absmax[g]));
+			m = (size_t)CASTFS_MIN((uint64_t)(k - i),
+					       (g + 1) * CASTFS_Q_NESTED_BLOCK -
+						       (first + i));
+			kq->q8(dst, st.amax + i, m, qs->offset,
+			       castfs_q_scale(qs->nested_absmax[g]));
 		}
 		first += k;
 		count -= k;

@@ -149,8 +149,76 @@ void castfs_i8_scalar(int8_t *restrict dst, const float *restrict x, size_t n,
 		dst[i] = castfs_i8_code(x[i], scale);
 }
 
+/* Elements staged as float32 at a time by the 16-bit references. */
+#define WIDEN_CHUNK 256
+
+/* @n (<= WIDEN_CHUNK) 16-bit floats at @x widened exactly into @f. */
+static void widen16(float *f, const uint8_t *x, size_t n, bool f16)
+{
+	castfs_convert_fn cvt = castfs_convert_get_isa(
+		CASTFS_ISA_SCALAR, f16 ? CASTFS_DTYPE_F16 : CASTFS_DTYPE_BF16,
+		CASTFS_DTYPE_F32, 0);
+
+	cvt(f, x, n);
+}
+
+/* castfs_q_absmax of @m 16-bit floats, a chunk at a time. */
+static float absmax16_block(const uint8_t *x, size_t m, bool f16)
+{
+	float f[WIDEN_CHUNK], a = 0.0f;
+
+	for (size_t i = 0; i < m; i += WIDEN_CHUNK) {
+		size_t k = m - i < WIDEN_CHUNK ? m - i : WIDEN_CHUNK;
+
+		widen16(f, x + 2 * i, k, f16);
+		a = fmaxf(a, castfs_q_absmax(f, k)); /* both are >= +0.0 */
+	}
+	return a;
+}
+
+void castfs_absmax16_scalar(float *restrict amax, const void *restrict x,
+			    size_t n, size_t bs, bool f16)
+{
+	const uint8_t *p = x;
+
+	for (size_t b = 0; b < n; b += bs)
+		*amax++ = absmax16_block(p + 2 * b, n - b < bs ? n - b : bs,
+					 f16);
+}
+
+void castfs_q4_16_scalar(uint8_t *restrict dst, const void *restrict x,
+			 size_t n, size_t bs, enum castfs_qtype qt, bool f16)
+{
+	const uint8_t *p = x;
+	float f[WIDEN_CHUNK];
+
+	for (size_t b = 0; b < n; b += bs) {
+		size_t m = n - b < bs ? n - b : bs;
+		float scale = castfs_q_scale(absmax16_block(p + 2 * b, m, f16));
+
+		/* Chunks are even, so only a block's last one can be odd. */
+		for (size_t i = 0; i < m; i += WIDEN_CHUNK) {
+			size_t k = m - i < WIDEN_CHUNK ? m - i : WIDEN_CHUNK;
+
+			widen16(f, p + 2 * (b + i), k, f16);
+			castfs_q4_encode_block(dst + (b + i) / 2, f, k, scale,
+					       qt);
+		}
+	}
+}
+
+void castfs_q8_scalar(uint8_t *restrict dst, const float *restrict amax,
+		      size_t n, float offset, float scale)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] = castfs_q8_code(amax[i] - offset, scale);
+}
+
 const struct castfs_quant_kernels castfs_quant_scalar = {
 	.absmax = castfs_absmax_scalar,
 	.q4 = q4_scalar,
 	.i8 = castfs_i8_scalar,
+	.absmax16 = castfs_absmax16_scalar,
+	.q4_16 = castfs_q4_16_scalar,
+	.q8 = castfs_q8_scalar,
 };

@@ -1,0 +1,275 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Quantiser kernels of 16-bit sources and of double quantisation: every
+ * ISA's absmax16, q4_16 and q8 against the scalar reference, bit for bit,
+ * over every BF16 and F16 pattern (NaN, Inf, subnormals, zeros) and random
+ * blocks; the scalar 16-bit kernels against the float32 ones they stand
+ * for; the precomputed dynamic-map midpoints against their rule.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bytes.h"
+#include "kernels/convert.h"
+#include "quant.h"
+#include "quant_internal.h"
+#include "testutil.h"
+
+#define NALL 65536u
+
+static const size_t blocksizes[] = { 64, 128, 256, 4096 };
+static const size_t lengths[] = { 1,  2,  15, 16,  17,	 31,   32,    33,
+				  63, 64, 65, 127, 1000, 4097, 12345, NALL };
+
+static const enum castfs_qtype qtypes[] = { CASTFS_Q_NF4, CASTFS_Q_FP4 };
+
+/*
+ * @n 16-bit patterns: for n == NALL every pattern once, in a shuffled
+ * order (so blocks mix NaN, Inf and finite values); otherwise random
+ * weights around 0.02 with some specials.
+ */
+static uint8_t *make16(size_t n, uint64_t seed, bool f16)
+{
+	uint8_t *x = malloc(2 * n + 1);
+
+	ck_assert_ptr_nonnull(x);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t r = tu_rand(&seed);
+		uint16_t h = (uint16_t)r;
+
+		if (n == NALL)
+			h = (uint16_t)(i * 40503u); /* odd: a permutation */
+		else if (r % 7 != 0)
+			h = (uint16_t)((f16 ? 0x2000 : 0x3c00) +
+				       (r >> 32) % 0x600) |
+			    (uint16_t)(r & 0x8000);
+		castfs_store_le16(x + 2 * i, h);
+	}
+	return x;
+}
+
+static void widen_all(float *f, const uint8_t *x, size_t n, bool f16)
+{
+	castfs_convert_fn cvt = castfs_convert_get_isa(
+		CASTFS_ISA_SCALAR, f16 ? CASTFS_DTYPE_F16 : CASTFS_DTYPE_BF16,
+		CASTFS_DTYPE_F32, 0);
+
+	cvt(f, x, n);
+}
+
+/* The scalar 16-bit kernels are the float32 ones on the widened values. */
+START_TEST(test_quant_kernels__scalar16_equals_scalar_f32)
+{
+	const struct castfs_quant_kernels *s =
+		castfs_quant_kernels_isa(CASTFS_ISA_SCALAR);
+	bool f16 = _i & 1;
+	size_t bs = blocksizes[_i / 2], n = NALL;
+	uint8_t *x = make16(n, 1, f16), *c1 = malloc(n), *c2 = malloc(n);
+	float *f = malloc(n * sizeof(*f)), *a1 = malloc(n * sizeof(*a1)),
+	      *a2 = malloc(n * sizeof(*a2));
+
+	widen_all(f, x, n, f16);
+	s->absmax(a1, f, n, bs);
+	s->absmax16(a2, x, n, bs, f16);
+	ck_assert_int_eq(memcmp(a1, a2, n / bs * sizeof(*a1)), 0);
+	for (size_t q = 0; q < 2; q++) {
+		s->q4(c1, f, n, bs, qtypes[q]);
+		s->q4_16(c2, x, n, bs, qtypes[q], f16);
+		ck_assert_int_eq(memcmp(c1, c2, n / 2), 0);
+	}
+	free(x);
+	free(c1);
+	free(c2);
+	free(f);
+	free(a1);
+	free(a2);
+}
+END_TEST
+
+/* One (ISA, f16) pair: absmax16 and q4_16 over lengths x blocksizes. */
+START_TEST(test_quant_kernels__isa16_matches_scalar)
+{
+	enum castfs_isa isa = (enum castfs_isa)(_i / 2);
+	bool f16 = _i & 1;
+	const struct castfs_quant_kernels *k = castfs_quant_kernels_isa(isa);
+	const struct castfs_quant_kernels *s =
+		castfs_quant_kernels_isa(CASTFS_ISA_SCALAR);
+	uint8_t *c1 = malloc(NALL), *c2 = malloc(NALL);
+	float *a1 = malloc(NALL * sizeof(float)),
+	      *a2 = malloc(NALL * sizeof(float));
+
+	if (!k)
+		goto out; /* not built, or not runnable on this CPU */
+	for (size_t b = 0; b < sizeof(blocksizes) / sizeof(*blocksizes); b++) {
+		for (size_t l = 0; l < sizeof(lengths) / sizeof(*lengths);
+		     l++) {
+			size_t n = lengths[l], bs = blocksizes[b];
+			/* Odd addresses: kernels take unaligned sources. */
+			uint8_t *src = make16(n, n * 31 + bs, f16);
+			uint8_t *buf = malloc(2 * n + 1), *x = buf + (l & 1);
+
+			memcpy(x, src, 2 * n);
+			free(src);
+			s->absmax16(a1, x, n, bs, f16);
+			k->absmax16(a2, x, n, bs, f16);
+			ck_assert_int_eq(memcmp(a1, a2, (n + bs - 1) / bs * 4),
+					 0);
+			for (size_t q = 0; q < 2; q++) {
+				memset(c1, 0xaa, NALL);
+				memset(c2, 0x55, NALL);
+				s->q4_16(c1, x, n, bs, qtypes[q], f16);
+				k->q4_16(c2, x, n, bs, qtypes[q], f16);
+				ck_assert_msg(
+					memcmp(c1, c2, (n + 1) / 2) == 0,
+					"%s q4_16 n=%zu bs=%zu qt=%zu f16=%d",
+					castfs_isa_name(isa), n, bs, q, f16);
+			}
+			free(buf);
+		}
+	}
+out:
+	free(c1);
+	free(c2);
+	free(a1);
+	free(a2);
+}
+END_TEST
+
+/* Block absmax minus an offset: ties on midpoints, NaN, huge scales. */
+static void make_amax(float *a, size_t n, uint64_t seed)
+{
+	const float *mids = castfs_q8_mids.f;
+
+	for (size_t i = 0; i < n; i++) {
+		uint64_t r = tu_rand(&seed);
+		double u = (double)(r >> 11) / 9007199254740992.0;
+
+		switch (r % 13) {
+		case 0:
+			a[i] = NAN;
+			break;
+		case 1:
+			a[i] = 0.0f;
+			break;
+		case 2:
+			a[i] = 0.25f + mids[(r >> 20) % 255] * 0.25f;
+			break;
+		case 3:
+			a[i] = 1e30f;
+			break;
+		default:
+			a[i] = (float)(u * 0.5);
+			break;
+		}
+	}
+}
+
+START_TEST(test_quant_kernels__q8_matches_scalar)
+{
+	enum castfs_isa isa = (enum castfs_isa)_i;
+	const struct castfs_quant_kernels *k = castfs_quant_kernels_isa(isa);
+	const struct castfs_quant_kernels *s =
+		castfs_quant_kernels_isa(CASTFS_ISA_SCALAR);
+	static const float offsets[] = { 0.0f, 0.25f, -0.125f };
+	static const float scales[] = { 4.0f, 1.0f / 0.2499f, 1e38f, 1.0f };
+	float a[1000];
+	uint8_t c1[1000], c2[1000];
+
+	if (!k)
+		return;
+	make_amax(a, 1000, 5);
+	for (size_t o = 0; o < 3; o++) {
+		for (size_t c = 0; c < 4; c++) {
+			for (size_t n = 0; n <= 40; n++) {
+				s->q8(c1, a + n, n, offsets[o], scales[c]);
+				k->q8(c2, a + n, n, offsets[o], scales[c]);
+				ck_assert_int_eq(memcmp(c1, c2, n), 0);
+			}
+			s->q8(c1, a, 1000, offsets[o], scales[c]);
+			k->q8(c2, a, 1000, offsets[o], scales[c]);
+			ck_assert_int_eq(memcmp(c1, c2, 1000), 0);
+		}
+	}
+	/* Exactly on each midpoint (scale 1, offset 0): ties stay low. */
+	for (size_t i = 0; i < 255; i++)
+		a[i] = castfs_q8_mids.f[i];
+	s->q8(c1, a, 255, 0.0f, 1.0f);
+	k->q8(c2, a, 255, 0.0f, 1.0f);
+	ck_assert_int_eq(memcmp(c1, c2, 255), 0);
+	for (size_t i = 0; i < 255; i++)
+		ck_assert_uint_eq(c1[i], i);
+}
+END_TEST
+
+START_TEST(test_quant_kernels__q8_mids_follow_the_rule)
+{
+	const float *c = castfs_q_dynmap();
+
+	for (unsigned k = 0; k < 255; k++) {
+		float m = (c[k] + c[k + 1]) * 0.5f;
+
+		ck_assert_uint_eq(castfs_q8_mids.u[k], castfs_f32_bits(m));
+		if (k)
+			ck_assert(castfs_q8_mids.f[k - 1] <= m);
+	}
+	ck_assert(isinf(castfs_q8_mids.f[255]));
+}
+END_TEST
+
+/* Every level of the search tree holds the midpoints its doc says. */
+START_TEST(test_quant_kernels__q8_tree_layout)
+{
+	const uint32_t *t = castfs_q8_tree.u, *m = castfs_q8_mids.u;
+
+	for (unsigned b = 0; b < 16; b++) {
+		ck_assert_uint_eq(t[CASTFS_Q8_T16 + b], m[16 * b + 15]);
+		ck_assert_uint_eq(t[CASTFS_Q8_T8 + b], m[16 * b + 7]);
+		for (unsigned c = 0; c < 2; c++)
+			ck_assert_uint_eq(t[CASTFS_Q8_T4 + 2 * b + c],
+					  m[16 * b + 8 * c + 3]);
+		for (unsigned c = 0; c < 4; c++)
+			ck_assert_uint_eq(t[CASTFS_Q8_T2 + 4 * b + c],
+					  m[16 * b + 4 * c + 1]);
+		for (unsigned c = 0; c < 8; c++)
+			ck_assert_uint_eq(t[CASTFS_Q8_T1 + 8 * b + c],
+					  m[16 * b + 2 * c]);
+	}
+}
+END_TEST
+
+static Suite *quant_kernels_suite(void)
+{
+	Suite *s = suite_create("quant_kernels");
+	TCase *tc = tcase_create("kernels");
+
+	tcase_set_timeout(tc, 600);
+	tcase_add_loop_test(
+		tc, test_quant_kernels__scalar16_equals_scalar_f32, 0,
+		2 * (int)(sizeof(blocksizes) / sizeof(*blocksizes)));
+	tcase_add_loop_test(tc, test_quant_kernels__isa16_matches_scalar, 2,
+			    2 * CASTFS_ISA_COUNT);
+	tcase_add_loop_test(tc, test_quant_kernels__q8_matches_scalar, 1,
+			    CASTFS_ISA_COUNT);
+	tcase_add_test(tc, test_quant_kernels__q8_mids_follow_the_rule);
+	tcase_add_test(tc, test_quant_kernels__q8_tree_layout);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(quant_kernels_suite());
+	const char *isa = getenv("CASTFS_ISA");
+	int failed;
+
+	/* A forced ISA this CPU lacks: skip, as test_kernels does. */
+	if (isa && !castfs_isa_available(castfs_isa_from_name(isa)))
+		return 77;
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
