@@ -226,7 +226,8 @@ static void add_read_sizes(cJSON *root, const struct castfs_stats *st)
 			snprintf(name, sizeof(name), "%uM", kib / 1024);
 		else
 			snprintf(name, sizeof(name), "%uK", kib);
-		cJSON_AddNumberToObject(o, name, (double)get(&st->read_sizes[b]));
+		cJSON_AddNumberToObject(o, name,
+					(double)get(&st->read_sizes[b]));
 	}
 }
 

@@ -6,9 +6,12 @@
  *   bench_kernels [-s BYTES] [-t SECONDS] [-r REPEATS] [-a] [PAIR...]
  *
  * BYTES is the source bytes per call (default 2 MiB, the read scratch);
- * each figure is the median of REPEATS runs of SECONDS each. PAIR is
- * "BF16>F8_E4M3" (add ":sat" for the saturating kernel); without -a and
- * PAIRs only the pairs views use are measured.
+ * each figure is the median of REPEATS runs of SECONDS of CPU time each. PAIR
+ * is "BF16>F8_E4M3" (add ":sat" for the saturating kernel); without -a and
+ * PAIRs only the pairs views use are measured, then the quantiser kernels
+ * (-q: only those): 4-bit codes of BF16 and F32 blocks of 64 (absmax
+ * included), block absmax, int8 codes, and the double quantisation of
+ * block absmax values (GB/s of the absmax values read).
  */
 #include <errno.h>
 #include <math.h>
@@ -20,12 +23,14 @@
 #include <unistd.h>
 
 #include "kernels/convert.h"
+#include "quant.h"
 
 struct opts {
 	size_t bytes;
 	double seconds;
 	int repeats;
 	int all;
+	int quant_only;
 };
 
 struct pair {
@@ -54,11 +59,13 @@ static const enum castfs_dtype castable[] = {
 	CASTFS_DTYPE_BF16, CASTFS_DTYPE_F8_E4M3, CASTFS_DTYPE_F8_E5M2,
 };
 
+/* CPU time of this thread: on a shared machine wall time would measure
+ * the neighbours too. */
 static double now(void)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
@@ -153,9 +160,8 @@ static void *make_source(enum castfs_dtype dt, size_t n)
 		for (size_t i = 0; i < n; i++)
 			((double *)out)[i] = f[i];
 	} else {
-		to = castfs_convert_get_isa(CASTFS_ISA_SCALAR,
-					    CASTFS_DTYPE_F32, dt,
-					    CASTFS_CVT_SATURATE);
+		to = castfs_convert_get_isa(CASTFS_ISA_SCALAR, CASTFS_DTYPE_F32,
+					    dt, CASTFS_CVT_SATURATE);
 		if (!to)
 			to = castfs_convert_get_isa(CASTFS_ISA_SCALAR,
 						    CASTFS_DTYPE_F32, dt, 0);
@@ -209,6 +215,109 @@ static int bench_pair(const struct pair *p, const struct opts *o, double mc)
 		       calls * (double)n / 1e9, in_gbs / mc);
 	}
 	free(src);
+	free(dst);
+	return 0;
+}
+
+/* ---- quantisers ---- */
+
+enum qkind {
+	Q_NF4_BF16,
+	Q_NF4_F32,
+	Q_ABSMAX_BF16,
+	Q_ABSMAX_F32,
+	Q_I8_F32,
+	Q_DOUBLE,
+	Q_NKINDS
+};
+
+static const char *const qnames[Q_NKINDS] = {
+	[Q_NF4_BF16] = "nf4 BF16 (bs 64)",
+	[Q_NF4_F32] = "nf4 F32 (bs 64)",
+	[Q_ABSMAX_BF16] = "absmax BF16 (bs 64)",
+	[Q_ABSMAX_F32] = "absmax F32 (bs 64)",
+	[Q_I8_F32] = "int8 F32",
+	[Q_DOUBLE] = "double-quant F32",
+};
+
+struct qrun {
+	const struct castfs_quant_kernels *k;
+	enum qkind kind;
+	void *dst;
+	const void *src;
+	size_t n; /* elements */
+};
+
+static void run_quant(void *ctx)
+{
+	struct qrun *r = ctx;
+
+	switch (r->kind) {
+	case Q_NF4_BF16:
+		r->k->q4_16(r->dst, r->src, r->n, 64, CASTFS_Q_NF4, false);
+		break;
+	case Q_NF4_F32:
+		r->k->q4(r->dst, r->src, r->n, 64, CASTFS_Q_NF4);
+		break;
+	case Q_ABSMAX_BF16:
+		r->k->absmax16(r->dst, r->src, r->n, 64, false);
+		break;
+	case Q_ABSMAX_F32:
+		r->k->absmax(r->dst, r->src, r->n, 64);
+		break;
+	case Q_I8_F32:
+		r->k->i8(r->dst, r->src, r->n, 127.0f / 0.08f);
+		break;
+	case Q_DOUBLE:
+		r->k->q8(r->dst, r->src, r->n, 0.05f, 1.0f / 0.04f);
+		break;
+	case Q_NKINDS:
+		break;
+	}
+	__asm__ volatile("" ::: "memory");
+}
+
+static int bench_quant(const struct opts *o, double mc)
+{
+	size_t nf = o->bytes / 4, nb = o->bytes / 2;
+	void *bf = make_source(CASTFS_DTYPE_BF16, nb);
+	void *f32 = make_source(CASTFS_DTYPE_F32, nf);
+	void *dst = malloc(o->bytes);
+	float *amax = f32;
+
+	if (!bf || !f32 || !dst) {
+		free(bf);
+		free(f32);
+		free(dst);
+		return -1;
+	}
+	/* Double quantisation reads block absmax: positive, near 0.05. */
+	for (size_t i = 0; i < nf; i++)
+		amax[i] = 0.03f + fabsf(amax[i]);
+	for (int kind = 0; kind < Q_NKINDS; kind++) {
+		bool is16 = kind == Q_NF4_BF16 || kind == Q_ABSMAX_BF16;
+		size_t n = is16 ? nb : nf;
+
+		for (int isa = 0; isa < CASTFS_ISA_COUNT; isa++) {
+			struct qrun r = { .kind = (enum qkind)kind,
+					  .dst = dst,
+					  .src = is16 ? bf : f32,
+					  .n = n };
+			double calls, gbs;
+
+			r.k = castfs_quant_kernels_isa((enum castfs_isa)isa);
+			if (!r.k)
+				continue;
+			calls = rate(run_quant, &r, o);
+			gbs = calls * (double)o->bytes / 1e9;
+			printf("%-22s %-7s %8.2f %8s %8.2f %7.2f\n",
+			       qnames[kind],
+			       castfs_isa_name((enum castfs_isa)isa), gbs, "-",
+			       calls * (double)n / 1e9, gbs / mc);
+		}
+	}
+	free(bf);
+	free(f32);
 	free(dst);
 	return 0;
 }
@@ -280,7 +389,7 @@ static int bench_all(const struct opts *o, double mc)
 static void usage(const char *prog)
 {
 	fprintf(stderr,
-		"usage: %s [-s BYTES] [-t SECONDS] [-r REPEATS] [-a] "
+		"usage: %s [-s BYTES] [-t SECONDS] [-r REPEATS] [-a|-q] "
 		"[FROM>TO[:sat]...]\n",
 		prog);
 }
@@ -291,7 +400,7 @@ int main(int argc, char **argv)
 	double mc;
 	int c, rc = 0;
 
-	while ((c = getopt(argc, argv, "s:t:r:ah")) != -1) {
+	while ((c = getopt(argc, argv, "s:t:r:aqh")) != -1) {
 		switch (c) {
 		case 's':
 			o.bytes = strtoull(optarg, NULL, 0);
@@ -305,6 +414,9 @@ int main(int argc, char **argv)
 		case 'a':
 			o.all = 1;
 			break;
+		case 'q':
+			o.quant_only = 1;
+			break;
 		default:
 			usage(argv[0]);
 			return c == 'h' ? 0 : 2;
@@ -315,14 +427,14 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	mc = memcpy_gbs(&o);
-	printf("# %zu source bytes per call, median of %d x %.2fs; "
+	printf("# %zu source bytes per call, median of %d x %.2f CPU s; "
 	       "selected ISA: %s\n",
 	       o.bytes, o.repeats, o.seconds,
 	       castfs_isa_name(castfs_isa_selected()));
 	printf("%-22s %-7s %8s %8s %8s %7s\n", "kernel", "isa", "in_GB/s",
 	       "out_GB/s", "Gelem/s", "xmemcpy");
-	printf("%-22s %-7s %8.2f %8.2f %8s %7.2f\n", "memcpy", "-", mc, mc,
-	       "-", 1.0);
+	printf("%-22s %-7s %8.2f %8.2f %8s %7.2f\n", "memcpy", "-", mc, mc, "-",
+	       1.0);
 	for (int i = optind; i < argc && !rc; i++) {
 		struct pair p;
 
@@ -335,10 +447,12 @@ int main(int argc, char **argv)
 	}
 	if (optind == argc && o.all)
 		rc = bench_all(&o, mc);
-	for (size_t i = 0; optind == argc && !o.all && !rc &&
+	for (size_t i = 0; optind == argc && !o.all && !o.quant_only && !rc &&
 			   i < sizeof(view_pairs) / sizeof(view_pairs[0]);
 	     i++)
 		rc = bench_pair(&view_pairs[i], &o, mc);
+	if (optind == argc && !rc)
+		rc = bench_quant(&o, mc);
 	if (rc)
 		fprintf(stderr, "out of memory\n");
 	return rc ? 1 : 0;

@@ -51,8 +51,13 @@ static double pass(const struct castfs_plan *plan,
 
 	for (uint64_t off = 0; off < size; off += req) {
 		size_t n = size - off < req ? (size_t)(size - off) : req;
-		ssize_t got = plan ? castfs_plan_read(plan, src, s, buf, n, off)
-				   : (castfs_reader_read(src, buf, n, off) ?: (ssize_t)n);
+		ssize_t got;
+
+		if (plan)
+			got = castfs_plan_read(plan, src, s, buf, n, off);
+		else
+			got = castfs_reader_read(src, buf, n, off) ?:
+				      (ssize_t)n;
 
 		if (got < 0) {
 			fprintf(stderr, "read at %llu: %s\n",
@@ -97,8 +102,8 @@ static int bench_view(const char *name, const struct castfs_views *vs,
 			goto out;
 	}
 	qsort(t, (size_t)repeats, sizeof(t[0]), cmp_double);
-	printf("%-8s %8.2f GB/s out %8.2f GB/s source per CPU second  (%.2f GB, median of "
-	       "%d)\n",
+	printf("%-8s %8.2f GB/s out %8.2f GB/s source per CPU second "
+	       "(%.2f GB, median of %d)\n",
 	       name, (double)size / t[repeats / 2] / 1e9,
 	       (double)src_size / t[repeats / 2] / 1e9, (double)size / 1e9,
 	       repeats);
