@@ -17,3 +17,4 @@ TESTS += tests/compat/test_modeldir.py
 EXTRA_DIST += tests/compat/test_modeldir.py
 TESTS += tests/compat/test_single_file.py
 EXTRA_DIST += tests/compat/test_single_file.py tests/compat/ldm_unet.py
+EXTRA_DIST += scripts/bench-loader
