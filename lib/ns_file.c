@@ -26,7 +26,18 @@ struct castfs_file {
 	uint64_t size;
 	int view;
 	bool direct;
+	_Atomic uint64_t next_off; /* where the last read ended */
+	_Atomic uint64_t ra_end;   /* the source is advised up to here */
 };
+
+/* Source bytes a sequential reader's source is advised ahead of it. */
+#define NS_RA_AHEAD (16u << 20)
+/*
+ * Reads starting this close to where the last one ended count as
+ * sequential: the kernel's read-ahead sends several requests at once and
+ * threads serve them in any order.
+ */
+#define NS_RA_SLACK (8u << 20)
 
 static int file_alloc(struct castfs_ns *ns, int view, struct castfs_file **out)
 {
@@ -200,6 +211,42 @@ static ssize_t read_layered(struct castfs_file *f, struct castfs_scratch *s,
 	return castfs_plan_read(f->plan, &l.r, &outer, buf, len, off);
 }
 
+/*
+ * Sequential readers: ask the kernel to read the source ahead of them
+ * (POSIX_FADV_WILLNEED), so that a cold source streams from the disk with
+ * requests in flight while the daemon converts. One call per
+ * NS_RA_AHEAD / 2 source bytes; random readers get none.
+ */
+static void source_readahead(struct castfs_file *f, uint64_t off, size_t n)
+{
+	uint64_t prev, src, end, from;
+
+	prev = atomic_exchange_explicit(&f->next_off, off + n,
+					memory_order_relaxed);
+	if (f->fd < 0 || f->base || off > prev + NS_RA_SLACK ||
+	    off + NS_RA_SLACK < prev)
+		return;
+	if (!f->plan)
+		src = off + n;
+	else if (off + n < f->plan->size)
+		src = castfs_plan_src_off(f->plan, off + n);
+	else
+		return;
+	if (src == UINT64_MAX)
+		return;
+	end = atomic_load_explicit(&f->ra_end, memory_order_relaxed);
+	if (end >= src + NS_RA_AHEAD / 2 && end <= src + NS_RA_AHEAD)
+		return; /* far enough ahead already */
+	from = end > src && end < src + NS_RA_AHEAD ? end : src;
+	if (!atomic_compare_exchange_strong(&f->ra_end, &end,
+					    src + NS_RA_AHEAD))
+		return; /* another thread is advising */
+	/* A hint: its failure changes nothing. */
+	(void)posix_fadvise(f->fd, (off_t)from,
+			    (off_t)(src + NS_RA_AHEAD - from),
+			    POSIX_FADV_WILLNEED);
+}
+
 ssize_t castfs_file_read(struct castfs_file *f, struct castfs_scratch *s,
 			 void *buf, size_t len, uint64_t off)
 {
@@ -217,8 +264,10 @@ ssize_t castfs_file_read(struct castfs_file *f, struct castfs_scratch *s,
 	rc = check_source(f);
 	if (rc)
 		return rc;
-	if (n > 0)
+	if (n > 0) {
 		castfs_stats_read(f->ns->stats, f->view, (uint64_t)n);
+		source_readahead(f, off, (size_t)n);
+	}
 	return n;
 }
 

@@ -131,6 +131,14 @@ void castfs_plan_free(struct castfs_plan *p);
 /* castfs_plan_find - index of the extent holding byte @off (< p->size). */
 size_t castfs_plan_find(const struct castfs_plan *p, uint64_t off);
 
+/*
+ * castfs_plan_src_off - the source offset that byte @off (< p->size) is
+ * computed from (the first source byte of its unit, element, block or
+ * row), or UINT64_MAX for bytes the plan holds. For read-ahead hints:
+ * thread-safe, O(log extents).
+ */
+uint64_t castfs_plan_src_off(const struct castfs_plan *p, uint64_t off);
+
 /* castfs_op_name - "mem", "copy", "cast", ...; for .info files and logs. */
 const char *castfs_op_name(enum castfs_op op);
 

@@ -10,6 +10,7 @@
 #include "common/compiler.h"
 #include "kernels/convert.h"
 #include "plan_internal.h"
+#include "quant.h"
 
 int castfs_scratch_init(struct castfs_scratch *s)
 {
@@ -145,6 +146,60 @@ static int read_extent(const struct castfs_read_env *env,
 	if (n)
 		return read_partial_unit(env, e, gen, rel, n, dst);
 	return 0;
+}
+
+/* The first source element a quantiser extent's byte @rel is made from. */
+static uint64_t quant_elem(const struct castfs_extent *e,
+			   const struct castfs_qtensor *q, uint64_t rel)
+{
+	switch ((enum castfs_op)e->op) {
+	case CASTFS_OP_Q4_CODES:
+	case CASTFS_OP_Q4_ABSMAX:
+	case CASTFS_OP_Q4_QABSMAX: /* a unit per block */
+		return rel / e->unit * q->blocksize;
+	case CASTFS_OP_Q4_NESTED_ABSMAX:
+		return rel / e->unit * CASTFS_Q_NESTED_BLOCK * q->blocksize;
+	case CASTFS_OP_I8_CODES:
+		return rel;
+	case CASTFS_OP_I8_SCB: /* a unit per row */
+		return rel / e->unit * q->cols;
+	case CASTFS_OP_MEM:
+	case CASTFS_OP_COPY:
+	case CASTFS_OP_CAST:
+	case CASTFS_OP_Q4_STATE:
+	case CASTFS_OP_COUNT:
+		break;
+	}
+	return 0;
+}
+
+uint64_t castfs_plan_src_off(const struct castfs_plan *p, uint64_t off)
+{
+	const struct castfs_extent *e = &p->extents[castfs_plan_find(p, off)];
+	uint64_t rel = off - e->out_off;
+	const struct castfs_qtensor *q;
+
+	switch ((enum castfs_op)e->op) {
+	case CASTFS_OP_MEM:
+	case CASTFS_OP_Q4_STATE:
+	case CASTFS_OP_COUNT:
+		return UINT64_MAX;
+	case CASTFS_OP_COPY:
+		return e->src_off + rel;
+	case CASTFS_OP_CAST:
+		return e->src_off + rel / e->unit *
+					    (castfs_dtype_bits(e->src_dtype) / 8);
+	case CASTFS_OP_Q4_CODES:
+	case CASTFS_OP_Q4_ABSMAX:
+	case CASTFS_OP_Q4_QABSMAX:
+	case CASTFS_OP_Q4_NESTED_ABSMAX:
+	case CASTFS_OP_I8_CODES:
+	case CASTFS_OP_I8_SCB:
+		break;
+	}
+	q = &p->qtensors[e->qt];
+	return q->src_off + CASTFS_MIN(quant_elem(e, q, rel), q->nelems) *
+				    (castfs_dtype_bits(q->src_dtype) / 8);
 }
 
 ssize_t castfs_plan_read(const struct castfs_plan *p,

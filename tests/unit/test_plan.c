@@ -254,6 +254,42 @@ START_TEST(test_plan__copied_extents_merge_and_do_no_conversion)
 }
 END_TEST
 
+/* Each output element maps back to its source element; headers to none. */
+START_TEST(test_plan__src_off_maps_elements_back)
+{
+	struct castfs_diag d = { { 0 } };
+	struct castfs_header *oh;
+	struct castfs_plan *p;
+	uint8_t *out;
+
+	ck_assert_int_eq(castfs_view_plan(view("fp8"), fx.h, &p, &d), 0);
+	out = read_all(p);
+	ck_assert_int_eq(castfs_header_parse(out, p->size, p->size, &oh, &d),
+			 0);
+	ck_assert_uint_eq(castfs_plan_src_off(p, 0), UINT64_MAX);
+	for (size_t i = 0; i < oh->ntensors; i++) {
+		const struct castfs_tensor *o = &oh->tensors[i];
+		const struct castfs_tensor *t =
+			castfs_header_find(fx.h, o->name, o->name_len);
+		uint64_t osz = castfs_dtype_bits(o->dtype) / 8;
+		uint64_t ssz = castfs_dtype_bits(t->dtype) / 8;
+
+		if (o->nelems == 0 || osz == 0)
+			continue;
+		/* The first and the last element. */
+		for (uint64_t k = 0; k < o->nelems; k += o->nelems - 1 ?: 1) {
+			uint64_t at = oh->data_start + o->begin + k * osz;
+
+			ck_assert_uint_eq(castfs_plan_src_off(p, at),
+					  fx.h->data_start + t->begin + k * ssz);
+		}
+	}
+	castfs_header_free(oh);
+	free(out);
+	castfs_plan_free(p);
+}
+END_TEST
+
 START_TEST(test_plan__rules_keep_matching_tensors)
 {
 	static const char cfg[] =
@@ -316,6 +352,7 @@ static Suite *plan_suite(void)
 			    nviews);
 	tcase_add_test(tc, test_plan__metadata_kept_and_format_added);
 	tcase_add_test(tc, test_plan__copied_extents_merge_and_do_no_conversion);
+	tcase_add_test(tc, test_plan__src_off_maps_elements_back);
 	tcase_add_test(tc, test_plan__rules_keep_matching_tensors);
 	tcase_add_test(tc, test_plan__source_errors_propagate);
 	suite_add_tcase(s, tc);
