@@ -187,8 +187,8 @@ uint64_t castfs_plan_src_off(const struct castfs_plan *p, uint64_t off)
 	case CASTFS_OP_COPY:
 		return e->src_off + rel;
 	case CASTFS_OP_CAST:
-		return e->src_off + rel / e->unit *
-					    (castfs_dtype_bits(e->src_dtype) / 8);
+		return e->src_off +
+		       rel / e->unit * (castfs_dtype_bits(e->src_dtype) / 8);
 	case CASTFS_OP_Q4_CODES:
 	case CASTFS_OP_Q4_ABSMAX:
 	case CASTFS_OP_Q4_QABSMAX:

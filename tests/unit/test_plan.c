@@ -279,9 +279,9 @@ START_TEST(test_plan__src_off_maps_elements_back)
 		/* The first and the last element. */
 		for (uint64_t k = 0; k < o->nelems; k += o->nelems - 1 ?: 1) {
 			uint64_t at = oh->data_start + o->begin + k * osz;
+			uint64_t from = fx.h->data_start + t->begin + k * ssz;
 
-			ck_assert_uint_eq(castfs_plan_src_off(p, at),
-					  fx.h->data_start + t->begin + k * ssz);
+			ck_assert_uint_eq(castfs_plan_src_off(p, at), from);
 		}
 	}
 	castfs_header_free(oh);
