@@ -285,6 +285,14 @@ class Changes(unittest.TestCase):
         self.assertNotEqual(os.stat(self.mount.join(
             "d", "e", rc.view_name("m", "bf16"))).st_ino, stale.st_ino)
 
+    def test_permission_changes_follow(self):
+        view = self.mount.join(rc.view_name("c", "fp16"))
+        for mode, shown in ((0o644, 0o444), (0o600, 0o400), (0o640, 0o440)):
+            os.chmod(self.path, mode)
+            for p in (self.mount.join("c.safetensors"), view):
+                rc.poll(lambda: os.stat(p).st_mode & 0o777 == shown, SETTLE,
+                        "mode %o on %s" % (shown, p))
+
     def test_stat_follows_without_reading(self):
         # Attributes cached for a day must still follow the source: the
         # watcher invalidates the entries, not a timeout.
