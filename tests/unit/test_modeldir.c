@@ -578,6 +578,56 @@ START_TEST(test_modeldir__json_sizes_and_staleness)
 }
 END_TEST
 
+struct seen {
+	uint64_t parent[512];
+	char name[512][64];
+	size_t n;
+};
+
+static void collect(void *ctx, uint64_t parent, const char *name)
+{
+	struct seen *s = ctx;
+
+	if (s->n < 512) {
+		s->parent[s->n] = parent;
+		snprintf(s->name[s->n++], 64, "%s", name);
+	}
+}
+
+static bool reported(const struct seen *s, uint64_t parent, const char *name)
+{
+	for (size_t i = 0; i < s->n; i++) {
+		if (s->parent[i] == parent && strcmp(s->name[i], name) == 0)
+			return true;
+	}
+	return false;
+}
+
+START_TEST(test_modeldir__invalidation_names_the_dependents)
+{
+	uint64_t m = look(CASTFS_NS_ROOT_ID, "m", NULL);
+	uint64_t vdir = look(CASTFS_NS_ROOT_ID, "m.fp8", NULL);
+	uint64_t sub = look(vdir, "sub", NULL);
+	struct seen *s = calloc(1, sizeof(*s));
+
+	write_shard("m/m-2.safetensors", "b.weight", 32);
+	castfs_ns_invalidate(ns, "m/m-2.safetensors", collect, s);
+	ck_assert(reported(s, vdir, "m-2.safetensors"));
+	ck_assert(reported(s, vdir, "config.json"));
+	ck_assert(reported(s, vdir, "model.safetensors.index.json"));
+	ck_assert(reported(s, CASTFS_NS_ROOT_ID, "m.fp8"));
+	ck_assert(reported(s, m, "model.safetensors.index.fp8.json"));
+	/* Deeper: an entry of m/sub is in m.fp8/sub/. */
+	s->n = 0;
+	write_file("m/sub/new.safetensors", "x", 1);
+	castfs_ns_invalidate(ns, "m/sub/new.safetensors", collect, s);
+	ck_assert(reported(s, sub, "new.safetensors"));
+	ck_assert(reported(s, CASTFS_NS_ROOT_ID, "m.nf4"));
+	ck_assert(reported(s, m, "sub.fp8")); /* m/sub as a root */
+	free(s);
+}
+END_TEST
+
 static Suite *modeldir_suite(void)
 {
 	Suite *s = suite_create("modeldir");
@@ -597,6 +647,7 @@ static Suite *modeldir_suite(void)
 	tcase_add_checked_fixture(tc, ns_setup, ns_teardown);
 	tcase_add_test(tc, test_modeldir__views_listed_with_lookup_ids);
 	tcase_add_test(tc, test_modeldir__json_sizes_and_staleness);
+	tcase_add_test(tc, test_modeldir__invalidation_names_the_dependents);
 	suite_add_tcase(s, tc);
 	return s;
 }
