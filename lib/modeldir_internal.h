@@ -63,8 +63,8 @@ struct md_object {
 /*
  * md_scan_object - the members of the object that starts at @at (a '{')
  * of the @len bytes at @js. Every offset is bounds-checked; nesting is
- * limited to 1000 levels as in cJSON. Fills @o (md_object_fini() frees it). Returns
- * 0, -EINVAL (not a well-formed object) or -ENOMEM.
+ * limited to 1000 levels as in cJSON. Fills @o (md_object_fini() frees
+ * it). Returns 0, -EINVAL (not a well-formed object) or -ENOMEM.
  */
 int md_scan_object(const char *js, size_t len, size_t at, struct md_object *o);
 

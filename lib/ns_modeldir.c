@@ -274,12 +274,14 @@ static int view_child(struct castfs_ns *ns, const struct ns_node *dir,
 static int mdir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 		       const char *name, struct ns_node *child)
 {
+	enum castfs_md_name kind = castfs_md_name_kind(name);
 	struct md_dir s = { 0 };
 	char *path = ns_path_join(dir->path, name, strlen(name));
 	int rc = path ? ns_src_stat(ns, path, &child->st) : -ENOMEM;
 
 	free(path);
-	if (!rc)
+	/* Only the rewritten JSON depends on the rest of the directory. */
+	if (!rc && (kind == CASTFS_MD_INDEX || kind == CASTFS_MD_CONFIG))
 		rc = md_dir_scan(ns, dir->path, &s);
 	if (!rc)
 		rc = view_child(ns, dir, name, &s, child);

@@ -317,7 +317,8 @@ END_TEST
 
 static int shard_fn(void *ctx, const char *name, struct castfs_header **out)
 {
-	static const char *const s1[] = { "b.weight", "a\"\xc3\xa9\xf0\x9f\x98\x80" };
+	static const char *const s1[] = { "b.weight",
+					  "a\"\xc3\xa9\xf0\x9f\x98\x80" };
 	static const char *const s2[] = { "c.weight", "d.norm" };
 
 	(void)ctx;
