@@ -327,11 +327,11 @@ def tearDownModule():
     # Loaded models map the mounted files: let them go before unmounting.
     Env.states.clear()
     gc.collect()
-    if Env.mnt:
-        rc = Env.mnt.unmount()
-        if rc:
-            report(Env.mnt.output())
+    rc = Env.mnt.unmount() if Env.mnt else 0
+    out = Env.mnt.output() if rc else ""
     shutil.rmtree(Env.root, ignore_errors=True)
+    if rc:
+        raise AssertionError("castfs exited with %d: %s" % (rc, out))
 
 
 # ---- the checks ----

@@ -54,9 +54,11 @@ def setUpModule():
 def tearDownModule():
     import gc
     gc.collect()
-    if Env.mnt:
-        Env.mnt.unmount()
+    rc = Env.mnt.unmount() if Env.mnt else 0
+    out = Env.mnt.output() if rc else ""
     shutil.rmtree(Env.root, ignore_errors=True)
+    if rc:
+        raise AssertionError("castfs exited with %d: %s" % (rc, out))
 
 
 def load(path, dtype):
