@@ -87,6 +87,20 @@ static const struct md_member *find_member(const char *js,
 	return NULL;
 }
 
+/* A plain string "model_type" (no escapes) into @out. */
+static void config_model_type(const char *js, const struct md_member *m,
+			      struct castfs_md_config *out)
+{
+	size_t n = m ? m->val_len : 0;
+
+	out->model_type[0] = '\0';
+	if (n < 2 || js[m->val] != '"' || n - 2 >= sizeof(out->model_type) ||
+	    memchr(js + m->val, '\\', n))
+		return;
+	memcpy(out->model_type, js + m->val + 1, n - 2);
+	out->model_type[n - 2] = '\0';
+}
+
 int castfs_md_config_read(const char *json, size_t len,
 			  struct castfs_md_config *out, struct castfs_diag *d)
 {
@@ -100,8 +114,95 @@ int castfs_md_config_read(const char *json, size_t len,
 	out->diffusers = find_member(json, &o, "_class_name") ||
 			 find_member(json, &o, "_diffusers_version");
 	out->quantized = find_member(json, &o, "quantization_config") != NULL;
+	config_model_type(json, find_member(json, &o, "model_type"), out);
 	md_object_fini(&o);
 	return 0;
+}
+
+/* ---- modules the loader keeps in full precision ---- */
+
+/*
+ * transformers 5.24 _keep_in_fp32_modules entries that are Linear layers,
+ * per model_type, as globs on tensor names. The loader skips a module if
+ * its name starts with the entry up to a dot or ends with it
+ * (should_convert_module), hence "X.*" and "*X.weight".
+ */
+static const struct {
+	const char *model_type;
+	const char *keep[6];
+} keep_table[] = {
+	{ "t5", { "*wo.weight" } },
+	{ "mt5", { "*wo.weight" } },
+	{ "umt5", { "*wo.weight" } },
+	{ "pop2piano", { "*wo.weight" } },
+	{ "udop", { "*wo.weight" } },
+	{ "blip-2", { "qformer.*", "*qformer.weight" } },
+	{ "deepseek_v32", { "*indexer.weights_proj.weight" } },
+	{ "glm_moe_dsa", { "*indexer.weights_proj.weight" } },
+	{ "mistral_large4", { "*indexer.weights_proj.weight" } },
+	{ "mistral_large4_text", { "*indexer.weights_proj.weight" } },
+	{ "axk2", { "*indexer.weights_proj.weight" } },
+	{ "deepseek_v4",
+	  { "*self_attn.compressor.kv_proj.weight",
+	    "*self_attn.compressor.gate_proj.weight",
+	    "*self_attn.compressor.indexer.kv_proj.weight",
+	    "*self_attn.compressor.indexer.gate_proj.weight",
+	    "*self_attn.compressor.indexer.scorer.weights_proj.weight" } },
+};
+
+#define KEEP_COUNT (sizeof(keep_table) / sizeof(keep_table[0]))
+
+int castfs_md_keep_id(const char *model_type)
+{
+	for (size_t i = 0; i < KEEP_COUNT; i++) {
+		if (strcmp(keep_table[i].model_type, model_type) == 0)
+			return (int)i + 1;
+	}
+	return 0;
+}
+
+int castfs_md_view_keep(const struct castfs_view *v, int keep,
+			struct castfs_md_view *out)
+{
+	const char *const *k;
+	size_t nk = 0;
+
+	if (keep < 1 || (size_t)keep > KEEP_COUNT)
+		return -EINVAL;
+	k = keep_table[keep - 1].keep;
+	while (nk < 6 && k[nk])
+		nk++;
+	out->v = *v;
+	out->v.owned_summary = NULL;
+	out->v.rules = calloc(nk + v->nrules, sizeof(*out->v.rules));
+	out->v.nrules = 0;
+	out->nkeep = 0;
+	if (!out->v.rules)
+		return -ENOMEM;
+	for (; out->nkeep < nk; out->nkeep++) {
+		struct castfs_rule *r = &out->v.rules[out->nkeep];
+
+		*r = (struct castfs_rule){ .pattern = strdup(k[out->nkeep]),
+					   .min_rank = 2, .max_rank = 2 };
+		if (!r->pattern) {
+			castfs_md_view_fini(out);
+			return -ENOMEM;
+		}
+	}
+	for (size_t i = 0; i < v->nrules; i++)
+		out->v.rules[nk + i] = v->rules[i];
+	out->v.nrules = nk + v->nrules;
+	return 0;
+}
+
+void castfs_md_view_fini(struct castfs_md_view *mv)
+{
+	for (size_t i = 0; i < mv->nkeep; i++)
+		free(mv->v.rules[i].pattern);
+	free(mv->v.rules);
+	mv->v.rules = NULL;
+	mv->v.nrules = 0;
+	mv->nkeep = 0;
 }
 
 /* ---- the bitsandbytes quantization_config ---- */

@@ -44,6 +44,7 @@ bool castfs_md_split_variant_index(const char *name, size_t *stem_len,
 struct castfs_md_config {
 	bool diffusers; /* "_class_name" or "_diffusers_version": no dtype */
 	bool quantized; /* has "quantization_config": castfs offers no views */
+	char model_type[48]; /* transformers "model_type", or "" */
 };
 
 /*
@@ -87,6 +88,32 @@ int castfs_md_bnb_init(struct castfs_md_bnb *q, const struct castfs_view *v,
 
 /* castfs_md_bnb_fini - free the skip list; safe on a zeroed struct. */
 void castfs_md_bnb_fini(struct castfs_md_bnb *q);
+
+/*
+ * castfs_md_keep_id - the set of modules transformers keeps unquantised
+ * for @model_type (its _keep_in_fp32_modules that name Linear layers, as
+ * of transformers 5.24: T5's "wo", BLIP-2's "qformer", ...), as a small
+ * positive id, or 0 for none. Pure function.
+ */
+int castfs_md_keep_id(const char *model_type);
+
+/* A view with a model's keep rules in front of its own. */
+struct castfs_md_view {
+	struct castfs_view v;
+	size_t nkeep; /* rules of ours, owning their patterns */
+};
+
+/*
+ * castfs_md_view_keep - @v with rules that keep the 2-D weights of keep
+ * set @keep (castfs_md_keep_id()) unconverted in front of its own rules,
+ * into @out (castfs_md_view_fini() releases it; @v must outlive it).
+ * Returns 0, -EINVAL (no such set) or -ENOMEM.
+ */
+int castfs_md_view_keep(const struct castfs_view *v, int keep,
+			struct castfs_md_view *out);
+
+/* castfs_md_view_fini - release what castfs_md_view_keep() made. */
+void castfs_md_view_fini(struct castfs_md_view *mv);
 
 /* What a view changes in config.json. */
 struct castfs_md_patch {

@@ -3,7 +3,8 @@
 # the JSON work (modeldir*.c) and their place in the namespace (ns_md*.c).
 lib_libcastfs_a_SOURCES += lib/modeldir.c lib/modeldir.h \
 	lib/modeldir_internal.h lib/modeldir_json.c lib/modeldir_index.c \
-	lib/ns_modeldir.c lib/ns_mdjson.c lib/ns_modeldir_internal.h
+	lib/ns_modeldir.c lib/ns_mdjson.c lib/ns_mdplan.c \
+	lib/ns_modeldir_internal.h
 
 check_PROGRAMS += tests/unit/test_modeldir
 TESTS += tests/unit/test_modeldir

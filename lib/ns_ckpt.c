@@ -34,6 +34,7 @@ static bool ck_matches(const struct ns_ckpt *ck, const struct stat *st)
 static void ck_free(struct ns_ckpt *ck, size_t nviews)
 {
 	ns_tensors_ckpt_fini(ck); /* the trees borrow the plans */
+	ns_modeldir_ckpt_fini(ck);
 	for (size_t i = 0; ck->plans && i < nviews; i++)
 		castfs_plan_free(ck->plans[i]);
 	free(ck->plans);

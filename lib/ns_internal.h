@@ -108,6 +108,8 @@ struct ns_ckpt {
 	/* Tensor trees: [0] the source's, [1 + view index] the views';
 	 * allocated and built by ns_tensors.c on first need. */
 	struct ns_tree **trees;
+	/* Plans of views with a model's own rules (ns_mdplan.c). */
+	struct ns_mdplan *mdplans;
 };
 
 #define NS_HASH_BUCKETS 4096u
@@ -204,6 +206,9 @@ int ns_tensors_list(struct castfs_ns *ns, const struct ns_node *dir,
 
 /* ns_tensors_ckpt_fini - free the tensor trees cached in @ck. */
 void ns_tensors_ckpt_fini(struct ns_ckpt *ck);
+
+/* ns_modeldir_ckpt_fini - free the model-directory plans cached in @ck. */
+void ns_modeldir_ckpt_fini(struct ns_ckpt *ck);
 
 /* ns_modeldir_lookup - @name in source dir @dir as a model-directory view
  * "DIR.<view>"; -ENOENT if it is none. */

@@ -74,6 +74,7 @@ static int md_dir_add(struct md_dir *s, const char *name,
 	switch (castfs_md_name_kind(name)) {
 	case CASTFS_MD_CONFIG:
 		s->config = true;
+		s->fp += md_ident(name, st); /* the keep rules come from it */
 		return 0;
 	case CASTFS_MD_PIPELINE:
 		s->pipeline = true;
@@ -200,6 +201,16 @@ static int md_config_of(struct castfs_ns *ns, const char *dir,
 	return rc;
 }
 
+int md_keep_of(struct castfs_ns *ns, const char *dir,
+	       const struct castfs_view *v)
+{
+	struct castfs_md_config c;
+
+	if (v->kind == CASTFS_VIEW_CAST || md_config_of(ns, dir, &c))
+		return 0;
+	return castfs_md_keep_id(c.model_type);
+}
+
 static bool md_any_valid(struct castfs_ns *ns, const char *dir,
 			 const struct md_dir *s)
 {
@@ -286,6 +297,24 @@ static int md_ckpts_of(struct castfs_ns *ns, const char *dir,
 	return rc;
 }
 
+/* The quantization_config of @v with keep set @keep over @ck. */
+static int md_bnb_of(const struct castfs_view *v, int keep,
+		     const struct md_ckpts *ck, bool diffusers,
+		     struct castfs_md_bnb *q)
+{
+	struct castfs_md_view mv;
+	int rc;
+
+	if (!keep)
+		return castfs_md_bnb_init(q, v, ck->h, ck->n, diffusers);
+	rc = castfs_md_view_keep(v, keep, &mv);
+	if (rc)
+		return rc;
+	rc = castfs_md_bnb_init(q, &mv.v, ck->h, ck->n, diffusers);
+	castfs_md_view_fini(&mv);
+	return rc;
+}
+
 /* config.json through view @v: dtype and quantization_config. */
 static int md_build_config(struct castfs_ns *ns, const struct ns_node *n,
 			   const char *text, size_t len, char **out,
@@ -305,8 +334,8 @@ static int md_build_config(struct castfs_ns *ns, const struct ns_node *n,
 		dir = md_parent_path(n->path);
 		rc = dir ? md_ckpts_of(ns, dir, &ck) : -ENOMEM;
 		if (!rc)
-			rc = castfs_md_bnb_init(&q, n->view, ck.h, ck.n,
-						c.diffusers);
+			rc = md_bnb_of(n->view, castfs_md_keep_id(c.model_type),
+				       &ck, c.diffusers, &q);
 		p.bnb = rc ? NULL : &q;
 	}
 	if (!rc)
@@ -321,6 +350,7 @@ struct md_shard_ctx {
 	struct castfs_ns *ns;
 	const char *dir;
 	const struct castfs_view *view;
+	int keep;
 };
 
 /* castfs_md_shard_fn: the header of shard @name through the view. */
@@ -336,7 +366,7 @@ static int md_shard(void *ctx, const char *name, struct castfs_header **out)
 	free(path);
 	if (rc)
 		return rc;
-	rc = ns_ckpt_plan(c->ns, ck, c->view, &plan, NULL);
+	rc = md_shard_plan(c->ns, ck, c->view, c->keep, &plan);
 	if (!rc)
 		rc = castfs_view_header(plan, out, NULL);
 	ns_ckpt_put(c->ns, ck);
@@ -347,13 +377,16 @@ static int md_build_index(struct castfs_ns *ns, const struct ns_node *n,
 			  const char *text, size_t len, char **out,
 			  size_t *out_len)
 {
-	struct md_shard_ctx c = { ns, NULL, n->view };
+	struct md_shard_ctx c = { ns, NULL, n->view, 0 };
 	char *dir = md_parent_path(n->path);
 	int rc;
 
 	if (!dir)
 		return -ENOMEM;
 	c.dir = dir;
+	/* The variant spelling names the single-file views: no model rules. */
+	if (n->aux == MF_INDEX)
+		c.keep = md_keep_of(ns, dir, n->view);
 	rc = castfs_md_index_rewrite(text, len,
 				     n->aux == MF_VINDEX ? n->view->name : NULL,
 				     md_shard, &c, out, out_len, NULL);

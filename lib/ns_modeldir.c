@@ -210,7 +210,7 @@ static bool is_checkpoint(struct castfs_ns *ns, const char *path,
 
 /* A file inside the view: converted, rewritten, or the source's. */
 static void child_file(struct castfs_ns *ns, const char *name,
-		       const struct md_dir *s, struct ns_node *child)
+		       const struct md_dir *s, int keep, struct ns_node *child)
 {
 	child->kind = NS_FILE;
 	switch (castfs_md_name_kind(name)) {
@@ -218,6 +218,7 @@ static void child_file(struct castfs_ns *ns, const char *name,
 		if (is_checkpoint(ns, child->path, &child->st)) {
 			child->kind = NS_MFILE;
 			child->aux = MF_SHARD;
+			child->dep = (uint64_t)keep;
 		}
 		break;
 	case CASTFS_MD_INDEX:
@@ -241,11 +242,11 @@ static void child_file(struct castfs_ns *ns, const char *name,
 /*
  * Entry @name of view directory @dir, source identity @st already in
  * @child, into @child: kind, aux, view, sub, dep, path. @s is the scan of
- * the source directory. Pass-through files and links are the source's
- * nodes (no view, no sub), so they have the source's ids.
+ * the source directory, @keep its keep set. Pass-through files and links
+ * are the source's nodes (no view, no sub), so they have the source's ids.
  */
 static int view_child(struct castfs_ns *ns, const struct ns_node *dir,
-		      const char *name, const struct md_dir *s,
+		      const char *name, const struct md_dir *s, int keep,
 		      struct ns_node *child)
 {
 	child->path = ns_path_join(dir->path, name, strlen(name));
@@ -259,7 +260,7 @@ static int view_child(struct castfs_ns *ns, const struct ns_node *dir,
 		child->kind = NS_LINK;
 		return 0;
 	case S_IFREG:
-		child_file(ns, name, s, child);
+		child_file(ns, name, s, keep, child);
 		if (child->kind == NS_FILE)
 			return 0;
 		break;
@@ -284,7 +285,10 @@ static int mdir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	if (!rc && (kind == CASTFS_MD_INDEX || kind == CASTFS_MD_CONFIG))
 		rc = md_dir_scan(ns, dir->path, &s);
 	if (!rc)
-		rc = view_child(ns, dir, name, &s, child);
+		rc = view_child(ns, dir, name, &s,
+				kind == CASTFS_MD_WEIGHTS ?
+					md_keep_of(ns, dir->path, dir->view) : 0,
+				child);
 	md_dir_fini(&s);
 	return rc;
 }
@@ -294,8 +298,8 @@ static int mdir_list_entries(struct castfs_ns *ns, const struct ns_node *dir,
 			     DIR *dp, const struct md_dir *s,
 			     struct ns_list *l)
 {
+	int rc = 0, keep = md_keep_of(ns, dir->path, dir->view);
 	struct dirent *de;
-	int rc = 0;
 
 	while (!rc && (errno = 0, de = readdir(dp))) {
 		struct ns_node c = { 0 };
@@ -303,7 +307,7 @@ static int mdir_list_entries(struct castfs_ns *ns, const struct ns_node *dir,
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
 		    fstatat(dirfd(dp), de->d_name, &c.st, AT_SYMLINK_NOFOLLOW))
 			continue;
-		rc = view_child(ns, dir, de->d_name, s, &c);
+		rc = view_child(ns, dir, de->d_name, s, keep, &c);
 		if (!rc)
 			rc = ns_list_add(l, de->d_name, strlen(de->d_name),
 					 c.st.st_mode & S_IFMT, ns_node_id(&c));
@@ -365,20 +369,35 @@ const struct ns_kind_ops ns_mdir_ops = {
 
 /* ---- the files a view computes ---- */
 
+/* The keep set of shard @n's model now. */
+static int shard_keep(struct castfs_ns *ns, const struct ns_node *n)
+{
+	char *dir = md_parent_path(n->path);
+	int keep = dir ? md_keep_of(ns, dir, n->view) : -ENOMEM;
+
+	free(dir);
+	return keep;
+}
+
 /* The plan of converted shard @n, from the checkpoint cache. */
 static int shard_plan(struct castfs_ns *ns, const struct ns_node *n,
 		      struct ns_ckpt **ck, const struct castfs_plan **plan)
 {
+	int rc, keep = shard_keep(ns, n);
 	struct stat st;
-	int rc = ns_ckpt_valid(ns, n->path, &st, ck);
 
+	if (keep < 0)
+		return keep;
+	if ((uint64_t)keep != n->dep)
+		return -ESTALE; /* config.json now names another model */
+	rc = ns_ckpt_valid(ns, n->path, &st, ck);
 	if (rc)
 		return rc == -ENOENT ? -ESTALE : rc;
 	if (!ns_same_file(&st, &n->st)) {
 		ns_ckpt_put(ns, *ck);
 		return -ESTALE;
 	}
-	rc = ns_ckpt_plan(ns, *ck, n->view, plan, NULL);
+	rc = md_shard_plan(ns, *ck, n->view, keep, plan);
 	if (rc)
 		ns_ckpt_put(ns, *ck);
 	return rc;

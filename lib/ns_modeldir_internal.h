@@ -10,7 +10,8 @@
 
 /* What an NS_MFILE is (its aux). */
 enum md_file {
-	MF_SHARD,  /* a converted *.safetensors under its own name */
+	MF_SHARD,  /* a converted *.safetensors under its own name; its dep
+		    * is the keep set of its model (md_keep_of()) */
 	MF_INDEX,  /* a rewritten *.safetensors.index*.json in DIR.<view>/ */
 	MF_CONFIG, /* config.json with the view's dtype / quantization_config */
 	MF_VINDEX, /* X.safetensors.index.<view>.json next to the source */
@@ -24,7 +25,8 @@ struct md_dir {
 	char **weights;
 	size_t nindex; /* regular *.safetensors.index*.json */
 	char **indexes;
-	uint64_t fp; /* fingerprint of the weights' and indexes' identities */
+	uint64_t fp; /* fingerprint of the identities of the weights, the
+		      * indexes and config.json */
 };
 
 /* md_dir_scan - read source directory @path into @s. Returns 0 or a
@@ -45,6 +47,19 @@ int md_is_model(struct castfs_ns *ns, const char *path, bool *yes);
 /* md_parent_path - the directory part of @path ("" for a top-level
  * name), malloc'ed; NULL on -ENOMEM. */
 char *md_parent_path(const char *path);
+
+/* md_keep_of - the keep set (castfs_md_keep_id()) that view @v applies in
+ * source directory @dir: that of the model_type of its config.json for
+ * bitsandbytes views, else 0. */
+int md_keep_of(struct castfs_ns *ns, const char *dir,
+	       const struct castfs_view *v);
+
+/* md_shard_plan - the plan of checkpoint @ck through @v with keep set
+ * @keep (0: the plain view plan of the checkpoint cache), built once and
+ * owned by @ck. Returns 0 or the builder's error. */
+int md_shard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
+		  const struct castfs_view *v, int keep,
+		  const struct castfs_plan **out);
 
 /* md_json_size - the size of rewritten JSON node @n (MF_INDEX,
  * MF_CONFIG, MF_VINDEX), built once per identity and cached. Returns 0,

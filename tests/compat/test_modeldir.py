@@ -2,8 +2,9 @@
 """Model-directory views loaded by unmodified transformers and diffusers.
 
 The models are built here with the libraries themselves (random weights,
-save_pretrained): a tiny Llama (bf16, two shards) and BERT (float32, one
-file) with transformers; a tiny UNet2DConditionModel (bf16) and Flux
+save_pretrained): a tiny Llama (bf16, two shards), BERT (float32, one
+file) and T5 (float32; transformers keeps its "wo" Linears unquantised)
+with transformers; a tiny UNet2DConditionModel (bf16) and Flux
 transformer (bf16, six shards) and a DDPM pipeline (model_index.json,
 unet/, scheduler/) with diffusers. For every listed view of every model:
 
@@ -47,7 +48,8 @@ try:
         import bitsandbytes.functional as F
         import transformers
         from transformers import (AutoModel, AutoModelForCausalLM, BertConfig,
-                                  BertModel, LlamaConfig, LlamaForCausalLM)
+                                  BertModel, LlamaConfig, LlamaForCausalLM,
+                                  T5Config, T5ForConditionalGeneration)
         import diffusers
         from diffusers import (DDPMPipeline, DDPMScheduler,
                                FluxTransformer2DModel, UNet2DConditionModel,
@@ -235,6 +237,10 @@ def build_models(root):
         intermediate_size=128, vocab_size=128, max_position_embeddings=64,
         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
     bert.save_pretrained(os.path.join(root, "bert"))  # float32
+    t5 = T5ForConditionalGeneration(T5Config(
+        vocab_size=128, d_model=64, d_kv=16, d_ff=128, num_layers=2,
+        num_heads=4, dropout_rate=0.0))
+    t5.save_pretrained(os.path.join(root, "t5"))  # float32, lm_head tied
     unet = UNet2DConditionModel(
         sample_size=16, in_channels=4, out_channels=4, layers_per_block=1,
         block_out_channels=(32, 64),
@@ -265,7 +271,13 @@ def llama_inputs():
     return {"input_ids": torch.randint(0, 128, (2, 12), generator=g)}
 
 
-def forward_llama(m, inputs):
+def t5_inputs():
+    g = torch.Generator().manual_seed(6)
+    return {"input_ids": torch.randint(0, 128, (2, 12), generator=g),
+            "decoder_input_ids": torch.randint(0, 128, (2, 5), generator=g)}
+
+
+def forward_logits(m, inputs):
     return m(**inputs).logits
 
 
@@ -347,22 +359,31 @@ def expected_cast(src, view, model_dtype):
 class Checks(unittest.TestCase):
 
     def check_cast_params(self, model, name, view, model_dtype):
+        """Every tensor is the view's value, in the model's dtype (or in
+        float32 where a float16 model keeps a module in float32)."""
         sd = model.state_dict()
+        fp32 = ()
+        if model_dtype == torch.float16:
+            fp32 = getattr(model, "_keep_in_fp32_modules", None) or ()
         for k, v in Env.state(name).items():
             self.assertIn(k, sd, "%s.%s" % (name, view))
-            assert_same(self, sd[k], expected_cast(v, view, model_dtype),
+            dt = model_dtype
+            if v.is_floating_point() and any(
+                    k.rsplit(".", 1)[0].endswith(m) for m in fp32):
+                dt = torch.float32
+            assert_same(self, sd[k], expected_cast(v, view, dt),
                         "%s.%s: %s" % (name, view, k))
 
     def check_bnb_params(self, model, name, view, plain_dtype, skip=()):
-        """Every Linear (but @skip) quantised and within bound; every
-        other tensor bit-identical (in @plain_dtype)."""
+        """Every Linear (but those whose names end with an entry of @skip)
+        quantised and within bound; every other tensor bit-identical."""
         src = Env.state(name)
         seen = set()
         for mname, mod in model.named_modules():
             if not isinstance(mod, torch.nn.Linear):
                 continue
-            w = src[mname + ".weight"]
-            if mname in skip:
+            w = src.get(mname + ".weight")
+            if any(mname.endswith(x) for x in skip):
                 self.assertNotIsInstance(mod, (bnb.nn.Linear4bit,
                                                bnb.nn.Linear8bitLt), mname)
                 continue
@@ -377,8 +398,8 @@ class Checks(unittest.TestCase):
         sd = model.state_dict()
         for k, v in src.items():
             if k not in seen:
-                assert_same(self, sd[k], v.to(plain_dtype),
-                            "%s.%s: %s" % (name, view, k))
+                want = v.to(plain_dtype) if v.is_floating_point() else v
+                assert_same(self, sd[k], want, "%s.%s: %s" % (name, view, k))
 
     def check_forward(self, name, view, model, ref, fwd, inputs):
         with torch.no_grad():
@@ -391,10 +412,12 @@ class Checks(unittest.TestCase):
 class TestTransformers(Checks):
     """transformers from_pretrained on llama.<view>/ and bert.<view>/."""
 
-    MODELS = {"llama": (AutoModelForCausalLM, torch.bfloat16, forward_llama,
+    MODELS = {"llama": (AutoModelForCausalLM, torch.bfloat16, forward_logits,
                         llama_inputs, ("lm_head",)),
               "bert": (AutoModel, torch.float32, forward_bert, llama_inputs,
-                       ())}
+                       ()),
+              "t5": (T5ForConditionalGeneration, torch.float32,
+                     forward_logits, t5_inputs, ("lm_head", "wo"))}
 
     def run_view(self, name, view):
         cls, src_dt, fwd, inputs, skip = self.MODELS[name]
@@ -454,7 +477,7 @@ def _add_view_tests(case, names, views):
             setattr(case, "test_%s_%s" % (name, view), t)
 
 
-_add_view_tests(TestTransformers, ("llama", "bert"),
+_add_view_tests(TestTransformers, ("llama", "bert", "t5"),
                 list(CASTS) + list(BNB))
 _add_view_tests(TestTransformers, ("llama",), ("nf4_nodq",))
 _add_view_tests(TestDiffusers, ("unet", "flux"), list(CASTS) + list(BNB))

@@ -313,6 +313,45 @@ START_TEST(test_modeldir__skip_rule)
 }
 END_TEST
 
+START_TEST(test_modeldir__keep_rules_of_t5)
+{
+	static const char *const names[] = {
+		"encoder.block.0.layer.1.DenseReluDense.wi.weight",
+		"encoder.block.0.layer.1.DenseReluDense.wo.weight",
+		"shared.weight",
+	};
+	struct castfs_header *h = header_of(names, "F32", 3);
+	const struct castfs_header *hs[] = { h };
+	struct castfs_md_config c;
+	struct castfs_md_view mv;
+	struct castfs_md_bnb q;
+	static const char cfg[] = "{\"model_type\": \"t5\"}";
+
+	ck_assert_int_eq(castfs_md_config_read(cfg, strlen(cfg), &c, NULL), 0);
+	ck_assert_str_eq(c.model_type, "t5");
+	ck_assert_int_gt(castfs_md_keep_id("t5"), 0);
+	ck_assert_int_eq(castfs_md_keep_id("llama"), 0);
+	ck_assert_int_eq(castfs_md_view_keep(view("nf4"), castfs_md_keep_id("t5"),
+					     &mv), 0);
+	for (size_t i = 0; i < h->ntensors; i++) {
+		const struct castfs_tensor *t = &h->tensors[i];
+
+		ck_assert(castfs_view_converts(&mv.v, t) ==
+			  (strstr(t->name, ".wi.") != NULL));
+	}
+	ck_assert_int_eq(castfs_md_bnb_init(&q, &mv.v, hs, 1, false), 0);
+	ck_assert(!q.skip_null);
+	ck_assert_uint_eq(q.nskip, 3);
+	ck_assert_str_eq(q.skip[0], "encoder.block.0.layer.1.DenseReluDense.wo");
+	ck_assert_str_eq(q.skip[1], "lm_head");
+	ck_assert_str_eq(q.skip[2], "shared");
+	castfs_md_bnb_fini(&q);
+	castfs_md_view_fini(&mv);
+	ck_assert_int_eq(castfs_md_view_keep(view("nf4"), 999, &mv), -EINVAL);
+	castfs_header_free(h);
+}
+END_TEST
+
 /* ---- index.json ---- */
 
 static int shard_fn(void *ctx, const char *name, struct castfs_header **out)
@@ -641,6 +680,7 @@ static Suite *modeldir_suite(void)
 	tcase_add_test(tc, test_modeldir__skip_list_and_unsorted_and_compact);
 	tcase_add_test(tc, test_modeldir__config_facts_and_hostile_text);
 	tcase_add_test(tc, test_modeldir__skip_rule);
+	tcase_add_test(tc, test_modeldir__keep_rules_of_t5);
 	tcase_add_test(tc, test_modeldir__index_rewritten);
 	tcase_add_test(tc, test_modeldir__index_hostile);
 	suite_add_tcase(s, tc);
