@@ -19,3 +19,4 @@ EXTRA_DIST += tests/compat/test_modeldir.py
 TESTS += tests/compat/test_single_file.py
 EXTRA_DIST += tests/compat/test_single_file.py tests/compat/ldm_unet.py
 EXTRA_DIST += scripts/bench-loader
+EXTRA_DIST += docs/MODELDIR.md
