@@ -546,6 +546,51 @@ def read(path):
         return f.read()
 
 
+def eventually(fn, timeout=5.0):
+    """fn() until it returns true (the daemon learns of source changes
+    through inotify, asynchronously)."""
+    import time
+    deadline = time.time() + timeout
+    while not fn() and time.time() < deadline:
+        time.sleep(0.05)
+    return fn()
+
+
+class TestChanges(unittest.TestCase):
+    """A shard rewritten under a mount: the views' index and config follow
+    (new ids; the kernel's cached entries are invalidated)."""
+
+    def test_shard_rewritten(self):
+        src = os.path.join(Env.src, "llama_chg")
+        shutil.copytree(os.path.join(Env.src, "llama"), src)
+        index = Env.mnt.join("llama_chg.fp8",
+                             "model.safetensors.index.json")
+        variant = Env.mnt.join("llama_chg",
+                               "model.safetensors.index.fp8.json")
+        before = json.loads(read(index))
+        self.assertNotIn("extra.weight", before["weight_map"])
+        shard = os.path.join(src, "model-00002-of-00002.safetensors")
+        sd = load_file(shard)
+        sd["extra.weight"] = torch.ones(64, 64, dtype=torch.bfloat16)
+        save_file(sd, shard + ".tmp", metadata={"format": "pt"})
+        os.rename(shard + ".tmp", shard)
+        for path, size in ((index, 4096), (variant, 4096)):
+            def changed(path=path):
+                try:
+                    idx = json.loads(read(path))
+                except OSError:
+                    return False
+                return "extra.weight" in idx["weight_map"]
+            self.assertTrue(eventually(changed), path)
+            self.assertEqual(json.loads(read(path))["metadata"]["total_size"],
+                             before["metadata"]["total_size"] + size)
+        view = load_file(Env.mnt.join("llama_chg.fp8",
+                                      "model-00002-of-00002.safetensors"))
+        assert_same(self, view["extra.weight"],
+                    torch.ones(64, 64, dtype=torch.float8_e4m3fn),
+                    "the rewritten shard's view")
+
+
 class TestFiles(unittest.TestCase):
     """The rewritten files themselves."""
 
