@@ -277,6 +277,7 @@ static int mdir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 {
 	enum castfs_md_name kind = castfs_md_name_kind(name);
 	struct md_dir s = { 0 };
+	int keep = 0;
 	char *path = ns_path_join(dir->path, name, strlen(name));
 	int rc = path ? ns_src_stat(ns, path, &child->st) : -ENOMEM;
 
@@ -284,11 +285,10 @@ static int mdir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	/* Only the rewritten JSON depends on the rest of the directory. */
 	if (!rc && (kind == CASTFS_MD_INDEX || kind == CASTFS_MD_CONFIG))
 		rc = md_dir_scan(ns, dir->path, &s);
+	if (!rc && kind == CASTFS_MD_WEIGHTS)
+		keep = md_keep_of(ns, dir->path, dir->view);
 	if (!rc)
-		rc = view_child(ns, dir, name, &s,
-				kind == CASTFS_MD_WEIGHTS ?
-					md_keep_of(ns, dir->path, dir->view) : 0,
-				child);
+		rc = view_child(ns, dir, name, &s, keep, child);
 	md_dir_fini(&s);
 	return rc;
 }
