@@ -260,10 +260,12 @@ static int pb_freeze_qtensors(struct castfs_pb *pb, struct castfs_plan *p)
 		return 0;
 	p->qtensors = pb_dup(pb, pb->qt, pb->nqt * sizeof(*pb->qt));
 	p->qstats = castfs_pb_alloc(pb, pb->nqt * sizeof(*p->qstats));
-	if (!p->qtensors || !p->qstats)
+	p->qcache = castfs_pb_alloc(pb, sizeof(*p->qcache));
+	if (!p->qtensors || !p->qstats || !p->qcache)
 		return -ENOMEM;
 	for (size_t i = 0; i < pb->nqt; i++)
 		pthread_mutex_init(&p->qstats[i].lock, NULL);
+	pthread_mutex_init(&p->qcache->lock, NULL);
 	p->nqt = pb->nqt;
 	return 0;
 }
@@ -366,7 +368,11 @@ void castfs_plan_free(struct castfs_plan *p)
 	for (size_t i = 0; i < p->nqt; i++) {
 		pthread_mutex_destroy(&p->qstats[i].lock);
 		free(p->qstats[i].nested_absmax);
+		free(p->qstats[i].qc);
+		free(p->qstats[i].qc_valid);
 	}
+	if (p->qcache)
+		pthread_mutex_destroy(&p->qcache->lock);
 	arena_free(p->arena);
 	free(p->extents);
 	free(p);

@@ -73,6 +73,7 @@ struct castfs_qtensor {
 };
 
 struct castfs_qstats; /* tensor-wide statistics, computed on first need */
+struct castfs_qcache; /* which tensors keep double-quantised absmax */
 
 struct castfs_plan {
 	uint64_t size;
@@ -81,6 +82,7 @@ struct castfs_plan {
 	size_t nqt;
 	struct castfs_qtensor *qtensors;
 	struct castfs_qstats *qstats; /* nqt entries; the only mutable part */
+	struct castfs_qcache *qcache; /* with qstats; NULL when nqt is 0 */
 	/* Private: allocations owned by the plan. */
 	void *arena;
 };

@@ -102,6 +102,25 @@ struct castfs_qstats {
 	float offset;	      /* 4-bit nested: mean of the block absmax */
 	uint64_t nnested;
 	float *nested_absmax; /* 4-bit nested: per 256 blocks */
+	/*
+	 * 4-bit nested: the Q4_QABSMAX bytes (one per block) that Q4_CODES
+	 * reads computed on the way, kept for the Q4_QABSMAX read that comes
+	 * right after them in a sequential read; byte b is valid when bit b
+	 * of qc_valid is. NULL when not held (lib/quant_ops.c). Under @lock.
+	 */
+	uint8_t *qc;
+	uint64_t *qc_valid;
+	uint64_t qc_served; /* bytes served from qc: dropped at all */
+};
+
+/* At most this many tensors of a plan hold a qc at a time. */
+#define CASTFS_QCACHE_TENSORS 4u
+
+/* The tensors holding a qc, oldest first (evicted first). */
+struct castfs_qcache {
+	pthread_mutex_t lock; /* taken before any qstats lock */
+	uint32_t n;
+	uint32_t qt[CASTFS_QCACHE_TENSORS];
 };
 
 #endif

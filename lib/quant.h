@@ -103,10 +103,14 @@ struct castfs_quant_kernels {
 	 */
 	void (*absmax16)(float *restrict amax, const void *restrict x,
 			 size_t n, size_t bs, bool f16);
-	/* q4() of 16-bit floats read as they are (as absmax16): the same
-	 * bytes as q4() of their float32 widening. */
-	void (*q4_16)(uint8_t *restrict dst, const void *restrict x, size_t n,
-		      size_t bs, enum castfs_qtype qt, bool f16);
+	/*
+	 * q4() of 16-bit floats read as they are (as absmax16): the same
+	 * bytes as q4() of their float32 widening. When @amax is not NULL,
+	 * each block's absmax goes there too (the values absmax16 gives).
+	 */
+	void (*q4_16)(uint8_t *restrict dst, float *restrict amax,
+		      const void *restrict x, size_t n, size_t bs,
+		      enum castfs_qtype qt, bool f16);
 	/*
 	 * Double quantisation of @n block absmax values of one nested block:
 	 * dst[i] = castfs_q8_code(amax[i] - offset, scale).

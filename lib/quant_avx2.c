@@ -290,8 +290,9 @@ static inline AVX2 __m256 load8(const uint8_t *x, bool f16)
 		_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-static AVX2 void q4_16_avx2(uint8_t *restrict dst, const void *restrict x,
-			    size_t n, size_t bs, enum castfs_qtype qt, bool f16)
+static AVX2 void q4_16_avx2(uint8_t *restrict dst, float *restrict amax,
+			    const void *restrict x, size_t n, size_t bs,
+			    enum castfs_qtype qt, bool f16)
 {
 	const uint8_t *p = x;
 	struct q4_tables t;
@@ -299,9 +300,12 @@ static AVX2 void q4_16_avx2(uint8_t *restrict dst, const void *restrict x,
 	q4_tables_init(&t, qt);
 	for (size_t b = 0; b < n; b += bs) {
 		size_t m = n - b < bs ? n - b : bs, i;
-		float sc = castfs_q_scale(
-			widen1(absmax16_bits(p + 2 * b, m, f16), f16));
+		float a = widen1(absmax16_bits(p + 2 * b, m, f16), f16);
+		float sc = castfs_q_scale(a);
 		__m256 scale = _mm256_set1_ps(sc);
+
+		if (amax)
+			*amax++ = a;
 
 		for (i = 0; !f16 && i + 16 <= m; i += 16)
 			q4_16_bf16(dst + (b + i) / 2, p + 2 * (b + i), scale,

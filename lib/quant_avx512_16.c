@@ -176,9 +176,9 @@ static AVX512 void q4_tail(uint8_t *dst, const uint8_t *x, size_t i, size_t m,
 	castfs_q4_encode_block(dst + i / 2, t, m - i, sc, qt);
 }
 
-AVX512 void castfs_q4_16_avx512(uint8_t *restrict dst, const void *restrict x,
-				size_t n, size_t bs, enum castfs_qtype qt,
-				bool f16)
+AVX512 void castfs_q4_16_avx512(uint8_t *restrict dst, float *restrict amax,
+				const void *restrict x, size_t n, size_t bs,
+				enum castfs_qtype qt, bool f16)
 {
 	const uint8_t *p = x;
 	struct q4_tables t;
@@ -186,9 +186,12 @@ AVX512 void castfs_q4_16_avx512(uint8_t *restrict dst, const void *restrict x,
 	q4_tables_init(&t, qt);
 	for (size_t b = 0; b < n; b += bs, p += 2 * bs, dst += bs / 2) {
 		size_t m = n - b < bs ? n - b : bs, i = 0;
-		float sc =
-			castfs_q_scale(widen1(absmax16_bits(p, m, f16), f16));
+		float a = widen1(absmax16_bits(p, m, f16), f16);
+		float sc = castfs_q_scale(a);
 		__m512 scale = _mm512_set1_ps(sc);
+
+		if (amax)
+			*amax++ = a;
 
 		for (; !f16 && i + 32 <= m; i += 32)
 			q4_32_bf16(dst + i / 2, p + 2 * i, scale, &t);

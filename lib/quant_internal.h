@@ -84,8 +84,9 @@ void castfs_i8_scalar(int8_t *restrict dst, const float *restrict x, size_t n,
 		      float scale);
 void castfs_absmax16_scalar(float *restrict amax, const void *restrict x,
 			    size_t n, size_t bs, bool f16);
-void castfs_q4_16_scalar(uint8_t *restrict dst, const void *restrict x,
-			 size_t n, size_t bs, enum castfs_qtype qt, bool f16);
+void castfs_q4_16_scalar(uint8_t *restrict dst, float *restrict amax,
+			 const void *restrict x, size_t n, size_t bs,
+			 enum castfs_qtype qt, bool f16);
 void castfs_q8_scalar(uint8_t *restrict dst, const float *restrict amax,
 		      size_t n, float offset, float scale);
 
@@ -94,8 +95,9 @@ void castfs_q8_scalar(uint8_t *restrict dst, const float *restrict amax,
 #if CASTFS_HAVE_X86_QUANT
 void castfs_absmax16_avx512(float *restrict amax, const void *restrict x,
 			    size_t n, size_t bs, bool f16);
-void castfs_q4_16_avx512(uint8_t *restrict dst, const void *restrict x,
-			 size_t n, size_t bs, enum castfs_qtype qt, bool f16);
+void castfs_q4_16_avx512(uint8_t *restrict dst, float *restrict amax,
+			 const void *restrict x, size_t n, size_t bs,
+			 enum castfs_qtype qt, bool f16);
 void castfs_q8_avx512(uint8_t *restrict dst, const float *restrict amax,
 		      size_t n, float offset, float scale);
 #endif

@@ -224,6 +224,174 @@ q4_stats_get(const struct castfs_read_env *env, const struct castfs_extent *e,
 	return *rc ? NULL : qs;
 }
 
+/*
+ * The double-quantised absmax cache. A block's 8-bit absmax code (the
+ * Q4_QABSMAX byte) needs the block's absmax, which a Q4_CODES read has
+ * just computed for the block's codes; in a sequential read of a view the
+ * tensor's .absmax bytes come right after its codes (the writer's name
+ * order). Q4_CODES reads keep them (qc_save) once the tensor's statistics
+ * are ready, and the Q4_QABSMAX read takes them (qc_take) instead of
+ * reading the whole tensor again. At most CASTFS_QCACHE_TENSORS tensors
+ * per plan hold one (oldest evicted), each of at most QC_MAX_BLOCKS
+ * bytes; a cache is dropped once all of it was served. Any range not all
+ * cached is computed as before: the bytes are the same.
+ */
+#define QC_MAX_BLOCKS (2u << 20)
+
+/* Free @qs's cache; the caller holds qs->lock. */
+static void qc_drop_locked(struct castfs_qstats *qs)
+{
+	free(qs->qc);
+	free(qs->qc_valid);
+	qs->qc = NULL;
+	qs->qc_valid = NULL;
+	qs->qc_served = 0;
+}
+
+/* Forget tensor @idx in @c (if there); the caller holds c->lock. */
+static void qcache_remove_locked(struct castfs_qcache *c, uint32_t idx)
+{
+	uint32_t j = 0;
+
+	for (uint32_t i = 0; i < c->n; i++) {
+		if (c->qt[i] != idx)
+			c->qt[j++] = c->qt[i];
+	}
+	c->n = j;
+}
+
+/*
+ * Give tensor @idx a cache of @nb bytes, evicting the oldest holder when
+ * the plan's are all taken. Best effort: without memory there is none.
+ */
+static void qc_acquire(const struct castfs_plan *p, uint32_t idx, uint64_t nb)
+{
+	struct castfs_qcache *c = p->qcache;
+	struct castfs_qstats *qs = &p->qstats[idx];
+	uint8_t *qc = malloc((size_t)nb);
+	uint64_t *valid = calloc((size_t)(nb + 63) / 64, sizeof(*valid));
+
+	pthread_mutex_lock(&c->lock);
+	qcache_remove_locked(c, idx);
+	if (qc && valid && c->n == CASTFS_QCACHE_TENSORS) {
+		struct castfs_qstats *old = &p->qstats[c->qt[0]];
+
+		pthread_mutex_lock(&old->lock);
+		qc_drop_locked(old);
+		pthread_mutex_unlock(&old->lock);
+		qcache_remove_locked(c, c->qt[0]);
+	}
+	pthread_mutex_lock(&qs->lock);
+	if (qc && valid && !qs->qc) {
+		qs->qc = qc;
+		qs->qc_valid = valid;
+		qc = NULL;
+		valid = NULL;
+	}
+	if (qs->qc)
+		c->qt[c->n++] = idx;
+	pthread_mutex_unlock(&qs->lock);
+	pthread_mutex_unlock(&c->lock);
+	free(qc);
+	free(valid);
+}
+
+/* Bits [@b, @b + @n) of @v: set them, or test that all are set. */
+static bool qc_bits(uint64_t *v, uint64_t b, uint64_t n, bool set)
+{
+	for (uint64_t i = b; i < b + n; i++) {
+		uint64_t bit = UINT64_C(1) << (i % 64);
+
+		if (i % 64 == 0 && i + 64 <= b + n) {
+			if (!set && v[i / 64] != UINT64_MAX)
+				return false;
+			if (set)
+				v[i / 64] = UINT64_MAX;
+			i += 63;
+		} else if (set) {
+			v[i / 64] |= bit;
+		} else if (!(v[i / 64] & bit)) {
+			return false;
+		}
+	}
+	return true;
+}
+
+/* The Q4_QABSMAX bytes of blocks [@b, @b + @k) from their absmax @amax. */
+static void q4_qabsmax_codes(const struct castfs_qstats *qs, uint64_t b,
+			     const float *amax, size_t k, uint8_t *dst)
+{
+	const struct castfs_quant_kernels *kq = castfs_quant_kernels_get();
+
+	/* One kernel call per nested block (one scale each). */
+	for (size_t i = 0, m; i < k; i += m, dst += m) {
+		uint64_t g = (b + i) / CASTFS_Q_NESTED_BLOCK;
+		uint64_t g_end = (g + 1) * CASTFS_Q_NESTED_BLOCK;
+
+		m = (size_t)CASTFS_MIN((uint64_t)(k - i), g_end - (b + i));
+		kq->q8(dst, amax + i, m, qs->offset,
+		       castfs_q_scale(qs->nested_absmax[g]));
+	}
+}
+
+/*
+ * A Q4_CODES read computed the absmax @amax of blocks [@b, @b + @k):
+ * keep their Q4_QABSMAX bytes (made in @tmp, @k bytes) for the read of
+ * the tensor's .absmax that follows.
+ */
+static void qc_save(const struct castfs_read_env *env,
+		    const struct castfs_extent *e, uint64_t b,
+		    const float *amax, size_t k, uint8_t *tmp)
+{
+	struct castfs_qstats *qs = &env->plan->qstats[e->qt];
+	uint64_t nb = q4_nblocks(q_tensor(env, e));
+
+	q4_qabsmax_codes(qs, b, amax, k, tmp);
+	pthread_mutex_lock(&qs->lock);
+	if (!qs->qc) {
+		pthread_mutex_unlock(&qs->lock);
+		qc_acquire(env->plan, e->qt, nb);
+		pthread_mutex_lock(&qs->lock);
+	}
+	if (qs->qc) {
+		memcpy(qs->qc + b, tmp, k);
+		qc_bits(qs->qc_valid, b, k, true);
+	}
+	pthread_mutex_unlock(&qs->lock);
+}
+
+/* Q4_QABSMAX bytes [@first, @first + @count) from the cache, if all there. */
+static bool qc_take(const struct castfs_read_env *env,
+		    const struct castfs_extent *e, uint64_t first,
+		    uint64_t count, uint8_t *dst)
+{
+	struct castfs_qstats *qs = &env->plan->qstats[e->qt];
+	bool hit;
+
+	pthread_mutex_lock(&qs->lock);
+	hit = qs->qc && qc_bits(qs->qc_valid, first, count, false);
+	if (hit) {
+		memcpy(dst, qs->qc + first, (size_t)count);
+		qs->qc_served += count;
+		if (qs->qc_served >= q4_nblocks(q_tensor(env, e)))
+			qc_drop_locked(qs); /* stays listed: harmless */
+	}
+	pthread_mutex_unlock(&qs->lock);
+	return hit;
+}
+
+/* Whether Q4_CODES reads of @e should keep Q4_QABSMAX bytes. */
+static bool qc_wanted(const struct castfs_read_env *env,
+		      const struct castfs_extent *e, const struct q_stage *st)
+{
+	const struct castfs_qtensor *qt = q_tensor(env, e);
+
+	return st->raw16 && qt->nested && env->plan->qcache &&
+	       q4_nblocks(qt) <= QC_MAX_BLOCKS &&
+	       __atomic_load_n(&env->plan->qstats[e->qt].ready,
+			       __ATOMIC_ACQUIRE);
+}
+
 /* Q4_CODES: a unit is one block's blocksize / 2 bytes. */
 static int gen_q4_codes(const struct castfs_read_env *env,
 			const struct castfs_extent *e, uint64_t first,
@@ -235,17 +403,23 @@ static int gen_q4_codes(const struct castfs_read_env *env,
 	uint64_t end = CASTFS_MIN(qt->nelems, (first + count) * qt->blocksize);
 	struct q_stage st;
 	int rc = q_stage_init(&st, env, qt, false, qt->blocksize);
+	bool keep = !rc && qc_wanted(env, e, &st);
 
 	while (!rc && elem < end) {
 		size_t n = (size_t)CASTFS_MIN(end - elem, (uint64_t)st.cap);
+		size_t nb = (n + qt->blocksize - 1) / qt->blocksize;
 
 		rc = q_load(env, qt, &st, elem, n);
 		if (rc)
 			break;
 		if (st.raw16)
-			k->q4_16(dst, st.raw, n, qt->blocksize,
-				 (enum castfs_qtype)qt->qtype, st.f16);
-		else
+			k->q4_16(dst, keep ? st.amax : NULL, st.raw, n,
+				 qt->blocksize, (enum castfs_qtype)qt->qtype,
+				 st.f16);
+		if (keep) /* st.half is free in 4-bit reads */
+			qc_save(env, e, elem / qt->blocksize, st.amax, nb,
+				st.half);
+		if (!st.raw16)
 			k->q4(dst, st.f32, n, qt->blocksize,
 			      (enum castfs_qtype)qt->qtype);
 		dst += (n + 1) / 2;
@@ -281,28 +455,22 @@ static int gen_q4_qabsmax(const struct castfs_read_env *env,
 			  uint64_t count, uint8_t *dst)
 {
 	const struct castfs_qtensor *qt = q_tensor(env, e);
-	const struct castfs_quant_kernels *kq = castfs_quant_kernels_get();
 	const struct castfs_qstats *qs;
 	struct q_stage st;
 	int rc;
 
 	qs = q4_stats_get(env, e, &rc);
+	if (!rc && qc_take(env, e, first, count, dst))
+		return 0;
 	if (!rc)
 		rc = q_stage_init(&st, env, qt, false, qt->blocksize);
 	while (!rc && count) {
 		size_t k = (size_t)CASTFS_MIN(count, st.cap / qt->blocksize);
 
 		rc = q4_load_absmax(env, qt, &st, first, k);
-		/* One kernel call per nested block (one scale each). */
-		for (size_t i = 0, m; !rc && i < k; i += m, dst += m) {
-			uint64_t g = (first + i) / CASTFS_Q_NESTED_BLOCK;
-
-			m = (size_t)CASTFS_MIN((uint64_t)(k - i),
-					       (g + 1) * CASTFS_Q_NESTED_BLOCK -
-						       (first + i));
-			kq->q8(dst, st.amax + i, m, qs->offset,
-			       castfs_q_scale(qs->nested_absmax[g]));
-		}
+		if (!rc)
+			q4_qabsmax_codes(qs, first, st.amax, k, dst);
+		dst += k;
 		first += k;
 		count -= k;
 	}

@@ -186,15 +186,20 @@ void castfs_absmax16_scalar(float *restrict amax, const void *restrict x,
 					 f16);
 }
 
-void castfs_q4_16_scalar(uint8_t *restrict dst, const void *restrict x,
-			 size_t n, size_t bs, enum castfs_qtype qt, bool f16)
+void castfs_q4_16_scalar(uint8_t *restrict dst, float *restrict amax,
+			 const void *restrict x, size_t n, size_t bs,
+			 enum castfs_qtype qt, bool f16)
 {
 	const uint8_t *p = x;
 	float f[WIDEN_CHUNK];
 
 	for (size_t b = 0; b < n; b += bs) {
 		size_t m = n - b < bs ? n - b : bs;
-		float scale = castfs_q_scale(absmax16_block(p + 2 * b, m, f16));
+		float a = absmax16_block(p + 2 * b, m, f16);
+		float scale = castfs_q_scale(a);
+
+		if (amax)
+			*amax++ = a;
 
 		/* Chunks are even, so only a block's last one can be odd. */
 		for (size_t i = 0; i < m; i += WIDEN_CHUNK) {

@@ -254,7 +254,8 @@ static void run_quant(void *ctx)
 
 	switch (r->kind) {
 	case Q_NF4_BF16:
-		r->k->q4_16(r->dst, r->src, r->n, 64, CASTFS_Q_NF4, false);
+		r->k->q4_16(r->dst, NULL, r->src, r->n, 64, CASTFS_Q_NF4,
+			    false);
 		break;
 	case Q_NF4_F32:
 		r->k->q4(r->dst, r->src, r->n, 64, CASTFS_Q_NF4);

@@ -77,7 +77,9 @@ START_TEST(test_quant_kernels__scalar16_equals_scalar_f32)
 	ck_assert_int_eq(memcmp(a1, a2, n / bs * sizeof(*a1)), 0);
 	for (size_t q = 0; q < 2; q++) {
 		s->q4(c1, f, n, bs, qtypes[q]);
-		s->q4_16(c2, x, n, bs, qtypes[q], f16);
+		s->q4_16(c2, a2, x, n, bs, qtypes[q], f16);
+		/* The absmax it reports are absmax16's. */
+		ck_assert_int_eq(memcmp(a1, a2, n / bs * sizeof(*a1)), 0);
 		ck_assert_int_eq(memcmp(c1, c2, n / 2), 0);
 	}
 	free(x);
@@ -120,13 +122,18 @@ START_TEST(test_quant_kernels__isa16_matches_scalar)
 			for (size_t q = 0; q < 2; q++) {
 				memset(c1, 0xaa, NALL);
 				memset(c2, 0x55, NALL);
-				s->q4_16(c1, x, n, bs, qtypes[q], f16);
-				k->q4_16(c2, x, n, bs, qtypes[q], f16);
+				s->q4_16(c1, q ? a1 : NULL, x, n, bs,
+					 qtypes[q], f16);
+				k->q4_16(c2, q ? a2 : NULL, x, n, bs,
+					 qtypes[q], f16);
 				ck_assert_msg(
 					memcmp(c1, c2, (n + 1) / 2) == 0,
 					"%s q4_16 n=%zu bs=%zu qt=%zu f16=%d",
 					castfs_isa_name(isa), n, bs, q, f16);
 			}
+			/* q = 1 reported its blocks' absmax: absmax16's. */
+			ck_assert_int_eq(memcmp(a1, a2, (n + bs - 1) / bs * 4),
+					 0);
 			free(buf);
 		}
 	}
