@@ -28,6 +28,13 @@ extern const struct fuse_lowlevel_ops castfs_fs_ops;
 /* castfs_fs_thread_key_init - create the per-thread buffer key. */
 int castfs_fs_thread_key_init(struct castfs_fs *fs);
 
+/*
+ * castfs_fs_lease_init - install the lease-break signal handler and return
+ * the source guard for castfs_ns_opts, or NULL (castfs then relies on
+ * source size and mtime). Call once, before any source is opened.
+ */
+const struct castfs_source_guard *castfs_fs_lease_init(void);
+
 /* castfs_fs_log - report an event: stderr in the foreground, else syslog. */
 void castfs_fs_log(void *ctx, const char *msg);
 

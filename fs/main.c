@@ -191,6 +191,7 @@ static int setup_ns(struct castfs_fs *fs, const struct options *o,
 		.views = &fs->views,
 		.log = castfs_fs_log,
 		.log_ctx = fs,
+		.guard = castfs_fs_lease_init(),
 	};
 	struct castfs_diag d = { { 0 } };
 	char *config_json;

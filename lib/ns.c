@@ -248,6 +248,7 @@ int castfs_ns_new(const struct castfs_ns_opts *o, struct castfs_ns **out,
 	ns->stats = o->stats;
 	ns->log = o->log;
 	ns->log_ctx = o->log_ctx;
+	ns->guard = o->guard;
 	ns->source = strdup(o->source);
 	ns->config_json = strdup(o->config_json ? o->config_json : "{}");
 	if (!ns->source || !ns->config_json)

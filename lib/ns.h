@@ -24,11 +24,33 @@
 struct castfs_ns;
 struct castfs_stats;
 
+/*
+ * Optional: tells castfs when another process opens a source file for
+ * writing while castfs reads it. Without it castfs relies on each source's
+ * size and mtime alone, which misses a same-size rewrite within one
+ * timestamp tick. fs/ implements it with file leases (fs/fs_lease.c).
+ * Every function must be thread-safe.
+ */
+struct castfs_source_guard {
+	/* Watch @fd (opened O_RDONLY). Returns 0; -EAGAIN when a writer has
+	 * the file open now; another negative errno when it cannot watch
+	 * (castfs then falls back on size and mtime). */
+	int (*watch)(void *ctx, int fd);
+	/* A read of @fd begins; false when a writer came since watch(). */
+	bool (*enter)(void *ctx, int fd);
+	/* That read ended; false when a writer came since watch(). */
+	bool (*leave)(void *ctx, int fd);
+	/* Stop watching @fd; called before it is closed. */
+	void (*unwatch)(void *ctx, int fd);
+	void *ctx;
+};
+
 struct castfs_ns_opts {
 	const char *source;	       /* the source directory */
 	const struct castfs_views *views; /* borrowed for the ns lifetime */
 	const char *config_json;       /* effective options, for /.castfs/config */
 	struct castfs_stats *stats;    /* counters to update; may be NULL */
+	const struct castfs_source_guard *guard; /* may be NULL */
 	/* Where rejected files and other events are reported; may be NULL.
 	 * Called from any thread. */
 	void (*log)(void *ctx, const char *msg);

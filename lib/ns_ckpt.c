@@ -56,14 +56,47 @@ static void ck_ref(struct ns_ckpt *ck)
 	atomic_fetch_add(&ck->refs, 1);
 }
 
-/* Read and validate the header of @path, which must still be @st. */
-static void ck_load(struct castfs_ns *ns, struct ns_ckpt *ck,
-		    const struct stat *st)
+static void ck_fail(struct ns_ckpt *ck, int err, const char *why)
+{
+	ck->err = err;
+	snprintf(ck->reason, sizeof(ck->reason), "%s", why);
+}
+
+/* Parse the header through @fd; the file must be @st before and after. */
+static void ck_parse(struct ns_ckpt *ck, int fd, const struct stat *st)
 {
 	struct castfs_fd_reader fr;
 	struct castfs_diag d = { { 0 } };
 	struct stat now;
+
+	if (fstat(fd, &now) < 0 || !ns_same_file(&now, st)) {
+		ck_fail(ck, -ESTALE, "changed while being read");
+		return;
+	}
+	castfs_fd_reader_init(&fr, fd);
+	ck->err = castfs_header_read(&fr.r, (uint64_t)st->st_size, &ck->h, &d);
+	if (ck->err)
+		snprintf(ck->reason, sizeof(ck->reason), "%s",
+			 d.msg[0] ? d.msg : strerror(-ck->err));
+	if (fstat(fd, &now) < 0 || !ns_same_file(&now, st)) {
+		castfs_header_free(ck->h);
+		ck->h = NULL;
+		ck_fail(ck, -ESTALE, "changed while being read");
+	}
+}
+
+/*
+ * Read and validate the header of @path, which must still be @st. Under
+ * the source guard: a file open for writing is not parsed now (-EAGAIN),
+ * and a writer arriving during the parse makes it -ESTALE. Neither is
+ * cached: the next lookup tries again.
+ */
+static void ck_load(struct castfs_ns *ns, struct ns_ckpt *ck,
+		    const struct stat *st)
+{
+	const struct castfs_source_guard *g = ns->guard;
 	int fd = ns_src_open(ns, ck->path, O_RDONLY | O_NOFOLLOW);
+	int watch;
 
 	if (fd < 0) {
 		ck->err = fd;
@@ -71,17 +104,22 @@ static void ck_load(struct castfs_ns *ns, struct ns_ckpt *ck,
 			 strerror(-fd));
 		return;
 	}
-	if (fstat(fd, &now) < 0 || !ns_same_file(&now, st)) {
-		ck->err = -ESTALE;
-		snprintf(ck->reason, sizeof(ck->reason),
-			 "changed while being read");
+	watch = ns_guard_watch(ns, fd);
+	if (watch < 0) {
+		ck_fail(ck, watch, "being written");
 		goto out_close;
 	}
-	castfs_fd_reader_init(&fr, fd);
-	ck->err = castfs_header_read(&fr.r, (uint64_t)st->st_size, &ck->h, &d);
-	if (ck->err)
-		snprintf(ck->reason, sizeof(ck->reason), "%s",
-			 d.msg[0] ? d.msg : strerror(-ck->err));
+	if (watch == 0 && !g->enter(g->ctx, fd))
+		ck_fail(ck, -ESTALE, "changed while being read");
+	else
+		ck_parse(ck, fd, st);
+	if (watch == 0 && !g->leave(g->ctx, fd) && !ck->err) {
+		castfs_header_free(ck->h);
+		ck->h = NULL;
+		ck_fail(ck, -ESTALE, "changed while being read");
+	}
+	if (watch == 0)
+		ns_guard_unwatch(ns, fd);
 out_close:
 	close(fd);
 }
@@ -154,6 +192,12 @@ static void ck_log_rejected(struct castfs_ns *ns, const struct ns_ckpt *ck)
 	ns->log(ns->log_ctx, msg);
 }
 
+/* Failures that say nothing about the file itself: retried, not cached. */
+static bool ck_transient(int err)
+{
+	return err == -ESTALE || err == -ENOMEM || err == -EAGAIN;
+}
+
 int ns_ckpt_get(struct castfs_ns *ns, const char *path, const struct stat *st,
 		struct ns_ckpt **out)
 {
@@ -175,13 +219,13 @@ int ns_ckpt_get(struct castfs_ns *ns, const char *path, const struct stat *st,
 	castfs_stats_count(ns->stats, CASTFS_SCTR_HEADERS_PARSED, 1);
 	pthread_mutex_lock(&ns->ck_lock);
 	raced = ck_find_locked(ns, st);
-	if (!raced && ck->err != -ESTALE && ck->err != -ENOMEM)
+	if (!raced && !ck_transient(ck->err))
 		ck_insert_locked(ns, ck);
 	pthread_mutex_unlock(&ns->ck_lock);
 	if (raced) {
 		ns_ckpt_put(ns, ck);
 		ck = raced;
-	} else if (ck->err) {
+	} else if (ck->err && !ck_transient(ck->err)) {
 		ck_log_rejected(ns, ck);
 	}
 	*out = ck;
@@ -202,7 +246,10 @@ int ns_ckpt_valid(struct castfs_ns *ns, const char *path, struct stat *st,
 	if (rc)
 		return rc;
 	if (!ck->h) {
-		rc = ck->err == -ENOMEM ? -ENOMEM : -ENOENT;
+		/* Being written or changed while read: the version looked
+		 * up is going away (ESTALE); rejected files have no views. */
+		rc = ck->err == -ENOMEM ? -ENOMEM :
+		     ck_transient(ck->err) ? -ESTALE : -ENOENT;
 		ns_ckpt_put(ns, ck);
 		return rc;
 	}

@@ -17,6 +17,7 @@
 struct castfs_file {
 	struct castfs_ns *ns;
 	int fd; /* the source, or -1 for plans of memory only */
+	bool guarded; /* the guard reports writers of fd */
 	struct castfs_fd_reader fr;
 	struct stat ident;
 	struct ns_ckpt *ck;
@@ -52,16 +53,48 @@ static int file_alloc(struct castfs_ns *ns, int view, struct castfs_file **out)
 	return 0;
 }
 
-/* Open source @path and check it is still identity @ident. */
+int ns_guard_watch(struct castfs_ns *ns, int fd)
+{
+	int rc;
+
+	if (!ns->guard)
+		return 1;
+	rc = ns->guard->watch(ns->guard->ctx, fd);
+	if (rc == -EAGAIN)
+		return rc;
+	return rc ? 1 : 0;
+}
+
+void ns_guard_unwatch(struct castfs_ns *ns, int fd)
+{
+	ns->guard->unwatch(ns->guard->ctx, fd);
+}
+
+/*
+ * Open source @path and check it is still identity @ident. The guard
+ * watches first, so that any write after the identity check is reported;
+ * a file open for writing right now is refused with -ESTALE: its bytes are
+ * in flux, and the version the reader looked up is going away.
+ */
 static int open_source(struct castfs_ns *ns, const char *path,
 		       const struct stat *ident, struct castfs_file *f)
 {
 	struct stat now;
 	int fd = ns_src_open(ns, path, O_RDONLY | O_NOFOLLOW);
+	int watch;
 
 	if (fd < 0)
 		return fd == -ENOENT || fd == -ELOOP ? -ESTALE : fd;
+	watch = ns_guard_watch(ns, fd);
+	if (watch < 0) {
+		close(fd);
+		return -ESTALE;
+	}
+	f->guarded = watch == 0;
 	if (fstat(fd, &now) < 0 || !ns_same_file(&now, ident)) {
+		if (f->guarded)
+			ns_guard_unwatch(ns, fd);
+		f->guarded = false;
 		close(fd);
 		return -ESTALE;
 	}
@@ -172,6 +205,13 @@ static ssize_t no_source(void *ctx, void *buf, size_t n, uint64_t off)
 
 static const struct castfs_reader null_reader = { no_source, NULL };
 
+/* A writer came: whatever was read may mix two versions. */
+static int stale(struct castfs_file *f)
+{
+	castfs_stats_count(f->ns->stats, CASTFS_SCTR_STALE_READS, 1);
+	return -EIO;
+}
+
 /* The bytes just read are only good if the source did not change. */
 static int check_source(struct castfs_file *f)
 {
@@ -183,10 +223,8 @@ static int check_source(struct castfs_file *f)
 		return -errno;
 	if (now.st_size != f->ident.st_size ||
 	    now.st_mtim.tv_sec != f->ident.st_mtim.tv_sec ||
-	    now.st_mtim.tv_nsec != f->ident.st_mtim.tv_nsec) {
-		castfs_stats_count(f->ns->stats, CASTFS_SCTR_STALE_READS, 1);
-		return -EIO;
-	}
+	    now.st_mtim.tv_nsec != f->ident.st_mtim.tv_nsec)
+		return stale(f);
 	return 0;
 }
 
@@ -247,20 +285,31 @@ static void source_readahead(struct castfs_file *f, uint64_t off, size_t n)
 			    POSIX_FADV_WILLNEED);
 }
 
+static ssize_t read_any(struct castfs_file *f, struct castfs_scratch *s,
+			void *buf, size_t len, uint64_t off)
+{
+	if (f->base)
+		return read_layered(f, s, buf, len, off);
+	if (f->plan)
+		return castfs_plan_read(f->plan,
+					f->fd >= 0 ? &f->fr.r : &null_reader, s,
+					buf, len, off);
+	return read_source(f, buf, len, off);
+}
+
 ssize_t castfs_file_read(struct castfs_file *f, struct castfs_scratch *s,
 			 void *buf, size_t len, uint64_t off)
 {
+	const struct castfs_source_guard *g = f->ns->guard;
 	ssize_t n;
 	int rc;
 
 	castfs_stats_read_size(f->ns->stats, len);
-	if (f->base)
-		n = read_layered(f, s, buf, len, off);
-	else if (f->plan)
-		n = castfs_plan_read(f->plan, f->fd >= 0 ? &f->fr.r : &null_reader,
-				     s, buf, len, off);
-	else
-		n = read_source(f, buf, len, off);
+	if (f->guarded && !g->enter(g->ctx, f->fd))
+		return stale(f);
+	n = read_any(f, s, buf, len, off);
+	if (f->guarded && !g->leave(g->ctx, f->fd))
+		return stale(f);
 	rc = check_source(f);
 	if (rc)
 		return rc;
@@ -290,6 +339,8 @@ void castfs_file_close(struct castfs_file *f)
 {
 	if (!f)
 		return;
+	if (f->guarded)
+		ns_guard_unwatch(f->ns, f->fd);
 	if (f->fd >= 0)
 		close(f->fd);
 	ns_ckpt_put(f->ns, f->ck);

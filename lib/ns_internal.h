@@ -122,6 +122,7 @@ struct castfs_ns {
 	struct castfs_stats *stats;
 	void (*log)(void *ctx, const char *msg);
 	void *log_ctx;
+	const struct castfs_source_guard *guard;
 	pthread_mutex_t lock; /* the node table */
 	struct ns_node *nodes[NS_HASH_BUCKETS];
 	pthread_mutex_t ck_lock; /* the checkpoint cache */
@@ -232,6 +233,15 @@ void ns_modeldir_invalidate(struct castfs_ns *ns, const char *rel,
 			    void (*cb)(void *ctx, uint64_t parent,
 				       const char *name),
 			    void *ctx);
+
+/* ---- watching sources for writers (ns_file.c) ---- */
+
+/* ns_guard_watch - start watching @fd. 0: watched; -EAGAIN: a writer has
+ * the file open; 1: cannot watch (no guard or unsupported). */
+int ns_guard_watch(struct castfs_ns *ns, int fd);
+
+/* ns_guard_unwatch - undo ns_guard_watch() when it returned 0. */
+void ns_guard_unwatch(struct castfs_ns *ns, int fd);
 
 /* ---- files (ns_file.c) ---- */
 
