@@ -55,7 +55,8 @@ EXTRA_DIST += tests/fuzz/replay.c tests/fuzz/gen-seeds.py \
 # Reliability tests under a real mount (docs/RELIABILITY.md).
 REL_TESTS = tests/compat/test_rel_malformed.py \
 	tests/compat/test_rel_containment.py tests/compat/test_rel_changes.py \
-	tests/compat/test_rel_stress.py tests/compat/test_rel_faults.py
+	tests/compat/test_rel_stress.py tests/compat/test_rel_faults.py \
+	tests/compat/test_rel_lease.py
 TESTS += $(REL_TESTS)
 
 # A passthrough FUSE source that fails reads with EIO (test_rel_faults).
