@@ -89,6 +89,11 @@ class Mount:
             rc = self.proc.wait()
         self.proc = None
         shutil.rmtree(self.tmp, ignore_errors=True)
+        if rc != 0:
+            # The daemon's own words (a sanitizer report, an assertion)
+            # belong in the test log: CI keeps nothing else.
+            sys.stderr.write("castfs exited with %d; its output:\n%s\n"
+                             % (rc, self.output()[-20000:]))
         return rc
 
     def __enter__(self):
