@@ -53,8 +53,12 @@ int castfs_watch_start(struct castfs_fs *fs, const char *source,
 
 /*
  * castfs_watch_stop - stop the thread and release @w (NULL is accepted).
- * Call after the loop ends and before fuse_session_unmount().
+ * Call after the loop ends and before fuse_session_unmount(). Returns 0,
+ * or -EBUSY when the thread is stuck in a kernel notification (waiting on
+ * a lock held by a request the stopped loop will never answer): then @w
+ * is left to it, and the caller must not free what the thread uses — the
+ * session and the namespace — but end the process once unmounted.
  */
-void castfs_watch_stop(struct castfs_watch *w);
+int castfs_watch_stop(struct castfs_watch *w);
 
 #endif

@@ -382,13 +382,13 @@ out_free:
 	return rc;
 }
 
-void castfs_watch_stop(struct castfs_watch *w)
+int castfs_watch_stop(struct castfs_watch *w)
 {
 	struct timespec until;
 	uint64_t one = 1;
 
 	if (!w)
-		return;
+		return 0;
 	atomic_store(&w->stopping, true);
 	if (write(w->stop_fd, &one, sizeof(one)) < 0)
 		watch_log(w, "watcher: cannot wake the thread");
@@ -401,7 +401,8 @@ void castfs_watch_stop(struct castfs_watch *w)
 	until.tv_sec += 5;
 	if (pthread_timedjoin_np(w->thread, NULL, &until) != 0) {
 		watch_log(w, "watcher: thread still busy at unmount");
-		return;
+		return -EBUSY;
 	}
 	watch_free(w);
+	return 0;
 }

@@ -291,7 +291,12 @@ static int mount_and_serve(struct castfs_fs *fs, struct fuse_args *args,
 	if (castfs_watch_start(fs, o->source, &watch))
 		castfs_fs_log(fs, "cannot watch the source for changes");
 	rc = run_loop(fs, cmd, o) ? 1 : 0;
-	castfs_watch_stop(watch);
+	if (castfs_watch_stop(watch)) {
+		/* The watcher still uses the session and the namespace:
+		 * unmount (which frees it) and leave without freeing them. */
+		fuse_session_unmount(fs->se);
+		_exit(rc);
+	}
 	fuse_session_unmount(fs->se);
 out_signals:
 	fuse_remove_signal_handlers(fs->se);
