@@ -95,7 +95,7 @@ static void ck_load(struct castfs_ns *ns, struct ns_ckpt *ck,
 		    const struct stat *st)
 {
 	const struct castfs_source_guard *g = ns->guard;
-	int fd = ns_src_open(ns, ck->path, O_RDONLY | O_NOFOLLOW);
+	int fd = ns_src_open_in(ns, ck->path, O_RDONLY);
 	int watch;
 
 	if (fd < 0) {
@@ -236,7 +236,7 @@ int ns_ckpt_valid(struct castfs_ns *ns, const char *path, struct stat *st,
 		  struct ns_ckpt **out)
 {
 	struct ns_ckpt *ck;
-	int rc = ns_src_stat(ns, path, st);
+	int rc = ns_src_stat_in(ns, path, st);
 
 	if (rc)
 		return rc;
@@ -287,7 +287,7 @@ static void rejected_add(struct castfs_ns *ns, cJSON *arr,
 	cJSON *o;
 
 	/* Only files still there as they were when rejected. */
-	if (ns_src_stat(ns, ck->path, &st) || !ck_matches(ck, &st))
+	if (ns_src_stat_in(ns, ck->path, &st) || !ck_matches(ck, &st))
 		return;
 	o = cJSON_CreateObject();
 	if (!o)

@@ -80,7 +80,7 @@ static int open_source(struct castfs_ns *ns, const char *path,
 		       const struct stat *ident, struct castfs_file *f)
 {
 	struct stat now;
-	int fd = ns_src_open(ns, path, O_RDONLY | O_NOFOLLOW);
+	int fd = ns_src_open_in(ns, path, O_RDONLY);
 	int watch;
 
 	if (fd < 0)

@@ -138,6 +138,18 @@ struct castfs_ns {
  * Returns the fd or a negative errno. */
 int ns_src_open(struct castfs_ns *ns, const char *path, int flags);
 
+/*
+ * ns_src_open_in / ns_src_stat_in - the same, but symbolic links are
+ * followed while they stay inside the root (RESOLVE_BENEATH: absolute
+ * links and escapes through ".." fail without reaching outside). For the
+ * content views are computed from: a checkpoint or a model file may be a
+ * link to a blob, as in the Hugging Face cache. ns_src_stat_in gives the
+ * target's identity only when it is a regular file; otherwise (dangling,
+ * leaving the root, a directory) the link's own.
+ */
+int ns_src_open_in(struct castfs_ns *ns, const char *path, int flags);
+int ns_src_stat_in(struct castfs_ns *ns, const char *path, struct stat *st);
+
 /* ns_src_stat - lstat-like stat of @path. Returns 0 or -errno. */
 int ns_src_stat(struct castfs_ns *ns, const char *path, struct stat *st);
 

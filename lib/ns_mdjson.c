@@ -91,6 +91,16 @@ static int md_dir_add(struct md_dir *s, const char *name,
 	return 0;
 }
 
+static int md_stat_link(struct castfs_ns *ns, const char *dir,
+			const char *name, struct stat *st)
+{
+	char *p = ns_path_join(dir, name, strlen(name));
+	int rc = p ? ns_src_stat_in(ns, p, st) : -ENOMEM;
+
+	free(p);
+	return rc;
+}
+
 int md_dir_scan(struct castfs_ns *ns, const char *path, struct md_dir *s)
 {
 	int fd = ns_src_open(ns, path, O_RDONLY | O_DIRECTORY);
@@ -108,12 +118,18 @@ int md_dir_scan(struct castfs_ns *ns, const char *path, struct md_dir *s)
 		return -errno;
 	}
 	while (!rc && (errno = 0, de = readdir(dp))) {
-		if (de->d_type != DT_REG && de->d_type != DT_UNKNOWN)
+		if (de->d_type != DT_REG && de->d_type != DT_LNK &&
+		    de->d_type != DT_UNKNOWN)
 			continue;
 		if (castfs_md_name_kind(de->d_name) == CASTFS_MD_OTHER)
 			continue;
-		if (fstatat(dirfd(dp), de->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
-		    !S_ISREG(st.st_mode))
+		if (fstatat(dirfd(dp), de->d_name, &st, AT_SYMLINK_NOFOLLOW))
+			continue;
+		/* A link inside the root counts as the file it reaches. */
+		if (S_ISLNK(st.st_mode) &&
+		    md_stat_link(ns, path, de->d_name, &st))
+			continue;
+		if (!S_ISREG(st.st_mode))
 			continue;
 		rc = md_dir_add(s, de->d_name, &st);
 	}
@@ -156,7 +172,7 @@ static int md_read(struct castfs_ns *ns, const char *path,
 	struct castfs_fd_reader fr;
 	struct stat st;
 	char *buf = NULL;
-	int rc, fd = ns_src_open(ns, path, O_RDONLY | O_NOFOLLOW);
+	int rc, fd = ns_src_open_in(ns, path, O_RDONLY);
 
 	if (fd < 0)
 		return fd == -ENOENT || fd == -ELOOP ? -ESTALE : fd;
@@ -417,7 +433,7 @@ static int md_current(struct castfs_ns *ns, const struct ns_node *n)
 	char *dir = md_parent_path(n->path);
 	struct md_dir s = { 0 };
 	struct stat st;
-	int rc = dir ? ns_src_stat(ns, n->path, &st) : -ENOMEM;
+	int rc = dir ? ns_src_stat_in(ns, n->path, &st) : -ENOMEM;
 
 	if (!rc && !ns_same_file(&st, &n->st))
 		rc = -ESTALE;

@@ -97,7 +97,7 @@ static int lookup_vindex(struct castfs_ns *ns, const struct ns_node *dir,
 	child->path = ns_path_join(dir->path, base, strlen(base));
 	if (!child->path)
 		return -ENOMEM;
-	rc = ns_src_stat(ns, child->path, &child->st);
+	rc = ns_src_stat_in(ns, child->path, &child->st);
 	if (!rc && !S_ISREG(child->st.st_mode))
 		rc = -ENOENT;
 	if (!rc)
@@ -171,8 +171,10 @@ static int list_vindex(struct castfs_ns *ns, const struct ns_node *dir,
 {
 	struct ns_node node = { .kind = NS_MFILE, .aux = MF_VINDEX };
 	char *path = ns_path_join(dir->path, name, strlen(name));
-	int rc = path ? ns_src_stat(ns, path, &node.st) : -ENOMEM;
+	int rc = path ? ns_src_stat_in(ns, path, &node.st) : -ENOMEM;
 
+	if (!rc && !S_ISREG(node.st.st_mode))
+		rc = -ENOENT;
 	if (!rc)
 		rc = dir_fp(ns, dir->path, &node.dep);
 	if (!rc)
@@ -187,7 +189,8 @@ int ns_modeldir_list(struct castfs_ns *ns, const struct ns_node *dir,
 {
 	if (type == S_IFDIR)
 		return list_roots(ns, dir, name, l);
-	if (type == S_IFREG && castfs_md_is_base_index(name))
+	if ((type == S_IFREG || type == S_IFLNK) &&
+	    castfs_md_is_base_index(name))
 		return list_vindex(ns, dir, name, l);
 	return 0;
 }
@@ -240,6 +243,31 @@ static void child_file(struct castfs_ns *ns, const char *name,
 }
 
 /*
+ * The identity of entry @path of a model directory: a link that stays in
+ * the root counts as the file it reaches when the view computes from it
+ * (weights, indexes, config.json), so that a Hugging Face snapshot of
+ * links to blobs converts; any other link stays a link.
+ */
+static int md_stat(struct castfs_ns *ns, const char *path,
+		   enum castfs_md_name kind, struct stat *st)
+{
+	if (kind == CASTFS_MD_OTHER || kind == CASTFS_MD_PIPELINE)
+		return ns_src_stat(ns, path, st);
+	return ns_src_stat_in(ns, path, st);
+}
+
+static int md_stat_entry(struct castfs_ns *ns, const char *dir,
+			 const char *name, struct stat *st)
+{
+	char *path = ns_path_join(dir, name, strlen(name));
+	int rc = path ? md_stat(ns, path, castfs_md_name_kind(name), st) :
+			-ENOMEM;
+
+	free(path);
+	return rc;
+}
+
+/*
  * Entry @name of view directory @dir, source identity @st already in
  * @child, into @child: kind, aux, view, sub, dep, path. @s is the scan of
  * the source directory, @keep its keep set. Pass-through files and links
@@ -279,7 +307,7 @@ static int mdir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	struct md_dir s = { 0 };
 	int keep = 0;
 	char *path = ns_path_join(dir->path, name, strlen(name));
-	int rc = path ? ns_src_stat(ns, path, &child->st) : -ENOMEM;
+	int rc = path ? md_stat(ns, path, kind, &child->st) : -ENOMEM;
 
 	free(path);
 	/* Only the rewritten JSON depends on the rest of the directory. */
@@ -306,6 +334,9 @@ static int mdir_list_entries(struct castfs_ns *ns, const struct ns_node *dir,
 
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
 		    fstatat(dirfd(dp), de->d_name, &c.st, AT_SYMLINK_NOFOLLOW))
+			continue;
+		if (S_ISLNK(c.st.st_mode) &&
+		    md_stat_entry(ns, dir->path, de->d_name, &c.st))
 			continue;
 		rc = view_child(ns, dir, de->d_name, s, keep, &c);
 		if (!rc)

@@ -37,6 +37,40 @@ int ns_src_open(struct castfs_ns *ns, const char *path, int flags)
 	return fd < 0 ? -errno : (int)fd;
 }
 
+int ns_src_open_in(struct castfs_ns *ns, const char *path, int flags)
+{
+	/* No RESOLVE_NO_SYMLINKS: links are followed while they stay in. */
+	struct open_how how = {
+		.flags = (uint64_t)(flags | O_CLOEXEC),
+		.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+	};
+	long fd;
+
+	if (path[0] == '\0')
+		path = ".";
+	do {
+		fd = syscall(SYS_openat2, ns->root_fd, path, &how, sizeof(how));
+	} while (fd < 0 && errno == EAGAIN);
+	return fd < 0 ? -errno : (int)fd;
+}
+
+int ns_src_stat_in(struct castfs_ns *ns, const char *path, struct stat *st)
+{
+	struct stat target;
+	int fd, rc = ns_src_stat(ns, path, st);
+
+	if (rc || !S_ISLNK(st->st_mode))
+		return rc;
+	fd = ns_src_open_in(ns, path, O_PATH);
+	if (fd < 0)
+		return 0; /* dangling, or leaving the root: the link itself */
+	rc = fstat(fd, &target) < 0 ? -errno : 0;
+	close(fd);
+	if (!rc && S_ISREG(target.st_mode))
+		*st = target;
+	return rc;
+}
+
 int ns_src_stat(struct castfs_ns *ns, const char *path, struct stat *st)
 {
 	int fd = ns_src_open(ns, path, O_PATH | O_NOFOLLOW);
@@ -263,9 +297,12 @@ static int list_virtual(struct castfs_ns *ns, const struct ns_node *dir,
 	char *path;
 	int rc;
 
-	if (type == S_IFDIR || (type == S_IFREG && !has_st_ext(name, len)))
+	/* Links inside the root count as the files they reach (the
+	 * Hugging Face cache keeps checkpoints as links to blobs). */
+	if (type == S_IFDIR ||
+	    ((type == S_IFREG || type == S_IFLNK) && !has_st_ext(name, len)))
 		return ns_modeldir_list(ns, dir, name, type, l);
-	if (type != S_IFREG)
+	if (type != S_IFREG && type != S_IFLNK)
 		return 0;
 	path = ns_path_join(dir->path, name, len);
 	if (!path)
@@ -388,7 +425,10 @@ const struct ns_kind_ops ns_dir_ops = {
 static int file_getattr(struct castfs_ns *ns, const struct ns_node *n,
 			struct stat *st)
 {
-	int rc = ns_src_stat(ns, n->path, st);
+	/* A file node may sit at a link's path inside a model-directory view
+	 * (a snapshot of links to blobs): its identity is the target's. */
+	int rc = n->kind == NS_LINK ? ns_src_stat(ns, n->path, st) :
+				      ns_src_stat_in(ns, n->path, st);
 
 	if (rc)
 		return rc;

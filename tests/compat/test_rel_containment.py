@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: MIT
 """Read-only and containment (issue 7): every mutating system call gets
 EROFS on every kind of entry; nothing is ever written inside the source
-tree (hashed before and after); symbolic links are shown as links and
-castfs never opens what they point to (watched with inotify); permissions
+tree (hashed before and after); symbolic links are shown as links, and
+castfs never opens what a link leaving the root points to (watched with
+inotify), while a link inside the root gives the views of its target;
+permissions
 mirror the source and are enforced for other users, who see nothing at
 all without allow_other."""
 import ctypes
@@ -174,7 +176,7 @@ class Containment(unittest.TestCase):
         st = os.statvfs(self.m())
         self.assertTrue(st.f_flag & os.ST_RDONLY)
 
-    def test_links_are_links_never_followed_by_castfs(self):
+    def test_links_are_links_never_followed_out_of_the_root(self):
         ino = Inotify(self.outside)
         try:
             self.assertEqual(ino.events(), [])
@@ -186,6 +188,8 @@ class Containment(unittest.TestCase):
                 p = self.m(link + ".safetensors")
                 self.assertTrue(os.path.islink(p), link)
                 self.assertEqual(os.readlink(p), target)
+                if link == "in":
+                    continue  # stays inside the root: checked below
                 for view in ("fp16", "bf16", "nf4"):
                     vn = rc.view_name(link, view)
                     self.assertNotIn(vn, names)
@@ -193,6 +197,15 @@ class Containment(unittest.TestCase):
                         os.stat(self.m(vn))
                 with self.assertRaises(FileNotFoundError):
                     os.stat(p + ".tensors")
+            # A link that stays inside the root has the views of the file
+            # it reaches (how the Hugging Face cache stores checkpoints).
+            for view in ("fp16", "bf16"):
+                vn = rc.view_name("in", view)
+                self.assertIn(vn, names)
+                with open(self.m(vn), "rb") as f:
+                    got = f.read()
+                with open(self.m(rc.view_name("m", view)), "rb") as f:
+                    self.assertEqual(got, f.read())
             self.assertTrue(os.path.islink(self.m("outdir")))
             with self.assertRaises(FileNotFoundError):
                 os.stat(self.m("outdir", rc.view_name("secret", "fp16")))
