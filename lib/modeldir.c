@@ -379,41 +379,41 @@ static void style_of(const char *js, const struct md_member *m,
 }
 
 /* The whitespace before a member @depth levels below the styled one. */
-static void put_lead(struct md_buf *b, const struct md_style *s, int depth)
+static void put_lead(struct castfs_strbuf *b, const struct md_style *s, int depth)
 {
-	md_put(b, s->lead, s->lead_len);
+	castfs_sb_put(b, s->lead, s->lead_len);
 	for (int i = 0; i < depth; i++)
-		md_put(b, s->unit, s->unit_len);
+		castfs_sb_put(b, s->unit, s->unit_len);
 }
 
 /* Between two members (or array items) @depth levels down. */
-static void put_next(struct md_buf *b, const struct md_style *s, int depth,
+static void put_next(struct castfs_strbuf *b, const struct md_style *s, int depth,
 		     bool first)
 {
 	if (!first)
-		md_put(b, ",", 1);
+		castfs_sb_put(b, ",", 1);
 	if (s->pretty)
 		put_lead(b, s, depth);
 	else if (!first)
-		md_put(b, " ", 1);
+		castfs_sb_put(b, " ", 1);
 }
 
-static void put_close(struct md_buf *b, const struct md_style *s, int depth,
+static void put_close(struct castfs_strbuf *b, const struct md_style *s, int depth,
 		      char c)
 {
 	if (s->pretty)
 		put_lead(b, s, depth);
-	md_put(b, &c, 1);
+	castfs_sb_put(b, &c, 1);
 }
 
-static void put_skip_list(struct md_buf *b, const struct md_style *s,
+static void put_skip_list(struct castfs_strbuf *b, const struct md_style *s,
 			  const struct castfs_md_bnb *q)
 {
 	if (q->skip_null) {
-		md_puts(b, "null");
+		castfs_sb_puts(b, "null");
 		return;
 	}
-	md_put(b, "[", 1);
+	castfs_sb_put(b, "[", 1);
 	for (size_t i = 0; i < q->nskip; i++) {
 		put_next(b, s, 2, i == 0);
 		md_put_str(b, q->skip[i], strlen(q->skip[i]));
@@ -422,7 +422,7 @@ static void put_skip_list(struct md_buf *b, const struct md_style *s,
 }
 
 /* BitsAndBytesConfig.to_dict(), keys sorted as save_pretrained writes. */
-static void put_bnb(struct md_buf *b, const struct md_style *s,
+static void put_bnb(struct castfs_strbuf *b, const struct md_style *s,
 		    const struct castfs_md_bnb *q)
 {
 	const char *b4 = q->load_in_8bit ? "false" : "true";
@@ -449,13 +449,13 @@ static void put_bnb(struct md_buf *b, const struct md_style *s,
 
 	snprintf(cdt, sizeof(cdt), "\"%s\"", q->compute_dtype);
 	snprintf(qt, sizeof(qt), "\"%s\"", q->quant_type);
-	md_put(b, "{", 1);
+	castfs_sb_put(b, "{", 1);
 	for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++) {
 		put_next(b, s, 1, i == 0);
 		md_put_str(b, kv[i].key, strlen(kv[i].key));
-		md_put(b, s->sep, s->sep_len);
+		castfs_sb_put(b, s->sep, s->sep_len);
 		if (kv[i].val)
-			md_puts(b, kv[i].val);
+			castfs_sb_puts(b, kv[i].val);
 		else
 			put_skip_list(b, s, q);
 	}
@@ -489,14 +489,14 @@ static bool keys_sorted(const char *js, const struct md_object *o)
 }
 
 /* How to write a new member's value in a given style. */
-typedef void (*put_value_fn)(struct md_buf *b, const struct md_style *s,
+typedef void (*put_value_fn)(struct castfs_strbuf *b, const struct md_style *s,
 			     const void *ctx);
 
-static void put_member(struct md_buf *b, const struct md_style *s,
+static void put_member(struct castfs_strbuf *b, const struct md_style *s,
 		       const char *key, put_value_fn put, const void *ctx)
 {
 	md_put_str(b, key, strlen(key));
-	md_put(b, s->sep, s->sep_len);
+	castfs_sb_put(b, s->sep, s->sep_len);
 	put(b, s, ctx);
 }
 
@@ -517,7 +517,7 @@ static void style_between(const char *js, const struct md_object *o,
 
 /* @js with member @key added as sorted keys place it, styled like its
  * neighbours. @o is the top-level object of @js. */
-static void insert_member(struct md_buf *b, const char *js, size_t len,
+static void insert_member(struct castfs_strbuf *b, const char *js, size_t len,
 			  const struct md_object *o, const char *key,
 			  put_value_fn put, const void *ctx)
 {
@@ -526,9 +526,9 @@ static void insert_member(struct md_buf *b, const char *js, size_t len,
 	size_t i = 0, at;
 
 	if (o->n == 0) {
-		md_put(b, js, o->open + 1);
+		castfs_sb_put(b, js, o->open + 1);
 		put_member(b, &compact, key, put, ctx);
-		md_put(b, js + o->open + 1, len - o->open - 1);
+		castfs_sb_put(b, js + o->open + 1, len - o->open - 1);
 		return;
 	}
 	if (keys_sorted(js, o)) {
@@ -540,35 +540,35 @@ static void insert_member(struct md_buf *b, const char *js, size_t len,
 	style_between(js, o, &s);
 	if (i < o->n) {
 		at = o->m[i].key;
-		md_put(b, js, at);
+		castfs_sb_put(b, js, at);
 		put_member(b, &s, key, put, ctx);
-		md_put(b, ",", 1);
-		md_put(b, s.lead, s.lead_len);
+		castfs_sb_put(b, ",", 1);
+		castfs_sb_put(b, s.lead, s.lead_len);
 	} else {
 		at = o->m[i - 1].val + o->m[i - 1].val_len;
-		md_put(b, js, at);
-		md_put(b, ",", 1);
-		md_put(b, s.lead, s.lead_len);
+		castfs_sb_put(b, js, at);
+		castfs_sb_put(b, ",", 1);
+		castfs_sb_put(b, s.lead, s.lead_len);
 		put_member(b, &s, key, put, ctx);
 	}
-	md_put(b, js + at, len - at);
+	castfs_sb_put(b, js + at, len - at);
 }
 
-static void put_dtype_value(struct md_buf *b, const struct md_style *s,
+static void put_dtype_value(struct castfs_strbuf *b, const struct md_style *s,
 			    const void *ctx)
 {
 	(void)s;
 	md_put_str(b, ctx, strlen(ctx));
 }
 
-static void put_bnb_value(struct md_buf *b, const struct md_style *s,
+static void put_bnb_value(struct castfs_strbuf *b, const struct md_style *s,
 			  const void *ctx)
 {
 	put_bnb(b, s, ctx);
 }
 
 /* @js with every top-level "dtype"/"torch_dtype" set to @dtype. */
-static void set_dtype(struct md_buf *b, const char *js, size_t len,
+static void set_dtype(struct castfs_strbuf *b, const char *js, size_t len,
 		      const struct md_object *o, const char *dtype)
 {
 	size_t at = 0;
@@ -580,7 +580,7 @@ static void set_dtype(struct md_buf *b, const char *js, size_t len,
 		if (!md_key_is(js, m, "dtype") &&
 		    !md_key_is(js, m, "torch_dtype"))
 			continue;
-		md_put(b, js + at, m->val - at);
+		castfs_sb_put(b, js + at, m->val - at);
 		md_put_str(b, dtype, strlen(dtype));
 		at = m->val + m->val_len;
 		found = true;
@@ -589,14 +589,14 @@ static void set_dtype(struct md_buf *b, const char *js, size_t len,
 		insert_member(b, js, len, o, "dtype", put_dtype_value, dtype);
 		return;
 	}
-	md_put(b, js + at, len - at);
+	castfs_sb_put(b, js + at, len - at);
 }
 
 /* Apply one edit to the text in @cur (replaced by the result). */
-static int patch_step(struct md_buf *cur, const struct castfs_md_patch *p,
+static int patch_step(struct castfs_strbuf *cur, const struct castfs_md_patch *p,
 		      bool bnb_step)
 {
-	struct md_buf next = { 0 };
+	struct castfs_strbuf next = { 0 };
 	struct md_object o;
 	int rc = md_top_object(cur->p, cur->len, &o);
 
@@ -608,7 +608,7 @@ static int patch_step(struct md_buf *cur, const struct castfs_md_patch *p,
 	else
 		set_dtype(&next, cur->p, cur->len, &o, p->dtype);
 	md_object_fini(&o);
-	md_buf_fini(cur);
+	castfs_sb_fini(cur);
 	*cur = next;
 	return cur->oom ? -ENOMEM : 0;
 }
@@ -618,7 +618,7 @@ int castfs_md_config_patch(const char *json, size_t len,
 			   size_t *out_len, struct castfs_diag *d)
 {
 	struct castfs_md_config info;
-	struct md_buf b = { 0 };
+	struct castfs_strbuf b = { 0 };
 	int rc = castfs_md_config_read(json, len, &info, d);
 
 	if (rc)
@@ -626,15 +626,15 @@ int castfs_md_config_patch(const char *json, size_t len,
 	if (p->bnb && info.quantized)
 		return castfs_diag_set(d, -EINVAL,
 				       "config.json: already quantised");
-	md_put(&b, json, len);
+	castfs_sb_put(&b, json, len);
 	rc = b.oom ? -ENOMEM : 0;
 	if (!rc && p->dtype)
 		rc = patch_step(&b, p, false);
 	if (!rc && p->bnb)
 		rc = patch_step(&b, p, true);
 	if (rc) {
-		md_buf_fini(&b);
+		castfs_sb_fini(&b);
 		return rc;
 	}
-	return md_buf_take(&b, out, out_len);
+	return castfs_sb_take(&b, out, out_len);
 }

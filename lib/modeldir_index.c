@@ -233,39 +233,39 @@ static int members_of(const char *js, const struct md_object *o,
 	return 0;
 }
 
-static void put_weight_map(struct md_buf *b, const struct ix *x)
+static void put_weight_map(struct castfs_strbuf *b, const struct ix *x)
 {
 	if (!x->ne) {
-		md_puts(b, "{}");
+		castfs_sb_puts(b, "{}");
 		return;
 	}
-	md_put(b, "{", 1);
+	castfs_sb_put(b, "{", 1);
 	for (size_t i = 0; i < x->ne; i++) {
-		md_puts(b, i ? ",\n    " : "\n    ");
+		castfs_sb_puts(b, i ? ",\n    " : "\n    ");
 		md_put_str(b, x->e[i].name, x->e[i].len);
-		md_puts(b, ": ");
+		castfs_sb_puts(b, ": ");
 		md_put_str(b, x->names[x->e[i].shard],
 			   strlen(x->names[x->e[i].shard]));
 	}
-	md_puts(b, "\n  }");
+	castfs_sb_puts(b, "\n  }");
 }
 
-static void put_metadata(struct md_buf *b, const struct ix *x);
+static void put_metadata(struct castfs_strbuf *b, const struct ix *x);
 
 /* @m sorted by key, one per line at @lead, the brace at @close. */
-static void put_members(struct md_buf *b, const struct ix *x,
+static void put_members(struct castfs_strbuf *b, const struct ix *x,
 			struct ix_member *m, size_t n, const char *lead,
 			const char *close)
 {
 	qsort(m, n, sizeof(*m), cmp_member);
-	md_put(b, "{", 1);
+	castfs_sb_put(b, "{", 1);
 	for (size_t i = 0; i < n; i++) {
-		md_puts(b, i ? "," : "");
-		md_puts(b, lead);
+		castfs_sb_puts(b, i ? "," : "");
+		castfs_sb_puts(b, lead);
 		md_put_str(b, m[i].key, m[i].key_len);
-		md_puts(b, ": ");
+		castfs_sb_puts(b, ": ");
 		if (m[i].val)
-			md_put(b, m[i].val, m[i].val_len);
+			castfs_sb_put(b, m[i].val, m[i].val_len);
 		else if (m[i].made == IX_TOTAL)
 			md_put_u64(b, x->total);
 		else if (m[i].made == IX_WMAP)
@@ -273,13 +273,13 @@ static void put_members(struct md_buf *b, const struct ix *x,
 		else
 			put_metadata(b, x);
 	}
-	md_puts(b, close);
-	md_put(b, "}", 1);
+	castfs_sb_puts(b, close);
+	castfs_sb_put(b, "}", 1);
 }
 
 /* "metadata": the source's members (if it was an object) with
  * total_size replaced. */
-static void put_metadata(struct md_buf *b, const struct ix *x)
+static void put_metadata(struct castfs_strbuf *b, const struct ix *x)
 {
 	struct md_object o = { 0 };
 	struct ix_member *m;
@@ -302,7 +302,7 @@ out_oom:
 
 static int ix_write(struct ix *x, char **out, size_t *out_len)
 {
-	struct md_buf b = { 0 };
+	struct castfs_strbuf b = { 0 };
 	struct md_object top;
 	struct ix_member *m;
 	size_t n;
@@ -320,9 +320,9 @@ static int ix_write(struct ix *x, char **out, size_t *out_len)
 		m[n++] = (struct ix_member){ "weight_map", 10, NULL, 0,
 					     IX_WMAP };
 		put_members(&b, x, m, n, "\n  ", "\n");
-		md_put(&b, "\n", 1);
+		castfs_sb_put(&b, "\n", 1);
 		free(m);
-		rc = md_buf_take(&b, out, out_len);
+		rc = castfs_sb_take(&b, out, out_len);
 	}
 	x->meta = NULL;
 	md_object_fini(&top);

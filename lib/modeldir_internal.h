@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Private to the model-directory code: a growable output buffer that
- * writes JSON as Python's json.dumps does, and a scanner that finds the
+ * Private to the model-directory code: JSON written as Python's
+ * json.dumps does (into a struct castfs_strbuf), and a scanner that finds the
  * members of a JSON object as byte spans so that edits keep the rest of
  * the text (numbers, order, spacing) exactly as it was.
  */
@@ -13,19 +13,12 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/strbuf.h"
 
 struct cJSON;
 
-/* Output text; a failed allocation is remembered and reported once. */
-struct md_buf {
-	char *p;
-	size_t len, cap;
-	bool oom;
-};
-
-void md_put(struct md_buf *b, const void *s, size_t n);
-void md_puts(struct md_buf *b, const char *s);
-void md_put_u64(struct md_buf *b, uint64_t v);
+/* md_put_u64 - the decimal digits of @v. */
+void md_put_u64(struct castfs_strbuf *b, uint64_t v);
 
 /*
  * md_put_str - @n bytes of UTF-8 @s as a JSON string literal the way
@@ -34,17 +27,7 @@ void md_put_u64(struct md_buf *b, uint64_t v);
  * pairs above U+FFFF). A byte that is not valid UTF-8 is written as
  * U+FFFD. NUL bytes are characters like any other.
  */
-void md_put_str(struct md_buf *b, const char *s, size_t n);
-
-/*
- * md_buf_take - the text (NUL-terminated, malloc'ed) into *@out and its
- * length into *@len; the buffer is emptied. Returns 0, or -ENOMEM (then
- * the text is freed).
- */
-int md_buf_take(struct md_buf *b, char **out, size_t *len);
-
-/* md_buf_fini - free the text; the buffer may be reused. */
-void md_buf_fini(struct md_buf *b);
+void md_put_str(struct castfs_strbuf *b, const char *s, size_t n);
 
 /* One member of an object, as offsets into the scanned text. */
 struct md_member {

@@ -15,52 +15,9 @@
 
 /* ---- output ---- */
 
-static bool md_grow(struct md_buf *b, size_t n)
+void md_put_u64(struct castfs_strbuf *b, uint64_t v)
 {
-	size_t cap = b->cap ? b->cap : 256;
-	char *p;
-
-	if (b->oom)
-		return false;
-	if (b->len + n + 1 <= b->cap)
-		return true;
-	while (cap < b->len + n + 1) {
-		if (cap > SIZE_MAX / 2) {
-			b->oom = true;
-			return false;
-		}
-		cap *= 2;
-	}
-	p = realloc(b->p, cap);
-	if (!p) {
-		b->oom = true;
-		return false;
-	}
-	b->p = p;
-	b->cap = cap;
-	return true;
-}
-
-void md_put(struct md_buf *b, const void *s, size_t n)
-{
-	if (!md_grow(b, n))
-		return;
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-}
-
-void md_puts(struct md_buf *b, const char *s)
-{
-	md_put(b, s, strlen(s));
-}
-
-void md_put_u64(struct md_buf *b, uint64_t v)
-{
-	char tmp[24];
-	int n = snprintf(tmp, sizeof(tmp), "%llu", (unsigned long long)v);
-
-	md_put(b, tmp, (size_t)n);
+	castfs_sb_printf(b, "%llu", (unsigned long long)v);
 }
 
 /*
@@ -96,15 +53,15 @@ static uint32_t utf8_next(const uint8_t *s, size_t n, size_t *used)
 	return cp;
 }
 
-static void put_u16_escape(struct md_buf *b, uint32_t u)
+static void put_u16_escape(struct castfs_strbuf *b, uint32_t u)
 {
 	char tmp[8];
 
 	snprintf(tmp, sizeof(tmp), "\\u%04x", (unsigned)u);
-	md_put(b, tmp, 6);
+	castfs_sb_put(b, tmp, 6);
 }
 
-static void put_escaped(struct md_buf *b, uint32_t cp)
+static void put_escaped(struct castfs_strbuf *b, uint32_t cp)
 {
 	static const char short_esc[][3] = {
 		['\b'] = "\\b", ['\t'] = "\\t", ['\n'] = "\\n",
@@ -113,13 +70,13 @@ static void put_escaped(struct md_buf *b, uint32_t cp)
 	char c = (char)cp;
 
 	if (cp == '"' || cp == '\\') {
-		md_put(b, "\\", 1);
-		md_put(b, &c, 1);
+		castfs_sb_put(b, "\\", 1);
+		castfs_sb_put(b, &c, 1);
 	} else if (cp < sizeof(short_esc) / sizeof(short_esc[0]) &&
 		   short_esc[cp][0]) {
-		md_put(b, short_esc[cp], 2);
+		castfs_sb_put(b, short_esc[cp], 2);
 	} else if (cp >= 0x20 && cp < 0x7f) {
-		md_put(b, &c, 1);
+		castfs_sb_put(b, &c, 1);
 	} else if (cp < 0x10000) {
 		put_u16_escape(b, cp);
 	} else {
@@ -129,37 +86,17 @@ static void put_escaped(struct md_buf *b, uint32_t cp)
 	}
 }
 
-void md_put_str(struct md_buf *b, const char *s, size_t n)
+void md_put_str(struct castfs_strbuf *b, const char *s, size_t n)
 {
 	const uint8_t *u = (const uint8_t *)s;
 	size_t i = 0, used;
 
-	md_put(b, "\"", 1);
+	castfs_sb_put(b, "\"", 1);
 	while (i < n) {
 		put_escaped(b, utf8_next(u + i, n - i, &used));
 		i += used;
 	}
-	md_put(b, "\"", 1);
-}
-
-int md_buf_take(struct md_buf *b, char **out, size_t *len)
-{
-	if (!b->oom && !b->p)
-		md_grow(b, 0);
-	if (b->oom) {
-		md_buf_fini(b);
-		return -ENOMEM;
-	}
-	*out = b->p;
-	*len = b->len;
-	*b = (struct md_buf){ 0 };
-	return 0;
-}
-
-void md_buf_fini(struct md_buf *b)
-{
-	free(b->p);
-	*b = (struct md_buf){ 0 };
+	castfs_sb_put(b, "\"", 1);
 }
 
 /* ---- scanning ---- */

@@ -15,114 +15,49 @@
 #include "common/ckd.h"
 #include "kernels/convert.h"
 #include "plan_internal.h"
+#include "common/strbuf.h"
 #include "tensor_files.h"
 
-/* ---- a growing text buffer: errors are sticky, checked once ---- */
-
-struct sbuf {
-	char *p;
-	size_t len, cap;
-	bool oom;
-};
-
-static bool sb_reserve(struct sbuf *b, size_t n)
-{
-	size_t cap = b->cap ? b->cap : 256;
-	char *p;
-
-	if (b->oom)
-		return false;
-	if (b->len + n + 1 <= b->cap)
-		return true;
-	while (cap < b->len + n + 1) {
-		if (cap > SIZE_MAX / 2) {
-			b->oom = true;
-			return false;
-		}
-		cap *= 2;
-	}
-	p = realloc(b->p, cap);
-	if (!p) {
-		b->oom = true;
-		return false;
-	}
-	b->p = p;
-	b->cap = cap;
-	return true;
-}
-
-static void sb_put(struct sbuf *b, const char *s, size_t n)
-{
-	if (!sb_reserve(b, n))
-		return;
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-}
-
-static CASTFS_PRINTF(2, 3) void sb_printf(struct sbuf *b, const char *fmt,
-					  ...)
-{
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(NULL, 0, fmt, ap);
-	va_end(ap);
-	if (n < 0 || !sb_reserve(b, (size_t)n)) {
-		b->oom = true;
-		return;
-	}
-	va_start(ap, fmt);
-	vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
-	va_end(ap);
-	b->len += (size_t)n;
-}
-
 /* A JSON string: names may hold quotes, control bytes and NULs. */
-static void sb_json_str(struct sbuf *b, const char *s, size_t n)
+static void sb_json_str(struct castfs_strbuf *b, const char *s, size_t n)
 {
-	sb_put(b, "\"", 1);
+	castfs_sb_put(b, "\"", 1);
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)s[i];
 
 		if (c == '"' || c == '\\')
-			sb_printf(b, "\\%c", c);
+			castfs_sb_printf(b, "\\%c", c);
 		else if (c == '\n')
-			sb_put(b, "\\n", 2);
+			castfs_sb_put(b, "\\n", 2);
 		else if (c == '\t')
-			sb_put(b, "\\t", 2);
+			castfs_sb_put(b, "\\t", 2);
 		else if (c < 0x20 || c == 0x7f)
-			sb_printf(b, "\\u%04x", c);
+			castfs_sb_printf(b, "\\u%04x", c);
 		else
-			sb_put(b, s + i, 1);
+			castfs_sb_put(b, s + i, 1);
 	}
-	sb_put(b, "\"", 1);
+	castfs_sb_put(b, "\"", 1);
 }
 
-static void sb_shape(struct sbuf *b, uint32_t ndim, const uint64_t *shape)
+static void sb_shape(struct castfs_strbuf *b, uint32_t ndim, const uint64_t *shape)
 {
-	sb_put(b, "[", 1);
+	castfs_sb_put(b, "[", 1);
 	for (uint32_t i = 0; i < ndim; i++)
-		sb_printf(b, "%s%" PRIu64, i ? ", " : "", shape[i]);
-	sb_put(b, "]", 1);
+		castfs_sb_printf(b, "%s%" PRIu64, i ? ", " : "", shape[i]);
+	castfs_sb_put(b, "]", 1);
 }
 
-static char *sb_finish(struct sbuf *b, size_t *len)
+/* The text, or NULL when an allocation failed. */
+static char *sb_finish(struct castfs_strbuf *b, size_t *len)
 {
-	if (!sb_reserve(b, 0)) {
-		free(b->p);
-		return NULL;
-	}
-	b->p[b->len] = '\0';
-	if (len)
-		*len = b->len;
-	return b->p;
+	char *out;
+
+	return castfs_sb_take(b, &out, len) ? NULL : out;
 }
 
 char *castfs_shape_str(uint32_t ndim, const uint64_t *shape)
 {
-	struct sbuf b = { 0 };
+	struct castfs_strbuf b = { 0 };
 
 	sb_shape(&b, ndim, shape);
 	return sb_finish(&b, NULL);
@@ -177,19 +112,19 @@ static int npy_shape(const struct castfs_tensor *t, struct castfs_npy *n)
 /* numpy's _write_array_header and _wrap_header, byte for byte. */
 static int npy_header(struct castfs_npy *n)
 {
-	struct sbuf b = { 0 };
+	struct castfs_strbuf b = { 0 };
 	size_t hlen, pre, pad, total;
 	char *dict;
 
-	sb_printf(&b, "{'descr': '%s', 'fortran_order': False, 'shape': (",
+	castfs_sb_printf(&b, "{'descr': '%s', 'fortran_order': False, 'shape': (",
 		  n->descr);
 	for (uint32_t i = 0; i < n->ndim; i++)
-		sb_printf(&b, "%s%" PRIu64, i ? ", " : "", n->shape[i]);
-	sb_printf(&b, "%s), }", n->ndim == 1 ? "," : "");
+		castfs_sb_printf(&b, "%s%" PRIu64, i ? ", " : "", n->shape[i]);
+	castfs_sb_printf(&b, "%s), }", n->ndim == 1 ? "," : "");
 	if (n->ndim) {
 		int digits = snprintf(NULL, 0, "%" PRIu64, n->shape[0]);
 
-		sb_printf(&b, "%*s", NPY_GROWTH_DIGITS - digits, "");
+		castfs_sb_printf(&b, "%*s", NPY_GROWTH_DIGITS - digits, "");
 	}
 	dict = sb_finish(&b, &hlen);
 	if (!dict)
@@ -512,7 +447,7 @@ void castfs_torigin_str(const struct castfs_torigin *o, char *buf, size_t len)
 
 /* ---- .info ---- */
 
-static void info_npy(struct sbuf *b, const struct castfs_tensor *t)
+static void info_npy(struct castfs_strbuf *b, const struct castfs_tensor *t)
 {
 	struct castfs_npy n;
 
@@ -520,30 +455,30 @@ static void info_npy(struct sbuf *b, const struct castfs_tensor *t)
 		b->oom = true;
 		return;
 	}
-	sb_printf(b, "npy: %s ", n.descr);
+	castfs_sb_printf(b, "npy: %s ", n.descr);
 	sb_shape(b, n.ndim, n.shape);
 	if (n.kind == CASTFS_NPY_WIDEN)
-		sb_printf(b, ", widened to float32 (numpy has no %s)",
+		castfs_sb_printf(b, ", widened to float32 (numpy has no %s)",
 			  castfs_dtype_name(t->dtype));
 	else if (n.kind == CASTFS_NPY_BYTES)
-		sb_printf(b, ", the raw bit patterns as uint8 (numpy has "
+		castfs_sb_printf(b, ", the raw bit patterns as uint8 (numpy has "
 			     "no %s)", castfs_dtype_name(t->dtype));
 	else
-		sb_printf(b, ", the bytes as stored");
-	sb_printf(b, "; %" PRIu64 " bytes, data at %zu\n", n.size,
+		castfs_sb_printf(b, ", the bytes as stored");
+	castfs_sb_printf(b, "; %" PRIu64 " bytes, data at %zu\n", n.size,
 		  n.header_len);
 	castfs_npy_fini(&n);
 }
 
-static void info_offsets(struct sbuf *b, const char *what,
+static void info_offsets(struct castfs_strbuf *b, const char *what,
 			 const struct castfs_header *h,
 			 const struct castfs_tensor *t)
 {
-	sb_printf(b, "%s[%" PRIu64 ", %" PRIu64 "]", what,
+	castfs_sb_printf(b, "%s[%" PRIu64 ", %" PRIu64 "]", what,
 		  h->data_start + t->begin, h->data_start + t->end);
 }
 
-static void info_view(struct sbuf *b, const struct castfs_tfile_ctx *c,
+static void info_view(struct castfs_strbuf *b, const struct castfs_tfile_ctx *c,
 		      const struct castfs_tensor *t)
 {
 	struct castfs_torigin o;
@@ -551,60 +486,60 @@ static void info_view(struct sbuf *b, const struct castfs_tfile_ctx *c,
 
 	castfs_torigin_find(c, t, &o);
 	castfs_torigin_str(&o, how, sizeof(how));
-	sb_put(b, "view: ", 6);
+	castfs_sb_put(b, "view: ", 6);
 	sb_json_str(b, c->view, strlen(c->view));
-	sb_put(b, "\nsource: ", 9);
+	castfs_sb_put(b, "\nsource: ", 9);
 	if (o.src) {
 		sb_json_str(b, o.src->name, o.src->name_len);
-		sb_put(b, " in ", 4);
+		castfs_sb_put(b, " in ", 4);
 		sb_json_str(b, c->src_file, strlen(c->src_file));
-		sb_printf(b, " (%s ", castfs_dtype_name(o.src->dtype));
+		castfs_sb_printf(b, " (%s ", castfs_dtype_name(o.src->dtype));
 		sb_shape(b, o.src->ndim, o.src->shape);
 		info_offsets(b, ", file_offsets ", c->src_h, o.src);
-		sb_put(b, ")", 1);
+		castfs_sb_put(b, ")", 1);
 	} else {
-		sb_put(b, "none (generated by castfs)", 26);
+		castfs_sb_put(b, "none (generated by castfs)", 26);
 	}
-	sb_printf(b, "\nconversion: %s\n", how);
+	castfs_sb_printf(b, "\nconversion: %s\n", how);
 }
 
 char *castfs_tinfo_text(const struct castfs_tfile_ctx *c,
 			const struct castfs_tensor *t, size_t *len)
 {
-	struct sbuf b = { 0 };
+	struct castfs_strbuf b = { 0 };
 
-	sb_put(&b, "name: ", 6);
+	castfs_sb_put(&b, "name: ", 6);
 	sb_json_str(&b, t->name, t->name_len);
-	sb_put(&b, "\nfile: ", 7);
+	castfs_sb_put(&b, "\nfile: ", 7);
 	sb_json_str(&b, c->file, strlen(c->file));
-	sb_printf(&b, "\ndtype: %s\nshape: ", castfs_dtype_name(t->dtype));
+	castfs_sb_printf(&b, "\ndtype: %s\nshape: ", castfs_dtype_name(t->dtype));
 	sb_shape(&b, t->ndim, t->shape);
-	sb_printf(&b, "\nelements: %" PRIu64 "\nbytes: %" PRIu64
+	castfs_sb_printf(&b, "\nelements: %" PRIu64 "\nbytes: %" PRIu64
 		      "\ndata_offsets: [%" PRIu64 ", %" PRIu64 "]\n",
 		  t->nelems, t->end - t->begin, t->begin, t->end);
 	info_offsets(&b, "file_offsets: ", c->h, t);
-	sb_put(&b, "\n", 1);
+	castfs_sb_put(&b, "\n", 1);
 	if (c->view)
 		info_view(&b, c, t);
 	info_npy(&b, t);
-	sb_printf(&b, "raw: %" PRIu64 " bytes as stored (little-endian, "
+	castfs_sb_printf(&b, "raw: %" PRIu64 " bytes as stored (little-endian, "
 		      "C order)\n", t->end - t->begin);
 	return sb_finish(&b, len);
 }
 
 char *castfs_meta_json(const struct castfs_header *h, size_t *len)
 {
-	struct sbuf b = { 0 };
+	struct castfs_strbuf b = { 0 };
 
-	sb_put(&b, "{", 1);
+	castfs_sb_put(&b, "{", 1);
 	for (size_t i = 0; i < h->nmeta; i++) {
 		const struct castfs_meta_kv *kv = &h->meta[i];
 
-		sb_put(&b, i ? ",\n  " : "\n  ", i ? 4 : 3);
+		castfs_sb_put(&b, i ? ",\n  " : "\n  ", i ? 4 : 3);
 		sb_json_str(&b, kv->key, kv->key_len);
-		sb_put(&b, ": ", 2);
+		castfs_sb_put(&b, ": ", 2);
 		sb_json_str(&b, kv->value, kv->value_len);
 	}
-	sb_put(&b, h->nmeta ? "\n}\n" : "}\n", h->nmeta ? 3 : 2);
+	castfs_sb_put(&b, h->nmeta ? "\n}\n" : "}\n", h->nmeta ? 3 : 2);
 	return sb_finish(&b, len);
 }
