@@ -30,8 +30,8 @@ int cli_views_load(struct castfs_views *vs, const char *cmd,
 
 /* A checkpoint opened by a sub-command, possibly seen through a view. */
 struct cli_src {
-	char *path;		/* the safetensors file read */
-	char *shown;		/* the name to show: FILE, or X.<view>... */
+	char *path; /* the safetensors file read */
+	char *shown; /* the name to show: FILE, or X.<view>... */
 	int fd;
 	struct stat st;
 	struct castfs_header *h;

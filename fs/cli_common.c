@@ -48,8 +48,7 @@ out_close:
 	return buf;
 }
 
-int cli_views_load(struct castfs_views *vs, const char *cmd,
-		   const char *config)
+int cli_views_load(struct castfs_views *vs, const char *cmd, const char *config)
 {
 	struct castfs_diag d = { { 0 } };
 	size_t len;
@@ -127,8 +126,9 @@ static int src_resolve(struct cli_src *s, const char *cmd, const char *arg,
 	if (view_name) {
 		s->view = castfs_views_find(vs, view_name, strlen(view_name));
 		if (!s->view) {
-			fprintf(stderr, "castfs %s: unknown view '%s' "
-					"(castfs --help lists them)\n",
+			fprintf(stderr,
+				"castfs %s: unknown view '%s' "
+				"(castfs --help lists them)\n",
 				cmd, view_name);
 			return -1;
 		}
@@ -169,8 +169,8 @@ int cli_src_open(struct cli_src *s, const char *cmd, const char *arg,
 	castfs_fd_reader_init(&fr, s->fd);
 	rc = castfs_header_read(&fr.r, (uint64_t)s->st.st_size, &s->h, &d);
 	if (rc)
-		return src_fail(s, cmd, s->path, d.msg[0] ? d.msg :
-							     strerror(-rc));
+		return src_fail(s, cmd, s->path,
+				d.msg[0] ? d.msg : strerror(-rc));
 	return 0;
 }
 

@@ -141,8 +141,9 @@ static int conv_copy(const struct cli_src *s, const struct castfs_plan *plan,
 
 		if (got < 0 || (size_t)got != n) {
 			rc = got < 0 ? (int)got : -EIO;
-			fprintf(stderr, "\ncastfs convert: %s: output bytes "
-					"[%" PRIu64 ", %" PRIu64 "): %s\n",
+			fprintf(stderr,
+				"\ncastfs convert: %s: output bytes "
+				"[%" PRIu64 ", %" PRIu64 "): %s\n",
 				s->path, off, off + n, strerror(-rc));
 			break;
 		}
@@ -169,8 +170,9 @@ static int out_open(struct conv_out *w, const char *out)
 	umask(mask);
 	w->fd = -1;
 	w->tmp = NULL;
-	if (d && b && asprintf(&w->tmp, "%s/.%s.castfs-XXXXXX", dirname(d),
-			       basename(b)) >= 0)
+	if (d && b &&
+	    asprintf(&w->tmp, "%s/.%s.castfs-XXXXXX", dirname(d),
+		     basename(b)) >= 0)
 		w->fd = mkstemp(w->tmp);
 	free(d);
 	free(b);
@@ -236,8 +238,10 @@ static int convert_src(const struct cli_src *s, const struct conv_opts *o)
 	int rc;
 
 	if (is_source(s, o->out)) {
-		fprintf(stderr, "castfs convert: %s: would overwrite the "
-				"source\n", o->out);
+		fprintf(stderr,
+			"castfs convert: %s: would overwrite the "
+			"source\n",
+			o->out);
 		return 1;
 	}
 	rc = castfs_view_plan(s->view, s->h, &plan, &d);
@@ -250,8 +254,10 @@ static int convert_src(const struct cli_src *s, const struct conv_opts *o)
 	if (!rc)
 		rc = conv_copy(s, plan, w.fd, o);
 	if (!rc && !cli_same_file(s->fd, &s->st)) {
-		fprintf(stderr, "castfs convert: %s: changed while being "
-				"converted\n", s->path);
+		fprintf(stderr,
+			"castfs convert: %s: changed while being "
+			"converted\n",
+			s->path);
 		rc = -1;
 	}
 	if (!rc)

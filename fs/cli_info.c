@@ -189,8 +189,12 @@ static int info_src(const struct cli_src *s, const struct info_opts *o)
 			return 1;
 		}
 		c = (struct castfs_tfile_ctx){
-			.h = vh, .file = s->shown, .view = s->view->name,
-			.plan = plan, .src_h = s->h, .src_file = s->path,
+			.h = vh,
+			.file = s->shown,
+			.view = s->view->name,
+			.plan = plan,
+			.src_h = s->h,
+			.src_file = s->path,
 		};
 		size = plan->size;
 	}

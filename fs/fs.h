@@ -17,7 +17,7 @@ struct castfs_fs {
 	struct castfs_views views;
 	struct fuse_session *se;
 	pthread_key_t tls; /* per-thread struct fs_thread */
-	double timeout;	   /* entry and attr timeouts, seconds */
+	double timeout; /* entry and attr timeouts, seconds */
 	unsigned read_ahead_kb;
 	bool debug;
 };

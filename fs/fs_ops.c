@@ -95,7 +95,8 @@ static void reply_entry(fuse_req_t req, uint64_t id, const struct stat *st)
 
 	castfs_stats_op(fs->stats, CASTFS_SOP_LOOKUP, 0);
 	if (fuse_reply_entry(req, &e) == -ENOENT)
-		castfs_ns_forget(fs->ns, id, 1); /* the lookup was interrupted */
+		castfs_ns_forget(fs->ns, id,
+				 1); /* the lookup was interrupted */
 }
 
 static void castfs_op_lookup(fuse_req_t req, fuse_ino_t parent,
@@ -302,8 +303,8 @@ static void reply_xattr(fuse_req_t req, enum castfs_sop op, char *buf,
 		fuse_reply_buf(req, buf, (size_t)n);
 }
 
-static void castfs_op_getxattr(fuse_req_t req, fuse_ino_t ino,
-			       const char *name, size_t size)
+static void castfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			       size_t size)
 {
 	struct fs_thread *t = thread_get(fs_of(req));
 	ssize_t n;
@@ -338,23 +339,22 @@ static void erofs(fuse_req_t req)
 	reply_err(req, CASTFS_SOP_MUTATE, -EROFS);
 }
 
-static void castfs_op_setattr(fuse_req_t req, fuse_ino_t ino,
-			      struct stat *attr, int to_set,
-			      struct fuse_file_info *fi)
+static void castfs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+			      int to_set, struct fuse_file_info *fi)
 {
 	(void)ino, (void)attr, (void)to_set, (void)fi;
 	erofs(req);
 }
 
-static void castfs_op_mknod(fuse_req_t req, fuse_ino_t parent,
-			    const char *name, mode_t mode, dev_t rdev)
+static void castfs_op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+			    mode_t mode, dev_t rdev)
 {
 	(void)parent, (void)name, (void)mode, (void)rdev;
 	erofs(req);
 }
 
-static void castfs_op_mkdir(fuse_req_t req, fuse_ino_t parent,
-			    const char *name, mode_t mode)
+static void castfs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+			    mode_t mode)
 {
 	(void)parent, (void)name, (void)mode;
 	erofs(req);
@@ -382,8 +382,8 @@ static void castfs_op_rename(fuse_req_t req, fuse_ino_t parent,
 	erofs(req);
 }
 
-static void castfs_op_link(fuse_req_t req, fuse_ino_t ino,
-			   fuse_ino_t newparent, const char *newname)
+static void castfs_op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
+			   const char *newname)
 {
 	(void)ino, (void)newparent, (void)newname;
 	erofs(req);
@@ -404,9 +404,8 @@ static void castfs_op_create(fuse_req_t req, fuse_ino_t parent,
 	erofs(req);
 }
 
-static void castfs_op_setxattr(fuse_req_t req, fuse_ino_t ino,
-			       const char *name, const char *value,
-			       size_t size, int flags)
+static void castfs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			       const char *value, size_t size, int flags)
 {
 	(void)ino, (void)name, (void)value, (void)size, (void)flags;
 	erofs(req);
@@ -427,8 +426,7 @@ static void castfs_op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
 	erofs(req);
 }
 
-static void castfs_op_rmdir(fuse_req_t req, fuse_ino_t parent,
-			    const char *name)
+static void castfs_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	(void)parent, (void)name;
 	erofs(req);

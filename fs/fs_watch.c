@@ -25,7 +25,7 @@
 /* Directories watched at most (one inotify watch each). */
 #define WATCH_MAX_DIRS 65536u
 
-#define WATCH_MASK                                                        \
+#define WATCH_MASK                                                         \
 	(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_MODIFY | \
 	 IN_CLOSE_WRITE | IN_ATTRIB | IN_ONLYDIR)
 
@@ -35,7 +35,7 @@
 struct castfs_watch {
 	struct castfs_fs *fs;
 	int root_fd; /* the source directory */
-	int ino_fd;  /* inotify */
+	int ino_fd; /* inotify */
 	int stop_fd; /* eventfd: written by castfs_watch_stop() */
 	atomic_bool stopping;
 	pthread_t thread;
@@ -84,8 +84,7 @@ static int dirs_set(struct castfs_watch *w, int wd, const char *rel)
 			free(copy);
 			return -ENOMEM;
 		}
-		memset(n + w->ndirs_cap, 0,
-		       (cap - w->ndirs_cap) * sizeof(*n));
+		memset(n + w->ndirs_cap, 0, (cap - w->ndirs_cap) * sizeof(*n));
 		w->dirs = n;
 		w->ndirs_cap = cap;
 	}
@@ -161,8 +160,8 @@ static int queue_subdirs(int fd, const char *rel, char ***queue, size_t *n,
 			*queue = q;
 			*cap = ncap;
 		}
-		if (asprintf(&p, "%s%s%s", rel, rel[0] ? "/" : "",
-			     de->d_name) < 0) {
+		if (asprintf(&p, "%s%s%s", rel, rel[0] ? "/" : "", de->d_name) <
+		    0) {
 			rc = -ENOMEM;
 			break;
 		}
@@ -204,8 +203,7 @@ static void inval_entry(void *ctx, uint64_t parent, const char *name)
 	if (atomic_load(&w->stopping))
 		return;
 	/* -ENOENT: nothing cached under that name, the common case. */
-	fuse_lowlevel_notify_inval_entry(w->fs->se, parent, name,
-					 strlen(name));
+	fuse_lowlevel_notify_inval_entry(w->fs->se, parent, name, strlen(name));
 }
 
 /* Source path @rel changed: forget it, here and in the kernel. Paths
@@ -247,8 +245,8 @@ static void changed_all_in(struct castfs_watch *w, const char *rel)
 
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
-		if (asprintf(&p, "%s%s%s", rel, rel[0] ? "/" : "",
-			     de->d_name) < 0)
+		if (asprintf(&p, "%s%s%s", rel, rel[0] ? "/" : "", de->d_name) <
+		    0)
 			break;
 		castfs_ns_invalidate(w->fs->ns, p, inval_entry, w);
 		free(p);

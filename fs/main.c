@@ -29,7 +29,10 @@ struct options {
 
 enum { KEY_HELP, KEY_VERSION };
 
-#define OPT(t, p) { t, offsetof(struct options, p), 1 }
+#define OPT(t, p)                                 \
+	{                                         \
+		t, offsetof(struct options, p), 1 \
+	}
 static const struct fuse_opt option_spec[] = {
 	OPT("views=%s", views),
 	OPT("config=%s", config),
@@ -160,7 +163,8 @@ static int setup_views(struct castfs_fs *fs, const struct options *o)
 		rc = castfs_views_select(&fs->views, o->views, &d);
 	if (rc) {
 		fprintf(stderr, "castfs: %s%s%s\n", o->config ? o->config : "",
-			o->config ? ": " : "", d.msg[0] ? d.msg : strerror(-rc));
+			o->config ? ": " : "",
+			d.msg[0] ? d.msg : strerror(-rc));
 		return -1;
 	}
 	return 0;
@@ -206,7 +210,8 @@ static int setup_ns(struct castfs_fs *fs, const struct options *o,
 	rc = castfs_ns_new(&nso, &fs->ns, &d);
 	free(config_json);
 	if (rc)
-		fprintf(stderr, "castfs: %s\n", d.msg[0] ? d.msg : strerror(-rc));
+		fprintf(stderr, "castfs: %s\n",
+			d.msg[0] ? d.msg : strerror(-rc));
 	return rc;
 }
 
@@ -331,8 +336,10 @@ static int mount_main(int argc, char **argv)
 		goto out_args;
 	}
 	if (!o.source || !cmd.mountpoint) {
-		fprintf(stderr, "usage: %s [options] SOURCE MOUNTPOINT "
-				"(--help for more)\n", argv[0]);
+		fprintf(stderr,
+			"usage: %s [options] SOURCE MOUNTPOINT "
+			"(--help for more)\n",
+			argv[0]);
 		goto out_args;
 	}
 	if (!o.threads)

@@ -45,8 +45,8 @@ bool castfs_md_split_variant_index(const char *name, size_t *stem_len,
 		return false;
 	body = n - LIT_LEN(json_ext); /* "X.safetensors.index.<v>" */
 	dot = memrchr(name, '.', body);
-	if (!dot || !castfs_view_name_valid(dot + 1,
-					    (size_t)(name + body - dot - 1)))
+	if (!dot ||
+	    !castfs_view_name_valid(dot + 1, (size_t)(name + body - dot - 1)))
 		return false;
 	if (!ends_with(name, (size_t)(dot - name), index_stem,
 		       LIT_LEN(index_stem)))
@@ -76,9 +76,8 @@ enum castfs_md_name castfs_md_name_kind(const char *name)
 
 /* ---- reading JSON ---- */
 
-static const struct md_member *find_member(const char *js,
-					   const struct md_object *o,
-					   const char *key)
+static const struct md_member *
+find_member(const char *js, const struct md_object *o, const char *key)
 {
 	for (size_t i = 0; i < o->n; i++) {
 		if (md_key_is(js, &o->m[i], key))
@@ -183,7 +182,8 @@ int castfs_md_view_keep(const struct castfs_view *v, int keep,
 		struct castfs_rule *r = &out->v.rules[out->nkeep];
 
 		*r = (struct castfs_rule){ .pattern = strdup(k[out->nkeep]),
-					   .min_rank = 2, .max_rank = 2 };
+					   .min_rank = 2,
+					   .max_rank = 2 };
 		if (!r->pattern) {
 			castfs_md_view_fini(out);
 			return -ENOMEM;
@@ -379,7 +379,8 @@ static void style_of(const char *js, const struct md_member *m,
 }
 
 /* The whitespace before a member @depth levels below the styled one. */
-static void put_lead(struct castfs_strbuf *b, const struct md_style *s, int depth)
+static void put_lead(struct castfs_strbuf *b, const struct md_style *s,
+		     int depth)
 {
 	castfs_sb_put(b, s->lead, s->lead_len);
 	for (int i = 0; i < depth; i++)
@@ -387,8 +388,8 @@ static void put_lead(struct castfs_strbuf *b, const struct md_style *s, int dept
 }
 
 /* Between two members (or array items) @depth levels down. */
-static void put_next(struct castfs_strbuf *b, const struct md_style *s, int depth,
-		     bool first)
+static void put_next(struct castfs_strbuf *b, const struct md_style *s,
+		     int depth, bool first)
 {
 	if (!first)
 		castfs_sb_put(b, ",", 1);
@@ -398,8 +399,8 @@ static void put_next(struct castfs_strbuf *b, const struct md_style *s, int dept
 		castfs_sb_put(b, " ", 1);
 }
 
-static void put_close(struct castfs_strbuf *b, const struct md_style *s, int depth,
-		      char c)
+static void put_close(struct castfs_strbuf *b, const struct md_style *s,
+		      int depth, char c)
 {
 	if (s->pretty)
 		put_lead(b, s, depth);
@@ -470,8 +471,7 @@ static int cmp_bytes(const char *a, size_t an, const char *b, size_t bn)
 }
 
 /* Compare the keys of @a and @b (quoted raw text; quotes compare equal). */
-static int key_cmp(const char *js, const struct md_member *a,
-		   const char *key)
+static int key_cmp(const char *js, const struct md_member *a, const char *key)
 {
 	return cmp_bytes(js + a->key + 1, a->key_len - 2, key, strlen(key));
 }
@@ -593,8 +593,8 @@ static void set_dtype(struct castfs_strbuf *b, const char *js, size_t len,
 }
 
 /* Apply one edit to the text in @cur (replaced by the result). */
-static int patch_step(struct castfs_strbuf *cur, const struct castfs_md_patch *p,
-		      bool bnb_step)
+static int patch_step(struct castfs_strbuf *cur,
+		      const struct castfs_md_patch *p, bool bnb_step)
 {
 	struct castfs_strbuf next = { 0 };
 	struct md_object o;

@@ -17,10 +17,10 @@
 /* What a file name is to a loader. */
 enum castfs_md_name {
 	CASTFS_MD_OTHER,
-	CASTFS_MD_WEIGHTS,  /* "*.safetensors" */
-	CASTFS_MD_INDEX,    /* "*.safetensors.index.json" and variants of it
+	CASTFS_MD_WEIGHTS, /* "*.safetensors" */
+	CASTFS_MD_INDEX, /* "*.safetensors.index.json" and variants of it
 			     * ("*.safetensors.index.fp16.json") */
-	CASTFS_MD_CONFIG,   /* "config.json" */
+	CASTFS_MD_CONFIG, /* "config.json" */
 	CASTFS_MD_PIPELINE, /* "model_index.json" (a diffusers pipeline) */
 };
 
@@ -60,11 +60,11 @@ int castfs_md_config_read(const char *json, size_t len,
  * BitsAndBytesConfig.to_dict() writes it (docs/LOADERS.md §3.1).
  */
 struct castfs_md_bnb {
-	bool load_in_8bit;	   /* else 4-bit */
-	bool double_quant;	   /* 4-bit */
-	const char *quant_type;	   /* "nf4" or "fp4" ("fp4" for 8-bit) */
+	bool load_in_8bit; /* else 4-bit */
+	bool double_quant; /* 4-bit */
+	const char *quant_type; /* "nf4" or "fp4" ("fp4" for 8-bit) */
 	const char *compute_dtype; /* torch dtype name */
-	bool skip_null;		   /* "llm_int8_skip_modules": null */
+	bool skip_null; /* "llm_int8_skip_modules": null */
 	size_t nskip;
 	char **skip; /* sorted, unique module paths (owned) */
 };

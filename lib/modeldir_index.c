@@ -27,7 +27,7 @@ struct ix {
 	const char *js; /* the source index */
 	size_t len;
 	char **shards; /* source shard names, sorted, unique */
-	char **names;  /* as the new weight_map writes them */
+	char **names; /* as the new weight_map writes them */
 	struct castfs_header **h;
 	size_t nshards;
 	struct ix_entry *e;
@@ -225,8 +225,11 @@ static int members_of(const char *js, const struct md_object *o,
 		if (md_key_is(js, s, drop1) || md_key_is(js, s, drop2))
 			continue;
 		m[(*n)++] = (struct ix_member){
-			js + s->key + 1, s->key_len - 2, js + s->val,
-			s->val_len, 0,
+			js + s->key + 1,
+			s->key_len - 2,
+			js + s->val,
+			s->val_len,
+			0,
 		};
 	}
 	*out = m;

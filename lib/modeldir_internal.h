@@ -32,8 +32,8 @@ void md_put_str(struct castfs_strbuf *b, const char *s, size_t n);
 /* One member of an object, as offsets into the scanned text. */
 struct md_member {
 	size_t lead, lead_len; /* whitespace before the key */
-	size_t key, key_len;   /* the key, quotes included */
-	size_t val, val_len;   /* the value's text */
+	size_t key, key_len; /* the key, quotes included */
+	size_t val, val_len; /* the value's text */
 };
 
 /* An object: where its braces are and its members in text order. */

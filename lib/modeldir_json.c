@@ -271,8 +271,8 @@ bool md_key_is(const char *js, const struct md_member *m, const char *key)
 	return m->key_len == n + 2 && memcmp(js + m->key + 1, key, n) == 0;
 }
 
-int md_parse(const char *json, size_t len, cJSON **root,
-	     struct castfs_diag *d, const char *what)
+int md_parse(const char *json, size_t len, cJSON **root, struct castfs_diag *d,
+	     const char *what)
 {
 	const char *end = NULL;
 	cJSON *r = cJSON_ParseWithLengthOpts(json, len, &end, false);

@@ -15,11 +15,11 @@
 #include "ns_internal.h"
 
 static const struct ns_kind_ops *const kind_ops[NS_KIND_COUNT] = {
-	[NS_DIR] = &ns_dir_ops,		  [NS_FILE] = &ns_file_ops,
-	[NS_LINK] = &ns_link_ops,	  [NS_VIEW] = &ns_view_ops,
-	[NS_CTL_DIR] = &ns_ctl_dir_ops,	  [NS_CTL_FILE] = &ns_ctl_file_ops,
-	[NS_TDIR] = &ns_tdir_ops,	  [NS_TFILE] = &ns_tfile_ops,
-	[NS_MDIR] = &ns_mdir_ops,	  [NS_MFILE] = &ns_mfile_ops,
+	[NS_DIR] = &ns_dir_ops,		[NS_FILE] = &ns_file_ops,
+	[NS_LINK] = &ns_link_ops,	[NS_VIEW] = &ns_view_ops,
+	[NS_CTL_DIR] = &ns_ctl_dir_ops, [NS_CTL_FILE] = &ns_ctl_file_ops,
+	[NS_TDIR] = &ns_tdir_ops,	[NS_TFILE] = &ns_tfile_ops,
+	[NS_MDIR] = &ns_mdir_ops,	[NS_MFILE] = &ns_mfile_ops,
 };
 
 /* ---- stable ids ---- */
@@ -155,8 +155,7 @@ static void node_put_copy(struct ns_node *n)
 }
 
 /* Intern @desc (taking its strings) with one more lookup; its id to *@id. */
-static int node_intern(struct castfs_ns *ns, struct ns_node *desc,
-		       uint64_t *id)
+static int node_intern(struct castfs_ns *ns, struct ns_node *desc, uint64_t *id)
 {
 	struct ns_node *n;
 
@@ -388,8 +387,7 @@ int castfs_ns_getattr(struct castfs_ns *ns, uint64_t id, struct stat *st)
 	return rc;
 }
 
-int castfs_ns_readlink(struct castfs_ns *ns, uint64_t id, char *buf,
-		       size_t len)
+int castfs_ns_readlink(struct castfs_ns *ns, uint64_t id, char *buf, size_t len)
 {
 	struct ns_node n;
 	ssize_t got;

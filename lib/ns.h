@@ -46,10 +46,10 @@ struct castfs_source_guard {
 };
 
 struct castfs_ns_opts {
-	const char *source;	       /* the source directory */
+	const char *source; /* the source directory */
 	const struct castfs_views *views; /* borrowed for the ns lifetime */
-	const char *config_json;       /* effective options, for /.castfs/config */
-	struct castfs_stats *stats;    /* counters to update; may be NULL */
+	const char *config_json; /* effective options, for /.castfs/config */
+	struct castfs_stats *stats; /* counters to update; may be NULL */
 	const struct castfs_source_guard *guard; /* may be NULL */
 	/* Where rejected files and other events are reported; may be NULL.
 	 * Called from any thread. */

@@ -248,8 +248,9 @@ int ns_ckpt_valid(struct castfs_ns *ns, const char *path, struct stat *st,
 	if (!ck->h) {
 		/* Being written or changed while read: the version looked
 		 * up is going away (ESTALE); rejected files have no views. */
-		rc = ck->err == -ENOMEM ? -ENOMEM :
-		     ck_transient(ck->err) ? -ESTALE : -ENOENT;
+		rc = ck->err == -ENOMEM	   ? -ENOMEM :
+		     ck_transient(ck->err) ? -ESTALE :
+					     -ENOENT;
 		ns_ckpt_put(ns, ck);
 		return rc;
 	}
@@ -258,8 +259,8 @@ int ns_ckpt_valid(struct castfs_ns *ns, const char *path, struct stat *st,
 }
 
 int ns_ckpt_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
-		 const struct castfs_view *view,
-		 const struct castfs_plan **out, struct castfs_diag *d)
+		 const struct castfs_view *view, const struct castfs_plan **out,
+		 struct castfs_diag *d)
 {
 	int idx = ns_view_index(ns, view);
 	int rc = 0;
@@ -272,7 +273,8 @@ int ns_ckpt_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 	} else {
 		rc = castfs_view_plan(view, ck->h, &ck->plans[idx], d);
 		if (!rc)
-			castfs_stats_count(ns->stats, CASTFS_SCTR_PLANS_BUILT, 1);
+			castfs_stats_count(ns->stats, CASTFS_SCTR_PLANS_BUILT,
+					   1);
 	}
 	if (!rc)
 		*out = ck->plans[idx];

@@ -28,7 +28,7 @@ struct castfs_file {
 	int view;
 	bool direct;
 	_Atomic uint64_t next_off; /* where the last read ended */
-	_Atomic uint64_t ra_end;   /* the source is advised up to here */
+	_Atomic uint64_t ra_end; /* the source is advised up to here */
 };
 
 /* Source bytes a sequential reader's source is advised ahead of it. */

@@ -17,16 +17,16 @@
 #include "stats.h"
 
 enum ns_kind {
-	NS_DIR,	     /* a source directory (the root too) */
-	NS_FILE,     /* a source file, passed through */
-	NS_LINK,     /* a source symlink, shown as a link, never followed */
-	NS_VIEW,     /* X.<view>.safetensors */
-	NS_CTL_DIR,  /* /.castfs */
+	NS_DIR, /* a source directory (the root too) */
+	NS_FILE, /* a source file, passed through */
+	NS_LINK, /* a source symlink, shown as a link, never followed */
+	NS_VIEW, /* X.<view>.safetensors */
+	NS_CTL_DIR, /* /.castfs */
 	NS_CTL_FILE, /* /.castfs/<file>; aux = which */
-	NS_TDIR,     /* a directory of a tensor tree; sub = its path */
-	NS_TFILE,    /* a file of a tensor tree; sub = its path */
-	NS_MDIR,     /* DIR.<view>/ and its sub-directories */
-	NS_MFILE,    /* a file inside a model-directory view */
+	NS_TDIR, /* a directory of a tensor tree; sub = its path */
+	NS_TFILE, /* a file of a tensor tree; sub = its path */
+	NS_MDIR, /* DIR.<view>/ and its sub-directories */
+	NS_MFILE, /* a file inside a model-directory view */
 	NS_KIND_COUNT,
 };
 
@@ -44,7 +44,7 @@ struct ns_node {
 	uint32_t aux; /* kind-specific */
 	const struct castfs_view *view; /* views, tensor trees of views, MDIR */
 	char *path; /* source-relative path of the underlying object ("" root) */
-	char *sub;  /* kind-specific sub-path, or NULL */
+	char *sub; /* kind-specific sub-path, or NULL */
 	struct stat st; /* the underlying source object at lookup */
 	/* A fingerprint of the other sources the content depends on (the
 	 * shards behind a rewritten index.json), or 0. Part of the id. */
@@ -85,8 +85,8 @@ struct ns_kind_ops {
 };
 
 extern const struct ns_kind_ops ns_dir_ops, ns_file_ops, ns_link_ops,
-	ns_view_ops, ns_ctl_dir_ops, ns_ctl_file_ops, ns_tdir_ops,
-	ns_tfile_ops, ns_mdir_ops, ns_mfile_ops;
+	ns_view_ops, ns_ctl_dir_ops, ns_ctl_file_ops, ns_tdir_ops, ns_tfile_ops,
+	ns_mdir_ops, ns_mfile_ops;
 
 struct ns_tree; /* a tensor tree (ns_tensors.c) */
 
@@ -170,8 +170,8 @@ void ns_dir_stat(const struct stat *src, uint64_t ino, struct stat *st);
 
 /* ns_split_view_name - "X.<view>.safetensors" -> base "X.safetensors"
  * (malloc'ed into *@base) and the view. Returns 0 or -ENOENT. */
-int ns_split_view_name(struct castfs_ns *ns, const char *name,
-		       char **base, const struct castfs_view **view);
+int ns_split_view_name(struct castfs_ns *ns, const char *name, char **base,
+		       const struct castfs_view **view);
 
 /* ---- the checkpoint cache (ns_ckpt.c) ---- */
 
@@ -187,8 +187,8 @@ void ns_ckpt_put(struct castfs_ns *ns, struct ns_ckpt *ck);
 /* ns_ckpt_plan - the plan of @ck through @view, built once and cached in
  * @ck. The plan lives as long as @ck. Returns 0 or the builder's error. */
 int ns_ckpt_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
-		 const struct castfs_view *view,
-		 const struct castfs_plan **out, struct castfs_diag *d);
+		 const struct castfs_view *view, const struct castfs_plan **out,
+		 struct castfs_diag *d);
 
 /* ns_ckpt_valid - the checkpoint at @path if it is a valid safetensors
  * file (a held reference in *@out), else -ENOENT (missing or rejected) or

@@ -44,8 +44,8 @@ static uint64_t md_mix(uint64_t x)
 static uint64_t md_ident(const char *name, const struct stat *st)
 {
 	const uint64_t v[5] = {
-		(uint64_t)st->st_dev, (uint64_t)st->st_ino,
-		(uint64_t)st->st_size, (uint64_t)st->st_mtim.tv_sec,
+		(uint64_t)st->st_dev,	       (uint64_t)st->st_ino,
+		(uint64_t)st->st_size,	       (uint64_t)st->st_mtim.tv_sec,
 		(uint64_t)st->st_mtim.tv_nsec,
 	};
 	uint64_t h = md_hash(0xcbf29ce484222325ull, name, strlen(name) + 1);
@@ -68,8 +68,7 @@ static int md_push(char ***v, size_t *n, const char *name)
 }
 
 /* Note regular file @name (identity @st) in @s. */
-static int md_dir_add(struct md_dir *s, const char *name,
-		      const struct stat *st)
+static int md_dir_add(struct md_dir *s, const char *name, const struct stat *st)
 {
 	switch (castfs_md_name_kind(name)) {
 	case CASTFS_MD_CONFIG:
@@ -91,8 +90,8 @@ static int md_dir_add(struct md_dir *s, const char *name,
 	return 0;
 }
 
-static int md_stat_link(struct castfs_ns *ns, const char *dir,
-			const char *name, struct stat *st)
+static int md_stat_link(struct castfs_ns *ns, const char *dir, const char *name,
+			struct stat *st)
 {
 	char *p = ns_path_join(dir, name, strlen(name));
 	int rc = p ? ns_src_stat_in(ns, p, st) : -ENOMEM;
@@ -233,8 +232,8 @@ static bool md_any_valid(struct castfs_ns *ns, const char *dir,
 	bool found = false;
 
 	for (size_t i = 0; !found && i < s->nweights; i++) {
-		char *p = ns_path_join(dir, s->weights[i],
-				       strlen(s->weights[i]));
+		char *p =
+			ns_path_join(dir, s->weights[i], strlen(s->weights[i]));
 		struct ns_ckpt *ck;
 		struct stat st;
 
@@ -296,8 +295,7 @@ static int md_ckpts_of(struct castfs_ns *ns, const char *dir,
 	if (!rc && (!c->ck || !c->h))
 		rc = -ENOMEM;
 	for (size_t i = 0; !rc && i < s.nweights; i++) {
-		char *p = ns_path_join(dir, s.weights[i],
-				       strlen(s.weights[i]));
+		char *p = ns_path_join(dir, s.weights[i], strlen(s.weights[i]));
 		struct stat st;
 		int vrc = p ? ns_ckpt_valid(ns, p, &st, &c->ck[c->n]) : -ENOMEM;
 
@@ -410,8 +408,8 @@ static int md_build_index(struct castfs_ns *ns, const struct ns_node *n,
 	return rc;
 }
 
-static int md_build(struct castfs_ns *ns, const struct ns_node *n,
-		    char **out, size_t *out_len)
+static int md_build(struct castfs_ns *ns, const struct ns_node *n, char **out,
+		    size_t *out_len)
 {
 	char *text;
 	size_t len;
@@ -515,7 +513,8 @@ static int md_cached(struct castfs_ns *ns, const struct ns_node *n,
 static int md_insert(struct castfs_ns *ns, struct md_entry *e, uint64_t *size,
 		     struct castfs_plan **plan)
 {
-	const struct ns_node key = { .path = e->path, .view = e->view,
+	const struct ns_node key = { .path = e->path,
+				     .view = e->view,
 				     .aux = e->aux };
 	struct md_entry **pp, *o;
 	int rc;
@@ -550,8 +549,9 @@ static int md_json_get(struct castfs_ns *ns, const struct ns_node *n,
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
-	*e = (struct md_entry){ .view = n->view, .aux = n->aux,
-				.ident = n->st, .dep = n->dep };
+	*e = (struct md_entry){
+		.view = n->view, .aux = n->aux, .ident = n->st, .dep = n->dep
+	};
 	e->path = strdup(n->path);
 	rc = e->path ? md_build(ns, n, &e->text, &e->len) : -ENOMEM;
 	/* Built from sources that changed meanwhile: not this node's. */
@@ -564,8 +564,7 @@ static int md_json_get(struct castfs_ns *ns, const struct ns_node *n,
 	return md_insert(ns, e, size, plan);
 }
 
-int md_json_size(struct castfs_ns *ns, const struct ns_node *n,
-		 uint64_t *size)
+int md_json_size(struct castfs_ns *ns, const struct ns_node *n, uint64_t *size)
 {
 	return md_json_get(ns, n, size, NULL);
 }

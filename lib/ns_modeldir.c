@@ -125,9 +125,9 @@ int ns_modeldir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 
 /* Add "@name.<view>@ext" (@name @len bytes) with the id of @node for
  * every view @pick accepts. */
-static int list_views(struct castfs_ns *ns, struct ns_list *l,
-		      const char *name, size_t len, const char *ext,
-		      struct ns_node *node, bool casts_only)
+static int list_views(struct castfs_ns *ns, struct ns_list *l, const char *name,
+		      size_t len, const char *ext, struct ns_node *node,
+		      bool casts_only)
 {
 	char buf[512];
 	int rc = 0;
@@ -143,8 +143,8 @@ static int list_views(struct castfs_ns *ns, struct ns_list *l,
 		if (n < 0 || n > 255 || ns_list_has(l, buf, (size_t)n))
 			continue;
 		node->view = v;
-		rc = ns_list_add(l, buf, (size_t)n, node->kind == NS_MDIR ?
-						       S_IFDIR : S_IFREG,
+		rc = ns_list_add(l, buf, (size_t)n,
+				 node->kind == NS_MDIR ? S_IFDIR : S_IFREG,
 				 ns_node_id(node));
 	}
 	return rc;
@@ -323,8 +323,7 @@ static int mdir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 
 /* List @dp's entries with the ids their lookups give. */
 static int mdir_list_entries(struct castfs_ns *ns, const struct ns_node *dir,
-			     DIR *dp, const struct md_dir *s,
-			     struct ns_list *l)
+			     DIR *dp, const struct md_dir *s, struct ns_list *l)
 {
 	int rc = 0, keep = md_keep_of(ns, dir->path, dir->view);
 	struct dirent *de;
@@ -600,8 +599,8 @@ out_free:
 	free(parent);
 }
 
-void ns_modeldir_invalidate(struct castfs_ns *ns, const char *rel,
-			    inval_fn cb, void *ctx)
+void ns_modeldir_invalidate(struct castfs_ns *ns, const char *rel, inval_fn cb,
+			    void *ctx)
 {
 	const char *base = strrchr(rel, '/');
 	char *d = md_parent_path(rel), *root;

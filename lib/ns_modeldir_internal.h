@@ -10,17 +10,17 @@
 
 /* What an NS_MFILE is (its aux). */
 enum md_file {
-	MF_SHARD,  /* a converted *.safetensors under its own name; its dep
+	MF_SHARD, /* a converted *.safetensors under its own name; its dep
 		    * is the keep set of its model (md_keep_of()) */
-	MF_INDEX,  /* a rewritten *.safetensors.index*.json in DIR.<view>/ */
+	MF_INDEX, /* a rewritten *.safetensors.index*.json in DIR.<view>/ */
 	MF_CONFIG, /* config.json with the view's dtype / quantization_config */
 	MF_VINDEX, /* X.safetensors.index.<view>.json next to the source */
 };
 
 /* The entries of one source directory that a model view cares about. */
 struct md_dir {
-	bool config;	/* a regular config.json */
-	bool pipeline;	/* a regular model_index.json */
+	bool config; /* a regular config.json */
+	bool pipeline; /* a regular model_index.json */
 	size_t nweights; /* regular *.safetensors, valid or not */
 	char **weights;
 	size_t nindex; /* regular *.safetensors.index*.json */
@@ -64,8 +64,7 @@ int md_shard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 /* md_json_size - the size of rewritten JSON node @n (MF_INDEX,
  * MF_CONFIG, MF_VINDEX), built once per identity and cached. Returns 0,
  * -ESTALE (a source changed since the lookup) or the build's error. */
-int md_json_size(struct castfs_ns *ns, const struct ns_node *n,
-		 uint64_t *size);
+int md_json_size(struct castfs_ns *ns, const struct ns_node *n, uint64_t *size);
 
 /* md_json_plan - a plan of the bytes md_json_size() measured; the caller
  * owns *@out. Same errors. */

@@ -279,8 +279,7 @@ static int list_views(struct castfs_ns *ns, const struct ns_node *dir,
 		if (n < 0 || (size_t)n >= sizeof(buf) || n > 255 ||
 		    ns_list_has(l, buf, (size_t)n))
 			continue;
-		rc = ns_list_add(l, buf, (size_t)n, S_IFREG,
-				 ns_node_id(&node));
+		rc = ns_list_add(l, buf, (size_t)n, S_IFREG, ns_node_id(&node));
 	}
 	if (!rc)
 		rc = ns_tensors_list(ns, dir, name, st, l);

@@ -25,7 +25,9 @@ static const char meta_name[] = "__metadata__.json";
 enum tfile_type { TF_INFO, TF_NPY, TF_RAW, TF_META };
 
 static const char *const tf_suffix[] = {
-	[TF_INFO] = ".info", [TF_NPY] = ".npy", [TF_RAW] = ".raw",
+	[TF_INFO] = ".info",
+	[TF_NPY] = ".npy",
+	[TF_RAW] = ".raw",
 };
 #define TF_LEAF_COUNT 3
 
@@ -34,7 +36,7 @@ struct ns_tree {
 	struct castfs_ttree *tt;
 	struct castfs_tfile_ctx c;
 	struct castfs_header *owned_h; /* views: parsed from the plan */
-	char *file;		       /* views: "dir/X.<view>.safetensors" */
+	char *file; /* views: "dir/X.<view>.safetensors" */
 };
 
 static void tree_free(struct ns_tree *t)
@@ -84,8 +86,12 @@ static int tree_build(const struct ns_ckpt *ck, const struct castfs_view *view,
 		if (!rc && !t->file)
 			rc = -ENOMEM;
 		t->c = (struct castfs_tfile_ctx){
-			.h = t->owned_h, .file = t->file, .view = view->name,
-			.plan = plan, .src_h = ck->h, .src_file = ck->path,
+			.h = t->owned_h,
+			.file = t->file,
+			.view = view->name,
+			.plan = plan,
+			.src_h = ck->h,
+			.src_file = ck->path,
 		};
 	}
 	if (!rc)
@@ -107,7 +113,8 @@ static void log_failure(struct castfs_ns *ns, const struct ns_ckpt *ck,
 	if (!ns->log)
 		return;
 	snprintf(msg, sizeof(msg), "%s: view %s: %s", ck->path,
-		 view ? view->name : "(none)", d->msg[0] ? d->msg : strerror(-rc));
+		 view ? view->name : "(none)",
+		 d->msg[0] ? d->msg : strerror(-rc));
 	ns->log(ns->log_ctx, msg);
 }
 
@@ -270,7 +277,8 @@ static int tdir_resolve(const struct ns_tree *tree, const char *sub,
 	}
 	if (dot && (type = tfile_type_of(dot)) < 0)
 		return -ENOENT;
-	path = ns_path_join(sub, name, dot ? (size_t)(dot - name) : strlen(name));
+	path = ns_path_join(sub, name,
+			    dot ? (size_t)(dot - name) : strlen(name));
 	if (!path)
 		return -ENOMEM;
 	if (dot)
@@ -314,8 +322,10 @@ struct list_ctx {
 static int list_one(struct list_ctx *c, const char *name, size_t len,
 		    const char *suffix, enum ns_kind kind, uint32_t aux)
 {
-	struct ns_node n = { .kind = (uint8_t)kind, .aux = aux,
-			     .view = c->dir->view, .st = c->dir->st };
+	struct ns_node n = { .kind = (uint8_t)kind,
+			     .aux = aux,
+			     .view = c->dir->view,
+			     .st = c->dir->st };
 	size_t sl = strlen(suffix);
 	char *leaf = malloc(len + sl + 1);
 	int rc = -ENOMEM;
@@ -360,8 +370,8 @@ static int tdir_list(struct castfs_ns *ns, const struct ns_node *dir,
 		rc = list_one(&c, meta_name, strlen(meta_name), "", NS_TFILE,
 			      TF_META);
 	if (!rc)
-		rc = castfs_ttree_children(tree->tt, dir->sub,
-					   strlen(dir->sub), list_child, &c);
+		rc = castfs_ttree_children(tree->tt, dir->sub, strlen(dir->sub),
+					   list_child, &c);
 	ns_ckpt_put(ns, ck);
 	return rc;
 }

@@ -131,8 +131,7 @@ static bool extent_continues(const struct castfs_extent *a,
 	    a->dst_dtype != b->dst_dtype || a->flags != b->flags)
 		return false;
 	src_elems = a->len / a->unit;
-	return a->src_off +
-		       src_elems * (castfs_dtype_bits(a->src_dtype) / 8) ==
+	return a->src_off + src_elems * (castfs_dtype_bits(a->src_dtype) / 8) ==
 	       b->src_off;
 }
 
@@ -159,8 +158,7 @@ static int pb_push_extent(struct castfs_pb *pb, const struct castfs_producer *p,
 		if (!e.mem)
 			return -ENOMEM;
 	}
-	if (pb->next &&
-	    extent_continues(&pb->ext[pb->next - 1], &e)) {
+	if (pb->next && extent_continues(&pb->ext[pb->next - 1], &e)) {
 		pb->ext[pb->next - 1].len += len;
 		return 0;
 	}
@@ -324,8 +322,9 @@ static int pb_layout(struct castfs_pb *pb, struct castfs_diag *d)
 				&hdr, &hdr_len, d);
 	if (rc)
 		goto out_free_et;
-	rc = castfs_pb_append(pb, &(struct castfs_producer){
-					  .op = CASTFS_OP_MEM, .mem = hdr },
+	rc = castfs_pb_append(pb,
+			      &(struct castfs_producer){ .op = CASTFS_OP_MEM,
+							 .mem = hdr },
 			      hdr_len);
 	free(hdr);
 	data_start = pb->size;
@@ -343,8 +342,7 @@ out_free_et:
 	return rc;
 }
 
-int castfs_pb_finish_safetensors(struct castfs_pb *pb,
-				 struct castfs_plan **out,
+int castfs_pb_finish_safetensors(struct castfs_pb *pb, struct castfs_plan **out,
 				 struct castfs_diag *d)
 {
 	int rc;

@@ -18,16 +18,16 @@
 
 /* How an extent's bytes are produced. */
 enum castfs_op {
-	CASTFS_OP_MEM,		    /* bytes held by the plan */
-	CASTFS_OP_COPY,		    /* source bytes, unchanged */
-	CASTFS_OP_CAST,		    /* element-wise dtype conversion */
-	CASTFS_OP_Q4_CODES,	    /* bnb 4-bit packed codes (U8) */
-	CASTFS_OP_Q4_ABSMAX,	    /* bnb per-block absmax (F32) */
-	CASTFS_OP_Q4_QABSMAX,	    /* bnb double-quantised absmax (U8) */
+	CASTFS_OP_MEM, /* bytes held by the plan */
+	CASTFS_OP_COPY, /* source bytes, unchanged */
+	CASTFS_OP_CAST, /* element-wise dtype conversion */
+	CASTFS_OP_Q4_CODES, /* bnb 4-bit packed codes (U8) */
+	CASTFS_OP_Q4_ABSMAX, /* bnb per-block absmax (F32) */
+	CASTFS_OP_Q4_QABSMAX, /* bnb double-quantised absmax (U8) */
 	CASTFS_OP_Q4_NESTED_ABSMAX, /* bnb absmax of 256 absmax (F32) */
-	CASTFS_OP_Q4_STATE,	    /* quant_state JSON with nested_offset */
-	CASTFS_OP_I8_CODES,	    /* LLM.int8 row-wise codes (I8) */
-	CASTFS_OP_I8_SCB,	    /* LLM.int8 row absmax (F32) */
+	CASTFS_OP_Q4_STATE, /* quant_state JSON with nested_offset */
+	CASTFS_OP_I8_CODES, /* LLM.int8 row-wise codes (I8) */
+	CASTFS_OP_I8_SCB, /* LLM.int8 row absmax (F32) */
 	CASTFS_OP_COUNT,
 };
 
@@ -41,12 +41,12 @@ struct castfs_extent {
 	 */
 	uint64_t src_off;
 	const uint8_t *mem; /* MEM and Q4_STATE: bytes owned by the plan */
-	uint32_t qt;	    /* quantiser ops: index into plan->qtensors */
-	uint32_t unit;	    /* output bytes per unit of work; 1 = any byte */
-	uint8_t op;	    /* enum castfs_op */
-	uint8_t src_dtype;  /* CAST */
-	uint8_t dst_dtype;  /* CAST */
-	uint8_t flags;	    /* CAST: CASTFS_CVT_* */
+	uint32_t qt; /* quantiser ops: index into plan->qtensors */
+	uint32_t unit; /* output bytes per unit of work; 1 = any byte */
+	uint8_t op; /* enum castfs_op */
+	uint8_t src_dtype; /* CAST */
+	uint8_t dst_dtype; /* CAST */
+	uint8_t flags; /* CAST: CASTFS_CVT_* */
 };
 
 /* Quantisation kinds of a quantised tensor. */
@@ -61,14 +61,14 @@ enum castfs_qtype {
  * it is quantised. Immutable once the plan is built.
  */
 struct castfs_qtensor {
-	uint64_t src_off;   /* absolute source offset of element 0 */
+	uint64_t src_off; /* absolute source offset of element 0 */
 	uint64_t nelems;
 	uint64_t rows, cols; /* 2-D view of the weight (int8 is row-wise) */
-	uint32_t blocksize;  /* 4-bit: elements per absmax block */
+	uint32_t blocksize; /* 4-bit: elements per absmax block */
 	uint8_t src_dtype;
-	uint8_t qtype;	     /* enum castfs_qtype */
-	bool nested;	     /* 4-bit double quantisation */
-	uint32_t state_off;  /* Q4_STATE: where nested_offset is written */
+	uint8_t qtype; /* enum castfs_qtype */
+	bool nested; /* 4-bit double quantisation */
+	uint32_t state_off; /* Q4_STATE: where nested_offset is written */
 	uint32_t state_width;
 };
 

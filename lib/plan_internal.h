@@ -10,14 +10,14 @@
 
 /* What produces a tensor's (or a raw extent's) bytes. */
 struct castfs_producer {
-	uint8_t op;	   /* enum castfs_op */
+	uint8_t op; /* enum castfs_op */
 	uint8_t src_dtype; /* CAST */
 	uint8_t dst_dtype; /* CAST; tensors: set from the tensor's dtype */
-	uint8_t flags;	   /* CAST: CASTFS_CVT_* */
-	uint32_t unit;	   /* bytes per unit; 0 means 1 */
-	uint64_t src_off;  /* COPY / CAST: absolute source offset */
-	const void *mem;   /* MEM / Q4_STATE: copied into the plan */
-	uint32_t qt;	   /* quantiser ops */
+	uint8_t flags; /* CAST: CASTFS_CVT_* */
+	uint32_t unit; /* bytes per unit; 0 means 1 */
+	uint64_t src_off; /* COPY / CAST: absolute source offset */
+	const void *mem; /* MEM / Q4_STATE: copied into the plan */
+	uint32_t qt; /* quantiser ops */
 };
 
 struct castfs_pb;
@@ -69,8 +69,7 @@ int castfs_pb_finish_raw(struct castfs_pb *pb, struct castfs_plan **out);
  * The builder is consumed whatever the result. Errors of
  * castfs_header_emit().
  */
-int castfs_pb_finish_safetensors(struct castfs_pb *pb,
-				 struct castfs_plan **out,
+int castfs_pb_finish_safetensors(struct castfs_pb *pb, struct castfs_plan **out,
 				 struct castfs_diag *d);
 
 /* Everything a generator may use while serving one read. */
@@ -99,7 +98,7 @@ castfs_gen_fn castfs_quant_gen(enum castfs_op op);
 struct castfs_qstats {
 	pthread_mutex_t lock;
 	bool ready;
-	float offset;	      /* 4-bit nested: mean of the block absmax */
+	float offset; /* 4-bit nested: mean of the block absmax */
 	uint64_t nnested;
 	float *nested_absmax; /* 4-bit nested: per 256 blocks */
 	/*

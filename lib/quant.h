@@ -101,8 +101,8 @@ struct castfs_quant_kernels {
 	 * The same values as absmax() of their float32 widening, without
 	 * staging it: most checkpoints are BF16.
 	 */
-	void (*absmax16)(float *restrict amax, const void *restrict x,
-			 size_t n, size_t bs, bool f16);
+	void (*absmax16)(float *restrict amax, const void *restrict x, size_t n,
+			 size_t bs, bool f16);
 	/*
 	 * q4() of 16-bit floats read as they are (as absmax16): the same
 	 * bytes as q4() of their float32 widening. When @amax is not NULL,

@@ -66,7 +66,7 @@ static inline AVX2 __m256i lookup16(__m256i lo, __m256i hi, __m256i idx)
 }
 
 struct q4_tables {
-	__m256i mid_lo, mid_hi;	  /* mid[j] */
+	__m256i mid_lo, mid_hi; /* mid[j] */
 	__m256i mid1_lo, mid1_hi; /* mid[j + 1] */
 	__m256i ord_lo, ord_hi;
 	__m256 m3, m7, m11;
@@ -275,9 +275,9 @@ static AVX2 void absmax16_avx2(float *restrict amax, const void *restrict x,
 	const uint8_t *p = x;
 
 	for (size_t b = 0; b < n; b += bs)
-		*amax++ = widen1(
-			absmax16_bits(p + 2 * b, n - b < bs ? n - b : bs, f16),
-			f16);
+		*amax++ = widen1(absmax16_bits(p + 2 * b,
+					       n - b < bs ? n - b : bs, f16),
+				 f16);
 }
 
 static inline AVX2 __m256 load8(const uint8_t *x, bool f16)

@@ -56,8 +56,7 @@ static AVX512 void absmax_avx512(float *restrict amax, const float *restrict x,
 }
 
 /* One binary-search step: move up @step where s exceeds mid[p + step - 1]. */
-static inline AVX512 __m512i q4_step(__m512i p, __m512 s, __m512 mid,
-				     int step)
+static inline AVX512 __m512i q4_step(__m512i p, __m512 s, __m512 mid, int step)
 {
 	__m512i idx = _mm512_add_epi32(p, _mm512_set1_epi32(step - 1));
 	__m512 t = _mm512_permutexvar_ps(idx, mid);
@@ -123,8 +122,8 @@ static AVX512 void i8_avx512(int8_t *restrict dst, const float *restrict x,
 		__m512 r = _mm512_roundscale_ps(_mm512_mul_ps(v, vs),
 						_MM_FROUND_TO_NEAREST_INT |
 							_MM_FROUND_NO_EXC);
-		__mmask16 is_inf = _mm512_cmp_ps_mask(_mm512_abs_ps(v), inf,
-						      _CMP_EQ_OQ);
+		__mmask16 is_inf =
+			_mm512_cmp_ps_mask(_mm512_abs_ps(v), inf, _CMP_EQ_OQ);
 		__mmask16 pos = _mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ);
 		__mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
 

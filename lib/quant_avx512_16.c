@@ -43,8 +43,8 @@ static inline AVX512 uint16_t absmax16_bits(const uint8_t *x, size_t m,
 	size_t i;
 
 	for (i = 0; i < m; i += 32) {
-		__mmask32 k = m - i >= 32 ? ~(__mmask32)0
-					  : (__mmask32)((1u << (m - i)) - 1);
+		__mmask32 k = m - i >= 32 ? ~(__mmask32)0 :
+					    (__mmask32)((1u << (m - i)) - 1);
 		__m512i v = _mm512_and_si512(
 			_mm512_maskz_loadu_epi16(k, x + 2 * i), mag);
 
@@ -66,9 +66,9 @@ AVX512 void castfs_absmax16_avx512(float *restrict amax, const void *restrict x,
 	const uint8_t *p = x;
 
 	for (size_t b = 0; b < n; b += bs)
-		*amax++ = widen1(
-			absmax16_bits(p + 2 * b, n - b < bs ? n - b : bs, f16),
-			f16);
+		*amax++ = widen1(absmax16_bits(p + 2 * b,
+					       n - b < bs ? n - b : bs, f16),
+				 f16);
 }
 
 /* Sixteen 16-bit floats widened exactly to float32. */
@@ -84,7 +84,7 @@ static inline AVX512 __m512 load16(const uint8_t *x, bool f16)
 
 /* The search tables of one 4-bit code type. */
 struct q4_tables {
-	__m512 mid;  /* mid[j] */
+	__m512 mid; /* mid[j] */
 	__m512 mid1; /* mid[j + 1] */
 	__m512 m3, m7, m11;
 	__m512i order;
@@ -267,8 +267,8 @@ AVX512 void castfs_q8_avx512(uint8_t *restrict dst, const float *restrict amax,
 		r.t[j] = _mm512_loadu_ps(castfs_q8_tree.f + 16 * j);
 
 	for (size_t i = 0; i < n; i += 16) {
-		__mmask16 k = n - i >= 16 ? (__mmask16)0xffff
-					  : (__mmask16)((1u << (n - i)) - 1);
+		__mmask16 k = n - i >= 16 ? (__mmask16)0xffff :
+					    (__mmask16)((1u << (n - i)) - 1);
 		__m512 v =
 			_mm512_sub_ps(_mm512_maskz_loadu_ps(k, amax + i), off);
 		__mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);

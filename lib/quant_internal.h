@@ -76,8 +76,8 @@ extern const struct castfs_quant_kernels castfs_quant_avx512;
 #endif
 
 /* Scalar pieces that SIMD tables reuse (tails, kernels not yet vectorised). */
-void castfs_q4_encode_block(uint8_t *dst, const float *x, size_t m,
-			    float scale, enum castfs_qtype qt);
+void castfs_q4_encode_block(uint8_t *dst, const float *x, size_t m, float scale,
+			    enum castfs_qtype qt);
 void castfs_absmax_scalar(float *restrict amax, const float *restrict x,
 			  size_t n, size_t bs);
 void castfs_i8_scalar(int8_t *restrict dst, const float *restrict x, size_t n,

@@ -21,7 +21,7 @@
  */
 struct q_stage {
 	castfs_convert_fn to_half; /* int8: source -> F16, NULL if F16 */
-	castfs_convert_fn to_f32;  /* source (or F16) -> F32; NULL if F32 */
+	castfs_convert_fn to_f32; /* source (or F16) -> F32; NULL if F32 */
 	size_t src_sz;
 	bool raw16; /* BF16/F16 4-bit sources: kernels read st->raw as is */
 	bool f16;
@@ -52,8 +52,8 @@ static int q_stage_init(struct q_stage *st, const struct castfs_read_env *env,
 	size_t per;
 
 	st->src_sz = castfs_dtype_bits(src) / 8;
-	st->raw16 = !via_half && (src == CASTFS_DTYPE_BF16 ||
-				  src == CASTFS_DTYPE_F16);
+	st->raw16 = !via_half &&
+		    (src == CASTFS_DTYPE_BF16 || src == CASTFS_DTYPE_F16);
 	st->f16 = src == CASTFS_DTYPE_F16;
 	st->to_half = NULL;
 	if (via_half && src != CASTFS_DTYPE_F16) {

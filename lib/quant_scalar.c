@@ -61,8 +61,8 @@ uint8_t castfs_q4_code(float x, float scale, enum castfs_qtype qt)
 				castfs_q4_order[qt]);
 }
 
-void castfs_q4_encode_block(uint8_t *dst, const float *x, size_t m,
-			    float scale, enum castfs_qtype qt)
+void castfs_q4_encode_block(uint8_t *dst, const float *x, size_t m, float scale,
+			    enum castfs_qtype qt)
 {
 	const float *mid = castfs_q4_mids[qt].f;
 	const uint8_t *order = castfs_q4_order[qt];
@@ -131,8 +131,8 @@ void castfs_absmax_scalar(float *restrict amax, const float *restrict x,
 		*amax++ = castfs_q_absmax(x + b, n - b < bs ? n - b : bs);
 }
 
-static void q4_scalar(uint8_t *restrict dst, const float *restrict x,
-		      size_t n, size_t bs, enum castfs_qtype qt)
+static void q4_scalar(uint8_t *restrict dst, const float *restrict x, size_t n,
+		      size_t bs, enum castfs_qtype qt)
 {
 	for (size_t b = 0; b < n; b += bs) {
 		size_t m = n - b < bs ? n - b : bs;
@@ -182,8 +182,8 @@ void castfs_absmax16_scalar(float *restrict amax, const void *restrict x,
 	const uint8_t *p = x;
 
 	for (size_t b = 0; b < n; b += bs)
-		*amax++ = absmax16_block(p + 2 * b, n - b < bs ? n - b : bs,
-					 f16);
+		*amax++ =
+			absmax16_block(p + 2 * b, n - b < bs ? n - b : bs, f16);
 }
 
 void castfs_q4_16_scalar(uint8_t *restrict dst, float *restrict amax,

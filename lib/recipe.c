@@ -13,42 +13,74 @@
 #include "view.h"
 
 static const struct castfs_view builtin_views[] = {
-	{ .name = "fp32", .kind = CASTFS_VIEW_CAST, .dtype = CASTFS_DTYPE_F32,
-	  .listed = true, .summary = "floating tensors as float32" },
-	{ .name = "fp16", .kind = CASTFS_VIEW_CAST, .dtype = CASTFS_DTYPE_F16,
-	  .listed = true, .summary = "floating tensors as float16 (RNE)" },
-	{ .name = "bf16", .kind = CASTFS_VIEW_CAST, .dtype = CASTFS_DTYPE_BF16,
-	  .listed = true, .summary = "floating tensors as bfloat16 (RNE)" },
+	{ .name = "fp32",
+	  .kind = CASTFS_VIEW_CAST,
+	  .dtype = CASTFS_DTYPE_F32,
+	  .listed = true,
+	  .summary = "floating tensors as float32" },
+	{ .name = "fp16",
+	  .kind = CASTFS_VIEW_CAST,
+	  .dtype = CASTFS_DTYPE_F16,
+	  .listed = true,
+	  .summary = "floating tensors as float16 (RNE)" },
+	{ .name = "bf16",
+	  .kind = CASTFS_VIEW_CAST,
+	  .dtype = CASTFS_DTYPE_BF16,
+	  .listed = true,
+	  .summary = "floating tensors as bfloat16 (RNE)" },
 	/* torch >= 2.12 saturates e4m3fn casts (pytorch#178817). */
-	{ .name = "fp8", .kind = CASTFS_VIEW_CAST,
-	  .dtype = CASTFS_DTYPE_F8_E4M3, .cvt_flags = CASTFS_CVT_SATURATE,
+	{ .name = "fp8",
+	  .kind = CASTFS_VIEW_CAST,
+	  .dtype = CASTFS_DTYPE_F8_E4M3,
+	  .cvt_flags = CASTFS_CVT_SATURATE,
 	  .listed = true,
 	  .summary = "float8_e4m3fn as torch >= 2.12: overflow, Inf -> +-448" },
-	{ .name = "fp8_e4m3fn", .kind = CASTFS_VIEW_CAST,
-	  .dtype = CASTFS_DTYPE_F8_E4M3, .cvt_flags = CASTFS_CVT_SATURATE,
+	{ .name = "fp8_e4m3fn",
+	  .kind = CASTFS_VIEW_CAST,
+	  .dtype = CASTFS_DTYPE_F8_E4M3,
+	  .cvt_flags = CASTFS_CVT_SATURATE,
 	  .summary = "the same bytes as fp8" },
-	{ .name = "fp8_nan", .kind = CASTFS_VIEW_CAST,
+	{ .name = "fp8_nan",
+	  .kind = CASTFS_VIEW_CAST,
 	  .dtype = CASTFS_DTYPE_F8_E4M3,
 	  .summary = "float8_e4m3fn as torch < 2.12: |x| > 464, Inf -> NaN" },
-	{ .name = "fp8_e5m2", .kind = CASTFS_VIEW_CAST,
-	  .dtype = CASTFS_DTYPE_F8_E5M2, .listed = true,
+	{ .name = "fp8_e5m2",
+	  .kind = CASTFS_VIEW_CAST,
+	  .dtype = CASTFS_DTYPE_F8_E5M2,
+	  .listed = true,
 	  .summary = "float8_e5m2 as torch casts: overflow -> Inf" },
-	{ .name = "fp8_e5m2_sat", .kind = CASTFS_VIEW_CAST,
-	  .dtype = CASTFS_DTYPE_F8_E5M2, .cvt_flags = CASTFS_CVT_SATURATE,
+	{ .name = "fp8_e5m2_sat",
+	  .kind = CASTFS_VIEW_CAST,
+	  .dtype = CASTFS_DTYPE_F8_E5M2,
+	  .cvt_flags = CASTFS_CVT_SATURATE,
 	  .summary = "float8_e5m2, overflow and Inf clamped to +-57344" },
-	{ .name = "nf4", .kind = CASTFS_VIEW_BNB4, .qtype = CASTFS_Q_NF4,
-	  .nested = true, .blocksize = 64, .listed = true,
+	{ .name = "nf4",
+	  .kind = CASTFS_VIEW_BNB4,
+	  .qtype = CASTFS_Q_NF4,
+	  .nested = true,
+	  .blocksize = 64,
+	  .listed = true,
 	  .summary = "bitsandbytes NF4, blocksize 64, double quantisation" },
-	{ .name = "fp4", .kind = CASTFS_VIEW_BNB4, .qtype = CASTFS_Q_FP4,
-	  .nested = true, .blocksize = 64, .listed = true,
+	{ .name = "fp4",
+	  .kind = CASTFS_VIEW_BNB4,
+	  .qtype = CASTFS_Q_FP4,
+	  .nested = true,
+	  .blocksize = 64,
+	  .listed = true,
 	  .summary = "bitsandbytes FP4, blocksize 64, double quantisation" },
-	{ .name = "nf4_nodq", .kind = CASTFS_VIEW_BNB4, .qtype = CASTFS_Q_NF4,
+	{ .name = "nf4_nodq",
+	  .kind = CASTFS_VIEW_BNB4,
+	  .qtype = CASTFS_Q_NF4,
 	  .blocksize = 64,
 	  .summary = "bitsandbytes NF4, blocksize 64, float32 absmax" },
-	{ .name = "fp4_nodq", .kind = CASTFS_VIEW_BNB4, .qtype = CASTFS_Q_FP4,
+	{ .name = "fp4_nodq",
+	  .kind = CASTFS_VIEW_BNB4,
+	  .qtype = CASTFS_Q_FP4,
 	  .blocksize = 64,
 	  .summary = "bitsandbytes FP4, blocksize 64, float32 absmax" },
-	{ .name = "int8", .kind = CASTFS_VIEW_INT8, .qtype = CASTFS_Q_INT8,
+	{ .name = "int8",
+	  .kind = CASTFS_VIEW_INT8,
+	  .qtype = CASTFS_Q_INT8,
 	  .listed = true,
 	  .summary = "bitsandbytes LLM.int8: row-wise int8 + SCB" },
 };
@@ -122,15 +154,17 @@ static bool key_is(const cJSON *item, const char *k)
 	return strcmp(item->string, k) == 0;
 }
 
-static int parse_dtype(const cJSON *j, enum castfs_dtype *out,
-		       const char *view, struct castfs_diag *d)
+static int parse_dtype(const cJSON *j, enum castfs_dtype *out, const char *view,
+		       struct castfs_diag *d)
 {
 	static const struct {
 		const char *alias;
 		enum castfs_dtype dt;
 	} aliases[] = {
-		{ "fp32", CASTFS_DTYPE_F32 },	   { "fp16", CASTFS_DTYPE_F16 },
-		{ "bf16", CASTFS_DTYPE_BF16 },	   { "fp8", CASTFS_DTYPE_F8_E4M3 },
+		{ "fp32", CASTFS_DTYPE_F32 },
+		{ "fp16", CASTFS_DTYPE_F16 },
+		{ "bf16", CASTFS_DTYPE_BF16 },
+		{ "fp8", CASTFS_DTYPE_F8_E4M3 },
 		{ "fp8_e4m3fn", CASTFS_DTYPE_F8_E4M3 },
 		{ "fp8_e5m2", CASTFS_DTYPE_F8_E5M2 },
 	};
@@ -138,25 +172,22 @@ static int parse_dtype(const cJSON *j, enum castfs_dtype *out,
 	enum castfs_dtype dt;
 
 	if (!s)
-		return castfs_diag_set(d, -EINVAL,
-				       "view '%s': dtype must be a string",
-				       view);
+		return castfs_diag_set(
+			d, -EINVAL, "view '%s': dtype must be a string", view);
 	dt = castfs_dtype_from_name(s, strlen(s));
 	for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++) {
 		if (strcmp(s, aliases[i].alias) == 0)
 			dt = aliases[i].dt;
 	}
 	if (dt == CASTFS_DTYPE_INVALID)
-		return castfs_diag_set(d, -EINVAL,
-				       "view '%s': unknown dtype '%s'", view,
-				       s);
+		return castfs_diag_set(
+			d, -EINVAL, "view '%s': unknown dtype '%s'", view, s);
 	*out = dt;
 	return 0;
 }
 
-static int parse_int(const cJSON *j, int lo, int hi, int *out,
-		     const char *what, const char *view,
-		     struct castfs_diag *d)
+static int parse_int(const cJSON *j, int lo, int hi, int *out, const char *what,
+		     const char *view, struct castfs_diag *d)
 {
 	double v;
 
@@ -168,7 +199,8 @@ static int parse_int(const cJSON *j, int lo, int hi, int *out,
 	if (v != (double)(int)v || v < lo || v > hi)
 		return castfs_diag_set(d, -EINVAL,
 				       "view '%s': %s must be an integer in "
-				       "[%d, %d]", view, what, lo, hi);
+				       "[%d, %d]",
+				       view, what, lo, hi);
 	*out = (int)v;
 	return 0;
 }
@@ -190,9 +222,9 @@ static int parse_rule_dtypes(const cJSON *j, struct castfs_rule *r,
 	const cJSON *it;
 
 	if (!cJSON_IsArray(j))
-		return castfs_diag_set(d, -EINVAL,
-				       "view '%s': rule dtypes must be an array",
-				       view);
+		return castfs_diag_set(
+			d, -EINVAL, "view '%s': rule dtypes must be an array",
+			view);
 	cJSON_ArrayForEach(it, j) {
 		enum castfs_dtype dt;
 		int rc = parse_dtype(it, &dt, view, d);
@@ -210,9 +242,11 @@ static int parse_rule_field(const cJSON *f, struct castfs_rule *r,
 {
 	if (key_is(f, "match")) {
 		if (!cJSON_IsString(f))
-			return castfs_diag_set(d, -EINVAL,
-					       "view '%s': rule match must be a "
-					       "string", view);
+			return castfs_diag_set(
+				d, -EINVAL,
+				"view '%s': rule match must be a "
+				"string",
+				view);
 		free(r->pattern);
 		r->pattern = strdup(f->valuestring);
 		return r->pattern ? 0 : -ENOMEM;
@@ -300,7 +334,8 @@ static int parse_kind(const cJSON *j, struct castfs_view *v,
 	else
 		return castfs_diag_set(d, -EINVAL,
 				       "view '%s': kind must be \"cast\", "
-				       "\"bnb4\" or \"int8\"", v->name);
+				       "\"bnb4\" or \"int8\"",
+				       v->name);
 	return 0;
 }
 
@@ -316,7 +351,8 @@ static int parse_quant_type(const cJSON *j, struct castfs_view *v,
 	else
 		return castfs_diag_set(d, -EINVAL,
 				       "view '%s': quant_type must be \"nf4\" "
-				       "or \"fp4\"", v->name);
+				       "or \"fp4\"",
+				       v->name);
 	return 0;
 }
 
@@ -341,7 +377,8 @@ static int parse_view_field(const cJSON *f, struct castfs_view *v,
 		if (!rc && (i & (i - 1)))
 			rc = castfs_diag_set(d, -EINVAL,
 					     "view '%s': blocksize must be a "
-					     "power of two", v->name);
+					     "power of two",
+					     v->name);
 		if (!rc)
 			v->blocksize = (uint32_t)i;
 		return rc;
@@ -363,7 +400,8 @@ static int parse_view_field(const cJSON *f, struct castfs_view *v,
 		if (!cJSON_IsString(f))
 			return castfs_diag_set(d, -EINVAL,
 					       "view '%s': summary must be a "
-					       "string", v->name);
+					       "string",
+					       v->name);
 		free(v->owned_summary);
 		v->owned_summary = strdup(f->valuestring);
 		v->summary = v->owned_summary;
@@ -385,7 +423,8 @@ static int view_check(const struct castfs_view *v, struct castfs_diag *d)
 				       "view '%s': F64 is not a cast target",
 				       v->name);
 	if (v->cvt_flags && v->kind == CASTFS_VIEW_CAST &&
-	    v->dtype != CASTFS_DTYPE_F8_E4M3 && v->dtype != CASTFS_DTYPE_F8_E5M2)
+	    v->dtype != CASTFS_DTYPE_F8_E4M3 &&
+	    v->dtype != CASTFS_DTYPE_F8_E5M2)
 		return castfs_diag_set(d, -EINVAL,
 				       "view '%s': saturate needs an fp8 dtype",
 				       v->name);
@@ -459,9 +498,9 @@ static int parse_view(const cJSON *j, const struct castfs_views *vs,
 	int rc;
 
 	if (!castfs_view_name_valid(name, strlen(name)))
-		return castfs_diag_set(d, -EINVAL,
-				       "view name '%s': use 1-31 of a-z 0-9 _ -",
-				       name);
+		return castfs_diag_set(
+			d, -EINVAL, "view name '%s': use 1-31 of a-z 0-9 _ -",
+			name);
 	if (!cJSON_IsObject(j))
 		return castfs_diag_set(d, -EINVAL,
 				       "view '%s': must be an object", name);
@@ -599,7 +638,8 @@ static cJSON *view_json(const struct castfs_view *v)
 	cJSON_AddStringToObject(o, "name", v->name);
 	cJSON_AddStringToObject(o, "kind", kind_name(v->kind));
 	if (v->kind == CASTFS_VIEW_CAST) {
-		cJSON_AddStringToObject(o, "dtype", castfs_dtype_name(v->dtype));
+		cJSON_AddStringToObject(o, "dtype",
+					castfs_dtype_name(v->dtype));
 		cJSON_AddBoolToObject(o, "saturate",
 				      v->cvt_flags & CASTFS_CVT_SATURATE);
 	} else if (v->kind == CASTFS_VIEW_BNB4) {

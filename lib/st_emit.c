@@ -56,7 +56,9 @@ static void st_put_str(struct st_sink *s, const char *p, size_t n)
 	st_put(s, "\"", 1);
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)p[i];
-		char e[6] = { '\\', (char)c, '0', '0', hex[c >> 4], hex[c & 15] };
+		char e[6] = {
+			'\\', (char)c, '0', '0', hex[c >> 4], hex[c & 15]
+		};
 
 		if (c >= 0x20 && c != '"' && c != '\\')
 			continue;
@@ -94,10 +96,9 @@ static void st_put_tensor(struct st_sink *s, const struct castfs_emit_tensor *t)
 	st_puts(s, "]}");
 }
 
-static void st_put_header(struct st_sink *s,
-			  const struct castfs_emit_tensor *t, size_t n,
-			  bool has_meta, const struct castfs_meta_kv *meta,
-			  size_t nmeta)
+static void st_put_header(struct st_sink *s, const struct castfs_emit_tensor *t,
+			  size_t n, bool has_meta,
+			  const struct castfs_meta_kv *meta, size_t nmeta)
 {
 	st_put(s, "{", 1);
 	if (has_meta) {
@@ -134,24 +135,30 @@ static int st_emit_check_one(const struct castfs_emit_tensor *t,
 	st_show(s, t->name, t->name_len);
 	if (!st_utf8_ok(t->name, t->name_len) ||
 	    !st_cmp_bytes(t->name, t->name_len, ST_META, strlen(ST_META)))
-		return castfs_diag_set(d, -EINVAL,
-			"tensor name '%s' is not valid UTF-8 or is reserved", s);
+		return castfs_diag_set(
+			d, -EINVAL,
+			"tensor name '%s' is not valid UTF-8 or is reserved",
+			s);
 	if (!castfs_dtype_bits(t->dtype))
 		return castfs_diag_set(d, -EINVAL,
-			"tensor '%s': invalid dtype %d", s, (int)t->dtype);
+				       "tensor '%s': invalid dtype %d", s,
+				       (int)t->dtype);
 	rc = castfs_shape_nelems(t->shape, t->ndim, &nelems);
 	if (!rc)
 		rc = castfs_tensor_nbytes(t->dtype, nelems, &nbytes);
 	if (rc)
-		return castfs_diag_set(d, rc,
-			"tensor '%s': shape of %s %s", s,
-			castfs_dtype_name(t->dtype), rc == -EOVERFLOW ?
-			"overflows 64 bits" : "does not fill whole bytes");
+		return castfs_diag_set(d, rc, "tensor '%s': shape of %s %s", s,
+				       castfs_dtype_name(t->dtype),
+				       rc == -EOVERFLOW ?
+					       "overflows 64 bits" :
+					       "does not fill whole bytes");
 	if (nbytes != t->nbytes)
 		return castfs_diag_set(d, -EINVAL,
-			"tensor '%s': nbytes %" PRIu64 " but %" PRIu64
-			" elements of %s need %" PRIu64, s, t->nbytes, nelems,
-			castfs_dtype_name(t->dtype), nbytes);
+				       "tensor '%s': nbytes %" PRIu64
+				       " but %" PRIu64
+				       " elements of %s need %" PRIu64,
+				       s, t->nbytes, nelems,
+				       castfs_dtype_name(t->dtype), nbytes);
 	return 0;
 }
 
@@ -182,7 +189,9 @@ static int st_emit_check(const struct castfs_emit_tensor *t, size_t n,
 		if (!st_utf8_ok(meta[i].key, meta[i].key_len) ||
 		    !st_utf8_ok(meta[i].value, meta[i].value_len))
 			rc = castfs_diag_set(d, -EINVAL,
-				ST_META " entry %zu is not valid UTF-8", i);
+					     ST_META
+					     " entry %zu is not valid UTF-8",
+					     i);
 	if (rc)
 		return rc;
 	v = malloc((n > nmeta ? n : nmeta ? nmeta : 1) * sizeof(*v));
@@ -219,7 +228,8 @@ static int st_emit_offsets(struct castfs_emit_tensor *t, size_t n,
 	for (size_t i = 0; i < n; i++) {
 		t[i].begin = off;
 		if (castfs_ckd_add(&off, off, t[i].nbytes))
-			return castfs_diag_set(d, -EOVERFLOW,
+			return castfs_diag_set(
+				d, -EOVERFLOW,
 				"data size overflows 64 bits at tensor %zu", i);
 		t[i].end = off;
 	}
@@ -244,7 +254,8 @@ int castfs_header_emit(struct castfs_emit_tensor *t, size_t n, bool has_meta,
 	hdr = (s.len - 8 + 7) / 8 * 8;
 	if (s.over || hdr > CASTFS_HEADER_MAX)
 		return castfs_diag_set(d, -E2BIG,
-			"header would exceed %u bytes", CASTFS_HEADER_MAX);
+				       "header would exceed %u bytes",
+				       CASTFS_HEADER_MAX);
 	s = (struct st_sink){ .buf = malloc((size_t)hdr + 8), .len = 8 };
 	if (!s.buf)
 		return -ENOMEM;

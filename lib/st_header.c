@@ -31,13 +31,14 @@ static int st_json(const struct st_lex *lx, cJSON **root)
 
 	if (!j)
 		return castfs_diag_set(lx->d, -EINVAL,
-			"invalid JSON near header byte %zu", at);
+				       "invalid JSON near header byte %zu", at);
 	for (; at < lx->len; at++) {
 		uint8_t c = lx->js[at];
 
 		if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
 			cJSON_Delete(j);
-			return castfs_diag_set(lx->d, -EINVAL,
+			return castfs_diag_set(
+				lx->d, -EINVAL,
 				"byte 0x%02x after the JSON object at header byte %zu",
 				c, at);
 		}
@@ -87,11 +88,11 @@ static const char *st_tok_show(const struct st_ctx *c, size_t k,
 	return st_show(out, raw, c->str[k].dec);
 }
 
-static int st_terr(const struct st_ctx *c, size_t k, int rc,
-		   const char *fmt, ...) CASTFS_PRINTF(4, 5);
+static int st_terr(const struct st_ctx *c, size_t k, int rc, const char *fmt,
+		   ...) CASTFS_PRINTF(4, 5);
 
-static int st_terr(const struct st_ctx *c, size_t k, int rc,
-		   const char *fmt, ...)
+static int st_terr(const struct st_ctx *c, size_t k, int rc, const char *fmt,
+		   ...)
 {
 	char name[ST_SHOW], why[200];
 	va_list ap;
@@ -149,15 +150,17 @@ static int st_meta(struct st_ctx *c, const cJSON *obj)
 		return 0;
 	if (!cJSON_IsObject(obj))
 		return castfs_diag_set(c->d, -EINVAL,
-			ST_META " must be an object or null, got %s",
-			st_type(obj));
+				       ST_META
+				       " must be an object or null, got %s",
+				       st_type(obj));
 	c->has_meta = true;
 	for (const cJSON *it = obj->child; it; it = it->next) {
 		size_t k = c->next++;
 		struct castfs_meta_kv *kv;
 
 		if (!cJSON_IsString(it))
-			return castfs_diag_set(c->d, -EINVAL,
+			return castfs_diag_set(
+				c->d, -EINVAL,
 				ST_META " '%s': value must be a string, got %s",
 				st_tok_show(c, k, s), st_type(it));
 		if (c->h) {
@@ -215,8 +218,8 @@ static int st_dtype(const struct st_ctx *c, size_t k, const struct st_fields *f,
 			       "field 'dtype' must be a string, got %s",
 			       st_type(f->dtype));
 	n = st_tok_decode(c, f->dtype_tok, buf, sizeof(buf));
-	*dt = n < sizeof(buf) ? castfs_dtype_from_name(buf, n)
-			      : CASTFS_DTYPE_INVALID;
+	*dt = n < sizeof(buf) ? castfs_dtype_from_name(buf, n) :
+				CASTFS_DTYPE_INVALID;
 	if (*dt == CASTFS_DTYPE_INVALID)
 		return st_terr(c, k, -EINVAL, "unknown dtype '%s'",
 			       st_tok_show(c, f->dtype_tok, s));
@@ -231,8 +234,9 @@ static int st_ints(const struct st_ctx *c, size_t k, const cJSON *a,
 	size_t i = 0;
 
 	if (!cJSON_IsArray(a))
-		return st_terr(c, k, -EINVAL, "field '%s' must be an array, got %s",
-			       field, st_type(a));
+		return st_terr(c, k, -EINVAL,
+			       "field '%s' must be an array, got %s", field,
+			       st_type(a));
 	for (const cJSON *e = a->child; e; e = e->next, i++) {
 		if (!cJSON_IsNumber(e))
 			return st_terr(c, k, -EINVAL,
@@ -269,7 +273,8 @@ static int st_tensor(struct st_ctx *c, const cJSON *obj, size_t k)
 		return rc;
 	if (noff != 2)
 		return st_terr(c, k, -EINVAL,
-			       "data_offsets must have 2 entries, got %zu", noff);
+			       "data_offsets must have 2 entries, got %zu",
+			       noff);
 	if (c->h) {
 		struct castfs_tensor *t = &c->h->tensors[c->nt];
 
@@ -293,8 +298,8 @@ static int st_walk(struct st_ctx *c, const cJSON *root)
 	c->seen_meta = c->has_meta = false;
 	for (const cJSON *it = root->child; it; it = it->next) {
 		size_t k = c->next++;
-		int rc = st_tok_is(c, k, ST_META) ? st_meta(c, it)
-						  : st_tensor(c, it, k);
+		int rc = st_tok_is(c, k, ST_META) ? st_meta(c, it) :
+						    st_tensor(c, it, k);
 
 		if (rc)
 			return rc;
@@ -371,8 +376,8 @@ static int st_unique(struct castfs_header *h, struct castfs_diag *d)
 		      st_name_order);
 	for (i = 1; i < h->ntensors; i++)
 		if (!st_name_order(&h->by_name[i - 1], &h->by_name[i]))
-			return castfs_diag_set(d, -EINVAL,
-				"duplicate tensor name '%s'",
+			return castfs_diag_set(
+				d, -EINVAL, "duplicate tensor name '%s'",
 				st_show(s, h->by_name[i]->name,
 					h->by_name[i]->name_len));
 	v = malloc((h->nmeta ? h->nmeta : 1) * sizeof(*v));
@@ -397,17 +402,22 @@ static int st_check_offsets(const struct castfs_tensor *t,
 	st_show(s, t->name, t->name_len);
 	if (t->end < t->begin)
 		return castfs_diag_set(d, -EINVAL,
-			"tensor '%s': data_offsets end %" PRIu64
-			" is before begin %" PRIu64, s, t->end, t->begin);
+				       "tensor '%s': data_offsets end %" PRIu64
+				       " is before begin %" PRIu64,
+				       s, t->end, t->begin);
 	if (!prev && t->begin)
-		return castfs_diag_set(d, -EINVAL,
+		return castfs_diag_set(
+			d, -EINVAL,
 			"tensor '%s': data_offsets begin at %" PRIu64
-			", but the first tensor must begin at 0", s, t->begin);
+			", but the first tensor must begin at 0",
+			s, t->begin);
 	if (t->begin != start)
-		return castfs_diag_set(d, -EINVAL,
+		return castfs_diag_set(
+			d, -EINVAL,
 			"tensor '%s': data_offsets [%" PRIu64 ",%" PRIu64
-			") %s '%s', which ends at %" PRIu64, s, t->begin,
-			t->end, t->begin > start ? "leave a hole after" : "overlap",
+			") %s '%s', which ends at %" PRIu64,
+			s, t->begin, t->end,
+			t->begin > start ? "leave a hole after" : "overlap",
 			st_show(p, prev->name, prev->name_len), start);
 	return 0;
 }
@@ -422,22 +432,29 @@ static int st_check_tensor(struct castfs_tensor *t, struct castfs_diag *d)
 
 	st_show(s, t->name, t->name_len);
 	if (castfs_shape_nelems(t->shape, t->ndim, &t->nelems))
-		return castfs_diag_set(d, -EOVERFLOW,
+		return castfs_diag_set(
+			d, -EOVERFLOW,
 			"tensor '%s': shape product overflows 64 bits", s);
 	if (castfs_ckd_mul(&nbits, t->nelems, bits))
 		return castfs_diag_set(d, -EOVERFLOW,
-			"tensor '%s': %" PRIu64 " elements of %s: bit count "
-			"overflows 64 bits", s, t->nelems, dt);
+				       "tensor '%s': %" PRIu64
+				       " elements of %s: bit count "
+				       "overflows 64 bits",
+				       s, t->nelems, dt);
 	if (nbits % 8)
 		return castfs_diag_set(d, -EINVAL,
-			"tensor '%s': %" PRIu64 " elements of %u-bit %s do not "
-			"fill whole bytes", s, t->nelems, bits, dt);
+				       "tensor '%s': %" PRIu64
+				       " elements of %u-bit %s do not "
+				       "fill whole bytes",
+				       s, t->nelems, bits, dt);
 	if (t->end - t->begin != nbits / 8)
 		return castfs_diag_set(d, -EINVAL,
-			"tensor '%s': data_offsets [%" PRIu64 ",%" PRIu64
-			") hold %" PRIu64 " bytes, but %" PRIu64
-			" elements of %s need %" PRIu64, s, t->begin, t->end,
-			t->end - t->begin, t->nelems, dt, nbits / 8);
+				       "tensor '%s': data_offsets [%" PRIu64
+				       ",%" PRIu64 ") hold %" PRIu64
+				       " bytes, but %" PRIu64
+				       " elements of %s need %" PRIu64,
+				       s, t->begin, t->end, t->end - t->begin,
+				       t->nelems, dt, nbits / 8);
 	return 0;
 }
 
@@ -460,13 +477,16 @@ static int st_validate(struct castfs_header *h, uint64_t file_size,
 	h->data_len = start;
 	if (castfs_ckd_add(&end, h->data_start, start))
 		return castfs_diag_set(d, -EOVERFLOW,
-			"data end %" PRIu64 " + %" PRIu64 " overflows 64 bits",
-			h->data_start, start);
+				       "data end %" PRIu64 " + %" PRIu64
+				       " overflows 64 bits",
+				       h->data_start, start);
 	if (end != file_size)
-		return castfs_diag_set(d, -EINVAL,
+		return castfs_diag_set(
+			d, -EINVAL,
 			"data ends at file byte %" PRIu64 " (8 + %" PRIu64
 			" + %" PRIu64 ") but the file has %" PRIu64
-			" bytes (%s)", end, h->header_len, start, file_size,
+			" bytes (%s)",
+			end, h->header_len, start, file_size,
 			end < file_size ? "trailing bytes" : "truncated");
 	return 0;
 }
@@ -480,21 +500,26 @@ static int st_prefix(const uint8_t *buf, size_t buf_len, uint64_t file_size,
 
 	if (file_size < 8)
 		return castfs_diag_set(d, -EINVAL,
-			"file of %" PRIu64 " bytes is shorter than the "
-			"8-byte header length", file_size);
+				       "file of %" PRIu64
+				       " bytes is shorter than the "
+				       "8-byte header length",
+				       file_size);
 	if (buf_len < 8)
-		return castfs_diag_set(d, -EINVAL,
+		return castfs_diag_set(
+			d, -EINVAL,
 			"buffer of %zu bytes lacks the 8-byte header length",
 			buf_len);
 	v = castfs_load_le64(buf);
 	if (v > CASTFS_HEADER_MAX)
 		return castfs_diag_set(d, -E2BIG,
-			"header length %" PRIu64 " exceeds the %u-byte limit",
-			v, CASTFS_HEADER_MAX);
+				       "header length %" PRIu64
+				       " exceeds the %u-byte limit",
+				       v, CASTFS_HEADER_MAX);
 	if (8 + v > file_size)
 		return castfs_diag_set(d, -EINVAL,
-			"header length %" PRIu64 " past end of file (size %"
-			PRIu64 ")", v, file_size);
+				       "header length %" PRIu64
+				       " past end of file (size %" PRIu64 ")",
+				       v, file_size);
 	*n = v;
 	return 0;
 }
@@ -549,9 +574,11 @@ int castfs_header_parse(const void *buf, size_t buf_len, uint64_t file_size,
 	if (rc)
 		return rc;
 	if (buf_len - 8 < n)
-		return castfs_diag_set(d, -EINVAL,
+		return castfs_diag_set(
+			d, -EINVAL,
 			"buffer of %zu bytes is shorter than the %" PRIu64
-			"-byte header", buf_len, 8 + n);
+			"-byte header",
+			buf_len, 8 + n);
 	lx.js = (const uint8_t *)buf + 8;
 	lx.len = (size_t)n;
 	rc = st_lex(&lx);
@@ -576,7 +603,8 @@ int castfs_header_read(const struct castfs_reader *r, uint64_t file_size,
 	if (file_size >= 8) {
 		rc = castfs_reader_read(r, b8, 8, 0);
 		if (rc)
-			return castfs_diag_set(d, rc,
+			return castfs_diag_set(
+				d, rc,
 				"reading the header length failed (errno %d)",
 				-rc);
 	}
@@ -589,8 +617,10 @@ int castfs_header_read(const struct castfs_reader *r, uint64_t file_size,
 	memcpy(buf, b8, 8);
 	rc = castfs_reader_read(r, buf + 8, (size_t)n, 8);
 	if (rc)
-		castfs_diag_set(d, rc, "reading the %" PRIu64
-				"-byte header failed (errno %d)", n, -rc);
+		castfs_diag_set(d, rc,
+				"reading the %" PRIu64
+				"-byte header failed (errno %d)",
+				n, -rc);
 	else
 		rc = castfs_header_parse(buf, (size_t)n + 8, file_size, out, d);
 	free(buf);

@@ -24,8 +24,8 @@ struct castfs_tensor {
 	enum castfs_dtype dtype;
 	uint32_t ndim;
 	const uint64_t *shape; /* ndim entries */
-	uint64_t nelems;       /* product of shape; 1 for rank 0 */
-	uint64_t begin, end;   /* data_offsets, relative to data_start */
+	uint64_t nelems; /* product of shape; 1 for rank 0 */
+	uint64_t begin, end; /* data_offsets, relative to data_start */
 };
 
 struct castfs_meta_kv {
@@ -36,7 +36,7 @@ struct castfs_meta_kv {
 struct castfs_header {
 	uint64_t header_len; /* N: the JSON and its padding */
 	uint64_t data_start; /* 8 + N */
-	uint64_t data_len;   /* end offset of the last tensor */
+	uint64_t data_len; /* end offset of the last tensor */
 	size_t ntensors;
 	struct castfs_tensor *tensors; /* sorted by data offset */
 	const struct castfs_tensor **by_name; /* sorted by name (bytewise) */
@@ -96,9 +96,9 @@ struct castfs_emit_tensor {
 	enum castfs_dtype dtype;
 	uint32_t ndim;
 	const uint64_t *shape;
-	uint64_t nbytes;     /* must equal nelems * bits / 8 */
+	uint64_t nbytes; /* must equal nelems * bits / 8 */
 	uint64_t begin, end; /* written by castfs_header_emit() */
-	uint32_t cookie;     /* caller's; carried through the sort */
+	uint32_t cookie; /* caller's; carried through the sort */
 };
 
 /*

@@ -21,7 +21,7 @@ struct st_span {
 
 struct st_str {
 	uint32_t off, len; /* the raw body between the quotes */
-	uint32_t dec;      /* its decoded length */
+	uint32_t dec; /* its decoded length */
 };
 
 struct st_lex {

@@ -13,7 +13,6 @@
 #include "st_internal.h"
 /* ---- bytes, names and messages ---- */
 
-
 /* Rust's str ordering: bytewise, a proper prefix first. */
 int st_cmp_bytes(const char *a, size_t an, const char *b, size_t bn)
 {
@@ -58,7 +57,8 @@ const char *st_show(char out[ST_SHOW], const char *s, size_t n)
 		if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'')
 			out[o++] = (char)c;
 		else
-			o += (size_t)snprintf(out + o, ST_SHOW - o, "\\x%02x", c);
+			o += (size_t)snprintf(out + o, ST_SHOW - o, "\\x%02x",
+					      c);
 	}
 	if (i < n)
 		memcpy(out + o, "...", 3), o += 3;
@@ -205,8 +205,6 @@ size_t st_decode(const uint8_t *raw, size_t n, char *out, size_t cap)
 
 /* ---- lexer pre-pass: what cJSON is too lenient about ---- */
 
-
-
 static int st_lex_push(struct st_lex *lx, size_t off, size_t len, size_t dec)
 {
 	if (lx->nstr == lx->cap) {
@@ -219,8 +217,8 @@ static int st_lex_push(struct st_lex *lx, size_t off, size_t len, size_t dec)
 		lx->cap = cap;
 	}
 	/* N <= 100 MB, so every offset and length fits 32 bits. */
-	lx->str[lx->nstr++] = (struct st_str){ (uint32_t)off, (uint32_t)len,
-					       (uint32_t)dec };
+	lx->str[lx->nstr++] =
+		(struct st_str){ (uint32_t)off, (uint32_t)len, (uint32_t)dec };
 	return 0;
 }
 
@@ -234,14 +232,16 @@ static int st_lex_string(struct st_lex *lx, size_t *pos)
 		size_t adv;
 
 		if (i >= lx->len)
-			return castfs_diag_set(lx->d, -EINVAL,
+			return castfs_diag_set(
+				lx->d, -EINVAL,
 				"unterminated string starting at header byte %zu",
 				*pos);
 		c = lx->js[i];
 		if (c == '"')
 			break;
 		if (c < 0x20)
-			return castfs_diag_set(lx->d, -EINVAL,
+			return castfs_diag_set(
+				lx->d, -EINVAL,
 				"raw control byte 0x%02x in a string at header byte %zu",
 				c, i);
 		if (c != '\\') {
@@ -250,8 +250,10 @@ static int st_lex_string(struct st_lex *lx, size_t *pos)
 		}
 		adv = st_escape(lx->js + i, lx->len - i, &cp);
 		if (!adv)
-			return castfs_diag_set(lx->d, -EINVAL,
-				"invalid escape in a string at header byte %zu", i);
+			return castfs_diag_set(
+				lx->d, -EINVAL,
+				"invalid escape in a string at header byte %zu",
+				i);
 		dec += st_utf8_put(tmp, cp);
 		i += adv;
 	}
@@ -261,8 +263,9 @@ static int st_lex_string(struct st_lex *lx, size_t *pos)
 
 static bool st_is_numch(uint8_t c)
 {
-	return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ||
-	       c == '+' || c == '-' || c == '.';
+	return (c >= '0' && c <= '9') ||
+	       ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || c == '+' ||
+	       c == '-' || c == '.';
 }
 
 /* A number token must be 0|[1-9][0-9]* and at most 2^53: serde rejects
@@ -279,24 +282,29 @@ static int st_lex_number(struct st_lex *lx, size_t *pos)
 	n = e - b;
 	show = (int)(n < 24 ? n : 24);
 	if (tok[0] == '-')
-		return castfs_diag_set(lx->d, -EINVAL,
-			"negative number %.*s at header byte %zu", show, tok, b);
+		return castfs_diag_set(
+			lx->d, -EINVAL,
+			"negative number %.*s at header byte %zu", show, tok,
+			b);
 	for (size_t i = 0; i < n; i++) {
 		if (tok[i] < '0' || tok[i] > '9')
-			return castfs_diag_set(lx->d, -EINVAL,
+			return castfs_diag_set(
+				lx->d, -EINVAL,
 				"number %.*s at header byte %zu is not an integer",
 				show, tok, b);
 		if (v <= ST_MAX_INT)
 			v = v * 10 + (uint64_t)(tok[i] - '0');
 	}
 	if (n > 1 && tok[0] == '0')
-		return castfs_diag_set(lx->d, -EINVAL,
+		return castfs_diag_set(
+			lx->d, -EINVAL,
 			"number %.*s at header byte %zu has a leading zero",
 			show, tok, b);
 	if (v > ST_MAX_INT)
-		return castfs_diag_set(lx->d, -EINVAL,
-			"number %.*s at header byte %zu exceeds 2^53", show, tok,
-			b);
+		return castfs_diag_set(
+			lx->d, -EINVAL,
+			"number %.*s at header byte %zu exceeds 2^53", show,
+			tok, b);
 	*pos = e;
 	return 0;
 }
@@ -319,11 +327,13 @@ static int st_lex_all(struct st_lex *lx)
 			while (i < lx->len && st_is_numch(lx->js[i]))
 				i++; /* true/false/null, or garbage for cJSON */
 		} else if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') {
-			rc = castfs_diag_set(lx->d, -EINVAL,
+			rc = castfs_diag_set(
+				lx->d, -EINVAL,
 				"control byte 0x%02x outside a string at header byte %zu",
 				c, i);
 		} else if ((c == '{' || c == '[') && ++depth > ST_MAX_DEPTH) {
-			rc = castfs_diag_set(lx->d, -EINVAL,
+			rc = castfs_diag_set(
+				lx->d, -EINVAL,
 				"JSON nested deeper than %d levels at header byte %zu",
 				ST_MAX_DEPTH, i);
 		} else {
@@ -340,10 +350,12 @@ int st_lex(struct st_lex *lx)
 	size_t bad = st_utf8_bad(lx->js, lx->len);
 
 	if (bad != lx->len)
-		return castfs_diag_set(lx->d, -EINVAL,
+		return castfs_diag_set(
+			lx->d, -EINVAL,
 			"header is not valid UTF-8 at header byte %zu", bad);
 	if (!lx->len || lx->js[0] != '{')
-		return castfs_diag_set(lx->d, -EINVAL,
+		return castfs_diag_set(
+			lx->d, -EINVAL,
 			"header must begin with '{' (found %s at header byte 0)",
 			lx->len ? "another byte" : "nothing");
 	return st_lex_all(lx);

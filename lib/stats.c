@@ -25,13 +25,20 @@ struct castfs_stats {
 };
 
 static const char *const sop_names[CASTFS_SOP_COUNT] = {
-	[CASTFS_SOP_LOOKUP] = "lookup",	    [CASTFS_SOP_FORGET] = "forget",
-	[CASTFS_SOP_GETATTR] = "getattr",   [CASTFS_SOP_READLINK] = "readlink",
-	[CASTFS_SOP_OPEN] = "open",	    [CASTFS_SOP_READ] = "read",
-	[CASTFS_SOP_RELEASE] = "release",   [CASTFS_SOP_OPENDIR] = "opendir",
-	[CASTFS_SOP_READDIR] = "readdir",   [CASTFS_SOP_STATFS] = "statfs",
-	[CASTFS_SOP_GETXATTR] = "getxattr", [CASTFS_SOP_LISTXATTR] = "listxattr",
-	[CASTFS_SOP_ACCESS] = "access",	    [CASTFS_SOP_MUTATE] = "mutate",
+	[CASTFS_SOP_LOOKUP] = "lookup",
+	[CASTFS_SOP_FORGET] = "forget",
+	[CASTFS_SOP_GETATTR] = "getattr",
+	[CASTFS_SOP_READLINK] = "readlink",
+	[CASTFS_SOP_OPEN] = "open",
+	[CASTFS_SOP_READ] = "read",
+	[CASTFS_SOP_RELEASE] = "release",
+	[CASTFS_SOP_OPENDIR] = "opendir",
+	[CASTFS_SOP_READDIR] = "readdir",
+	[CASTFS_SOP_STATFS] = "statfs",
+	[CASTFS_SOP_GETXATTR] = "getxattr",
+	[CASTFS_SOP_LISTXATTR] = "listxattr",
+	[CASTFS_SOP_ACCESS] = "access",
+	[CASTFS_SOP_MUTATE] = "mutate",
 };
 
 static const char *const sctr_names[CASTFS_SCTR_COUNT] = {
@@ -123,8 +130,7 @@ void castfs_stats_open(struct castfs_stats *st, int view)
 		add(&view_ctr(st, view)->opens, 1);
 }
 
-void castfs_stats_count(struct castfs_stats *st, enum castfs_sctr c,
-			uint64_t n)
+void castfs_stats_count(struct castfs_stats *st, enum castfs_sctr c, uint64_t n)
 {
 	if (st && (unsigned)c < CASTFS_SCTR_COUNT)
 		add(&st->ctr[c], n);
@@ -158,8 +164,8 @@ static double uptime(const struct castfs_stats *st)
 	       (double)(now.tv_nsec - st->start.tv_nsec) / 1e9;
 }
 
-static void add_ops(cJSON *root, const struct castfs_stats *st,
-		    uint64_t *nops, uint64_t *nerrs)
+static void add_ops(cJSON *root, const struct castfs_stats *st, uint64_t *nops,
+		    uint64_t *nerrs)
 {
 	cJSON *ops = cJSON_AddObjectToObject(root, "requests");
 	cJSON *errs = cJSON_AddObjectToObject(root, "errors");
@@ -184,8 +190,8 @@ static void ctr_sum(struct view_ctr *sum, const struct view_ctr *c)
 
 /* Sums over the views ("conversions": bytes the view plans produced) and
  * over every file ("totals"), and the cache hits in one place. */
-static void add_sums(cJSON *root, const struct castfs_stats *st,
-		     uint64_t nops, uint64_t nerrs)
+static void add_sums(cJSON *root, const struct castfs_stats *st, uint64_t nops,
+		     uint64_t nerrs)
 {
 	struct view_ctr views = { 0 }, all = { 0 };
 	cJSON *o;
@@ -203,7 +209,8 @@ static void add_sums(cJSON *root, const struct castfs_stats *st,
 	cJSON_AddItemToObject(root, "conversions", view_json(&views));
 	o = cJSON_AddObjectToObject(root, "cache_hits");
 	cJSON_AddNumberToObject(
-		o, "headers", (double)get(&st->ctr[CASTFS_SCTR_HEADER_CACHE_HITS]));
+		o, "headers",
+		(double)get(&st->ctr[CASTFS_SCTR_HEADER_CACHE_HITS]));
 	cJSON_AddNumberToObject(
 		o, "plans", (double)get(&st->ctr[CASTFS_SCTR_PLAN_CACHE_HITS]));
 	cJSON_AddNumberToObject(

@@ -33,9 +33,9 @@ enum castfs_sctr {
 	CASTFS_SCTR_PLANS_BUILT,
 	CASTFS_SCTR_PLAN_CACHE_HITS,
 	CASTFS_SCTR_HEADER_CACHE_HITS,
-	CASTFS_SCTR_TENSOR_STATS,   /* tensor-wide statistics computed */
-	CASTFS_SCTR_STALE_READS,    /* reads refused: the source changed */
-	CASTFS_SCTR_TREES_BUILT,    /* tensor trees indexed */
+	CASTFS_SCTR_TENSOR_STATS, /* tensor-wide statistics computed */
+	CASTFS_SCTR_STALE_READS, /* reads refused: the source changed */
+	CASTFS_SCTR_TREES_BUILT, /* tensor trees indexed */
 	CASTFS_SCTR_TREE_CACHE_HITS,
 	CASTFS_SCTR_COUNT,
 };

@@ -39,7 +39,8 @@ static void sb_json_str(struct castfs_strbuf *b, const char *s, size_t n)
 	castfs_sb_put(b, "\"", 1);
 }
 
-static void sb_shape(struct castfs_strbuf *b, uint32_t ndim, const uint64_t *shape)
+static void sb_shape(struct castfs_strbuf *b, uint32_t ndim,
+		     const uint64_t *shape)
 {
 	castfs_sb_put(b, "[", 1);
 	for (uint32_t i = 0; i < ndim; i++)
@@ -116,8 +117,9 @@ static int npy_header(struct castfs_npy *n)
 	size_t hlen, pre, pad, total;
 	char *dict;
 
-	castfs_sb_printf(&b, "{'descr': '%s', 'fortran_order': False, 'shape': (",
-		  n->descr);
+	castfs_sb_printf(&b,
+			 "{'descr': '%s', 'fortran_order': False, 'shape': (",
+			 n->descr);
 	for (uint32_t i = 0; i < n->ndim; i++)
 		castfs_sb_printf(&b, "%s%" PRIu64, i ? ", " : "", n->shape[i]);
 	castfs_sb_printf(&b, "%s), }", n->ndim == 1 ? "," : "");
@@ -294,8 +296,8 @@ int castfs_view_header(const struct castfs_plan *p, struct castfs_header **out,
 		return castfs_diag_set(d, -EINVAL, "plan has no header");
 	n = castfs_load_le64(len8);
 	if (n > CASTFS_HEADER_MAX || n + 8 > p->size)
-		return castfs_diag_set(d, -EINVAL, "plan header length %" PRIu64,
-				       n);
+		return castfs_diag_set(d, -EINVAL,
+				       "plan header length %" PRIu64, n);
 	buf = malloc((size_t)n + 8);
 	if (!buf)
 		return -ENOMEM;
@@ -382,8 +384,11 @@ void castfs_torigin_find(const struct castfs_tfile_ctx *c,
 	const struct castfs_extent *e;
 
 	*o = (struct castfs_torigin){
-		.op = CASTFS_OP_COPY, .src = t, .from = t->dtype,
-		.to = t->dtype, .qtype = -1,
+		.op = CASTFS_OP_COPY,
+		.src = t,
+		.from = t->dtype,
+		.to = t->dtype,
+		.qtype = -1,
 	};
 	if (!c->plan)
 		return;
@@ -425,8 +430,8 @@ void castfs_torigin_str(const struct castfs_torigin *o, char *buf, size_t len)
 		snprintf(buf, len, "generated");
 		break;
 	case CASTFS_OP_CAST:
-		snprintf(buf, len, "cast %s -> %s%s", castfs_dtype_name(o->from),
-			 castfs_dtype_name(o->to),
+		snprintf(buf, len, "cast %s -> %s%s",
+			 castfs_dtype_name(o->from), castfs_dtype_name(o->to),
 			 o->flags & CASTFS_CVT_SATURATE ? " (saturating)" : "");
 		break;
 	case CASTFS_OP_Q4_CODES:
@@ -459,14 +464,16 @@ static void info_npy(struct castfs_strbuf *b, const struct castfs_tensor *t)
 	sb_shape(b, n.ndim, n.shape);
 	if (n.kind == CASTFS_NPY_WIDEN)
 		castfs_sb_printf(b, ", widened to float32 (numpy has no %s)",
-			  castfs_dtype_name(t->dtype));
+				 castfs_dtype_name(t->dtype));
 	else if (n.kind == CASTFS_NPY_BYTES)
-		castfs_sb_printf(b, ", the raw bit patterns as uint8 (numpy has "
-			     "no %s)", castfs_dtype_name(t->dtype));
+		castfs_sb_printf(b,
+				 ", the raw bit patterns as uint8 (numpy has "
+				 "no %s)",
+				 castfs_dtype_name(t->dtype));
 	else
 		castfs_sb_printf(b, ", the bytes as stored");
 	castfs_sb_printf(b, "; %" PRIu64 " bytes, data at %zu\n", n.size,
-		  n.header_len);
+			 n.header_len);
 	castfs_npy_fini(&n);
 }
 
@@ -475,7 +482,7 @@ static void info_offsets(struct castfs_strbuf *b, const char *what,
 			 const struct castfs_tensor *t)
 {
 	castfs_sb_printf(b, "%s[%" PRIu64 ", %" PRIu64 "]", what,
-		  h->data_start + t->begin, h->data_start + t->end);
+			 h->data_start + t->begin, h->data_start + t->end);
 }
 
 static void info_view(struct castfs_strbuf *b, const struct castfs_tfile_ctx *c,
@@ -512,18 +519,22 @@ char *castfs_tinfo_text(const struct castfs_tfile_ctx *c,
 	sb_json_str(&b, t->name, t->name_len);
 	castfs_sb_put(&b, "\nfile: ", 7);
 	sb_json_str(&b, c->file, strlen(c->file));
-	castfs_sb_printf(&b, "\ndtype: %s\nshape: ", castfs_dtype_name(t->dtype));
+	castfs_sb_printf(&b,
+			 "\ndtype: %s\nshape: ", castfs_dtype_name(t->dtype));
 	sb_shape(&b, t->ndim, t->shape);
-	castfs_sb_printf(&b, "\nelements: %" PRIu64 "\nbytes: %" PRIu64
-		      "\ndata_offsets: [%" PRIu64 ", %" PRIu64 "]\n",
-		  t->nelems, t->end - t->begin, t->begin, t->end);
+	castfs_sb_printf(&b,
+			 "\nelements: %" PRIu64 "\nbytes: %" PRIu64
+			 "\ndata_offsets: [%" PRIu64 ", %" PRIu64 "]\n",
+			 t->nelems, t->end - t->begin, t->begin, t->end);
 	info_offsets(&b, "file_offsets: ", c->h, t);
 	castfs_sb_put(&b, "\n", 1);
 	if (c->view)
 		info_view(&b, c, t);
 	info_npy(&b, t);
-	castfs_sb_printf(&b, "raw: %" PRIu64 " bytes as stored (little-endian, "
-		      "C order)\n", t->end - t->begin);
+	castfs_sb_printf(&b,
+			 "raw: %" PRIu64 " bytes as stored (little-endian, "
+			 "C order)\n",
+			 t->end - t->begin);
 	return sb_finish(&b, len);
 }
 

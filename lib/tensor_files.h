@@ -17,7 +17,7 @@
 
 /* How a .npy file holds a tensor. */
 enum castfs_npy_kind {
-	CASTFS_NPY_COPY,  /* numpy has the dtype: the bytes as stored */
+	CASTFS_NPY_COPY, /* numpy has the dtype: the bytes as stored */
 	CASTFS_NPY_WIDEN, /* BF16, F8_E4M3, F8_E5M2: widened to float32 */
 	CASTFS_NPY_BYTES, /* no numpy dtype, no kernel: uint8 bit patterns */
 };
@@ -25,11 +25,11 @@ enum castfs_npy_kind {
 /* The layout of a tensor's .npy file. */
 struct castfs_npy {
 	enum castfs_npy_kind kind;
-	char descr[8];	   /* "<f4", "|u1", ... */
-	uint8_t *header;   /* magic to '\n' (malloc'ed); data starts after */
+	char descr[8]; /* "<f4", "|u1", ... */
+	uint8_t *header; /* magic to '\n' (malloc'ed); data starts after */
 	size_t header_len; /* a multiple of 64, as numpy aligns it */
-	uint32_t ndim;	   /* of the array numpy loads */
-	uint64_t *shape;   /* malloc'ed; ndim entries */
+	uint32_t ndim; /* of the array numpy loads */
+	uint64_t *shape; /* malloc'ed; ndim entries */
 	uint64_t data_len;
 	uint64_t size; /* header_len + data_len */
 };
@@ -73,21 +73,21 @@ int castfs_view_header(const struct castfs_plan *p, struct castfs_header **out,
 /* What a file's tensors are described against. */
 struct castfs_tfile_ctx {
 	const struct castfs_header *h; /* the file shown */
-	const char *file;	       /* its name, as the text shows it */
+	const char *file; /* its name, as the text shows it */
 	/* Views only; NULL for a source file: */
-	const char *view;		   /* the view's name */
-	const struct castfs_plan *plan;	   /* the view's plan */
+	const char *view; /* the view's name */
+	const struct castfs_plan *plan; /* the view's plan */
 	const struct castfs_header *src_h; /* the source's header */
-	const char *src_file;		   /* the source's name */
+	const char *src_file; /* the source's name */
 };
 
 /* Where the bytes of a tensor of a view come from. */
 struct castfs_torigin {
-	enum castfs_op op;		 /* of the tensor's first extent */
+	enum castfs_op op; /* of the tensor's first extent */
 	const struct castfs_tensor *src; /* NULL: generated (MEM) */
-	enum castfs_dtype from, to;	 /* CAST; quantisers: from */
-	unsigned flags;			 /* CAST: CASTFS_CVT_* */
-	int qtype;			 /* quantisers: enum castfs_qtype */
+	enum castfs_dtype from, to; /* CAST; quantisers: from */
+	unsigned flags; /* CAST: CASTFS_CVT_* */
+	int qtype; /* quantisers: enum castfs_qtype */
 };
 
 /*
@@ -101,8 +101,7 @@ void castfs_torigin_find(const struct castfs_tfile_ctx *c,
 
 /* castfs_torigin_str - "cast BF16 -> F8_E4M3", "copy", ... into @buf
  * (truncated to @len, NUL-terminated). */
-void castfs_torigin_str(const struct castfs_torigin *o, char *buf,
-			size_t len);
+void castfs_torigin_str(const struct castfs_torigin *o, char *buf, size_t len);
 
 /*
  * castfs_tinfo_text - the .info text of tensor @t of @c's file: name,

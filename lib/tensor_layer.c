@@ -20,7 +20,9 @@ void castfs_layer_init(struct castfs_layer *l, const struct castfs_plan *base,
 	size_t half = s->len / 2 & ~(size_t)63;
 
 	*outer = (struct castfs_scratch){
-		.buf = s->buf, .len = half, .bounce = s->bounce,
+		.buf = s->buf,
+		.len = half,
+		.bounce = s->bounce,
 	};
 	l->inner = (struct castfs_scratch){
 		.buf = s->buf + half,

@@ -14,7 +14,7 @@ struct castfs_layer {
 	struct castfs_reader r; /* reads the bytes of @base */
 	const struct castfs_plan *base;
 	const struct castfs_reader *src; /* what @base reads */
-	struct castfs_scratch inner;	 /* @base's share of the scratch */
+	struct castfs_scratch inner; /* @base's share of the scratch */
 };
 
 /*

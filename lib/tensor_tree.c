@@ -152,8 +152,8 @@ static int decode_loose(const char *path, size_t len, char *name,
 	while (i < len) {
 		const char *c = path + i, *slash = memchr(c, '/', len - i);
 		size_t cl = slash ? (size_t)(slash - c) : len - i;
-		bool more = cl >= CONT_LEN && !memcmp(c + cl - CONT_LEN,
-						      CONT_MARK, CONT_LEN);
+		bool more = cl >= CONT_LEN &&
+			    !memcmp(c + cl - CONT_LEN, CONT_MARK, CONT_LEN);
 		ssize_t got;
 
 		if (more)
@@ -260,8 +260,7 @@ void castfs_ttree_free(struct castfs_ttree *tt)
 	free(tt);
 }
 
-int castfs_ttree_build(const struct castfs_header *h,
-		       struct castfs_ttree **out)
+int castfs_ttree_build(const struct castfs_header *h, struct castfs_ttree **out)
 {
 	struct castfs_ttree *tt = calloc(1, sizeof(*tt));
 	int rc = 0;

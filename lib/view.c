@@ -18,12 +18,23 @@
  * integrations keep it.
  */
 static const char *const not_linear[] = {
-	"embed_tokens",		 "embeddings",		"word_embeddings",
-	"position_embeddings",	 "token_type_embeddings", "wte",
-	"wpe",			 "shared",		"embed_positions",
-	"relative_attention_bias", "position_embedding", "token_embedding",
-	"embed_in",		 "embed_out",		"embedding",
-	"lm_head",		 "tok_embeddings",
+	"embed_tokens",
+	"embeddings",
+	"word_embeddings",
+	"position_embeddings",
+	"token_type_embeddings",
+	"wte",
+	"wpe",
+	"shared",
+	"embed_positions",
+	"relative_attention_bias",
+	"position_embedding",
+	"token_embedding",
+	"embed_in",
+	"embed_out",
+	"embedding",
+	"lm_head",
+	"tok_embeddings",
 };
 
 static bool module_is_linear(const struct castfs_tensor *t)
@@ -43,7 +54,8 @@ static bool module_is_linear(const struct castfs_tensor *t)
 	     i++) {
 		size_t n = strlen(not_linear[i]);
 
-		if ((size_t)(mod_end - mod) == n && memcmp(mod, not_linear[i], n) == 0)
+		if ((size_t)(mod_end - mod) == n &&
+		    memcmp(mod, not_linear[i], n) == 0)
 			return false;
 	}
 	return true;

@@ -28,9 +28,9 @@ enum castfs_view_kind {
  * no rule matches get the view kind's default (docs/FORMATS.md, "Rules").
  */
 struct castfs_rule {
-	char *pattern;	     /* fnmatch(3) glob on the tensor name; NULL: any */
-	int min_rank;	     /* -1: any */
-	int max_rank;	     /* -1: any */
+	char *pattern; /* fnmatch(3) glob on the tensor name; NULL: any */
+	int min_rank; /* -1: any */
+	int max_rank; /* -1: any */
 	uint32_t dtype_mask; /* bit (1 << dtype); 0: any */
 	bool convert;
 };
@@ -41,13 +41,13 @@ struct castfs_view {
 	char name[CASTFS_VIEW_NAME_MAX];
 	enum castfs_view_kind kind;
 	enum castfs_dtype dtype; /* CAST: the target dtype */
-	unsigned cvt_flags;	 /* CAST: CASTFS_CVT_* */
-	uint8_t qtype;		 /* BNB4: CASTFS_Q_NF4 or CASTFS_Q_FP4 */
-	bool nested;		 /* BNB4: double quantisation */
-	uint32_t blocksize;	 /* BNB4: 64 by default */
+	unsigned cvt_flags; /* CAST: CASTFS_CVT_* */
+	uint8_t qtype; /* BNB4: CASTFS_Q_NF4 or CASTFS_Q_FP4 */
+	bool nested; /* BNB4: double quantisation */
+	uint32_t blocksize; /* BNB4: 64 by default */
 	size_t nrules;
 	struct castfs_rule *rules;
-	bool listed;	     /* shown by readdir (lookups resolve any view) */
+	bool listed; /* shown by readdir (lookups resolve any view) */
 	const char *summary; /* one line for --help and /.castfs/config */
 	char *owned_summary; /* set when summary came from a config file */
 };

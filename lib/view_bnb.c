@@ -69,8 +69,7 @@ static int bnb_add_f32(struct castfs_pb *pb, const struct castfs_tensor *t,
 		return -ENOMEM;
 	for (uint64_t i = 0; i < n; i++)
 		castfs_store_le32(buf + 4 * i, castfs_f32_bits(v[i]));
-	return bnb_add(pb, t, t->name_len, suffix, CASTFS_DTYPE_F32, 1, &n,
-		       &p);
+	return bnb_add(pb, t, t->name_len, suffix, CASTFS_DTYPE_F32, 1, &n, &p);
 }
 
 /*
@@ -126,10 +125,11 @@ static int bnb_state(struct castfs_pb *pb, struct castfs_qtensor *qt,
 static int bnb_add_absmax(struct castfs_pb *pb, const struct castfs_tensor *t,
 			  const struct castfs_qtensor *qt, uint32_t idx)
 {
-	uint64_t nb = qt->nelems / qt->blocksize +
-		      (qt->nelems % qt->blocksize != 0);
+	uint64_t nb =
+		qt->nelems / qt->blocksize + (qt->nelems % qt->blocksize != 0);
 	uint64_t ng = (nb + CASTFS_Q_NESTED_BLOCK - 1) / CASTFS_Q_NESTED_BLOCK;
-	struct castfs_producer p = { .op = CASTFS_OP_Q4_ABSMAX, .unit = 4,
+	struct castfs_producer p = { .op = CASTFS_OP_Q4_ABSMAX,
+				     .unit = 4,
 				     .qt = idx };
 	int rc;
 
@@ -213,8 +213,7 @@ static size_t bnb_module_len(const struct castfs_tensor *t)
 	const size_t slen = sizeof(suffix) - 1;
 	size_t mod = t->name_len - slen;
 
-	if (t->name_len < slen ||
-	    memcmp(t->name + mod, suffix, slen) != 0 ||
+	if (t->name_len < slen || memcmp(t->name + mod, suffix, slen) != 0 ||
 	    (mod > 0 && t->name[mod - 1] != '.'))
 		return t->name_len;
 	return mod;

@@ -24,7 +24,8 @@ static int cast_producer(const struct castfs_view *v,
 	*dtype = t->dtype;
 	if (!castfs_view_converts(v, t) || t->dtype == v->dtype)
 		return 0;
-	if (v->dtype != CASTFS_DTYPE_F8_E4M3 && v->dtype != CASTFS_DTYPE_F8_E5M2)
+	if (v->dtype != CASTFS_DTYPE_F8_E4M3 &&
+	    v->dtype != CASTFS_DTYPE_F8_E5M2)
 		flags &= ~(unsigned)CASTFS_CVT_SATURATE;
 	if (!castfs_convert_get(t->dtype, v->dtype, flags))
 		return -ENOTSUP;
@@ -77,7 +78,8 @@ int castfs_view_plan_cast(const struct castfs_view *v,
 
 		rc = cast_producer(v, h, t, &p, &dt);
 		if (rc) {
-			castfs_diag_set(d, rc, "tensor '%s': no %s -> %s kernel",
+			castfs_diag_set(d, rc,
+					"tensor '%s': no %s -> %s kernel",
 					t->name, castfs_dtype_name(t->dtype),
 					castfs_dtype_name(v->dtype));
 			break;

@@ -17,3 +17,7 @@ tests_unit_test_ns_LDADD = $(LIBCASTFS_LIBS) $(CHECK_LIBS)
 # The kernel-dependent suites again, once per available ISA.
 TESTS += tests/unit/per_isa.sh
 EXTRA_DIST += tests/unit/per_isa.sh
+
+# STYLE R1/R2 made mechanical.
+TESTS += scripts/check-layering.sh
+EXTRA_DIST += scripts/check-layering.sh scripts/format.sh .clang-format

@@ -23,7 +23,7 @@ typedef void (*castfs_convert_fn)(void *restrict dst, const void *restrict src,
 
 enum castfs_isa {
 	CASTFS_ISA_SCALAR,
-	CASTFS_ISA_AVX2,   /* AVX2 + F16C + FMA */
+	CASTFS_ISA_AVX2, /* AVX2 + F16C + FMA */
 	CASTFS_ISA_AVX512, /* AVX-512 F/BW/VL (+ BF16/FP16 where present) */
 	CASTFS_ISA_COUNT,
 };

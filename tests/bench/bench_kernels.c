@@ -372,8 +372,8 @@ static int bench_all(const struct opts *o, double mc)
 		for (size_t j = 0; j < nc; j++) {
 			for (unsigned sat = 0; sat < 2; sat++) {
 				struct pair p = { castable[i], castable[j],
-						  sat ? CASTFS_CVT_SATURATE
-						      : 0 };
+						  sat ? CASTFS_CVT_SATURATE :
+							0 };
 
 				if (!castfs_convert_get_isa(CASTFS_ISA_SCALAR,
 							    p.from, p.to,

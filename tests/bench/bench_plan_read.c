@@ -57,7 +57,7 @@ static double pass(const struct castfs_plan *plan,
 			got = castfs_plan_read(plan, src, s, buf, n, off);
 		else
 			got = castfs_reader_read(src, buf, n, off) ?:
-				      (ssize_t)n;
+								     (ssize_t)n;
 
 		if (got < 0) {
 			fprintf(stderr, "read at %llu: %s\n",

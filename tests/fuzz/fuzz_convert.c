@@ -12,8 +12,8 @@
 #include "kernels/convert.h"
 
 static const enum castfs_dtype types[] = {
-	CASTFS_DTYPE_F64,     CASTFS_DTYPE_F32,	    CASTFS_DTYPE_F16,
-	CASTFS_DTYPE_BF16,    CASTFS_DTYPE_F8_E4M3, CASTFS_DTYPE_F8_E5M2,
+	CASTFS_DTYPE_F64,  CASTFS_DTYPE_F32,	 CASTFS_DTYPE_F16,
+	CASTFS_DTYPE_BF16, CASTFS_DTYPE_F8_E4M3, CASTFS_DTYPE_F8_E5M2,
 	CASTFS_DTYPE_I32, /* not castable: every ISA must say NULL */
 };
 #define NTYPES (sizeof(types) / sizeof(types[0]))

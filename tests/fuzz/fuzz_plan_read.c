@@ -61,10 +61,11 @@ static void check_ranges(const struct castfs_plan *p,
 	for (size_t i = 0; i < nranges; i++) {
 		uint64_t off = fz_le32(ranges + 8 * i) % (p->size + 2);
 		size_t len = fz_le32(ranges + 8 * i + 4) % (p->size + 2);
-		size_t want = off >= p->size ? 0 :
-			      len < p->size - off ? len : p->size - off;
-		ssize_t n = castfs_plan_read(p, src, fuzz_scratch(), buf, len,
-					     off);
+		size_t want = off >= p->size	  ? 0 :
+			      len < p->size - off ? len :
+						    p->size - off;
+		ssize_t n =
+			castfs_plan_read(p, src, fuzz_scratch(), buf, len, off);
 
 		if (may_fail && n == -EIO)
 			continue;
@@ -86,8 +87,8 @@ static void check_plan(const struct castfs_view *v,
 	uint8_t *whole;
 	int rc = castfs_view_plan(v, h, &p, NULL);
 
-	FUZZ_CHECK(rc == 0 || rc == -EINVAL || rc == -ENOTSUP ||
-		   rc == -E2BIG || rc == -EOVERFLOW || rc == -ENOMEM);
+	FUZZ_CHECK(rc == 0 || rc == -EINVAL || rc == -ENOTSUP || rc == -E2BIG ||
+		   rc == -EOVERFLOW || rc == -ENOMEM);
 	if (rc)
 		return;
 	fuzz_check_plan(p);

@@ -93,8 +93,7 @@ static bool same_builtin(const struct castfs_view *v,
 	return strcmp(v->name, b->name) == 0 && v->kind == b->kind &&
 	       v->dtype == b->dtype && v->cvt_flags == b->cvt_flags &&
 	       v->qtype == b->qtype && v->nested == b->nested &&
-	       v->blocksize == b->blocksize && v->nrules == 0 &&
-	       b->nrules == 0;
+	       v->blocksize == b->blocksize && v->nrules == 0 && b->nrules == 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -24,8 +24,8 @@ static void check_layout(const struct castfs_header *h, uint64_t file_size)
 		uint64_t nbytes;
 
 		FUZZ_CHECK(t->begin == at && t->end >= t->begin);
-		FUZZ_CHECK(castfs_tensor_nbytes(t->dtype, t->nelems,
-						&nbytes) == 0);
+		FUZZ_CHECK(castfs_tensor_nbytes(t->dtype, t->nelems, &nbytes) ==
+			   0);
 		FUZZ_CHECK(nbytes == t->end - t->begin);
 		FUZZ_CHECK(castfs_header_find(h, t->name, t->name_len) == t);
 		at = t->end;
@@ -83,9 +83,13 @@ static void check_round_trip(const struct castfs_header *h)
 		const struct castfs_tensor *t = &h->tensors[i];
 
 		et[i] = (struct castfs_emit_tensor){
-			.name = t->name, .name_len = t->name_len,
-			.dtype = t->dtype, .ndim = t->ndim, .shape = t->shape,
-			.nbytes = t->end - t->begin, .cookie = (uint32_t)i,
+			.name = t->name,
+			.name_len = t->name_len,
+			.dtype = t->dtype,
+			.ndim = t->ndim,
+			.shape = t->shape,
+			.nbytes = t->end - t->begin,
+			.cookie = (uint32_t)i,
 		};
 	}
 	rc = castfs_header_emit(et, h->ntensors, h->has_metadata, h->meta,

@@ -12,17 +12,17 @@ static const struct {
 	unsigned bits;
 	bool castable;
 } table[] = {
-	{ "BOOL", 8, false },	      { "F4", 4, false },
-	{ "F6_E2M3", 6, false },      { "F6_E3M2", 6, false },
-	{ "U8", 8, false },	      { "I8", 8, false },
-	{ "F8_E5M2", 8, true },	      { "F8_E4M3", 8, true },
-	{ "F8_E8M0", 8, false },      { "F8_E4M3FNUZ", 8, false },
-	{ "F8_E5M2FNUZ", 8, false },  { "I16", 16, false },
-	{ "U16", 16, false },	      { "F16", 16, true },
-	{ "BF16", 16, true },	      { "I32", 32, false },
-	{ "U32", 32, false },	      { "F32", 32, true },
-	{ "C64", 64, false },	      { "F64", 64, true },
-	{ "I64", 64, false },	      { "U64", 64, false },
+	{ "BOOL", 8, false },	     { "F4", 4, false },
+	{ "F6_E2M3", 6, false },     { "F6_E3M2", 6, false },
+	{ "U8", 8, false },	     { "I8", 8, false },
+	{ "F8_E5M2", 8, true },	     { "F8_E4M3", 8, true },
+	{ "F8_E8M0", 8, false },     { "F8_E4M3FNUZ", 8, false },
+	{ "F8_E5M2FNUZ", 8, false }, { "I16", 16, false },
+	{ "U16", 16, false },	     { "F16", 16, true },
+	{ "BF16", 16, true },	     { "I32", 32, false },
+	{ "U32", 32, false },	     { "F32", 32, true },
+	{ "C64", 64, false },	     { "F64", 64, true },
+	{ "I64", 64, false },	     { "U64", 64, false },
 };
 
 START_TEST(test_dtype__table_size)
@@ -58,15 +58,18 @@ END_TEST
 
 START_TEST(test_dtype__unknown_names)
 {
-	static const char *const bad[] = { "", "f32", "F3", "F32 ", "F8_E4M3FN",
-					   "FLOAT", "BF", "F8_E4M3FNUZX" };
+	static const char *const bad[] = { "",	   "f32",	  "F3",
+					   "F32 ", "F8_E4M3FN",	  "FLOAT",
+					   "BF",   "F8_E4M3FNUZX" };
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		ck_assert_int_eq(castfs_dtype_from_name(bad[i], strlen(bad[i])),
 				 CASTFS_DTYPE_INVALID);
 	/* length-delimited: a NUL or a prefix is not a match */
-	ck_assert_int_eq(castfs_dtype_from_name("F32\0", 4), CASTFS_DTYPE_INVALID);
-	ck_assert_int_eq(castfs_dtype_from_name("F32", 2), CASTFS_DTYPE_INVALID);
+	ck_assert_int_eq(castfs_dtype_from_name("F32\0", 4),
+			 CASTFS_DTYPE_INVALID);
+	ck_assert_int_eq(castfs_dtype_from_name("F32", 2),
+			 CASTFS_DTYPE_INVALID);
 	ck_assert_int_eq(castfs_dtype_from_name("F16x", 3), CASTFS_DTYPE_F16);
 }
 END_TEST
@@ -74,7 +77,7 @@ END_TEST
 START_TEST(test_dtype__out_of_range)
 {
 	ck_assert_str_eq(castfs_dtype_name(CASTFS_DTYPE_INVALID), "?");
-	ck_assert_str_eq(castfs_dtype_name((enum castfs_dtype)-1), "?");
+	ck_assert_str_eq(castfs_dtype_name((enum castfs_dtype) - 1), "?");
 	ck_assert_uint_eq(castfs_dtype_bits(CASTFS_DTYPE_INVALID), 0);
 	ck_assert(!castfs_dtype_is_castable(CASTFS_DTYPE_INVALID));
 	ck_assert_ptr_null(castfs_dtype_numpy(CASTFS_DTYPE_INVALID));
@@ -92,7 +95,8 @@ START_TEST(test_dtype__numpy_and_torch_names)
 	ck_assert_str_eq(castfs_dtype_torch(CASTFS_DTYPE_BF16), "bfloat16");
 	ck_assert_str_eq(castfs_dtype_torch(CASTFS_DTYPE_F8_E4M3),
 			 "float8_e4m3fn");
-	ck_assert_str_eq(castfs_dtype_torch(CASTFS_DTYPE_F4), "float4_e2m1fn_x2");
+	ck_assert_str_eq(castfs_dtype_torch(CASTFS_DTYPE_F4),
+			 "float4_e2m1fn_x2");
 }
 END_TEST
 
@@ -107,7 +111,8 @@ Suite *dtype_suite(void)
 	tcase_add_loop_test(tc, test_dtype__name_round_trip, 0,
 			    CASTFS_DTYPE_COUNT);
 	tcase_add_loop_test(tc, test_dtype__bits, 0, CASTFS_DTYPE_COUNT);
-	tcase_add_loop_test(tc, test_dtype__castable_set, 0, CASTFS_DTYPE_COUNT);
+	tcase_add_loop_test(tc, test_dtype__castable_set, 0,
+			    CASTFS_DTYPE_COUNT);
 	tcase_add_test(tc, test_dtype__unknown_names);
 	tcase_add_test(tc, test_dtype__out_of_range);
 	tcase_add_test(tc, test_dtype__numpy_and_torch_names);

@@ -25,8 +25,8 @@ static struct castfs_views vs;
 
 static const struct castfs_view *view(const char *name)
 {
-	const struct castfs_view *v = castfs_views_find(&vs, name,
-							strlen(name));
+	const struct castfs_view *v =
+		castfs_views_find(&vs, name, strlen(name));
 
 	ck_assert_ptr_nonnull(v);
 	return v;
@@ -49,8 +49,8 @@ static void check_patch(const char *in, const struct castfs_md_patch *p,
 	char *out = NULL;
 	size_t len;
 
-	ck_assert_int_eq(castfs_md_config_patch(in, strlen(in), p, &out, &len,
-						NULL), 0);
+	ck_assert_int_eq(
+		castfs_md_config_patch(in, strlen(in), p, &out, &len, NULL), 0);
 	ck_assert_uint_eq(len, strlen(out));
 	ck_assert_str_eq(out, want);
 	free(out);
@@ -71,9 +71,10 @@ START_TEST(test_modeldir__name_kinds)
 	ck_assert_int_eq(castfs_md_name_kind(".safetensors"), CASTFS_MD_OTHER);
 	ck_assert_int_eq(castfs_md_name_kind("model.safetensors.index.json"),
 			 CASTFS_MD_INDEX);
-	ck_assert_int_eq(castfs_md_name_kind(
-				 "diffusion_pytorch_model.safetensors.index.fp16.json"),
-			 CASTFS_MD_INDEX);
+	ck_assert_int_eq(
+		castfs_md_name_kind(
+			"diffusion_pytorch_model.safetensors.index.fp16.json"),
+		CASTFS_MD_INDEX);
 	ck_assert_int_eq(castfs_md_name_kind("tokenizer.json"),
 			 CASTFS_MD_OTHER);
 	ck_assert(castfs_md_is_base_index("model.safetensors.index.json"));
@@ -84,8 +85,8 @@ START_TEST(test_modeldir__name_kinds)
 	ck_assert_uint_eq(stem, strlen("model.safetensors.index"));
 	ck_assert_uint_eq(vl, 3);
 	ck_assert(!strncmp(v, "fp8", 3));
-	ck_assert(!castfs_md_split_variant_index(
-		"model.safetensors.index.json", &stem, &v, &vl));
+	ck_assert(!castfs_md_split_variant_index("model.safetensors.index.json",
+						 &stem, &v, &vl));
 	ck_assert(!castfs_md_split_variant_index(
 		"model.safetensors.index.F.P8.json", &stem, &v, &vl));
 }
@@ -102,16 +103,19 @@ START_TEST(test_modeldir__dtype_replaced_numbers_kept)
 {
 	const struct castfs_md_patch p = { .dtype = "bfloat16" };
 
-	check_patch(llama_cfg, &p,
-		    "{\n  \"architectures\": [\n    \"LlamaForCausalLM\"\n  ],\n"
-		    "  \"dtype\": \"bfloat16\",\n  \"rms_norm_eps\": 1e-06,\n"
-		    "  \"rope_theta\": 10000.0,\n  \"vocab_size\": 128\n}\n");
+	check_patch(
+		llama_cfg, &p,
+		"{\n  \"architectures\": [\n    \"LlamaForCausalLM\"\n  ],\n"
+		"  \"dtype\": \"bfloat16\",\n  \"rms_norm_eps\": 1e-06,\n"
+		"  \"rope_theta\": 10000.0,\n  \"vocab_size\": 128\n}\n");
 	/* Older configs: torch_dtype; both are set when both exist. */
-	check_patch("{\"dtype\": \"float32\", \"torch_dtype\": \"float32\"}", &p,
+	check_patch("{\"dtype\": \"float32\", \"torch_dtype\": \"float32\"}",
+		    &p,
 		    "{\"dtype\": \"bfloat16\", \"torch_dtype\": \"bfloat16\"}");
 	/* None: added where sorted keys put it. */
-	check_patch("{\n  \"a\": 1,\n  \"z\": 2\n}", &p,
-		    "{\n  \"a\": 1,\n  \"dtype\": \"bfloat16\",\n  \"z\": 2\n}");
+	check_patch(
+		"{\n  \"a\": 1,\n  \"z\": 2\n}", &p,
+		"{\n  \"a\": 1,\n  \"dtype\": \"bfloat16\",\n  \"z\": 2\n}");
 }
 END_TEST
 
@@ -135,8 +139,10 @@ static const char bnb4_text[] =
 START_TEST(test_modeldir__quantization_config_as_to_dict)
 {
 	const struct castfs_md_bnb q = {
-		.quant_type = "nf4", .double_quant = true,
-		.compute_dtype = "bfloat16", .skip_null = true,
+		.quant_type = "nf4",
+		.double_quant = true,
+		.compute_dtype = "bfloat16",
+		.skip_null = true,
 	};
 	const struct castfs_md_patch p = { .bnb = &q };
 	char want[2048];
@@ -155,28 +161,32 @@ START_TEST(test_modeldir__skip_list_and_unsorted_and_compact)
 	char s1[] = "lm_head", s2[] = "model.layers.0.mlp";
 	char *skip[] = { s1, s2 };
 	const struct castfs_md_bnb q = {
-		.load_in_8bit = true, .quant_type = "fp4",
-		.compute_dtype = "float32", .nskip = 2, .skip = skip,
+		.load_in_8bit = true,
+		.quant_type = "fp4",
+		.compute_dtype = "float32",
+		.nskip = 2,
+		.skip = skip,
 	};
 	const struct castfs_md_patch p = { .bnb = &q };
 
 	/* Unsorted keys: appended after the last member. */
-	check_patch("{\n\t\"z\": 1,\n\t\"a\": 2\n}", &p,
-		    "{\n\t\"z\": 1,\n\t\"a\": 2,\n\t\"quantization_config\": {\n"
-		    "\t\t\"_load_in_4bit\": false,\n"
-		    "\t\t\"_load_in_8bit\": true,\n"
-		    "\t\t\"bnb_4bit_compute_dtype\": \"float32\",\n"
-		    "\t\t\"bnb_4bit_quant_storage\": \"uint8\",\n"
-		    "\t\t\"bnb_4bit_quant_type\": \"fp4\",\n"
-		    "\t\t\"bnb_4bit_use_double_quant\": false,\n"
-		    "\t\t\"llm_int8_enable_fp32_cpu_offload\": false,\n"
-		    "\t\t\"llm_int8_has_fp16_weight\": false,\n"
-		    "\t\t\"llm_int8_skip_modules\": [\n"
-		    "\t\t\t\"lm_head\",\n\t\t\t\"model.layers.0.mlp\"\n\t\t],\n"
-		    "\t\t\"llm_int8_threshold\": 6.0,\n"
-		    "\t\t\"load_in_4bit\": false,\n"
-		    "\t\t\"load_in_8bit\": true,\n"
-		    "\t\t\"quant_method\": \"bitsandbytes\"\n\t}\n}");
+	check_patch(
+		"{\n\t\"z\": 1,\n\t\"a\": 2\n}", &p,
+		"{\n\t\"z\": 1,\n\t\"a\": 2,\n\t\"quantization_config\": {\n"
+		"\t\t\"_load_in_4bit\": false,\n"
+		"\t\t\"_load_in_8bit\": true,\n"
+		"\t\t\"bnb_4bit_compute_dtype\": \"float32\",\n"
+		"\t\t\"bnb_4bit_quant_storage\": \"uint8\",\n"
+		"\t\t\"bnb_4bit_quant_type\": \"fp4\",\n"
+		"\t\t\"bnb_4bit_use_double_quant\": false,\n"
+		"\t\t\"llm_int8_enable_fp32_cpu_offload\": false,\n"
+		"\t\t\"llm_int8_has_fp16_weight\": false,\n"
+		"\t\t\"llm_int8_skip_modules\": [\n"
+		"\t\t\t\"lm_head\",\n\t\t\t\"model.layers.0.mlp\"\n\t\t],\n"
+		"\t\t\"llm_int8_threshold\": 6.0,\n"
+		"\t\t\"load_in_4bit\": false,\n"
+		"\t\t\"load_in_8bit\": true,\n"
+		"\t\t\"quant_method\": \"bitsandbytes\"\n\t}\n}");
 	/* json.dumps without indent: one line. */
 	check_patch("{\"a\": 1}", &p,
 		    "{\"a\": 1, \"quantization_config\": {\"_load_in_4bit\": "
@@ -196,8 +206,16 @@ END_TEST
 START_TEST(test_modeldir__config_facts_and_hostile_text)
 {
 	static const char *const bad[] = {
-		"", "[]", "{", "{\"a\":1}}", "{\"a\":1} x", "\xef\xbb\xbf{}",
-		"{\"a\":\"\x01\"}", "{\"a\" 1}", "\"s\"", "{\"a\":[1,}",
+		"",
+		"[]",
+		"{",
+		"{\"a\":1}}",
+		"{\"a\":1} x",
+		"\xef\xbb\xbf{}",
+		"{\"a\":\"\x01\"}",
+		"{\"a\" 1}",
+		"\"s\"",
+		"{\"a\":[1,}",
 	};
 	const struct castfs_md_bnb q = { .quant_type = "nf4",
 					 .compute_dtype = "float32",
@@ -226,20 +244,22 @@ START_TEST(test_modeldir__config_facts_and_hostile_text)
 	memset(deep, '[', sizeof(deep));
 	memcpy(deep, "{\"a\":", 5);
 	ck_assert_int_eq(castfs_md_config_patch(deep, sizeof(deep), &p, &out,
-						&len, NULL), -EINVAL);
-	check_patch("{}", &p, "{\"dtype\": \"float16\", "
-			      "\"quantization_config\": {\"_load_in_4bit\": "
-			      "true, \"_load_in_8bit\": false, "
-			      "\"bnb_4bit_compute_dtype\": \"float32\", "
-			      "\"bnb_4bit_quant_storage\": \"uint8\", "
-			      "\"bnb_4bit_quant_type\": \"nf4\", "
-			      "\"bnb_4bit_use_double_quant\": false, "
-			      "\"llm_int8_enable_fp32_cpu_offload\": false, "
-			      "\"llm_int8_has_fp16_weight\": false, "
-			      "\"llm_int8_skip_modules\": null, "
-			      "\"llm_int8_threshold\": 6.0, "
-			      "\"load_in_4bit\": true, \"load_in_8bit\": false, "
-			      "\"quant_method\": \"bitsandbytes\"}}");
+						&len, NULL),
+			 -EINVAL);
+	check_patch("{}", &p,
+		    "{\"dtype\": \"float16\", "
+		    "\"quantization_config\": {\"_load_in_4bit\": "
+		    "true, \"_load_in_8bit\": false, "
+		    "\"bnb_4bit_compute_dtype\": \"float32\", "
+		    "\"bnb_4bit_quant_storage\": \"uint8\", "
+		    "\"bnb_4bit_quant_type\": \"nf4\", "
+		    "\"bnb_4bit_use_double_quant\": false, "
+		    "\"llm_int8_enable_fp32_cpu_offload\": false, "
+		    "\"llm_int8_has_fp16_weight\": false, "
+		    "\"llm_int8_skip_modules\": null, "
+		    "\"llm_int8_threshold\": 6.0, "
+		    "\"load_in_4bit\": true, \"load_in_8bit\": false, "
+		    "\"quant_method\": \"bitsandbytes\"}}");
 }
 END_TEST
 
@@ -268,7 +288,9 @@ static struct castfs_header *header_of(const char *const *names,
 }
 
 static const char *const llama_names[] = {
-	"lm_head.weight", "model.embed_tokens.weight", "model.norm.weight",
+	"lm_head.weight",
+	"model.embed_tokens.weight",
+	"model.norm.weight",
 	"model.layers.0.mlp.up_proj.weight",
 	"model.layers.0.self_attn.q_proj.weight",
 };
@@ -279,7 +301,8 @@ START_TEST(test_modeldir__skip_rule)
 	const struct castfs_header *hs[] = { h };
 	struct castfs_view custom = *view("nf4");
 	struct castfs_rule rule = { .pattern = (char[]){ "*.mlp.*" },
-				    .min_rank = -1, .max_rank = -1 };
+				    .min_rank = -1,
+				    .max_rank = -1 };
 	struct castfs_md_bnb q;
 
 	/* transformers, default rule: null (lm_head, embeddings kept). */
@@ -331,8 +354,9 @@ START_TEST(test_modeldir__keep_rules_of_t5)
 	ck_assert_str_eq(c.model_type, "t5");
 	ck_assert_int_gt(castfs_md_keep_id("t5"), 0);
 	ck_assert_int_eq(castfs_md_keep_id("llama"), 0);
-	ck_assert_int_eq(castfs_md_view_keep(view("nf4"), castfs_md_keep_id("t5"),
-					     &mv), 0);
+	ck_assert_int_eq(castfs_md_view_keep(view("nf4"),
+					     castfs_md_keep_id("t5"), &mv),
+			 0);
 	for (size_t i = 0; i < h->ntensors; i++) {
 		const struct castfs_tensor *t = &h->tensors[i];
 
@@ -342,7 +366,8 @@ START_TEST(test_modeldir__keep_rules_of_t5)
 	ck_assert_int_eq(castfs_md_bnb_init(&q, &mv.v, hs, 1, false), 0);
 	ck_assert(!q.skip_null);
 	ck_assert_uint_eq(q.nskip, 3);
-	ck_assert_str_eq(q.skip[0], "encoder.block.0.layer.1.DenseReluDense.wo");
+	ck_assert_str_eq(q.skip[0],
+			 "encoder.block.0.layer.1.DenseReluDense.wo");
 	ck_assert_str_eq(q.skip[1], "lm_head");
 	ck_assert_str_eq(q.skip[2], "shared");
 	castfs_md_bnb_fini(&q);
@@ -404,7 +429,8 @@ START_TEST(test_modeldir__index_rewritten)
 	free(out);
 	/* No metadata, an extra member: metadata added, the extra kept. */
 	out = rewrite("{\"weight_map\": {\"c.weight\": \"m-2.safetensors\"}, "
-		      "\"x\": [1, 2.50]}", NULL, &rc);
+		      "\"x\": [1, 2.50]}",
+		      NULL, &rc);
 	ck_assert_int_eq(rc, 0);
 	ck_assert_str_eq(out, "{\n  \"metadata\": {\n    \"total_size\": 8320"
 			      "\n  },\n  \"weight_map\": {\n    \"c.weight\": "
@@ -418,7 +444,9 @@ END_TEST
 START_TEST(test_modeldir__index_hostile)
 {
 	static const char *const bad[] = {
-		"{}", "{\"weight_map\": []}", "{\"weight_map\": {\"a\": 1}}",
+		"{}",
+		"{\"weight_map\": []}",
+		"{\"weight_map\": {\"a\": 1}}",
 		"{\"weight_map\": {\"a\": \"../m-1.safetensors\"}}",
 		"{\"weight_map\": {\"a\": \"x/m-1.safetensors\"}}",
 		"{\"weight_map\": {\"a\": \"m-1.bin\"}}",
@@ -432,7 +460,8 @@ START_TEST(test_modeldir__index_hostile)
 		ck_assert_int_eq(rc, -EINVAL);
 	}
 	ck_assert_ptr_null(rewrite("{\"weight_map\": {\"a\": "
-				   "\"gone.safetensors\"}}", NULL, &rc));
+				   "\"gone.safetensors\"}}",
+				   NULL, &rc));
 	ck_assert_int_eq(rc, -ENOENT);
 }
 END_TEST
@@ -472,10 +501,9 @@ static void write_shard(const char *name, const char *tensor, uint64_t rows)
 
 static void ns_setup(void)
 {
-	static const char index[] =
-		"{\"metadata\": {}, \"weight_map\": {"
-		"\"a.weight\": \"m-1.safetensors\", "
-		"\"b.weight\": \"m-2.safetensors\"}}";
+	static const char index[] = "{\"metadata\": {}, \"weight_map\": {"
+				    "\"a.weight\": \"m-1.safetensors\", "
+				    "\"b.weight\": \"m-2.safetensors\"}}";
 	static const char cfg[] = "{\"model_type\": \"llama\"}";
 	struct castfs_ns_opts o = { .views = &vs };
 	char path[256];
@@ -534,8 +562,7 @@ static uint64_t look(uint64_t dir, const char *name, struct stat *s)
 	struct stat tmp;
 	uint64_t id;
 
-	ck_assert_int_eq(castfs_ns_lookup(ns, dir, name, &id, s ? s : &tmp),
-			 0);
+	ck_assert_int_eq(castfs_ns_lookup(ns, dir, name, &id, s ? s : &tmp), 0);
 	return id;
 }
 
@@ -557,8 +584,11 @@ static char *read_all(uint64_t id, size_t *len)
 START_TEST(test_modeldir__views_listed_with_lookup_ids)
 {
 	static const char *const inside[] = {
-		"config.json", "model.safetensors.index.json",
-		"m-1.safetensors", "README.md", "sub",
+		"config.json",
+		"model.safetensors.index.json",
+		"m-1.safetensors",
+		"README.md",
+		"sub",
 	};
 	uint64_t vdir, id;
 	struct stat s;

@@ -197,7 +197,8 @@ START_TEST(test_ns__ids_stable_across_instances)
 
 		ck_assert_int_eq(lookup(names[i], &a, NULL), 0);
 		ck_assert_int_eq(castfs_ns_lookup(other, CASTFS_NS_ROOT_ID,
-						  names[i], &b, &s), 0);
+						  names[i], &b, &s),
+				 0);
 		ck_assert_uint_eq(a, b);
 		ck_assert_uint_gt(a, CASTFS_NS_ROOT_ID);
 	}
@@ -215,8 +216,8 @@ START_TEST(test_ns__dot_and_dotdot)
 	ck_assert_uint_eq(id, sub);
 	ck_assert_int_eq(castfs_ns_lookup(ns, sub, "..", &id, &s), 0);
 	ck_assert_uint_eq(id, CASTFS_NS_ROOT_ID);
-	ck_assert_int_eq(castfs_ns_lookup(ns, sub, "c.fp8.safetensors", &id,
-					  &s), 0);
+	ck_assert_int_eq(
+		castfs_ns_lookup(ns, sub, "c.fp8.safetensors", &id, &s), 0);
 	ck_assert_int_eq(castfs_ns_lookup(ns, id, ".", &id, &s), -ENOTDIR);
 }
 END_TEST
@@ -294,7 +295,8 @@ START_TEST(test_ns__rejected_listed_with_reason)
 	ck_assert_msg(strstr(buf, "bad.safetensors"), "%s", buf);
 	ck_assert_msg(!strstr(buf, "\"a.safetensors"), "%s", buf);
 	castfs_file_close(f);
-	ck_assert_uint_ge(castfs_stats_get(st, CASTFS_SCTR_HEADERS_REJECTED), 1);
+	ck_assert_uint_ge(castfs_stats_get(st, CASTFS_SCTR_HEADERS_REJECTED),
+			  1);
 }
 END_TEST
 
@@ -316,8 +318,8 @@ END_TEST
 
 START_TEST(test_ns__stats_histogram_of_read_sizes)
 {
-	static const size_t lens[] = { 1, 4096, 4097, 131072, 1u << 20,
-				       (1u << 20) + 1 };
+	static const size_t lens[] = { 1,      4096,	 4097,
+				       131072, 1u << 20, (1u << 20) + 1 };
 	char *json;
 
 	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)

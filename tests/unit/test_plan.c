@@ -60,7 +60,8 @@ static void setup(void)
 
 	build_source();
 	ck_assert_int_eq(castfs_header_parse(fx.file, fx.file_len, fx.file_len,
-					     &fx.h, &d), 0);
+					     &fx.h, &d),
+			 0);
 	castfs_mem_reader_init(&fx.mr, fx.file, fx.file_len);
 	ck_assert_int_eq(castfs_views_builtin(&fx.views), 0);
 	ck_assert_int_eq(castfs_scratch_init(&fx.s), 0);
@@ -185,10 +186,13 @@ START_TEST(test_plan__random_ranges_equal_slices)
 	buf = malloc(p->size + 64);
 	for (int k = 0; k < 3000; k++) {
 		uint64_t off = tu_rand(&seed) % (p->size + 16);
-		size_t len = (size_t)(tu_rand(&seed) % (k % 3 ? 64 : p->size + 8));
+		size_t len =
+			(size_t)(tu_rand(&seed) % (k % 3 ? 64 : p->size + 8));
 		ssize_t n = castfs_plan_read(p, &fx.mr.r, &fx.s, buf, len, off);
 		size_t want = off >= p->size ? 0 :
-			      (size_t)(len < p->size - off ? len : p->size - off);
+					       (size_t)(len < p->size - off ?
+								len :
+								p->size - off);
 
 		ck_assert_int_eq(n, (ssize_t)want);
 		ck_assert_int_eq(memcmp(buf, oracle + off, want), 0);
@@ -220,7 +224,8 @@ START_TEST(test_plan__metadata_kept_and_format_added)
 	out = malloc(p->size);
 	ck_assert_int_eq(castfs_plan_read(p, &mr.r, &fx.s, out, p->size, 0),
 			 (ssize_t)p->size);
-	ck_assert_int_eq(castfs_header_parse(out, p->size, p->size, &oh, &d), 0);
+	ck_assert_int_eq(castfs_header_parse(out, p->size, p->size, &oh, &d),
+			 0);
 	ck_assert_ptr_nonnull(castfs_header_meta(oh, "format"));
 	ck_assert_str_eq(castfs_header_meta(oh, "format")->value, "pt");
 	ck_assert_str_eq(castfs_header_meta(oh, "origin")->value, "test");
@@ -303,7 +308,8 @@ START_TEST(test_plan__rules_keep_matching_tensors)
 	ck_assert_int_eq(castfs_views_load(&fx.views, cfg, strlen(cfg), &d), 0);
 	ck_assert_int_eq(castfs_view_plan(view("fp8keep"), fx.h, &p, &d), 0);
 	out = read_all(p);
-	ck_assert_int_eq(castfs_header_parse(out, p->size, p->size, &oh, &d), 0);
+	ck_assert_int_eq(castfs_header_parse(out, p->size, p->size, &oh, &d),
+			 0);
 	ck_assert_int_eq(castfs_header_find(oh, "odd.f32", 7)->dtype,
 			 CASTFS_DTYPE_F32);
 	ck_assert_int_eq(castfs_header_find(oh, "big.weight", 10)->dtype,
@@ -351,7 +357,8 @@ static Suite *plan_suite(void)
 	tcase_add_loop_test(tc, test_plan__random_ranges_equal_slices, 0,
 			    nviews);
 	tcase_add_test(tc, test_plan__metadata_kept_and_format_added);
-	tcase_add_test(tc, test_plan__copied_extents_merge_and_do_no_conversion);
+	tcase_add_test(tc,
+		       test_plan__copied_extents_merge_and_do_no_conversion);
 	tcase_add_test(tc, test_plan__src_off_maps_elements_back);
 	tcase_add_test(tc, test_plan__rules_keep_matching_tensors);
 	tcase_add_test(tc, test_plan__source_errors_propagate);

@@ -22,11 +22,22 @@
 
 /* Code values as bnb's functional.py get_4bit_type lists them. */
 static const double nf4_list[16] = {
-	-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
-	-0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
-	0.07958029955625534, 0.16093020141124725, 0.24611230194568634,
-	0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
-	0.7229568362236023, 1.0,
+	-1.0,
+	-0.6961928009986877,
+	-0.5250730514526367,
+	-0.39491748809814453,
+	-0.28444138169288635,
+	-0.18477343022823334,
+	-0.09105003625154495,
+	0.0,
+	0.07958029955625534,
+	0.16093020141124725,
+	0.24611230194568634,
+	0.33791524171829224,
+	0.44070982933044434,
+	0.5626170039176941,
+	0.7229568362236023,
+	1.0,
 };
 
 /* FP4 before bnb's division by its largest magnitude (12). */
@@ -298,8 +309,11 @@ END_TEST
 START_TEST(test_quant__state_json_is_bnb_json)
 {
 	struct castfs_q4_state st = {
-		.qtype = NF4, .blocksize = 64, .dtype = "bfloat16",
-		.rows = 7, .cols = 100,
+		.qtype = NF4,
+		.blocksize = 64,
+		.dtype = "bfloat16",
+		.rows = 7,
+		.cols = 100,
 	};
 	static const char plain[] = "{\"quant_type\": \"nf4\", \"blocksize\": "
 				    "64, \"dtype\": \"bfloat16\", \"shape\": "
@@ -335,13 +349,27 @@ static void fill_inputs(float *x, size_t n, uint64_t seed, enum castfs_qtype qt)
 		double u = (double)(r >> 11) / 9007199254740992.0 - 0.5;
 
 		switch (r % 29) {
-		case 0: x[i] = NAN; break;
-		case 1: x[i] = (r & 64) ? INFINITY : -INFINITY; break;
-		case 2: x[i] = 0.0f; break;
-		case 3: x[i] = 1.0f; break; /* absmax 1: ties below are exact */
-		case 4: x[i] = q4_mid(qt, (int)((r >> 8) % 15)); break;
-		case 5: x[i] = (float)(u * 1e-40); break;
-		default: x[i] = (float)(u * 4.0); break;
+		case 0:
+			x[i] = NAN;
+			break;
+		case 1:
+			x[i] = (r & 64) ? INFINITY : -INFINITY;
+			break;
+		case 2:
+			x[i] = 0.0f;
+			break;
+		case 3:
+			x[i] = 1.0f;
+			break; /* absmax 1: ties below are exact */
+		case 4:
+			x[i] = q4_mid(qt, (int)((r >> 8) % 15));
+			break;
+		case 5:
+			x[i] = (float)(u * 1e-40);
+			break;
+		default:
+			x[i] = (float)(u * 4.0);
+			break;
 		}
 	}
 	/* Some all-zero blocks. */
@@ -350,8 +378,8 @@ static void fill_inputs(float *x, size_t n, uint64_t seed, enum castfs_qtype qt)
 }
 
 static const size_t blocksizes[] = { 64, 128, 256, 4096 };
-static const size_t lengths[] = { 1, 2, 15, 16, 17, 63, 64, 65, 127, 1000,
-				  4097, 12345 };
+static const size_t lengths[] = { 1,  2,  15,  16,   17,   63,
+				  64, 65, 127, 1000, 4097, 12345 };
 #define NLENGTHS (sizeof(lengths) / sizeof(lengths[0]))
 
 START_TEST(test_quant__isa_matches_scalar)

@@ -122,10 +122,10 @@ START_TEST(test_quant_kernels__isa16_matches_scalar)
 			for (size_t q = 0; q < 2; q++) {
 				memset(c1, 0xaa, NALL);
 				memset(c2, 0x55, NALL);
-				s->q4_16(c1, q ? a1 : NULL, x, n, bs,
-					 qtypes[q], f16);
-				k->q4_16(c2, q ? a2 : NULL, x, n, bs,
-					 qtypes[q], f16);
+				s->q4_16(c1, q ? a1 : NULL, x, n, bs, qtypes[q],
+					 f16);
+				k->q4_16(c2, q ? a2 : NULL, x, n, bs, qtypes[q],
+					 f16);
 				ck_assert_msg(
 					memcmp(c1, c2, (n + 1) / 2) == 0,
 					"%s q4_16 n=%zu bs=%zu qt=%zu f16=%d",

@@ -77,8 +77,8 @@ static void add_w(struct tu_st *b, const char *name, enum castfs_dtype dt,
 
 static void build_source(void)
 {
-	static const uint64_t s_q[] = { 64, 100 };    /* rows straddle blocks */
-	static const uint64_t s_odd[] = { 7, 33 };    /* odd n */
+	static const uint64_t s_q[] = { 64, 100 }; /* rows straddle blocks */
+	static const uint64_t s_odd[] = { 7, 33 }; /* odd n */
 	static const uint64_t s_wide[] = { 3, 3000 }; /* rows > tiny chunk */
 	static const uint64_t s_emb[] = { 50, 64 };
 	static const uint64_t s_vec[] = { 64 };
@@ -93,8 +93,8 @@ static void build_source(void)
 	      s_wide);
 	add_w(b, "model.layers.0.mlp.down_proj.weight", CASTFS_DTYPE_F64, 2,
 	      s_odd);
-	add_w(b, "model.layers.1.mlp.gate_proj.weight", CASTFS_DTYPE_F8_E4M3,
-	      2, s_odd);
+	add_w(b, "model.layers.1.mlp.gate_proj.weight", CASTFS_DTYPE_F8_E4M3, 2,
+	      s_odd);
 	add_w(b, "model.embed_tokens.weight", CASTFS_DTYPE_BF16, 2, s_emb);
 	add_w(b, "lm_head.weight", CASTFS_DTYPE_BF16, 2, s_emb);
 	add_w(b, "model.norm.weight", CASTFS_DTYPE_BF16, 1, s_vec);
@@ -111,7 +111,8 @@ static void setup(void)
 
 	build_source();
 	ck_assert_int_eq(castfs_header_parse(fx.file, fx.file_len, fx.file_len,
-					     &fx.h, &d), 0);
+					     &fx.h, &d),
+			 0);
 	castfs_mem_reader_init(&fx.mr, fx.file, fx.file_len);
 	ck_assert_int_eq(castfs_views_builtin(&fx.views), 0);
 	ck_assert_int_eq(castfs_scratch_init(&fx.s), 0);
@@ -125,8 +126,8 @@ static void teardown(void)
 	free(fx.file);
 }
 
-static const char *const bnb_views[] = { "nf4", "fp4", "nf4_nodq",
-					 "fp4_nodq", "int8" };
+static const char *const bnb_views[] = { "nf4", "fp4", "nf4_nodq", "fp4_nodq",
+					 "int8" };
 
 static struct castfs_plan *plan_of(const char *name)
 {
@@ -196,8 +197,8 @@ START_TEST(test_quant__views_have_bnb_tensor_sets)
 	expect(h, Q ".nested_absmax", CASTFS_DTYPE_F32, 1, 1, 0);
 	expect(h, Q ".nested_quant_map", CASTFS_DTYPE_F32, 1, 256, 0);
 	ck_assert_ptr_nonnull(find(h, Q ".quant_state.bitsandbytes__nf4"));
-	expect(h, "model.layers.0.self_attn.k_proj.weight", CASTFS_DTYPE_U8,
-	       2, 116, 1);
+	expect(h, "model.layers.0.self_attn.k_proj.weight", CASTFS_DTYPE_U8, 2,
+	       116, 1);
 	expect(h, "model.embed_tokens.weight", CASTFS_DTYPE_BF16, 2, 50, 64);
 	expect(h, "lm_head.weight", CASTFS_DTYPE_BF16, 2, 50, 64);
 	expect(h, "model.norm.weight", CASTFS_DTYPE_BF16, 1, 64, 0);
@@ -288,12 +289,13 @@ START_TEST(test_quant__random_ranges_equal_full_read)
 	for (int k = 0; k < 2000; k++) {
 		struct castfs_scratch *s = k % 2 ? &tiny : &fx.s;
 		uint64_t off = tu_rand(&seed) % (p->size + 16);
-		size_t len = (size_t)(tu_rand(&seed) %
-				      (k % 3 ? 300 : p->size + 8));
+		size_t len =
+			(size_t)(tu_rand(&seed) % (k % 3 ? 300 : p->size + 8));
 		ssize_t n = castfs_plan_read(p, &fx.mr.r, s, buf, len, off);
 		size_t want = off >= p->size ? 0 :
-			      (size_t)(len < p->size - off ? len :
-							     p->size - off);
+					       (size_t)(len < p->size - off ?
+								len :
+								p->size - off);
 
 		ck_assert_int_eq(n, (ssize_t)want);
 		ck_assert_int_eq(memcmp(buf, all + off, want), 0);
@@ -473,8 +475,8 @@ START_TEST(test_quant__rules_override_default)
 	ck_assert_int_eq(castfs_views_load(&fx.views, cfg, strlen(cfg), &d), 0);
 	h = view_header("nf4r", &b);
 	expect(h, "lm_head.weight", CASTFS_DTYPE_U8, 2, 1600, 1);
-	expect(h, "model.layers.0.self_attn.k_proj.weight", CASTFS_DTYPE_F16,
-	       2, 7, 33);
+	expect(h, "model.layers.0.self_attn.k_proj.weight", CASTFS_DTYPE_F16, 2,
+	       7, 33);
 	/* Rules cannot quantise what bnb cannot: a norm stays 1-D. */
 	expect(h, "model.norm.weight", CASTFS_DTYPE_BF16, 1, 64, 0);
 	castfs_header_free(h);

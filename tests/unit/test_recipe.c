@@ -62,7 +62,8 @@ START_TEST(test_recipe__config_adds_and_overrides_views)
 
 	ck_assert_int_eq(load("{\"views\":{\"half\":{\"dtype\":\"F16\"},"
 			      "\"fp8\":{\"base\":\"fp8\",\"saturate\":false}}}",
-			      &d), 0);
+			      &d),
+			 0);
 	ck_assert_uint_eq(vs.n, n + 1);
 	ck_assert_int_eq(find("half")->kind, CASTFS_VIEW_CAST);
 	ck_assert_int_eq(find("half")->dtype, CASTFS_DTYPE_F16);
@@ -79,7 +80,9 @@ START_TEST(test_recipe__rules_parse)
 	ck_assert_int_eq(load("{\"views\":{\"q\":{\"base\":\"nf4\",\"rules\":["
 			      "{\"match\":\"*.norm*\",\"convert\":false},"
 			      "{\"dtypes\":[\"F32\",\"bf16\"],\"rank\":2,"
-			      "\"convert\":true}]}}}", &d), 0);
+			      "\"convert\":true}]}}}",
+			      &d),
+			 0);
 	v = find("q");
 	ck_assert_uint_eq(v->nrules, 2);
 	ck_assert_str_eq(v->rules[0].pattern, "*.norm*");
@@ -99,14 +102,17 @@ static const struct {
 	{ "{\"views\":{\"x\":{\"dtype\":\"F17\"}}}", "unknown dtype" },
 	{ "{\"views\":{\"x.y\":{\"dtype\":\"F16\"}}}", "view name" },
 	{ "{\"views\":{\"X\":{\"dtype\":\"F16\"}}}", "view name" },
-	{ "{\"views\":{\"x\":{\"dtype\":\"F16\",\"colour\":1}}}", "unknown key" },
+	{ "{\"views\":{\"x\":{\"dtype\":\"F16\",\"colour\":1}}}",
+	  "unknown key" },
 	{ "{\"views\":{\"x\":{\"base\":\"nope\"}}}", "unknown base" },
 	{ "{\"views\":{\"x\":{\"dtype\":\"I32\"}}}", "cannot cast" },
 	{ "{\"views\":{\"x\":{\"dtype\":\"F16\",\"saturate\":true}}}", "fp8" },
-	{ "{\"views\":{\"x\":{\"kind\":\"bnb4\",\"blocksize\":100}}}", "power" },
+	{ "{\"views\":{\"x\":{\"kind\":\"bnb4\",\"blocksize\":100}}}",
+	  "power" },
 	{ "{\"views\":{\"x\":{\"kind\":\"zip\"}}}", "kind" },
 	{ "{\"views\":{\"x\":{\"base\":\"fp8\",\"rules\":[{\"match\":1,"
-	  "\"convert\":true}]}}}", "match" },
+	  "\"convert\":true}]}}}",
+	  "match" },
 	{ "{\"views\":{\"x\":{\"base\":\"fp8\",\"rules\":[{\"match\":\"a\"}]}}}",
 	  "convert" },
 	{ "{\"views\":{\"x\":{\"base\":\"fp8\",\"rules\":{}}}}", "array" },
@@ -148,8 +154,12 @@ static struct castfs_tensor tensor(const char *name, enum castfs_dtype dt,
 {
 	static const uint64_t shape[] = { 8, 8, 3, 3 };
 	struct castfs_tensor t = {
-		.name = name, .name_len = strlen(name), .dtype = dt,
-		.ndim = ndim, .shape = shape, .nelems = 1,
+		.name = name,
+		.name_len = strlen(name),
+		.dtype = dt,
+		.ndim = ndim,
+		.shape = shape,
+		.nelems = 1,
 	};
 
 	for (uint32_t i = 0; i < ndim; i++)
@@ -162,7 +172,8 @@ START_TEST(test_recipe__default_rules_pick_linear_weights)
 	const struct castfs_view *nf4 = find("nf4"), *fp8 = find("fp8");
 	struct castfs_tensor t;
 
-	t = tensor("model.layers.0.self_attn.q_proj.weight", CASTFS_DTYPE_BF16, 2);
+	t = tensor("model.layers.0.self_attn.q_proj.weight", CASTFS_DTYPE_BF16,
+		   2);
 	ck_assert(castfs_view_converts(nf4, &t));
 	t = tensor("time_embedding.linear_1.weight", CASTFS_DTYPE_F32, 2);
 	ck_assert(castfs_view_converts(nf4, &t));
@@ -193,8 +204,9 @@ static Suite *recipe_suite(void)
 	tcase_add_test(tc, test_recipe__builtins_are_what_the_docs_say);
 	tcase_add_test(tc, test_recipe__config_adds_and_overrides_views);
 	tcase_add_test(tc, test_recipe__rules_parse);
-	tcase_add_loop_test(tc, test_recipe__bad_configs_rejected_with_reason, 0,
-			    (int)(sizeof(bad_configs) / sizeof(bad_configs[0])));
+	tcase_add_loop_test(
+		tc, test_recipe__bad_configs_rejected_with_reason, 0,
+		(int)(sizeof(bad_configs) / sizeof(bad_configs[0])));
 	tcase_add_test(tc, test_recipe__select_lists_only_named_views);
 	tcase_add_test(tc, test_recipe__default_rules_pick_linear_weights);
 	suite_add_tcase(s, tc);

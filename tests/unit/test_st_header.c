@@ -12,12 +12,15 @@
 #include "testutil.h"
 
 /* A tensor entry of a hand-written header. */
-#define TJ(n, dt, sh, off)                                                    \
-	"\"" n "\":{\"dtype\":\"" dt "\",\"shape\":[" sh "],\"data_offsets\":[" \
-	off "]}"
-#define SHAPE(...)                                                           \
-	(uint32_t)(sizeof((uint64_t[]){ __VA_ARGS__ }) / sizeof(uint64_t)),  \
-		(uint64_t[]){ __VA_ARGS__ }
+#define TJ(n, dt, sh, off)                               \
+	"\"" n "\":{\"dtype\":\"" dt "\",\"shape\":[" sh \
+	"],\"data_offsets\":[" off "]}"
+#define SHAPE(...)                                                          \
+	(uint32_t)(sizeof((uint64_t[]){ __VA_ARGS__ }) / sizeof(uint64_t)), \
+		(uint64_t[])                                                \
+	{                                                                   \
+		__VA_ARGS__                                                 \
+	}
 
 static int parse(const uint8_t *f, size_t len, struct castfs_header **h,
 		 struct castfs_diag *d)
@@ -84,8 +87,8 @@ static struct castfs_header *build_ok(struct tu_st *b)
 static const struct castfs_tensor *find(const struct castfs_header *h,
 					const char *name)
 {
-	const struct castfs_tensor *t = castfs_header_find(h, name,
-							   strlen(name));
+	const struct castfs_tensor *t =
+		castfs_header_find(h, name, strlen(name));
 
 	ck_assert_msg(t != NULL, "tensor '%s' not found", name);
 	return t;
@@ -93,139 +96,151 @@ static const struct castfs_tensor *find(const struct castfs_header *h,
 
 /* ---- invalid headers, one named test each ---- */
 
-#define BAD_CASES(X)                                                         \
-	X(empty_header, "", 0, -EINVAL, "must begin with '{'")               \
-	X(leading_space_rejected, " {}", 0, -EINVAL, "must begin with '{'")  \
-	X(utf8_bom_rejected, "\xef\xbb\xbf{}", 0, -EINVAL, "begin with '{'") \
-	X(not_an_object, "[]", 0, -EINVAL, "must begin with '{'")            \
-	X(trailing_garbage, "{} x", 0, -EINVAL, "after the JSON object")     \
-	X(second_object, "{}{}", 0, -EINVAL, "after the JSON object")        \
-	X(trailing_nul_padding, "{}\0\0", 0, -EINVAL, "control byte 0x00 outside") \
-	X(non_utf8, "{\"\xff\":1}", 0, -EINVAL, "not valid UTF-8 at header byte 2") \
-	X(utf8_overlong, "{\"\xc0\xaf\":1}", 0, -EINVAL, "not valid UTF-8") \
-	X(utf8_overlong_3, "{\"\xe0\x80\xaf\":1}", 0, -EINVAL, "not valid UTF-8") \
-	X(utf8_surrogate, "{\"\xed\xa0\x80\":1}", 0, -EINVAL, "not valid UTF-8") \
-	X(utf8_above_max, "{\"\xf4\x90\x80\x80\":1}", 0, -EINVAL, "UTF-8")  \
-	X(utf8_truncated, "{\"a\":1}\xe2\x82", 0, -EINVAL, "UTF-8 at header byte 7") \
-	X(float_number, "{" TJ("a", "U8", "2.0", "0,2") "}", 2, -EINVAL,     \
-	  "number 2.0 at header byte 28 is not an integer")                   \
-	X(exponent_number, "{" TJ("a", "U8", "1e3", "0,1000") "}", 1000,     \
-	  -EINVAL, "number 1e3 at header byte 28 is not an integer")         \
-	X(negative_number, "{" TJ("a", "U8", "-1", "0,0") "}", 0, -EINVAL,   \
-	  "negative number -1 at header byte 28")                            \
-	X(leading_zero, "{" TJ("a", "U8", "01", "0,1") "}", 1, -EINVAL,      \
-	  "number 01 at header byte 28 has a leading zero")                  \
-	X(above_2p53, "{" TJ("a", "U8", "9007199254740993", "0,0") "}", 0,   \
-	  -EINVAL, "number 9007199254740993 at header byte 28 exceeds 2^53") \
-	X(huge_number, "{" TJ("a", "U8", "1", "0,100000000000000000000000") "}", \
-	  0, -EINVAL, "exceeds 2^53")                                        \
-	X(raw_control_char, "{\"a\nb\":1}", 0, -EINVAL,                      \
-	  "raw control byte 0x0a in a string at header byte 3")              \
-	X(control_outside_string, "{\x01}", 0, -EINVAL,                      \
-	  "control byte 0x01 outside a string at header byte 1")             \
-	X(invalid_escape, "{\"a\\x\":1}", 0, -EINVAL,                        \
-	  "invalid escape in a string at header byte 3")                     \
-	X(lone_high_surrogate, "{\"\\ud800\":1}", 0, -EINVAL, "invalid escape") \
-	X(lone_low_surrogate, "{\"\\udc00\":1}", 0, -EINVAL, "invalid escape") \
-	X(short_unicode_escape, "{\"\\u12\"}", 0, -EINVAL, "invalid escape") \
-	X(unterminated_string, "{\"abc", 0, -EINVAL,                         \
-	  "unterminated string starting at header byte 1")                  \
-	X(invalid_json, "{\"a\":}", 0, -EINVAL, "invalid JSON near header byte 5") \
-	X(unclosed_object, "{\"a\":{}", 0, -EINVAL, "invalid JSON near")     \
-	X(metadata_non_string, "{\"__metadata__\":{\"k\":1}}", 0, -EINVAL,   \
-	  "__metadata__ 'k': value must be a string, got a number")          \
-	X(metadata_nested, "{\"__metadata__\":{\"k\":{}}}", 0, -EINVAL,      \
-	  "value must be a string, got an object")                           \
-	X(metadata_array, "{\"__metadata__\":[]}", 0, -EINVAL,               \
-	  "__metadata__ must be an object or null, got an array")            \
-	X(metadata_string, "{\"__metadata__\":\"x\"}", 0, -EINVAL,           \
-	  "must be an object or null, got a string")                         \
-	X(duplicate_metadata_key,                                            \
-	  "{\"__metadata__\":{\"k\":\"1\",\"j\":\"\",\"k\":\"2\"}}", 0,      \
-	  -EINVAL, "duplicate __metadata__ key 'k'")                         \
-	X(duplicate_metadata, "{\"__metadata__\":null,\"__metadata__\":{}}", \
-	  0, -EINVAL, "duplicate key '__metadata__'")                        \
-	X(tensor_not_object, "{\"w\":[1]}", 0, -EINVAL,                      \
-	  "tensor 'w': expected an object, got an array")                    \
-	X(missing_dtype, "{\"w\":{\"shape\":[],\"data_offsets\":[0,0]}}", 0, \
-	  -EINVAL, "tensor 'w': missing field 'dtype'")                      \
-	X(missing_shape, "{\"w\":{\"dtype\":\"U8\",\"data_offsets\":[0,0]}}", \
-	  0, -EINVAL, "tensor 'w': missing field 'shape'")                   \
-	X(missing_offsets, "{\"w\":{\"dtype\":\"U8\",\"shape\":[]}}", 0,     \
-	  -EINVAL, "tensor 'w': missing field 'data_offsets'")               \
-	X(dtype_not_string,                                                  \
-	  "{\"w\":{\"dtype\":7,\"shape\":[],\"data_offsets\":[0,1]}}", 1,    \
-	  -EINVAL, "tensor 'w': field 'dtype' must be a string, got a number") \
-	X(unknown_dtype, "{" TJ("w", "F9", "1", "0,1") "}", 1, -EINVAL,      \
-	  "tensor 'w': unknown dtype 'F9'")                                  \
-	X(dtype_wrong_case, "{" TJ("w", "f32", "1", "0,4") "}", 4, -EINVAL,  \
-	  "unknown dtype 'f32'")                                             \
-	X(dtype_with_nul, "{" TJ("w", "F32\\u0000", "1", "0,4") "}", 4,      \
-	  -EINVAL, "unknown dtype 'F32\\x00'")                               \
-	X(shape_not_array,                                                   \
-	  "{\"w\":{\"dtype\":\"U8\",\"shape\":3,\"data_offsets\":[0,3]}}", 3, \
-	  -EINVAL, "field 'shape' must be an array, got a number")           \
-	X(shape_string_entry, "{" TJ("w", "U8", "1,\"2\"", "0,2") "}", 2,    \
-	  -EINVAL, "tensor 'w': shape[1] must be an integer, got a string")  \
-	X(shape_null_entry, "{" TJ("w", "U8", "null", "0,0") "}", 0, -EINVAL, \
-	  "shape[0] must be an integer, got null")                           \
-	X(offsets_not_array,                                                 \
-	  "{\"w\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":{}}}", 1,  \
-	  -EINVAL, "field 'data_offsets' must be an array, got an object")   \
-	X(one_offset, "{" TJ("w", "U8", "", "0") "}", 1, -EINVAL,            \
-	  "data_offsets must have 2 entries, got 1")                         \
-	X(three_offsets, "{" TJ("w", "U8", "", "0,1,1") "}", 1, -EINVAL,     \
-	  "data_offsets must have 2 entries, got 3")                         \
-	X(offset_bool, "{" TJ("w", "U8", "", "0,true") "}", 1, -EINVAL,      \
-	  "data_offsets[1] must be an integer, got a boolean")               \
-	X(duplicate_field,                                                   \
-	  "{\"w\":{\"dtype\":\"U8\",\"shape\":[],\"dtype\":\"U8\","          \
-	  "\"data_offsets\":[0,1]}}", 1, -EINVAL,                            \
-	  "tensor 'w': duplicate field 'dtype'")                             \
-	X(duplicate_offsets_field,                                           \
-	  "{\"w\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,1],"    \
-	  "\"data_offsets\":[0,1]}}", 1, -EINVAL,                            \
-	  "duplicate field 'data_offsets'")                                  \
-	X(duplicate_names, "{" TJ("w", "U8", "", "0,1") "," TJ("w", "U8", "", \
-	  "1,2") "}", 2, -EINVAL, "duplicate tensor name 'w'")               \
-	X(duplicate_names_escaped, "{" TJ("w", "U8", "", "0,1") ","          \
-	  TJ("\\u0077", "U8", "", "1,2") "}", 2, -EINVAL,                    \
-	  "duplicate tensor name 'w'")                                       \
-	X(offsets_not_from_zero, "{" TJ("w", "U8", "", "4,5") "}", 5,        \
-	  -EINVAL, "tensor 'w': data_offsets begin at 4, but the first")     \
-	X(hole_in_offsets, "{" TJ("a", "U8", "", "0,1") ","                  \
-	  TJ("b", "U8", "", "2,3") "}", 3, -EINVAL,                          \
-	  "tensor 'b': data_offsets [2,3) leave a hole after 'a', which ends at 1") \
-	X(overlapping_offsets, "{" TJ("a", "F32", "", "0,4") ","             \
-	  TJ("b", "F32", "", "2,6") "}", 6, -EINVAL,                         \
-	  "tensor 'b': data_offsets [2,6) overlap 'a', which ends at 4")     \
-	X(end_before_begin, "{" TJ("a", "U8", "", "0,1") ","                 \
-	  TJ("b", "U8", "0", "1,0") "}", 1, -EINVAL,                         \
-	  "tensor 'b': data_offsets end 0 is before begin 1")                \
-	X(size_mismatch, "{" TJ("w", "F16", "4", "0,10") "}", 10, -EINVAL,   \
+#define BAD_CASES(X)                                                                     \
+	X(empty_header, "", 0, -EINVAL, "must begin with '{'")                           \
+	X(leading_space_rejected, " {}", 0, -EINVAL, "must begin with '{'")              \
+	X(utf8_bom_rejected, "\xef\xbb\xbf{}", 0, -EINVAL, "begin with '{'")             \
+	X(not_an_object, "[]", 0, -EINVAL, "must begin with '{'")                        \
+	X(trailing_garbage, "{} x", 0, -EINVAL, "after the JSON object")                 \
+	X(second_object, "{}{}", 0, -EINVAL, "after the JSON object")                    \
+	X(trailing_nul_padding, "{}\0\0", 0, -EINVAL,                                    \
+	  "control byte 0x00 outside")                                                   \
+	X(non_utf8, "{\"\xff\":1}", 0, -EINVAL,                                          \
+	  "not valid UTF-8 at header byte 2")                                            \
+	X(utf8_overlong, "{\"\xc0\xaf\":1}", 0, -EINVAL, "not valid UTF-8")              \
+	X(utf8_overlong_3, "{\"\xe0\x80\xaf\":1}", 0, -EINVAL,                           \
+	  "not valid UTF-8")                                                             \
+	X(utf8_surrogate, "{\"\xed\xa0\x80\":1}", 0, -EINVAL,                            \
+	  "not valid UTF-8")                                                             \
+	X(utf8_above_max, "{\"\xf4\x90\x80\x80\":1}", 0, -EINVAL, "UTF-8")               \
+	X(utf8_truncated, "{\"a\":1}\xe2\x82", 0, -EINVAL,                               \
+	  "UTF-8 at header byte 7")                                                      \
+	X(float_number, "{" TJ("a", "U8", "2.0", "0,2") "}", 2, -EINVAL,                 \
+	  "number 2.0 at header byte 28 is not an integer")                              \
+	X(exponent_number, "{" TJ("a", "U8", "1e3", "0,1000") "}", 1000,                 \
+	  -EINVAL, "number 1e3 at header byte 28 is not an integer")                     \
+	X(negative_number, "{" TJ("a", "U8", "-1", "0,0") "}", 0, -EINVAL,               \
+	  "negative number -1 at header byte 28")                                        \
+	X(leading_zero, "{" TJ("a", "U8", "01", "0,1") "}", 1, -EINVAL,                  \
+	  "number 01 at header byte 28 has a leading zero")                              \
+	X(above_2p53, "{" TJ("a", "U8", "9007199254740993", "0,0") "}", 0,               \
+	  -EINVAL, "number 9007199254740993 at header byte 28 exceeds 2^53")             \
+	X(huge_number,                                                                   \
+	  "{" TJ("a", "U8", "1", "0,100000000000000000000000") "}", 0,                   \
+	  -EINVAL, "exceeds 2^53")                                                       \
+	X(raw_control_char, "{\"a\nb\":1}", 0, -EINVAL,                                  \
+	  "raw control byte 0x0a in a string at header byte 3")                          \
+	X(control_outside_string, "{\x01}", 0, -EINVAL,                                  \
+	  "control byte 0x01 outside a string at header byte 1")                         \
+	X(invalid_escape, "{\"a\\x\":1}", 0, -EINVAL,                                    \
+	  "invalid escape in a string at header byte 3")                                 \
+	X(lone_high_surrogate, "{\"\\ud800\":1}", 0, -EINVAL,                            \
+	  "invalid escape")                                                              \
+	X(lone_low_surrogate, "{\"\\udc00\":1}", 0, -EINVAL, "invalid escape")           \
+	X(short_unicode_escape, "{\"\\u12\"}", 0, -EINVAL, "invalid escape")             \
+	X(unterminated_string, "{\"abc", 0, -EINVAL,                                     \
+	  "unterminated string starting at header byte 1")                               \
+	X(invalid_json, "{\"a\":}", 0, -EINVAL,                                          \
+	  "invalid JSON near header byte 5")                                             \
+	X(unclosed_object, "{\"a\":{}", 0, -EINVAL, "invalid JSON near")                 \
+	X(metadata_non_string, "{\"__metadata__\":{\"k\":1}}", 0, -EINVAL,               \
+	  "__metadata__ 'k': value must be a string, got a number")                      \
+	X(metadata_nested, "{\"__metadata__\":{\"k\":{}}}", 0, -EINVAL,                  \
+	  "value must be a string, got an object")                                       \
+	X(metadata_array, "{\"__metadata__\":[]}", 0, -EINVAL,                           \
+	  "__metadata__ must be an object or null, got an array")                        \
+	X(metadata_string, "{\"__metadata__\":\"x\"}", 0, -EINVAL,                       \
+	  "must be an object or null, got a string")                                     \
+	X(duplicate_metadata_key,                                                        \
+	  "{\"__metadata__\":{\"k\":\"1\",\"j\":\"\",\"k\":\"2\"}}", 0,                  \
+	  -EINVAL, "duplicate __metadata__ key 'k'")                                     \
+	X(duplicate_metadata, "{\"__metadata__\":null,\"__metadata__\":{}}",             \
+	  0, -EINVAL, "duplicate key '__metadata__'")                                    \
+	X(tensor_not_object, "{\"w\":[1]}", 0, -EINVAL,                                  \
+	  "tensor 'w': expected an object, got an array")                                \
+	X(missing_dtype, "{\"w\":{\"shape\":[],\"data_offsets\":[0,0]}}", 0,             \
+	  -EINVAL, "tensor 'w': missing field 'dtype'")                                  \
+	X(missing_shape, "{\"w\":{\"dtype\":\"U8\",\"data_offsets\":[0,0]}}",            \
+	  0, -EINVAL, "tensor 'w': missing field 'shape'")                               \
+	X(missing_offsets, "{\"w\":{\"dtype\":\"U8\",\"shape\":[]}}", 0,                 \
+	  -EINVAL, "tensor 'w': missing field 'data_offsets'")                           \
+	X(dtype_not_string,                                                              \
+	  "{\"w\":{\"dtype\":7,\"shape\":[],\"data_offsets\":[0,1]}}", 1,                \
+	  -EINVAL, "tensor 'w': field 'dtype' must be a string, got a number")           \
+	X(unknown_dtype, "{" TJ("w", "F9", "1", "0,1") "}", 1, -EINVAL,                  \
+	  "tensor 'w': unknown dtype 'F9'")                                              \
+	X(dtype_wrong_case, "{" TJ("w", "f32", "1", "0,4") "}", 4, -EINVAL,              \
+	  "unknown dtype 'f32'")                                                         \
+	X(dtype_with_nul, "{" TJ("w", "F32\\u0000", "1", "0,4") "}", 4,                  \
+	  -EINVAL, "unknown dtype 'F32\\x00'")                                           \
+	X(shape_not_array,                                                               \
+	  "{\"w\":{\"dtype\":\"U8\",\"shape\":3,\"data_offsets\":[0,3]}}", 3,            \
+	  -EINVAL, "field 'shape' must be an array, got a number")                       \
+	X(shape_string_entry, "{" TJ("w", "U8", "1,\"2\"", "0,2") "}", 2,                \
+	  -EINVAL, "tensor 'w': shape[1] must be an integer, got a string")              \
+	X(shape_null_entry, "{" TJ("w", "U8", "null", "0,0") "}", 0, -EINVAL,            \
+	  "shape[0] must be an integer, got null")                                       \
+	X(offsets_not_array,                                                             \
+	  "{\"w\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":{}}}", 1,              \
+	  -EINVAL, "field 'data_offsets' must be an array, got an object")               \
+	X(one_offset, "{" TJ("w", "U8", "", "0") "}", 1, -EINVAL,                        \
+	  "data_offsets must have 2 entries, got 1")                                     \
+	X(three_offsets, "{" TJ("w", "U8", "", "0,1,1") "}", 1, -EINVAL,                 \
+	  "data_offsets must have 2 entries, got 3")                                     \
+	X(offset_bool, "{" TJ("w", "U8", "", "0,true") "}", 1, -EINVAL,                  \
+	  "data_offsets[1] must be an integer, got a boolean")                           \
+	X(duplicate_field,                                                               \
+	  "{\"w\":{\"dtype\":\"U8\",\"shape\":[],\"dtype\":\"U8\","                      \
+	  "\"data_offsets\":[0,1]}}",                                                    \
+	  1, -EINVAL, "tensor 'w': duplicate field 'dtype'")                             \
+	X(duplicate_offsets_field,                                                       \
+	  "{\"w\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,1],"                \
+	  "\"data_offsets\":[0,1]}}",                                                    \
+	  1, -EINVAL, "duplicate field 'data_offsets'")                                  \
+	X(duplicate_names,                                                               \
+	  "{" TJ("w", "U8", "", "0,1") "," TJ("w", "U8", "", "1,2") "}", 2,              \
+	  -EINVAL, "duplicate tensor name 'w'")                                          \
+	X(duplicate_names_escaped,                                                       \
+	  "{" TJ("w", "U8", "", "0,1") "," TJ("\\u0077", "U8", "", "1,2") "}",           \
+	  2, -EINVAL, "duplicate tensor name 'w'")                                       \
+	X(offsets_not_from_zero, "{" TJ("w", "U8", "", "4,5") "}", 5, -EINVAL,           \
+	  "tensor 'w': data_offsets begin at 4, but the first")                          \
+	X(hole_in_offsets,                                                               \
+	  "{" TJ("a", "U8", "", "0,1") "," TJ("b", "U8", "", "2,3") "}", 3,              \
+	  -EINVAL,                                                                       \
+	  "tensor 'b': data_offsets [2,3) leave a hole after 'a', which ends at 1")      \
+	X(overlapping_offsets,                                                           \
+	  "{" TJ("a", "F32", "", "0,4") "," TJ("b", "F32", "", "2,6") "}", 6,            \
+	  -EINVAL,                                                                       \
+	  "tensor 'b': data_offsets [2,6) overlap 'a', which ends at 4")                 \
+	X(end_before_begin,                                                              \
+	  "{" TJ("a", "U8", "", "0,1") "," TJ("b", "U8", "0", "1,0") "}", 1,             \
+	  -EINVAL, "tensor 'b': data_offsets end 0 is before begin 1")                   \
+	X(size_mismatch, "{" TJ("w", "F16", "4", "0,10") "}", 10, -EINVAL,               \
 	  "tensor 'w': data_offsets [0,10) hold 10 bytes, but 4 elements of F16 need 8") \
-	X(shape_overflow, "{" TJ("w", "U8",                                  \
-	  "9007199254740992,9007199254740992", "0,0") "}", 0, -EOVERFLOW,    \
-	  "tensor 'w': shape product overflows 64 bits")                     \
-	X(bits_overflow, "{" TJ("w", "F64", "9007199254740992,256", "0,0") "}", \
-	  0, -EOVERFLOW, "bit count overflows 64 bits")                      \
-	X(f4_odd_count, "{" TJ("w", "F4", "3", "0,2") "}", 2, -EINVAL,       \
-	  "tensor 'w': 3 elements of 4-bit F4 do not fill whole bytes")      \
-	X(f6_misaligned, "{" TJ("w", "F6_E3M2", "2", "0,2") "}", 2, -EINVAL, \
-	  "2 elements of 6-bit F6_E3M2 do not fill whole bytes")             \
-	X(trailing_bytes, "{" TJ("w", "U8", "2", "0,2") "}", 3, -EINVAL,     \
-	  "but the file has 64 bytes (trailing bytes)")                      \
-	X(truncated_data, "{" TJ("w", "U8", "2", "0,2") "}", 1, -EINVAL,     \
-	  "(truncated)")                                                     \
-	X(first_error_wins, "{" TJ("a", "U8", "", "0,2") ","                 \
-	  TJ("b", "U8", "", "5,6") "}", 6, -EINVAL,                          \
-	  "tensor 'a': data_offsets [0,2) hold 2 bytes")
+	X(shape_overflow,                                                                \
+	  "{" TJ("w", "U8", "9007199254740992,9007199254740992", "0,0") "}",             \
+	  0, -EOVERFLOW, "tensor 'w': shape product overflows 64 bits")                  \
+	X(bits_overflow,                                                                 \
+	  "{" TJ("w", "F64", "9007199254740992,256", "0,0") "}", 0,                      \
+	  -EOVERFLOW, "bit count overflows 64 bits")                                     \
+	X(f4_odd_count, "{" TJ("w", "F4", "3", "0,2") "}", 2, -EINVAL,                   \
+	  "tensor 'w': 3 elements of 4-bit F4 do not fill whole bytes")                  \
+	X(f6_misaligned, "{" TJ("w", "F6_E3M2", "2", "0,2") "}", 2, -EINVAL,             \
+	  "2 elements of 6-bit F6_E3M2 do not fill whole bytes")                         \
+	X(trailing_bytes, "{" TJ("w", "U8", "2", "0,2") "}", 3, -EINVAL,                 \
+	  "but the file has 64 bytes (trailing bytes)")                                  \
+	X(truncated_data, "{" TJ("w", "U8", "2", "0,2") "}", 1, -EINVAL,                 \
+	  "(truncated)")                                                                 \
+	X(first_error_wins,                                                              \
+	  "{" TJ("a", "U8", "", "0,2") "," TJ("b", "U8", "", "5,6") "}", 6,              \
+	  -EINVAL, "tensor 'a': data_offsets [0,2) hold 2 bytes")
 
-#define DEFINE_BAD(name, json, data, rc, phrase)                             \
-	START_TEST(test_st_header__##name)                                   \
-	{                                                                    \
-		expect_bad(json, sizeof(json) - 1, data, rc, phrase);        \
-	}                                                                    \
+#define DEFINE_BAD(name, json, data, rc, phrase)                      \
+	START_TEST(test_st_header__##name)                            \
+	{                                                             \
+		expect_bad(json, sizeof(json) - 1, data, rc, phrase); \
+	}                                                             \
 	END_TEST
 BAD_CASES(DEFINE_BAD)
 
@@ -338,7 +353,8 @@ START_TEST(test_st_header__deep_nesting_rejected)
 	memset(js + n, ']', depth);
 	n += depth;
 	n += (size_t)sprintf(js + n, "}}");
-	expect_bad(js, n, 0, -EINVAL, "JSON nested deeper than 127 levels at header byte 135");
+	expect_bad(js, n, 0, -EINVAL,
+		   "JSON nested deeper than 127 levels at header byte 135");
 	free(js);
 }
 END_TEST
@@ -425,8 +441,8 @@ END_TEST
 
 START_TEST(test_st_header__rank0_tensor)
 {
-	struct castfs_header *h = parse_json_ok(
-		"{" TJ("s", "F64", "", "0,8") "}", 8);
+	struct castfs_header *h =
+		parse_json_ok("{" TJ("s", "F64", "", "0,8") "}", 8);
 
 	ck_assert_uint_eq(h->tensors[0].ndim, 0);
 	ck_assert_uint_eq(h->tensors[0].nelems, 1);
@@ -437,9 +453,11 @@ END_TEST
 START_TEST(test_st_header__empty_tensors)
 {
 	struct castfs_header *h = parse_json_ok(
-		"{" TJ("e1", "F32", "0", "0,0") "," TJ("e2", "BF16", "3,0,7",
-		"0,0") "," TJ("x", "U8", "2", "0,2") "," TJ("e3", "U8", "0",
-		"2,2") "}", 2);
+		"{" TJ("e1", "F32", "0", "0,0") "," TJ(
+			"e2", "BF16", "3,0,7",
+			"0,0") "," TJ("x", "U8", "2",
+				      "0,2") "," TJ("e3", "U8", "0", "2,2") "}",
+		2);
 
 	ck_assert_uint_eq(h->ntensors, 4);
 	ck_assert_str_eq(h->tensors[0].name, "e1"); /* ties break by name */
@@ -483,8 +501,8 @@ END_TEST
 
 START_TEST(test_st_header__f4_even_count)
 {
-	struct castfs_header *h = parse_json_ok(
-		"{" TJ("w", "F4", "3,2", "0,3") "}", 3);
+	struct castfs_header *h =
+		parse_json_ok("{" TJ("w", "F4", "3,2", "0,3") "}", 3);
 
 	ck_assert_uint_eq(h->tensors[0].nelems, 6);
 	castfs_header_free(h);
@@ -493,8 +511,8 @@ END_TEST
 
 START_TEST(test_st_header__f6_whole_bytes)
 {
-	struct castfs_header *h = parse_json_ok(
-		"{" TJ("w", "F6_E2M3", "4", "0,3") "}", 3);
+	struct castfs_header *h =
+		parse_json_ok("{" TJ("w", "F6_E2M3", "4", "0,3") "}", 3);
 
 	castfs_header_free(h);
 }
@@ -502,7 +520,8 @@ END_TEST
 
 START_TEST(test_st_header__metadata_absent)
 {
-	struct castfs_header *h = parse_json_ok("{" TJ("w", "U8", "", "0,1") "}", 1);
+	struct castfs_header *h =
+		parse_json_ok("{" TJ("w", "U8", "", "0,1") "}", 1);
 
 	ck_assert(!h->has_metadata);
 	ck_assert_uint_eq(h->nmeta, 0);
@@ -558,8 +577,10 @@ END_TEST
 static void check_sorted(const struct castfs_header *h)
 {
 	for (size_t i = 1; i < h->ntensors; i++) {
-		const struct castfs_tensor *a = h->by_name[i - 1], *b = h->by_name[i];
-		size_t m = a->name_len < b->name_len ? a->name_len : b->name_len;
+		const struct castfs_tensor *a = h->by_name[i - 1],
+					   *b = h->by_name[i];
+		size_t m = a->name_len < b->name_len ? a->name_len :
+						       b->name_len;
 		int r = memcmp(a->name, b->name, m);
 
 		ck_assert(h->tensors[i - 1].end == h->tensors[i].begin);
@@ -570,16 +591,18 @@ static void check_sorted(const struct castfs_header *h)
 START_TEST(test_st_header__unsorted_key_order)
 {
 	static const enum tu_key_order orders[] = { TU_KEYS_REVERSE,
-						     TU_KEYS_SHUFFLE };
+						    TU_KEYS_SHUFFLE };
 	struct tu_st *b = tu_st_new();
 	char name[32];
 
 	for (int i = 0; i < 40; i++) {
 		sprintf(name, "layer.%d.w", i);
-		tu_st_add(b, name, i % 3 ? "BF16" : "F32", SHAPE(4, (uint64_t)i), NULL);
+		tu_st_add(b, name, i % 3 ? "BF16" : "F32",
+			  SHAPE(4, (uint64_t)i), NULL);
 	}
 	for (int k = 0; k < 2; k++) {
-		struct tu_st_opts o = { .keys = orders[k], .seed = 7,
+		struct tu_st_opts o = { .keys = orders[k],
+					.seed = 7,
 					.fields_reversed = k == 1 };
 		struct castfs_header *h;
 
@@ -588,7 +611,8 @@ START_TEST(test_st_header__unsorted_key_order)
 		ck_assert_uint_eq(h->ntensors, 40);
 		check_sorted(h);
 		ck_assert_uint_eq(find(h, "layer.0.w")->begin, 0);
-		ck_assert_int_eq(find(h, "layer.39.w")->dtype, CASTFS_DTYPE_F32);
+		ck_assert_int_eq(find(h, "layer.39.w")->dtype,
+				 CASTFS_DTYPE_F32);
 		castfs_header_free(h);
 	}
 	tu_st_free(b);
@@ -602,7 +626,8 @@ START_TEST(test_st_header__trailing_spaces_accepted)
 
 	tu_st_add(b, "w", "I32", SHAPE(2), NULL);
 	for (int i = 0; i < 4; i++) {
-		struct tu_st_opts o = { .pad_byte = pads[i], .extra_pad = 17,
+		struct tu_st_opts o = { .pad_byte = pads[i],
+					.extra_pad = 17,
 					.pretty = i == 3 };
 		struct castfs_header *h;
 
@@ -674,8 +699,10 @@ START_TEST(test_st_header__very_long_name)
 		size_t len;
 		uint8_t *f = tu_st_build(b, &len);
 
-		ck_assert_int_eq(castfs_header_parse(f, len, len, &h, &d), -EINVAL);
-		ck_assert_ptr_nonnull(strstr(d.msg, "duplicate tensor name 'xxxx"));
+		ck_assert_int_eq(castfs_header_parse(f, len, len, &h, &d),
+				 -EINVAL);
+		ck_assert_ptr_nonnull(
+			strstr(d.msg, "duplicate tensor name 'xxxx"));
 		ck_assert_ptr_nonnull(strstr(d.msg, "x...'"));
 		ck_assert_uint_lt(strlen(d.msg), 100);
 		free(f);
@@ -689,8 +716,10 @@ START_TEST(test_st_header__escapes_decoded)
 {
 	struct castfs_header *h = parse_json_ok(
 		"{" TJ("q\\\"b\\\\s\\/\\b\\f\\n\\r\\t\\u00e9\\uD83D\\uDE00\xc3\xa9",
-		       "U8", "", "0,1") "}", 1);
-	static const char want[] = "q\"b\\s/\b\f\n\r\t\xc3\xa9\xf0\x9f\x98\x80\xc3\xa9";
+		       "U8", "", "0,1") "}",
+		1);
+	static const char want[] =
+		"q\"b\\s/\b\f\n\r\t\xc3\xa9\xf0\x9f\x98\x80\xc3\xa9";
 
 	ck_assert_uint_eq(h->tensors[0].name_len, sizeof(want) - 1);
 	ck_assert_str_eq(h->tensors[0].name, want);
@@ -703,7 +732,8 @@ START_TEST(test_st_header__escaped_keys_recognised)
 {
 	struct castfs_header *h = parse_json_ok(
 		"{\"__metadata\\u005f_\":{\"k\":\"v\"},\"w\":{\"d\\u0074ype\":"
-		"\"\\u00553\\u0032\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4);
+		"\"\\u00553\\u0032\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+		4);
 
 	ck_assert(h->has_metadata);
 	ck_assert_int_eq(h->tensors[0].dtype, CASTFS_DTYPE_U32);
@@ -718,8 +748,9 @@ START_TEST(test_st_header__unknown_fields_ignored)
 
 	/* strings inside ignored fields must not shift the key bookkeeping */
 	tu_st_add(b, "a", "F16", SHAPE(2), NULL);
-	tu_st_extra(b, 0, "\"x\":{\"dtype\":\"zz\",\"k\":[\"s\",{\"t\":\"u\"}]},"
-			  "\"x\":null,\"y\":[1,2,3.5e0]");
+	tu_st_extra(b, 0,
+		    "\"x\":{\"dtype\":\"zz\",\"k\":[\"s\",{\"t\":\"u\"}]},"
+		    "\"x\":null,\"y\":[1,2,3.5e0]");
 	tu_st_add(b, "b", "BF16", SHAPE(3), NULL);
 	tu_st_extra(b, 1, "\"shape_\":\"q\"");
 	tu_st_add(b, "c", "BF16", SHAPE(1), NULL);
@@ -731,8 +762,9 @@ START_TEST(test_st_header__unknown_fields_ignored)
 		expect_bad_file(f, len, -EINVAL, "number 3.5e0 at header byte");
 		free(f);
 	}
-	tu_st_extra(b, 0, "\"x\":{\"dtype\":\"zz\",\"k\":[\"s\",{\"t\":\"u\"}]},"
-			  "\"x\":null,\"y\":[1,2,true]");
+	tu_st_extra(b, 0,
+		    "\"x\":{\"dtype\":\"zz\",\"k\":[\"s\",{\"t\":\"u\"}]},"
+		    "\"x\":null,\"y\":[1,2,true]");
 	h = build_ok(b);
 	ck_assert_int_eq(find(h, "a")->dtype, CASTFS_DTYPE_F16);
 	ck_assert_int_eq(find(h, "b")->dtype, CASTFS_DTYPE_BF16);
@@ -745,8 +777,9 @@ END_TEST
 START_TEST(test_st_header__raw_utf8_names)
 {
 	struct castfs_header *h = parse_json_ok(
-		"{" TJ("\xe6\x9d\x83\xe9\x87\x8d", "U8", "", "0,1") ","
-		TJ("\xf0\x9f\x98\x80", "U8", "", "1,2") "}", 2);
+		"{" TJ("\xe6\x9d\x83\xe9\x87\x8d", "U8", "",
+		       "0,1") "," TJ("\xf0\x9f\x98\x80", "U8", "", "1,2") "}",
+		2);
 
 	ck_assert_uint_eq(find(h, "\xe6\x9d\x83\xe9\x87\x8d")->begin, 0);
 	ck_assert_uint_eq(find(h, "\xf0\x9f\x98\x80")->begin, 1);
@@ -756,8 +789,8 @@ END_TEST
 
 START_TEST(test_st_header__max_int_accepted)
 {
-	static const char js[] = "{" TJ("w", "U8", "9007199254740992",
-					"0,9007199254740992") "}";
+	static const char js[] =
+		"{" TJ("w", "U8", "9007199254740992", "0,9007199254740992") "}";
 	struct castfs_diag d = { { 0 } };
 	struct castfs_header *h = NULL;
 	size_t len;
@@ -780,14 +813,17 @@ START_TEST(test_st_header__find_many)
 
 	for (int i = 0; i < 500; i++) {
 		sprintf(name, "%016llx", (unsigned long long)tu_rand(&s));
-		tu_st_add(b, name + (i % 7), "U8", SHAPE((uint64_t)(i % 5)), NULL);
+		tu_st_add(b, name + (i % 7), "U8", SHAPE((uint64_t)(i % 5)),
+			  NULL);
 	}
 	h = build_ok(b);
 	for (size_t i = 0; i < h->ntensors; i++) {
 		const struct castfs_tensor *t = &h->tensors[i];
 
-		ck_assert_ptr_eq(castfs_header_find(h, t->name, t->name_len), t);
-		ck_assert_ptr_null(castfs_header_find(h, t->name, t->name_len + 1));
+		ck_assert_ptr_eq(castfs_header_find(h, t->name, t->name_len),
+				 t);
+		ck_assert_ptr_null(
+			castfs_header_find(h, t->name, t->name_len + 1));
 	}
 	ck_assert_ptr_null(castfs_header_find(h, "", 0));
 	ck_assert_ptr_null(castfs_header_find(NULL, "a", 1));
@@ -836,10 +872,12 @@ START_TEST(test_st_header__nelems_and_nbytes)
 
 	ck_assert_int_eq(castfs_shape_nelems(NULL, 0, &v), 0);
 	ck_assert_uint_eq(v, 1);
-	ck_assert_int_eq(castfs_shape_nelems((uint64_t[]){ 0, big, big }, 3, &v), 0);
+	ck_assert_int_eq(
+		castfs_shape_nelems((uint64_t[]){ 0, big, big }, 3, &v), 0);
 	ck_assert_uint_eq(v, 0);
 	v = 7;
-	ck_assert_int_eq(castfs_shape_nelems((uint64_t[]){ big, big, 0 }, 3, &v),
+	ck_assert_int_eq(castfs_shape_nelems((uint64_t[]){ big, big, 0 }, 3,
+					     &v),
 			 -EOVERFLOW);
 	ck_assert_uint_eq(v, 7);
 	ck_assert_int_eq(castfs_tensor_nbytes(CASTFS_DTYPE_F4, 6, &v), 0);
@@ -847,9 +885,11 @@ START_TEST(test_st_header__nelems_and_nbytes)
 	ck_assert_int_eq(castfs_tensor_nbytes(CASTFS_DTYPE_F4, 5, &v), -EINVAL);
 	ck_assert_int_eq(castfs_tensor_nbytes(CASTFS_DTYPE_F6_E2M3, 4, &v), 0);
 	ck_assert_uint_eq(v, 3);
-	ck_assert_int_eq(castfs_tensor_nbytes(CASTFS_DTYPE_F64, UINT64_C(1) << 58, &v),
+	ck_assert_int_eq(castfs_tensor_nbytes(CASTFS_DTYPE_F64,
+					      UINT64_C(1) << 58, &v),
 			 -EOVERFLOW);
-	ck_assert_int_eq(castfs_tensor_nbytes(CASTFS_DTYPE_INVALID, 1, &v), -EINVAL);
+	ck_assert_int_eq(castfs_tensor_nbytes(CASTFS_DTYPE_INVALID, 1, &v),
+			 -EINVAL);
 	ck_assert_int_eq(castfs_tensor_nbytes(CASTFS_DTYPE_C64, 3, &v), 0);
 	ck_assert_uint_eq(v, 24);
 }
@@ -860,8 +900,12 @@ END_TEST
 static void corpus_check(const char *dir, const char *file, const char *err,
 			 const char *phrase)
 {
-	static const struct { const char *name; int rc; } errs[] = {
-		{ "EINVAL", -EINVAL }, { "E2BIG", -E2BIG },
+	static const struct {
+		const char *name;
+		int rc;
+	} errs[] = {
+		{ "EINVAL", -EINVAL },
+		{ "E2BIG", -E2BIG },
 		{ "EOVERFLOW", -EOVERFLOW },
 	};
 	struct castfs_mem_reader mr;
@@ -883,7 +927,8 @@ static void corpus_check(const char *dir, const char *file, const char *err,
 	expect_bad_file(f, len, rc, phrase);
 	castfs_mem_reader_init(&mr, f, len);
 	ck_assert_int_eq(castfs_header_read(&mr.r, len, &h, &d), rc);
-	ck_assert_msg(strstr(d.msg, phrase), "%s via reader: '%s'", file, d.msg);
+	ck_assert_msg(strstr(d.msg, phrase), "%s via reader: '%s'", file,
+		      d.msg);
 	free(f);
 }
 
@@ -975,16 +1020,22 @@ static void emit_bad(struct castfs_emit_tensor *t, size_t n,
 		      phrase);
 }
 
-#define ET(nm, dt, nb, ...)                                                  \
-	{ .name = nm, .name_len = sizeof(nm) - 1, .dtype = CASTFS_DTYPE_##dt, \
-	  .ndim = (uint32_t)(sizeof((uint64_t[]){ __VA_ARGS__ }) / 8) - 1,    \
-	  .shape = (uint64_t[]){ __VA_ARGS__ } + 1, .nbytes = nb }
+#define ET(nm, dt, nb, ...)                                                   \
+	{                                                                     \
+		.name = nm, .name_len = sizeof(nm) - 1,                       \
+		.dtype = CASTFS_DTYPE_##dt,                                   \
+		.ndim = (uint32_t)(sizeof((uint64_t[]){ __VA_ARGS__ }) / 8) - \
+			1,                                                    \
+		.shape = (uint64_t[]){ __VA_ARGS__ } + 1, .nbytes = nb        \
+	}
 
 START_TEST(test_st_header__emit_worked_example)
 {
 	struct castfs_emit_tensor t[] = {
-		ET("b", BF16, 6, 0, 3), ET("a", F32, 16, 0, 2, 2),
-		ET("w", F8_E4M3, 6, 0, 2, 3), ET("s", F32, 4, 0),
+		ET("b", BF16, 6, 0, 3),
+		ET("a", F32, 16, 0, 2, 2),
+		ET("w", F8_E4M3, 6, 0, 2, 3),
+		ET("s", F32, 4, 0),
 	};
 	static const uint32_t cookies[] = { 1, 3, 0, 2 };
 	static const uint64_t offs[] = { 0, 16, 20, 26, 32 };
@@ -1017,8 +1068,10 @@ START_TEST(test_st_header__emit_escapes)
 		"\xf0\x9f\x98\x80\\u0000z\":{\"dtype\":\"I16\",\"shape\":[0,5],"
 		"\"data_offsets\":[0,0]}}";
 	struct castfs_emit_tensor t = {
-		.name = name, .name_len = sizeof(name) - 1,
-		.dtype = CASTFS_DTYPE_I16, .ndim = 2,
+		.name = name,
+		.name_len = sizeof(name) - 1,
+		.dtype = CASTFS_DTYPE_I16,
+		.ndim = 2,
 		.shape = (uint64_t[]){ 0, 5 },
 	};
 	struct castfs_meta_kv m = { "k\n", "v\0\"", 2, 3 };
@@ -1052,10 +1105,11 @@ END_TEST
 START_TEST(test_st_header__emit_dtype_order)
 {
 	static const char *const want[] = {
-		"U64", "I64", "F64", "C64", "F32", "U32", "I32", "BF16",
-		"F16", "U16", "I16", "F8_E5M2FNUZ", "F8_E4M3FNUZ", "F8_E8M0",
-		"F8_E4M3", "F8_E5M2", "I8", "U8", "F6_E3M2", "F6_E2M3", "F4",
-		"BOOL",
+		"U64",	   "I64",	  "F64",	 "C64",	    "F32",
+		"U32",	   "I32",	  "BF16",	 "F16",	    "U16",
+		"I16",	   "F8_E5M2FNUZ", "F8_E4M3FNUZ", "F8_E8M0", "F8_E4M3",
+		"F8_E5M2", "I8",	  "U8",		 "F6_E3M2", "F6_E2M3",
+		"F4",	   "BOOL",
 	};
 	struct castfs_emit_tensor t[CASTFS_DTYPE_COUNT];
 	uint64_t shape[1] = { 8 };
@@ -1067,8 +1121,10 @@ START_TEST(test_st_header__emit_dtype_order)
 		const char *n = castfs_dtype_name((enum castfs_dtype)i);
 
 		t[i] = (struct castfs_emit_tensor){
-			.name = n, .name_len = strlen(n),
-			.dtype = (enum castfs_dtype)i, .ndim = 1,
+			.name = n,
+			.name_len = strlen(n),
+			.dtype = (enum castfs_dtype)i,
+			.ndim = 1,
 			.shape = shape,
 			.nbytes = castfs_dtype_bits((enum castfs_dtype)i),
 		};
@@ -1090,12 +1146,13 @@ END_TEST
 START_TEST(test_st_header__emit_name_order_bytewise)
 {
 	struct castfs_emit_tensor t[] = {
-		ET("b", U8, 1, 0, 1), ET("a", U8, 1, 0, 1), ET("aa", U8, 1, 0, 1),
-		ET("B", U8, 1, 0, 1), ET("\xc3\xa9", U8, 1, 0, 1),
-		ET("a\0", U8, 1, 0, 1), ET("~", U8, 1, 0, 1),
+		ET("b", U8, 1, 0, 1),	     ET("a", U8, 1, 0, 1),
+		ET("aa", U8, 1, 0, 1),	     ET("B", U8, 1, 0, 1),
+		ET("\xc3\xa9", U8, 1, 0, 1), ET("a\0", U8, 1, 0, 1),
+		ET("~", U8, 1, 0, 1),
 	};
-	static const char *const want[] = { "B", "a", "a", "aa", "b", "~",
-					    "\xc3\xa9" };
+	static const char *const want[] = { "B", "a", "a",	 "aa",
+					    "b", "~", "\xc3\xa9" };
 	size_t len;
 	uint8_t *out = emit_ok(t, 7, false, NULL, 0, &len);
 
@@ -1110,9 +1167,14 @@ END_TEST
 /* A random name of valid UTF-8, escapes and controls included. */
 static size_t rand_name(uint64_t *s, char *out, size_t i, bool controls)
 {
-	static const char *const frag[] = { "a", "layer", ".", "\"", "\\",
-		"/", " ", "\xc3\xa9", "\xf0\x9f\x98\x80", "\x7f", "_", "9",
-		"\n", "\x01", "\0", "\t" };
+	static const char *const frag[] = {
+		"a",	"layer",    ".",
+		"\"",	"\\",	    "/",
+		" ",	"\xc3\xa9", "\xf0\x9f\x98\x80",
+		"\x7f", "_",	    "9",
+		"\n",	"\x01",	    "\0",
+		"\t"
+	};
 	size_t n = 0, nf = controls ? 16 : 12;
 
 	for (uint64_t k = tu_rand(s) % 6; k > 0; k--) {
@@ -1234,8 +1296,9 @@ START_TEST(test_st_header__emit_matches_builder)
 		rand_set(&r, &s, false);
 		for (size_t i = 0; i < r.n; i++)
 			tu_st_add_n(b, r.t[i].name, r.t[i].name_len,
-				    castfs_dtype_name(r.t[i].dtype), r.t[i].ndim,
-				    r.t[i].shape, NULL, TU_NBYTES_AUTO);
+				    castfs_dtype_name(r.t[i].dtype),
+				    r.t[i].ndim, r.t[i].shape, NULL,
+				    TU_NBYTES_AUTO);
 		tu_st_meta(b, "format", "pt");
 		out = emit_ok(r.t, r.n, true, &m, 1, &len);
 		bf = tu_st_build(b, &blen);
@@ -1263,7 +1326,8 @@ END_TEST
 START_TEST(test_st_header__emit_rejects_bad_sizes)
 {
 	struct castfs_emit_tensor t[] = {
-		ET("w", F16, 7, 0, 2, 2), ET("f4", F4, 1, 0, 3),
+		ET("w", F16, 7, 0, 2, 2),
+		ET("f4", F4, 1, 0, 3),
 		ET("o", U8, 0, 0, UINT64_C(1) << 40, UINT64_C(1) << 40, 0),
 	};
 	const uint64_t g = (UINT64_C(1) << 61) - 1; /* 8 * g bits still fit */
@@ -1272,9 +1336,12 @@ START_TEST(test_st_header__emit_rejects_bad_sizes)
 
 	for (int i = 0; i < 9; i++) {
 		names[i][0] = (char)('a' + i);
-		big[i] = (struct castfs_emit_tensor){
-			.name = names[i], .name_len = 1, .dtype = CASTFS_DTYPE_U8,
-			.ndim = 1, .shape = &g, .nbytes = g };
+		big[i] = (struct castfs_emit_tensor){ .name = names[i],
+						      .name_len = 1,
+						      .dtype = CASTFS_DTYPE_U8,
+						      .ndim = 1,
+						      .shape = &g,
+						      .nbytes = g };
 	}
 
 	emit_bad(&t[0], 1, NULL, 0, -EINVAL,
@@ -1288,7 +1355,8 @@ END_TEST
 START_TEST(test_st_header__emit_rejects_bad_names)
 {
 	struct castfs_emit_tensor t[] = {
-		ET("\xff", U8, 1, 0, 1), ET("__metadata__", U8, 1, 0, 1),
+		ET("\xff", U8, 1, 0, 1),
+		ET("__metadata__", U8, 1, 0, 1),
 		ET("ok", U8, 1, 0, 1),
 	};
 	struct castfs_meta_kv m = { "k", "\xc3", 1, 1 };
@@ -1307,7 +1375,8 @@ START_TEST(test_st_header__emit_e2big)
 {
 	size_t n = 17000000;
 	char *name = malloc(n);
-	struct castfs_emit_tensor t = { .name = name, .name_len = n,
+	struct castfs_emit_tensor t = { .name = name,
+					.name_len = n,
 					.dtype = CASTFS_DTYPE_U8 };
 
 	memset(name, 1, n);

@@ -110,8 +110,8 @@ START_TEST(test_tpath__escapes_are_never_cut)
 	for (size_t shift = 0; shift < 3; shift++) {
 		memset(name, 'a', shift);
 		memset(name + shift, '/', sizeof(name) - shift);
-		ck_assert_int_eq(castfs_tpath_encode(name, sizeof(name), &p,
-						     &pl), 0);
+		ck_assert_int_eq(
+			castfs_tpath_encode(name, sizeof(name), &p, &pl), 0);
 		check_components(p, pl);
 		ck_assert_int_eq(castfs_tpath_decode(p, pl, &n, &nl), 0);
 		ck_assert_uint_eq(nl, sizeof(name));
@@ -149,8 +149,8 @@ END_TEST
 START_TEST(test_tpath__other_spellings_are_refused)
 {
 	static const char *const bad[] = {
-		"%41",	 "a/",	 "/a",	   "a//b", "%+",  "a%2",	"a%zz",
-		"a.b",	 "a%2f", "x%+/y", "%%",	  "%/",	 "a%+%+/b", "",
+		"%41", "a/",   "/a",	"a//b", "%+", "a%2",	 "a%zz",
+		"a.b", "a%2f", "x%+/y", "%%",	"%/", "a%+%+/b", "",
 	};
 	char *n;
 	size_t nl;
@@ -201,8 +201,8 @@ static int collect(void *ctx, const char *name, size_t len,
 
 START_TEST(test_ttree__lookup_and_children)
 {
-	static const char *const names[] = { "a.b", "a.b.c", "a.x", "b",
-					     "a%.q", "a/z" };
+	static const char *const names[] = { "a.b", "a.b.c", "a.x",
+					     "b",   "a%.q",  "a/z" };
 	struct castfs_header *h = parse_names(names, 6);
 	struct castfs_ttree *tt;
 	struct seen s = { 0 };
@@ -248,9 +248,13 @@ START_TEST(test_npy__header_as_numpy_writes_it)
 		"\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': "
 		"False, 'shape': (2, 3), }";
 	const uint64_t shape[2] = { 2, 3 };
-	struct castfs_tensor t = { .name = "w", .name_len = 1,
-				   .dtype = CASTFS_DTYPE_BF16, .ndim = 2,
-				   .shape = shape, .nelems = 6, .begin = 0,
+	struct castfs_tensor t = { .name = "w",
+				   .name_len = 1,
+				   .dtype = CASTFS_DTYPE_BF16,
+				   .ndim = 2,
+				   .shape = shape,
+				   .nelems = 6,
+				   .begin = 0,
 				   .end = 12 };
 	struct castfs_npy n;
 
@@ -270,8 +274,9 @@ START_TEST(test_npy__big_headers_use_format_2)
 {
 	enum { NDIM = 30000 };
 	uint64_t *shape = malloc(NDIM * sizeof(*shape));
-	struct castfs_tensor t = { .dtype = CASTFS_DTYPE_U8, .ndim = NDIM,
-				   .nelems = 1, .end = 1 };
+	struct castfs_tensor t = {
+		.dtype = CASTFS_DTYPE_U8, .ndim = NDIM, .nelems = 1, .end = 1
+	};
 	struct castfs_npy n;
 
 	for (int i = 0; i < NDIM; i++)
@@ -337,20 +342,23 @@ START_TEST(test_layer__npy_of_a_view_widens_the_view)
 	ck_assert_int_eq(castfs_header_parse(file, len, len, &h, NULL), 0);
 	ck_assert_int_eq(castfs_views_builtin(&vs), 0);
 	ck_assert_int_eq(castfs_view_plan(castfs_views_find(&vs, "fp8", 3), h,
-					  &view, NULL), 0);
+					  &view, NULL),
+			 0);
 	ck_assert_int_eq(castfs_view_header(view, &vh, NULL), 0);
 	ck_assert_int_eq(vh->tensors[0].dtype, CASTFS_DTYPE_F8_E4M3);
 	ck_assert_int_eq(castfs_npy_plan(&vh->tensors[0],
 					 vh->data_start + vh->tensors[0].begin,
-					 &npy), 0);
+					 &npy),
+			 0);
 	castfs_mem_reader_init(&mr, file, len);
 	ck_assert_int_eq(castfs_scratch_init(&s), 0);
 	vbytes = malloc(view->size);
 	ck_assert_int_eq(castfs_plan_read(view, &mr.r, &s, vbytes, view->size,
-					  0), (ssize_t)view->size);
+					  0),
+			 (ssize_t)view->size);
 	want = malloc(300 * 257 * sizeof(float));
-	castfs_convert_get(CASTFS_DTYPE_F8_E4M3, CASTFS_DTYPE_F32, 0)(
-		want, vbytes + vh->data_start, 300 * 257);
+	castfs_convert_get(CASTFS_DTYPE_F8_E4M3, CASTFS_DTYPE_F32,
+			   0)(want, vbytes + vh->data_start, 300 * 257);
 	got = malloc(npy->size);
 	castfs_layer_init(&l, view, &mr.r, &s, &outer);
 	ck_assert_int_eq(castfs_plan_read(npy, &l.r, &outer, got, npy->size, 0),
@@ -363,7 +371,8 @@ START_TEST(test_layer__npy_of_a_view_widens_the_view)
 		uint8_t *part = malloc(n);
 
 		ck_assert_int_eq(castfs_plan_read(npy, &l.r, &outer, part, n,
-						  off), (ssize_t)n);
+						  off),
+				 (ssize_t)n);
 		ck_assert_mem_eq(part, got + off, n);
 		free(part);
 	}

@@ -35,7 +35,7 @@ struct tu_st {
 	struct tu_meta *m;
 	size_t nm;
 	int meta_state; /* 0 absent, 1 object, 2 null */
-	size_t *order;  /* data order of the last build */
+	size_t *order; /* data order of the last build */
 };
 
 struct tu_buf {
@@ -316,8 +316,8 @@ static void tu_put_tensor(struct tu_buf *j, const struct tu_st *b,
 	for (uint32_t i = 0; i < t->ndim; i++)
 		tu_printf(&f[1], "%s%" PRIu64, i ? "," : "", t->shape[i]);
 	tu_put(&f[1], "]", 1);
-	tu_printf(&f[2], "\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]",
-		  t->begin, t->end);
+	tu_printf(&f[2], "\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]", t->begin,
+		  t->end);
 	for (int i = 0; i < 3; i++) {
 		struct tu_buf *x = &f[b->o.fields_reversed ? 2 - i : i];
 
@@ -355,8 +355,9 @@ static void tu_key_order(const struct tu_st *b, size_t *keys)
 	uint64_t s = b->o.seed;
 
 	for (size_t i = 0; i < b->nt; i++)
-		keys[i] = b->o.keys == TU_KEYS_REVERSE ? b->order[b->nt - 1 - i]
-						       : b->order[i];
+		keys[i] = b->o.keys == TU_KEYS_REVERSE ?
+				  b->order[b->nt - 1 - i] :
+				  b->order[i];
 	if (b->o.keys != TU_KEYS_SHUFFLE)
 		return;
 	for (size_t i = b->nt; i > 1; i--) {

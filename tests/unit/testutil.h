@@ -14,12 +14,12 @@
 /* Where tensor data goes in the buffer. */
 enum tu_layout {
 	TU_LAYOUT_WRITER, /* as safetensors writes: dtype descending, name */
-	TU_LAYOUT_ADDED,  /* in the order of tu_st_add*() calls */
+	TU_LAYOUT_ADDED, /* in the order of tu_st_add*() calls */
 };
 
 /* In which order tensor keys appear in the JSON. */
 enum tu_key_order {
-	TU_KEYS_DATA,    /* data order (what the writer does) */
+	TU_KEYS_DATA, /* data order (what the writer does) */
 	TU_KEYS_REVERSE, /* reverse data order */
 	TU_KEYS_SHUFFLE, /* shuffled with opts.seed */
 };
@@ -28,14 +28,14 @@ struct tu_st_opts {
 	enum tu_layout layout;
 	enum tu_key_order keys;
 	uint64_t seed;
-	bool pretty;          /* a space and newline around every token */
-	bool meta_last;       /* "__metadata__" after the tensors */
+	bool pretty; /* a space and newline around every token */
+	bool meta_last; /* "__metadata__" after the tensors */
 	bool fields_reversed; /* data_offsets, shape, dtype */
-	unsigned align;       /* pad the header to a multiple of this; 0 = 8 */
-	char pad_byte;        /* 0 = ' ' */
-	size_t extra_pad;     /* pad bytes beyond the alignment */
-	const char *lead;     /* bytes written before '{' (NULL: none) */
-	size_t trailing;      /* garbage bytes appended after the data */
+	unsigned align; /* pad the header to a multiple of this; 0 = 8 */
+	char pad_byte; /* 0 = ' ' */
+	size_t extra_pad; /* pad bytes beyond the alignment */
+	const char *lead; /* bytes written before '{' (NULL: none) */
+	size_t trailing; /* garbage bytes appended after the data */
 };
 
 /* Fill @n bytes of tensor data at @dst. */
