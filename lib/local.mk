@@ -4,7 +4,7 @@ lib_libcastfs_a_CFLAGS = $(AM_CFLAGS) $(CJSON_CFLAGS) $(ZSTD_CFLAGS)
 lib_libcastfs_a_SOURCES = \
 	lib/common/bytes.h lib/common/ckd.h lib/common/compiler.h \
 	lib/common/err.c lib/common/err.h \
-	lib/common/strbuf.c lib/common/strbuf.h \
+	lib/common/strbuf.c lib/common/strbuf.h lib/common/hash.h \
 	lib/dtype.c lib/dtype.h \
 	lib/reader.c lib/reader.h \
 	lib/st_header.c lib/st_header.h lib/st_emit.c lib/st_lex.c \

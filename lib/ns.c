@@ -12,6 +12,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "common/hash.h"
 #include "ns_internal.h"
 
 static const struct ns_kind_ops *const kind_ops[NS_KIND_COUNT] = {
@@ -24,31 +25,9 @@ static const struct ns_kind_ops *const kind_ops[NS_KIND_COUNT] = {
 
 /* ---- stable ids ---- */
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t len)
-{
-	const uint8_t *p = data;
-
-	for (size_t i = 0; i < len; i++) {
-		h ^= p[i];
-		h *= 0x100000001b3ull;
-	}
-	return h;
-}
-
-static uint64_t mix64(uint64_t x)
-{
-	/* splitmix64's finaliser: spreads FNV's weak high bits. */
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	x ^= x >> 31;
-	return x;
-}
-
 static uint64_t hash_u64(uint64_t h, uint64_t v)
 {
-	return fnv1a(h, &v, sizeof(v));
+	return castfs_fnv1a(h, &v, sizeof(v));
 }
 
 static uint64_t hash_str(uint64_t h, const char *s)
@@ -57,7 +36,7 @@ static uint64_t hash_str(uint64_t h, const char *s)
 	size_t len = s ? strlen(s) + 1 : 0;
 
 	h = hash_u64(h, len);
-	return s ? fnv1a(h, s, len) : h;
+	return s ? castfs_fnv1a(h, s, len) : h;
 }
 
 /*
@@ -69,7 +48,7 @@ static uint64_t hash_str(uint64_t h, const char *s)
  */
 uint64_t ns_node_id(const struct ns_node *n)
 {
-	uint64_t h = 0xcbf29ce484222325ull;
+	uint64_t h = CASTFS_FNV_SEED;
 
 	if (n->kind == NS_DIR && n->path && n->path[0] == '\0')
 		return CASTFS_NS_ROOT_ID;
@@ -86,7 +65,7 @@ uint64_t ns_node_id(const struct ns_node *n)
 	h = hash_str(h, n->sub);
 	if (n->dep) /* only model-directory files: other ids unchanged */
 		h = hash_u64(h, n->dep);
-	h = mix64(h);
+	h = castfs_mix64(h);
 	/* 0 is invalid and 1 is the root in FUSE. */
 	return h > CASTFS_NS_ROOT_ID ? h : h + 2;
 }
@@ -95,7 +74,7 @@ uint64_t ns_node_id(const struct ns_node *n)
 
 static struct ns_node **bucket(struct castfs_ns *ns, uint64_t id)
 {
-	return &ns->nodes[mix64(id) % NS_HASH_BUCKETS];
+	return &ns->nodes[castfs_mix64(id) % NS_HASH_BUCKETS];
 }
 
 /* Caller holds ns->lock. */
@@ -438,7 +417,8 @@ int ns_list_add(struct ns_list *l, const char *name, size_t len, mode_t type,
 	copy[len] = '\0';
 	/* readdir(3) hides entries whose inode number is 0. */
 	if (!ino)
-		ino = mix64(fnv1a(0xcbf29ce484222325ull, name, len)) | 2;
+		ino = castfs_mix64(castfs_fnv1a(CASTFS_FNV_SEED, name, len)) |
+		      2;
 	d->ents[d->n++] = (struct castfs_dirent){ copy, type, ino };
 	return 0;
 }
@@ -536,6 +516,16 @@ ssize_t castfs_ns_listxattr(struct castfs_ns *ns, uint64_t id, char *buf,
 				     0;
 	node_put_copy(&n);
 	return rc;
+}
+
+ssize_t ns_xattr_put(const void *val, size_t n, char *buf, size_t len)
+{
+	if (len == 0)
+		return (ssize_t)n;
+	if (len < n)
+		return -ERANGE;
+	memcpy(buf, val, n);
+	return (ssize_t)n;
 }
 
 void ns_logf(struct castfs_ns *ns, const char *fmt, ...)

@@ -286,6 +286,17 @@ int ns_file_new_source(struct castfs_ns *ns, const char *path,
 int ns_file_new_mem(struct castfs_ns *ns, const void *data, size_t len,
 		    struct castfs_file **out);
 
+/* ns_xattr_put - @n bytes of attribute value @val into @buf the
+ * getxattr way: @len 0 asks for the size; -ERANGE when it does not fit. */
+ssize_t ns_xattr_put(const void *val, size_t n, char *buf, size_t len);
+
+/* ns_view_getxattr / ns_view_listxattr - user.castfs.view and
+ * user.castfs.source of a node computed through a view. */
+ssize_t ns_view_getxattr(struct castfs_ns *ns, const struct ns_node *n,
+			 const char *name, char *buf, size_t len);
+ssize_t ns_view_listxattr(struct castfs_ns *ns, const struct ns_node *n,
+			  char *buf, size_t len);
+
 /* ns_logf - report an event through the mount's log callback, if any. */
 void ns_logf(struct castfs_ns *ns, const char *fmt, ...) CASTFS_PRINTF(2, 3);
 

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/hash.h"
 #include "modeldir.h"
 #include "ns_modeldir_internal.h"
 #include "tensor_files.h"
@@ -20,26 +21,6 @@
 
 /* ---- scanning a source directory ---- */
 
-static uint64_t md_hash(uint64_t h, const void *p, size_t n)
-{
-	const uint8_t *b = p;
-
-	for (size_t i = 0; i < n; i++) {
-		h ^= b[i];
-		h *= 0x100000001b3ull;
-	}
-	return h;
-}
-
-static uint64_t md_mix(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 /* One entry's share of the fingerprint: its name and identity. */
 static uint64_t md_ident(const char *name, const struct stat *st)
 {
@@ -48,9 +29,9 @@ static uint64_t md_ident(const char *name, const struct stat *st)
 		(uint64_t)st->st_size,	       (uint64_t)st->st_mtim.tv_sec,
 		(uint64_t)st->st_mtim.tv_nsec,
 	};
-	uint64_t h = md_hash(0xcbf29ce484222325ull, name, strlen(name) + 1);
+	uint64_t h = castfs_fnv1a(CASTFS_FNV_SEED, name, strlen(name) + 1);
 
-	return md_mix(md_hash(h, v, sizeof(v)));
+	return castfs_mix64(castfs_fnv1a(h, v, sizeof(v)));
 }
 
 static int md_push(char ***v, size_t *n, const char *name)
@@ -464,9 +445,9 @@ struct ns_mdcache {
 
 static struct md_entry **md_bucket(struct castfs_ns *ns, const char *path)
 {
-	uint64_t h = md_hash(0xcbf29ce484222325ull, path, strlen(path));
+	uint64_t h = castfs_fnv1a(CASTFS_FNV_SEED, path, strlen(path));
 
-	return &ns->md->b[md_mix(h) % MD_BUCKETS];
+	return &ns->md->b[castfs_mix64(h) % MD_BUCKETS];
 }
 
 static bool md_same_key(const struct md_entry *e, const struct ns_node *n)

@@ -480,49 +480,11 @@ static int mfile_open(struct castfs_ns *ns, const struct ns_node *n,
 	return rc;
 }
 
-static ssize_t xattr_put(const char *val, char *buf, size_t len)
-{
-	size_t n = strlen(val);
-
-	if (len == 0)
-		return (ssize_t)n;
-	if (len < n)
-		return -ERANGE;
-	memcpy(buf, val, n);
-	return (ssize_t)n;
-}
-
-static ssize_t mfile_getxattr(struct castfs_ns *ns, const struct ns_node *n,
-			      const char *name, char *buf, size_t len)
-{
-	(void)ns;
-	if (strcmp(name, "user.castfs.view") == 0)
-		return xattr_put(n->view->name, buf, len);
-	if (strcmp(name, "user.castfs.source") == 0)
-		return xattr_put(n->path, buf, len);
-	return -ENODATA;
-}
-
-static ssize_t mfile_listxattr(struct castfs_ns *ns, const struct ns_node *n,
-			       char *buf, size_t len)
-{
-	static const char names[] = "user.castfs.view\0user.castfs.source";
-
-	(void)ns;
-	(void)n;
-	if (len == 0)
-		return sizeof(names);
-	if (len < sizeof(names))
-		return -ERANGE;
-	memcpy(buf, names, sizeof(names));
-	return sizeof(names);
-}
-
 const struct ns_kind_ops ns_mfile_ops = {
 	.getattr = mfile_getattr,
 	.open = mfile_open,
-	.getxattr = mfile_getxattr,
-	.listxattr = mfile_listxattr,
+	.getxattr = ns_view_getxattr,
+	.listxattr = ns_view_listxattr,
 };
 
 /* ---- telling the kernel what changed ---- */

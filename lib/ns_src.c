@@ -20,12 +20,13 @@ static const char st_ext[] = ".safetensors";
 
 /* ---- source access ---- */
 
-int ns_src_open(struct castfs_ns *ns, const char *path, int flags)
+/* openat2 below the root; EAGAIN means a rename raced the path walk. */
+static int src_openat2(struct castfs_ns *ns, const char *path, int flags,
+		       uint64_t resolve)
 {
 	struct open_how how = {
 		.flags = (uint64_t)(flags | O_CLOEXEC),
-		.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
-			   RESOLVE_NO_MAGICLINKS,
+		.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | resolve,
 	};
 	long fd;
 
@@ -37,21 +38,15 @@ int ns_src_open(struct castfs_ns *ns, const char *path, int flags)
 	return fd < 0 ? -errno : (int)fd;
 }
 
+int ns_src_open(struct castfs_ns *ns, const char *path, int flags)
+{
+	return src_openat2(ns, path, flags, RESOLVE_NO_SYMLINKS);
+}
+
 int ns_src_open_in(struct castfs_ns *ns, const char *path, int flags)
 {
-	/* No RESOLVE_NO_SYMLINKS: links are followed while they stay in. */
-	struct open_how how = {
-		.flags = (uint64_t)(flags | O_CLOEXEC),
-		.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
-	};
-	long fd;
-
-	if (path[0] == '\0')
-		path = ".";
-	do {
-		fd = syscall(SYS_openat2, ns->root_fd, path, &how, sizeof(how));
-	} while (fd < 0 && errno == EAGAIN);
-	return fd < 0 ? -errno : (int)fd;
+	/* Links are followed while they stay below the root. */
+	return src_openat2(ns, path, flags, 0);
 }
 
 int ns_src_stat_in(struct castfs_ns *ns, const char *path, struct stat *st)
@@ -505,31 +500,20 @@ static int view_open(struct castfs_ns *ns, const struct ns_node *n,
 	return rc;
 }
 
-static ssize_t xattr_put(const char *val, char *buf, size_t len)
-{
-	size_t n = strlen(val);
-
-	if (len == 0)
-		return (ssize_t)n;
-	if (len < n)
-		return -ERANGE;
-	memcpy(buf, val, n);
-	return (ssize_t)n;
-}
-
-static ssize_t view_getxattr(struct castfs_ns *ns, const struct ns_node *n,
-			     const char *name, char *buf, size_t len)
+ssize_t ns_view_getxattr(struct castfs_ns *ns, const struct ns_node *n,
+			 const char *name, char *buf, size_t len)
 {
 	(void)ns;
 	if (strcmp(name, "user.castfs.view") == 0)
-		return xattr_put(n->view->name, buf, len);
+		return ns_xattr_put(n->view->name, strlen(n->view->name), buf,
+				    len);
 	if (strcmp(name, "user.castfs.source") == 0)
-		return xattr_put(n->path, buf, len);
+		return ns_xattr_put(n->path, strlen(n->path), buf, len);
 	return -ENODATA;
 }
 
-static ssize_t view_listxattr(struct castfs_ns *ns, const struct ns_node *n,
-			      char *buf, size_t len)
+ssize_t ns_view_listxattr(struct castfs_ns *ns, const struct ns_node *n,
+			  char *buf, size_t len)
 {
 	static const char names[] = "user.castfs.view\0user.castfs.source";
 
@@ -546,6 +530,6 @@ static ssize_t view_listxattr(struct castfs_ns *ns, const struct ns_node *n,
 const struct ns_kind_ops ns_view_ops = {
 	.getattr = view_getattr,
 	.open = view_open,
-	.getxattr = view_getxattr,
-	.listxattr = view_listxattr,
+	.getxattr = ns_view_getxattr,
+	.listxattr = ns_view_listxattr,
 };

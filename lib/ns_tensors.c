@@ -560,16 +560,6 @@ static const char *const tx_names[TX_COUNT] = {
 	[TX_CONVERSION] = "user.castfs.conversion",
 };
 
-static ssize_t xattr_put(const char *val, size_t n, char *buf, size_t len)
-{
-	if (len == 0)
-		return (ssize_t)n;
-	if (len < n)
-		return -ERANGE;
-	memcpy(buf, val, n);
-	return (ssize_t)n;
-}
-
 /* The value of attribute @which of tensor @t into @buf (see getxattr). */
 static ssize_t tx_value(const struct tfile *f, enum txattr which, char *buf,
 			size_t len)
@@ -583,31 +573,31 @@ static ssize_t tx_value(const struct tfile *f, enum txattr which, char *buf,
 	castfs_torigin_find(&f->tree->c, t, &o);
 	switch (which) {
 	case TX_NAME:
-		return xattr_put(t->name, t->name_len, buf, len);
+		return ns_xattr_put(t->name, t->name_len, buf, len);
 	case TX_DTYPE:
 		cs = castfs_dtype_name(t->dtype);
-		return xattr_put(cs, strlen(cs), buf, len);
+		return ns_xattr_put(cs, strlen(cs), buf, len);
 	case TX_SHAPE:
 		s = castfs_shape_str(t->ndim, t->shape);
 		if (!s)
 			return -ENOMEM;
-		rc = xattr_put(s, strlen(s), buf, len);
+		rc = ns_xattr_put(s, strlen(s), buf, len);
 		free(s);
 		return rc;
 	case TX_OFFSETS:
 		snprintf(tmp, sizeof(tmp), "[%" PRIu64 ", %" PRIu64 "]",
 			 t->begin, t->end);
-		return xattr_put(tmp, strlen(tmp), buf, len);
+		return ns_xattr_put(tmp, strlen(tmp), buf, len);
 	case TX_VIEW:
-		return xattr_put(f->tree->c.view, strlen(f->tree->c.view), buf,
-				 len);
+		return ns_xattr_put(f->tree->c.view, strlen(f->tree->c.view),
+				    buf, len);
 	case TX_SOURCE:
 		if (!o.src)
 			return -ENODATA;
-		return xattr_put(o.src->name, o.src->name_len, buf, len);
+		return ns_xattr_put(o.src->name, o.src->name_len, buf, len);
 	case TX_CONVERSION:
 		castfs_torigin_str(&o, tmp, sizeof(tmp));
-		return xattr_put(tmp, strlen(tmp), buf, len);
+		return ns_xattr_put(tmp, strlen(tmp), buf, len);
 	case TX_COUNT:
 		break;
 	}
