@@ -117,3 +117,22 @@ int castfs_view_plan(const struct castfs_view *v, const struct castfs_header *h,
 	}
 	return castfs_diag_set(d, -EINVAL, "view '%s': unknown kind", v->name);
 }
+
+int castfs_view_build(const struct castfs_view *v,
+		      const struct castfs_header *h, castfs_view_add_fn add,
+		      struct castfs_plan **out, struct castfs_diag *d)
+{
+	struct castfs_pb *pb;
+	int rc = castfs_pb_new(&pb);
+
+	if (rc)
+		return rc;
+	rc = castfs_view_copy_metadata(pb, h);
+	for (size_t i = 0; !rc && i < h->ntensors; i++)
+		rc = add(pb, v, h, &h->tensors[i], d);
+	if (rc) {
+		castfs_pb_free(pb);
+		return rc;
+	}
+	return castfs_pb_finish_safetensors(pb, out, d);
+}

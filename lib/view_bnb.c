@@ -293,18 +293,5 @@ int castfs_view_plan_bnb(const struct castfs_view *v,
 			 const struct castfs_header *h,
 			 struct castfs_plan **out, struct castfs_diag *d)
 {
-	struct castfs_pb *pb;
-	int rc;
-
-	rc = castfs_pb_new(&pb);
-	if (rc)
-		return rc;
-	rc = castfs_view_copy_metadata(pb, h);
-	for (size_t i = 0; !rc && i < h->ntensors; i++)
-		rc = bnb_add_tensor(pb, v, h, &h->tensors[i], d);
-	if (rc) {
-		castfs_pb_free(pb);
-		return rc;
-	}
-	return castfs_pb_finish_safetensors(pb, out, d);
+	return castfs_view_build(v, h, bnb_add_tensor, out, d);
 }

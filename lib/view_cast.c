@@ -60,36 +60,25 @@ int castfs_view_copy_metadata(struct castfs_pb *pb,
 	return 0;
 }
 
+static int cast_add_tensor(struct castfs_pb *pb, const struct castfs_view *v,
+			   const struct castfs_header *h,
+			   const struct castfs_tensor *t, struct castfs_diag *d)
+{
+	struct castfs_producer p;
+	enum castfs_dtype dt;
+	int rc = cast_producer(v, h, t, &p, &dt);
+
+	if (rc)
+		return castfs_diag_set(d, rc, "tensor '%s': no %s -> %s kernel",
+				       t->name, castfs_dtype_name(t->dtype),
+				       castfs_dtype_name(v->dtype));
+	return castfs_pb_add_tensor(pb, t->name, t->name_len, dt, t->ndim,
+				    t->shape, &p);
+}
+
 int castfs_view_plan_cast(const struct castfs_view *v,
 			  const struct castfs_header *h,
 			  struct castfs_plan **out, struct castfs_diag *d)
 {
-	struct castfs_pb *pb;
-	int rc;
-
-	rc = castfs_pb_new(&pb);
-	if (rc)
-		return rc;
-	rc = castfs_view_copy_metadata(pb, h);
-	for (size_t i = 0; !rc && i < h->ntensors; i++) {
-		const struct castfs_tensor *t = &h->tensors[i];
-		struct castfs_producer p;
-		enum castfs_dtype dt;
-
-		rc = cast_producer(v, h, t, &p, &dt);
-		if (rc) {
-			castfs_diag_set(d, rc,
-					"tensor '%s': no %s -> %s kernel",
-					t->name, castfs_dtype_name(t->dtype),
-					castfs_dtype_name(v->dtype));
-			break;
-		}
-		rc = castfs_pb_add_tensor(pb, t->name, t->name_len, dt, t->ndim,
-					  t->shape, &p);
-	}
-	if (rc) {
-		castfs_pb_free(pb);
-		return rc;
-	}
-	return castfs_pb_finish_safetensors(pb, out, d);
+	return castfs_view_build(v, h, cast_add_tensor, out, d);
 }
