@@ -3,3 +3,5 @@
 TESTS += tests/compat/test_casts.py tests/compat/test_hf_cache.py
 EXTRA_DIST += tests/compat/castfs_testlib.py tests/compat/test_casts.py \
 	tests/compat/test_hf_cache.py
+TESTS += tests/compat/test_nfs.py
+EXTRA_DIST += tests/compat/test_nfs.py
