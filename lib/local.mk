@@ -12,5 +12,5 @@ lib_libcastfs_a_SOURCES = \
 	lib/plan.c lib/plan.h lib/plan_internal.h lib/plan_read.c \
 	lib/quant_ops.c \
 	lib/ns.c lib/ns.h lib/ns_internal.h lib/ns_ckpt.c lib/ns_ctl.c \
-	lib/ns_file.c lib/ns_src.c lib/stats.c lib/stats.h \
+	lib/ns_file.c lib/ns_resolve.c lib/ns_src.c lib/stats.c lib/stats.h \
 	lib/recipe.c lib/view.c lib/view.h lib/view_bnb.c lib/view_cast.c lib/view_internal.h

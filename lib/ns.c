@@ -133,6 +133,14 @@ static void node_put_copy(struct ns_node *n)
 	free(n->sub);
 }
 
+/* One more kernel reference to @n; a forgotten node comes back to life.
+ * Caller holds ns->lock. */
+static void node_ref_locked(struct castfs_ns *ns, struct ns_node *n)
+{
+	if (n->nlookup++ == 0)
+		ns->nforgotten--;
+}
+
 /* Intern @desc (taking its strings) with one more lookup; its id to *@id. */
 static int node_intern(struct castfs_ns *ns, struct ns_node *desc, uint64_t *id)
 {
@@ -142,7 +150,7 @@ static int node_intern(struct castfs_ns *ns, struct ns_node *desc, uint64_t *id)
 	pthread_mutex_lock(&ns->lock);
 	n = node_find_locked(ns, desc->id);
 	if (n) {
-		n->nlookup++;
+		node_ref_locked(ns, n);
 		pthread_mutex_unlock(&ns->lock);
 		node_put_copy(desc);
 		*id = desc->id;
@@ -163,22 +171,42 @@ static int node_intern(struct castfs_ns *ns, struct ns_node *desc, uint64_t *id)
 	return 0;
 }
 
+/* Free every forgotten node. Caller holds ns->lock. */
+static void sweep_forgotten_locked(struct castfs_ns *ns)
+{
+	for (size_t i = 0; i < NS_HASH_BUCKETS; i++) {
+		struct ns_node **pp = &ns->nodes[i], *n;
+
+		while ((n = *pp)) {
+			if (n->nlookup == 0 && n->id != CASTFS_NS_ROOT_ID) {
+				*pp = n->hnext;
+				node_free(n);
+				continue;
+			}
+			pp = &n->hnext;
+		}
+	}
+	ns->nforgotten = 0;
+}
+
+/*
+ * A node the kernel forgot stays known for a while: an NFS server may
+ * still hold a file handle of it, and the kernel then asks for it again
+ * by id (LOOKUP(id, ".")) rather than by name. Past NS_FORGOTTEN_MAX they
+ * are all freed; a handle of one of those is found again by ns_resolve().
+ */
 void castfs_ns_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup)
 {
-	struct ns_node **pp, *n;
+	struct ns_node *n;
 
 	if (id == CASTFS_NS_ROOT_ID)
 		return;
 	pthread_mutex_lock(&ns->lock);
-	for (pp = bucket(ns, id); (n = *pp); pp = &n->hnext) {
-		if (n->id != id)
-			continue;
+	n = node_find_locked(ns, id);
+	if (n && n->nlookup) {
 		n->nlookup = n->nlookup > nlookup ? n->nlookup - nlookup : 0;
-		if (n->nlookup == 0) {
-			*pp = n->hnext;
-			node_free(n);
-		}
-		break;
+		if (n->nlookup == 0 && ++ns->nforgotten > NS_FORGOTTEN_MAX)
+			sweep_forgotten_locked(ns);
 	}
 	pthread_mutex_unlock(&ns->lock);
 }
@@ -293,26 +321,48 @@ static int lookup_dots(struct castfs_ns *ns, const struct ns_node *dir,
 		       const char *name, uint64_t *id, struct stat *st)
 {
 	uint64_t target = strcmp(name, ".") == 0 ? dir->id : dir->parent;
-	struct ns_node n;
+	struct ns_node n, *t;
 	int rc;
 
 	rc = node_get(ns, target, &n);
 	if (rc)
 		return rc;
 	rc = ops_of(&n)->getattr(ns, &n, st);
-	if (!rc) {
-		pthread_mutex_lock(&ns->lock);
-		struct ns_node *t = node_find_locked(ns, target);
-
-		if (t)
-			t->nlookup++;
-		else
-			rc = -ESTALE;
-		pthread_mutex_unlock(&ns->lock);
-	}
 	node_put_copy(&n);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&ns->lock);
+	t = node_find_locked(ns, target);
+	if (t)
+		node_ref_locked(ns, t);
+	pthread_mutex_unlock(&ns->lock);
+	if (!t)
+		return -ESTALE;
+	st->st_ino = target;
 	*id = target;
-	return rc;
+	return 0;
+}
+
+static bool is_dots(const char *name)
+{
+	return strcmp(name, ".") == 0 || strcmp(name, "..") == 0;
+}
+
+/*
+ * Node @id for a lookup in it. An unknown id can only come from a file
+ * handle (NFS) of a node this daemon freed or never knew (a restart): the
+ * kernel then asks LOOKUP(id, ".") (and "..") to reconnect, and the tree
+ * is searched for the object whose id it is.
+ */
+static int node_get_for_lookup(struct castfs_ns *ns, uint64_t id,
+			       const char *name, struct ns_node *out)
+{
+	int rc = node_get(ns, id, out);
+
+	if (rc != -ESTALE || !is_dots(name))
+		return rc;
+	rc = ns_resolve(ns, id);
+	return rc ? rc : node_get(ns, id, out);
 }
 
 int castfs_ns_lookup(struct castfs_ns *ns, uint64_t parent, const char *name,
@@ -323,15 +373,17 @@ int castfs_ns_lookup(struct castfs_ns *ns, uint64_t parent, const char *name,
 
 	if (strlen(name) > 255)
 		return -ENAMETOOLONG;
-	rc = node_get(ns, parent, &dir);
+	rc = node_get_for_lookup(ns, parent, name, &dir);
 	if (rc)
 		return rc;
-	if (!ops_of(&dir)->lookup) {
-		rc = -ENOTDIR;
+	/* "." of any node: the kernel asks it for files too (NFS handles). */
+	if (strcmp(name, ".") == 0 ||
+	    (strcmp(name, "..") == 0 && ops_of(&dir)->lookup)) {
+		rc = lookup_dots(ns, &dir, name, id, st);
 		goto out;
 	}
-	if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
-		rc = lookup_dots(ns, &dir, name, id, st);
+	if (!ops_of(&dir)->lookup) {
+		rc = -ENOTDIR;
 		goto out;
 	}
 	rc = ops_of(&dir)->lookup(ns, &dir, name, &child);

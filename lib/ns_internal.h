@@ -113,6 +113,8 @@ struct ns_ckpt {
 };
 
 #define NS_HASH_BUCKETS 4096u
+/* Forgotten nodes kept for NFS handles before they are all freed. */
+#define NS_FORGOTTEN_MAX 32768u
 
 struct castfs_ns {
 	int root_fd;
@@ -125,6 +127,7 @@ struct castfs_ns {
 	const struct castfs_source_guard *guard;
 	pthread_mutex_t lock; /* the node table */
 	struct ns_node *nodes[NS_HASH_BUCKETS];
+	size_t nforgotten; /* nodes with nlookup 0 still in the table */
 	pthread_mutex_t ck_lock; /* the checkpoint cache */
 	struct ns_ckpt *ckpts[NS_HASH_BUCKETS];
 	struct ns_mdcache *md; /* rewritten model-directory JSON */
@@ -302,6 +305,15 @@ void ns_logf(struct castfs_ns *ns, const char *fmt, ...) CASTFS_PRINTF(2, 3);
 
 /* ns_view_index - position of @v in the mount's view set (for stats). */
 int ns_view_index(const struct castfs_ns *ns, const struct castfs_view *v);
+
+/*
+ * ns_resolve - make node @id known again by searching the tree for the
+ * object whose id it is (breadth first, through listings, whose inode
+ * numbers are the ids lookups give; bounded). For file handles of nodes
+ * forgotten and freed, or made by an earlier daemon. Returns 0 (the node
+ * is in the table, forgotten), -ESTALE (not found) or another errno.
+ */
+int ns_resolve(struct castfs_ns *ns, uint64_t id);
 
 /* ns_node_id - the stable id of a node description. */
 uint64_t ns_node_id(const struct ns_node *n);

@@ -45,11 +45,14 @@ def _mounted(mnt):
 class Mount:
     """A running castfs daemon in the foreground, mounted at self.path."""
 
-    def __init__(self, source, options=(), extra_args=(), env=None, timeout=30):
+    def __init__(self, source, options=(), extra_args=(), env=None, timeout=30,
+                 mountpoint=None):
         self.source = source
-        self.tmp = tempfile.mkdtemp(prefix="castfs-mnt-")
-        self.path = os.path.join(self.tmp, "mnt")
-        os.mkdir(self.path)
+        # A caller's mount point is left in place at unmount.
+        self.tmp = None if mountpoint else tempfile.mkdtemp(prefix="castfs-mnt-")
+        self.path = mountpoint or os.path.join(self.tmp, "mnt")
+        if not mountpoint:
+            os.mkdir(self.path)
         args = [castfs_binary(), "-f"]
         for o in options:
             args += ["-o", o]
@@ -88,7 +91,8 @@ class Mount:
             self.proc.kill()
             rc = self.proc.wait()
         self.proc = None
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.tmp:
+            shutil.rmtree(self.tmp, ignore_errors=True)
         if rc != 0:
             # The daemon's own words (a sanitizer report, an assertion)
             # belong in the test log: CI keeps nothing else.

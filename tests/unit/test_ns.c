@@ -218,7 +218,12 @@ START_TEST(test_ns__dot_and_dotdot)
 	ck_assert_uint_eq(id, CASTFS_NS_ROOT_ID);
 	ck_assert_int_eq(
 		castfs_ns_lookup(ns, sub, "c.fp8.safetensors", &id, &s), 0);
-	ck_assert_int_eq(castfs_ns_lookup(ns, id, ".", &id, &s), -ENOTDIR);
+	/* "." of a file is the file (the kernel asks it for NFS handles);
+	 * ".." of a file and any other name in it are not. */
+	ck_assert_int_eq(castfs_ns_lookup(ns, id, ".", &sub, &s), 0);
+	ck_assert_uint_eq(sub, id);
+	ck_assert_int_eq(castfs_ns_lookup(ns, id, "..", &sub, &s), -ENOTDIR);
+	ck_assert_int_eq(castfs_ns_lookup(ns, id, "x", &sub, &s), -ENOTDIR);
 }
 END_TEST
 
@@ -335,6 +340,40 @@ START_TEST(test_ns__stats_histogram_of_read_sizes)
 }
 END_TEST
 
+/* NFS handles: the kernel asks LOOKUP(id, ".") for nodes it dropped. */
+START_TEST(test_ns__forgotten_and_unknown_ids_resolve)
+{
+	static const char *const names[] = { "a.safetensors",
+					     "a.fp8.safetensors", "notes.txt" };
+	struct castfs_ns *other = new_ns();
+	uint64_t id, sub, got, c;
+	struct stat s;
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		ck_assert_int_eq(lookup(names[i], &id, NULL), 0);
+		castfs_ns_forget(ns, id, 1);
+		/* Forgotten but kept: "." of a file works. */
+		ck_assert_int_eq(castfs_ns_lookup(ns, id, ".", &got, &s), 0);
+		ck_assert_uint_eq(got, id);
+		ck_assert_uint_eq(s.st_ino, id);
+		/* A daemon that never saw it finds it by searching. */
+		ck_assert_int_eq(castfs_ns_lookup(other, id, ".", &got, &s), 0);
+		ck_assert_uint_eq(got, id);
+	}
+	ck_assert_int_eq(lookup("sub", &sub, NULL), 0);
+	ck_assert_int_eq(castfs_ns_lookup(ns, sub, "c.fp8.safetensors", &c, &s),
+			 0);
+	ck_assert_int_eq(castfs_ns_lookup(other, c, ".", &got, &s), 0);
+	ck_assert_int_eq(castfs_ns_lookup(other, sub, "..", &got, &s), 0);
+	ck_assert_uint_eq(got, CASTFS_NS_ROOT_ID);
+	ck_assert_int_eq(castfs_ns_lookup(other, 0x1234567, ".", &got, &s),
+			 -ESTALE);
+	ck_assert_int_eq(castfs_ns_lookup(other, 0x1234567, "x", &got, &s),
+			 -ESTALE);
+	castfs_ns_free(other);
+}
+END_TEST
+
 static Suite *ns_suite(void)
 {
 	Suite *s = suite_create("ns");
@@ -351,6 +390,7 @@ static Suite *ns_suite(void)
 	tcase_add_test(tc, test_ns__rewritten_source_goes_stale);
 	tcase_add_test(tc, test_ns__rejected_listed_with_reason);
 	tcase_add_test(tc, test_ns__headers_parsed_once);
+	tcase_add_test(tc, test_ns__forgotten_and_unknown_ids_resolve);
 	tcase_add_test(tc, test_ns__stats_histogram_of_read_sizes);
 	suite_add_tcase(s, tc);
 	return s;
