@@ -61,8 +61,10 @@ static int search_dir(struct castfs_ns *ns, uint64_t dir, uint64_t id,
 		uint64_t got;
 
 		if (e->ino == id)
-			*found = touch(ns, dir, e->name, &got) == 0 && got == id;
-		else if (e->type == S_IFDIR && touch(ns, dir, e->name, &got) == 0)
+			*found = touch(ns, dir, e->name, &got) == 0 &&
+				 got == id;
+		else if (e->type == S_IFDIR &&
+			 touch(ns, dir, e->name, &got) == 0)
 			rc = queue_push(q, got);
 	}
 	castfs_dir_free(d);

@@ -7,7 +7,7 @@
 #include "st_testutil.h"
 
 int stt_parse(const uint8_t *f, size_t len, struct castfs_header **h,
-		 struct castfs_diag *d)
+	      struct castfs_diag *d)
 {
 	castfs_diag_clear(d);
 	*h = NULL;
@@ -15,7 +15,7 @@ int stt_parse(const uint8_t *f, size_t len, struct castfs_header **h,
 }
 
 void stt_expect_bad_file(const uint8_t *f, size_t len, int rc,
-			    const char *phrase)
+			 const char *phrase)
 {
 	struct castfs_diag d;
 	struct castfs_header *h;
@@ -27,8 +27,8 @@ void stt_expect_bad_file(const uint8_t *f, size_t len, int rc,
 		      phrase);
 }
 
-void stt_expect_bad(const char *json, size_t json_len, size_t data_len,
-		       int rc, const char *phrase)
+void stt_expect_bad(const char *json, size_t json_len, size_t data_len, int rc,
+		    const char *phrase)
 {
 	size_t len;
 	uint8_t *f = tu_raw(json, json_len, UINT64_MAX, data_len, &len);
@@ -69,7 +69,7 @@ struct castfs_header *stt_build_ok(struct tu_st *b)
 }
 
 const struct castfs_tensor *stt_find(const struct castfs_header *h,
-					const char *name)
+				     const char *name)
 {
 	const struct castfs_tensor *t =
 		castfs_header_find(h, name, strlen(name));
@@ -100,4 +100,3 @@ const char worked_json[] =
 	"\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[2,3],\"data_offsets\":[26,32]}}"
 	"     ";
 const uint8_t worked_prefix[8] = { 0x08, 0x01, 0, 0, 0, 0, 0, 0 };
-

@@ -27,8 +27,8 @@ int stt_parse(const uint8_t *f, size_t len, struct castfs_header **h,
 void stt_expect_bad_file(const uint8_t *f, size_t len, int rc,
 			 const char *phrase);
 /* The same for a file of header @json and @data_len zero bytes. */
-void stt_expect_bad(const char *json, size_t json_len, size_t data_len,
-		    int rc, const char *phrase);
+void stt_expect_bad(const char *json, size_t json_len, size_t data_len, int rc,
+		    const char *phrase);
 /* Parse, asserting success. */
 struct castfs_header *stt_parse_ok(const uint8_t *f, size_t len);
 struct castfs_header *stt_parse_json_ok(const char *json, size_t data_len);
