@@ -4,8 +4,9 @@
 # STYLE R9), or with --check only report the files that differ (exit 1).
 set -eu
 cd "$(dirname "$0")/.."
-files=$(git ls-files 'lib/*.c' 'lib/*.h' 'fs/*.c' 'fs/*.h' 'tests/*.c' \
-	'tests/*.h')
+# Tracked files and new ones not yet added (but not ignored ones).
+files=$(git ls-files --cached --others --exclude-standard 'lib/*.c' \
+	'lib/*.h' 'fs/*.c' 'fs/*.h' 'tests/*.c' 'tests/*.h')
 if [ "${1:-}" = "--check" ]; then
 	bad=0
 	for f in $files; do
