@@ -475,14 +475,7 @@ static struct castfs_scratch scr;
 
 static void write_file(const char *name, const void *data, size_t len)
 {
-	char path[256];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%s", root, name);
-	f = fopen(path, "wb");
-	ck_assert_ptr_nonnull(f);
-	ck_assert_uint_eq(fwrite(data, 1, len, f), len);
-	fclose(f);
+	tu_write_file(root, name, data, len);
 }
 
 static void write_shard(const char *name, const char *tensor, uint64_t rows)

@@ -16,26 +16,18 @@
 #include "testutil.h"
 #include "view.h"
 
-struct fixture {
-	uint8_t *file;
-	size_t file_len;
-	struct castfs_header *h;
-	struct castfs_mem_reader mr;
-	struct castfs_views views;
-	struct castfs_scratch s;
-};
-
-static struct fixture fx;
+static struct tu_fixture fx;
 
 /* Tensors of every castable dtype and then some, with odd shapes, a 0-d and
  * an empty tensor, metadata, and one tensor larger than the scratch. */
-static void build_source(void)
+static uint8_t *build_source(size_t *len)
 {
 	static const uint64_t s_big[] = { 1024, 1537 };
 	static const uint64_t s_odd[] = { 3, 5, 7 };
 	static const uint64_t s_row[] = { 33 };
 	static const uint64_t s_empty[] = { 0, 4 };
 	struct tu_st *b = tu_st_new();
+	uint8_t *file;
 
 	tu_st_meta(b, "format", "pt");
 	tu_st_meta(b, "note", "kept as is");
@@ -50,29 +42,23 @@ static void build_source(void)
 	tu_st_add(b, "ids", "I64", 1, s_row, NULL);
 	tu_st_add(b, "mask", "BOOL", 1, s_row, NULL);
 	tu_st_add(b, "bytes", "U8", 3, s_odd, NULL);
-	fx.file = tu_st_build(b, &fx.file_len);
+	file = tu_st_build(b, len);
 	tu_st_free(b);
+	return file;
 }
 
 static void setup(void)
 {
-	struct castfs_diag d = { { 0 } };
+	uint8_t *file;
+	size_t len;
 
-	build_source();
-	ck_assert_int_eq(castfs_header_parse(fx.file, fx.file_len, fx.file_len,
-					     &fx.h, &d),
-			 0);
-	castfs_mem_reader_init(&fx.mr, fx.file, fx.file_len);
-	ck_assert_int_eq(castfs_views_builtin(&fx.views), 0);
-	ck_assert_int_eq(castfs_scratch_init(&fx.s), 0);
+	file = build_source(&len);
+	tu_fixture_init(&fx, file, len);
 }
 
 static void teardown(void)
 {
-	castfs_scratch_fini(&fx.s);
-	castfs_views_fini(&fx.views);
-	castfs_header_free(fx.h);
-	free(fx.file);
+	tu_fixture_fini(&fx);
 }
 
 static const struct castfs_view *view(const char *name)

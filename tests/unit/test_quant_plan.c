@@ -24,16 +24,7 @@
 
 #define Q "model.layers.0.self_attn.q_proj.weight"
 
-struct fixture {
-	uint8_t *file;
-	size_t file_len;
-	struct castfs_header *h;
-	struct castfs_mem_reader mr;
-	struct castfs_views views;
-	struct castfs_scratch s;
-};
-
-static struct fixture fx;
+static struct tu_fixture fx;
 
 /* Deterministic finite values of the castable dtype (uintptr_t) @ctx. */
 static void fill_weights(uint8_t *dst, size_t n, void *ctx)
@@ -75,7 +66,7 @@ static void add_w(struct tu_st *b, const char *name, enum castfs_dtype dt,
 		       fill_weights, (void *)(uintptr_t)dt);
 }
 
-static void build_source(void)
+static uint8_t *build_source(size_t *len)
 {
 	static const uint64_t s_q[] = { 64, 100 }; /* rows straddle blocks */
 	static const uint64_t s_odd[] = { 7, 33 }; /* odd n */
@@ -84,6 +75,7 @@ static void build_source(void)
 	static const uint64_t s_vec[] = { 64 };
 	static const uint64_t s_conv[] = { 8, 3, 3, 3 };
 	struct tu_st *b = tu_st_new();
+	uint8_t *file;
 
 	tu_st_meta(b, "format", "pt");
 	add_w(b, Q, CASTFS_DTYPE_BF16, 2, s_q);
@@ -101,29 +93,23 @@ static void build_source(void)
 	add_w(b, "model.layers.0.self_attn.q_proj.bias", CASTFS_DTYPE_BF16, 1,
 	      s_vec);
 	add_w(b, "conv.weight", CASTFS_DTYPE_BF16, 4, s_conv);
-	fx.file = tu_st_build(b, &fx.file_len);
+	file = tu_st_build(b, len);
 	tu_st_free(b);
+	return file;
 }
 
 static void setup(void)
 {
-	struct castfs_diag d = { { 0 } };
+	uint8_t *file;
+	size_t len;
 
-	build_source();
-	ck_assert_int_eq(castfs_header_parse(fx.file, fx.file_len, fx.file_len,
-					     &fx.h, &d),
-			 0);
-	castfs_mem_reader_init(&fx.mr, fx.file, fx.file_len);
-	ck_assert_int_eq(castfs_views_builtin(&fx.views), 0);
-	ck_assert_int_eq(castfs_scratch_init(&fx.s), 0);
+	file = build_source(&len);
+	tu_fixture_init(&fx, file, len);
 }
 
 static void teardown(void)
 {
-	castfs_scratch_fini(&fx.s);
-	castfs_views_fini(&fx.views);
-	castfs_header_free(fx.h);
-	free(fx.file);
+	tu_fixture_fini(&fx);
 }
 
 static const char *const bnb_views[] = { "nf4", "fp4", "nf4_nodq", "fp4_nodq",

@@ -469,3 +469,35 @@ uint8_t *tu_read_file(const char *path, size_t *len)
 	*len = b.len;
 	return (uint8_t *)tu_xalloc(b.p, b.len);
 }
+
+void tu_write_file(const char *dir, const char *name, const void *data,
+		   size_t len)
+{
+	char path[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "wb");
+	if (!f || fwrite(data, 1, len, f) != len || fclose(f) != 0)
+		abort();
+}
+
+void tu_fixture_init(struct tu_fixture *fx, uint8_t *file, size_t len)
+{
+	struct castfs_diag d = { { 0 } };
+
+	fx->file = file;
+	fx->file_len = len;
+	if (castfs_header_parse(file, len, len, &fx->h, &d) ||
+	    castfs_views_builtin(&fx->views) || castfs_scratch_init(&fx->s))
+		abort();
+	castfs_mem_reader_init(&fx->mr, file, len);
+}
+
+void tu_fixture_fini(struct tu_fixture *fx)
+{
+	castfs_scratch_fini(&fx->s);
+	castfs_views_fini(&fx->views);
+	castfs_header_free(fx->h);
+	free(fx->file);
+}

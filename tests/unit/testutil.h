@@ -11,6 +11,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "plan.h"
+#include "reader.h"
+#include "st_header.h"
+#include "view.h"
+
 /* Where tensor data goes in the buffer. */
 enum tu_layout {
 	TU_LAYOUT_WRITER, /* as safetensors writes: dtype descending, name */
@@ -105,5 +110,27 @@ uint8_t *tu_read_file(const char *path, size_t *len);
 
 /* tu_pattern - the default fill: byte i = f(seed, i). */
 void tu_pattern(uint8_t *dst, size_t n, void *seed);
+
+/* tu_write_file - write @len bytes of @data to @dir/@name; aborts on
+ * failure (a test's setup cannot go on without it). */
+void tu_write_file(const char *dir, const char *name, const void *data,
+		   size_t len);
+
+/*
+ * A checkpoint in memory, parsed, with the built-in views, a reader over
+ * it and a scratch: what the plan tests start from. tu_fixture_init takes
+ * ownership of @file (malloc'ed) and aborts if it does not parse.
+ */
+struct tu_fixture {
+	uint8_t *file;
+	size_t file_len;
+	struct castfs_header *h;
+	struct castfs_mem_reader mr;
+	struct castfs_views views;
+	struct castfs_scratch s;
+};
+
+void tu_fixture_init(struct tu_fixture *fx, uint8_t *file, size_t len);
+void tu_fixture_fini(struct tu_fixture *fx);
 
 #endif
