@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 lib_libcastfs_a_SOURCES += \
 	lib/kernels/convert.h lib/kernels/convert_internal.h \
+	lib/kernels/convert_table.h \
 	lib/kernels/convert_scalar.c \
 	lib/kernels/convert_avx2.c \
 	lib/kernels/convert_avx512.c \
