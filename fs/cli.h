@@ -6,8 +6,8 @@
 #include <stdbool.h>
 #include <sys/stat.h>
 
-#include "st_header.h"
-#include "view.h"
+#include "format/st_header.h"
+#include "view/view.h"
 
 /* castfs info FILE...: header summary and tensor table. Exit status. */
 int castfs_cli_info(int argc, char **argv);

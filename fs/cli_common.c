@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "reader.h"
+#include "common/reader.h"
 
 static const char st_ext[] = ".safetensors";
 #define ST_EXT_LEN (sizeof(st_ext) - 1)

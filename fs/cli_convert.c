@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "plan.h"
+#include "plan/plan.h"
 
 #define CHUNK_LEN (4u << 20) /* bytes per castfs_plan_read() */
 

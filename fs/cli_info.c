@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "tensor_files.h"
+#include "tensors/tensor_files.h"
 
 struct info_opts {
 	const char *view;

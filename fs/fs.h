@@ -7,9 +7,9 @@
 #include <fuse_lowlevel.h>
 #include <pthread.h>
 
-#include "ns.h"
-#include "stats.h"
-#include "view.h"
+#include "ns/ns.h"
+#include "ns/stats.h"
+#include "view/view.h"
 
 struct castfs_fs {
 	struct castfs_ns *ns;

@@ -3,7 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "err.h"
+#include "common/err.h"
 
 int castfs_diag_set(struct castfs_diag *d, int rc, const char *fmt, ...)
 {

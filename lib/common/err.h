@@ -6,7 +6,7 @@
 #ifndef CASTFS_ERR_H
 #define CASTFS_ERR_H
 
-#include "compiler.h"
+#include "common/compiler.h"
 
 struct castfs_diag {
 	char msg[256];

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "strbuf.h"
+#include "common/strbuf.h"
 
 /* Room for @n more bytes and the NUL. */
 static bool sb_reserve(struct castfs_strbuf *b, size_t n)

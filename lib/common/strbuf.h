@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "compiler.h"
+#include "common/compiler.h"
 
 /* Zero-initialise; the text is always NUL-terminated once non-empty. */
 struct castfs_strbuf {

@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "../dtype.h"
+#include "format/dtype.h"
 
 /*
  * A conversion of @n elements from @src to @dst. Pointers may be unaligned;

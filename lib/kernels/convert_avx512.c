@@ -4,7 +4,7 @@
  * and narrowed again, with the same integer algorithms as convert_scalar.c.
  */
 #include "common/compiler.h"
-#include "convert_internal.h"
+#include "kernels/convert_internal.h"
 
 #if CASTFS_HAVE_X86_KERNELS
 #include <immintrin.h>
@@ -197,6 +197,6 @@ static inline AVX512 void narrow_e5m2_sat(void *p, __m512i u)
 
 #define CVT_ISA AVX512
 #define CVT_TABLE castfs_cvt_avx512
-#include "convert_table.h"
+#include "kernels/convert_table.h"
 
 #endif

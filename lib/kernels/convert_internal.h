@@ -6,7 +6,7 @@
 #ifndef CASTFS_CONVERT_INTERNAL_H
 #define CASTFS_CONVERT_INTERNAL_H
 
-#include "convert.h"
+#include "kernels/convert.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #define CASTFS_HAVE_X86_KERNELS 1

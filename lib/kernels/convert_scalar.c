@@ -8,7 +8,7 @@
 
 #include "common/bytes.h"
 #include "common/compiler.h"
-#include "convert_internal.h"
+#include "kernels/convert_internal.h"
 
 /*
  * Every conversion widens to float32 bits, then narrows. Widening from

@@ -5,7 +5,7 @@
  */
 #include <stdint.h>
 
-#include "convert_internal.h"
+#include "kernels/convert_internal.h"
 
 #if CASTFS_HAVE_X86_KERNELS
 #include <cpuid.h>

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "convert_internal.h"
+#include "kernels/convert_internal.h"
 
 static const struct castfs_cvt_table *const isa_tables[CASTFS_ISA_COUNT] = {
 	[CASTFS_ISA_SCALAR] = &castfs_cvt_scalar,

@@ -1,4 +1,6 @@
 # SPDX-License-Identifier: MIT
+# kernels/: element-wise casts, the scalar reference and SIMD variants
+# chosen once at run time.
 lib_libcastfs_a_SOURCES += \
 	lib/kernels/convert.h lib/kernels/convert_internal.h \
 	lib/kernels/convert_table.h \
@@ -7,9 +9,3 @@ lib_libcastfs_a_SOURCES += \
 	lib/kernels/convert_avx512.c \
 	lib/kernels/cpu.c \
 	lib/kernels/dispatch.c
-
-check_PROGRAMS += tests/unit/test_kernels
-TESTS += tests/unit/test_kernels
-tests_unit_test_kernels_SOURCES = tests/unit/test_kernels.c
-tests_unit_test_kernels_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_unit_test_kernels_LDADD = $(LIBCASTFS_LIBS) $(CHECK_LIBS)

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "kernels/convert.h"
-#include "quant.h"
+#include "quant/quant.h"
 
 struct opts {
 	size_t bytes;

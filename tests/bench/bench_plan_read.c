@@ -19,9 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "plan.h"
-#include "st_header.h"
-#include "view.h"
+#include "plan/plan.h"
+#include "format/st_header.h"
+#include "view/view.h"
 
 /*
  * CPU time of this thread: on a shared machine, wall time measures the

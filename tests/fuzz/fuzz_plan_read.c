@@ -14,8 +14,8 @@
 #include "bytes_fuzz.h"
 #include "fuzz.h"
 #include "fuzz_util.h"
-#include "st_header.h"
-#include "view.h"
+#include "format/st_header.h"
+#include "view/view.h"
 
 #define PREFIX 3u
 #define MAX_RANGES 16u

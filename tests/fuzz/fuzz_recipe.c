@@ -12,7 +12,7 @@
 
 #include "fuzz.h"
 #include "fuzz_util.h"
-#include "view.h"
+#include "view/view.h"
 
 static const char ckpt_json[] =
 	"{\"__metadata__\":{\"format\":\"pt\"},"

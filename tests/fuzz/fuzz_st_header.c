@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "st_header.h"
+#include "format/st_header.h"
 
 static void check_layout(const struct castfs_header *h, uint64_t file_size)
 {

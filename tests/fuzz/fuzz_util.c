@@ -6,7 +6,7 @@
 #include "fuzz.h"
 #include "fuzz_util.h"
 #include "kernels/convert.h"
-#include "st_header.h"
+#include "format/st_header.h"
 
 void fuzz_check_plan(const struct castfs_plan *p)
 {

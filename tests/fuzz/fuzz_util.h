@@ -3,8 +3,8 @@
 #ifndef CASTFS_FUZZ_UTIL_H
 #define CASTFS_FUZZ_UTIL_H
 
-#include "plan.h"
-#include "view.h"
+#include "plan/plan.h"
+#include "view/view.h"
 
 /* fuzz_check_plan - abort unless @p's extents are sorted, non-empty,
  * gap-free and tile [0, size) exactly, casts a whole number of units. */

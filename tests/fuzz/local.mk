@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# Fuzz targets (tests/fuzz/) and the reliability tests (issue 7).
+# Fuzz targets (tests/fuzz/).
 #
 # With --enable-fuzzing (clang) the targets link libFuzzer and are built by
 # `make`; run them by hand (docs/FUZZING.md). Otherwise each links a replay
@@ -51,17 +51,3 @@ tests_fuzz_fuzz_convert_LDADD = $(FUZZ_LIBS)
 EXTRA_DIST += tests/fuzz/replay.c tests/fuzz/gen-seeds.py \
 	tests/fuzz/fuzz_st_header.in tests/fuzz/fuzz_recipe.in \
 	tests/fuzz/fuzz_plan_read.in tests/fuzz/fuzz_convert.in
-
-# Reliability tests under a real mount (docs/RELIABILITY.md).
-REL_TESTS = tests/compat/test_rel_malformed.py \
-	tests/compat/test_rel_containment.py tests/compat/test_rel_changes.py \
-	tests/compat/test_rel_stress.py tests/compat/test_rel_faults.py \
-	tests/compat/test_rel_lease.py
-TESTS += $(REL_TESTS)
-
-# A passthrough FUSE source that fails reads with EIO (test_rel_faults).
-check_PROGRAMS += tests/fuse/faultfs
-tests_fuse_faultfs_SOURCES = tests/fuse/faultfs.c
-tests_fuse_faultfs_CFLAGS = $(AM_CFLAGS) $(FUSE_CFLAGS)
-tests_fuse_faultfs_LDADD = $(FUSE_LIBS)
-EXTRA_DIST += $(REL_TESTS) tests/compat/rel_common.py tests/tsan.supp

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "st_header.h"
+#include "format/st_header.h"
 #include "testutil.h"
 
 /* A tensor entry of a hand-written header. */

@@ -4,7 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtype.h"
+#include "format/dtype.h"
+#include "unit.h"
 
 /* FORMATS.md 1.3, in enum order: the writer's sort depends on it. */
 static const struct {
@@ -100,9 +101,7 @@ START_TEST(test_dtype__numpy_and_torch_names)
 }
 END_TEST
 
-Suite *dtype_suite(void);
-
-Suite *dtype_suite(void)
+Suite *unit_suite(void)
 {
 	Suite *s = suite_create("dtype");
 	TCase *tc = tcase_create("table");
@@ -118,15 +117,4 @@ Suite *dtype_suite(void)
 	tcase_add_test(tc, test_dtype__numpy_and_torch_names);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int main(void)
-{
-	SRunner *sr = srunner_create(dtype_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -12,6 +12,7 @@
 
 #include "common/bytes.h"
 #include "kernels/convert.h"
+#include "unit.h"
 
 #define NSRC 6
 #define NDST 5
@@ -748,9 +749,7 @@ START_TEST(test_kernels__selects_env_or_best_isa)
 }
 END_TEST
 
-Suite *kernels_suite(void);
-
-Suite *kernels_suite(void)
+Suite *unit_suite(void)
 {
 	Suite *s = suite_create("kernels");
 	TCase *tc = tcase_create("api");
@@ -777,28 +776,4 @@ Suite *kernels_suite(void)
 			    NPAIRS, CASTFS_ISA_COUNT * NPAIRS);
 	suite_add_tcase(s, simd);
 	return s;
-}
-
-/*
- * An ISA named by CASTFS_ISA that cannot run here is a skip (77), as is one
- * this build does not know (a "neon" leg of a CI matrix on x86).
- */
-int main(void)
-{
-	const char *env = getenv("CASTFS_ISA");
-	SRunner *sr;
-	int failed;
-
-	if (env && !castfs_isa_available(castfs_isa_from_name(env))) {
-		fprintf(stderr, "CASTFS_ISA=%s: %s, skipping\n", env,
-			castfs_isa_from_name(env) == CASTFS_ISA_COUNT ?
-				"not an ISA of this build" :
-				"not supported by this CPU");
-		return 77;
-	}
-	sr = srunner_create(kernels_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

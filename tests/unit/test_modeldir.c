@@ -14,12 +14,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "modeldir.h"
-#include "ns.h"
-#include "plan.h"
-#include "stats.h"
+#include "modeldir/modeldir.h"
+#include "ns/ns.h"
+#include "plan/plan.h"
+#include "ns/stats.h"
 #include "testutil.h"
-#include "view.h"
+#include "view/view.h"
+#include "unit.h"
 
 static struct castfs_views vs;
 
@@ -691,7 +692,7 @@ START_TEST(test_modeldir__invalidation_names_the_dependents)
 }
 END_TEST
 
-static Suite *modeldir_suite(void)
+Suite *unit_suite(void)
 {
 	Suite *s = suite_create("modeldir");
 	TCase *tc = tcase_create("json");
@@ -714,15 +715,4 @@ static Suite *modeldir_suite(void)
 	tcase_add_test(tc, test_modeldir__invalidation_names_the_dependents);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int main(void)
-{
-	SRunner *sr = srunner_create(modeldir_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -13,11 +13,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ns.h"
-#include "plan.h"
-#include "stats.h"
+#include "ns/ns.h"
+#include "plan/plan.h"
+#include "ns/stats.h"
 #include "testutil.h"
-#include "view.h"
+#include "view/view.h"
+#include "unit.h"
 
 static char root[64];
 static struct castfs_views vs;
@@ -367,7 +368,7 @@ START_TEST(test_ns__forgotten_and_unknown_ids_resolve)
 }
 END_TEST
 
-static Suite *ns_suite(void)
+Suite *unit_suite(void)
 {
 	Suite *s = suite_create("ns");
 	TCase *tc = tcase_create("core");
@@ -387,15 +388,4 @@ static Suite *ns_suite(void)
 	tcase_add_test(tc, test_ns__stats_histogram_of_read_sizes);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int main(void)
-{
-	SRunner *sr = srunner_create(ns_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -10,11 +10,12 @@
 #include <string.h>
 
 #include "kernels/convert.h"
-#include "plan.h"
-#include "reader.h"
-#include "st_header.h"
+#include "plan/plan.h"
+#include "common/reader.h"
+#include "format/st_header.h"
 #include "testutil.h"
-#include "view.h"
+#include "view/view.h"
+#include "unit.h"
 
 static struct tu_fixture fx;
 
@@ -330,7 +331,7 @@ START_TEST(test_plan__source_errors_propagate)
 }
 END_TEST
 
-static Suite *plan_suite(void)
+Suite *unit_suite(void)
 {
 	Suite *s = suite_create("plan");
 	TCase *tc = tcase_create("core");
@@ -350,15 +351,4 @@ static Suite *plan_suite(void)
 	tcase_add_test(tc, test_plan__source_errors_propagate);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int main(void)
-{
-	SRunner *sr = srunner_create(plan_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

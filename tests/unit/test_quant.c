@@ -14,8 +14,9 @@
 #include <string.h>
 
 #include "common/bytes.h"
-#include "quant.h"
+#include "quant/quant.h"
 #include "testutil.h"
+#include "unit.h"
 
 #define NF4 CASTFS_Q_NF4
 #define FP4 CASTFS_Q_FP4
@@ -432,9 +433,7 @@ END_TEST
 
 TCase *quant_plan_tcase(void); /* test_quant_plan.c */
 
-Suite *quant_suite(void);
-
-Suite *quant_suite(void)
+Suite *unit_suite(void)
 {
 	Suite *s = suite_create("quant");
 	TCase *rules = tcase_create("rules");
@@ -456,23 +455,4 @@ Suite *quant_suite(void)
 	suite_add_tcase(s, simd);
 	suite_add_tcase(s, quant_plan_tcase());
 	return s;
-}
-
-/* CASTFS_ISA naming an ISA this CPU or build lacks is a skip (77). */
-int main(void)
-{
-	const char *env = getenv("CASTFS_ISA");
-	SRunner *sr;
-	int failed;
-
-	if (env && !castfs_isa_available(castfs_isa_from_name(env))) {
-		fprintf(stderr, "CASTFS_ISA=%s: not available here, skipping\n",
-			env);
-		return 77;
-	}
-	sr = srunner_create(quant_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

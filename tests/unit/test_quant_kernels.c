@@ -14,9 +14,10 @@
 
 #include "common/bytes.h"
 #include "kernels/convert.h"
-#include "quant.h"
-#include "quant_internal.h"
+#include "quant/quant.h"
+#include "quant/quant_internal.h"
 #include "testutil.h"
+#include "unit.h"
 
 #define NALL 65536u
 
@@ -247,7 +248,7 @@ START_TEST(test_quant_kernels__q8_tree_layout)
 }
 END_TEST
 
-static Suite *quant_kernels_suite(void)
+Suite *unit_suite(void)
 {
 	Suite *s = suite_create("quant_kernels");
 	TCase *tc = tcase_create("kernels");
@@ -264,19 +265,4 @@ static Suite *quant_kernels_suite(void)
 	tcase_add_test(tc, test_quant_kernels__q8_tree_layout);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int main(void)
-{
-	SRunner *sr = srunner_create(quant_kernels_suite());
-	const char *isa = getenv("CASTFS_ISA");
-	int failed;
-
-	/* A forced ISA this CPU lacks: skip, as test_kernels does. */
-	if (isa && !castfs_isa_available(castfs_isa_from_name(isa)))
-		return 77;
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -15,12 +15,12 @@
 #include <string.h>
 
 #include "common/bytes.h"
-#include "plan.h"
-#include "quant.h"
-#include "reader.h"
-#include "st_header.h"
+#include "plan/plan.h"
+#include "quant/quant.h"
+#include "common/reader.h"
+#include "format/st_header.h"
 #include "testutil.h"
-#include "view.h"
+#include "view/view.h"
 
 #define Q "model.layers.0.self_attn.q_proj.weight"
 

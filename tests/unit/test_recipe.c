@@ -6,8 +6,9 @@
 #include <string.h>
 
 #include "kernels/convert.h"
-#include "plan.h"
-#include "view.h"
+#include "plan/plan.h"
+#include "view/view.h"
+#include "unit.h"
 
 static struct castfs_views vs;
 
@@ -195,7 +196,7 @@ START_TEST(test_recipe__default_rules_pick_linear_weights)
 }
 END_TEST
 
-static Suite *recipe_suite(void)
+Suite *unit_suite(void)
 {
 	Suite *s = suite_create("recipe");
 	TCase *tc = tcase_create("core");
@@ -211,15 +212,4 @@ static Suite *recipe_suite(void)
 	tcase_add_test(tc, test_recipe__default_rules_pick_linear_weights);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int main(void)
-{
-	SRunner *sr = srunner_create(recipe_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

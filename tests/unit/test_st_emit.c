@@ -8,6 +8,7 @@
 
 #include "common/bytes.h"
 #include "st_testutil.h"
+#include "unit.h"
 
 /* ---- emit ---- */
 
@@ -422,7 +423,7 @@ static void st_emit_tests(TCase *tc)
 	tcase_add_test(tc, test_st_header__emit_e2big);
 }
 
-static Suite *st_emit_suite(void)
+Suite *unit_suite(void)
 {
 	Suite *s = suite_create("st_emit");
 	TCase *tc = tcase_create("emit");
@@ -430,15 +431,4 @@ static Suite *st_emit_suite(void)
 	st_emit_tests(tc);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int main(void)
-{
-	SRunner *sr = srunner_create(st_emit_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -9,10 +9,11 @@
 #include <string.h>
 
 #include "common/bytes.h"
-#include "st_header.h"
+#include "format/st_header.h"
 #include "testutil.h"
 
 #include "st_testutil.h"
+#include "unit.h"
 
 /* ---- invalid headers, one named test each ---- */
 
@@ -405,9 +406,7 @@ START_TEST(test_st_header__malformed_corpus)
 }
 END_TEST
 
-Suite *st_header_suite(void);
-
-Suite *st_header_suite(void)
+Suite *unit_suite(void)
 {
 	Suite *s = suite_create("st_header");
 	TCase *bad = tcase_create("invalid");
@@ -428,15 +427,4 @@ Suite *st_header_suite(void)
 	suite_add_tcase(s, bad);
 	suite_add_tcase(s, misc);
 	return s;
-}
-
-int main(void)
-{
-	SRunner *sr = srunner_create(st_header_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -8,10 +8,11 @@
 #include <string.h>
 
 #include "common/bytes.h"
-#include "st_header.h"
+#include "format/st_header.h"
 #include "testutil.h"
 
 #include "st_testutil.h"
+#include "unit.h"
 
 /* ---- valid headers ---- */
 
@@ -498,7 +499,7 @@ START_TEST(test_st_header__nelems_and_nbytes)
 }
 END_TEST
 
-static Suite *st_valid_suite(void)
+Suite *unit_suite(void)
 {
 	Suite *s = suite_create("st_valid");
 	TCase *tc = tcase_create("valid");
@@ -530,15 +531,4 @@ static Suite *st_valid_suite(void)
 	tcase_add_test(tc, test_st_header__nelems_and_nbytes);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int main(void)
-{
-	SRunner *sr = srunner_create(st_valid_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

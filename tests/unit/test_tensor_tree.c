@@ -10,11 +10,12 @@
 #include <string.h>
 
 #include "kernels/convert.h"
-#include "tensor_files.h"
-#include "tensor_layer.h"
-#include "tensor_tree.h"
+#include "tensors/tensor_files.h"
+#include "plan/plan_layer.h"
+#include "tensors/tensor_tree.h"
 #include "testutil.h"
-#include "view.h"
+#include "view/view.h"
+#include "unit.h"
 
 /* ---- names as paths ---- */
 
@@ -390,9 +391,7 @@ START_TEST(test_layer__npy_of_a_view_widens_the_view)
 }
 END_TEST
 
-Suite *tensor_tree_suite(void);
-
-Suite *tensor_tree_suite(void)
+Suite *unit_suite(void)
 {
 	Suite *s = suite_create("tensor_tree");
 	TCase *tc = tcase_create("paths");
@@ -414,15 +413,4 @@ Suite *tensor_tree_suite(void)
 	tcase_add_test(tc, test_layer__npy_of_a_view_widens_the_view);
 	suite_add_tcase(s, tc);
 	return s;
-}
-
-int main(void)
-{
-	SRunner *sr = srunner_create(tensor_tree_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "common/bytes.h"
-#include "dtype.h"
+#include "format/dtype.h"
 #include "testutil.h"
 
 struct tu_tensor {

@@ -11,10 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "plan.h"
-#include "reader.h"
-#include "st_header.h"
-#include "view.h"
+#include "plan/plan.h"
+#include "common/reader.h"
+#include "format/st_header.h"
+#include "view/view.h"
 
 /* Where tensor data goes in the buffer. */
 enum tu_layout {

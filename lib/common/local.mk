@@ -1,0 +1,10 @@
+# SPDX-License-Identifier: MIT
+# common/: errors and diagnostics, LE bytes, checked math, hashing, the
+# growing text buffer and the source-reading vtable. Depends on nothing.
+noinst_LIBRARIES += lib/libcastfs.a
+lib_libcastfs_a_CFLAGS = $(AM_CFLAGS) $(CJSON_CFLAGS) $(ZSTD_CFLAGS)
+lib_libcastfs_a_SOURCES = \
+	lib/common/bytes.h lib/common/ckd.h lib/common/compiler.h \
+	lib/common/err.c lib/common/err.h lib/common/hash.h \
+	lib/common/strbuf.c lib/common/strbuf.h \
+	lib/common/reader.c lib/common/reader.h

@@ -1,0 +1,7 @@
+# SPDX-License-Identifier: MIT
+# format/: the safetensors dtype table and the header lexer, parser and
+# writer.
+lib_libcastfs_a_SOURCES += \
+	lib/format/dtype.c lib/format/dtype.h \
+	lib/format/st_header.c lib/format/st_header.h lib/format/st_emit.c \
+	lib/format/st_lex.c lib/format/st_internal.h

@@ -1,0 +1,7 @@
+# SPDX-License-Identifier: MIT
+# modeldir/: model-directory views as text in, text out: config.json
+# patches and index.json rewrites.
+lib_libcastfs_a_SOURCES += \
+	lib/modeldir/modeldir.c lib/modeldir/modeldir.h \
+	lib/modeldir/modeldir_internal.h lib/modeldir/modeldir_json.c \
+	lib/modeldir/modeldir_index.c

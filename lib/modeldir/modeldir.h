@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Model directories (transformers and diffusers): which file names a
+ * loader looks at, the config.json a directory view needs, and the
+ * rewritten *.safetensors.index.json. Text in, text out: no I/O.
+ */
+#ifndef CASTFS_MODELDIR_H
+#define CASTFS_MODELDIR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/err.h"
+#include "format/st_header.h"
+#include "view/view.h"
+
+/* What a file name is to a loader. */
+enum castfs_md_name {
+	CASTFS_MD_OTHER,
+	CASTFS_MD_WEIGHTS, /* "*.safetensors" */
+	CASTFS_MD_INDEX, /* "*.safetensors.index.json" and variants of it
+			     * ("*.safetensors.index.fp16.json") */
+	CASTFS_MD_CONFIG, /* "config.json" */
+	CASTFS_MD_PIPELINE, /* "model_index.json" (a diffusers pipeline) */
+};
+
+/* castfs_md_name_kind - what file name @name is. Pure function. */
+enum castfs_md_name castfs_md_name_kind(const char *name);
+
+/* castfs_md_is_base_index - true for "X.safetensors.index.json" (not a
+ * variant of it): the names that get variant spellings. */
+bool castfs_md_is_base_index(const char *name);
+
+/*
+ * castfs_md_split_variant_index - "X.safetensors.index.<v>.json" (the
+ * spelling of variant=<v> in transformers and diffusers): the length of
+ * "X.safetensors.index" into *@stem_len and <v> (not NUL-terminated) into
+ * *@view / *@view_len. Returns false if @name is not spelled so.
+ */
+bool castfs_md_split_variant_index(const char *name, size_t *stem_len,
+				   const char **view, size_t *view_len);
+
+/* What a config.json says that matters to castfs. */
+struct castfs_md_config {
+	bool diffusers; /* "_class_name" or "_diffusers_version": no dtype */
+	bool quantized; /* has "quantization_config": castfs offers no views */
+	char model_type[48]; /* transformers "model_type", or "" */
+};
+
+/*
+ * castfs_md_config_read - parse config.json text @json (@len bytes, not
+ * NUL-terminated) into @out. Returns 0 or -EINVAL (not a JSON object; @d
+ * says why) or -ENOMEM. Thread-safe.
+ */
+int castfs_md_config_read(const char *json, size_t len,
+			  struct castfs_md_config *out, struct castfs_diag *d);
+
+/*
+ * The bitsandbytes quantization_config of a view, as
+ * BitsAndBytesConfig.to_dict() writes it (docs/LOADERS.md §3.1).
+ */
+struct castfs_md_bnb {
+	bool load_in_8bit; /* else 4-bit */
+	bool double_quant; /* 4-bit */
+	const char *quant_type; /* "nf4" or "fp4" ("fp4" for 8-bit) */
+	const char *compute_dtype; /* torch dtype name */
+	bool skip_null; /* "llm_int8_skip_modules": null */
+	size_t nskip;
+	char **skip; /* sorted, unique module paths (owned) */
+};
+
+/*
+ * castfs_md_bnb_init - the quantization_config of bitsandbytes view @v
+ * over a model whose weights are the tensors of @h[0..@nh).
+ * @diffusers: the model is a diffusers one (no default skips in the
+ *	loader: null only if every 2-D weight is quantised); else
+ *	transformers (null when the view applies its default rule, whose
+ *	unquantised 2-D weights are exactly those the loader's default keeps;
+ *	otherwise the full module path of every unquantised 2-D "*.weight"
+ *	plus "lm_head").
+ * The compute dtype is the dtype the quantised weights come back in.
+ * Returns 0, -EINVAL (@v is not a bitsandbytes view) or -ENOMEM; on
+ * success castfs_md_bnb_fini() releases @q.
+ */
+int castfs_md_bnb_init(struct castfs_md_bnb *q, const struct castfs_view *v,
+		       const struct castfs_header *const *h, size_t nh,
+		       bool diffusers);
+
+/* castfs_md_bnb_fini - free the skip list; safe on a zeroed struct. */
+void castfs_md_bnb_fini(struct castfs_md_bnb *q);
+
+/*
+ * castfs_md_keep_id - the set of modules transformers keeps unquantised
+ * for @model_type (its _keep_in_fp32_modules that name Linear layers, as
+ * of transformers 5.24: T5's "wo", BLIP-2's "qformer", ...), as a small
+ * positive id, or 0 for none. Pure function.
+ */
+int castfs_md_keep_id(const char *model_type);
+
+/* A view with a model's keep rules in front of its own. */
+struct castfs_md_view {
+	struct castfs_view v;
+	size_t nkeep; /* rules of ours, owning their patterns */
+};
+
+/*
+ * castfs_md_view_keep - @v with rules that keep the 2-D weights of keep
+ * set @keep (castfs_md_keep_id()) unconverted in front of its own rules,
+ * into @out (castfs_md_view_fini() releases it; @v must outlive it).
+ * Returns 0, -EINVAL (no such set) or -ENOMEM.
+ */
+int castfs_md_view_keep(const struct castfs_view *v, int keep,
+			struct castfs_md_view *out);
+
+/* castfs_md_view_fini - release what castfs_md_view_keep() made. */
+void castfs_md_view_fini(struct castfs_md_view *mv);
+
+/* What a view changes in config.json. */
+struct castfs_md_patch {
+	const char *dtype; /* transformers: the "dtype" to write, or NULL */
+	const struct castfs_md_bnb *bnb; /* quantization_config, or NULL */
+};
+
+/*
+ * castfs_md_view_dtype - the "dtype" a transformers config.json of view
+ * @v says: the view's dtype for float32/float16/bfloat16 casts; NULL
+ * (keep the source's) for every other view, because transformers cannot
+ * hold a model in fp8 and loads bitsandbytes weights in the source dtype.
+ */
+const char *castfs_md_view_dtype(const struct castfs_view *v);
+
+/*
+ * castfs_md_config_patch - config.json text @json with @p applied: every
+ * top-level "dtype" and "torch_dtype" set to @p->dtype (a "dtype" member
+ * added when there is none), and "quantization_config" added. Everything
+ * else is kept byte for byte; new members go where sorted keys put them
+ * (after the last member if the keys are not sorted) and are indented
+ * like their neighbours, as json.dumps(indent=N, sort_keys=True) writes.
+ * @out: on success a malloc'ed NUL-terminated text, its length in
+ *	*@out_len.
+ * Returns 0, -EINVAL (not a JSON object, or it already has a
+ * quantization_config while @p->bnb is set) or -ENOMEM. Thread-safe.
+ */
+int castfs_md_config_patch(const char *json, size_t len,
+			   const struct castfs_md_patch *p, char **out,
+			   size_t *out_len, struct castfs_diag *d);
+
+/*
+ * The output header of one shard of an index through the view, for
+ * castfs_md_index_rewrite(). @name is the shard's file name as the source
+ * index gives it. On success *@out is a header the rewrite frees. Returns
+ * 0 or a negative errno that aborts the rewrite.
+ */
+typedef int (*castfs_md_shard_fn)(void *ctx, const char *name,
+				  struct castfs_header **out);
+
+/*
+ * castfs_md_index_rewrite - a *.safetensors.index.json for the converted
+ * shards: "weight_map" maps every tensor of every shard the source index
+ * names to its shard (the file name itself, or "X.<@variant>.safetensors"
+ * for "X.safetensors" when @variant is set), and "metadata"."total_size"
+ * is the sum of the shards' tensor bytes, as huggingface_hub counts it.
+ * Other metadata and top-level members are kept as they were. Written as
+ * json.dumps(index, indent=2, sort_keys=True) + "\n".
+ * Returns 0, -EINVAL (malformed index, or a shard name that is not a
+ * plain "*.safetensors" file name; @d says why), -ENOMEM, or the error of
+ * @shard. Thread-safe if @shard is.
+ */
+int castfs_md_index_rewrite(const char *json, size_t len, const char *variant,
+			    castfs_md_shard_fn shard, void *ctx, char **out,
+			    size_t *out_len, struct castfs_diag *d);
+
+#endif

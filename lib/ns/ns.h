@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The castfs namespace: the read-only tree a mount shows over a source
+ * directory (mirrored entries, converted views, tensor trees, model-directory
+ * views, the control directory), addressed by stable node ids. FUSE-free:
+ * fs/ maps each request onto one call here.
+ */
+#ifndef CASTFS_NS_H
+#define CASTFS_NS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include "common/err.h"
+#include "plan/plan.h"
+#include "view/view.h"
+
+/* The id of the mount root (FUSE_ROOT_ID). */
+#define CASTFS_NS_ROOT_ID 1u
+
+struct castfs_ns;
+struct castfs_stats;
+
+/*
+ * Optional: tells castfs when another process opens a source file for
+ * writing while castfs reads it. Without it castfs relies on each source's
+ * size and mtime alone, which misses a same-size rewrite within one
+ * timestamp tick. fs/ implements it with file leases (fs/fs_lease.c).
+ * Every function must be thread-safe.
+ */
+struct castfs_source_guard {
+	/* Watch @fd (opened O_RDONLY). Returns 0; -EAGAIN when a writer has
+	 * the file open now; another negative errno when it cannot watch
+	 * (castfs then falls back on size and mtime). */
+	int (*watch)(void *ctx, int fd);
+	/* A read of @fd begins; false when a writer came since watch(). */
+	bool (*enter)(void *ctx, int fd);
+	/* That read ended; false when a writer came since watch(). */
+	bool (*leave)(void *ctx, int fd);
+	/* Stop watching @fd; called before it is closed. */
+	void (*unwatch)(void *ctx, int fd);
+	void *ctx;
+};
+
+struct castfs_ns_opts {
+	const char *source; /* the source directory */
+	const struct castfs_views *views; /* borrowed for the ns lifetime */
+	const char *config_json; /* effective options, for /.castfs/config */
+	struct castfs_stats *stats; /* counters to update; may be NULL */
+	const struct castfs_source_guard *guard; /* may be NULL */
+	/* Where rejected files and other events are reported; may be NULL.
+	 * Called from any thread. */
+	void (*log)(void *ctx, const char *msg);
+	void *log_ctx;
+};
+
+/*
+ * castfs_ns_new - open the source directory and build an empty node table.
+ * Returns 0, -ENOTDIR/-ENOENT/-EACCES (the source), -ENOMEM; @d says why.
+ */
+int castfs_ns_new(const struct castfs_ns_opts *o, struct castfs_ns **out,
+		  struct castfs_diag *d);
+
+/* castfs_ns_free - release everything; NULL is accepted. */
+void castfs_ns_free(struct castfs_ns *ns);
+
+/*
+ * castfs_ns_lookup - resolve @name in directory @parent ("." and ".." too).
+ * On success *@id is the child's node id, @st its attributes, and the
+ * node's lookup count is incremented (FUSE semantics: undone by forget).
+ * Returns 0, -ENOENT, -ENOTDIR, -ESTALE (unknown @parent), -ENAMETOOLONG,
+ * or the source's errno. Thread-safe.
+ */
+int castfs_ns_lookup(struct castfs_ns *ns, uint64_t parent, const char *name,
+		     uint64_t *id, struct stat *st);
+
+/* castfs_ns_forget - drop @n lookups of @id. Thread-safe. */
+void castfs_ns_forget(struct castfs_ns *ns, uint64_t id, uint64_t n);
+
+/* castfs_ns_getattr - attributes of @id. Returns 0, -ESTALE, or errno. */
+int castfs_ns_getattr(struct castfs_ns *ns, uint64_t id, struct stat *st);
+
+struct statvfs;
+
+/* castfs_ns_statfs - the source filesystem's figures, flagged read-only. */
+int castfs_ns_statfs(struct castfs_ns *ns, struct statvfs *sv);
+
+/* castfs_ns_readlink - target of symlink @id into @buf (NUL-terminated).
+ * Returns 0, -EINVAL (not a link), -ENAMETOOLONG, -ESTALE. */
+int castfs_ns_readlink(struct castfs_ns *ns, uint64_t id, char *buf,
+		       size_t len);
+
+/* A directory listing, snapshotted at opendir. */
+struct castfs_dirent {
+	char *name;
+	mode_t type; /* S_IFDIR, S_IFREG, S_IFLNK */
+	uint64_t ino; /* the node id a lookup gives, where cheap to know */
+};
+
+struct castfs_dir {
+	size_t n;
+	struct castfs_dirent *ents;
+	void *arena; /* private */
+};
+
+/* castfs_ns_opendir - list directory @id, "." and ".." first.
+ * Returns 0, -ENOTDIR, -ESTALE, -ENOMEM, or the source's errno. */
+int castfs_ns_opendir(struct castfs_ns *ns, uint64_t id,
+		      struct castfs_dir **out);
+
+/* castfs_dir_free - release a listing; NULL is accepted. */
+void castfs_dir_free(struct castfs_dir *dir);
+
+/* An open file: a snapshot of what it serves, valid until closed. */
+struct castfs_file;
+
+/*
+ * castfs_ns_open - open file @id for reading. Returns 0, -EISDIR, -ESTALE
+ * (the source changed since lookup), -ENOMEM or the source's errno.
+ */
+int castfs_ns_open(struct castfs_ns *ns, uint64_t id, struct castfs_file **out);
+
+/*
+ * castfs_file_read - bytes [@off, @off + @len) of @f into @buf using the
+ * caller thread's scratch. Returns the byte count (short only at EOF), or
+ * -EIO/-ESTALE when the source changed under the file (never mixed bytes),
+ * or the source's errno. Thread-safe.
+ */
+ssize_t castfs_file_read(struct castfs_file *f, struct castfs_scratch *s,
+			 void *buf, size_t len, uint64_t off);
+
+/* castfs_file_size - the size the file was opened with. */
+uint64_t castfs_file_size(const struct castfs_file *f);
+
+/* castfs_file_is_view - true when the bytes are computed (not pass-through). */
+bool castfs_file_is_view(const struct castfs_file *f);
+
+/*
+ * castfs_file_direct_io - true for files whose content is generated per
+ * open (the control files): they report size 0 and must be served with
+ * direct I/O so that readers see the whole snapshot. Never true for views.
+ */
+bool castfs_file_direct_io(const struct castfs_file *f);
+
+/* castfs_file_close - release @f; NULL is accepted. */
+void castfs_file_close(struct castfs_file *f);
+
+/*
+ * castfs_ns_getxattr - value of extended attribute @name of @id into @buf
+ * (@len 0: only the size). Returns the value's length, -ENODATA, -ERANGE
+ * (buffer too small), -ESTALE.
+ */
+ssize_t castfs_ns_getxattr(struct castfs_ns *ns, uint64_t id, const char *name,
+			   char *buf, size_t len);
+
+/* castfs_ns_listxattr - NUL-separated names into @buf; like getxattr. */
+ssize_t castfs_ns_listxattr(struct castfs_ns *ns, uint64_t id, char *buf,
+			    size_t len);
+
+/*
+ * castfs_ns_invalidate - forget what is cached about source path @rel
+ * (relative to the source root; "" for the root) after it changed, and
+ * report through @cb each (parent id, name) pair the kernel may have cached
+ * so that the caller can invalidate those entries. Thread-safe.
+ */
+void castfs_ns_invalidate(struct castfs_ns *ns, const char *rel,
+			  void (*cb)(void *ctx, uint64_t parent,
+				     const char *name),
+			  void *ctx);
+
+#endif

@@ -1,0 +1,339 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The checkpoint cache: each identity (device, inode, size, mtime) of a
+ * *.safetensors file has its header read and validated once, and its plan
+ * per view built once. A file that changes gets a new entry; the old one
+ * lives on while open files hold it.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ns/ns_internal.h"
+
+static size_t ck_bucket(dev_t dev, ino_t ino)
+{
+	uint64_t h = (uint64_t)ino * 0x9e3779b97f4a7c15ull ^ (uint64_t)dev;
+
+	return (size_t)(h >> 20) % NS_HASH_BUCKETS;
+}
+
+static bool ck_matches(const struct ns_ckpt *ck, const struct stat *st)
+{
+	return ck->dev == st->st_dev && ck->ino == st->st_ino &&
+	       ck->size == st->st_size &&
+	       ck->mtime.tv_sec == st->st_mtim.tv_sec &&
+	       ck->mtime.tv_nsec == st->st_mtim.tv_nsec;
+}
+
+static void ck_free(struct ns_ckpt *ck, size_t nviews)
+{
+	ns_tensors_ckpt_fini(ck); /* the trees borrow the plans */
+	ns_modeldir_ckpt_fini(ck);
+	for (size_t i = 0; ck->plans && i < nviews; i++)
+		castfs_plan_free(ck->plans[i]);
+	free(ck->plans);
+	castfs_header_free(ck->h);
+	pthread_mutex_destroy(&ck->lock);
+	free(ck->path);
+	free(ck);
+}
+
+void ns_ckpt_put(struct castfs_ns *ns, struct ns_ckpt *ck)
+{
+	(void)ns;
+	if (ck && atomic_fetch_sub(&ck->refs, 1) == 1)
+		ck_free(ck, ck->nviews);
+}
+
+static void ck_ref(struct ns_ckpt *ck)
+{
+	atomic_fetch_add(&ck->refs, 1);
+}
+
+static void ck_fail(struct ns_ckpt *ck, int err, const char *why)
+{
+	ck->err = err;
+	snprintf(ck->reason, sizeof(ck->reason), "%s", why);
+}
+
+/* Parse the header through @fd; the file must be @st before and after. */
+static void ck_parse(struct ns_ckpt *ck, int fd, const struct stat *st)
+{
+	struct castfs_fd_reader fr;
+	struct castfs_diag d = { { 0 } };
+	struct stat now;
+
+	if (fstat(fd, &now) < 0 || !ns_same_file(&now, st)) {
+		ck_fail(ck, -ESTALE, "changed while being read");
+		return;
+	}
+	castfs_fd_reader_init(&fr, fd);
+	ck->err = castfs_header_read(&fr.r, (uint64_t)st->st_size, &ck->h, &d);
+	if (ck->err)
+		snprintf(ck->reason, sizeof(ck->reason), "%s",
+			 d.msg[0] ? d.msg : strerror(-ck->err));
+	if (fstat(fd, &now) < 0 || !ns_same_file(&now, st)) {
+		castfs_header_free(ck->h);
+		ck->h = NULL;
+		ck_fail(ck, -ESTALE, "changed while being read");
+	}
+}
+
+/*
+ * Read and validate the header of @path, which must still be @st. Under
+ * the source guard: a file open for writing is not parsed now (-EAGAIN),
+ * and a writer arriving during the parse makes it -ESTALE. Neither is
+ * cached: the next lookup tries again.
+ */
+static void ck_load(struct castfs_ns *ns, struct ns_ckpt *ck,
+		    const struct stat *st)
+{
+	const struct castfs_source_guard *g = ns->guard;
+	int fd = ns_src_open_in(ns, ck->path, O_RDONLY);
+	int watch;
+
+	if (fd < 0) {
+		ck->err = fd;
+		snprintf(ck->reason, sizeof(ck->reason), "open: %s",
+			 strerror(-fd));
+		return;
+	}
+	watch = ns_guard_watch(ns, fd);
+	if (watch < 0) {
+		ck_fail(ck, watch, "being written");
+		goto out_close;
+	}
+	if (watch == 0 && !g->enter(g->ctx, fd))
+		ck_fail(ck, -ESTALE, "changed while being read");
+	else
+		ck_parse(ck, fd, st);
+	if (watch == 0 && !g->leave(g->ctx, fd) && !ck->err) {
+		castfs_header_free(ck->h);
+		ck->h = NULL;
+		ck_fail(ck, -ESTALE, "changed while being read");
+	}
+	if (watch == 0)
+		ns_guard_unwatch(ns, fd);
+out_close:
+	close(fd);
+}
+
+static struct ns_ckpt *ck_new(struct castfs_ns *ns, const char *path,
+			      const struct stat *st)
+{
+	struct ns_ckpt *ck = calloc(1, sizeof(*ck));
+
+	if (!ck)
+		return NULL;
+	ck->nviews = ns->views->n;
+	ck->plans = calloc(ck->nviews ? ck->nviews : 1, sizeof(*ck->plans));
+	ck->path = strdup(path);
+	pthread_mutex_init(&ck->lock, NULL);
+	if (!ck->plans || !ck->path) {
+		ck_free(ck, ck->nviews);
+		return NULL;
+	}
+	ck->refs = 1;
+	ck->dev = st->st_dev;
+	ck->ino = st->st_ino;
+	ck->size = st->st_size;
+	ck->mtime = st->st_mtim;
+	return ck;
+}
+
+/* Caller holds ck_lock. Entry of identity @st, with a new reference. */
+static struct ns_ckpt *ck_find_locked(struct castfs_ns *ns,
+				      const struct stat *st)
+{
+	struct ns_ckpt *ck = ns->ckpts[ck_bucket(st->st_dev, st->st_ino)];
+
+	for (; ck; ck = ck->hnext) {
+		if (ck_matches(ck, st)) {
+			ck_ref(ck);
+			return ck;
+		}
+	}
+	return NULL;
+}
+
+/* Caller holds ck_lock. Insert @ck, dropping older identities of its file
+ * (they live on while open files hold them). */
+static void ck_insert_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
+{
+	struct ns_ckpt **pp = &ns->ckpts[ck_bucket(ck->dev, ck->ino)], *o;
+
+	while ((o = *pp)) {
+		if (o->dev == ck->dev && o->ino == ck->ino) {
+			*pp = o->hnext;
+			ns_ckpt_put(ns, o);
+			continue;
+		}
+		pp = &o->hnext;
+	}
+	ck_ref(ck); /* the table's reference */
+	ck->hnext = ns->ckpts[ck_bucket(ck->dev, ck->ino)];
+	ns->ckpts[ck_bucket(ck->dev, ck->ino)] = ck;
+}
+
+static void ck_log_rejected(struct castfs_ns *ns, const struct ns_ckpt *ck)
+{
+	char msg[512];
+
+	castfs_stats_count(ns->stats, CASTFS_SCTR_HEADERS_REJECTED, 1);
+	if (!ns->log)
+		return;
+	snprintf(msg, sizeof(msg), "%s: rejected: %s", ck->path, ck->reason);
+	ns->log(ns->log_ctx, msg);
+}
+
+/* Failures that say nothing about the file itself: retried, not cached. */
+static bool ck_transient(int err)
+{
+	return err == -ESTALE || err == -ENOMEM || err == -EAGAIN;
+}
+
+int ns_ckpt_get(struct castfs_ns *ns, const char *path, const struct stat *st,
+		struct ns_ckpt **out)
+{
+	struct ns_ckpt *ck, *raced;
+
+	pthread_mutex_lock(&ns->ck_lock);
+	ck = ck_find_locked(ns, st);
+	pthread_mutex_unlock(&ns->ck_lock);
+	if (ck) {
+		castfs_stats_count(ns->stats, CASTFS_SCTR_HEADER_CACHE_HITS, 1);
+		*out = ck;
+		return 0;
+	}
+	ck = ck_new(ns, path, st);
+	if (!ck)
+		return -ENOMEM;
+	/* Parse outside the lock: a 100 MB header takes a while. */
+	ck_load(ns, ck, st);
+	castfs_stats_count(ns->stats, CASTFS_SCTR_HEADERS_PARSED, 1);
+	pthread_mutex_lock(&ns->ck_lock);
+	raced = ck_find_locked(ns, st);
+	if (!raced && !ck_transient(ck->err))
+		ck_insert_locked(ns, ck);
+	pthread_mutex_unlock(&ns->ck_lock);
+	if (raced) {
+		ns_ckpt_put(ns, ck);
+		ck = raced;
+	} else if (ck->err && !ck_transient(ck->err)) {
+		ck_log_rejected(ns, ck);
+	}
+	*out = ck;
+	return 0;
+}
+
+int ns_ckpt_valid(struct castfs_ns *ns, const char *path, struct stat *st,
+		  struct ns_ckpt **out)
+{
+	struct ns_ckpt *ck;
+	int rc = ns_src_stat_in(ns, path, st);
+
+	if (rc)
+		return rc;
+	if (!S_ISREG(st->st_mode))
+		return -ENOENT;
+	rc = ns_ckpt_get(ns, path, st, &ck);
+	if (rc)
+		return rc;
+	if (!ck->h) {
+		/* Being written or changed while read: the version looked
+		 * up is going away (ESTALE); rejected files have no views. */
+		rc = ck->err == -ENOMEM	   ? -ENOMEM :
+		     ck_transient(ck->err) ? -ESTALE :
+					     -ENOENT;
+		ns_ckpt_put(ns, ck);
+		return rc;
+	}
+	*out = ck;
+	return 0;
+}
+
+int ns_ckpt_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
+		 const struct castfs_view *view, const struct castfs_plan **out,
+		 struct castfs_diag *d)
+{
+	int idx = ns_view_index(ns, view);
+	int rc = 0;
+
+	if (idx < 0 || (size_t)idx >= ck->nviews || !ck->h)
+		return -EINVAL;
+	pthread_mutex_lock(&ck->lock);
+	if (ck->plans[idx]) {
+		castfs_stats_count(ns->stats, CASTFS_SCTR_PLAN_CACHE_HITS, 1);
+	} else {
+		rc = castfs_view_plan(view, ck->h, &ck->plans[idx], d);
+		if (!rc)
+			castfs_stats_count(ns->stats, CASTFS_SCTR_PLANS_BUILT,
+					   1);
+	}
+	if (!rc)
+		*out = ck->plans[idx];
+	pthread_mutex_unlock(&ck->lock);
+	return rc;
+}
+
+static void rejected_add(struct castfs_ns *ns, cJSON *arr,
+			 const struct ns_ckpt *ck)
+{
+	struct stat st;
+	cJSON *o;
+
+	/* Only files still there as they were when rejected. */
+	if (ns_src_stat_in(ns, ck->path, &st) || !ck_matches(ck, &st))
+		return;
+	o = cJSON_CreateObject();
+	if (!o)
+		return;
+	cJSON_AddStringToObject(o, "path", ck->path);
+	cJSON_AddStringToObject(o, "error", strerror(-ck->err));
+	cJSON_AddStringToObject(o, "reason", ck->reason);
+	cJSON_AddItemToArray(arr, o);
+}
+
+char *ns_ckpt_rejected_json(struct castfs_ns *ns)
+{
+	cJSON *arr = cJSON_CreateArray();
+	char *out;
+
+	if (!arr)
+		return NULL;
+	pthread_mutex_lock(&ns->ck_lock);
+	for (size_t i = 0; i < NS_HASH_BUCKETS; i++) {
+		for (struct ns_ckpt *ck = ns->ckpts[i]; ck; ck = ck->hnext) {
+			if (!ck->h)
+				rejected_add(ns, arr, ck);
+		}
+	}
+	pthread_mutex_unlock(&ns->ck_lock);
+	out = cJSON_Print(arr);
+	cJSON_Delete(arr);
+	return out;
+}
+
+void ns_ckpt_drop_path(struct castfs_ns *ns, const char *path)
+{
+	pthread_mutex_lock(&ns->ck_lock);
+	for (size_t i = 0; i < NS_HASH_BUCKETS; i++) {
+		struct ns_ckpt **pp = &ns->ckpts[i], *ck;
+
+		while ((ck = *pp)) {
+			if (strcmp(ck->path, path) == 0) {
+				*pp = ck->hnext;
+				ns_ckpt_put(ns, ck);
+				continue;
+			}
+			pp = &ck->hnext;
+		}
+	}
+	pthread_mutex_unlock(&ns->ck_lock);
+}

@@ -1,0 +1,350 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Open files: a snapshot of what one open serves (a plan and the source it
+ * reads, or a pass-through source), with the check that the source is
+ * still the identity the plan was built from after every read.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ns/ns_internal.h"
+#include "plan/plan_internal.h"
+#include "plan/plan_layer.h"
+
+struct castfs_file {
+	struct castfs_ns *ns;
+	int fd; /* the source, or -1 for plans of memory only */
+	bool guarded; /* the guard reports writers of fd */
+	struct castfs_fd_reader fr;
+	struct stat ident;
+	struct ns_ckpt *ck;
+	const struct castfs_plan *plan; /* NULL: pass-through */
+	struct castfs_plan *owned;
+	const struct castfs_plan *base; /* the plan reads this view, or NULL */
+	uint64_t size;
+	int view;
+	bool direct;
+	_Atomic uint64_t next_off; /* where the last read ended */
+	_Atomic uint64_t ra_end; /* the source is advised up to here */
+};
+
+/* Source bytes a sequential reader's source is advised ahead of it. */
+#define NS_RA_AHEAD (16u << 20)
+/*
+ * Reads starting this close to where the last one ended count as
+ * sequential: the kernel's read-ahead sends several requests at once and
+ * threads serve them in any order.
+ */
+#define NS_RA_SLACK (8u << 20)
+
+static int file_alloc(struct castfs_ns *ns, int view, struct castfs_file **out)
+{
+	struct castfs_file *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return -ENOMEM;
+	f->ns = ns;
+	f->fd = -1;
+	f->view = view;
+	*out = f;
+	return 0;
+}
+
+int ns_guard_watch(struct castfs_ns *ns, int fd)
+{
+	int rc;
+
+	if (!ns->guard)
+		return 1;
+	rc = ns->guard->watch(ns->guard->ctx, fd);
+	if (rc == -EAGAIN)
+		return rc;
+	return rc ? 1 : 0;
+}
+
+void ns_guard_unwatch(struct castfs_ns *ns, int fd)
+{
+	ns->guard->unwatch(ns->guard->ctx, fd);
+}
+
+/*
+ * Open source @path and check it is still identity @ident. The guard
+ * watches first, so that any write after the identity check is reported;
+ * a file open for writing right now is refused with -ESTALE: its bytes are
+ * in flux, and the version the reader looked up is going away.
+ */
+static int open_source(struct castfs_ns *ns, const char *path,
+		       const struct stat *ident, struct castfs_file *f)
+{
+	struct stat now;
+	int fd = ns_src_open_in(ns, path, O_RDONLY);
+	int watch;
+
+	if (fd < 0)
+		return fd == -ENOENT || fd == -ELOOP ? -ESTALE : fd;
+	watch = ns_guard_watch(ns, fd);
+	if (watch < 0) {
+		close(fd);
+		return -ESTALE;
+	}
+	f->guarded = watch == 0;
+	if (fstat(fd, &now) < 0 || !ns_same_file(&now, ident)) {
+		if (f->guarded)
+			ns_guard_unwatch(ns, fd);
+		f->guarded = false;
+		close(fd);
+		return -ESTALE;
+	}
+	f->fd = fd;
+	f->ident = *ident;
+	castfs_fd_reader_init(&f->fr, fd);
+	return 0;
+}
+
+int ns_file_new_plan(struct castfs_ns *ns, const char *path,
+		     const struct stat *ident, struct ns_ckpt *ck,
+		     const struct castfs_plan *plan,
+		     struct castfs_plan *owned_plan, int view_idx,
+		     struct castfs_file **out)
+{
+	struct castfs_file *f;
+	int rc = file_alloc(ns, view_idx, &f);
+
+	if (rc) {
+		castfs_plan_free(owned_plan);
+		return rc;
+	}
+	f->plan = plan;
+	f->owned = owned_plan;
+	f->size = plan->size;
+	if (ck) {
+		atomic_fetch_add(&ck->refs, 1);
+		f->ck = ck;
+	}
+	if (path) {
+		rc = open_source(ns, path, ident, f);
+		if (rc) {
+			castfs_file_close(f);
+			return rc;
+		}
+	}
+	castfs_stats_open(ns->stats, view_idx);
+	*out = f;
+	return 0;
+}
+
+int ns_file_new_layered(struct castfs_ns *ns, const char *path,
+			const struct stat *ident, struct ns_ckpt *ck,
+			const struct castfs_plan *base,
+			struct castfs_plan *owned_plan, int view_idx,
+			struct castfs_file **out)
+{
+	int rc = ns_file_new_plan(ns, path, ident, ck, owned_plan, owned_plan,
+				  view_idx, out);
+
+	if (!rc)
+		(*out)->base = base;
+	return rc;
+}
+
+int ns_file_new_source(struct castfs_ns *ns, const char *path,
+		       const struct stat *ident, struct castfs_file **out)
+{
+	struct castfs_file *f;
+	int rc = file_alloc(ns, CASTFS_STATS_PASSTHROUGH, &f);
+
+	if (rc)
+		return rc;
+	rc = open_source(ns, path, ident, f);
+	if (rc) {
+		castfs_file_close(f);
+		return rc;
+	}
+	f->size = (uint64_t)ident->st_size;
+	castfs_stats_open(ns->stats, f->view);
+	*out = f;
+	return 0;
+}
+
+int ns_file_new_mem(struct castfs_ns *ns, const void *data, size_t len,
+		    struct castfs_file **out)
+{
+	struct castfs_producer p = { .op = CASTFS_OP_MEM, .mem = data };
+	struct castfs_plan *plan;
+	struct castfs_pb *pb;
+	int rc = castfs_pb_new(&pb);
+
+	if (rc)
+		return rc;
+	rc = castfs_pb_append(pb, &p, len);
+	if (rc) {
+		castfs_pb_free(pb);
+		return rc;
+	}
+	rc = castfs_pb_finish_raw(pb, &plan);
+	if (rc)
+		return rc;
+	rc = ns_file_new_plan(ns, NULL, NULL, NULL, plan, plan,
+			      CASTFS_STATS_OTHER, out);
+	if (!rc)
+		(*out)->direct = true;
+	return rc;
+}
+
+static ssize_t no_source(void *ctx, void *buf, size_t n, uint64_t off)
+{
+	(void)ctx;
+	(void)buf;
+	(void)n;
+	(void)off;
+	return -EIO; /* a plan of memory only never reads its source */
+}
+
+static const struct castfs_reader null_reader = { no_source, NULL };
+
+/* A writer came: whatever was read may mix two versions. */
+static int stale(struct castfs_file *f)
+{
+	castfs_stats_count(f->ns->stats, CASTFS_SCTR_STALE_READS, 1);
+	return -EIO;
+}
+
+/* The bytes just read are only good if the source did not change. */
+static int check_source(struct castfs_file *f)
+{
+	struct stat now;
+
+	if (f->fd < 0)
+		return 0;
+	if (fstat(f->fd, &now) < 0)
+		return -errno;
+	if (now.st_size != f->ident.st_size ||
+	    now.st_mtim.tv_sec != f->ident.st_mtim.tv_sec ||
+	    now.st_mtim.tv_nsec != f->ident.st_mtim.tv_nsec)
+		return stale(f);
+	return 0;
+}
+
+static ssize_t read_source(struct castfs_file *f, void *buf, size_t len,
+			   uint64_t off)
+{
+	if (off >= f->size)
+		return 0;
+	if (len > f->size - off)
+		len = (size_t)(f->size - off);
+	return castfs_reader_read(&f->fr.r, buf, len, off) ?: (ssize_t)len;
+}
+
+/* A plan over a view: its source is the view's plan over the file. */
+static ssize_t read_layered(struct castfs_file *f, struct castfs_scratch *s,
+			    void *buf, size_t len, uint64_t off)
+{
+	struct castfs_scratch outer;
+	struct castfs_layer l;
+
+	castfs_layer_init(&l, f->base, &f->fr.r, s, &outer);
+	return castfs_plan_read(f->plan, &l.r, &outer, buf, len, off);
+}
+
+/*
+ * Sequential readers: ask the kernel to read the source ahead of them
+ * (POSIX_FADV_WILLNEED), so that a cold source streams from the disk with
+ * requests in flight while the daemon converts. One call per
+ * NS_RA_AHEAD / 2 source bytes; random readers get none.
+ */
+static void source_readahead(struct castfs_file *f, uint64_t off, size_t n)
+{
+	uint64_t prev, src, end, from;
+
+	prev = atomic_exchange_explicit(&f->next_off, off + n,
+					memory_order_relaxed);
+	if (f->fd < 0 || f->base || off > prev + NS_RA_SLACK ||
+	    off + NS_RA_SLACK < prev)
+		return;
+	if (!f->plan)
+		src = off + n;
+	else if (off + n < f->plan->size)
+		src = castfs_plan_src_off(f->plan, off + n);
+	else
+		return;
+	if (src == UINT64_MAX)
+		return;
+	end = atomic_load_explicit(&f->ra_end, memory_order_relaxed);
+	if (end >= src + NS_RA_AHEAD / 2 && end <= src + NS_RA_AHEAD)
+		return; /* far enough ahead already */
+	from = end > src && end < src + NS_RA_AHEAD ? end : src;
+	if (!atomic_compare_exchange_strong(&f->ra_end, &end,
+					    src + NS_RA_AHEAD))
+		return; /* another thread is advising */
+	/* A hint: its failure changes nothing. */
+	(void)posix_fadvise(f->fd, (off_t)from,
+			    (off_t)(src + NS_RA_AHEAD - from),
+			    POSIX_FADV_WILLNEED);
+}
+
+static ssize_t read_any(struct castfs_file *f, struct castfs_scratch *s,
+			void *buf, size_t len, uint64_t off)
+{
+	if (f->base)
+		return read_layered(f, s, buf, len, off);
+	if (f->plan)
+		return castfs_plan_read(f->plan,
+					f->fd >= 0 ? &f->fr.r : &null_reader, s,
+					buf, len, off);
+	return read_source(f, buf, len, off);
+}
+
+ssize_t castfs_file_read(struct castfs_file *f, struct castfs_scratch *s,
+			 void *buf, size_t len, uint64_t off)
+{
+	const struct castfs_source_guard *g = f->ns->guard;
+	ssize_t n;
+	int rc;
+
+	castfs_stats_read_size(f->ns->stats, len);
+	if (f->guarded && !g->enter(g->ctx, f->fd))
+		return stale(f);
+	n = read_any(f, s, buf, len, off);
+	/* Under a lease every writer is reported: no fstat needed. */
+	if (f->guarded && !g->leave(g->ctx, f->fd))
+		return stale(f);
+	rc = f->guarded ? 0 : check_source(f);
+	if (rc)
+		return rc;
+	if (n > 0) {
+		castfs_stats_read(f->ns->stats, f->view, (uint64_t)n);
+		source_readahead(f, off, (size_t)n);
+	}
+	return n;
+}
+
+uint64_t castfs_file_size(const struct castfs_file *f)
+{
+	return f->size;
+}
+
+bool castfs_file_is_view(const struct castfs_file *f)
+{
+	return f->plan != NULL;
+}
+
+bool castfs_file_direct_io(const struct castfs_file *f)
+{
+	return f->direct;
+}
+
+void castfs_file_close(struct castfs_file *f)
+{
+	if (!f)
+		return;
+	if (f->guarded)
+		ns_guard_unwatch(f->ns, f->fd);
+	if (f->fd >= 0)
+		close(f->fd);
+	ns_ckpt_put(f->ns, f->ck);
+	castfs_plan_free(f->owned);
+	free(f);
+}

@@ -1,0 +1,606 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Model-directory views, the source side: what a directory holds, whether
+ * it is a model, and the rewritten config.json and index.json files, built
+ * once per identity of their sources and cached.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/hash.h"
+#include "modeldir/modeldir.h"
+#include "ns/ns_modeldir_internal.h"
+#include "tensors/tensor_files.h"
+
+#define MD_JSON_MAX (64u << 20) /* the largest config or index we read */
+#define MD_BUCKETS 256u
+
+/* ---- scanning a source directory ---- */
+
+/* One entry's share of the fingerprint: its name and identity. */
+static uint64_t md_ident(const char *name, const struct stat *st)
+{
+	const uint64_t v[5] = {
+		(uint64_t)st->st_dev,	       (uint64_t)st->st_ino,
+		(uint64_t)st->st_size,	       (uint64_t)st->st_mtim.tv_sec,
+		(uint64_t)st->st_mtim.tv_nsec,
+	};
+	uint64_t h = castfs_fnv1a(CASTFS_FNV_SEED, name, strlen(name) + 1);
+
+	return castfs_mix64(castfs_fnv1a(h, v, sizeof(v)));
+}
+
+static int md_push(char ***v, size_t *n, const char *name)
+{
+	char **nv = realloc(*v, (*n + 1) * sizeof(**v));
+
+	if (!nv)
+		return -ENOMEM;
+	*v = nv;
+	nv[*n] = strdup(name);
+	if (!nv[*n])
+		return -ENOMEM;
+	(*n)++;
+	return 0;
+}
+
+/* Note regular file @name (identity @st) in @s. */
+static int md_dir_add(struct md_dir *s, const char *name, const struct stat *st)
+{
+	switch (castfs_md_name_kind(name)) {
+	case CASTFS_MD_CONFIG:
+		s->config = true;
+		s->fp += md_ident(name, st); /* the keep rules come from it */
+		return 0;
+	case CASTFS_MD_PIPELINE:
+		s->pipeline = true;
+		return 0;
+	case CASTFS_MD_WEIGHTS:
+		s->fp += md_ident(name, st);
+		return md_push(&s->weights, &s->nweights, name);
+	case CASTFS_MD_INDEX:
+		s->fp += md_ident(name, st);
+		return md_push(&s->indexes, &s->nindex, name);
+	case CASTFS_MD_OTHER:
+		break;
+	}
+	return 0;
+}
+
+static int md_stat_link(struct castfs_ns *ns, const char *dir, const char *name,
+			struct stat *st)
+{
+	char *p = ns_path_join(dir, name, strlen(name));
+	int rc = p ? ns_src_stat_in(ns, p, st) : -ENOMEM;
+
+	free(p);
+	return rc;
+}
+
+int md_dir_scan(struct castfs_ns *ns, const char *path, struct md_dir *s)
+{
+	int fd = ns_src_open(ns, path, O_RDONLY | O_DIRECTORY);
+	struct dirent *de;
+	struct stat st;
+	DIR *dp;
+	int rc = 0;
+
+	*s = (struct md_dir){ .fp = 1 };
+	if (fd < 0)
+		return fd;
+	dp = fdopendir(fd);
+	if (!dp) {
+		close(fd);
+		return -errno;
+	}
+	while (!rc && (errno = 0, de = readdir(dp))) {
+		if (de->d_type != DT_REG && de->d_type != DT_LNK &&
+		    de->d_type != DT_UNKNOWN)
+			continue;
+		if (castfs_md_name_kind(de->d_name) == CASTFS_MD_OTHER)
+			continue;
+		if (fstatat(dirfd(dp), de->d_name, &st, AT_SYMLINK_NOFOLLOW))
+			continue;
+		/* A link inside the root counts as the file it reaches. */
+		if (S_ISLNK(st.st_mode) &&
+		    md_stat_link(ns, path, de->d_name, &st))
+			continue;
+		if (!S_ISREG(st.st_mode))
+			continue;
+		rc = md_dir_add(s, de->d_name, &st);
+	}
+	if (!rc && errno)
+		rc = -errno;
+	closedir(dp);
+	s->fp = s->fp ? s->fp : 1; /* 0 means "no dependency" in a node */
+	return rc;
+}
+
+void md_dir_fini(struct md_dir *s)
+{
+	for (size_t i = 0; i < s->nweights; i++)
+		free(s->weights[i]);
+	for (size_t i = 0; i < s->nindex; i++)
+		free(s->indexes[i]);
+	free(s->weights);
+	free(s->indexes);
+	*s = (struct md_dir){ 0 };
+}
+
+bool md_dir_weights(const struct md_dir *s)
+{
+	return s->nweights > 0 || s->nindex > 0;
+}
+
+char *md_parent_path(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+
+	return strndup(path, slash ? (size_t)(slash - path) : 0);
+}
+
+/* ---- reading source files ---- */
+
+/* The whole of source file @path, which must be identity @ident if set. */
+static int md_read(struct castfs_ns *ns, const char *path,
+		   const struct stat *ident, char **out, size_t *len)
+{
+	struct castfs_fd_reader fr;
+	struct stat st;
+	char *buf = NULL;
+	int rc, fd = ns_src_open_in(ns, path, O_RDONLY);
+
+	if (fd < 0)
+		return fd == -ENOENT || fd == -ELOOP ? -ESTALE : fd;
+	if (fstat(fd, &st) < 0) {
+		rc = -errno;
+		goto out_close;
+	}
+	rc = -ESTALE;
+	if (ident && !ns_same_file(&st, ident))
+		goto out_close;
+	rc = -EFBIG;
+	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > MD_JSON_MAX)
+		goto out_close;
+	buf = malloc((size_t)st.st_size + 1);
+	rc = buf ? 0 : -ENOMEM;
+	castfs_fd_reader_init(&fr, fd);
+	if (!rc && st.st_size)
+		rc = castfs_reader_read(&fr.r, buf, (size_t)st.st_size, 0);
+	if (!rc) {
+		buf[st.st_size] = '\0';
+		*out = buf;
+		*len = (size_t)st.st_size;
+		buf = NULL;
+	}
+out_close:
+	free(buf);
+	close(fd);
+	return rc;
+}
+
+static int md_config_of(struct castfs_ns *ns, const char *dir,
+			struct castfs_md_config *c)
+{
+	char *path = ns_path_join(dir, "config.json", 11), *text = NULL;
+	size_t len;
+	int rc = path ? md_read(ns, path, NULL, &text, &len) : -ENOMEM;
+
+	if (!rc)
+		rc = castfs_md_config_read(text, len, c, NULL);
+	free(text);
+	free(path);
+	return rc;
+}
+
+int md_keep_of(struct castfs_ns *ns, const char *dir,
+	       const struct castfs_view *v)
+{
+	struct castfs_md_config c;
+
+	if (v->kind == CASTFS_VIEW_CAST || md_config_of(ns, dir, &c))
+		return 0;
+	return castfs_md_keep_id(c.model_type);
+}
+
+static bool md_any_valid(struct castfs_ns *ns, const char *dir,
+			 const struct md_dir *s)
+{
+	bool found = false;
+
+	for (size_t i = 0; !found && i < s->nweights; i++) {
+		char *p =
+			ns_path_join(dir, s->weights[i], strlen(s->weights[i]));
+		struct ns_ckpt *ck;
+		struct stat st;
+
+		if (p && ns_ckpt_valid(ns, p, &st, &ck) == 0) {
+			ns_ckpt_put(ns, ck);
+			found = true;
+		}
+		free(p);
+	}
+	return found;
+}
+
+int md_is_model(struct castfs_ns *ns, const char *path, bool *yes)
+{
+	struct castfs_md_config c;
+	struct md_dir s;
+	int rc = md_dir_scan(ns, path, &s);
+
+	*yes = false;
+	if (rc)
+		goto out;
+	if (s.pipeline) {
+		*yes = true;
+	} else if (s.config && (s.nindex || md_any_valid(ns, path, &s))) {
+		/* Unreadable or already quantised: no views, not an error. */
+		*yes = md_config_of(ns, path, &c) == 0 && !c.quantized;
+	}
+out:
+	md_dir_fini(&s);
+	return rc == -ENOMEM ? rc : 0;
+}
+
+/* ---- building the rewritten JSON ---- */
+
+/* The valid checkpoints of a directory, with references held. */
+struct md_ckpts {
+	size_t n;
+	struct ns_ckpt **ck;
+	const struct castfs_header **h;
+};
+
+static void md_ckpts_fini(struct castfs_ns *ns, struct md_ckpts *c)
+{
+	for (size_t i = 0; i < c->n; i++)
+		ns_ckpt_put(ns, c->ck[i]);
+	free(c->ck);
+	free(c->h);
+}
+
+static int md_ckpts_of(struct castfs_ns *ns, const char *dir,
+		       struct md_ckpts *c)
+{
+	struct md_dir s;
+	int rc = md_dir_scan(ns, dir, &s);
+
+	*c = (struct md_ckpts){ 0 };
+	c->ck = calloc(s.nweights + 1, sizeof(*c->ck));
+	c->h = calloc(s.nweights + 1, sizeof(*c->h));
+	if (!rc && (!c->ck || !c->h))
+		rc = -ENOMEM;
+	for (size_t i = 0; !rc && i < s.nweights; i++) {
+		char *p = ns_path_join(dir, s.weights[i], strlen(s.weights[i]));
+		struct stat st;
+		int vrc = p ? ns_ckpt_valid(ns, p, &st, &c->ck[c->n]) : -ENOMEM;
+
+		free(p);
+		if (vrc == 0) {
+			c->h[c->n] = c->ck[c->n]->h;
+			c->n++;
+		} else if (vrc == -ENOMEM) {
+			rc = vrc;
+		}
+	}
+	md_dir_fini(&s);
+	return rc;
+}
+
+/* The quantization_config of @v with keep set @keep over @ck. */
+static int md_bnb_of(const struct castfs_view *v, int keep,
+		     const struct md_ckpts *ck, bool diffusers,
+		     struct castfs_md_bnb *q)
+{
+	struct castfs_md_view mv;
+	int rc;
+
+	if (!keep)
+		return castfs_md_bnb_init(q, v, ck->h, ck->n, diffusers);
+	rc = castfs_md_view_keep(v, keep, &mv);
+	if (rc)
+		return rc;
+	rc = castfs_md_bnb_init(q, &mv.v, ck->h, ck->n, diffusers);
+	castfs_md_view_fini(&mv);
+	return rc;
+}
+
+/* config.json through view @v: dtype and quantization_config. */
+static int md_build_config(struct castfs_ns *ns, const struct ns_node *n,
+			   const char *text, size_t len, char **out,
+			   size_t *out_len)
+{
+	struct castfs_md_patch p = { 0 };
+	struct castfs_md_config c;
+	struct castfs_md_bnb q = { 0 };
+	struct md_ckpts ck = { 0 };
+	char *dir = NULL;
+	int rc = castfs_md_config_read(text, len, &c, NULL);
+
+	if (rc)
+		return rc;
+	p.dtype = c.diffusers ? NULL : castfs_md_view_dtype(n->view);
+	if (n->view->kind != CASTFS_VIEW_CAST) {
+		dir = md_parent_path(n->path);
+		rc = dir ? md_ckpts_of(ns, dir, &ck) : -ENOMEM;
+		if (!rc)
+			rc = md_bnb_of(n->view, castfs_md_keep_id(c.model_type),
+				       &ck, c.diffusers, &q);
+		p.bnb = rc ? NULL : &q;
+	}
+	if (!rc)
+		rc = castfs_md_config_patch(text, len, &p, out, out_len, NULL);
+	castfs_md_bnb_fini(&q);
+	md_ckpts_fini(ns, &ck);
+	free(dir);
+	return rc;
+}
+
+struct md_shard_ctx {
+	struct castfs_ns *ns;
+	const char *dir;
+	const struct castfs_view *view;
+	int keep;
+};
+
+/* castfs_md_shard_fn: the header of shard @name through the view. */
+static int md_shard(void *ctx, const char *name, struct castfs_header **out)
+{
+	const struct md_shard_ctx *c = ctx;
+	const struct castfs_plan *plan;
+	char *path = ns_path_join(c->dir, name, strlen(name));
+	struct ns_ckpt *ck;
+	struct stat st;
+	int rc = path ? ns_ckpt_valid(c->ns, path, &st, &ck) : -ENOMEM;
+
+	free(path);
+	if (rc)
+		return rc;
+	rc = md_shard_plan(c->ns, ck, c->view, c->keep, &plan);
+	if (!rc)
+		rc = castfs_view_header(plan, out, NULL);
+	ns_ckpt_put(c->ns, ck);
+	return rc;
+}
+
+static int md_build_index(struct castfs_ns *ns, const struct ns_node *n,
+			  const char *text, size_t len, char **out,
+			  size_t *out_len)
+{
+	struct md_shard_ctx c = { ns, NULL, n->view, 0 };
+	char *dir = md_parent_path(n->path);
+	int rc;
+
+	if (!dir)
+		return -ENOMEM;
+	c.dir = dir;
+	/* The variant spelling names the single-file views: no model rules. */
+	if (n->aux == MF_INDEX)
+		c.keep = md_keep_of(ns, dir, n->view);
+	rc = castfs_md_index_rewrite(text, len,
+				     n->aux == MF_VINDEX ? n->view->name : NULL,
+				     md_shard, &c, out, out_len, NULL);
+	free(dir);
+	return rc;
+}
+
+static int md_build(struct castfs_ns *ns, const struct ns_node *n, char **out,
+		    size_t *out_len)
+{
+	char *text;
+	size_t len;
+	int rc = md_read(ns, n->path, &n->st, &text, &len);
+
+	if (rc)
+		return rc;
+	if (n->aux == MF_CONFIG)
+		rc = md_build_config(ns, n, text, len, out, out_len);
+	else
+		rc = md_build_index(ns, n, text, len, out, out_len);
+	free(text);
+	return rc;
+}
+
+/* Whether @n's sources are still those it was looked up with. */
+static int md_current(struct castfs_ns *ns, const struct ns_node *n)
+{
+	char *dir = md_parent_path(n->path);
+	struct md_dir s = { 0 };
+	struct stat st;
+	int rc = dir ? ns_src_stat_in(ns, n->path, &st) : -ENOMEM;
+
+	if (!rc && !ns_same_file(&st, &n->st))
+		rc = -ESTALE;
+	if (!rc)
+		rc = md_dir_scan(ns, dir, &s);
+	if (!rc && s.fp != n->dep)
+		rc = -ESTALE;
+	md_dir_fini(&s);
+	free(dir);
+	return rc == -ENOENT ? -ESTALE : rc;
+}
+
+/* ---- the cache ---- */
+
+struct md_entry {
+	struct md_entry *next;
+	char *path;
+	const struct castfs_view *view;
+	uint32_t aux;
+	struct stat ident;
+	uint64_t dep;
+	char *text;
+	size_t len;
+};
+
+struct ns_mdcache {
+	pthread_mutex_t lock;
+	struct md_entry *b[MD_BUCKETS];
+};
+
+static struct md_entry **md_bucket(struct castfs_ns *ns, const char *path)
+{
+	uint64_t h = castfs_fnv1a(CASTFS_FNV_SEED, path, strlen(path));
+
+	return &ns->md->b[castfs_mix64(h) % MD_BUCKETS];
+}
+
+static bool md_same_key(const struct md_entry *e, const struct ns_node *n)
+{
+	return e->view == n->view && e->aux == n->aux &&
+	       strcmp(e->path, n->path) == 0;
+}
+
+static void md_entry_free(struct md_entry *e)
+{
+	free(e->path);
+	free(e->text);
+	free(e);
+}
+
+/* Caller holds the lock. The size, or a plan of a copy, of @e. */
+static int md_entry_out(const struct md_entry *e, uint64_t *size,
+			struct castfs_plan **plan)
+{
+	if (size)
+		*size = e->len;
+	return plan ? castfs_mem_plan(e->text, e->len, plan) : 0;
+}
+
+/* The entry for @n if cached: 0 with the outputs filled, else -ENOENT. */
+static int md_cached(struct castfs_ns *ns, const struct ns_node *n,
+		     uint64_t *size, struct castfs_plan **plan)
+{
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&ns->md->lock);
+	for (struct md_entry *e = *md_bucket(ns, n->path); e; e = e->next) {
+		if (md_same_key(e, n) && e->dep == n->dep &&
+		    ns_same_file(&e->ident, &n->st)) {
+			rc = md_entry_out(e, size, plan);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&ns->md->lock);
+	return rc;
+}
+
+/* Insert built @e, replacing older identities of the same file. */
+static int md_insert(struct castfs_ns *ns, struct md_entry *e, uint64_t *size,
+		     struct castfs_plan **plan)
+{
+	const struct ns_node key = { .path = e->path,
+				     .view = e->view,
+				     .aux = e->aux };
+	struct md_entry **pp, *o;
+	int rc;
+
+	pthread_mutex_lock(&ns->md->lock);
+	for (pp = md_bucket(ns, e->path); (o = *pp);) {
+		if (md_same_key(o, &key)) {
+			*pp = o->next;
+			md_entry_free(o);
+			continue;
+		}
+		pp = &o->next;
+	}
+	e->next = *md_bucket(ns, e->path);
+	*md_bucket(ns, e->path) = e;
+	rc = md_entry_out(e, size, plan);
+	pthread_mutex_unlock(&ns->md->lock);
+	return rc;
+}
+
+static int md_json_get(struct castfs_ns *ns, const struct ns_node *n,
+		       uint64_t *size, struct castfs_plan **plan)
+{
+	struct md_entry *e;
+	int rc = md_current(ns, n);
+
+	if (rc)
+		return rc;
+	rc = md_cached(ns, n, size, plan);
+	if (rc != -ENOENT)
+		return rc;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	*e = (struct md_entry){
+		.view = n->view, .aux = n->aux, .ident = n->st, .dep = n->dep
+	};
+	e->path = strdup(n->path);
+	rc = e->path ? md_build(ns, n, &e->text, &e->len) : -ENOMEM;
+	/* Built from sources that changed meanwhile: not this node's. */
+	if (!rc)
+		rc = md_current(ns, n);
+	if (rc) {
+		md_entry_free(e);
+		return rc;
+	}
+	return md_insert(ns, e, size, plan);
+}
+
+int md_json_size(struct castfs_ns *ns, const struct ns_node *n, uint64_t *size)
+{
+	return md_json_get(ns, n, size, NULL);
+}
+
+int md_json_plan(struct castfs_ns *ns, const struct ns_node *n,
+		 struct castfs_plan **out)
+{
+	return md_json_get(ns, n, NULL, out);
+}
+
+void md_json_forget(struct castfs_ns *ns, const char *dir)
+{
+	size_t dl = strlen(dir);
+
+	pthread_mutex_lock(&ns->md->lock);
+	for (size_t i = 0; i < MD_BUCKETS; i++) {
+		struct md_entry **pp = &ns->md->b[i], *e;
+
+		while ((e = *pp)) {
+			const char *slash = strrchr(e->path, '/');
+			size_t pl = slash ? (size_t)(slash - e->path) : 0;
+
+			if (pl == dl && memcmp(e->path, dir, dl) == 0) {
+				*pp = e->next;
+				md_entry_free(e);
+				continue;
+			}
+			pp = &e->next;
+		}
+	}
+	pthread_mutex_unlock(&ns->md->lock);
+}
+
+int ns_modeldir_init(struct castfs_ns *ns)
+{
+	ns->md = calloc(1, sizeof(*ns->md));
+	if (!ns->md)
+		return -ENOMEM;
+	pthread_mutex_init(&ns->md->lock, NULL);
+	return 0;
+}
+
+void ns_modeldir_fini(struct castfs_ns *ns)
+{
+	if (!ns->md)
+		return;
+	for (size_t i = 0; i < MD_BUCKETS; i++) {
+		while (ns->md->b[i]) {
+			struct md_entry *e = ns->md->b[i];
+
+			ns->md->b[i] = e->next;
+			md_entry_free(e);
+		}
+	}
+	pthread_mutex_destroy(&ns->md->lock);
+	free(ns->md);
+	ns->md = NULL;
+}

@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Shard plans of model-directory views for models whose loader keeps some
+ * Linear layers in full precision (T5's "wo", ...): the view with the
+ * model's keep rules, built once per checkpoint identity and cached in
+ * the checkpoint next to the plain view plans, so that open files keep
+ * them alive through their checkpoint reference.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "modeldir/modeldir.h"
+#include "ns/ns_modeldir_internal.h"
+
+struct ns_mdplan {
+	struct ns_mdplan *next;
+	const struct castfs_view *view;
+	int keep;
+	struct castfs_plan *plan;
+};
+
+void ns_modeldir_ckpt_fini(struct ns_ckpt *ck)
+{
+	while (ck->mdplans) {
+		struct ns_mdplan *p = ck->mdplans;
+
+		ck->mdplans = p->next;
+		castfs_plan_free(p->plan);
+		free(p);
+	}
+}
+
+/* Caller holds ck->lock. */
+static int mdplan_build(struct ns_ckpt *ck, const struct castfs_view *v,
+			int keep, const struct castfs_plan **out)
+{
+	struct ns_mdplan *p = calloc(1, sizeof(*p));
+	struct castfs_md_view mv;
+	int rc = p ? castfs_md_view_keep(v, keep, &mv) : -ENOMEM;
+
+	if (rc) {
+		free(p);
+		return rc;
+	}
+	rc = castfs_view_plan(&mv.v, ck->h, &p->plan, NULL);
+	castfs_md_view_fini(&mv);
+	if (rc) {
+		free(p);
+		return rc;
+	}
+	p->view = v;
+	p->keep = keep;
+	p->next = ck->mdplans;
+	ck->mdplans = p;
+	*out = p->plan;
+	return 0;
+}
+
+int md_shard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
+		  const struct castfs_view *v, int keep,
+		  const struct castfs_plan **out)
+{
+	struct ns_mdplan *p;
+	int rc = 0;
+
+	if (!keep)
+		return ns_ckpt_plan(ns, ck, v, out, NULL);
+	if (!ck->h)
+		return -EINVAL;
+	pthread_mutex_lock(&ck->lock);
+	for (p = ck->mdplans; p; p = p->next) {
+		if (p->view == v && p->keep == keep)
+			break;
+	}
+	if (p) {
+		*out = p->plan;
+		castfs_stats_count(ns->stats, CASTFS_SCTR_PLAN_CACHE_HITS, 1);
+	} else {
+		rc = mdplan_build(ck, v, keep, out);
+		if (!rc)
+			castfs_stats_count(ns->stats, CASTFS_SCTR_PLANS_BUILT,
+					   1);
+	}
+	pthread_mutex_unlock(&ck->lock);
+	return rc;
+}

@@ -1,0 +1,589 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Model-directory views in the namespace: DIR.<view>/ next to a directory
+ * that holds a transformers or diffusers model, in which every shard is
+ * converted under its own name, index.json and config.json are rewritten
+ * for the view and everything else is the source's; and the variant
+ * spelling X.safetensors.index.<view>.json next to a source index.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "modeldir/modeldir.h"
+#include "ns/ns_modeldir_internal.h"
+
+static char empty_sub[1]; /* a view root's sub-path, "" */
+
+/* ---- in source directories ---- */
+
+/* "DIR.<view>" -> the length of DIR and the view, or -ENOENT. */
+static int split_dir_view(struct castfs_ns *ns, const char *name,
+			  size_t *base_len, const struct castfs_view **v)
+{
+	const char *dot = strrchr(name, '.');
+
+	if (!dot || dot == name)
+		return -ENOENT;
+	*v = castfs_views_find(ns->views, dot + 1, strlen(dot + 1));
+	if (!*v)
+		return -ENOENT;
+	*base_len = (size_t)(dot - name);
+	return 0;
+}
+
+static int lookup_root(struct castfs_ns *ns, const struct ns_node *dir,
+		       const char *name, struct ns_node *child)
+{
+	const struct castfs_view *v;
+	size_t base_len;
+	bool model;
+	char *path;
+	int rc = split_dir_view(ns, name, &base_len, &v);
+
+	if (rc)
+		return rc;
+	path = ns_path_join(dir->path, name, base_len);
+	if (!path)
+		return -ENOMEM;
+	rc = ns_src_stat(ns, path, &child->st);
+	if (!rc && !S_ISDIR(child->st.st_mode))
+		rc = -ENOENT;
+	if (!rc)
+		rc = md_is_model(ns, path, &model);
+	if (!rc && !model)
+		rc = -ENOENT;
+	if (rc) {
+		free(path);
+		return rc;
+	}
+	child->kind = NS_MDIR;
+	child->view = v;
+	child->path = path;
+	child->sub = strdup("");
+	return child->sub ? 0 : -ENOMEM;
+}
+
+/* The fingerprint of source directory @path (what an index depends on). */
+static int dir_fp(struct castfs_ns *ns, const char *path, uint64_t *fp)
+{
+	struct md_dir s;
+	int rc = md_dir_scan(ns, path, &s);
+
+	*fp = s.fp;
+	md_dir_fini(&s);
+	return rc;
+}
+
+static int lookup_vindex(struct castfs_ns *ns, const struct ns_node *dir,
+			 const char *name, struct ns_node *child)
+{
+	const struct castfs_view *v;
+	size_t stem, vlen;
+	const char *vname;
+	char base[300];
+	int rc;
+
+	if (!castfs_md_split_variant_index(name, &stem, &vname, &vlen))
+		return -ENOENT;
+	v = castfs_views_find(ns->views, vname, vlen);
+	if (!v || stem + 6 > sizeof(base))
+		return -ENOENT;
+	snprintf(base, sizeof(base), "%.*s.json", (int)stem, name);
+	child->path = ns_path_join(dir->path, base, strlen(base));
+	if (!child->path)
+		return -ENOMEM;
+	rc = ns_src_stat_in(ns, child->path, &child->st);
+	if (!rc && !S_ISREG(child->st.st_mode))
+		rc = -ENOENT;
+	if (!rc)
+		rc = dir_fp(ns, dir->path, &child->dep);
+	child->kind = NS_MFILE;
+	child->aux = MF_VINDEX;
+	child->view = v;
+	return rc;
+}
+
+int ns_modeldir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
+		       const char *name, struct ns_node *child)
+{
+	int rc;
+
+	/* The source's lookups free what they made when they fail. */
+	*child = (struct ns_node){ 0 };
+	rc = lookup_vindex(ns, dir, name, child);
+	if (rc != -ENOENT)
+		return rc;
+	free(child->path);
+	*child = (struct ns_node){ 0 };
+	return lookup_root(ns, dir, name, child);
+}
+
+/* Add "@name.<view>@ext" (@name @len bytes) with the id of @node for
+ * every view @pick accepts. */
+static int list_views(struct castfs_ns *ns, struct ns_list *l, const char *name,
+		      size_t len, const char *ext, struct ns_node *node,
+		      bool casts_only)
+{
+	char buf[512];
+	int rc = 0;
+
+	for (size_t i = 0; !rc && i < ns->views->n; i++) {
+		const struct castfs_view *v = &ns->views->v[i];
+		int n;
+
+		if (!v->listed || (casts_only && v->kind != CASTFS_VIEW_CAST))
+			continue;
+		n = snprintf(buf, sizeof(buf), "%.*s.%s%s", (int)len, name,
+			     v->name, ext);
+		if (n < 0 || n > 255 || ns_list_has(l, buf, (size_t)n))
+			continue;
+		node->view = v;
+		rc = ns_list_add(l, buf, (size_t)n,
+				 node->kind == NS_MDIR ? S_IFDIR : S_IFREG,
+				 ns_node_id(node));
+	}
+	return rc;
+}
+
+static int list_roots(struct castfs_ns *ns, const struct ns_node *dir,
+		      const char *name, struct ns_list *l)
+{
+	struct ns_node node = { .kind = NS_MDIR, .sub = empty_sub };
+	char *path = ns_path_join(dir->path, name, strlen(name));
+	bool model = false;
+	int rc = path ? md_is_model(ns, path, &model) : -ENOMEM;
+
+	if (!rc && model && ns_src_stat(ns, path, &node.st) == 0)
+		rc = list_views(ns, l, name, strlen(name), "", &node, false);
+	free(path);
+	return rc;
+}
+
+/* The variant spellings of index @name: only casts, because a loader
+ * reads the source's config.json through them (docs/LOADERS.md §3.4). */
+static int list_vindex(struct castfs_ns *ns, const struct ns_node *dir,
+		       const char *name, struct ns_list *l)
+{
+	struct ns_node node = { .kind = NS_MFILE, .aux = MF_VINDEX };
+	char *path = ns_path_join(dir->path, name, strlen(name));
+	int rc = path ? ns_src_stat_in(ns, path, &node.st) : -ENOMEM;
+
+	if (!rc && !S_ISREG(node.st.st_mode))
+		rc = -ENOENT;
+	if (!rc)
+		rc = dir_fp(ns, dir->path, &node.dep);
+	if (!rc)
+		rc = list_views(ns, l, name, strlen(name) - 5, ".json", &node,
+				true);
+	free(path);
+	return rc == -ENOMEM ? rc : 0;
+}
+
+int ns_modeldir_list(struct castfs_ns *ns, const struct ns_node *dir,
+		     const char *name, mode_t type, struct ns_list *l)
+{
+	if (type == S_IFDIR)
+		return list_roots(ns, dir, name, l);
+	if ((type == S_IFREG || type == S_IFLNK) &&
+	    castfs_md_is_base_index(name))
+		return list_vindex(ns, dir, name, l);
+	return 0;
+}
+
+/* ---- inside DIR.<view>/ ---- */
+
+/* Whether @path (identity @st) is a valid checkpoint. */
+static bool is_checkpoint(struct castfs_ns *ns, const char *path,
+			  const struct stat *st)
+{
+	struct ns_ckpt *ck;
+	bool ok;
+
+	if (ns_ckpt_get(ns, path, st, &ck))
+		return false;
+	ok = ck->h != NULL;
+	ns_ckpt_put(ns, ck);
+	return ok;
+}
+
+/* A file inside the view: converted, rewritten, or the source's. */
+static void child_file(struct castfs_ns *ns, const char *name,
+		       const struct md_dir *s, int keep, struct ns_node *child)
+{
+	child->kind = NS_FILE;
+	switch (castfs_md_name_kind(name)) {
+	case CASTFS_MD_WEIGHTS:
+		if (is_checkpoint(ns, child->path, &child->st)) {
+			child->kind = NS_MFILE;
+			child->aux = MF_SHARD;
+			child->dep = (uint64_t)keep;
+		}
+		break;
+	case CASTFS_MD_INDEX:
+		child->kind = NS_MFILE;
+		child->aux = MF_INDEX;
+		child->dep = s->fp;
+		break;
+	case CASTFS_MD_CONFIG:
+		if (md_dir_weights(s)) {
+			child->kind = NS_MFILE;
+			child->aux = MF_CONFIG;
+			child->dep = s->fp;
+		}
+		break;
+	case CASTFS_MD_PIPELINE:
+	case CASTFS_MD_OTHER:
+		break;
+	}
+}
+
+/*
+ * The identity of entry @path of a model directory: a link that stays in
+ * the root counts as the file it reaches when the view computes from it
+ * (weights, indexes, config.json), so that a Hugging Face snapshot of
+ * links to blobs converts; any other link stays a link.
+ */
+static int md_stat(struct castfs_ns *ns, const char *path,
+		   enum castfs_md_name kind, struct stat *st)
+{
+	if (kind == CASTFS_MD_OTHER || kind == CASTFS_MD_PIPELINE)
+		return ns_src_stat(ns, path, st);
+	return ns_src_stat_in(ns, path, st);
+}
+
+static int md_stat_entry(struct castfs_ns *ns, const char *dir,
+			 const char *name, struct stat *st)
+{
+	char *path = ns_path_join(dir, name, strlen(name));
+	int rc = path ? md_stat(ns, path, castfs_md_name_kind(name), st) :
+			-ENOMEM;
+
+	free(path);
+	return rc;
+}
+
+/*
+ * Entry @name of view directory @dir, source identity @st already in
+ * @child, into @child: kind, aux, view, sub, dep, path. @s is the scan of
+ * the source directory, @keep its keep set. Pass-through files and links
+ * are the source's nodes (no view, no sub), so they have the source's ids.
+ */
+static int view_child(struct castfs_ns *ns, const struct ns_node *dir,
+		      const char *name, const struct md_dir *s, int keep,
+		      struct ns_node *child)
+{
+	child->path = ns_path_join(dir->path, name, strlen(name));
+	if (!child->path)
+		return -ENOMEM;
+	switch (child->st.st_mode & S_IFMT) {
+	case S_IFDIR:
+		child->kind = NS_MDIR;
+		break;
+	case S_IFLNK:
+		child->kind = NS_LINK;
+		return 0;
+	case S_IFREG:
+		child_file(ns, name, s, keep, child);
+		if (child->kind == NS_FILE)
+			return 0;
+		break;
+	default:
+		return -ENOENT; /* FIFOs, sockets, devices: not mirrored */
+	}
+	child->view = dir->view;
+	child->sub = ns_path_join(dir->sub, name, strlen(name));
+	return child->sub ? 0 : -ENOMEM;
+}
+
+static int mdir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
+		       const char *name, struct ns_node *child)
+{
+	enum castfs_md_name kind = castfs_md_name_kind(name);
+	struct md_dir s = { 0 };
+	int keep = 0;
+	char *path = ns_path_join(dir->path, name, strlen(name));
+	int rc = path ? md_stat(ns, path, kind, &child->st) : -ENOMEM;
+
+	free(path);
+	/* Only the rewritten JSON depends on the rest of the directory. */
+	if (!rc && (kind == CASTFS_MD_INDEX || kind == CASTFS_MD_CONFIG))
+		rc = md_dir_scan(ns, dir->path, &s);
+	if (!rc && kind == CASTFS_MD_WEIGHTS)
+		keep = md_keep_of(ns, dir->path, dir->view);
+	if (!rc)
+		rc = view_child(ns, dir, name, &s, keep, child);
+	md_dir_fini(&s);
+	return rc;
+}
+
+/* List @dp's entries with the ids their lookups give. */
+static int mdir_list_entries(struct castfs_ns *ns, const struct ns_node *dir,
+			     DIR *dp, const struct md_dir *s, struct ns_list *l)
+{
+	int rc = 0, keep = md_keep_of(ns, dir->path, dir->view);
+	struct dirent *de;
+
+	while (!rc && (errno = 0, de = readdir(dp))) {
+		struct ns_node c = { 0 };
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+		    fstatat(dirfd(dp), de->d_name, &c.st, AT_SYMLINK_NOFOLLOW))
+			continue;
+		if (S_ISLNK(c.st.st_mode) &&
+		    md_stat_entry(ns, dir->path, de->d_name, &c.st))
+			continue;
+		rc = view_child(ns, dir, de->d_name, s, keep, &c);
+		if (!rc)
+			rc = ns_list_add(l, de->d_name, strlen(de->d_name),
+					 c.st.st_mode & S_IFMT, ns_node_id(&c));
+		else if (rc == -ENOENT)
+			rc = 0;
+		free(c.path);
+		free(c.sub);
+	}
+	if (!rc && errno)
+		rc = -errno;
+	return rc;
+}
+
+static int mdir_list(struct castfs_ns *ns, const struct ns_node *dir,
+		     struct ns_list *l)
+{
+	struct md_dir s;
+	DIR *dp;
+	int fd, rc = md_dir_scan(ns, dir->path, &s);
+
+	fd = rc ? rc : ns_src_open(ns, dir->path, O_RDONLY | O_DIRECTORY);
+	if (fd < 0) {
+		rc = fd;
+		goto out_fini;
+	}
+	dp = fdopendir(fd);
+	if (!dp) {
+		rc = -errno;
+		close(fd);
+		goto out_fini;
+	}
+	rc = mdir_list_entries(ns, dir, dp, &s, l);
+	closedir(dp);
+out_fini:
+	md_dir_fini(&s);
+	return rc;
+}
+
+static int mdir_getattr(struct castfs_ns *ns, const struct ns_node *n,
+			struct stat *st)
+{
+	struct stat now;
+	int rc = ns_src_stat(ns, n->path, &now);
+
+	if (rc)
+		return rc == -ENOENT ? -ESTALE : rc;
+	if (!S_ISDIR(now.st_mode) || now.st_dev != n->st.st_dev ||
+	    now.st_ino != n->st.st_ino)
+		return -ESTALE;
+	ns_dir_stat(&now, n->id, st);
+	return 0;
+}
+
+const struct ns_kind_ops ns_mdir_ops = {
+	.lookup = mdir_lookup,
+	.list = mdir_list,
+	.getattr = mdir_getattr,
+};
+
+/* ---- the files a view computes ---- */
+
+/* The keep set of shard @n's model now. */
+static int shard_keep(struct castfs_ns *ns, const struct ns_node *n)
+{
+	char *dir = md_parent_path(n->path);
+	int keep = dir ? md_keep_of(ns, dir, n->view) : -ENOMEM;
+
+	free(dir);
+	return keep;
+}
+
+/* The plan of converted shard @n, from the checkpoint cache. */
+static int shard_plan(struct castfs_ns *ns, const struct ns_node *n,
+		      struct ns_ckpt **ck, const struct castfs_plan **plan)
+{
+	int rc, keep = shard_keep(ns, n);
+	struct stat st;
+
+	if (keep < 0)
+		return keep;
+	if ((uint64_t)keep != n->dep)
+		return -ESTALE; /* config.json now names another model */
+	rc = ns_ckpt_valid(ns, n->path, &st, ck);
+	if (rc)
+		return rc == -ENOENT ? -ESTALE : rc;
+	if (!ns_same_file(&st, &n->st)) {
+		ns_ckpt_put(ns, *ck);
+		return -ESTALE;
+	}
+	rc = md_shard_plan(ns, *ck, n->view, keep, plan);
+	if (rc)
+		ns_ckpt_put(ns, *ck);
+	return rc;
+}
+
+static int mfile_getattr(struct castfs_ns *ns, const struct ns_node *n,
+			 struct stat *st)
+{
+	const struct castfs_plan *plan;
+	struct ns_ckpt *ck;
+	uint64_t size;
+	int rc;
+
+	if (n->aux == MF_SHARD) {
+		rc = shard_plan(ns, n, &ck, &plan);
+		if (rc)
+			return rc;
+		size = plan->size;
+		ns_ckpt_put(ns, ck);
+	} else {
+		rc = md_json_size(ns, n, &size);
+		if (rc)
+			return rc;
+	}
+	ns_view_stat(&n->st, size, n->id, st);
+	return 0;
+}
+
+static int mfile_open(struct castfs_ns *ns, const struct ns_node *n,
+		      struct castfs_file **out)
+{
+	int view = ns_view_index(ns, n->view);
+	const struct castfs_plan *plan;
+	struct castfs_plan *owned;
+	struct ns_ckpt *ck;
+	int rc;
+
+	if (n->aux != MF_SHARD) {
+		rc = md_json_plan(ns, n, &owned);
+		if (rc)
+			return rc;
+		return ns_file_new_plan(ns, NULL, NULL, NULL, owned, owned,
+					view, out);
+	}
+	rc = shard_plan(ns, n, &ck, &plan);
+	if (rc)
+		return rc;
+	rc = ns_file_new_plan(ns, n->path, &n->st, ck, plan, NULL, view, out);
+	ns_ckpt_put(ns, ck);
+	return rc;
+}
+
+const struct ns_kind_ops ns_mfile_ops = {
+	.getattr = mfile_getattr,
+	.open = mfile_open,
+	.getxattr = ns_view_getxattr,
+	.listxattr = ns_view_listxattr,
+};
+
+/* ---- telling the kernel what changed ---- */
+
+typedef void (*inval_fn)(void *ctx, uint64_t parent, const char *name);
+
+/* The id a lookup gives source directory @path. */
+static int dir_id(struct castfs_ns *ns, const char *path, uint64_t *id)
+{
+	struct ns_node n = { .kind = NS_DIR };
+	int rc;
+
+	if (!path[0]) {
+		*id = CASTFS_NS_ROOT_ID;
+		return 0;
+	}
+	rc = ns_src_stat(ns, path, &n.st);
+	if (!rc)
+		*id = ns_node_id(&n);
+	return rc;
+}
+
+/* The variant spellings of the indexes of source directory @d. */
+static void inval_vindex(struct castfs_ns *ns, const char *d,
+			 const struct md_dir *s, inval_fn cb, void *ctx)
+{
+	char buf[600];
+	uint64_t id;
+
+	if (dir_id(ns, d, &id))
+		return;
+	for (size_t i = 0; i < s->nindex; i++) {
+		size_t stem = strlen(s->indexes[i]) - 5;
+
+		if (!castfs_md_is_base_index(s->indexes[i]))
+			continue;
+		for (size_t j = 0; j < ns->views->n; j++) {
+			snprintf(buf, sizeof(buf), "%.*s.%s.json", (int)stem,
+				 s->indexes[i], ns->views->v[j].name);
+			cb(ctx, id, buf);
+		}
+	}
+}
+
+/* Inside the views of root @root: entry @base of directory @d and the
+ * files there whose content depends on it; and "ROOT.<view>" itself. */
+static void inval_root(struct castfs_ns *ns, const char *root, const char *d,
+		       const char *base, const struct md_dir *s, inval_fn cb,
+		       void *ctx)
+{
+	size_t rl = strlen(root);
+	struct ns_node n = { .kind = NS_MDIR };
+	char *parent = md_parent_path(root), buf[600];
+	const char *rname = strrchr(root, '/');
+	uint64_t pid;
+
+	rname = rname ? rname + 1 : root;
+	n.sub = strdup(d[rl] ? d + rl + 1 : "");
+	if (!parent || !n.sub || dir_id(ns, parent, &pid) ||
+	    ns_src_stat(ns, d, &n.st))
+		goto out_free;
+	for (size_t j = 0; j < ns->views->n; j++) {
+		n.view = &ns->views->v[j];
+		snprintf(buf, sizeof(buf), "%s.%s", rname, n.view->name);
+		cb(ctx, pid, buf);
+		n.id = ns_node_id(&n);
+		cb(ctx, n.id, base);
+		cb(ctx, n.id, "config.json");
+		for (size_t i = 0; i < s->nindex; i++)
+			cb(ctx, n.id, s->indexes[i]);
+	}
+out_free:
+	free(n.sub);
+	free(parent);
+}
+
+void ns_modeldir_invalidate(struct castfs_ns *ns, const char *rel, inval_fn cb,
+			    void *ctx)
+{
+	const char *base = strrchr(rel, '/');
+	char *d = md_parent_path(rel), *root;
+	struct md_dir s = { 0 };
+
+	base = base ? base + 1 : rel;
+	if (!d || !rel[0])
+		goto out;
+	md_json_forget(ns, d);
+	md_dir_scan(ns, d, &s); /* what is left of it, if anything */
+	inval_vindex(ns, d, &s, cb, ctx);
+	/* Every ancestor of @rel may be the root of a view. */
+	for (root = strdup(d); root && root[0];) {
+		char *up = md_parent_path(root);
+
+		inval_root(ns, root, d, base, &s, cb, ctx);
+		free(root);
+		root = up;
+	}
+	free(root);
+out:
+	md_dir_fini(&s);
+	free(d);
+}

@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Finding a node from its id alone, for NFS file handles of nodes the
+ * daemon has freed or never knew (after a restart): ids are hashes of what
+ * a node shows, so the tree is searched for the object whose id it is.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "ns/ns_internal.h"
+
+/* The directory entries one search may visit before it gives up. */
+#define RESOLVE_MAX_ENTRIES (1u << 20)
+
+struct id_queue {
+	uint64_t *v;
+	size_t head, n, cap;
+};
+
+static int queue_push(struct id_queue *q, uint64_t id)
+{
+	if (q->n == q->cap) {
+		size_t cap = q->cap ? q->cap * 2 : 64;
+		uint64_t *v = realloc(q->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		q->v = v;
+		q->cap = cap;
+	}
+	q->v[q->n++] = id;
+	return 0;
+}
+
+/*
+ * Look @name up in @dir and forget it at once: the node stays in the
+ * table, forgotten, which is where the kernel's own lookup finds it.
+ */
+static int touch(struct castfs_ns *ns, uint64_t dir, const char *name,
+		 uint64_t *id)
+{
+	struct stat st;
+	int rc = castfs_ns_lookup(ns, dir, name, id, &st);
+
+	if (!rc)
+		castfs_ns_forget(ns, *id, 1);
+	return rc;
+}
+
+/* Search directory @dir's entries for @id; queue its sub-directories. */
+static int search_dir(struct castfs_ns *ns, uint64_t dir, uint64_t id,
+		      struct id_queue *q, size_t *visited, bool *found)
+{
+	struct castfs_dir *d;
+	int rc = 0;
+
+	if (castfs_ns_opendir(ns, dir, &d))
+		return 0; /* gone since it was queued: nothing to search */
+	for (size_t i = 2; !rc && !*found && i < d->n; i++, (*visited)++) {
+		const struct castfs_dirent *e = &d->ents[i];
+		uint64_t got;
+
+		if (e->ino == id)
+			*found = touch(ns, dir, e->name, &got) == 0 &&
+				 got == id;
+		else if (e->type == S_IFDIR &&
+			 touch(ns, dir, e->name, &got) == 0)
+			rc = queue_push(q, got);
+	}
+	castfs_dir_free(d);
+	return rc;
+}
+
+int ns_resolve(struct castfs_ns *ns, uint64_t id)
+{
+	struct id_queue q = { 0 };
+	size_t visited = 0;
+	bool found = false;
+	int rc = queue_push(&q, CASTFS_NS_ROOT_ID);
+
+	/* Breadth first: the views and files next to sources come first. */
+	while (!rc && !found && q.head < q.n && visited < RESOLVE_MAX_ENTRIES)
+		rc = search_dir(ns, q.v[q.head++], id, &q, &visited, &found);
+	free(q.v);
+	if (rc)
+		return rc;
+	return found ? 0 : -ESTALE;
+}

@@ -1,0 +1,664 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Tensor trees in the namespace: X.safetensors.tensors/ (and the same for
+ * every view, X.<view>.safetensors.tensors/) shows each tensor as .info,
+ * .npy and .raw files under a directory per dotted name part
+ * (docs/TENSOR_TREE.md). Each tree is built once per checkpoint identity
+ * and view, and cached in the checkpoint next to the view plans.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ns/ns_internal.h"
+#include "tensors/tensor_files.h"
+#include "tensors/tensor_tree.h"
+
+static const char tree_ext[] = ".tensors";
+#define TREE_EXT_LEN (sizeof(tree_ext) - 1)
+static const char st_ext[] = ".safetensors";
+#define ST_EXT_LEN (sizeof(st_ext) - 1)
+static const char meta_name[] = "__metadata__.json";
+
+enum tfile_type { TF_INFO, TF_NPY, TF_RAW, TF_META };
+
+static const char *const tf_suffix[] = {
+	[TF_INFO] = ".info",
+	[TF_NPY] = ".npy",
+	[TF_RAW] = ".raw",
+};
+#define TF_LEAF_COUNT 3
+
+/* A tensor tree: the tensors of one file (a checkpoint or a view). */
+struct ns_tree {
+	struct castfs_ttree *tt;
+	struct castfs_tfile_ctx c;
+	struct castfs_header *owned_h; /* views: parsed from the plan */
+	char *file; /* views: "dir/X.<view>.safetensors" */
+};
+
+static void tree_free(struct ns_tree *t)
+{
+	if (!t)
+		return;
+	castfs_ttree_free(t->tt);
+	castfs_header_free(t->owned_h);
+	free(t->file);
+	free(t);
+}
+
+void ns_tensors_ckpt_fini(struct ns_ckpt *ck)
+{
+	for (size_t i = 0; ck->trees && i <= ck->nviews; i++)
+		tree_free(ck->trees[i]);
+	free(ck->trees);
+	ck->trees = NULL;
+}
+
+/* "dir/X.safetensors" seen through @view: "dir/X.<view>.safetensors". */
+static char *view_file_name(const char *path, const char *view)
+{
+	size_t len = strlen(path), stem = len - ST_EXT_LEN;
+	char *s = malloc(len + strlen(view) + 2);
+
+	if (!s)
+		return NULL;
+	sprintf(s, "%.*s.%s%s", (int)stem, path, view, st_ext);
+	return s;
+}
+
+static int tree_build(const struct ns_ckpt *ck, const struct castfs_view *view,
+		      const struct castfs_plan *plan, struct ns_tree **out,
+		      struct castfs_diag *d)
+{
+	struct ns_tree *t = calloc(1, sizeof(*t));
+	int rc = 0;
+
+	if (!t)
+		return -ENOMEM;
+	t->c.h = ck->h;
+	t->c.file = ck->path;
+	if (view) {
+		rc = castfs_view_header(plan, &t->owned_h, d);
+		t->file = rc ? NULL : view_file_name(ck->path, view->name);
+		if (!rc && !t->file)
+			rc = -ENOMEM;
+		t->c = (struct castfs_tfile_ctx){
+			.h = t->owned_h,
+			.file = t->file,
+			.view = view->name,
+			.plan = plan,
+			.src_h = ck->h,
+			.src_file = ck->path,
+		};
+	}
+	if (!rc)
+		rc = castfs_ttree_build(t->c.h, &t->tt);
+	if (rc) {
+		tree_free(t);
+		return rc;
+	}
+	*out = t;
+	return 0;
+}
+
+static void log_failure(struct castfs_ns *ns, const struct ns_ckpt *ck,
+			const struct castfs_view *view, int rc,
+			const struct castfs_diag *d)
+{
+	char msg[512];
+
+	if (!ns->log)
+		return;
+	snprintf(msg, sizeof(msg), "%s: view %s: %s", ck->path,
+		 view ? view->name : "(none)",
+		 d->msg[0] ? d->msg : strerror(-rc));
+	ns->log(ns->log_ctx, msg);
+}
+
+/* The tree of @ck through @view (NULL: the source), built once. */
+static int tree_of(struct castfs_ns *ns, struct ns_ckpt *ck,
+		   const struct castfs_view *view, const struct ns_tree **out)
+{
+	const struct castfs_plan *plan = NULL;
+	struct castfs_diag d = { { 0 } };
+	size_t idx = 0;
+	int rc = 0;
+
+	if (view) {
+		int vi = ns_view_index(ns, view);
+
+		if (vi < 0)
+			return -EINVAL;
+		idx = (size_t)vi + 1;
+		rc = ns_ckpt_plan(ns, ck, view, &plan, &d);
+	}
+	pthread_mutex_lock(&ck->lock);
+	if (!rc && !ck->trees) {
+		ck->trees = calloc(ck->nviews + 1, sizeof(*ck->trees));
+		rc = ck->trees ? 0 : -ENOMEM;
+	}
+	if (!rc && ck->trees[idx]) {
+		castfs_stats_count(ns->stats, CASTFS_SCTR_TREE_CACHE_HITS, 1);
+	} else if (!rc) {
+		rc = tree_build(ck, view, plan, &ck->trees[idx], &d);
+		if (!rc)
+			castfs_stats_count(ns->stats, CASTFS_SCTR_TREES_BUILT,
+					   1);
+	}
+	if (!rc)
+		*out = ck->trees[idx];
+	pthread_mutex_unlock(&ck->lock);
+	if (rc && rc != -ENOMEM)
+		log_failure(ns, ck, view, rc, &d);
+	return rc;
+}
+
+/* The checkpoint behind node @n, still the identity @n was made from,
+ * and its tree. The caller puts *@ck. */
+static int node_tree(struct castfs_ns *ns, const struct ns_node *n,
+		     struct ns_ckpt **ck, const struct ns_tree **tree)
+{
+	struct stat st;
+	int rc = ns_ckpt_valid(ns, n->path, &st, ck);
+
+	if (rc)
+		return rc == -ENOENT ? -ESTALE : rc;
+	if (!ns_same_file(&st, &n->st)) {
+		ns_ckpt_put(ns, *ck);
+		return -ESTALE;
+	}
+	rc = tree_of(ns, *ck, n->view, tree);
+	if (rc)
+		ns_ckpt_put(ns, *ck);
+	return rc;
+}
+
+/* ---- the roots, next to the checkpoints ---- */
+
+static bool has_ext(const char *s, size_t len, const char *ext, size_t el)
+{
+	return len > el && memcmp(s + len - el, ext, el) == 0;
+}
+
+/* Checkpoint @base of directory @dir, directly or as a view. */
+static int root_target(struct castfs_ns *ns, const struct ns_node *dir,
+		       const char *base, struct ns_node *child)
+{
+	const struct castfs_view *view = NULL;
+	struct ns_ckpt *ck;
+	char *path = ns_path_join(dir->path, base, strlen(base)), *vbase;
+	int rc;
+
+	if (!path)
+		return -ENOMEM;
+	rc = ns_ckpt_valid(ns, path, &child->st, &ck);
+	if (rc == -ENOENT && ns_split_view_name(ns, base, &vbase, &view) == 0) {
+		free(path);
+		path = ns_path_join(dir->path, vbase, strlen(vbase));
+		free(vbase);
+		rc = path ? ns_ckpt_valid(ns, path, &child->st, &ck) : -ENOMEM;
+	}
+	if (rc) {
+		free(path);
+		return rc;
+	}
+	ns_ckpt_put(ns, ck);
+	child->view = view;
+	child->path = path;
+	return 0;
+}
+
+int ns_tensors_lookup(struct castfs_ns *ns, const struct ns_node *dir,
+		      const char *name, struct ns_node *child)
+{
+	size_t len = strlen(name);
+	char *base;
+	int rc;
+
+	if (!has_ext(name, len, tree_ext, TREE_EXT_LEN) ||
+	    !has_ext(name, len - TREE_EXT_LEN, st_ext, ST_EXT_LEN))
+		return -ENOENT;
+	base = strndup(name, len - TREE_EXT_LEN);
+	if (!base)
+		return -ENOMEM;
+	rc = root_target(ns, dir, base, child);
+	free(base);
+	if (rc)
+		return rc;
+	child->kind = NS_TDIR;
+	child->sub = strdup("");
+	return child->sub ? 0 : -ENOMEM;
+}
+
+int ns_tensors_list(struct castfs_ns *ns, const struct ns_node *dir,
+		    const char *name, const struct stat *st, struct ns_list *l)
+{
+	char root_sub[1] = ""; /* as its lookup makes it: hashed like "" */
+	struct ns_node root = { .kind = NS_TDIR, .st = *st, .sub = root_sub };
+	char buf[512];
+	int n;
+
+	(void)ns;
+	(void)dir;
+	/* Only the source's tree is listed; a view's resolves on lookup. */
+	n = snprintf(buf, sizeof(buf), "%s%s", name, tree_ext);
+	if (n < 0 || n > 255 || ns_list_has(l, buf, (size_t)n))
+		return 0;
+	return ns_list_add(l, buf, (size_t)n, S_IFDIR, ns_node_id(&root));
+}
+
+/* ---- directories inside a tree ---- */
+
+static int tfile_type_of(const char *suffix)
+{
+	for (int i = 0; i < TF_LEAF_COUNT; i++) {
+		if (strcmp(suffix, tf_suffix[i]) == 0)
+			return i;
+	}
+	return -1;
+}
+
+/* What @name in tree directory @sub is: its kind and aux, or -ENOENT. */
+static int tdir_resolve(const struct ns_tree *tree, const char *sub,
+			const char *name, struct ns_node *child)
+{
+	const char *dot = strchr(name, '.');
+	char *path;
+	bool found;
+	int type;
+
+	if (!sub[0] && strcmp(name, meta_name) == 0) {
+		child->kind = NS_TFILE;
+		child->aux = TF_META;
+		return 0;
+	}
+	if (dot && (type = tfile_type_of(dot)) < 0)
+		return -ENOENT;
+	path = ns_path_join(sub, name,
+			    dot ? (size_t)(dot - name) : strlen(name));
+	if (!path)
+		return -ENOMEM;
+	if (dot)
+		found = castfs_ttree_find(tree->tt, path, strlen(path)) != NULL;
+	else
+		found = castfs_ttree_is_dir(tree->tt, path, strlen(path));
+	free(path);
+	if (!found)
+		return -ENOENT;
+	child->kind = dot ? NS_TFILE : NS_TDIR;
+	child->aux = dot ? (uint32_t)type : 0;
+	return 0;
+}
+
+static int tdir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
+		       const char *name, struct ns_node *child)
+{
+	const struct ns_tree *tree;
+	struct ns_ckpt *ck;
+	int rc = node_tree(ns, dir, &ck, &tree);
+
+	if (rc)
+		return rc;
+	rc = tdir_resolve(tree, dir->sub, name, child);
+	ns_ckpt_put(ns, ck);
+	if (rc)
+		return rc;
+	child->view = dir->view;
+	child->st = dir->st;
+	child->path = strdup(dir->path);
+	child->sub = ns_path_join(dir->sub, name, strlen(name));
+	return child->path && child->sub ? 0 : -ENOMEM;
+}
+
+struct list_ctx {
+	const struct ns_node *dir;
+	struct ns_list *l;
+};
+
+/* Add @name (@len bytes) + @suffix with the id its lookup gives. */
+static int list_one(struct list_ctx *c, const char *name, size_t len,
+		    const char *suffix, enum ns_kind kind, uint32_t aux)
+{
+	struct ns_node n = { .kind = (uint8_t)kind,
+			     .aux = aux,
+			     .view = c->dir->view,
+			     .st = c->dir->st };
+	size_t sl = strlen(suffix);
+	char *leaf = malloc(len + sl + 1);
+	int rc = -ENOMEM;
+
+	if (!leaf)
+		return rc;
+	memcpy(leaf, name, len);
+	memcpy(leaf + len, suffix, sl + 1);
+	n.sub = ns_path_join(c->dir->sub, leaf, len + sl);
+	if (n.sub)
+		rc = ns_list_add(c->l, leaf, len + sl,
+				 kind == NS_TDIR ? S_IFDIR : S_IFREG,
+				 ns_node_id(&n));
+	free(n.sub);
+	free(leaf);
+	return rc;
+}
+
+static int list_child(void *ctx, const char *name, size_t len,
+		      const struct castfs_ttree_entry *leaf)
+{
+	int rc = 0;
+
+	if (!leaf)
+		return list_one(ctx, name, len, "", NS_TDIR, 0);
+	for (uint32_t i = 0; !rc && i < TF_LEAF_COUNT; i++)
+		rc = list_one(ctx, name, len, tf_suffix[i], NS_TFILE, i);
+	return rc;
+}
+
+static int tdir_list(struct castfs_ns *ns, const struct ns_node *dir,
+		     struct ns_list *l)
+{
+	struct list_ctx c = { dir, l };
+	const struct ns_tree *tree;
+	struct ns_ckpt *ck;
+	int rc = node_tree(ns, dir, &ck, &tree);
+
+	if (rc)
+		return rc;
+	if (!dir->sub[0])
+		rc = list_one(&c, meta_name, strlen(meta_name), "", NS_TFILE,
+			      TF_META);
+	if (!rc)
+		rc = castfs_ttree_children(tree->tt, dir->sub, strlen(dir->sub),
+					   list_child, &c);
+	ns_ckpt_put(ns, ck);
+	return rc;
+}
+
+static int tdir_getattr(struct castfs_ns *ns, const struct ns_node *n,
+			struct stat *st)
+{
+	const struct ns_tree *tree;
+	struct ns_ckpt *ck;
+	int rc = node_tree(ns, n, &ck, &tree);
+
+	if (rc)
+		return rc;
+	ns_dir_stat(&n->st, n->id, st);
+	ns_ckpt_put(ns, ck);
+	return 0;
+}
+
+const struct ns_kind_ops ns_tdir_ops = {
+	.lookup = tdir_lookup,
+	.list = tdir_list,
+	.getattr = tdir_getattr,
+};
+
+/* ---- the files of a tensor ---- */
+
+/* A tensor file resolved: its tree, checkpoint and tensor. */
+struct tfile {
+	struct ns_ckpt *ck;
+	const struct ns_tree *tree;
+	const struct castfs_tensor *t; /* NULL for __metadata__.json */
+};
+
+static int tfile_get(struct castfs_ns *ns, const struct ns_node *n,
+		     struct tfile *f)
+{
+	const struct castfs_ttree_entry *e;
+	const char *dot = strrchr(n->sub, '.');
+	int rc = node_tree(ns, n, &f->ck, &f->tree);
+
+	if (rc)
+		return rc;
+	f->t = NULL;
+	if (n->aux == TF_META)
+		return 0;
+	/* Components hold no dots: the last one starts the suffix. */
+	e = dot ? castfs_ttree_find(f->tree->tt, n->sub,
+				    (size_t)(dot - n->sub)) :
+		  NULL;
+	if (!e) {
+		ns_ckpt_put(ns, f->ck);
+		return -ESTALE;
+	}
+	f->t = e->t;
+	return 0;
+}
+
+/* The text of a .info or __metadata__.json file. */
+static char *tfile_text(const struct ns_node *n, const struct tfile *f,
+			size_t *len)
+{
+	if (n->aux == TF_META)
+		return castfs_meta_json(f->tree->c.h, len);
+	return castfs_tinfo_text(&f->tree->c, f->t, len);
+}
+
+static int tfile_size(const struct ns_node *n, const struct tfile *f,
+		      uint64_t *size)
+{
+	struct castfs_npy npy;
+	size_t len;
+	char *text;
+	int rc;
+
+	switch ((enum tfile_type)n->aux) {
+	case TF_RAW:
+		*size = f->t->end - f->t->begin;
+		return 0;
+	case TF_NPY:
+		rc = castfs_npy_layout(f->t, &npy);
+		if (!rc)
+			*size = npy.size;
+		castfs_npy_fini(&npy);
+		return rc;
+	case TF_INFO:
+	case TF_META:
+		text = tfile_text(n, f, &len);
+		if (!text)
+			return -ENOMEM;
+		free(text);
+		*size = len;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+static int tfile_getattr(struct castfs_ns *ns, const struct ns_node *n,
+			 struct stat *st)
+{
+	struct tfile f;
+	uint64_t size;
+	int rc = tfile_get(ns, n, &f);
+
+	if (rc)
+		return rc;
+	rc = tfile_size(n, &f, &size);
+	if (!rc)
+		ns_view_stat(&n->st, size, n->id, st);
+	ns_ckpt_put(ns, f.ck);
+	return rc;
+}
+
+/* The plan of a tensor file; its byte offsets are in the tree's file. */
+static int tfile_plan(const struct ns_node *n, const struct tfile *f,
+		      struct castfs_plan **plan)
+{
+	uint64_t off = f->t ? f->tree->c.h->data_start + f->t->begin : 0;
+	size_t len;
+	char *text;
+	int rc;
+
+	switch ((enum tfile_type)n->aux) {
+	case TF_RAW:
+		return castfs_range_plan(off, f->t->end - f->t->begin, plan);
+	case TF_NPY:
+		return castfs_npy_plan(f->t, off, plan);
+	case TF_INFO:
+	case TF_META:
+		text = tfile_text(n, f, &len);
+		if (!text)
+			return -ENOMEM;
+		rc = castfs_mem_plan(text, len, plan);
+		free(text);
+		return rc;
+	}
+	return -EINVAL;
+}
+
+static int tfile_open(struct castfs_ns *ns, const struct ns_node *n,
+		      struct castfs_file **out)
+{
+	struct castfs_plan *plan;
+	struct tfile f;
+	int rc = tfile_get(ns, n, &f);
+
+	if (rc)
+		return rc;
+	rc = tfile_plan(n, &f, &plan);
+	if (rc)
+		goto out_put;
+	if (n->aux == TF_INFO || n->aux == TF_META)
+		rc = ns_file_new_plan(ns, NULL, NULL, f.ck, plan, plan,
+				      CASTFS_STATS_TENSORS, out);
+	else if (f.tree->c.plan)
+		rc = ns_file_new_layered(ns, n->path, &n->st, f.ck,
+					 f.tree->c.plan, plan,
+					 CASTFS_STATS_TENSORS, out);
+	else
+		rc = ns_file_new_plan(ns, n->path, &n->st, f.ck, plan, plan,
+				      CASTFS_STATS_TENSORS, out);
+out_put:
+	ns_ckpt_put(ns, f.ck);
+	return rc;
+}
+
+/* ---- extended attributes of the tensor files ---- */
+
+enum txattr {
+	TX_NAME,
+	TX_DTYPE,
+	TX_SHAPE,
+	TX_OFFSETS,
+	TX_VIEW, /* views only from here on */
+	TX_SOURCE,
+	TX_CONVERSION,
+	TX_COUNT,
+};
+
+static const char *const tx_names[TX_COUNT] = {
+	[TX_NAME] = "user.castfs.name",
+	[TX_DTYPE] = "user.castfs.dtype",
+	[TX_SHAPE] = "user.castfs.shape",
+	[TX_OFFSETS] = "user.castfs.data_offsets",
+	[TX_VIEW] = "user.castfs.view",
+	[TX_SOURCE] = "user.castfs.source_tensor",
+	[TX_CONVERSION] = "user.castfs.conversion",
+};
+
+/* The value of attribute @which of tensor @t into @buf (see getxattr). */
+static ssize_t tx_value(const struct tfile *f, enum txattr which, char *buf,
+			size_t len)
+{
+	const struct castfs_tensor *t = f->t;
+	struct castfs_torigin o;
+	char tmp[128], *s;
+	const char *cs;
+	ssize_t rc;
+
+	castfs_torigin_find(&f->tree->c, t, &o);
+	switch (which) {
+	case TX_NAME:
+		return ns_xattr_put(t->name, t->name_len, buf, len);
+	case TX_DTYPE:
+		cs = castfs_dtype_name(t->dtype);
+		return ns_xattr_put(cs, strlen(cs), buf, len);
+	case TX_SHAPE:
+		s = castfs_shape_str(t->ndim, t->shape);
+		if (!s)
+			return -ENOMEM;
+		rc = ns_xattr_put(s, strlen(s), buf, len);
+		free(s);
+		return rc;
+	case TX_OFFSETS:
+		snprintf(tmp, sizeof(tmp), "[%" PRIu64 ", %" PRIu64 "]",
+			 t->begin, t->end);
+		return ns_xattr_put(tmp, strlen(tmp), buf, len);
+	case TX_VIEW:
+		return ns_xattr_put(f->tree->c.view, strlen(f->tree->c.view),
+				    buf, len);
+	case TX_SOURCE:
+		if (!o.src)
+			return -ENODATA;
+		return ns_xattr_put(o.src->name, o.src->name_len, buf, len);
+	case TX_CONVERSION:
+		castfs_torigin_str(&o, tmp, sizeof(tmp));
+		return ns_xattr_put(tmp, strlen(tmp), buf, len);
+	case TX_COUNT:
+		break;
+	}
+	return -ENODATA;
+}
+
+static int tx_count(const struct tfile *f)
+{
+	if (!f->t)
+		return 0;
+	return f->tree->c.view ? TX_COUNT : TX_VIEW;
+}
+
+static ssize_t tfile_getxattr(struct castfs_ns *ns, const struct ns_node *n,
+			      const char *name, char *buf, size_t len)
+{
+	struct tfile f;
+	ssize_t rc = tfile_get(ns, n, &f);
+	int count;
+
+	if (rc)
+		return rc;
+	count = tx_count(&f);
+	rc = -ENODATA;
+	for (int i = 0; i < count; i++) {
+		if (strcmp(name, tx_names[i]) == 0) {
+			rc = tx_value(&f, (enum txattr)i, buf, len);
+			break;
+		}
+	}
+	ns_ckpt_put(ns, f.ck);
+	return rc;
+}
+
+static ssize_t tfile_listxattr(struct castfs_ns *ns, const struct ns_node *n,
+			       char *buf, size_t len)
+{
+	struct tfile f;
+	size_t need = 0, off = 0;
+	int rc = tfile_get(ns, n, &f), count;
+
+	if (rc)
+		return rc;
+	count = tx_count(&f);
+	ns_ckpt_put(ns, f.ck);
+	for (int i = 0; i < count; i++)
+		need += strlen(tx_names[i]) + 1;
+	if (len == 0)
+		return (ssize_t)need;
+	if (len < need)
+		return -ERANGE;
+	for (int i = 0; i < count; i++) {
+		memcpy(buf + off, tx_names[i], strlen(tx_names[i]) + 1);
+		off += strlen(tx_names[i]) + 1;
+	}
+	return (ssize_t)need;
+}
+
+const struct ns_kind_ops ns_tfile_ops = {
+	.getattr = tfile_getattr,
+	.open = tfile_open,
+	.getxattr = tfile_getxattr,
+	.listxattr = tfile_listxattr,
+};

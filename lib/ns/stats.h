@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: MIT */
+/* Live counters of a mount (lock-free), rendered as /.castfs/stats JSON. */
+#ifndef CASTFS_STATS_H
+#define CASTFS_STATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "view/view.h"
+
+enum castfs_sop {
+	CASTFS_SOP_LOOKUP,
+	CASTFS_SOP_FORGET,
+	CASTFS_SOP_GETATTR,
+	CASTFS_SOP_READLINK,
+	CASTFS_SOP_OPEN,
+	CASTFS_SOP_READ,
+	CASTFS_SOP_RELEASE,
+	CASTFS_SOP_OPENDIR,
+	CASTFS_SOP_READDIR,
+	CASTFS_SOP_STATFS,
+	CASTFS_SOP_GETXATTR,
+	CASTFS_SOP_LISTXATTR,
+	CASTFS_SOP_ACCESS,
+	CASTFS_SOP_MUTATE, /* every write-type request (answered EROFS) */
+	CASTFS_SOP_COUNT,
+};
+
+/* Global counters besides the per-op ones. */
+enum castfs_sctr {
+	CASTFS_SCTR_HEADERS_PARSED,
+	CASTFS_SCTR_HEADERS_REJECTED,
+	CASTFS_SCTR_PLANS_BUILT,
+	CASTFS_SCTR_PLAN_CACHE_HITS,
+	CASTFS_SCTR_HEADER_CACHE_HITS,
+	CASTFS_SCTR_TENSOR_STATS, /* tensor-wide statistics computed */
+	CASTFS_SCTR_STALE_READS, /* reads refused: the source changed */
+	CASTFS_SCTR_TREES_BUILT, /* tensor trees indexed */
+	CASTFS_SCTR_TREE_CACHE_HITS,
+	CASTFS_SCTR_COUNT,
+};
+
+/* Index of pass-through reads in per-view counters (after the views). */
+#define CASTFS_STATS_PASSTHROUGH (-1)
+/* Index of reads of other computed files (model-directory JSON...). */
+#define CASTFS_STATS_OTHER (-2)
+/* Index of reads of the files of tensor trees (.npy, .info, .raw). */
+#define CASTFS_STATS_TENSORS (-3)
+
+struct castfs_stats;
+
+/* castfs_stats_new - counters for @nviews views. Returns 0 or -ENOMEM. */
+int castfs_stats_new(size_t nviews, struct castfs_stats **out);
+
+/* castfs_stats_free - NULL is accepted. */
+void castfs_stats_free(struct castfs_stats *st);
+
+/* castfs_stats_op - count one request of @op that ended with @rc (0 or
+ * -errno). @st may be NULL. Thread-safe, lock-free. */
+void castfs_stats_op(struct castfs_stats *st, enum castfs_sop op, int rc);
+
+/* castfs_stats_read - count a read of @bytes served by view @view (its
+ * index in the view set) or CASTFS_STATS_PASSTHROUGH / _OTHER. */
+void castfs_stats_read(struct castfs_stats *st, int view, uint64_t bytes);
+
+/* Buckets of the read-size histogram: <= 4 KiB, <= 8 KiB, ..., <= 1 MiB,
+ * larger. */
+#define CASTFS_STATS_READ_BUCKETS 10
+
+/* castfs_stats_read_size - count one read request of @len bytes (as asked,
+ * before clipping at EOF) in the histogram of request sizes: it shows
+ * whether the kernel sends the large requests the mount asks for. */
+void castfs_stats_read_size(struct castfs_stats *st, size_t len);
+
+/* castfs_stats_open - count an open of a file of view @view (as above). */
+void castfs_stats_open(struct castfs_stats *st, int view);
+
+/* castfs_stats_count - add @n to counter @c. */
+void castfs_stats_count(struct castfs_stats *st, enum castfs_sctr c,
+			uint64_t n);
+
+/* castfs_stats_get - current value of @c (tests). */
+uint64_t castfs_stats_get(const struct castfs_stats *st, enum castfs_sctr c);
+
+/*
+ * castfs_stats_json - the counters as a malloc'ed JSON text (uptime,
+ * requests and errors per operation, opens/reads/bytes per view and for
+ * pass-through, tensor-tree and other files, their totals, the bytes the
+ * views converted, cache hits, and the global counters), or NULL on
+ * -ENOMEM. @vs names the views. The layout is in docs/castfs.1.
+ */
+char *castfs_stats_json(const struct castfs_stats *st,
+			const struct castfs_views *vs);
+
+#endif

@@ -1,0 +1,413 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Building plans: collect output tensors (or raw extents), lay them out,
+ * and freeze the result into an immutable struct castfs_plan.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/ckd.h"
+#include "plan/plan_internal.h"
+
+/* A chunk of memory owned by a plan; chained, freed together. */
+struct arena_chunk {
+	struct arena_chunk *next;
+	max_align_t data[];
+};
+
+struct pb_tensor {
+	struct castfs_producer p;
+	enum castfs_dtype dtype;
+	uint32_t ndim;
+	const uint64_t *shape;
+	const char *name;
+	size_t name_len;
+	uint64_t nbytes;
+};
+
+struct castfs_pb {
+	struct arena_chunk *arena;
+	struct castfs_extent *ext;
+	size_t next, cap_ext;
+	uint64_t size;
+	struct pb_tensor *t;
+	size_t nt, cap_t;
+	struct castfs_meta_kv *meta;
+	size_t nmeta, cap_meta;
+	bool has_meta;
+	struct castfs_qtensor *qt;
+	size_t nqt, cap_qt;
+};
+
+static void arena_free(struct arena_chunk *c)
+{
+	while (c) {
+		struct arena_chunk *next = c->next;
+
+		free(c);
+		c = next;
+	}
+}
+
+void *castfs_pb_alloc(struct castfs_pb *pb, size_t n)
+{
+	struct arena_chunk *c;
+
+	if (n > SIZE_MAX - sizeof(*c))
+		return NULL;
+	c = calloc(1, sizeof(*c) + n);
+	if (!c)
+		return NULL;
+	c->next = pb->arena;
+	pb->arena = c;
+	return c->data;
+}
+
+static void *pb_dup(struct castfs_pb *pb, const void *src, size_t n)
+{
+	/* One spare byte keeps copied strings NUL-terminated. */
+	void *dst = castfs_pb_alloc(pb, n + 1);
+
+	if (dst && n)
+		memcpy(dst, src, n);
+	return dst;
+}
+
+/* Grow *@arr (of @size-byte items) so that it holds at least @need items. */
+static int grow(void **arr, size_t *cap, size_t need, size_t size)
+{
+	size_t ncap = *cap ? *cap : 16;
+	void *n;
+
+	if (need <= *cap)
+		return 0;
+	while (ncap < need) {
+		if (ncap > SIZE_MAX / 2 / size)
+			return -ENOMEM;
+		ncap *= 2;
+	}
+	n = realloc(*arr, ncap * size);
+	if (!n)
+		return -ENOMEM;
+	*arr = n;
+	*cap = ncap;
+	return 0;
+}
+
+int castfs_pb_new(struct castfs_pb **out)
+{
+	struct castfs_pb *pb = calloc(1, sizeof(*pb));
+
+	if (!pb)
+		return -ENOMEM;
+	*out = pb;
+	return 0;
+}
+
+void castfs_pb_free(struct castfs_pb *pb)
+{
+	if (!pb)
+		return;
+	arena_free(pb->arena);
+	free(pb->ext);
+	free(pb->t);
+	free(pb->meta);
+	free(pb->qt);
+	free(pb);
+}
+
+/* Two extents can merge when the second continues the first's source. */
+static bool extent_continues(const struct castfs_extent *a,
+			     const struct castfs_extent *b)
+{
+	uint64_t src_elems;
+
+	if (a->op != b->op || a->out_off + a->len != b->out_off)
+		return false;
+	if (a->op == CASTFS_OP_COPY)
+		return a->src_off + a->len == b->src_off;
+	if (a->op != CASTFS_OP_CAST || a->src_dtype != b->src_dtype ||
+	    a->dst_dtype != b->dst_dtype || a->flags != b->flags)
+		return false;
+	src_elems = a->len / a->unit;
+	return a->src_off + src_elems * (castfs_dtype_bits(a->src_dtype) / 8) ==
+	       b->src_off;
+}
+
+static int pb_push_extent(struct castfs_pb *pb, const struct castfs_producer *p,
+			  uint64_t out_off, uint64_t len)
+{
+	struct castfs_extent e = {
+		.out_off = out_off,
+		.len = len,
+		.src_off = p->src_off,
+		.qt = p->qt,
+		.unit = p->unit ? p->unit : 1,
+		.op = p->op,
+		.src_dtype = p->src_dtype,
+		.dst_dtype = p->dst_dtype,
+		.flags = p->flags,
+	};
+	int rc;
+
+	if (len == 0)
+		return 0; /* empty tensors own no bytes */
+	if (p->mem) {
+		e.mem = pb_dup(pb, p->mem, len);
+		if (!e.mem)
+			return -ENOMEM;
+	}
+	if (pb->next && extent_continues(&pb->ext[pb->next - 1], &e)) {
+		pb->ext[pb->next - 1].len += len;
+		return 0;
+	}
+	rc = grow((void **)&pb->ext, &pb->cap_ext, pb->next + 1,
+		  sizeof(*pb->ext));
+	if (rc)
+		return rc;
+	pb->ext[pb->next++] = e;
+	return 0;
+}
+
+int castfs_pb_append(struct castfs_pb *pb, const struct castfs_producer *p,
+		     uint64_t len)
+{
+	uint64_t end;
+	int rc;
+
+	if (castfs_ckd_add(&end, pb->size, len))
+		return -EOVERFLOW;
+	rc = pb_push_extent(pb, p, pb->size, len);
+	if (rc)
+		return rc;
+	pb->size = end;
+	return 0;
+}
+
+int castfs_pb_add_tensor(struct castfs_pb *pb, const char *name,
+			 size_t name_len, enum castfs_dtype dtype,
+			 uint32_t ndim, const uint64_t *shape,
+			 const struct castfs_producer *p)
+{
+	struct pb_tensor t = { .p = *p, .dtype = dtype, .ndim = ndim };
+	uint64_t nelems;
+	int rc;
+
+	rc = castfs_shape_nelems(shape, ndim, &nelems);
+	if (!rc)
+		rc = castfs_tensor_nbytes(dtype, nelems, &t.nbytes);
+	if (rc)
+		return rc;
+	t.name = pb_dup(pb, name, name_len);
+	t.shape = pb_dup(pb, shape, ndim * sizeof(*shape));
+	if (!t.name || !t.shape)
+		return -ENOMEM;
+	t.name_len = name_len;
+	if (p->op == CASTFS_OP_CAST) {
+		t.p.dst_dtype = (uint8_t)dtype;
+		t.p.unit = castfs_dtype_bits(dtype) / 8;
+	}
+	rc = grow((void **)&pb->t, &pb->cap_t, pb->nt + 1, sizeof(*pb->t));
+	if (rc)
+		return rc;
+	pb->t[pb->nt++] = t;
+	return 0;
+}
+
+int castfs_pb_add_meta(struct castfs_pb *pb, const char *key, size_t key_len,
+		       const char *value, size_t value_len)
+{
+	struct castfs_meta_kv kv = {
+		.key = pb_dup(pb, key, key_len),
+		.value = pb_dup(pb, value, value_len),
+		.key_len = key_len,
+		.value_len = value_len,
+	};
+	int rc;
+
+	if (!kv.key || !kv.value)
+		return -ENOMEM;
+	rc = grow((void **)&pb->meta, &pb->cap_meta, pb->nmeta + 1,
+		  sizeof(*pb->meta));
+	if (rc)
+		return rc;
+	pb->meta[pb->nmeta++] = kv;
+	pb->has_meta = true;
+	return 0;
+}
+
+int castfs_pb_add_qtensor(struct castfs_pb *pb, const struct castfs_qtensor *q,
+			  uint32_t *idx)
+{
+	int rc = grow((void **)&pb->qt, &pb->cap_qt, pb->nqt + 1,
+		      sizeof(*pb->qt));
+
+	if (rc)
+		return rc;
+	if (pb->nqt >= UINT32_MAX)
+		return -EOVERFLOW;
+	pb->qt[pb->nqt] = *q;
+	*idx = (uint32_t)pb->nqt++;
+	return 0;
+}
+
+static int pb_freeze_qtensors(struct castfs_pb *pb, struct castfs_plan *p)
+{
+	if (!pb->nqt)
+		return 0;
+	p->qtensors = pb_dup(pb, pb->qt, pb->nqt * sizeof(*pb->qt));
+	p->qstats = castfs_pb_alloc(pb, pb->nqt * sizeof(*p->qstats));
+	p->qcache = castfs_pb_alloc(pb, sizeof(*p->qcache));
+	if (!p->qtensors || !p->qstats || !p->qcache)
+		return -ENOMEM;
+	for (size_t i = 0; i < pb->nqt; i++)
+		pthread_mutex_init(&p->qstats[i].lock, NULL);
+	pthread_mutex_init(&p->qcache->lock, NULL);
+	p->nqt = pb->nqt;
+	return 0;
+}
+
+int castfs_pb_finish_raw(struct castfs_pb *pb, struct castfs_plan **out)
+{
+	struct castfs_plan *p = calloc(1, sizeof(*p));
+	int rc = -ENOMEM;
+
+	if (!p)
+		goto out_free_pb;
+	rc = pb_freeze_qtensors(pb, p);
+	if (rc)
+		goto out_free_plan;
+	p->size = pb->size;
+	p->nextents = pb->next;
+	p->extents = pb->ext;
+	pb->ext = NULL;
+	p->arena = pb->arena;
+	pb->arena = NULL;
+	*out = p;
+	castfs_pb_free(pb);
+	return 0;
+
+out_free_plan:
+	free(p);
+out_free_pb:
+	castfs_pb_free(pb);
+	return rc;
+}
+
+/* Lay the tensors out through the emitter, then add their extents. */
+static int pb_layout(struct castfs_pb *pb, struct castfs_diag *d)
+{
+	struct castfs_emit_tensor *et;
+	uint8_t *hdr;
+	size_t hdr_len;
+	uint64_t data_start;
+	int rc;
+
+	et = calloc(pb->nt ? pb->nt : 1, sizeof(*et));
+	if (!et)
+		return -ENOMEM;
+	for (size_t i = 0; i < pb->nt; i++) {
+		et[i] = (struct castfs_emit_tensor){
+			.name = pb->t[i].name,
+			.name_len = pb->t[i].name_len,
+			.dtype = pb->t[i].dtype,
+			.ndim = pb->t[i].ndim,
+			.shape = pb->t[i].shape,
+			.nbytes = pb->t[i].nbytes,
+			.cookie = (uint32_t)i,
+		};
+	}
+	rc = castfs_header_emit(et, pb->nt, pb->has_meta, pb->meta, pb->nmeta,
+				&hdr, &hdr_len, d);
+	if (rc)
+		goto out_free_et;
+	rc = castfs_pb_append(pb,
+			      &(struct castfs_producer){ .op = CASTFS_OP_MEM,
+							 .mem = hdr },
+			      hdr_len);
+	free(hdr);
+	data_start = pb->size;
+	for (size_t i = 0; !rc && i < pb->nt; i++) {
+		const struct pb_tensor *t = &pb->t[et[i].cookie];
+
+		if (data_start + et[i].begin != pb->size) {
+			rc = -EINVAL; /* the emitter must pack back to back */
+			break;
+		}
+		rc = castfs_pb_append(pb, &t->p, t->nbytes);
+	}
+out_free_et:
+	free(et);
+	return rc;
+}
+
+int castfs_pb_finish_safetensors(struct castfs_pb *pb, struct castfs_plan **out,
+				 struct castfs_diag *d)
+{
+	int rc;
+
+	if (pb->next) {
+		castfs_pb_free(pb);
+		return -EINVAL; /* raw extents and tensors do not mix */
+	}
+	rc = pb_layout(pb, d);
+	if (rc) {
+		castfs_pb_free(pb);
+		return rc;
+	}
+	return castfs_pb_finish_raw(pb, out);
+}
+
+void castfs_plan_free(struct castfs_plan *p)
+{
+	if (!p)
+		return;
+	for (size_t i = 0; i < p->nqt; i++) {
+		pthread_mutex_destroy(&p->qstats[i].lock);
+		free(p->qstats[i].nested_absmax);
+		free(p->qstats[i].qc);
+		free(p->qstats[i].qc_valid);
+	}
+	if (p->qcache)
+		pthread_mutex_destroy(&p->qcache->lock);
+	arena_free(p->arena);
+	free(p->extents);
+	free(p);
+}
+
+size_t castfs_plan_find(const struct castfs_plan *p, uint64_t off)
+{
+	size_t lo = 0, hi = p->nextents;
+
+	/* The last extent whose start is <= off. */
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (p->extents[mid].out_off <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+const char *castfs_op_name(enum castfs_op op)
+{
+	static const char *const names[CASTFS_OP_COUNT] = {
+		[CASTFS_OP_MEM] = "mem",
+		[CASTFS_OP_COPY] = "copy",
+		[CASTFS_OP_CAST] = "cast",
+		[CASTFS_OP_Q4_CODES] = "q4-codes",
+		[CASTFS_OP_Q4_ABSMAX] = "q4-absmax",
+		[CASTFS_OP_Q4_QABSMAX] = "q4-absmax-dq",
+		[CASTFS_OP_Q4_NESTED_ABSMAX] = "q4-nested-absmax",
+		[CASTFS_OP_Q4_STATE] = "q4-state",
+		[CASTFS_OP_I8_CODES] = "int8-codes",
+		[CASTFS_OP_I8_SCB] = "int8-scb",
+	};
+
+	if ((unsigned)op >= CASTFS_OP_COUNT)
+		return "?";
+	return names[op];
+}

@@ -1,0 +1,147 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The plan: an immutable description of a virtual file as a sorted list of
+ * extents that tile [0, size) exactly, and the stateless read that serves
+ * any byte range of it. Every view, npy file and rewritten JSON is a plan.
+ */
+#ifndef CASTFS_PLAN_H
+#define CASTFS_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/err.h"
+#include "format/dtype.h"
+#include "common/reader.h"
+
+/* How an extent's bytes are produced. */
+enum castfs_op {
+	CASTFS_OP_MEM, /* bytes held by the plan */
+	CASTFS_OP_COPY, /* source bytes, unchanged */
+	CASTFS_OP_CAST, /* element-wise dtype conversion */
+	CASTFS_OP_Q4_CODES, /* bnb 4-bit packed codes (U8) */
+	CASTFS_OP_Q4_ABSMAX, /* bnb per-block absmax (F32) */
+	CASTFS_OP_Q4_QABSMAX, /* bnb double-quantised absmax (U8) */
+	CASTFS_OP_Q4_NESTED_ABSMAX, /* bnb absmax of 256 absmax (F32) */
+	CASTFS_OP_Q4_STATE, /* quant_state JSON with nested_offset */
+	CASTFS_OP_I8_CODES, /* LLM.int8 row-wise codes (I8) */
+	CASTFS_OP_I8_SCB, /* LLM.int8 row absmax (F32) */
+	CASTFS_OP_COUNT,
+};
+
+/* One run of output bytes [out_off, out_off + len) produced by one op. */
+struct castfs_extent {
+	uint64_t out_off;
+	uint64_t len;
+	/*
+	 * COPY: source offset of this extent's first byte. CAST: source
+	 * offset of its first element. Quantiser ops: unused (see qt).
+	 */
+	uint64_t src_off;
+	const uint8_t *mem; /* MEM and Q4_STATE: bytes owned by the plan */
+	uint32_t qt; /* quantiser ops: index into plan->qtensors */
+	uint32_t unit; /* output bytes per unit of work; 1 = any byte */
+	uint8_t op; /* enum castfs_op */
+	uint8_t src_dtype; /* CAST */
+	uint8_t dst_dtype; /* CAST */
+	uint8_t flags; /* CAST: CASTFS_CVT_* */
+};
+
+/* Quantisation kinds of a quantised tensor. */
+enum castfs_qtype {
+	CASTFS_Q_NF4,
+	CASTFS_Q_FP4,
+	CASTFS_Q_INT8,
+};
+
+/*
+ * A source tensor that a quantiser reads: where its elements are and how
+ * it is quantised. Immutable once the plan is built.
+ */
+struct castfs_qtensor {
+	uint64_t src_off; /* absolute source offset of element 0 */
+	uint64_t nelems;
+	uint64_t rows, cols; /* 2-D view of the weight (int8 is row-wise) */
+	uint32_t blocksize; /* 4-bit: elements per absmax block */
+	uint8_t src_dtype;
+	uint8_t qtype; /* enum castfs_qtype */
+	bool nested; /* 4-bit double quantisation */
+	uint32_t state_off; /* Q4_STATE: where nested_offset is written */
+	uint32_t state_width;
+};
+
+struct castfs_qstats; /* tensor-wide statistics, computed on first need */
+struct castfs_qcache; /* which tensors keep double-quantised absmax */
+
+struct castfs_plan {
+	uint64_t size;
+	size_t nextents;
+	struct castfs_extent *extents; /* sorted, tiling [0, size) */
+	size_t nqt;
+	struct castfs_qtensor *qtensors;
+	struct castfs_qstats *qstats; /* nqt entries; the only mutable part */
+	struct castfs_qcache *qcache; /* with qstats; NULL when nqt is 0 */
+	/* Private: allocations owned by the plan. */
+	void *arena;
+};
+
+/*
+ * Per-thread working memory for castfs_plan_read(): source bytes are read
+ * into it and converted from it. Never shared between threads.
+ */
+struct castfs_scratch {
+	uint8_t *buf; /* source bytes are read here */
+	size_t len;
+	uint8_t *bounce; /* CASTFS_BOUNCE_LEN bytes: one unit cut by a range */
+};
+
+/* The largest extent unit (a 4-bit block of 4096 elements). */
+#define CASTFS_BOUNCE_LEN 4096u
+
+/* The scratch size castfs_scratch_init() allocates (bytes). */
+#define CASTFS_SCRATCH_LEN (2u << 20)
+
+/* castfs_scratch_init - allocate the scratch. Returns 0 or -ENOMEM. */
+int castfs_scratch_init(struct castfs_scratch *s);
+
+/* castfs_scratch_fini - release the scratch; safe on a zeroed struct. */
+void castfs_scratch_fini(struct castfs_scratch *s);
+
+/*
+ * castfs_plan_read - produce bytes [@off, @off + @len) of the virtual file.
+ * @p: the plan (shared, read-only; tensor statistics are computed and cached
+ *	behind a lock on first need).
+ * @src: the source the plan was built from.
+ * @s: the calling thread's scratch.
+ *
+ * Reads past the end are clipped. Ranges that cut an element or a
+ * quantisation block compute the whole element or block and copy out the
+ * part asked for. Returns the number of bytes written (0 at or past EOF) or
+ * a negative errno from the source. Thread-safe; allocates nothing except
+ * the once-per-tensor statistics.
+ */
+ssize_t castfs_plan_read(const struct castfs_plan *p,
+			 const struct castfs_reader *src,
+			 struct castfs_scratch *s, void *buf, size_t len,
+			 uint64_t off);
+
+/* castfs_plan_free - release @p; NULL is accepted. No reader may be using it. */
+void castfs_plan_free(struct castfs_plan *p);
+
+/* castfs_plan_find - index of the extent holding byte @off (< p->size). */
+size_t castfs_plan_find(const struct castfs_plan *p, uint64_t off);
+
+/*
+ * castfs_plan_src_off - the source offset that byte @off (< p->size) is
+ * computed from (the first source byte of its unit, element, block or
+ * row), or UINT64_MAX for bytes the plan holds. For read-ahead hints:
+ * thread-safe, O(log extents).
+ */
+uint64_t castfs_plan_src_off(const struct castfs_plan *p, uint64_t off);
+
+/* castfs_op_name - "mem", "copy", "cast", ...; for .info files and logs. */
+const char *castfs_op_name(enum castfs_op op);
+
+#endif

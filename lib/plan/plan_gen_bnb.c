@@ -1,0 +1,688 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The generators of the bitsandbytes extents: each reads the source blocks
+ * (or rows) a range needs through the thread's scratch and quantises them.
+ * The only tensor-wide state, the double-quantisation statistics, is
+ * computed once per tensor on first need (q4_stats_get).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bytes.h"
+#include "common/compiler.h"
+#include "plan/plan_internal.h"
+#include "quant/quant_internal.h"
+
+/*
+ * Source elements staged as float32 in the scratch:
+ * [f32: cap * 4][raw: cap * src size][half: cap * 2][amax: cap / 16 * 4].
+ */
+struct q_stage {
+	castfs_convert_fn to_half; /* int8: source -> F16, NULL if F16 */
+	castfs_convert_fn to_f32; /* source (or F16) -> F32; NULL if F32 */
+	size_t src_sz;
+	bool raw16; /* BF16/F16 4-bit sources: kernels read st->raw as is */
+	bool f16;
+	size_t cap; /* elements per chunk */
+	float *f32;
+	uint8_t *raw;
+	uint8_t *half;
+	float *amax; /* cap / 16 block absmax (blocks of >= 64) */
+};
+
+static const struct castfs_qtensor *q_tensor(const struct castfs_read_env *env,
+					     const struct castfs_extent *e)
+{
+	return &env->plan->qtensors[e->qt];
+}
+
+/*
+ * Prepare the staging of @qt's elements, through float16 when @via_half
+ * (LLM.int8 rounds to float16 first). Chunks hold a multiple of @align
+ * elements. Returns 0, or -ENOTSUP / -ENOMEM (a scratch too small).
+ */
+static int q_stage_init(struct q_stage *st, const struct castfs_read_env *env,
+			const struct castfs_qtensor *qt, bool via_half,
+			size_t align)
+{
+	enum castfs_dtype src = (enum castfs_dtype)qt->src_dtype;
+	enum castfs_dtype mid = via_half ? CASTFS_DTYPE_F16 : src;
+	size_t per;
+
+	st->src_sz = castfs_dtype_bits(src) / 8;
+	st->raw16 = !via_half &&
+		    (src == CASTFS_DTYPE_BF16 || src == CASTFS_DTYPE_F16);
+	st->f16 = src == CASTFS_DTYPE_F16;
+	st->to_half = NULL;
+	if (via_half && src != CASTFS_DTYPE_F16) {
+		st->to_half = castfs_convert_get(src, CASTFS_DTYPE_F16, 0);
+		if (!st->to_half)
+			return -ENOTSUP; /* unreachable: the plan checked it */
+	}
+	st->to_f32 = NULL;
+	if (mid != CASTFS_DTYPE_F32) {
+		st->to_f32 = castfs_convert_get(mid, CASTFS_DTYPE_F32, 0);
+		if (!st->to_f32)
+			return -ENOTSUP;
+	}
+	/* 4 (f32) + src + 2 (half) + 1 (absmax, 4 bytes per >= 16). */
+	per = 4 + st->src_sz + 2 + 1;
+	st->cap = env->s->len / per;
+	st->cap -= st->cap % 64; /* keeps every region aligned */
+	st->cap = st->cap / align * align;
+	if (st->cap == 0)
+		return -ENOMEM;
+	st->f32 = (float *)(void *)env->s->buf;
+	st->raw = env->s->buf + st->cap * 4;
+	st->half = st->raw + st->cap * st->src_sz;
+	st->amax = (float *)(void *)(st->half + st->cap * 2);
+	return 0;
+}
+
+/*
+ * Elements [@first, @first + @n) of @qt into st->f32 (@n <= st->cap), or
+ * only into st->raw when st->raw16.
+ */
+static int q_load(const struct castfs_read_env *env,
+		  const struct castfs_qtensor *qt, const struct q_stage *st,
+		  uint64_t first, size_t n)
+{
+	uint8_t *raw = st->to_half || st->to_f32 ? st->raw : (uint8_t *)st->f32;
+	int rc = castfs_reader_read(env->src, raw, n * st->src_sz,
+				    qt->src_off + first * st->src_sz);
+
+	if (rc)
+		return rc;
+	if (st->to_half) {
+		st->to_half(st->half, raw, n);
+		raw = st->half;
+	}
+	if (st->to_f32 && !st->raw16)
+		st->to_f32(st->f32, raw, n);
+	return 0;
+}
+
+/* The block absmax of blocks [@b, @b + @nb) into st->amax (@nb * bs <= cap). */
+static int q4_load_absmax(const struct castfs_read_env *env,
+			  const struct castfs_qtensor *qt,
+			  const struct q_stage *st, uint64_t b, size_t nb)
+{
+	uint64_t first = b * qt->blocksize;
+	size_t n = (size_t)CASTFS_MIN((uint64_t)nb * qt->blocksize,
+				      qt->nelems - first);
+	const struct castfs_quant_kernels *k = castfs_quant_kernels_get();
+	int rc = q_load(env, qt, st, first, n);
+
+	if (rc)
+		return rc;
+	if (st->raw16)
+		k->absmax16(st->amax, st->raw, n, qt->blocksize, st->f16);
+	else
+		k->absmax(st->amax, st->f32, n, qt->blocksize);
+	return 0;
+}
+
+static uint64_t q4_nblocks(const struct castfs_qtensor *qt)
+{
+	return qt->nelems / qt->blocksize + (qt->nelems % qt->blocksize != 0);
+}
+
+/* Per nested block, the smallest and largest block absmax. */
+struct q4_minmax {
+	float *lo, *hi;
+};
+
+/*
+ * One pass over @qt: the mean of all block absmax (summed in double, in
+ * block order, so every ISA and thread count gives the same float) and
+ * each nested block's extremes. fl32(a - offset) is monotonic in a, so the
+ * extremes give the largest |a - offset| of the nested block.
+ */
+static int q4_stats_pass(const struct castfs_read_env *env,
+			 const struct castfs_qtensor *qt,
+			 const struct q4_minmax *mm, float *offset)
+{
+	uint64_t nb = q4_nblocks(qt), b = 0;
+	double sum = 0.0;
+	struct q_stage st;
+	int rc = q_stage_init(&st, env, qt, false, qt->blocksize);
+
+	while (!rc && b < nb) {
+		size_t k = (size_t)CASTFS_MIN(nb - b, st.cap / qt->blocksize);
+
+		rc = q4_load_absmax(env, qt, &st, b, k);
+		for (size_t i = 0; !rc && i < k; i++, b++) {
+			size_t g = (size_t)(b / CASTFS_Q_NESTED_BLOCK);
+			bool cont = b % CASTFS_Q_NESTED_BLOCK != 0;
+			float a = st.amax[i];
+
+			sum += a;
+			mm->lo[g] = cont ? fminf(mm->lo[g], a) : a;
+			mm->hi[g] = cont ? fmaxf(mm->hi[g], a) : a;
+		}
+	}
+	if (!rc)
+		*offset = (float)(sum / (double)nb);
+	return rc;
+}
+
+/* Compute @qs of @qt; the caller holds qs->lock. */
+static int q4_stats_compute(const struct castfs_read_env *env,
+			    const struct castfs_qtensor *qt,
+			    struct castfs_qstats *qs)
+{
+	uint64_t ng64 = (q4_nblocks(qt) + CASTFS_Q_NESTED_BLOCK - 1) /
+			CASTFS_Q_NESTED_BLOCK;
+	size_t ng = (size_t)ng64;
+	struct q4_minmax mm;
+	float offset = 0.0f;
+	int rc = -ENOMEM;
+
+	mm.lo = calloc(ng, sizeof(float));
+	mm.hi = calloc(ng, sizeof(float));
+	if (!mm.lo || !mm.hi)
+		goto out_free_minmax;
+	rc = q4_stats_pass(env, qt, &mm, &offset);
+	if (rc)
+		goto out_free_minmax;
+	for (size_t g = 0; g < ng; g++)
+		mm.hi[g] = fmaxf(fabsf(mm.hi[g] - offset),
+				 fabsf(mm.lo[g] - offset));
+	qs->offset = offset;
+	qs->nnested = ng;
+	qs->nested_absmax = mm.hi;
+	mm.hi = NULL;
+out_free_minmax:
+	free(mm.lo);
+	free(mm.hi);
+	return rc;
+}
+
+/*
+ * The statistics of the extent's tensor, computed on first need (one pass
+ * over the source, under the tensor's lock). Uses the scratch: call before
+ * staging anything in it. Returns them, or NULL with *@rc set.
+ */
+static const struct castfs_qstats *
+q4_stats_get(const struct castfs_read_env *env, const struct castfs_extent *e,
+	     int *rc)
+{
+	struct castfs_qstats *qs = &env->plan->qstats[e->qt];
+
+	*rc = 0;
+	if (__atomic_load_n(&qs->ready, __ATOMIC_ACQUIRE))
+		return qs;
+	pthread_mutex_lock(&qs->lock);
+	if (!qs->ready) {
+		*rc = q4_stats_compute(env, q_tensor(env, e), qs);
+		if (!*rc)
+			__atomic_store_n(&qs->ready, true, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&qs->lock);
+	return *rc ? NULL : qs;
+}
+
+/*
+ * The double-quantised absmax cache. A block's 8-bit absmax code (the
+ * Q4_QABSMAX byte) needs the block's absmax, which a Q4_CODES read has
+ * just computed for the block's codes; in a sequential read of a view the
+ * tensor's .absmax bytes come right after its codes (the writer's name
+ * order). Q4_CODES reads keep them (qc_save) once the tensor's statistics
+ * are ready, and the Q4_QABSMAX read takes them (qc_take) instead of
+ * reading the whole tensor again. At most CASTFS_QCACHE_TENSORS tensors
+ * per plan hold one (oldest evicted), each of at most QC_MAX_BLOCKS
+ * bytes; a cache is dropped once all of it was served. Any range not all
+ * cached is computed as before: the bytes are the same.
+ */
+#define QC_MAX_BLOCKS (2u << 20)
+
+/* Free @qs's cache; the caller holds qs->lock. */
+static void qc_drop_locked(struct castfs_qstats *qs)
+{
+	free(qs->qc);
+	free(qs->qc_valid);
+	qs->qc = NULL;
+	qs->qc_valid = NULL;
+	qs->qc_served = 0;
+}
+
+/* Forget tensor @idx in @c (if there); the caller holds c->lock. */
+static void qcache_remove_locked(struct castfs_qcache *c, uint32_t idx)
+{
+	uint32_t j = 0;
+
+	for (uint32_t i = 0; i < c->n; i++) {
+		if (c->qt[i] != idx)
+			c->qt[j++] = c->qt[i];
+	}
+	c->n = j;
+}
+
+/*
+ * Give tensor @idx a cache of @nb bytes, evicting the oldest holder when
+ * the plan's are all taken. Best effort: without memory there is none.
+ */
+static void qc_acquire(const struct castfs_plan *p, uint32_t idx, uint64_t nb)
+{
+	struct castfs_qcache *c = p->qcache;
+	struct castfs_qstats *qs = &p->qstats[idx];
+	uint8_t *qc = malloc((size_t)nb);
+	uint64_t *valid = calloc((size_t)(nb + 63) / 64, sizeof(*valid));
+
+	pthread_mutex_lock(&c->lock);
+	qcache_remove_locked(c, idx);
+	if (qc && valid && c->n == CASTFS_QCACHE_TENSORS) {
+		struct castfs_qstats *old = &p->qstats[c->qt[0]];
+
+		pthread_mutex_lock(&old->lock);
+		qc_drop_locked(old);
+		pthread_mutex_unlock(&old->lock);
+		qcache_remove_locked(c, c->qt[0]);
+	}
+	pthread_mutex_lock(&qs->lock);
+	if (qc && valid && !qs->qc) {
+		qs->qc = qc;
+		qs->qc_valid = valid;
+		qc = NULL;
+		valid = NULL;
+	}
+	if (qs->qc)
+		c->qt[c->n++] = idx;
+	pthread_mutex_unlock(&qs->lock);
+	pthread_mutex_unlock(&c->lock);
+	free(qc);
+	free(valid);
+}
+
+/* Bits [@b, @b + @n) of @v: set them, or test that all are set. */
+static bool qc_bits(uint64_t *v, uint64_t b, uint64_t n, bool set)
+{
+	for (uint64_t i = b; i < b + n; i++) {
+		uint64_t bit = UINT64_C(1) << (i % 64);
+
+		if (i % 64 == 0 && i + 64 <= b + n) {
+			if (!set && v[i / 64] != UINT64_MAX)
+				return false;
+			if (set)
+				v[i / 64] = UINT64_MAX;
+			i += 63;
+		} else if (set) {
+			v[i / 64] |= bit;
+		} else if (!(v[i / 64] & bit)) {
+			return false;
+		}
+	}
+	return true;
+}
+
+/* The Q4_QABSMAX bytes of blocks [@b, @b + @k) from their absmax @amax. */
+static void q4_qabsmax_codes(const struct castfs_qstats *qs, uint64_t b,
+			     const float *amax, size_t k, uint8_t *dst)
+{
+	const struct castfs_quant_kernels *kq = castfs_quant_kernels_get();
+
+	/* One kernel call per nested block (one scale each). */
+	for (size_t i = 0, m; i < k; i += m, dst += m) {
+		uint64_t g = (b + i) / CASTFS_Q_NESTED_BLOCK;
+		uint64_t g_end = (g + 1) * CASTFS_Q_NESTED_BLOCK;
+
+		m = (size_t)CASTFS_MIN((uint64_t)(k - i), g_end - (b + i));
+		kq->q8(dst, amax + i, m, qs->offset,
+		       castfs_q_scale(qs->nested_absmax[g]));
+	}
+}
+
+/*
+ * A Q4_CODES read computed the absmax @amax of blocks [@b, @b + @k):
+ * keep their Q4_QABSMAX bytes (made in @tmp, @k bytes) for the read of
+ * the tensor's .absmax that follows.
+ */
+static void qc_save(const struct castfs_read_env *env,
+		    const struct castfs_extent *e, uint64_t b,
+		    const float *amax, size_t k, uint8_t *tmp)
+{
+	struct castfs_qstats *qs = &env->plan->qstats[e->qt];
+	uint64_t nb = q4_nblocks(q_tensor(env, e));
+
+	q4_qabsmax_codes(qs, b, amax, k, tmp);
+	pthread_mutex_lock(&qs->lock);
+	if (!qs->qc) {
+		pthread_mutex_unlock(&qs->lock);
+		qc_acquire(env->plan, e->qt, nb);
+		pthread_mutex_lock(&qs->lock);
+	}
+	if (qs->qc) {
+		memcpy(qs->qc + b, tmp, k);
+		qc_bits(qs->qc_valid, b, k, true);
+	}
+	pthread_mutex_unlock(&qs->lock);
+}
+
+/* Q4_QABSMAX bytes [@first, @first + @count) from the cache, if all there. */
+static bool qc_take(const struct castfs_read_env *env,
+		    const struct castfs_extent *e, uint64_t first,
+		    uint64_t count, uint8_t *dst)
+{
+	struct castfs_qstats *qs = &env->plan->qstats[e->qt];
+	bool hit;
+
+	pthread_mutex_lock(&qs->lock);
+	hit = qs->qc && qc_bits(qs->qc_valid, first, count, false);
+	if (hit) {
+		memcpy(dst, qs->qc + first, (size_t)count);
+		qs->qc_served += count;
+		if (qs->qc_served >= q4_nblocks(q_tensor(env, e)))
+			qc_drop_locked(qs); /* stays listed: harmless */
+	}
+	pthread_mutex_unlock(&qs->lock);
+	return hit;
+}
+
+/* Whether Q4_CODES reads of @e should keep Q4_QABSMAX bytes. */
+static bool qc_wanted(const struct castfs_read_env *env,
+		      const struct castfs_extent *e, const struct q_stage *st)
+{
+	const struct castfs_qtensor *qt = q_tensor(env, e);
+
+	return st->raw16 && qt->nested && env->plan->qcache &&
+	       q4_nblocks(qt) <= QC_MAX_BLOCKS &&
+	       __atomic_load_n(&env->plan->qstats[e->qt].ready,
+			       __ATOMIC_ACQUIRE);
+}
+
+/* Q4_CODES: a unit is one block's blocksize / 2 bytes. */
+static int gen_q4_codes(const struct castfs_read_env *env,
+			const struct castfs_extent *e, uint64_t first,
+			uint64_t count, uint8_t *dst)
+{
+	const struct castfs_qtensor *qt = q_tensor(env, e);
+	const struct castfs_quant_kernels *k = castfs_quant_kernels_get();
+	uint64_t elem = first * qt->blocksize;
+	uint64_t end = CASTFS_MIN(qt->nelems, (first + count) * qt->blocksize);
+	struct q_stage st;
+	int rc = q_stage_init(&st, env, qt, false, qt->blocksize);
+	bool keep = !rc && qc_wanted(env, e, &st);
+
+	while (!rc && elem < end) {
+		size_t n = (size_t)CASTFS_MIN(end - elem, (uint64_t)st.cap);
+		size_t nb = (n + qt->blocksize - 1) / qt->blocksize;
+
+		rc = q_load(env, qt, &st, elem, n);
+		if (rc)
+			break;
+		if (st.raw16)
+			k->q4_16(dst, keep ? st.amax : NULL, st.raw, n,
+				 qt->blocksize, (enum castfs_qtype)qt->qtype,
+				 st.f16);
+		if (keep) /* st.half is free in 4-bit reads */
+			qc_save(env, e, elem / qt->blocksize, st.amax, nb,
+				st.half);
+		if (!st.raw16)
+			k->q4(dst, st.f32, n, qt->blocksize,
+			      (enum castfs_qtype)qt->qtype);
+		dst += (n + 1) / 2;
+		elem += n;
+	}
+	return rc;
+}
+
+/* Q4_ABSMAX: a unit is one block's float32 absmax. */
+static int gen_q4_absmax(const struct castfs_read_env *env,
+			 const struct castfs_extent *e, uint64_t first,
+			 uint64_t count, uint8_t *dst)
+{
+	const struct castfs_qtensor *qt = q_tensor(env, e);
+	struct q_stage st;
+	int rc = q_stage_init(&st, env, qt, false, qt->blocksize);
+
+	while (!rc && count) {
+		size_t k = (size_t)CASTFS_MIN(count, st.cap / qt->blocksize);
+
+		rc = q4_load_absmax(env, qt, &st, first, k);
+		for (size_t i = 0; !rc && i < k; i++, dst += 4)
+			castfs_store_le32(dst, castfs_f32_bits(st.amax[i]));
+		first += k;
+		count -= k;
+	}
+	return rc;
+}
+
+/* Q4_QABSMAX: a unit is one block's 8-bit code of (absmax - offset). */
+static int gen_q4_qabsmax(const struct castfs_read_env *env,
+			  const struct castfs_extent *e, uint64_t first,
+			  uint64_t count, uint8_t *dst)
+{
+	const struct castfs_qtensor *qt = q_tensor(env, e);
+	const struct castfs_qstats *qs;
+	struct q_stage st;
+	int rc;
+
+	qs = q4_stats_get(env, e, &rc);
+	if (!rc && qc_take(env, e, first, count, dst))
+		return 0;
+	if (!rc)
+		rc = q_stage_init(&st, env, qt, false, qt->blocksize);
+	while (!rc && count) {
+		size_t k = (size_t)CASTFS_MIN(count, st.cap / qt->blocksize);
+
+		rc = q4_load_absmax(env, qt, &st, first, k);
+		if (!rc)
+			q4_qabsmax_codes(qs, first, st.amax, k, dst);
+		dst += k;
+		first += k;
+		count -= k;
+	}
+	return rc;
+}
+
+/* Q4_NESTED_ABSMAX: a unit is one nested block's float32 absmax. */
+static int gen_q4_nested_absmax(const struct castfs_read_env *env,
+				const struct castfs_extent *e, uint64_t first,
+				uint64_t count, uint8_t *dst)
+{
+	const struct castfs_qstats *qs;
+	int rc;
+
+	qs = q4_stats_get(env, e, &rc);
+	for (uint64_t i = 0; !rc && i < count; i++, dst += 4) {
+		float a = qs->nested_absmax[first + i];
+
+		castfs_store_le32(dst, castfs_f32_bits(a));
+	}
+	return rc;
+}
+
+/* Q4_STATE: the plan's JSON with nested_offset written into its field. */
+static int gen_q4_state(const struct castfs_read_env *env,
+			const struct castfs_extent *e, uint64_t first,
+			uint64_t count, uint8_t *dst)
+{
+	const struct castfs_qtensor *qt = q_tensor(env, e);
+	uint64_t lo = CASTFS_MAX(first, (uint64_t)qt->state_off);
+	uint64_t hi = CASTFS_MIN(first + count,
+				 (uint64_t)qt->state_off + qt->state_width);
+	char field[CASTFS_Q4_OFFSET_WIDTH];
+	const struct castfs_qstats *qs;
+	int rc;
+
+	memcpy(dst, e->mem + first, (size_t)count);
+	if (lo >= hi)
+		return 0;
+	qs = q4_stats_get(env, e, &rc);
+	if (rc)
+		return rc;
+	castfs_q4_state_offset(field, qs->offset);
+	memcpy(dst + (lo - first), field + (lo - qt->state_off),
+	       (size_t)(hi - lo));
+	return 0;
+}
+
+/* The absmax of row @r (staged in chunks when it exceeds one). */
+static int i8_row_absmax(const struct castfs_read_env *env,
+			 const struct castfs_qtensor *qt,
+			 const struct q_stage *st, uint64_t r, float *absmax)
+{
+	uint64_t c = 0;
+	float m = 0.0f;
+
+	while (c < qt->cols) {
+		size_t n = (size_t)CASTFS_MIN(qt->cols - c, (uint64_t)st->cap);
+		int rc = q_load(env, qt, st, r * qt->cols + c, n);
+
+		if (rc)
+			return rc;
+		m = fmaxf(m, castfs_q_absmax(st->f32, n));
+		c += n;
+	}
+	*absmax = m;
+	return 0;
+}
+
+/*
+ * Codes of elements [@first, @first + @n) of row @r (@first within the
+ * row) into @dst. Rows that fit in a chunk are read once.
+ */
+static int i8_row_codes(const struct castfs_read_env *env,
+			const struct castfs_qtensor *qt,
+			const struct q_stage *st, uint64_t r, uint64_t first,
+			uint64_t n, int8_t *dst)
+{
+	const struct castfs_quant_kernels *k = castfs_quant_kernels_get();
+	float absmax, scale;
+	int rc;
+
+	if (qt->cols <= st->cap) {
+		rc = q_load(env, qt, st, r * qt->cols, (size_t)qt->cols);
+		if (rc)
+			return rc;
+		scale = castfs_i8_scale(castfs_q_absmax(st->f32, qt->cols));
+		k->i8(dst, st->f32 + first, (size_t)n, scale);
+		return 0;
+	}
+	rc = i8_row_absmax(env, qt, st, r, &absmax);
+	scale = castfs_i8_scale(absmax);
+	while (!rc && n) {
+		size_t m = (size_t)CASTFS_MIN(n, (uint64_t)st->cap);
+
+		rc = q_load(env, qt, st, r * qt->cols + first, m);
+		if (!rc)
+			k->i8(dst, st->f32, m, scale);
+		dst += m;
+		first += m;
+		n -= m;
+	}
+	return rc;
+}
+
+/*
+ * Whole rows [@r, @r + @nr) (@nr * cols <= st->cap), read at once: their
+ * codes into @codes when not NULL, their absmax into @scb when not NULL.
+ */
+static int i8_whole_rows(const struct castfs_read_env *env,
+			 const struct castfs_qtensor *qt,
+			 const struct q_stage *st, uint64_t r, size_t nr,
+			 int8_t *codes, uint8_t *scb)
+{
+	const struct castfs_quant_kernels *k = castfs_quant_kernels_get();
+	size_t cols = (size_t)qt->cols;
+	int rc = q_load(env, qt, st, r * qt->cols, nr * cols);
+
+	for (size_t i = 0; !rc && i < nr; i++) {
+		const float *x = st->f32 + i * cols;
+		float absmax = castfs_q_absmax(x, cols);
+
+		if (codes)
+			k->i8(codes + i * cols, x, cols,
+			      castfs_i8_scale(absmax));
+		if (scb)
+			castfs_store_le32(scb + i * 4, castfs_f32_bits(absmax));
+	}
+	return rc;
+}
+
+/* I8_CODES: unit 1 (one element); each row's absmax is recomputed. */
+static int gen_i8_codes(const struct castfs_read_env *env,
+			const struct castfs_extent *e, uint64_t first,
+			uint64_t count, uint8_t *dst)
+{
+	const struct castfs_qtensor *qt = q_tensor(env, e);
+	struct q_stage st;
+	int rc = q_stage_init(&st, env, qt, true, 1);
+
+	while (!rc && count) {
+		uint64_t r = first / qt->cols, c = first % qt->cols;
+		uint64_t n = CASTFS_MIN(count, qt->cols - c);
+		uint64_t nr = CASTFS_MIN(count / qt->cols, st.cap / qt->cols);
+
+		if (c == 0 && nr > 1) {
+			n = nr * qt->cols;
+			rc = i8_whole_rows(env, qt, &st, r, (size_t)nr,
+					   (int8_t *)dst, NULL);
+		} else {
+			rc = i8_row_codes(env, qt, &st, r, c, n, (int8_t *)dst);
+		}
+		dst += n;
+		first += n;
+		count -= n;
+	}
+	return rc;
+}
+
+/* I8_SCB: a unit is one row's float32 absmax (of its float16 values). */
+static int gen_i8_scb(const struct castfs_read_env *env,
+		      const struct castfs_extent *e, uint64_t first,
+		      uint64_t count, uint8_t *dst)
+{
+	const struct castfs_qtensor *qt = q_tensor(env, e);
+	uint64_t per = 0;
+	struct q_stage st;
+	float absmax;
+	int rc = q_stage_init(&st, env, qt, true, 1);
+
+	if (!rc)
+		per = st.cap / qt->cols; /* 0: rows longer than a chunk */
+	while (!rc && count) {
+		uint64_t nr = CASTFS_MIN(count, CASTFS_MAX(per, 1));
+
+		if (per) {
+			rc = i8_whole_rows(env, qt, &st, first, (size_t)nr,
+					   NULL, dst);
+		} else {
+			rc = i8_row_absmax(env, qt, &st, first, &absmax);
+			if (!rc)
+				castfs_store_le32(dst, castfs_f32_bits(absmax));
+		}
+		dst += nr * 4;
+		first += nr;
+		count -= nr;
+	}
+	return rc;
+}
+
+castfs_gen_fn castfs_quant_gen(enum castfs_op op)
+{
+	switch (op) {
+	case CASTFS_OP_Q4_CODES:
+		return gen_q4_codes;
+	case CASTFS_OP_Q4_ABSMAX:
+		return gen_q4_absmax;
+	case CASTFS_OP_Q4_QABSMAX:
+		return gen_q4_qabsmax;
+	case CASTFS_OP_Q4_NESTED_ABSMAX:
+		return gen_q4_nested_absmax;
+	case CASTFS_OP_Q4_STATE:
+		return gen_q4_state;
+	case CASTFS_OP_I8_CODES:
+		return gen_i8_codes;
+	case CASTFS_OP_I8_SCB:
+		return gen_i8_scb;
+	case CASTFS_OP_MEM:
+	case CASTFS_OP_COPY:
+	case CASTFS_OP_CAST:
+	case CASTFS_OP_COUNT:
+		break;
+	}
+	return NULL;
+}

@@ -1,0 +1,230 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The hot path: serve any byte range of a plan, statelessly, from a bounded
+ * per-thread scratch. Validation happened at plan time; this only indexes.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/compiler.h"
+#include "kernels/convert.h"
+#include "plan/plan_internal.h"
+#include "quant/quant.h"
+
+int castfs_scratch_init(struct castfs_scratch *s)
+{
+	s->buf = malloc(CASTFS_SCRATCH_LEN + CASTFS_BOUNCE_LEN);
+	if (!s->buf)
+		return -ENOMEM;
+	s->len = CASTFS_SCRATCH_LEN;
+	s->bounce = s->buf + CASTFS_SCRATCH_LEN;
+	return 0;
+}
+
+void castfs_scratch_fini(struct castfs_scratch *s)
+{
+	free(s->buf);
+	s->buf = NULL;
+	s->bounce = NULL;
+	s->len = 0;
+}
+
+static int gen_mem(const struct castfs_read_env *env,
+		   const struct castfs_extent *e, uint64_t first,
+		   uint64_t count, uint8_t *dst)
+{
+	(void)env;
+	memcpy(dst, e->mem + first, (size_t)count);
+	return 0;
+}
+
+/* Copied bytes go straight from the source into the caller's buffer. */
+static int gen_copy(const struct castfs_read_env *env,
+		    const struct castfs_extent *e, uint64_t first,
+		    uint64_t count, uint8_t *dst)
+{
+	return castfs_reader_read(env->src, dst, (size_t)count,
+				  e->src_off + first);
+}
+
+static int gen_cast(const struct castfs_read_env *env,
+		    const struct castfs_extent *e, uint64_t first,
+		    uint64_t count, uint8_t *dst)
+{
+	size_t in_sz = castfs_dtype_bits(e->src_dtype) / 8;
+	size_t chunk = env->s->len / in_sz;
+	castfs_convert_fn fn;
+
+	fn = castfs_convert_get(e->src_dtype, e->dst_dtype, e->flags);
+	if (!fn)
+		return -ENOTSUP; /* unreachable: the plan checked the pair */
+	while (count) {
+		size_t n = (size_t)CASTFS_MIN(count, chunk);
+		int rc = castfs_reader_read(env->src, env->s->buf, n * in_sz,
+					    e->src_off + first * in_sz);
+
+		if (rc)
+			return rc;
+		fn(dst, env->s->buf, n);
+		dst += n * e->unit;
+		first += n;
+		count -= n;
+	}
+	return 0;
+}
+
+static castfs_gen_fn gen_for(enum castfs_op op)
+{
+	switch (op) {
+	case CASTFS_OP_MEM:
+		return gen_mem;
+	case CASTFS_OP_COPY:
+		return gen_copy;
+	case CASTFS_OP_CAST:
+		return gen_cast;
+	case CASTFS_OP_Q4_CODES:
+	case CASTFS_OP_Q4_ABSMAX:
+	case CASTFS_OP_Q4_QABSMAX:
+	case CASTFS_OP_Q4_NESTED_ABSMAX:
+	case CASTFS_OP_Q4_STATE:
+	case CASTFS_OP_I8_CODES:
+	case CASTFS_OP_I8_SCB:
+		return castfs_quant_gen(op);
+	case CASTFS_OP_COUNT:
+		break;
+	}
+	return NULL;
+}
+
+/* One unit cut by the range: produce it whole, copy out the part asked. */
+static int read_partial_unit(const struct castfs_read_env *env,
+			     const struct castfs_extent *e, castfs_gen_fn gen,
+			     uint64_t rel, size_t n, uint8_t *dst)
+{
+	uint64_t unit = rel / e->unit;
+	int rc = gen(env, e, unit, 1, env->s->bounce);
+
+	if (rc)
+		return rc;
+	memcpy(dst, env->s->bounce + (rel - unit * e->unit), n);
+	return 0;
+}
+
+/* Bytes [@rel, @rel + @n) of extent @e into @dst. */
+static int read_extent(const struct castfs_read_env *env,
+		       const struct castfs_extent *e, uint64_t rel, size_t n,
+		       uint8_t *dst)
+{
+	castfs_gen_fn gen = gen_for((enum castfs_op)e->op);
+	size_t head, whole;
+	int rc;
+
+	if (!gen)
+		return -ENOTSUP;
+	if (e->unit == 1)
+		return gen(env, e, rel, n, dst);
+	head = (size_t)((e->unit - rel % e->unit) % e->unit);
+	if (head) {
+		head = CASTFS_MIN(head, n);
+		rc = read_partial_unit(env, e, gen, rel, head, dst);
+		if (rc)
+			return rc;
+		rel += head;
+		dst += head;
+		n -= head;
+	}
+	whole = n / e->unit;
+	if (whole) {
+		rc = gen(env, e, rel / e->unit, whole, dst);
+		if (rc)
+			return rc;
+		rel += whole * e->unit;
+		dst += whole * e->unit;
+		n -= whole * e->unit;
+	}
+	if (n)
+		return read_partial_unit(env, e, gen, rel, n, dst);
+	return 0;
+}
+
+/* The first source element a quantiser extent's byte @rel is made from. */
+static uint64_t quant_elem(const struct castfs_extent *e,
+			   const struct castfs_qtensor *q, uint64_t rel)
+{
+	switch ((enum castfs_op)e->op) {
+	case CASTFS_OP_Q4_CODES:
+	case CASTFS_OP_Q4_ABSMAX:
+	case CASTFS_OP_Q4_QABSMAX: /* a unit per block */
+		return rel / e->unit * q->blocksize;
+	case CASTFS_OP_Q4_NESTED_ABSMAX:
+		return rel / e->unit * CASTFS_Q_NESTED_BLOCK * q->blocksize;
+	case CASTFS_OP_I8_CODES:
+		return rel;
+	case CASTFS_OP_I8_SCB: /* a unit per row */
+		return rel / e->unit * q->cols;
+	case CASTFS_OP_MEM:
+	case CASTFS_OP_COPY:
+	case CASTFS_OP_CAST:
+	case CASTFS_OP_Q4_STATE:
+	case CASTFS_OP_COUNT:
+		break;
+	}
+	return 0;
+}
+
+uint64_t castfs_plan_src_off(const struct castfs_plan *p, uint64_t off)
+{
+	const struct castfs_extent *e = &p->extents[castfs_plan_find(p, off)];
+	uint64_t rel = off - e->out_off;
+	const struct castfs_qtensor *q;
+
+	switch ((enum castfs_op)e->op) {
+	case CASTFS_OP_MEM:
+	case CASTFS_OP_Q4_STATE:
+	case CASTFS_OP_COUNT:
+		return UINT64_MAX;
+	case CASTFS_OP_COPY:
+		return e->src_off + rel;
+	case CASTFS_OP_CAST:
+		return e->src_off +
+		       rel / e->unit * (castfs_dtype_bits(e->src_dtype) / 8);
+	case CASTFS_OP_Q4_CODES:
+	case CASTFS_OP_Q4_ABSMAX:
+	case CASTFS_OP_Q4_QABSMAX:
+	case CASTFS_OP_Q4_NESTED_ABSMAX:
+	case CASTFS_OP_I8_CODES:
+	case CASTFS_OP_I8_SCB:
+		break;
+	}
+	q = &p->qtensors[e->qt];
+	return q->src_off + CASTFS_MIN(quant_elem(e, q, rel), q->nelems) *
+				    (castfs_dtype_bits(q->src_dtype) / 8);
+}
+
+ssize_t castfs_plan_read(const struct castfs_plan *p,
+			 const struct castfs_reader *src,
+			 struct castfs_scratch *s, void *buf, size_t len,
+			 uint64_t off)
+{
+	const struct castfs_read_env env = { .plan = p, .src = src, .s = s };
+	uint8_t *dst = buf;
+	uint64_t end;
+	size_t i;
+
+	if (off >= p->size || len == 0)
+		return 0;
+	end = off + CASTFS_MIN((uint64_t)len, p->size - off);
+	for (i = castfs_plan_find(p, off); off < end; i++) {
+		const struct castfs_extent *e = &p->extents[i];
+		uint64_t stop = CASTFS_MIN(end, e->out_off + e->len);
+		size_t n = (size_t)(stop - off);
+		int rc = read_extent(&env, e, off - e->out_off, n, dst);
+
+		if (rc)
+			return rc;
+		dst += n;
+		off = stop;
+	}
+	return dst - (uint8_t *)buf;
+}

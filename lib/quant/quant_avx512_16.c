@@ -1,0 +1,281 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * AVX-512 quantiser kernels that read BF16/F16 sources as they are and the
+ * double quantisation of block absmax, bit-identical to quant_scalar.c:
+ * the absmax of 16-bit floats is an integer max of their magnitude bits
+ * (exact and monotonic for finite values), widening to float32 is exact,
+ * and the codes come from the same float32 comparisons.
+ */
+#include "common/bytes.h"
+#include "quant/quant_internal.h"
+
+#if CASTFS_HAVE_X86_QUANT
+#include <immintrin.h>
+
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
+
+/* Magnitude bits at and above this are Inf or NaN. */
+static inline uint16_t nonfinite16(bool f16)
+{
+	return f16 ? 0x7c00 : 0x7f80;
+}
+
+/* The float32 value of the non-negative finite 16-bit float @h. */
+static inline AVX512 float widen1(uint16_t h, bool f16)
+{
+	return f16 ? _cvtsh_ss(h) : castfs_f32_from_bits((uint32_t)h << 16);
+}
+
+/* Largest finite magnitude of @m 16-bit floats, as magnitude bits. */
+static inline AVX512 uint16_t absmax16_bits(const uint8_t *x, size_t m,
+					    bool f16)
+{
+	const __m512i lim = _mm512_set1_epi16((short)nonfinite16(f16));
+	const __m512i mag = _mm512_set1_epi16(0x7fff);
+	__m512i acc = _mm512_setzero_si512();
+	__m256i a2;
+	__m128i a1;
+	size_t i;
+
+	for (i = 0; i < m; i += 32) {
+		__mmask32 k = m - i >= 32 ? ~(__mmask32)0 :
+					    (__mmask32)((1u << (m - i)) - 1);
+		__m512i v = _mm512_and_si512(
+			_mm512_maskz_loadu_epi16(k, x + 2 * i), mag);
+
+		k &= _mm512_cmplt_epu16_mask(v, lim);
+		acc = _mm512_mask_max_epu16(acc, k, acc, v);
+	}
+	a2 = _mm256_max_epu16(_mm512_castsi512_si256(acc),
+			      _mm512_extracti64x4_epi64(acc, 1));
+	a1 = _mm_max_epu16(_mm256_castsi256_si128(a2),
+			   _mm256_extracti128_si256(a2, 1));
+	/* The max of eight as the min of their complements (phminposuw). */
+	a1 = _mm_minpos_epu16(_mm_xor_si128(a1, _mm_set1_epi16(-1)));
+	return (uint16_t)~_mm_extract_epi16(a1, 0);
+}
+
+AVX512 void castfs_absmax16_avx512(float *restrict amax, const void *restrict x,
+				   size_t n, size_t bs, bool f16)
+{
+	const uint8_t *p = x;
+
+	for (size_t b = 0; b < n; b += bs)
+		*amax++ = widen1(absmax16_bits(p + 2 * b,
+					       n - b < bs ? n - b : bs, f16),
+				 f16);
+}
+
+/* Sixteen 16-bit floats widened exactly to float32. */
+static inline AVX512 __m512 load16(const uint8_t *x, bool f16)
+{
+	__m256i h = _mm256_loadu_si256((const __m256i *)(const void *)x);
+
+	if (f16)
+		return _mm512_cvtph_ps(h);
+	return _mm512_castsi512_ps(
+		_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* The search tables of one 4-bit code type. */
+struct q4_tables {
+	__m512 mid; /* mid[j] */
+	__m512 mid1; /* mid[j + 1] */
+	__m512 m3, m7, m11;
+	__m512i order;
+	bool identity; /* NF4: the code is the position */
+};
+
+static inline AVX512 void q4_tables_init(struct q4_tables *t,
+					 enum castfs_qtype qt)
+{
+	const float *mid = castfs_q4_mids[qt].f;
+
+	t->mid = _mm512_loadu_ps(mid);
+	/* mid[16] would be past the table: lane 15 is never indexed. */
+	t->mid1 = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 2, 3, 4, 5, 6, 7,
+							  8, 9, 10, 11, 12, 13,
+							  14, 15, 15),
+					t->mid);
+	t->m3 = _mm512_set1_ps(mid[3]);
+	t->m7 = _mm512_set1_ps(mid[7]);
+	t->m11 = _mm512_set1_ps(mid[11]);
+	t->order = _mm512_cvtepu8_epi32(_mm_loadu_si128(
+		(const __m128i *)(const void *)castfs_q4_order[qt]));
+	t->identity = qt == CASTFS_Q_NF4;
+}
+
+/*
+ * The 16 codes of @v scaled by @scale, as 32-bit lanes: the branch-free
+ * binary search of quant_scalar.c, its first two steps as blends of
+ * broadcast midpoints and the last two as permutes.
+ */
+static inline AVX512 __m512i q4_codes16(__m512 v, __m512 scale,
+					const struct q4_tables *t)
+{
+	__mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+	__m512 s = _mm512_maskz_mul_ps((__mmask16)~nan, v, scale);
+	__mmask16 up = _mm512_cmp_ps_mask(s, t->m7, _CMP_GT_OQ);
+	__m512i p = _mm512_maskz_mov_epi32(up, _mm512_set1_epi32(8));
+	__m512 m = _mm512_mask_blend_ps(up, t->m3, t->m11);
+
+	up = _mm512_cmp_ps_mask(s, m, _CMP_GT_OQ);
+	p = _mm512_mask_add_epi32(p, up, p, _mm512_set1_epi32(4));
+	up = _mm512_cmp_ps_mask(s, _mm512_permutexvar_ps(p, t->mid1),
+				_CMP_GT_OQ);
+	p = _mm512_mask_add_epi32(p, up, p, _mm512_set1_epi32(2));
+	up = _mm512_cmp_ps_mask(s, _mm512_permutexvar_ps(p, t->mid),
+				_CMP_GT_OQ);
+	p = _mm512_mask_add_epi32(p, up, p, _mm512_set1_epi32(1));
+	return t->identity ? p : _mm512_permutexvar_epi32(p, t->order);
+}
+
+/*
+ * 32 BF16 elements: the low halves of the 32-bit lanes are the even
+ * elements, the high halves the odd ones, so each lane gives one byte
+ * (even code << 4 | odd code) and no shuffle is needed.
+ */
+static inline AVX512 void q4_32_bf16(uint8_t *dst, const uint8_t *x,
+				     __m512 scale, const struct q4_tables *t)
+{
+	__m512i h = _mm512_loadu_si512(x);
+	__m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+	__m512 odd = _mm512_castsi512_ps(
+		_mm512_and_si512(h, _mm512_set1_epi32((int)0xffff0000u)));
+	__m512i c = _mm512_or_si512(
+		_mm512_slli_epi32(q4_codes16(even, scale, t), 4),
+		q4_codes16(odd, scale, t));
+
+	_mm_storeu_si128((__m128i *)(void *)dst, _mm512_cvtepi32_epi8(c));
+}
+
+/* 16 contiguous elements, packed into 8 bytes (even lanes high nibble). */
+static inline AVX512 void q4_16(uint8_t *dst, __m512 v, __m512 scale,
+				const struct q4_tables *t)
+{
+	__m512i c = q4_codes16(v, scale, t);
+	__m512i pair = _mm512_or_si512(_mm512_slli_epi64(c, 4),
+				       _mm512_srli_epi64(c, 32));
+
+	_mm_storel_epi64((__m128i *)(void *)dst, _mm512_cvtepi64_epi8(pair));
+}
+
+/* Elements [@i, @m) of a block at @x: the part past whole 16s. */
+static AVX512 void q4_tail(uint8_t *dst, const uint8_t *x, size_t i, size_t m,
+			   float sc, enum castfs_qtype qt, bool f16)
+{
+	float t[16];
+
+	for (size_t j = i; j < m; j++)
+		t[j - i] = widen1(castfs_load_le16(x + 2 * j), f16);
+	castfs_q4_encode_block(dst + i / 2, t, m - i, sc, qt);
+}
+
+AVX512 void castfs_q4_16_avx512(uint8_t *restrict dst, float *restrict amax,
+				const void *restrict x, size_t n, size_t bs,
+				enum castfs_qtype qt, bool f16)
+{
+	const uint8_t *p = x;
+	struct q4_tables t;
+
+	q4_tables_init(&t, qt);
+	for (size_t b = 0; b < n; b += bs, p += 2 * bs, dst += bs / 2) {
+		size_t m = n - b < bs ? n - b : bs, i = 0;
+		float a = widen1(absmax16_bits(p, m, f16), f16);
+		float sc = castfs_q_scale(a);
+		__m512 scale = _mm512_set1_ps(sc);
+
+		if (amax)
+			*amax++ = a;
+
+		for (; !f16 && i + 32 <= m; i += 32)
+			q4_32_bf16(dst + i / 2, p + 2 * i, scale, &t);
+		for (; i + 16 <= m; i += 16)
+			q4_16(dst + i / 2, load16(p + 2 * i, f16), scale, &t);
+		if (i < m)
+			q4_tail(dst, p, i, m, sc, qt, f16);
+	}
+}
+
+/* castfs_q8_tree in 16 registers. */
+struct q8_regs {
+	__m512 t[16];
+};
+
+/* Entry @i (0 <= i < 32) of the 32 floats in @lo, @hi. */
+static inline AVX512 __m512 pick32(__m512 lo, __m512 hi, __m512i i)
+{
+	return _mm512_permutex2var_ps(lo, i, hi);
+}
+
+/*
+ * The number of the 255 ascending midpoints each lane of @s exceeds: the
+ * binary search of castfs_q8_code(), level by level, each level's bounds
+ * looked up in registers (no gathers): first the bucket of 16 codes (a
+ * 4-step search over 15 bounds), then one bound per level within it.
+ */
+static inline AVX512 __m512i q8_search(__m512 s, const struct q8_regs *r)
+{
+	const __m512i one = _mm512_set1_epi32(1);
+	__m512i b = _mm512_setzero_si512(), p, i;
+	__mmask16 up, hi;
+	__m512 m;
+
+	for (int step = 8; step; step >>= 1) {
+		i = _mm512_add_epi32(b, _mm512_set1_epi32(step - 1));
+		up = _mm512_cmp_ps_mask(s, _mm512_permutexvar_ps(i, r->t[0]),
+					_CMP_GT_OQ);
+		b = _mm512_mask_add_epi32(b, up, b, _mm512_set1_epi32(step));
+	}
+	p = _mm512_slli_epi32(b, 4);
+	up = _mm512_cmp_ps_mask(s, _mm512_permutexvar_ps(b, r->t[1]),
+				_CMP_GT_OQ);
+	p = _mm512_mask_add_epi32(p, up, p, _mm512_set1_epi32(8));
+	i = _mm512_srli_epi32(p, 3); /* 0..31 */
+	up = _mm512_cmp_ps_mask(s, pick32(r->t[2], r->t[3], i), _CMP_GT_OQ);
+	p = _mm512_mask_add_epi32(p, up, p, _mm512_set1_epi32(4));
+	i = _mm512_srli_epi32(p, 2); /* 0..63 */
+	hi = _mm512_test_epi32_mask(i, _mm512_set1_epi32(32));
+	m = _mm512_mask_blend_ps(hi, pick32(r->t[4], r->t[5], i),
+				 pick32(r->t[6], r->t[7], i));
+	up = _mm512_cmp_ps_mask(s, m, _CMP_GT_OQ);
+	p = _mm512_mask_add_epi32(p, up, p, _mm512_set1_epi32(2));
+	i = _mm512_srli_epi32(p, 1); /* 0..127 */
+	hi = _mm512_test_epi32_mask(i, _mm512_set1_epi32(32));
+	m = _mm512_mask_blend_ps(
+		_mm512_test_epi32_mask(i, _mm512_set1_epi32(64)),
+		_mm512_mask_blend_ps(hi, pick32(r->t[8], r->t[9], i),
+				     pick32(r->t[10], r->t[11], i)),
+		_mm512_mask_blend_ps(hi, pick32(r->t[12], r->t[13], i),
+				     pick32(r->t[14], r->t[15], i)));
+	up = _mm512_cmp_ps_mask(s, m, _CMP_GT_OQ);
+	return _mm512_mask_add_epi32(p, up, p, one);
+}
+
+AVX512 void castfs_q8_avx512(uint8_t *restrict dst, const float *restrict amax,
+			     size_t n, float offset, float scale)
+{
+	const __m512 off = _mm512_set1_ps(offset), sc = _mm512_set1_ps(scale);
+	struct q8_regs r;
+
+	for (int j = 0; j < 16; j++)
+		r.t[j] = _mm512_loadu_ps(castfs_q8_tree.f + 16 * j);
+
+	for (size_t i = 0; i < n; i += 16) {
+		__mmask16 k = n - i >= 16 ? (__mmask16)0xffff :
+					    (__mmask16)((1u << (n - i)) - 1);
+		__m512 v =
+			_mm512_sub_ps(_mm512_maskz_loadu_ps(k, amax + i), off);
+		__mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+		__m512 s = _mm512_maskz_mul_ps((__mmask16)~nan, v, sc);
+
+		_mm512_mask_cvtepi32_storeu_epi8(dst + i, k, q8_search(s, &r));
+	}
+}
+
+#endif

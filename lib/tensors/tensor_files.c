@@ -1,0 +1,556 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The per-tensor files of tensor trees: .npy layouts and plans, raw byte
+ * plans, the .info text and __metadata__ JSON (docs/TENSOR_TREE.md).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bytes.h"
+#include "common/ckd.h"
+#include "kernels/convert.h"
+#include "plan/plan_internal.h"
+#include "common/strbuf.h"
+#include "tensors/tensor_files.h"
+
+/* A JSON string: names may hold quotes, control bytes and NULs. */
+static void sb_json_str(struct castfs_strbuf *b, const char *s, size_t n)
+{
+	castfs_sb_put(b, "\"", 1);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c == '"' || c == '\\')
+			castfs_sb_printf(b, "\\%c", c);
+		else if (c == '\n')
+			castfs_sb_put(b, "\\n", 2);
+		else if (c == '\t')
+			castfs_sb_put(b, "\\t", 2);
+		else if (c < 0x20 || c == 0x7f)
+			castfs_sb_printf(b, "\\u%04x", c);
+		else
+			castfs_sb_put(b, s + i, 1);
+	}
+	castfs_sb_put(b, "\"", 1);
+}
+
+static void sb_shape(struct castfs_strbuf *b, uint32_t ndim,
+		     const uint64_t *shape)
+{
+	castfs_sb_put(b, "[", 1);
+	for (uint32_t i = 0; i < ndim; i++)
+		castfs_sb_printf(b, "%s%" PRIu64, i ? ", " : "", shape[i]);
+	castfs_sb_put(b, "]", 1);
+}
+
+/* The text, or NULL when an allocation failed. */
+static char *sb_finish(struct castfs_strbuf *b, size_t *len)
+{
+	char *out;
+
+	return castfs_sb_take(b, &out, len) ? NULL : out;
+}
+
+char *castfs_shape_str(uint32_t ndim, const uint64_t *shape)
+{
+	struct castfs_strbuf b = { 0 };
+
+	sb_shape(&b, ndim, shape);
+	return sb_finish(&b, NULL);
+}
+
+/* ---- .npy ---- */
+
+#define NPY_ALIGN 64u
+#define NPY_GROWTH_DIGITS 21 /* numpy's GROWTH_AXIS_MAX_DIGITS */
+
+static void npy_kind(enum castfs_dtype dt, struct castfs_npy *n)
+{
+	const char *d = castfs_dtype_numpy(dt);
+
+	if (d) {
+		n->kind = CASTFS_NPY_COPY;
+	} else if (castfs_convert_get(dt, CASTFS_DTYPE_F32, 0)) {
+		n->kind = CASTFS_NPY_WIDEN;
+		d = "<f4";
+	} else {
+		n->kind = CASTFS_NPY_BYTES;
+		d = "|u1";
+	}
+	snprintf(n->descr, sizeof(n->descr), "%s", d);
+}
+
+/* The shape numpy loads: the tensor's, except for bit patterns of
+ * sub-byte types (F4 pairs as torch packs them, else one flat row). */
+static int npy_shape(const struct castfs_tensor *t, struct castfs_npy *n)
+{
+	uint32_t nd = t->ndim ? t->ndim : 1;
+	uint64_t nbytes = t->end - t->begin;
+
+	n->shape = malloc(nd * sizeof(*n->shape));
+	if (!n->shape)
+		return -ENOMEM;
+	n->ndim = t->ndim;
+	if (t->ndim)
+		memcpy(n->shape, t->shape, t->ndim * sizeof(*n->shape));
+	if (n->kind != CASTFS_NPY_BYTES || castfs_dtype_bits(t->dtype) == 8)
+		return 0;
+	if (t->dtype == CASTFS_DTYPE_F4 && t->ndim &&
+	    t->shape[t->ndim - 1] % 2 == 0) {
+		n->shape[t->ndim - 1] /= 2;
+		return 0;
+	}
+	n->ndim = 1;
+	n->shape[0] = nbytes;
+	return 0;
+}
+
+/* numpy's _write_array_header and _wrap_header, byte for byte. */
+static int npy_header(struct castfs_npy *n)
+{
+	struct castfs_strbuf b = { 0 };
+	size_t hlen, pre, pad, total;
+	char *dict;
+
+	castfs_sb_printf(&b,
+			 "{'descr': '%s', 'fortran_order': False, 'shape': (",
+			 n->descr);
+	for (uint32_t i = 0; i < n->ndim; i++)
+		castfs_sb_printf(&b, "%s%" PRIu64, i ? ", " : "", n->shape[i]);
+	castfs_sb_printf(&b, "%s), }", n->ndim == 1 ? "," : "");
+	if (n->ndim) {
+		int digits = snprintf(NULL, 0, "%" PRIu64, n->shape[0]);
+
+		castfs_sb_printf(&b, "%*s", NPY_GROWTH_DIGITS - digits, "");
+	}
+	dict = sb_finish(&b, &hlen);
+	if (!dict)
+		return -ENOMEM;
+	hlen += 1; /* the final '\n' */
+	pre = 10; /* magic, version, u16 length */
+	pad = NPY_ALIGN - (pre + hlen) % NPY_ALIGN;
+	if (hlen + pad > 65535) {
+		pre = 12; /* format 2.0: u32 length */
+		pad = NPY_ALIGN - (pre + hlen) % NPY_ALIGN;
+	}
+	total = pre + hlen + pad;
+	n->header = malloc(total);
+	if (!n->header) {
+		free(dict);
+		return -ENOMEM;
+	}
+	memcpy(n->header, "\x93NUMPY", 6);
+	n->header[6] = pre == 10 ? 1 : 2;
+	n->header[7] = 0;
+	if (pre == 10)
+		castfs_store_le16(n->header + 8, (uint16_t)(total - pre));
+	else
+		castfs_store_le32(n->header + 8, (uint32_t)(total - pre));
+	memcpy(n->header + pre, dict, hlen - 1);
+	memset(n->header + pre + hlen - 1, ' ', pad);
+	n->header[total - 1] = '\n';
+	n->header_len = total;
+	free(dict);
+	return 0;
+}
+
+void castfs_npy_fini(struct castfs_npy *n)
+{
+	free(n->header);
+	free(n->shape);
+	n->header = NULL;
+	n->shape = NULL;
+}
+
+int castfs_npy_layout(const struct castfs_tensor *t, struct castfs_npy *out)
+{
+	struct castfs_npy n = { 0 };
+	int rc;
+
+	npy_kind(t->dtype, &n);
+	n.data_len = t->end - t->begin;
+	if (n.kind == CASTFS_NPY_WIDEN &&
+	    castfs_ckd_mul(&n.data_len, t->nelems, 4))
+		return -EOVERFLOW;
+	rc = npy_shape(t, &n);
+	if (!rc)
+		rc = npy_header(&n);
+	if (!rc && castfs_ckd_add(&n.size, n.header_len, n.data_len))
+		rc = -EOVERFLOW;
+	if (rc) {
+		castfs_npy_fini(&n);
+		return rc;
+	}
+	*out = n;
+	return 0;
+}
+
+/* The producer of a .npy file's data, read from @data_off. */
+static struct castfs_producer npy_producer(const struct castfs_tensor *t,
+					   const struct castfs_npy *n,
+					   uint64_t data_off)
+{
+	struct castfs_producer p = { .op = CASTFS_OP_COPY,
+				     .src_off = data_off };
+
+	if (n->kind == CASTFS_NPY_WIDEN) {
+		p.op = CASTFS_OP_CAST;
+		p.src_dtype = (uint8_t)t->dtype;
+		p.dst_dtype = CASTFS_DTYPE_F32;
+		p.unit = 4;
+	}
+	return p;
+}
+
+int castfs_npy_plan(const struct castfs_tensor *t, uint64_t data_off,
+		    struct castfs_plan **out)
+{
+	struct castfs_producer hdr = { .op = CASTFS_OP_MEM }, data;
+	struct castfs_npy n;
+	struct castfs_pb *pb;
+	int rc = castfs_npy_layout(t, &n);
+
+	if (rc)
+		return rc;
+	rc = castfs_pb_new(&pb);
+	if (rc)
+		goto out_fini;
+	hdr.mem = n.header;
+	data = npy_producer(t, &n, data_off);
+	rc = castfs_pb_append(pb, &hdr, n.header_len);
+	if (!rc)
+		rc = castfs_pb_append(pb, &data, n.data_len);
+	if (rc)
+		castfs_pb_free(pb);
+	else
+		rc = castfs_pb_finish_raw(pb, out);
+out_fini:
+	castfs_npy_fini(&n);
+	return rc;
+}
+
+/* ---- raw bytes, memory ---- */
+
+static int one_extent_plan(const struct castfs_producer *p, uint64_t len,
+			   struct castfs_plan **out)
+{
+	struct castfs_pb *pb;
+	int rc = castfs_pb_new(&pb);
+
+	if (rc)
+		return rc;
+	rc = castfs_pb_append(pb, p, len);
+	if (rc) {
+		castfs_pb_free(pb);
+		return rc;
+	}
+	return castfs_pb_finish_raw(pb, out);
+}
+
+int castfs_range_plan(uint64_t off, uint64_t len, struct castfs_plan **out)
+{
+	struct castfs_producer p = { .op = CASTFS_OP_COPY, .src_off = off };
+
+	return one_extent_plan(&p, len, out);
+}
+
+int castfs_mem_plan(const void *data, size_t len, struct castfs_plan **out)
+{
+	struct castfs_producer p = { .op = CASTFS_OP_MEM, .mem = data };
+
+	return one_extent_plan(&p, len, out);
+}
+
+/* ---- the header a view plan starts with ---- */
+
+/* The first @n bytes of @p, if its leading MEM extents hold them. */
+static bool mem_prefix(const struct castfs_plan *p, uint8_t *buf, uint64_t n)
+{
+	uint64_t done = 0;
+
+	for (size_t i = 0; done < n && i < p->nextents; i++) {
+		const struct castfs_extent *e = &p->extents[i];
+		uint64_t take = CASTFS_MIN(e->len, n - done);
+
+		if (e->op != CASTFS_OP_MEM)
+			return false;
+		memcpy(buf + done, e->mem, (size_t)take);
+		done += take;
+	}
+	return done == n;
+}
+
+int castfs_view_header(const struct castfs_plan *p, struct castfs_header **out,
+		       struct castfs_diag *d)
+{
+	uint8_t len8[8], *buf;
+	uint64_t n;
+	int rc;
+
+	if (!mem_prefix(p, len8, sizeof(len8)))
+		return castfs_diag_set(d, -EINVAL, "plan has no header");
+	n = castfs_load_le64(len8);
+	if (n > CASTFS_HEADER_MAX || n + 8 > p->size)
+		return castfs_diag_set(d, -EINVAL,
+				       "plan header length %" PRIu64, n);
+	buf = malloc((size_t)n + 8);
+	if (!buf)
+		return -ENOMEM;
+	rc = mem_prefix(p, buf, n + 8) ?
+		     castfs_header_parse(buf, (size_t)n + 8, p->size, out, d) :
+		     castfs_diag_set(d, -EINVAL, "plan header not in memory");
+	free(buf);
+	return rc;
+}
+
+/* ---- where a view's tensor comes from ---- */
+
+/* The tensor of @h whose bytes hold absolute file offset @off. */
+static const struct castfs_tensor *tensor_at(const struct castfs_header *h,
+					     uint64_t off)
+{
+	size_t lo = 0, hi = h->ntensors;
+	uint64_t rel;
+
+	if (off < h->data_start)
+		return NULL;
+	rel = off - h->data_start;
+	/* Ends never decrease: the first tensor ending after @rel. */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (h->tensors[mid].end <= rel)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo < h->ntensors && h->tensors[lo].begin <= rel)
+		return &h->tensors[lo];
+	return NULL;
+}
+
+static void origin_extent(const struct castfs_tfile_ctx *c,
+			  const struct castfs_extent *e, uint64_t rel,
+			  struct castfs_torigin *o)
+{
+	const struct castfs_qtensor *q;
+	uint64_t src_off;
+
+	o->op = (enum castfs_op)e->op;
+	switch ((enum castfs_op)e->op) {
+	case CASTFS_OP_MEM:
+		return; /* generated: code tables and the like */
+	case CASTFS_OP_COPY:
+		src_off = e->src_off + rel;
+		break;
+	case CASTFS_OP_CAST:
+		o->from = (enum castfs_dtype)e->src_dtype;
+		o->to = (enum castfs_dtype)e->dst_dtype;
+		o->flags = e->flags;
+		src_off = e->src_off +
+			  rel / e->unit * (castfs_dtype_bits(o->from) / 8);
+		break;
+	case CASTFS_OP_Q4_CODES:
+	case CASTFS_OP_Q4_ABSMAX:
+	case CASTFS_OP_Q4_QABSMAX:
+	case CASTFS_OP_Q4_NESTED_ABSMAX:
+	case CASTFS_OP_Q4_STATE:
+	case CASTFS_OP_I8_CODES:
+	case CASTFS_OP_I8_SCB:
+		if (e->qt >= c->plan->nqt)
+			return;
+		q = &c->plan->qtensors[e->qt];
+		o->from = (enum castfs_dtype)q->src_dtype;
+		o->qtype = q->qtype;
+		src_off = q->src_off;
+		break;
+	case CASTFS_OP_COUNT:
+	default:
+		return;
+	}
+	o->src = tensor_at(c->src_h, src_off);
+}
+
+void castfs_torigin_find(const struct castfs_tfile_ctx *c,
+			 const struct castfs_tensor *t,
+			 struct castfs_torigin *o)
+{
+	uint64_t off = c->h->data_start + t->begin;
+	const struct castfs_extent *e;
+
+	*o = (struct castfs_torigin){
+		.op = CASTFS_OP_COPY,
+		.src = t,
+		.from = t->dtype,
+		.to = t->dtype,
+		.qtype = -1,
+	};
+	if (!c->plan)
+		return;
+	o->src = NULL;
+	if (t->end == t->begin || off >= c->plan->size) {
+		/* No bytes to trace: an empty tensor keeps its name. */
+		o->src = castfs_header_find(c->src_h, t->name, t->name_len);
+		if (o->src && o->src->dtype != t->dtype) {
+			o->op = CASTFS_OP_CAST;
+			o->from = o->src->dtype;
+		}
+		return;
+	}
+	e = &c->plan->extents[castfs_plan_find(c->plan, off)];
+	origin_extent(c, e, off - e->out_off, o);
+}
+
+static const char *qtype_name(int q)
+{
+	switch (q) {
+	case CASTFS_Q_NF4:
+		return "nf4";
+	case CASTFS_Q_FP4:
+		return "fp4";
+	case CASTFS_Q_INT8:
+		return "int8";
+	default:
+		return "?";
+	}
+}
+
+void castfs_torigin_str(const struct castfs_torigin *o, char *buf, size_t len)
+{
+	switch (o->op) {
+	case CASTFS_OP_COPY:
+		snprintf(buf, len, "copy");
+		break;
+	case CASTFS_OP_MEM:
+		snprintf(buf, len, "generated");
+		break;
+	case CASTFS_OP_CAST:
+		snprintf(buf, len, "cast %s -> %s%s",
+			 castfs_dtype_name(o->from), castfs_dtype_name(o->to),
+			 o->flags & CASTFS_CVT_SATURATE ? " (saturating)" : "");
+		break;
+	case CASTFS_OP_Q4_CODES:
+	case CASTFS_OP_Q4_ABSMAX:
+	case CASTFS_OP_Q4_QABSMAX:
+	case CASTFS_OP_Q4_NESTED_ABSMAX:
+	case CASTFS_OP_Q4_STATE:
+	case CASTFS_OP_I8_CODES:
+	case CASTFS_OP_I8_SCB:
+	case CASTFS_OP_COUNT:
+	default:
+		snprintf(buf, len, "bitsandbytes %s %s of %s",
+			 qtype_name(o->qtype), castfs_op_name(o->op),
+			 castfs_dtype_name(o->from));
+		break;
+	}
+}
+
+/* ---- .info ---- */
+
+static void info_npy(struct castfs_strbuf *b, const struct castfs_tensor *t)
+{
+	struct castfs_npy n;
+
+	if (castfs_npy_layout(t, &n)) {
+		b->oom = true;
+		return;
+	}
+	castfs_sb_printf(b, "npy: %s ", n.descr);
+	sb_shape(b, n.ndim, n.shape);
+	if (n.kind == CASTFS_NPY_WIDEN)
+		castfs_sb_printf(b, ", widened to float32 (numpy has no %s)",
+				 castfs_dtype_name(t->dtype));
+	else if (n.kind == CASTFS_NPY_BYTES)
+		castfs_sb_printf(b,
+				 ", the raw bit patterns as uint8 (numpy has "
+				 "no %s)",
+				 castfs_dtype_name(t->dtype));
+	else
+		castfs_sb_printf(b, ", the bytes as stored");
+	castfs_sb_printf(b, "; %" PRIu64 " bytes, data at %zu\n", n.size,
+			 n.header_len);
+	castfs_npy_fini(&n);
+}
+
+static void info_offsets(struct castfs_strbuf *b, const char *what,
+			 const struct castfs_header *h,
+			 const struct castfs_tensor *t)
+{
+	castfs_sb_printf(b, "%s[%" PRIu64 ", %" PRIu64 "]", what,
+			 h->data_start + t->begin, h->data_start + t->end);
+}
+
+static void info_view(struct castfs_strbuf *b, const struct castfs_tfile_ctx *c,
+		      const struct castfs_tensor *t)
+{
+	struct castfs_torigin o;
+	char how[128];
+
+	castfs_torigin_find(c, t, &o);
+	castfs_torigin_str(&o, how, sizeof(how));
+	castfs_sb_put(b, "view: ", 6);
+	sb_json_str(b, c->view, strlen(c->view));
+	castfs_sb_put(b, "\nsource: ", 9);
+	if (o.src) {
+		sb_json_str(b, o.src->name, o.src->name_len);
+		castfs_sb_put(b, " in ", 4);
+		sb_json_str(b, c->src_file, strlen(c->src_file));
+		castfs_sb_printf(b, " (%s ", castfs_dtype_name(o.src->dtype));
+		sb_shape(b, o.src->ndim, o.src->shape);
+		info_offsets(b, ", file_offsets ", c->src_h, o.src);
+		castfs_sb_put(b, ")", 1);
+	} else {
+		castfs_sb_put(b, "none (generated by castfs)", 26);
+	}
+	castfs_sb_printf(b, "\nconversion: %s\n", how);
+}
+
+char *castfs_tinfo_text(const struct castfs_tfile_ctx *c,
+			const struct castfs_tensor *t, size_t *len)
+{
+	struct castfs_strbuf b = { 0 };
+
+	castfs_sb_put(&b, "name: ", 6);
+	sb_json_str(&b, t->name, t->name_len);
+	castfs_sb_put(&b, "\nfile: ", 7);
+	sb_json_str(&b, c->file, strlen(c->file));
+	castfs_sb_printf(&b,
+			 "\ndtype: %s\nshape: ", castfs_dtype_name(t->dtype));
+	sb_shape(&b, t->ndim, t->shape);
+	castfs_sb_printf(&b,
+			 "\nelements: %" PRIu64 "\nbytes: %" PRIu64
+			 "\ndata_offsets: [%" PRIu64 ", %" PRIu64 "]\n",
+			 t->nelems, t->end - t->begin, t->begin, t->end);
+	info_offsets(&b, "file_offsets: ", c->h, t);
+	castfs_sb_put(&b, "\n", 1);
+	if (c->view)
+		info_view(&b, c, t);
+	info_npy(&b, t);
+	castfs_sb_printf(&b,
+			 "raw: %" PRIu64 " bytes as stored (little-endian, "
+			 "C order)\n",
+			 t->end - t->begin);
+	return sb_finish(&b, len);
+}
+
+char *castfs_meta_json(const struct castfs_header *h, size_t *len)
+{
+	struct castfs_strbuf b = { 0 };
+
+	castfs_sb_put(&b, "{", 1);
+	for (size_t i = 0; i < h->nmeta; i++) {
+		const struct castfs_meta_kv *kv = &h->meta[i];
+
+		castfs_sb_put(&b, i ? ",\n  " : "\n  ", i ? 4 : 3);
+		sb_json_str(&b, kv->key, kv->key_len);
+		castfs_sb_put(&b, ": ", 2);
+		sb_json_str(&b, kv->value, kv->value_len);
+	}
+	castfs_sb_put(&b, h->nmeta ? "\n}\n" : "}\n", h->nmeta ? 3 : 2);
+	return sb_finish(&b, len);
+}

@@ -1,0 +1,6 @@
+# SPDX-License-Identifier: MIT
+# view/: view recipes and rules, and the builders that turn a checkpoint
+# and a view into a plan.
+lib_libcastfs_a_SOURCES += \
+	lib/view/recipe.c lib/view/view.c lib/view/view.h \
+	lib/view/view_bnb.c lib/view/view_cast.c lib/view/view_internal.h

@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Which tensors a view converts (rules, then the kind's default), and the
+ * dispatch from a view to the builder of its plan.
+ */
+#include <errno.h>
+#include <fnmatch.h>
+#include <string.h>
+
+#include "view/view_internal.h"
+
+/*
+ * Module names (the path component before ".weight") of 2-D weights that
+ * loaders build as embeddings, never as nn.Linear: quantising them would
+ * give the loader a packed weight where it expects a full matrix. Linear
+ * layers inside embedding blocks ("time_embedding.linear_1") are not in the
+ * list on purpose. lm_head stays in full precision as bitsandbytes'
+ * integrations keep it.
+ */
+static const char *const not_linear[] = {
+	"embed_tokens",
+	"embeddings",
+	"word_embeddings",
+	"position_embeddings",
+	"token_type_embeddings",
+	"wte",
+	"wpe",
+	"shared",
+	"embed_positions",
+	"relative_attention_bias",
+	"position_embedding",
+	"token_embedding",
+	"embed_in",
+	"embed_out",
+	"embedding",
+	"lm_head",
+	"tok_embeddings",
+};
+
+static bool module_is_linear(const struct castfs_tensor *t)
+{
+	static const char suffix[] = ".weight";
+	const size_t slen = sizeof(suffix) - 1;
+	const char *mod_end, *mod;
+
+	if (t->name_len <= slen ||
+	    memcmp(t->name + t->name_len - slen, suffix, slen) != 0)
+		return false;
+	mod_end = t->name + t->name_len - slen;
+	mod = mod_end;
+	while (mod > t->name && mod[-1] != '.')
+		mod--;
+	for (size_t i = 0; i < sizeof(not_linear) / sizeof(not_linear[0]);
+	     i++) {
+		size_t n = strlen(not_linear[i]);
+
+		if ((size_t)(mod_end - mod) == n &&
+		    memcmp(mod, not_linear[i], n) == 0)
+			return false;
+	}
+	return true;
+}
+
+static bool rule_matches(const struct castfs_rule *r,
+			 const struct castfs_tensor *t)
+{
+	if (r->min_rank >= 0 && t->ndim < (uint32_t)r->min_rank)
+		return false;
+	if (r->max_rank >= 0 && t->ndim > (uint32_t)r->max_rank)
+		return false;
+	if (r->dtype_mask && !(r->dtype_mask & (1u << t->dtype)))
+		return false;
+	/* Names holding NUL cannot be matched by a glob: only "any" rules. */
+	if (r->pattern && (strlen(t->name) != t->name_len ||
+			   fnmatch(r->pattern, t->name, 0) != 0))
+		return false;
+	return true;
+}
+
+static bool default_converts(const struct castfs_view *v,
+			     const struct castfs_tensor *t)
+{
+	switch (v->kind) {
+	case CASTFS_VIEW_CAST:
+		return true;
+	case CASTFS_VIEW_BNB4:
+	case CASTFS_VIEW_INT8:
+		return t->ndim == 2 && module_is_linear(t);
+	}
+	return false;
+}
+
+bool castfs_view_converts(const struct castfs_view *v,
+			  const struct castfs_tensor *t)
+{
+	/* Only IEEE-like floats can be converted, whatever the rules say. */
+	if (!castfs_dtype_is_castable(t->dtype))
+		return false;
+	if (v->kind != CASTFS_VIEW_CAST && (t->ndim != 2 || t->nelems == 0))
+		return false; /* the bnb layouts are defined for matrices */
+	for (size_t i = 0; i < v->nrules; i++) {
+		if (rule_matches(&v->rules[i], t))
+			return v->rules[i].convert;
+	}
+	return default_converts(v, t);
+}
+
+int castfs_view_plan(const struct castfs_view *v, const struct castfs_header *h,
+		     struct castfs_plan **out, struct castfs_diag *d)
+{
+	switch (v->kind) {
+	case CASTFS_VIEW_CAST:
+		return castfs_view_plan_cast(v, h, out, d);
+	case CASTFS_VIEW_BNB4:
+	case CASTFS_VIEW_INT8:
+		return castfs_view_plan_bnb(v, h, out, d);
+	}
+	return castfs_diag_set(d, -EINVAL, "view '%s': unknown kind", v->name);
+}
+
+int castfs_view_build(const struct castfs_view *v,
+		      const struct castfs_header *h, castfs_view_add_fn add,
+		      struct castfs_plan **out, struct castfs_diag *d)
+{
+	struct castfs_pb *pb;
+	int rc = castfs_pb_new(&pb);
+
+	if (rc)
+		return rc;
+	rc = castfs_view_copy_metadata(pb, h);
+	for (size_t i = 0; !rc && i < h->ntensors; i++)
+		rc = add(pb, v, h, &h->tensors[i], d);
+	if (rc) {
+		castfs_pb_free(pb);
+		return rc;
+	}
+	return castfs_pb_finish_safetensors(pb, out, d);
+}

@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Views: named recipes that say what each tensor of a checkpoint becomes
+ * (a plain cast, a bitsandbytes 4-bit or 8-bit layout, or left as it is),
+ * and the plan of the converted file built from a source header.
+ */
+#ifndef CASTFS_VIEW_H
+#define CASTFS_VIEW_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "format/dtype.h"
+#include "plan/plan.h"
+#include "format/st_header.h"
+
+enum castfs_view_kind {
+	CASTFS_VIEW_CAST, /* floating tensors cast to one dtype */
+	CASTFS_VIEW_BNB4, /* bitsandbytes nf4/fp4 Linear4bit layout */
+	CASTFS_VIEW_INT8, /* bitsandbytes LLM.int8 Linear8bitLt layout */
+};
+
+/*
+ * A rule: tensors matching every given condition are converted (@convert)
+ * or kept as they are. The first matching rule of a view decides; tensors
+ * no rule matches get the view kind's default (docs/FORMATS.md, "Rules").
+ */
+struct castfs_rule {
+	char *pattern; /* fnmatch(3) glob on the tensor name; NULL: any */
+	int min_rank; /* -1: any */
+	int max_rank; /* -1: any */
+	uint32_t dtype_mask; /* bit (1 << dtype); 0: any */
+	bool convert;
+};
+
+#define CASTFS_VIEW_NAME_MAX 32
+
+struct castfs_view {
+	char name[CASTFS_VIEW_NAME_MAX];
+	enum castfs_view_kind kind;
+	enum castfs_dtype dtype; /* CAST: the target dtype */
+	unsigned cvt_flags; /* CAST: CASTFS_CVT_* */
+	uint8_t qtype; /* BNB4: CASTFS_Q_NF4 or CASTFS_Q_FP4 */
+	bool nested; /* BNB4: double quantisation */
+	uint32_t blocksize; /* BNB4: 64 by default */
+	size_t nrules;
+	struct castfs_rule *rules;
+	bool listed; /* shown by readdir (lookups resolve any view) */
+	const char *summary; /* one line for --help and /.castfs/config */
+	char *owned_summary; /* set when summary came from a config file */
+};
+
+/*
+ * castfs_view_converts - true if @v converts tensor @t (rules, then the
+ * kind's default). Pure function.
+ */
+bool castfs_view_converts(const struct castfs_view *v,
+			  const struct castfs_tensor *t);
+
+/*
+ * castfs_view_plan - the plan of checkpoint @h seen through view @v.
+ * @h must stay valid while the plan is built (not afterwards).
+ * Returns 0, -EINVAL (the header cannot be laid out: diag says why),
+ * -E2BIG, -EOVERFLOW or -ENOMEM. Thread-safe.
+ */
+int castfs_view_plan(const struct castfs_view *v, const struct castfs_header *h,
+		     struct castfs_plan **out, struct castfs_diag *d);
+
+/* The set of views a mount knows: built-ins plus those of a config file. */
+struct castfs_views {
+	size_t n;
+	struct castfs_view *v;
+};
+
+/* castfs_views_builtin - fill @vs with the built-in views. 0 or -ENOMEM. */
+int castfs_views_builtin(struct castfs_views *vs);
+
+/*
+ * castfs_views_load - add or override views from a JSON config (see
+ * docs/CONFIG.md). Returns 0, -EINVAL with the reason in @d, or -ENOMEM;
+ * on error @vs is unchanged.
+ */
+int castfs_views_load(struct castfs_views *vs, const char *json, size_t len,
+		      struct castfs_diag *d);
+
+/* castfs_view_name_valid - 1-31 characters of [a-z0-9_-]: no dots, so that
+ * "X.<view>.safetensors" parses one way only. */
+bool castfs_view_name_valid(const char *name, size_t len);
+
+/* castfs_views_find - the view called @name (@len bytes), or NULL. */
+const struct castfs_view *castfs_views_find(const struct castfs_views *vs,
+					    const char *name, size_t len);
+
+/*
+ * castfs_views_select - list exactly the views named in comma-separated
+ * @list (the mount option -o views=); every view still resolves on lookup.
+ * Returns 0, or -EINVAL for an unknown name (then nothing changes).
+ */
+int castfs_views_select(struct castfs_views *vs, const char *list,
+			struct castfs_diag *d);
+
+/* castfs_views_json - a malloc'ed JSON array describing every view, or
+ * NULL on -ENOMEM. */
+char *castfs_views_json(const struct castfs_views *vs);
+
+/* What /.castfs/config shows: the effective options of a mount. */
+struct castfs_config_info {
+	const char *source, *mountpoint, *config_file;
+	const struct castfs_views *views;
+	unsigned threads;
+	double timeout;
+	unsigned read_ahead_kb;
+};
+
+/* castfs_config_render - @info as malloc'ed JSON, or NULL on -ENOMEM. */
+char *castfs_config_render(const struct castfs_config_info *info);
+
+/* castfs_views_fini - release what castfs_views_builtin/load allocated. */
+void castfs_views_fini(struct castfs_views *vs);
+
+#endif

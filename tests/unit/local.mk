@@ -1,0 +1,83 @@
+# SPDX-License-Identifier: MIT
+# Unit tests (Check): one binary per lib module. Each links the shared
+# runner (check_main.c) and defines unit_suite().
+
+UNIT_MAIN = tests/unit/check_main.c tests/unit/unit.h
+TESTUTIL_SOURCES = tests/unit/testutil.c tests/unit/testutil.h
+ST_TESTUTIL_SOURCES = tests/unit/st_testutil.c tests/unit/st_testutil.h \
+	$(TESTUTIL_SOURCES)
+UNIT_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(CJSON_CFLAGS)
+UNIT_LDADD = $(LIBCASTFS_LIBS) $(CHECK_LIBS)
+
+UNIT_TESTS = tests/unit/test_dtype tests/unit/test_st_header \
+	tests/unit/test_st_valid tests/unit/test_st_emit \
+	tests/unit/test_kernels tests/unit/test_quant \
+	tests/unit/test_quant_kernels tests/unit/test_plan \
+	tests/unit/test_recipe tests/unit/test_tensor_tree \
+	tests/unit/test_modeldir tests/unit/test_ns
+check_PROGRAMS += $(UNIT_TESTS)
+TESTS += $(UNIT_TESTS)
+
+# format/
+tests_unit_test_dtype_SOURCES = tests/unit/test_dtype.c $(UNIT_MAIN)
+tests_unit_test_dtype_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_dtype_LDADD = $(UNIT_LDADD)
+tests_unit_test_st_header_SOURCES = tests/unit/test_st_header.c \
+	$(ST_TESTUTIL_SOURCES) $(UNIT_MAIN)
+tests_unit_test_st_header_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_st_header_LDADD = $(UNIT_LDADD)
+tests_unit_test_st_valid_SOURCES = tests/unit/test_st_valid.c \
+	$(ST_TESTUTIL_SOURCES) $(UNIT_MAIN)
+tests_unit_test_st_valid_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_st_valid_LDADD = $(UNIT_LDADD)
+tests_unit_test_st_emit_SOURCES = tests/unit/test_st_emit.c \
+	$(ST_TESTUTIL_SOURCES) $(UNIT_MAIN)
+tests_unit_test_st_emit_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_st_emit_LDADD = $(UNIT_LDADD)
+
+# kernels/, quant/
+tests_unit_test_kernels_SOURCES = tests/unit/test_kernels.c $(UNIT_MAIN)
+tests_unit_test_kernels_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_kernels_LDADD = $(UNIT_LDADD)
+tests_unit_test_quant_SOURCES = tests/unit/test_quant.c \
+	tests/unit/test_quant_plan.c $(TESTUTIL_SOURCES) $(UNIT_MAIN)
+tests_unit_test_quant_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_quant_LDADD = $(UNIT_LDADD)
+tests_unit_test_quant_kernels_SOURCES = tests/unit/test_quant_kernels.c \
+	$(TESTUTIL_SOURCES) $(UNIT_MAIN)
+tests_unit_test_quant_kernels_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_quant_kernels_LDADD = $(UNIT_LDADD)
+
+# plan/, view/, tensors/, modeldir/, ns/
+tests_unit_test_plan_SOURCES = tests/unit/test_plan.c $(TESTUTIL_SOURCES) \
+	$(UNIT_MAIN)
+tests_unit_test_plan_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_plan_LDADD = $(UNIT_LDADD)
+tests_unit_test_recipe_SOURCES = tests/unit/test_recipe.c $(UNIT_MAIN)
+tests_unit_test_recipe_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_recipe_LDADD = $(UNIT_LDADD)
+tests_unit_test_tensor_tree_SOURCES = tests/unit/test_tensor_tree.c \
+	$(TESTUTIL_SOURCES) $(UNIT_MAIN)
+tests_unit_test_tensor_tree_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_tensor_tree_LDADD = $(UNIT_LDADD)
+tests_unit_test_modeldir_SOURCES = tests/unit/test_modeldir.c \
+	$(TESTUTIL_SOURCES) $(UNIT_MAIN)
+tests_unit_test_modeldir_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_modeldir_LDADD = $(UNIT_LDADD)
+tests_unit_test_ns_SOURCES = tests/unit/test_ns.c $(TESTUTIL_SOURCES) \
+	$(UNIT_MAIN)
+tests_unit_test_ns_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_ns_LDADD = $(UNIT_LDADD)
+
+# The kernel-dependent suites again, once per available ISA.
+TESTS += tests/unit/per_isa.sh
+EXTRA_DIST += tests/unit/per_isa.sh
+
+# The malformed-checkpoint corpus (replayed by test_st_header) and the
+# script that regenerates it.
+EXTRA_DIST += scripts/gen-malformed.py tests/data/malformed
+
+# STYLE R1/R2 and the layer rules made mechanical, and the checker's own
+# test (a planted upward include must fail it).
+TESTS += scripts/check-layering.sh
+EXTRA_DIST += scripts/check-layering.sh scripts/format.sh .clang-format
