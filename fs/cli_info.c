@@ -180,7 +180,7 @@ static int info_src(const struct cli_src *s, const struct info_opts *o)
 	if (s->view) {
 		rc = castfs_view_plan(s->view, s->h, &plan, &d);
 		if (!rc)
-			rc = castfs_view_header(plan, &vh, &d);
+			rc = castfs_plan_header(plan, &vh, &d);
 		if (rc) {
 			fprintf(stderr, "castfs info: %s: view %s: %s\n",
 				s->path, s->view->name,

@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "ns/ns_internal.h"
-#include "plan/plan_internal.h"
 #include "plan/plan_layer.h"
 
 struct castfs_file {
@@ -172,19 +171,9 @@ int ns_file_new_source(struct castfs_ns *ns, const char *path,
 int ns_file_new_mem(struct castfs_ns *ns, const void *data, size_t len,
 		    struct castfs_file **out)
 {
-	struct castfs_producer p = { .op = CASTFS_OP_MEM, .mem = data };
 	struct castfs_plan *plan;
-	struct castfs_pb *pb;
-	int rc = castfs_pb_new(&pb);
+	int rc = castfs_plan_new_mem(data, len, &plan);
 
-	if (rc)
-		return rc;
-	rc = castfs_pb_append(pb, &p, len);
-	if (rc) {
-		castfs_pb_free(pb);
-		return rc;
-	}
-	rc = castfs_pb_finish_raw(pb, &plan);
 	if (rc)
 		return rc;
 	rc = ns_file_new_plan(ns, NULL, NULL, NULL, plan, plan,
@@ -243,9 +232,9 @@ static ssize_t read_layered(struct castfs_file *f, struct castfs_scratch *s,
 			    void *buf, size_t len, uint64_t off)
 {
 	struct castfs_scratch outer;
-	struct castfs_layer l;
+	struct castfs_plan_layer l;
 
-	castfs_layer_init(&l, f->base, &f->fr.r, s, &outer);
+	castfs_plan_layer_init(&l, f->base, &f->fr.r, s, &outer);
 	return castfs_plan_read(f->plan, &l.r, &outer, buf, len, off);
 }
 

@@ -363,7 +363,7 @@ static int md_shard(void *ctx, const char *name, struct castfs_header **out)
 		return rc;
 	rc = md_shard_plan(c->ns, ck, c->view, c->keep, &plan);
 	if (!rc)
-		rc = castfs_view_header(plan, out, NULL);
+		rc = castfs_plan_header(plan, out, NULL);
 	ns_ckpt_put(c->ns, ck);
 	return rc;
 }
@@ -469,7 +469,7 @@ static int md_entry_out(const struct md_entry *e, uint64_t *size,
 {
 	if (size)
 		*size = e->len;
-	return plan ? castfs_mem_plan(e->text, e->len, plan) : 0;
+	return plan ? castfs_plan_new_mem(e->text, e->len, plan) : 0;
 }
 
 /* The entry for @n if cached: 0 with the outputs filled, else -ENOENT. */

@@ -81,7 +81,7 @@ static int tree_build(const struct ns_ckpt *ck, const struct castfs_view *view,
 	t->c.h = ck->h;
 	t->c.file = ck->path;
 	if (view) {
-		rc = castfs_view_header(plan, &t->owned_h, d);
+		rc = castfs_plan_header(plan, &t->owned_h, d);
 		t->file = rc ? NULL : view_file_name(ck->path, view->name);
 		if (!rc && !t->file)
 			rc = -ENOMEM;
@@ -495,7 +495,8 @@ static int tfile_plan(const struct ns_node *n, const struct tfile *f,
 
 	switch ((enum tfile_type)n->aux) {
 	case TF_RAW:
-		return castfs_range_plan(off, f->t->end - f->t->begin, plan);
+		return castfs_plan_new_range(off, f->t->end - f->t->begin,
+					     plan);
 	case TF_NPY:
 		return castfs_npy_plan(f->t, off, plan);
 	case TF_INFO:
@@ -503,7 +504,7 @@ static int tfile_plan(const struct ns_node *n, const struct tfile *f,
 		text = tfile_text(n, f, &len);
 		if (!text)
 			return -ENOMEM;
-		rc = castfs_mem_plan(text, len, plan);
+		rc = castfs_plan_new_mem(text, len, plan);
 		free(text);
 		return rc;
 	}

@@ -153,6 +153,11 @@ static int pb_push_extent(struct castfs_pb *pb, const struct castfs_producer *p,
 
 	if (len == 0)
 		return 0; /* empty tensors own no bytes */
+	if (e.op == CASTFS_OP_CAST) {
+		e.cvt = castfs_convert_get(e.src_dtype, e.dst_dtype, e.flags);
+		if (!e.cvt)
+			return -ENOTSUP;
+	}
 	if (p->mem) {
 		e.mem = pb_dup(pb, p->mem, len);
 		if (!e.mem)

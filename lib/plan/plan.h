@@ -15,6 +15,8 @@
 #include "common/err.h"
 #include "format/dtype.h"
 #include "common/reader.h"
+#include "kernels/convert.h"
+#include "quant/quant.h"
 
 /* How an extent's bytes are produced. */
 enum castfs_op {
@@ -47,13 +49,8 @@ struct castfs_extent {
 	uint8_t src_dtype; /* CAST */
 	uint8_t dst_dtype; /* CAST */
 	uint8_t flags; /* CAST: CASTFS_CVT_* */
-};
-
-/* Quantisation kinds of a quantised tensor. */
-enum castfs_qtype {
-	CASTFS_Q_NF4,
-	CASTFS_Q_FP4,
-	CASTFS_Q_INT8,
+	/* CAST: the kernel, resolved when the plan is built. */
+	castfs_convert_fn cvt;
 };
 
 /*
@@ -72,6 +69,7 @@ struct castfs_qtensor {
 	uint32_t state_width;
 };
 
+struct castfs_header;
 struct castfs_qstats; /* tensor-wide statistics, computed on first need */
 struct castfs_qcache; /* which tensors keep double-quantised absmax */
 
@@ -140,6 +138,23 @@ size_t castfs_plan_find(const struct castfs_plan *p, uint64_t off);
  * thread-safe, O(log extents).
  */
 uint64_t castfs_plan_src_off(const struct castfs_plan *p, uint64_t off);
+
+/* castfs_plan_new_range - a plan copying @len source bytes from @off (the raw
+ * bytes of a tensor). Caller owns *@out. Returns 0 or -ENOMEM. */
+int castfs_plan_new_range(uint64_t off, uint64_t len, struct castfs_plan **out);
+
+/* castfs_plan_new_mem - a plan of @len bytes of @data (copied). Caller owns
+ * *@out. Returns 0 or -ENOMEM. */
+int castfs_plan_new_mem(const void *data, size_t len, struct castfs_plan **out);
+
+/*
+ * castfs_plan_header - parse the header a safetensors plan @p (a view)
+ * starts with. The caller owns *@out (castfs_header_free()). Returns 0,
+ * -EINVAL (the plan does not start with a whole header in memory) or the
+ * errors of castfs_header_parse().
+ */
+int castfs_plan_header(const struct castfs_plan *p, struct castfs_header **out,
+		       struct castfs_diag *d);
 
 /* castfs_op_name - "mem", "copy", "cast", ...; for .info files and logs. */
 const char *castfs_op_name(enum castfs_op op);

@@ -13,7 +13,7 @@
 #include "common/bytes.h"
 #include "common/compiler.h"
 #include "plan/plan_internal.h"
-#include "quant/quant_internal.h"
+#include "quant/quant.h"
 
 /*
  * Source elements staged as float32 in the scratch:
@@ -224,99 +224,6 @@ q4_stats_get(const struct castfs_read_env *env, const struct castfs_extent *e,
 	return *rc ? NULL : qs;
 }
 
-/*
- * The double-quantised absmax cache. A block's 8-bit absmax code (the
- * Q4_QABSMAX byte) needs the block's absmax, which a Q4_CODES read has
- * just computed for the block's codes; in a sequential read of a view the
- * tensor's .absmax bytes come right after its codes (the writer's name
- * order). Q4_CODES reads keep them (qc_save) once the tensor's statistics
- * are ready, and the Q4_QABSMAX read takes them (qc_take) instead of
- * reading the whole tensor again. At most CASTFS_QCACHE_TENSORS tensors
- * per plan hold one (oldest evicted), each of at most QC_MAX_BLOCKS
- * bytes; a cache is dropped once all of it was served. Any range not all
- * cached is computed as before: the bytes are the same.
- */
-#define QC_MAX_BLOCKS (2u << 20)
-
-/* Free @qs's cache; the caller holds qs->lock. */
-static void qc_drop_locked(struct castfs_qstats *qs)
-{
-	free(qs->qc);
-	free(qs->qc_valid);
-	qs->qc = NULL;
-	qs->qc_valid = NULL;
-	qs->qc_served = 0;
-}
-
-/* Forget tensor @idx in @c (if there); the caller holds c->lock. */
-static void qcache_remove_locked(struct castfs_qcache *c, uint32_t idx)
-{
-	uint32_t j = 0;
-
-	for (uint32_t i = 0; i < c->n; i++) {
-		if (c->qt[i] != idx)
-			c->qt[j++] = c->qt[i];
-	}
-	c->n = j;
-}
-
-/*
- * Give tensor @idx a cache of @nb bytes, evicting the oldest holder when
- * the plan's are all taken. Best effort: without memory there is none.
- */
-static void qc_acquire(const struct castfs_plan *p, uint32_t idx, uint64_t nb)
-{
-	struct castfs_qcache *c = p->qcache;
-	struct castfs_qstats *qs = &p->qstats[idx];
-	uint8_t *qc = malloc((size_t)nb);
-	uint64_t *valid = calloc((size_t)(nb + 63) / 64, sizeof(*valid));
-
-	pthread_mutex_lock(&c->lock);
-	qcache_remove_locked(c, idx);
-	if (qc && valid && c->n == CASTFS_QCACHE_TENSORS) {
-		struct castfs_qstats *old = &p->qstats[c->qt[0]];
-
-		pthread_mutex_lock(&old->lock);
-		qc_drop_locked(old);
-		pthread_mutex_unlock(&old->lock);
-		qcache_remove_locked(c, c->qt[0]);
-	}
-	pthread_mutex_lock(&qs->lock);
-	if (qc && valid && !qs->qc) {
-		qs->qc = qc;
-		qs->qc_valid = valid;
-		qc = NULL;
-		valid = NULL;
-	}
-	if (qs->qc)
-		c->qt[c->n++] = idx;
-	pthread_mutex_unlock(&qs->lock);
-	pthread_mutex_unlock(&c->lock);
-	free(qc);
-	free(valid);
-}
-
-/* Bits [@b, @b + @n) of @v: set them, or test that all are set. */
-static bool qc_bits(uint64_t *v, uint64_t b, uint64_t n, bool set)
-{
-	for (uint64_t i = b; i < b + n; i++) {
-		uint64_t bit = UINT64_C(1) << (i % 64);
-
-		if (i % 64 == 0 && i + 64 <= b + n) {
-			if (!set && v[i / 64] != UINT64_MAX)
-				return false;
-			if (set)
-				v[i / 64] = UINT64_MAX;
-			i += 63;
-		} else if (set) {
-			v[i / 64] |= bit;
-		} else if (!(v[i / 64] & bit)) {
-			return false;
-		}
-	}
-	return true;
-}
-
 /* The Q4_QABSMAX bytes of blocks [@b, @b + @k) from their absmax @amax. */
 static void q4_qabsmax_codes(const struct castfs_qstats *qs, uint64_t b,
 			     const float *amax, size_t k, uint8_t *dst)
@@ -337,27 +244,17 @@ static void q4_qabsmax_codes(const struct castfs_qstats *qs, uint64_t b,
 /*
  * A Q4_CODES read computed the absmax @amax of blocks [@b, @b + @k):
  * keep their Q4_QABSMAX bytes (made in @tmp, @k bytes) for the read of
- * the tensor's .absmax that follows.
+ * the tensor's .absmax that follows (plan_qcache.c).
  */
 static void qc_save(const struct castfs_read_env *env,
 		    const struct castfs_extent *e, uint64_t b,
 		    const float *amax, size_t k, uint8_t *tmp)
 {
 	struct castfs_qstats *qs = &env->plan->qstats[e->qt];
-	uint64_t nb = q4_nblocks(q_tensor(env, e));
 
 	q4_qabsmax_codes(qs, b, amax, k, tmp);
-	pthread_mutex_lock(&qs->lock);
-	if (!qs->qc) {
-		pthread_mutex_unlock(&qs->lock);
-		qc_acquire(env->plan, e->qt, nb);
-		pthread_mutex_lock(&qs->lock);
-	}
-	if (qs->qc) {
-		memcpy(qs->qc + b, tmp, k);
-		qc_bits(qs->qc_valid, b, k, true);
-	}
-	pthread_mutex_unlock(&qs->lock);
+	castfs_qcache_save(env->plan, e->qt, q4_nblocks(q_tensor(env, e)), b,
+			   tmp, k);
 }
 
 /* Q4_QABSMAX bytes [@first, @first + @count) from the cache, if all there. */
@@ -365,19 +262,9 @@ static bool qc_take(const struct castfs_read_env *env,
 		    const struct castfs_extent *e, uint64_t first,
 		    uint64_t count, uint8_t *dst)
 {
-	struct castfs_qstats *qs = &env->plan->qstats[e->qt];
-	bool hit;
-
-	pthread_mutex_lock(&qs->lock);
-	hit = qs->qc && qc_bits(qs->qc_valid, first, count, false);
-	if (hit) {
-		memcpy(dst, qs->qc + first, (size_t)count);
-		qs->qc_served += count;
-		if (qs->qc_served >= q4_nblocks(q_tensor(env, e)))
-			qc_drop_locked(qs); /* stays listed: harmless */
-	}
-	pthread_mutex_unlock(&qs->lock);
-	return hit;
+	return castfs_qcache_take(env->plan, e->qt,
+				  q4_nblocks(q_tensor(env, e)), first, count,
+				  dst);
 }
 
 /* Whether Q4_CODES reads of @e should keep Q4_QABSMAX bytes. */
@@ -387,13 +274,13 @@ static bool qc_wanted(const struct castfs_read_env *env,
 	const struct castfs_qtensor *qt = q_tensor(env, e);
 
 	return st->raw16 && qt->nested && env->plan->qcache &&
-	       q4_nblocks(qt) <= QC_MAX_BLOCKS &&
+	       castfs_qcache_fits(q4_nblocks(qt)) &&
 	       __atomic_load_n(&env->plan->qstats[e->qt].ready,
 			       __ATOMIC_ACQUIRE);
 }
 
 /* Q4_CODES: a unit is one block's blocksize / 2 bytes. */
-static int gen_q4_codes(const struct castfs_read_env *env,
+int castfs_gen_q4_codes(const struct castfs_read_env *env,
 			const struct castfs_extent *e, uint64_t first,
 			uint64_t count, uint8_t *dst)
 {
@@ -429,7 +316,7 @@ static int gen_q4_codes(const struct castfs_read_env *env,
 }
 
 /* Q4_ABSMAX: a unit is one block's float32 absmax. */
-static int gen_q4_absmax(const struct castfs_read_env *env,
+int castfs_gen_q4_absmax(const struct castfs_read_env *env,
 			 const struct castfs_extent *e, uint64_t first,
 			 uint64_t count, uint8_t *dst)
 {
@@ -450,7 +337,7 @@ static int gen_q4_absmax(const struct castfs_read_env *env,
 }
 
 /* Q4_QABSMAX: a unit is one block's 8-bit code of (absmax - offset). */
-static int gen_q4_qabsmax(const struct castfs_read_env *env,
+int castfs_gen_q4_qabsmax(const struct castfs_read_env *env,
 			  const struct castfs_extent *e, uint64_t first,
 			  uint64_t count, uint8_t *dst)
 {
@@ -478,7 +365,7 @@ static int gen_q4_qabsmax(const struct castfs_read_env *env,
 }
 
 /* Q4_NESTED_ABSMAX: a unit is one nested block's float32 absmax. */
-static int gen_q4_nested_absmax(const struct castfs_read_env *env,
+int castfs_gen_q4_nested_absmax(const struct castfs_read_env *env,
 				const struct castfs_extent *e, uint64_t first,
 				uint64_t count, uint8_t *dst)
 {
@@ -495,7 +382,7 @@ static int gen_q4_nested_absmax(const struct castfs_read_env *env,
 }
 
 /* Q4_STATE: the plan's JSON with nested_offset written into its field. */
-static int gen_q4_state(const struct castfs_read_env *env,
+int castfs_gen_q4_state(const struct castfs_read_env *env,
 			const struct castfs_extent *e, uint64_t first,
 			uint64_t count, uint8_t *dst)
 {
@@ -603,7 +490,7 @@ static int i8_whole_rows(const struct castfs_read_env *env,
 }
 
 /* I8_CODES: unit 1 (one element); each row's absmax is recomputed. */
-static int gen_i8_codes(const struct castfs_read_env *env,
+int castfs_gen_i8_codes(const struct castfs_read_env *env,
 			const struct castfs_extent *e, uint64_t first,
 			uint64_t count, uint8_t *dst)
 {
@@ -631,7 +518,7 @@ static int gen_i8_codes(const struct castfs_read_env *env,
 }
 
 /* I8_SCB: a unit is one row's float32 absmax (of its float16 values). */
-static int gen_i8_scb(const struct castfs_read_env *env,
+int castfs_gen_i8_scb(const struct castfs_read_env *env,
 		      const struct castfs_extent *e, uint64_t first,
 		      uint64_t count, uint8_t *dst)
 {
@@ -659,30 +546,4 @@ static int gen_i8_scb(const struct castfs_read_env *env,
 		count -= nr;
 	}
 	return rc;
-}
-
-castfs_gen_fn castfs_quant_gen(enum castfs_op op)
-{
-	switch (op) {
-	case CASTFS_OP_Q4_CODES:
-		return gen_q4_codes;
-	case CASTFS_OP_Q4_ABSMAX:
-		return gen_q4_absmax;
-	case CASTFS_OP_Q4_QABSMAX:
-		return gen_q4_qabsmax;
-	case CASTFS_OP_Q4_NESTED_ABSMAX:
-		return gen_q4_nested_absmax;
-	case CASTFS_OP_Q4_STATE:
-		return gen_q4_state;
-	case CASTFS_OP_I8_CODES:
-		return gen_i8_codes;
-	case CASTFS_OP_I8_SCB:
-		return gen_i8_scb;
-	case CASTFS_OP_MEM:
-	case CASTFS_OP_COPY:
-	case CASTFS_OP_CAST:
-	case CASTFS_OP_COUNT:
-		break;
-	}
-	return NULL;
 }

@@ -4,15 +4,16 @@
 
 static ssize_t layer_pread(void *ctx, void *buf, size_t n, uint64_t off)
 {
-	struct castfs_layer *l = ctx;
+	struct castfs_plan_layer *l = ctx;
 
 	return castfs_plan_read(l->base, l->src, &l->inner, buf, n, off);
 }
 
-void castfs_layer_init(struct castfs_layer *l, const struct castfs_plan *base,
-		       const struct castfs_reader *src,
-		       const struct castfs_scratch *s,
-		       struct castfs_scratch *outer)
+void castfs_plan_layer_init(struct castfs_plan_layer *l,
+			    const struct castfs_plan *base,
+			    const struct castfs_reader *src,
+			    const struct castfs_scratch *s,
+			    struct castfs_scratch *outer)
 {
 	/* castfs_scratch_init() lays out buf[len] then bounce[BOUNCE_LEN]:
 	 * the outer level keeps the first half and the bounce, the inner one

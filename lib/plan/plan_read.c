@@ -3,12 +3,12 @@
  * The hot path: serve any byte range of a plan, statelessly, from a bounded
  * per-thread scratch. Validation happened at plan time; this only indexes.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/compiler.h"
-#include "kernels/convert.h"
 #include "plan/plan_internal.h"
 #include "quant/quant.h"
 
@@ -54,11 +54,7 @@ static int gen_cast(const struct castfs_read_env *env,
 {
 	size_t in_sz = castfs_dtype_bits(e->src_dtype) / 8;
 	size_t chunk = env->s->len / in_sz;
-	castfs_convert_fn fn;
 
-	fn = castfs_convert_get(e->src_dtype, e->dst_dtype, e->flags);
-	if (!fn)
-		return -ENOTSUP; /* unreachable: the plan checked the pair */
 	while (count) {
 		size_t n = (size_t)CASTFS_MIN(count, chunk);
 		int rc = castfs_reader_read(env->src, env->s->buf, n * in_sz,
@@ -66,7 +62,7 @@ static int gen_cast(const struct castfs_read_env *env,
 
 		if (rc)
 			return rc;
-		fn(dst, env->s->buf, n);
+		e->cvt(dst, env->s->buf, n);
 		dst += n * e->unit;
 		first += n;
 		count -= n;
@@ -74,28 +70,19 @@ static int gen_cast(const struct castfs_read_env *env,
 	return 0;
 }
 
-static castfs_gen_fn gen_for(enum castfs_op op)
-{
-	switch (op) {
-	case CASTFS_OP_MEM:
-		return gen_mem;
-	case CASTFS_OP_COPY:
-		return gen_copy;
-	case CASTFS_OP_CAST:
-		return gen_cast;
-	case CASTFS_OP_Q4_CODES:
-	case CASTFS_OP_Q4_ABSMAX:
-	case CASTFS_OP_Q4_QABSMAX:
-	case CASTFS_OP_Q4_NESTED_ABSMAX:
-	case CASTFS_OP_Q4_STATE:
-	case CASTFS_OP_I8_CODES:
-	case CASTFS_OP_I8_SCB:
-		return castfs_quant_gen(op);
-	case CASTFS_OP_COUNT:
-		break;
-	}
-	return NULL;
-}
+/* The one map from an extent's op to the generator of its bytes. */
+static const castfs_gen_fn gen_table[CASTFS_OP_COUNT] = {
+	[CASTFS_OP_MEM] = gen_mem,
+	[CASTFS_OP_COPY] = gen_copy,
+	[CASTFS_OP_CAST] = gen_cast,
+	[CASTFS_OP_Q4_CODES] = castfs_gen_q4_codes,
+	[CASTFS_OP_Q4_ABSMAX] = castfs_gen_q4_absmax,
+	[CASTFS_OP_Q4_QABSMAX] = castfs_gen_q4_qabsmax,
+	[CASTFS_OP_Q4_NESTED_ABSMAX] = castfs_gen_q4_nested_absmax,
+	[CASTFS_OP_Q4_STATE] = castfs_gen_q4_state,
+	[CASTFS_OP_I8_CODES] = castfs_gen_i8_codes,
+	[CASTFS_OP_I8_SCB] = castfs_gen_i8_scb,
+};
 
 /* One unit cut by the range: produce it whole, copy out the part asked. */
 static int read_partial_unit(const struct castfs_read_env *env,
@@ -116,12 +103,11 @@ static int read_extent(const struct castfs_read_env *env,
 		       const struct castfs_extent *e, uint64_t rel, size_t n,
 		       uint8_t *dst)
 {
-	castfs_gen_fn gen = gen_for((enum castfs_op)e->op);
+	castfs_gen_fn gen = gen_table[e->op];
 	size_t head, whole;
 	int rc;
 
-	if (!gen)
-		return -ENOTSUP;
+	assert(e->op < CASTFS_OP_COUNT && gen);
 	if (e->unit == 1)
 		return gen(env, e, rel, n, dst);
 	head = (size_t)((e->unit - rel % e->unit) % e->unit);

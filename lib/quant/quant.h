@@ -12,7 +12,13 @@
 #include <stdint.h>
 
 #include "kernels/convert.h"
-#include "plan/plan.h"
+
+/* Quantisation kinds of a quantised tensor. */
+enum castfs_qtype {
+	CASTFS_Q_NF4,
+	CASTFS_Q_FP4,
+	CASTFS_Q_INT8,
+};
 
 /* Absmax values per nested (double-quantisation) block, as in bnb. */
 #define CASTFS_Q_NESTED_BLOCK 256u

@@ -53,23 +53,6 @@ void castfs_npy_fini(struct castfs_npy *n);
 int castfs_npy_plan(const struct castfs_tensor *t, uint64_t data_off,
 		    struct castfs_plan **out);
 
-/* castfs_range_plan - a plan copying @len source bytes from @off (the raw
- * bytes of a tensor). Caller owns *@out. Returns 0 or -ENOMEM. */
-int castfs_range_plan(uint64_t off, uint64_t len, struct castfs_plan **out);
-
-/* castfs_mem_plan - a plan of @len bytes of @data (copied). Caller owns
- * *@out. Returns 0 or -ENOMEM. */
-int castfs_mem_plan(const void *data, size_t len, struct castfs_plan **out);
-
-/*
- * castfs_view_header - parse the header a safetensors plan @p (a view)
- * starts with. The caller owns *@out (castfs_header_free()). Returns 0,
- * -EINVAL (the plan does not start with a whole header in memory) or the
- * errors of castfs_header_parse().
- */
-int castfs_view_header(const struct castfs_plan *p, struct castfs_header **out,
-		       struct castfs_diag *d);
-
 /* What a file's tensors are described against. */
 struct castfs_tfile_ctx {
 	const struct castfs_header *h; /* the file shown */

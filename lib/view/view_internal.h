@@ -3,7 +3,7 @@
 #ifndef CASTFS_VIEW_INTERNAL_H
 #define CASTFS_VIEW_INTERNAL_H
 
-#include "plan/plan_internal.h"
+#include "plan/plan_build.h"
 #include "view/view.h"
 
 /* Adds tensor @t of @h to @pb as view @v makes it. 0 or a negative errno. */

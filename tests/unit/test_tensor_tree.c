@@ -332,7 +332,7 @@ START_TEST(test_layer__npy_of_a_view_widens_the_view)
 	struct castfs_plan *view, *npy;
 	struct castfs_mem_reader mr;
 	struct castfs_scratch s, outer;
-	struct castfs_layer l;
+	struct castfs_plan_layer l;
 	uint8_t *file, *vbytes, *got;
 	float *want;
 	size_t len;
@@ -345,7 +345,7 @@ START_TEST(test_layer__npy_of_a_view_widens_the_view)
 	ck_assert_int_eq(castfs_view_plan(castfs_views_find(&vs, "fp8", 3), h,
 					  &view, NULL),
 			 0);
-	ck_assert_int_eq(castfs_view_header(view, &vh, NULL), 0);
+	ck_assert_int_eq(castfs_plan_header(view, &vh, NULL), 0);
 	ck_assert_int_eq(vh->tensors[0].dtype, CASTFS_DTYPE_F8_E4M3);
 	ck_assert_int_eq(castfs_npy_plan(&vh->tensors[0],
 					 vh->data_start + vh->tensors[0].begin,
@@ -361,7 +361,7 @@ START_TEST(test_layer__npy_of_a_view_widens_the_view)
 	castfs_convert_get(CASTFS_DTYPE_F8_E4M3, CASTFS_DTYPE_F32,
 			   0)(want, vbytes + vh->data_start, 300 * 257);
 	got = malloc(npy->size);
-	castfs_layer_init(&l, view, &mr.r, &s, &outer);
+	castfs_plan_layer_init(&l, view, &mr.r, &s, &outer);
 	ck_assert_int_eq(castfs_plan_read(npy, &l.r, &outer, got, npy->size, 0),
 			 (ssize_t)npy->size);
 	ck_assert_mem_eq(got + 128, want, 300 * 257 * sizeof(float));
