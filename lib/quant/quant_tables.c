@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The bitsandbytes code tables (as float32 bits) and the choice of the
- * quantiser kernels, made once with the conversion kernels' ISA.
+ * The bitsandbytes code tables as float32 bits, and their accessors.
+ * Data only: every kernel reads these, none is named here.
  */
-#include "quant/quant_internal.h"
+#include "quant/quant.h"
+#include "quant/quant_table.h"
 
 /* bnb get_4bit_type("nf4") and get_4bit_type("fp4"), code order. */
 const union castfs_q_f32x16 castfs_q4_values[2] = {
@@ -311,28 +312,4 @@ const float *castfs_q4_table(enum castfs_qtype qt)
 const float *castfs_q_dynmap(void)
 {
 	return dynmap.f;
-}
-
-/* NULL: no kernels of that ISA yet; the scalar ones are used instead. */
-static const struct castfs_quant_kernels *const quant_tables[CASTFS_ISA_COUNT] = {
-	[CASTFS_ISA_SCALAR] = &castfs_quant_scalar,
-#if CASTFS_HAVE_X86_QUANT
-	[CASTFS_ISA_AVX2] = &castfs_quant_avx2,
-	[CASTFS_ISA_AVX512] = &castfs_quant_avx512,
-#endif
-};
-
-const struct castfs_quant_kernels *castfs_quant_kernels_isa(enum castfs_isa isa)
-{
-	if (!castfs_isa_available(isa))
-		return NULL;
-	return quant_tables[isa];
-}
-
-const struct castfs_quant_kernels *castfs_quant_kernels_get(void)
-{
-	const struct castfs_quant_kernels *k =
-		castfs_quant_kernels_isa(castfs_isa_selected());
-
-	return k ? k : &castfs_quant_scalar;
 }
