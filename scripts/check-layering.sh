@@ -5,6 +5,9 @@
 #  - a lib/ file includes only its own folder and the folders below it
 #    (LAYERS, bottom first), always spelled "folder/file.h";
 #  - a folder's *_internal.h is included only from its own folder;
+#  - inside ns/, a file includes only the private headers of its level and
+#    the levels below it (NS_LEVELS: node, source, checkpoint cache, open
+#    files, kinds, facade), and every ns/*.c has a level;
 #  - lib/ never includes FUSE headers, never prints or exits;
 #  - fs/ includes no private lib header.
 #
@@ -15,10 +18,26 @@ cd "$root"
 
 LAYERS="common format kernels quant plan view tensors modeldir ns"
 
+# The owner order inside ns/, bottom first: "level:file ..." for the
+# private headers (what a level offers) and for the .c files (who uses it).
+NS_HEADERS="1:ns_internal.h 2:ns_src_internal.h 3:ns_ckpt_internal.h
+4:ns_file_internal.h 5:ns_kind_internal.h 5:ns_modeldir_internal.h"
+NS_FILES="1:ns_node.c 1:stats.c 2:ns_src.c 3:ns_ckpt.c 4:ns_file.c
+5:ns_tree.c 5:ns_tensors.c 5:ns_ctl.c 5:ns_modeldir.c 5:ns_mdjson.c
+5:ns_mdplan.c 6:ns.c 6:ns_resolve.c"
+
+# level_of NAME LIST: the level LIST gives NAME, or nothing.
+level_of() {
+	for e in $2; do
+		[ "${e#*:}" = "$1" ] && { echo "${e%%:*}"; return 0; }
+	done
+	return 0
+}
+
 rank() {
 	i=0
 	for l in $LAYERS; do
-		[ "$l" = "$1" ] && { echo $i; return; }
+		[ "$l" = "$1" ] && { echo $i; return 0; }
 		i=$((i + 1))
 	done
 	echo -1
@@ -56,6 +75,23 @@ for f in $(find lib -name '*.[ch]' | sort); do
 			[ "$to" = "$dir" ] ||
 				fail "$f: #include \"$inc\": private to lib/$to" ;;
 		esac
+	done
+done
+
+for f in lib/ns/*.c lib/ns/*.h; do
+	[ -e "$f" ] || continue
+	base=${f##*/}
+	case $base in
+	*.c) own=$(level_of "$base" "$NS_FILES") ;;
+	*) own=$(level_of "$base" "$NS_HEADERS") ;;
+	esac
+	case $base in ns.h | stats.h) continue ;; esac
+	[ -n "$own" ] || { fail "$f: no level in NS_FILES/NS_HEADERS"; continue; }
+	for inc in $(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"ns\/\([^"]*\)".*/\1/p' "$f"); do
+		r=$(level_of "$inc" "$NS_HEADERS")
+		[ -n "$r" ] || continue
+		[ "$r" -le "$own" ] ||
+			fail "$f: #include \"ns/$inc\": level $own may not use level $r"
 	done
 done
 

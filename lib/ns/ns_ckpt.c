@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ns/ns_internal.h"
+#include "ns/ns_ckpt_internal.h"
 
 static size_t ck_bucket(dev_t dev, ino_t ino)
 {
@@ -33,8 +33,11 @@ static bool ck_matches(const struct ns_ckpt *ck, const struct stat *st)
 
 static void ck_free(struct ns_ckpt *ck, size_t nviews)
 {
-	ns_tensors_ckpt_fini(ck); /* the trees borrow the plans */
-	ns_modeldir_ckpt_fini(ck);
+	/* First: what the levels above keep borrows the plans. */
+	for (size_t s = 0; s < NS_CKPT_SLOTS; s++) {
+		if (ck->slot[s] && ck->fini[s])
+			ck->fini[s](ck);
+	}
 	for (size_t i = 0; ck->plans && i < nviews; i++)
 		castfs_plan_free(ck->plans[i]);
 	free(ck->plans);
@@ -132,6 +135,7 @@ static struct ns_ckpt *ck_new(struct castfs_ns *ns, const char *path,
 	if (!ck)
 		return NULL;
 	ck->nviews = ns->views->n;
+	ck->fini = ns->ckpt_fini;
 	ck->plans = calloc(ck->nviews ? ck->nviews : 1, sizeof(*ck->plans));
 	ck->path = strdup(path);
 	pthread_mutex_init(&ck->lock, NULL);
@@ -336,4 +340,16 @@ void ns_ckpt_drop_path(struct castfs_ns *ns, const char *path)
 		}
 	}
 	pthread_mutex_unlock(&ns->ck_lock);
+}
+
+void ns_ckpt_cache_fini(struct castfs_ns *ns)
+{
+	for (size_t i = 0; i < NS_HASH_BUCKETS; i++) {
+		while (ns->ckpts[i]) {
+			struct ns_ckpt *ck = ns->ckpts[i];
+
+			ns->ckpts[i] = ck->hnext;
+			ns_ckpt_put(ns, ck);
+		}
+	}
 }

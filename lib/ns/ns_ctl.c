@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ns/ns_internal.h"
+#include "ns/ns_kind_internal.h"
 
 enum ctl_file {
 	CTL_STATS,

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ns/ns_internal.h"
+#include "ns/ns_file_internal.h"
 #include "plan/plan_layer.h"
 
 struct castfs_file {
@@ -50,23 +50,6 @@ static int file_alloc(struct castfs_ns *ns, int view, struct castfs_file **out)
 	f->view = view;
 	*out = f;
 	return 0;
-}
-
-int ns_guard_watch(struct castfs_ns *ns, int fd)
-{
-	int rc;
-
-	if (!ns->guard)
-		return 1;
-	rc = ns->guard->watch(ns->guard->ctx, fd);
-	if (rc == -EAGAIN)
-		return rc;
-	return rc ? 1 : 0;
-}
-
-void ns_guard_unwatch(struct castfs_ns *ns, int fd)
-{
-	ns->guard->unwatch(ns->guard->ctx, fd);
 }
 
 /*

@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Private to lib/: namespace nodes, the per-kind operation table, the
- * checkpoint cache and source access helpers.
+ * Private to ns/, the bottom of the namespace (ns_node.c): the mount's
+ * state, nodes and their stable ids, the node table, listings and the
+ * helpers every kind shares. The levels above, each in its own header:
+ * ns_src_internal.h (source access), ns_ckpt_internal.h (the checkpoint
+ * cache), ns_file_internal.h (open files), ns_kind_internal.h (the kinds),
+ * and ns.c on top (the facade). A level includes only those below it.
  */
 #ifndef CASTFS_NS_INTERNAL_H
 #define CASTFS_NS_INTERNAL_H
@@ -12,8 +16,8 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
-#include "ns/ns.h"
 #include "format/st_header.h"
+#include "ns/ns.h"
 #include "ns/stats.h"
 
 enum ns_kind {
@@ -64,52 +68,15 @@ int ns_list_add(struct ns_list *l, const char *name, size_t len, mode_t type,
 /* ns_list_has - true if @name is already listed (real entries win). */
 bool ns_list_has(const struct ns_list *l, const char *name, size_t len);
 
-/*
- * What a kind does. lookup fills @child's kind, view, path, sub, aux and
- * st (strings malloc'ed; the core interns or frees them). Unset entries
- * mean the operation does not apply (ENOTDIR, EISDIR, ENODATA...).
- */
-struct ns_kind_ops {
-	int (*lookup)(struct castfs_ns *ns, const struct ns_node *dir,
-		      const char *name, struct ns_node *child);
-	int (*list)(struct castfs_ns *ns, const struct ns_node *dir,
-		    struct ns_list *l);
-	int (*getattr)(struct castfs_ns *ns, const struct ns_node *n,
-		       struct stat *st);
-	int (*open)(struct castfs_ns *ns, const struct ns_node *n,
-		    struct castfs_file **out);
-	ssize_t (*getxattr)(struct castfs_ns *ns, const struct ns_node *n,
-			    const char *name, char *buf, size_t len);
-	ssize_t (*listxattr)(struct castfs_ns *ns, const struct ns_node *n,
-			     char *buf, size_t len);
-};
+struct ns_ckpt; /* ns_ckpt_internal.h */
+struct ns_dir_ext; /* ns_kind_internal.h */
 
-extern const struct ns_kind_ops ns_dir_ops, ns_file_ops, ns_link_ops,
-	ns_view_ops, ns_ctl_dir_ops, ns_ctl_file_ops, ns_tdir_ops, ns_tfile_ops,
-	ns_mdir_ops, ns_mfile_ops;
-
-struct ns_tree; /* a tensor tree (ns_tensors.c) */
-
-/* The checkpoint cache entry: one identity of one *.safetensors file. */
-struct ns_ckpt {
-	_Atomic uint64_t refs;
-	struct ns_ckpt *hnext; /* under the cache lock */
-	size_t nviews;
-	dev_t dev;
-	ino_t ino;
-	off_t size;
-	struct timespec mtime;
-	char *path;
-	struct castfs_header *h; /* NULL when rejected */
-	int err;
-	char reason[256];
-	pthread_mutex_t lock; /* guards plans and trees */
-	struct castfs_plan **plans; /* per view index, built on first need */
-	/* Tensor trees: [0] the source's, [1 + view index] the views';
-	 * allocated and built by ns_tensors.c on first need. */
-	struct ns_tree **trees;
-	/* Plans of views with a model's own rules (ns_mdplan.c). */
-	struct ns_mdplan *mdplans;
+/* What a checkpoint entry keeps for the levels above it, one slot each,
+ * freed by the function registered in castfs_ns.ckpt_fini. */
+enum ns_ckpt_slot {
+	NS_CKPT_TREES, /* tensor trees (ns_tensors.c) */
+	NS_CKPT_MDPLANS, /* plans with a model's own rules (ns_mdplan.c) */
+	NS_CKPT_SLOTS,
 };
 
 #define NS_HASH_BUCKETS 4096u
@@ -131,30 +98,47 @@ struct castfs_ns {
 	pthread_mutex_t ck_lock; /* the checkpoint cache */
 	struct ns_ckpt *ckpts[NS_HASH_BUCKETS];
 	struct ns_mdcache *md; /* rewritten model-directory JSON */
+	/* Freed with each checkpoint entry: what each slot holds. */
+	void (*ckpt_fini[NS_CKPT_SLOTS])(struct ns_ckpt *ck);
+	/* The names a source directory shows besides its entries. */
+	const struct ns_dir_ext *const *dir_exts;
 };
 
-/* ---- source access (ns_src.c): every path is relative to the root and
- * resolved with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, so nothing outside
- * the source root is ever reached through a link. ---- */
+/* ---- node ids and the node table ---- */
 
-/* ns_src_open - open @path with @flags (O_RDONLY, O_DIRECTORY, O_PATH...).
- * Returns the fd or a negative errno. */
-int ns_src_open(struct castfs_ns *ns, const char *path, int flags);
+/* ns_node_id - the stable id of a node description. */
+uint64_t ns_node_id(const struct ns_node *n);
 
 /*
- * ns_src_open_in / ns_src_stat_in - the same, but symbolic links are
- * followed while they stay inside the root (RESOLVE_BENEATH: absolute
- * links and escapes through ".." fail without reaching outside). For the
- * content views are computed from: a checkpoint or a model file may be a
- * link to a blob, as in the Hugging Face cache. ns_src_stat_in gives the
- * target's identity only when it is a regular file; otherwise (dangling,
- * leaving the root, a directory) the link's own.
+ * ns_node_get - a copy of node @id (strings duplicated, release with
+ * ns_node_put_copy()) that the caller can use without the table lock.
+ * Returns 0, -ESTALE (not in the table) or -ENOMEM.
  */
-int ns_src_open_in(struct castfs_ns *ns, const char *path, int flags);
-int ns_src_stat_in(struct castfs_ns *ns, const char *path, struct stat *st);
+int ns_node_get(struct castfs_ns *ns, uint64_t id, struct ns_node *out);
 
-/* ns_src_stat - lstat-like stat of @path. Returns 0 or -errno. */
-int ns_src_stat(struct castfs_ns *ns, const char *path, struct stat *st);
+/* ns_node_put_copy - free the strings of a copy; the struct stays. */
+void ns_node_put_copy(struct ns_node *n);
+
+/* ns_node_intern - intern @desc (taking its strings, freed on error) with
+ * one more lookup; its id to *@id. Returns 0 or -ENOMEM. */
+int ns_node_intern(struct castfs_ns *ns, struct ns_node *desc, uint64_t *id);
+
+/* ns_node_ref - one more kernel reference to node @id; false if it is
+ * not in the table. */
+bool ns_node_ref(struct castfs_ns *ns, uint64_t id);
+
+/* ns_node_forget - drop @nlookup kernel references to node @id; forgotten
+ * nodes are kept (bounded) for file handles. */
+void ns_node_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup);
+
+/* ns_node_add_root - the root node, from ns->root_fd. Returns 0, -ENOMEM
+ * or fstat's errno (explained in @d). */
+int ns_node_add_root(struct castfs_ns *ns, struct castfs_diag *d);
+
+/* ns_node_table_fini - free every node. */
+void ns_node_table_fini(struct castfs_ns *ns);
+
+/* ---- helpers every kind shares ---- */
 
 /* ns_path_join - "@dir/@name" (or @name for the root), malloc'ed; NULL on
  * -ENOMEM. */
@@ -176,118 +160,9 @@ void ns_dir_stat(const struct stat *src, uint64_t ino, struct stat *st);
 int ns_split_view_name(struct castfs_ns *ns, const char *name, char **base,
 		       const struct castfs_view **view);
 
-/* ---- the checkpoint cache (ns_ckpt.c) ---- */
-
-/* ns_ckpt_get - the cache entry of source file @path with identity @st,
- * reading and validating its header on first need. A rejected file gives
- * an entry with h == NULL and err/reason set. Returns 0 or -ENOMEM. */
-int ns_ckpt_get(struct castfs_ns *ns, const char *path, const struct stat *st,
-		struct ns_ckpt **out);
-
-/* ns_ckpt_put - drop a reference; NULL is accepted. */
-void ns_ckpt_put(struct castfs_ns *ns, struct ns_ckpt *ck);
-
-/* ns_ckpt_plan - the plan of @ck through @view, built once and cached in
- * @ck. The plan lives as long as @ck. Returns 0 or the builder's error. */
-int ns_ckpt_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
-		 const struct castfs_view *view, const struct castfs_plan **out,
-		 struct castfs_diag *d);
-
-/* ns_ckpt_valid - the checkpoint at @path if it is a valid safetensors
- * file (a held reference in *@out), else -ENOENT (missing or rejected) or
- * another errno. */
-int ns_ckpt_valid(struct castfs_ns *ns, const char *path, struct stat *st,
-		  struct ns_ckpt **out);
-
-/* ns_ckpt_rejected_json - a malloc'ed JSON array of the rejected source
- * files still present: [{"path":..., "error":..., "reason":...}]. */
-char *ns_ckpt_rejected_json(struct castfs_ns *ns);
-
-/* ns_ckpt_drop_path - forget cache entries of @path (source changed). */
-void ns_ckpt_drop_path(struct castfs_ns *ns, const char *path);
-
-/* ---- tensor trees (ns_tensors.c) and model-directory views
- * (ns_modeldir.c): the hooks the source directories call. ---- */
-
-/* ns_tensors_lookup - @name in source dir @dir as a tensor-tree root
- * ("X.safetensors.tensors", "X.<view>.safetensors.tensors"); -ENOENT if
- * it is none. */
-int ns_tensors_lookup(struct castfs_ns *ns, const struct ns_node *dir,
-		      const char *name, struct ns_node *child);
-
-/* ns_tensors_list - add the tensor-tree root of valid checkpoint @name
- * (identity @st). */
-int ns_tensors_list(struct castfs_ns *ns, const struct ns_node *dir,
-		    const char *name, const struct stat *st, struct ns_list *l);
-
-/* ns_tensors_ckpt_fini - free the tensor trees cached in @ck. */
-void ns_tensors_ckpt_fini(struct ns_ckpt *ck);
-
-/* ns_modeldir_ckpt_fini - free the model-directory plans cached in @ck. */
-void ns_modeldir_ckpt_fini(struct ns_ckpt *ck);
-
-/* ns_modeldir_lookup - @name in source dir @dir as a model-directory view
- * "DIR.<view>"; -ENOENT if it is none. */
-int ns_modeldir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
-		       const char *name, struct ns_node *child);
-
-/* ns_modeldir_list - add the virtual siblings of entry @name (of type
- * @type) of @dir: the listed views of a sub-directory that holds a model,
- * the variant spellings of a "*.safetensors.index.json". */
-int ns_modeldir_list(struct castfs_ns *ns, const struct ns_node *dir,
-		     const char *name, mode_t type, struct ns_list *l);
-
-/* ns_modeldir_init / ns_modeldir_fini - the model-directory JSON cache of
- * @ns. init returns 0 or -ENOMEM; fini accepts an ns without one. */
-int ns_modeldir_init(struct castfs_ns *ns);
-void ns_modeldir_fini(struct castfs_ns *ns);
-
-/* ns_modeldir_invalidate - report the model-directory view entries that
- * depend on source path @rel (see castfs_ns_invalidate()). */
-void ns_modeldir_invalidate(struct castfs_ns *ns, const char *rel,
-			    void (*cb)(void *ctx, uint64_t parent,
-				       const char *name),
-			    void *ctx);
-
-/* ---- watching sources for writers (ns_file.c) ---- */
-
-/* ns_guard_watch - start watching @fd. 0: watched; -EAGAIN: a writer has
- * the file open; 1: cannot watch (no guard or unsupported). */
-int ns_guard_watch(struct castfs_ns *ns, int fd);
-
-/* ns_guard_unwatch - undo ns_guard_watch() when it returned 0. */
-void ns_guard_unwatch(struct castfs_ns *ns, int fd);
-
-/* ---- files (ns_file.c) ---- */
-
-/* ns_file_new_plan - a file serving @plan, reading the source file
- * @path (identity @ident) when the plan needs it. Takes a reference on
- * @ck (may be NULL for plans of memory only) and ownership of @owned_plan
- * (freed at close; NULL when the plan is owned by @ck). */
-int ns_file_new_plan(struct castfs_ns *ns, const char *path,
-		     const struct stat *ident, struct ns_ckpt *ck,
-		     const struct castfs_plan *plan,
-		     struct castfs_plan *owned_plan, int view_idx,
-		     struct castfs_file **out);
-
-/* ns_file_new_layered - like ns_file_new_plan(), but the extents of
- * @owned_plan read the bytes of @base (a view of source @path, owned by
- * @ck) instead of the source: the tensor files of a view. Takes ownership
- * of @owned_plan. */
-int ns_file_new_layered(struct castfs_ns *ns, const char *path,
-			const struct stat *ident, struct ns_ckpt *ck,
-			const struct castfs_plan *base,
-			struct castfs_plan *owned_plan, int view_idx,
-			struct castfs_file **out);
-
-/* ns_file_new_source - a pass-through file of source @path (@ident). */
-int ns_file_new_source(struct castfs_ns *ns, const char *path,
-		       const struct stat *ident, struct castfs_file **out);
-
-/* ns_file_new_mem - a file of @len bytes of @data (copied) generated for
- * this open: served with direct I/O (castfs_file_direct_io()). */
-int ns_file_new_mem(struct castfs_ns *ns, const void *data, size_t len,
-		    struct castfs_file **out);
+/* ns_has_st_ext - true if @name (@len bytes) ends in ".safetensors" with
+ * a non-empty stem. */
+bool ns_has_st_ext(const char *name, size_t len);
 
 /* ns_xattr_put - @n bytes of attribute value @val into @buf the
  * getxattr way: @len 0 asks for the size; -ERANGE when it does not fit. */
@@ -305,15 +180,6 @@ void ns_logf(struct castfs_ns *ns, const char *fmt, ...) CASTFS_PRINTF(2, 3);
 
 /* ns_view_index - position of @v in the mount's view set (for stats). */
 int ns_view_index(const struct castfs_ns *ns, const struct castfs_view *v);
-
-/*
- * ns_resolve - make node @id known again by searching the tree for the
- * object whose id it is (breadth first, through listings, whose inode
- * numbers are the ids lookups give; bounded). For file handles of nodes
- * forgotten and freed, or made by an earlier daemon. Returns 0 (the node
- * is in the table, forgotten), -ESTALE (not found) or another errno.
- */
-int ns_resolve(struct castfs_ns *ns, uint64_t id);
 
 /* ns_node_id - the stable id of a node description. */
 uint64_t ns_node_id(const struct ns_node *n);

@@ -81,7 +81,7 @@ static int md_stat_link(struct castfs_ns *ns, const char *dir, const char *name,
 	return rc;
 }
 
-int md_dir_scan(struct castfs_ns *ns, const char *path, struct md_dir *s)
+int ns_md_dir_scan(struct castfs_ns *ns, const char *path, struct md_dir *s)
 {
 	int fd = ns_src_open(ns, path, O_RDONLY | O_DIRECTORY);
 	struct dirent *de;
@@ -120,7 +120,7 @@ int md_dir_scan(struct castfs_ns *ns, const char *path, struct md_dir *s)
 	return rc;
 }
 
-void md_dir_fini(struct md_dir *s)
+void ns_md_dir_fini(struct md_dir *s)
 {
 	for (size_t i = 0; i < s->nweights; i++)
 		free(s->weights[i]);
@@ -131,12 +131,12 @@ void md_dir_fini(struct md_dir *s)
 	*s = (struct md_dir){ 0 };
 }
 
-bool md_dir_weights(const struct md_dir *s)
+bool ns_md_dir_weights(const struct md_dir *s)
 {
 	return s->nweights > 0 || s->nindex > 0;
 }
 
-char *md_parent_path(const char *path)
+char *ns_md_parent_path(const char *path)
 {
 	const char *slash = strrchr(path, '/');
 
@@ -197,8 +197,8 @@ static int md_config_of(struct castfs_ns *ns, const char *dir,
 	return rc;
 }
 
-int md_keep_of(struct castfs_ns *ns, const char *dir,
-	       const struct castfs_view *v)
+int ns_md_keep_of(struct castfs_ns *ns, const char *dir,
+		  const struct castfs_view *v)
 {
 	struct castfs_md_config c;
 
@@ -227,11 +227,11 @@ static bool md_any_valid(struct castfs_ns *ns, const char *dir,
 	return found;
 }
 
-int md_is_model(struct castfs_ns *ns, const char *path, bool *yes)
+int ns_md_is_model(struct castfs_ns *ns, const char *path, bool *yes)
 {
 	struct castfs_md_config c;
 	struct md_dir s;
-	int rc = md_dir_scan(ns, path, &s);
+	int rc = ns_md_dir_scan(ns, path, &s);
 
 	*yes = false;
 	if (rc)
@@ -243,7 +243,7 @@ int md_is_model(struct castfs_ns *ns, const char *path, bool *yes)
 		*yes = md_config_of(ns, path, &c) == 0 && !c.quantized;
 	}
 out:
-	md_dir_fini(&s);
+	ns_md_dir_fini(&s);
 	return rc == -ENOMEM ? rc : 0;
 }
 
@@ -268,7 +268,7 @@ static int md_ckpts_of(struct castfs_ns *ns, const char *dir,
 		       struct md_ckpts *c)
 {
 	struct md_dir s;
-	int rc = md_dir_scan(ns, dir, &s);
+	int rc = ns_md_dir_scan(ns, dir, &s);
 
 	*c = (struct md_ckpts){ 0 };
 	c->ck = calloc(s.nweights + 1, sizeof(*c->ck));
@@ -288,7 +288,7 @@ static int md_ckpts_of(struct castfs_ns *ns, const char *dir,
 			rc = vrc;
 		}
 	}
-	md_dir_fini(&s);
+	ns_md_dir_fini(&s);
 	return rc;
 }
 
@@ -326,7 +326,7 @@ static int md_build_config(struct castfs_ns *ns, const struct ns_node *n,
 		return rc;
 	p.dtype = c.diffusers ? NULL : castfs_md_view_dtype(n->view);
 	if (n->view->kind != CASTFS_VIEW_CAST) {
-		dir = md_parent_path(n->path);
+		dir = ns_md_parent_path(n->path);
 		rc = dir ? md_ckpts_of(ns, dir, &ck) : -ENOMEM;
 		if (!rc)
 			rc = md_bnb_of(n->view, castfs_md_keep_id(c.model_type),
@@ -361,7 +361,7 @@ static int md_shard(void *ctx, const char *name, struct castfs_header **out)
 	free(path);
 	if (rc)
 		return rc;
-	rc = md_shard_plan(c->ns, ck, c->view, c->keep, &plan);
+	rc = ns_md_shard_plan(c->ns, ck, c->view, c->keep, &plan);
 	if (!rc)
 		rc = castfs_plan_header(plan, out, NULL);
 	ns_ckpt_put(c->ns, ck);
@@ -373,7 +373,7 @@ static int md_build_index(struct castfs_ns *ns, const struct ns_node *n,
 			  size_t *out_len)
 {
 	struct md_shard_ctx c = { ns, NULL, n->view, 0 };
-	char *dir = md_parent_path(n->path);
+	char *dir = ns_md_parent_path(n->path);
 	int rc;
 
 	if (!dir)
@@ -381,7 +381,7 @@ static int md_build_index(struct castfs_ns *ns, const struct ns_node *n,
 	c.dir = dir;
 	/* The variant spelling names the single-file views: no model rules. */
 	if (n->aux == MF_INDEX)
-		c.keep = md_keep_of(ns, dir, n->view);
+		c.keep = ns_md_keep_of(ns, dir, n->view);
 	rc = castfs_md_index_rewrite(text, len,
 				     n->aux == MF_VINDEX ? n->view->name : NULL,
 				     md_shard, &c, out, out_len, NULL);
@@ -409,7 +409,7 @@ static int md_build(struct castfs_ns *ns, const struct ns_node *n, char **out,
 /* Whether @n's sources are still those it was looked up with. */
 static int md_current(struct castfs_ns *ns, const struct ns_node *n)
 {
-	char *dir = md_parent_path(n->path);
+	char *dir = ns_md_parent_path(n->path);
 	struct md_dir s = { 0 };
 	struct stat st;
 	int rc = dir ? ns_src_stat_in(ns, n->path, &st) : -ENOMEM;
@@ -417,10 +417,10 @@ static int md_current(struct castfs_ns *ns, const struct ns_node *n)
 	if (!rc && !ns_same_file(&st, &n->st))
 		rc = -ESTALE;
 	if (!rc)
-		rc = md_dir_scan(ns, dir, &s);
+		rc = ns_md_dir_scan(ns, dir, &s);
 	if (!rc && s.fp != n->dep)
 		rc = -ESTALE;
-	md_dir_fini(&s);
+	ns_md_dir_fini(&s);
 	free(dir);
 	return rc == -ENOENT ? -ESTALE : rc;
 }
@@ -545,18 +545,19 @@ static int md_json_get(struct castfs_ns *ns, const struct ns_node *n,
 	return md_insert(ns, e, size, plan);
 }
 
-int md_json_size(struct castfs_ns *ns, const struct ns_node *n, uint64_t *size)
+int ns_md_json_size(struct castfs_ns *ns, const struct ns_node *n,
+		    uint64_t *size)
 {
 	return md_json_get(ns, n, size, NULL);
 }
 
-int md_json_plan(struct castfs_ns *ns, const struct ns_node *n,
-		 struct castfs_plan **out)
+int ns_md_json_plan(struct castfs_ns *ns, const struct ns_node *n,
+		    struct castfs_plan **out)
 {
 	return md_json_get(ns, n, NULL, out);
 }
 
-void md_json_forget(struct castfs_ns *ns, const char *dir)
+void ns_md_json_forget(struct castfs_ns *ns, const char *dir)
 {
 	size_t dl = strlen(dir);
 

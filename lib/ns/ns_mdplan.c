@@ -19,15 +19,21 @@ struct ns_mdplan {
 	struct castfs_plan *plan;
 };
 
-void ns_modeldir_ckpt_fini(struct ns_ckpt *ck)
+/* Registered as the checkpoint cache's fini of NS_CKPT_MDPLANS. */
+static void mdplans_fini(struct ns_ckpt *ck)
 {
-	while (ck->mdplans) {
-		struct ns_mdplan *p = ck->mdplans;
+	struct ns_mdplan *p;
 
-		ck->mdplans = p->next;
+	while ((p = ck->slot[NS_CKPT_MDPLANS])) {
+		ck->slot[NS_CKPT_MDPLANS] = p->next;
 		castfs_plan_free(p->plan);
 		free(p);
 	}
+}
+
+void ns_md_plans_init(struct castfs_ns *ns)
+{
+	ns->ckpt_fini[NS_CKPT_MDPLANS] = mdplans_fini;
 }
 
 /* Caller holds ck->lock. */
@@ -50,15 +56,15 @@ static int mdplan_build(struct ns_ckpt *ck, const struct castfs_view *v,
 	}
 	p->view = v;
 	p->keep = keep;
-	p->next = ck->mdplans;
-	ck->mdplans = p;
+	p->next = ck->slot[NS_CKPT_MDPLANS];
+	ck->slot[NS_CKPT_MDPLANS] = p;
 	*out = p->plan;
 	return 0;
 }
 
-int md_shard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
-		  const struct castfs_view *v, int keep,
-		  const struct castfs_plan **out)
+int ns_md_shard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
+		     const struct castfs_view *v, int keep,
+		     const struct castfs_plan **out)
 {
 	struct ns_mdplan *p;
 	int rc = 0;
@@ -68,7 +74,7 @@ int md_shard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 	if (!ck->h)
 		return -EINVAL;
 	pthread_mutex_lock(&ck->lock);
-	for (p = ck->mdplans; p; p = p->next) {
+	for (p = ck->slot[NS_CKPT_MDPLANS]; p; p = p->next) {
 		if (p->view == v && p->keep == keep)
 			break;
 	}

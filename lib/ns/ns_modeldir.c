@@ -54,7 +54,7 @@ static int lookup_root(struct castfs_ns *ns, const struct ns_node *dir,
 	if (!rc && !S_ISDIR(child->st.st_mode))
 		rc = -ENOENT;
 	if (!rc)
-		rc = md_is_model(ns, path, &model);
+		rc = ns_md_is_model(ns, path, &model);
 	if (!rc && !model)
 		rc = -ENOENT;
 	if (rc) {
@@ -72,10 +72,10 @@ static int lookup_root(struct castfs_ns *ns, const struct ns_node *dir,
 static int dir_fp(struct castfs_ns *ns, const char *path, uint64_t *fp)
 {
 	struct md_dir s;
-	int rc = md_dir_scan(ns, path, &s);
+	int rc = ns_md_dir_scan(ns, path, &s);
 
 	*fp = s.fp;
-	md_dir_fini(&s);
+	ns_md_dir_fini(&s);
 	return rc;
 }
 
@@ -108,8 +108,8 @@ static int lookup_vindex(struct castfs_ns *ns, const struct ns_node *dir,
 	return rc;
 }
 
-int ns_modeldir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
-		       const char *name, struct ns_node *child)
+static int modeldir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
+			   const char *name, struct ns_node *child)
 {
 	int rc;
 
@@ -156,7 +156,7 @@ static int list_roots(struct castfs_ns *ns, const struct ns_node *dir,
 	struct ns_node node = { .kind = NS_MDIR, .sub = empty_sub };
 	char *path = ns_path_join(dir->path, name, strlen(name));
 	bool model = false;
-	int rc = path ? md_is_model(ns, path, &model) : -ENOMEM;
+	int rc = path ? ns_md_is_model(ns, path, &model) : -ENOMEM;
 
 	if (!rc && model && ns_src_stat(ns, path, &node.st) == 0)
 		rc = list_views(ns, l, name, strlen(name), "", &node, false);
@@ -184,9 +184,14 @@ static int list_vindex(struct castfs_ns *ns, const struct ns_node *dir,
 	return rc == -ENOMEM ? rc : 0;
 }
 
-int ns_modeldir_list(struct castfs_ns *ns, const struct ns_node *dir,
-		     const char *name, mode_t type, struct ns_list *l)
+/* The views of a sub-directory that holds a model, the variant spellings
+ * of a "*.safetensors.index.json". */
+static int modeldir_list(struct castfs_ns *ns, const struct ns_node *dir,
+			 const char *name, mode_t type, bool ckpt,
+			 const struct stat *st, struct ns_list *l)
 {
+	(void)ckpt;
+	(void)st;
 	if (type == S_IFDIR)
 		return list_roots(ns, dir, name, l);
 	if ((type == S_IFREG || type == S_IFLNK) &&
@@ -194,6 +199,11 @@ int ns_modeldir_list(struct castfs_ns *ns, const struct ns_node *dir,
 		return list_vindex(ns, dir, name, l);
 	return 0;
 }
+
+const struct ns_dir_ext ns_modeldir_dir_ext = {
+	.lookup = modeldir_lookup,
+	.list = modeldir_list,
+};
 
 /* ---- inside DIR.<view>/ ---- */
 
@@ -230,7 +240,7 @@ static void child_file(struct castfs_ns *ns, const char *name,
 		child->dep = s->fp;
 		break;
 	case CASTFS_MD_CONFIG:
-		if (md_dir_weights(s)) {
+		if (ns_md_dir_weights(s)) {
 			child->kind = NS_MFILE;
 			child->aux = MF_CONFIG;
 			child->dep = s->fp;
@@ -312,12 +322,12 @@ static int mdir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	free(path);
 	/* Only the rewritten JSON depends on the rest of the directory. */
 	if (!rc && (kind == CASTFS_MD_INDEX || kind == CASTFS_MD_CONFIG))
-		rc = md_dir_scan(ns, dir->path, &s);
+		rc = ns_md_dir_scan(ns, dir->path, &s);
 	if (!rc && kind == CASTFS_MD_WEIGHTS)
-		keep = md_keep_of(ns, dir->path, dir->view);
+		keep = ns_md_keep_of(ns, dir->path, dir->view);
 	if (!rc)
 		rc = view_child(ns, dir, name, &s, keep, child);
-	md_dir_fini(&s);
+	ns_md_dir_fini(&s);
 	return rc;
 }
 
@@ -325,7 +335,7 @@ static int mdir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 static int mdir_list_entries(struct castfs_ns *ns, const struct ns_node *dir,
 			     DIR *dp, const struct md_dir *s, struct ns_list *l)
 {
-	int rc = 0, keep = md_keep_of(ns, dir->path, dir->view);
+	int rc = 0, keep = ns_md_keep_of(ns, dir->path, dir->view);
 	struct dirent *de;
 
 	while (!rc && (errno = 0, de = readdir(dp))) {
@@ -356,7 +366,7 @@ static int mdir_list(struct castfs_ns *ns, const struct ns_node *dir,
 {
 	struct md_dir s;
 	DIR *dp;
-	int fd, rc = md_dir_scan(ns, dir->path, &s);
+	int fd, rc = ns_md_dir_scan(ns, dir->path, &s);
 
 	fd = rc ? rc : ns_src_open(ns, dir->path, O_RDONLY | O_DIRECTORY);
 	if (fd < 0) {
@@ -372,7 +382,7 @@ static int mdir_list(struct castfs_ns *ns, const struct ns_node *dir,
 	rc = mdir_list_entries(ns, dir, dp, &s, l);
 	closedir(dp);
 out_fini:
-	md_dir_fini(&s);
+	ns_md_dir_fini(&s);
 	return rc;
 }
 
@@ -402,8 +412,8 @@ const struct ns_kind_ops ns_mdir_ops = {
 /* The keep set of shard @n's model now. */
 static int shard_keep(struct castfs_ns *ns, const struct ns_node *n)
 {
-	char *dir = md_parent_path(n->path);
-	int keep = dir ? md_keep_of(ns, dir, n->view) : -ENOMEM;
+	char *dir = ns_md_parent_path(n->path);
+	int keep = dir ? ns_md_keep_of(ns, dir, n->view) : -ENOMEM;
 
 	free(dir);
 	return keep;
@@ -427,7 +437,7 @@ static int shard_plan(struct castfs_ns *ns, const struct ns_node *n,
 		ns_ckpt_put(ns, *ck);
 		return -ESTALE;
 	}
-	rc = md_shard_plan(ns, *ck, n->view, keep, plan);
+	rc = ns_md_shard_plan(ns, *ck, n->view, keep, plan);
 	if (rc)
 		ns_ckpt_put(ns, *ck);
 	return rc;
@@ -448,7 +458,7 @@ static int mfile_getattr(struct castfs_ns *ns, const struct ns_node *n,
 		size = plan->size;
 		ns_ckpt_put(ns, ck);
 	} else {
-		rc = md_json_size(ns, n, &size);
+		rc = ns_md_json_size(ns, n, &size);
 		if (rc)
 			return rc;
 	}
@@ -466,7 +476,7 @@ static int mfile_open(struct castfs_ns *ns, const struct ns_node *n,
 	int rc;
 
 	if (n->aux != MF_SHARD) {
-		rc = md_json_plan(ns, n, &owned);
+		rc = ns_md_json_plan(ns, n, &owned);
 		if (rc)
 			return rc;
 		return ns_file_new_plan(ns, NULL, NULL, NULL, owned, owned,
@@ -537,7 +547,7 @@ static void inval_root(struct castfs_ns *ns, const char *root, const char *d,
 {
 	size_t rl = strlen(root);
 	struct ns_node n = { .kind = NS_MDIR };
-	char *parent = md_parent_path(root), buf[600];
+	char *parent = ns_md_parent_path(root), buf[600];
 	const char *rname = strrchr(root, '/');
 	uint64_t pid;
 
@@ -565,18 +575,18 @@ void ns_modeldir_invalidate(struct castfs_ns *ns, const char *rel, inval_fn cb,
 			    void *ctx)
 {
 	const char *base = strrchr(rel, '/');
-	char *d = md_parent_path(rel), *root;
+	char *d = ns_md_parent_path(rel), *root;
 	struct md_dir s = { 0 };
 
 	base = base ? base + 1 : rel;
 	if (!d || !rel[0])
 		goto out;
-	md_json_forget(ns, d);
-	md_dir_scan(ns, d, &s); /* what is left of it, if anything */
+	ns_md_json_forget(ns, d);
+	ns_md_dir_scan(ns, d, &s); /* what is left of it, if anything */
 	inval_vindex(ns, d, &s, cb, ctx);
 	/* Every ancestor of @rel may be the root of a view. */
 	for (root = strdup(d); root && root[0];) {
-		char *up = md_parent_path(root);
+		char *up = ns_md_parent_path(root);
 
 		inval_root(ns, root, d, base, &s, cb, ctx);
 		free(root);
@@ -584,6 +594,6 @@ void ns_modeldir_invalidate(struct castfs_ns *ns, const char *rel, inval_fn cb,
 	}
 	free(root);
 out:
-	md_dir_fini(&s);
+	ns_md_dir_fini(&s);
 	free(d);
 }

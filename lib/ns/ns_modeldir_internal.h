@@ -6,12 +6,12 @@
 #ifndef CASTFS_NS_MODELDIR_INTERNAL_H
 #define CASTFS_NS_MODELDIR_INTERNAL_H
 
-#include "ns/ns_internal.h"
+#include "ns/ns_kind_internal.h"
 
 /* What an NS_MFILE is (its aux). */
 enum md_file {
 	MF_SHARD, /* a converted *.safetensors under its own name; its dep
-		    * is the keep set of its model (md_keep_of()) */
+		    * is the keep set of its model (ns_md_keep_of()) */
 	MF_INDEX, /* a rewritten *.safetensors.index*.json in DIR.<view>/ */
 	MF_CONFIG, /* config.json with the view's dtype / quantization_config */
 	MF_VINDEX, /* X.safetensors.index.<view>.json next to the source */
@@ -30,48 +30,49 @@ struct md_dir {
 };
 
 /* md_dir_scan - read source directory @path into @s. Returns 0 or a
- * negative errno; md_dir_fini() releases @s either way. */
-int md_dir_scan(struct castfs_ns *ns, const char *path, struct md_dir *s);
-void md_dir_fini(struct md_dir *s);
+ * negative errno; ns_md_dir_fini() releases @s either way. */
+int ns_md_dir_scan(struct castfs_ns *ns, const char *path, struct md_dir *s);
+void ns_md_dir_fini(struct md_dir *s);
 
 /* md_dir_weights - true when @s holds weights (an index or a
  * *.safetensors): its config.json is a model's. */
-bool md_dir_weights(const struct md_dir *s);
+bool ns_md_dir_weights(const struct md_dir *s);
 
 /* md_is_model - whether source directory @path holds a model that gets
  * views: a pipeline (model_index.json), or a config.json without
  * quantization_config next to an index or a valid *.safetensors.
  * Returns 0 (answer in *@yes) or a negative errno. */
-int md_is_model(struct castfs_ns *ns, const char *path, bool *yes);
+int ns_md_is_model(struct castfs_ns *ns, const char *path, bool *yes);
 
 /* md_parent_path - the directory part of @path ("" for a top-level
  * name), malloc'ed; NULL on -ENOMEM. */
-char *md_parent_path(const char *path);
+char *ns_md_parent_path(const char *path);
 
 /* md_keep_of - the keep set (castfs_md_keep_id()) that view @v applies in
  * source directory @dir: that of the model_type of its config.json for
  * bitsandbytes views, else 0. */
-int md_keep_of(struct castfs_ns *ns, const char *dir,
-	       const struct castfs_view *v);
+int ns_md_keep_of(struct castfs_ns *ns, const char *dir,
+		  const struct castfs_view *v);
 
 /* md_shard_plan - the plan of checkpoint @ck through @v with keep set
  * @keep (0: the plain view plan of the checkpoint cache), built once and
  * owned by @ck. Returns 0 or the builder's error. */
-int md_shard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
-		  const struct castfs_view *v, int keep,
-		  const struct castfs_plan **out);
+int ns_md_shard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
+		     const struct castfs_view *v, int keep,
+		     const struct castfs_plan **out);
 
 /* md_json_size - the size of rewritten JSON node @n (MF_INDEX,
  * MF_CONFIG, MF_VINDEX), built once per identity and cached. Returns 0,
  * -ESTALE (a source changed since the lookup) or the build's error. */
-int md_json_size(struct castfs_ns *ns, const struct ns_node *n, uint64_t *size);
+int ns_md_json_size(struct castfs_ns *ns, const struct ns_node *n,
+		    uint64_t *size);
 
-/* md_json_plan - a plan of the bytes md_json_size() measured; the caller
+/* md_json_plan - a plan of the bytes ns_md_json_size() measured; the caller
  * owns *@out. Same errors. */
-int md_json_plan(struct castfs_ns *ns, const struct ns_node *n,
-		 struct castfs_plan **out);
+int ns_md_json_plan(struct castfs_ns *ns, const struct ns_node *n,
+		    struct castfs_plan **out);
 
 /* md_json_forget - drop cached JSON of sources in directory @dir. */
-void md_json_forget(struct castfs_ns *ns, const char *dir);
+void ns_md_json_forget(struct castfs_ns *ns, const char *dir);
 
 #endif

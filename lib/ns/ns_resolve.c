@@ -7,7 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "ns/ns_internal.h"
+#include "ns/ns_kind_internal.h"
 
 /* The directory entries one search may visit before it gives up. */
 #define RESOLVE_MAX_ENTRIES (1u << 20)

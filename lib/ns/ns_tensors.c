@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ns/ns_internal.h"
+#include "ns/ns_kind_internal.h"
 #include "tensors/tensor_files.h"
 #include "tensors/tensor_tree.h"
 
@@ -49,12 +49,27 @@ static void tree_free(struct ns_tree *t)
 	free(t);
 }
 
-void ns_tensors_ckpt_fini(struct ns_ckpt *ck)
+/* The trees of @ck: [0] the source's, [1 + view index] the views',
+ * allocated and built on first need. */
+static struct ns_tree **ck_trees(struct ns_ckpt *ck)
 {
-	for (size_t i = 0; ck->trees && i <= ck->nviews; i++)
-		tree_free(ck->trees[i]);
-	free(ck->trees);
-	ck->trees = NULL;
+	return ck->slot[NS_CKPT_TREES];
+}
+
+/* Registered as the checkpoint cache's fini of NS_CKPT_TREES. */
+static void trees_fini(struct ns_ckpt *ck)
+{
+	struct ns_tree **trees = ck_trees(ck);
+
+	for (size_t i = 0; trees && i <= ck->nviews; i++)
+		tree_free(trees[i]);
+	free(trees);
+	ck->slot[NS_CKPT_TREES] = NULL;
+}
+
+void ns_tensors_init(struct castfs_ns *ns)
+{
+	ns->ckpt_fini[NS_CKPT_TREES] = trees_fini;
 }
 
 /* "dir/X.safetensors" seen through @view: "dir/X.<view>.safetensors". */
@@ -136,20 +151,21 @@ static int tree_of(struct castfs_ns *ns, struct ns_ckpt *ck,
 		rc = ns_ckpt_plan(ns, ck, view, &plan, &d);
 	}
 	pthread_mutex_lock(&ck->lock);
-	if (!rc && !ck->trees) {
-		ck->trees = calloc(ck->nviews + 1, sizeof(*ck->trees));
-		rc = ck->trees ? 0 : -ENOMEM;
+	if (!rc && !ck_trees(ck)) {
+		ck->slot[NS_CKPT_TREES] =
+			calloc(ck->nviews + 1, sizeof(struct ns_tree *));
+		rc = ck_trees(ck) ? 0 : -ENOMEM;
 	}
-	if (!rc && ck->trees[idx]) {
+	if (!rc && ck_trees(ck)[idx]) {
 		castfs_stats_count(ns->stats, CASTFS_SCTR_TREE_CACHE_HITS, 1);
 	} else if (!rc) {
-		rc = tree_build(ck, view, plan, &ck->trees[idx], &d);
+		rc = tree_build(ck, view, plan, &ck_trees(ck)[idx], &d);
 		if (!rc)
 			castfs_stats_count(ns->stats, CASTFS_SCTR_TREES_BUILT,
 					   1);
 	}
 	if (!rc)
-		*out = ck->trees[idx];
+		*out = ck_trees(ck)[idx];
 	pthread_mutex_unlock(&ck->lock);
 	if (rc && rc != -ENOMEM)
 		log_failure(ns, ck, view, rc, &d);
@@ -211,8 +227,9 @@ static int root_target(struct castfs_ns *ns, const struct ns_node *dir,
 	return 0;
 }
 
-int ns_tensors_lookup(struct castfs_ns *ns, const struct ns_node *dir,
-		      const char *name, struct ns_node *child)
+/* "X.safetensors.tensors", "X.<view>.safetensors.tensors" in @dir. */
+static int tensors_lookup(struct castfs_ns *ns, const struct ns_node *dir,
+			  const char *name, struct ns_node *child)
 {
 	size_t len = strlen(name);
 	char *base;
@@ -233,8 +250,10 @@ int ns_tensors_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	return child->sub ? 0 : -ENOMEM;
 }
 
-int ns_tensors_list(struct castfs_ns *ns, const struct ns_node *dir,
-		    const char *name, const struct stat *st, struct ns_list *l)
+/* The tree root of entry @name when it is a valid checkpoint. */
+static int tensors_list(struct castfs_ns *ns, const struct ns_node *dir,
+			const char *name, mode_t type, bool ckpt,
+			const struct stat *st, struct ns_list *l)
 {
 	char root_sub[1] = ""; /* as its lookup makes it: hashed like "" */
 	struct ns_node root = { .kind = NS_TDIR, .st = *st, .sub = root_sub };
@@ -243,12 +262,20 @@ int ns_tensors_list(struct castfs_ns *ns, const struct ns_node *dir,
 
 	(void)ns;
 	(void)dir;
+	(void)type;
+	if (!ckpt)
+		return 0;
 	/* Only the source's tree is listed; a view's resolves on lookup. */
 	n = snprintf(buf, sizeof(buf), "%s%s", name, tree_ext);
 	if (n < 0 || n > 255 || ns_list_has(l, buf, (size_t)n))
 		return 0;
 	return ns_list_add(l, buf, (size_t)n, S_IFDIR, ns_node_id(&root));
 }
+
+const struct ns_dir_ext ns_tensors_dir_ext = {
+	.lookup = tensors_lookup,
+	.list = tensors_list,
+};
 
 /* ---- directories inside a tree ---- */
 

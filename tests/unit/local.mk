@@ -79,5 +79,6 @@ EXTRA_DIST += scripts/gen-malformed.py tests/data/malformed
 
 # STYLE R1/R2 and the layer rules made mechanical, and the checker's own
 # test (a planted upward include must fail it).
-TESTS += scripts/check-layering.sh
-EXTRA_DIST += scripts/check-layering.sh scripts/format.sh .clang-format
+TESTS += scripts/check-layering.sh tests/unit/test_layering.sh
+EXTRA_DIST += scripts/check-layering.sh scripts/format.sh .clang-format \
+	tests/unit/test_layering.sh

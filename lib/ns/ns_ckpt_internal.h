@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Private to ns/, level 3 (ns_ckpt.c): the checkpoint cache, which owns
+ * each parsed checkpoint and all its plans. What the levels above cache
+ * per checkpoint lives in its slots and is freed by the function they
+ * registered (castfs_ns.ckpt_fini), so the cache never names them.
+ */
+#ifndef CASTFS_NS_CKPT_INTERNAL_H
+#define CASTFS_NS_CKPT_INTERNAL_H
+
+#include "ns/ns_src_internal.h"
+
+/* The checkpoint cache entry: one identity of one *.safetensors file. */
+struct ns_ckpt {
+	_Atomic uint64_t refs;
+	struct ns_ckpt *hnext; /* under the cache lock */
+	size_t nviews;
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime;
+	char *path;
+	struct castfs_header *h; /* NULL when rejected */
+	int err;
+	char reason[256];
+	pthread_mutex_t lock; /* guards plans and trees */
+	struct castfs_plan **plans; /* per view index, built on first need */
+	/* What the levels above keep per checkpoint (enum ns_ckpt_slot),
+	 * under @lock; freed by castfs_ns.ckpt_fini[slot]. */
+	void *slot[NS_CKPT_SLOTS];
+	void (*const *fini)(struct ns_ckpt *ck); /* the mount's ckpt_fini */
+};
+
+/* ---- the checkpoint cache ---- */
+
+/* ns_ckpt_get - the cache entry of source file @path with identity @st,
+ * reading and validating its header on first need. A rejected file gives
+ * an entry with h == NULL and err/reason set. Returns 0 or -ENOMEM. */
+int ns_ckpt_get(struct castfs_ns *ns, const char *path, const struct stat *st,
+		struct ns_ckpt **out);
+
+/* ns_ckpt_put - drop a reference; NULL is accepted. */
+void ns_ckpt_put(struct castfs_ns *ns, struct ns_ckpt *ck);
+
+/* ns_ckpt_plan - the plan of @ck through @view, built once and cached in
+ * @ck. The plan lives as long as @ck. Returns 0 or the builder's error. */
+int ns_ckpt_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
+		 const struct castfs_view *view, const struct castfs_plan **out,
+		 struct castfs_diag *d);
+
+/* ns_ckpt_valid - the checkpoint at @path if it is a valid safetensors
+ * file (a held reference in *@out), else -ENOENT (missing or rejected) or
+ * another errno. */
+int ns_ckpt_valid(struct castfs_ns *ns, const char *path, struct stat *st,
+		  struct ns_ckpt **out);
+
+/* ns_ckpt_rejected_json - a malloc'ed JSON array of the rejected source
+ * files still present: [{"path":..., "error":..., "reason":...}]. */
+char *ns_ckpt_rejected_json(struct castfs_ns *ns);
+
+/* ns_ckpt_drop_path - forget cache entries of @path (source changed). */
+void ns_ckpt_drop_path(struct castfs_ns *ns, const char *path);
+
+/* ns_ckpt_cache_fini - drop every cache entry (at unmount). */
+void ns_ckpt_cache_fini(struct castfs_ns *ns);
+
+#endif

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Private to ns/, level 5: the kinds of node (the mirrored tree and
+ * single-file views in ns_tree.c, tensor trees, model-directory views, the
+ * control directory) and what the facade (ns.c) needs of them.
+ */
+#ifndef CASTFS_NS_KIND_INTERNAL_H
+#define CASTFS_NS_KIND_INTERNAL_H
+
+#include "ns/ns_file_internal.h"
+
+/*
+ * What a kind does. lookup fills @child's kind, view, path, sub, aux and
+ * st (strings malloc'ed; the core interns or frees them). Unset entries
+ * mean the operation does not apply (ENOTDIR, EISDIR, ENODATA...).
+ */
+struct ns_kind_ops {
+	int (*lookup)(struct castfs_ns *ns, const struct ns_node *dir,
+		      const char *name, struct ns_node *child);
+	int (*list)(struct castfs_ns *ns, const struct ns_node *dir,
+		    struct ns_list *l);
+	int (*getattr)(struct castfs_ns *ns, const struct ns_node *n,
+		       struct stat *st);
+	int (*open)(struct castfs_ns *ns, const struct ns_node *n,
+		    struct castfs_file **out);
+	ssize_t (*getxattr)(struct castfs_ns *ns, const struct ns_node *n,
+			    const char *name, char *buf, size_t len);
+	ssize_t (*listxattr)(struct castfs_ns *ns, const struct ns_node *n,
+			     char *buf, size_t len);
+};
+
+extern const struct ns_kind_ops ns_dir_ops, ns_file_ops, ns_link_ops,
+	ns_view_ops, ns_ctl_dir_ops, ns_ctl_file_ops, ns_tdir_ops, ns_tfile_ops,
+	ns_mdir_ops, ns_mfile_ops;
+
+/*
+ * The names a source directory shows besides its own entries, one table
+ * per kind that adds some (tensor trees, model-directory views): the
+ * directory kind (ns_tree.c) asks each of castfs_ns.dir_exts, in order,
+ * which the facade sets, so no kind names another.
+ */
+struct ns_dir_ext {
+	/* @name of source dir @dir as one of this kind's names; -ENOENT if
+	 * it is none. */
+	int (*lookup)(struct castfs_ns *ns, const struct ns_node *dir,
+		      const char *name, struct ns_node *child);
+	/* Add the names this kind derives from source entry @name (of type
+	 * @type) of @dir; @st is its identity when it is a valid checkpoint
+	 * (@ckpt true). */
+	int (*list)(struct castfs_ns *ns, const struct ns_node *dir,
+		    const char *name, mode_t type, bool ckpt,
+		    const struct stat *st, struct ns_list *l);
+};
+
+extern const struct ns_dir_ext ns_tensors_dir_ext, ns_modeldir_dir_ext;
+
+/* ---- what the facade sets up ---- */
+
+/* ns_tensors_init - register what the tensor trees keep per checkpoint. */
+void ns_tensors_init(struct castfs_ns *ns);
+
+/* ns_md_plans_init - register what model-directory views keep per
+ * checkpoint (ns_mdplan.c). */
+void ns_md_plans_init(struct castfs_ns *ns);
+
+/* ns_modeldir_init / ns_modeldir_fini - the model-directory JSON cache of
+ * @ns. init returns 0 or -ENOMEM; fini accepts an ns without one. */
+int ns_modeldir_init(struct castfs_ns *ns);
+void ns_modeldir_fini(struct castfs_ns *ns);
+
+/* ns_modeldir_invalidate - report the model-directory view entries that
+ * depend on source path @rel (see castfs_ns_invalidate()). */
+void ns_modeldir_invalidate(struct castfs_ns *ns, const char *rel,
+			    void (*cb)(void *ctx, uint64_t parent,
+				       const char *name),
+			    void *ctx);
+
+/* ---- the facade (ns.c, ns_resolve.c) ---- */
+
+/*
+ * ns_resolve - make node @id known again by searching the tree for the
+ * object whose id it is (breadth first, through listings, whose inode
+ * numbers are the ids lookups give; bounded). For file handles of nodes
+ * forgotten and freed, or made by an earlier daemon. Returns 0 (the node
+ * is in the table, forgotten), -ESTALE (not found) or another errno.
+ */
+int ns_resolve(struct castfs_ns *ns, uint64_t id);
+
+#endif

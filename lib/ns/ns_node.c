@@ -1,0 +1,455 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The bottom of the namespace: stable node ids, the node table, listings
+ * under construction and the small helpers every kind shares. Calls nothing
+ * else in ns/.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/hash.h"
+#include "ns/ns_internal.h"
+
+static const char st_ext[] = ".safetensors";
+#define ST_EXT_LEN (sizeof(st_ext) - 1)
+
+/* ---- stable ids ---- */
+
+static uint64_t hash_u64(uint64_t h, uint64_t v)
+{
+	return castfs_fnv1a(h, &v, sizeof(v));
+}
+
+static uint64_t hash_str(uint64_t h, const char *s)
+{
+	/* The length first, so that ("ab","c") and ("a","bc") differ. */
+	size_t len = s ? strlen(s) + 1 : 0;
+
+	h = hash_u64(h, len);
+	return s ? castfs_fnv1a(h, s, len) : h;
+}
+
+/*
+ * A node's id depends only on what it shows: its kind, the identity of
+ * the source object behind it (device and inode; size and mtime too for
+ * files, so that a rewritten file gets a new id) and its view and
+ * sub-path. Never on lookup order, so ids survive a daemon restart, which
+ * NFS file handles need.
+ */
+uint64_t ns_node_id(const struct ns_node *n)
+{
+	uint64_t h = CASTFS_FNV_SEED;
+
+	if (n->kind == NS_DIR && n->path && n->path[0] == '\0')
+		return CASTFS_NS_ROOT_ID;
+	h = hash_u64(h, n->kind);
+	h = hash_u64(h, n->aux);
+	h = hash_u64(h, (uint64_t)n->st.st_dev);
+	h = hash_u64(h, (uint64_t)n->st.st_ino);
+	if (!S_ISDIR(n->st.st_mode)) {
+		h = hash_u64(h, (uint64_t)n->st.st_size);
+		h = hash_u64(h, (uint64_t)n->st.st_mtim.tv_sec);
+		h = hash_u64(h, (uint64_t)n->st.st_mtim.tv_nsec);
+	}
+	h = hash_str(h, n->view ? n->view->name : NULL);
+	h = hash_str(h, n->sub);
+	if (n->dep) /* only model-directory files: other ids unchanged */
+		h = hash_u64(h, n->dep);
+	h = castfs_mix64(h);
+	/* 0 is invalid and 1 is the root in FUSE. */
+	return h > CASTFS_NS_ROOT_ID ? h : h + 2;
+}
+
+/* ---- the node table ---- */
+
+static struct ns_node **bucket(struct castfs_ns *ns, uint64_t id)
+{
+	return &ns->nodes[castfs_mix64(id) % NS_HASH_BUCKETS];
+}
+
+/* Caller holds ns->lock. */
+static struct ns_node *node_find_locked(struct castfs_ns *ns, uint64_t id)
+{
+	struct ns_node *n;
+
+	for (n = *bucket(ns, id); n; n = n->hnext) {
+		if (n->id == id)
+			return n;
+	}
+	return NULL;
+}
+
+static void node_free(struct ns_node *n)
+{
+	if (!n)
+		return;
+	free(n->path);
+	free(n->sub);
+	free(n);
+}
+
+int ns_node_get(struct castfs_ns *ns, uint64_t id, struct ns_node *out)
+{
+	struct ns_node *n;
+	int rc = 0;
+
+	pthread_mutex_lock(&ns->lock);
+	n = node_find_locked(ns, id);
+	if (!n) {
+		rc = -ESTALE;
+		goto out_unlock;
+	}
+	*out = *n;
+	out->hnext = NULL;
+	out->path = strdup(n->path);
+	out->sub = n->sub ? strdup(n->sub) : NULL;
+	if (!out->path || (n->sub && !out->sub)) {
+		free(out->path);
+		free(out->sub);
+		rc = -ENOMEM;
+	}
+out_unlock:
+	pthread_mutex_unlock(&ns->lock);
+	return rc;
+}
+
+void ns_node_put_copy(struct ns_node *n)
+{
+	free(n->path);
+	free(n->sub);
+}
+
+/* One more kernel reference to @n; a forgotten node comes back to life.
+ * Caller holds ns->lock. */
+static void node_ref_locked(struct castfs_ns *ns, struct ns_node *n)
+{
+	if (n->nlookup++ == 0)
+		ns->nforgotten--;
+}
+
+int ns_node_intern(struct castfs_ns *ns, struct ns_node *desc, uint64_t *id)
+{
+	struct ns_node *n;
+
+	desc->id = ns_node_id(desc);
+	pthread_mutex_lock(&ns->lock);
+	n = node_find_locked(ns, desc->id);
+	if (n) {
+		node_ref_locked(ns, n);
+		pthread_mutex_unlock(&ns->lock);
+		ns_node_put_copy(desc);
+		*id = desc->id;
+		return 0;
+	}
+	n = malloc(sizeof(*n));
+	if (!n) {
+		pthread_mutex_unlock(&ns->lock);
+		ns_node_put_copy(desc);
+		return -ENOMEM;
+	}
+	*n = *desc;
+	n->nlookup = 1;
+	n->hnext = *bucket(ns, n->id);
+	*bucket(ns, n->id) = n;
+	pthread_mutex_unlock(&ns->lock);
+	*id = n->id;
+	return 0;
+}
+
+/* Free every forgotten node. Caller holds ns->lock. */
+static void sweep_forgotten_locked(struct castfs_ns *ns)
+{
+	for (size_t i = 0; i < NS_HASH_BUCKETS; i++) {
+		struct ns_node **pp = &ns->nodes[i], *n;
+
+		while ((n = *pp)) {
+			if (n->nlookup == 0 && n->id != CASTFS_NS_ROOT_ID) {
+				*pp = n->hnext;
+				node_free(n);
+				continue;
+			}
+			pp = &n->hnext;
+		}
+	}
+	ns->nforgotten = 0;
+}
+
+/* One more kernel reference to node @id if it is in the table. */
+bool ns_node_ref(struct castfs_ns *ns, uint64_t id)
+{
+	struct ns_node *t;
+
+	pthread_mutex_lock(&ns->lock);
+	t = node_find_locked(ns, id);
+	if (t)
+		node_ref_locked(ns, t);
+	pthread_mutex_unlock(&ns->lock);
+	return t != NULL;
+}
+
+/*
+ * A node the kernel forgot stays known for a while: an NFS server may
+ * still hold a file handle of it, and the kernel then asks for it again
+ * by id (LOOKUP(id, ".")) rather than by name. Past NS_FORGOTTEN_MAX they
+ * are all freed; a handle of one of those is found again by ns_resolve()
+ * (the facade).
+ */
+void ns_node_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup)
+{
+	struct ns_node *n;
+
+	if (id == CASTFS_NS_ROOT_ID)
+		return;
+	pthread_mutex_lock(&ns->lock);
+	n = node_find_locked(ns, id);
+	if (n && n->nlookup) {
+		n->nlookup = n->nlookup > nlookup ? n->nlookup - nlookup : 0;
+		if (n->nlookup == 0 && ++ns->nforgotten > NS_FORGOTTEN_MAX)
+			sweep_forgotten_locked(ns);
+	}
+	pthread_mutex_unlock(&ns->lock);
+}
+
+int ns_node_add_root(struct castfs_ns *ns, struct castfs_diag *d)
+{
+	struct ns_node *root = calloc(1, sizeof(*root));
+
+	if (!root)
+		return -ENOMEM;
+	root->kind = NS_DIR;
+	root->path = strdup("");
+	if (!root->path) {
+		free(root);
+		return -ENOMEM;
+	}
+	if (fstat(ns->root_fd, &root->st) < 0) {
+		int rc = -errno;
+
+		node_free(root);
+		return castfs_diag_set(d, rc, "%s: %s", ns->source,
+				       strerror(-rc));
+	}
+	root->id = CASTFS_NS_ROOT_ID;
+	root->parent = CASTFS_NS_ROOT_ID;
+	root->nlookup = 1; /* never forgotten */
+	*bucket(ns, root->id) = root;
+	return 0;
+}
+
+void ns_node_table_fini(struct castfs_ns *ns)
+{
+	for (size_t i = 0; i < NS_HASH_BUCKETS; i++) {
+		struct ns_node *n = ns->nodes[i];
+
+		while (n) {
+			struct ns_node *next = n->hnext;
+
+			node_free(n);
+			n = next;
+		}
+		ns->nodes[i] = NULL;
+	}
+}
+
+/* ---- listings, attributes, names ---- */
+
+int ns_list_add(struct ns_list *l, const char *name, size_t len, mode_t type,
+		uint64_t ino)
+{
+	struct castfs_dir *d = l->dir;
+	char *copy;
+
+	if (d->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 32;
+		struct castfs_dirent *n = realloc(d->ents, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		d->ents = n;
+		l->cap = cap;
+	}
+	copy = malloc(len + 1);
+	if (!copy)
+		return -ENOMEM;
+	memcpy(copy, name, len);
+	copy[len] = '\0';
+	/* readdir(3) hides entries whose inode number is 0. */
+	if (!ino)
+		ino = castfs_mix64(castfs_fnv1a(CASTFS_FNV_SEED, name, len)) |
+		      2;
+	d->ents[d->n++] = (struct castfs_dirent){ copy, type, ino };
+	return 0;
+}
+
+bool ns_list_has(const struct ns_list *l, const char *name, size_t len)
+{
+	for (size_t i = 0; i < l->dir->n; i++) {
+		const char *e = l->dir->ents[i].name;
+
+		if (strlen(e) == len && memcmp(e, name, len) == 0)
+			return true;
+	}
+	return false;
+}
+
+void castfs_dir_free(struct castfs_dir *dir)
+{
+	if (!dir)
+		return;
+	for (size_t i = 0; i < dir->n; i++)
+		free(dir->ents[i].name);
+	free(dir->ents);
+	free(dir);
+}
+
+ssize_t ns_xattr_put(const void *val, size_t n, char *buf, size_t len)
+{
+	if (len == 0)
+		return (ssize_t)n;
+	if (len < n)
+		return -ERANGE;
+	memcpy(buf, val, n);
+	return (ssize_t)n;
+}
+
+void ns_logf(struct castfs_ns *ns, const char *fmt, ...)
+{
+	char msg[768];
+	va_list ap;
+
+	if (!ns->log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	ns->log(ns->log_ctx, msg);
+}
+
+int ns_view_index(const struct castfs_ns *ns, const struct castfs_view *v)
+{
+	if (!v || v < ns->views->v || v >= ns->views->v + ns->views->n)
+		return CASTFS_STATS_OTHER;
+	return (int)(v - ns->views->v);
+}
+
+char *ns_path_join(const char *dir, const char *name, size_t name_len)
+{
+	size_t dl = strlen(dir);
+	char *p = malloc(dl + 1 + name_len + 1);
+
+	if (!p)
+		return NULL;
+	if (dl) {
+		memcpy(p, dir, dl);
+		p[dl++] = '/';
+	}
+	memcpy(p + dl, name, name_len);
+	p[dl + name_len] = '\0';
+	return p;
+}
+
+void ns_view_stat(const struct stat *src, uint64_t size, uint64_t ino,
+		  struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	/* Read bits of the source only: a view is never writable or run. */
+	st->st_mode = S_IFREG | (src->st_mode & 0444);
+	st->st_nlink = 1;
+	st->st_uid = src->st_uid;
+	st->st_gid = src->st_gid;
+	st->st_size = (off_t)size;
+	st->st_blksize = 1 << 20;
+	st->st_blocks = (blkcnt_t)((size + 511) / 512);
+	st->st_atim = src->st_atim;
+	st->st_mtim = src->st_mtim;
+	st->st_ctim = src->st_ctim;
+}
+
+void ns_dir_stat(const struct stat *src, uint64_t ino, struct stat *st)
+{
+	mode_t r = src->st_mode & 0444;
+
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	/* Searchable wherever readable, like the source file it shows. */
+	st->st_mode = S_IFDIR | r | (r >> 2);
+	st->st_nlink = 2;
+	st->st_uid = src->st_uid;
+	st->st_gid = src->st_gid;
+	st->st_size = 4096;
+	st->st_blksize = 4096;
+	st->st_atim = src->st_atim;
+	st->st_mtim = src->st_mtim;
+	st->st_ctim = src->st_ctim;
+}
+
+bool ns_has_st_ext(const char *name, size_t len)
+{
+	return len > ST_EXT_LEN &&
+	       memcmp(name + len - ST_EXT_LEN, st_ext, ST_EXT_LEN) == 0;
+}
+
+int ns_split_view_name(struct castfs_ns *ns, const char *name, char **base,
+		       const struct castfs_view **view)
+{
+	size_t len = strlen(name), stem_len;
+	const char *dot;
+
+	if (!ns_has_st_ext(name, len))
+		return -ENOENT;
+	stem_len = len - ST_EXT_LEN; /* "X.<view>" */
+	dot = memrchr(name, '.', stem_len);
+	if (!dot || dot == name)
+		return -ENOENT;
+	*view = castfs_views_find(ns->views, dot + 1,
+				  (size_t)(name + stem_len - dot - 1));
+	if (!*view)
+		return -ENOENT;
+	*base = malloc((size_t)(dot - name) + ST_EXT_LEN + 1);
+	if (!*base)
+		return -ENOMEM;
+	memcpy(*base, name, (size_t)(dot - name));
+	memcpy(*base + (dot - name), st_ext, ST_EXT_LEN + 1);
+	return 0;
+}
+
+ssize_t ns_view_getxattr(struct castfs_ns *ns, const struct ns_node *n,
+			 const char *name, char *buf, size_t len)
+{
+	(void)ns;
+	if (strcmp(name, "user.castfs.view") == 0)
+		return ns_xattr_put(n->view->name, strlen(n->view->name), buf,
+				    len);
+	if (strcmp(name, "user.castfs.source") == 0)
+		return ns_xattr_put(n->path, strlen(n->path), buf, len);
+	return -ENODATA;
+}
+
+ssize_t ns_view_listxattr(struct castfs_ns *ns, const struct ns_node *n,
+			  char *buf, size_t len)
+{
+	static const char names[] = "user.castfs.view\0user.castfs.source";
+
+	(void)ns;
+	(void)n;
+	if (len == 0)
+		return sizeof(names);
+	if (len < sizeof(names))
+		return -ERANGE;
+	memcpy(buf, names, sizeof(names));
+	return sizeof(names);
+}
+
+bool ns_same_file(const struct stat *a, const struct stat *b)
+{
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino &&
+	       a->st_size == b->st_size &&
+	       a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
+	       a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+	       (a->st_mode & S_IFMT) == (b->st_mode & S_IFMT);
+}

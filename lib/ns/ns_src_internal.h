@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Private to ns/, level 2 (ns_src.c): reading the source tree, and the
+ * guard that reports writers of an open source.
+ */
+#ifndef CASTFS_NS_SRC_INTERNAL_H
+#define CASTFS_NS_SRC_INTERNAL_H
+
+#include "ns/ns_internal.h"
+
+/* ---- source access: every path is relative to the root and
+ * resolved with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, so nothing outside
+ * the source root is ever reached through a link. ---- */
+
+/* ns_src_open - open @path with @flags (O_RDONLY, O_DIRECTORY, O_PATH...).
+ * Returns the fd or a negative errno. */
+int ns_src_open(struct castfs_ns *ns, const char *path, int flags);
+
+/*
+ * ns_src_open_in / ns_src_stat_in - the same, but symbolic links are
+ * followed while they stay inside the root (RESOLVE_BENEATH: absolute
+ * links and escapes through ".." fail without reaching outside). For the
+ * content views are computed from: a checkpoint or a model file may be a
+ * link to a blob, as in the Hugging Face cache. ns_src_stat_in gives the
+ * target's identity only when it is a regular file; otherwise (dangling,
+ * leaving the root, a directory) the link's own.
+ */
+int ns_src_open_in(struct castfs_ns *ns, const char *path, int flags);
+int ns_src_stat_in(struct castfs_ns *ns, const char *path, struct stat *st);
+
+/* ns_src_stat - lstat-like stat of @path. Returns 0 or -errno. */
+int ns_src_stat(struct castfs_ns *ns, const char *path, struct stat *st);
+
+/* ---- watching sources for writers (ns_src.c) ---- */
+
+/* ns_guard_watch - start watching @fd. 0: watched; -EAGAIN: a writer has
+ * the file open; 1: cannot watch (no guard or unsupported). */
+int ns_guard_watch(struct castfs_ns *ns, int fd);
+
+/* ns_guard_unwatch - undo ns_guard_watch() when it returned 0. */
+void ns_guard_unwatch(struct castfs_ns *ns, int fd);
+
+#endif

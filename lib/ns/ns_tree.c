@@ -1,0 +1,368 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The mirrored source tree (directories, files, symlinks) and the
+ * single-file views X.<view>.safetensors next to each checkpoint.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "ns/ns_kind_internal.h"
+
+static const char st_ext[] = ".safetensors";
+#define ST_EXT_LEN (sizeof(st_ext) - 1)
+
+/* ---- source access ---- */
+
+/* ---- directories ---- */
+
+static int lookup_view(struct castfs_ns *ns, const struct ns_node *dir,
+		       const char *name, struct ns_node *child)
+{
+	const struct castfs_view *view;
+	struct ns_ckpt *ck;
+	char *base, *path;
+	int rc;
+
+	rc = ns_split_view_name(ns, name, &base, &view);
+	if (rc)
+		return rc;
+	path = ns_path_join(dir->path, base, strlen(base));
+	free(base);
+	if (!path)
+		return -ENOMEM;
+	rc = ns_ckpt_valid(ns, path, &child->st, &ck);
+	if (rc) {
+		free(path);
+		return rc;
+	}
+	ns_ckpt_put(ns, ck);
+	child->kind = NS_VIEW;
+	child->view = view;
+	child->path = path;
+	return 0;
+}
+
+static int lookup_source(struct castfs_ns *ns, const struct ns_node *dir,
+			 const char *name, struct ns_node *child)
+{
+	char *path = ns_path_join(dir->path, name, strlen(name));
+	int rc;
+
+	if (!path)
+		return -ENOMEM;
+	rc = ns_src_stat(ns, path, &child->st);
+	if (rc) {
+		free(path);
+		return rc;
+	}
+	switch (child->st.st_mode & S_IFMT) {
+	case S_IFDIR:
+		child->kind = NS_DIR;
+		break;
+	case S_IFREG:
+		child->kind = NS_FILE;
+		break;
+	case S_IFLNK:
+		child->kind = NS_LINK;
+		break;
+	default:
+		/* FIFOs, sockets and devices are not mirrored. */
+		free(path);
+		return -ENOENT;
+	}
+	child->path = path;
+	return 0;
+}
+
+static int dir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
+		      const char *name, struct ns_node *child)
+{
+	int rc;
+
+	if (dir->id == CASTFS_NS_ROOT_ID && strcmp(name, ".castfs") == 0) {
+		child->kind = NS_CTL_DIR;
+		child->st = dir->st;
+		child->path = strdup("");
+		return child->path ? 0 : -ENOMEM;
+	}
+	rc = lookup_source(ns, dir, name, child);
+	if (rc != -ENOENT)
+		return rc;
+	rc = lookup_view(ns, dir, name, child);
+	for (size_t i = 0; rc == -ENOENT && ns->dir_exts[i]; i++)
+		rc = ns->dir_exts[i]->lookup(ns, dir, name, child);
+	return rc;
+}
+
+/* The views of checkpoint @name (a valid one, of identity @st). */
+static int list_views(struct castfs_ns *ns, const char *name,
+		      const struct stat *st, struct ns_list *l)
+{
+	size_t stem = strlen(name) - ST_EXT_LEN;
+	char buf[512];
+	int rc = 0;
+
+	for (size_t i = 0; !rc && i < ns->views->n; i++) {
+		const struct castfs_view *v = &ns->views->v[i];
+		struct ns_node node = { .kind = NS_VIEW, .view = v, .st = *st };
+		int n;
+
+		if (!v->listed)
+			continue;
+		n = snprintf(buf, sizeof(buf), "%.*s.%s%s", (int)stem, name,
+			     v->name, st_ext);
+		if (n < 0 || (size_t)n >= sizeof(buf) || n > 255 ||
+		    ns_list_has(l, buf, (size_t)n))
+			continue;
+		rc = ns_list_add(l, buf, (size_t)n, S_IFREG, ns_node_id(&node));
+	}
+	return rc;
+}
+
+/* Whether source entry @name (of type @type) is a valid checkpoint: its
+ * identity to @st. Links inside the root count as the files they reach
+ * (the Hugging Face cache keeps checkpoints as links to blobs). */
+static int entry_ckpt(struct castfs_ns *ns, const struct ns_node *dir,
+		      const char *name, mode_t type, struct stat *st,
+		      bool *ckpt)
+{
+	size_t len = strlen(name);
+	struct ns_ckpt *ck;
+	char *path;
+	int rc;
+
+	*ckpt = false;
+	if ((type != S_IFREG && type != S_IFLNK) || !ns_has_st_ext(name, len))
+		return 0;
+	path = ns_path_join(dir->path, name, len);
+	if (!path)
+		return -ENOMEM;
+	rc = ns_ckpt_valid(ns, path, st, &ck);
+	free(path);
+	if (rc)
+		return rc == -ENOMEM ? rc : 0; /* rejected: no views */
+	ns_ckpt_put(ns, ck);
+	*ckpt = true;
+	return 0;
+}
+
+/* Virtual siblings of source entry @name (of type @type): its views, then
+ * what each directory extension derives from it. */
+static int list_virtual(struct castfs_ns *ns, const struct ns_node *dir,
+			const char *name, mode_t type, struct ns_list *l)
+{
+	struct stat st = { 0 };
+	bool ckpt;
+	int rc = entry_ckpt(ns, dir, name, type, &st, &ckpt);
+
+	if (!rc && ckpt)
+		rc = list_views(ns, name, &st, l);
+	for (size_t i = 0; !rc && ns->dir_exts[i]; i++)
+		rc = ns->dir_exts[i]->list(ns, dir, name, type, ckpt, &st, l);
+	return rc;
+}
+
+/*
+ * Type and node id of directory entry @de: the id its lookup will give, so
+ * that `ls -i` and stat(2) agree. Returns 0 for entries castfs does not
+ * mirror (FIFOs, sockets, devices) or that vanished.
+ */
+static mode_t dirent_node(int dfd, const struct dirent *de, uint64_t *ino)
+{
+	struct ns_node n = { .kind = NS_FILE };
+
+	if (fstatat(dfd, de->d_name, &n.st, AT_SYMLINK_NOFOLLOW) < 0)
+		return 0;
+	switch (n.st.st_mode & S_IFMT) {
+	case S_IFDIR:
+		n.kind = NS_DIR;
+		break;
+	case S_IFREG:
+		break;
+	case S_IFLNK:
+		n.kind = NS_LINK;
+		break;
+	default:
+		return 0;
+	}
+	*ino = ns_node_id(&n);
+	return n.st.st_mode & S_IFMT;
+}
+
+/* Source entries first, so that a real file shadows a virtual name. */
+static int list_source(DIR *dp, struct ns_list *l, size_t *nsrc)
+{
+	struct dirent *de;
+	int rc = 0;
+
+	while (!rc && (errno = 0, de = readdir(dp))) {
+		uint64_t ino = 0;
+		mode_t t;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		t = dirent_node(dirfd(dp), de, &ino);
+		if (t)
+			rc = ns_list_add(l, de->d_name, strlen(de->d_name), t,
+					 ino);
+	}
+	if (!rc && errno)
+		rc = -errno;
+	*nsrc = l->dir->n;
+	return rc;
+}
+
+static int dir_list(struct castfs_ns *ns, const struct ns_node *dir,
+		    struct ns_list *l)
+{
+	size_t first = l->dir->n, nsrc;
+	DIR *dp;
+	int fd, rc;
+
+	fd = ns_src_open(ns, dir->path, O_RDONLY | O_DIRECTORY);
+	if (fd < 0)
+		return fd;
+	dp = fdopendir(fd);
+	if (!dp) {
+		close(fd);
+		return -errno;
+	}
+	rc = list_source(dp, l, &nsrc);
+	closedir(dp);
+	for (size_t i = first; !rc && i < nsrc; i++) {
+		/* Copy: adding entries may move the array. */
+		char *name = strdup(l->dir->ents[i].name);
+
+		if (!name)
+			return -ENOMEM;
+		rc = list_virtual(ns, dir, name, l->dir->ents[i].type, l);
+		free(name);
+	}
+	if (!rc && dir->id == CASTFS_NS_ROOT_ID &&
+	    !ns_list_has(l, ".castfs", 7)) {
+		struct ns_node ctl = { .kind = NS_CTL_DIR, .st = dir->st };
+
+		rc = ns_list_add(l, ".castfs", 7, S_IFDIR, ns_node_id(&ctl));
+	}
+	return rc;
+}
+
+static int dir_getattr(struct castfs_ns *ns, const struct ns_node *n,
+		       struct stat *st)
+{
+	int rc = ns_src_stat(ns, n->path, st);
+
+	if (rc)
+		return rc;
+	if (st->st_dev != n->st.st_dev || st->st_ino != n->st.st_ino ||
+	    !S_ISDIR(st->st_mode))
+		return -ESTALE;
+	st->st_mode &= ~(mode_t)0222;
+	return 0;
+}
+
+const struct ns_kind_ops ns_dir_ops = {
+	.lookup = dir_lookup,
+	.list = dir_list,
+	.getattr = dir_getattr,
+};
+
+/* ---- files and links ---- */
+
+static int file_getattr(struct castfs_ns *ns, const struct ns_node *n,
+			struct stat *st)
+{
+	/* A file node may sit at a link's path inside a model-directory view
+	 * (a snapshot of links to blobs): its identity is the target's. */
+	int rc = n->kind == NS_LINK ? ns_src_stat(ns, n->path, st) :
+				      ns_src_stat_in(ns, n->path, st);
+
+	if (rc)
+		return rc;
+	if (!ns_same_file(st, &n->st))
+		return -ESTALE;
+	st->st_mode &= ~(mode_t)0222;
+	return 0;
+}
+
+static int file_open(struct castfs_ns *ns, const struct ns_node *n,
+		     struct castfs_file **out)
+{
+	return ns_file_new_source(ns, n->path, &n->st, out);
+}
+
+const struct ns_kind_ops ns_file_ops = {
+	.getattr = file_getattr,
+	.open = file_open,
+};
+
+const struct ns_kind_ops ns_link_ops = {
+	.getattr = file_getattr,
+};
+
+/* ---- single-file views ---- */
+
+static int view_plan(struct castfs_ns *ns, const struct ns_node *n,
+		     struct ns_ckpt **ck, const struct castfs_plan **plan)
+{
+	struct castfs_diag d = { { 0 } };
+	struct stat st;
+	int rc = ns_ckpt_valid(ns, n->path, &st, ck);
+
+	if (rc)
+		return rc == -ENOENT ? -ESTALE : rc;
+	if (!ns_same_file(&st, &n->st)) {
+		ns_ckpt_put(ns, *ck);
+		return -ESTALE;
+	}
+	rc = ns_ckpt_plan(ns, *ck, n->view, plan, &d);
+	if (rc) {
+		ns_logf(ns, "%s: view %s: %s", n->path, n->view->name,
+			d.msg[0] ? d.msg : strerror(-rc));
+		ns_ckpt_put(ns, *ck);
+	}
+	return rc;
+}
+
+static int view_getattr(struct castfs_ns *ns, const struct ns_node *n,
+			struct stat *st)
+{
+	const struct castfs_plan *plan;
+	struct ns_ckpt *ck;
+	int rc = view_plan(ns, n, &ck, &plan);
+
+	if (rc)
+		return rc;
+	ns_view_stat(&n->st, plan->size, n->id, st);
+	ns_ckpt_put(ns, ck);
+	return 0;
+}
+
+static int view_open(struct castfs_ns *ns, const struct ns_node *n,
+		     struct castfs_file **out)
+{
+	const struct castfs_plan *plan;
+	struct ns_ckpt *ck;
+	int rc = view_plan(ns, n, &ck, &plan);
+
+	if (rc)
+		return rc;
+	rc = ns_file_new_plan(ns, n->path, &n->st, ck, plan, NULL,
+			      ns_view_index(ns, n->view), out);
+	ns_ckpt_put(ns, ck);
+	return rc;
+}
+
+const struct ns_kind_ops ns_view_ops = {
+	.getattr = view_getattr,
+	.open = view_open,
+	.getxattr = ns_view_getxattr,
+	.listxattr = ns_view_listxattr,
+};
