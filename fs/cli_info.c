@@ -116,7 +116,7 @@ static int name_width(const struct castfs_header *h)
 static void print_row(const struct castfs_tfile_ctx *c,
 		      const struct castfs_tensor *t, int width)
 {
-	char *shape = castfs_shape_str(t->ndim, t->shape), off[64];
+	char *shape = castfs_tinfo_shape_str(t->ndim, t->shape), off[64];
 	int n = print_name(t->name, t->name_len);
 
 	snprintf(off, sizeof(off), "[%" PRIu64 ", %" PRIu64 "]", t->begin,

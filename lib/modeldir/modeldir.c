@@ -2,7 +2,7 @@
 /*
  * Model-directory views: the names loaders look for, the config.json patch
  * (dtype, bitsandbytes quantization_config). cJSON validates the text
- * (md_parse); edits work on byte spans of it, so the rest stays as it was.
+ * (castfs_md_parse); edits work on byte spans of it, so the rest stays as it was.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -76,18 +76,18 @@ enum castfs_md_name castfs_md_name_kind(const char *name)
 
 /* ---- reading JSON ---- */
 
-static const struct md_member *
-find_member(const char *js, const struct md_object *o, const char *key)
+static const struct castfs_md_member *
+find_member(const char *js, const struct castfs_md_object *o, const char *key)
 {
 	for (size_t i = 0; i < o->n; i++) {
-		if (md_key_is(js, &o->m[i], key))
+		if (castfs_md_key_is(js, &o->m[i], key))
 			return &o->m[i];
 	}
 	return NULL;
 }
 
 /* A plain string "model_type" (no escapes) into @out. */
-static void config_model_type(const char *js, const struct md_member *m,
+static void config_model_type(const char *js, const struct castfs_md_member *m,
 			      struct castfs_md_config *out)
 {
 	size_t n = m ? m->val_len : 0;
@@ -103,18 +103,18 @@ static void config_model_type(const char *js, const struct md_member *m,
 int castfs_md_config_read(const char *json, size_t len,
 			  struct castfs_md_config *out, struct castfs_diag *d)
 {
-	struct md_object o;
-	int rc = md_parse(json, len, NULL, d, "config.json");
+	struct castfs_md_object o;
+	int rc = castfs_md_parse(json, len, NULL, d, "config.json");
 
 	if (!rc)
-		rc = md_top_object(json, len, &o);
+		rc = castfs_md_top_object(json, len, &o);
 	if (rc)
 		return rc;
 	out->diffusers = find_member(json, &o, "_class_name") ||
 			 find_member(json, &o, "_diffusers_version");
 	out->quantized = find_member(json, &o, "quantization_config") != NULL;
 	config_model_type(json, find_member(json, &o, "model_type"), out);
-	md_object_fini(&o);
+	castfs_md_object_fini(&o);
 	return 0;
 }
 
@@ -363,7 +363,7 @@ struct md_style {
 	size_t unit_len;
 };
 
-static void style_of(const char *js, const struct md_member *m,
+static void style_of(const char *js, const struct castfs_md_member *m,
 		     struct md_style *s)
 {
 	const char *nl;
@@ -417,7 +417,7 @@ static void put_skip_list(struct castfs_strbuf *b, const struct md_style *s,
 	castfs_sb_put(b, "[", 1);
 	for (size_t i = 0; i < q->nskip; i++) {
 		put_next(b, s, 2, i == 0);
-		md_put_str(b, q->skip[i], strlen(q->skip[i]));
+		castfs_md_put_str(b, q->skip[i], strlen(q->skip[i]));
 	}
 	put_close(b, s, 1, ']');
 }
@@ -453,7 +453,7 @@ static void put_bnb(struct castfs_strbuf *b, const struct md_style *s,
 	castfs_sb_put(b, "{", 1);
 	for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++) {
 		put_next(b, s, 1, i == 0);
-		md_put_str(b, kv[i].key, strlen(kv[i].key));
+		castfs_md_put_str(b, kv[i].key, strlen(kv[i].key));
 		castfs_sb_put(b, s->sep, s->sep_len);
 		if (kv[i].val)
 			castfs_sb_puts(b, kv[i].val);
@@ -471,15 +471,16 @@ static int cmp_bytes(const char *a, size_t an, const char *b, size_t bn)
 }
 
 /* Compare the keys of @a and @b (quoted raw text; quotes compare equal). */
-static int key_cmp(const char *js, const struct md_member *a, const char *key)
+static int key_cmp(const char *js, const struct castfs_md_member *a,
+		   const char *key)
 {
 	return cmp_bytes(js + a->key + 1, a->key_len - 2, key, strlen(key));
 }
 
-static bool keys_sorted(const char *js, const struct md_object *o)
+static bool keys_sorted(const char *js, const struct castfs_md_object *o)
 {
 	for (size_t i = 1; i < o->n; i++) {
-		const struct md_member *a = &o->m[i - 1], *b = &o->m[i];
+		const struct castfs_md_member *a = &o->m[i - 1], *b = &o->m[i];
 
 		if (cmp_bytes(js + a->key, a->key_len, js + b->key,
 			      b->key_len) >= 0)
@@ -495,7 +496,7 @@ typedef void (*put_value_fn)(struct castfs_strbuf *b, const struct md_style *s,
 static void put_member(struct castfs_strbuf *b, const struct md_style *s,
 		       const char *key, put_value_fn put, const void *ctx)
 {
-	md_put_str(b, key, strlen(key));
+	castfs_md_put_str(b, key, strlen(key));
 	castfs_sb_put(b, s->sep, s->sep_len);
 	put(b, s, ctx);
 }
@@ -505,7 +506,7 @@ static void put_member(struct castfs_strbuf *b, const struct md_style *s,
  * (the first has none in compact JSON), or of the only one when pretty,
  * else json.dumps' default ", ".
  */
-static void style_between(const char *js, const struct md_object *o,
+static void style_between(const char *js, const struct castfs_md_object *o,
 			  struct md_style *s)
 {
 	style_of(js, &o->m[o->n > 1 ? 1 : 0], s);
@@ -518,7 +519,7 @@ static void style_between(const char *js, const struct md_object *o,
 /* @js with member @key added as sorted keys place it, styled like its
  * neighbours. @o is the top-level object of @js. */
 static void insert_member(struct castfs_strbuf *b, const char *js, size_t len,
-			  const struct md_object *o, const char *key,
+			  const struct castfs_md_object *o, const char *key,
 			  put_value_fn put, const void *ctx)
 {
 	static const struct md_style compact = { "", 0, ": ", 2, false, "", 0 };
@@ -558,7 +559,7 @@ static void put_dtype_value(struct castfs_strbuf *b, const struct md_style *s,
 			    const void *ctx)
 {
 	(void)s;
-	md_put_str(b, ctx, strlen(ctx));
+	castfs_md_put_str(b, ctx, strlen(ctx));
 }
 
 static void put_bnb_value(struct castfs_strbuf *b, const struct md_style *s,
@@ -569,19 +570,19 @@ static void put_bnb_value(struct castfs_strbuf *b, const struct md_style *s,
 
 /* @js with every top-level "dtype"/"torch_dtype" set to @dtype. */
 static void set_dtype(struct castfs_strbuf *b, const char *js, size_t len,
-		      const struct md_object *o, const char *dtype)
+		      const struct castfs_md_object *o, const char *dtype)
 {
 	size_t at = 0;
 	bool found = false;
 
 	for (size_t i = 0; i < o->n; i++) {
-		const struct md_member *m = &o->m[i];
+		const struct castfs_md_member *m = &o->m[i];
 
-		if (!md_key_is(js, m, "dtype") &&
-		    !md_key_is(js, m, "torch_dtype"))
+		if (!castfs_md_key_is(js, m, "dtype") &&
+		    !castfs_md_key_is(js, m, "torch_dtype"))
 			continue;
 		castfs_sb_put(b, js + at, m->val - at);
-		md_put_str(b, dtype, strlen(dtype));
+		castfs_md_put_str(b, dtype, strlen(dtype));
 		at = m->val + m->val_len;
 		found = true;
 	}
@@ -597,8 +598,8 @@ static int patch_step(struct castfs_strbuf *cur,
 		      const struct castfs_md_patch *p, bool bnb_step)
 {
 	struct castfs_strbuf next = { 0 };
-	struct md_object o;
-	int rc = md_top_object(cur->p, cur->len, &o);
+	struct castfs_md_object o;
+	int rc = castfs_md_top_object(cur->p, cur->len, &o);
 
 	if (rc)
 		return rc;
@@ -607,7 +608,7 @@ static int patch_step(struct castfs_strbuf *cur,
 			      "quantization_config", put_bnb_value, p->bnb);
 	else
 		set_dtype(&next, cur->p, cur->len, &o, p->dtype);
-	md_object_fini(&o);
+	castfs_md_object_fini(&o);
 	castfs_sb_fini(cur);
 	*cur = next;
 	return cur->oom ? -ENOMEM : 0;

@@ -33,7 +33,8 @@ struct ix {
 	struct ix_entry *e;
 	size_t ne;
 	uint64_t total;
-	const struct md_member *meta; /* "metadata" of the source, or NULL */
+	const struct castfs_md_member
+		*meta; /* "metadata" of the source, or NULL */
 };
 
 static void ix_fini(struct ix *x)
@@ -210,7 +211,7 @@ static int cmp_member(const void *a, const void *b)
 
 /* The members of @o except those named @drop1 and @drop2, with room for
  * two more. */
-static int members_of(const char *js, const struct md_object *o,
+static int members_of(const char *js, const struct castfs_md_object *o,
 		      const char *drop1, const char *drop2,
 		      struct ix_member **out, size_t *n)
 {
@@ -220,9 +221,10 @@ static int members_of(const char *js, const struct md_object *o,
 		return -ENOMEM;
 	*n = 0;
 	for (size_t i = 0; i < o->n; i++) {
-		const struct md_member *s = &o->m[i];
+		const struct castfs_md_member *s = &o->m[i];
 
-		if (md_key_is(js, s, drop1) || md_key_is(js, s, drop2))
+		if (castfs_md_key_is(js, s, drop1) ||
+		    castfs_md_key_is(js, s, drop2))
 			continue;
 		m[(*n)++] = (struct ix_member){
 			js + s->key + 1,
@@ -245,10 +247,10 @@ static void put_weight_map(struct castfs_strbuf *b, const struct ix *x)
 	castfs_sb_put(b, "{", 1);
 	for (size_t i = 0; i < x->ne; i++) {
 		castfs_sb_puts(b, i ? ",\n    " : "\n    ");
-		md_put_str(b, x->e[i].name, x->e[i].len);
+		castfs_md_put_str(b, x->e[i].name, x->e[i].len);
 		castfs_sb_puts(b, ": ");
-		md_put_str(b, x->names[x->e[i].shard],
-			   strlen(x->names[x->e[i].shard]));
+		castfs_md_put_str(b, x->names[x->e[i].shard],
+				  strlen(x->names[x->e[i].shard]));
 	}
 	castfs_sb_puts(b, "\n  }");
 }
@@ -265,12 +267,12 @@ static void put_members(struct castfs_strbuf *b, const struct ix *x,
 	for (size_t i = 0; i < n; i++) {
 		castfs_sb_puts(b, i ? "," : "");
 		castfs_sb_puts(b, lead);
-		md_put_str(b, m[i].key, m[i].key_len);
+		castfs_md_put_str(b, m[i].key, m[i].key_len);
 		castfs_sb_puts(b, ": ");
 		if (m[i].val)
 			castfs_sb_put(b, m[i].val, m[i].val_len);
 		else if (m[i].made == IX_TOTAL)
-			md_put_u64(b, x->total);
+			castfs_md_put_u64(b, x->total);
 		else if (m[i].made == IX_WMAP)
 			put_weight_map(b, x);
 		else
@@ -284,37 +286,37 @@ static void put_members(struct castfs_strbuf *b, const struct ix *x,
  * total_size replaced. */
 static void put_metadata(struct castfs_strbuf *b, const struct ix *x)
 {
-	struct md_object o = { 0 };
+	struct castfs_md_object o = { 0 };
 	struct ix_member *m;
 	size_t n;
 
 	if (x->meta && x->js[x->meta->val] == '{' &&
-	    md_scan_object(x->js, x->len, x->meta->val, &o) != 0)
+	    castfs_md_scan_object(x->js, x->len, x->meta->val, &o) != 0)
 		goto out_oom; /* the text was validated: only ENOMEM */
 	if (members_of(x->js, &o, "total_size", "total_size", &m, &n))
 		goto out_oom;
 	m[n++] = (struct ix_member){ "total_size", 10, NULL, 0, IX_TOTAL };
 	put_members(b, x, m, n, "\n    ", "\n  ");
 	free(m);
-	md_object_fini(&o);
+	castfs_md_object_fini(&o);
 	return;
 out_oom:
-	md_object_fini(&o);
+	castfs_md_object_fini(&o);
 	b->oom = true;
 }
 
 static int ix_write(struct ix *x, char **out, size_t *out_len)
 {
 	struct castfs_strbuf b = { 0 };
-	struct md_object top;
+	struct castfs_md_object top;
 	struct ix_member *m;
 	size_t n;
-	int rc = md_top_object(x->js, x->len, &top);
+	int rc = castfs_md_top_object(x->js, x->len, &top);
 
 	if (rc)
 		return rc;
 	for (size_t i = 0; i < top.n; i++) {
-		if (md_key_is(x->js, &top.m[i], "metadata"))
+		if (castfs_md_key_is(x->js, &top.m[i], "metadata"))
 			x->meta = &top.m[i];
 	}
 	rc = members_of(x->js, &top, "metadata", "weight_map", &m, &n);
@@ -328,7 +330,7 @@ static int ix_write(struct ix *x, char **out, size_t *out_len)
 		rc = castfs_sb_take(&b, out, out_len);
 	}
 	x->meta = NULL;
-	md_object_fini(&top);
+	castfs_md_object_fini(&top);
 	return rc;
 }
 
@@ -339,7 +341,7 @@ int castfs_md_index_rewrite(const char *json, size_t len, const char *variant,
 	struct ix x = { .js = json, .len = len };
 	const cJSON *wm;
 	cJSON *root;
-	int rc = md_parse(json, len, &root, d, "index");
+	int rc = castfs_md_parse(json, len, &root, d, "index");
 
 	if (rc)
 		return rc;

@@ -17,60 +17,63 @@
 
 struct cJSON;
 
-/* md_put_u64 - the decimal digits of @v. */
-void md_put_u64(struct castfs_strbuf *b, uint64_t v);
+/* castfs_md_put_u64 - the decimal digits of @v. */
+void castfs_md_put_u64(struct castfs_strbuf *b, uint64_t v);
 
 /*
- * md_put_str - @n bytes of UTF-8 @s as a JSON string literal the way
+ * castfs_md_put_str - @n bytes of UTF-8 @s as a JSON string literal the way
  * json.dumps writes it by default (ensure_ascii: \" \\ \n \r \t \b \f,
  * other control and non-ASCII characters as lowercase \uXXXX, surrogate
  * pairs above U+FFFF). A byte that is not valid UTF-8 is written as
  * U+FFFD. NUL bytes are characters like any other.
  */
-void md_put_str(struct castfs_strbuf *b, const char *s, size_t n);
+void castfs_md_put_str(struct castfs_strbuf *b, const char *s, size_t n);
 
 /* One member of an object, as offsets into the scanned text. */
-struct md_member {
+struct castfs_md_member {
 	size_t lead, lead_len; /* whitespace before the key */
 	size_t key, key_len; /* the key, quotes included */
 	size_t val, val_len; /* the value's text */
 };
 
 /* An object: where its braces are and its members in text order. */
-struct md_object {
+struct castfs_md_object {
 	size_t open, close; /* offsets of '{' and '}' */
 	size_t n;
-	struct md_member *m;
+	struct castfs_md_member *m;
 };
 
 /*
- * md_scan_object - the members of the object that starts at @at (a '{')
+ * castfs_md_scan_object - the members of the object that starts at @at (a '{')
  * of the @len bytes at @js. Every offset is bounds-checked; nesting is
- * limited to 1000 levels as in cJSON. Fills @o (md_object_fini() frees
+ * limited to 1000 levels as in cJSON. Fills @o (castfs_md_object_fini() frees
  * it). Returns 0, -EINVAL (not a well-formed object) or -ENOMEM.
  */
-int md_scan_object(const char *js, size_t len, size_t at, struct md_object *o);
+int castfs_md_scan_object(const char *js, size_t len, size_t at,
+			  struct castfs_md_object *o);
 
-/* md_object_fini - free what md_scan_object() allocated. */
-void md_object_fini(struct md_object *o);
+/* castfs_md_object_fini - free what castfs_md_scan_object() allocated. */
+void castfs_md_object_fini(struct castfs_md_object *o);
 
-/* md_key_is - true if member @m's key is exactly "@key" (no escapes). */
-bool md_key_is(const char *js, const struct md_member *m, const char *key);
+/* castfs_md_key_is - true if member @m's key is exactly "@key" (no escapes). */
+bool castfs_md_key_is(const char *js, const struct castfs_md_member *m,
+		      const char *key);
 
-/* md_skip_ws - the first offset at or after @i that is not JSON space. */
-size_t md_skip_ws(const char *js, size_t len, size_t i);
+/* castfs_md_skip_ws - the first offset at or after @i that is not JSON space. */
+size_t castfs_md_skip_ws(const char *js, size_t len, size_t i);
 
 /*
- * md_parse - validate @len bytes of @json (not NUL-terminated) as one
+ * castfs_md_parse - validate @len bytes of @json (not NUL-terminated) as one
  * JSON object with cJSON, surrounded by JSON space only. With @root set,
  * *@root is the parsed tree (the caller cJSON_Delete()s it). Returns 0 or
  * -EINVAL (@d says why, naming the file as @what).
  */
-int md_parse(const char *json, size_t len, struct cJSON **root,
-	     struct castfs_diag *d, const char *what);
+int castfs_md_parse(const char *json, size_t len, struct cJSON **root,
+		    struct castfs_diag *d, const char *what);
 
-/* md_top_object - md_scan_object() of the top-level object of text that
- * md_parse() accepted. */
-int md_top_object(const char *json, size_t len, struct md_object *o);
+/* castfs_md_top_object - castfs_md_scan_object() of the top-level object of text that
+ * castfs_md_parse() accepted. */
+int castfs_md_top_object(const char *json, size_t len,
+			 struct castfs_md_object *o);
 
 #endif

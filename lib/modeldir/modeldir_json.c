@@ -15,7 +15,7 @@
 
 /* ---- output ---- */
 
-void md_put_u64(struct castfs_strbuf *b, uint64_t v)
+void castfs_md_put_u64(struct castfs_strbuf *b, uint64_t v)
 {
 	castfs_sb_printf(b, "%llu", (unsigned long long)v);
 }
@@ -86,7 +86,7 @@ static void put_escaped(struct castfs_strbuf *b, uint32_t cp)
 	}
 }
 
-void md_put_str(struct castfs_strbuf *b, const char *s, size_t n)
+void castfs_md_put_str(struct castfs_strbuf *b, const char *s, size_t n)
 {
 	const uint8_t *u = (const uint8_t *)s;
 	size_t i = 0, used;
@@ -101,7 +101,7 @@ void md_put_str(struct castfs_strbuf *b, const char *s, size_t n)
 
 /* ---- scanning ---- */
 
-size_t md_skip_ws(const char *js, size_t len, size_t i)
+size_t castfs_md_skip_ws(const char *js, size_t len, size_t i)
 {
 	while (i < len && (js[i] == ' ' || js[i] == '\t' || js[i] == '\n' ||
 			   js[i] == '\r'))
@@ -178,12 +178,12 @@ static int skip_value(const char *js, size_t len, size_t *i)
 	return 0;
 }
 
-static int add_member(struct md_object *o, size_t *cap,
-		      const struct md_member *m)
+static int add_member(struct castfs_md_object *o, size_t *cap,
+		      const struct castfs_md_member *m)
 {
 	if (o->n == *cap) {
 		size_t ncap = *cap ? *cap * 2 : 16;
-		struct md_member *nm = realloc(o->m, ncap * sizeof(*nm));
+		struct castfs_md_member *nm = realloc(o->m, ncap * sizeof(*nm));
 
 		if (!nm)
 			return -ENOMEM;
@@ -196,9 +196,9 @@ static int add_member(struct md_object *o, size_t *cap,
 
 /* One "key": value at *@i (after '{' or ','), its lead starting there. */
 static int scan_member(const char *js, size_t len, size_t *i,
-		       struct md_member *m)
+		       struct castfs_md_member *m)
 {
-	size_t p = md_skip_ws(js, len, *i);
+	size_t p = castfs_md_skip_ws(js, len, *i);
 	int rc;
 
 	m->lead = *i;
@@ -210,30 +210,32 @@ static int scan_member(const char *js, size_t len, size_t *i,
 	if (rc)
 		return rc;
 	m->key_len = p - m->key;
-	p = md_skip_ws(js, len, p);
+	p = castfs_md_skip_ws(js, len, p);
 	if (p >= len || js[p] != ':')
 		return -EINVAL;
-	p = md_skip_ws(js, len, p + 1);
+	p = castfs_md_skip_ws(js, len, p + 1);
 	m->val = p;
 	rc = skip_value(js, len, &p);
 	if (rc)
 		return rc;
 	m->val_len = p - m->val;
-	*i = md_skip_ws(js, len, p);
+	*i = castfs_md_skip_ws(js, len, p);
 	return 0;
 }
 
-int md_scan_object(const char *js, size_t len, size_t at, struct md_object *o)
+int castfs_md_scan_object(const char *js, size_t len, size_t at,
+			  struct castfs_md_object *o)
 {
 	size_t i = at + 1, cap = 0;
-	struct md_member m;
+	struct castfs_md_member m;
 	int rc;
 
-	*o = (struct md_object){ .open = at };
+	*o = (struct castfs_md_object){ .open = at };
 	if (at >= len || js[at] != '{')
 		return -EINVAL;
-	if (md_skip_ws(js, len, i) < len && js[md_skip_ws(js, len, i)] == '}') {
-		o->close = md_skip_ws(js, len, i);
+	if (castfs_md_skip_ws(js, len, i) < len &&
+	    js[castfs_md_skip_ws(js, len, i)] == '}') {
+		o->close = castfs_md_skip_ws(js, len, i);
 		return 0;
 	}
 	for (;;) {
@@ -253,33 +255,34 @@ int md_scan_object(const char *js, size_t len, size_t at, struct md_object *o)
 		rc = -EINVAL;
 		break;
 	}
-	md_object_fini(o);
+	castfs_md_object_fini(o);
 	return rc;
 }
 
-void md_object_fini(struct md_object *o)
+void castfs_md_object_fini(struct castfs_md_object *o)
 {
 	free(o->m);
 	o->m = NULL;
 	o->n = 0;
 }
 
-bool md_key_is(const char *js, const struct md_member *m, const char *key)
+bool castfs_md_key_is(const char *js, const struct castfs_md_member *m,
+		      const char *key)
 {
 	size_t n = strlen(key);
 
 	return m->key_len == n + 2 && memcmp(js + m->key + 1, key, n) == 0;
 }
 
-int md_parse(const char *json, size_t len, cJSON **root, struct castfs_diag *d,
-	     const char *what)
+int castfs_md_parse(const char *json, size_t len, cJSON **root,
+		    struct castfs_diag *d, const char *what)
 {
 	const char *end = NULL;
 	cJSON *r = cJSON_ParseWithLengthOpts(json, len, &end, false);
 	size_t tail = end ? (size_t)(end - json) : 0;
 
 	if (r)
-		tail = md_skip_ws(json, len, tail);
+		tail = castfs_md_skip_ws(json, len, tail);
 	if (!r || tail != len || !cJSON_IsObject(r)) {
 		cJSON_Delete(r);
 		return castfs_diag_set(d, -EINVAL,
@@ -293,7 +296,9 @@ int md_parse(const char *json, size_t len, cJSON **root, struct castfs_diag *d,
 	return 0;
 }
 
-int md_top_object(const char *json, size_t len, struct md_object *o)
+int castfs_md_top_object(const char *json, size_t len,
+			 struct castfs_md_object *o)
 {
-	return md_scan_object(json, len, md_skip_ws(json, len, 0), o);
+	return castfs_md_scan_object(json, len, castfs_md_skip_ws(json, len, 0),
+				     o);
 }

@@ -16,11 +16,11 @@
 #include "ns/ns_kind_internal.h"
 
 static const struct ns_kind_ops *const kind_ops[NS_KIND_COUNT] = {
-	[NS_DIR] = &ns_dir_ops,		[NS_FILE] = &ns_file_ops,
-	[NS_LINK] = &ns_link_ops,	[NS_VIEW] = &ns_view_ops,
-	[NS_CTL_DIR] = &ns_ctl_dir_ops, [NS_CTL_FILE] = &ns_ctl_file_ops,
-	[NS_TDIR] = &ns_tdir_ops,	[NS_TFILE] = &ns_tfile_ops,
-	[NS_MDIR] = &ns_mdir_ops,	[NS_MFILE] = &ns_mfile_ops,
+	[NS_DIR] = &ns_kind_dir,	 [NS_FILE] = &ns_kind_file,
+	[NS_LINK] = &ns_kind_link,	 [NS_VIEW] = &ns_kind_view,
+	[NS_CTL_DIR] = &ns_kind_ctl_dir, [NS_CTL_FILE] = &ns_kind_ctl_file,
+	[NS_TDIR] = &ns_kind_tdir,	 [NS_TFILE] = &ns_kind_tfile,
+	[NS_MDIR] = &ns_kind_mdir,	 [NS_MFILE] = &ns_kind_mfile,
 };
 
 /* What a source directory shows besides its entries and their views, in

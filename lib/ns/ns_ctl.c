@@ -66,7 +66,7 @@ static int ctl_dir_getattr(struct castfs_ns *ns, const struct ns_node *n,
 	return 0;
 }
 
-const struct ns_kind_ops ns_ctl_dir_ops = {
+const struct ns_kind_ops ns_kind_ctl_dir = {
 	.lookup = ctl_dir_lookup,
 	.list = ctl_dir_list,
 	.getattr = ctl_dir_getattr,
@@ -215,7 +215,7 @@ static int ctl_file_open(struct castfs_ns *ns, const struct ns_node *n,
 	return rc;
 }
 
-const struct ns_kind_ops ns_ctl_file_ops = {
+const struct ns_kind_ops ns_kind_ctl_file = {
 	.getattr = ctl_file_getattr,
 	.open = ctl_file_open,
 };

@@ -29,9 +29,9 @@ struct ns_kind_ops {
 			     char *buf, size_t len);
 };
 
-extern const struct ns_kind_ops ns_dir_ops, ns_file_ops, ns_link_ops,
-	ns_view_ops, ns_ctl_dir_ops, ns_ctl_file_ops, ns_tdir_ops, ns_tfile_ops,
-	ns_mdir_ops, ns_mfile_ops;
+extern const struct ns_kind_ops ns_kind_dir, ns_kind_file, ns_kind_link,
+	ns_kind_view, ns_kind_ctl_dir, ns_kind_ctl_file, ns_kind_tdir,
+	ns_kind_tfile, ns_kind_mdir, ns_kind_mfile;
 
 /*
  * The names a source directory shows besides its own entries, one table

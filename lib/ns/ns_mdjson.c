@@ -49,7 +49,8 @@ static int md_push(char ***v, size_t *n, const char *name)
 }
 
 /* Note regular file @name (identity @st) in @s. */
-static int md_dir_add(struct md_dir *s, const char *name, const struct stat *st)
+static int md_dir_add(struct ns_md_dir *s, const char *name,
+		      const struct stat *st)
 {
 	switch (castfs_md_name_kind(name)) {
 	case CASTFS_MD_CONFIG:
@@ -81,7 +82,7 @@ static int md_stat_link(struct castfs_ns *ns, const char *dir, const char *name,
 	return rc;
 }
 
-int ns_md_dir_scan(struct castfs_ns *ns, const char *path, struct md_dir *s)
+int ns_md_dir_scan(struct castfs_ns *ns, const char *path, struct ns_md_dir *s)
 {
 	int fd = ns_src_open(ns, path, O_RDONLY | O_DIRECTORY);
 	struct dirent *de;
@@ -89,7 +90,7 @@ int ns_md_dir_scan(struct castfs_ns *ns, const char *path, struct md_dir *s)
 	DIR *dp;
 	int rc = 0;
 
-	*s = (struct md_dir){ .fp = 1 };
+	*s = (struct ns_md_dir){ .fp = 1 };
 	if (fd < 0)
 		return fd;
 	dp = fdopendir(fd);
@@ -120,7 +121,7 @@ int ns_md_dir_scan(struct castfs_ns *ns, const char *path, struct md_dir *s)
 	return rc;
 }
 
-void ns_md_dir_fini(struct md_dir *s)
+void ns_md_dir_fini(struct ns_md_dir *s)
 {
 	for (size_t i = 0; i < s->nweights; i++)
 		free(s->weights[i]);
@@ -128,10 +129,10 @@ void ns_md_dir_fini(struct md_dir *s)
 		free(s->indexes[i]);
 	free(s->weights);
 	free(s->indexes);
-	*s = (struct md_dir){ 0 };
+	*s = (struct ns_md_dir){ 0 };
 }
 
-bool ns_md_dir_weights(const struct md_dir *s)
+bool ns_md_dir_weights(const struct ns_md_dir *s)
 {
 	return s->nweights > 0 || s->nindex > 0;
 }
@@ -208,7 +209,7 @@ int ns_md_keep_of(struct castfs_ns *ns, const char *dir,
 }
 
 static bool md_any_valid(struct castfs_ns *ns, const char *dir,
-			 const struct md_dir *s)
+			 const struct ns_md_dir *s)
 {
 	bool found = false;
 
@@ -230,7 +231,7 @@ static bool md_any_valid(struct castfs_ns *ns, const char *dir,
 int ns_md_is_model(struct castfs_ns *ns, const char *path, bool *yes)
 {
 	struct castfs_md_config c;
-	struct md_dir s;
+	struct ns_md_dir s;
 	int rc = ns_md_dir_scan(ns, path, &s);
 
 	*yes = false;
@@ -250,13 +251,13 @@ out:
 /* ---- building the rewritten JSON ---- */
 
 /* The valid checkpoints of a directory, with references held. */
-struct md_ckpts {
+struct ns_md_ckpts {
 	size_t n;
 	struct ns_ckpt **ck;
 	const struct castfs_header **h;
 };
 
-static void md_ckpts_fini(struct castfs_ns *ns, struct md_ckpts *c)
+static void md_ckpts_fini(struct castfs_ns *ns, struct ns_md_ckpts *c)
 {
 	for (size_t i = 0; i < c->n; i++)
 		ns_ckpt_put(ns, c->ck[i]);
@@ -265,12 +266,12 @@ static void md_ckpts_fini(struct castfs_ns *ns, struct md_ckpts *c)
 }
 
 static int md_ckpts_of(struct castfs_ns *ns, const char *dir,
-		       struct md_ckpts *c)
+		       struct ns_md_ckpts *c)
 {
-	struct md_dir s;
+	struct ns_md_dir s;
 	int rc = ns_md_dir_scan(ns, dir, &s);
 
-	*c = (struct md_ckpts){ 0 };
+	*c = (struct ns_md_ckpts){ 0 };
 	c->ck = calloc(s.nweights + 1, sizeof(*c->ck));
 	c->h = calloc(s.nweights + 1, sizeof(*c->h));
 	if (!rc && (!c->ck || !c->h))
@@ -294,7 +295,7 @@ static int md_ckpts_of(struct castfs_ns *ns, const char *dir,
 
 /* The quantization_config of @v with keep set @keep over @ck. */
 static int md_bnb_of(const struct castfs_view *v, int keep,
-		     const struct md_ckpts *ck, bool diffusers,
+		     const struct ns_md_ckpts *ck, bool diffusers,
 		     struct castfs_md_bnb *q)
 {
 	struct castfs_md_view mv;
@@ -318,7 +319,7 @@ static int md_build_config(struct castfs_ns *ns, const struct ns_node *n,
 	struct castfs_md_patch p = { 0 };
 	struct castfs_md_config c;
 	struct castfs_md_bnb q = { 0 };
-	struct md_ckpts ck = { 0 };
+	struct ns_md_ckpts ck = { 0 };
 	char *dir = NULL;
 	int rc = castfs_md_config_read(text, len, &c, NULL);
 
@@ -341,7 +342,7 @@ static int md_build_config(struct castfs_ns *ns, const struct ns_node *n,
 	return rc;
 }
 
-struct md_shard_ctx {
+struct ns_md_shard_ctx {
 	struct castfs_ns *ns;
 	const char *dir;
 	const struct castfs_view *view;
@@ -351,7 +352,7 @@ struct md_shard_ctx {
 /* castfs_md_shard_fn: the header of shard @name through the view. */
 static int md_shard(void *ctx, const char *name, struct castfs_header **out)
 {
-	const struct md_shard_ctx *c = ctx;
+	const struct ns_md_shard_ctx *c = ctx;
 	const struct castfs_plan *plan;
 	char *path = ns_path_join(c->dir, name, strlen(name));
 	struct ns_ckpt *ck;
@@ -372,7 +373,7 @@ static int md_build_index(struct castfs_ns *ns, const struct ns_node *n,
 			  const char *text, size_t len, char **out,
 			  size_t *out_len)
 {
-	struct md_shard_ctx c = { ns, NULL, n->view, 0 };
+	struct ns_md_shard_ctx c = { ns, NULL, n->view, 0 };
 	char *dir = ns_md_parent_path(n->path);
 	int rc;
 
@@ -410,7 +411,7 @@ static int md_build(struct castfs_ns *ns, const struct ns_node *n, char **out,
 static int md_current(struct castfs_ns *ns, const struct ns_node *n)
 {
 	char *dir = ns_md_parent_path(n->path);
-	struct md_dir s = { 0 };
+	struct ns_md_dir s = { 0 };
 	struct stat st;
 	int rc = dir ? ns_src_stat_in(ns, n->path, &st) : -ENOMEM;
 
@@ -427,8 +428,8 @@ static int md_current(struct castfs_ns *ns, const struct ns_node *n)
 
 /* ---- the cache ---- */
 
-struct md_entry {
-	struct md_entry *next;
+struct ns_md_entry {
+	struct ns_md_entry *next;
 	char *path;
 	const struct castfs_view *view;
 	uint32_t aux;
@@ -440,23 +441,23 @@ struct md_entry {
 
 struct ns_mdcache {
 	pthread_mutex_t lock;
-	struct md_entry *b[MD_BUCKETS];
+	struct ns_md_entry *b[MD_BUCKETS];
 };
 
-static struct md_entry **md_bucket(struct castfs_ns *ns, const char *path)
+static struct ns_md_entry **md_bucket(struct castfs_ns *ns, const char *path)
 {
 	uint64_t h = castfs_fnv1a(CASTFS_FNV_SEED, path, strlen(path));
 
 	return &ns->md->b[castfs_mix64(h) % MD_BUCKETS];
 }
 
-static bool md_same_key(const struct md_entry *e, const struct ns_node *n)
+static bool md_same_key(const struct ns_md_entry *e, const struct ns_node *n)
 {
 	return e->view == n->view && e->aux == n->aux &&
 	       strcmp(e->path, n->path) == 0;
 }
 
-static void md_entry_free(struct md_entry *e)
+static void md_entry_free(struct ns_md_entry *e)
 {
 	free(e->path);
 	free(e->text);
@@ -464,7 +465,7 @@ static void md_entry_free(struct md_entry *e)
 }
 
 /* Caller holds the lock. The size, or a plan of a copy, of @e. */
-static int md_entry_out(const struct md_entry *e, uint64_t *size,
+static int md_entry_out(const struct ns_md_entry *e, uint64_t *size,
 			struct castfs_plan **plan)
 {
 	if (size)
@@ -479,7 +480,7 @@ static int md_cached(struct castfs_ns *ns, const struct ns_node *n,
 	int rc = -ENOENT;
 
 	pthread_mutex_lock(&ns->md->lock);
-	for (struct md_entry *e = *md_bucket(ns, n->path); e; e = e->next) {
+	for (struct ns_md_entry *e = *md_bucket(ns, n->path); e; e = e->next) {
 		if (md_same_key(e, n) && e->dep == n->dep &&
 		    ns_same_file(&e->ident, &n->st)) {
 			rc = md_entry_out(e, size, plan);
@@ -491,13 +492,13 @@ static int md_cached(struct castfs_ns *ns, const struct ns_node *n,
 }
 
 /* Insert built @e, replacing older identities of the same file. */
-static int md_insert(struct castfs_ns *ns, struct md_entry *e, uint64_t *size,
-		     struct castfs_plan **plan)
+static int md_insert(struct castfs_ns *ns, struct ns_md_entry *e,
+		     uint64_t *size, struct castfs_plan **plan)
 {
 	const struct ns_node key = { .path = e->path,
 				     .view = e->view,
 				     .aux = e->aux };
-	struct md_entry **pp, *o;
+	struct ns_md_entry **pp, *o;
 	int rc;
 
 	pthread_mutex_lock(&ns->md->lock);
@@ -519,7 +520,7 @@ static int md_insert(struct castfs_ns *ns, struct md_entry *e, uint64_t *size,
 static int md_json_get(struct castfs_ns *ns, const struct ns_node *n,
 		       uint64_t *size, struct castfs_plan **plan)
 {
-	struct md_entry *e;
+	struct ns_md_entry *e;
 	int rc = md_current(ns, n);
 
 	if (rc)
@@ -530,7 +531,7 @@ static int md_json_get(struct castfs_ns *ns, const struct ns_node *n,
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
-	*e = (struct md_entry){
+	*e = (struct ns_md_entry){
 		.view = n->view, .aux = n->aux, .ident = n->st, .dep = n->dep
 	};
 	e->path = strdup(n->path);
@@ -563,7 +564,7 @@ void ns_md_json_forget(struct castfs_ns *ns, const char *dir)
 
 	pthread_mutex_lock(&ns->md->lock);
 	for (size_t i = 0; i < MD_BUCKETS; i++) {
-		struct md_entry **pp = &ns->md->b[i], *e;
+		struct ns_md_entry **pp = &ns->md->b[i], *e;
 
 		while ((e = *pp)) {
 			const char *slash = strrchr(e->path, '/');
@@ -595,7 +596,7 @@ void ns_modeldir_fini(struct castfs_ns *ns)
 		return;
 	for (size_t i = 0; i < MD_BUCKETS; i++) {
 		while (ns->md->b[i]) {
-			struct md_entry *e = ns->md->b[i];
+			struct ns_md_entry *e = ns->md->b[i];
 
 			ns->md->b[i] = e->next;
 			md_entry_free(e);

@@ -71,7 +71,7 @@ static int lookup_root(struct castfs_ns *ns, const struct ns_node *dir,
 /* The fingerprint of source directory @path (what an index depends on). */
 static int dir_fp(struct castfs_ns *ns, const char *path, uint64_t *fp)
 {
-	struct md_dir s;
+	struct ns_md_dir s;
 	int rc = ns_md_dir_scan(ns, path, &s);
 
 	*fp = s.fp;
@@ -223,7 +223,8 @@ static bool is_checkpoint(struct castfs_ns *ns, const char *path,
 
 /* A file inside the view: converted, rewritten, or the source's. */
 static void child_file(struct castfs_ns *ns, const char *name,
-		       const struct md_dir *s, int keep, struct ns_node *child)
+		       const struct ns_md_dir *s, int keep,
+		       struct ns_node *child)
 {
 	child->kind = NS_FILE;
 	switch (castfs_md_name_kind(name)) {
@@ -284,7 +285,7 @@ static int md_stat_entry(struct castfs_ns *ns, const char *dir,
  * are the source's nodes (no view, no sub), so they have the source's ids.
  */
 static int view_child(struct castfs_ns *ns, const struct ns_node *dir,
-		      const char *name, const struct md_dir *s, int keep,
+		      const char *name, const struct ns_md_dir *s, int keep,
 		      struct ns_node *child)
 {
 	child->path = ns_path_join(dir->path, name, strlen(name));
@@ -314,7 +315,7 @@ static int mdir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 		       const char *name, struct ns_node *child)
 {
 	enum castfs_md_name kind = castfs_md_name_kind(name);
-	struct md_dir s = { 0 };
+	struct ns_md_dir s = { 0 };
 	int keep = 0;
 	char *path = ns_path_join(dir->path, name, strlen(name));
 	int rc = path ? md_stat(ns, path, kind, &child->st) : -ENOMEM;
@@ -333,7 +334,8 @@ static int mdir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 
 /* List @dp's entries with the ids their lookups give. */
 static int mdir_list_entries(struct castfs_ns *ns, const struct ns_node *dir,
-			     DIR *dp, const struct md_dir *s, struct ns_list *l)
+			     DIR *dp, const struct ns_md_dir *s,
+			     struct ns_list *l)
 {
 	int rc = 0, keep = ns_md_keep_of(ns, dir->path, dir->view);
 	struct dirent *de;
@@ -364,7 +366,7 @@ static int mdir_list_entries(struct castfs_ns *ns, const struct ns_node *dir,
 static int mdir_list(struct castfs_ns *ns, const struct ns_node *dir,
 		     struct ns_list *l)
 {
-	struct md_dir s;
+	struct ns_md_dir s;
 	DIR *dp;
 	int fd, rc = ns_md_dir_scan(ns, dir->path, &s);
 
@@ -401,7 +403,7 @@ static int mdir_getattr(struct castfs_ns *ns, const struct ns_node *n,
 	return 0;
 }
 
-const struct ns_kind_ops ns_mdir_ops = {
+const struct ns_kind_ops ns_kind_mdir = {
 	.lookup = mdir_lookup,
 	.list = mdir_list,
 	.getattr = mdir_getattr,
@@ -490,7 +492,7 @@ static int mfile_open(struct castfs_ns *ns, const struct ns_node *n,
 	return rc;
 }
 
-const struct ns_kind_ops ns_mfile_ops = {
+const struct ns_kind_ops ns_kind_mfile = {
 	.getattr = mfile_getattr,
 	.open = mfile_open,
 	.getxattr = ns_view_getxattr,
@@ -519,7 +521,7 @@ static int dir_id(struct castfs_ns *ns, const char *path, uint64_t *id)
 
 /* The variant spellings of the indexes of source directory @d. */
 static void inval_vindex(struct castfs_ns *ns, const char *d,
-			 const struct md_dir *s, inval_fn cb, void *ctx)
+			 const struct ns_md_dir *s, inval_fn cb, void *ctx)
 {
 	char buf[600];
 	uint64_t id;
@@ -542,7 +544,7 @@ static void inval_vindex(struct castfs_ns *ns, const char *d,
 /* Inside the views of root @root: entry @base of directory @d and the
  * files there whose content depends on it; and "ROOT.<view>" itself. */
 static void inval_root(struct castfs_ns *ns, const char *root, const char *d,
-		       const char *base, const struct md_dir *s, inval_fn cb,
+		       const char *base, const struct ns_md_dir *s, inval_fn cb,
 		       void *ctx)
 {
 	size_t rl = strlen(root);
@@ -576,7 +578,7 @@ void ns_modeldir_invalidate(struct castfs_ns *ns, const char *rel, inval_fn cb,
 {
 	const char *base = strrchr(rel, '/');
 	char *d = ns_md_parent_path(rel), *root;
-	struct md_dir s = { 0 };
+	struct ns_md_dir s = { 0 };
 
 	base = base ? base + 1 : rel;
 	if (!d || !rel[0])

@@ -18,7 +18,7 @@ enum md_file {
 };
 
 /* The entries of one source directory that a model view cares about. */
-struct md_dir {
+struct ns_md_dir {
 	bool config; /* a regular config.json */
 	bool pipeline; /* a regular model_index.json */
 	size_t nweights; /* regular *.safetensors, valid or not */
@@ -31,12 +31,12 @@ struct md_dir {
 
 /* md_dir_scan - read source directory @path into @s. Returns 0 or a
  * negative errno; ns_md_dir_fini() releases @s either way. */
-int ns_md_dir_scan(struct castfs_ns *ns, const char *path, struct md_dir *s);
-void ns_md_dir_fini(struct md_dir *s);
+int ns_md_dir_scan(struct castfs_ns *ns, const char *path, struct ns_md_dir *s);
+void ns_md_dir_fini(struct ns_md_dir *s);
 
 /* md_dir_weights - true when @s holds weights (an index or a
  * *.safetensors): its config.json is a model's. */
-bool ns_md_dir_weights(const struct md_dir *s);
+bool ns_md_dir_weights(const struct ns_md_dir *s);
 
 /* md_is_model - whether source directory @path holds a model that gets
  * views: a pipeline (model_index.json), or a config.json without

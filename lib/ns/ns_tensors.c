@@ -417,7 +417,7 @@ static int tdir_getattr(struct castfs_ns *ns, const struct ns_node *n,
 	return 0;
 }
 
-const struct ns_kind_ops ns_tdir_ops = {
+const struct ns_kind_ops ns_kind_tdir = {
 	.lookup = tdir_lookup,
 	.list = tdir_list,
 	.getattr = tdir_getattr,
@@ -606,7 +606,7 @@ static ssize_t tx_value(const struct tfile *f, enum txattr which, char *buf,
 		cs = castfs_dtype_name(t->dtype);
 		return ns_xattr_put(cs, strlen(cs), buf, len);
 	case TX_SHAPE:
-		s = castfs_shape_str(t->ndim, t->shape);
+		s = castfs_tinfo_shape_str(t->ndim, t->shape);
 		if (!s)
 			return -ENOMEM;
 		rc = ns_xattr_put(s, strlen(s), buf, len);
@@ -684,7 +684,7 @@ static ssize_t tfile_listxattr(struct castfs_ns *ns, const struct ns_node *n,
 	return (ssize_t)need;
 }
 
-const struct ns_kind_ops ns_tfile_ops = {
+const struct ns_kind_ops ns_kind_tfile = {
 	.getattr = tfile_getattr,
 	.open = tfile_open,
 	.getxattr = tfile_getxattr,

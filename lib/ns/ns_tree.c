@@ -268,7 +268,7 @@ static int dir_getattr(struct castfs_ns *ns, const struct ns_node *n,
 	return 0;
 }
 
-const struct ns_kind_ops ns_dir_ops = {
+const struct ns_kind_ops ns_kind_dir = {
 	.lookup = dir_lookup,
 	.list = dir_list,
 	.getattr = dir_getattr,
@@ -298,12 +298,12 @@ static int file_open(struct castfs_ns *ns, const struct ns_node *n,
 	return ns_file_new_source(ns, n->path, &n->st, out);
 }
 
-const struct ns_kind_ops ns_file_ops = {
+const struct ns_kind_ops ns_kind_file = {
 	.getattr = file_getattr,
 	.open = file_open,
 };
 
-const struct ns_kind_ops ns_link_ops = {
+const struct ns_kind_ops ns_kind_link = {
 	.getattr = file_getattr,
 };
 
@@ -360,7 +360,7 @@ static int view_open(struct castfs_ns *ns, const struct ns_node *n,
 	return rc;
 }
 
-const struct ns_kind_ops ns_view_ops = {
+const struct ns_kind_ops ns_kind_view = {
 	.getattr = view_getattr,
 	.open = view_open,
 	.getxattr = ns_view_getxattr,

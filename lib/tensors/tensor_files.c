@@ -56,7 +56,7 @@ static char *sb_finish(struct castfs_strbuf *b, size_t *len)
 	return castfs_sb_take(b, &out, len) ? NULL : out;
 }
 
-char *castfs_shape_str(uint32_t ndim, const uint64_t *shape)
+char *castfs_tinfo_shape_str(uint32_t ndim, const uint64_t *shape)
 {
 	struct castfs_strbuf b = { 0 };
 

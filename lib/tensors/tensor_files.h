@@ -99,7 +99,7 @@ char *castfs_tinfo_text(const struct castfs_tfile_ctx *c,
  * when absent) with a final newline; length to *@len. NULL on -ENOMEM. */
 char *castfs_meta_json(const struct castfs_header *h, size_t *len);
 
-/* castfs_shape_str - "[4096, 11008]" (malloc'ed), or NULL on -ENOMEM. */
-char *castfs_shape_str(uint32_t ndim, const uint64_t *shape);
+/* castfs_tinfo_shape_str - "[4096, 11008]" (malloc'ed), or NULL on -ENOMEM. */
+char *castfs_tinfo_shape_str(uint32_t ndim, const uint64_t *shape);
 
 #endif
