@@ -15,10 +15,6 @@ int castfs_cli_info(int argc, char **argv);
 /* castfs convert FILE --view V -o OUT: materialise a view. Exit status. */
 int castfs_cli_convert(int argc, char **argv);
 
-/* castfs_mount_device - "major:minor" of the filesystem mounted at
- * @mountpoint per /proc/self/mountinfo (malloc'ed), or NULL. */
-char *castfs_mount_device(const char *mountpoint);
-
 /* ---- shared by the sub-commands (fs/cli_common.c) ---- */
 
 /*

@@ -8,69 +8,20 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "fs.h"
 #include "common/reader.h"
 
 static const char st_ext[] = ".safetensors";
 #define ST_EXT_LEN (sizeof(st_ext) - 1)
 
-/* A config file, whole; NULL with errno set on failure. */
-static char *read_small_file(const char *path, size_t *len)
-{
-	struct stat st;
-	char *buf = NULL;
-	int fd = open(path, O_RDONLY | O_CLOEXEC), saved;
-	ssize_t got;
-
-	if (fd < 0)
-		return NULL;
-	if (fstat(fd, &st) < 0)
-		goto out_close;
-	if (!S_ISREG(st.st_mode) || st.st_size > (16 << 20)) {
-		errno = EINVAL;
-		goto out_close;
-	}
-	buf = malloc((size_t)st.st_size + 1);
-	if (!buf)
-		goto out_close;
-	got = read(fd, buf, (size_t)st.st_size);
-	if (got != st.st_size) {
-		free(buf);
-		buf = NULL;
-		errno = got < 0 ? errno : EIO;
-		goto out_close;
-	}
-	buf[got] = '\0';
-	*len = (size_t)got;
-out_close:
-	saved = errno;
-	close(fd);
-	errno = saved;
-	return buf;
-}
-
 int cli_views_load(struct castfs_views *vs, const char *cmd, const char *config)
 {
 	struct castfs_diag d = { { 0 } };
-	size_t len;
-	char *json;
-	int rc = castfs_views_builtin(vs);
+	int rc = castfs_fs_views_load(vs, config, &d);
 
 	if (rc) {
-		fprintf(stderr, "castfs %s: %s\n", cmd, strerror(-rc));
-		return -1;
-	}
-	if (!config)
-		return 0;
-	json = read_small_file(config, &len);
-	if (!json) {
-		fprintf(stderr, "castfs %s: %s: %s\n", cmd, config,
-			strerror(errno));
-		return -1;
-	}
-	rc = castfs_views_load(vs, json, len, &d);
-	free(json);
-	if (rc) {
-		fprintf(stderr, "castfs %s: %s: %s\n", cmd, config,
+		fprintf(stderr, "castfs %s: %s%s%s\n", cmd,
+			config ? config : "", config ? ": " : "",
 			d.msg[0] ? d.msg : strerror(-rc));
 		return -1;
 	}

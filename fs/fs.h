@@ -35,8 +35,30 @@ int castfs_fs_thread_key_init(struct castfs_fs *fs);
  */
 const struct castfs_source_guard *castfs_fs_lease_init(void);
 
-/* castfs_fs_log - report an event: stderr in the foreground, else syslog. */
+/* castfs_fs_log - report an event: stderr in the foreground, else syslog
+ * (fs_log.c). Thread-safe. */
 void castfs_fs_log(void *ctx, const char *msg);
+
+/* castfs_fs_log_init - log to stderr (@in_foreground) or to syslog from
+ * now on; call once at start-up, before any thread logs. */
+void castfs_fs_log_init(bool in_foreground);
+
+/*
+ * castfs_fs_views_load - the built-in views plus those of JSON file
+ * @config (may be NULL) into @vs (fs_config.c). Returns 0, -errno of
+ * reading the file, or castfs_views_load()'s error; @d says why.
+ */
+int castfs_fs_views_load(struct castfs_views *vs, const char *config,
+			 struct castfs_diag *d);
+
+/* castfs_mount_device - "major:minor" of the filesystem mounted at
+ * @mountpoint per /proc/self/mountinfo (malloc'ed), or NULL (fs_mount.c). */
+char *castfs_mount_device(const char *mountpoint);
+
+/* castfs_fs_set_read_ahead - raise the read-ahead of the mount at
+ * @mountpoint to @kb (the INIT reply can only lower it). Best effort:
+ * without root nothing changes. */
+void castfs_fs_set_read_ahead(const char *mountpoint, unsigned kb);
 
 /* The source watcher (fs_watch.c). */
 struct castfs_watch;

@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-/* Mount plumbing: find our mount's device number in /proc/self/mountinfo. */
+/*
+ * Mount plumbing: find our mount's device in /proc/self/mountinfo and
+ * raise its read-ahead.
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "fs.h"
 
 /* mountinfo escapes space, tab, newline and backslash as \ooo. */
 static void unescape(char *s)
@@ -45,4 +48,21 @@ char *castfs_mount_device(const char *mountpoint)
 	}
 	fclose(f);
 	return found;
+}
+
+/* Raise the mount's read-ahead: the INIT reply can only lower it. */
+void castfs_fs_set_read_ahead(const char *mountpoint, unsigned kb)
+{
+	char path[128], *dev = castfs_mount_device(mountpoint);
+	FILE *f;
+
+	if (!dev)
+		return;
+	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", dev);
+	free(dev);
+	f = fopen(path, "w");
+	if (!f)
+		return; /* not root: the default read-ahead still works */
+	fprintf(f, "%u\n", kb);
+	fclose(f);
 }

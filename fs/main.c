@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <syslog.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -45,17 +44,6 @@ static const struct fuse_opt option_spec[] = {
 	FUSE_OPT_KEY("--version", KEY_VERSION),
 	FUSE_OPT_END,
 };
-
-static bool foreground_log;
-
-void castfs_fs_log(void *ctx, const char *msg)
-{
-	(void)ctx;
-	if (foreground_log)
-		fprintf(stderr, "castfs: %s\n", msg);
-	else
-		syslog(LOG_WARNING, "%s", msg);
-}
 
 static int opt_proc(void *data, const char *arg, int key,
 		    struct fuse_args *outargs)
@@ -118,47 +106,12 @@ static void list_views(const struct castfs_views *vs)
 	printf("\nFUSE options:\n");
 }
 
-static char *read_text_file(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	char *buf = NULL;
-	long n;
-
-	if (!f)
-		return NULL;
-	if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 &&
-	    n < (1l << 24) && fseek(f, 0, SEEK_SET) == 0) {
-		buf = malloc((size_t)n + 1);
-		if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-			free(buf);
-			buf = NULL;
-		} else if (buf) {
-			buf[n] = '\0';
-			*len = (size_t)n;
-		}
-	}
-	fclose(f);
-	return buf;
-}
-
 /* Built-in views, then the config file, then -o views=. */
 static int setup_views(struct castfs_fs *fs, const struct options *o)
 {
 	struct castfs_diag d = { { 0 } };
-	size_t len;
-	char *json;
-	int rc = castfs_views_builtin(&fs->views);
+	int rc = castfs_fs_views_load(&fs->views, o->config, &d);
 
-	if (!rc && o->config) {
-		json = read_text_file(o->config, &len);
-		if (!json) {
-			fprintf(stderr, "castfs: %s: %s\n", o->config,
-				strerror(errno ? errno : EINVAL));
-			return -1;
-		}
-		rc = castfs_views_load(&fs->views, json, len, &d);
-		free(json);
-	}
 	if (!rc && o->views)
 		rc = castfs_views_select(&fs->views, o->views, &d);
 	if (rc) {
@@ -215,23 +168,6 @@ static int setup_ns(struct castfs_fs *fs, const struct options *o,
 	return rc;
 }
 
-/* Raise the mount's read-ahead: the INIT reply can only lower it. */
-static void set_read_ahead(const char *mountpoint, unsigned kb)
-{
-	char path[128], *dev = castfs_mount_device(mountpoint);
-	FILE *f;
-
-	if (!dev)
-		return;
-	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", dev);
-	free(dev);
-	f = fopen(path, "w");
-	if (!f)
-		return; /* not root: the default read-ahead still works */
-	fprintf(f, "%u\n", kb);
-	fclose(f);
-}
-
 static int run_loop(struct castfs_fs *fs, struct fuse_cmdline_opts *cmd,
 		    const struct options *o)
 {
@@ -286,10 +222,8 @@ static int mount_and_serve(struct castfs_fs *fs, struct fuse_args *args,
 		goto out_destroy;
 	if (fuse_session_mount(fs->se, cmd->mountpoint))
 		goto out_signals;
-	set_read_ahead(cmd->mountpoint, o->read_ahead_kb);
-	foreground_log = cmd->foreground;
-	if (!cmd->foreground)
-		openlog("castfs", LOG_PID, LOG_DAEMON);
+	castfs_fs_set_read_ahead(cmd->mountpoint, o->read_ahead_kb);
+	castfs_fs_log_init(cmd->foreground);
 	fuse_daemonize(cmd->foreground);
 	/* After daemonizing: the watcher is a thread. Without it changes
 	 * still show once the entry and attribute timeouts expire. */
