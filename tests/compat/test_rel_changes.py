@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Changing sources (issue 7): a checkpoint truncated, rewritten in place
+"""Changing sources: a checkpoint truncated, rewritten in place
 (with or without O_TRUNC), replaced by rename, deleted, or created
 while mounted and being read by threads (pread) and processes (mmap).
 Every read is compared with the old or the new reference: readers get

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Read-only and containment (issue 7): every mutating system call gets
+"""Read-only and containment: every mutating system call gets
 EROFS on every kind of entry; nothing is ever written inside the source
 tree (hashed before and after); symbolic links are shown as links, and
 castfs never opens what a link leaving the root points to (watched with

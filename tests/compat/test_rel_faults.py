@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Faults (issue 7).
+"""Faults.
 
 kill -9: the dead mount answers ENOTCONN, `fusermount3 -u` clears it, and
 a daemon restarted on the same mount point serves the same node ids for

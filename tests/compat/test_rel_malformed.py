@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The malformed-checkpoint corpus under a real mount (issue 7): every
+"""The malformed-checkpoint corpus under a real mount: every
 broken file next to valid ones is shown as itself (byte for byte), has no
 views, is listed in /.castfs/rejected with its precise reason, and the
 valid checkpoints' views keep reading correctly at the same time, from

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Concurrency stress (issue 7): threads and processes read many views by
+"""Concurrency stress: threads and processes read many views by
 random ranges at once, with pread (half of them O_DIRECT, so that every
 read reaches the daemon) and mmap, for a bounded time
 (CASTFS_STRESS_SECONDS, 30 by default), and compare every byte read with
