@@ -15,6 +15,15 @@ int castfs_cli_info(int argc, char **argv);
 /* castfs convert FILE --view V -o OUT: materialise a view. Exit status. */
 int castfs_cli_convert(int argc, char **argv);
 
+/*
+ * castfs pack FILE|DIR...: write FILE.zst, a seekable-zstd pack, beside each
+ * safetensors file. Exit status.
+ */
+int castfs_cli_pack(int argc, char **argv);
+
+/* castfs unpack FILE.zst...: restore each original. Exit status. */
+int castfs_cli_unpack(int argc, char **argv);
+
 /* castfs_mount_device - "major:minor" of the filesystem mounted at
  * @mountpoint per /proc/self/mountinfo (malloc'ed), or NULL. */
 char *castfs_mount_device(const char *mountpoint);

@@ -89,7 +89,9 @@ static void usage(const char *prog)
 {
 	printf("usage: %s [options] SOURCE MOUNTPOINT\n"
 	       "       %s info [--view VIEW] [--tensor NAME] FILE...\n"
-	       "       %s convert FILE --view VIEW -o OUT\n\n"
+	       "       %s convert FILE --view VIEW -o OUT\n"
+	       "       %s pack [options] FILE.safetensors|DIR...\n"
+	       "       %s unpack FILE.safetensors.zst...\n\n"
 	       "Mount SOURCE read-only at MOUNTPOINT; every X.safetensors gains\n"
 	       "converted views X.<view>.safetensors computed on demand, and a\n"
 	       "tensor tree X.safetensors.tensors/; /.castfs/ holds stats,\n"
@@ -106,7 +108,7 @@ static void usage(const char *prog)
 	       "    -o threads=N           worker threads (default 2 x CPUs, >= 4)\n"
 	       "    -h, --help             this help\n"
 	       "    -V, --version          the version\n\n",
-	       prog, prog, prog);
+	       prog, prog, prog, prog, prog);
 }
 
 static void list_views(const struct castfs_views *vs)
@@ -369,5 +371,9 @@ int main(int argc, char **argv)
 		return castfs_cli_info(argc - 1, argv + 1);
 	if (argc > 1 && strcmp(argv[1], "convert") == 0)
 		return castfs_cli_convert(argc - 1, argv + 1);
+	if (argc > 1 && strcmp(argv[1], "pack") == 0)
+		return castfs_cli_pack(argc - 1, argv + 1);
+	if (argc > 1 && strcmp(argv[1], "unpack") == 0)
+		return castfs_cli_unpack(argc - 1, argv + 1);
 	return mount_main(argc, argv);
 }
