@@ -23,6 +23,7 @@ struct options {
 	double timeout;
 	unsigned read_ahead_kb;
 	unsigned threads;
+	unsigned zcache_mb;
 	int help;
 	int version;
 };
@@ -39,6 +40,7 @@ static const struct fuse_opt option_spec[] = {
 	OPT("timeout=%lf", timeout),
 	OPT("read_ahead_kb=%u", read_ahead_kb),
 	OPT("threads=%u", threads),
+	OPT("zcache_mb=%u", zcache_mb),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -106,6 +108,8 @@ static void usage(const char *prog)
 	       "    -o timeout=SECONDS     entry and attribute timeout (86400)\n"
 	       "    -o read_ahead_kb=N     kernel read-ahead of the mount (1024)\n"
 	       "    -o threads=N           worker threads (default 2 x CPUs, >= 4)\n"
+	       "    -o zcache_mb=N         decoded frames of packed sources\n"
+	       "                           (*.safetensors.zst) kept in memory (16)\n"
 	       "    -h, --help             this help\n"
 	       "    -V, --version          the version\n\n",
 	       prog, prog, prog, prog, prog);
@@ -198,6 +202,7 @@ static int setup_ns(struct castfs_fs *fs, const struct options *o,
 		.log = castfs_fs_log,
 		.log_ctx = fs,
 		.guard = castfs_fs_lease_init(),
+		.zcache_bytes = (size_t)o->zcache_mb << 20,
 	};
 	struct castfs_diag d = { { 0 } };
 	char *config_json;

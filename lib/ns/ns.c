@@ -21,6 +21,7 @@ static const struct ns_kind_ops *const kind_ops[NS_KIND_COUNT] = {
 	[NS_CTL_DIR] = &ns_ctl_dir_ops, [NS_CTL_FILE] = &ns_ctl_file_ops,
 	[NS_TDIR] = &ns_tdir_ops,	[NS_TFILE] = &ns_tfile_ops,
 	[NS_MDIR] = &ns_mdir_ops,	[NS_MFILE] = &ns_mfile_ops,
+	[NS_PACKED] = &ns_packed_ops,
 };
 
 /* ---- stable ids ---- */
@@ -265,9 +266,15 @@ int castfs_ns_new(const struct castfs_ns_opts *o, struct castfs_ns **out,
 				     strerror(errno));
 		goto out_free;
 	}
-	rc = ns_add_root(ns, d);
+	rc = castfs_zcache_new(o->zcache_bytes ? o->zcache_bytes :
+						 CASTFS_ZCACHE_DEFAULT,
+			       &ns->zcache);
+	if (!rc)
+		rc = ns_add_root(ns, d);
 	if (!rc)
 		rc = ns_modeldir_init(ns);
+	if (!rc && ns->stats)
+		castfs_stats_set_zcache(ns->stats, ns->zcache);
 	if (rc)
 		goto out_free;
 	*out = ns;
@@ -301,6 +308,7 @@ void castfs_ns_free(struct castfs_ns *ns)
 		}
 	}
 	ns_modeldir_fini(ns);
+	castfs_zcache_free(ns->zcache); /* after the checkpoints' indexes */
 	if (ns->root_fd >= 0)
 		close(ns->root_fd);
 	pthread_mutex_destroy(&ns->lock);

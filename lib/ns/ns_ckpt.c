@@ -39,6 +39,7 @@ static void ck_free(struct ns_ckpt *ck, size_t nviews)
 		castfs_plan_free(ck->plans[i]);
 	free(ck->plans);
 	castfs_header_free(ck->h);
+	castfs_zst_index_free(ck->zix);
 	pthread_mutex_destroy(&ck->lock);
 	free(ck->path);
 	free(ck);
@@ -63,7 +64,8 @@ static void ck_fail(struct ns_ckpt *ck, int err, const char *why)
 }
 
 /* Parse the header through @fd; the file must be @st before and after. */
-static void ck_parse(struct ns_ckpt *ck, int fd, const struct stat *st)
+static void ck_parse(struct castfs_ns *ns, struct ns_ckpt *ck, int fd,
+		     const struct stat *st)
 {
 	struct castfs_fd_reader fr;
 	struct castfs_diag d = { { 0 } };
@@ -74,7 +76,12 @@ static void ck_parse(struct ns_ckpt *ck, int fd, const struct stat *st)
 		return;
 	}
 	castfs_fd_reader_init(&fr, fd);
-	ck->err = castfs_header_read(&fr.r, (uint64_t)st->st_size, &ck->h, &d);
+	if (ns_packed_name(ck->path))
+		ck->err =
+			ns_packed_header(ns, ck, fd, (uint64_t)st->st_size, &d);
+	else
+		ck->err = castfs_header_read(&fr.r, (uint64_t)st->st_size,
+					     &ck->h, &d);
 	if (ck->err)
 		snprintf(ck->reason, sizeof(ck->reason), "%s",
 			 d.msg[0] ? d.msg : strerror(-ck->err));
@@ -112,7 +119,7 @@ static void ck_load(struct castfs_ns *ns, struct ns_ckpt *ck,
 	if (watch == 0 && !g->enter(g->ctx, fd))
 		ck_fail(ck, -ESTALE, "changed while being read");
 	else
-		ck_parse(ck, fd, st);
+		ck_parse(ns, ck, fd, st);
 	if (watch == 0 && !g->leave(g->ctx, fd) && !ck->err) {
 		castfs_header_free(ck->h);
 		ck->h = NULL;
@@ -236,13 +243,22 @@ int ns_ckpt_valid(struct castfs_ns *ns, const char *path, struct stat *st,
 		  struct ns_ckpt **out)
 {
 	struct ns_ckpt *ck;
+	char *packed = NULL;
 	int rc = ns_src_stat_in(ns, path, st);
 
-	if (rc)
-		return rc;
-	if (!S_ISREG(st->st_mode))
-		return -ENOENT;
-	rc = ns_ckpt_get(ns, path, st, &ck);
+	/* No X.safetensors: its pack X.safetensors.zst stands in for it. */
+	if (rc == -ENOENT) {
+		packed = ns_packed_path(path);
+		if (!packed)
+			return -ENOMEM;
+		if (ns_packed_name(packed))
+			rc = ns_src_stat_in(ns, packed, st);
+	}
+	if (!rc && !S_ISREG(st->st_mode))
+		rc = -ENOENT;
+	if (!rc)
+		rc = ns_ckpt_get(ns, packed ? packed : path, st, &ck);
+	free(packed);
 	if (rc)
 		return rc;
 	if (!ck->h) {

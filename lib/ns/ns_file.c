@@ -19,6 +19,8 @@ struct castfs_file {
 	int fd; /* the source, or -1 for plans of memory only */
 	bool guarded; /* the guard reports writers of fd */
 	struct castfs_fd_reader fr;
+	struct castfs_zst_reader zr; /* over fr, for a packed source */
+	const struct castfs_reader *src; /* &fr.r or &zr.r */
 	struct stat ident;
 	struct ns_ckpt *ck;
 	const struct castfs_plan *plan; /* NULL: pass-through */
@@ -80,7 +82,9 @@ static int open_source(struct castfs_ns *ns, const char *path,
 		       const struct stat *ident, struct castfs_file *f)
 {
 	struct stat now;
-	int fd = ns_src_open_in(ns, path, O_RDONLY);
+	const struct castfs_zst_index *zix = f->ck ? f->ck->zix : NULL;
+	/* A pack is read from the file on disk, through its seek table. */
+	int fd = ns_src_open_in(ns, zix ? f->ck->path : path, O_RDONLY);
 	int watch;
 
 	if (fd < 0)
@@ -101,6 +105,11 @@ static int open_source(struct castfs_ns *ns, const char *path,
 	f->fd = fd;
 	f->ident = *ident;
 	castfs_fd_reader_init(&f->fr, fd);
+	f->src = &f->fr.r;
+	if (zix) {
+		castfs_zst_reader_init(&f->zr, zix, &f->fr.r);
+		f->src = &f->zr.r;
+	}
 	return 0;
 }
 
@@ -235,7 +244,7 @@ static ssize_t read_source(struct castfs_file *f, void *buf, size_t len,
 		return 0;
 	if (len > f->size - off)
 		len = (size_t)(f->size - off);
-	return castfs_reader_read(&f->fr.r, buf, len, off) ?: (ssize_t)len;
+	return castfs_reader_read(f->src, buf, len, off) ?: (ssize_t)len;
 }
 
 /* A plan over a view: its source is the view's plan over the file. */
@@ -245,7 +254,7 @@ static ssize_t read_layered(struct castfs_file *f, struct castfs_scratch *s,
 	struct castfs_scratch outer;
 	struct castfs_layer l;
 
-	castfs_layer_init(&l, f->base, &f->fr.r, s, &outer);
+	castfs_layer_init(&l, f->base, f->src, s, &outer);
 	return castfs_plan_read(f->plan, &l.r, &outer, buf, len, off);
 }
 
@@ -261,8 +270,9 @@ static void source_readahead(struct castfs_file *f, uint64_t off, size_t n)
 
 	prev = atomic_exchange_explicit(&f->next_off, off + n,
 					memory_order_relaxed);
-	if (f->fd < 0 || f->base || off > prev + NS_RA_SLACK ||
-	    off + NS_RA_SLACK < prev)
+	/* Packs: source offsets are decoded ones, not the file's. */
+	if (f->fd < 0 || f->base || (f->ck && f->ck->zix) ||
+	    off > prev + NS_RA_SLACK || off + NS_RA_SLACK < prev)
 		return;
 	if (!f->plan)
 		src = off + n;
@@ -292,7 +302,7 @@ static ssize_t read_any(struct castfs_file *f, struct castfs_scratch *s,
 		return read_layered(f, s, buf, len, off);
 	if (f->plan)
 		return castfs_plan_read(f->plan,
-					f->fd >= 0 ? &f->fr.r : &null_reader, s,
+					f->fd >= 0 ? f->src : &null_reader, s,
 					buf, len, off);
 	return read_source(f, buf, len, off);
 }

@@ -15,6 +15,7 @@
 #include "ns/ns.h"
 #include "format/st_header.h"
 #include "ns/stats.h"
+#include "source/zst.h"
 
 enum ns_kind {
 	NS_DIR, /* a source directory (the root too) */
@@ -27,6 +28,7 @@ enum ns_kind {
 	NS_TFILE, /* a file of a tensor tree; sub = its path */
 	NS_MDIR, /* DIR.<view>/ and its sub-directories */
 	NS_MFILE, /* a file inside a model-directory view */
+	NS_PACKED, /* X.safetensors shown for the pack X.safetensors.zst */
 	NS_KIND_COUNT,
 };
 
@@ -86,7 +88,7 @@ struct ns_kind_ops {
 
 extern const struct ns_kind_ops ns_dir_ops, ns_file_ops, ns_link_ops,
 	ns_view_ops, ns_ctl_dir_ops, ns_ctl_file_ops, ns_tdir_ops, ns_tfile_ops,
-	ns_mdir_ops, ns_mfile_ops;
+	ns_mdir_ops, ns_mfile_ops, ns_packed_ops;
 
 struct ns_tree; /* a tensor tree (ns_tensors.c) */
 
@@ -99,8 +101,11 @@ struct ns_ckpt {
 	ino_t ino;
 	off_t size;
 	struct timespec mtime;
-	char *path;
+	char *path; /* the file on disk (X.safetensors.zst for a pack) */
 	struct castfs_header *h; /* NULL when rejected */
+	/* A packed source's seek table (decoded reads go through it), or
+	 * NULL for a plain file. */
+	struct castfs_zst_index *zix;
 	int err;
 	char reason[256];
 	pthread_mutex_t lock; /* guards plans and trees */
@@ -131,6 +136,7 @@ struct castfs_ns {
 	pthread_mutex_t ck_lock; /* the checkpoint cache */
 	struct ns_ckpt *ckpts[NS_HASH_BUCKETS];
 	struct ns_mdcache *md; /* rewritten model-directory JSON */
+	struct castfs_zcache *zcache; /* decoded frames of packed sources */
 };
 
 /* ---- source access (ns_src.c): every path is relative to the root and
@@ -205,6 +211,34 @@ char *ns_ckpt_rejected_json(struct castfs_ns *ns);
 
 /* ns_ckpt_drop_path - forget cache entries of @path (source changed). */
 void ns_ckpt_drop_path(struct castfs_ns *ns, const char *path);
+
+/* ---- packed sources (ns_packed.c) ---- */
+
+/* ns_packed_name - true if @name ends in ".safetensors.zst". */
+bool ns_packed_name(const char *name);
+
+/* ns_packed_path - "@path.zst", malloc'ed; NULL on -ENOMEM. */
+char *ns_packed_path(const char *path);
+
+/*
+ * ns_packed_header - read the seek table of the pack open as @fd (@raw_size
+ * bytes) into @ck->zix and the safetensors header it holds into @ck->h.
+ * Returns 0 or the error (-EINVAL, -EFBIG: not a usable pack; -EIO: a
+ * frame of the header fails) with the reason in @d.
+ */
+int ns_packed_header(struct castfs_ns *ns, struct ns_ckpt *ck, int fd,
+		     uint64_t raw_size, struct castfs_diag *d);
+
+/* ns_packed_lookup - @name ("X.safetensors") in @dir as the shown name of
+ * a usable pack X.safetensors.zst; -ENOENT if it is none. */
+int ns_packed_lookup(struct castfs_ns *ns, const struct ns_node *dir,
+		     const char *name, struct ns_node *child);
+
+/* ns_packed_show - if listed entry @i of @l is a usable pack with no plain
+ * sibling, rename it in place to the name it is shown as. Returns 0 or
+ * -ENOMEM. */
+int ns_packed_show(struct castfs_ns *ns, const struct ns_node *dir,
+		   struct ns_list *l, size_t i);
 
 /* ---- tensor trees (ns_tensors.c) and model-directory views
  * (ns_modeldir.c): the hooks the source directories call. ---- */

@@ -247,6 +247,8 @@ static int dir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 		return rc;
 	rc = lookup_view(ns, dir, name, child);
 	if (rc == -ENOENT)
+		rc = ns_packed_lookup(ns, dir, name, child);
+	if (rc == -ENOENT)
 		rc = ns_tensors_lookup(ns, dir, name, child);
 	if (rc == -ENOENT)
 		rc = ns_modeldir_lookup(ns, dir, name, child);
@@ -377,9 +379,13 @@ static int dir_list(struct castfs_ns *ns, const struct ns_node *dir,
 	rc = list_source(dp, l, &nsrc);
 	closedir(dp);
 	for (size_t i = first; !rc && i < nsrc; i++) {
-		/* Copy: adding entries may move the array. */
-		char *name = strdup(l->dir->ents[i].name);
+		char *name;
 
+		rc = ns_packed_show(ns, dir, l, i);
+		if (rc)
+			return rc;
+		/* Copy: adding entries may move the array. */
+		name = strdup(l->dir->ents[i].name);
 		if (!name)
 			return -ENOMEM;
 		rc = list_virtual(ns, dir, name, l->dir->ents[i].type, l);
