@@ -1,0 +1,203 @@
+# SPDX-License-Identifier: MIT
+"""Packed sources under a real mount: X.safetensors.zst (written by
+`castfs pack`, and by an independent writer) is shown as X.safetensors, and
+every view, the tensor tree and the original bytes equal those of the same
+checkpoint left uncompressed (full reads, random ranges, mmap). The values
+are checked with the real loaders against torch: safetensors reads the
+packed original and its casts, torch .to() is the oracle. Hostile packs are
+rejected with a reason or fail only the bad range with EIO.
+"""
+import errno
+import json
+import mmap
+import os
+import random
+import shutil
+import struct
+import subprocess
+import unittest
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+import castfs_testlib as tl
+from test_pack import independent_pack, seek_table
+
+
+def castfs(*args):
+    return subprocess.run([tl.castfs_binary()] + list(args), capture_output=True, text=True)
+
+
+def model():
+    torch.manual_seed(3)
+    return {
+        "model.layers.0.self_attn.q_proj.weight": (torch.randn(256, 512) * 0.02).bfloat16(),
+        "model.layers.0.mlp.up_proj.weight": (torch.randn(512, 256) * 0.02).to(torch.float16),
+        "model.layers.1.mlp.down_proj.weight": torch.randn(256, 512) * 0.02,
+        "model.embed_tokens.weight": (torch.randn(100, 256)).bfloat16(),
+        "model.norm.weight": torch.ones(256),
+        "model.empty": torch.zeros(0, 3),
+        "model.ids": torch.arange(17, dtype=torch.int64),
+    }
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class PackedMount(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.ctx = tl.tempdir()
+        cls.src = cls.ctx.__enter__()
+        cls.tensors = model()
+        s = cls.src
+        save_file(cls.tensors, os.path.join(s, "u.safetensors"), metadata={"format": "pt"})
+        for name in ("p", "corrupt", "both", "lying"):
+            shutil.copy(os.path.join(s, "u.safetensors"), os.path.join(s, name + ".safetensors"))
+        for name in ("p", "corrupt", "lying"):
+            r = castfs("pack", "--no-progress", "--remove", "--frame-size", "64K",
+                       os.path.join(s, name + ".safetensors"))
+            assert r.returncode == 0, r.stderr
+        shutil.copy(os.path.join(s, "u.safetensors"), os.path.join(s, "i.safetensors"))
+        independent_pack(os.path.join(s, "i.safetensors"), os.path.join(s, "i.safetensors.zst"))
+        os.remove(os.path.join(s, "i.safetensors"))
+        shutil.copy(os.path.join(s, "p.safetensors.zst"), os.path.join(s, "both.safetensors.zst"))
+        with open(os.path.join(s, "plainzst.safetensors.zst"), "wb") as f:
+            f.write(subprocess.run(["zstd", "-q", "-c", os.path.join(s, "u.safetensors")],
+                                   capture_output=True, check=True).stdout)
+        cls.corrupt_range = cls.damage(os.path.join(s, "corrupt.safetensors.zst"),
+                                       os.path.join(s, "lying.safetensors.zst"))
+        cls.before = {f: read(os.path.join(s, f)) for f in os.listdir(s)}
+        cls.mnt = tl.Mount(s)
+        with open(cls.mnt.join(".castfs", "config")) as f:
+            cls.views = [v["name"] for v in json.load(f)["views"] if v.get("listed", True)]
+
+    @staticmethod
+    def damage(corrupt, lying):
+        """Flip a byte of the last data frame of @corrupt (its decoded range
+        is returned), and make @lying's first table entry lie."""
+        frames, _ = seek_table(corrupt)
+        data = bytearray(read(corrupt))
+        coff = sum(c for c, _, _ in frames[:-2])
+        doff = sum(d for _, d, _ in frames[:-2])
+        data[coff + frames[-2][0] // 2] ^= 0xFF
+        with open(corrupt, "wb") as f:
+            f.write(data)
+        data = bytearray(read(lying))
+        first = len(data) - 9 - len(frames) * 12
+        struct.pack_into("<I", data, first, frames[0][0] + 8)
+        with open(lying, "wb") as f:
+            f.write(data)
+        return doff, doff + frames[-2][1]
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.mnt.unmount()
+        cls.ctx.__exit__(None, None, None)
+        assert rc == 0, "castfs exited with %d" % rc
+
+    def m(self, *p):
+        return self.mnt.join(*p)
+
+    def test_listing(self):
+        names = set(os.listdir(self.m()))
+        for shown in ("p.safetensors", "i.safetensors", "corrupt.safetensors",
+                      "both.safetensors", "both.safetensors.zst",
+                      "plainzst.safetensors.zst", "lying.safetensors.zst",
+                      "p.fp8.safetensors", "p.safetensors.tensors"):
+            self.assertIn(shown, names)
+        for hidden in ("p.safetensors.zst", "i.safetensors.zst", "plainzst.safetensors",
+                       "lying.safetensors", "plainzst.fp8.safetensors"):
+            self.assertNotIn(hidden, names)
+        st = os.stat(self.m("p.safetensors"))
+        self.assertEqual(st.st_size, os.path.getsize(os.path.join(self.src, "u.safetensors")))
+
+    def test_original_bytes(self):
+        orig = read(os.path.join(self.src, "u.safetensors"))
+        for name in ("p", "i"):
+            with self.subTest(name=name):
+                self.assertEqual(read(self.m(name + ".safetensors")), orig)
+                tl.check_ranges(self, self.m(name + ".safetensors"), orig, count=100)
+        # A plain file wins over its pack; the pack is then raw bytes.
+        self.assertEqual(read(self.m("both.safetensors")), orig)
+        self.assertEqual(read(self.m("both.safetensors.zst")),
+                         read(os.path.join(self.src, "both.safetensors.zst")))
+
+    def test_every_view_equals_uncompressed(self):
+        rng = random.Random(5)
+        for v in self.views:
+            for name in ("p", "i"):
+                with self.subTest(view=v, src=name):
+                    ref = read(self.m("u.%s.safetensors" % v))
+                    path = self.m("%s.%s.safetensors" % (name, v))
+                    self.assertEqual(os.path.getsize(path), len(ref))
+                    self.assertEqual(read(path), ref)
+                    tl.check_ranges(self, path, ref, rng, count=40)
+                    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0,
+                                                          access=mmap.ACCESS_READ) as mm:
+                        for _ in range(20):
+                            off = rng.randrange(len(ref))
+                            self.assertEqual(mm[off:off + 4096], ref[off:off + 4096])
+
+    def test_loaders_read_packed_views(self):
+        got = load_file(self.m("p.safetensors"))
+        self.assertEqual(set(got), set(self.tensors))
+        for k, t in self.tensors.items():
+            self.assertTrue(torch.equal(got[k], t), k)
+        for v, dt in (("bf16", torch.bfloat16), ("fp16", torch.float16),
+                      ("fp32", torch.float32), ("fp8", torch.float8_e4m3fn)):
+            got = load_file(self.m("p.%s.safetensors" % v))
+            for k, t in self.tensors.items():
+                if not t.is_floating_point() or got[k].dtype != dt:
+                    continue
+                with self.subTest(view=v, tensor=k):
+                    want = t.to(dt)
+                    self.assertTrue(torch.equal(got[k].view(torch.uint8),
+                                                want.view(torch.uint8)), k)
+
+    def test_tensor_tree(self):
+        base = self.m("p.safetensors.tensors", "model", "layers", "1", "mlp", "down_proj")
+        arr = np.load(os.path.join(base, "weight.npy"))
+        np.testing.assert_array_equal(arr, self.tensors[
+            "model.layers.1.mlp.down_proj.weight"].numpy())
+        ref = self.m("u.safetensors.tensors", "model", "layers", "1", "mlp", "down_proj",
+                     "weight.raw")
+        self.assertEqual(read(os.path.join(base, "weight.raw")), read(ref))
+
+    def test_rejected_packs(self):
+        with open(self.m(".castfs", "rejected")) as f:
+            rej = {os.path.basename(r["path"]): r for r in json.load(f)}
+        self.assertIn("no seek table", rej["plainzst.safetensors.zst"]["reason"])
+        self.assertIn("seek table", rej["lying.safetensors.zst"]["reason"])
+        self.assertNotIn("p.safetensors.zst", rej)
+
+    def test_corrupt_frame_fails_its_range_only(self):
+        lo, hi = self.corrupt_range
+        path = self.m("corrupt.safetensors")
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            with self.assertRaises(OSError) as cm:
+                os.pread(fd, 100, lo + 10)
+            self.assertEqual(cm.exception.errno, errno.EIO)
+            orig = read(os.path.join(self.src, "u.safetensors"))
+            self.assertEqual(os.pread(fd, 4096, 0), orig[:4096])
+        finally:
+            os.close(fd)
+        with open(self.m(".castfs", "stats")) as f:
+            zst = json.load(f)["zst"]
+        self.assertGreater(zst["frame_errors"], 0)
+        self.assertGreater(zst["frames_decoded"], 0)
+        self.assertLessEqual(zst["cached_bytes"], 16 << 20)
+        # the daemon still serves its neighbours
+        self.assertEqual(read(self.m("p.safetensors")), orig)
+
+    def test_zz_source_untouched(self):
+        after = {f: read(os.path.join(self.src, f)) for f in os.listdir(self.src)}
+        self.assertEqual(after, self.before)
+
+
+if __name__ == "__main__":
+    tl.main()
