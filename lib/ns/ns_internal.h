@@ -229,6 +229,18 @@ char *ns_packed_path(const char *path);
 int ns_packed_header(struct castfs_ns *ns, struct ns_ckpt *ck, int fd,
 		     uint64_t raw_size, struct castfs_diag *d);
 
+/*
+ * ns_packed_shown - the name entry @name of directory @dfd is shown under:
+ * "X.safetensors" (in @buf, @len bytes) for "X.safetensors.zst" when no
+ * plain X.safetensors is beside it, else @name itself. Does not check
+ * that the pack is usable.
+ */
+const char *ns_packed_shown(int dfd, const char *name, char *buf, size_t len);
+
+/* ns_packed_stat - the identity of the usable pack standing in for the
+ * missing checkpoint @path; -ENOENT when there is none. */
+int ns_packed_stat(struct castfs_ns *ns, const char *path, struct stat *st);
+
 /* ns_packed_lookup - @name ("X.safetensors") in @dir as the shown name of
  * a usable pack X.safetensors.zst; -ENOENT if it is none. */
 int ns_packed_lookup(struct castfs_ns *ns, const struct ns_node *dir,

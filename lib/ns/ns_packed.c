@@ -7,6 +7,7 @@
  * checkpoint's path is the file on disk.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,33 @@ char *ns_packed_path(const char *path)
 	memcpy(p, path, len);
 	memcpy(p + len, ".zst", ZST_EXT_LEN + 1);
 	return p;
+}
+
+const char *ns_packed_shown(int dfd, const char *name, char *buf, size_t len)
+{
+	size_t n = strlen(name) - ZST_EXT_LEN;
+	struct stat st;
+
+	if (!ns_packed_name(name) || n >= len)
+		return name;
+	memcpy(buf, name, n);
+	buf[n] = '\0';
+	/* A plain X.safetensors wins over its pack. */
+	if (fstatat(dfd, buf, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		return name;
+	return buf;
+}
+
+int ns_packed_stat(struct castfs_ns *ns, const char *path, struct stat *st)
+{
+	struct ns_ckpt *ck;
+	int rc = ns_ckpt_valid(ns, path, st, &ck);
+
+	if (rc)
+		return rc;
+	rc = ck->zix ? 0 : -ENOENT;
+	ns_ckpt_put(ns, ck);
+	return rc;
 }
 
 int ns_packed_header(struct castfs_ns *ns, struct ns_ckpt *ck, int fd,

@@ -8,6 +8,7 @@ packed original and its casts, torch .to() is the oracle. Hostile packs are
 rejected with a reason or fail only the bad range with EIO.
 """
 import errno
+import gc
 import json
 import mmap
 import os
@@ -197,6 +198,69 @@ class PackedMount(unittest.TestCase):
     def test_zz_source_untouched(self):
         after = {f: read(os.path.join(self.src, f)) for f in os.listdir(self.src)}
         self.assertEqual(after, self.before)
+
+
+
+class PackedModelDir(unittest.TestCase):
+    """A sharded transformers model whose shards are all packed gets
+    DIR.<view>/ whose files equal those of the same model uncompressed,
+    and from_pretrained of DIR.nf4 loads the same weights."""
+
+    @classmethod
+    def setUpClass(cls):
+        from transformers import LlamaConfig, LlamaForCausalLM
+        cls.ctx = tl.tempdir()
+        cls.src = cls.ctx.__enter__()
+        cfg = LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256,
+                          num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=4, max_position_embeddings=64)
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+        model.save_pretrained(os.path.join(cls.src, "plain"), max_shard_size="200KB")
+        shutil.copytree(os.path.join(cls.src, "plain"), os.path.join(cls.src, "packed"))
+        r = castfs("pack", "--no-progress", "--remove", "--frame-size", "32K",
+                   os.path.join(cls.src, "packed") + "/")
+        assert r.returncode == 0, r.stderr
+        cls.mnt = tl.Mount(cls.src)
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.mnt.unmount()
+        cls.ctx.__exit__(None, None, None)
+        assert rc == 0, "castfs exited with %d" % rc
+
+    def test_shards_are_packed(self):
+        names = os.listdir(os.path.join(self.src, "packed"))
+        self.assertTrue(any(n.endswith(".safetensors.zst") for n in names))
+        self.assertFalse(any(n.endswith(".safetensors") for n in names))
+
+    def test_view_dirs_equal_uncompressed(self):
+        for v in ("", ".fp8", ".nf4", ".int8", ".bf16"):
+            with self.subTest(view=v):
+                plain = self.mnt.join("plain" + v)
+                packed = self.mnt.join("packed" + v)
+                self.assertEqual(sorted(os.listdir(packed)), sorted(os.listdir(plain)))
+                for n in os.listdir(plain):
+                    if os.path.isdir(os.path.join(plain, n)):
+                        continue
+                    self.assertEqual(read(os.path.join(packed, n)),
+                                     read(os.path.join(plain, n)), n)
+
+    def test_from_pretrained_nf4(self):
+        from transformers import AutoModelForCausalLM
+
+        def weights(path):
+            m = AutoModelForCausalLM.from_pretrained(path)
+            sd = {k: v.detach().cpu().clone() for k, v in m.state_dict().items()}
+            del m
+            gc.collect()  # the loader's mmaps keep the mount busy
+            return sd
+
+        got, want = weights(self.mnt.join("packed.nf4")), weights(self.mnt.join("plain.nf4"))
+        self.assertEqual(set(got), set(want))
+        for k in want:
+            self.assertEqual(got[k].dtype, want[k].dtype, k)
+            self.assertTrue(torch.equal(got[k], want[k]), k)
 
 
 if __name__ == "__main__":
