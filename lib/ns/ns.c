@@ -673,6 +673,14 @@ void castfs_ns_invalidate(struct castfs_ns *ns, const char *rel,
 		invalidate_names(ns, parent, slash ? slash + 1 : rel, cb, ctx);
 	ns_modeldir_invalidate(ns, rel, cb, ctx);
 	free(dir);
+	/* A pack is shown, with its views, as the file it holds. */
+	if (ns_packed_name(rel)) {
+		char *shown = strndup(rel, strlen(rel) - 4);
+
+		if (shown)
+			castfs_ns_invalidate(ns, shown, cb, ctx);
+		free(shown);
+	}
 }
 
 int castfs_ns_statfs(struct castfs_ns *ns, struct statvfs *sv)

@@ -16,6 +16,7 @@ import random
 import shutil
 import struct
 import subprocess
+import time
 import unittest
 
 import numpy as np
@@ -261,6 +262,50 @@ class PackedModelDir(unittest.TestCase):
         for k in want:
             self.assertEqual(got[k].dtype, want[k].dtype, k)
             self.assertTrue(torch.equal(got[k], want[k]), k)
+
+
+
+class PackedChange(unittest.TestCase):
+    """A pack replaced while mounted (castfs pack --force renames a new one
+    in place) is a new identity: the shown file and its views follow it."""
+
+    def test_repack_is_seen(self):
+        old = {"w": torch.full((64, 64), 1.5, dtype=torch.bfloat16)}
+        new = {"w": torch.full((64, 64), -2.5, dtype=torch.bfloat16)}
+        with tl.tempdir() as src, tl.tempdir() as work:
+            packs = []
+            for i, tensors in enumerate((old, new)):
+                path = os.path.join(work, "%d.safetensors" % i)
+                save_file(tensors, path)
+                r = castfs("pack", "--no-progress", path)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                packs.append(path + ".zst")
+            # Only the pack ever appears in the source directory.
+            zst = os.path.join(src, "m.safetensors.zst")
+            shutil.copy(packs[0], zst)
+            mnt = tl.Mount(src)
+            try:
+                got = load_file(mnt.join("m.fp32.safetensors"))["w"].clone()
+                self.assertTrue(torch.equal(got, old["w"].float()))
+                shutil.copy(packs[1], zst + ".tmp")
+                os.rename(zst + ".tmp", zst)
+                deadline = time.time() + 10
+                while True:
+                    try:
+                        got = load_file(mnt.join("m.fp32.safetensors"))["w"].clone()
+                    except OSError:
+                        got = None
+                    if (got is not None and torch.equal(got, new["w"].float())) \
+                            or time.time() > deadline:
+                        break
+                    time.sleep(0.1)
+                self.assertIsNotNone(got)
+                self.assertTrue(torch.equal(got, new["w"].float()))
+                self.assertEqual(read(mnt.join("m.safetensors")), read(packs[1][:-4]))
+            finally:
+                got = None
+                gc.collect()  # load_file's tensors map the mounted file
+                self.assertEqual(mnt.unmount(), 0)
 
 
 if __name__ == "__main__":
