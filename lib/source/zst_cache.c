@@ -2,7 +2,10 @@
 /*
  * The decoded-frame cache (LRU, bounded in decoded bytes) and the pool of
  * decoder contexts: at most one context per thread decoding at a time,
- * reused rather than created per read (creating one costs 10-20 us).
+ * reused rather than created per read (creating one costs 10-20 us). A
+ * frame being decoded is in the cache already, so that threads needing it
+ * (read-ahead sends neighbouring requests at once) wait for it rather than
+ * decode it again.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -17,6 +20,8 @@ struct zst_frame {
 	size_t frame;
 	size_t size;
 	unsigned refs; /* readers copying out of it, plus one while cached */
+	int state; /* 0 being decoded, 1 ready, or the decode's -errno */
+	bool cached; /* in the table and the LRU list */
 	struct zst_frame *hnext; /* hash chain */
 	struct zst_frame *prev, *next; /* LRU list, most recent first */
 	uint8_t data[];
@@ -27,6 +32,7 @@ struct castfs_zcache {
 	size_t capacity, used;
 	struct zst_frame *buckets[ZC_BUCKETS];
 	struct zst_frame *head, *tail;
+	pthread_cond_t decoded; /* a frame left state 0 */
 	struct zst_dctx *pool; /* idle decoder contexts */
 	uint64_t next_id;
 	_Atomic uint64_t hits, misses, bytes, errors;
@@ -39,6 +45,7 @@ int castfs_zcache_new(size_t capacity, struct castfs_zcache **out)
 	if (!c)
 		return -ENOMEM;
 	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->decoded, NULL);
 	c->capacity = capacity;
 	*out = c;
 	return 0;
@@ -56,6 +63,7 @@ void castfs_zcache_free(struct castfs_zcache *c)
 		n = p->next;
 		zst_dctx_free(p);
 	}
+	pthread_cond_destroy(&c->decoded);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
@@ -114,6 +122,7 @@ static void zc_drop(struct castfs_zcache *c, struct zst_frame *f)
 	*pp = f->hnext;
 	lru_unlink(c, f);
 	c->used -= f->size;
+	f->cached = false;
 	if (--f->refs == 0)
 		free(f);
 }
@@ -133,34 +142,21 @@ static struct zst_frame *zc_find(struct castfs_zcache *c, uint64_t id,
 	return NULL;
 }
 
-/*
- * Insert @f (held by the caller) unless another thread decoded the same
- * frame first: then @f is freed and that one is returned, referenced.
- */
-static struct zst_frame *zc_insert(struct castfs_zcache *c, struct zst_frame *f)
+/* Make room for and insert @f (held by the caller). Under the lock. */
+static void zc_insert_locked(struct castfs_zcache *c, struct zst_frame *f)
 {
-	struct zst_frame *have;
+	struct zst_frame **slot = zc_slot(c, f->id, f->frame);
 
-	pthread_mutex_lock(&c->lock);
-	have = zc_find(c, f->id, f->frame);
-	if (have) {
-		pthread_mutex_unlock(&c->lock);
-		free(f);
-		return have;
-	}
 	while (c->tail && c->used + f->size > c->capacity)
 		zc_drop(c, c->tail);
-	if (f->size <= c->capacity) {
-		struct zst_frame **slot = zc_slot(c, f->id, f->frame);
-
-		f->hnext = *slot;
-		*slot = f;
-		lru_push(c, f);
-		c->used += f->size;
-		f->refs++;
-	}
-	pthread_mutex_unlock(&c->lock);
-	return f;
+	if (f->size > c->capacity)
+		return; /* decoded for this read only */
+	f->hnext = *slot;
+	*slot = f;
+	lru_push(c, f);
+	c->used += f->size;
+	f->cached = true;
+	f->refs++;
 }
 
 static void zc_release(struct castfs_zcache *c, struct zst_frame *f)
@@ -219,37 +215,85 @@ static int frame_decode(const struct castfs_zst_index *ix,
 	return rc;
 }
 
-/* Frame @i of @ix, referenced, from the cache or decoded into it. */
+/* Frame @i of @id if cached and decoded (referenced, a hit), else NULL. */
+static struct zst_frame *zc_lookup(struct castfs_zcache *c, uint64_t id,
+				   size_t frame)
+{
+	struct zst_frame *f;
+
+	pthread_mutex_lock(&c->lock);
+	f = zc_find(c, id, frame);
+	if (f && f->state != 1) {
+		f->refs--; /* still being decoded: not worth waiting for */
+		f = NULL;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (f)
+		atomic_fetch_add(&c->hits, 1);
+	return f;
+}
+
+/* Wait until @f (referenced) is decoded. Under the lock. */
+static int zc_wait_locked(struct castfs_zcache *c, struct zst_frame *f)
+{
+	while (f->state == 0)
+		pthread_cond_wait(&c->decoded, &c->lock);
+	return f->state < 0 ? f->state : 0;
+}
+
+/* A new frame @i of @ix in state "being decoded", held by the caller and
+ * cached if it fits; NULL on -ENOMEM. Under the lock. */
+static struct zst_frame *zc_pending_locked(const struct castfs_zst_index *ix,
+					   size_t i)
+{
+	size_t dsize = (size_t)(ix->doff[i + 1] - ix->doff[i]);
+	struct zst_frame *f = malloc(sizeof(*f) + dsize);
+
+	if (!f)
+		return NULL;
+	*f = (struct zst_frame){
+		.id = ix->id, .frame = i, .size = dsize, .refs = 1
+	};
+	zc_insert_locked(ix->cache, f);
+	return f;
+}
+
+/* Frame @i of @ix, referenced: cached, being decoded by another thread
+ * (then waited for), or decoded now. */
 static int frame_get(const struct castfs_zst_index *ix,
 		     const struct castfs_reader *raw, size_t i,
 		     struct zst_frame **out)
 {
 	struct castfs_zcache *c = ix->cache;
-	size_t dsize = (size_t)(ix->doff[i + 1] - ix->doff[i]);
 	struct zst_frame *f;
 	int rc;
 
 	pthread_mutex_lock(&c->lock);
 	f = zc_find(c, ix->id, i);
-	pthread_mutex_unlock(&c->lock);
 	if (f) {
-		atomic_fetch_add(&c->hits, 1);
-		*out = f;
-		return 0;
+		rc = zc_wait_locked(c, f);
+		pthread_mutex_unlock(&c->lock);
+		if (!rc)
+			atomic_fetch_add(&c->hits, 1);
+		goto out;
 	}
-	f = malloc(sizeof(*f) + dsize);
+	f = zc_pending_locked(ix, i);
+	pthread_mutex_unlock(&c->lock);
 	if (!f)
 		return -ENOMEM;
 	rc = frame_decode(ix, raw, i, f->data);
+	pthread_mutex_lock(&c->lock);
+	f->state = rc ? rc : 1;
+	if (rc && f->cached)
+		zc_drop(c, f); /* the next read tries again */
+	pthread_cond_broadcast(&c->decoded);
+	pthread_mutex_unlock(&c->lock);
+out:
 	if (rc) {
-		free(f);
+		zc_release(c, f);
 		return rc;
 	}
-	f->id = ix->id;
-	f->frame = i;
-	f->size = dsize;
-	f->refs = 1;
-	*out = zc_insert(c, f);
+	*out = f;
 	return 0;
 }
 
@@ -277,8 +321,16 @@ static int frame_copy(const struct castfs_zst_index *ix,
 	struct zst_frame *f;
 	int rc;
 
-	if (in == 0 && n == ix->doff[i + 1] - ix->doff[i])
-		return frame_decode(ix, raw, i, dst);
+	/* A whole frame not cached decodes straight into @dst: sequential
+	 * readers do not churn the cache. */
+	if (in == 0 && n == ix->doff[i + 1] - ix->doff[i]) {
+		f = zc_lookup(ix->cache, ix->id, i);
+		if (!f)
+			return frame_decode(ix, raw, i, dst);
+		memcpy(dst, f->data, n);
+		zc_release(ix->cache, f);
+		return 0;
+	}
 	rc = frame_get(ix, raw, i, &f);
 	if (rc)
 		return rc;

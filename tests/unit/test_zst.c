@@ -6,6 +6,7 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
@@ -264,6 +265,82 @@ START_TEST(test_zst__bad_frame_fails_read_only)
 }
 END_TEST
 
+struct zthread {
+	const struct castfs_zst_reader *zr;
+	const uint8_t *in;
+	unsigned seed;
+	size_t span, maxlen; /* offsets below span, lengths up to maxlen */
+	int bad;
+};
+
+static void *zthread_run(void *arg)
+{
+	struct zthread *t = arg;
+	uint8_t *buf = malloc(40000);
+
+	for (int k = 0; k < 1500; k++) {
+		size_t off = (size_t)rand_r(&t->seed) % t->span;
+		size_t len = 1 + (size_t)rand_r(&t->seed) % t->maxlen;
+
+		if (len > N_IN - off)
+			len = N_IN - off;
+		if (castfs_reader_read(&t->zr->r, buf, len, off) ||
+		    memcmp(buf, t->in + off, len))
+			t->bad++;
+	}
+	free(buf);
+	return NULL;
+}
+
+/*
+ * Threads reading the same frames at once always get the input. With a
+ * cache that holds every frame and reads that never cover a whole frame
+ * (those decode straight into the reader's buffer), each frame is decoded
+ * exactly once, however many threads wanted it at the same time.
+ */
+START_TEST(test_zst__threads_share_frames)
+{
+	uint8_t *in = make_input(N_IN, 9);
+	size_t caps[] = { 1 << 20, 20000, 0 };
+	struct castfs_zcache *c;
+	struct castfs_zst_index *ix;
+	struct castfs_mem_reader mr;
+	struct castfs_zst_reader zr;
+	struct castfs_zcache_stats st;
+	struct zthread t[4];
+	pthread_t th[4];
+	struct membuf m;
+
+	pack(in, N_IN, 8192, true, NULL, 0, &m);
+	ck_assert_int_eq(castfs_zcache_new(caps[_i], &c), 0);
+	ck_assert_int_eq(open_index(&m, c, &mr, &ix, NULL), 0);
+	castfs_zst_reader_init(&zr, ix, &mr.r);
+	for (int k = 0; k < 4; k++) {
+		t[k] = (struct zthread){ &zr,  in,    (unsigned)k + 1,
+					 N_IN, 40000, 0 };
+		if (_i == 0) { /* the last frame is short: leave it out */
+			t[k].span = N_IN - 1234 - 5000;
+			t[k].maxlen = 5000;
+		}
+		ck_assert_int_eq(
+			pthread_create(&th[k], NULL, zthread_run, &t[k]), 0);
+	}
+	for (int k = 0; k < 4; k++) {
+		pthread_join(th[k], NULL);
+		ck_assert_int_eq(t[k].bad, 0);
+	}
+	castfs_zcache_stats_get(c, &st);
+	ck_assert_uint_eq(st.errors, 0);
+	ck_assert_uint_le(st.cached_bytes, caps[_i]);
+	if (_i == 0) /* everything fits: each frame is decoded into it once */
+		ck_assert_uint_le(st.bytes_decoded, N_IN);
+	castfs_zst_index_free(ix);
+	castfs_zcache_free(c);
+	free(m.p);
+	free(in);
+}
+END_TEST
+
 START_TEST(test_zst__bad_frame_size_option)
 {
 	uint8_t in[16] = { 0 };
@@ -293,6 +370,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_zst__truncated_rejected);
 	tcase_add_loop_test(tc, test_zst__lying_table_rejected, 0, 5);
 	tcase_add_loop_test(tc, test_zst__bad_frame_fails_read_only, 0, 3);
+	tcase_add_loop_test(tc, test_zst__threads_share_frames, 0, 3);
 	tcase_add_test(tc, test_zst__bad_frame_size_option);
 	suite_add_tcase(s, tc);
 	return s;
