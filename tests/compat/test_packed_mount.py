@@ -54,6 +54,8 @@ class PackedMount(unittest.TestCase):
     def setUpClass(cls):
         cls.ctx = tl.tempdir()
         cls.src = cls.ctx.__enter__()
+        cls.wctx = tl.tempdir()
+        cls.work = cls.wctx.__enter__()
         cls.tensors = model()
         s = cls.src
         save_file(cls.tensors, os.path.join(s, "u.safetensors"), metadata={"format": "pt"})
@@ -67,6 +69,12 @@ class PackedMount(unittest.TestCase):
         independent_pack(os.path.join(s, "i.safetensors"), os.path.join(s, "i.safetensors.zst"))
         os.remove(os.path.join(s, "i.safetensors"))
         shutil.copy(os.path.join(s, "p.safetensors.zst"), os.path.join(s, "both.safetensors.zst"))
+        # A pack whose decoded size disagrees with its header: 16 bytes more.
+        with open(os.path.join(s, "u.safetensors"), "rb") as f, \
+                open(os.path.join(cls.work, "long.safetensors"), "wb") as g:
+            g.write(f.read() + bytes(16))
+        independent_pack(os.path.join(cls.work, "long.safetensors"),
+                         os.path.join(s, "sizelie.safetensors.zst"))
         with open(os.path.join(s, "plainzst.safetensors.zst"), "wb") as f:
             f.write(subprocess.run(["zstd", "-q", "-c", os.path.join(s, "u.safetensors")],
                                    capture_output=True, check=True).stdout)
@@ -99,6 +107,7 @@ class PackedMount(unittest.TestCase):
     def tearDownClass(cls):
         rc = cls.mnt.unmount()
         cls.ctx.__exit__(None, None, None)
+        cls.wctx.__exit__(None, None, None)
         assert rc == 0, "castfs exited with %d" % rc
 
     def m(self, *p):
@@ -174,6 +183,8 @@ class PackedMount(unittest.TestCase):
             rej = {os.path.basename(r["path"]): r for r in json.load(f)}
         self.assertIn("no seek table", rej["plainzst.safetensors.zst"]["reason"])
         self.assertIn("seek table", rej["lying.safetensors.zst"]["reason"])
+        self.assertIn("sizelie.safetensors.zst", rej)
+        self.assertNotIn("sizelie.safetensors", os.listdir(self.m()))
         self.assertNotIn("p.safetensors.zst", rej)
 
     def test_corrupt_frame_fails_its_range_only(self):
