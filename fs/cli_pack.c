@@ -23,6 +23,7 @@
 #include "source/zst.h"
 
 #define ZST_EXT ".zst"
+#define ZSTG_EXT ".zstg" /* grouped packs: zstd -d does not restore them */
 
 struct pack_opts {
 	size_t frame_size;
@@ -30,6 +31,7 @@ struct pack_opts {
 	bool checksums;
 	bool remove; /* delete the input once the output is durable */
 	bool force; /* replace an existing output */
+	bool grouped; /* byte-plane frames (ZSTG_EXT) */
 	int progress; /* 1 on, 0 off, -1 when stderr is a terminal */
 	const char *cmd;
 };
@@ -67,6 +69,13 @@ static void pack_usage(FILE *f, const char *cmd)
 		"<1%% on weights)\n"
 		"    --no-checksums       no XXH64 frame checksums in the "
 		"seek table\n"
+		"    --grouped            byte-plane frames (bf16/fp32 exponent "
+		"a byte):\n"
+		"                         ~1.5x on bf16 instead of ~1.28x; "
+		"written to\n"
+		"                         FILE.safetensors.zstg, which zstd -d "
+		"does not\n"
+		"                         restore (castfs unpack does)\n"
 		"    --remove             delete FILE once the pack is on "
 		"disk\n"
 		"    --force              replace an existing "
@@ -183,19 +192,45 @@ static void out_abort(struct pack_out *w)
 	w->fd = -1;
 }
 
-/* The offsets no frame may straddle: the header's end and each tensor's. */
-static uint64_t *tensor_cuts(const struct castfs_header *h, size_t *n)
+/* How a grouped pack stores a tensor of @dt. */
+static uint8_t dtype_transform(enum castfs_dtype dt)
+{
+	if (dt == CASTFS_DTYPE_BF16)
+		return CASTFS_ZST_BF16;
+	if (dt == CASTFS_DTYPE_F32)
+		return CASTFS_ZST_F32;
+	if (castfs_dtype_bits(dt) == 16)
+		return CASTFS_ZST_PLANES2;
+	if (castfs_dtype_bits(dt) == 32)
+		return CASTFS_ZST_PLANES4;
+	return CASTFS_ZST_NONE;
+}
+
+/*
+ * The offsets no frame may straddle: the header's end and each tensor's
+ * begin and end, with the transform of the bytes each one starts (@tr).
+ */
+static uint64_t *tensor_cuts(const struct castfs_header *h, size_t *n,
+			     uint8_t **tr)
 {
 	uint64_t *c = malloc((2 * h->ntensors + 1) * sizeof(*c));
+	uint8_t *t = malloc(2 * h->ntensors + 1);
 
-	if (!c)
+	if (!c || !t) {
+		free(c);
+		free(t);
 		return NULL;
+	}
 	*n = 0;
+	t[*n] = CASTFS_ZST_NONE;
 	c[(*n)++] = h->data_start;
 	for (size_t i = 0; i < h->ntensors; i++) {
+		t[*n] = dtype_transform(h->tensors[i].dtype);
 		c[(*n)++] = h->data_start + h->tensors[i].begin;
+		t[*n] = CASTFS_ZST_NONE;
 		c[(*n)++] = h->data_start + h->tensors[i].end;
 	}
+	*tr = t;
 	return c; /* sorted: tensors are in data order */
 }
 
@@ -220,15 +255,18 @@ static int pack_src(const struct cli_src *s, const char *out,
 					   .progress = progress,
 					   .progress_ctx = &w };
 	uint64_t *cuts;
+	uint8_t *tr = NULL;
 	int rc = out_open(&w, out, s->st.st_mode);
 
 	if (rc)
 		return fail(o, out, strerror(-rc));
-	cuts = tensor_cuts(s->h, &po.ncuts);
+	cuts = tensor_cuts(s->h, &po.ncuts, &tr);
 	po.cuts = cuts;
+	po.cut_transforms = o->grouped ? tr : NULL;
 	castfs_fd_reader_init(&fr, s->fd);
 	rc = cuts ? castfs_zst_pack(&fr.r, w.total, &po, &wr, &d) : -ENOMEM;
 	free(cuts);
+	free(tr);
 	if (!rc && !cli_same_file(s->fd, &s->st))
 		rc = castfs_diag_set(&d, -ESTALE, "changed while being packed");
 	if (!rc)
@@ -247,7 +285,7 @@ static int pack_file(const char *path, const struct pack_opts *o,
 	char *out;
 	int rc;
 
-	if (asprintf(&out, "%s" ZST_EXT, path) < 0)
+	if (asprintf(&out, "%s%s", path, o->grouped ? ZSTG_EXT : ZST_EXT) < 0)
 		return fail(o, path, strerror(ENOMEM));
 	if (!o->force && access(out, F_OK) == 0) {
 		rc = fail(o, out, "exists (--force replaces it)");
@@ -336,6 +374,10 @@ static int unpack_fd(int fd, const struct stat *st, const char *in,
 	if (!rc)
 		rc = castfs_zst_index_read(&fr.r, (uint64_t)st->st_size, c, &ix,
 					   &d);
+	if (!rc && castfs_zst_index_grouped(ix) != has_suffix(in, ZSTG_EXT))
+		rc = castfs_diag_set(&d, -EINVAL,
+				     "a grouped pack is named *" ZSTG_EXT
+				     ", a standard one *" ZST_EXT);
 	if (!rc)
 		rc = out_open(&w, out, st->st_mode);
 	if (!rc) {
@@ -362,9 +404,10 @@ static int unpack_file(const char *in, const struct pack_opts *o)
 	struct stat st;
 	int fd, rc;
 
-	if (!has_suffix(in, ZST_EXT))
-		return fail(o, in, "not named *" ZST_EXT);
-	out = strndup(in, len - strlen(ZST_EXT));
+	if (!has_suffix(in, ZST_EXT) && !has_suffix(in, ZSTG_EXT))
+		return fail(o, in, "not named *" ZST_EXT " or *" ZSTG_EXT);
+	out = strndup(in, len - (has_suffix(in, ZST_EXT) ? strlen(ZST_EXT) :
+							   strlen(ZSTG_EXT)));
 	if (!out)
 		return fail(o, in, strerror(ENOMEM));
 	fd = open(in, O_RDONLY | O_CLOEXEC);
@@ -417,6 +460,9 @@ static int opt_set(struct pack_opts *o, int ch, const char *arg)
 	case 'F':
 		o->force = true;
 		return 0;
+	case 'g':
+		o->grouped = true;
+		return 0;
 	case 'p':
 	case 'q':
 		o->progress = ch == 'p';
@@ -434,6 +480,7 @@ static int parse_opts(int argc, char **argv, struct pack_opts *o)
 		{ "no-checksums", no_argument, NULL, 'n' },
 		{ "remove", no_argument, NULL, 'r' },
 		{ "force", no_argument, NULL, 'F' },
+		{ "grouped", no_argument, NULL, 'g' },
 		{ "progress", no_argument, NULL, 'p' },
 		{ "no-progress", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },

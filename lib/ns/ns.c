@@ -675,7 +675,8 @@ void castfs_ns_invalidate(struct castfs_ns *ns, const char *rel,
 	free(dir);
 	/* A pack is shown, with its views, as the file it holds. */
 	if (ns_packed_name(rel)) {
-		char *shown = strndup(rel, strlen(rel) - 4);
+		char *shown =
+			strndup(rel, strlen(rel) - ns_packed_ext_len(rel));
 
 		if (shown)
 			castfs_ns_invalidate(ns, shown, cb, ctx);

@@ -246,13 +246,11 @@ int ns_ckpt_valid(struct castfs_ns *ns, const char *path, struct stat *st,
 	char *packed = NULL;
 	int rc = ns_src_stat_in(ns, path, st);
 
-	/* No X.safetensors: its pack X.safetensors.zst stands in for it. */
+	/* No X.safetensors: its pack X.safetensors.zst(g) stands in. */
 	if (rc == -ENOENT) {
-		packed = ns_packed_path(path);
-		if (!packed)
-			return -ENOMEM;
-		if (ns_packed_name(packed))
-			rc = ns_src_stat_in(ns, packed, st);
+		rc = ns_packed_find(ns, path, &packed, st);
+		if (rc)
+			return rc;
 	}
 	if (!rc && !S_ISREG(st->st_mode))
 		rc = -ENOENT;

@@ -214,11 +214,19 @@ void ns_ckpt_drop_path(struct castfs_ns *ns, const char *path);
 
 /* ---- packed sources (ns_packed.c) ---- */
 
-/* ns_packed_name - true if @name ends in ".safetensors.zst". */
+/* ns_packed_name - true if @name ends in ".safetensors.zst" (a standard
+ * pack) or ".safetensors.zstg" (a grouped one). */
 bool ns_packed_name(const char *name);
 
-/* ns_packed_path - "@path.zst", malloc'ed; NULL on -ENOMEM. */
-char *ns_packed_path(const char *path);
+/* ns_packed_ext_len - the length of @name's pack extension (".zst" 4,
+ * ".zstg" 5), or 0 if it names no pack. */
+size_t ns_packed_ext_len(const char *name);
+
+/* ns_packed_find - the pack standing in for checkpoint @path (which ends
+ * in ".safetensors"): "@path.zst", else "@path.zstg", malloc'ed into
+ * *@packed with its identity in @st. Returns 0, -ENOENT or -ENOMEM. */
+int ns_packed_find(struct castfs_ns *ns, const char *path, char **packed,
+		   struct stat *st);
 
 /*
  * ns_packed_header - read the seek table of the pack open as @fd (@raw_size

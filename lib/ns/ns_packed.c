@@ -14,33 +14,64 @@
 #include "ns/ns_internal.h"
 #include "plan/plan_internal.h"
 
-static const char packed_ext[] = ".safetensors.zst";
-#define PACKED_EXT_LEN (sizeof(packed_ext) - 1)
-#define ZST_EXT_LEN 4u /* ".zst" */
+static const char st_ext[] = ".safetensors";
+#define ST_EXT_LEN (sizeof(st_ext) - 1)
+/* Standard packs first: they win when both exist. */
+static const char *const pack_exts[] = { ".zst", ".zstg" };
 
-bool ns_packed_name(const char *name)
+static bool ends_with(const char *s, size_t len, const char *suf)
+{
+	size_t n = strlen(suf);
+
+	return len > n && memcmp(s + len - n, suf, n) == 0;
+}
+
+size_t ns_packed_ext_len(const char *name)
 {
 	size_t len = strlen(name);
 
-	return len > PACKED_EXT_LEN && memcmp(name + len - PACKED_EXT_LEN,
-					      packed_ext, PACKED_EXT_LEN) == 0;
+	for (size_t i = 0; i < 2; i++) {
+		size_t n = strlen(pack_exts[i]);
+
+		if (ends_with(name, len, pack_exts[i]) &&
+		    ends_with(name, len - n, st_ext))
+			return n;
+	}
+	return 0;
 }
 
-char *ns_packed_path(const char *path)
+bool ns_packed_name(const char *name)
+{
+	return ns_packed_ext_len(name) != 0;
+}
+
+int ns_packed_find(struct castfs_ns *ns, const char *path, char **packed,
+		   struct stat *st)
 {
 	size_t len = strlen(path);
-	char *p = malloc(len + ZST_EXT_LEN + 1);
+	int rc = -ENOENT;
 
-	if (!p)
-		return NULL;
-	memcpy(p, path, len);
-	memcpy(p + len, ".zst", ZST_EXT_LEN + 1);
-	return p;
+	if (!ends_with(path, len, st_ext))
+		return -ENOENT;
+	for (size_t i = 0; rc == -ENOENT && i < 2; i++) {
+		char *p = malloc(len + strlen(pack_exts[i]) + 1);
+
+		if (!p)
+			return -ENOMEM;
+		memcpy(p, path, len);
+		strcpy(p + len, pack_exts[i]);
+		rc = ns_src_stat_in(ns, p, st);
+		if (rc)
+			free(p);
+		else
+			*packed = p;
+	}
+	return rc;
 }
 
 const char *ns_packed_shown(int dfd, const char *name, char *buf, size_t len)
 {
-	size_t n = strlen(name) - ZST_EXT_LEN;
+	size_t n = strlen(name) - ns_packed_ext_len(name);
 	struct stat st;
 
 	if (!ns_packed_name(name) || n >= len)
@@ -76,6 +107,13 @@ int ns_packed_header(struct castfs_ns *ns, struct ns_ckpt *ck, int fd,
 	rc = castfs_zst_index_read(&fr.r, raw_size, ns->zcache, &ck->zix, d);
 	if (rc)
 		return rc;
+	/* zstd -d restores a .zst, never a grouped pack: names must say. */
+	if (castfs_zst_index_grouped(ck->zix) !=
+	    (ns_packed_ext_len(ck->path) == 5))
+		return castfs_diag_set(d, -EINVAL,
+				       "a grouped pack must be named "
+				       "*.safetensors.zstg, a standard one "
+				       "*.safetensors.zst");
 	castfs_zst_reader_init(&zr, ck->zix, &fr.r);
 	rc = castfs_header_read(&zr.r, castfs_zst_index_size(ck->zix), &ck->h,
 				d);
@@ -111,8 +149,7 @@ int ns_packed_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	int rc;
 
 	/* "X.safetensors": only when X.safetensors.zst is a usable pack. */
-	if (len <= PACKED_EXT_LEN - ZST_EXT_LEN ||
-	    strcmp(name + len - (PACKED_EXT_LEN - ZST_EXT_LEN), ".safetensors"))
+	if (!ends_with(name, len, st_ext))
 		return -ENOENT;
 	path = ns_path_join(dir->path, name, len);
 	if (!path)
@@ -135,7 +172,7 @@ int ns_packed_show(struct castfs_ns *ns, const struct ns_node *dir,
 		   struct ns_list *l, size_t i)
 {
 	struct castfs_dirent *e = &l->dir->ents[i];
-	size_t shown = strlen(e->name) - ZST_EXT_LEN;
+	size_t shown = strlen(e->name) - ns_packed_ext_len(e->name);
 	struct ns_node node = { .kind = NS_PACKED };
 	struct ns_ckpt *ck;
 	char *path;

@@ -35,6 +35,7 @@ void zst_dctx_free(struct zst_dctx *dc)
 		return;
 	ZSTD_freeDCtx((ZSTD_DCtx *)dc->z);
 	free(dc->buf);
+	free(dc->ubuf);
 	free(dc);
 }
 
@@ -49,6 +50,20 @@ void *zst_dctx_buf(struct zst_dctx *dc, size_t n)
 		return NULL;
 	dc->buf = p;
 	dc->cap = n;
+	return p;
+}
+
+void *zst_dctx_ubuf(struct zst_dctx *dc, size_t n)
+{
+	void *p;
+
+	if (n <= dc->ucap)
+		return dc->ubuf;
+	p = realloc(dc->ubuf, n);
+	if (!p)
+		return NULL;
+	dc->ubuf = p;
+	dc->ucap = n;
 	return p;
 }
 
@@ -74,18 +89,21 @@ uint32_t zst_checksum(const void *buf, size_t n)
 	return (uint32_t)XXH64(buf, n, 0);
 }
 
-struct zst_cctx *zst_cctx_new(int level)
+static bool cctx_set(ZSTD_CCtx *z, ZSTD_cParameter p, int v)
+{
+	return !ZSTD_isError(ZSTD_CCtx_setParameter(z, p, v));
+}
+
+struct zst_cctx *zst_cctx_new(int level, bool grouped)
 {
 	struct zst_cctx *cc = calloc(1, sizeof(*cc));
 
 	if (!cc)
 		return NULL;
 	cc->z = ZSTD_createCCtx();
-	if (!cc->z ||
-	    ZSTD_isError(ZSTD_CCtx_setParameter(cc->z, ZSTD_c_compressionLevel,
-						level)) ||
-	    ZSTD_isError(
-		    ZSTD_CCtx_setParameter(cc->z, ZSTD_c_contentSizeFlag, 1))) {
+	if (!cc->z || !cctx_set(cc->z, ZSTD_c_compressionLevel, level) ||
+	    !cctx_set(cc->z, ZSTD_c_contentSizeFlag, 1) ||
+	    (grouped && !cctx_set(cc->z, ZSTD_c_minMatch, 7))) {
 		zst_cctx_free(cc);
 		return NULL;
 	}
@@ -111,4 +129,27 @@ size_t zst_encode_frame(struct zst_cctx *cc, void *dst, size_t cap,
 	size_t got = ZSTD_compress2(cc->z, dst, cap, src, n);
 
 	return ZSTD_isError(got) ? 0 : got;
+}
+
+size_t zst_encode_planes(struct zst_cctx *cc, void *dst, size_t cap,
+			 const void *src, size_t n, unsigned w)
+{
+	ZSTD_outBuffer out = { dst, cap, 0 };
+	size_t plane = n / w;
+
+	if (ZSTD_isError(ZSTD_CCtx_reset(cc->z, ZSTD_reset_session_only)) ||
+	    ZSTD_isError(ZSTD_CCtx_setPledgedSrcSize(cc->z, n)))
+		return 0;
+	for (unsigned p = 0; p < w; p++) {
+		ZSTD_inBuffer in = { (const char *)src + p * plane, plane, 0 };
+		ZSTD_EndDirective how = p + 1 < w ? ZSTD_e_flush : ZSTD_e_end;
+		size_t left;
+
+		do {
+			left = ZSTD_compressStream2(cc->z, &out, &in, how);
+			if (ZSTD_isError(left) || (left && out.pos == cap))
+				return 0;
+		} while (left);
+	}
+	return out.pos;
 }

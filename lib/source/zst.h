@@ -55,6 +55,20 @@ void castfs_zcache_free(struct castfs_zcache *c);
 void castfs_zcache_stats_get(struct castfs_zcache *c,
 			     struct castfs_zcache_stats *out);
 
+/*
+ * How a frame of a grouped pack stores its bytes (FORMATS.md): the byte
+ * planes of 2- or 4-byte elements, with the bf16/fp32 exponent first made
+ * a whole byte. A standard pack stores every frame as NONE.
+ */
+enum castfs_zst_transform {
+	CASTFS_ZST_NONE,
+	CASTFS_ZST_PLANES2, /* fp16 and other 2-byte elements */
+	CASTFS_ZST_BF16,
+	CASTFS_ZST_PLANES4, /* 4-byte elements other than fp32 */
+	CASTFS_ZST_F32,
+	CASTFS_ZST_TRANSFORM_COUNT,
+};
+
 /* The parsed, validated seek table of one file. Immutable; thread-safe. */
 struct castfs_zst_index;
 
@@ -89,6 +103,10 @@ size_t castfs_zst_index_frames(const struct castfs_zst_index *ix);
 /* castfs_zst_index_checksums - whether the table carries frame checksums. */
 bool castfs_zst_index_checksums(const struct castfs_zst_index *ix);
 
+/* castfs_zst_index_grouped - whether the file is a grouped pack (its last
+ * frame before the table is castfs's grouping marker). */
+bool castfs_zst_index_grouped(const struct castfs_zst_index *ix);
+
 /*
  * A reader of the decoded bytes of a seekable file: @ix over the compressed
  * bytes @raw (both borrowed; they must outlive the reader). A read decodes
@@ -119,6 +137,14 @@ struct castfs_zst_pack_opts {
 	bool checksums; /* write XXH64 frame checksums in the seek table */
 	const uint64_t *cuts; /* sorted offsets no frame may straddle */
 	size_t ncuts;
+	/*
+	 * Grouped packs: the transform of the bytes from cuts[k] to the next
+	 * cut (enum castfs_zst_transform; where cuts repeat an offset, the
+	 * last one counts), and NONE before cuts[0]. NULL: a standard pack.
+	 * The pieces of a transformed span must hold whole elements, so
+	 * frame_size must then be a multiple of 4.
+	 */
+	const uint8_t *cut_transforms;
 	/* Called after each frame with decoded and packed bytes so far. */
 	void (*progress)(void *ctx, uint64_t in, uint64_t out);
 	void *progress_ctx;
@@ -128,6 +154,10 @@ struct castfs_zst_pack_opts {
  * castfs_zst_pack - compress the @size bytes of @src into a seekable file
  * written to @w: one independent frame per piece (a piece never straddles a
  * cut and holds at most @o->frame_size bytes), then the seek table.
+ *
+ * A grouped pack (@o->cut_transforms) stores each piece's byte planes and
+ * ends with castfs's grouping marker frame; zstd -d then yields the grouped
+ * bytes, not the original, so it takes its own file extension.
  *
  * Returns 0, -EINVAL (bad options), -EFBIG (more frames than the format
  * allows), -ENOMEM, -EIO (the compressor failed), or the reader's or

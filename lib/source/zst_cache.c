@@ -187,6 +187,25 @@ static void pool_give(struct castfs_zcache *c, struct zst_dctx *dc)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/* Grouped packs: turn frame @i's planes at @dst back into elements. */
+static int frame_ungroup(const struct castfs_zst_index *ix, size_t i,
+			 struct zst_dctx *dc, void *dst, size_t dsize)
+{
+	enum castfs_zst_transform t =
+		ix->xform ? (enum castfs_zst_transform)ix->xform[i] :
+			    CASTFS_ZST_NONE;
+	void *tmp;
+
+	if (t == CASTFS_ZST_NONE)
+		return 0;
+	tmp = zst_dctx_ubuf(dc, dsize);
+	if (!tmp)
+		return -ENOMEM;
+	memcpy(tmp, dst, dsize);
+	zst_ungroup(dst, tmp, dsize, t);
+	return 0;
+}
+
 /* Read, decode and verify frame @i of @ix into @dst (its decoded size). */
 static int frame_decode(const struct castfs_zst_index *ix,
 			const struct castfs_reader *raw, size_t i, void *dst)
@@ -202,8 +221,11 @@ static int frame_decode(const struct castfs_zst_index *ix,
 		rc = castfs_reader_read(raw, src, csize, ix->coff[i]);
 		if (!rc)
 			rc = zst_decode_frame(dc, dst, dsize, src, csize);
+		/* The checksum is of the frame as stored (grouped). */
 		if (!rc && ix->sum && zst_checksum(dst, dsize) != ix->sum[i])
 			rc = -EIO;
+		if (!rc)
+			rc = frame_ungroup(ix, i, dc, dst, dsize);
 	}
 	if (dc)
 		pool_give(c, dc);

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/bytes.h"
 #include "common/ckd.h"
@@ -131,6 +132,61 @@ static int entries_read(struct castfs_zst_index *ix,
 	return 0;
 }
 
+/* Transform bytes of the marker at frame @m into a new ix->xform. */
+static int grouped_parse(struct castfs_zst_index *ix, const uint8_t *p,
+			 size_t m, struct castfs_diag *d)
+{
+	if (memcmp(p, ZST_GROUPED_TAG, ZST_GROUPED_TAG_LEN))
+		return castfs_diag_set(d, -EINVAL, "grouping marker: bad tag");
+	p += ZST_GROUPED_TAG_LEN;
+	for (size_t i = 0; i < ix->nframes; i++) {
+		uint64_t dsize = ix->doff[i + 1] - ix->doff[i];
+
+		if (p[i] >= CASTFS_ZST_TRANSFORM_COUNT || (i == m && p[i]) ||
+		    dsize % zst_group_width(p[i]))
+			return castfs_diag_set(d, -EINVAL,
+					       "grouping marker: frame %zu: "
+					       "transform %u does not fit",
+					       i, p[i]);
+	}
+	ix->xform = malloc(ix->nframes);
+	if (!ix->xform)
+		return -ENOMEM;
+	memcpy(ix->xform, p, ix->nframes);
+	return 0;
+}
+
+/*
+ * A grouped pack ends with castfs's marker: a skippable frame of
+ * ZST_GROUPED_MAGIC holding the tag and a transform byte per frame.
+ */
+static int grouped_read(struct castfs_zst_index *ix,
+			const struct castfs_reader *raw, struct castfs_diag *d)
+{
+	size_t m = ix->nframes - 1;
+	uint64_t len = ZST_GROUPED_TAG_LEN + (uint64_t)ix->nframes;
+	uint8_t h[ZST_SKIPPABLE_HEADER], *p;
+	int rc;
+
+	if (ix->nframes == 0 || ix->doff[m + 1] != ix->doff[m] ||
+	    ix->coff[m + 1] - ix->coff[m] != ZST_SKIPPABLE_HEADER + len)
+		return 0;
+	rc = castfs_reader_read(raw, h, sizeof(h), ix->coff[m]);
+	if (rc || castfs_load_le32(h) != ZST_GROUPED_MAGIC)
+		return rc;
+	if (castfs_load_le32(h + 4) != len)
+		return castfs_diag_set(d, -EINVAL, "grouping marker: length");
+	p = malloc((size_t)len);
+	if (!p)
+		return -ENOMEM;
+	rc = castfs_reader_read(raw, p, (size_t)len,
+				ix->coff[m] + ZST_SKIPPABLE_HEADER);
+	if (!rc)
+		rc = grouped_parse(ix, p, m, d);
+	free(p);
+	return rc;
+}
+
 int castfs_zst_index_read(const struct castfs_reader *raw, uint64_t raw_size,
 			  struct castfs_zcache *cache,
 			  struct castfs_zst_index **out, struct castfs_diag *d)
@@ -149,6 +205,8 @@ int castfs_zst_index_read(const struct castfs_reader *raw, uint64_t raw_size,
 	if (rc)
 		goto out_free;
 	rc = entries_read(ix, raw, &f, d);
+	if (!rc)
+		rc = grouped_read(ix, raw, d);
 	if (rc)
 		goto out_free;
 	ix->cache = cache;
@@ -167,6 +225,7 @@ void castfs_zst_index_free(struct castfs_zst_index *ix)
 	free(ix->coff);
 	free(ix->doff);
 	free(ix->sum);
+	free(ix->xform);
 	free(ix);
 }
 
@@ -183,4 +242,9 @@ size_t castfs_zst_index_frames(const struct castfs_zst_index *ix)
 bool castfs_zst_index_checksums(const struct castfs_zst_index *ix)
 {
 	return ix->checksums;
+}
+
+bool castfs_zst_index_grouped(const struct castfs_zst_index *ix)
+{
+	return ix->xform != NULL;
 }

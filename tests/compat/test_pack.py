@@ -202,6 +202,33 @@ class Pack(unittest.TestCase):
             with self.subTest(why=why, n=len(data)):
                 self.hostile_unpack(data, why)
 
+    def test_grouped_round_trip(self):
+        r = castfs("pack", "--no-progress", "--grouped", "--frame-size", "64K", self.src)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        g = self.src + ".zstg"
+        frames, _ = seek_table(g)
+        ends, at = set(), 0
+        for _, d, _ in frames:
+            at += d
+            ends.add(at)
+        self.assertTrue(boundaries(self.src) <= ends | {0})
+        # zstd -d yields the grouped bytes, not the original
+        out = subprocess.run(["zstd", "-d", "-c", g], capture_output=True, check=True).stdout
+        self.assertEqual(len(out), len(self.orig))
+        self.assertNotEqual(out, self.orig)
+        os.rename(self.src, self.src + ".orig")
+        r = castfs("unpack", "--no-progress", g)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.src, "rb") as f:
+            self.assertEqual(f.read(), self.orig)
+        # a grouped pack under the standard name is refused
+        os.remove(self.src)
+        os.rename(g, self.src + ".zst")
+        r = castfs("unpack", "--no-progress", self.src + ".zst")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("grouped", r.stderr)
+        self.assertFalse(os.path.exists(self.src))
+
     def test_pack_directory(self):
         d = os.path.join(self.dir, "model")
         os.mkdir(d)

@@ -59,12 +59,17 @@ class PackedMount(unittest.TestCase):
         cls.tensors = model()
         s = cls.src
         save_file(cls.tensors, os.path.join(s, "u.safetensors"), metadata={"format": "pt"})
-        for name in ("p", "corrupt", "both", "lying"):
+        for name in ("p", "corrupt", "both", "lying", "g"):
             shutil.copy(os.path.join(s, "u.safetensors"), os.path.join(s, name + ".safetensors"))
         for name in ("p", "corrupt", "lying"):
             r = castfs("pack", "--no-progress", "--remove", "--frame-size", "64K",
                        os.path.join(s, name + ".safetensors"))
             assert r.returncode == 0, r.stderr
+        r = castfs("pack", "--no-progress", "--remove", "--grouped", "--frame-size", "64K",
+                   os.path.join(s, "g.safetensors"))
+        assert r.returncode == 0, r.stderr
+        shutil.copy(os.path.join(s, "g.safetensors.zstg"),
+                    os.path.join(s, "misnamed.safetensors.zst"))
         shutil.copy(os.path.join(s, "u.safetensors"), os.path.join(s, "i.safetensors"))
         independent_pack(os.path.join(s, "i.safetensors"), os.path.join(s, "i.safetensors.zst"))
         os.remove(os.path.join(s, "i.safetensors"))
@@ -116,6 +121,7 @@ class PackedMount(unittest.TestCase):
     def test_listing(self):
         names = set(os.listdir(self.m()))
         for shown in ("p.safetensors", "i.safetensors", "corrupt.safetensors",
+                      "g.safetensors", "misnamed.safetensors.zst",
                       "both.safetensors", "both.safetensors.zst",
                       "plainzst.safetensors.zst", "lying.safetensors.zst",
                       "p.fp8.safetensors", "p.safetensors.tensors"):
@@ -128,7 +134,7 @@ class PackedMount(unittest.TestCase):
 
     def test_original_bytes(self):
         orig = read(os.path.join(self.src, "u.safetensors"))
-        for name in ("p", "i"):
+        for name in ("p", "i", "g"):
             with self.subTest(name=name):
                 self.assertEqual(read(self.m(name + ".safetensors")), orig)
                 tl.check_ranges(self, self.m(name + ".safetensors"), orig, count=100)
@@ -140,7 +146,7 @@ class PackedMount(unittest.TestCase):
     def test_every_view_equals_uncompressed(self):
         rng = random.Random(5)
         for v in self.views:
-            for name in ("p", "i"):
+            for name in ("p", "i", "g"):
                 with self.subTest(view=v, src=name):
                     ref = read(self.m("u.%s.safetensors" % v))
                     path = self.m("%s.%s.safetensors" % (name, v))
@@ -184,6 +190,7 @@ class PackedMount(unittest.TestCase):
         self.assertIn("no seek table", rej["plainzst.safetensors.zst"]["reason"])
         self.assertIn("seek table", rej["lying.safetensors.zst"]["reason"])
         self.assertIn("sizelie.safetensors.zst", rej)
+        self.assertIn("grouped", rej["misnamed.safetensors.zst"]["reason"])
         self.assertNotIn("sizelie.safetensors", os.listdir(self.m()))
         self.assertNotIn("p.safetensors.zst", rej)
 

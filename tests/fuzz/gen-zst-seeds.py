@@ -65,6 +65,10 @@ def seeds(castfs):
                            check=True)
             with open(p + ".zst", "rb") as f:
                 packed = f.read()
+            subprocess.run([castfs, "pack", "--no-progress", "--grouped",
+                            "--frame-size", "256", p], check=True)
+            with open(p + ".zstg", "rb") as f:
+                out["seed-castfs-grouped"] = f.read()
         out["seed-castfs-pack"] = packed
         sums = bytearray(packed)
         sums[-9 - 12 + 8] ^= 1  # the last frame's checksum

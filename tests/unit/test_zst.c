@@ -13,6 +13,7 @@
 
 #include "common/bytes.h"
 #include "source/zst.h"
+#include "source/zst_internal.h"
 #include "unit.h"
 
 struct membuf {
@@ -341,6 +342,90 @@ START_TEST(test_zst__threads_share_frames)
 }
 END_TEST
 
+/* Grouping is a bijection: every bf16 pattern, and fp32 bit patterns. */
+START_TEST(test_zst__group_round_trip)
+{
+	static const enum castfs_zst_transform ts[] = { CASTFS_ZST_PLANES2,
+							CASTFS_ZST_BF16,
+							CASTFS_ZST_PLANES4,
+							CASTFS_ZST_F32 };
+	enum castfs_zst_transform t = ts[_i];
+	size_t n = 65536 * 2;
+	uint8_t *in = malloc(n), *g = malloc(n), *back = malloc(n);
+
+	for (size_t i = 0; i < 65536; i++)
+		castfs_store_le16(in + 2 * i, (uint16_t)(i * 40503u));
+	zst_group(g, in, n, t);
+	zst_ungroup(back, g, n, t);
+	ck_assert_mem_eq(back, in, n);
+	if (t == CASTFS_ZST_BF16) { /* 1.0 = 0x3F80: exponent 127 first */
+		castfs_store_le16(in, 0x3F80);
+		zst_group(g, in, 2, t);
+		ck_assert_uint_eq(g[1], 127);
+		ck_assert_uint_eq(g[0], 0);
+	}
+	if (t == CASTFS_ZST_F32) { /* -2.0f = 0xC0000000: exponent 128 */
+		castfs_store_le32(in, 0xC0000000u);
+		zst_group(g, in, 4, t);
+		ck_assert_uint_eq(g[3], 128);
+		ck_assert_uint_eq(g[2], 0x80);
+	}
+	free(in);
+	free(g);
+	free(back);
+}
+END_TEST
+
+/* A grouped pack reads back as the input; libzstd decodes it to the
+ * grouped bytes, which differ; a bad transform byte is rejected. */
+START_TEST(test_zst__grouped_pack_reads_back)
+{
+	uint8_t *in = make_input(N_IN, 11), *buf = malloc(N_IN);
+	uint64_t cuts[] = { 96, 60000, 60000, 120000, 120000, 150000 };
+	uint8_t tr[] = { CASTFS_ZST_BF16, CASTFS_ZST_NONE,    CASTFS_ZST_F32,
+			 CASTFS_ZST_NONE, CASTFS_ZST_PLANES2, CASTFS_ZST_NONE };
+	struct castfs_mem_reader mr;
+	struct castfs_writer w;
+	struct castfs_zst_pack_opts o = { .frame_size = 8192,
+					  .level = 1,
+					  .checksums = true,
+					  .cuts = cuts,
+					  .ncuts = 6,
+					  .cut_transforms = tr };
+	struct castfs_zcache *c;
+	struct castfs_zst_index *ix;
+	struct castfs_zst_reader zr;
+	struct membuf m = { 0 };
+
+	w = (struct castfs_writer){ mem_write, &m };
+	castfs_mem_reader_init(&mr, in, N_IN);
+	ck_assert_int_eq(castfs_zst_pack(&mr.r, N_IN, &o, &w, NULL), 0);
+	ck_assert_int_eq(castfs_zcache_new(1 << 20, &c), 0);
+	ck_assert_int_eq(open_index(&m, c, &mr, &ix, NULL), 0);
+	ck_assert(castfs_zst_index_grouped(ix));
+	castfs_zst_reader_init(&zr, ix, &mr.r);
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, N_IN, 0), 0);
+	ck_assert_mem_eq(buf, in, N_IN);
+	for (size_t off = 0; off < N_IN; off += 3001) {
+		size_t len = N_IN - off < 5000 ? N_IN - off : 5000;
+
+		ck_assert_int_eq(castfs_reader_read(&zr.r, buf, len, off), 0);
+		ck_assert_mem_eq(buf, in + off, len);
+	}
+	ck_assert_uint_eq(ZSTD_decompress(buf, N_IN, m.p, m.n), N_IN);
+	ck_assert(memcmp(buf, in, N_IN) != 0);
+	castfs_zst_index_free(ix);
+	/* The marker's first transform byte (the header frame) made F32. */
+	m.p[m.n - 9 - castfs_load_le32(m.p + m.n - 9) * 12 - 8 -
+	    castfs_load_le32(m.p + m.n - 9)] = CASTFS_ZST_TRANSFORM_COUNT;
+	ck_assert_int_eq(open_index(&m, c, &mr, &ix, NULL), -EINVAL);
+	castfs_zcache_free(c);
+	free(m.p);
+	free(buf);
+	free(in);
+}
+END_TEST
+
 START_TEST(test_zst__bad_frame_size_option)
 {
 	uint8_t in[16] = { 0 };
@@ -371,6 +456,8 @@ Suite *unit_suite(void)
 	tcase_add_loop_test(tc, test_zst__lying_table_rejected, 0, 5);
 	tcase_add_loop_test(tc, test_zst__bad_frame_fails_read_only, 0, 3);
 	tcase_add_loop_test(tc, test_zst__threads_share_frames, 0, 3);
+	tcase_add_loop_test(tc, test_zst__group_round_trip, 0, 4);
+	tcase_add_test(tc, test_zst__grouped_pack_reads_back);
 	tcase_add_test(tc, test_zst__bad_frame_size_option);
 	suite_add_tcase(s, tc);
 	return s;
