@@ -270,9 +270,8 @@ static void source_readahead(struct castfs_file *f, uint64_t off, size_t n)
 
 	prev = atomic_exchange_explicit(&f->next_off, off + n,
 					memory_order_relaxed);
-	/* Packs: source offsets are decoded ones, not the file's. */
-	if (f->fd < 0 || f->base || (f->ck && f->ck->zix) ||
-	    off > prev + NS_RA_SLACK || off + NS_RA_SLACK < prev)
+	if (f->fd < 0 || f->base || off > prev + NS_RA_SLACK ||
+	    off + NS_RA_SLACK < prev)
 		return;
 	if (!f->plan)
 		src = off + n;
@@ -282,6 +281,9 @@ static void source_readahead(struct castfs_file *f, uint64_t off, size_t n)
 		return;
 	if (src == UINT64_MAX)
 		return;
+	/* A pack's plan offsets are decoded ones: advise its frames. */
+	if (f->ck && f->ck->zix)
+		src = castfs_zst_raw_off(f->ck->zix, src);
 	end = atomic_load_explicit(&f->ra_end, memory_order_relaxed);
 	if (end >= src + NS_RA_AHEAD / 2 && end <= src + NS_RA_AHEAD)
 		return; /* far enough ahead already */

@@ -97,6 +97,13 @@ void castfs_zst_index_free(struct castfs_zst_index *ix);
 /* castfs_zst_index_size - the decoded (original) size of the file. */
 uint64_t castfs_zst_index_size(const struct castfs_zst_index *ix);
 
+/*
+ * castfs_zst_raw_off - the offset in the packed file of the frame holding
+ * decoded offset @off (the end of the frames for @off >= the decoded size):
+ * where to advise read-ahead of a reader at @off.
+ */
+uint64_t castfs_zst_raw_off(const struct castfs_zst_index *ix, uint64_t off);
+
 /* castfs_zst_index_frames - the number of frames in the seek table. */
 size_t castfs_zst_index_frames(const struct castfs_zst_index *ix);
 

@@ -390,6 +390,13 @@ static ssize_t zr_pread(void *ctx, void *buf, size_t n, uint64_t off)
 	return (ssize_t)done;
 }
 
+uint64_t castfs_zst_raw_off(const struct castfs_zst_index *ix, uint64_t off)
+{
+	if (off >= castfs_zst_index_size(ix))
+		return ix->coff[ix->nframes];
+	return ix->coff[frame_of(ix, off)];
+}
+
 void castfs_zst_reader_init(struct castfs_zst_reader *zr,
 			    const struct castfs_zst_index *ix,
 			    const struct castfs_reader *raw)
