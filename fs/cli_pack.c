@@ -278,6 +278,13 @@ static int pack_src(const struct cli_src *s, const char *out,
 	return 0;
 }
 
+static bool has_suffix(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), k = strlen(suffix);
+
+	return n > k && !strcmp(s + n - k, suffix);
+}
+
 static int pack_file(const char *path, const struct pack_opts *o,
 		     const struct castfs_views *vs)
 {
@@ -285,6 +292,8 @@ static int pack_file(const char *path, const struct pack_opts *o,
 	char *out;
 	int rc;
 
+	if (!has_suffix(path, ".safetensors"))
+		return fail(o, path, "not named *.safetensors");
 	if (asprintf(&out, "%s%s", path, o->grouped ? ZSTG_EXT : ZST_EXT) < 0)
 		return fail(o, path, strerror(ENOMEM));
 	if (!o->force && access(out, F_OK) == 0) {
@@ -301,13 +310,6 @@ static int pack_file(const char *path, const struct pack_opts *o,
 out_free:
 	free(out);
 	return rc;
-}
-
-static bool has_suffix(const char *s, const char *suffix)
-{
-	size_t n = strlen(s), k = strlen(suffix);
-
-	return n > k && !strcmp(s + n - k, suffix);
 }
 
 /* Each DIR/ *.safetensors (not recursing; links and others skipped). */

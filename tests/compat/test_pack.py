@@ -229,6 +229,27 @@ class Pack(unittest.TestCase):
         self.assertIn("grouped", r.stderr)
         self.assertFalse(os.path.exists(self.src))
 
+    def test_info_and_convert_read_packs(self):
+        for flags, ext in (([], ".zst"), (["--grouped"], ".zstg")):
+            with self.subTest(ext=ext):
+                self.pack("--force", *flags, self.src)
+                z = self.src + ext
+                a, b = castfs("info", self.src), castfs("info", z)
+                self.assertEqual(b.returncode, 0, b.stderr)
+                self.assertEqual(a.stdout.replace(self.src, "F"),
+                                 b.stdout.replace(z, "F"))
+                outs = []
+                for src in (self.src, z):
+                    out = os.path.join(self.dir, "out%d.safetensors" % len(outs))
+                    r = castfs("convert", src, "--view", "fp8", "-o", out, "--no-progress")
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    with open(out, "rb") as f:
+                        outs.append(f.read())
+                self.assertEqual(outs[0], outs[1])
+        r = castfs("pack", "--no-progress", self.src + ".zst")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("not named", r.stderr)
+
     def test_pack_directory(self):
         d = os.path.join(self.dir, "model")
         os.mkdir(d)
