@@ -227,6 +227,11 @@ class PackedMount(unittest.TestCase):
         self.assertIn("seek table", rej["lying.safetensors.zst"]["reason"])
         self.assertIn("sizelie.safetensors.zst", rej)
         self.assertIn("grouped", rej["misnamed.safetensors.zst"]["reason"])
+        # A fresh mount knows them before any listing.
+        with tl.Mount(self.src) as fresh:
+            with open(fresh.join(".castfs", "rejected")) as f:
+                again = {os.path.basename(r["path"]) for r in json.load(f)}
+        self.assertEqual(again, set(rej))
         self.assertNotIn("sizelie.safetensors", os.listdir(self.m()))
         self.assertNotIn("p.safetensors.zst", rej)
 
