@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "format/st_header.h"
+#include "source/zst.h"
 #include "view/view.h"
 
 /* castfs info FILE...: header summary and tensor table. Exit status. */
@@ -14,6 +15,15 @@ int castfs_cli_info(int argc, char **argv);
 
 /* castfs convert FILE --view V -o OUT: materialise a view. Exit status. */
 int castfs_cli_convert(int argc, char **argv);
+
+/*
+ * castfs pack FILE|DIR...: write FILE.zst, a seekable-zstd pack, beside each
+ * safetensors file. Exit status.
+ */
+int castfs_cli_pack(int argc, char **argv);
+
+/* castfs unpack FILE.zst...: restore each original. Exit status. */
+int castfs_cli_unpack(int argc, char **argv);
 
 /* ---- shared by the sub-commands (fs/cli_common.c) ---- */
 
@@ -32,12 +42,21 @@ struct cli_src {
 	struct stat st;
 	struct castfs_header *h;
 	const struct castfs_view *view; /* NULL: the file itself */
+	/* The checkpoint's bytes: @fr over @fd, or for a pack (*.zst,
+	 * *.zstg) @zr decoding it through @zix. */
+	const struct castfs_reader *r;
+	uint64_t size; /* the checkpoint's size (decoded for a pack) */
+	struct castfs_fd_reader fr;
+	struct castfs_zcache *zc;
+	struct castfs_zst_index *zix;
+	struct castfs_zst_reader zr;
 };
 
 /*
  * cli_src_open - open @arg and read its header: the file itself, through
  * view @view_name when given, or, when @arg does not exist and is named
- * X.<view>.safetensors, X.safetensors through that view. Prints
+ * X.<view>.safetensors, X.safetensors through that view. A file named
+ * *.safetensors.zst or *.safetensors.zstg is read as the pack it is. Prints
  * "castfs CMD: FILE: reason" on stderr on failure. Returns 0 or -1.
  */
 int cli_src_open(struct cli_src *s, const char *cmd, const char *arg,

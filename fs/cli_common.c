@@ -102,12 +102,44 @@ static int src_resolve(struct cli_src *s, const char *cmd, const char *arg,
 	return 0;
 }
 
+/* A pack's extension: 0 none, 1 ".zst" (standard), 2 ".zstg" (grouped). */
+static int pack_kind(const char *path)
+{
+	size_t n = strlen(path);
+
+	if (n > 16 && !strcmp(path + n - 16, ".safetensors.zst"))
+		return 1;
+	if (n > 17 && !strcmp(path + n - 17, ".safetensors.zstg"))
+		return 2;
+	return 0;
+}
+
+/* Read a pack through its seek table: s->r and s->size for its bytes. */
+static int src_unpack(struct cli_src *s, int kind, struct castfs_diag *d)
+{
+	int rc = castfs_zcache_new(CASTFS_ZCACHE_DEFAULT, &s->zc);
+
+	if (!rc)
+		rc = castfs_zst_index_read(&s->fr.r, s->size, s->zc, &s->zix,
+					   d);
+	if (rc)
+		return rc;
+	if (castfs_zst_index_grouped(s->zix) != (kind == 2))
+		return castfs_diag_set(d, -EINVAL,
+				       "a grouped pack is named "
+				       "*.safetensors.zstg, a standard one "
+				       "*.safetensors.zst");
+	castfs_zst_reader_init(&s->zr, s->zix, &s->fr.r);
+	s->r = &s->zr.r;
+	s->size = castfs_zst_index_size(s->zix);
+	return 0;
+}
+
 int cli_src_open(struct cli_src *s, const char *cmd, const char *arg,
 		 const struct castfs_views *vs, const char *view_name)
 {
 	struct castfs_diag d = { { 0 } };
-	struct castfs_fd_reader fr;
-	int rc;
+	int kind, rc;
 
 	memset(s, 0, sizeof(*s));
 	s->fd = -1;
@@ -117,8 +149,13 @@ int cli_src_open(struct cli_src *s, const char *cmd, const char *arg,
 		return src_fail(s, cmd, s->path, strerror(errno));
 	if (!S_ISREG(s->st.st_mode))
 		return src_fail(s, cmd, s->path, "not a regular file");
-	castfs_fd_reader_init(&fr, s->fd);
-	rc = castfs_header_read(&fr.r, (uint64_t)s->st.st_size, &s->h, &d);
+	castfs_fd_reader_init(&s->fr, s->fd);
+	s->r = &s->fr.r;
+	s->size = (uint64_t)s->st.st_size;
+	kind = pack_kind(s->path);
+	rc = kind ? src_unpack(s, kind, &d) : 0;
+	if (!rc)
+		rc = castfs_header_read(s->r, s->size, &s->h, &d);
 	if (rc)
 		return src_fail(s, cmd, s->path,
 				d.msg[0] ? d.msg : strerror(-rc));
@@ -132,6 +169,10 @@ void cli_src_close(struct cli_src *s)
 	s->fd = -1;
 	castfs_header_free(s->h);
 	s->h = NULL;
+	castfs_zst_index_free(s->zix);
+	s->zix = NULL;
+	castfs_zcache_free(s->zc);
+	s->zc = NULL;
 	free(s->path);
 	free(s->shown);
 	s->path = s->shown = NULL;

@@ -128,16 +128,14 @@ static int conv_copy(const struct cli_src *s, const struct castfs_plan *plan,
 		     int fd, const struct conv_opts *o)
 {
 	struct castfs_scratch sc;
-	struct castfs_fd_reader fr;
 	uint8_t *buf = malloc(CHUNK_LEN);
 	double t0 = now_s();
 	uint64_t off = 0;
 	int rc = buf ? castfs_scratch_init(&sc) : -ENOMEM;
 
-	castfs_fd_reader_init(&fr, s->fd);
 	while (!rc && off < plan->size && !interrupted) {
 		size_t n = (size_t)CASTFS_MIN(plan->size - off, CHUNK_LEN);
-		ssize_t got = castfs_plan_read(plan, &fr.r, &sc, buf, n, off);
+		ssize_t got = castfs_plan_read(plan, s->r, &sc, buf, n, off);
 
 		if (got < 0 || (size_t)got != n) {
 			rc = got < 0 ? (int)got : -EIO;

@@ -174,7 +174,7 @@ static int info_src(const struct cli_src *s, const struct info_opts *o)
 	struct castfs_diag d = { { 0 } };
 	struct castfs_header *vh = NULL;
 	struct castfs_plan *plan = NULL;
-	uint64_t size = (uint64_t)s->st.st_size;
+	uint64_t size = s->size;
 	int rc = 0, status;
 
 	if (s->view) {

@@ -22,6 +22,7 @@ struct options {
 	double timeout;
 	unsigned read_ahead_kb;
 	unsigned threads;
+	unsigned zcache_mb;
 	int help;
 	int version;
 };
@@ -38,6 +39,7 @@ static const struct fuse_opt option_spec[] = {
 	OPT("timeout=%lf", timeout),
 	OPT("read_ahead_kb=%u", read_ahead_kb),
 	OPT("threads=%u", threads),
+	OPT("zcache_mb=%u", zcache_mb),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -77,7 +79,9 @@ static void usage(const char *prog)
 {
 	printf("usage: %s [options] SOURCE MOUNTPOINT\n"
 	       "       %s info [--view VIEW] [--tensor NAME] FILE...\n"
-	       "       %s convert FILE --view VIEW -o OUT\n\n"
+	       "       %s convert FILE --view VIEW -o OUT\n"
+	       "       %s pack [options] FILE.safetensors|DIR...\n"
+	       "       %s unpack FILE.safetensors.zst...\n\n"
 	       "Mount SOURCE read-only at MOUNTPOINT; every X.safetensors gains\n"
 	       "converted views X.<view>.safetensors computed on demand, and a\n"
 	       "tensor tree X.safetensors.tensors/; /.castfs/ holds stats,\n"
@@ -92,9 +96,11 @@ static void usage(const char *prog)
 	       "    -o timeout=SECONDS     entry and attribute timeout (86400)\n"
 	       "    -o read_ahead_kb=N     kernel read-ahead of the mount (1024)\n"
 	       "    -o threads=N           worker threads (default 2 x CPUs, >= 4)\n"
+	       "    -o zcache_mb=N         decoded frames of packed sources\n"
+	       "                           (*.safetensors.zst) kept in memory (16)\n"
 	       "    -h, --help             this help\n"
 	       "    -V, --version          the version\n\n",
-	       prog, prog, prog);
+	       prog, prog, prog, prog, prog);
 }
 
 static void list_views(const struct castfs_views *vs)
@@ -149,6 +155,7 @@ static int setup_ns(struct castfs_fs *fs, const struct options *o,
 		.log = castfs_fs_log,
 		.log_ctx = fs,
 		.guard = castfs_fs_lease_init(),
+		.zcache_bytes = (size_t)o->zcache_mb << 20,
 	};
 	struct castfs_diag d = { { 0 } };
 	char *config_json;
@@ -303,5 +310,9 @@ int main(int argc, char **argv)
 		return castfs_cli_info(argc - 1, argv + 1);
 	if (argc > 1 && strcmp(argv[1], "convert") == 0)
 		return castfs_cli_convert(argc - 1, argv + 1);
+	if (argc > 1 && strcmp(argv[1], "pack") == 0)
+		return castfs_cli_pack(argc - 1, argv + 1);
+	if (argc > 1 && strcmp(argv[1], "unpack") == 0)
+		return castfs_cli_unpack(argc - 1, argv + 1);
 	return mount_main(argc, argv);
 }

@@ -2,7 +2,8 @@
 # common/: errors and diagnostics, LE bytes, checked math, hashing, the
 # growing text buffer and the source-reading vtable. Depends on nothing.
 noinst_LIBRARIES += lib/libcastfs.a
-lib_libcastfs_a_CFLAGS = $(AM_CFLAGS) $(CJSON_CFLAGS) $(ZSTD_CFLAGS)
+lib_libcastfs_a_CFLAGS = $(AM_CFLAGS) $(CJSON_CFLAGS) $(ZSTD_CFLAGS) \
+	$(XXHASH_CFLAGS)
 lib_libcastfs_a_SOURCES = \
 	lib/common/bytes.h lib/common/ckd.h lib/common/compiler.h \
 	lib/common/err.c lib/common/err.h lib/common/hash.h \

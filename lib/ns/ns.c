@@ -21,11 +21,13 @@ static const struct ns_kind_ops *const kind_ops[NS_KIND_COUNT] = {
 	[NS_CTL_DIR] = &ns_kind_ctl_dir, [NS_CTL_FILE] = &ns_kind_ctl_file,
 	[NS_TDIR] = &ns_kind_tdir,	 [NS_TFILE] = &ns_kind_tfile,
 	[NS_MDIR] = &ns_kind_mdir,	 [NS_MFILE] = &ns_kind_mfile,
+	[NS_PACKED] = &ns_kind_packed,
 };
 
 /* What a source directory shows besides its entries and their views, in
  * lookup order; NULL-terminated. */
 static const struct ns_dir_ext *const dir_exts[] = {
+	&ns_packed_dir_ext,
 	&ns_tensors_dir_ext,
 	&ns_modeldir_dir_ext,
 	NULL,
@@ -67,9 +69,15 @@ int castfs_ns_new(const struct castfs_ns_opts *o, struct castfs_ns **out,
 	ns->dir_exts = dir_exts;
 	ns_tensors_init(ns);
 	ns_md_plans_init(ns);
-	rc = ns_node_add_root(ns, d);
+	rc = castfs_zcache_new(o->zcache_bytes ? o->zcache_bytes :
+						 CASTFS_ZCACHE_DEFAULT,
+			       &ns->zcache);
+	if (!rc)
+		rc = ns_node_add_root(ns, d);
 	if (!rc)
 		rc = ns_modeldir_init(ns);
+	if (!rc && ns->stats)
+		castfs_stats_set_zcache(ns->stats, ns->zcache);
 	if (rc)
 		goto out_free;
 	*out = ns;
@@ -87,6 +95,7 @@ void castfs_ns_free(struct castfs_ns *ns)
 	ns_node_table_fini(ns);
 	ns_ckpt_cache_fini(ns);
 	ns_modeldir_fini(ns);
+	castfs_zcache_free(ns->zcache); /* after the checkpoints' indexes */
 	if (ns->root_fd >= 0)
 		close(ns->root_fd);
 	pthread_mutex_destroy(&ns->lock);
@@ -367,6 +376,15 @@ void castfs_ns_invalidate(struct castfs_ns *ns, const char *rel,
 		invalidate_names(ns, parent, slash ? slash + 1 : rel, cb, ctx);
 	ns_modeldir_invalidate(ns, rel, cb, ctx);
 	free(dir);
+	/* A pack is shown, with its views, as the file it holds. */
+	if (ns_packed_name(rel)) {
+		char *shown =
+			strndup(rel, strlen(rel) - ns_packed_ext_len(rel));
+
+		if (shown)
+			castfs_ns_invalidate(ns, shown, cb, ctx);
+		free(shown);
+	}
 }
 
 int castfs_ns_statfs(struct castfs_ns *ns, struct statvfs *sv)

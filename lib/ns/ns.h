@@ -55,6 +55,9 @@ struct castfs_ns_opts {
 	 * Called from any thread. */
 	void (*log)(void *ctx, const char *msg);
 	void *log_ctx;
+	/* Decoded bytes of packed sources kept in memory; 0: the default
+	 * (CASTFS_ZCACHE_DEFAULT). */
+	size_t zcache_bytes;
 };
 
 /*

@@ -42,6 +42,7 @@ static void ck_free(struct ns_ckpt *ck, size_t nviews)
 		castfs_plan_free(ck->plans[i]);
 	free(ck->plans);
 	castfs_header_free(ck->h);
+	castfs_zst_index_free(ck->zix);
 	pthread_mutex_destroy(&ck->lock);
 	free(ck->path);
 	free(ck);
@@ -65,8 +66,43 @@ static void ck_fail(struct ns_ckpt *ck, int err, const char *why)
 	snprintf(ck->reason, sizeof(ck->reason), "%s", why);
 }
 
+/*
+ * Read the seek table of the pack open as @fd (@raw_size bytes) into
+ * @ck->zix and the safetensors header it holds into @ck->h. Returns 0 or
+ * the error (-EINVAL, -EFBIG: not a usable pack; -EIO: a frame of the
+ * header fails) with the reason in @d.
+ */
+static int ck_parse_packed(struct castfs_ns *ns, struct ns_ckpt *ck, int fd,
+			   uint64_t raw_size, struct castfs_diag *d)
+{
+	struct castfs_fd_reader fr;
+	struct castfs_zst_reader zr;
+	int rc;
+
+	castfs_fd_reader_init(&fr, fd);
+	rc = castfs_zst_index_read(&fr.r, raw_size, ns->zcache, &ck->zix, d);
+	if (rc)
+		return rc;
+	/* zstd -d restores a .zst, never a grouped pack: names must say. */
+	if (castfs_zst_index_grouped(ck->zix) !=
+	    (ns_packed_ext_len(ck->path) == 5))
+		return castfs_diag_set(d, -EINVAL,
+				       "a grouped pack must be named "
+				       "*.safetensors.zstg, a standard one "
+				       "*.safetensors.zst");
+	castfs_zst_reader_init(&zr, ck->zix, &fr.r);
+	rc = castfs_header_read(&zr.r, castfs_zst_index_size(ck->zix), &ck->h,
+				d);
+	if (rc == -EIO)
+		castfs_diag_set(d, rc,
+				"a frame holding the header fails to decode "
+				"or to match its size or checksum");
+	return rc;
+}
+
 /* Parse the header through @fd; the file must be @st before and after. */
-static void ck_parse(struct ns_ckpt *ck, int fd, const struct stat *st)
+static void ck_parse(struct castfs_ns *ns, struct ns_ckpt *ck, int fd,
+		     const struct stat *st)
 {
 	struct castfs_fd_reader fr;
 	struct castfs_diag d = { { 0 } };
@@ -77,7 +113,12 @@ static void ck_parse(struct ns_ckpt *ck, int fd, const struct stat *st)
 		return;
 	}
 	castfs_fd_reader_init(&fr, fd);
-	ck->err = castfs_header_read(&fr.r, (uint64_t)st->st_size, &ck->h, &d);
+	if (ns_packed_name(ck->path))
+		ck->err =
+			ck_parse_packed(ns, ck, fd, (uint64_t)st->st_size, &d);
+	else
+		ck->err = castfs_header_read(&fr.r, (uint64_t)st->st_size,
+					     &ck->h, &d);
 	if (ck->err)
 		snprintf(ck->reason, sizeof(ck->reason), "%s",
 			 d.msg[0] ? d.msg : strerror(-ck->err));
@@ -115,7 +156,7 @@ static void ck_load(struct castfs_ns *ns, struct ns_ckpt *ck,
 	if (watch == 0 && !g->enter(g->ctx, fd))
 		ck_fail(ck, -ESTALE, "changed while being read");
 	else
-		ck_parse(ck, fd, st);
+		ck_parse(ns, ck, fd, st);
 	if (watch == 0 && !g->leave(g->ctx, fd) && !ck->err) {
 		castfs_header_free(ck->h);
 		ck->h = NULL;
@@ -240,13 +281,20 @@ int ns_ckpt_valid(struct castfs_ns *ns, const char *path, struct stat *st,
 		  struct ns_ckpt **out)
 {
 	struct ns_ckpt *ck;
+	char *packed = NULL;
 	int rc = ns_src_stat_in(ns, path, st);
 
-	if (rc)
-		return rc;
-	if (!S_ISREG(st->st_mode))
-		return -ENOENT;
-	rc = ns_ckpt_get(ns, path, st, &ck);
+	/* No X.safetensors: its pack X.safetensors.zst(g) stands in. */
+	if (rc == -ENOENT) {
+		rc = ns_packed_find(ns, path, &packed, st);
+		if (rc)
+			return rc;
+	}
+	if (!rc && !S_ISREG(st->st_mode))
+		rc = -ENOENT;
+	if (!rc)
+		rc = ns_ckpt_get(ns, packed ? packed : path, st, &ck);
+	free(packed);
 	if (rc)
 		return rc;
 	if (!ck->h) {
@@ -352,4 +400,16 @@ void ns_ckpt_cache_fini(struct castfs_ns *ns)
 			ns_ckpt_put(ns, ck);
 		}
 	}
+}
+
+int ns_ckpt_packed_stat(struct castfs_ns *ns, const char *path, struct stat *st)
+{
+	struct ns_ckpt *ck;
+	int rc = ns_ckpt_valid(ns, path, st, &ck);
+
+	if (rc)
+		return rc;
+	rc = ck->zix ? 0 : -ENOENT;
+	ns_ckpt_put(ns, ck);
+	return rc;
 }

@@ -21,6 +21,9 @@ struct ns_ckpt {
 	struct timespec mtime;
 	char *path;
 	struct castfs_header *h; /* NULL when rejected */
+	/* A packed source's seek table (decoded reads go through it), or
+	 * NULL for a plain file; path is then the pack on disk. */
+	struct castfs_zst_index *zix;
 	int err;
 	char reason[256];
 	pthread_mutex_t lock; /* guards plans and trees */
@@ -60,6 +63,11 @@ char *ns_ckpt_rejected_json(struct castfs_ns *ns);
 
 /* ns_ckpt_drop_path - forget cache entries of @path (source changed). */
 void ns_ckpt_drop_path(struct castfs_ns *ns, const char *path);
+
+/* ns_ckpt_packed_stat - the identity of the usable pack standing in for
+ * the missing checkpoint @path; -ENOENT when there is none. */
+int ns_ckpt_packed_stat(struct castfs_ns *ns, const char *path,
+			struct stat *st);
 
 /* ns_ckpt_cache_fini - drop every cache entry (at unmount). */
 void ns_ckpt_cache_fini(struct castfs_ns *ns);

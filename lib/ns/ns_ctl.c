@@ -118,11 +118,14 @@ static void scan_entry(struct castfs_ns *ns, const char *dir, DIR *dp,
 	struct stat st;
 	char *path;
 
-	if (type == S_IFREG && !is_checkpoint_name(de->d_name))
+	if (type == S_IFREG && !is_checkpoint_name(de->d_name) &&
+	    !ns_packed_name(de->d_name))
 		return;
 	if (type != S_IFREG && type != S_IFDIR)
 		return;
-	path = ns_path_join(dir, de->d_name, strlen(de->d_name));
+	/* A pack is loaded as the checkpoint it stands in for. */
+	path = ns_path_join(dir, de->d_name,
+			    strlen(de->d_name) - ns_packed_ext_len(de->d_name));
 	if (!path)
 		return;
 	if (type == S_IFDIR) {

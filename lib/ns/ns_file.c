@@ -18,6 +18,8 @@ struct castfs_file {
 	int fd; /* the source, or -1 for plans of memory only */
 	bool guarded; /* the guard reports writers of fd */
 	struct castfs_fd_reader fr;
+	struct castfs_zst_reader zr; /* over fr, for a packed source */
+	const struct castfs_reader *src; /* &fr.r or &zr.r */
 	struct stat ident;
 	struct ns_ckpt *ck;
 	const struct castfs_plan *plan; /* NULL: pass-through */
@@ -62,7 +64,9 @@ static int open_source(struct castfs_ns *ns, const char *path,
 		       const struct stat *ident, struct castfs_file *f)
 {
 	struct stat now;
-	int fd = ns_src_open_in(ns, path, O_RDONLY);
+	const struct castfs_zst_index *zix = f->ck ? f->ck->zix : NULL;
+	/* A pack is read from the file on disk, through its seek table. */
+	int fd = ns_src_open_in(ns, zix ? f->ck->path : path, O_RDONLY);
 	int watch;
 
 	if (fd < 0)
@@ -83,6 +87,11 @@ static int open_source(struct castfs_ns *ns, const char *path,
 	f->fd = fd;
 	f->ident = *ident;
 	castfs_fd_reader_init(&f->fr, fd);
+	f->src = &f->fr.r;
+	if (zix) {
+		castfs_zst_reader_init(&f->zr, zix, &f->fr.r);
+		f->src = &f->zr.r;
+	}
 	return 0;
 }
 
@@ -207,7 +216,7 @@ static ssize_t read_source(struct castfs_file *f, void *buf, size_t len,
 		return 0;
 	if (len > f->size - off)
 		len = (size_t)(f->size - off);
-	return castfs_reader_read(&f->fr.r, buf, len, off) ?: (ssize_t)len;
+	return castfs_reader_read(f->src, buf, len, off) ?: (ssize_t)len;
 }
 
 /* A plan over a view: its source is the view's plan over the file. */
@@ -217,7 +226,7 @@ static ssize_t read_layered(struct castfs_file *f, struct castfs_scratch *s,
 	struct castfs_scratch outer;
 	struct castfs_plan_layer l;
 
-	castfs_plan_layer_init(&l, f->base, &f->fr.r, s, &outer);
+	castfs_plan_layer_init(&l, f->base, f->src, s, &outer);
 	return castfs_plan_read(f->plan, &l.r, &outer, buf, len, off);
 }
 
@@ -244,6 +253,9 @@ static void source_readahead(struct castfs_file *f, uint64_t off, size_t n)
 		return;
 	if (src == UINT64_MAX)
 		return;
+	/* A pack's plan offsets are decoded ones: advise its frames. */
+	if (f->ck && f->ck->zix)
+		src = castfs_zst_raw_off(f->ck->zix, src);
 	end = atomic_load_explicit(&f->ra_end, memory_order_relaxed);
 	if (end >= src + NS_RA_AHEAD / 2 && end <= src + NS_RA_AHEAD)
 		return; /* far enough ahead already */
@@ -264,7 +276,7 @@ static ssize_t read_any(struct castfs_file *f, struct castfs_scratch *s,
 		return read_layered(f, s, buf, len, off);
 	if (f->plan)
 		return castfs_plan_read(f->plan,
-					f->fd >= 0 ? &f->fr.r : &null_reader, s,
+					f->fd >= 0 ? f->src : &null_reader, s,
 					buf, len, off);
 	return read_source(f, buf, len, off);
 }

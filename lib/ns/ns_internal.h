@@ -19,6 +19,7 @@
 #include "format/st_header.h"
 #include "ns/ns.h"
 #include "ns/stats.h"
+#include "source/zst.h"
 
 enum ns_kind {
 	NS_DIR, /* a source directory (the root too) */
@@ -31,6 +32,7 @@ enum ns_kind {
 	NS_TFILE, /* a file of a tensor tree; sub = its path */
 	NS_MDIR, /* DIR.<view>/ and its sub-directories */
 	NS_MFILE, /* a file inside a model-directory view */
+	NS_PACKED, /* X.safetensors shown for the pack X.safetensors.zst */
 	NS_KIND_COUNT,
 };
 
@@ -98,6 +100,7 @@ struct castfs_ns {
 	pthread_mutex_t ck_lock; /* the checkpoint cache */
 	struct ns_ckpt *ckpts[NS_HASH_BUCKETS];
 	struct ns_mdcache *md; /* rewritten model-directory JSON */
+	struct castfs_zcache *zcache; /* decoded frames of packed sources */
 	/* Freed with each checkpoint entry: what each slot holds. */
 	void (*ckpt_fini[NS_CKPT_SLOTS])(struct ns_ckpt *ck);
 	/* The names a source directory shows besides its entries. */

@@ -31,7 +31,7 @@ struct ns_kind_ops {
 
 extern const struct ns_kind_ops ns_kind_dir, ns_kind_file, ns_kind_link,
 	ns_kind_view, ns_kind_ctl_dir, ns_kind_ctl_file, ns_kind_tdir,
-	ns_kind_tfile, ns_kind_mdir, ns_kind_mfile;
+	ns_kind_tfile, ns_kind_mdir, ns_kind_mfile, ns_kind_packed;
 
 /*
  * The names a source directory shows besides its own entries, one table
@@ -50,9 +50,14 @@ struct ns_dir_ext {
 	int (*list)(struct castfs_ns *ns, const struct ns_node *dir,
 		    const char *name, mode_t type, bool ckpt,
 		    const struct stat *st, struct ns_list *l);
+	/* Optional: entry @i of @l, a source entry just listed, is shown
+	 * under another name (renamed in place). Returns 0 or -ENOMEM. */
+	int (*show)(struct castfs_ns *ns, const struct ns_node *dir,
+		    struct ns_list *l, size_t i);
 };
 
-extern const struct ns_dir_ext ns_tensors_dir_ext, ns_modeldir_dir_ext;
+extern const struct ns_dir_ext ns_packed_dir_ext, ns_tensors_dir_ext,
+	ns_modeldir_dir_ext;
 
 /* ---- what the facade sets up ---- */
 

@@ -99,10 +99,15 @@ int ns_md_dir_scan(struct castfs_ns *ns, const char *path, struct ns_md_dir *s)
 		return -errno;
 	}
 	while (!rc && (errno = 0, de = readdir(dp))) {
+		char buf[NAME_MAX + 1];
+		/* A pack counts as the weights file it is shown as. */
+		const char *name = ns_packed_shown(dirfd(dp), de->d_name, buf,
+						   sizeof(buf));
+
 		if (de->d_type != DT_REG && de->d_type != DT_LNK &&
 		    de->d_type != DT_UNKNOWN)
 			continue;
-		if (castfs_md_name_kind(de->d_name) == CASTFS_MD_OTHER)
+		if (castfs_md_name_kind(name) == CASTFS_MD_OTHER)
 			continue;
 		if (fstatat(dirfd(dp), de->d_name, &st, AT_SYMLINK_NOFOLLOW))
 			continue;
@@ -112,7 +117,7 @@ int ns_md_dir_scan(struct castfs_ns *ns, const char *path, struct ns_md_dir *s)
 			continue;
 		if (!S_ISREG(st.st_mode))
 			continue;
-		rc = md_dir_add(s, de->d_name, &st);
+		rc = md_dir_add(s, name, &st);
 	}
 	if (!rc && errno)
 		rc = -errno;

@@ -212,11 +212,13 @@ static bool is_checkpoint(struct castfs_ns *ns, const char *path,
 			  const struct stat *st)
 {
 	struct ns_ckpt *ck;
+	struct stat now;
 	bool ok;
 
-	if (ns_ckpt_get(ns, path, st, &ck))
+	/* By name: a missing X.safetensors may be its pack X.safetensors.zst. */
+	if (ns_ckpt_valid(ns, path, &now, &ck))
 		return false;
-	ok = ck->h != NULL;
+	ok = ns_same_file(&now, st);
 	ns_ckpt_put(ns, ck);
 	return ok;
 }
@@ -320,6 +322,8 @@ static int mdir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	char *path = ns_path_join(dir->path, name, strlen(name));
 	int rc = path ? md_stat(ns, path, kind, &child->st) : -ENOMEM;
 
+	if (rc == -ENOENT && kind == CASTFS_MD_WEIGHTS)
+		rc = ns_ckpt_packed_stat(ns, path, &child->st);
 	free(path);
 	/* Only the rewritten JSON depends on the rest of the directory. */
 	if (!rc && (kind == CASTFS_MD_INDEX || kind == CASTFS_MD_CONFIG))
@@ -332,6 +336,29 @@ static int mdir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	return rc;
 }
 
+/*
+ * The name entry @name (identity @st) is listed under: a usable pack's
+ * shown name (written to @buf, NAME_MAX + 1 bytes), else @name, so that
+ * the listing agrees with what mdir_lookup() finds.
+ */
+static const char *mdir_shown(struct castfs_ns *ns, const struct ns_node *dir,
+			      int dfd, const char *name, const struct stat *st,
+			      char *buf)
+{
+	const char *shown = ns_packed_shown(dfd, name, buf, NAME_MAX + 1);
+	struct stat pst;
+	char *path;
+	bool ok;
+
+	if (shown == name)
+		return name;
+	path = ns_path_join(dir->path, shown, strlen(shown));
+	ok = path && ns_ckpt_packed_stat(ns, path, &pst) == 0 &&
+	     ns_same_file(&pst, st);
+	free(path);
+	return ok ? shown : name;
+}
+
 /* List @dp's entries with the ids their lookups give. */
 static int mdir_list_entries(struct castfs_ns *ns, const struct ns_node *dir,
 			     DIR *dp, const struct ns_md_dir *s,
@@ -342,6 +369,8 @@ static int mdir_list_entries(struct castfs_ns *ns, const struct ns_node *dir,
 
 	while (!rc && (errno = 0, de = readdir(dp))) {
 		struct ns_node c = { 0 };
+		char buf[NAME_MAX + 1];
+		const char *name;
 
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
 		    fstatat(dirfd(dp), de->d_name, &c.st, AT_SYMLINK_NOFOLLOW))
@@ -349,9 +378,10 @@ static int mdir_list_entries(struct castfs_ns *ns, const struct ns_node *dir,
 		if (S_ISLNK(c.st.st_mode) &&
 		    md_stat_entry(ns, dir->path, de->d_name, &c.st))
 			continue;
-		rc = view_child(ns, dir, de->d_name, s, keep, &c);
+		name = mdir_shown(ns, dir, dirfd(dp), de->d_name, &c.st, buf);
+		rc = view_child(ns, dir, name, s, keep, &c);
 		if (!rc)
-			rc = ns_list_add(l, de->d_name, strlen(de->d_name),
+			rc = ns_list_add(l, name, strlen(name),
 					 c.st.st_mode & S_IFMT, ns_node_id(&c));
 		else if (rc == -ENOENT)
 			rc = 0;

@@ -40,4 +40,28 @@ int ns_guard_watch(struct castfs_ns *ns, int fd);
 /* ns_guard_unwatch - undo ns_guard_watch() when it returned 0. */
 void ns_guard_unwatch(struct castfs_ns *ns, int fd);
 
+/* ---- packed sources (ns_pack_src.c) ---- */
+
+/* ns_packed_name - true if @name ends in ".safetensors.zst" (a standard
+ * pack) or ".safetensors.zstg" (a grouped one). */
+bool ns_packed_name(const char *name);
+
+/* ns_packed_ext_len - the length of @name's pack extension (".zst" 4,
+ * ".zstg" 5), or 0 if it names no pack. */
+size_t ns_packed_ext_len(const char *name);
+
+/* ns_packed_find - the pack standing in for checkpoint @path (which ends
+ * in ".safetensors"): "@path.zst", else "@path.zstg", malloc'ed into
+ * *@packed with its identity in @st. Returns 0, -ENOENT or -ENOMEM. */
+int ns_packed_find(struct castfs_ns *ns, const char *path, char **packed,
+		   struct stat *st);
+
+/*
+ * ns_packed_shown - the name entry @name of directory @dfd is shown under:
+ * "X.safetensors" (in @buf, @len bytes) for "X.safetensors.zst" when no
+ * plain X.safetensors is beside it, else @name itself. Does not check
+ * that the pack is usable.
+ */
+const char *ns_packed_shown(int dfd, const char *name, char *buf, size_t len);
+
 #endif

@@ -96,8 +96,10 @@ static int dir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	if (rc != -ENOENT)
 		return rc;
 	rc = lookup_view(ns, dir, name, child);
-	for (size_t i = 0; rc == -ENOENT && ns->dir_exts[i]; i++)
-		rc = ns->dir_exts[i]->lookup(ns, dir, name, child);
+	for (size_t i = 0; rc == -ENOENT && ns->dir_exts[i]; i++) {
+		if (ns->dir_exts[i]->lookup)
+			rc = ns->dir_exts[i]->lookup(ns, dir, name, child);
+	}
 	return rc;
 }
 
@@ -164,8 +166,11 @@ static int list_virtual(struct castfs_ns *ns, const struct ns_node *dir,
 
 	if (!rc && ckpt)
 		rc = list_views(ns, name, &st, l);
-	for (size_t i = 0; !rc && ns->dir_exts[i]; i++)
-		rc = ns->dir_exts[i]->list(ns, dir, name, type, ckpt, &st, l);
+	for (size_t i = 0; !rc && ns->dir_exts[i]; i++) {
+		if (ns->dir_exts[i]->list)
+			rc = ns->dir_exts[i]->list(ns, dir, name, type, ckpt,
+						   &st, l);
+	}
 	return rc;
 }
 
@@ -237,9 +242,16 @@ static int dir_list(struct castfs_ns *ns, const struct ns_node *dir,
 	rc = list_source(dp, l, &nsrc);
 	closedir(dp);
 	for (size_t i = first; !rc && i < nsrc; i++) {
-		/* Copy: adding entries may move the array. */
-		char *name = strdup(l->dir->ents[i].name);
+		char *name;
 
+		for (size_t x = 0; !rc && ns->dir_exts[x]; x++) {
+			if (ns->dir_exts[x]->show)
+				rc = ns->dir_exts[x]->show(ns, dir, l, i);
+		}
+		if (rc)
+			return rc;
+		/* Copy: adding entries may move the array. */
+		name = strdup(l->dir->ents[i].name);
 		if (!name)
 			return -ENOMEM;
 		rc = list_virtual(ns, dir, name, l->dir->ents[i].type, l);

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "ns/stats.h"
+#include "source/zst.h"
 
 struct view_ctr {
 	_Atomic uint64_t opens, reads, bytes;
@@ -21,6 +22,7 @@ struct castfs_stats {
 	_Atomic uint64_t ctr[CASTFS_SCTR_COUNT];
 	_Atomic uint64_t read_sizes[CASTFS_STATS_READ_BUCKETS];
 	struct view_ctr passthrough, other, tensors;
+	struct castfs_zcache *zcache; /* packed sources, or NULL */
 	struct view_ctr view[]; /* nviews */
 };
 
@@ -238,6 +240,29 @@ static void add_read_sizes(cJSON *root, const struct castfs_stats *st)
 	}
 }
 
+void castfs_stats_set_zcache(struct castfs_stats *st, struct castfs_zcache *c)
+{
+	st->zcache = c;
+}
+
+static void add_zst(cJSON *root, struct castfs_zcache *c)
+{
+	struct castfs_zcache_stats z;
+	cJSON *o;
+
+	if (!c)
+		return;
+	castfs_zcache_stats_get(c, &z);
+	o = cJSON_AddObjectToObject(root, "zst");
+	if (!o)
+		return;
+	cJSON_AddNumberToObject(o, "frame_cache_hits", (double)z.hits);
+	cJSON_AddNumberToObject(o, "frames_decoded", (double)z.misses);
+	cJSON_AddNumberToObject(o, "bytes_decoded", (double)z.bytes_decoded);
+	cJSON_AddNumberToObject(o, "frame_errors", (double)z.errors);
+	cJSON_AddNumberToObject(o, "cached_bytes", (double)z.cached_bytes);
+}
+
 char *castfs_stats_json(const struct castfs_stats *st,
 			const struct castfs_views *vs)
 {
@@ -259,6 +284,7 @@ char *castfs_stats_json(const struct castfs_stats *st,
 	cJSON_AddItemToObject(root, "other_files", view_json(&st->other));
 	add_sums(root, st, nops, nerrs);
 	add_read_sizes(root, st);
+	add_zst(root, st->zcache);
 	for (int i = 0; i < CASTFS_SCTR_COUNT; i++)
 		cJSON_AddNumberToObject(root, sctr_names[i],
 					(double)get(&st->ctr[i]));

@@ -92,4 +92,13 @@ uint64_t castfs_stats_get(const struct castfs_stats *st, enum castfs_sctr c);
 char *castfs_stats_json(const struct castfs_stats *st,
 			const struct castfs_views *vs);
 
+struct castfs_zcache;
+
+/*
+ * castfs_stats_set_zcache - also render @c's counters (hits, misses,
+ * bytes decoded, errors, bytes held) as "zst" in castfs_stats_json().
+ * @c is borrowed: it must outlive every later castfs_stats_json() call.
+ */
+void castfs_stats_set_zcache(struct castfs_stats *st, struct castfs_zcache *c);
+
 #endif

@@ -7,7 +7,7 @@
 # `make check`.
 
 FUZZ_TARGETS = tests/fuzz/fuzz_st_header tests/fuzz/fuzz_recipe \
-	tests/fuzz/fuzz_plan_read tests/fuzz/fuzz_convert
+	tests/fuzz/fuzz_plan_read tests/fuzz/fuzz_convert tests/fuzz/fuzz_zst
 FUZZ_COMMON = tests/fuzz/fuzz.h
 FUZZ_LIBS = $(LIBCASTFS_LIBS)
 if FUZZING
@@ -48,6 +48,14 @@ tests_fuzz_fuzz_convert_CFLAGS = $(AM_CFLAGS) -DFUZZ_NAME='"fuzz_convert"'
 tests_fuzz_fuzz_convert_LDFLAGS = $(FUZZ_ENGINE_FLAGS)
 tests_fuzz_fuzz_convert_LDADD = $(FUZZ_LIBS)
 
+tests_fuzz_fuzz_zst_SOURCES = tests/fuzz/fuzz_zst.c $(FUZZ_COMMON) \
+	$(FUZZ_DRIVER)
+tests_fuzz_fuzz_zst_CFLAGS = $(AM_CFLAGS) $(ZSTD_CFLAGS) \
+	-DFUZZ_NAME='"fuzz_zst"'
+tests_fuzz_fuzz_zst_LDFLAGS = $(FUZZ_ENGINE_FLAGS)
+tests_fuzz_fuzz_zst_LDADD = $(FUZZ_LIBS)
+
 EXTRA_DIST += tests/fuzz/replay.c tests/fuzz/gen-seeds.py \
+	tests/fuzz/gen-zst-seeds.py tests/fuzz/fuzz_zst.in \
 	tests/fuzz/fuzz_st_header.in tests/fuzz/fuzz_recipe.in \
 	tests/fuzz/fuzz_plan_read.in tests/fuzz/fuzz_convert.in

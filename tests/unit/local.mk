@@ -14,9 +14,14 @@ UNIT_TESTS = tests/unit/test_dtype tests/unit/test_st_header \
 	tests/unit/test_kernels tests/unit/test_quant \
 	tests/unit/test_quant_kernels tests/unit/test_plan \
 	tests/unit/test_recipe tests/unit/test_tensor_tree \
-	tests/unit/test_modeldir tests/unit/test_ns
+	tests/unit/test_modeldir tests/unit/test_ns tests/unit/test_zst
 check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS)
+
+# source/
+tests_unit_test_zst_SOURCES = tests/unit/test_zst.c $(UNIT_MAIN)
+tests_unit_test_zst_CFLAGS = $(UNIT_CFLAGS) $(ZSTD_CFLAGS)
+tests_unit_test_zst_LDADD = $(UNIT_LDADD)
 
 # format/
 tests_unit_test_dtype_SOURCES = tests/unit/test_dtype.c $(UNIT_MAIN)

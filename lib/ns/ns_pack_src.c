@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Which pack stands in for a checkpoint: X.safetensors.zst (or .zstg, the
+ * grouped variant) is shown as X.safetensors when no plain file of that
+ * name is beside it. Names and stats only; reading a pack is the
+ * checkpoint cache's (ns_ckpt.c) and source/'s.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ns/ns_src_internal.h"
+
+static const char st_ext[] = ".safetensors";
+#define ST_EXT_LEN (sizeof(st_ext) - 1)
+/* Standard packs first: they win when both exist. */
+static const char *const pack_exts[] = { ".zst", ".zstg" };
+
+static bool ends_with(const char *s, size_t len, const char *suf)
+{
+	size_t n = strlen(suf);
+
+	return len > n && memcmp(s + len - n, suf, n) == 0;
+}
+
+size_t ns_packed_ext_len(const char *name)
+{
+	size_t len = strlen(name);
+
+	for (size_t i = 0; i < 2; i++) {
+		size_t n = strlen(pack_exts[i]);
+
+		if (ends_with(name, len, pack_exts[i]) &&
+		    ends_with(name, len - n, st_ext))
+			return n;
+	}
+	return 0;
+}
+
+bool ns_packed_name(const char *name)
+{
+	return ns_packed_ext_len(name) != 0;
+}
+
+int ns_packed_find(struct castfs_ns *ns, const char *path, char **packed,
+		   struct stat *st)
+{
+	size_t len = strlen(path);
+	int rc = -ENOENT;
+
+	if (!ends_with(path, len, st_ext))
+		return -ENOENT;
+	for (size_t i = 0; rc == -ENOENT && i < 2; i++) {
+		char *p = malloc(len + strlen(pack_exts[i]) + 1);
+
+		if (!p)
+			return -ENOMEM;
+		memcpy(p, path, len);
+		strcpy(p + len, pack_exts[i]);
+		rc = ns_src_stat_in(ns, p, st);
+		if (rc)
+			free(p);
+		else
+			*packed = p;
+	}
+	return rc;
+}
+
+const char *ns_packed_shown(int dfd, const char *name, char *buf, size_t len)
+{
+	size_t n = strlen(name) - ns_packed_ext_len(name);
+	struct stat st;
+
+	if (!ns_packed_name(name) || n >= len)
+		return name;
+	memcpy(buf, name, n);
+	buf[n] = '\0';
+	/* A plain X.safetensors wins over its pack. */
+	if (fstatat(dfd, buf, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		return name;
+	return buf;
+}

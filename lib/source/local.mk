@@ -1,0 +1,8 @@
+# SPDX-License-Identifier: MIT
+# source/: how source bytes are read when they are not plain: seekable-zstd
+# packs (seek table, decoded-frame cache, decoder pool) and their writer.
+# Depends on common/ only.
+lib_libcastfs_a_SOURCES += \
+	lib/source/zst.c lib/source/zst.h lib/source/zst_internal.h \
+	lib/source/zst_index.c lib/source/zst_cache.c lib/source/zst_pack.c \
+	lib/source/zst_group.c

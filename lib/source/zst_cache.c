@@ -1,0 +1,408 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The decoded-frame cache (LRU, bounded in decoded bytes) and the pool of
+ * decoder contexts: at most one context per thread decoding at a time,
+ * reused rather than created per read (creating one costs 10-20 us). A
+ * frame being decoded is in the cache already, so that threads needing it
+ * (read-ahead sends neighbouring requests at once) wait for it rather than
+ * decode it again.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "source/zst_internal.h"
+
+#define ZC_BUCKETS 1024u
+
+struct zst_frame {
+	uint64_t id;
+	size_t frame;
+	size_t size;
+	unsigned refs; /* readers copying out of it, plus one while cached */
+	int state; /* 0 being decoded, 1 ready, or the decode's -errno */
+	bool cached; /* in the table and the LRU list */
+	struct zst_frame *hnext; /* hash chain */
+	struct zst_frame *prev, *next; /* LRU list, most recent first */
+	uint8_t data[];
+};
+
+struct castfs_zcache {
+	pthread_mutex_t lock;
+	size_t capacity, used;
+	struct zst_frame *buckets[ZC_BUCKETS];
+	struct zst_frame *head, *tail;
+	pthread_cond_t decoded; /* a frame left state 0 */
+	struct zst_dctx *pool; /* idle decoder contexts */
+	uint64_t next_id;
+	_Atomic uint64_t hits, misses, bytes, errors;
+};
+
+int castfs_zcache_new(size_t capacity, struct castfs_zcache **out)
+{
+	struct castfs_zcache *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->decoded, NULL);
+	c->capacity = capacity;
+	*out = c;
+	return 0;
+}
+
+void castfs_zcache_free(struct castfs_zcache *c)
+{
+	if (!c)
+		return;
+	for (struct zst_frame *f = c->head, *n; f; f = n) {
+		n = f->next;
+		free(f);
+	}
+	for (struct zst_dctx *p = c->pool, *n; p; p = n) {
+		n = p->next;
+		zst_dctx_free(p);
+	}
+	pthread_cond_destroy(&c->decoded);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+void castfs_zcache_stats_get(struct castfs_zcache *c,
+			     struct castfs_zcache_stats *out)
+{
+	out->hits = atomic_load(&c->hits);
+	out->misses = atomic_load(&c->misses);
+	out->bytes_decoded = atomic_load(&c->bytes);
+	out->errors = atomic_load(&c->errors);
+	pthread_mutex_lock(&c->lock);
+	out->cached_bytes = c->used;
+	pthread_mutex_unlock(&c->lock);
+}
+
+uint64_t zcache_next_id(struct castfs_zcache *c)
+{
+	uint64_t id;
+
+	pthread_mutex_lock(&c->lock);
+	id = ++c->next_id;
+	pthread_mutex_unlock(&c->lock);
+	return id;
+}
+
+static struct zst_frame **zc_slot(struct castfs_zcache *c, uint64_t id,
+				  size_t frame)
+{
+	uint64_t h = (id * 0x9e3779b97f4a7c15ull) ^ (uint64_t)frame;
+
+	return &c->buckets[(h ^ (h >> 29)) % ZC_BUCKETS];
+}
+
+static void lru_unlink(struct castfs_zcache *c, struct zst_frame *f)
+{
+	*(f->prev ? &f->prev->next : &c->head) = f->next;
+	*(f->next ? &f->next->prev : &c->tail) = f->prev;
+}
+
+static void lru_push(struct castfs_zcache *c, struct zst_frame *f)
+{
+	f->prev = NULL;
+	f->next = c->head;
+	*(c->head ? &c->head->prev : &c->tail) = f;
+	c->head = f;
+}
+
+/* Drop @f from the cache; it is freed once no reader copies from it. */
+static void zc_drop(struct castfs_zcache *c, struct zst_frame *f)
+{
+	struct zst_frame **pp = zc_slot(c, f->id, f->frame);
+
+	while (*pp != f)
+		pp = &(*pp)->hnext;
+	*pp = f->hnext;
+	lru_unlink(c, f);
+	c->used -= f->size;
+	f->cached = false;
+	if (--f->refs == 0)
+		free(f);
+}
+
+/* A referenced cached frame, or NULL. Under the lock. */
+static struct zst_frame *zc_find(struct castfs_zcache *c, uint64_t id,
+				 size_t frame)
+{
+	for (struct zst_frame *f = *zc_slot(c, id, frame); f; f = f->hnext) {
+		if (f->id == id && f->frame == frame) {
+			lru_unlink(c, f);
+			lru_push(c, f);
+			f->refs++;
+			return f;
+		}
+	}
+	return NULL;
+}
+
+/* Make room for and insert @f (held by the caller). Under the lock. */
+static void zc_insert_locked(struct castfs_zcache *c, struct zst_frame *f)
+{
+	struct zst_frame **slot = zc_slot(c, f->id, f->frame);
+
+	while (c->tail && c->used + f->size > c->capacity)
+		zc_drop(c, c->tail);
+	if (f->size > c->capacity)
+		return; /* decoded for this read only */
+	f->hnext = *slot;
+	*slot = f;
+	lru_push(c, f);
+	c->used += f->size;
+	f->cached = true;
+	f->refs++;
+}
+
+static void zc_release(struct castfs_zcache *c, struct zst_frame *f)
+{
+	pthread_mutex_lock(&c->lock);
+	if (--f->refs == 0)
+		free(f);
+	pthread_mutex_unlock(&c->lock);
+}
+
+static struct zst_dctx *pool_take(struct castfs_zcache *c)
+{
+	struct zst_dctx *dc;
+
+	pthread_mutex_lock(&c->lock);
+	dc = c->pool;
+	if (dc)
+		c->pool = dc->next;
+	pthread_mutex_unlock(&c->lock);
+	return dc ? dc : zst_dctx_new();
+}
+
+static void pool_give(struct castfs_zcache *c, struct zst_dctx *dc)
+{
+	pthread_mutex_lock(&c->lock);
+	dc->next = c->pool;
+	c->pool = dc;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Grouped packs: turn frame @i's planes at @dst back into elements. */
+static int frame_ungroup(const struct castfs_zst_index *ix, size_t i,
+			 struct zst_dctx *dc, void *dst, size_t dsize)
+{
+	enum castfs_zst_transform t =
+		ix->xform ? (enum castfs_zst_transform)ix->xform[i] :
+			    CASTFS_ZST_NONE;
+	void *tmp;
+
+	if (t == CASTFS_ZST_NONE)
+		return 0;
+	tmp = zst_dctx_ubuf(dc, dsize);
+	if (!tmp)
+		return -ENOMEM;
+	memcpy(tmp, dst, dsize);
+	zst_ungroup(dst, tmp, dsize, t);
+	return 0;
+}
+
+/* Read, decode and verify frame @i of @ix into @dst (its decoded size). */
+static int frame_decode(const struct castfs_zst_index *ix,
+			const struct castfs_reader *raw, size_t i, void *dst)
+{
+	struct castfs_zcache *c = ix->cache;
+	size_t csize = (size_t)(ix->coff[i + 1] - ix->coff[i]);
+	size_t dsize = (size_t)(ix->doff[i + 1] - ix->doff[i]);
+	struct zst_dctx *dc = pool_take(c);
+	void *src = dc ? zst_dctx_buf(dc, csize) : NULL;
+	int rc = -ENOMEM;
+
+	if (src) {
+		rc = castfs_reader_read(raw, src, csize, ix->coff[i]);
+		if (!rc)
+			rc = zst_decode_frame(dc, dst, dsize, src, csize);
+		/* The checksum is of the frame as stored (grouped). */
+		if (!rc && ix->sum && zst_checksum(dst, dsize) != ix->sum[i])
+			rc = -EIO;
+		if (!rc)
+			rc = frame_ungroup(ix, i, dc, dst, dsize);
+	}
+	if (dc)
+		pool_give(c, dc);
+	atomic_fetch_add(&c->misses, 1);
+	if (rc)
+		atomic_fetch_add(&c->errors, 1);
+	else
+		atomic_fetch_add(&c->bytes, dsize);
+	return rc;
+}
+
+/* Frame @i of @id if cached and decoded (referenced, a hit), else NULL. */
+static struct zst_frame *zc_lookup(struct castfs_zcache *c, uint64_t id,
+				   size_t frame)
+{
+	struct zst_frame *f;
+
+	pthread_mutex_lock(&c->lock);
+	f = zc_find(c, id, frame);
+	if (f && f->state != 1) {
+		f->refs--; /* still being decoded: not worth waiting for */
+		f = NULL;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (f)
+		atomic_fetch_add(&c->hits, 1);
+	return f;
+}
+
+/* Wait until @f (referenced) is decoded. Under the lock. */
+static int zc_wait_locked(struct castfs_zcache *c, struct zst_frame *f)
+{
+	while (f->state == 0)
+		pthread_cond_wait(&c->decoded, &c->lock);
+	return f->state < 0 ? f->state : 0;
+}
+
+/* A new frame @i of @ix in state "being decoded", held by the caller and
+ * cached if it fits; NULL on -ENOMEM. Under the lock. */
+static struct zst_frame *zc_pending_locked(const struct castfs_zst_index *ix,
+					   size_t i)
+{
+	size_t dsize = (size_t)(ix->doff[i + 1] - ix->doff[i]);
+	struct zst_frame *f = malloc(sizeof(*f) + dsize);
+
+	if (!f)
+		return NULL;
+	*f = (struct zst_frame){
+		.id = ix->id, .frame = i, .size = dsize, .refs = 1
+	};
+	zc_insert_locked(ix->cache, f);
+	return f;
+}
+
+/* Frame @i of @ix, referenced: cached, being decoded by another thread
+ * (then waited for), or decoded now. */
+static int frame_get(const struct castfs_zst_index *ix,
+		     const struct castfs_reader *raw, size_t i,
+		     struct zst_frame **out)
+{
+	struct castfs_zcache *c = ix->cache;
+	struct zst_frame *f;
+	int rc;
+
+	pthread_mutex_lock(&c->lock);
+	f = zc_find(c, ix->id, i);
+	if (f) {
+		rc = zc_wait_locked(c, f);
+		pthread_mutex_unlock(&c->lock);
+		if (!rc)
+			atomic_fetch_add(&c->hits, 1);
+		goto out;
+	}
+	f = zc_pending_locked(ix, i);
+	pthread_mutex_unlock(&c->lock);
+	if (!f)
+		return -ENOMEM;
+	rc = frame_decode(ix, raw, i, f->data);
+	pthread_mutex_lock(&c->lock);
+	f->state = rc ? rc : 1;
+	if (rc && f->cached)
+		zc_drop(c, f); /* the next read tries again */
+	pthread_cond_broadcast(&c->decoded);
+	pthread_mutex_unlock(&c->lock);
+out:
+	if (rc) {
+		zc_release(c, f);
+		return rc;
+	}
+	*out = f;
+	return 0;
+}
+
+/* The frame holding decoded offset @off (< the total size): bisection. */
+static size_t frame_of(const struct castfs_zst_index *ix, uint64_t off)
+{
+	size_t lo = 0, hi = ix->nframes; /* doff[lo] <= off < doff[hi] */
+
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (ix->doff[mid] <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Copy @n bytes at @in of frame @i to @dst, decoding whole frames direct. */
+static int frame_copy(const struct castfs_zst_index *ix,
+		      const struct castfs_reader *raw, size_t i, void *dst,
+		      size_t in, size_t n)
+{
+	struct zst_frame *f;
+	int rc;
+
+	/* A whole frame not cached decodes straight into @dst: sequential
+	 * readers do not churn the cache. */
+	if (in == 0 && n == ix->doff[i + 1] - ix->doff[i]) {
+		f = zc_lookup(ix->cache, ix->id, i);
+		if (!f)
+			return frame_decode(ix, raw, i, dst);
+		memcpy(dst, f->data, n);
+		zc_release(ix->cache, f);
+		return 0;
+	}
+	rc = frame_get(ix, raw, i, &f);
+	if (rc)
+		return rc;
+	memcpy(dst, f->data + in, n);
+	zc_release(ix->cache, f);
+	return 0;
+}
+
+static ssize_t zr_pread(void *ctx, void *buf, size_t n, uint64_t off)
+{
+	const struct castfs_zst_reader *zr = ctx;
+	const struct castfs_zst_index *ix = zr->ix;
+	uint64_t total = castfs_zst_index_size(ix);
+	size_t done = 0;
+
+	if (off >= total)
+		return 0;
+	if (n > total - off)
+		n = (size_t)(total - off);
+	for (size_t i = frame_of(ix, off); done < n; i++) {
+		uint64_t at = off + done;
+		size_t in = (size_t)(at - ix->doff[i]);
+		size_t take = (size_t)(ix->doff[i + 1] - at);
+		int rc;
+
+		if (take == 0)
+			continue; /* an empty (skippable) frame */
+		if (take > n - done)
+			take = n - done;
+		rc = frame_copy(ix, zr->raw, i, (char *)buf + done, in, take);
+		if (rc)
+			return rc;
+		done += take;
+	}
+	return (ssize_t)done;
+}
+
+uint64_t castfs_zst_raw_off(const struct castfs_zst_index *ix, uint64_t off)
+{
+	if (off >= castfs_zst_index_size(ix))
+		return ix->coff[ix->nframes];
+	return ix->coff[frame_of(ix, off)];
+}
+
+void castfs_zst_reader_init(struct castfs_zst_reader *zr,
+			    const struct castfs_zst_index *ix,
+			    const struct castfs_reader *raw)
+{
+	zr->r.pread = zr_pread;
+	zr->r.ctx = zr;
+	zr->ix = ix;
+	zr->raw = raw;
+}

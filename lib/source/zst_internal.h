@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Private to lib/source/: the seek table layout, the codec wrappers of zst.c
+ * (the one file that sees zstd's size_t error codes, STYLE R3) and the
+ * decoded-frame cache.
+ */
+#ifndef CASTFS_ZST_INTERNAL_H
+#define CASTFS_ZST_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "source/zst.h"
+
+#define ZST_SKIPPABLE_MAGIC 0x184D2A5Eu /* the seek table's frame */
+#define ZST_SEEKABLE_MAGIC 0x8F92EAB1u /* the last four bytes */
+#define ZST_FOOTER_SIZE 9u
+#define ZST_SKIPPABLE_HEADER 8u
+#define ZST_DESC_CHECKSUM 0x80u
+#define ZST_DESC_RESERVED 0x7Cu
+/* The grouping marker: a skippable frame, the last before the table,
+ * holding ZST_GROUPED_TAG and one transform byte per frame. */
+#define ZST_GROUPED_MAGIC 0x184D2A57u
+#define ZST_GROUPED_TAG "CASTFSG1"
+#define ZST_GROUPED_TAG_LEN 8u
+
+struct castfs_zst_index {
+	struct castfs_zcache *cache;
+	uint64_t id; /* the cache's key for this file's frames */
+	size_t nframes;
+	bool checksums;
+	uint64_t *coff; /* nframes + 1 compressed offsets, running sums */
+	uint64_t *doff; /* nframes + 1 decoded offsets */
+	uint32_t *sum; /* nframes checksums, or NULL */
+	uint8_t *xform; /* grouped packs: a transform per frame, else NULL */
+};
+
+/* A decoder context with its compressed-bytes buffer (zst.c). */
+struct zst_dctx {
+	void *z; /* ZSTD_DCtx, seen as such only in zst.c */
+	void *buf;
+	size_t cap;
+	void *ubuf; /* grouped frames are un-grouped from here */
+	size_t ucap;
+	struct zst_dctx *next; /* the cache's pool of idle contexts */
+};
+
+/* zst_dctx_new - a context, or NULL when out of memory. */
+struct zst_dctx *zst_dctx_new(void);
+void zst_dctx_free(struct zst_dctx *dc);
+
+/*
+ * zst_dctx_buf - @dc's buffer of at least @n bytes (grown as needed), or
+ * NULL when out of memory. Valid until the next call on @dc.
+ */
+void *zst_dctx_buf(struct zst_dctx *dc, size_t n);
+
+/*
+ * zst_decode_frame - decode the one frame of @csize bytes at @src into
+ * exactly @dsize bytes at @dst. Returns 0, or -EIO when @src is not exactly
+ * one zstd frame, fails to decode, or decodes to another size.
+ */
+int zst_decode_frame(struct zst_dctx *dc, void *dst, size_t dsize,
+		     const void *src, size_t csize);
+
+struct zst_cctx; /* a compressor context (zst.c) */
+
+/* zst_dctx_ubuf - @dc's second buffer, as zst_dctx_buf(). */
+void *zst_dctx_ubuf(struct zst_dctx *dc, size_t n);
+
+/* zst_group_width - the element width of transform @t (1 for NONE). */
+unsigned zst_group_width(enum castfs_zst_transform t);
+
+/* zst_group / zst_ungroup - @n bytes (whole elements) from @src to @dst
+ * (not overlapping) into byte planes and back. */
+void zst_group(uint8_t *dst, const uint8_t *src, size_t n,
+	       enum castfs_zst_transform t);
+void zst_ungroup(uint8_t *dst, const uint8_t *src, size_t n,
+		 enum castfs_zst_transform t);
+
+/*
+ * zst_encode_planes - compress @n bytes of @w equal planes into one frame,
+ * ending a zstd block at each plane boundary (a block mixing planes
+ * compresses worse). Returns the frame's size, or 0 on failure.
+ */
+size_t zst_encode_planes(struct zst_cctx *cc, void *dst, size_t cap,
+			 const void *src, size_t n, unsigned w);
+
+/* zst_checksum - the low 32 bits of XXH64(@buf, @n, seed 0). */
+uint32_t zst_checksum(const void *buf, size_t n);
+
+/* A compressor context (zst.c). */
+struct zst_cctx;
+
+/* zst_cctx_new - a context at @level (with zstd's minimum match 7 when
+ * @grouped: byte planes compress better so), or NULL when out of memory. */
+struct zst_cctx *zst_cctx_new(int level, bool grouped);
+void zst_cctx_free(struct zst_cctx *cc);
+
+/* zst_bound - the most bytes one frame of @n bytes compresses to. */
+size_t zst_bound(size_t n);
+
+/*
+ * zst_encode_frame - compress @n bytes into one frame at @dst (capacity
+ * @cap >= zst_bound(@n)). Returns the frame's size, or 0 on failure.
+ */
+size_t zst_encode_frame(struct zst_cctx *cc, void *dst, size_t cap,
+			const void *src, size_t n);
+
+/* zcache internals used by the reader (zst_cache.c). */
+struct zst_frame;
+
+/* zcache_next_id - a key no other index of @c has. */
+uint64_t zcache_next_id(struct castfs_zcache *c);
+
+#endif

@@ -1,0 +1,267 @@
+# SPDX-License-Identifier: MIT
+"""castfs pack / unpack without a mount. Oracles outside castfs: the stock
+zstd CLI decodes every pack to the original (and tests it), the seek table
+is parsed here from the seekable format's spec, tensor boundaries come from
+the header as Python's json reads it, and a pack written here by an
+independent writer (one `zstd` run per frame plus a table built from the
+spec) must unpack to the original.
+"""
+import glob
+import json
+import os
+import shutil
+import struct
+import subprocess
+import unittest
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+
+import castfs_testlib as tl
+
+SKIPPABLE = 0x184D2A5E
+SEEKABLE = 0x8F92EAB1
+
+
+def castfs(*args):
+    return subprocess.run([tl.castfs_binary()] + list(args), capture_output=True, text=True)
+
+
+def seek_table(path):
+    """[(csize, dsize, checksum or None)] and the checksum flag, per the spec."""
+    with open(path, "rb") as f:
+        data = f.read()
+    nframes, desc, magic = struct.unpack("<IBI", data[-9:])
+    assert magic == SEEKABLE
+    esize = 12 if desc & 0x80 else 8
+    tlen = nframes * esize + 9
+    start = len(data) - tlen - 8
+    assert struct.unpack("<II", data[start:start + 8]) == (SKIPPABLE, tlen)
+    out = []
+    for i in range(nframes):
+        e = data[start + 8 + i * esize:start + 8 + (i + 1) * esize]
+        out.append(struct.unpack("<III", e) if esize == 12 else struct.unpack("<II", e) + (None,))
+    assert sum(c for c, _, _ in out) == start
+    return out, bool(desc & 0x80)
+
+
+def boundaries(path):
+    """The header's end and every tensor's begin and end (absolute)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        hdr = json.loads(f.read(n))
+    cuts = {8 + n}
+    for k, v in hdr.items():
+        if k != "__metadata__":
+            cuts.update(8 + n + o for o in v["data_offsets"])
+    return cuts
+
+
+def make_model(path, seed=0):
+    torch.manual_seed(seed)
+    save_file({
+        "model.layers.0.mlp.up_proj.weight": (torch.randn(384, 1000) * 0.02).bfloat16(),
+        "model.layers.0.mlp.down_proj.weight": (torch.randn(1000, 384) * 0.02).to(torch.float16),
+        "model.norm.weight": torch.randn(384),
+        "model.empty": torch.zeros(0, 4),
+        "model.odd": torch.randn(13, 7),
+    }, path, metadata={"format": "pt"})
+
+
+def independent_pack(src, dst, frame=65536):
+    """A seekable file written without castfs: zstd CLI per frame."""
+    with open(src, "rb") as f:
+        data = f.read()
+    entries, body = [], b""
+    for off in range(0, len(data), frame):
+        chunk = data[off:off + frame]
+        z = subprocess.run(["zstd", "-q", "-c", "-1"], input=chunk, capture_output=True,
+                           check=True).stdout
+        entries.append(struct.pack("<II", len(z), len(chunk)))
+        body += z
+    table = b"".join(entries) + struct.pack("<IBI", len(entries), 0, SEEKABLE)
+    with open(dst, "wb") as f:
+        f.write(body + struct.pack("<II", SKIPPABLE, len(table)) + table)
+
+
+class Pack(unittest.TestCase):
+    def setUp(self):
+        self.ctx = tl.tempdir()
+        self.dir = self.ctx.__enter__()
+        self.src = os.path.join(self.dir, "m.safetensors")
+        make_model(self.src)
+        with open(self.src, "rb") as f:
+            self.orig = f.read()
+
+    def tearDown(self):
+        self.ctx.__exit__(None, None, None)
+
+    def pack(self, *args):
+        r = castfs("pack", "--no-progress", *args)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return self.src + ".zst"
+
+    def test_zstd_cli_decodes_pack(self):
+        for sums in ([], ["--no-checksums"]):
+            with self.subTest(sums=sums):
+                z = self.pack("--force", *sums, self.src)
+                out = subprocess.run(["zstd", "-d", "-c", z], capture_output=True, check=True)
+                self.assertEqual(out.stdout, self.orig)
+                subprocess.run(["zstd", "-t", "-q", z], check=True)
+                self.assertEqual(seek_table(z)[1], not sums)
+
+    def test_frames_never_straddle_tensors(self):
+        for fs in ("4096", "64K", "1M", "100"):
+            with self.subTest(frame_size=fs):
+                z = self.pack("--force", "--frame-size", fs, self.src)
+                frames, _ = seek_table(z)
+                limit = int(fs[:-1]) * 1024 if fs.endswith(("K", "M")) else int(fs)
+                limit = limit * 1024 if fs.endswith("M") else limit
+                ends, at = set(), 0
+                for _, d, _ in frames:
+                    self.assertLessEqual(d, limit)
+                    self.assertGreater(d, 0)
+                    at += d
+                    ends.add(at)
+                self.assertEqual(at, len(self.orig))
+                cuts = boundaries(self.src)
+                self.assertTrue(cuts <= ends | {0}, sorted(cuts - ends))
+                hdr_end = min(cuts)
+                if limit >= hdr_end:
+                    self.assertEqual(frames[0][1], hdr_end)  # the header alone
+
+    def test_unpack_restores_original(self):
+        z = self.pack(self.src)
+        os.rename(self.src, self.src + ".orig")
+        r = castfs("unpack", "--no-progress", z)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.src, "rb") as f:
+            self.assertEqual(f.read(), self.orig)
+
+    def test_unpack_reads_independent_pack(self):
+        z = self.src + ".zst"
+        independent_pack(self.src, z)
+        os.remove(self.src)
+        r = castfs("unpack", "--no-progress", z)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.src, "rb") as f:
+            self.assertEqual(f.read(), self.orig)
+
+    def test_original_stays_unless_remove(self):
+        self.pack(self.src)
+        self.assertTrue(os.path.exists(self.src))
+        r = castfs("pack", "--no-progress", self.src)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("exists", r.stderr)
+        self.pack("--force", "--remove", self.src)
+        self.assertFalse(os.path.exists(self.src))
+
+    def test_pack_keeps_mode(self):
+        os.chmod(self.src, 0o640)
+        z = self.pack(self.src)
+        self.assertEqual(os.stat(z).st_mode & 0o777, 0o640)
+
+    def test_not_safetensors_refused(self):
+        bad = os.path.join(self.dir, "bad.safetensors")
+        with open(bad, "wb") as f:
+            f.write(b"\x10\0\0\0\0\0\0\0{not json}      ")
+        r = castfs("pack", "--no-progress", bad)
+        self.assertEqual(r.returncode, 1)
+        self.assertFalse(os.path.exists(bad + ".zst"))
+
+    def hostile_unpack(self, data, why):
+        z = os.path.join(self.dir, "h.safetensors.zst")
+        with open(z, "wb") as f:
+            f.write(data)
+        r = castfs("unpack", "--no-progress", z)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(why, r.stderr)
+        self.assertFalse(os.path.exists(z[:-4]))
+        self.assertEqual(glob.glob(os.path.join(self.dir, ".*castfs-*")), [])
+
+    def test_hostile_packs_fail_cleanly(self):
+        z = self.pack(self.src)
+        with open(z, "rb") as f:
+            good = f.read()
+        plain = subprocess.run(["zstd", "-q", "-c", self.src], capture_output=True,
+                               check=True).stdout
+        frames, _ = seek_table(z)
+        nf = len(frames)
+        first = len(good) - 9 - nf * 12
+        sum_flip = bytearray(good)
+        sum_flip[first + 8] ^= 1
+        lie = bytearray(good)
+        struct.pack_into("<I", lie, first, frames[0][0] + 1)
+        corrupt = bytearray(good)
+        corrupt[frames[0][0] + frames[1][0] // 2] ^= 0x55
+        for data, why in ((plain, "no seek table"), (good[:-1], "no seek table"),
+                          (good[: len(good) // 2], "no seek table"),
+                          (bytes(lie), "seek table"), (bytes(sum_flip), "Input/output"),
+                          (bytes(corrupt), "Input/output")):
+            with self.subTest(why=why, n=len(data)):
+                self.hostile_unpack(data, why)
+
+    def test_grouped_round_trip(self):
+        r = castfs("pack", "--no-progress", "--grouped", "--frame-size", "64K", self.src)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        g = self.src + ".zstg"
+        frames, _ = seek_table(g)
+        ends, at = set(), 0
+        for _, d, _ in frames:
+            at += d
+            ends.add(at)
+        self.assertTrue(boundaries(self.src) <= ends | {0})
+        # zstd -d yields the grouped bytes, not the original
+        out = subprocess.run(["zstd", "-d", "-c", g], capture_output=True, check=True).stdout
+        self.assertEqual(len(out), len(self.orig))
+        self.assertNotEqual(out, self.orig)
+        os.rename(self.src, self.src + ".orig")
+        r = castfs("unpack", "--no-progress", g)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.src, "rb") as f:
+            self.assertEqual(f.read(), self.orig)
+        # a grouped pack under the standard name is refused
+        os.remove(self.src)
+        os.rename(g, self.src + ".zst")
+        r = castfs("unpack", "--no-progress", self.src + ".zst")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("grouped", r.stderr)
+        self.assertFalse(os.path.exists(self.src))
+
+    def test_info_and_convert_read_packs(self):
+        for flags, ext in (([], ".zst"), (["--grouped"], ".zstg")):
+            with self.subTest(ext=ext):
+                self.pack("--force", *flags, self.src)
+                z = self.src + ext
+                a, b = castfs("info", self.src), castfs("info", z)
+                self.assertEqual(b.returncode, 0, b.stderr)
+                self.assertEqual(a.stdout.replace(self.src, "F"),
+                                 b.stdout.replace(z, "F"))
+                outs = []
+                for src in (self.src, z):
+                    out = os.path.join(self.dir, "out%d.safetensors" % len(outs))
+                    r = castfs("convert", src, "--view", "fp8", "-o", out, "--no-progress")
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    with open(out, "rb") as f:
+                        outs.append(f.read())
+                self.assertEqual(outs[0], outs[1])
+        r = castfs("pack", "--no-progress", self.src + ".zst")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("not named", r.stderr)
+
+    def test_pack_directory(self):
+        d = os.path.join(self.dir, "model")
+        os.mkdir(d)
+        make_model(os.path.join(d, "model-00001-of-00002.safetensors"), 1)
+        make_model(os.path.join(d, "model-00002-of-00002.safetensors"), 2)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            f.write("{}")
+        self.pack("--remove", d + "/")
+        self.assertEqual(sorted(os.listdir(d)), [
+            "config.json", "model-00001-of-00002.safetensors.zst",
+            "model-00002-of-00002.safetensors.zst"])
+
+
+if __name__ == "__main__":
+    tl.main()

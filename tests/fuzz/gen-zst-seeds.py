@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Write the seed corpus of fuzz_zst into tests/fuzz/fuzz_zst.in/: small
+seekable-zstd files built here from the format's spec (frames by the zstd
+CLI), packs written by castfs when its binary is given, and their broken
+variants. Deterministic; needs the zstd CLI.
+
+    python3 tests/fuzz/gen-zst-seeds.py [TOPDIR] [CASTFS]
+"""
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+
+SKIPPABLE, SEEKABLE = 0x184D2A5E, 0x8F92EAB1
+
+
+def zframe(chunk):
+    return subprocess.run(["zstd", "-q", "-c", "-1"], input=chunk, capture_output=True,
+                          check=True).stdout
+
+
+def seekable(data, frame, extra_skippable=False):
+    entries, body = [], b""
+    if extra_skippable:  # a skippable frame with its own (empty) entry
+        sk = struct.pack("<II", 0x184D2A50, 4) + b"cast"
+        entries.append(struct.pack("<II", len(sk), 0))
+        body += sk
+    for off in range(0, len(data), frame):
+        z = zframe(data[off:off + frame])
+        entries.append(struct.pack("<II", len(z), len(data[off:off + frame])))
+        body += z
+    table = b"".join(entries) + struct.pack("<IBI", len(entries), 0, SEEKABLE)
+    return body + struct.pack("<II", SKIPPABLE, len(table)) + table
+
+
+def seeds(castfs):
+    rng = random.Random(14)
+    data = bytes(((i // 7) ^ rng.getrandbits(2)) & 0xFF for i in range(3000))
+    out = {
+        "seed-one-frame": seekable(data, 4096),
+        "seed-frames-512": seekable(data, 512),
+        "seed-frames-100-skippable": seekable(data, 100, True),
+        "seed-empty-table": seekable(b"", 512),
+        "seed-plain-zstd": zframe(data),
+    }
+    good = out["seed-frames-512"]
+    out["seed-truncated"] = good[:-5]
+    lie = bytearray(good)
+    struct.pack_into("<I", lie, len(good) - 9 - 6 * 8, 1 << 20)
+    out["seed-lying-dsize"] = bytes(lie)
+    bad = bytearray(good)
+    bad[40] ^= 0xFF
+    out["seed-corrupt-frame"] = bytes(bad)
+    if castfs:
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "m.safetensors")
+            hdr = b'{"a":{"dtype":"BF16","shape":[700],"data_offsets":[0,1400]}}'
+            hdr += b" " * (-len(hdr) % 8)
+            with open(p, "wb") as f:
+                f.write(struct.pack("<Q", len(hdr)) + hdr + data[:1400])
+            subprocess.run([castfs, "pack", "--no-progress", "--frame-size", "256", p],
+                           check=True)
+            with open(p + ".zst", "rb") as f:
+                packed = f.read()
+            subprocess.run([castfs, "pack", "--no-progress", "--grouped",
+                            "--frame-size", "256", p], check=True)
+            with open(p + ".zstg", "rb") as f:
+                out["seed-castfs-grouped"] = f.read()
+        out["seed-castfs-pack"] = packed
+        sums = bytearray(packed)
+        sums[-9 - 12 + 8] ^= 1  # the last frame's checksum
+        out["seed-castfs-bad-checksum"] = bytes(sums)
+    return out
+
+
+def main():
+    top = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+    castfs = sys.argv[2] if len(sys.argv) > 2 else None
+    d = os.path.join(top, "tests", "fuzz", "fuzz_zst.in")
+    os.makedirs(d, exist_ok=True)
+    for name, blob in seeds(castfs).items():
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(blob)
+
+
+if __name__ == "__main__":
+    main()

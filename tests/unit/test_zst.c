@@ -1,0 +1,469 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lib/source: seekable-zstd packs. The expected decoded bytes are the
+ * original input; hostile packs are built by editing valid ones, and the
+ * plain zstd stream comes from libzstd itself, not from castfs.
+ */
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+#include "common/bytes.h"
+#include "source/zst.h"
+#include "source/zst_internal.h"
+#include "unit.h"
+
+struct membuf {
+	uint8_t *p;
+	size_t n, cap;
+};
+
+static int mem_write(void *ctx, const void *buf, size_t n)
+{
+	struct membuf *m = ctx;
+
+	if (m->n + n > m->cap) {
+		m->cap = (m->n + n) * 2;
+		m->p = realloc(m->p, m->cap);
+		ck_assert_ptr_nonnull(m->p);
+	}
+	memcpy(m->p + m->n, buf, n);
+	m->n += n;
+	return 0;
+}
+
+/* Weight-like bytes: a smooth ramp with noise, so frames compress a bit. */
+static uint8_t *make_input(size_t n, unsigned seed)
+{
+	uint8_t *p = malloc(n);
+
+	srand(seed);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)((i / 7) ^ (rand() & 3));
+	return p;
+}
+
+static void pack(const uint8_t *in, size_t n, size_t frame, bool sums,
+		 const uint64_t *cuts, size_t ncuts, struct membuf *out)
+{
+	struct castfs_mem_reader mr;
+	struct castfs_writer w = { mem_write, out };
+	struct castfs_zst_pack_opts o = { .frame_size = frame,
+					  .level = 1,
+					  .checksums = sums,
+					  .cuts = cuts,
+					  .ncuts = ncuts };
+
+	memset(out, 0, sizeof(*out));
+	castfs_mem_reader_init(&mr, in, n);
+	ck_assert_int_eq(castfs_zst_pack(&mr.r, n, &o, &w, NULL), 0);
+}
+
+static int open_index(const struct membuf *m, struct castfs_zcache *c,
+		      struct castfs_mem_reader *mr,
+		      struct castfs_zst_index **ix, struct castfs_diag *d)
+{
+	castfs_mem_reader_init(mr, m->p, m->n);
+	return castfs_zst_index_read(&mr->r, m->n, c, ix, d);
+}
+
+#define N_IN (3u * 65536u + 1234u)
+
+START_TEST(test_zst__random_ranges_equal_input)
+{
+	uint64_t cuts[] = { 100, 70000, 70001 };
+	uint8_t *in = make_input(N_IN, 1), *buf = malloc(N_IN);
+	struct castfs_zcache *c;
+	struct castfs_zst_index *ix;
+	struct castfs_mem_reader mr;
+	struct castfs_zst_reader zr;
+	struct castfs_zcache_stats st;
+	struct membuf m;
+
+	pack(in, N_IN, 16384, _i, cuts, 3, &m);
+	ck_assert_int_eq(castfs_zcache_new(40000, &c), 0);
+	ck_assert_int_eq(open_index(&m, c, &mr, &ix, NULL), 0);
+	ck_assert_uint_eq(castfs_zst_index_size(ix), N_IN);
+	ck_assert_int_eq(castfs_zst_index_checksums(ix), _i);
+	castfs_zst_reader_init(&zr, ix, &mr.r);
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, N_IN, 0), 0);
+	ck_assert_mem_eq(buf, in, N_IN);
+	srand(7);
+	for (int k = 0; k < 2000; k++) {
+		size_t off = (size_t)rand() % N_IN;
+		size_t len = 1 + (size_t)rand() % (k % 2 ? 40000 : 64);
+
+		if (len > N_IN - off)
+			len = N_IN - off;
+		ck_assert_int_eq(castfs_reader_read(&zr.r, buf, len, off), 0);
+		ck_assert_mem_eq(buf, in + off, len);
+	}
+	castfs_zcache_stats_get(c, &st);
+	ck_assert_uint_gt(st.hits, 0);
+	ck_assert_uint_le(st.cached_bytes, 40000);
+	ck_assert_uint_eq(st.errors, 0);
+	castfs_zst_index_free(ix);
+	castfs_zcache_free(c);
+	free(m.p);
+	free(buf);
+	free(in);
+}
+END_TEST
+
+/* Frames end at every cut and hold at most the frame size. */
+START_TEST(test_zst__frames_respect_cuts)
+{
+	uint64_t cuts[] = { 8, 100, 20000 };
+	uint8_t *in = make_input(50000, 2);
+	struct membuf m;
+	size_t nf, esz;
+	uint64_t at = 0, expect[] = { 8, 100, 16484, 20000, 36384, 50000 };
+	uint8_t *out = malloc(50000);
+
+	pack(in, 50000, 16384, false, cuts, 3, &m);
+	nf = castfs_load_le32(m.p + m.n - 9);
+	ck_assert_uint_eq(nf, 6);
+	esz = 8;
+	for (size_t i = 0; i < nf; i++) {
+		const uint8_t *e = m.p + m.n - 9 - (nf - i) * esz;
+
+		at += castfs_load_le32(e + 4);
+		ck_assert_uint_eq(at, expect[i]);
+	}
+	/* libzstd decodes the whole pack to the input: skippable table. */
+	ck_assert_uint_eq(ZSTD_decompress(out, 50000, m.p, m.n), 50000);
+	ck_assert_mem_eq(out, in, 50000);
+	free(out);
+	free(m.p);
+	free(in);
+}
+END_TEST
+
+static int reject_reason(struct membuf *m, struct castfs_diag *d)
+{
+	struct castfs_zcache *c;
+	struct castfs_zst_index *ix = NULL;
+	struct castfs_mem_reader mr;
+	int rc;
+
+	ck_assert_int_eq(castfs_zcache_new(1 << 20, &c), 0);
+	rc = open_index(m, c, &mr, &ix, d);
+	castfs_zst_index_free(ix);
+	castfs_zcache_free(c);
+	return rc;
+}
+
+START_TEST(test_zst__plain_zstd_rejected)
+{
+	uint8_t *in = make_input(10000, 3);
+	struct membuf m = { malloc(ZSTD_compressBound(10000)), 0, 0 };
+	struct castfs_diag d = { { 0 } };
+
+	m.n = ZSTD_compress(m.p, ZSTD_compressBound(10000), in, 10000, 3);
+	ck_assert(!ZSTD_isError(m.n));
+	ck_assert_int_eq(reject_reason(&m, &d), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(d.msg, "no seek table"));
+	free(m.p);
+	free(in);
+}
+END_TEST
+
+START_TEST(test_zst__truncated_rejected)
+{
+	uint8_t *in = make_input(30000, 4);
+	struct membuf m;
+	size_t full;
+
+	pack(in, 30000, 4096, true, NULL, 0, &m);
+	full = m.n;
+	for (size_t cut = 1; cut < full; cut += 97) {
+		m.n = full - cut;
+		ck_assert_int_ne(reject_reason(&m, NULL), 0);
+	}
+	free(m.p);
+	free(in);
+}
+END_TEST
+
+/* Each lie in the table: sizes that do not add up, reserved bits, magic. */
+START_TEST(test_zst__lying_table_rejected)
+{
+	uint8_t *in = make_input(30000, 5);
+	struct membuf m;
+	size_t nf, at;
+	struct castfs_diag d = { { 0 } };
+
+	pack(in, 30000, 4096, false, NULL, 0, &m);
+	nf = castfs_load_le32(m.p + m.n - 9);
+	at = m.n - 9 - nf * 8; /* the first entry */
+	switch (_i) {
+	case 0: /* compressed size one byte off */
+		castfs_store_le32(m.p + at, castfs_load_le32(m.p + at) + 1);
+		break;
+	case 1: /* reserved descriptor bit */
+		m.p[m.n - 5] |= 0x04;
+		break;
+	case 2: /* frame count one more than the entries */
+		castfs_store_le32(m.p + m.n - 9, (uint32_t)nf + 1);
+		break;
+	case 3: /* a decoded size over the limit */
+		castfs_store_le32(m.p + at + 4, CASTFS_ZST_MAX_FRAME + 1);
+		break;
+	default: /* the skippable frame's magic */
+		m.p[at - 8] ^= 1;
+		break;
+	}
+	ck_assert_int_lt(reject_reason(&m, &d), 0);
+	ck_assert(d.msg[0]);
+	free(m.p);
+	free(in);
+}
+END_TEST
+
+/*
+ * A lying decoded size (the table says one byte less, and the next frame
+ * one more: the totals still agree), a corrupt frame and a wrong checksum
+ * all fail reads of that frame with EIO and count; other frames still read.
+ */
+START_TEST(test_zst__bad_frame_fails_read_only)
+{
+	uint8_t *in = make_input(30000, 6), buf[4096];
+	struct membuf m;
+	struct castfs_zcache *c;
+	struct castfs_zst_index *ix;
+	struct castfs_mem_reader mr;
+	struct castfs_zst_reader zr;
+	struct castfs_zcache_stats st;
+	size_t nf, at;
+
+	pack(in, 30000, 4096, true, NULL, 0, &m);
+	nf = castfs_load_le32(m.p + m.n - 9);
+	at = m.n - 9 - nf * 12;
+	if (_i == 0) {
+		castfs_store_le32(m.p + at + 4, 4095);
+		castfs_store_le32(m.p + at + 16, 4097);
+	} else if (_i == 1) {
+		m.p[castfs_load_le32(m.p + at) / 2] ^= 0x5a;
+	} else {
+		m.p[at + 8] ^= 1;
+	}
+	ck_assert_int_eq(castfs_zcache_new(1 << 20, &c), 0);
+	ck_assert_int_eq(open_index(&m, c, &mr, &ix, NULL), 0);
+	castfs_zst_reader_init(&zr, ix, &mr.r);
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, 100, 10), -EIO);
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, 4000, 0), -EIO);
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, 4096, 8192), 0);
+	ck_assert_mem_eq(buf, in + 8192, 4096);
+	castfs_zcache_stats_get(c, &st);
+	ck_assert_uint_eq(st.errors, 2);
+	castfs_zst_index_free(ix);
+	castfs_zcache_free(c);
+	free(m.p);
+	free(in);
+}
+END_TEST
+
+struct zthread {
+	const struct castfs_zst_reader *zr;
+	const uint8_t *in;
+	unsigned seed;
+	size_t span, maxlen; /* offsets below span, lengths up to maxlen */
+	int bad;
+};
+
+static void *zthread_run(void *arg)
+{
+	struct zthread *t = arg;
+	uint8_t *buf = malloc(40000);
+
+	for (int k = 0; k < 1500; k++) {
+		size_t off = (size_t)rand_r(&t->seed) % t->span;
+		size_t len = 1 + (size_t)rand_r(&t->seed) % t->maxlen;
+
+		if (len > N_IN - off)
+			len = N_IN - off;
+		if (castfs_reader_read(&t->zr->r, buf, len, off) ||
+		    memcmp(buf, t->in + off, len))
+			t->bad++;
+	}
+	free(buf);
+	return NULL;
+}
+
+/*
+ * Threads reading the same frames at once always get the input. With a
+ * cache that holds every frame and reads that never cover a whole frame
+ * (those decode straight into the reader's buffer), each frame is decoded
+ * exactly once, however many threads wanted it at the same time.
+ */
+START_TEST(test_zst__threads_share_frames)
+{
+	uint8_t *in = make_input(N_IN, 9);
+	size_t caps[] = { 1 << 20, 20000, 0 };
+	struct castfs_zcache *c;
+	struct castfs_zst_index *ix;
+	struct castfs_mem_reader mr;
+	struct castfs_zst_reader zr;
+	struct castfs_zcache_stats st;
+	struct zthread t[4];
+	pthread_t th[4];
+	struct membuf m;
+
+	pack(in, N_IN, 8192, true, NULL, 0, &m);
+	ck_assert_int_eq(castfs_zcache_new(caps[_i], &c), 0);
+	ck_assert_int_eq(open_index(&m, c, &mr, &ix, NULL), 0);
+	castfs_zst_reader_init(&zr, ix, &mr.r);
+	for (int k = 0; k < 4; k++) {
+		t[k] = (struct zthread){ &zr,  in,    (unsigned)k + 1,
+					 N_IN, 40000, 0 };
+		if (_i == 0) { /* the last frame is short: leave it out */
+			t[k].span = N_IN - 1234 - 5000;
+			t[k].maxlen = 5000;
+		}
+		ck_assert_int_eq(
+			pthread_create(&th[k], NULL, zthread_run, &t[k]), 0);
+	}
+	for (int k = 0; k < 4; k++) {
+		pthread_join(th[k], NULL);
+		ck_assert_int_eq(t[k].bad, 0);
+	}
+	castfs_zcache_stats_get(c, &st);
+	ck_assert_uint_eq(st.errors, 0);
+	ck_assert_uint_le(st.cached_bytes, caps[_i]);
+	if (_i == 0) /* everything fits: each frame is decoded into it once */
+		ck_assert_uint_le(st.bytes_decoded, N_IN);
+	castfs_zst_index_free(ix);
+	castfs_zcache_free(c);
+	free(m.p);
+	free(in);
+}
+END_TEST
+
+/* Grouping is a bijection: every bf16 pattern, and fp32 bit patterns. */
+START_TEST(test_zst__group_round_trip)
+{
+	static const enum castfs_zst_transform ts[] = { CASTFS_ZST_PLANES2,
+							CASTFS_ZST_BF16,
+							CASTFS_ZST_PLANES4,
+							CASTFS_ZST_F32 };
+	enum castfs_zst_transform t = ts[_i];
+	size_t n = 65536 * 2;
+	uint8_t *in = malloc(n), *g = malloc(n), *back = malloc(n);
+
+	for (size_t i = 0; i < 65536; i++)
+		castfs_store_le16(in + 2 * i, (uint16_t)(i * 40503u));
+	zst_group(g, in, n, t);
+	zst_ungroup(back, g, n, t);
+	ck_assert_mem_eq(back, in, n);
+	/* an unaligned destination takes the portable path */
+	memset(back, 0, n);
+	zst_group(g, in, n - 4, t);
+	zst_ungroup(back + 1, g, n - 4, t);
+	ck_assert_mem_eq(back + 1, in, n - 4);
+	if (t == CASTFS_ZST_BF16) { /* 1.0 = 0x3F80: exponent 127 first */
+		castfs_store_le16(in, 0x3F80);
+		zst_group(g, in, 2, t);
+		ck_assert_uint_eq(g[1], 127);
+		ck_assert_uint_eq(g[0], 0);
+	}
+	if (t == CASTFS_ZST_F32) { /* -2.0f = 0xC0000000: exponent 128 */
+		castfs_store_le32(in, 0xC0000000u);
+		zst_group(g, in, 4, t);
+		ck_assert_uint_eq(g[3], 128);
+		ck_assert_uint_eq(g[2], 0x80);
+	}
+	free(in);
+	free(g);
+	free(back);
+}
+END_TEST
+
+/* A grouped pack reads back as the input; libzstd decodes it to the
+ * grouped bytes, which differ; a bad transform byte is rejected. */
+START_TEST(test_zst__grouped_pack_reads_back)
+{
+	uint8_t *in = make_input(N_IN, 11), *buf = malloc(N_IN);
+	uint64_t cuts[] = { 96, 60000, 60000, 120000, 120000, 150000 };
+	uint8_t tr[] = { CASTFS_ZST_BF16, CASTFS_ZST_NONE,    CASTFS_ZST_F32,
+			 CASTFS_ZST_NONE, CASTFS_ZST_PLANES2, CASTFS_ZST_NONE };
+	struct castfs_mem_reader mr;
+	struct castfs_writer w;
+	struct castfs_zst_pack_opts o = { .frame_size = 8192,
+					  .level = 1,
+					  .checksums = true,
+					  .cuts = cuts,
+					  .ncuts = 6,
+					  .cut_transforms = tr };
+	struct castfs_zcache *c;
+	struct castfs_zst_index *ix;
+	struct castfs_zst_reader zr;
+	struct membuf m = { 0 };
+
+	w = (struct castfs_writer){ mem_write, &m };
+	castfs_mem_reader_init(&mr, in, N_IN);
+	ck_assert_int_eq(castfs_zst_pack(&mr.r, N_IN, &o, &w, NULL), 0);
+	ck_assert_int_eq(castfs_zcache_new(1 << 20, &c), 0);
+	ck_assert_int_eq(open_index(&m, c, &mr, &ix, NULL), 0);
+	ck_assert(castfs_zst_index_grouped(ix));
+	castfs_zst_reader_init(&zr, ix, &mr.r);
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, N_IN, 0), 0);
+	ck_assert_mem_eq(buf, in, N_IN);
+	for (size_t off = 0; off < N_IN; off += 3001) {
+		size_t len = N_IN - off < 5000 ? N_IN - off : 5000;
+
+		ck_assert_int_eq(castfs_reader_read(&zr.r, buf, len, off), 0);
+		ck_assert_mem_eq(buf, in + off, len);
+	}
+	ck_assert_uint_eq(ZSTD_decompress(buf, N_IN, m.p, m.n), N_IN);
+	ck_assert(memcmp(buf, in, N_IN) != 0);
+	castfs_zst_index_free(ix);
+	/* The marker's first transform byte (the header frame) made F32. */
+	m.p[m.n - 9 - castfs_load_le32(m.p + m.n - 9) * 12 - 8 -
+	    castfs_load_le32(m.p + m.n - 9)] = CASTFS_ZST_TRANSFORM_COUNT;
+	ck_assert_int_eq(open_index(&m, c, &mr, &ix, NULL), -EINVAL);
+	castfs_zcache_free(c);
+	free(m.p);
+	free(buf);
+	free(in);
+}
+END_TEST
+
+START_TEST(test_zst__bad_frame_size_option)
+{
+	uint8_t in[16] = { 0 };
+	struct castfs_mem_reader mr;
+	struct membuf m = { 0 };
+	struct castfs_writer w = { mem_write, &m };
+	struct castfs_zst_pack_opts o = { .frame_size = 0, .level = 1 };
+
+	castfs_mem_reader_init(&mr, in, sizeof(in));
+	ck_assert_int_eq(castfs_zst_pack(&mr.r, sizeof(in), &o, &w, NULL),
+			 -EINVAL);
+	o.frame_size = CASTFS_ZST_MAX_FRAME + 1;
+	ck_assert_int_eq(castfs_zst_pack(&mr.r, sizeof(in), &o, &w, NULL),
+			 -EINVAL);
+	free(m.p);
+}
+END_TEST
+
+Suite *unit_suite(void)
+{
+	Suite *s = suite_create("zst");
+	TCase *tc = tcase_create("zst");
+
+	tcase_add_loop_test(tc, test_zst__random_ranges_equal_input, 0, 2);
+	tcase_add_test(tc, test_zst__frames_respect_cuts);
+	tcase_add_test(tc, test_zst__plain_zstd_rejected);
+	tcase_add_test(tc, test_zst__truncated_rejected);
+	tcase_add_loop_test(tc, test_zst__lying_table_rejected, 0, 5);
+	tcase_add_loop_test(tc, test_zst__bad_frame_fails_read_only, 0, 3);
+	tcase_add_loop_test(tc, test_zst__threads_share_frames, 0, 3);
+	tcase_add_loop_test(tc, test_zst__group_round_trip, 0, 4);
+	tcase_add_test(tc, test_zst__grouped_pack_reads_back);
+	tcase_add_test(tc, test_zst__bad_frame_size_option);
+	suite_add_tcase(s, tc);
+	return s;
+}
