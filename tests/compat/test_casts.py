@@ -144,8 +144,10 @@ class CastViews(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.mount.unmount()
-        cls.tmp.__exit__(None, None, None)
+        try:
+            cls.mount.close()
+        finally:
+            cls.tmp.__exit__(None, None, None)
 
     def view_path(self, name, view):
         return self.mount.join("%s.%s.safetensors" % (name, view))

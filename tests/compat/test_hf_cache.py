@@ -59,8 +59,10 @@ class HubCache(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.mount.unmount()
-        cls.tmp.__exit__(None, None, None)
+        try:
+            cls.mount.close()
+        finally:
+            cls.tmp.__exit__(None, None, None)
 
     def m(self, *parts):
         return self.mount.join(*parts)
