@@ -11,7 +11,8 @@ COMPAT_TESTS = tests/compat/test_casts.py tests/compat/test_hf_cache.py \
 	tests/compat/test_testlib.py
 TESTS += $(COMPAT_TESTS)
 EXTRA_DIST += tests/compat/castfs_testlib.py $(COMPAT_TESTS) \
-	tests/compat/bnb_ref.py tests/compat/bnb_check.py tests/compat/ldm_unet.py
+	tests/compat/bnb_ref.py tests/compat/bnb_check.py tests/compat/oracle.py \
+	tests/compat/ldm_unet.py
 
 # Reliability tests under a real mount (docs/RELIABILITY.md).
 REL_TESTS = tests/compat/test_rel_malformed.py \
