@@ -140,7 +140,8 @@ class CastViews(unittest.TestCase):
         cls.tmp = tl.tempdir()
         cls.src = cls.tmp.__enter__()
         cls.sources = write_sources(cls.src)
-        cls.mount = tl.Mount(cls.src)
+        # test_casts_isa.py sets CASTFS_ISA here to force the daemon's kernels.
+        cls.mount = tl.Mount(cls.src, env=getattr(cls, "mount_env", None))
 
     @classmethod
     def tearDownClass(cls):
