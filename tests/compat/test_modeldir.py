@@ -558,9 +558,11 @@ def read(path):
         return f.read()
 
 
-def eventually(fn, timeout=5.0):
+def eventually(fn, timeout=60.0):
     """fn() until it returns true (the daemon learns of source changes
-    through inotify, asynchronously)."""
+    through inotify, asynchronously); the timeout is generous because a
+    loaded machine can delay the watcher thread, and a pass returns at
+    once."""
     import time
     deadline = time.time() + timeout
     while not fn() and time.time() < deadline:
