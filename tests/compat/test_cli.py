@@ -166,6 +166,27 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("unknown view 'nope'", r.stderr)
 
+    def test_info_view_of_bitsandbytes_views(self):
+        """info --view lists a bitsandbytes view's tensors as the oracle's
+        file has them (names, dtypes, shapes, offsets)."""
+        path = os.path.join(self.src, "llama.safetensors")
+        for view in ("nf4", "fp4_nodq", "int8"):
+            with self.subTest(view=view):
+                r = castfs("info", "--view", view, path)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                _, rows = parse_info(r.stdout)
+                hdr, _ = oracle.header_of(oracle.oracle_bytes(path, view))
+                hdr.pop("__metadata__", None)
+                self.assertEqual(sorted(rows), sorted(hdr))
+                self.assertTrue(any(".quant_state." in k or k.endswith(".SCB")
+                                    for k in rows), view)
+                for name, m in rows.items():
+                    self.assertEqual(
+                        (m.group("dtype"), json.loads(m.group("shape")),
+                         json.loads(m.group("off"))),
+                        (hdr[name]["dtype"], hdr[name]["shape"],
+                         hdr[name]["data_offsets"]), name)
+
     def test_info_malformed(self):
         with open(os.path.join(MALFORMED, "EXPECTED")) as f:
             expected = [l.split(" ", 2) for l in f.read().splitlines()
