@@ -179,7 +179,13 @@ def main():
     if not fuse_usable():
         print("SKIP: /dev/fuse or fusermount3 unusable")
         sys.exit(SKIP)
-    suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules["__main__"])
+    loader = unittest.TestLoader()
+    # CASTFS_TEST_K="pat1 pat2": only the cases matching (unittest -k), for
+    # scripts/mutate, which reruns the cases that kill a planted bug.
+    pats = os.environ.get("CASTFS_TEST_K", "").split()
+    if pats:
+        loader.testNamePatterns = ["*%s*" % p for p in pats]
+    suite = loader.loadTestsFromModule(sys.modules["__main__"])
     result = unittest.TextTestRunner(verbosity=2).run(suite)
     line, rc = summary(result)
     print(line)
