@@ -73,10 +73,13 @@ BNB_ALL = {"nf4": ("nf4", True), "fp4": ("fp4", True),
 INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 # Forward-pass closeness, relative L2 error against the source model;
-# from measured errors of this setup with a margin (see the log).
+# from measured errors of this setup with a margin (see the log). Largest
+# measured: nf4 0.17 (t5), fp4 0.19 (t5), int8 0.017 (unet), fp8 0.11
+# (unet), fp8_e5m2 0.20 (unet). The parameters themselves are checked
+# exactly (codes, recomputed statistics); this only guards the wiring.
 FORWARD_TOL = {"bf16": 0.01, "fp32": 0.0, "fp16": 0.002, "fp8": 0.2,
-               "fp8_e5m2": 0.35, "nf4": 0.5, "nf4_nodq": 0.5, "fp4": 0.6,
-               "fp4_nodq": 0.6, "int8": 0.1}
+               "fp8_e5m2": 0.35, "nf4": 0.3, "nf4_nodq": 0.3, "fp4": 0.35,
+               "fp4_nodq": 0.35, "int8": 0.05}
 
 KEY_TROUBLE = re.compile(r"missing|unexpected|mismatch|not initiali|"
                          r"newly initiali|not used|were not|LOAD REPORT",
