@@ -100,6 +100,14 @@ class Mount:
                              % (rc, self.output()[-20000:]))
         return rc
 
+    def close(self):
+        """unmount(), and an AssertionError unless the daemon exited 0 (a
+        sanitizer report or a crash at exit fails the test)."""
+        rc = self.unmount()
+        if rc != 0:
+            raise AssertionError("castfs exited with %d: %s" %
+                                 (rc, self.output()[-20000:]))
+
     def __enter__(self):
         return self
 
@@ -139,21 +147,50 @@ def check_ranges(test, path, expected, rng=None, count=200):
         test.assertEqual(len(data), max(0, min(len(expected) - off, len(data))))
 
 
+def summary(result):
+    """(Check-style summary line, exit status) of a unittest result.
+
+    A case counts once however many of its subtests fail, so the percentage
+    is never negative (CI's summary reader only takes lines that start with
+    digits). Exit status: 1 when anything failed or nothing ran; 77
+    (automake's SKIP) when a case was skipped (unittest.SkipTest), so that a
+    skip is never reported as a pass; else 0.
+    """
+    n = result.testsRun
+    fails, errs = len(result.failures), len(result.errors)
+    skipped = len(result.skipped)
+
+    def case(t):
+        return getattr(t, "test_case", t).id()
+
+    bad = {case(t) for t, _ in result.failures + result.errors}
+    bad |= {case(t) for t, _ in result.skipped}
+    ok = max(0, n - len(bad))
+    pct = 100 * ok // n if n else 0
+    line = "%d%%: Checks: %d, Failures: %d, Errors: %d, Skipped: %d" % (
+        pct, n, fails, errs, skipped)
+    if not n or not result.wasSuccessful():
+        return line, 1
+    return line, SKIP if skipped else 0
+
+
 def main():
     """Run the unittest cases of __main__ and print a Check-style summary."""
     if not fuse_usable():
         print("SKIP: /dev/fuse or fusermount3 unusable")
         sys.exit(SKIP)
-    suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules["__main__"])
+    loader = unittest.TestLoader()
+    # CASTFS_TEST_K="pat1 pat2": only the cases matching (unittest -k), for
+    # scripts/mutate, which reruns the cases that kill a planted bug.
+    pats = os.environ.get("CASTFS_TEST_K", "").split()
+    if pats:
+        loader.testNamePatterns = ["*%s*" % p for p in pats]
+    suite = loader.loadTestsFromModule(sys.modules["__main__"])
     result = unittest.TextTestRunner(verbosity=2).run(suite)
-    n = result.testsRun
-    fails, errs = len(result.failures), len(result.errors)
-    skipped = len(result.skipped)
-    ok = n - fails - errs - skipped
-    pct = 100 * ok // n if n else 0
-    print("%d%%: Checks: %d, Failures: %d, Errors: %d, Skipped: %d" %
-          (pct, n, fails, errs, skipped))
-    if skipped:
-        # A skipped case is not a pass: report the program as failed.
-        sys.exit(1)
-    sys.exit(0 if result.wasSuccessful() and n else 1)
+    line, rc = summary(result)
+    print(line)
+    if rc == SKIP:
+        print("SKIP: %d case(s) skipped: %s" % (
+            len(result.skipped),
+            "; ".join("%s (%s)" % (t.id(), why) for t, why in result.skipped)))
+    sys.exit(rc)

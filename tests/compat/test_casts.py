@@ -140,12 +140,15 @@ class CastViews(unittest.TestCase):
         cls.tmp = tl.tempdir()
         cls.src = cls.tmp.__enter__()
         cls.sources = write_sources(cls.src)
-        cls.mount = tl.Mount(cls.src)
+        # test_casts_isa.py sets CASTFS_ISA here to force the daemon's kernels.
+        cls.mount = tl.Mount(cls.src, env=getattr(cls, "mount_env", None))
 
     @classmethod
     def tearDownClass(cls):
-        cls.mount.unmount()
-        cls.tmp.__exit__(None, None, None)
+        try:
+            cls.mount.close()
+        finally:
+            cls.tmp.__exit__(None, None, None)
 
     def view_path(self, name, view):
         return self.mount.join("%s.%s.safetensors" % (name, view))

@@ -94,7 +94,7 @@ class Handles(unittest.TestCase):
                 self.assertIn("s.safetensors", os.listdir(fd))
                 os.close(fd)
             finally:
-                second.unmount()
+                second.close()
 
     @staticmethod
     def restart(m):

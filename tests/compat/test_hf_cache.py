@@ -14,6 +14,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import castfs_testlib as tl
+import oracle
 
 VIEWS = ("bf16", "fp16", "fp8", "nf4")
 
@@ -59,8 +60,10 @@ class HubCache(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.mount.unmount()
-        cls.tmp.__exit__(None, None, None)
+        try:
+            cls.mount.close()
+        finally:
+            cls.tmp.__exit__(None, None, None)
 
     def m(self, *parts):
         return self.mount.join(*parts)
@@ -88,7 +91,14 @@ class HubCache(unittest.TestCase):
             for name in os.listdir(ref_dir):
                 with open(os.path.join(got_dir, name), "rb") as a, \
                         open(os.path.join(ref_dir, name), "rb") as b:
-                    self.assertEqual(a.read(), b.read(), (view, name))
+                    got = a.read()
+                    self.assertEqual(got, b.read(), (view, name))
+                if name in shards:
+                    # Not only the plain copy's view: the oracle's.
+                    oracle.assert_same_file(
+                        self, got, oracle.oracle_bytes(
+                            os.path.join(self.src, "plain", name), view),
+                        "%s.%s/%s" % (snap_name, view, name))
             # Single-file views and tensor trees of linked shards too.
             stem = shards[0][:-len(".safetensors")]
             for spelled in ("%s.%s.safetensors" % (stem, view),):
@@ -101,6 +111,8 @@ class HubCache(unittest.TestCase):
         ref = LlamaForCausalLM.from_pretrained(self.m("plain"))
         got = LlamaForCausalLM.from_pretrained(self.m(self.snap + ".fp16"))
         self.assertEqual(got.dtype, torch.float16)
+        # zip() would stop at the shorter one: the key lists first.
+        self.assertEqual(list(ref.state_dict()), list(got.state_dict()))
         for (k, a), (k2, b) in zip(ref.state_dict().items(),
                                    got.state_dict().items()):
             self.assertEqual(k, k2)

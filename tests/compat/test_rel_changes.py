@@ -258,6 +258,39 @@ class Changes(unittest.TestCase):
         with open(self.mount.join(".castfs", "rejected")) as f:
             self.assertIn("c.safetensors", f.read())
 
+    def read_fd(self, fd):
+        """The whole file behind @fd, read by castfs now: the kernel's
+        cached pages of it are dropped first."""
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        out, off = [], 0
+        while True:
+            b = os.pread(fd, 1 << 20, off)
+            if not b:
+                return b"".join(out)
+            out.append(b)
+            off += len(b)
+
+    def test_old_opens_read_old_bytes_after_rename_and_delete(self):
+        """docs/RELIABILITY.md: files opened before the source is replaced
+        by rename, then deleted, keep reading the old bytes, whole."""
+        refs = self.refs(self.old)
+        fds = {n: os.open(self.mount.join(n), os.O_RDONLY) for n in refs}
+        try:
+            for n, fd in fds.items():
+                self.assertEqual(self.read_fd(fd), refs[n][0], n)
+            rc.write_ckpt(self.path + ".tmp", 13, scale=8)
+            os.rename(self.path + ".tmp", self.path)
+            for n, fd in fds.items():
+                self.assertEqual(self.read_fd(fd), refs[n][0],
+                                 "%s after rename" % n)
+            os.unlink(self.path)
+            for n, fd in fds.items():
+                self.assertEqual(self.read_fd(fd), refs[n][0],
+                                 "%s after delete" % n)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+
     def test_delete(self):
         refs = self.refs(self.old)
         self.run_readers(refs, lambda: os.unlink(self.path))

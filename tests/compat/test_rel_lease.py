@@ -21,8 +21,10 @@ class Leases(unittest.TestCase):
         self.mount = tl.Mount(self.src)
 
     def tearDown(self):
-        self.mount.unmount()
-        self.tmp.__exit__(None, None, None)
+        try:
+            self.mount.close()
+        finally:
+            self.tmp.__exit__(None, None, None)
 
     def open_for_writing_in_thread(self):
         """Open the source O_WRONLY (no write, no truncate) from another

@@ -104,8 +104,7 @@ START_TEST(test_quant_kernels__isa16_matches_scalar)
 	float *a1 = malloc(NALL * sizeof(float)),
 	      *a2 = malloc(NALL * sizeof(float));
 
-	if (!k)
-		goto out; /* not built, or not runnable on this CPU */
+	ck_assert_ptr_nonnull(k); /* registered for runnable ISAs only */
 	for (size_t b = 0; b < sizeof(blocksizes) / sizeof(*blocksizes); b++) {
 		for (size_t l = 0; l < sizeof(lengths) / sizeof(*lengths);
 		     l++) {
@@ -138,7 +137,6 @@ START_TEST(test_quant_kernels__isa16_matches_scalar)
 			free(buf);
 		}
 	}
-out:
 	free(c1);
 	free(c2);
 	free(a1);
@@ -186,8 +184,7 @@ START_TEST(test_quant_kernels__q8_matches_scalar)
 	float a[1000];
 	uint8_t c1[1000], c2[1000];
 
-	if (!k)
-		return;
+	ck_assert_ptr_nonnull(k); /* registered for runnable ISAs only */
 	make_amax(a, 1000, 5);
 	for (size_t o = 0; o < 3; o++) {
 		for (size_t c = 0; c < 4; c++) {
@@ -257,10 +254,8 @@ Suite *unit_suite(void)
 	tcase_add_loop_test(
 		tc, test_quant_kernels__scalar16_equals_scalar_f32, 0,
 		2 * (int)(sizeof(blocksizes) / sizeof(*blocksizes)));
-	tcase_add_loop_test(tc, test_quant_kernels__isa16_matches_scalar, 2,
-			    2 * CASTFS_ISA_COUNT);
-	tcase_add_loop_test(tc, test_quant_kernels__q8_matches_scalar, 1,
-			    CASTFS_ISA_COUNT);
+	unit_add_isa_loop(tc, test_quant_kernels__isa16_matches_scalar, 2);
+	unit_add_isa_loop(tc, test_quant_kernels__q8_matches_scalar, 1);
 	tcase_add_test(tc, test_quant_kernels__q8_mids_follow_the_rule);
 	tcase_add_test(tc, test_quant_kernels__q8_tree_layout);
 	suite_add_tcase(s, tc);
