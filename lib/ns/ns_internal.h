@@ -101,6 +101,7 @@ struct ns_ckpt {
 	struct timespec mtime;
 	char *path;
 	struct castfs_header *h; /* NULL when rejected */
+	bool quant; /* holds FP8 block weights: only cast views */
 	int err;
 	char reason[256];
 	pthread_mutex_t lock; /* guards plans and trees */
@@ -205,6 +206,16 @@ char *ns_ckpt_rejected_json(struct castfs_ns *ns);
 
 /* ns_ckpt_drop_path - forget cache entries of @path (source changed). */
 void ns_ckpt_drop_path(struct castfs_ns *ns, const char *path);
+
+/* ns_ckpt_drop_dir - forget cache entries of the files directly in
+ * directory @dir ("" for the root): their config.json changed, and with
+ * it whether they are quantized. */
+void ns_ckpt_drop_dir(struct castfs_ns *ns, const char *dir);
+
+/* ns_ckpt_offers - whether valid checkpoint @ck has view @v: a quantized
+ * source has only the cast views, computed from its dequantized weights
+ * (docs/FORMATS.md, "Quantized sources"). */
+bool ns_ckpt_offers(const struct ns_ckpt *ck, const struct castfs_view *v);
 
 /* ---- tensor trees (ns_tensors.c) and model-directory views
  * (ns_modeldir.c): the hooks the source directories call. ---- */

@@ -197,6 +197,28 @@ static int md_config_of(struct castfs_ns *ns, const char *dir,
 	return rc;
 }
 
+int md_dir_quant(struct castfs_ns *ns, const char *dir,
+		 struct castfs_md_quant *q)
+{
+	char *path = ns_path_join(dir, "config.json", 11), *text = NULL;
+	size_t len;
+	int rc = path ? md_read(ns, path, NULL, &text, &len) : -ENOMEM;
+
+	*q = (struct castfs_md_quant){ 0 };
+	if (!rc && castfs_md_quant_read(text, len, q, NULL) == -ENOMEM)
+		rc = -ENOMEM;
+	free(text);
+	free(path);
+	return rc == -ENOMEM ? rc : 0;
+}
+
+bool md_casts_only(struct castfs_ns *ns, const char *path)
+{
+	struct castfs_md_quant q;
+
+	return md_dir_quant(ns, path, &q) == 0 && q.fp8_block;
+}
+
 int md_keep_of(struct castfs_ns *ns, const char *dir,
 	       const struct castfs_view *v)
 {
@@ -227,8 +249,32 @@ static bool md_any_valid(struct castfs_ns *ns, const char *dir,
 	return found;
 }
 
+/* Whether a weight file of @s holds a quantized layout castfs refused:
+ * then the directory has no views (never a shard shown undequantized). */
+static bool md_any_refused(struct castfs_ns *ns, const char *dir,
+			   const struct md_dir *s)
+{
+	bool found = false;
+
+	for (size_t i = 0; !found && i < s->nweights; i++) {
+		char *p =
+			ns_path_join(dir, s->weights[i], strlen(s->weights[i]));
+		struct ns_ckpt *ck;
+		struct stat st;
+
+		if (p && ns_src_stat_in(ns, p, &st) == 0 &&
+		    S_ISREG(st.st_mode) && ns_ckpt_get(ns, p, &st, &ck) == 0) {
+			found = !ck->h && ck->err == -ENOTSUP;
+			ns_ckpt_put(ns, ck);
+		}
+		free(p);
+	}
+	return found;
+}
+
 int md_is_model(struct castfs_ns *ns, const char *path, bool *yes)
 {
+	struct castfs_md_quant q;
 	struct castfs_md_config c;
 	struct md_dir s;
 	int rc = md_dir_scan(ns, path, &s);
@@ -239,9 +285,14 @@ int md_is_model(struct castfs_ns *ns, const char *path, bool *yes)
 	if (s.pipeline) {
 		*yes = true;
 	} else if (s.config && (s.nindex || md_any_valid(ns, path, &s))) {
-		/* Unreadable or already quantised: no views, not an error. */
-		*yes = md_config_of(ns, path, &c) == 0 && !c.quantized;
+		/* Unreadable or quantised in a layout castfs does not
+		 * dequantize: no views, not an error. */
+		*yes = md_config_of(ns, path, &c) == 0 &&
+		       md_dir_quant(ns, path, &q) == 0 &&
+		       (!q.quantized || q.fp8_block);
 	}
+	if (*yes && md_any_refused(ns, path, &s))
+		*yes = false;
 out:
 	md_dir_fini(&s);
 	return rc == -ENOMEM ? rc : 0;
@@ -310,12 +361,36 @@ static int md_bnb_of(const struct castfs_view *v, int keep,
 	return rc;
 }
 
+/* config.json of an FP8 block model through cast view @n->view: its
+ * quantization_config dropped, the view's dtype set. */
+static int md_build_unquant(const struct ns_node *n, const char *text,
+			    size_t len, char **out, size_t *out_len)
+{
+	struct castfs_md_patch p = { .dtype = castfs_md_view_dtype(n->view) };
+	char *plain;
+	size_t plen;
+	int rc;
+
+	if (n->view->kind != CASTFS_VIEW_CAST)
+		return -ENOTSUP; /* not offered: lookups refuse it */
+	rc = castfs_md_config_unquant(text, len, &plain, &plen, NULL);
+	if (rc || !p.dtype) {
+		*out = rc ? NULL : plain;
+		*out_len = rc ? 0 : plen;
+		return rc;
+	}
+	rc = castfs_md_config_patch(plain, plen, &p, out, out_len, NULL);
+	free(plain);
+	return rc;
+}
+
 /* config.json through view @v: dtype and quantization_config. */
 static int md_build_config(struct castfs_ns *ns, const struct ns_node *n,
 			   const char *text, size_t len, char **out,
 			   size_t *out_len)
 {
 	struct castfs_md_patch p = { 0 };
+	struct castfs_md_quant mq;
 	struct castfs_md_config c;
 	struct castfs_md_bnb q = { 0 };
 	struct md_ckpts ck = { 0 };
@@ -324,6 +399,8 @@ static int md_build_config(struct castfs_ns *ns, const struct ns_node *n,
 
 	if (rc)
 		return rc;
+	if (castfs_md_quant_read(text, len, &mq, NULL) == 0 && mq.quantized)
+		return md_build_unquant(n, text, len, out, out_len);
 	p.dtype = c.diffusers ? NULL : castfs_md_view_dtype(n->view);
 	if (n->view->kind != CASTFS_VIEW_CAST) {
 		dir = md_parent_path(n->path);

@@ -6,6 +6,7 @@
 #ifndef CASTFS_NS_MODELDIR_INTERNAL_H
 #define CASTFS_NS_MODELDIR_INTERNAL_H
 
+#include "modeldir/modeldir.h"
 #include "ns/ns_internal.h"
 
 /* What an NS_MFILE is (its aux). */
@@ -43,6 +44,16 @@ bool md_dir_weights(const struct md_dir *s);
  * quantization_config next to an index or a valid *.safetensors.
  * Returns 0 (answer in *@yes) or a negative errno. */
 int md_is_model(struct castfs_ns *ns, const char *path, bool *yes);
+
+/* md_casts_only - whether the model in source directory @path is an FP8
+ * block model (its views are the cast views of its dequantized weights). */
+bool md_casts_only(struct castfs_ns *ns, const char *path);
+
+/* md_dir_quant - the quantization_config of the config.json in source
+ * directory @dir, zeroed when there is none or it cannot be read.
+ * Returns 0 or -ENOMEM. */
+int md_dir_quant(struct castfs_ns *ns, const char *dir,
+		 struct castfs_md_quant *q);
 
 /* md_parent_path - the directory part of @path ("" for a top-level
  * name), malloc'ed; NULL on -ENOMEM. */

@@ -188,6 +188,10 @@ static int lookup_view(struct castfs_ns *ns, const struct ns_node *dir,
 	if (!path)
 		return -ENOMEM;
 	rc = ns_ckpt_valid(ns, path, &child->st, &ck);
+	if (!rc && !ns_ckpt_offers(ck, view)) {
+		ns_ckpt_put(ns, ck);
+		rc = -ENOENT;
+	}
 	if (rc) {
 		free(path);
 		return rc;
@@ -256,7 +260,7 @@ static int dir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 /* The views of checkpoint @name (a valid one, of identity @st). */
 static int list_views(struct castfs_ns *ns, const struct ns_node *dir,
 		      const char *name, const struct stat *st,
-		      struct ns_list *l)
+		      const struct ns_ckpt *ck, struct ns_list *l)
 {
 	size_t stem = strlen(name) - ST_EXT_LEN;
 	char buf[512];
@@ -267,7 +271,7 @@ static int list_views(struct castfs_ns *ns, const struct ns_node *dir,
 		struct ns_node node = { .kind = NS_VIEW, .view = v, .st = *st };
 		int n;
 
-		if (!v->listed)
+		if (!v->listed || !ns_ckpt_offers(ck, v))
 			continue;
 		n = snprintf(buf, sizeof(buf), "%.*s.%s%s", (int)stem, name,
 			     v->name, st_ext);
@@ -305,8 +309,9 @@ static int list_virtual(struct castfs_ns *ns, const struct ns_node *dir,
 	free(path);
 	if (rc)
 		return rc == -ENOMEM ? rc : 0; /* rejected: no views */
+	rc = list_views(ns, dir, name, &st, ck, l);
 	ns_ckpt_put(ns, ck);
-	return list_views(ns, dir, name, &st, l);
+	return rc;
 }
 
 /*

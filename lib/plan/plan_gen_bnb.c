@@ -681,6 +681,7 @@ castfs_gen_fn castfs_quant_gen(enum castfs_op op)
 	case CASTFS_OP_MEM:
 	case CASTFS_OP_COPY:
 	case CASTFS_OP_CAST:
+	case CASTFS_OP_DEQ_FP8:
 	case CASTFS_OP_COUNT:
 		break;
 	}

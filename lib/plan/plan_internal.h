@@ -91,6 +91,12 @@ typedef int (*castfs_gen_fn)(const struct castfs_read_env *env,
 /* Generators of the quantiser ops (lib/quant_ops.c). */
 castfs_gen_fn castfs_quant_gen(enum castfs_op op);
 
+/* The generator of CASTFS_OP_DEQ_FP8 (plan_gen_fp8.c): extent src_off is
+ * the source offset of its first F8 element; e->qt the weight. */
+int castfs_gen_deq_fp8(const struct castfs_read_env *env,
+		       const struct castfs_extent *e, uint64_t first,
+		       uint64_t count, uint8_t *dst);
+
 /*
  * Tensor-wide statistics of a quantised tensor: computed once, on first
  * need, under the lock; read-only afterwards.

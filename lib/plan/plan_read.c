@@ -91,6 +91,8 @@ static castfs_gen_fn gen_for(enum castfs_op op)
 	case CASTFS_OP_I8_CODES:
 	case CASTFS_OP_I8_SCB:
 		return castfs_quant_gen(op);
+	case CASTFS_OP_DEQ_FP8:
+		return castfs_gen_deq_fp8;
 	case CASTFS_OP_COUNT:
 		break;
 	}
@@ -167,6 +169,7 @@ static uint64_t quant_elem(const struct castfs_extent *e,
 	case CASTFS_OP_COPY:
 	case CASTFS_OP_CAST:
 	case CASTFS_OP_Q4_STATE:
+	case CASTFS_OP_DEQ_FP8:
 	case CASTFS_OP_COUNT:
 		break;
 	}
@@ -189,6 +192,8 @@ uint64_t castfs_plan_src_off(const struct castfs_plan *p, uint64_t off)
 	case CASTFS_OP_CAST:
 		return e->src_off +
 		       rel / e->unit * (castfs_dtype_bits(e->src_dtype) / 8);
+	case CASTFS_OP_DEQ_FP8: /* one F8 byte per element */
+		return e->src_off + rel / e->unit;
 	case CASTFS_OP_Q4_CODES:
 	case CASTFS_OP_Q4_ABSMAX:
 	case CASTFS_OP_Q4_QABSMAX:
