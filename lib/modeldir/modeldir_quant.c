@@ -107,8 +107,12 @@ static int drop_member(struct castfs_strbuf *b, size_t at, const char *key)
 	for (i = 0; i < o.n && !md_key_is(b->p, &o.m[i], key); i++)
 		;
 	if (i < o.n) {
-		/* The member and the comma that separates it. */
-		if (i + 1 < o.n) {
+		/* The member and the comma that separates it; the first
+		 * member's lead stays, for the member that moves up. */
+		if (i == 0 && o.n > 1) {
+			from = o.m[0].key;
+			to = o.m[1].key;
+		} else if (i + 1 < o.n) {
 			from = o.m[i].lead;
 			to = o.m[i + 1].lead;
 		} else {
