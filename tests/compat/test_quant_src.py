@@ -397,6 +397,43 @@ class SingleFile(unittest.TestCase):
                 output_dtype=torch.bfloat16)
 
 
+class CommandLine(unittest.TestCase):
+    def run_cli(self, *args):
+        return tl.subprocess.run([tl.castfs_binary()] + list(args),
+                                 capture_output=True, text=True)
+
+    def test_info_shows_layout(self):
+        src = os.path.join(Env.mnt.source, "fp8.safetensors")
+        r = self.run_cli("info", src)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("quantized: FP8 block, 6 weights", r.stdout)
+        self.assertIn("fp8 block 128x128, F8_E8M0 scale layers.1.attn.wo_a.scale",
+                      r.stdout)
+        self.assertIn("fp8 per-tensor, F32 scale", r.stdout)
+        r = self.run_cli("info", os.path.join(Env.mnt.source, "bnb-nf4.safetensors"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("quantized: refused: tensor 'l.weight.", r.stdout)
+        self.assertIn("bitsandbytes 4-bit", r.stdout)
+
+    def test_convert_writes_the_view(self):
+        src = os.path.join(Env.mnt.source, "fp8.safetensors")
+        out = os.path.join(Env.root, "converted.bf16.safetensors")
+        r = self.run_cli("convert", src, "--view", "bf16", "-o", out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        want = save(expected_views(Env.fp8, torch.bfloat16),
+                    metadata={"format": "pt"})
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(), want)
+        bad = os.path.join(Env.root, "converted.nf4.safetensors")
+        r = self.run_cli("convert", src, "--view", "nf4", "-o", bad)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("not offered for a quantized source", r.stderr)
+        r = self.run_cli("convert", os.path.join(Env.mnt.source, "gptq.safetensors"),
+                         "--view", "bf16", "-o", bad)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("GPTQ", r.stderr)
+
+
 def load_quiet(path, **kw):
     hf_logging.set_verbosity_error()
     with warnings.catch_warnings():
