@@ -359,7 +359,7 @@ char *ns_ckpt_rejected_json(struct castfs_ns *ns)
 
 bool ns_ckpt_offers(const struct ns_ckpt *ck, const struct castfs_view *v)
 {
-	return !ck->quant || v->kind == CASTFS_VIEW_CAST;
+	return !ck->quant || castfs_view_dequantizes(v);
 }
 
 /* Whether @path is a file directly in directory @dir. */

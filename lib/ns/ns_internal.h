@@ -101,7 +101,7 @@ struct ns_ckpt {
 	struct timespec mtime;
 	char *path;
 	struct castfs_header *h; /* NULL when rejected */
-	bool quant; /* holds FP8 block weights: only cast views */
+	bool quant; /* holds FP8 block weights (ns_ckpt_offers()) */
 	int err;
 	char reason[256];
 	pthread_mutex_t lock; /* guards plans and trees */
@@ -213,8 +213,8 @@ void ns_ckpt_drop_path(struct castfs_ns *ns, const char *path);
 void ns_ckpt_drop_dir(struct castfs_ns *ns, const char *dir);
 
 /* ns_ckpt_offers - whether valid checkpoint @ck has view @v: a quantized
- * source has only the cast views, computed from its dequantized weights
- * (docs/FORMATS.md, "Quantized sources"). */
+ * source has the views castfs_view_dequantizes() accepts, computed from
+ * its dequantized weights (docs/FORMATS.md, "Quantized sources"). */
 bool ns_ckpt_offers(const struct ns_ckpt *ck, const struct castfs_view *v);
 
 /* ---- tensor trees (ns_tensors.c) and model-directory views

@@ -361,36 +361,17 @@ static int md_bnb_of(const struct castfs_view *v, int keep,
 	return rc;
 }
 
-/* config.json of an FP8 block model through cast view @n->view: its
- * quantization_config dropped, the view's dtype set. */
-static int md_build_unquant(const struct ns_node *n, const char *text,
-			    size_t len, char **out, size_t *out_len)
-{
-	struct castfs_md_patch p = { .dtype = castfs_md_view_dtype(n->view) };
-	char *plain;
-	size_t plen;
-	int rc;
-
-	if (n->view->kind != CASTFS_VIEW_CAST)
-		return -ENOTSUP; /* not offered: lookups refuse it */
-	rc = castfs_md_config_unquant(text, len, &plain, &plen, NULL);
-	if (rc || !p.dtype) {
-		*out = rc ? NULL : plain;
-		*out_len = rc ? 0 : plen;
-		return rc;
-	}
-	rc = castfs_md_config_patch(plain, plen, &p, out, out_len, NULL);
-	free(plain);
-	return rc;
-}
-
-/* config.json through view @v: dtype and quantization_config. */
+/*
+ * config.json through view @v: dtype and quantization_config. The
+ * weights of every view of an FP8 block model are dequantized (castfs
+ * offers no view of other quantized models): its own quantization_config
+ * goes first.
+ */
 static int md_build_config(struct castfs_ns *ns, const struct ns_node *n,
 			   const char *text, size_t len, char **out,
 			   size_t *out_len)
 {
 	struct castfs_md_patch p = { 0 };
-	struct castfs_md_quant mq;
 	struct castfs_md_config c;
 	struct castfs_md_bnb q = { 0 };
 	struct md_ckpts ck = { 0 };
@@ -399,8 +380,6 @@ static int md_build_config(struct castfs_ns *ns, const struct ns_node *n,
 
 	if (rc)
 		return rc;
-	if (castfs_md_quant_read(text, len, &mq, NULL) == 0 && mq.quantized)
-		return md_build_unquant(n, text, len, out, out_len);
 	p.dtype = c.diffusers ? NULL : castfs_md_view_dtype(n->view);
 	if (n->view->kind != CASTFS_VIEW_CAST) {
 		dir = md_parent_path(n->path);
@@ -466,6 +445,26 @@ static int md_build_index(struct castfs_ns *ns, const struct ns_node *n,
 	return rc;
 }
 
+static int md_build_config_of(struct castfs_ns *ns, const struct ns_node *n,
+			      const char *text, size_t len, char **out,
+			      size_t *out_len)
+{
+	struct castfs_md_quant mq;
+	char *plain;
+	size_t plen;
+	int rc = castfs_md_quant_read(text, len, &mq, NULL);
+
+	if (rc || !mq.quantized)
+		return rc ? rc :
+			    md_build_config(ns, n, text, len, out, out_len);
+	rc = castfs_md_config_unquant(text, len, &plain, &plen, NULL);
+	if (rc)
+		return rc;
+	rc = md_build_config(ns, n, plain, plen, out, out_len);
+	free(plain);
+	return rc;
+}
+
 static int md_build(struct castfs_ns *ns, const struct ns_node *n, char **out,
 		    size_t *out_len)
 {
@@ -476,7 +475,7 @@ static int md_build(struct castfs_ns *ns, const struct ns_node *n, char **out,
 	if (rc)
 		return rc;
 	if (n->aux == MF_CONFIG)
-		rc = md_build_config(ns, n, text, len, out, out_len);
+		rc = md_build_config_of(ns, n, text, len, out, out_len);
 	else
 		rc = md_build_index(ns, n, text, len, out, out_len);
 	free(text);

@@ -57,8 +57,8 @@ static int lookup_root(struct castfs_ns *ns, const struct ns_node *dir,
 		rc = md_is_model(ns, path, &model);
 	if (!rc && !model)
 		rc = -ENOENT;
-	if (!rc && v->kind != CASTFS_VIEW_CAST && md_casts_only(ns, path))
-		rc = -ENOENT; /* a quantized model has only cast views */
+	if (!rc && !castfs_view_dequantizes(v) && md_casts_only(ns, path))
+		rc = -ENOENT; /* not offered for a quantized model */
 	if (rc) {
 		free(path);
 		return rc;
@@ -161,8 +161,7 @@ static int list_roots(struct castfs_ns *ns, const struct ns_node *dir,
 	int rc = path ? md_is_model(ns, path, &model) : -ENOMEM;
 
 	if (!rc && model && ns_src_stat(ns, path, &node.st) == 0)
-		rc = list_views(ns, l, name, strlen(name), "", &node,
-				md_casts_only(ns, path));
+		rc = list_views(ns, l, name, strlen(name), "", &node, false);
 	free(path);
 	return rc;
 }

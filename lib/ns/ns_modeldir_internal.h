@@ -46,7 +46,7 @@ bool md_dir_weights(const struct md_dir *s);
 int md_is_model(struct castfs_ns *ns, const char *path, bool *yes);
 
 /* md_casts_only - whether the model in source directory @path is an FP8
- * block model (its views are the cast views of its dequantized weights). */
+ * block model (only views that castfs_view_dequantizes() accepts). */
 bool md_casts_only(struct castfs_ns *ns, const char *path);
 
 /* md_dir_quant - the quantization_config of the config.json in source

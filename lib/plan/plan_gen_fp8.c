@@ -5,7 +5,6 @@
  * transformers' CPU dequantization), then the view's cast of that fp32
  * value. A range reads only its elements and the scale rows they need.
  */
-#include <assert.h>
 #include <errno.h>
 
 #include "common/bytes.h"
@@ -74,32 +73,64 @@ static void deq_scale(const struct castfs_qtensor *q, float *f, uint64_t in,
 	}
 }
 
-/* Elements [@k, @k + @n) of the weight (one matrix) into @dst. */
-static int deq_run(const struct castfs_read_env *env,
-		   const struct castfs_qtensor *q, uint64_t k, size_t n,
-		   castfs_convert_fn dec, castfs_convert_fn enc, uint8_t *dst)
+/*
+ * How many of the @n elements from matrix element @in fit one round: they
+ * stay in their matrix and their scale rows fit @slen bytes.
+ */
+static size_t deq_span(const struct castfs_qtensor *q, uint64_t in, size_t n,
+		       size_t slen)
 {
-	uint8_t *codes = env->s->buf;
-	float *f = (float *)(void *)(env->s->buf + DEQ_CHUNK);
-	uint8_t *raw = env->s->buf + 5 * (size_t)DEQ_CHUNK;
+	uint64_t mat = q->rows * q->cols, g0 = in / q->cols / q->brows;
+	uint64_t groups = slen / (q->scols * scale_size(q)), end = mat;
+
+	if (groups < q->srows - g0)
+		end = (g0 + groups) * q->brows * q->cols;
+	return (size_t)CASTFS_MIN((uint64_t)n, CASTFS_MIN(end, mat) - in);
+}
+
+/* One round: elements [@k, @k + @n) of one matrix, scale rows in @sbuf. */
+static int deq_round(const struct castfs_reader *src,
+		     const struct castfs_qtensor *q, uint64_t k, size_t n,
+		     float *f, uint8_t *codes, uint8_t *sbuf)
+{
+	castfs_convert_fn dec =
+		castfs_convert_get(CASTFS_DTYPE_F8_E4M3, CASTFS_DTYPE_F32, 0);
 	uint64_t mat = q->rows * q->cols, m = k / mat, in = k % mat;
 	uint64_t g0 = in / q->cols / q->brows;
 	uint64_t g1 = (in + n - 1) / q->cols / q->brows;
 	size_t ssz = scale_size(q);
-	size_t slen = (size_t)((g1 - g0 + 1) * q->scols * ssz);
 	int rc;
 
-	assert(slen <= env->s->len - 5 * (size_t)DEQ_CHUNK);
-	rc = castfs_reader_read(env->src, codes, n, q->src_off + k);
+	if (!dec)
+		return -ENOTSUP; /* unreachable: every ISA has it */
+	rc = castfs_reader_read(src, codes, n, q->src_off + k);
 	if (!rc)
-		rc = castfs_reader_read(env->src, raw, slen,
-					q->scale_off + (m * q->srows + g0) *
-							       q->scols * ssz);
+		rc = castfs_reader_read(
+			src, sbuf, (size_t)((g1 - g0 + 1) * q->scols * ssz),
+			q->scale_off + (m * q->srows + g0) * q->scols * ssz);
 	if (rc)
 		return rc;
 	dec(f, codes, n);
-	deq_scale(q, f, in, n, raw, g0);
-	enc(dst, f, n);
+	deq_scale(q, f, in, n, sbuf, g0);
+	return 0;
+}
+
+int castfs_fp8_dequant(const struct castfs_reader *src,
+		       const struct castfs_qtensor *q, uint64_t k, size_t n,
+		       float *f, uint8_t *codes, uint8_t *sbuf, size_t slen)
+{
+	uint64_t mat = q->rows * q->cols;
+
+	while (n) {
+		size_t r = deq_span(q, k % mat, n, slen);
+		int rc = deq_round(src, q, k, r, f, codes, sbuf);
+
+		if (rc)
+			return rc;
+		f += r;
+		k += r;
+		n -= r;
+	}
 	return 0;
 }
 
@@ -108,20 +139,22 @@ int castfs_gen_deq_fp8(const struct castfs_read_env *env,
 		       uint64_t count, uint8_t *dst)
 {
 	const struct castfs_qtensor *q = &env->plan->qtensors[e->qt];
-	uint64_t k = e->src_off - q->src_off + first, mat = q->rows * q->cols;
-	castfs_convert_fn dec, enc;
+	uint64_t k = e->src_off - q->src_off + first;
+	uint8_t *codes = env->s->buf, *sbuf = env->s->buf + 5 * DEQ_CHUNK;
+	float *f = (float *)(void *)(env->s->buf + DEQ_CHUNK);
+	castfs_convert_fn enc;
 
-	dec = castfs_convert_get(CASTFS_DTYPE_F8_E4M3, CASTFS_DTYPE_F32, 0);
 	enc = castfs_convert_get(CASTFS_DTYPE_F32, e->dst_dtype, e->flags);
-	if (!dec || !enc)
+	if (!enc)
 		return -ENOTSUP; /* unreachable: the plan checked the pair */
 	while (count) {
-		size_t n = (size_t)CASTFS_MIN(CASTFS_MIN(count, DEQ_CHUNK),
-					      mat - k % mat);
-		int rc = deq_run(env, q, k, n, dec, enc, dst);
+		size_t n = (size_t)CASTFS_MIN(count, DEQ_CHUNK);
+		int rc = castfs_fp8_dequant(env->src, q, k, n, f, codes, sbuf,
+					    env->s->len - 5 * DEQ_CHUNK);
 
 		if (rc)
 			return rc;
+		enc(dst, f, n);
 		dst += n * e->unit;
 		k += n;
 		count -= n;

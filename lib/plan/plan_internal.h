@@ -91,6 +91,16 @@ typedef int (*castfs_gen_fn)(const struct castfs_read_env *env,
 /* Generators of the quantiser ops (lib/quant_ops.c). */
 castfs_gen_fn castfs_quant_gen(enum castfs_op op);
 
+/*
+ * castfs_fp8_dequant - elements [@k, @k + @n) of FP8 block weight @q
+ * (deq geometry set), dequantized to fp32 into @f, reading @src; @codes
+ * (@n bytes) and @sbuf (@slen bytes, at least one scale row: the plan
+ * checked it) are scratch. Returns 0 or the reader's negative errno.
+ */
+int castfs_fp8_dequant(const struct castfs_reader *src,
+		       const struct castfs_qtensor *q, uint64_t k, size_t n,
+		       float *f, uint8_t *codes, uint8_t *sbuf, size_t slen);
+
 /* The generator of CASTFS_OP_DEQ_FP8 (plan_gen_fp8.c): extent src_off is
  * the source offset of its first F8 element; e->qt the weight. */
 int castfs_gen_deq_fp8(const struct castfs_read_env *env,

@@ -11,7 +11,7 @@
 #include "view/qsrc.h"
 
 /* The largest scale row the FP8 generator reads at once (bytes). */
-#define QSRC_SCALE_ROW_MAX (64u << 10)
+#define QSRC_SCALE_ROW_MAX (16u << 10)
 
 static bool ends_with(const struct castfs_tensor *t, const char *suf)
 {

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Cast views of a quantized source: every FP8 block weight becomes its
- * dequantized values in the view's dtype (CASTFS_OP_DEQ_FP8), its scale is
- * left out, and every other tensor is cast or copied as in any cast view.
+ * Views of a quantized source: every FP8 block weight becomes its
+ * dequantized values in a cast view's dtype (CASTFS_OP_DEQ_FP8), or the
+ * bitsandbytes quantisation of its BF16 dequantized values; its scale is
+ * left out, and every other tensor is what the view makes of it.
  */
 #include <errno.h>
 
@@ -31,37 +32,66 @@ static void fp8_qtensor(const struct castfs_header *h,
 	};
 }
 
-static int add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
+/* Weight @w dequantized to @dtype (CASTFS_CVT_* @flags). */
+static int add_deq(struct castfs_pb *pb, const struct castfs_view *v,
 		   const struct castfs_header *h, const struct castfs_tensor *w,
-		   const struct castfs_qinfo *qi, struct castfs_diag *d)
+		   const struct castfs_qinfo *qi, enum castfs_dtype dtype,
+		   unsigned flags, struct castfs_diag *d)
 {
-	unsigned flags = v->cvt_flags;
 	struct castfs_qtensor qt;
 	struct castfs_producer p;
 	uint32_t idx;
 	int rc;
 
-	if (v->dtype != CASTFS_DTYPE_F8_E4M3 &&
-	    v->dtype != CASTFS_DTYPE_F8_E5M2)
+	if (dtype != CASTFS_DTYPE_F8_E4M3 && dtype != CASTFS_DTYPE_F8_E5M2)
 		flags &= ~(unsigned)CASTFS_CVT_SATURATE;
-	if (!castfs_convert_get(CASTFS_DTYPE_F32, v->dtype, flags))
+	if (!castfs_convert_get(CASTFS_DTYPE_F32, dtype, flags))
 		return castfs_diag_set(d, -ENOTSUP,
 				       "view '%s': no F32 -> %s kernel",
-				       v->name, castfs_dtype_name(v->dtype));
+				       v->name, castfs_dtype_name(dtype));
 	fp8_qtensor(h, w, &h->tensors[qi->scale], qi, &qt);
 	rc = castfs_pb_add_qtensor(pb, &qt, &idx);
 	if (rc)
 		return rc;
 	p = (struct castfs_producer){
 		.op = CASTFS_OP_DEQ_FP8,
-		.dst_dtype = (uint8_t)v->dtype,
+		.dst_dtype = (uint8_t)dtype,
 		.flags = (uint8_t)flags,
-		.unit = castfs_dtype_bits(v->dtype) / 8,
+		.unit = castfs_dtype_bits(dtype) / 8,
 		.src_off = qt.src_off,
 		.qt = idx,
 	};
-	return castfs_pb_add_tensor(pb, w->name, w->name_len, v->dtype, w->ndim,
+	return castfs_pb_add_tensor(pb, w->name, w->name_len, dtype, w->ndim,
 				    w->shape, &p);
+}
+
+/*
+ * An FP8 block weight in view @v: dequantized to the cast views' dtype;
+ * in bitsandbytes views quantised from its BF16 values, or kept as those
+ * (a weight the view does not quantise, such as fused 3-D experts).
+ */
+static int add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
+		   const struct castfs_header *h, const struct castfs_tensor *w,
+		   const struct castfs_qinfo *qi, struct castfs_diag *d)
+{
+	struct castfs_qtensor qt;
+
+	if (v->kind == CASTFS_VIEW_CAST)
+		return add_deq(pb, v, h, w, qi, v->dtype, v->cvt_flags, d);
+	if (!castfs_view_converts(v, w))
+		return add_deq(pb, v, h, w, qi, CASTFS_DTYPE_BF16, 0, d);
+	fp8_qtensor(h, w, &h->tensors[qi->scale], qi, &qt);
+	return castfs_view_bnb_quantise(pb, v, h, w, &qt, d);
+}
+
+/* A tensor that is not part of a quantized layout. */
+static int add_plain(struct castfs_pb *pb, const struct castfs_view *v,
+		     const struct castfs_header *h,
+		     const struct castfs_tensor *t, struct castfs_diag *d)
+{
+	if (v->kind == CASTFS_VIEW_CAST)
+		return castfs_view_cast_add(pb, v, h, t, d);
+	return castfs_view_bnb_add(pb, v, h, t, d);
 }
 
 int castfs_view_plan_deq(const struct castfs_view *v,
@@ -80,7 +110,7 @@ int castfs_view_plan_deq(const struct castfs_view *v,
 
 		switch ((enum castfs_qrole)q->t[i].role) {
 		case CASTFS_QR_PLAIN:
-			rc = castfs_view_cast_add(pb, v, h, t, d);
+			rc = add_plain(pb, v, h, t, d);
 			break;
 		case CASTFS_QR_FP8_BLOCK:
 			rc = add_fp8(pb, v, h, t, &q->t[i], d);

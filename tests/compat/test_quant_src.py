@@ -29,6 +29,7 @@ import unittest
 import warnings
 
 import castfs_testlib as tl
+import bnb_ref
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 try:
@@ -50,7 +51,7 @@ F8 = torch.float8_e4m3fn
 CAST_VIEWS = {"bf16": torch.bfloat16, "fp16": torch.float16,
               "fp32": torch.float32, "fp8": F8,
               "fp8_e5m2": torch.float8_e5m2}
-QUANT_VIEWS = ("nf4", "fp4", "int8", "nf4_nodq")
+BNB_VIEWS = tuple(bnb_ref.VIEWS)
 QC = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
       "weight_block_size": [128, 128]}
 
@@ -96,6 +97,15 @@ def deepseek_dequant(w, s):
 def bits(t):
     """The bytes of @t as integers (NaN-safe bit comparison)."""
     return t.contiguous().view(torch.uint8)
+
+
+def dequantized_bf16(src):
+    """The source as the bitsandbytes views see it: FP8 block weights
+    dequantized to bf16 (the bf16 view's values), scales gone, every
+    other tensor as it is."""
+    deq = expected_views(src, torch.bfloat16)
+    return {k: (deq[k] if src[k].dtype == F8 else t)
+            for k, t in src.items() if k in deq}
 
 
 def expected_views(src, dtype):
@@ -353,12 +363,51 @@ class Rejected(unittest.TestCase):
 class SingleFile(unittest.TestCase):
     def test_views_listed(self):
         names = os.listdir(Env.mnt.path)
-        for v in CAST_VIEWS:
-            self.assertIn("fp8.%s.safetensors" % v, names)
-        for v in QUANT_VIEWS:
-            self.assertNotIn("fp8.%s.safetensors" % v, names)
-            self.assertFalse(os.path.exists(
-                Env.mnt.join("fp8.%s.safetensors" % v)))
+        for v in list(CAST_VIEWS) + list(BNB_VIEWS):
+            name = "fp8.%s.safetensors" % v
+            self.assertTrue(os.path.exists(Env.mnt.join(name)), name)
+            if not v.endswith("_nodq"):  # listed by default
+                self.assertIn(name, names)
+
+    def test_bnb_views_of_dequantized(self):
+        """nf4/fp4/int8 of an FP8 source are those views of its bf16
+        dequantization (bnb_ref.py, checked against bitsandbytes in
+        test_bnb.py): 2-D Linear weights quantised, fused 3-D experts
+        kept as bf16, scales gone."""
+        src = dequantized_bf16(Env.fp8)
+        quantised = {k for k, t in src.items()
+                     if Env.fp8[k].dtype == F8 and t.dim() == 2}
+        self.assertEqual(len(quantised), 5)
+        for view, (kind, qtype, nested) in bnb_ref.VIEWS.items():
+            with self.subTest(view=view):
+                path = Env.mnt.join("fp8.%s.safetensors" % view)
+                with open(path, "rb") as f:
+                    got = f.read()
+                dyn = None
+                if nested:
+                    dyn = load_file(path)[
+                        "model.layers.0.mlp.up_proj.weight.nested_quant_map"]
+                want = bnb_ref.materialise(view, src, quantised,
+                                           {"format": "pt"}, dyn)
+                self.assertTrue(got == want, view)
+                tl.check_ranges(self, path, want, count=40)
+
+    def test_nf4_loads_within_bound(self):
+        """bitsandbytes' own dequantize_4bit of the nf4 view is within the
+        nf4 bound of the dequantized weight."""
+        path = Env.mnt.join("fp8.nf4_nodq.safetensors")
+        sd = load_file(path)
+        ref = dequantized_bf16(Env.fp8)
+        k = "model.layers.0.self_attn.kv_a_proj_with_mqa.weight"
+        qs = bnb.functional.QuantState.from_dict(
+            {n[len(k) + 1:]: t for n, t in sd.items() if n.startswith(k + ".")},
+            device=torch.device("cpu"))
+        deq = bnb.functional.dequantize_4bit(sd[k], qs).float()
+        x = ref[k].float()
+        am = bnb_ref.block_absmax(x.reshape(-1), 64)
+        # NF4's largest half-gap is 0.152 of the absmax (-1 .. -0.696).
+        bound = bnb_ref.expand(am, 64, x.numel()).reshape(x.shape) * 0.16
+        self.assertTrue(bool(((deq - x).abs() <= bound + 1e-6).all()))
 
     def test_dequantized_bit_exact(self):
         for v, dt in CAST_VIEWS.items():
@@ -425,9 +474,6 @@ class CommandLine(unittest.TestCase):
         with open(out, "rb") as f:
             self.assertEqual(f.read(), want)
         bad = os.path.join(Env.root, "converted.nf4.safetensors")
-        r = self.run_cli("convert", src, "--view", "nf4", "-o", bad)
-        self.assertNotEqual(r.returncode, 0)
-        self.assertIn("not offered for a quantized source", r.stderr)
         r = self.run_cli("convert", os.path.join(Env.mnt.source, "gptq.safetensors"),
                          "--view", "bf16", "-o", bad)
         self.assertNotEqual(r.returncode, 0)
@@ -454,9 +500,8 @@ class ModelDir(unittest.TestCase):
         names = os.listdir(Env.mnt.path)
         for v in ("bf16", "fp16", "fp32", "fp8"):
             self.assertIn("%s.%s" % (name, v), names)
-        for v in QUANT_VIEWS:
-            self.assertNotIn("%s.%s" % (name, v), names)
-            self.assertFalse(os.path.exists(Env.mnt.join("%s.%s" % (name, v))))
+        for v in BNB_VIEWS:
+            self.assertTrue(os.path.isdir(Env.mnt.join("%s.%s" % (name, v))))
         view = Env.mnt.join(name + ".bf16")
         with open(os.path.join(view, "config.json")) as f:
             cfg = json.load(f)
@@ -487,6 +532,35 @@ class ModelDir(unittest.TestCase):
         ids = torch.arange(20).reshape(1, 20)
         with torch.no_grad():
             self.assertTrue(torch.equal(model(ids).logits, plain(ids).logits))
+
+    def test_edge_model_nf4(self):
+        """DIR.nf4/ of an FP8 model is a bitsandbytes model of its
+        dequantized weights: bnb's quantization_config, no FP8 one, every
+        Linear weight within the nf4 bound of the bf16 dequantization."""
+        view = Env.mnt.join("llama-edge.nf4")
+        with open(os.path.join(view, "config.json")) as f:
+            qc = json.load(f)["quantization_config"]
+        self.assertEqual(qc["quant_method"], "bitsandbytes")
+        self.assertEqual(qc["bnb_4bit_compute_dtype"], "bfloat16")
+        model, info = load_quiet(view, output_loading_info=True)
+        for k in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+            self.assertEqual(list(info.get(k, [])), [], k)
+        ref = reference_state(os.path.join(Env.mnt.source, "llama-edge"),
+                              torch.bfloat16)
+        n = 0
+        for name, mod in model.named_modules():
+            if not isinstance(mod, bnb.nn.Linear4bit):
+                continue
+            w = mod.weight
+            deq = bnb.functional.dequantize_4bit(w.data, w.quant_state).float()
+            x = ref[name + ".weight"].float()
+            am = bnb_ref.block_absmax(x.reshape(-1), 64)
+            # NF4's largest half-gap is 0.152 of the absmax, plus the
+            # error of the 8-bit absmax of double quantisation.
+            bound = bnb_ref.expand(am, 64, x.numel()).reshape(x.shape) * 0.17
+            self.assertTrue(bool(((deq - x).abs() <= bound + 1e-6).all()), name)
+            n += 1
+        self.assertEqual(n, 14)  # 7 Linear per layer, lm_head kept
 
     def test_aligned_model_equals_transformers(self):
         """transformers dequantizes the source itself on a CPU machine."""

@@ -319,25 +319,52 @@ START_TEST(test_deq__ranges_match_slow)
 }
 END_TEST
 
-START_TEST(test_deq__bnb_views_refused)
+/* bitsandbytes views of an FP8 source: computed, scales gone, and any
+ * range a slice of the whole (values: tests/compat/test_quant_src.py). */
+START_TEST(test_deq__bnb_views_ranges)
 {
+	static const char *const views[] = { "nf4", "nf4_nodq", "int8" };
 	struct tu_st *b = tu_st_new();
-	struct castfs_diag d = { { 0 } };
 	struct tu_fixture fx;
-	struct castfs_plan *p = NULL;
-	uint8_t *file;
+	struct castfs_plan *p;
+	struct castfs_header *vh;
+	uint64_t st = 5;
+	uint8_t *file, *all, *part;
 	size_t len;
 
-	tu_st_add(b, "a.weight", "F8_E4M3", SHAPE(16, 16), NULL);
-	tu_st_add(b, "a.weight_scale_inv", "F32", SHAPE(1, 1), NULL);
+	tu_st_add_fill(b, "a.weight", "F8_E4M3", SHAPE(300, 260), fill_codes,
+		       &st);
+	tu_st_add_fill(b, "a.weight_scale_inv", "F32", SHAPE(3, 3), fill_scales,
+		       &st);
 	file = tu_st_build(b, &len);
 	tu_st_free(b);
 	tu_fixture_init(&fx, file, len);
-	ck_assert_int_eq(
-		castfs_view_plan(castfs_views_find(&fx.views, "nf4", 3), fx.h,
-				 &p, &d),
-		-ENOTSUP);
-	ck_assert_ptr_null(p);
+	ck_assert_int_eq(castfs_view_plan(castfs_views_find(&fx.views,
+							    views[_i],
+							    strlen(views[_i])),
+					  fx.h, &p, NULL),
+			 0);
+	all = malloc(p->size);
+	part = malloc(p->size);
+	ck_assert_int_eq(castfs_plan_read(p, &fx.mr.r, &fx.s, all, p->size, 0),
+			 (ssize_t)p->size);
+	vh = stt_parse_ok(all, p->size);
+	ck_assert_ptr_null(castfs_header_find(vh, "a.weight_scale_inv", 18));
+	ck_assert_int_eq(stt_find(vh, "a.weight")->dtype,
+			 _i == 2 ? CASTFS_DTYPE_I8 : CASTFS_DTYPE_U8);
+	for (int i = 0; i < 200; i++) {
+		uint64_t off = tu_rand(&st) % p->size;
+		size_t n = (size_t)(tu_rand(&st) % (p->size - off) + 1);
+
+		ck_assert_int_eq(castfs_plan_read(p, &fx.mr.r, &fx.s, part, n,
+						  off),
+				 (ssize_t)n);
+		ck_assert_mem_eq(part, all + off, n);
+	}
+	castfs_header_free(vh);
+	free(part);
+	free(all);
+	castfs_plan_free(p);
 	tu_fixture_fini(&fx);
 }
 END_TEST
@@ -411,7 +438,7 @@ Suite *unit_suite(void)
 	tcase_add_loop_test(tc, test_qsrc__refused, 0,
 			    sizeof(refused) / sizeof(refused[0]));
 	tcase_add_test(tc, test_deq__ranges_match_slow);
-	tcase_add_test(tc, test_deq__bnb_views_refused);
+	tcase_add_loop_test(tc, test_deq__bnb_views_ranges, 0, 3);
 	tcase_add_test(tc, test_md_quant__read);
 	tcase_add_loop_test(tc, test_md_quant__unquant, 0,
 			    sizeof(unquant) / sizeof(unquant[0]));
