@@ -81,6 +81,18 @@ static int dir_fp(struct castfs_ns *ns, const char *path, uint64_t *fp)
 	return rc;
 }
 
+/*
+ * Whether source directory @path holds a quantized model: then it has no
+ * variant spellings, since a loader reads the source's config.json, and
+ * its quantization_config, through them.
+ */
+static bool md_quantized(struct castfs_ns *ns, const char *path)
+{
+	struct castfs_md_quant q;
+
+	return md_dir_quant(ns, path, &q) != 0 || q.quantized;
+}
+
 static int lookup_vindex(struct castfs_ns *ns, const struct ns_node *dir,
 			 const char *name, struct ns_node *child)
 {
@@ -101,6 +113,8 @@ static int lookup_vindex(struct castfs_ns *ns, const struct ns_node *dir,
 		return -ENOMEM;
 	rc = ns_src_stat_in(ns, child->path, &child->st);
 	if (!rc && !S_ISREG(child->st.st_mode))
+		rc = -ENOENT;
+	if (!rc && md_quantized(ns, dir->path))
 		rc = -ENOENT;
 	if (!rc)
 		rc = dir_fp(ns, dir->path, &child->dep);
@@ -176,6 +190,8 @@ static int list_vindex(struct castfs_ns *ns, const struct ns_node *dir,
 	int rc = path ? ns_src_stat_in(ns, path, &node.st) : -ENOMEM;
 
 	if (!rc && !S_ISREG(node.st.st_mode))
+		rc = -ENOENT;
+	if (!rc && md_quantized(ns, dir->path))
 		rc = -ENOENT;
 	if (!rc)
 		rc = dir_fp(ns, dir->path, &node.dep);

@@ -520,6 +520,16 @@ class ModelDir(unittest.TestCase):
 
     def test_edge_model(self):
         model, ref = self.check_dir("llama-edge")
+        # No variant spelling: through it a loader would read the source's
+        # FP8 quantization_config next to dequantized weights.
+        src_dir = Env.mnt.join("llama-edge")
+        self.assertTrue(os.path.exists(os.path.join(
+            src_dir, "model.safetensors.index.json")))
+        self.assertEqual([n for n in os.listdir(src_dir)
+                          if n.startswith("model.safetensors.index.")
+                          and n != "model.safetensors.index.json"], [])
+        self.assertFalse(os.path.exists(os.path.join(
+            src_dir, "model.safetensors.index.bf16.json")))
         view = Env.mnt.join("llama-edge.bf16")
         idx = json.load(open(os.path.join(view, "model.safetensors.index.json")))
         self.assertEqual(sorted(idx["weight_map"]), sorted(ref))
