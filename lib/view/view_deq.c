@@ -84,13 +84,25 @@ static int add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
 	return castfs_view_bnb_quantise(pb, v, h, w, &qt, d);
 }
 
-/* A tensor that is not part of a quantized layout. */
+/*
+ * A tensor that is not part of a quantized layout: kept as stored in the
+ * cast views, as DeepSeek's fp8_cast_bf16.py keeps it, so that a loader
+ * gets what it gets from the source (DeepSeek-V3's F32
+ * e_score_correction_bias, which transformers keeps in fp32, stays exact);
+ * what a bitsandbytes view makes of it otherwise.
+ */
 static int add_plain(struct castfs_pb *pb, const struct castfs_view *v,
 		     const struct castfs_header *h,
 		     const struct castfs_tensor *t, struct castfs_diag *d)
 {
+	const struct castfs_producer copy = {
+		.op = CASTFS_OP_COPY,
+		.src_off = h->data_start + t->begin,
+	};
+
 	if (v->kind == CASTFS_VIEW_CAST)
-		return castfs_view_cast_add(pb, v, h, t, d);
+		return castfs_pb_add_tensor(pb, t->name, t->name_len, t->dtype,
+					    t->ndim, t->shape, &copy);
 	return castfs_view_bnb_add(pb, v, h, t, d);
 }
 

@@ -12,8 +12,11 @@
   bf16/fp16/fp32/fp8/fp8_e5m2 views equal, bit for bit and byte for byte,
   safetensors.torch.save() of a torch re-implementation of DeepSeek's
   weight_dequant (each element times its block's scale in fp32, then
-  torch's cast), and transformers' own Fp8Dequantize where it accepts the
-  shape; the scales are gone; bitsandbytes views are not offered.
+  torch's cast; other tensors kept as stored, as fp8_cast_bf16.py does),
+  and transformers' own Fp8Dequantize where it accepts the shape; the
+  scales are gone. The bitsandbytes views are those of the bf16
+  dequantization (bnb_ref.py; bitsandbytes loads them within the nf4
+  bound). castfs info / convert show and write them.
 - FP8 block model directories (a Llama whose Linear shapes are not
   multiples of 128, sharded): DIR.bf16/ loads with unmodified
   from_pretrained, no missing or unexpected keys, no quantization_config,
@@ -21,6 +24,7 @@
   equal; with 128-aligned shapes, equal to transformers' own CPU
   dequantization of the source.
 """
+import gc
 import json
 import os
 import shutil
@@ -119,10 +123,8 @@ def expected_views(src, dtype):
             sk = k[:-7] + ".scale"
         if sk in src:
             out[k] = deepseek_dequant(t, src[sk]).to(dtype)
-        elif t.is_floating_point():
-            out[k] = t.to(dtype)
         else:
-            out[k] = t
+            out[k] = t  # kept as stored, as DeepSeek's fp8_cast_bf16.py
     return out
 
 
@@ -268,6 +270,9 @@ def setUpModule():
 
 
 def tearDownModule():
+    # Models loaded from the mount map its files until they are collected:
+    # a busy mount cannot be unmounted.
+    gc.collect()
     rc = Env.mnt.unmount() if Env.mnt else 0
     shutil.rmtree(Env.root, ignore_errors=True)
     assert rc == 0, "castfs exited with %d" % rc
