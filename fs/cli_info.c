@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "tensors/tensor_files.h"
+#include "view/qsrc.h"
 
 struct info_opts {
 	const char *view;
@@ -113,7 +114,46 @@ static int name_width(const struct castfs_header *h)
 	return (int)CASTFS_MIN(w, 64);
 }
 
+/* A source's quantized layout: one line, and the scheme of a tensor. */
+static void print_quant(const struct castfs_qsrc *q, int rc,
+			const struct castfs_diag *d)
+{
+	if (rc)
+		printf("quantized: refused: %s\n",
+		       d->msg[0] ? d->msg : strerror(-rc));
+	else if (q->nfp8)
+		printf("quantized: FP8 block, %zu weight%s dequantized by the "
+		       "cast views (no bitsandbytes views)\n",
+		       q->nfp8, q->nfp8 == 1 ? "" : "s");
+}
+
+static void print_scheme(const struct castfs_header *h,
+			 const struct castfs_qsrc *q,
+			 const struct castfs_tensor *t)
+{
+	const struct castfs_qinfo *qi;
+
+	if (!q || !q->t)
+		return;
+	qi = &q->t[t - h->tensors];
+	if (qi->role == CASTFS_QR_SCALE) {
+		printf(" scale");
+	} else if (qi->role == CASTFS_QR_FP8_BLOCK) {
+		const struct castfs_tensor *s = &h->tensors[qi->scale];
+
+		if (qi->brows == CASTFS_FP8_BLOCK &&
+		    qi->bcols == CASTFS_FP8_BLOCK)
+			printf(" fp8 block 128x128, %s scale ",
+			       castfs_dtype_name(s->dtype));
+		else
+			printf(" fp8 per-tensor, %s scale ",
+			       castfs_dtype_name(s->dtype));
+		print_name(s->name, s->name_len);
+	}
+}
+
 static void print_row(const struct castfs_tfile_ctx *c,
+		      const struct castfs_qsrc *q,
 		      const struct castfs_tensor *t, int width)
 {
 	char *shape = castfs_tinfo_shape_str(t->ndim, t->shape), off[64];
@@ -131,19 +171,27 @@ static void print_row(const struct castfs_tfile_ctx *c,
 		castfs_torigin_str(&o, how, sizeof(how));
 		printf("%-24s %s\n", off, how);
 	} else {
-		printf("%s\n", off);
+		bool quant = q && q->t &&
+			     q->t[t - c->h->tensors].role != CASTFS_QR_PLAIN;
+
+		printf(quant ? "%-24s" : "%s", off);
+		print_scheme(c->h, q, t);
+		printf("\n");
 	}
 	free(shape);
 }
 
-static void print_table(const struct castfs_tfile_ctx *c)
+static void print_table(const struct castfs_tfile_ctx *c,
+			const struct castfs_qsrc *q)
 {
 	int w = name_width(c->h);
 
 	printf("\n%-*s  %-11s %-16s %s\n", w, "NAME", "DTYPE", "SHAPE",
-	       c->view ? "DATA_OFFSETS             FROM" : "DATA_OFFSETS");
+	       c->view	    ? "DATA_OFFSETS             FROM" :
+	       q && q->nfp8 ? "DATA_OFFSETS             QUANTIZATION" :
+			      "DATA_OFFSETS");
 	for (size_t i = 0; i < c->h->ntensors; i++)
-		print_row(c, c->h->by_name[i], w);
+		print_row(c, q, c->h->by_name[i], w);
 }
 
 static int print_tensor(const struct castfs_tfile_ctx *c, const char *name)
@@ -201,8 +249,14 @@ static int info_src(const struct cli_src *s, const struct info_opts *o)
 	if (o->tensor) {
 		status = print_tensor(&c, o->tensor);
 	} else {
+		struct castfs_qsrc q = { 0 };
+		int qrc = s->view ? 0 : castfs_qsrc_scan(s->h, 0, &q, &d);
+
 		print_summary(&c, size);
-		print_table(&c);
+		if (!s->view)
+			print_quant(&q, qrc, &d);
+		print_table(&c, s->view ? NULL : &q);
+		castfs_qsrc_fini(&q);
 		status = 0;
 	}
 	castfs_header_free(vh);

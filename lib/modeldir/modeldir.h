@@ -55,6 +55,36 @@ struct castfs_md_config {
 int castfs_md_config_read(const char *json, size_t len,
 			  struct castfs_md_config *out, struct castfs_diag *d);
 
+/* The block edge config.json's weight_block_size must give (FP8 block). */
+#define CASTFS_MD_FP8_BLOCK 128
+
+/* What a config.json's quantization_config says (top level, or a copy
+ * nested in "text_config"). */
+struct castfs_md_quant {
+	bool quantized; /* it has one */
+	bool fp8_block; /* quant_method "fp8" with weight_block_size [128,
+			 * 128] or null: the layout castfs dequantizes */
+	char method[32]; /* its quant_method, for messages ("?" if none) */
+};
+
+/*
+ * castfs_md_quant_read - the quantization_config of config.json text
+ * @json (@len bytes). Returns 0, -EINVAL (not a JSON object; @d says why)
+ * or -ENOMEM. Thread-safe.
+ */
+int castfs_md_quant_read(const char *json, size_t len,
+			 struct castfs_md_quant *out, struct castfs_diag *d);
+
+/*
+ * castfs_md_config_unquant - config.json text @json without its
+ * "quantization_config" members (the top-level one and the copy in
+ * "text_config"), for views whose weights are dequantized; everything
+ * else is kept byte for byte. @out: a malloc'ed NUL-terminated text, its
+ * length in *@out_len. Returns 0, -EINVAL or -ENOMEM. Thread-safe.
+ */
+int castfs_md_config_unquant(const char *json, size_t len, char **out,
+			     size_t *out_len, struct castfs_diag *d);
+
 /*
  * The bitsandbytes quantization_config of a view, as
  * BitsAndBytesConfig.to_dict() writes it (docs/LOADERS.md §3.1).

@@ -372,6 +372,10 @@ void castfs_ns_invalidate(struct castfs_ns *ns, const char *rel,
 	ns_ckpt_drop_path(ns, rel);
 	if (!dir)
 		return;
+	if (strcmp(slash ? slash + 1 : rel, "config.json") == 0)
+		ns_ckpt_drop_dir(ns, dir); /* whether they are quantized */
+	if (strcmp(slash ? slash + 1 : rel, "config.json") == 0)
+		ns_ckpt_drop_dir(ns, dir); /* whether they are quantized */
 	if (dir_id(ns, dir, &parent) == 0)
 		invalidate_names(ns, parent, slash ? slash + 1 : rel, cb, ctx);
 	ns_modeldir_invalidate(ns, rel, cb, ctx);

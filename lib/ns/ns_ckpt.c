@@ -14,7 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "modeldir/modeldir.h"
 #include "ns/ns_ckpt_internal.h"
+#include "view/qsrc.h"
 
 static size_t ck_bucket(dev_t dev, ino_t ino)
 {
@@ -130,6 +132,40 @@ static void ck_parse(struct castfs_ns *ns, struct ns_ckpt *ck, int fd,
 }
 
 /*
+ * Quantized sources: a checkpoint holding a quantized layout castfs does
+ * not dequantize exactly, or sitting in a model directory whose
+ * config.json declares one, is rejected (no views, listed with the reason
+ * in /.castfs/rejected); one holding FP8 block weights gets the cast views.
+ */
+static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
+{
+	struct castfs_diag d = { { 0 } };
+	struct castfs_md_quant mq = { 0 };
+	struct castfs_qsrc q;
+	char *dir = ns_parent_path(ck->path);
+	int rc = dir ? ns_ckpt_dir_quant(ns, dir, &mq) : -ENOMEM;
+
+	free(dir);
+	if (!rc && mq.quantized && !mq.fp8_block)
+		rc = castfs_diag_set(&d, -ENOTSUP,
+				     "config.json: quantization_config with "
+				     "quant_method '%s' is a layout castfs "
+				     "does not dequantize: no views",
+				     mq.method);
+	if (!rc)
+		rc = castfs_qsrc_scan(
+			ck->h, mq.fp8_block ? CASTFS_QSRC_STRICT : 0, &q, &d);
+	if (!rc) {
+		ck->quant = q.nfp8 > 0;
+		castfs_qsrc_fini(&q);
+		return;
+	}
+	castfs_header_free(ck->h);
+	ck->h = NULL;
+	ck_fail(ck, rc, rc == -ENOMEM ? "out of memory" : d.msg);
+}
+
+/*
  * Read and validate the header of @path, which must still be @st. Under
  * the source guard: a file open for writing is not parsed now (-EAGAIN),
  * and a writer arriving during the parse makes it -ESTALE. Neither is
@@ -166,6 +202,8 @@ static void ck_load(struct castfs_ns *ns, struct ns_ckpt *ck,
 		ns_guard_unwatch(ns, fd);
 out_close:
 	close(fd);
+	if (ck->h)
+		ck_quant(ns, ck);
 }
 
 static struct ns_ckpt *ck_new(struct castfs_ns *ns, const char *path,
@@ -412,4 +450,58 @@ int ns_ckpt_packed_stat(struct castfs_ns *ns, const char *path, struct stat *st)
 	rc = ck->zix ? 0 : -ENOENT;
 	ns_ckpt_put(ns, ck);
 	return rc;
+}
+
+bool ns_ckpt_offers(const struct ns_ckpt *ck, const struct castfs_view *v)
+{
+	return !ck->quant || castfs_view_dequantizes(v);
+}
+
+/* Whether @path is a file directly in directory @dir. */
+static bool in_dir(const char *path, const char *dir)
+{
+	size_t n = strlen(dir);
+	const char *rest = path;
+
+	if (n) {
+		if (strncmp(path, dir, n) != 0 || path[n] != '/')
+			return false;
+		rest = path + n + 1;
+	}
+	return strchr(rest, '/') == NULL;
+}
+
+void ns_ckpt_drop_dir(struct castfs_ns *ns, const char *dir)
+{
+	pthread_mutex_lock(&ns->ck_lock);
+	for (size_t i = 0; i < NS_HASH_BUCKETS; i++) {
+		struct ns_ckpt **pp = &ns->ckpts[i], *ck;
+
+		while ((ck = *pp)) {
+			if (in_dir(ck->path, dir)) {
+				*pp = ck->hnext;
+				ns_ckpt_put(ns, ck);
+				continue;
+			}
+			pp = &ck->hnext;
+		}
+	}
+	pthread_mutex_unlock(&ns->ck_lock);
+}
+
+int ns_ckpt_dir_quant(struct castfs_ns *ns, const char *dir,
+		      struct castfs_md_quant *q)
+{
+	char *path = ns_path_join(dir, "config.json", 11), *text = NULL;
+	size_t len;
+	int rc = path ? ns_src_read_text(ns, path, NULL, NS_TEXT_MAX, &text,
+					 &len) :
+			-ENOMEM;
+
+	*q = (struct castfs_md_quant){ 0 };
+	if (!rc && castfs_md_quant_read(text, len, q, NULL) == -ENOMEM)
+		rc = -ENOMEM;
+	free(text);
+	free(path);
+	return rc == -ENOMEM ? rc : 0;
 }

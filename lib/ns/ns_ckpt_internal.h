@@ -21,6 +21,7 @@ struct ns_ckpt {
 	struct timespec mtime;
 	char *path;
 	struct castfs_header *h; /* NULL when rejected */
+	bool quant; /* holds FP8 block weights (ns_ckpt_offers()) */
 	/* A packed source's seek table (decoded reads go through it), or
 	 * NULL for a plain file; path is then the pack on disk. */
 	struct castfs_zst_index *zix;
@@ -63,6 +64,24 @@ char *ns_ckpt_rejected_json(struct castfs_ns *ns);
 
 /* ns_ckpt_drop_path - forget cache entries of @path (source changed). */
 void ns_ckpt_drop_path(struct castfs_ns *ns, const char *path);
+
+/* ns_ckpt_drop_dir - forget cache entries of the files directly in
+ * directory @dir ("" for the root): their config.json changed, and with
+ * it whether they are quantized. */
+void ns_ckpt_drop_dir(struct castfs_ns *ns, const char *dir);
+
+/* ns_ckpt_offers - whether valid checkpoint @ck has view @v: a quantized
+ * source has the views castfs_view_dequantizes() accepts, computed from
+ * its dequantized weights (docs/FORMATS.md, "Quantized sources"). */
+bool ns_ckpt_offers(const struct ns_ckpt *ck, const struct castfs_view *v);
+
+struct castfs_md_quant;
+
+/* ns_ckpt_dir_quant - the quantization_config of the config.json in
+ * source directory @dir, zeroed when there is none or it cannot be read.
+ * Returns 0 or -ENOMEM. */
+int ns_ckpt_dir_quant(struct castfs_ns *ns, const char *dir,
+		      struct castfs_md_quant *q);
 
 /* ns_ckpt_packed_stat - the identity of the usable pack standing in for
  * the missing checkpoint @path; -ENOENT when there is none. */

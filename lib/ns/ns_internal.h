@@ -163,6 +163,10 @@ void ns_dir_stat(const struct stat *src, uint64_t ino, struct stat *st);
 int ns_split_view_name(struct castfs_ns *ns, const char *name, char **base,
 		       const struct castfs_view **view);
 
+/* ns_parent_path - the directory part of @path ("" for a top-level
+ * name), malloc'ed; NULL on -ENOMEM. */
+char *ns_parent_path(const char *path);
+
 /* ns_has_st_ext - true if @name (@len bytes) ends in ".safetensors" with
  * a non-empty stem. */
 bool ns_has_st_ext(const char *name, size_t len);

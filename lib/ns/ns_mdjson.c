@@ -16,7 +16,7 @@
 #include "ns/ns_modeldir_internal.h"
 #include "tensors/tensor_files.h"
 
-#define MD_JSON_MAX (64u << 20) /* the largest config or index we read */
+#define MD_JSON_MAX NS_TEXT_MAX
 #define MD_BUCKETS 256u
 
 /* ---- scanning a source directory ---- */
@@ -142,51 +142,13 @@ bool ns_md_dir_weights(const struct ns_md_dir *s)
 	return s->nweights > 0 || s->nindex > 0;
 }
 
-char *ns_md_parent_path(const char *path)
-{
-	const char *slash = strrchr(path, '/');
-
-	return strndup(path, slash ? (size_t)(slash - path) : 0);
-}
-
 /* ---- reading source files ---- */
 
 /* The whole of source file @path, which must be identity @ident if set. */
 static int md_read(struct castfs_ns *ns, const char *path,
 		   const struct stat *ident, char **out, size_t *len)
 {
-	struct castfs_fd_reader fr;
-	struct stat st;
-	char *buf = NULL;
-	int rc, fd = ns_src_open_in(ns, path, O_RDONLY);
-
-	if (fd < 0)
-		return fd == -ENOENT || fd == -ELOOP ? -ESTALE : fd;
-	if (fstat(fd, &st) < 0) {
-		rc = -errno;
-		goto out_close;
-	}
-	rc = -ESTALE;
-	if (ident && !ns_same_file(&st, ident))
-		goto out_close;
-	rc = -EFBIG;
-	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > MD_JSON_MAX)
-		goto out_close;
-	buf = malloc((size_t)st.st_size + 1);
-	rc = buf ? 0 : -ENOMEM;
-	castfs_fd_reader_init(&fr, fd);
-	if (!rc && st.st_size)
-		rc = castfs_reader_read(&fr.r, buf, (size_t)st.st_size, 0);
-	if (!rc) {
-		buf[st.st_size] = '\0';
-		*out = buf;
-		*len = (size_t)st.st_size;
-		buf = NULL;
-	}
-out_close:
-	free(buf);
-	close(fd);
-	return rc;
+	return ns_src_read_text(ns, path, ident, MD_JSON_MAX, out, len);
 }
 
 static int md_config_of(struct castfs_ns *ns, const char *dir,
@@ -201,6 +163,13 @@ static int md_config_of(struct castfs_ns *ns, const char *dir,
 	free(text);
 	free(path);
 	return rc;
+}
+
+bool ns_md_casts_only(struct castfs_ns *ns, const char *path)
+{
+	struct castfs_md_quant q;
+
+	return ns_ckpt_dir_quant(ns, path, &q) == 0 && q.fp8_block;
 }
 
 int ns_md_keep_of(struct castfs_ns *ns, const char *dir,
@@ -233,8 +202,32 @@ static bool md_any_valid(struct castfs_ns *ns, const char *dir,
 	return found;
 }
 
+/* Whether a weight file of @s holds a quantized layout castfs refused:
+ * then the directory has no views (never a shard shown undequantized). */
+static bool md_any_refused(struct castfs_ns *ns, const char *dir,
+			   const struct ns_md_dir *s)
+{
+	bool found = false;
+
+	for (size_t i = 0; !found && i < s->nweights; i++) {
+		char *p =
+			ns_path_join(dir, s->weights[i], strlen(s->weights[i]));
+		struct ns_ckpt *ck;
+		struct stat st;
+
+		if (p && ns_src_stat_in(ns, p, &st) == 0 &&
+		    S_ISREG(st.st_mode) && ns_ckpt_get(ns, p, &st, &ck) == 0) {
+			found = !ck->h && ck->err == -ENOTSUP;
+			ns_ckpt_put(ns, ck);
+		}
+		free(p);
+	}
+	return found;
+}
+
 int ns_md_is_model(struct castfs_ns *ns, const char *path, bool *yes)
 {
+	struct castfs_md_quant q;
 	struct castfs_md_config c;
 	struct ns_md_dir s;
 	int rc = ns_md_dir_scan(ns, path, &s);
@@ -245,9 +238,14 @@ int ns_md_is_model(struct castfs_ns *ns, const char *path, bool *yes)
 	if (s.pipeline) {
 		*yes = true;
 	} else if (s.config && (s.nindex || md_any_valid(ns, path, &s))) {
-		/* Unreadable or already quantised: no views, not an error. */
-		*yes = md_config_of(ns, path, &c) == 0 && !c.quantized;
+		/* Unreadable or quantised in a layout castfs does not
+		 * dequantize: no views, not an error. */
+		*yes = md_config_of(ns, path, &c) == 0 &&
+		       ns_ckpt_dir_quant(ns, path, &q) == 0 &&
+		       (!q.quantized || q.fp8_block);
 	}
+	if (*yes && md_any_refused(ns, path, &s))
+		*yes = false;
 out:
 	ns_md_dir_fini(&s);
 	return rc == -ENOMEM ? rc : 0;
@@ -316,7 +314,12 @@ static int md_bnb_of(const struct castfs_view *v, int keep,
 	return rc;
 }
 
-/* config.json through view @v: dtype and quantization_config. */
+/*
+ * config.json through view @v: dtype and quantization_config. The
+ * weights of every view of an FP8 block model are dequantized (castfs
+ * offers no view of other quantized models): its own quantization_config
+ * goes first.
+ */
 static int md_build_config(struct castfs_ns *ns, const struct ns_node *n,
 			   const char *text, size_t len, char **out,
 			   size_t *out_len)
@@ -332,7 +335,7 @@ static int md_build_config(struct castfs_ns *ns, const struct ns_node *n,
 		return rc;
 	p.dtype = c.diffusers ? NULL : castfs_md_view_dtype(n->view);
 	if (n->view->kind != CASTFS_VIEW_CAST) {
-		dir = ns_md_parent_path(n->path);
+		dir = ns_parent_path(n->path);
 		rc = dir ? md_ckpts_of(ns, dir, &ck) : -ENOMEM;
 		if (!rc)
 			rc = md_bnb_of(n->view, castfs_md_keep_id(c.model_type),
@@ -379,7 +382,7 @@ static int md_build_index(struct castfs_ns *ns, const struct ns_node *n,
 			  size_t *out_len)
 {
 	struct ns_md_shard_ctx c = { ns, NULL, n->view, 0 };
-	char *dir = ns_md_parent_path(n->path);
+	char *dir = ns_parent_path(n->path);
 	int rc;
 
 	if (!dir)
@@ -395,6 +398,26 @@ static int md_build_index(struct castfs_ns *ns, const struct ns_node *n,
 	return rc;
 }
 
+static int md_build_config_of(struct castfs_ns *ns, const struct ns_node *n,
+			      const char *text, size_t len, char **out,
+			      size_t *out_len)
+{
+	struct castfs_md_quant mq;
+	char *plain;
+	size_t plen;
+	int rc = castfs_md_quant_read(text, len, &mq, NULL);
+
+	if (rc || !mq.quantized)
+		return rc ? rc :
+			    md_build_config(ns, n, text, len, out, out_len);
+	rc = castfs_md_config_unquant(text, len, &plain, &plen, NULL);
+	if (rc)
+		return rc;
+	rc = md_build_config(ns, n, plain, plen, out, out_len);
+	free(plain);
+	return rc;
+}
+
 static int md_build(struct castfs_ns *ns, const struct ns_node *n, char **out,
 		    size_t *out_len)
 {
@@ -405,7 +428,7 @@ static int md_build(struct castfs_ns *ns, const struct ns_node *n, char **out,
 	if (rc)
 		return rc;
 	if (n->aux == MF_CONFIG)
-		rc = md_build_config(ns, n, text, len, out, out_len);
+		rc = md_build_config_of(ns, n, text, len, out, out_len);
 	else
 		rc = md_build_index(ns, n, text, len, out, out_len);
 	free(text);
@@ -415,7 +438,7 @@ static int md_build(struct castfs_ns *ns, const struct ns_node *n, char **out,
 /* Whether @n's sources are still those it was looked up with. */
 static int md_current(struct castfs_ns *ns, const struct ns_node *n)
 {
-	char *dir = ns_md_parent_path(n->path);
+	char *dir = ns_parent_path(n->path);
 	struct ns_md_dir s = { 0 };
 	struct stat st;
 	int rc = dir ? ns_src_stat_in(ns, n->path, &st) : -ENOMEM;

@@ -57,6 +57,8 @@ static int lookup_root(struct castfs_ns *ns, const struct ns_node *dir,
 		rc = ns_md_is_model(ns, path, &model);
 	if (!rc && !model)
 		rc = -ENOENT;
+	if (!rc && !castfs_view_dequantizes(v) && ns_md_casts_only(ns, path))
+		rc = -ENOENT; /* not offered for a quantized model */
 	if (rc) {
 		free(path);
 		return rc;
@@ -79,6 +81,18 @@ static int dir_fp(struct castfs_ns *ns, const char *path, uint64_t *fp)
 	return rc;
 }
 
+/*
+ * Whether source directory @path holds a quantized model: then it has no
+ * variant spellings, since a loader reads the source's config.json, and
+ * its quantization_config, through them.
+ */
+static bool md_quantized(struct castfs_ns *ns, const char *path)
+{
+	struct castfs_md_quant q;
+
+	return ns_ckpt_dir_quant(ns, path, &q) != 0 || q.quantized;
+}
+
 static int lookup_vindex(struct castfs_ns *ns, const struct ns_node *dir,
 			 const char *name, struct ns_node *child)
 {
@@ -99,6 +113,8 @@ static int lookup_vindex(struct castfs_ns *ns, const struct ns_node *dir,
 		return -ENOMEM;
 	rc = ns_src_stat_in(ns, child->path, &child->st);
 	if (!rc && !S_ISREG(child->st.st_mode))
+		rc = -ENOENT;
+	if (!rc && md_quantized(ns, dir->path))
 		rc = -ENOENT;
 	if (!rc)
 		rc = dir_fp(ns, dir->path, &child->dep);
@@ -174,6 +190,8 @@ static int list_vindex(struct castfs_ns *ns, const struct ns_node *dir,
 	int rc = path ? ns_src_stat_in(ns, path, &node.st) : -ENOMEM;
 
 	if (!rc && !S_ISREG(node.st.st_mode))
+		rc = -ENOENT;
+	if (!rc && md_quantized(ns, dir->path))
 		rc = -ENOENT;
 	if (!rc)
 		rc = dir_fp(ns, dir->path, &node.dep);
@@ -444,7 +462,7 @@ const struct ns_kind_ops ns_kind_mdir = {
 /* The keep set of shard @n's model now. */
 static int shard_keep(struct castfs_ns *ns, const struct ns_node *n)
 {
-	char *dir = ns_md_parent_path(n->path);
+	char *dir = ns_parent_path(n->path);
 	int keep = dir ? ns_md_keep_of(ns, dir, n->view) : -ENOMEM;
 
 	free(dir);
@@ -579,7 +597,7 @@ static void inval_root(struct castfs_ns *ns, const char *root, const char *d,
 {
 	size_t rl = strlen(root);
 	struct ns_node n = { .kind = NS_MDIR };
-	char *parent = ns_md_parent_path(root), buf[600];
+	char *parent = ns_parent_path(root), buf[600];
 	const char *rname = strrchr(root, '/');
 	uint64_t pid;
 
@@ -607,7 +625,7 @@ void ns_modeldir_invalidate(struct castfs_ns *ns, const char *rel, inval_fn cb,
 			    void *ctx)
 {
 	const char *base = strrchr(rel, '/');
-	char *d = ns_md_parent_path(rel), *root;
+	char *d = ns_parent_path(rel), *root;
 	struct ns_md_dir s = { 0 };
 
 	base = base ? base + 1 : rel;
@@ -618,7 +636,7 @@ void ns_modeldir_invalidate(struct castfs_ns *ns, const char *rel, inval_fn cb,
 	inval_vindex(ns, d, &s, cb, ctx);
 	/* Every ancestor of @rel may be the root of a view. */
 	for (root = strdup(d); root && root[0];) {
-		char *up = ns_md_parent_path(root);
+		char *up = ns_parent_path(root);
 
 		inval_root(ns, root, d, base, &s, cb, ctx);
 		free(root);

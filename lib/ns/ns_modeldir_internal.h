@@ -6,6 +6,7 @@
 #ifndef CASTFS_NS_MODELDIR_INTERNAL_H
 #define CASTFS_NS_MODELDIR_INTERNAL_H
 
+#include "modeldir/modeldir.h"
 #include "ns/ns_kind_internal.h"
 
 /* What an NS_MFILE is (its aux). */
@@ -44,9 +45,9 @@ bool ns_md_dir_weights(const struct ns_md_dir *s);
  * Returns 0 (answer in *@yes) or a negative errno. */
 int ns_md_is_model(struct castfs_ns *ns, const char *path, bool *yes);
 
-/* md_parent_path - the directory part of @path ("" for a top-level
- * name), malloc'ed; NULL on -ENOMEM. */
-char *ns_md_parent_path(const char *path);
+/* ns_md_casts_only - whether the model in source directory @path is an
+ * FP8 block model (only views that castfs_view_dequantizes() accepts). */
+bool ns_md_casts_only(struct castfs_ns *ns, const char *path);
 
 /* md_keep_of - the keep set (castfs_md_keep_id()) that view @v applies in
  * source directory @dir: that of the model_type of its config.json for

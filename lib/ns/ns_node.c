@@ -453,3 +453,10 @@ bool ns_same_file(const struct stat *a, const struct stat *b)
 	       a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
 	       (a->st_mode & S_IFMT) == (b->st_mode & S_IFMT);
 }
+
+char *ns_parent_path(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+
+	return strndup(path, slash ? (size_t)(slash - path) : 0);
+}

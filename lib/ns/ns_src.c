@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -70,6 +71,44 @@ int ns_src_stat(struct castfs_ns *ns, const char *path, struct stat *st)
 		return fd == -ELOOP ? -ENOENT : fd;
 	if (fstat(fd, st) < 0)
 		rc = -errno;
+	close(fd);
+	return rc;
+}
+
+int ns_src_read_text(struct castfs_ns *ns, const char *path,
+		     const struct stat *ident, size_t max, char **out,
+		     size_t *len)
+{
+	struct castfs_fd_reader fr;
+	struct stat st;
+	char *buf = NULL;
+	int rc, fd = ns_src_open_in(ns, path, O_RDONLY);
+
+	if (fd < 0)
+		return fd == -ENOENT || fd == -ELOOP ? -ESTALE : fd;
+	if (fstat(fd, &st) < 0) {
+		rc = -errno;
+		goto out_close;
+	}
+	rc = -ESTALE;
+	if (ident && !ns_same_file(&st, ident))
+		goto out_close;
+	rc = -EFBIG;
+	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > max)
+		goto out_close;
+	buf = malloc((size_t)st.st_size + 1);
+	rc = buf ? 0 : -ENOMEM;
+	castfs_fd_reader_init(&fr, fd);
+	if (!rc && st.st_size)
+		rc = castfs_reader_read(&fr.r, buf, (size_t)st.st_size, 0);
+	if (!rc) {
+		buf[st.st_size] = '\0';
+		*out = buf;
+		*len = (size_t)st.st_size;
+		buf = NULL;
+	}
+out_close:
+	free(buf);
 	close(fd);
 	return rc;
 }

@@ -40,6 +40,19 @@ int ns_guard_watch(struct castfs_ns *ns, int fd);
 /* ns_guard_unwatch - undo ns_guard_watch() when it returned 0. */
 void ns_guard_unwatch(struct castfs_ns *ns, int fd);
 
+/* The largest text source (config.json, index.json) castfs reads. */
+#define NS_TEXT_MAX (64u << 20)
+
+/*
+ * ns_src_read_text - the whole of source file @path (at most @max bytes,
+ * else -EFBIG), which must be identity @ident if set (else -ESTALE),
+ * malloc'ed and NUL-terminated into *@out, its length in *@len. Returns 0
+ * or a negative errno; a missing file is -ESTALE.
+ */
+int ns_src_read_text(struct castfs_ns *ns, const char *path,
+		     const struct stat *ident, size_t max, char **out,
+		     size_t *len);
+
 /* ---- packed sources (ns_pack_src.c) ---- */
 
 /* ns_packed_name - true if @name ends in ".safetensors.zst" (a standard

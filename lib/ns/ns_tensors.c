@@ -216,6 +216,10 @@ static int root_target(struct castfs_ns *ns, const struct ns_node *dir,
 		path = ns_path_join(dir->path, vbase, strlen(vbase));
 		free(vbase);
 		rc = path ? ns_ckpt_valid(ns, path, &child->st, &ck) : -ENOMEM;
+		if (!rc && !ns_ckpt_offers(ck, view)) {
+			ns_ckpt_put(ns, ck);
+			rc = -ENOENT;
+		}
 	}
 	if (rc) {
 		free(path);

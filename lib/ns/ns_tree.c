@@ -38,6 +38,10 @@ static int lookup_view(struct castfs_ns *ns, const struct ns_node *dir,
 	if (!path)
 		return -ENOMEM;
 	rc = ns_ckpt_valid(ns, path, &child->st, &ck);
+	if (!rc && !ns_ckpt_offers(ck, view)) {
+		ns_ckpt_put(ns, ck);
+		rc = -ENOENT;
+	}
 	if (rc) {
 		free(path);
 		return rc;
@@ -105,7 +109,8 @@ static int dir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 
 /* The views of checkpoint @name (a valid one, of identity @st). */
 static int list_views(struct castfs_ns *ns, const char *name,
-		      const struct stat *st, struct ns_list *l)
+		      const struct stat *st, const struct ns_ckpt *ck,
+		      struct ns_list *l)
 {
 	size_t stem = strlen(name) - ST_EXT_LEN;
 	char buf[512];
@@ -116,7 +121,7 @@ static int list_views(struct castfs_ns *ns, const char *name,
 		struct ns_node node = { .kind = NS_VIEW, .view = v, .st = *st };
 		int n;
 
-		if (!v->listed)
+		if (!v->listed || !ns_ckpt_offers(ck, v))
 			continue;
 		n = snprintf(buf, sizeof(buf), "%.*s.%s%s", (int)stem, name,
 			     v->name, st_ext);
@@ -128,31 +133,29 @@ static int list_views(struct castfs_ns *ns, const char *name,
 	return rc;
 }
 
-/* Whether source entry @name (of type @type) is a valid checkpoint: its
- * identity to @st. Links inside the root count as the files they reach
- * (the Hugging Face cache keeps checkpoints as links to blobs). */
+/* Source entry @name (of type @type) as a valid checkpoint: a held
+ * reference in *@ck (NULL when it is none) and its identity in @st. Links
+ * inside the root count as the files they reach (the Hugging Face cache
+ * keeps checkpoints as links to blobs). */
 static int entry_ckpt(struct castfs_ns *ns, const struct ns_node *dir,
 		      const char *name, mode_t type, struct stat *st,
-		      bool *ckpt)
+		      struct ns_ckpt **ck)
 {
 	size_t len = strlen(name);
-	struct ns_ckpt *ck;
 	char *path;
 	int rc;
 
-	*ckpt = false;
+	*ck = NULL;
 	if ((type != S_IFREG && type != S_IFLNK) || !ns_has_st_ext(name, len))
 		return 0;
 	path = ns_path_join(dir->path, name, len);
 	if (!path)
 		return -ENOMEM;
-	rc = ns_ckpt_valid(ns, path, st, &ck);
+	rc = ns_ckpt_valid(ns, path, st, ck);
 	free(path);
 	if (rc)
-		return rc == -ENOMEM ? rc : 0; /* rejected: no views */
-	ns_ckpt_put(ns, ck);
-	*ckpt = true;
-	return 0;
+		*ck = NULL;
+	return rc == -ENOMEM ? rc : 0; /* rejected: no views */
 }
 
 /* Virtual siblings of source entry @name (of type @type): its views, then
@@ -161,16 +164,17 @@ static int list_virtual(struct castfs_ns *ns, const struct ns_node *dir,
 			const char *name, mode_t type, struct ns_list *l)
 {
 	struct stat st = { 0 };
-	bool ckpt;
-	int rc = entry_ckpt(ns, dir, name, type, &st, &ckpt);
+	struct ns_ckpt *ck;
+	int rc = entry_ckpt(ns, dir, name, type, &st, &ck);
 
-	if (!rc && ckpt)
-		rc = list_views(ns, name, &st, l);
+	if (!rc && ck)
+		rc = list_views(ns, name, &st, ck, l);
 	for (size_t i = 0; !rc && ns->dir_exts[i]; i++) {
 		if (ns->dir_exts[i]->list)
-			rc = ns->dir_exts[i]->list(ns, dir, name, type, ckpt,
-						   &st, l);
+			rc = ns->dir_exts[i]->list(ns, dir, name, type,
+						   ck != NULL, &st, l);
 	}
+	ns_ckpt_put(ns, ck);
 	return rc;
 }
 

@@ -30,6 +30,7 @@ enum castfs_op {
 	CASTFS_OP_Q4_STATE, /* quant_state JSON with nested_offset */
 	CASTFS_OP_I8_CODES, /* LLM.int8 row-wise codes (I8) */
 	CASTFS_OP_I8_SCB, /* LLM.int8 row absmax (F32) */
+	CASTFS_OP_DEQ_FP8, /* FP8 block weight x its scale, cast (plan_gen_fp8.c) */
 	CASTFS_OP_COUNT,
 };
 
@@ -67,6 +68,17 @@ struct castfs_qtensor {
 	bool nested; /* 4-bit double quantisation */
 	uint32_t state_off; /* Q4_STATE: where nested_offset is written */
 	uint32_t state_width;
+	/* DEQ_FP8: the scale grid of each [rows, cols] matrix (nelems /
+	 * (rows * cols) of them, one after the other), one scale per block
+	 * of brows x bcols elements, edge blocks partial. */
+	uint64_t scale_off; /* absolute source offset of scale 0 */
+	uint64_t srows, scols;
+	uint32_t brows, bcols;
+	uint8_t scale_dtype; /* F32 or F8_E8M0 */
+	/* Quantiser ops: the elements are those of an F8_E4M3 block weight
+	 * at src_off (with the scale grid above) dequantized and rounded to
+	 * src_dtype (BF16), not src_dtype elements read as they are. */
+	bool deq;
 };
 
 struct castfs_header;

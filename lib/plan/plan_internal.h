@@ -50,6 +50,22 @@ int castfs_gen_i8_scb(const struct castfs_read_env *env,
 		      uint64_t count, uint8_t *dst);
 
 /*
+ * castfs_fp8_dequant - elements [@k, @k + @n) of FP8 block weight @q
+ * (deq geometry set), dequantized to fp32 into @f, reading @src; @codes
+ * (@n bytes) and @sbuf (@slen bytes, at least one scale row: the plan
+ * checked it) are scratch. Returns 0 or the reader's negative errno.
+ */
+int castfs_fp8_dequant(const struct castfs_reader *src,
+		       const struct castfs_qtensor *q, uint64_t k, size_t n,
+		       float *f, uint8_t *codes, uint8_t *sbuf, size_t slen);
+
+/* The generator of CASTFS_OP_DEQ_FP8 (plan_gen_fp8.c): extent src_off is
+ * the source offset of its first F8 element; e->qt the weight. */
+int castfs_gen_deq_fp8(const struct castfs_read_env *env,
+		       const struct castfs_extent *e, uint64_t first,
+		       uint64_t count, uint8_t *dst);
+
+/*
  * Tensor-wide statistics of a quantised tensor: computed once, on first
  * need, under the lock; read-only afterwards.
  */

@@ -82,6 +82,7 @@ static const castfs_gen_fn gen_table[CASTFS_OP_COUNT] = {
 	[CASTFS_OP_Q4_STATE] = castfs_gen_q4_state,
 	[CASTFS_OP_I8_CODES] = castfs_gen_i8_codes,
 	[CASTFS_OP_I8_SCB] = castfs_gen_i8_scb,
+	[CASTFS_OP_DEQ_FP8] = castfs_gen_deq_fp8,
 };
 
 /* One unit cut by the range: produce it whole, copy out the part asked. */
@@ -153,6 +154,7 @@ static uint64_t quant_elem(const struct castfs_extent *e,
 	case CASTFS_OP_COPY:
 	case CASTFS_OP_CAST:
 	case CASTFS_OP_Q4_STATE:
+	case CASTFS_OP_DEQ_FP8:
 	case CASTFS_OP_COUNT:
 		break;
 	}
@@ -175,6 +177,8 @@ uint64_t castfs_plan_src_off(const struct castfs_plan *p, uint64_t off)
 	case CASTFS_OP_CAST:
 		return e->src_off +
 		       rel / e->unit * (castfs_dtype_bits(e->src_dtype) / 8);
+	case CASTFS_OP_DEQ_FP8: /* one F8 byte per element */
+		return e->src_off + rel / e->unit;
 	case CASTFS_OP_Q4_CODES:
 	case CASTFS_OP_Q4_ABSMAX:
 	case CASTFS_OP_Q4_QABSMAX:
@@ -184,8 +188,9 @@ uint64_t castfs_plan_src_off(const struct castfs_plan *p, uint64_t off)
 		break;
 	}
 	q = &p->qtensors[e->qt];
-	return q->src_off + CASTFS_MIN(quant_elem(e, q, rel), q->nelems) *
-				    (castfs_dtype_bits(q->src_dtype) / 8);
+	return q->src_off +
+	       CASTFS_MIN(quant_elem(e, q, rel), q->nelems) *
+		       (q->deq ? 1 : castfs_dtype_bits(q->src_dtype) / 8);
 }
 
 ssize_t castfs_plan_read(const struct castfs_plan *p,

@@ -281,6 +281,12 @@ static void origin_extent(const struct castfs_tfile_ctx *c,
 		src_off = e->src_off +
 			  rel / e->unit * (castfs_dtype_bits(o->from) / 8);
 		break;
+	case CASTFS_OP_DEQ_FP8:
+		o->from = CASTFS_DTYPE_F8_E4M3;
+		o->to = (enum castfs_dtype)e->dst_dtype;
+		o->flags = e->flags;
+		src_off = e->src_off + rel / e->unit;
+		break;
 	case CASTFS_OP_Q4_CODES:
 	case CASTFS_OP_Q4_ABSMAX:
 	case CASTFS_OP_Q4_QABSMAX:
@@ -291,7 +297,8 @@ static void origin_extent(const struct castfs_tfile_ctx *c,
 		if (e->qt >= c->plan->nqt)
 			return;
 		q = &c->plan->qtensors[e->qt];
-		o->from = (enum castfs_dtype)q->src_dtype;
+		o->from = q->deq ? CASTFS_DTYPE_F8_E4M3 :
+				   (enum castfs_dtype)q->src_dtype;
 		o->qtype = q->qtype;
 		src_off = q->src_off;
 		break;
@@ -358,6 +365,11 @@ void castfs_torigin_str(const struct castfs_torigin *o, char *buf, size_t len)
 	case CASTFS_OP_CAST:
 		snprintf(buf, len, "cast %s -> %s%s",
 			 castfs_dtype_name(o->from), castfs_dtype_name(o->to),
+			 o->flags & CASTFS_CVT_SATURATE ? " (saturating)" : "");
+		break;
+	case CASTFS_OP_DEQ_FP8:
+		snprintf(buf, len, "dequantize FP8 block x scale -> %s%s",
+			 castfs_dtype_name(o->to),
 			 o->flags & CASTFS_CVT_SATURATE ? " (saturating)" : "");
 		break;
 	case CASTFS_OP_Q4_CODES:

@@ -105,9 +105,46 @@ bool castfs_view_converts(const struct castfs_view *v,
 	return default_converts(v, t);
 }
 
+/* A quantized source: every view is computed from dequantized values. */
+static int plan_quantized(const struct castfs_view *v,
+			  const struct castfs_header *h,
+			  const struct castfs_qsrc *q, struct castfs_plan **out,
+			  struct castfs_diag *d)
+{
+	if (!castfs_view_dequantizes(v))
+		return castfs_diag_set(d, -ENOTSUP,
+				       "view '%s' is not offered for a "
+				       "quantized source",
+				       v->name);
+	return castfs_view_plan_deq(v, h, q, out, d);
+}
+
+bool castfs_view_dequantizes(const struct castfs_view *v)
+{
+	switch (v->kind) {
+	case CASTFS_VIEW_CAST:
+	case CASTFS_VIEW_BNB4:
+	case CASTFS_VIEW_INT8:
+		return true;
+	}
+	return false;
+}
+
 int castfs_view_plan(const struct castfs_view *v, const struct castfs_header *h,
 		     struct castfs_plan **out, struct castfs_diag *d)
 {
+	struct castfs_qsrc q;
+	int rc = castfs_qsrc_scan(h, 0, &q, d);
+
+	/* Never a silent mis-cast: quantized layouts are recognised first. */
+	if (rc)
+		return rc;
+	if (q.nfp8) {
+		rc = plan_quantized(v, h, &q, out, d);
+		castfs_qsrc_fini(&q);
+		return rc;
+	}
+	castfs_qsrc_fini(&q);
 	switch (v->kind) {
 	case CASTFS_VIEW_CAST:
 		return castfs_view_plan_cast(v, h, out, d);

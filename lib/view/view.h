@@ -60,6 +60,13 @@ bool castfs_view_converts(const struct castfs_view *v,
 			  const struct castfs_tensor *t);
 
 /*
+ * castfs_view_dequantizes - whether @v is offered for a quantized source
+ * (one with FP8 block weights), computed from its dequantized weights.
+ * Pure function.
+ */
+bool castfs_view_dequantizes(const struct castfs_view *v);
+
+/*
  * castfs_view_plan - the plan of checkpoint @h seen through view @v.
  * @h must stay valid while the plan is built (not afterwards).
  * Returns 0, -EINVAL (the header cannot be laid out: diag says why),

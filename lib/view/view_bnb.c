@@ -156,9 +156,26 @@ static int bnb_add_absmax(struct castfs_pb *pb, const struct castfs_tensor *t,
  * weight, weight.absmax, weight.quant_map, [weight.nested_absmax,
  * weight.nested_quant_map], weight.quant_state.bitsandbytes__<type>.
  */
+/* A dequantized FP8 weight: its elements come from @deq's geometry. */
+static void bnb_apply_deq(struct castfs_qtensor *qt,
+			  const struct castfs_qtensor *deq)
+{
+	if (!deq)
+		return;
+	qt->src_dtype = CASTFS_DTYPE_BF16;
+	qt->deq = true;
+	qt->scale_off = deq->scale_off;
+	qt->srows = deq->srows;
+	qt->scols = deq->scols;
+	qt->brows = deq->brows;
+	qt->bcols = deq->bcols;
+	qt->scale_dtype = deq->scale_dtype;
+}
+
 static int bnb_add_q4(struct castfs_pb *pb, const struct castfs_view *v,
 		      const struct castfs_header *h,
-		      const struct castfs_tensor *t)
+		      const struct castfs_tensor *t,
+		      const struct castfs_qtensor *deq)
 {
 	struct castfs_qtensor qt = {
 		.src_off = h->data_start + t->begin,
@@ -180,6 +197,7 @@ static int bnb_add_q4(struct castfs_pb *pb, const struct castfs_view *v,
 	if (v->blocksize < 2 || v->blocksize % 2 ||
 	    v->blocksize / 2 > CASTFS_BOUNCE_LEN)
 		return -EINVAL;
+	bnb_apply_deq(&qt, deq);
 	rc = bnb_state(pb, &qt, &state, &state_len);
 	if (!rc)
 		rc = castfs_pb_add_qtensor(pb, &qt, &p.qt);
@@ -224,7 +242,8 @@ static size_t bnb_module_len(const struct castfs_tensor *t)
  * weight_format (a name without a final "weight" is taken as the module).
  */
 static int bnb_add_i8(struct castfs_pb *pb, const struct castfs_header *h,
-		      const struct castfs_tensor *t)
+		      const struct castfs_tensor *t,
+		      const struct castfs_qtensor *deq)
 {
 	static const uint8_t row_format = 0; /* bnb's "row" layout; static */
 	struct castfs_qtensor qt = {
@@ -240,6 +259,7 @@ static int bnb_add_i8(struct castfs_pb *pb, const struct castfs_header *h,
 	bool dot = mod == t->name_len;
 	int rc;
 
+	bnb_apply_deq(&qt, deq);
 	rc = castfs_pb_add_qtensor(pb, &qt, &p.qt);
 	if (!rc)
 		rc = bnb_add(pb, t, t->name_len, "", CASTFS_DTYPE_I8, 2,
@@ -270,18 +290,18 @@ static int bnb_add_copy(struct castfs_pb *pb, const struct castfs_header *h,
 				    t->shape, &p);
 }
 
-static int bnb_add_tensor(struct castfs_pb *pb, const struct castfs_view *v,
-			  const struct castfs_header *h,
-			  const struct castfs_tensor *t, struct castfs_diag *d)
+int castfs_view_bnb_quantise(struct castfs_pb *pb, const struct castfs_view *v,
+			     const struct castfs_header *h,
+			     const struct castfs_tensor *t,
+			     const struct castfs_qtensor *deq,
+			     struct castfs_diag *d)
 {
 	int rc;
 
-	if (!castfs_view_converts(v, t))
-		return bnb_add_copy(pb, h, t);
 	if (v->kind == CASTFS_VIEW_INT8)
-		rc = bnb_add_i8(pb, h, t);
+		rc = bnb_add_i8(pb, h, t, deq);
 	else
-		rc = bnb_add_q4(pb, v, h, t);
+		rc = bnb_add_q4(pb, v, h, t, deq);
 	if (rc)
 		castfs_diag_set(d, rc,
 				"view '%s': tensor '%s': cannot quantise",
@@ -289,9 +309,18 @@ static int bnb_add_tensor(struct castfs_pb *pb, const struct castfs_view *v,
 	return rc;
 }
 
+int castfs_view_bnb_add(struct castfs_pb *pb, const struct castfs_view *v,
+			const struct castfs_header *h,
+			const struct castfs_tensor *t, struct castfs_diag *d)
+{
+	if (!castfs_view_converts(v, t))
+		return bnb_add_copy(pb, h, t);
+	return castfs_view_bnb_quantise(pb, v, h, t, NULL, d);
+}
+
 int castfs_view_plan_bnb(const struct castfs_view *v,
 			 const struct castfs_header *h,
 			 struct castfs_plan **out, struct castfs_diag *d)
 {
-	return castfs_view_build(v, h, bnb_add_tensor, out, d);
+	return castfs_view_build(v, h, castfs_view_bnb_add, out, d);
 }

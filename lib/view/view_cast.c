@@ -60,9 +60,9 @@ int castfs_view_copy_metadata(struct castfs_pb *pb,
 	return 0;
 }
 
-static int cast_add_tensor(struct castfs_pb *pb, const struct castfs_view *v,
-			   const struct castfs_header *h,
-			   const struct castfs_tensor *t, struct castfs_diag *d)
+int castfs_view_cast_add(struct castfs_pb *pb, const struct castfs_view *v,
+			 const struct castfs_header *h,
+			 const struct castfs_tensor *t, struct castfs_diag *d)
 {
 	struct castfs_producer p;
 	enum castfs_dtype dt;
@@ -80,5 +80,5 @@ int castfs_view_plan_cast(const struct castfs_view *v,
 			  const struct castfs_header *h,
 			  struct castfs_plan **out, struct castfs_diag *d)
 {
-	return castfs_view_build(v, h, cast_add_tensor, out, d);
+	return castfs_view_build(v, h, castfs_view_cast_add, out, d);
 }

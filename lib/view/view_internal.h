@@ -4,6 +4,7 @@
 #define CASTFS_VIEW_INTERNAL_H
 
 #include "plan/plan_build.h"
+#include "view/qsrc.h"
 #include "view/view.h"
 
 /* Adds tensor @t of @h to @pb as view @v makes it. 0 or a negative errno. */
@@ -22,6 +23,43 @@ typedef int (*castfs_view_add_fn)(struct castfs_pb *pb,
 int castfs_view_build(const struct castfs_view *v,
 		      const struct castfs_header *h, castfs_view_add_fn add,
 		      struct castfs_plan **out, struct castfs_diag *d);
+
+/* castfs_view_cast_add - castfs_view_add_fn of the cast views: tensor @t
+ * cast to @v's dtype, or copied. */
+int castfs_view_cast_add(struct castfs_pb *pb, const struct castfs_view *v,
+			 const struct castfs_header *h,
+			 const struct castfs_tensor *t, struct castfs_diag *d);
+
+/*
+ * castfs_view_plan_deq - the plan of view @v over a checkpoint with FP8
+ * block weights (@q from castfs_qsrc_scan() of @h): each such weight
+ * dequantized and cast (cast views), or quantised from its BF16
+ * dequantized values (bitsandbytes views; BF16 where the view keeps the
+ * weight), its scale left out, every other tensor as the view makes it.
+ * Errors of the builder.
+ */
+int castfs_view_plan_deq(const struct castfs_view *v,
+			 const struct castfs_header *h,
+			 const struct castfs_qsrc *q, struct castfs_plan **out,
+			 struct castfs_diag *d);
+
+/* castfs_view_bnb_add - castfs_view_add_fn of the bitsandbytes views:
+ * tensor @t quantised when @v converts it, else copied. */
+int castfs_view_bnb_add(struct castfs_pb *pb, const struct castfs_view *v,
+			const struct castfs_header *h,
+			const struct castfs_tensor *t, struct castfs_diag *d);
+
+/*
+ * castfs_view_bnb_quantise - tensor @t quantised by bitsandbytes view @v;
+ * with @deq (an FP8 block weight's castfs_qtensor), from its values
+ * dequantized and rounded to BF16 instead of its stored elements.
+ * Errors of the builder.
+ */
+int castfs_view_bnb_quantise(struct castfs_pb *pb, const struct castfs_view *v,
+			     const struct castfs_header *h,
+			     const struct castfs_tensor *t,
+			     const struct castfs_qtensor *deq,
+			     struct castfs_diag *d);
 
 int castfs_view_plan_cast(const struct castfs_view *v,
 			  const struct castfs_header *h,

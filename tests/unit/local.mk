@@ -14,7 +14,8 @@ UNIT_TESTS = tests/unit/test_dtype tests/unit/test_st_header \
 	tests/unit/test_kernels tests/unit/test_quant \
 	tests/unit/test_quant_kernels tests/unit/test_plan \
 	tests/unit/test_recipe tests/unit/test_tensor_tree \
-	tests/unit/test_modeldir tests/unit/test_ns tests/unit/test_zst
+	tests/unit/test_modeldir tests/unit/test_ns tests/unit/test_zst \
+	tests/unit/test_qsrc
 check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS)
 
@@ -61,6 +62,10 @@ tests_unit_test_plan_LDADD = $(UNIT_LDADD)
 tests_unit_test_recipe_SOURCES = tests/unit/test_recipe.c $(UNIT_MAIN)
 tests_unit_test_recipe_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_recipe_LDADD = $(UNIT_LDADD)
+tests_unit_test_qsrc_SOURCES = tests/unit/test_qsrc.c \
+	$(ST_TESTUTIL_SOURCES) $(UNIT_MAIN)
+tests_unit_test_qsrc_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_qsrc_LDADD = $(UNIT_LDADD)
 tests_unit_test_tensor_tree_SOURCES = tests/unit/test_tensor_tree.c \
 	$(TESTUTIL_SOURCES) $(UNIT_MAIN)
 tests_unit_test_tensor_tree_CFLAGS = $(UNIT_CFLAGS)

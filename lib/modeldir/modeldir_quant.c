@@ -1,0 +1,172 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config.json of a quantized model: whether its quantization_config is a
+ * layout castfs dequantizes (FP8 block, quant_method "fp8"), and the text
+ * without it for the dequantized views.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "modeldir/modeldir.h"
+#include "modeldir/modeldir_internal.h"
+
+/* weight_block_size: absent or null (per-tensor), or [128, 128]. */
+static bool block_ok(const cJSON *qc)
+{
+	const cJSON *b =
+		cJSON_GetObjectItemCaseSensitive(qc, "weight_block_size");
+	const cJSON *e;
+	int n = 0;
+
+	if (!b || cJSON_IsNull(b))
+		return true;
+	if (!cJSON_IsArray(b) || cJSON_GetArraySize(b) != 2)
+		return false;
+	cJSON_ArrayForEach(e, b) {
+		if (!cJSON_IsNumber(e) || e->valuedouble != CASTFS_MD_FP8_BLOCK)
+			return false;
+		n++;
+	}
+	return n == 2;
+}
+
+/* A string member that is absent, or one of @ok (NULL-terminated). */
+static bool str_in(const cJSON *qc, const char *key, const char *const *ok)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(qc, key);
+
+	if (!v || cJSON_IsNull(v))
+		return true;
+	if (!cJSON_IsString(v))
+		return false;
+	for (; *ok; ok++) {
+		if (strcmp(v->valuestring, *ok) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* Whether @qc is the FP8 block layout of DeepSeek-V3 / transformers. */
+static bool fp8_block(const cJSON *qc)
+{
+	static const char *const fp8[] = { "fp8", NULL };
+	static const char *const fmt[] = { "e4m3", NULL };
+	static const char *const sfmt[] = { "float", "ue8m0", NULL };
+	const cJSON *m = cJSON_GetObjectItemCaseSensitive(qc, "quant_method");
+
+	return m && cJSON_IsString(m) && str_in(qc, "quant_method", fp8) &&
+	       str_in(qc, "fmt", fmt) && str_in(qc, "scale_fmt", sfmt) &&
+	       block_ok(qc);
+}
+
+static const cJSON *find_qc(const cJSON *root)
+{
+	const cJSON *qc, *tc;
+
+	qc = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
+	if (qc)
+		return qc;
+	tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+	return cJSON_GetObjectItemCaseSensitive(tc, "quantization_config");
+}
+
+int castfs_md_quant_read(const char *json, size_t len,
+			 struct castfs_md_quant *out, struct castfs_diag *d)
+{
+	const cJSON *qc, *m;
+	cJSON *root;
+	int rc = castfs_md_parse(json, len, &root, d, "config.json");
+
+	if (rc)
+		return rc;
+	*out = (struct castfs_md_quant){ 0 };
+	qc = find_qc(root);
+	if (qc) {
+		out->quantized = true;
+		out->fp8_block = cJSON_IsObject(qc) && fp8_block(qc);
+		m = cJSON_GetObjectItemCaseSensitive(qc, "quant_method");
+		snprintf(out->method, sizeof(out->method), "%s",
+			 cJSON_IsString(m) ? m->valuestring : "?");
+	}
+	cJSON_Delete(root);
+	return 0;
+}
+
+/* Remove member @key of the object at @at in @b's text, if present. */
+static int drop_member(struct castfs_strbuf *b, size_t at, const char *key)
+{
+	struct castfs_strbuf next = { 0 };
+	struct castfs_md_object o;
+	size_t from = 0, to = 0, i;
+	int rc = castfs_md_scan_object(b->p, b->len, at, &o);
+
+	if (rc)
+		return rc;
+	for (i = 0; i < o.n && !castfs_md_key_is(b->p, &o.m[i], key); i++)
+		;
+	if (i < o.n) {
+		/* The member and the comma that separates it; the first
+		 * member's lead stays, for the member that moves up. */
+		if (i == 0 && o.n > 1) {
+			from = o.m[0].key;
+			to = o.m[1].key;
+		} else if (i + 1 < o.n) {
+			from = o.m[i].lead;
+			to = o.m[i + 1].lead;
+		} else {
+			from = i ? o.m[i - 1].val + o.m[i - 1].val_len :
+				   o.m[i].lead;
+			to = o.m[i].val + o.m[i].val_len;
+		}
+		castfs_sb_put(&next, b->p, from);
+		castfs_sb_put(&next, b->p + to, b->len - to);
+		castfs_sb_fini(b);
+		*b = next;
+		rc = b->oom ? -ENOMEM : 0;
+	}
+	castfs_md_object_fini(&o);
+	return rc;
+}
+
+/* The offset of the object value of top-level member @key, or 0. */
+static size_t member_object(const struct castfs_strbuf *b, const char *key)
+{
+	struct castfs_md_object o;
+	size_t at = 0;
+
+	if (castfs_md_top_object(b->p, b->len, &o))
+		return 0;
+	for (size_t i = 0; i < o.n; i++) {
+		if (castfs_md_key_is(b->p, &o.m[i], key) &&
+		    b->p[o.m[i].val] == '{')
+			at = o.m[i].val;
+	}
+	castfs_md_object_fini(&o);
+	return at;
+}
+
+int castfs_md_config_unquant(const char *json, size_t len, char **out,
+			     size_t *out_len, struct castfs_diag *d)
+{
+	struct castfs_strbuf b = { 0 };
+	size_t tc;
+	int rc = castfs_md_parse(json, len, NULL, d, "config.json");
+
+	if (rc)
+		return rc;
+	castfs_sb_put(&b, json, len);
+	rc = b.oom ? -ENOMEM : 0;
+	tc = rc ? 0 : member_object(&b, "text_config");
+	if (!rc && tc)
+		rc = drop_member(&b, tc, "quantization_config");
+	if (!rc)
+		rc = drop_member(&b, castfs_md_skip_ws(b.p, b.len, 0),
+				 "quantization_config");
+	if (rc) {
+		castfs_sb_fini(&b);
+		return rc;
+	}
+	return castfs_sb_take(&b, out, out_len);
+}

@@ -1,0 +1,321 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Quantized sources: pair FP8 block weights with their scales, and refuse
+ * every other quantized layout by name so that no view ever casts a packed
+ * weight without its scale (docs/FORMATS.md, "Quantized sources").
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "view/qsrc.h"
+
+/* The largest scale row the FP8 generator reads at once (bytes). */
+#define QSRC_SCALE_ROW_MAX (16u << 10)
+
+static bool ends_with(const struct castfs_tensor *t, const char *suf)
+{
+	size_t n = strlen(suf);
+
+	return t->name_len >= n &&
+	       memcmp(t->name + t->name_len - n, suf, n) == 0;
+}
+
+/* The last dotted component of @t's name. */
+static const char *last_comp(const struct castfs_tensor *t, size_t *len)
+{
+	const char *p = t->name + t->name_len;
+
+	while (p > t->name && p[-1] != '.')
+		p--;
+	*len = (size_t)(t->name + t->name_len - p);
+	return p;
+}
+
+static bool comp_is(const struct castfs_tensor *t, const char *word)
+{
+	size_t len;
+	const char *c = last_comp(t, &len);
+
+	return len == strlen(word) && memcmp(c, word, len) == 0;
+}
+
+/* The tensor named @t's name less @strip bytes, plus @add; NULL if none. */
+static const struct castfs_tensor *sibling(const struct castfs_header *h,
+					   const struct castfs_tensor *t,
+					   size_t strip, const char *add,
+					   int *err)
+{
+	size_t base = t->name_len - strip, alen = strlen(add);
+	const struct castfs_tensor *s;
+	char *buf = malloc(base + alen + 1);
+
+	if (!buf) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	memcpy(buf, t->name, base);
+	memcpy(buf + base, add, alen);
+	s = castfs_header_find(h, buf, base + alen);
+	free(buf);
+	return s;
+}
+
+/* The tensor of module @t (its name up to the last dot) called @leaf. */
+static const struct castfs_tensor *module_tensor(const struct castfs_header *h,
+						 const struct castfs_tensor *t,
+						 const char *leaf, int *err)
+{
+	size_t len;
+
+	last_comp(t, &len);
+	if (len == t->name_len)
+		return NULL; /* a top-level name has no module */
+	return sibling(h, t, len, leaf, err);
+}
+
+static uint64_t ceil_div(uint64_t a, uint64_t b)
+{
+	return a / b + (a % b != 0);
+}
+
+static bool is_fp8(enum castfs_dtype dt)
+{
+	return dt == CASTFS_DTYPE_F8_E4M3 || dt == CASTFS_DTYPE_F8_E5M2;
+}
+
+/* Whether @s is a per-tensor scale (transformers' weight_block_size null). */
+static bool per_tensor(const struct castfs_tensor *s)
+{
+	return s->ndim == 0 || (s->ndim == 1 && s->shape[0] == 1);
+}
+
+/*
+ * Whether scale @s fits weight @w in the FP8 block layout: one scale per
+ * 128x128 block, partial edge blocks included ([ceil(out/128),
+ * ceil(in/128)], with a leading expert dimension for fused experts), or a
+ * single per-tensor scale. Fills @qi's block size.
+ */
+static bool fp8_pair_ok(const struct castfs_tensor *w,
+			const struct castfs_tensor *s, struct castfs_qinfo *qi)
+{
+	uint64_t rows, cols;
+
+	if (w->dtype != CASTFS_DTYPE_F8_E4M3 || w->nelems == 0 ||
+	    (w->ndim != 2 && w->ndim != 3))
+		return false;
+	if (s->dtype != CASTFS_DTYPE_F32 && s->dtype != CASTFS_DTYPE_F8_E8M0)
+		return false;
+	rows = w->shape[w->ndim - 2];
+	cols = w->shape[w->ndim - 1];
+	if (w->ndim == 2 && per_tensor(s)) {
+		if (rows > UINT32_MAX || cols > UINT32_MAX)
+			return false;
+		qi->brows = (uint32_t)rows;
+		qi->bcols = (uint32_t)cols;
+		return true;
+	}
+	if (s->ndim != w->ndim || (w->ndim == 3 && s->shape[0] != w->shape[0]))
+		return false;
+	if (s->shape[s->ndim - 2] != ceil_div(rows, CASTFS_FP8_BLOCK) ||
+	    s->shape[s->ndim - 1] != ceil_div(cols, CASTFS_FP8_BLOCK))
+		return false;
+	if (s->shape[s->ndim - 1] * 4 > QSRC_SCALE_ROW_MAX)
+		return false;
+	qi->brows = qi->bcols = CASTFS_FP8_BLOCK;
+	return true;
+}
+
+static int reject(struct castfs_diag *d, const struct castfs_tensor *t,
+		  const char *why)
+{
+	return castfs_diag_set(d, -ENOTSUP,
+			       "tensor '%.*s': %s; castfs does not dequantize "
+			       "this layout: no views",
+			       (int)(t->name_len > 120 ? 120 : t->name_len),
+			       t->name, why);
+}
+
+/* @si is a weight_scale_inv-like tensor: pair it with its weight. */
+static int pair_fp8(const struct castfs_header *h, struct castfs_qsrc *q,
+		    size_t si, const struct castfs_tensor *w,
+		    struct castfs_diag *d)
+{
+	const struct castfs_tensor *s = &h->tensors[si];
+	size_t wi = (size_t)(w - h->tensors);
+	struct castfs_qinfo qi = { .role = CASTFS_QR_FP8_BLOCK };
+
+	if (!fp8_pair_ok(w, s, &qi))
+		return reject(d, s,
+			      "FP8 scale whose dtype or shape is not the "
+			      "128x128 block (or per-tensor) layout of "
+			      "its weight");
+	if (q->t[wi].role != CASTFS_QR_PLAIN)
+		return reject(d, w, "FP8 weight with two scales");
+	qi.scale = (uint32_t)si;
+	q->t[wi] = qi;
+	q->t[si].role = CASTFS_QR_SCALE;
+	q->nfp8++;
+	return 0;
+}
+
+/*
+ * FP8 block scales: "P_scale_inv" (DeepSeek-V3, transformers) for weight
+ * "P", and "M.scale" (DeepSeek-V4) for an F8 "M.weight". Returns 1 when
+ * @i is no such scale.
+ */
+static int try_fp8_scale(const struct castfs_header *h, struct castfs_qsrc *q,
+			 size_t i, struct castfs_diag *d)
+{
+	const struct castfs_tensor *t = &h->tensors[i], *w;
+	int err = 0;
+
+	if (ends_with(t, "_scale_inv")) {
+		w = sibling(h, t, strlen("_scale_inv"), "", &err);
+		if (err)
+			return err;
+		if (!w)
+			return reject(d, t,
+				      "FP8 scale without its weight in "
+				      "this file");
+		return pair_fp8(h, q, i, w, d);
+	}
+	if (!ends_with(t, ".scale"))
+		return 1;
+	w = sibling(h, t, strlen(".scale"), ".weight", &err);
+	if (err)
+		return err;
+	if (!w || !is_fp8(w->dtype))
+		return 1; /* a module's own "scale" parameter */
+	return pair_fp8(h, q, i, w, d);
+}
+
+/* Companion names of layouts castfs does not dequantize (yet). */
+static const struct {
+	const char *leaf;
+	const char *layout;
+} foreign[] = {
+	{ "absmax", "bitsandbytes 4-bit" },
+	{ "quant_map", "bitsandbytes 4-bit" },
+	{ "nested_absmax", "bitsandbytes 4-bit" },
+	{ "nested_quant_map", "bitsandbytes 4-bit" },
+	{ "comfy_quant", "ComfyUI mixed precision" },
+	{ "scaled_fp8", "ComfyUI scaled fp8" },
+	{ "weight_packed", "compressed-tensors packed" },
+	{ "weight_global_scale", "compressed-tensors FP4" },
+	{ "input_global_scale", "compressed-tensors FP4" },
+	{ "weight_zero_point", "compressed-tensors" },
+	{ "weight_g_idx", "compressed-tensors" },
+	{ "weight_scale_2", "ModelOpt/ComfyUI NVFP4" },
+	{ "qweight", "GPTQ/AWQ" },
+	{ "qzeros", "GPTQ/AWQ" },
+	{ "g_idx", "GPTQ" },
+};
+
+/* A weight that holds codes, not values: integers and fp8. */
+static bool coded(enum castfs_dtype dt)
+{
+	return !castfs_dtype_is_castable(dt) || is_fp8(dt);
+}
+
+/* Whether leaf @c (@len bytes) names a scale-like companion. */
+static bool scale_like(const char *c, size_t len)
+{
+	static const char *const words[] = { "SCB", "weight_format" };
+
+	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+		if (len == strlen(words[i]) && memcmp(c, words[i], len) == 0)
+			return true;
+	}
+	for (size_t k = 0; k + 5 <= len; k++) {
+		if (memcmp(c + k, "scale", 5) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* Reject @t if its name is that of a layout castfs does not know. */
+static int check_named(const struct castfs_header *h,
+		       const struct castfs_tensor *t, struct castfs_diag *d)
+{
+	int err = 0;
+
+	for (size_t i = 0; i < sizeof(foreign) / sizeof(foreign[0]); i++) {
+		if (comp_is(t, foreign[i].leaf))
+			return reject(d, t, foreign[i].layout);
+	}
+	if (memmem(t->name, t->name_len, ".quant_state.", 13))
+		return reject(d, t, "bitsandbytes 4-bit");
+	if (ends_with(t, "_blocks") && t->dtype == CASTFS_DTYPE_U8 &&
+	    sibling(h, t, strlen("_blocks"), "_scales", &err))
+		return reject(d, t, "MXFP4 (gpt-oss)");
+	return err;
+}
+
+/* Reject @t if it is a scale-like companion of a coded weight. */
+static int check_foreign(const struct castfs_header *h,
+			 const struct castfs_tensor *t, struct castfs_diag *d)
+{
+	const struct castfs_tensor *w;
+	const char *c;
+	size_t len;
+	int err = 0;
+
+	c = last_comp(t, &len);
+	if (scale_like(c, len)) {
+		w = module_tensor(h, t, "weight", &err);
+		if (w && coded(w->dtype))
+			return reject(d, t,
+				      "scale of a packed or 8-bit weight");
+	}
+	return err;
+}
+
+/* STRICT: an F8 tensor left unpaired has its scale in another file. */
+static int check_strict(const struct castfs_header *h,
+			const struct castfs_qsrc *q, struct castfs_diag *d)
+{
+	for (size_t i = 0; i < h->ntensors; i++) {
+		if (q->t[i].role == CASTFS_QR_PLAIN &&
+		    is_fp8(h->tensors[i].dtype))
+			return reject(d, &h->tensors[i],
+				      "FP8 weight of a quantized model "
+				      "without its scale in this file");
+	}
+	return 0;
+}
+
+int castfs_qsrc_scan(const struct castfs_header *h, unsigned flags,
+		     struct castfs_qsrc *out, struct castfs_diag *d)
+{
+	struct castfs_qsrc q = { .n = h->ntensors };
+	int rc = 0;
+
+	q.t = calloc(q.n ? q.n : 1, sizeof(*q.t));
+	if (!q.t)
+		return -ENOMEM;
+	/* Names that only one layout uses first: the most precise reason. */
+	for (size_t i = 0; !rc && i < q.n; i++)
+		rc = check_named(h, &h->tensors[i], d);
+	for (size_t i = 0; !rc && i < q.n; i++) {
+		rc = try_fp8_scale(h, &q, i, d);
+		if (rc == 1)
+			rc = check_foreign(h, &h->tensors[i], d);
+	}
+	if (!rc && (flags & CASTFS_QSRC_STRICT))
+		rc = check_strict(h, &q, d);
+	if (rc) {
+		castfs_qsrc_fini(&q);
+		return rc;
+	}
+	*out = q;
+	return 0;
+}
+
+void castfs_qsrc_fini(struct castfs_qsrc *q)
+{
+	free(q->t);
+	q->t = NULL;
+	q->n = 0;
+	q->nfp8 = 0;
+}

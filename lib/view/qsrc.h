@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Quantized sources: which tensors of a checkpoint form a quantized layout
+ * (a weight and its scale companions), whether castfs dequantizes that
+ * layout exactly, and if not, why the checkpoint gets no views at all.
+ */
+#ifndef CASTFS_QSRC_H
+#define CASTFS_QSRC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "format/st_header.h"
+
+/* What a tensor is in a quantized layout. */
+enum castfs_qrole {
+	CASTFS_QR_PLAIN, /* an ordinary tensor: views treat it as always */
+	CASTFS_QR_FP8_BLOCK, /* F8_E4M3 weight dequantized with its scale */
+	CASTFS_QR_SCALE, /* the scale of an FP8_BLOCK weight: not emitted */
+};
+
+/* The block edge of the FP8 block layout (DeepSeek-V3, Qwen3-FP8). */
+#define CASTFS_FP8_BLOCK 128u
+
+/* One tensor of the scanned header (same index as h->tensors). */
+struct castfs_qinfo {
+	uint8_t role; /* enum castfs_qrole */
+	uint32_t scale; /* FP8_BLOCK: index of its scale in h->tensors */
+	uint32_t brows, bcols; /* FP8_BLOCK: elements per scale (block) */
+};
+
+struct castfs_qsrc {
+	size_t n; /* h->ntensors */
+	struct castfs_qinfo *t;
+	size_t nfp8; /* FP8_BLOCK weights */
+};
+
+/*
+ * Scan flags. STRICT: the model directory's config.json declares the
+ * FP8 block layout, so an F8 tensor without a scale beside it is a weight
+ * whose scale lives elsewhere, not a plain fp8 tensor.
+ */
+#define CASTFS_QSRC_STRICT 1u
+
+/*
+ * castfs_qsrc_scan - classify every tensor of @h (docs/FORMATS.md,
+ * "Quantized sources"). On success @out holds one castfs_qinfo per tensor
+ * (castfs_qsrc_fini() releases it). Returns 0; -ENOTSUP when @h holds
+ * tensors of a quantized layout castfs does not dequantize exactly (@d
+ * names the tensor and the layout: the checkpoint must get no views);
+ * -ENOMEM. Pure function of @h and @flags; thread-safe.
+ */
+int castfs_qsrc_scan(const struct castfs_header *h, unsigned flags,
+		     struct castfs_qsrc *out, struct castfs_diag *d);
+
+/* castfs_qsrc_fini - release what castfs_qsrc_scan() made; safe on a
+ * zeroed struct. */
+void castfs_qsrc_fini(struct castfs_qsrc *q);
+
+#endif

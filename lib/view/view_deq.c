@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Views of a quantized source: every FP8 block weight becomes its
+ * dequantized values in a cast view's dtype (CASTFS_OP_DEQ_FP8), or the
+ * bitsandbytes quantisation of its BF16 dequantized values; its scale is
+ * left out, and every other tensor is what the view makes of it.
+ */
+#include <errno.h>
+
+#include "kernels/convert.h"
+#include "view/view_internal.h"
+
+/* The quantised-tensor record of FP8 block weight @w with scale @s. */
+static void fp8_qtensor(const struct castfs_header *h,
+			const struct castfs_tensor *w,
+			const struct castfs_tensor *s,
+			const struct castfs_qinfo *qi,
+			struct castfs_qtensor *qt)
+{
+	*qt = (struct castfs_qtensor){
+		.src_off = h->data_start + w->begin,
+		.nelems = w->nelems,
+		.rows = w->shape[w->ndim - 2],
+		.cols = w->shape[w->ndim - 1],
+		.src_dtype = (uint8_t)w->dtype,
+		.scale_off = h->data_start + s->begin,
+		.srows = s->ndim >= 2 ? s->shape[s->ndim - 2] : 1,
+		.scols = s->ndim >= 2 ? s->shape[s->ndim - 1] : 1,
+		.brows = qi->brows,
+		.bcols = qi->bcols,
+		.scale_dtype = (uint8_t)s->dtype,
+	};
+}
+
+/* Weight @w dequantized to @dtype (CASTFS_CVT_* @flags). */
+static int add_deq(struct castfs_pb *pb, const struct castfs_view *v,
+		   const struct castfs_header *h, const struct castfs_tensor *w,
+		   const struct castfs_qinfo *qi, enum castfs_dtype dtype,
+		   unsigned flags, struct castfs_diag *d)
+{
+	struct castfs_qtensor qt;
+	struct castfs_producer p;
+	uint32_t idx;
+	int rc;
+
+	if (dtype != CASTFS_DTYPE_F8_E4M3 && dtype != CASTFS_DTYPE_F8_E5M2)
+		flags &= ~(unsigned)CASTFS_CVT_SATURATE;
+	if (!castfs_convert_get(CASTFS_DTYPE_F32, dtype, flags))
+		return castfs_diag_set(d, -ENOTSUP,
+				       "view '%s': no F32 -> %s kernel",
+				       v->name, castfs_dtype_name(dtype));
+	fp8_qtensor(h, w, &h->tensors[qi->scale], qi, &qt);
+	rc = castfs_pb_add_qtensor(pb, &qt, &idx);
+	if (rc)
+		return rc;
+	p = (struct castfs_producer){
+		.op = CASTFS_OP_DEQ_FP8,
+		.dst_dtype = (uint8_t)dtype,
+		.flags = (uint8_t)flags,
+		.unit = castfs_dtype_bits(dtype) / 8,
+		.src_off = qt.src_off,
+		.qt = idx,
+	};
+	return castfs_pb_add_tensor(pb, w->name, w->name_len, dtype, w->ndim,
+				    w->shape, &p);
+}
+
+/*
+ * An FP8 block weight in view @v: dequantized to the cast views' dtype;
+ * in bitsandbytes views quantised from its BF16 values, or kept as those
+ * (a weight the view does not quantise, such as fused 3-D experts).
+ */
+static int add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
+		   const struct castfs_header *h, const struct castfs_tensor *w,
+		   const struct castfs_qinfo *qi, struct castfs_diag *d)
+{
+	struct castfs_qtensor qt;
+
+	if (v->kind == CASTFS_VIEW_CAST)
+		return add_deq(pb, v, h, w, qi, v->dtype, v->cvt_flags, d);
+	if (!castfs_view_converts(v, w))
+		return add_deq(pb, v, h, w, qi, CASTFS_DTYPE_BF16, 0, d);
+	fp8_qtensor(h, w, &h->tensors[qi->scale], qi, &qt);
+	return castfs_view_bnb_quantise(pb, v, h, w, &qt, d);
+}
+
+/*
+ * A tensor that is not part of a quantized layout: kept as stored in the
+ * cast views, as DeepSeek's fp8_cast_bf16.py keeps it, so that a loader
+ * gets what it gets from the source (DeepSeek-V3's F32
+ * e_score_correction_bias, which transformers keeps in fp32, stays exact);
+ * what a bitsandbytes view makes of it otherwise.
+ */
+static int add_plain(struct castfs_pb *pb, const struct castfs_view *v,
+		     const struct castfs_header *h,
+		     const struct castfs_tensor *t, struct castfs_diag *d)
+{
+	const struct castfs_producer copy = {
+		.op = CASTFS_OP_COPY,
+		.src_off = h->data_start + t->begin,
+	};
+
+	if (v->kind == CASTFS_VIEW_CAST)
+		return castfs_pb_add_tensor(pb, t->name, t->name_len, t->dtype,
+					    t->ndim, t->shape, &copy);
+	return castfs_view_bnb_add(pb, v, h, t, d);
+}
+
+int castfs_view_plan_deq(const struct castfs_view *v,
+			 const struct castfs_header *h,
+			 const struct castfs_qsrc *q, struct castfs_plan **out,
+			 struct castfs_diag *d)
+{
+	struct castfs_pb *pb;
+	int rc = castfs_pb_new(&pb);
+
+	if (rc)
+		return rc;
+	rc = castfs_view_copy_metadata(pb, h);
+	for (size_t i = 0; !rc && i < h->ntensors; i++) {
+		const struct castfs_tensor *t = &h->tensors[i];
+
+		switch ((enum castfs_qrole)q->t[i].role) {
+		case CASTFS_QR_PLAIN:
+			rc = add_plain(pb, v, h, t, d);
+			break;
+		case CASTFS_QR_FP8_BLOCK:
+			rc = add_fp8(pb, v, h, t, &q->t[i], d);
+			break;
+		case CASTFS_QR_SCALE:
+			break; /* folded into its weight */
+		}
+	}
+	if (rc) {
+		castfs_pb_free(pb);
+		return rc;
+	}
+	return castfs_pb_finish_safetensors(pb, out, d);
+}

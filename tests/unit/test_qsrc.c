@@ -1,0 +1,447 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Quantized sources: the classification of checkpoints (view/qsrc.c), the
+ * range logic of the FP8 block dequantizer against a slow element-by-element
+ * materialisation, and the config.json of a quantized model
+ * (modeldir_quant.c). Values against the real loaders are checked in
+ * tests/compat/test_quant_src.py.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "modeldir/modeldir.h"
+#include "st_testutil.h"
+#include "unit.h"
+#include "view/qsrc.h"
+
+static struct castfs_header *build(struct tu_st *b)
+{
+	struct castfs_header *h = stt_build_ok(b);
+
+	tu_st_free(b);
+	return h;
+}
+
+static const struct castfs_qinfo *qinfo(const struct castfs_header *h,
+					const struct castfs_qsrc *q,
+					const char *name)
+{
+	return &q->t[stt_find(h, name) - h->tensors];
+}
+
+START_TEST(test_qsrc__fp8_pairs)
+{
+	struct tu_st *b = tu_st_new();
+	struct castfs_diag d = { { 0 } };
+	struct castfs_qsrc q;
+	struct castfs_header *h;
+
+	tu_st_add(b, "a.weight", "F8_E4M3", SHAPE(576, 200), NULL);
+	tu_st_add(b, "a.weight_scale_inv", "F32", SHAPE(5, 2), NULL);
+	tu_st_add(b, "e.gate_up_proj", "F8_E4M3", SHAPE(3, 200, 129), NULL);
+	tu_st_add(b, "e.gate_up_proj_scale_inv", "F8_E8M0", SHAPE(3, 2, 2),
+		  NULL);
+	tu_st_add(b, "t.weight", "F8_E4M3", SHAPE(10, 7), NULL);
+	tu_st_add(b, "t.weight_scale_inv", "F32", 0, NULL, NULL);
+	tu_st_add(b, "v4.weight", "F8_E4M3", SHAPE(130, 129), NULL);
+	tu_st_add(b, "v4.scale", "F8_E8M0", SHAPE(2, 2), NULL);
+	tu_st_add(b, "ln.weight", "F32", SHAPE(4), NULL);
+	tu_st_add(b, "ln.scale", "F32", SHAPE(4), NULL);
+	tu_st_add(b, "position_ids", "I64", SHAPE(1, 8), NULL);
+	tu_st_add(b, "mask", "BOOL", SHAPE(8), NULL);
+	tu_st_add(b, "plain.weight", "F8_E4M3", SHAPE(4, 4), NULL);
+	h = build(b);
+	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
+	ck_assert_uint_eq(q.nfp8, 4);
+	ck_assert_uint_eq(qinfo(h, &q, "a.weight")->role, CASTFS_QR_FP8_BLOCK);
+	ck_assert_uint_eq(qinfo(h, &q, "a.weight")->brows, 128);
+	ck_assert_uint_eq(qinfo(h, &q, "a.weight_scale_inv")->role,
+			  CASTFS_QR_SCALE);
+	ck_assert_uint_eq(qinfo(h, &q, "e.gate_up_proj")->role,
+			  CASTFS_QR_FP8_BLOCK);
+	ck_assert_uint_eq(qinfo(h, &q, "t.weight")->brows, 10);
+	ck_assert_uint_eq(qinfo(h, &q, "t.weight")->bcols, 7);
+	ck_assert_uint_eq(qinfo(h, &q, "v4.scale")->role, CASTFS_QR_SCALE);
+	/* A module's own scale, integers and a lone fp8 tensor are plain. */
+	ck_assert_uint_eq(qinfo(h, &q, "ln.scale")->role, CASTFS_QR_PLAIN);
+	ck_assert_uint_eq(qinfo(h, &q, "position_ids")->role, CASTFS_QR_PLAIN);
+	ck_assert_uint_eq(qinfo(h, &q, "plain.weight")->role, CASTFS_QR_PLAIN);
+	castfs_qsrc_fini(&q);
+	/* In an FP8 model directory, a lone F8 tensor lost its scale. */
+	ck_assert_int_eq(castfs_qsrc_scan(h, CASTFS_QSRC_STRICT, &q, &d),
+			 -ENOTSUP);
+	ck_assert_ptr_nonnull(strstr(d.msg, "'plain.weight'"));
+	castfs_header_free(h);
+}
+END_TEST
+
+/* Files castfs must refuse: tensors (name, dtype, shape) and the reason. */
+static const struct {
+	const char *name[3], *dtype[3];
+	uint64_t shape[3][2];
+	uint32_t ndim[3];
+	const char *phrase;
+} refused[] = {
+	{ { "l.weight", "l.weight_scale_inv" },
+	  { "F8_E4M3", "F32" },
+	  { { 256, 256 }, { 4, 4 } },
+	  { 2, 2 },
+	  "128x128" },
+	{ { "l.weight", "l.weight_scale_inv" },
+	  { "F8_E4M3", "BF16" },
+	  { { 256, 256 }, { 2, 2 } },
+	  { 2, 2 },
+	  "128x128" },
+	{ { "l.weight", "l.weight_scale_inv" },
+	  { "F8_E5M2", "F32" },
+	  { { 256, 256 }, { 2, 2 } },
+	  { 2, 2 },
+	  "128x128" },
+	{ { "l.weight_scale_inv" }, { "F32" }, { { 2, 2 } }, { 2 }, "without" },
+	{ { "l.weight", "l.weight.absmax" },
+	  { "U8", "F32" },
+	  { { 32, 1 }, { 1, 0 } },
+	  { 2, 1 },
+	  "bitsandbytes 4-bit" },
+	{ { "l.weight", "l.weight.quant_state.bitsandbytes__nf4" },
+	  { "U8", "U8" },
+	  { { 32, 1 }, { 10, 0 } },
+	  { 2, 1 },
+	  "bitsandbytes 4-bit" },
+	{ { "l.weight", "l.SCB" },
+	  { "I8", "F32" },
+	  { { 4, 4 }, { 4, 0 } },
+	  { 2, 1 },
+	  "8-bit weight" },
+	{ { "x.down_proj_blocks", "x.down_proj_scales" },
+	  { "U8", "U8" },
+	  { { 4, 16 }, { 4, 1 } },
+	  { 2, 2 },
+	  "MXFP4" },
+	{ { "l.weight_packed", "l.weight_scale" },
+	  { "U8", "F8_E4M3" },
+	  { { 4, 8 }, { 4, 1 } },
+	  { 2, 2 },
+	  "compressed-tensors" },
+	{ { "l.weight", "l.weight_scale" },
+	  { "F8_E4M3", "BF16" },
+	  { { 4, 4 }, { 4, 1 } },
+	  { 2, 2 },
+	  "8-bit weight" },
+	{ { "scaled_fp8", "l.weight", "l.scale_weight" },
+	  { "F8_E4M3", "F8_E4M3", "F32" },
+	  { { 0, 0 }, { 4, 4 }, { 1, 0 } },
+	  { 1, 2, 1 },
+	  "ComfyUI" },
+	{ { "l.qweight", "l.scales" },
+	  { "I32", "F16" },
+	  { { 4, 4 }, { 1, 32 } },
+	  { 2, 2 },
+	  "GPTQ" },
+};
+
+START_TEST(test_qsrc__refused)
+{
+	struct tu_st *b = tu_st_new();
+	struct castfs_diag d = { { 0 } };
+	struct castfs_qsrc q = { 0 };
+	struct castfs_header *h;
+
+	tu_st_add(b, "model.norm.weight", "BF16", SHAPE(4), NULL);
+	for (size_t i = 0; i < 3 && refused[_i].name[i]; i++)
+		tu_st_add(b, refused[_i].name[i], refused[_i].dtype[i],
+			  refused[_i].ndim[i], refused[_i].shape[i], NULL);
+	h = build(b);
+	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), -ENOTSUP);
+	ck_assert_ptr_null(q.t); /* nothing handed out */
+	ck_assert_msg(strstr(d.msg, refused[_i].phrase), "%s", d.msg);
+	ck_assert_msg(strstr(d.msg, "no views"), "%s", d.msg);
+	castfs_header_free(h);
+}
+END_TEST
+
+/* ---- the FP8 dequantizer against a slow materialisation ---- */
+
+/* E4M3FN as the OCP spec defines it (bias 7, no Inf, S.1111.111 NaN). */
+static float slow_e4m3(uint8_t b)
+{
+	int e = (b >> 3) & 15, m = b & 7;
+	float v = e ? (float)(8 + m) / 8.0f : (float)m / 8.0f;
+
+	for (int k = e ? e : 1; k < 7; k++)
+		v /= 2.0f;
+	for (int k = 7; k < e; k++)
+		v *= 2.0f;
+	return b & 0x80 ? -v : v;
+}
+
+/* Round to nearest even, as an integer computation on the fp32 bits. */
+static uint16_t slow_bf16(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, 4);
+	return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static void fill_codes(uint8_t *dst, size_t n, void *ctx)
+{
+	uint64_t *st = ctx;
+
+	for (size_t i = 0; i < n; i++) {
+		dst[i] = (uint8_t)tu_rand(st);
+		if ((dst[i] & 0x7F) == 0x7F)
+			dst[i] = 0x3C; /* no NaN codes: finite reference */
+	}
+}
+
+static void fill_scales(uint8_t *dst, size_t n, void *ctx)
+{
+	uint64_t *st = ctx;
+
+	for (size_t i = 0; i + 4 <= n; i += 4) {
+		float s = (float)(tu_rand(st) % 1000 + 1) / 7919.0f;
+
+		memcpy(dst + i, &s, 4);
+	}
+}
+
+static void fill_e8m0(uint8_t *dst, size_t n, void *ctx)
+{
+	uint64_t *st = ctx;
+
+	for (size_t i = 0; i < n; i++)
+		dst[i] = (uint8_t)(110 + tu_rand(st) % 30);
+}
+
+static float slow_scale(const uint8_t *s, bool e8m0, size_t i)
+{
+	float v = 1.0f;
+
+	if (!e8m0) {
+		memcpy(&v, s + 4 * i, 4);
+		return v;
+	}
+	for (int k = s[i]; k < 127; k++)
+		v /= 2.0f;
+	for (int k = 127; k < s[i]; k++)
+		v *= 2.0f;
+	return v;
+}
+
+/* Element (m, r, c) of weight @w (E x R x C) with grid @sr x @sc. */
+static uint16_t slow_elem(const uint8_t *w, const uint8_t *s, bool e8m0,
+			  uint64_t R, uint64_t C, uint64_t sr, uint64_t sc,
+			  uint64_t m, uint64_t r, uint64_t c)
+{
+	float f = slow_e4m3(w[(m * R + r) * C + c]);
+	float k = slow_scale(s, e8m0, (m * sr + r / 128) * sc + c / 128);
+
+	return slow_bf16(f * k);
+}
+
+static void check_weight(struct tu_fixture *fx, const uint8_t *out,
+			 const struct castfs_header *vh, const char *wname,
+			 const char *sname, bool e8m0)
+{
+	const struct castfs_tensor *w = stt_find(fx->h, wname);
+	const struct castfs_tensor *s = stt_find(fx->h, sname);
+	const struct castfs_tensor *o = stt_find(vh, wname);
+	const uint8_t *wd = fx->file + fx->h->data_start + w->begin;
+	const uint8_t *sd = fx->file + fx->h->data_start + s->begin;
+	uint64_t R = w->shape[w->ndim - 2], C = w->shape[w->ndim - 1];
+	uint64_t E = w->nelems / (R * C), sr = s->shape[s->ndim - 2];
+	uint64_t sc = s->shape[s->ndim - 1];
+	const uint8_t *od = out + vh->data_start + o->begin;
+
+	ck_assert_int_eq(o->dtype, CASTFS_DTYPE_BF16);
+	for (uint64_t m = 0; m < E; m++)
+		for (uint64_t r = 0; r < R; r++)
+			for (uint64_t c = 0; c < C; c++) {
+				uint64_t i = (m * R + r) * C + c;
+				uint16_t want = slow_elem(wd, sd, e8m0, R, C,
+							  sr, sc, m, r, c);
+
+				ck_assert_uint_eq(
+					od[2 * i] | (od[2 * i + 1] << 8), want);
+			}
+}
+
+START_TEST(test_deq__ranges_match_slow)
+{
+	struct tu_st *b = tu_st_new();
+	struct tu_fixture fx;
+	const struct castfs_view *v;
+	struct castfs_plan *p;
+	struct castfs_header *vh;
+	uint64_t st = 11;
+	uint8_t *file, *all, *part;
+	size_t len;
+
+	tu_st_add_fill(b, "a.weight", "F8_E4M3", SHAPE(300, 260), fill_codes,
+		       &st);
+	tu_st_add_fill(b, "a.weight_scale_inv", "F32", SHAPE(3, 3), fill_scales,
+		       &st);
+	tu_st_add_fill(b, "e.up", "F8_E4M3", SHAPE(2, 130, 1000), fill_codes,
+		       &st);
+	tu_st_add_fill(b, "e.up_scale_inv", "F8_E8M0", SHAPE(2, 2, 8),
+		       fill_e8m0, &st);
+	tu_st_add(b, "n.weight", "BF16", SHAPE(7), NULL);
+	file = tu_st_build(b, &len);
+	tu_st_free(b);
+	tu_fixture_init(&fx, file, len);
+	v = castfs_views_find(&fx.views, "bf16", 4);
+	ck_assert_int_eq(castfs_view_plan(v, fx.h, &p, NULL), 0);
+	all = malloc(p->size);
+	part = malloc(p->size);
+	ck_assert_int_eq(castfs_plan_read(p, &fx.mr.r, &fx.s, all, p->size, 0),
+			 (ssize_t)p->size);
+	vh = stt_parse_ok(all, p->size);
+	ck_assert_uint_eq(vh->ntensors, 3); /* the scales are left out */
+	check_weight(&fx, all, vh, "a.weight", "a.weight_scale_inv", false);
+	check_weight(&fx, all, vh, "e.up", "e.up_scale_inv", true);
+	/* Any range, odd offsets included, is a slice of the whole. */
+	for (int i = 0; i < 300; i++) {
+		uint64_t off = tu_rand(&st) % p->size;
+		size_t n = (size_t)(tu_rand(&st) % (p->size - off) + 1);
+
+		ck_assert_int_eq(castfs_plan_read(p, &fx.mr.r, &fx.s, part, n,
+						  off),
+				 (ssize_t)n);
+		ck_assert_mem_eq(part, all + off, n);
+	}
+	castfs_header_free(vh);
+	free(part);
+	free(all);
+	castfs_plan_free(p);
+	tu_fixture_fini(&fx);
+}
+END_TEST
+
+/* bitsandbytes views of an FP8 source: computed, scales gone, and any
+ * range a slice of the whole (values: tests/compat/test_quant_src.py). */
+START_TEST(test_deq__bnb_views_ranges)
+{
+	static const char *const views[] = { "nf4", "nf4_nodq", "int8" };
+	struct tu_st *b = tu_st_new();
+	struct tu_fixture fx;
+	struct castfs_plan *p;
+	struct castfs_header *vh;
+	uint64_t st = 5;
+	uint8_t *file, *all, *part;
+	size_t len;
+
+	tu_st_add_fill(b, "a.weight", "F8_E4M3", SHAPE(300, 260), fill_codes,
+		       &st);
+	tu_st_add_fill(b, "a.weight_scale_inv", "F32", SHAPE(3, 3), fill_scales,
+		       &st);
+	file = tu_st_build(b, &len);
+	tu_st_free(b);
+	tu_fixture_init(&fx, file, len);
+	ck_assert_int_eq(castfs_view_plan(castfs_views_find(&fx.views,
+							    views[_i],
+							    strlen(views[_i])),
+					  fx.h, &p, NULL),
+			 0);
+	all = malloc(p->size);
+	part = malloc(p->size);
+	ck_assert_int_eq(castfs_plan_read(p, &fx.mr.r, &fx.s, all, p->size, 0),
+			 (ssize_t)p->size);
+	vh = stt_parse_ok(all, p->size);
+	ck_assert_ptr_null(castfs_header_find(vh, "a.weight_scale_inv", 18));
+	ck_assert_int_eq(stt_find(vh, "a.weight")->dtype,
+			 _i == 2 ? CASTFS_DTYPE_I8 : CASTFS_DTYPE_U8);
+	for (int i = 0; i < 200; i++) {
+		uint64_t off = tu_rand(&st) % p->size;
+		size_t n = (size_t)(tu_rand(&st) % (p->size - off) + 1);
+
+		ck_assert_int_eq(castfs_plan_read(p, &fx.mr.r, &fx.s, part, n,
+						  off),
+				 (ssize_t)n);
+		ck_assert_mem_eq(part, all + off, n);
+	}
+	castfs_header_free(vh);
+	free(part);
+	free(all);
+	castfs_plan_free(p);
+	tu_fixture_fini(&fx);
+}
+END_TEST
+
+/* ---- config.json of a quantized model ---- */
+
+START_TEST(test_md_quant__read)
+{
+	static const char fp8[] =
+		"{\"quantization_config\": {\"quant_method\": \"fp8\", "
+		"\"weight_block_size\": [128, 128], \"fmt\": \"e4m3\"}}";
+	static const char pt[] = "{\"quantization_config\": {\"quant_method\": "
+				 "\"fp8\", \"weight_block_size\": null}}";
+	static const char b64[] =
+		"{\"quantization_config\": {\"quant_method\": "
+		"\"fp8\", \"weight_block_size\": [64, 64]}}";
+	static const char bnb[] = "{\"text_config\": {\"quantization_config\": "
+				  "{\"quant_method\": \"bitsandbytes\"}}}";
+	static const char none[] = "{\"model_type\": \"llama\"}";
+	struct castfs_md_quant q;
+
+	ck_assert_int_eq(castfs_md_quant_read(fp8, strlen(fp8), &q, NULL), 0);
+	ck_assert(q.quantized && q.fp8_block);
+	ck_assert_int_eq(castfs_md_quant_read(pt, strlen(pt), &q, NULL), 0);
+	ck_assert(q.quantized && q.fp8_block);
+	ck_assert_int_eq(castfs_md_quant_read(b64, strlen(b64), &q, NULL), 0);
+	ck_assert(q.quantized && !q.fp8_block);
+	ck_assert_int_eq(castfs_md_quant_read(bnb, strlen(bnb), &q, NULL), 0);
+	ck_assert(q.quantized && !q.fp8_block);
+	ck_assert_str_eq(q.method, "bitsandbytes");
+	ck_assert_int_eq(castfs_md_quant_read(none, strlen(none), &q, NULL), 0);
+	ck_assert(!q.quantized);
+}
+END_TEST
+
+/* Expected texts: json.dumps(d, indent=2) of the dict without the key. */
+static const struct {
+	const char *in, *out;
+} unquant[] = {
+	{ "{\n  \"a\": 1,\n  \"quantization_config\": {\n    \"quant_method\": "
+	  "\"fp8\"\n  },\n  \"text_config\": {\n    \"quantization_config\": "
+	  "{\n      \"x\": 1\n    },\n    \"z\": 2\n  }\n}",
+	  "{\n  \"a\": 1,\n  \"text_config\": {\n    \"z\": 2\n  }\n}" },
+	{ "{\"b\": 2, \"quantization_config\": {\"q\": [1, 2]}}",
+	  "{\"b\": 2}" },
+	{ "{\"quantization_config\": {}, \"b\": 2}", "{\"b\": 2}" },
+	{ "{\"b\": 2}", "{\"b\": 2}" },
+};
+
+START_TEST(test_md_quant__unquant)
+{
+	char *out;
+	size_t len;
+
+	ck_assert_int_eq(castfs_md_config_unquant(unquant[_i].in,
+						  strlen(unquant[_i].in), &out,
+						  &len, NULL),
+			 0);
+	ck_assert_str_eq(out, unquant[_i].out);
+	ck_assert_uint_eq(len, strlen(unquant[_i].out));
+	free(out);
+}
+END_TEST
+
+Suite *unit_suite(void)
+{
+	Suite *s = suite_create("qsrc");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_test(tc, test_qsrc__fp8_pairs);
+	tcase_add_loop_test(tc, test_qsrc__refused, 0,
+			    sizeof(refused) / sizeof(refused[0]));
+	tcase_add_test(tc, test_deq__ranges_match_slow);
+	tcase_add_loop_test(tc, test_deq__bnb_views_ranges, 0, 3);
+	tcase_add_test(tc, test_md_quant__read);
+	tcase_add_loop_test(tc, test_md_quant__unquant, 0,
+			    sizeof(unquant) / sizeof(unquant[0]));
+	suite_add_tcase(s, tc);
+	return s;
+}
