@@ -160,7 +160,8 @@ struct castfs_sv_opts {
  * resends what it had in flight), replace it on SIGHUP (`castfs reload`),
  * back off and then answer EIO when they keep failing. Daemonizes unless
  * @o->foreground. Returns 0 when unmounted or stopped (SIGTERM, SIGINT),
- * -EIO when the first daemon did not start, or -errno of the setup. Call
+ * -EIO when the first daemon did not start or any daemon failed (a crash
+ * or an error exit; not an outside SIGKILL), or -errno of the setup. Call
  * once, single-threaded; the caller unmounts @se afterwards.
  */
 int castfs_supervise(struct fuse_session *se, const struct castfs_sv_opts *o);

@@ -51,6 +51,7 @@ struct sv {
 	unsigned failures;
 	struct timespec ready_at, restart_at;
 	bool restart_due, failed, stopping, first;
+	bool had_failure; /* a daemon crashed: our exit status says so */
 };
 
 static void sv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -265,6 +266,7 @@ static void sv_reap_cur(struct sv *sv, int status)
 		return;
 	}
 	sv_resend(sv);
+	sv->had_failure |= sv_is_failure(status);
 	if (!sv_is_failure(status))
 		sv->failures = 0;
 	else if (now_s() - ts_s(&sv->ready_at) >= SV_STABLE_S)
@@ -291,6 +293,7 @@ static void sv_reap_next(struct sv *sv, int status)
 	}
 	if (sv_is_failure(status))
 		sv->failures++;
+	sv->had_failure |= sv_is_failure(status);
 	sv_log("a new daemon failed to start (%s %d)%s",
 	       WIFSIGNALED(status) ? "signal" : "exit",
 	       WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
@@ -489,8 +492,10 @@ int castfs_supervise(struct fuse_session *se, const struct castfs_sv_opts *o)
 	while (!rc && (!sv.stopping || sv.cur || sv.next || sv.retiring))
 		sv_poll(&sv);
 	castfs_sv_pidfile(o->mountpoint, false);
-	if (!rc && sv.first)
-		rc = -EIO; /* the first daemon never served */
+	/* The first daemon never served, or one crashed (a sanitizer report
+	 * too): a restart hid it from the readers, not from our caller. */
+	if (!rc && (sv.first || sv.had_failure))
+		rc = -EIO;
 	free(sv.exe);
 	free(sv.argv);
 	if (sv.cwd_fd >= 0)

@@ -298,6 +298,9 @@ class CrashLoop(unittest.TestCase):
                 self.assertEqual(os.pread(fd, 4096, 0), want[:4096])
             finally:
                 os.close(fd)
+            # Failed daemons show in the exit status (so that a sanitizer
+            # report a restart hid still fails a test).
+            self.assertEqual(m.unmount(), 1)
 
 
 class NodeIds(unittest.TestCase):
