@@ -5,7 +5,7 @@
  * a node shows, so the tree is searched for the object whose id it is:
  * listed names and the names lookups resolve without listing them
  * (unlisted views, tensor trees of views), breadth first, at most
- * RESOLVE_MAX_ENTRIES entries.
+ * RESOLVE_MAX_ENTRIES entries per pass (listed names, then all names).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -108,7 +108,8 @@ static int search_unlisted(struct castfs_ns *ns, uint64_t dir,
 
 /* Search directory @dir's entries for @id; queue its sub-directories. */
 static int search_dir(struct castfs_ns *ns, uint64_t dir, uint64_t id,
-		      struct id_queue *q, size_t *visited, bool *found)
+		      bool unlisted, struct id_queue *q, size_t *visited,
+		      bool *found)
 {
 	struct castfs_dir *d;
 	int rc = 0;
@@ -125,24 +126,37 @@ static int search_dir(struct castfs_ns *ns, uint64_t dir, uint64_t id,
 		else if (e->type == S_IFDIR &&
 			 touch(ns, dir, e->name, &got) == 0)
 			rc = queue_push(q, got);
-		if (!rc && !*found)
+		if (unlisted && !rc && !*found)
 			rc = search_unlisted(ns, dir, e, id, q, found);
 	}
 	castfs_dir_free(d);
 	return rc;
 }
 
-int ns_resolve(struct castfs_ns *ns, uint64_t id)
+/* One breadth-first search; with @unlisted, names no listing shows too. */
+static int search(struct castfs_ns *ns, uint64_t id, bool unlisted, bool *found)
 {
 	struct id_queue q = { 0 };
 	size_t visited = 0;
-	bool found = false;
 	int rc = queue_push(&q, CASTFS_NS_ROOT_ID);
 
 	/* Breadth first: the views and files next to sources come first. */
-	while (!rc && !found && q.head < q.n && visited < RESOLVE_MAX_ENTRIES)
-		rc = search_dir(ns, q.v[q.head++], id, &q, &visited, &found);
+	while (!rc && !*found && q.head < q.n && visited < RESOLVE_MAX_ENTRIES)
+		rc = search_dir(ns, q.v[q.head++], id, unlisted, &q, &visited,
+				found);
 	free(q.v);
+	return rc;
+}
+
+int ns_resolve(struct castfs_ns *ns, uint64_t id)
+{
+	bool found = false;
+	/* Listed names first: that pass looks up directories only, while
+	 * trying unlisted names builds the plan of every view it tries. */
+	int rc = search(ns, id, false, &found);
+
+	if (!rc && !found)
+		rc = search(ns, id, true, &found);
 	if (rc)
 		return rc;
 	return found ? 0 : -ESTALE;
