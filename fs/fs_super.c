@@ -308,13 +308,16 @@ static void sv_reap(struct sv *sv)
 	pid_t pid;
 
 	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-		if (pid == sv->retiring) {
-			sv->retiring = 0;
-			sv_resend(sv); /* what it read but did not answer */
-		} else if (pid == sv->cur) {
+		if (pid == sv->cur) {
 			sv_reap_cur(sv, status);
 		} else if (pid == sv->next) {
 			sv_reap_next(sv, status);
+		} else {
+			/* A retired daemon (maybe of an earlier reload than
+			 * sv->retiring): requeue what it read, not answered. */
+			if (pid == sv->retiring)
+				sv->retiring = 0;
+			sv_resend(sv);
 		}
 	}
 }
