@@ -17,10 +17,46 @@ struct castfs_fs {
 	struct castfs_views views;
 	struct fuse_session *se;
 	pthread_key_t tls; /* per-thread struct fs_thread */
+	struct castfs_fh_table *files; /* fh -> struct castfs_file */
+	struct castfs_fh_table *dirs; /* fh -> struct castfs_dir */
 	double timeout; /* entry and attr timeouts, seconds */
 	unsigned read_ahead_kb;
 	bool debug;
 };
+
+/*
+ * File handles (fs_fh.c): the fh the kernel holds for an open file or
+ * directory is a number, never a pointer, so that it means something to
+ * the next daemon after a restart. Every function is thread-safe.
+ */
+struct castfs_fh_table;
+
+/* castfs_fh_table_new - an empty table whose numbers carry a random
+ * per-daemon prefix. Returns 0 or -ENOMEM. */
+int castfs_fh_table_new(struct castfs_fh_table **out);
+
+/* castfs_fh_table_free - free @t, calling @free_obj on every object still
+ * in it; NULL is accepted. */
+void castfs_fh_table_free(struct castfs_fh_table *t, void (*free_obj)(void *));
+
+/* castfs_fh_add - a new fh for @obj (the table does not own it until
+ * castfs_fh_table_free). Returns the fh, or 0 when out of memory. */
+uint64_t castfs_fh_add(struct castfs_fh_table *t, void *obj);
+
+/* castfs_fh_get - the object of @fh, or NULL when this daemon does not
+ * know @fh (an open of a previous daemon, or none). Borrowed: valid until
+ * castfs_fh_remove(@fh), which the kernel sends only after the last use. */
+void *castfs_fh_get(struct castfs_fh_table *t, uint64_t fh);
+
+/* castfs_fh_adopt - make @obj the object of foreign @fh unless another
+ * thread did first. Returns the object now in the table (@obj, or the
+ * other thread's: then the caller frees @obj), or NULL when out of
+ * memory (the caller frees @obj). */
+void *castfs_fh_adopt(struct castfs_fh_table *t, uint64_t fh, void *obj);
+
+/* castfs_fh_remove - take @fh out; returns its object (now the caller's)
+ * or NULL when unknown. */
+void *castfs_fh_remove(struct castfs_fh_table *t, uint64_t fh);
 
 /* The low-level operations (fs_ops.c). */
 extern const struct fuse_lowlevel_ops castfs_fs_ops;
@@ -82,5 +118,66 @@ int castfs_watch_start(struct castfs_fs *fs, const char *source,
  * session and the namespace — but end the process once unmounted.
  */
 int castfs_watch_stop(struct castfs_watch *w);
+
+/* ---- supervision (fs_super.c; docs/RELIABILITY.md "Restarts") ---- */
+
+/* What a supervised daemon inherits: the FUSE connection, the kernel's
+ * FUSE_INIT (a memfd) and a pipe to say it serves. */
+struct castfs_sv_child {
+	int fuse_fd;
+	int init_fd;
+	int ready_fd;
+	const char *mountpoint; /* the real one, for /.castfs/config */
+};
+
+/* castfs_sv_child_env - fill @c from the environment the supervisor set.
+ * Returns 1 (a supervised daemon), 0 (not one) or -EINVAL (garbled). */
+int castfs_sv_child_env(struct castfs_sv_child *c);
+
+/*
+ * castfs_sv_child_attach - make @se serve the inherited connection: mount
+ * "/dev/fd/N" (no second mount) and feed @se the kernel's FUSE_INIT, which
+ * initialises it without a second handshake. Returns 0 or -errno.
+ */
+int castfs_sv_child_attach(struct fuse_session *se,
+			   const struct castfs_sv_child *c);
+
+/* castfs_sv_child_ready - tell the supervisor this daemon serves (it then
+ * retires the daemon this one replaces). */
+void castfs_sv_child_ready(const struct castfs_sv_child *c);
+
+struct castfs_sv_opts {
+	int argc;
+	char **argv; /* our command line, to start each daemon with */
+	const char *mnt_arg; /* the element of @argv naming the mount point */
+	const char *mountpoint; /* its real path */
+	bool foreground;
+};
+
+/*
+ * castfs_supervise - own the connection of mounted session @se and run
+ * daemons on it until the mount ends: restart one that dies (the kernel
+ * resends what it had in flight), replace it on SIGHUP (`castfs reload`),
+ * back off and then answer EIO when they keep failing. Daemonizes unless
+ * @o->foreground. Returns 0 when unmounted or stopped (SIGTERM, SIGINT),
+ * -EIO when the first daemon did not start or any daemon failed (a crash
+ * or an error exit; not an outside SIGKILL), or -errno of the setup. Call
+ * once, single-threaded; the caller unmounts @se afterwards.
+ */
+int castfs_supervise(struct fuse_session *se, const struct castfs_sv_opts *o);
+
+/* castfs_sv_pidfile - write (@create) or remove the supervisor's pid file
+ * for the mount at @mountpoint. Best effort: returns 0. */
+int castfs_sv_pidfile(const char *mountpoint, bool create);
+
+/* castfs_sv_reload - ask the supervisor of the mount at @mountpoint to
+ * replace its daemon. Returns 0, -ESRCH (no supervisor: -o nosupervise or
+ * not a castfs mount) or -errno. */
+int castfs_sv_reload(const char *mountpoint);
+
+/* castfs_fs_handles_init, castfs_fs_handles_fini - the fh tables of @fs
+ * (fs_ops.c). init returns 0 or -ENOMEM; fini closes what is still open. */
+int castfs_fs_handles_init(struct castfs_fs *fs);
+void castfs_fs_handles_fini(struct castfs_fs *fs);
 
 #endif

@@ -36,6 +36,31 @@ int castfs_fs_thread_key_init(struct castfs_fs *fs)
 	return -pthread_key_create(&fs->tls, thread_free);
 }
 
+static void file_close_any(void *f)
+{
+	castfs_file_close(f);
+}
+
+static void dir_free_any(void *d)
+{
+	castfs_dir_free(d);
+}
+
+int castfs_fs_handles_init(struct castfs_fs *fs)
+{
+	int rc = castfs_fh_table_new(&fs->files);
+
+	return rc ? rc : castfs_fh_table_new(&fs->dirs);
+}
+
+void castfs_fs_handles_fini(struct castfs_fs *fs)
+{
+	castfs_fh_table_free(fs->files, file_close_any);
+	castfs_fh_table_free(fs->dirs, dir_free_any);
+	fs->files = NULL;
+	fs->dirs = NULL;
+}
+
 static struct fs_thread *thread_get(struct castfs_fs *fs)
 {
 	struct fs_thread *t = pthread_getspecific(fs->tls);
@@ -161,6 +186,7 @@ static void castfs_op_readlink(fuse_req_t req, fuse_ino_t ino)
 static void castfs_op_open(fuse_req_t req, fuse_ino_t ino,
 			   struct fuse_file_info *fi)
 {
+	struct castfs_fs *fs = fs_of(req);
 	struct castfs_file *f;
 	int rc;
 
@@ -168,33 +194,66 @@ static void castfs_op_open(fuse_req_t req, fuse_ino_t ino,
 		reply_err(req, CASTFS_SOP_OPEN, -EROFS);
 		return;
 	}
-	rc = castfs_ns_open(fs_of(req)->ns, ino, &f);
+	rc = castfs_ns_open(fs->ns, ino, &f);
 	if (rc) {
 		reply_err(req, CASTFS_SOP_OPEN, rc);
 		return;
 	}
-	fi->fh = (uintptr_t)f;
+	fi->fh = castfs_fh_add(fs->files, f);
+	if (!fi->fh) {
+		castfs_file_close(f);
+		reply_err(req, CASTFS_SOP_OPEN, -ENOMEM);
+		return;
+	}
 	/* Content per node id never changes: keep the page cache. Control
 	 * files are made per open and read past their size-0 attribute. */
 	fi->direct_io = castfs_file_direct_io(f);
 	fi->keep_cache = !fi->direct_io;
 	fi->noflush = 1;
-	castfs_stats_op(fs_of(req)->stats, CASTFS_SOP_OPEN, 0);
+	castfs_stats_op(fs->stats, CASTFS_SOP_OPEN, 0);
 	if (fuse_reply_open(req, fi) == -ENOENT)
+		castfs_file_close(castfs_fh_remove(fs->files, fi->fh));
+}
+
+/*
+ * The open file of @fh. An fh this daemon never issued was issued by the
+ * daemon it replaced (the kernel kept it across the restart): the file is
+ * opened again by node id, which names the same bytes.
+ */
+static int file_of(struct castfs_fs *fs, fuse_ino_t ino, uint64_t fh,
+		   struct castfs_file **out)
+{
+	struct castfs_file *f = castfs_fh_get(fs->files, fh), *got;
+	int rc;
+
+	if (f) {
+		*out = f;
+		return 0;
+	}
+	rc = castfs_ns_open(fs->ns, ino, &f);
+	if (rc)
+		return rc;
+	got = castfs_fh_adopt(fs->files, fh, f);
+	if (got != f)
 		castfs_file_close(f);
+	if (!got)
+		return -ENOMEM;
+	*out = got;
+	return 0;
 }
 
 static void castfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 			   off_t off, struct fuse_file_info *fi)
 {
-	struct castfs_file *f = (struct castfs_file *)(uintptr_t)fi->fh;
 	struct fs_thread *t = thread_get(fs_of(req));
+	struct castfs_file *f;
 	char *buf;
 	ssize_t n;
+	int rc;
 
-	(void)ino;
-	if (!t) {
-		reply_err(req, CASTFS_SOP_READ, -ENOMEM);
+	rc = t ? file_of(fs_of(req), ino, fi->fh, &f) : -ENOMEM;
+	if (rc) {
+		reply_err(req, CASTFS_SOP_READ, rc);
 		return;
 	}
 	buf = size <= t->out_len ? t->out : malloc(size);
@@ -217,7 +276,9 @@ static void castfs_op_release(fuse_req_t req, fuse_ino_t ino,
 			      struct fuse_file_info *fi)
 {
 	(void)ino;
-	castfs_file_close((struct castfs_file *)(uintptr_t)fi->fh);
+	/* Unknown to this daemon (opened by the previous one, never read
+	 * since): nothing to release. */
+	castfs_file_close(castfs_fh_remove(fs_of(req)->files, fi->fh));
 	castfs_stats_op(fs_of(req)->stats, CASTFS_SOP_RELEASE, 0);
 	fuse_reply_err(req, 0);
 }
@@ -225,29 +286,59 @@ static void castfs_op_release(fuse_req_t req, fuse_ino_t ino,
 static void castfs_op_opendir(fuse_req_t req, fuse_ino_t ino,
 			      struct fuse_file_info *fi)
 {
+	struct castfs_fs *fs = fs_of(req);
 	struct castfs_dir *dir;
-	int rc = castfs_ns_opendir(fs_of(req)->ns, ino, &dir);
+	int rc = castfs_ns_opendir(fs->ns, ino, &dir);
 
 	if (rc) {
 		reply_err(req, CASTFS_SOP_OPENDIR, rc);
 		return;
 	}
-	fi->fh = (uintptr_t)dir;
-	castfs_stats_op(fs_of(req)->stats, CASTFS_SOP_OPENDIR, 0);
-	if (fuse_reply_open(req, fi) == -ENOENT)
+	fi->fh = castfs_fh_add(fs->dirs, dir);
+	if (!fi->fh) {
 		castfs_dir_free(dir);
+		reply_err(req, CASTFS_SOP_OPENDIR, -ENOMEM);
+		return;
+	}
+	castfs_stats_op(fs->stats, CASTFS_SOP_OPENDIR, 0);
+	if (fuse_reply_open(req, fi) == -ENOENT)
+		castfs_dir_free(castfs_fh_remove(fs->dirs, fi->fh));
+}
+
+/* The listing of @fh; like file_of(), a previous daemon's fh is listed
+ * again (offsets index the new listing). */
+static int dir_of(struct castfs_fs *fs, fuse_ino_t ino, uint64_t fh,
+		  struct castfs_dir **out)
+{
+	struct castfs_dir *d = castfs_fh_get(fs->dirs, fh), *got;
+	int rc;
+
+	if (d) {
+		*out = d;
+		return 0;
+	}
+	rc = castfs_ns_opendir(fs->ns, ino, &d);
+	if (rc)
+		return rc;
+	got = castfs_fh_adopt(fs->dirs, fh, d);
+	if (got != d)
+		castfs_dir_free(d);
+	if (!got)
+		return -ENOMEM;
+	*out = got;
+	return 0;
 }
 
 static void castfs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 			      off_t off, struct fuse_file_info *fi)
 {
-	struct castfs_dir *dir = (struct castfs_dir *)(uintptr_t)fi->fh;
 	struct fs_thread *t = thread_get(fs_of(req));
+	struct castfs_dir *dir;
 	size_t pos = 0;
+	int rc = t ? dir_of(fs_of(req), ino, fi->fh, &dir) : -ENOMEM;
 
-	(void)ino;
-	if (!t) {
-		reply_err(req, CASTFS_SOP_READDIR, -ENOMEM);
+	if (rc) {
+		reply_err(req, CASTFS_SOP_READDIR, rc);
 		return;
 	}
 	size = size < t->out_len ? size : t->out_len;
@@ -270,7 +361,7 @@ static void castfs_op_releasedir(fuse_req_t req, fuse_ino_t ino,
 				 struct fuse_file_info *fi)
 {
 	(void)ino;
-	castfs_dir_free((struct castfs_dir *)(uintptr_t)fi->fh);
+	castfs_dir_free(castfs_fh_remove(fs_of(req)->dirs, fi->fh));
 	fuse_reply_err(req, 0);
 }
 

@@ -25,6 +25,8 @@ struct options {
 	unsigned zcache_mb;
 	int help;
 	int version;
+	int nosupervise;
+	const char *mnt_arg; /* the argv element naming the mount point */
 };
 
 enum { KEY_HELP, KEY_VERSION };
@@ -40,6 +42,7 @@ static const struct fuse_opt option_spec[] = {
 	OPT("read_ahead_kb=%u", read_ahead_kb),
 	OPT("threads=%u", threads),
 	OPT("zcache_mb=%u", zcache_mb),
+	OPT("nosupervise", nosupervise),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -61,8 +64,10 @@ static int opt_proc(void *data, const char *arg, int key,
 		o->version = 1;
 		return 0;
 	case FUSE_OPT_KEY_NONOPT:
-		if (o->source)
+		if (o->source) {
+			o->mnt_arg = arg; /* a daemon gets /dev/fd/N there */
 			return 1; /* the mountpoint: fuse_parse_cmdline's */
+		}
 		o->source = realpath(arg, NULL);
 		if (!o->source) {
 			fprintf(stderr, "castfs: %s: %s\n", arg,
@@ -81,7 +86,8 @@ static void usage(const char *prog)
 	       "       %s info [--view VIEW] [--tensor NAME] FILE...\n"
 	       "       %s convert FILE --view VIEW -o OUT\n"
 	       "       %s pack [options] FILE.safetensors|DIR...\n"
-	       "       %s unpack FILE.safetensors.zst...\n\n"
+	       "       %s unpack FILE.safetensors.zst...\n"
+	       "       %s reload MOUNTPOINT\n\n"
 	       "Mount SOURCE read-only at MOUNTPOINT; every X.safetensors gains\n"
 	       "converted views X.<view>.safetensors computed on demand, and a\n"
 	       "tensor tree X.safetensors.tensors/; /.castfs/ holds stats,\n"
@@ -98,9 +104,11 @@ static void usage(const char *prog)
 	       "    -o threads=N           worker threads (default 2 x CPUs, >= 4)\n"
 	       "    -o zcache_mb=N         decoded frames of packed sources\n"
 	       "                           (*.safetensors.zst) kept in memory (16)\n"
+	       "    -o nosupervise         one process: no restart after a crash,\n"
+	       "                           no `castfs reload`\n"
 	       "    -h, --help             this help\n"
 	       "    -V, --version          the version\n\n",
-	       prog, prog, prog, prog, prog);
+	       prog, prog, prog, prog, prog, prog);
 }
 
 static void list_views(const struct castfs_views *vs)
@@ -214,9 +222,31 @@ static int add_mount_args(struct fuse_args *args, const char *source)
 	return 0;
 }
 
+/*
+ * Connect session fs->se to the kernel: mount (and daemonize), or, for a
+ * daemon under the supervisor, continue on the connection it holds.
+ */
+static int attach(struct castfs_fs *fs, struct fuse_cmdline_opts *cmd,
+		  const struct options *o, const struct castfs_sv_child *child)
+{
+	castfs_fs_log_init(cmd->foreground);
+	if (child) {
+		/* Requests in flight on a cloned fd die with it; on the
+		 * supervisor's fd they are resent to the next daemon. */
+		cmd->clone_fd = 0;
+		return castfs_sv_child_attach(fs->se, child);
+	}
+	if (fuse_session_mount(fs->se, cmd->mountpoint))
+		return -EIO;
+	castfs_fs_set_read_ahead(cmd->mountpoint, o->read_ahead_kb);
+	fuse_daemonize(cmd->foreground);
+	return 0;
+}
+
 static int mount_and_serve(struct castfs_fs *fs, struct fuse_args *args,
 			   struct fuse_cmdline_opts *cmd,
-			   const struct options *o)
+			   const struct options *o,
+			   const struct castfs_sv_child *child)
 {
 	struct castfs_watch *watch = NULL;
 	int rc = 1;
@@ -227,16 +257,19 @@ static int mount_and_serve(struct castfs_fs *fs, struct fuse_args *args,
 		return 1;
 	if (fuse_set_signal_handlers(fs->se))
 		goto out_destroy;
-	if (fuse_session_mount(fs->se, cmd->mountpoint))
+	if (attach(fs, cmd, o, child))
 		goto out_signals;
-	castfs_fs_set_read_ahead(cmd->mountpoint, o->read_ahead_kb);
-	castfs_fs_log_init(cmd->foreground);
-	fuse_daemonize(cmd->foreground);
 	/* After daemonizing: the watcher is a thread. Without it changes
 	 * still show once the entry and attribute timeouts expire. */
 	if (castfs_watch_start(fs, o->source, &watch))
 		castfs_fs_log(fs, "cannot watch the source for changes");
-	rc = run_loop(fs, cmd, o) ? 1 : 0;
+	if (child)
+		castfs_sv_child_ready(child);
+	rc = run_loop(fs, cmd, o);
+	/* Stopped by a signal (> 0): a failure alone, but under the
+	 * supervisor a clean stop, which ends the mount, never a crash to
+	 * restart (Ctrl-C reaches both processes). */
+	rc = rc < 0 || (rc > 0 && !child) ? 1 : 0;
 	if (castfs_watch_stop(watch)) {
 		/* The watcher still uses the session and the namespace:
 		 * unmount (which frees it) and leave without freeing them. */
@@ -251,8 +284,41 @@ out_destroy:
 	return rc;
 }
 
+/*
+ * Mount, and keep the connection in this process while daemons serve it
+ * (fs_super.c): a crash or an upgrade of the daemon never ends the mount.
+ */
+static int mount_supervised(struct fuse_args *args,
+			    struct fuse_cmdline_opts *cmd,
+			    const struct options *o, int argc, char **argv)
+{
+	struct castfs_sv_opts so = {
+		.argc = argc,
+		.argv = argv,
+		.mnt_arg = o->mnt_arg,
+		.mountpoint = cmd->mountpoint,
+		.foreground = cmd->foreground,
+	};
+	struct fuse_session *se;
+	int rc = 1;
+
+	se = fuse_session_new(args, &castfs_fs_ops, sizeof(castfs_fs_ops),
+			      NULL);
+	if (!se)
+		return 1;
+	castfs_fs_log_init(cmd->foreground);
+	if (!fuse_session_mount(se, cmd->mountpoint)) {
+		castfs_fs_set_read_ahead(cmd->mountpoint, o->read_ahead_kb);
+		rc = castfs_supervise(se, &so) ? 1 : 0;
+		fuse_session_unmount(se);
+	}
+	fuse_session_destroy(se);
+	return rc;
+}
+
 static int mount_main(int argc, char **argv)
 {
+	struct castfs_sv_child child_buf, *child = &child_buf;
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct options o = { .timeout = 86400, .read_ahead_kb = 1024 };
 	struct fuse_cmdline_opts cmd = { 0 };
@@ -283,15 +349,32 @@ static int mount_main(int argc, char **argv)
 			argv[0]);
 		goto out_args;
 	}
+	rc = castfs_sv_child_env(child);
+	if (rc < 0) {
+		fprintf(stderr, "castfs: CASTFS_SUPERVISED is garbled\n");
+		rc = 1;
+		goto out_args;
+	}
+	if (rc == 0)
+		child = NULL;
+	rc = 1;
 	if (!o.threads)
 		o.threads = default_threads();
 	fs.timeout = o.timeout;
 	fs.read_ahead_kb = o.read_ahead_kb;
-	if (setup_views(&fs, &o) || setup_ns(&fs, &o, cmd.mountpoint) ||
-	    castfs_fs_thread_key_init(&fs) || add_mount_args(&args, o.source))
+	/* The supervisor sets up the namespace too, only to fail before
+	 * mounting on what a daemon would fail on. */
+	if (setup_views(&fs, &o) ||
+	    setup_ns(&fs, &o, child ? child->mountpoint : cmd.mountpoint) ||
+	    castfs_fs_thread_key_init(&fs) || castfs_fs_handles_init(&fs) ||
+	    add_mount_args(&args, o.source))
 		goto out_free;
-	rc = mount_and_serve(&fs, &args, &cmd, &o);
+	if (!child && !o.nosupervise)
+		rc = mount_supervised(&args, &cmd, &o, argc, argv);
+	else
+		rc = mount_and_serve(&fs, &args, &cmd, &o, child);
 out_free:
+	castfs_fs_handles_fini(&fs);
 	castfs_ns_free(fs.ns);
 	castfs_stats_free(fs.stats);
 out_args:
@@ -304,6 +387,30 @@ out_args:
 	return rc;
 }
 
+/* castfs reload MOUNTPOINT: replace the daemon of a supervised mount with
+ * the binary now on disk, started with the mount's command line. */
+static int reload_main(int argc, char **argv)
+{
+	int rc;
+
+	if (argc != 2 || argv[1][0] == '-') {
+		fprintf(stderr, "usage: castfs reload MOUNTPOINT\n");
+		return argc == 2 && (!strcmp(argv[1], "-h") ||
+				     !strcmp(argv[1], "--help")) ?
+			       0 :
+			       1;
+	}
+	rc = castfs_sv_reload(argv[1]);
+	if (rc == -ESRCH)
+		fprintf(stderr,
+			"castfs: %s: no castfs supervisor (not a castfs "
+			"mount, or mounted with -o nosupervise)\n",
+			argv[1]);
+	else if (rc)
+		fprintf(stderr, "castfs: %s: %s\n", argv[1], strerror(-rc));
+	return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && strcmp(argv[1], "info") == 0)
@@ -314,5 +421,7 @@ int main(int argc, char **argv)
 		return castfs_cli_pack(argc - 1, argv + 1);
 	if (argc > 1 && strcmp(argv[1], "unpack") == 0)
 		return castfs_cli_unpack(argc - 1, argv + 1);
+	if (argc > 1 && strcmp(argv[1], "reload") == 0)
+		return reload_main(argc - 1, argv + 1);
 	return mount_main(argc, argv);
 }

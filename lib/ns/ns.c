@@ -112,6 +112,30 @@ static const struct ns_kind_ops *ops_of(const struct ns_node *n)
 	return kind_ops[n->kind];
 }
 
+static int node_get_how(struct castfs_ns *ns, uint64_t id, struct ns_node *out,
+			bool resolve)
+{
+	int rc = ns_node_get(ns, id, out);
+
+	if (rc != -ESTALE || !resolve)
+		return rc;
+	rc = ns_resolve(ns, id);
+	return rc ? rc : ns_node_get(ns, id, out);
+}
+
+/*
+ * Node @id. An unknown id can only come from the kernel's memory of a
+ * daemon before this one (a restart under a kept FUSE connection: open
+ * files, cached inodes) or from a file handle (NFS) of a node this daemon
+ * freed: the kernel then asks LOOKUP(id, ".") (and "..") to reconnect, or
+ * sends the operation itself. Either way the tree is searched for the
+ * object whose id it is.
+ */
+static int node_get(struct castfs_ns *ns, uint64_t id, struct ns_node *out)
+{
+	return node_get_how(ns, id, out, true);
+}
+
 static int lookup_dots(struct castfs_ns *ns, const struct ns_node *dir,
 		       const char *name, uint64_t *id, struct stat *st)
 {
@@ -119,7 +143,7 @@ static int lookup_dots(struct castfs_ns *ns, const struct ns_node *dir,
 	struct ns_node n;
 	int rc;
 
-	rc = ns_node_get(ns, target, &n);
+	rc = node_get(ns, target, &n);
 	if (rc)
 		return rc;
 	rc = ops_of(&n)->getattr(ns, &n, st);
@@ -133,37 +157,21 @@ static int lookup_dots(struct castfs_ns *ns, const struct ns_node *dir,
 	return 0;
 }
 
-static bool is_dots(const char *name)
-{
-	return strcmp(name, ".") == 0 || strcmp(name, "..") == 0;
-}
-
-/*
- * Node @id for a lookup in it. An unknown id can only come from a file
- * handle (NFS) of a node this daemon freed or never knew (a restart): the
- * kernel then asks LOOKUP(id, ".") (and "..") to reconnect, and the tree
- * is searched for the object whose id it is.
- */
-static int node_get_for_lookup(struct castfs_ns *ns, uint64_t id,
-			       const char *name, struct ns_node *out)
-{
-	int rc = ns_node_get(ns, id, out);
-
-	if (rc != -ESTALE || !is_dots(name))
-		return rc;
-	rc = ns_resolve(ns, id);
-	return rc ? rc : ns_node_get(ns, id, out);
-}
-
 int castfs_ns_lookup(struct castfs_ns *ns, uint64_t parent, const char *name,
 		     uint64_t *id, struct stat *st)
+{
+	return ns_lookup_how(ns, parent, name, id, st, true);
+}
+
+int ns_lookup_how(struct castfs_ns *ns, uint64_t parent, const char *name,
+		  uint64_t *id, struct stat *st, bool resolve)
 {
 	struct ns_node dir, child = { 0 };
 	int rc;
 
 	if (strlen(name) > 255)
 		return -ENAMETOOLONG;
-	rc = node_get_for_lookup(ns, parent, name, &dir);
+	rc = node_get_how(ns, parent, &dir, resolve);
 	if (rc)
 		return rc;
 	/* "." of any node: the kernel asks it for files too (NFS handles). */
@@ -198,7 +206,7 @@ out:
 int castfs_ns_getattr(struct castfs_ns *ns, uint64_t id, struct stat *st)
 {
 	struct ns_node n;
-	int rc = ns_node_get(ns, id, &n);
+	int rc = node_get(ns, id, &n);
 
 	if (rc)
 		return rc;
@@ -212,7 +220,7 @@ int castfs_ns_readlink(struct castfs_ns *ns, uint64_t id, char *buf, size_t len)
 {
 	struct ns_node n;
 	ssize_t got;
-	int fd, rc = ns_node_get(ns, id, &n);
+	int fd, rc = node_get(ns, id, &n);
 
 	if (rc)
 		return rc;
@@ -240,9 +248,15 @@ out:
 int castfs_ns_opendir(struct castfs_ns *ns, uint64_t id,
 		      struct castfs_dir **out)
 {
+	return ns_opendir_how(ns, id, out, true);
+}
+
+int ns_opendir_how(struct castfs_ns *ns, uint64_t id, struct castfs_dir **out,
+		   bool resolve)
+{
 	struct ns_list l = { 0 };
 	struct ns_node n;
-	int rc = ns_node_get(ns, id, &n);
+	int rc = node_get_how(ns, id, &n, resolve);
 
 	if (rc)
 		return rc;
@@ -270,7 +284,7 @@ out:
 int castfs_ns_open(struct castfs_ns *ns, uint64_t id, struct castfs_file **out)
 {
 	struct ns_node n;
-	int rc = ns_node_get(ns, id, &n);
+	int rc = node_get(ns, id, &n);
 
 	if (rc)
 		return rc;
@@ -286,7 +300,7 @@ ssize_t castfs_ns_getxattr(struct castfs_ns *ns, uint64_t id, const char *name,
 			   char *buf, size_t len)
 {
 	struct ns_node n;
-	ssize_t rc = ns_node_get(ns, id, &n);
+	ssize_t rc = node_get(ns, id, &n);
 
 	if (rc)
 		return rc;
@@ -301,7 +315,7 @@ ssize_t castfs_ns_listxattr(struct castfs_ns *ns, uint64_t id, char *buf,
 			    size_t len)
 {
 	struct ns_node n;
-	ssize_t rc = ns_node_get(ns, id, &n);
+	ssize_t rc = node_get(ns, id, &n);
 
 	if (rc)
 		return rc;

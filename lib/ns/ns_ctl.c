@@ -47,10 +47,14 @@ static int ctl_dir_list(struct castfs_ns *ns, const struct ns_node *dir,
 			struct ns_list *l)
 {
 	(void)ns;
-	(void)dir;
-	for (size_t i = 0; i < CTL_COUNT; i++) {
+	for (uint32_t i = 0; i < CTL_COUNT; i++) {
+		/* The id a lookup gives: a restarted daemon finds the file
+		 * of a kept id by its listing (ns_resolve). */
+		struct ns_node n = { .kind = NS_CTL_FILE,
+				     .aux = i,
+				     .st = dir->st };
 		int rc = ns_list_add(l, ctl_names[i], strlen(ctl_names[i]),
-				     S_IFREG, 0);
+				     S_IFREG, ns_node_id(&n));
 
 		if (rc)
 			return rc;

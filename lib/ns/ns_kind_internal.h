@@ -82,6 +82,14 @@ void ns_modeldir_invalidate(struct castfs_ns *ns, const char *rel,
 
 /* ---- the facade (ns.c, ns_resolve.c) ---- */
 
+/* ns_lookup_how, ns_opendir_how - castfs_ns_lookup() and
+ * castfs_ns_opendir(), which search the tree for an unknown id only when
+ * @resolve: the search itself passes false, so it never recurses. */
+int ns_lookup_how(struct castfs_ns *ns, uint64_t parent, const char *name,
+		  uint64_t *id, struct stat *st, bool resolve);
+int ns_opendir_how(struct castfs_ns *ns, uint64_t id, struct castfs_dir **out,
+		   bool resolve);
+
 /*
  * ns_resolve - make node @id known again by searching the tree for the
  * object whose id it is (breadth first, through listings, whose inode

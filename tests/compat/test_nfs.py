@@ -18,7 +18,9 @@ Exits 77 (SKIP) only when a prerequisite is missing: FUSE, ganesha.nfsd
 with FSAL VFS, rpcbind, the libnfs utilities, iproute2, or namespaces.
 """
 import glob
+import hashlib
 import io
+import json
 import os
 import shutil
 import signal
@@ -368,6 +370,91 @@ class NFSExport(unittest.TestCase):
             self.assertIn("weight.npy", sub)
             self.assertEqual(sub["weight.npy"][1],
                              os.path.getsize(self.mount.join(NPY_PATH)))
+
+    def test_y_clients_share_one_conversion(self):
+        """Four clients (NFSv3 and NFSv4) read one large view at once: every
+        copy is torch's bytes, and castfs converts the view about once
+        (its bytes served, /.castfs/stats, stay near one view size: the
+        FUSE mount's page cache serves the other clients)."""
+        g = torch.Generator().manual_seed(5)
+        big = {"w%d" % i: torch.randn(2048, 4096, generator=g) for i in range(4)}
+        save_file(big, os.path.join(self.src, "big.safetensors"),
+                  metadata={"format": "pt"})
+        want = hashlib.sha256(save({k: t.to(torch.float16) for k, t in big.items()},
+                                   metadata={"format": "pt"})).hexdigest()
+        size = os.path.getsize(self.mount.join("big.fp16.safetensors"))
+        out = [None] * 4
+
+        def client(i):
+            r = self.server.client("nfs-cat", self.server.url(
+                "big.fp16.safetensors", 3 + i % 2), timeout=600)
+            out[i] = hashlib.sha256(r.stdout).hexdigest()
+        import threading
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=600)
+        secs = time.monotonic() - t0
+        self.assertEqual(out, [want] * 4)
+        with open(self.mount.join(".castfs", "stats")) as f:
+            served = json.load(f)["views"]["fp16"]["bytes"]
+        print("nfs shared view: 4 clients x %.0f MiB in %.1f s (%.0f MiB/s "
+              "aggregate); castfs served %.2f x the view" % (
+                  size / 2 ** 20, secs, 4 * size / 2 ** 20 / secs,
+                  served / size), file=sys.stderr)
+        self.assertLess(served, 1.5 * size)
+        os.unlink(os.path.join(self.src, "big.safetensors"))
+
+    def test_z_clients_read_through_daemon_kills_and_a_reload(self):
+        """NFSv3 and NFSv4 clients keep reading views while castfs's daemon
+        is killed every 100-500 ms and then replaced by `castfs reload`:
+        every read completes with the reference bytes. (Named to run
+        last; the restarts must be invisible to the other tests anyway.)"""
+        fp8 = save({k: t.to(torch.float8_e4m3fn) for k, t in self.tensors.items()},
+                   metadata={"format": "pt"})
+        buf = io.BytesIO()  # fp8 widened to float32, as the tree shows it
+        np.save(buf, self.tensors[NPY_NAME].to(torch.float8_e4m3fn).float().numpy())
+        # A view's tensor tree is never listed: only lookups find it.
+        files = {"model.fp8.safetensors": fp8,
+                 "model.fp8.safetensors.tensors/" + NPY_PATH.split("/", 1)[1]:
+                 buf.getvalue()}
+        until = time.time() + 8
+        bad, done = [], []
+
+        def client(version):
+            while time.time() < until:
+                for rel, want in files.items():
+                    r = self.server.client("nfs-cat", self.server.url(rel, version),
+                                           timeout=120, check=False)
+                    if r.returncode or r.stdout != want:
+                        bad.append("%s NFSv%d: rc %d, %d bytes" % (
+                            rel, version, r.returncode, len(r.stdout)))
+                    done.append(rel)
+        import threading
+        threads = [threading.Thread(target=client, args=(v,)) for v in (3, 4, 3, 4)]
+        for t in threads:
+            t.start()
+        sup, kills = self.mount.proc.pid, 0
+        rng = __import__("random").Random(3)
+        while time.time() < until - 3:
+            time.sleep(rng.uniform(0.1, 0.5))
+            with open("/proc/%d/task/%d/children" % (sup, sup)) as f:
+                for pid in f.read().split():
+                    os.kill(int(pid), signal.SIGKILL)
+                    kills += 1
+        r = subprocess.run([tl.castfs_binary(), "reload", self.mount.path],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for t in threads:
+            t.join(timeout=300)
+            self.assertFalse(t.is_alive(), "an NFS client hung")
+        self.assertEqual(bad[:5], [])
+        self.assertGreater(kills, 5)
+        self.assertGreater(len(done), 8)
+        print("nfs restart: %d kills + 1 reload, %d whole-file NFS reads, all "
+              "exact" % (kills, len(done)), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: MIT
 """Faults.
 
-kill -9: the dead mount answers ENOTCONN, `fusermount3 -u` clears it, and
+kill -9 of an unsupervised daemon (-o nosupervise; a supervised one is
+restarted on the same connection, tests/compat/test_restart.py): the dead
+mount answers ENOTCONN, `fusermount3 -u` clears it, and
 a daemon restarted on the same mount point serves the same node ids for
 the same names (files, views, directories, tensor trees, control files).
 
@@ -44,7 +46,8 @@ def wait_mounted(mnt, proc, fstype):
 
 
 def start_castfs(src, mnt):
-    p = subprocess.Popen([tl.castfs_binary(), "-f", src, mnt],
+    p = subprocess.Popen([tl.castfs_binary(), "-f", "-o", "nosupervise", src,
+                          mnt],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_mounted(mnt, p, "fuse.castfs")
     return p

@@ -1,0 +1,615 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The supervisor: a small process that owns the FUSE connection (the
+ * /dev/fuse fd) and runs the serving daemon on it as a child. When the
+ * daemon dies, the connection stays up; a new daemon continues on it and
+ * the kernel resends what was in flight (FUSE_NOTIFY_RESEND). Readers see
+ * a stall, never an error. docs/RELIABILITY.md ("Restarts") tells the rest.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fuse.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <libgen.h>
+#include <limits.h>
+#include <unistd.h>
+
+#include "fs.h"
+
+/* Not in older <linux/fuse.h>: Linux >= 6.9 requeues the requests a dead
+ * daemon had read but not answered. */
+#define SV_NOTIFY_RESEND 7
+
+#define SV_INIT_MAX (1u << 20) /* > any FUSE_INIT; the kernel wants room */
+#define SV_MAX_FAILURES 5 /* consecutive failures before giving up */
+#define SV_STABLE_S 10 /* a daemon up this long resets the count */
+
+struct sv {
+	struct fuse_session *se;
+	int fd; /* the FUSE connection */
+	int init_fd; /* memfd: the kernel's FUSE_INIT request, verbatim */
+	int sig_fd;
+	int cwd_fd; /* where relative SOURCE arguments resolve */
+	char *exe; /* the binary on disk, read again at each start */
+	char **argv; /* ours, with the mount point replaced by /dev/fd/N */
+	const char *mountpoint;
+	pid_t cur; /* the serving daemon */
+	pid_t next; /* a daemon starting, not ready yet */
+	pid_t retiring; /* a replaced daemon finishing its requests */
+	int ready_fd; /* pipe from next: one byte once it serves */
+	unsigned failures;
+	struct timespec ready_at, restart_at;
+	bool restart_due, failed, stopping, first;
+	bool had_failure; /* a daemon crashed: our exit status says so */
+};
+
+static void sv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void sv_log(const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	castfs_fs_log(NULL, msg);
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static double ts_s(const struct timespec *t)
+{
+	return (double)t->tv_sec + (double)t->tv_nsec / 1e9;
+}
+
+static void ts_set(struct timespec *t, double s)
+{
+	t->tv_sec = (time_t)s;
+	t->tv_nsec = (long)((s - (double)t->tv_sec) * 1e9);
+}
+
+/* ---- the daemon's side ---- */
+
+int castfs_sv_child_env(struct castfs_sv_child *c)
+{
+	const char *e = getenv("CASTFS_SUPERVISED");
+
+	if (!e)
+		return 0;
+	if (sscanf(e, "%d:%d:%d", &c->fuse_fd, &c->init_fd, &c->ready_fd) != 3)
+		return -EINVAL;
+	c->mountpoint = getenv("CASTFS_MOUNTPOINT");
+	return 1;
+}
+
+/*
+ * Hand the kernel's FUSE_INIT to the new session as if just read. The
+ * first daemon answers it; a later one's answer is refused by the kernel
+ * (ENOENT: the request was answered long ago), which libfuse ignores, and
+ * the session is initialised with the parameters the kernel negotiated.
+ */
+int castfs_sv_child_attach(struct fuse_session *se,
+			   const struct castfs_sv_child *c)
+{
+	char path[32];
+	struct fuse_buf buf = { 0 };
+	ssize_t n;
+	int rc = 0;
+
+	snprintf(path, sizeof(path), "/dev/fd/%d", c->fuse_fd);
+	if (fuse_session_mount(se, path))
+		return -EBADF;
+	buf.mem = malloc(SV_INIT_MAX);
+	if (!buf.mem)
+		return -ENOMEM;
+	n = pread(c->init_fd, buf.mem, SV_INIT_MAX, 0);
+	if (n < (ssize_t)sizeof(struct fuse_in_header)) {
+		rc = n < 0 ? -errno : -EIO;
+	} else {
+		buf.size = (size_t)n;
+		fuse_session_process_buf(se, &buf);
+	}
+	free(buf.mem);
+	close(c->init_fd);
+	return rc;
+}
+
+void castfs_sv_child_ready(const struct castfs_sv_child *c)
+{
+	/* The supervisor may be gone: then PDEATHSIG ends us anyway. */
+	if (write(c->ready_fd, "r", 1) != 1)
+		sv_log("cannot tell the supervisor we serve: %s",
+		       strerror(errno));
+	close(c->ready_fd);
+}
+
+/* ---- the supervisor ---- */
+
+/* Requeue what a dead daemon had read but not answered. */
+static void sv_resend(struct sv *sv)
+{
+	struct fuse_out_header oh = {
+		.len = sizeof(oh),
+		.error = SV_NOTIFY_RESEND,
+		.unique = 0,
+	};
+
+	if (write(sv->fd, &oh, sizeof(oh)) != (ssize_t)sizeof(oh))
+		sv_log("FUSE_NOTIFY_RESEND failed (%s): requests in flight at "
+		       "the daemon's death stay unanswered (Linux < 6.9)",
+		       strerror(errno));
+}
+
+static void sv_child_exec(struct sv *sv, int ready_w)
+{
+	char env[64];
+	sigset_t all;
+
+	/* The daemon must not outlive us: the connection would have no
+	 * owner. Then make sure we did not die before the prctl. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() == 1)
+		_exit(127);
+	sigemptyset(&all);
+	sigprocmask(SIG_SETMASK, &all, NULL);
+	if (fchdir(sv->cwd_fd) < 0)
+		_exit(127);
+	fcntl(sv->fd, F_SETFD, 0);
+	fcntl(sv->init_fd, F_SETFD, 0);
+	fcntl(ready_w, F_SETFD, 0);
+	snprintf(env, sizeof(env), "%d:%d:%d", sv->fd, sv->init_fd, ready_w);
+	setenv("CASTFS_SUPERVISED", env, 1);
+	setenv("CASTFS_MOUNTPOINT", sv->mountpoint, 1);
+	execv(sv->exe, sv->argv);
+	fprintf(stderr, "castfs: %s: %s\n", sv->exe, strerror(errno));
+	_exit(127);
+}
+
+/* Start a daemon as sv->next. Returns 0 or -errno. */
+static int sv_spawn(struct sv *sv)
+{
+	int p[2];
+	pid_t pid;
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	pid = fork();
+	if (pid < 0) {
+		close(p[0]);
+		close(p[1]);
+		return -errno;
+	}
+	if (pid == 0)
+		sv_child_exec(sv, p[1]);
+	close(p[1]);
+	sv->next = pid;
+	sv->ready_fd = p[0];
+	sv->restart_due = false;
+	return 0;
+}
+
+/* Back-off before the next start: 0, then 0.1 s doubling to 1.6 s. */
+static void sv_schedule(struct sv *sv)
+{
+	double delay = sv->failures ? 0.1 * (1u << (sv->failures - 1)) : 0;
+
+	if (sv->failures > SV_MAX_FAILURES) {
+		sv_log("the daemon failed %u times in a row: giving up; the "
+		       "mount answers EIO until `castfs reload` succeeds",
+		       sv->failures);
+		sv->failed = true;
+		return;
+	}
+	ts_set(&sv->restart_at, now_s() + delay);
+	sv->restart_due = true;
+}
+
+static void sv_next_ready(struct sv *sv)
+{
+	char c;
+	ssize_t n = read(sv->ready_fd, &c, 1);
+
+	if (n == 0 || (n < 0 && errno != EINTR)) {
+		close(sv->ready_fd); /* died before serving: see reap */
+		sv->ready_fd = -1;
+		return;
+	}
+	if (n != 1)
+		return;
+	close(sv->ready_fd);
+	sv->ready_fd = -1;
+	if (sv->cur) { /* a reload: the old one finishes and leaves */
+		sv->retiring = sv->cur;
+		kill(sv->retiring, SIGTERM);
+	}
+	sv->cur = sv->next;
+	sv->next = 0;
+	sv->failed = false;
+	sv->first = false;
+	clock_gettime(CLOCK_MONOTONIC, &sv->ready_at);
+}
+
+/* A death that counts towards giving up: a crash or an error exit. An
+ * outside SIGKILL (an operator, the OOM killer, a test) says nothing
+ * about the daemon: it restarts at once, however often it comes. */
+static bool sv_is_failure(int status)
+{
+	if (WIFSIGNALED(status))
+		return WTERMSIG(status) != SIGKILL;
+	return WEXITSTATUS(status) != 0;
+}
+
+static void sv_reap_cur(struct sv *sv, int status)
+{
+	sv->cur = 0;
+	if (sv->stopping || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+		/* Unmounted, or told to stop: the mount is over. */
+		sv->stopping = true;
+		return;
+	}
+	sv_resend(sv);
+	sv->had_failure |= sv_is_failure(status);
+	if (!sv_is_failure(status))
+		sv->failures = 0;
+	else if (now_s() - ts_s(&sv->ready_at) >= SV_STABLE_S)
+		sv->failures = 1;
+	else
+		sv->failures++;
+	sv_log("the daemon died (%s %d): restarting",
+	       WIFSIGNALED(status) ? "signal" : "exit",
+	       WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+	if (!sv->next)
+		sv_schedule(sv);
+}
+
+static void sv_reap_next(struct sv *sv, int status)
+{
+	sv->next = 0;
+	if (sv->ready_fd >= 0)
+		close(sv->ready_fd);
+	sv->ready_fd = -1;
+	if (sv->first || sv->stopping) {
+		/* The first daemon could not start: the mount fails. */
+		sv->stopping = true;
+		return;
+	}
+	if (sv_is_failure(status))
+		sv->failures++;
+	sv->had_failure |= sv_is_failure(status);
+	sv_log("a new daemon failed to start (%s %d)%s",
+	       WIFSIGNALED(status) ? "signal" : "exit",
+	       WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+	       sv->cur ? ": the running one keeps serving" : "");
+	if (!sv->cur)
+		sv_schedule(sv);
+}
+
+static void sv_reap(struct sv *sv)
+{
+	int status;
+	pid_t pid;
+
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		if (pid == sv->cur) {
+			sv_reap_cur(sv, status);
+		} else if (pid == sv->next) {
+			sv_reap_next(sv, status);
+		} else {
+			/* A retired daemon (maybe of an earlier reload than
+			 * sv->retiring): requeue what it read, not answered. */
+			if (pid == sv->retiring)
+				sv->retiring = 0;
+			sv_resend(sv);
+		}
+	}
+}
+
+static void sv_stop(struct sv *sv)
+{
+	sv->stopping = true;
+	sv->restart_due = false;
+	if (sv->cur)
+		kill(sv->cur, SIGTERM);
+	if (sv->next)
+		kill(sv->next, SIGTERM);
+}
+
+static void sv_signal(struct sv *sv)
+{
+	struct signalfd_siginfo si;
+
+	while (read(sv->sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+		if (si.ssi_signo == SIGCHLD) {
+			sv_reap(sv);
+		} else if (si.ssi_signo == SIGHUP) {
+			/* A reload: start one; it replaces the old when ready. */
+			if (!sv->next && !sv->stopping) {
+				sv->failures = 0;
+				if (sv_spawn(sv))
+					sv_log("reload: cannot start a daemon");
+			}
+		} else {
+			sv_stop(sv);
+		}
+	}
+}
+
+/* With no daemon that can serve, answer every request with EIO, so that
+ * readers fail rather than hang. Returns false once unmounted. */
+static bool sv_answer_eio(struct sv *sv)
+{
+	static char buf[SV_INIT_MAX + 4096];
+	const struct fuse_in_header *ih = (const void *)buf;
+	struct fuse_out_header oh = { .len = sizeof(oh), .error = -EIO };
+	ssize_t n = read(sv->fd, buf, sizeof(buf));
+
+	if (n < 0)
+		return errno == EINTR || errno == EAGAIN || errno == ENOENT;
+	if (n < (ssize_t)sizeof(*ih))
+		return true;
+	oh.unique = ih->unique;
+	if (ih->opcode != FUSE_FORGET && ih->opcode != FUSE_BATCH_FORGET &&
+	    ih->opcode != FUSE_INTERRUPT) {
+		if (write(sv->fd, &oh, sizeof(oh)) < 0)
+			return true; /* interrupted meanwhile: nothing owed */
+	}
+	return true;
+}
+
+static int sv_timeout_ms(const struct sv *sv)
+{
+	double left;
+
+	if (!sv->restart_due)
+		return -1;
+	left = ts_s(&sv->restart_at) - now_s();
+	return left <= 0 ? 0 : (int)(left * 1000) + 1;
+}
+
+/* One round of the event loop. */
+static void sv_poll(struct sv *sv)
+{
+	struct pollfd p[3] = {
+		{ .fd = sv->sig_fd, .events = POLLIN },
+		{ .fd = sv->ready_fd, .events = POLLIN },
+		{ .fd = sv->failed && !sv->cur && !sv->next ? sv->fd : -1,
+		  .events = POLLIN }
+	};
+
+	if (poll(p, 3, sv_timeout_ms(sv)) < 0)
+		return;
+	if (p[0].revents)
+		sv_signal(sv);
+	if (sv->ready_fd >= 0 && p[1].revents)
+		sv_next_ready(sv);
+	if (p[2].fd >= 0 && (p[2].revents & (POLLERR | POLLHUP)))
+		sv_stop(sv); /* unmounted */
+	else if (p[2].fd >= 0 && (p[2].revents & POLLIN) && !sv_answer_eio(sv))
+		sv_stop(sv);
+	if (sv->restart_due && !sv->stopping && sv_timeout_ms(sv) == 0 &&
+	    sv_spawn(sv))
+		sv_schedule(sv);
+}
+
+/* Read the kernel's FUSE_INIT into a memfd every daemon can read. */
+static int sv_keep_init(struct sv *sv)
+{
+	char *buf = malloc(SV_INIT_MAX + 4096);
+	ssize_t n;
+	int rc = 0;
+
+	if (!buf)
+		return -ENOMEM;
+	do
+		n = read(sv->fd, buf, SV_INIT_MAX + 4096);
+	while (n < 0 && errno == EINTR);
+	sv->init_fd = memfd_create("castfs-init", MFD_CLOEXEC);
+	if (n < (ssize_t)sizeof(struct fuse_in_header) || sv->init_fd < 0 ||
+	    write(sv->init_fd, buf, (size_t)n) != n)
+		rc = n < 0 ? -errno : -EIO;
+	free(buf);
+	return rc;
+}
+
+static int sv_signals(struct sv *sv)
+{
+	sigset_t set;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	if (sigprocmask(SIG_BLOCK, &set, NULL) < 0)
+		return -errno;
+	sv->sig_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+	return sv->sig_fd < 0 ? -errno : 0;
+}
+
+/* Our argv with the mount point replaced by the connection's fd. */
+static char **sv_child_argv(int argc, char **argv, const char *mnt_arg, int fd)
+{
+	char **a = calloc((size_t)argc + 1, sizeof(*a));
+	static char fdpath[32];
+
+	if (!a)
+		return NULL;
+	snprintf(fdpath, sizeof(fdpath), "/dev/fd/%d", fd);
+	for (int i = 0; i < argc; i++)
+		a[i] = argv[i] == mnt_arg ? fdpath : argv[i];
+	return a;
+}
+
+static int sv_setup(struct sv *sv, const struct castfs_sv_opts *o)
+{
+	int rc;
+
+	sv->fd = fuse_session_fd(sv->se);
+	sv->cwd_fd = open(".", O_PATH | O_CLOEXEC);
+	sv->exe = realpath("/proc/self/exe", NULL);
+	sv->argv = sv_child_argv(o->argc, o->argv, o->mnt_arg, sv->fd);
+	if (sv->cwd_fd < 0 || !sv->exe || !sv->argv)
+		return -ENOMEM;
+	rc = sv_keep_init(sv);
+	if (rc)
+		return rc;
+	return sv_signals(sv);
+}
+
+int castfs_supervise(struct fuse_session *se, const struct castfs_sv_opts *o)
+{
+	struct sv sv = { .se = se,
+			 .fd = -1,
+			 .init_fd = -1,
+			 .sig_fd = -1,
+			 .cwd_fd = -1,
+			 .ready_fd = -1,
+			 .first = true,
+			 .mountpoint = o->mountpoint };
+	int rc = sv_setup(&sv, o);
+
+	if (!rc && fuse_daemonize(o->foreground))
+		rc = -EIO;
+	if (!rc)
+		rc = castfs_sv_pidfile(o->mountpoint, true);
+	if (!rc)
+		rc = sv_spawn(&sv);
+	while (!rc && (!sv.stopping || sv.cur || sv.next || sv.retiring))
+		sv_poll(&sv);
+	castfs_sv_pidfile(o->mountpoint, false);
+	/* The first daemon never served, or one crashed (a sanitizer report
+	 * too): a restart hid it from the readers, not from our caller. */
+	if (!rc && (sv.first || sv.had_failure))
+		rc = -EIO;
+	free(sv.exe);
+	free(sv.argv);
+	if (sv.cwd_fd >= 0)
+		close(sv.cwd_fd);
+	if (sv.init_fd >= 0)
+		close(sv.init_fd);
+	if (sv.sig_fd >= 0)
+		close(sv.sig_fd);
+	return rc;
+}
+
+/* ---- where `castfs reload` finds the supervisor ---- */
+
+/* The pid file of the mount at @mountpoint: named by the mount's device
+ * number, so no request reaches the mount to find it. */
+static int sv_pidfile_path(const char *mountpoint, char *buf, size_t len)
+{
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	char dir[PATH_MAX], *dev = castfs_mount_device(mountpoint);
+
+	if (!dev)
+		return -ENOENT;
+	if (geteuid() == 0)
+		snprintf(dir, sizeof(dir), "/run/castfs");
+	else if (xdg)
+		snprintf(dir, sizeof(dir), "%s/castfs", xdg);
+	else
+		snprintf(dir, sizeof(dir), "/tmp/castfs-%u",
+			 (unsigned)getuid());
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		free(dev);
+		return -errno;
+	}
+	snprintf(buf, len, "%s/%s.pid", dir, dev);
+	free(dev);
+	return 0;
+}
+
+int castfs_sv_pidfile(const char *mountpoint, bool create)
+{
+	char path[PATH_MAX + 32];
+	FILE *f;
+
+	if (sv_pidfile_path(mountpoint, path, sizeof(path)))
+		return 0; /* best effort: reload by signal still works */
+	if (!create) {
+		unlink(path);
+		return 0;
+	}
+	f = fopen(path, "w");
+	if (!f)
+		return 0;
+	fprintf(f, "%ld\n", (long)getpid());
+	fclose(f);
+	return 0;
+}
+
+/* @path without following it: a failed mount cannot be stat'ed. */
+static char *mount_path(const char *path)
+{
+	char *a = strdup(path), *b = strdup(path), *dir, *out = NULL;
+
+	if (a && b && (dir = realpath(dirname(a), NULL))) {
+		const char *base = basename(b);
+
+		if (asprintf(&out, "%s/%s", strcmp(dir, "/") ? dir : "", base) <
+		    0)
+			out = NULL;
+		free(dir);
+	}
+	free(a);
+	free(b);
+	return out;
+}
+
+/* True when @pid is a castfs process (not a pid reused since). */
+static bool is_castfs(long pid)
+{
+	char path[64], comm[32] = "";
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%ld/comm", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	if (!fgets(comm, sizeof(comm), f))
+		comm[0] = '\0';
+	fclose(f);
+	return strncmp(comm, "castfs", 6) == 0;
+}
+
+int castfs_sv_reload(const char *mountpoint)
+{
+	char path[PATH_MAX + 32], *mnt = mount_path(mountpoint);
+	long pid = 0;
+	FILE *f;
+	int rc;
+
+	if (!mnt)
+		return -errno ? -errno : -ENOMEM;
+	rc = sv_pidfile_path(mnt, path, sizeof(path));
+	free(mnt);
+	if (rc)
+		return rc;
+	f = fopen(path, "r");
+	if (!f)
+		return -ESRCH; /* not supervised (-o nosupervise) */
+	if (fscanf(f, "%ld", &pid) != 1)
+		pid = 0;
+	fclose(f);
+	if (pid <= 0 || !is_castfs(pid))
+		return -ESRCH;
+	return kill((pid_t)pid, SIGHUP) < 0 ? -errno : 0;
+}

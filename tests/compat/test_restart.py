@@ -1,0 +1,390 @@
+# SPDX-License-Identifier: MIT
+"""Restarts under live readers (docs/RELIABILITY.md, "Restarts").
+
+A mount is supervised by default: the supervisor keeps the FUSE connection
+and runs the serving daemon as its child. Here the daemon is killed with
+SIGKILL every 100-500 ms (CASTFS_RESTART_SECONDS, 30 by default; after
+each kill the next waits until a read went through) while
+threads and processes read views (bf16, fp8, fp16, nf4) and tensor files
+through files opened before the first kill and kept open, by pread
+(buffered, the page cache dropped with fadvise, and O_DIRECT) and by mmap
+faults (pages dropped with madvise + fadvise): every byte equals the
+reference, no read fails, no read stalls longer than STALL_BOUND_S.
+References: torch's .to() laid out by the official safetensors writer for
+cast views; for nf4 and the tensor files, a whole read taken before the
+first kill. The same readers run across `castfs reload` to another binary
+file, a daemon that keeps failing makes the mount answer EIO (and a reload
+with the cause fixed brings it back), node ids and handles of unlisted
+views, model-directory view files and tensor files of views resolve after
+a restart, and -o nosupervise keeps one process.
+"""
+import errno
+import json
+import mmap
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+import castfs_testlib as tl
+import rel_common as rc
+from test_handles import handle_of, open_handle, read_fd
+
+SECONDS = float(os.environ.get("CASTFS_RESTART_SECONDS", "30"))
+# A restart takes well under a second on a quiet machine; 7 s was seen at
+# a load average of 19 on 2 cores (docs/RELIABILITY.md).
+STALL_BOUND_S = 20.0
+CAST = ("bf16", "fp8", "fp16")
+
+
+def daemons(sup_pid):
+    """The supervisor's children: the serving daemon (two during a
+    reload)."""
+    try:
+        with open("/proc/%d/task/%d/children" % (sup_pid, sup_pid)) as f:
+            return [int(x) for x in f.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def wait_daemon(sup_pid, other_than=(), timeout=30):
+    def one():
+        d = [p for p in daemons(sup_pid) if p not in other_than]
+        return d[0] if len(d) == 1 and len(daemons(sup_pid)) == 1 else None
+    return rc.poll(one, timeout, "a single new daemon")
+
+
+# Reads completed by the reader threads of this process (the killer waits
+# for one after each kill, so that a slow start, say under ASan, is never
+# killed again and again before it serves anything).
+PROGRESS = [0]
+
+
+def reader(mnt, refdir, names, seed, until, mode):
+    """Open every file once, then read random ranges until @until through
+    the same fds. @mode: "pread", "direct" or "mmap". Returns counts."""
+    rng = random.Random(seed)
+    st = {"reads": 0, "bytes": 0, "bad": [], "max_s": 0.0}
+    files = []
+    for name in names:
+        with open(os.path.join(refdir, name.replace("/", "%")), "rb") as f:
+            ref = f.read()
+        flags = os.O_RDONLY | (os.O_DIRECT if mode == "direct" else 0)
+        fd = os.open(os.path.join(mnt, name), flags)
+        m = mmap.mmap(fd, len(ref), prot=mmap.PROT_READ) if mode == "mmap" \
+            else None
+        files.append((name, ref, fd, m))
+    try:
+        while time.time() < until:
+            name, ref, fd, m = rng.choice(files)
+            off = rng.randrange(0, len(ref) + 16)
+            n = rng.choice((1, 7, 4096, rng.randrange(1, 1 << 20)))
+            t0 = time.monotonic()
+            try:
+                if m is not None:
+                    m.madvise(mmap.MADV_DONTNEED)
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                    data = m[off:off + n]
+                elif mode == "direct":  # FUSE takes any alignment
+                    data = os.pread(fd, n, off)
+                else:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                    data = os.pread(fd, n, off)
+            except OSError as e:
+                st["bad"].append("%s: %s" % (name, e))
+                continue
+            st["max_s"] = max(st["max_s"], time.monotonic() - t0)
+            st["reads"] += 1
+            PROGRESS[0] += 1
+            st["bytes"] += len(data)
+            if data != ref[off:off + n]:
+                st["bad"].append("%s [%d,+%d) %s" % (name, off, n, mode))
+    finally:
+        for _, _, fd, m in files:
+            if m is not None:
+                m.close()
+            os.close(fd)
+    return st
+
+
+class Readers:
+    """Threads and processes reading @names until stopped."""
+
+    def __init__(self, mnt, refdir, names, seconds):
+        self.until = time.time() + seconds
+        self.results, self.lock = [], threading.Lock()
+        args = (mnt, refdir, names)
+        self.threads = [threading.Thread(target=self.run, args=args + (i, m))
+                        for i, m in enumerate(("pread", "direct", "mmap"))]
+        self.procs = [subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--reader", mnt,
+             refdir, json.dumps(names), str(100 + i), str(self.until), m],
+            stdout=subprocess.PIPE, text=True)
+            for i, m in enumerate(("direct", "mmap"))]
+        for t in self.threads:
+            t.start()
+
+    def run(self, mnt, refdir, names, seed, mode):
+        r = reader(mnt, refdir, names, seed, self.until, mode)
+        with self.lock:
+            self.results.append(r)
+
+    def join(self, test):
+        slack = STALL_BOUND_S + 120
+        for t in self.threads:
+            t.join(timeout=max(0, self.until - time.time()) + slack)
+            test.assertFalse(t.is_alive(), "reader thread hung")
+        for p in self.procs:
+            out, _ = p.communicate(timeout=max(0, self.until - time.time())
+                                   + slack)
+            test.assertEqual(p.returncode, 0, "reader process failed")
+            self.results.append(json.loads(out))
+        bad = [b for r in self.results for b in r["bad"]]
+        reads = sum(r["reads"] for r in self.results)
+        mib = sum(r["bytes"] for r in self.results) / 2 ** 20
+        stall = max(r["max_s"] for r in self.results)
+        print("readers: %d reads, %.1f MiB compared, %d mismatches or errors, "
+              "longest read %.2f s" % (reads, mib, len(bad), stall),
+              file=sys.stderr)
+        test.assertEqual(bad[:10], [])
+        test.assertGreater(reads, 20)
+        test.assertLess(stall, STALL_BOUND_S, "a read stalled too long")
+        return reads, mib, stall
+
+
+class Fixture:
+    """One source tree and its references, shared by the tests."""
+
+    @classmethod
+    def build(cls):
+        cls.tmp = tl.tempdir()
+        top = cls.tmp.__enter__()
+        cls.src, cls.refdir = os.path.join(top, "src"), os.path.join(top, "ref")
+        cls.top = top
+        os.makedirs(os.path.join(cls.src, "sub"))
+        os.makedirs(cls.refdir)
+        cls.tensors = rc.write_ckpt(os.path.join(cls.src, "a.safetensors"),
+                                    1, 16)
+        b = rc.write_ckpt(os.path.join(cls.src, "sub", "b.safetensors"), 2, 4)
+        with open(os.path.join(cls.src, "sub", "config.json"), "w") as f:
+            json.dump({"model_type": "llama", "architectures":
+                       ["LlamaForCausalLM"], "torch_dtype": "float32"}, f)
+        cls.names = []
+        for stem, t in (("a", cls.tensors), ("sub/b", b)):
+            for view in CAST:
+                cls.add_ref(rc.view_name(stem, view), rc.view_bytes(t, view))
+
+    @classmethod
+    def add_ref(cls, name, data):
+        with open(os.path.join(cls.refdir, name.replace("/", "%")), "wb") as f:
+            f.write(data)
+        cls.names.append(name)
+
+    @classmethod
+    def add_read_refs(cls, mnt):
+        """nf4 and tensor files: no cheap outside oracle here (test_bnb and
+        test_tensors check them against bitsandbytes and numpy); a whole
+        read before the first kill is the reference."""
+        for name in ("a.nf4.safetensors",
+                     "a.safetensors.tensors/model/layers/0/weight.npy",
+                     "a.bf16.safetensors.tensors/emb/weight.npy"):
+            with open(os.path.join(mnt, name), "rb") as f:
+                cls.add_ref(name, f.read())
+
+
+def setUpModule():
+    Fixture.build()
+
+
+def tearDownModule():
+    Fixture.tmp.__exit__(None, None, None)
+
+
+class KillUnderReaders(unittest.TestCase):
+    def test_kill_9_every_100_to_500_ms(self):
+        with tl.Mount(Fixture.src) as m:
+            if not any(n.endswith(".npy") for n in Fixture.names):
+                Fixture.add_read_refs(m.path)
+            sup = m.proc.pid
+            first = wait_daemon(sup)
+            readers = Readers(m.path, Fixture.refdir, Fixture.names, SECONDS)
+            rng, kills = random.Random(7), 0
+            while time.time() < readers.until - 0.5:
+                time.sleep(rng.uniform(0.1, 0.5))
+                for pid in daemons(sup):
+                    os.kill(pid, signal.SIGKILL)
+                    kills += 1
+                done = PROGRESS[0]
+                while PROGRESS[0] == done and time.time() < readers.until:
+                    time.sleep(0.01)
+            reads, mib, stall = readers.join(self)
+            self.assertIsNone(m.proc.poll(), "the supervisor died")
+            self.assertNotEqual(wait_daemon(sup), first)
+            print("restart: %d kills in %.0f s; %d reads, %.1f MiB compared, "
+                  "0 mismatches, longest read %.2f s" %
+                  (kills, SECONDS, reads, mib, stall), file=sys.stderr)
+            self.assertGreaterEqual(kills, max(3, SECONDS / 10))
+            self.assertGreater(reads, kills)
+
+
+class Reload(unittest.TestCase):
+    def test_reload_to_another_binary_and_config(self):
+        bindir = os.path.join(Fixture.top, "bin")
+        os.makedirs(bindir, exist_ok=True)
+        exe = os.path.join(bindir, "castfs")
+        shutil.copy(tl.castfs_binary(), exe)
+        cfg = os.path.join(Fixture.top, "views.json")
+        with open(cfg, "w") as f:
+            json.dump({"views": {"half": {"base": "fp16"}}}, f)
+        with mount_from(exe, Fixture.src, ["config=" + cfg]) as m:
+            sup = m.proc.pid
+            old = wait_daemon(sup)
+            old_ino = os.stat("/proc/%d/exe" % old).st_ino
+            self.assertFalse(os.path.exists(m.join("a.brain.safetensors")))
+            readers = Readers(m.path, Fixture.refdir, Fixture.names[:6], 6)
+            time.sleep(1)
+            # An upgrade: a new file at the same path (a new inode), a
+            # changed config, then reload.
+            shutil.copy(tl.castfs_binary(), exe + ".new")
+            os.rename(exe + ".new", exe)
+            with open(cfg, "w") as f:
+                json.dump({"views": {"half": {"base": "fp16"},
+                                     "brain": {"base": "bf16"}}}, f)
+            r = subprocess.run([tl.castfs_binary(), "reload", m.path],
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            new = wait_daemon(sup, other_than=(old,))
+            self.assertEqual(os.stat("/proc/%d/exe" % new).st_ino,
+                             os.stat(exe).st_ino)
+            self.assertNotEqual(old_ino, os.stat(exe).st_ino)
+            readers.join(self)
+            with open(m.join("a.brain.safetensors"), "rb") as f:
+                self.assertEqual(f.read(), rc.view_bytes(Fixture.tensors,
+                                                         "bf16"))
+
+
+def mount_from(exe, src, options):
+    """A mount whose supervisor runs binary @exe (tl.Mount starts
+    $CASTFS)."""
+    saved = os.environ.get("CASTFS")
+    os.environ["CASTFS"] = exe
+    try:
+        return tl.Mount(src, options=options)
+    finally:
+        if saved is None:
+            del os.environ["CASTFS"]
+        else:
+            os.environ["CASTFS"] = saved
+
+
+class CrashLoop(unittest.TestCase):
+    def test_backoff_then_eio_then_reload_recovers(self):
+        cfg = os.path.join(Fixture.top, "crash.json")
+        with open(cfg, "w") as f:
+            json.dump({"views": {"half": {"base": "fp16"}}}, f)
+        with tl.Mount(Fixture.src, options=["config=" + cfg]) as m:
+            sup = m.proc.pid
+            fd = os.open(m.join("a.half.safetensors"), os.O_RDONLY |
+                         os.O_DIRECT)
+            try:
+                want = rc.view_bytes(Fixture.tensors, "fp16")
+                self.assertEqual(os.pread(fd, 4096, 0), want[:4096])
+                with open(cfg, "w") as f:
+                    f.write("{ not json")  # every new daemon exits 1
+                t0 = time.monotonic()
+                os.kill(wait_daemon(sup), signal.SIGKILL)
+                with self.assertRaises(OSError) as cm:
+                    os.pread(fd, 4096, 0)  # waits out the back-off
+                self.assertEqual(cm.exception.errno, errno.EIO)
+                waited = time.monotonic() - t0
+                self.assertGreater(waited, 2.0)  # 0.1+0.2+0.4+0.8+1.6 s
+                self.assertLess(waited, 30)
+                self.assertEqual(daemons(sup), [])
+                self.assertIn("giving up", m.output())
+                with open(cfg, "w") as f:
+                    json.dump({"views": {"half": {"base": "fp16"}}}, f)
+                r = subprocess.run([tl.castfs_binary(), "reload", m.path],
+                                   capture_output=True, text=True, timeout=30)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                wait_daemon(sup)
+                self.assertEqual(os.pread(fd, 4096, 0), want[:4096])
+            finally:
+                os.close(fd)
+            # Failed daemons show in the exit status (so that a sanitizer
+            # report a restart hid still fails a test).
+            self.assertEqual(m.unmount(), 1)
+
+
+class NodeIds(unittest.TestCase):
+    """After a restart the new daemon knows no node: every id the kernel
+    or an NFS server kept must resolve, listed or not."""
+
+    NAMES = ("a.int8.safetensors",  # hidden by views= below
+             "a.bf16.safetensors.tensors/emb/weight.npy",
+             "a.safetensors.tensors/model/layers/0/bias.npy",
+             "sub.fp8/b.safetensors",  # a model-directory view file
+             ".castfs/version")
+
+    def test_ids_and_handles_after_kill(self):
+        with tl.Mount(Fixture.src, options=["views=bf16"]) as m:
+            self.assertNotIn("a.int8.safetensors", os.listdir(m.path))
+            sup = m.proc.pid
+            fds, handles, content = {}, {}, {}
+            for n in self.NAMES:
+                with open(m.join(n), "rb") as f:
+                    content[n] = f.read()
+                fds[n] = os.open(m.join(n), os.O_RDONLY | os.O_DIRECT) \
+                    if not n.startswith(".castfs") else os.open(m.join(n),
+                                                                os.O_RDONLY)
+                handles[n] = handle_of(m.join(n))
+            try:
+                os.kill(wait_daemon(sup), signal.SIGKILL)
+                wait_daemon(sup)
+                for n in self.NAMES:
+                    self.assertEqual(read_fd_at(fds[n]), content[n], n)
+                # Handles (what an NFS server keeps) into a daemon that
+                # has not seen the nodes. (The kernel still caches the
+                # inodes: the new daemon gets OPEN(id) for an id it must
+                # find; LOOKUP(id, ".") after eviction is test_handles'.)
+                os.kill(wait_daemon(sup), signal.SIGKILL)
+                wait_daemon(sup)
+                for n in self.NAMES:
+                    fd = open_handle(m.path, handles[n])
+                    self.assertEqual(read_fd(fd), content[n], n)
+                    os.close(fd)
+            finally:
+                for fd in fds.values():
+                    os.close(fd)
+
+
+def read_fd_at(fd):
+    out = b""
+    while True:
+        b = os.pread(fd, 1 << 20, len(out))
+        if not b:
+            return out
+        out += b
+
+
+class NoSupervise(unittest.TestCase):
+    def test_one_process_and_no_reload(self):
+        with tl.Mount(Fixture.src, options=["nosupervise"]) as m:
+            self.assertEqual(daemons(m.proc.pid), [])
+            r = subprocess.run([tl.castfs_binary(), "reload", m.path],
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("nosupervise", r.stderr)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--reader":
+        mnt, refdir, names, seed, until, mode = sys.argv[2:8]
+        print(json.dumps(reader(mnt, refdir, json.loads(names), int(seed),
+                                float(until), mode)))
+    else:
+        tl.main()
