@@ -405,6 +405,8 @@ const char *castfs_op_name(enum castfs_op op)
 		[CASTFS_OP_Q4_STATE] = "q4-state",
 		[CASTFS_OP_I8_CODES] = "int8-codes",
 		[CASTFS_OP_I8_SCB] = "int8-scb",
+		[CASTFS_OP_F8_CODES] = "fp8-codes",
+		[CASTFS_OP_F8_SCALE] = "fp8-scale",
 	};
 
 	if ((unsigned)op >= CASTFS_OP_COUNT)

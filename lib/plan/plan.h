@@ -28,6 +28,8 @@ enum castfs_op {
 	CASTFS_OP_Q4_STATE, /* quant_state JSON with nested_offset */
 	CASTFS_OP_I8_CODES, /* LLM.int8 row-wise codes (I8) */
 	CASTFS_OP_I8_SCB, /* LLM.int8 row absmax (F32) */
+	CASTFS_OP_F8_CODES, /* compressed-tensors scaled F8_E4M3 weight */
+	CASTFS_OP_F8_SCALE, /* its channel or block weight_scale */
 	CASTFS_OP_COUNT,
 };
 
@@ -54,6 +56,7 @@ enum castfs_qtype {
 	CASTFS_Q_NF4,
 	CASTFS_Q_FP4,
 	CASTFS_Q_INT8,
+	CASTFS_Q_F8, /* compressed-tensors scaled fp8 (blk_rows x blk_cols) */
 };
 
 /*
@@ -70,6 +73,11 @@ struct castfs_qtensor {
 	bool nested; /* 4-bit double quantisation */
 	uint32_t state_off; /* Q4_STATE: where nested_offset is written */
 	uint32_t state_width;
+	/*
+	 * F8: elements sharing one scale: blk_rows x blk_cols (1 x cols for a
+	 * channel, 128 x 128 for blocks; edge blocks are cut by the matrix).
+	 */
+	uint64_t blk_rows, blk_cols;
 };
 
 struct castfs_qstats; /* tensor-wide statistics, computed on first need */

@@ -91,6 +91,12 @@ typedef int (*castfs_gen_fn)(const struct castfs_read_env *env,
 /* Generators of the quantiser ops (lib/quant_ops.c). */
 castfs_gen_fn castfs_quant_gen(enum castfs_op op);
 
+/* Generators of the compressed-tensors fp8 ops (plan_gen_f8.c). */
+castfs_gen_fn castfs_f8_gen(enum castfs_op op);
+
+/* castfs_f8_scale_elem - the first element of scale @i's block of @q. */
+uint64_t castfs_f8_scale_elem(const struct castfs_qtensor *q, uint64_t i);
+
 /*
  * Tensor-wide statistics of a quantised tensor: computed once, on first
  * need, under the lock; read-only afterwards.

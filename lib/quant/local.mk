@@ -5,4 +5,4 @@ lib_libcastfs_a_SOURCES += \
 	lib/quant/quant.h lib/quant/quant_internal.h lib/quant/quant.c \
 	lib/quant/quant_scalar.c lib/quant/quant_avx512.c \
 	lib/quant/quant_avx512_16.c lib/quant/quant_avx2.c \
-	lib/quant/quant_json.c
+	lib/quant/quant_json.c lib/quant/quant_ct.h lib/quant/quant_ct.c

@@ -83,6 +83,10 @@ static const struct castfs_view builtin_views[] = {
 	  .qtype = CASTFS_Q_INT8,
 	  .listed = true,
 	  .summary = "bitsandbytes LLM.int8: row-wise int8 + SCB" },
+	{ .name = "fp8_dynamic",
+	  .kind = CASTFS_VIEW_CT_FP8,
+	  .summary = "compressed-tensors FP8_DYNAMIC: e4m3 + per-channel "
+		     "weight_scale, as llm-compressor writes it" },
 };
 
 int castfs_views_builtin(struct castfs_views *vs)
@@ -625,6 +629,8 @@ static const char *kind_name(enum castfs_view_kind k)
 		return "bnb4";
 	case CASTFS_VIEW_INT8:
 		return "int8";
+	case CASTFS_VIEW_CT_FP8:
+		return "ct_fp8";
 	}
 	return "?";
 }

@@ -7,6 +7,7 @@
 #include <fnmatch.h>
 #include <string.h>
 
+#include "quant/quant_ct.h"
 #include "view/view_internal.h"
 
 /*
@@ -86,6 +87,9 @@ static bool default_converts(const struct castfs_view *v,
 	case CASTFS_VIEW_BNB4:
 	case CASTFS_VIEW_INT8:
 		return t->ndim == 2 && module_is_linear(t);
+	case CASTFS_VIEW_CT_FP8:
+		return t->ndim == 2 && module_is_linear(t) &&
+		       castfs_view_ct_fits(v, t);
 	}
 	return false;
 }
@@ -98,6 +102,8 @@ bool castfs_view_converts(const struct castfs_view *v,
 		return false;
 	if (v->kind != CASTFS_VIEW_CAST && (t->ndim != 2 || t->nelems == 0))
 		return false; /* the bnb layouts are defined for matrices */
+	if (v->kind == CASTFS_VIEW_CT_FP8 && !castfs_ct_dtype_ok(t->dtype))
+		return false; /* scales are kept in the weight's dtype */
 	for (size_t i = 0; i < v->nrules; i++) {
 		if (rule_matches(&v->rules[i], t))
 			return v->rules[i].convert;
@@ -114,6 +120,8 @@ int castfs_view_plan(const struct castfs_view *v, const struct castfs_header *h,
 	case CASTFS_VIEW_BNB4:
 	case CASTFS_VIEW_INT8:
 		return castfs_view_plan_bnb(v, h, out, d);
+	case CASTFS_VIEW_CT_FP8:
+		return castfs_view_plan_ct(v, h, out, d);
 	}
 	return castfs_diag_set(d, -EINVAL, "view '%s': unknown kind", v->name);
 }

@@ -20,6 +20,7 @@ enum castfs_view_kind {
 	CASTFS_VIEW_CAST, /* floating tensors cast to one dtype */
 	CASTFS_VIEW_BNB4, /* bitsandbytes nf4/fp4 Linear4bit layout */
 	CASTFS_VIEW_INT8, /* bitsandbytes LLM.int8 Linear8bitLt layout */
+	CASTFS_VIEW_CT_FP8, /* compressed-tensors float-quantized FP8 */
 };
 
 /*
@@ -45,6 +46,7 @@ struct castfs_view {
 	uint8_t qtype; /* BNB4: CASTFS_Q_NF4 or CASTFS_Q_FP4 */
 	bool nested; /* BNB4: double quantisation */
 	uint32_t blocksize; /* BNB4: 64 by default */
+	uint32_t ct_block; /* CT_FP8: 0 per channel, else N x N blocks */
 	size_t nrules;
 	struct castfs_rule *rules;
 	bool listed; /* shown by readdir (lookups resolve any view) */
