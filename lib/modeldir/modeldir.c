@@ -352,17 +352,6 @@ const char *castfs_md_view_dtype(const struct castfs_view *v)
 	return NULL;
 }
 
-/* How the neighbours of a new member are laid out. */
-struct md_style {
-	const char *lead; /* whitespace before a member's key */
-	size_t lead_len;
-	const char *sep; /* between a key and its value */
-	size_t sep_len;
-	bool pretty; /* the lead holds a newline */
-	const char *unit; /* one level of indentation (pretty) */
-	size_t unit_len;
-};
-
 static void style_of(const char *js, const struct md_member *m,
 		     struct md_style *s)
 {
@@ -387,9 +376,8 @@ static void put_lead(struct castfs_strbuf *b, const struct md_style *s,
 		castfs_sb_put(b, s->unit, s->unit_len);
 }
 
-/* Between two members (or array items) @depth levels down. */
-static void put_next(struct castfs_strbuf *b, const struct md_style *s,
-		     int depth, bool first)
+void md_put_next(struct castfs_strbuf *b, const struct md_style *s, int depth,
+		 bool first)
 {
 	if (!first)
 		castfs_sb_put(b, ",", 1);
@@ -399,8 +387,8 @@ static void put_next(struct castfs_strbuf *b, const struct md_style *s,
 		castfs_sb_put(b, " ", 1);
 }
 
-static void put_close(struct castfs_strbuf *b, const struct md_style *s,
-		      int depth, char c)
+void md_put_close(struct castfs_strbuf *b, const struct md_style *s, int depth,
+		  char c)
 {
 	if (s->pretty)
 		put_lead(b, s, depth);
@@ -416,10 +404,10 @@ static void put_skip_list(struct castfs_strbuf *b, const struct md_style *s,
 	}
 	castfs_sb_put(b, "[", 1);
 	for (size_t i = 0; i < q->nskip; i++) {
-		put_next(b, s, 2, i == 0);
+		md_put_next(b, s, 2, i == 0);
 		md_put_str(b, q->skip[i], strlen(q->skip[i]));
 	}
-	put_close(b, s, 1, ']');
+	md_put_close(b, s, 1, ']');
 }
 
 /* BitsAndBytesConfig.to_dict(), keys sorted as save_pretrained writes. */
@@ -452,7 +440,7 @@ static void put_bnb(struct castfs_strbuf *b, const struct md_style *s,
 	snprintf(qt, sizeof(qt), "\"%s\"", q->quant_type);
 	castfs_sb_put(b, "{", 1);
 	for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++) {
-		put_next(b, s, 1, i == 0);
+		md_put_next(b, s, 1, i == 0);
 		md_put_str(b, kv[i].key, strlen(kv[i].key));
 		castfs_sb_put(b, s->sep, s->sep_len);
 		if (kv[i].val)
@@ -460,7 +448,7 @@ static void put_bnb(struct castfs_strbuf *b, const struct md_style *s,
 		else
 			put_skip_list(b, s, q);
 	}
-	put_close(b, s, 0, '}');
+	md_put_close(b, s, 0, '}');
 }
 
 static int cmp_bytes(const char *a, size_t an, const char *b, size_t bn)
@@ -567,6 +555,12 @@ static void put_bnb_value(struct castfs_strbuf *b, const struct md_style *s,
 	put_bnb(b, s, ctx);
 }
 
+static void put_ct_value(struct castfs_strbuf *b, const struct md_style *s,
+			 const void *ctx)
+{
+	md_put_ct(b, s, ctx);
+}
+
 /* @js with every top-level "dtype"/"torch_dtype" set to @dtype. */
 static void set_dtype(struct castfs_strbuf *b, const char *js, size_t len,
 		      const struct md_object *o, const char *dtype)
@@ -592,9 +586,14 @@ static void set_dtype(struct castfs_strbuf *b, const char *js, size_t len,
 	castfs_sb_put(b, js + at, len - at);
 }
 
-/* Apply one edit to the text in @cur (replaced by the result). */
+/*
+ * Apply one edit to the text in @cur (replaced by the result): add
+ * "quantization_config" written by @put from @ctx, or with @put NULL set
+ * the dtype.
+ */
 static int patch_step(struct castfs_strbuf *cur,
-		      const struct castfs_md_patch *p, bool bnb_step)
+		      const struct castfs_md_patch *p, put_value_fn put,
+		      const void *ctx)
 {
 	struct castfs_strbuf next = { 0 };
 	struct md_object o;
@@ -602,9 +601,9 @@ static int patch_step(struct castfs_strbuf *cur,
 
 	if (rc)
 		return rc;
-	if (bnb_step)
+	if (put)
 		insert_member(&next, cur->p, cur->len, &o,
-			      "quantization_config", put_bnb_value, p->bnb);
+			      "quantization_config", put, ctx);
 	else
 		set_dtype(&next, cur->p, cur->len, &o, p->dtype);
 	md_object_fini(&o);
@@ -623,15 +622,17 @@ int castfs_md_config_patch(const char *json, size_t len,
 
 	if (rc)
 		return rc;
-	if (p->bnb && info.quantized)
+	if ((p->bnb || p->ct) && info.quantized)
 		return castfs_diag_set(d, -EINVAL,
 				       "config.json: already quantised");
 	castfs_sb_put(&b, json, len);
 	rc = b.oom ? -ENOMEM : 0;
 	if (!rc && p->dtype)
-		rc = patch_step(&b, p, false);
+		rc = patch_step(&b, p, NULL, NULL);
 	if (!rc && p->bnb)
-		rc = patch_step(&b, p, true);
+		rc = patch_step(&b, p, put_bnb_value, p->bnb);
+	if (!rc && p->ct)
+		rc = patch_step(&b, p, put_ct_value, p->ct);
 	if (rc) {
 		castfs_sb_fini(&b);
 		return rc;

@@ -88,6 +88,12 @@ void castfs_ct_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
 		for (size_t j = 0; j < m; j++)
 			q[j] = x[i + j] / scale;
 		ct_round(q, m, dt);
+		/*
+		 * compressed-tensors adds the (zero) zero point to x / scale in
+		 * the weight's dtype: -0.0 becomes +0.0, nothing else changes.
+		 */
+		for (size_t j = 0; j < m; j++)
+			q[j] += 0.0f;
 		/* torch.clamp keeps NaN: no fminf/fmaxf here. */
 		for (size_t j = 0; j < m; j++) {
 			if (q[j] > CASTFS_CT_F8_MAX)

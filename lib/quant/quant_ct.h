@@ -43,8 +43,9 @@ float castfs_ct_f8_scale(float absmax, enum castfs_dtype dt);
 
 /*
  * castfs_ct_f8_codes - F8_E4M3 codes of @x[0..@n) with @scale for weights
- * of dtype @dt: e4m3(clamp(rnd_dt(fl32(x / scale)), -448, 448)), NaN kept,
- * as compressed-tensors' _quantize does in the weight's dtype.
+ * of dtype @dt: e4m3(clamp(rnd_dt(fl32(x / scale)) + 0.0, -448, 448)), NaN
+ * kept, as compressed-tensors' _quantize does in the weight's dtype (the
+ * + 0.0 is its zero point: a -0.0 quotient gives code 0x00, not 0x80).
  * Thread-safe; no allocation.
  */
 void castfs_ct_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,

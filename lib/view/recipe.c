@@ -87,6 +87,11 @@ static const struct castfs_view builtin_views[] = {
 	  .kind = CASTFS_VIEW_CT_FP8,
 	  .summary = "compressed-tensors FP8_DYNAMIC: e4m3 + per-channel "
 		     "weight_scale, as llm-compressor writes it" },
+	{ .name = "fp8_block",
+	  .kind = CASTFS_VIEW_CT_FP8,
+	  .ct_block = 128,
+	  .summary = "compressed-tensors FP8_BLOCK: e4m3 + a weight_scale per "
+		     "128x128 block, as llm-compressor writes it" },
 };
 
 int castfs_views_builtin(struct castfs_views *vs)

@@ -62,6 +62,11 @@ static bool module_is_linear(const struct castfs_tensor *t)
 	return true;
 }
 
+bool castfs_view_linear_weight(const struct castfs_tensor *t)
+{
+	return t->ndim == 2 && module_is_linear(t);
+}
+
 static bool rule_matches(const struct castfs_rule *r,
 			 const struct castfs_tensor *t)
 {

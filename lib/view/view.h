@@ -62,6 +62,13 @@ bool castfs_view_converts(const struct castfs_view *v,
 			  const struct castfs_tensor *t);
 
 /*
+ * castfs_view_linear_weight - true if @t is a 2-D "*.weight" of a module
+ * whose name is not one loaders build as an embedding (or lm_head): the
+ * weights the quantised views convert by default. Pure function.
+ */
+bool castfs_view_linear_weight(const struct castfs_tensor *t);
+
+/*
  * castfs_view_plan - the plan of checkpoint @h seen through view @v.
  * @h must stay valid while the plan is built (not afterwards).
  * Returns 0, -EINVAL (the header cannot be laid out: diag says why),
