@@ -118,13 +118,15 @@ void castfs_md_view_fini(struct castfs_md_view *mv);
 
 /*
  * The compressed-tensors quantization_config of a view (llm-compressor's
- * FP8_DYNAMIC / FP8_BLOCK presets), with the minimal key set that
+ * FP8_DYNAMIC / FP8_BLOCK / W4A16 presets), with the minimal key set that
  * compressed-tensors readers old and new accept (docs/FORMATS.md).
  */
 struct castfs_md_ct {
-	uint32_t block; /* 0: per-channel weight scales, else N x N blocks */
+	bool w4; /* W4A16 (pack-quantized int4, group 128); else FP8 */
+	uint32_t block; /* FP8: 0 per-channel weight scales, else N x N */
 	size_t nignore;
 	char **ignore; /* "lm_head", then sorted unique module paths (owned) */
+	size_t nquant; /* weights the view quantises: 0, no config at all */
 };
 
 /*

@@ -66,8 +66,12 @@ static int ct_weight(struct castfs_md_ct *q, size_t *cap,
 	static const char w[] = ".weight";
 	const size_t wl = sizeof(w) - 1;
 
-	if (!castfs_view_linear_weight(t) || castfs_view_converts(v, t) ||
-	    strlen(t->name) != t->name_len || t->name_len <= wl)
+	if (castfs_view_converts(v, t)) {
+		q->nquant++;
+		return 0;
+	}
+	if (!castfs_view_linear_weight(t) || strlen(t->name) != t->name_len ||
+	    t->name_len <= wl)
 		return 0;
 	return ct_ignore_add(q, cap, t->name, t->name_len - wl);
 }
@@ -79,9 +83,10 @@ int castfs_md_ct_init(struct castfs_md_ct *q, const struct castfs_view *v,
 	int rc;
 
 	*q = (struct castfs_md_ct){ 0 };
-	if (v->kind != CASTFS_VIEW_CT_FP8)
+	if (!castfs_view_is_ct(v))
 		return -EINVAL;
-	q->block = v->ct_block;
+	q->w4 = v->kind == CASTFS_VIEW_CT_W4;
+	q->block = q->w4 ? 0 : v->ct_block;
 	rc = ct_ignore_add(q, &cap, ct_always_ignored,
 			   sizeof(ct_always_ignored) - 1);
 	for (size_t i = 0; !rc && i < nh; i++)
@@ -150,6 +155,23 @@ static void ct_array(struct castfs_strbuf *b, const struct md_style *s,
 	md_put_close(b, s, depth, ']');
 }
 
+/* "weights" of W4A16: int 4, symmetric, static, groups of 128. */
+static void ct_weights_w4(struct castfs_strbuf *b, const struct md_style *s,
+			  int depth)
+{
+	static const struct ct_kv kv[] = {
+		{ "dynamic", "false" },
+		{ "group_size", "128" },
+		{ "num_bits", "4" },
+		{ "observer", "\"memoryless_minmax\"" },
+		{ "strategy", "\"group\"" },
+		{ "symmetric", "true" },
+		{ "type", "\"int\"" },
+	};
+
+	ct_object(b, s, depth, kv, sizeof(kv) / sizeof(kv[0]));
+}
+
 /* "weights": float 8, symmetric, static, per channel or per block. */
 static void ct_weights(struct castfs_strbuf *b, const struct md_style *s,
 		       int depth, const struct castfs_md_ct *q)
@@ -182,6 +204,12 @@ static void ct_weights(struct castfs_strbuf *b, const struct md_style *s,
 	md_put_close(b, s, depth, '}');
 }
 
+/* The compressed-tensors format name, quoted. */
+static const char *ct_format(const struct castfs_md_ct *q)
+{
+	return q->w4 ? "\"pack-quantized\"" : "\"float-quantized\"";
+}
+
 /* "group_0": Linear targets, dynamic fp8 activations (per token or group). */
 static void ct_group(struct castfs_strbuf *b, const struct md_style *s,
 		     int depth, const struct castfs_md_ct *q)
@@ -200,15 +228,21 @@ static void ct_group(struct castfs_strbuf *b, const struct md_style *s,
 	snprintf(group, sizeof(group), "%u", q->block);
 	castfs_sb_put(b, "{", 1);
 	ct_key(b, s, depth + 1, true, "format");
-	castfs_sb_puts(b, "\"float-quantized\"");
+	castfs_sb_puts(b, ct_format(q));
 	ct_key(b, s, depth + 1, false, "input_activations");
-	ct_object(b, s, depth + 1, act, sizeof(act) / sizeof(act[0]));
+	if (q->w4)
+		castfs_sb_puts(b, "null");
+	else
+		ct_object(b, s, depth + 1, act, sizeof(act) / sizeof(act[0]));
 	ct_key(b, s, depth + 1, false, "output_activations");
 	castfs_sb_puts(b, "null");
 	ct_key(b, s, depth + 1, false, "targets");
 	ct_array(b, s, depth + 1, targets, 1, true);
 	ct_key(b, s, depth + 1, false, "weights");
-	ct_weights(b, s, depth + 1, q);
+	if (q->w4)
+		ct_weights_w4(b, s, depth + 1);
+	else
+		ct_weights(b, s, depth + 1, q);
 	md_put_close(b, s, depth, '}');
 }
 
@@ -222,7 +256,7 @@ void md_put_ct(struct castfs_strbuf *b, const struct md_style *s,
 	ct_group(b, s, 2, q);
 	md_put_close(b, s, 1, '}');
 	ct_key(b, s, 1, false, "format");
-	castfs_sb_puts(b, "\"float-quantized\"");
+	castfs_sb_puts(b, ct_format(q));
 	ct_key(b, s, 1, false, "ignore");
 	ct_array(b, s, 1, (const char *const *)q->ignore, q->nignore, true);
 	ct_key(b, s, 1, false, "quant_method");

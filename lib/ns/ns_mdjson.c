@@ -308,7 +308,7 @@ static int md_qcfg_of(const struct castfs_view *v, int keep,
 		return rc;
 	if (keep)
 		use = &mv.v;
-	if (v->kind == CASTFS_VIEW_CT_FP8)
+	if (castfs_view_is_ct(v))
 		rc = castfs_md_ct_init(ct, use, ck->h, ck->n);
 	else
 		rc = castfs_md_bnb_init(q, use, ck->h, ck->n, diffusers);
@@ -340,8 +340,11 @@ static int md_build_config(struct castfs_ns *ns, const struct ns_node *n,
 			rc = md_qcfg_of(n->view,
 					castfs_md_keep_id(c.model_type), &ck,
 					c.diffusers, &q, &ct);
-		if (!rc && n->view->kind == CASTFS_VIEW_CT_FP8)
+		/* Nothing quantised: no config, as llm-compressor. */
+		if (!rc && castfs_view_is_ct(n->view) && ct.nquant)
 			p.ct = &ct;
+		else if (!rc && castfs_view_is_ct(n->view))
+			p.ct = NULL;
 		else if (!rc)
 			p.bnb = &q;
 	}

@@ -406,7 +406,8 @@ const char *castfs_op_name(enum castfs_op op)
 		[CASTFS_OP_I8_CODES] = "int8-codes",
 		[CASTFS_OP_I8_SCB] = "int8-scb",
 		[CASTFS_OP_F8_CODES] = "fp8-codes",
-		[CASTFS_OP_F8_SCALE] = "fp8-scale",
+		[CASTFS_OP_I4_PACKED] = "int4-packed",
+		[CASTFS_OP_CT_SCALE] = "ct-scale",
 	};
 
 	if ((unsigned)op >= CASTFS_OP_COUNT)

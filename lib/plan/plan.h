@@ -29,7 +29,8 @@ enum castfs_op {
 	CASTFS_OP_I8_CODES, /* LLM.int8 row-wise codes (I8) */
 	CASTFS_OP_I8_SCB, /* LLM.int8 row absmax (F32) */
 	CASTFS_OP_F8_CODES, /* compressed-tensors scaled F8_E4M3 weight */
-	CASTFS_OP_F8_SCALE, /* its channel or block weight_scale */
+	CASTFS_OP_I4_PACKED, /* compressed-tensors pack-quantized int4 */
+	CASTFS_OP_CT_SCALE, /* their channel, block or group weight_scale */
 	CASTFS_OP_COUNT,
 };
 
@@ -57,6 +58,7 @@ enum castfs_qtype {
 	CASTFS_Q_FP4,
 	CASTFS_Q_INT8,
 	CASTFS_Q_F8, /* compressed-tensors scaled fp8 (blk_rows x blk_cols) */
+	CASTFS_Q_W4, /* compressed-tensors int4, symmetric, 1 x blk_cols */
 };
 
 /*

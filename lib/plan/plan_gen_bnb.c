@@ -682,7 +682,8 @@ castfs_gen_fn castfs_quant_gen(enum castfs_op op)
 	case CASTFS_OP_COPY:
 	case CASTFS_OP_CAST:
 	case CASTFS_OP_F8_CODES:
-	case CASTFS_OP_F8_SCALE:
+	case CASTFS_OP_I4_PACKED:
+	case CASTFS_OP_CT_SCALE:
 	case CASTFS_OP_COUNT:
 		break;
 	}

@@ -146,15 +146,41 @@ static int f8_tile_load(const struct castfs_read_env *env,
 						st->f32 + (r - t->r0) * w + ca,
 						(size_t)n));
 			t->scale[i * t->nbc + j] =
-				castfs_ct_f8_scale(m, st->dt);
+				q->qtype == CASTFS_Q_W4 ?
+					castfs_ct_i4_scale(m, st->dt) :
+					castfs_ct_f8_scale(m, st->dt);
 		}
 	}
 	return rc;
 }
 
+/* Elements per chunk of packed int4 codes (stack buffer). */
+#define I4_CHUNK 256u
+
+/*
+ * Packed int4 codes of @n elements (@n even) into @dst: element 2k in the
+ * low nibble of byte k, as value + 8 (compressed-tensors pack_to_int32:
+ * element i at bit 4i of little-endian int32 words).
+ */
+static void i4_pack(uint8_t *dst, const float *x, size_t n, float scale,
+		    enum castfs_dtype dt)
+{
+	int8_t v[I4_CHUNK];
+
+	for (size_t i = 0; i < n; i += I4_CHUNK) {
+		size_t m = CASTFS_MIN(n - i, (size_t)I4_CHUNK);
+
+		castfs_ct_i4_codes(v, x + i, m, scale, dt);
+		for (size_t j = 0; j + 1 < m; j += 2)
+			dst[(i + j) / 2] =
+				(uint8_t)((v[j] + 8) | (v[j + 1] + 8) << 4);
+	}
+}
+
 /*
  * The codes of the elements of tile @t inside [@lo, @hi), written at
- * @dst + (element - @base).
+ * @dst + (element - @base) (fp8), or packed two per byte at
+ * @dst + (element - @base) / 2 (int4; @lo, @hi and @base even).
  */
 static void f8_tile_codes(const struct castfs_qtensor *q,
 			  const struct f8_stage *st, const struct f8_tile *t,
@@ -177,10 +203,16 @@ static void f8_tile_codes(const struct castfs_qtensor *q,
 				t->scale[(r / q->blk_rows - t->br) * t->nbc +
 					 (b - t->bc)];
 
-			castfs_ct_f8_codes(dst + (e0 - base),
-					   st->f32 + (r - t->r0) * w +
-						   (c - t->c0),
-					   (size_t)(s1 - e0), scale, st->dt);
+			const float *x =
+				st->f32 + (r - t->r0) * w + (c - t->c0);
+
+			if (q->qtype == CASTFS_Q_W4)
+				i4_pack(dst + (e0 - base) / 2, x,
+					(size_t)(s1 - e0), scale, st->dt);
+			else
+				castfs_ct_f8_codes(dst + (e0 - base), x,
+						   (size_t)(s1 - e0), scale,
+						   st->dt);
 			e0 = s1;
 		}
 	}
@@ -212,12 +244,11 @@ static int f8_codes_partial(const struct castfs_read_env *env,
 	return rc;
 }
 
-/* F8_CODES: unit 1 (one F8_E4M3 element). */
-static int gen_f8_codes(const struct castfs_read_env *env,
-			const struct castfs_extent *e, uint64_t first,
-			uint64_t count, uint8_t *dst)
+/* The codes of elements [@first, @first + @count) of @q into @dst. */
+static int ct_codes(const struct castfs_read_env *env,
+		    const struct castfs_qtensor *q, uint64_t first,
+		    uint64_t count, uint8_t *dst)
 {
-	const struct castfs_qtensor *q = &env->plan->qtensors[e->qt];
 	uint64_t base = first, end = first + count;
 	uint64_t band = q->blk_rows * q->cols; /* elements per block row */
 	struct f8_stage st;
@@ -249,7 +280,24 @@ static int gen_f8_codes(const struct castfs_read_env *env,
 	return rc;
 }
 
-/* F8_SCALE: a unit is one block's scale in the weight's dtype. */
+/* F8_CODES: unit 1 (one F8_E4M3 element). */
+static int gen_f8_codes(const struct castfs_read_env *env,
+			const struct castfs_extent *e, uint64_t first,
+			uint64_t count, uint8_t *dst)
+{
+	return ct_codes(env, &env->plan->qtensors[e->qt], first, count, dst);
+}
+
+/* I4_PACKED: unit 1 (one byte: two int4 elements; rows are even). */
+static int gen_i4_packed(const struct castfs_read_env *env,
+			 const struct castfs_extent *e, uint64_t first,
+			 uint64_t count, uint8_t *dst)
+{
+	return ct_codes(env, &env->plan->qtensors[e->qt], first * 2, count * 2,
+			dst);
+}
+
+/* CT_SCALE: a unit is one block's scale in the weight's dtype. */
 static int gen_f8_scale(const struct castfs_read_env *env,
 			const struct castfs_extent *e, uint64_t first,
 			uint64_t count, uint8_t *dst)
@@ -281,7 +329,9 @@ castfs_gen_fn castfs_f8_gen(enum castfs_op op)
 	switch (op) {
 	case CASTFS_OP_F8_CODES:
 		return gen_f8_codes;
-	case CASTFS_OP_F8_SCALE:
+	case CASTFS_OP_I4_PACKED:
+		return gen_i4_packed;
+	case CASTFS_OP_CT_SCALE:
 		return gen_f8_scale;
 	case CASTFS_OP_MEM:
 	case CASTFS_OP_COPY:

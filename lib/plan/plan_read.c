@@ -92,7 +92,8 @@ static castfs_gen_fn gen_for(enum castfs_op op)
 	case CASTFS_OP_I8_SCB:
 		return castfs_quant_gen(op);
 	case CASTFS_OP_F8_CODES:
-	case CASTFS_OP_F8_SCALE:
+	case CASTFS_OP_I4_PACKED:
+	case CASTFS_OP_CT_SCALE:
 		return castfs_f8_gen(op);
 	case CASTFS_OP_COUNT:
 		break;
@@ -168,7 +169,9 @@ static uint64_t quant_elem(const struct castfs_extent *e,
 		return rel / e->unit * q->cols;
 	case CASTFS_OP_F8_CODES:
 		return rel;
-	case CASTFS_OP_F8_SCALE: /* the first element of its block */
+	case CASTFS_OP_I4_PACKED:
+		return rel * 2;
+	case CASTFS_OP_CT_SCALE: /* the first element of its block */
 		return castfs_f8_scale_elem(q, rel / e->unit);
 	case CASTFS_OP_MEM:
 	case CASTFS_OP_COPY:
@@ -203,7 +206,8 @@ uint64_t castfs_plan_src_off(const struct castfs_plan *p, uint64_t off)
 	case CASTFS_OP_I8_CODES:
 	case CASTFS_OP_I8_SCB:
 	case CASTFS_OP_F8_CODES:
-	case CASTFS_OP_F8_SCALE:
+	case CASTFS_OP_I4_PACKED:
+	case CASTFS_OP_CT_SCALE:
 		break;
 	}
 	q = &p->qtensors[e->qt];

@@ -4,6 +4,7 @@
  * kernels, which are bit-exact with torch's tensor.to(dtype).
  */
 #include <math.h>
+#include <stdint.h>
 
 #include "common/bytes.h"
 #include "kernels/convert.h"
@@ -102,6 +103,37 @@ void castfs_ct_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
 				q[j] = -CASTFS_CT_F8_MAX;
 		}
 		to_f8(dst + i, q, m);
+	}
+}
+
+float castfs_ct_i4_scale(float absmax, enum castfs_dtype dt)
+{
+	float s = absmax / CASTFS_CT_I4_HALF_RANGE;
+
+	ct_round(&s, 1, dt);
+	return s == 0.0f ? ct_eps(dt) : s;
+}
+
+void castfs_ct_i4_codes(int8_t *dst, const float *x, size_t n, float scale,
+			enum castfs_dtype dt)
+{
+	float q[CT_CHUNK];
+
+	for (size_t i = 0; i < n; i += CT_CHUNK) {
+		size_t m = n - i < CT_CHUNK ? n - i : CT_CHUNK;
+
+		for (size_t j = 0; j < m; j++)
+			q[j] = x[i + j] / scale;
+		ct_round(q, m, dt);
+		for (size_t j = 0; j < m; j++) {
+			float v = q[j];
+
+			if (isnan(v))
+				v = 0.0f;
+			v = v > 7.0f ? 7.0f : v < -8.0f ? -8.0f : v;
+			/* rintf: round half to even in the default mode. */
+			dst[i + j] = (int8_t)rintf(v);
+		}
 	}
 }
 

@@ -51,6 +51,25 @@ float castfs_ct_f8_scale(float absmax, enum castfs_dtype dt);
 void castfs_ct_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
 			enum castfs_dtype dt);
 
+/* The int4 range [-8, 7] a symmetric scale maps absmax onto (15 / 2). */
+#define CASTFS_CT_I4_HALF_RANGE 7.5f
+
+/*
+ * castfs_ct_i4_scale - the scale of an int4 group whose absmax is
+ * @absmax, for weights of dtype @dt: rnd_dt(fl32(@absmax / 7.5)), and
+ * torch.finfo(@dt).eps where that is 0.
+ */
+float castfs_ct_i4_scale(float absmax, enum castfs_dtype dt);
+
+/*
+ * castfs_ct_i4_codes - int4 values in [-8, 7] of @x[0..@n) with @scale:
+ * round_half_even(clamp(rnd_dt(fl32(x / scale)), -8, 7)), as
+ * compressed-tensors' _quantize does for int weights. NaN gives 0
+ * (undefined in torch). Thread-safe; no allocation.
+ */
+void castfs_ct_i4_codes(int8_t *dst, const float *x, size_t n, float scale,
+			enum castfs_dtype dt);
+
 /*
  * castfs_ct_store - @v (exactly representable in @dt, a dtype for which
  * castfs_ct_dtype_ok()) as the little-endian bytes of @dt into @dst.

@@ -363,7 +363,8 @@ static void origin_extent(const struct castfs_tfile_ctx *c,
 	case CASTFS_OP_I8_CODES:
 	case CASTFS_OP_I8_SCB:
 	case CASTFS_OP_F8_CODES:
-	case CASTFS_OP_F8_SCALE:
+	case CASTFS_OP_I4_PACKED:
+	case CASTFS_OP_CT_SCALE:
 		if (e->qt >= c->plan->nqt)
 			return;
 		q = &c->plan->qtensors[e->qt];
@@ -419,6 +420,8 @@ static const char *qtype_name(int q)
 		return "int8";
 	case CASTFS_Q_F8:
 		return "fp8";
+	case CASTFS_Q_W4:
+		return "int4";
 	default:
 		return "?";
 	}
@@ -446,10 +449,11 @@ void castfs_torigin_str(const struct castfs_torigin *o, char *buf, size_t len)
 	case CASTFS_OP_I8_CODES:
 	case CASTFS_OP_I8_SCB:
 	case CASTFS_OP_F8_CODES:
-	case CASTFS_OP_F8_SCALE:
+	case CASTFS_OP_I4_PACKED:
+	case CASTFS_OP_CT_SCALE:
 	case CASTFS_OP_COUNT:
 	default:
-		if (o->qtype == CASTFS_Q_F8) {
+		if (o->qtype == CASTFS_Q_F8 || o->qtype == CASTFS_Q_W4) {
 			snprintf(buf, len, "compressed-tensors %s of %s",
 				 castfs_op_name(o->op),
 				 castfs_dtype_name(o->from));

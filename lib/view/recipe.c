@@ -92,6 +92,11 @@ static const struct castfs_view builtin_views[] = {
 	  .ct_block = 128,
 	  .summary = "compressed-tensors FP8_BLOCK: e4m3 + a weight_scale per "
 		     "128x128 block, as llm-compressor writes it" },
+	{ .name = "w4a16",
+	  .kind = CASTFS_VIEW_CT_W4,
+	  .summary =
+		  "compressed-tensors W4A16: packed int4, symmetric, a "
+		  "weight_scale per 128 columns, as llm-compressor writes it" },
 };
 
 int castfs_views_builtin(struct castfs_views *vs)
@@ -636,6 +641,8 @@ static const char *kind_name(enum castfs_view_kind k)
 		return "int8";
 	case CASTFS_VIEW_CT_FP8:
 		return "ct_fp8";
+	case CASTFS_VIEW_CT_W4:
+		return "ct_w4";
 	}
 	return "?";
 }

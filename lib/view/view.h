@@ -21,6 +21,7 @@ enum castfs_view_kind {
 	CASTFS_VIEW_BNB4, /* bitsandbytes nf4/fp4 Linear4bit layout */
 	CASTFS_VIEW_INT8, /* bitsandbytes LLM.int8 Linear8bitLt layout */
 	CASTFS_VIEW_CT_FP8, /* compressed-tensors float-quantized FP8 */
+	CASTFS_VIEW_CT_W4, /* compressed-tensors pack-quantized int4 (W4A16) */
 };
 
 /*
@@ -60,6 +61,12 @@ struct castfs_view {
  */
 bool castfs_view_converts(const struct castfs_view *v,
 			  const struct castfs_tensor *t);
+
+/* castfs_view_is_ct - true for the compressed-tensors views. */
+bool castfs_view_is_ct(const struct castfs_view *v);
+
+/* The group size of the W4A16 view: columns per int4 weight_scale. */
+#define CASTFS_CT_W4_GROUP 128u
 
 /*
  * castfs_view_linear_weight - true if @t is a 2-D "*.weight" of a module

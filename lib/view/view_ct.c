@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bytes.h"
 #include "common/ckd.h"
 #include "plan/plan_internal.h"
 #include "view/view_internal.h"
@@ -19,12 +20,14 @@
 
 static uint64_t ct_blk_rows(const struct castfs_view *v)
 {
-	return v->ct_block ? v->ct_block : 1;
+	return v->kind == CASTFS_VIEW_CT_FP8 && v->ct_block ? v->ct_block : 1;
 }
 
 static uint64_t ct_blk_cols(const struct castfs_view *v,
 			    const struct castfs_tensor *t)
 {
+	if (v->kind == CASTFS_VIEW_CT_W4)
+		return CASTFS_CT_W4_GROUP;
 	return v->ct_block ? v->ct_block : t->shape[1];
 }
 
@@ -47,30 +50,69 @@ static int ct_add_copy(struct castfs_pb *pb, const struct castfs_header *h,
 				    t->shape, &p);
 }
 
-/* "<name>_scale": the weight's scale, as compressed-tensors names it. */
-static int ct_add_scale(struct castfs_pb *pb, const struct castfs_tensor *t,
-			const struct castfs_qtensor *qt, uint32_t idx)
+/* Add tensor "<@t's name>@suffix"; the name is copied by the builder. */
+static int ct_add_named(struct castfs_pb *pb, const struct castfs_tensor *t,
+			const char *suffix, enum castfs_dtype dtype,
+			uint32_t ndim, const uint64_t *shape,
+			const struct castfs_producer *p)
 {
-	static const char suffix[] = "_scale";
-	uint64_t shape[2] = {
-		qt->rows / qt->blk_rows + (qt->rows % qt->blk_rows != 0),
-		qt->cols / qt->blk_cols + (qt->cols % qt->blk_cols != 0),
-	};
-	const struct castfs_producer p = {
-		.op = CASTFS_OP_F8_SCALE,
-		.unit = castfs_dtype_bits(t->dtype) / 8,
-		.qt = idx,
-	};
-	char *name = malloc(t->name_len + sizeof(suffix));
+	size_t sl = strlen(suffix);
+	char *name = malloc(t->name_len + sl + 1);
 	int rc;
 
 	if (!name)
 		return -ENOMEM;
 	memcpy(name, t->name, t->name_len);
-	memcpy(name + t->name_len, suffix, sizeof(suffix));
-	rc = castfs_pb_add_tensor(pb, name, t->name_len + sizeof(suffix) - 1,
-				  t->dtype, 2, shape, &p);
+	memcpy(name + t->name_len, suffix, sl + 1);
+	rc = castfs_pb_add_tensor(pb, name, t->name_len + sl, dtype, ndim,
+				  shape, p);
 	free(name);
+	return rc;
+}
+
+/* "<name>_scale": the weight's scale, as compressed-tensors names it. */
+static int ct_add_scale(struct castfs_pb *pb, const struct castfs_tensor *t,
+			const struct castfs_qtensor *qt, uint32_t idx)
+{
+	uint64_t shape[2] = {
+		qt->rows / qt->blk_rows + (qt->rows % qt->blk_rows != 0),
+		qt->cols / qt->blk_cols + (qt->cols % qt->blk_cols != 0),
+	};
+	const struct castfs_producer p = {
+		.op = CASTFS_OP_CT_SCALE,
+		.unit = castfs_dtype_bits(t->dtype) / 8,
+		.qt = idx,
+	};
+
+	return ct_add_named(pb, t, "_scale", t->dtype, 2, shape, &p);
+}
+
+/*
+ * An int4 weight "P.weight": "P.weight_packed" (I32 [out, in / 8], bytes
+ * made by I4_PACKED), "P.weight_scale" and "P.weight_shape" (I64 [2]).
+ */
+static int ct_add_w4(struct castfs_pb *pb, const struct castfs_tensor *t,
+		     const struct castfs_qtensor *qt, uint32_t idx)
+{
+	const uint64_t packed[2] = { qt->rows, qt->cols / 8 }, two = 2;
+	const struct castfs_producer codes = { .op = CASTFS_OP_I4_PACKED,
+					       .qt = idx };
+	struct castfs_producer shape = { .op = CASTFS_OP_MEM };
+	uint8_t *mem = castfs_pb_alloc(pb, 16);
+	int rc;
+
+	if (!mem)
+		return -ENOMEM;
+	castfs_store_le64(mem, qt->rows);
+	castfs_store_le64(mem + 8, qt->cols);
+	shape.mem = mem;
+	rc = ct_add_named(pb, t, "_packed", CASTFS_DTYPE_I32, 2, packed,
+			  &codes);
+	if (!rc)
+		rc = ct_add_named(pb, t, "_shape", CASTFS_DTYPE_I64, 1, &two,
+				  &shape);
+	if (!rc)
+		rc = ct_add_scale(pb, t, qt, idx);
 	return rc;
 }
 
@@ -84,13 +126,16 @@ static int ct_add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
 		.rows = t->shape[0],
 		.cols = t->shape[1],
 		.src_dtype = (uint8_t)t->dtype,
-		.qtype = CASTFS_Q_F8,
+		.qtype = v->kind == CASTFS_VIEW_CT_W4 ? CASTFS_Q_W4 :
+							CASTFS_Q_F8,
 		.blk_rows = ct_blk_rows(v),
 		.blk_cols = ct_blk_cols(v, t),
 	};
 	struct castfs_producer p = { .op = CASTFS_OP_F8_CODES };
 	int rc = castfs_pb_add_qtensor(pb, &qt, &p.qt);
 
+	if (!rc && v->kind == CASTFS_VIEW_CT_W4)
+		return ct_add_w4(pb, t, &qt, p.qt);
 	if (!rc)
 		rc = castfs_pb_add_tensor(pb, t->name, t->name_len,
 					  CASTFS_DTYPE_F8_E4M3, 2, t->shape,
