@@ -56,6 +56,10 @@ static void ct_round(float *x, size_t n, enum castfs_dtype dt)
 		down(tmp, x + i, m);
 		up(x + i, tmp, m);
 	}
+	/* torch's bfloat16 rounding makes every NaN +0x7FC0. */
+	for (size_t i = 0; dt == CASTFS_DTYPE_BF16 && i < n; i++)
+		if (isnan(x[i]))
+			x[i] = NAN;
 }
 
 /* torch.finfo(dt).eps: what compressed-tensors puts for a zero scale. */
