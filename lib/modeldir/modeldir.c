@@ -352,19 +352,8 @@ const char *castfs_md_view_dtype(const struct castfs_view *v)
 	return NULL;
 }
 
-/* How the neighbours of a new member are laid out. */
-struct md_style {
-	const char *lead; /* whitespace before a member's key */
-	size_t lead_len;
-	const char *sep; /* between a key and its value */
-	size_t sep_len;
-	bool pretty; /* the lead holds a newline */
-	const char *unit; /* one level of indentation (pretty) */
-	size_t unit_len;
-};
-
 static void style_of(const char *js, const struct castfs_md_member *m,
-		     struct md_style *s)
+		     struct castfs_md_style *s)
 {
 	const char *nl;
 
@@ -379,7 +368,7 @@ static void style_of(const char *js, const struct castfs_md_member *m,
 }
 
 /* The whitespace before a member @depth levels below the styled one. */
-static void put_lead(struct castfs_strbuf *b, const struct md_style *s,
+static void put_lead(struct castfs_strbuf *b, const struct castfs_md_style *s,
 		     int depth)
 {
 	castfs_sb_put(b, s->lead, s->lead_len);
@@ -387,9 +376,8 @@ static void put_lead(struct castfs_strbuf *b, const struct md_style *s,
 		castfs_sb_put(b, s->unit, s->unit_len);
 }
 
-/* Between two members (or array items) @depth levels down. */
-static void put_next(struct castfs_strbuf *b, const struct md_style *s,
-		     int depth, bool first)
+void castfs_md_put_next(struct castfs_strbuf *b,
+			const struct castfs_md_style *s, int depth, bool first)
 {
 	if (!first)
 		castfs_sb_put(b, ",", 1);
@@ -399,15 +387,16 @@ static void put_next(struct castfs_strbuf *b, const struct md_style *s,
 		castfs_sb_put(b, " ", 1);
 }
 
-static void put_close(struct castfs_strbuf *b, const struct md_style *s,
-		      int depth, char c)
+void castfs_md_put_close(struct castfs_strbuf *b,
+			 const struct castfs_md_style *s, int depth, char c)
 {
 	if (s->pretty)
 		put_lead(b, s, depth);
 	castfs_sb_put(b, &c, 1);
 }
 
-static void put_skip_list(struct castfs_strbuf *b, const struct md_style *s,
+static void put_skip_list(struct castfs_strbuf *b,
+			  const struct castfs_md_style *s,
 			  const struct castfs_md_bnb *q)
 {
 	if (q->skip_null) {
@@ -416,14 +405,14 @@ static void put_skip_list(struct castfs_strbuf *b, const struct md_style *s,
 	}
 	castfs_sb_put(b, "[", 1);
 	for (size_t i = 0; i < q->nskip; i++) {
-		put_next(b, s, 2, i == 0);
+		castfs_md_put_next(b, s, 2, i == 0);
 		castfs_md_put_str(b, q->skip[i], strlen(q->skip[i]));
 	}
-	put_close(b, s, 1, ']');
+	castfs_md_put_close(b, s, 1, ']');
 }
 
 /* BitsAndBytesConfig.to_dict(), keys sorted as save_pretrained writes. */
-static void put_bnb(struct castfs_strbuf *b, const struct md_style *s,
+static void put_bnb(struct castfs_strbuf *b, const struct castfs_md_style *s,
 		    const struct castfs_md_bnb *q)
 {
 	const char *b4 = q->load_in_8bit ? "false" : "true";
@@ -452,7 +441,7 @@ static void put_bnb(struct castfs_strbuf *b, const struct md_style *s,
 	snprintf(qt, sizeof(qt), "\"%s\"", q->quant_type);
 	castfs_sb_put(b, "{", 1);
 	for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++) {
-		put_next(b, s, 1, i == 0);
+		castfs_md_put_next(b, s, 1, i == 0);
 		castfs_md_put_str(b, kv[i].key, strlen(kv[i].key));
 		castfs_sb_put(b, s->sep, s->sep_len);
 		if (kv[i].val)
@@ -460,7 +449,7 @@ static void put_bnb(struct castfs_strbuf *b, const struct md_style *s,
 		else
 			put_skip_list(b, s, q);
 	}
-	put_close(b, s, 0, '}');
+	castfs_md_put_close(b, s, 0, '}');
 }
 
 static int cmp_bytes(const char *a, size_t an, const char *b, size_t bn)
@@ -490,10 +479,10 @@ static bool keys_sorted(const char *js, const struct castfs_md_object *o)
 }
 
 /* How to write a new member's value in a given style. */
-typedef void (*put_value_fn)(struct castfs_strbuf *b, const struct md_style *s,
-			     const void *ctx);
+typedef void (*put_value_fn)(struct castfs_strbuf *b,
+			     const struct castfs_md_style *s, const void *ctx);
 
-static void put_member(struct castfs_strbuf *b, const struct md_style *s,
+static void put_member(struct castfs_strbuf *b, const struct castfs_md_style *s,
 		       const char *key, put_value_fn put, const void *ctx)
 {
 	castfs_md_put_str(b, key, strlen(key));
@@ -507,7 +496,7 @@ static void put_member(struct castfs_strbuf *b, const struct md_style *s,
  * else json.dumps' default ", ".
  */
 static void style_between(const char *js, const struct castfs_md_object *o,
-			  struct md_style *s)
+			  struct castfs_md_style *s)
 {
 	style_of(js, &o->m[o->n > 1 ? 1 : 0], s);
 	if (o->n == 1 && !s->pretty) {
@@ -522,8 +511,9 @@ static void insert_member(struct castfs_strbuf *b, const char *js, size_t len,
 			  const struct castfs_md_object *o, const char *key,
 			  put_value_fn put, const void *ctx)
 {
-	static const struct md_style compact = { "", 0, ": ", 2, false, "", 0 };
-	struct md_style s;
+	static const struct castfs_md_style compact = { "",    0,  ": ", 2,
+							false, "", 0 };
+	struct castfs_md_style s;
 	size_t i = 0, at;
 
 	if (o->n == 0) {
@@ -555,17 +545,23 @@ static void insert_member(struct castfs_strbuf *b, const char *js, size_t len,
 	castfs_sb_put(b, js + at, len - at);
 }
 
-static void put_dtype_value(struct castfs_strbuf *b, const struct md_style *s,
-			    const void *ctx)
+static void put_dtype_value(struct castfs_strbuf *b,
+			    const struct castfs_md_style *s, const void *ctx)
 {
 	(void)s;
 	castfs_md_put_str(b, ctx, strlen(ctx));
 }
 
-static void put_bnb_value(struct castfs_strbuf *b, const struct md_style *s,
-			  const void *ctx)
+static void put_bnb_value(struct castfs_strbuf *b,
+			  const struct castfs_md_style *s, const void *ctx)
 {
 	put_bnb(b, s, ctx);
+}
+
+static void put_ct_value(struct castfs_strbuf *b,
+			 const struct castfs_md_style *s, const void *ctx)
+{
+	md_put_ct(b, s, ctx);
 }
 
 /* @js with every top-level "dtype"/"torch_dtype" set to @dtype. */
@@ -593,9 +589,14 @@ static void set_dtype(struct castfs_strbuf *b, const char *js, size_t len,
 	castfs_sb_put(b, js + at, len - at);
 }
 
-/* Apply one edit to the text in @cur (replaced by the result). */
+/*
+ * Apply one edit to the text in @cur (replaced by the result): add
+ * "quantization_config" written by @put from @ctx, or with @put NULL set
+ * the dtype.
+ */
 static int patch_step(struct castfs_strbuf *cur,
-		      const struct castfs_md_patch *p, bool bnb_step)
+		      const struct castfs_md_patch *p, put_value_fn put,
+		      const void *ctx)
 {
 	struct castfs_strbuf next = { 0 };
 	struct castfs_md_object o;
@@ -603,9 +604,9 @@ static int patch_step(struct castfs_strbuf *cur,
 
 	if (rc)
 		return rc;
-	if (bnb_step)
+	if (put)
 		insert_member(&next, cur->p, cur->len, &o,
-			      "quantization_config", put_bnb_value, p->bnb);
+			      "quantization_config", put, ctx);
 	else
 		set_dtype(&next, cur->p, cur->len, &o, p->dtype);
 	castfs_md_object_fini(&o);
@@ -624,15 +625,17 @@ int castfs_md_config_patch(const char *json, size_t len,
 
 	if (rc)
 		return rc;
-	if (p->bnb && info.quantized)
+	if ((p->bnb || p->ct) && info.quantized)
 		return castfs_diag_set(d, -EINVAL,
 				       "config.json: already quantised");
 	castfs_sb_put(&b, json, len);
 	rc = b.oom ? -ENOMEM : 0;
 	if (!rc && p->dtype)
-		rc = patch_step(&b, p, false);
+		rc = patch_step(&b, p, NULL, NULL);
 	if (!rc && p->bnb)
-		rc = patch_step(&b, p, true);
+		rc = patch_step(&b, p, put_bnb_value, p->bnb);
+	if (!rc && p->ct)
+		rc = patch_step(&b, p, put_ct_value, p->ct);
 	if (rc) {
 		castfs_sb_fini(&b);
 		return rc;

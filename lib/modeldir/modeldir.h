@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/err.h"
 #include "format/st_header.h"
@@ -145,10 +146,38 @@ int castfs_md_view_keep(const struct castfs_view *v, int keep,
 /* castfs_md_view_fini - release what castfs_md_view_keep() made. */
 void castfs_md_view_fini(struct castfs_md_view *mv);
 
+/*
+ * The compressed-tensors quantization_config of a view (llm-compressor's
+ * FP8_DYNAMIC / FP8_BLOCK / W4A16 presets), with the minimal key set that
+ * compressed-tensors readers old and new accept (docs/FORMATS.md).
+ */
+struct castfs_md_ct {
+	bool w4; /* W4A16 (pack-quantized int4, group 128); else FP8 */
+	uint32_t block; /* FP8: 0 per-channel weight scales, else N x N */
+	size_t nignore;
+	char **ignore; /* "lm_head", then sorted unique module paths (owned) */
+	size_t nquant; /* weights the view quantises: 0, no config at all */
+};
+
+/*
+ * castfs_md_ct_init - the quantization_config of compressed-tensors view
+ * @v over a model whose weights are the tensors of @h[0..@nh): "ignore"
+ * names lm_head (as the presets' recipes do) and the module path of every
+ * 2-D "*.weight" of a Linear-like module (castfs_view_linear_weight()) the
+ * view keeps unquantised. Returns 0, -EINVAL (@v is not such a view) or
+ * -ENOMEM; on success castfs_md_ct_fini() releases @q. Thread-safe.
+ */
+int castfs_md_ct_init(struct castfs_md_ct *q, const struct castfs_view *v,
+		      const struct castfs_header *const *h, size_t nh);
+
+/* castfs_md_ct_fini - free the ignore list; safe on a zeroed struct. */
+void castfs_md_ct_fini(struct castfs_md_ct *q);
+
 /* What a view changes in config.json. */
 struct castfs_md_patch {
 	const char *dtype; /* transformers: the "dtype" to write, or NULL */
 	const struct castfs_md_bnb *bnb; /* quantization_config, or NULL */
+	const struct castfs_md_ct *ct; /* quantization_config, or NULL */
 };
 
 /*

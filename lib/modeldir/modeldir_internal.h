@@ -76,4 +76,30 @@ int castfs_md_parse(const char *json, size_t len, struct cJSON **root,
 int castfs_md_top_object(const char *json, size_t len,
 			 struct castfs_md_object *o);
 
+/* How the neighbours of a new member are laid out. */
+struct castfs_md_style {
+	const char *lead; /* whitespace before a member's key */
+	size_t lead_len;
+	const char *sep; /* between a key and its value */
+	size_t sep_len;
+	bool pretty; /* the lead holds a newline */
+	const char *unit; /* one level of indentation (pretty) */
+	size_t unit_len;
+};
+
+/* castfs_md_put_next - between two members (or array items) @depth levels below
+ * the member styled by @s: a comma unless @first, then its lead. */
+void castfs_md_put_next(struct castfs_strbuf *b,
+			const struct castfs_md_style *s, int depth, bool first);
+
+/* castfs_md_put_close - the closing @c of an object or array @depth levels down. */
+void castfs_md_put_close(struct castfs_strbuf *b,
+			 const struct castfs_md_style *s, int depth, char c);
+
+struct castfs_md_ct;
+
+/* md_put_ct - the compressed-tensors quantization_config object of @q. */
+void md_put_ct(struct castfs_strbuf *b, const struct castfs_md_style *s,
+	       const struct castfs_md_ct *q);
+
 #endif

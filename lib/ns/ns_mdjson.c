@@ -296,21 +296,28 @@ static int md_ckpts_of(struct castfs_ns *ns, const char *dir,
 	return rc;
 }
 
-/* The quantization_config of @v with keep set @keep over @ck. */
-static int md_bnb_of(const struct castfs_view *v, int keep,
-		     const struct ns_md_ckpts *ck, bool diffusers,
-		     struct castfs_md_bnb *q)
+/* The quantization_config of @v with keep set @keep over @ck, into
+ * @q (bitsandbytes views) or @ct (compressed-tensors views). */
+static int md_qcfg_of(const struct castfs_view *v, int keep,
+		      const struct ns_md_ckpts *ck, bool diffusers,
+		      struct castfs_md_bnb *q, struct castfs_md_ct *ct)
 {
 	struct castfs_md_view mv;
-	int rc;
+	const struct castfs_view *use = v;
+	int rc = 0;
 
-	if (!keep)
-		return castfs_md_bnb_init(q, v, ck->h, ck->n, diffusers);
-	rc = castfs_md_view_keep(v, keep, &mv);
+	if (keep)
+		rc = castfs_md_view_keep(v, keep, &mv);
 	if (rc)
 		return rc;
-	rc = castfs_md_bnb_init(q, &mv.v, ck->h, ck->n, diffusers);
-	castfs_md_view_fini(&mv);
+	if (keep)
+		use = &mv.v;
+	if (castfs_view_is_ct(v))
+		rc = castfs_md_ct_init(ct, use, ck->h, ck->n);
+	else
+		rc = castfs_md_bnb_init(q, use, ck->h, ck->n, diffusers);
+	if (keep)
+		castfs_md_view_fini(&mv);
 	return rc;
 }
 
@@ -327,6 +334,7 @@ static int md_build_config(struct castfs_ns *ns, const struct ns_node *n,
 	struct castfs_md_patch p = { 0 };
 	struct castfs_md_config c;
 	struct castfs_md_bnb q = { 0 };
+	struct castfs_md_ct ct = { 0 };
 	struct ns_md_ckpts ck = { 0 };
 	char *dir = NULL;
 	int rc = castfs_md_config_read(text, len, &c, NULL);
@@ -338,13 +346,21 @@ static int md_build_config(struct castfs_ns *ns, const struct ns_node *n,
 		dir = ns_parent_path(n->path);
 		rc = dir ? md_ckpts_of(ns, dir, &ck) : -ENOMEM;
 		if (!rc)
-			rc = md_bnb_of(n->view, castfs_md_keep_id(c.model_type),
-				       &ck, c.diffusers, &q);
-		p.bnb = rc ? NULL : &q;
+			rc = md_qcfg_of(n->view,
+					castfs_md_keep_id(c.model_type), &ck,
+					c.diffusers, &q, &ct);
+		/* Nothing quantised: no config, as llm-compressor. */
+		if (!rc && castfs_view_is_ct(n->view) && ct.nquant)
+			p.ct = &ct;
+		else if (!rc && castfs_view_is_ct(n->view))
+			p.ct = NULL;
+		else if (!rc)
+			p.bnb = &q;
 	}
 	if (!rc)
 		rc = castfs_md_config_patch(text, len, &p, out, out_len, NULL);
 	castfs_md_bnb_fini(&q);
+	castfs_md_ct_fini(&ct);
 	md_ckpts_fini(ns, &ck);
 	free(dir);
 	return rc;

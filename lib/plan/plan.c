@@ -411,6 +411,9 @@ const char *castfs_op_name(enum castfs_op op)
 		[CASTFS_OP_I8_CODES] = "int8-codes",
 		[CASTFS_OP_I8_SCB] = "int8-scb",
 		[CASTFS_OP_DEQ_FP8] = "dequant-fp8",
+		[CASTFS_OP_F8_CODES] = "fp8-codes",
+		[CASTFS_OP_I4_PACKED] = "int4-packed",
+		[CASTFS_OP_CT_SCALE] = "ct-scale",
 	};
 
 	if ((unsigned)op >= CASTFS_OP_COUNT)

@@ -31,6 +31,9 @@ enum castfs_op {
 	CASTFS_OP_I8_CODES, /* LLM.int8 row-wise codes (I8) */
 	CASTFS_OP_I8_SCB, /* LLM.int8 row absmax (F32) */
 	CASTFS_OP_DEQ_FP8, /* FP8 block weight x its scale, cast (plan_gen_fp8.c) */
+	CASTFS_OP_F8_CODES, /* compressed-tensors scaled F8_E4M3 weight */
+	CASTFS_OP_I4_PACKED, /* compressed-tensors pack-quantized int4 */
+	CASTFS_OP_CT_SCALE, /* their channel, block or group weight_scale */
 	CASTFS_OP_COUNT,
 };
 
@@ -79,6 +82,11 @@ struct castfs_qtensor {
 	 * at src_off (with the scale grid above) dequantized and rounded to
 	 * src_dtype (BF16), not src_dtype elements read as they are. */
 	bool deq;
+	/*
+	 * F8: elements sharing one scale: blk_rows x blk_cols (1 x cols for a
+	 * channel, 128 x 128 for blocks; edge blocks are cut by the matrix).
+	 */
+	uint64_t blk_rows, blk_cols;
 };
 
 struct castfs_header;

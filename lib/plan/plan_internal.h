@@ -65,6 +65,20 @@ int castfs_gen_deq_fp8(const struct castfs_read_env *env,
 		       const struct castfs_extent *e, uint64_t first,
 		       uint64_t count, uint8_t *dst);
 
+/* The generators of the compressed-tensors ops (plan_gen_f8.c). */
+int castfs_gen_f8_codes(const struct castfs_read_env *env,
+			const struct castfs_extent *e, uint64_t first,
+			uint64_t count, uint8_t *dst);
+int castfs_gen_i4_packed(const struct castfs_read_env *env,
+			 const struct castfs_extent *e, uint64_t first,
+			 uint64_t count, uint8_t *dst);
+int castfs_gen_ct_scale(const struct castfs_read_env *env,
+			const struct castfs_extent *e, uint64_t first,
+			uint64_t count, uint8_t *dst);
+
+/* castfs_f8_scale_elem - the first element of scale @i's block of @q. */
+uint64_t castfs_f8_scale_elem(const struct castfs_qtensor *q, uint64_t i);
+
 /*
  * Tensor-wide statistics of a quantised tensor: computed once, on first
  * need, under the lock; read-only afterwards.

@@ -83,6 +83,9 @@ static const castfs_gen_fn gen_table[CASTFS_OP_COUNT] = {
 	[CASTFS_OP_I8_CODES] = castfs_gen_i8_codes,
 	[CASTFS_OP_I8_SCB] = castfs_gen_i8_scb,
 	[CASTFS_OP_DEQ_FP8] = castfs_gen_deq_fp8,
+	[CASTFS_OP_F8_CODES] = castfs_gen_f8_codes,
+	[CASTFS_OP_I4_PACKED] = castfs_gen_i4_packed,
+	[CASTFS_OP_CT_SCALE] = castfs_gen_ct_scale,
 };
 
 /* One unit cut by the range: produce it whole, copy out the part asked. */
@@ -150,6 +153,12 @@ static uint64_t quant_elem(const struct castfs_extent *e,
 		return rel;
 	case CASTFS_OP_I8_SCB: /* a unit per row */
 		return rel / e->unit * q->cols;
+	case CASTFS_OP_F8_CODES:
+		return rel;
+	case CASTFS_OP_I4_PACKED:
+		return rel * 2;
+	case CASTFS_OP_CT_SCALE: /* the first element of its block */
+		return castfs_f8_scale_elem(q, rel / e->unit);
 	case CASTFS_OP_MEM:
 	case CASTFS_OP_COPY:
 	case CASTFS_OP_CAST:
@@ -185,6 +194,9 @@ uint64_t castfs_plan_src_off(const struct castfs_plan *p, uint64_t off)
 	case CASTFS_OP_Q4_NESTED_ABSMAX:
 	case CASTFS_OP_I8_CODES:
 	case CASTFS_OP_I8_SCB:
+	case CASTFS_OP_F8_CODES:
+	case CASTFS_OP_I4_PACKED:
+	case CASTFS_OP_CT_SCALE:
 		break;
 	}
 	q = &p->qtensors[e->qt];

@@ -18,6 +18,8 @@ enum castfs_qtype {
 	CASTFS_Q_NF4,
 	CASTFS_Q_FP4,
 	CASTFS_Q_INT8,
+	CASTFS_Q_F8, /* compressed-tensors scaled fp8 (blk_rows x blk_cols) */
+	CASTFS_Q_W4, /* compressed-tensors int4, symmetric, 1 x blk_cols */
 };
 
 /* Absmax values per nested (double-quantisation) block, as in bnb. */

@@ -294,6 +294,9 @@ static void origin_extent(const struct castfs_tfile_ctx *c,
 	case CASTFS_OP_Q4_STATE:
 	case CASTFS_OP_I8_CODES:
 	case CASTFS_OP_I8_SCB:
+	case CASTFS_OP_F8_CODES:
+	case CASTFS_OP_I4_PACKED:
+	case CASTFS_OP_CT_SCALE:
 		if (e->qt >= c->plan->nqt)
 			return;
 		q = &c->plan->qtensors[e->qt];
@@ -348,6 +351,10 @@ static const char *qtype_name(int q)
 		return "fp4";
 	case CASTFS_Q_INT8:
 		return "int8";
+	case CASTFS_Q_F8:
+		return "fp8";
+	case CASTFS_Q_W4:
+		return "int4";
 	default:
 		return "?";
 	}
@@ -379,8 +386,17 @@ void castfs_torigin_str(const struct castfs_torigin *o, char *buf, size_t len)
 	case CASTFS_OP_Q4_STATE:
 	case CASTFS_OP_I8_CODES:
 	case CASTFS_OP_I8_SCB:
+	case CASTFS_OP_F8_CODES:
+	case CASTFS_OP_I4_PACKED:
+	case CASTFS_OP_CT_SCALE:
 	case CASTFS_OP_COUNT:
 	default:
+		if (o->qtype == CASTFS_Q_F8 || o->qtype == CASTFS_Q_W4) {
+			snprintf(buf, len, "compressed-tensors %s of %s",
+				 castfs_op_name(o->op),
+				 castfs_dtype_name(o->from));
+			break;
+		}
 		snprintf(buf, len, "bitsandbytes %s %s of %s",
 			 qtype_name(o->qtype), castfs_op_name(o->op),
 			 castfs_dtype_name(o->from));

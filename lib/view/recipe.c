@@ -83,6 +83,20 @@ static const struct castfs_view builtin_views[] = {
 	  .qtype = CASTFS_Q_INT8,
 	  .listed = true,
 	  .summary = "bitsandbytes LLM.int8: row-wise int8 + SCB" },
+	{ .name = "fp8_dynamic",
+	  .kind = CASTFS_VIEW_CT_FP8,
+	  .summary = "compressed-tensors FP8_DYNAMIC: e4m3 + per-channel "
+		     "weight_scale, as llm-compressor writes it" },
+	{ .name = "fp8_block",
+	  .kind = CASTFS_VIEW_CT_FP8,
+	  .ct_block = 128,
+	  .summary = "compressed-tensors FP8_BLOCK: e4m3 + a weight_scale per "
+		     "128x128 block, as llm-compressor writes it" },
+	{ .name = "w4a16",
+	  .kind = CASTFS_VIEW_CT_W4,
+	  .summary =
+		  "compressed-tensors W4A16: packed int4, symmetric, a "
+		  "weight_scale per 128 columns, as llm-compressor writes it" },
 };
 
 int castfs_views_builtin(struct castfs_views *vs)
@@ -625,6 +639,10 @@ static const char *kind_name(enum castfs_view_kind k)
 		return "bnb4";
 	case CASTFS_VIEW_INT8:
 		return "int8";
+	case CASTFS_VIEW_CT_FP8:
+		return "ct_fp8";
+	case CASTFS_VIEW_CT_W4:
+		return "ct_w4";
 	}
 	return "?";
 }

@@ -7,6 +7,7 @@
 #include <fnmatch.h>
 #include <string.h>
 
+#include "quant/quant_ct.h"
 #include "view/view_internal.h"
 
 /*
@@ -61,6 +62,16 @@ static bool module_is_linear(const struct castfs_tensor *t)
 	return true;
 }
 
+bool castfs_view_is_ct(const struct castfs_view *v)
+{
+	return v->kind == CASTFS_VIEW_CT_FP8 || v->kind == CASTFS_VIEW_CT_W4;
+}
+
+bool castfs_view_linear_weight(const struct castfs_tensor *t)
+{
+	return t->ndim == 2 && module_is_linear(t);
+}
+
 static bool rule_matches(const struct castfs_rule *r,
 			 const struct castfs_tensor *t)
 {
@@ -86,6 +97,10 @@ static bool default_converts(const struct castfs_view *v,
 	case CASTFS_VIEW_BNB4:
 	case CASTFS_VIEW_INT8:
 		return t->ndim == 2 && module_is_linear(t);
+	case CASTFS_VIEW_CT_FP8:
+	case CASTFS_VIEW_CT_W4:
+		return t->ndim == 2 && module_is_linear(t) &&
+		       castfs_view_ct_fits(v, t);
 	}
 	return false;
 }
@@ -98,6 +113,11 @@ bool castfs_view_converts(const struct castfs_view *v,
 		return false;
 	if (v->kind != CASTFS_VIEW_CAST && (t->ndim != 2 || t->nelems == 0))
 		return false; /* the bnb layouts are defined for matrices */
+	if (castfs_view_is_ct(v) && !castfs_ct_dtype_ok(t->dtype))
+		return false; /* scales are kept in the weight's dtype */
+	/* llm-compressor refuses groups cut by the row: so does castfs. */
+	if (v->kind == CASTFS_VIEW_CT_W4 && t->shape[1] % CASTFS_CT_W4_GROUP)
+		return false;
 	for (size_t i = 0; i < v->nrules; i++) {
 		if (rule_matches(&v->rules[i], t))
 			return v->rules[i].convert;
@@ -126,6 +146,9 @@ bool castfs_view_dequantizes(const struct castfs_view *v)
 	case CASTFS_VIEW_BNB4:
 	case CASTFS_VIEW_INT8:
 		return true;
+	case CASTFS_VIEW_CT_FP8:
+	case CASTFS_VIEW_CT_W4:
+		break; /* not yet built from dequantized values */
 	}
 	return false;
 }
@@ -151,6 +174,9 @@ int castfs_view_plan(const struct castfs_view *v, const struct castfs_header *h,
 	case CASTFS_VIEW_BNB4:
 	case CASTFS_VIEW_INT8:
 		return castfs_view_plan_bnb(v, h, out, d);
+	case CASTFS_VIEW_CT_FP8:
+	case CASTFS_VIEW_CT_W4:
+		return castfs_view_plan_ct(v, h, out, d);
 	}
 	return castfs_diag_set(d, -EINVAL, "view '%s': unknown kind", v->name);
 }

@@ -20,6 +20,8 @@ enum castfs_view_kind {
 	CASTFS_VIEW_CAST, /* floating tensors cast to one dtype */
 	CASTFS_VIEW_BNB4, /* bitsandbytes nf4/fp4 Linear4bit layout */
 	CASTFS_VIEW_INT8, /* bitsandbytes LLM.int8 Linear8bitLt layout */
+	CASTFS_VIEW_CT_FP8, /* compressed-tensors float-quantized FP8 */
+	CASTFS_VIEW_CT_W4, /* compressed-tensors pack-quantized int4 (W4A16) */
 };
 
 /*
@@ -45,6 +47,7 @@ struct castfs_view {
 	uint8_t qtype; /* BNB4: CASTFS_Q_NF4 or CASTFS_Q_FP4 */
 	bool nested; /* BNB4: double quantisation */
 	uint32_t blocksize; /* BNB4: 64 by default */
+	uint32_t ct_block; /* CT_FP8: 0 per channel, else N x N blocks */
 	size_t nrules;
 	struct castfs_rule *rules;
 	bool listed; /* shown by readdir (lookups resolve any view) */
@@ -58,6 +61,19 @@ struct castfs_view {
  */
 bool castfs_view_converts(const struct castfs_view *v,
 			  const struct castfs_tensor *t);
+
+/* castfs_view_is_ct - true for the compressed-tensors views. */
+bool castfs_view_is_ct(const struct castfs_view *v);
+
+/* The group size of the W4A16 view: columns per int4 weight_scale. */
+#define CASTFS_CT_W4_GROUP 128u
+
+/*
+ * castfs_view_linear_weight - true if @t is a 2-D "*.weight" of a module
+ * whose name is not one loaders build as an embedding (or lm_head): the
+ * weights the quantised views convert by default. Pure function.
+ */
+bool castfs_view_linear_weight(const struct castfs_tensor *t);
 
 /*
  * castfs_view_dequantizes - whether @v is offered for a quantized source

@@ -64,6 +64,16 @@ int castfs_view_bnb_quantise(struct castfs_pb *pb, const struct castfs_view *v,
 int castfs_view_plan_cast(const struct castfs_view *v,
 			  const struct castfs_header *h,
 			  struct castfs_plan **out, struct castfs_diag *d);
+/*
+ * castfs_view_ct_fits - true if one scale block of @t under compressed-
+ * tensors view @v fits a read tile (a channel of at most 256 Ki columns).
+ */
+bool castfs_view_ct_fits(const struct castfs_view *v,
+			 const struct castfs_tensor *t);
+
+int castfs_view_plan_ct(const struct castfs_view *v,
+			const struct castfs_header *h, struct castfs_plan **out,
+			struct castfs_diag *d);
 int castfs_view_plan_bnb(const struct castfs_view *v,
 			 const struct castfs_header *h,
 			 struct castfs_plan **out, struct castfs_diag *d);

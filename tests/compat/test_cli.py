@@ -23,6 +23,10 @@ MALFORMED = os.path.join(TOP, "tests", "data", "malformed")
 MAN_PAGES = ["castfs.1", "castfs-info.1", "castfs-convert.1"]
 
 
+# Views whose oracle is llm-compressor (tests/compat/test_ct.py), not
+# oracle.py; any other view without an oracle fails test_convert_every_view.
+CT_VIEWS = {"fp8_dynamic", "fp8_block", "w4a16"}
+
 def castfs(*args, **kw):
     return subprocess.run([tl.castfs_binary()] + list(args), capture_output=True,
                           text=True, **kw)
@@ -229,9 +233,14 @@ class CommandLine(unittest.TestCase):
                 subprocess.run(["cmp", out, mounted], check=True)
                 with open(out, "rb") as fh:
                     got = fh.read()
+                done += 1
+                if v in CT_VIEWS:
+                    # Their bytes are compared with llm-compressor's own
+                    # output (its venv) in test_ct.py; here the CLI must
+                    # give what the mount gives (cmp above).
+                    continue
                 want = oracle.oracle_bytes(os.path.join(self.src, f), v)
                 oracle.assert_same_file(self, got, want, "%s %s" % (f, v))
-                done += 1
         self.assertEqual(done, len(self.files()) * len(self.views))
         self.assertEqual([n for n in os.listdir(self.out) if n.startswith(".")], [])
 

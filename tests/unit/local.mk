@@ -13,6 +13,7 @@ UNIT_TESTS = tests/unit/test_dtype tests/unit/test_st_header \
 	tests/unit/test_st_valid tests/unit/test_st_emit \
 	tests/unit/test_kernels tests/unit/test_quant \
 	tests/unit/test_quant_kernels tests/unit/test_plan \
+	tests/unit/test_ct_plan \
 	tests/unit/test_recipe tests/unit/test_tensor_tree \
 	tests/unit/test_modeldir tests/unit/test_ns tests/unit/test_zst \
 	tests/unit/test_qsrc
@@ -49,6 +50,10 @@ tests_unit_test_quant_SOURCES = tests/unit/test_quant.c \
 	tests/unit/test_quant_plan.c $(TESTUTIL_SOURCES) $(UNIT_MAIN)
 tests_unit_test_quant_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_quant_LDADD = $(UNIT_LDADD)
+tests_unit_test_ct_plan_SOURCES = tests/unit/test_ct_plan.c \
+	$(TESTUTIL_SOURCES) $(UNIT_MAIN)
+tests_unit_test_ct_plan_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_ct_plan_LDADD = $(UNIT_LDADD)
 tests_unit_test_quant_kernels_SOURCES = tests/unit/test_quant_kernels.c \
 	$(TESTUTIL_SOURCES) $(UNIT_MAIN)
 tests_unit_test_quant_kernels_CFLAGS = $(UNIT_CFLAGS)

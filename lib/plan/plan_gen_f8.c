@@ -1,0 +1,325 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The generators of the compressed-tensors scaled-fp8 extents: a range of
+ * codes or scales is served from tiles of whole scale blocks (rows for a
+ * channel scale, 128 x 128 blocks) read through the thread's scratch.
+ * Stateless: each block's scale is recomputed from its elements.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "common/compiler.h"
+#include "kernels/convert.h"
+#include "plan/plan_internal.h"
+#include "quant/quant_ct.h"
+
+/* Source elements staged in the scratch: [f32: cap * 4][raw: cap * size]. */
+struct f8_stage {
+	castfs_convert_fn to_f32; /* NULL for F32 sources */
+	enum castfs_dtype dt;
+	size_t src_sz;
+	uint64_t cap; /* elements per tile */
+	float *f32;
+	uint8_t *raw;
+};
+
+/* The most scale blocks one tile holds. */
+#define F8_TILE_MAX 1024u
+
+/*
+ * Block rows [br, br + nbr) x block columns [bc, bc + nbc): elements rows
+ * [r0, r1) x columns [c0, c1), staged row-major, and each block's scale.
+ */
+struct f8_tile {
+	uint64_t br, nbr, bc, nbc;
+	uint64_t r0, r1, c0, c1;
+	float scale[F8_TILE_MAX];
+};
+
+static uint64_t f8_ceil(uint64_t a, uint64_t b)
+{
+	return a / b + (a % b != 0);
+}
+
+static uint64_t f8_nbcols(const struct castfs_qtensor *q)
+{
+	return f8_ceil(q->cols, q->blk_cols);
+}
+
+uint64_t castfs_f8_scale_elem(const struct castfs_qtensor *q, uint64_t i)
+{
+	uint64_t nbc = f8_nbcols(q);
+
+	return i / nbc * q->blk_rows * q->cols + i % nbc * q->blk_cols;
+}
+
+static int f8_stage_init(struct f8_stage *st, const struct castfs_read_env *env,
+			 const struct castfs_qtensor *q)
+{
+	st->dt = (enum castfs_dtype)q->src_dtype;
+	st->src_sz = castfs_dtype_bits(st->dt) / 8;
+	st->to_f32 = NULL;
+	if (st->dt != CASTFS_DTYPE_F32) {
+		st->to_f32 = castfs_convert_get(st->dt, CASTFS_DTYPE_F32, 0);
+		if (!st->to_f32)
+			return -ENOTSUP; /* unreachable: the plan checked it */
+	}
+	st->cap = env->s->len / (4 + st->src_sz);
+	st->cap -= st->cap % 16; /* keeps the raw region aligned */
+	st->f32 = (float *)(void *)env->s->buf;
+	st->raw = env->s->buf + st->cap * 4;
+	/* The view converts no tensor whose block exceeds a tile. */
+	return q->blk_rows * q->blk_cols <= st->cap ? 0 : -ENOMEM;
+}
+
+/*
+ * The tile at block (@br, @bc): @nbr block rows of full width when @nbr > 1
+ * and they fit, else one block row of up to @nbc blocks from @bc.
+ */
+static void f8_tile_pick(const struct castfs_qtensor *q,
+			 const struct f8_stage *st, uint64_t br, uint64_t nbr,
+			 uint64_t bc, uint64_t nbc, struct f8_tile *t)
+{
+	uint64_t fit = st->cap / (q->blk_rows * q->blk_cols);
+	uint64_t all = f8_nbcols(q);
+
+	t->br = br;
+	t->bc = bc;
+	t->nbr = 1;
+	t->nbc = CASTFS_MIN(CASTFS_MIN(nbc, fit), (uint64_t)F8_TILE_MAX);
+	if (nbr > 1 && bc == 0 && fit >= all && F8_TILE_MAX >= all) {
+		t->nbc = all;
+		t->nbr = CASTFS_MIN(nbr, CASTFS_MIN(fit, F8_TILE_MAX) / all);
+	}
+	t->r0 = br * q->blk_rows;
+	t->r1 = CASTFS_MIN(q->rows, (br + t->nbr) * q->blk_rows);
+	t->c0 = bc * q->blk_cols;
+	t->c1 = CASTFS_MIN(q->cols, (bc + t->nbc) * q->blk_cols);
+}
+
+/* Read the tile's elements as float32: one read when it spans whole rows. */
+static int f8_tile_read(const struct castfs_read_env *env,
+			const struct castfs_qtensor *q,
+			const struct f8_stage *st, const struct f8_tile *t)
+{
+	uint64_t w = t->c1 - t->c0, nr = t->r1 - t->r0;
+	uint8_t *raw = st->to_f32 ? st->raw : (uint8_t *)st->f32;
+	int rc = 0;
+
+	if (w == q->cols) {
+		rc = castfs_reader_read(env->src, raw,
+					(size_t)(nr * w * st->src_sz),
+					q->src_off + t->r0 * w * st->src_sz);
+	}
+	for (uint64_t i = 0; w != q->cols && !rc && i < nr; i++)
+		rc = castfs_reader_read(
+			env->src, raw + i * w * st->src_sz,
+			(size_t)(w * st->src_sz),
+			q->src_off +
+				((t->r0 + i) * q->cols + t->c0) * st->src_sz);
+	if (!rc && st->to_f32)
+		st->to_f32(st->f32, raw, (size_t)(nr * w));
+	return rc;
+}
+
+/* Load tile @t and compute the scale of each of its blocks. */
+static int f8_tile_load(const struct castfs_read_env *env,
+			const struct castfs_qtensor *q,
+			const struct f8_stage *st, struct f8_tile *t)
+{
+	uint64_t w = t->c1 - t->c0;
+	int rc = f8_tile_read(env, q, st, t);
+
+	for (uint64_t i = 0; !rc && i < t->nbr; i++) {
+		uint64_t ra = (t->br + i) * q->blk_rows;
+		uint64_t rb = CASTFS_MIN(q->rows, ra + q->blk_rows);
+
+		for (uint64_t j = 0; j < t->nbc; j++) {
+			uint64_t ca = j * q->blk_cols;
+			uint64_t n = CASTFS_MIN(w - ca, q->blk_cols);
+			float m = 0.0f;
+
+			for (uint64_t r = ra; r < rb; r++)
+				m = castfs_ct_absmax_merge(
+					m,
+					castfs_ct_absmax(
+						st->f32 + (r - t->r0) * w + ca,
+						(size_t)n));
+			t->scale[i * t->nbc + j] =
+				q->qtype == CASTFS_Q_W4 ?
+					castfs_ct_i4_scale(m, st->dt) :
+					castfs_ct_f8_scale(m, st->dt);
+		}
+	}
+	return rc;
+}
+
+/* Elements per chunk of packed int4 codes (stack buffer). */
+#define I4_CHUNK 256u
+
+/*
+ * Packed int4 codes of @n elements (@n even) into @dst: element 2k in the
+ * low nibble of byte k, as value + 8 (compressed-tensors pack_to_int32:
+ * element i at bit 4i of little-endian int32 words).
+ */
+static void i4_pack(uint8_t *dst, const float *x, size_t n, float scale,
+		    enum castfs_dtype dt)
+{
+	int8_t v[I4_CHUNK];
+
+	for (size_t i = 0; i < n; i += I4_CHUNK) {
+		size_t m = CASTFS_MIN(n - i, (size_t)I4_CHUNK);
+
+		castfs_ct_i4_codes(v, x + i, m, scale, dt);
+		for (size_t j = 0; j + 1 < m; j += 2)
+			dst[(i + j) / 2] =
+				(uint8_t)((v[j] + 8) | (v[j + 1] + 8) << 4);
+	}
+}
+
+/*
+ * The codes of the elements of tile @t inside [@lo, @hi), written at
+ * @dst + (element - @base) (fp8), or packed two per byte at
+ * @dst + (element - @base) / 2 (int4; @lo, @hi and @base even).
+ */
+static void f8_tile_codes(const struct castfs_qtensor *q,
+			  const struct f8_stage *st, const struct f8_tile *t,
+			  uint64_t lo, uint64_t hi, uint64_t base, uint8_t *dst)
+{
+	uint64_t w = t->c1 - t->c0;
+	uint64_t ra = CASTFS_MAX(t->r0, lo / q->cols);
+	uint64_t rb = CASTFS_MIN(t->r1, (hi - 1) / q->cols + 1);
+
+	for (uint64_t r = ra; r < rb; r++) {
+		uint64_t e0 = CASTFS_MAX(lo, r * q->cols + t->c0);
+		uint64_t e1 = CASTFS_MIN(hi, r * q->cols + t->c1);
+
+		while (e0 < e1) {
+			uint64_t c = e0 - r * q->cols;
+			uint64_t b = c / q->blk_cols;
+			uint64_t s1 = CASTFS_MIN(
+				e1, r * q->cols + (b + 1) * q->blk_cols);
+			float scale =
+				t->scale[(r / q->blk_rows - t->br) * t->nbc +
+					 (b - t->bc)];
+
+			const float *x =
+				st->f32 + (r - t->r0) * w + (c - t->c0);
+
+			if (q->qtype == CASTFS_Q_W4)
+				i4_pack(dst + (e0 - base) / 2, x,
+					(size_t)(s1 - e0), scale, st->dt);
+			else
+				castfs_ct_f8_codes(dst + (e0 - base), x,
+						   (size_t)(s1 - e0), scale,
+						   st->dt);
+			e0 = s1;
+		}
+	}
+}
+
+/* Codes of [@lo, @hi) inside one block row, tile by tile of columns. */
+static int f8_codes_partial(const struct castfs_read_env *env,
+			    const struct castfs_qtensor *q,
+			    const struct f8_stage *st, struct f8_tile *t,
+			    uint64_t lo, uint64_t hi, uint64_t base,
+			    uint8_t *dst)
+{
+	uint64_t br = lo / q->cols / q->blk_rows;
+	uint64_t ca = 0, cb = q->cols;
+	int rc = 0;
+
+	if (lo / q->cols == (hi - 1) / q->cols) {
+		ca = lo % q->cols;
+		cb = (hi - 1) % q->cols + 1;
+	}
+	for (uint64_t bc = ca / q->blk_cols; !rc && bc * q->blk_cols < cb;
+	     bc += t->nbc) {
+		f8_tile_pick(q, st, br, 1, bc, f8_ceil(cb, q->blk_cols) - bc,
+			     t);
+		rc = f8_tile_load(env, q, st, t);
+		if (!rc)
+			f8_tile_codes(q, st, t, lo, hi, base, dst);
+	}
+	return rc;
+}
+
+/* The codes of elements [@first, @first + @count) of @q into @dst. */
+static int ct_codes(const struct castfs_read_env *env,
+		    const struct castfs_qtensor *q, uint64_t first,
+		    uint64_t count, uint8_t *dst)
+{
+	uint64_t base = first, end = first + count;
+	uint64_t band = q->blk_rows * q->cols; /* elements per block row */
+	struct f8_stage st;
+	struct f8_tile t;
+	int rc = f8_stage_init(&st, env, q);
+
+	while (!rc && first < end) {
+		uint64_t br = first / band;
+		uint64_t whole = (end - first) / band;
+		uint64_t hi = CASTFS_MIN(end, (br + 1) * band);
+
+		if (first % band == 0 && end == q->nelems)
+			whole = f8_ceil(end - first, band);
+		if (first % band == 0 && whole > 0) {
+			f8_tile_pick(q, &st, br, whole, 0, f8_nbcols(q), &t);
+			if (t.c1 - t.c0 == q->cols) {
+				rc = f8_tile_load(env, q, &st, &t);
+				hi = CASTFS_MIN(end, t.r1 * q->cols);
+				if (!rc)
+					f8_tile_codes(q, &st, &t, first, hi,
+						      base, dst);
+				first = hi;
+				continue;
+			}
+		}
+		rc = f8_codes_partial(env, q, &st, &t, first, hi, base, dst);
+		first = hi;
+	}
+	return rc;
+}
+
+/* F8_CODES: unit 1 (one F8_E4M3 element). */
+int castfs_gen_f8_codes(const struct castfs_read_env *env,
+			const struct castfs_extent *e, uint64_t first,
+			uint64_t count, uint8_t *dst)
+{
+	return ct_codes(env, &env->plan->qtensors[e->qt], first, count, dst);
+}
+
+/* I4_PACKED: unit 1 (one byte: two int4 elements; rows are even). */
+int castfs_gen_i4_packed(const struct castfs_read_env *env,
+			 const struct castfs_extent *e, uint64_t first,
+			 uint64_t count, uint8_t *dst)
+{
+	return ct_codes(env, &env->plan->qtensors[e->qt], first * 2, count * 2,
+			dst);
+}
+
+/* CT_SCALE: a unit is one block's scale in the weight's dtype. */
+int castfs_gen_ct_scale(const struct castfs_read_env *env,
+			const struct castfs_extent *e, uint64_t first,
+			uint64_t count, uint8_t *dst)
+{
+	const struct castfs_qtensor *q = &env->plan->qtensors[e->qt];
+	uint64_t all = f8_nbcols(q);
+	struct f8_stage st;
+	struct f8_tile t;
+	int rc = f8_stage_init(&st, env, q);
+
+	while (!rc && count) {
+		uint64_t bc = first % all;
+
+		f8_tile_pick(q, &st, first / all, bc ? 1 : count / all, bc,
+			     CASTFS_MIN(count, all - bc), &t);
+		rc = f8_tile_load(env, q, &st, &t);
+		for (uint64_t i = 0; !rc && i < t.nbr * t.nbc; i++) {
+			castfs_ct_store(dst, t.scale[i], st.dt);
+			dst += e->unit;
+		}
+		first += t.nbr * t.nbc;
+		count -= t.nbr * t.nbc;
+	}
+	return rc;
+}

@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * compressed-tensors scaled-FP8 quantiser math (llm-compressor's FP8_DYNAMIC
+ * and FP8_BLOCK presets): the weight scale of a channel or block and the
+ * F8_E4M3 codes, evaluated in the order and the dtypes torch does
+ * (docs/FORMATS.md, "compressed-tensors views"). Pure functions.
+ */
+#ifndef CASTFS_QUANT_CT_H
+#define CASTFS_QUANT_CT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "format/dtype.h"
+
+/* The largest finite F8_E4M3 value: the range a scale maps absmax onto. */
+#define CASTFS_CT_F8_MAX 448.0f
+
+/*
+ * castfs_ct_dtype_ok - true for the weight dtypes the scales are computed
+ * in (BF16, F16, F32): llm-compressor keeps the scale in the weight's dtype.
+ * Pure function.
+ */
+bool castfs_ct_dtype_ok(enum castfs_dtype dt);
+
+/*
+ * castfs_ct_absmax - max |x| over @x[0..@n) as torch's amin/amax give it:
+ * NaN when any element is NaN (+Inf counts as a value). 0.0 for @n == 0.
+ */
+float castfs_ct_absmax(const float *x, size_t n);
+
+/* castfs_ct_absmax_merge - the absmax of two parts (NaN-propagating). */
+float castfs_ct_absmax_merge(float a, float b);
+
+/*
+ * castfs_ct_f8_scale - the scale of a channel or block whose absmax is
+ * @absmax, for weights of dtype @dt: rnd_dt(fl32(@absmax / 448)), and
+ * torch.finfo(@dt).eps where that is 0 (compressed-tensors
+ * calculate_qparams). The value is exactly representable in @dt.
+ */
+float castfs_ct_f8_scale(float absmax, enum castfs_dtype dt);
+
+/*
+ * castfs_ct_f8_codes - F8_E4M3 codes of @x[0..@n) with @scale for weights
+ * of dtype @dt: e4m3(clamp(rnd_dt(fl32(x / scale)) + 0.0, -448, 448)), NaN
+ * kept, as compressed-tensors' _quantize does in the weight's dtype (the
+ * + 0.0 is its zero point: a -0.0 quotient gives code 0x00, not 0x80).
+ * Thread-safe; no allocation.
+ */
+void castfs_ct_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
+			enum castfs_dtype dt);
+
+/* The int4 range [-8, 7] a symmetric scale maps absmax onto (15 / 2). */
+#define CASTFS_CT_I4_HALF_RANGE 7.5f
+
+/*
+ * castfs_ct_i4_scale - the scale of an int4 group whose absmax is
+ * @absmax, for weights of dtype @dt: rnd_dt(fl32(@absmax / 7.5)), and
+ * torch.finfo(@dt).eps where that is 0.
+ */
+float castfs_ct_i4_scale(float absmax, enum castfs_dtype dt);
+
+/*
+ * castfs_ct_i4_codes - int4 values in [-8, 7] of @x[0..@n) with @scale:
+ * round_half_even(clamp(rnd_dt(fl32(x / scale)), -8, 7)), as
+ * compressed-tensors' _quantize does for int weights. NaN gives 0
+ * (undefined in torch). Thread-safe; no allocation.
+ */
+void castfs_ct_i4_codes(int8_t *dst, const float *x, size_t n, float scale,
+			enum castfs_dtype dt);
+
+/*
+ * castfs_ct_store - @v (exactly representable in @dt, a dtype for which
+ * castfs_ct_dtype_ok()) as the little-endian bytes of @dt into @dst.
+ */
+void castfs_ct_store(uint8_t *dst, float v, enum castfs_dtype dt);
+
+#endif

@@ -1,0 +1,169 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * compressed-tensors views (llm-compressor's FP8_DYNAMIC preset): every
+ * weight the rules select becomes its F8_E4M3 codes under the same name and
+ * a "<name>_scale" in the weight's dtype, per channel ([out, 1]) or per
+ * block; the other tensors are copied. See docs/FORMATS.md.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bytes.h"
+#include "common/ckd.h"
+#include "plan/plan_build.h"
+#include "view/view_internal.h"
+
+/* The scratch elements a tile may hold (plan_gen_f8.c stages 4 + 4 bytes
+ * per element at most). */
+#define CT_TILE_ELEMS (CASTFS_SCRATCH_LEN / 8u)
+
+static uint64_t ct_blk_rows(const struct castfs_view *v)
+{
+	return v->kind == CASTFS_VIEW_CT_FP8 && v->ct_block ? v->ct_block : 1;
+}
+
+static uint64_t ct_blk_cols(const struct castfs_view *v,
+			    const struct castfs_tensor *t)
+{
+	if (v->kind == CASTFS_VIEW_CT_W4)
+		return CASTFS_CT_W4_GROUP;
+	return v->ct_block ? v->ct_block : t->shape[1];
+}
+
+bool castfs_view_ct_fits(const struct castfs_view *v,
+			 const struct castfs_tensor *t)
+{
+	return t->ndim == 2 && ct_blk_cols(v, t) <= CT_TILE_ELEMS &&
+	       ct_blk_rows(v) * ct_blk_cols(v, t) <= CT_TILE_ELEMS;
+}
+
+static int ct_add_copy(struct castfs_pb *pb, const struct castfs_header *h,
+		       const struct castfs_tensor *t)
+{
+	const struct castfs_producer p = {
+		.op = CASTFS_OP_COPY,
+		.src_off = h->data_start + t->begin,
+	};
+
+	return castfs_pb_add_tensor(pb, t->name, t->name_len, t->dtype, t->ndim,
+				    t->shape, &p);
+}
+
+/* Add tensor "<@t's name>@suffix"; the name is copied by the builder. */
+static int ct_add_named(struct castfs_pb *pb, const struct castfs_tensor *t,
+			const char *suffix, enum castfs_dtype dtype,
+			uint32_t ndim, const uint64_t *shape,
+			const struct castfs_producer *p)
+{
+	size_t sl = strlen(suffix);
+	char *name = malloc(t->name_len + sl + 1);
+	int rc;
+
+	if (!name)
+		return -ENOMEM;
+	memcpy(name, t->name, t->name_len);
+	memcpy(name + t->name_len, suffix, sl + 1);
+	rc = castfs_pb_add_tensor(pb, name, t->name_len + sl, dtype, ndim,
+				  shape, p);
+	free(name);
+	return rc;
+}
+
+/* "<name>_scale": the weight's scale, as compressed-tensors names it. */
+static int ct_add_scale(struct castfs_pb *pb, const struct castfs_tensor *t,
+			const struct castfs_qtensor *qt, uint32_t idx)
+{
+	uint64_t shape[2] = {
+		qt->rows / qt->blk_rows + (qt->rows % qt->blk_rows != 0),
+		qt->cols / qt->blk_cols + (qt->cols % qt->blk_cols != 0),
+	};
+	const struct castfs_producer p = {
+		.op = CASTFS_OP_CT_SCALE,
+		.unit = castfs_dtype_bits(t->dtype) / 8,
+		.qt = idx,
+	};
+
+	return ct_add_named(pb, t, "_scale", t->dtype, 2, shape, &p);
+}
+
+/*
+ * An int4 weight "P.weight": "P.weight_packed" (I32 [out, in / 8], bytes
+ * made by I4_PACKED), "P.weight_scale" and "P.weight_shape" (I64 [2]).
+ */
+static int ct_add_w4(struct castfs_pb *pb, const struct castfs_tensor *t,
+		     const struct castfs_qtensor *qt, uint32_t idx)
+{
+	const uint64_t packed[2] = { qt->rows, qt->cols / 8 }, two = 2;
+	const struct castfs_producer codes = { .op = CASTFS_OP_I4_PACKED,
+					       .qt = idx };
+	struct castfs_producer shape = { .op = CASTFS_OP_MEM };
+	uint8_t *mem = castfs_pb_alloc(pb, 16);
+	int rc;
+
+	if (!mem)
+		return -ENOMEM;
+	castfs_store_le64(mem, qt->rows);
+	castfs_store_le64(mem + 8, qt->cols);
+	shape.mem = mem;
+	rc = ct_add_named(pb, t, "_packed", CASTFS_DTYPE_I32, 2, packed,
+			  &codes);
+	if (!rc)
+		rc = ct_add_named(pb, t, "_shape", CASTFS_DTYPE_I64, 1, &two,
+				  &shape);
+	if (!rc)
+		rc = ct_add_scale(pb, t, qt, idx);
+	return rc;
+}
+
+static int ct_add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
+		      const struct castfs_header *h,
+		      const struct castfs_tensor *t)
+{
+	const struct castfs_qtensor qt = {
+		.src_off = h->data_start + t->begin,
+		.nelems = t->nelems,
+		.rows = t->shape[0],
+		.cols = t->shape[1],
+		.src_dtype = (uint8_t)t->dtype,
+		.qtype = v->kind == CASTFS_VIEW_CT_W4 ? CASTFS_Q_W4 :
+							CASTFS_Q_F8,
+		.blk_rows = ct_blk_rows(v),
+		.blk_cols = ct_blk_cols(v, t),
+	};
+	struct castfs_producer p = { .op = CASTFS_OP_F8_CODES };
+	int rc = castfs_pb_add_qtensor(pb, &qt, &p.qt);
+
+	if (!rc && v->kind == CASTFS_VIEW_CT_W4)
+		return ct_add_w4(pb, t, &qt, p.qt);
+	if (!rc)
+		rc = castfs_pb_add_tensor(pb, t->name, t->name_len,
+					  CASTFS_DTYPE_F8_E4M3, 2, t->shape,
+					  &p);
+	if (!rc)
+		rc = ct_add_scale(pb, t, &qt, p.qt);
+	return rc;
+}
+
+static int ct_add_tensor(struct castfs_pb *pb, const struct castfs_view *v,
+			 const struct castfs_header *h,
+			 const struct castfs_tensor *t, struct castfs_diag *d)
+{
+	int rc;
+
+	if (!castfs_view_converts(v, t))
+		return ct_add_copy(pb, h, t);
+	rc = ct_add_fp8(pb, v, h, t);
+	if (rc)
+		castfs_diag_set(d, rc,
+				"view '%s': tensor '%s': cannot quantise",
+				v->name, t->name);
+	return rc;
+}
+
+int castfs_view_plan_ct(const struct castfs_view *v,
+			const struct castfs_header *h, struct castfs_plan **out,
+			struct castfs_diag *d)
+{
+	return castfs_view_build(v, h, ct_add_tensor, out, d);
+}
