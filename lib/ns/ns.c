@@ -249,6 +249,7 @@ int castfs_ns_opendir(struct castfs_ns *ns, uint64_t id,
 		rc = ns_list_add(&l, "..", 2, S_IFDIR, n.parent);
 	if (!rc)
 		rc = ops_of(&n)->list(ns, &n, &l);
+	ns_list_fini(&l);
 	if (rc)
 		castfs_dir_free(l.dir);
 	else

@@ -55,18 +55,29 @@ struct ns_node {
 	uint64_t dep;
 };
 
-/* A listing under construction. */
+/*
+ * A listing under construction, with a set of the names it holds so that
+ * ns_list_has() costs the same for the 100,000th entry as for the first:
+ * open addressing, slots hold entry index + 1 (0 is empty), at most half
+ * full.
+ */
 struct ns_list {
 	struct castfs_dir *dir;
 	size_t cap;
+	size_t *set;
+	size_t nset; /* slots, a power of two */
 };
 
 /* ns_list_add - append an entry (name copied). Returns 0 or -ENOMEM. */
 int ns_list_add(struct ns_list *l, const char *name, size_t len, mode_t type,
 		uint64_t ino);
 
-/* ns_list_has - true if @name is already listed (real entries win). */
+/* ns_list_has - true if @name is already listed (real entries win).
+ * Constant time on average. */
 bool ns_list_has(const struct ns_list *l, const char *name, size_t len);
+
+/* ns_list_fini - free the name set; the listing (l->dir) stays. */
+void ns_list_fini(struct ns_list *l);
 
 struct ns_ckpt; /* ns_ckpt_internal.h */
 struct ns_dir_ext; /* ns_kind_internal.h */
@@ -97,6 +108,9 @@ struct castfs_ns {
 	size_t nforgotten; /* nodes with nlookup 0 still in the table */
 	pthread_mutex_t ck_lock; /* the checkpoint cache */
 	struct ns_ckpt *ckpts[NS_HASH_BUCKETS];
+	/* The same entries chained by path, so that the watcher drops a
+	 * changed file's entries without walking the whole cache. */
+	struct ns_ckpt *ckpaths[NS_HASH_BUCKETS];
 	struct ns_mdcache *md; /* rewritten model-directory JSON */
 	/* Freed with each checkpoint entry: what each slot holds. */
 	void (*ckpt_fini[NS_CKPT_SLOTS])(struct ns_ckpt *ck);

@@ -257,12 +257,61 @@ void ns_node_table_fini(struct castfs_ns *ns)
 
 /* ---- listings, attributes, names ---- */
 
+static uint64_t list_hash(const char *name, size_t len)
+{
+	return castfs_mix64(castfs_fnv1a(CASTFS_FNV_SEED, name, len));
+}
+
+/* The slot of @name in the set: where it is, or the empty one where it
+ * would go. The set is never full, so the probe ends. */
+static size_t *list_slot(const struct ns_list *l, const char *name, size_t len)
+{
+	size_t mask = l->nset - 1, i = (size_t)list_hash(name, len) & mask;
+
+	for (;; i = (i + 1) & mask) {
+		size_t e = l->set[i];
+		const char *en;
+
+		if (!e)
+			return &l->set[i];
+		en = l->dir->ents[e - 1].name;
+		if (strlen(en) == len && memcmp(en, name, len) == 0)
+			return &l->set[i];
+	}
+}
+
+/* Keep the set at most half full: rebuild it at twice the size. */
+static int list_set_grow(struct ns_list *l)
+{
+	size_t nset = l->nset ? l->nset * 2 : 64, *old = l->set;
+	const struct castfs_dir *d = l->dir;
+
+	if (d->n + 1 <= l->nset / 2)
+		return 0;
+	l->set = calloc(nset, sizeof(*l->set));
+	if (!l->set) {
+		l->set = old;
+		return -ENOMEM;
+	}
+	free(old);
+	l->nset = nset;
+	for (size_t i = 0; i < d->n; i++) {
+		const char *en = d->ents[i].name;
+
+		*list_slot(l, en, strlen(en)) = i + 1;
+	}
+	return 0;
+}
+
 int ns_list_add(struct ns_list *l, const char *name, size_t len, mode_t type,
 		uint64_t ino)
 {
 	struct castfs_dir *d = l->dir;
+	size_t *slot;
 	char *copy;
 
+	if (list_set_grow(l))
+		return -ENOMEM;
 	if (d->n == l->cap) {
 		size_t cap = l->cap ? l->cap * 2 : 32;
 		struct castfs_dirent *n = realloc(d->ents, cap * sizeof(*n));
@@ -279,21 +328,26 @@ int ns_list_add(struct ns_list *l, const char *name, size_t len, mode_t type,
 	copy[len] = '\0';
 	/* readdir(3) hides entries whose inode number is 0. */
 	if (!ino)
-		ino = castfs_mix64(castfs_fnv1a(CASTFS_FNV_SEED, name, len)) |
-		      2;
+		ino = list_hash(name, len) | 2;
+	/* A duplicate name stays out of the set: the first one listed is
+	 * the one lookups find. */
+	slot = list_slot(l, name, len);
+	if (!*slot)
+		*slot = d->n + 1;
 	d->ents[d->n++] = (struct castfs_dirent){ copy, type, ino };
 	return 0;
 }
 
 bool ns_list_has(const struct ns_list *l, const char *name, size_t len)
 {
-	for (size_t i = 0; i < l->dir->n; i++) {
-		const char *e = l->dir->ents[i].name;
+	return l->nset && *list_slot(l, name, len) != 0;
+}
 
-		if (strlen(e) == len && memcmp(e, name, len) == 0)
-			return true;
-	}
-	return false;
+void ns_list_fini(struct ns_list *l)
+{
+	free(l->set);
+	l->set = NULL;
+	l->nset = 0;
 }
 
 void castfs_dir_free(struct castfs_dir *dir)
