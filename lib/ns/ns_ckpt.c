@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/hash.h"
 #include "ns/ns_ckpt_internal.h"
 
 static size_t ck_bucket(dev_t dev, ino_t ino)
@@ -21,6 +22,26 @@ static size_t ck_bucket(dev_t dev, ino_t ino)
 	uint64_t h = (uint64_t)ino * 0x9e3779b97f4a7c15ull ^ (uint64_t)dev;
 
 	return (size_t)(h >> 20) % NS_HASH_BUCKETS;
+}
+
+static size_t ck_path_bucket(const char *path)
+{
+	uint64_t h = castfs_fnv1a(CASTFS_FNV_SEED, path, strlen(path));
+
+	return (size_t)(castfs_mix64(h) % NS_HASH_BUCKETS);
+}
+
+/* Caller holds ck_lock. Take @ck off the chain by path. */
+static void ck_unlink_path_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
+{
+	struct ns_ckpt **pp = &ns->ckpaths[ck_path_bucket(ck->path)];
+
+	for (; *pp; pp = &(*pp)->pnext) {
+		if (*pp == ck) {
+			*pp = ck->pnext;
+			return;
+		}
+	}
 }
 
 static bool ck_matches(const struct ns_ckpt *ck, const struct stat *st)
@@ -175,6 +196,7 @@ static void ck_insert_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
 	while ((o = *pp)) {
 		if (o->dev == ck->dev && o->ino == ck->ino) {
 			*pp = o->hnext;
+			ck_unlink_path_locked(ns, o);
 			ns_ckpt_put(ns, o);
 			continue;
 		}
@@ -183,6 +205,21 @@ static void ck_insert_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
 	ck_ref(ck); /* the table's reference */
 	ck->hnext = ns->ckpts[ck_bucket(ck->dev, ck->ino)];
 	ns->ckpts[ck_bucket(ck->dev, ck->ino)] = ck;
+	ck->pnext = ns->ckpaths[ck_path_bucket(ck->path)];
+	ns->ckpaths[ck_path_bucket(ck->path)] = ck;
+}
+
+/* Caller holds ck_lock. Take @ck off the chain by identity. */
+static void ck_unlink_id_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
+{
+	struct ns_ckpt **pp = &ns->ckpts[ck_bucket(ck->dev, ck->ino)];
+
+	for (; *pp; pp = &(*pp)->hnext) {
+		if (*pp == ck) {
+			*pp = ck->hnext;
+			return;
+		}
+	}
 }
 
 static void ck_log_rejected(struct castfs_ns *ns, const struct ns_ckpt *ck)
@@ -326,18 +363,18 @@ char *ns_ckpt_rejected_json(struct castfs_ns *ns)
 
 void ns_ckpt_drop_path(struct castfs_ns *ns, const char *path)
 {
-	pthread_mutex_lock(&ns->ck_lock);
-	for (size_t i = 0; i < NS_HASH_BUCKETS; i++) {
-		struct ns_ckpt **pp = &ns->ckpts[i], *ck;
+	struct ns_ckpt **pp, *ck;
 
-		while ((ck = *pp)) {
-			if (strcmp(ck->path, path) == 0) {
-				*pp = ck->hnext;
-				ns_ckpt_put(ns, ck);
-				continue;
-			}
-			pp = &ck->hnext;
+	pthread_mutex_lock(&ns->ck_lock);
+	pp = &ns->ckpaths[ck_path_bucket(path)];
+	while ((ck = *pp)) {
+		if (strcmp(ck->path, path) == 0) {
+			*pp = ck->pnext;
+			ck_unlink_id_locked(ns, ck);
+			ns_ckpt_put(ns, ck);
+			continue;
 		}
+		pp = &ck->pnext;
 	}
 	pthread_mutex_unlock(&ns->ck_lock);
 }

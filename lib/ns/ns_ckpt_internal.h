@@ -14,6 +14,7 @@
 struct ns_ckpt {
 	_Atomic uint64_t refs;
 	struct ns_ckpt *hnext; /* under the cache lock */
+	struct ns_ckpt *pnext; /* chain by path, under the cache lock */
 	size_t nviews;
 	dev_t dev;
 	ino_t ino;

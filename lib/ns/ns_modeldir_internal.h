@@ -34,6 +34,19 @@ struct ns_md_dir {
 int ns_md_dir_scan(struct castfs_ns *ns, const char *path, struct ns_md_dir *s);
 void ns_md_dir_fini(struct ns_md_dir *s);
 
+/*
+ * ns_md_dir_indexes - the names in source directory @path that are
+ * indexes (s->indexes, s->nindex; nothing else of @s is filled), for the
+ * watcher: it asks once per changed entry, so the names of the last
+ * directory asked about are kept while that directory keeps its identity
+ * and @rescan is false (pass true when the changed entry is itself an
+ * index name: only such a change alters the list). Names only, no stat:
+ * a name too many costs an invalidation of nothing. Returns 0 or a
+ * negative errno; ns_md_dir_fini() releases @s either way. Thread-safe.
+ */
+int ns_md_dir_indexes(struct castfs_ns *ns, const char *path, bool rescan,
+		      struct ns_md_dir *s);
+
 /* md_dir_weights - true when @s holds weights (an index or a
  * *.safetensors): its config.json is a model's. */
 bool ns_md_dir_weights(const struct ns_md_dir *s);
