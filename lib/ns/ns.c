@@ -49,6 +49,7 @@ int castfs_ns_new(const struct castfs_ns_opts *o, struct castfs_ns **out,
 	ns->root_fd = -1;
 	pthread_mutex_init(&ns->lock, NULL);
 	pthread_mutex_init(&ns->ck_lock, NULL);
+	pthread_cond_init(&ns->ck_loaded, NULL);
 	ns->views = o->views;
 	ns->stats = o->stats;
 	ns->log = o->log;
@@ -91,6 +92,7 @@ void castfs_ns_free(struct castfs_ns *ns)
 		close(ns->root_fd);
 	pthread_mutex_destroy(&ns->lock);
 	pthread_mutex_destroy(&ns->ck_lock);
+	pthread_cond_destroy(&ns->ck_loaded);
 	free(ns->source);
 	free(ns->config_json);
 	free(ns);

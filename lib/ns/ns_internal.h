@@ -107,6 +107,9 @@ struct castfs_ns {
 	struct ns_node *nodes[NS_HASH_BUCKETS];
 	size_t nforgotten; /* nodes with nlookup 0 still in the table */
 	pthread_mutex_t ck_lock; /* the checkpoint cache */
+	/* Broadcast when an entry's parse ends: lookups of the same
+	 * identity wait for the one parse instead of making their own. */
+	pthread_cond_t ck_loaded;
 	struct ns_ckpt *ckpts[NS_HASH_BUCKETS];
 	/* The same entries chained by path, so that the watcher drops a
 	 * changed file's entries without walking the whole cache. */

@@ -101,9 +101,12 @@ static int dir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	return rc;
 }
 
-/* The views of checkpoint @name (a valid one, of identity @st). */
+/* The views of checkpoint @name (a valid one, @ck of identity @st),
+ * but those known not to build: an entry that cannot be served is not
+ * listed. */
 static int list_views(struct castfs_ns *ns, const char *name,
-		      const struct stat *st, struct ns_list *l)
+		      const struct stat *st, struct ns_ckpt *ck,
+		      struct ns_list *l)
 {
 	size_t stem = strlen(name) - ST_EXT_LEN;
 	char buf[512];
@@ -114,7 +117,7 @@ static int list_views(struct castfs_ns *ns, const char *name,
 		struct ns_node node = { .kind = NS_VIEW, .view = v, .st = *st };
 		int n;
 
-		if (!v->listed)
+		if (!v->listed || ns_ckpt_view_fails(ck, (int)i))
 			continue;
 		n = snprintf(buf, sizeof(buf), "%.*s.%s%s", (int)stem, name,
 			     v->name, st_ext);
@@ -127,29 +130,27 @@ static int list_views(struct castfs_ns *ns, const char *name,
 }
 
 /* Whether source entry @name (of type @type) is a valid checkpoint: its
- * identity to @st. Links inside the root count as the files they reach
- * (the Hugging Face cache keeps checkpoints as links to blobs). */
+ * entry (a held reference) to *@ck, else NULL, and its identity to @st.
+ * Links inside the root count as the files they reach (the Hugging Face
+ * cache keeps checkpoints as links to blobs). */
 static int entry_ckpt(struct castfs_ns *ns, const struct ns_node *dir,
 		      const char *name, mode_t type, struct stat *st,
-		      bool *ckpt)
+		      struct ns_ckpt **ck)
 {
 	size_t len = strlen(name);
-	struct ns_ckpt *ck;
 	char *path;
 	int rc;
 
-	*ckpt = false;
+	*ck = NULL;
 	if ((type != S_IFREG && type != S_IFLNK) || !ns_has_st_ext(name, len))
 		return 0;
 	path = ns_path_join(dir->path, name, len);
 	if (!path)
 		return -ENOMEM;
-	rc = ns_ckpt_valid(ns, path, st, &ck);
+	rc = ns_ckpt_valid(ns, path, st, ck);
 	free(path);
 	if (rc)
 		return rc == -ENOMEM ? rc : 0; /* rejected: no views */
-	ns_ckpt_put(ns, ck);
-	*ckpt = true;
 	return 0;
 }
 
@@ -159,13 +160,15 @@ static int list_virtual(struct castfs_ns *ns, const struct ns_node *dir,
 			const char *name, mode_t type, struct ns_list *l)
 {
 	struct stat st = { 0 };
-	bool ckpt;
-	int rc = entry_ckpt(ns, dir, name, type, &st, &ckpt);
+	struct ns_ckpt *ck;
+	int rc = entry_ckpt(ns, dir, name, type, &st, &ck);
 
-	if (!rc && ckpt)
-		rc = list_views(ns, name, &st, l);
+	if (!rc && ck)
+		rc = list_views(ns, name, &st, ck, l);
 	for (size_t i = 0; !rc && ns->dir_exts[i]; i++)
-		rc = ns->dir_exts[i]->list(ns, dir, name, type, ckpt, &st, l);
+		rc = ns->dir_exts[i]->list(ns, dir, name, type, ck != NULL, &st,
+					   l);
+	ns_ckpt_put(ns, ck);
 	return rc;
 }
 

@@ -14,7 +14,7 @@ UNIT_TESTS = tests/unit/test_dtype tests/unit/test_st_header \
 	tests/unit/test_kernels tests/unit/test_quant \
 	tests/unit/test_quant_kernels tests/unit/test_plan \
 	tests/unit/test_recipe tests/unit/test_tensor_tree \
-	tests/unit/test_modeldir tests/unit/test_ns
+	tests/unit/test_modeldir tests/unit/test_ns tests/unit/test_ns_bounds
 check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS)
 
@@ -68,6 +68,10 @@ tests_unit_test_ns_SOURCES = tests/unit/test_ns.c $(TESTUTIL_SOURCES) \
 	$(UNIT_MAIN)
 tests_unit_test_ns_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_ns_LDADD = $(UNIT_LDADD)
+tests_unit_test_ns_bounds_SOURCES = tests/unit/test_ns_bounds.c \
+	$(TESTUTIL_SOURCES) $(UNIT_MAIN)
+tests_unit_test_ns_bounds_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_ns_bounds_LDADD = $(UNIT_LDADD)
 
 # The kernel-dependent suites again, once per available ISA.
 TESTS += tests/unit/per_isa.sh
