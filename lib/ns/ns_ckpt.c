@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/escape.h"
 #include "common/hash.h"
 #include "ns/ns_ckpt_internal.h"
 
@@ -425,6 +426,7 @@ bool ns_ckpt_view_fails(struct ns_ckpt *ck, int idx)
 static void rejected_add(struct castfs_ns *ns, cJSON *arr,
 			 const struct ns_ckpt *ck)
 {
+	char *path, *reason;
 	struct stat st;
 	cJSON *o;
 
@@ -434,10 +436,19 @@ static void rejected_add(struct castfs_ns *ns, cJSON *arr,
 	o = cJSON_CreateObject();
 	if (!o)
 		return;
-	cJSON_AddStringToObject(o, "path", ck->path);
-	cJSON_AddStringToObject(o, "error", strerror(-ck->err));
-	cJSON_AddStringToObject(o, "reason", ck->reason);
-	cJSON_AddItemToArray(arr, o);
+	/* Names from the source tree: valid UTF-8, reversibly (escape.h). */
+	path = castfs_escape(ck->path, strlen(ck->path));
+	reason = castfs_escape(ck->reason, strlen(ck->reason));
+	if (path && reason) {
+		cJSON_AddStringToObject(o, "path", path);
+		cJSON_AddStringToObject(o, "error", strerror(-ck->err));
+		cJSON_AddStringToObject(o, "reason", reason);
+		cJSON_AddItemToArray(arr, o);
+	} else {
+		cJSON_Delete(o);
+	}
+	free(path);
+	free(reason);
 }
 
 char *ns_ckpt_rejected_json(struct castfs_ns *ns)

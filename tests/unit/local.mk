@@ -14,9 +14,15 @@ UNIT_TESTS = tests/unit/test_dtype tests/unit/test_st_header \
 	tests/unit/test_kernels tests/unit/test_quant \
 	tests/unit/test_quant_kernels tests/unit/test_plan \
 	tests/unit/test_recipe tests/unit/test_tensor_tree \
-	tests/unit/test_modeldir tests/unit/test_ns tests/unit/test_ns_bounds
+	tests/unit/test_modeldir tests/unit/test_ns tests/unit/test_ns_bounds \
+	tests/unit/test_escape
 check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS)
+
+# common/
+tests_unit_test_escape_SOURCES = tests/unit/test_escape.c $(UNIT_MAIN)
+tests_unit_test_escape_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_escape_LDADD = $(UNIT_LDADD)
 
 # format/
 tests_unit_test_dtype_SOURCES = tests/unit/test_dtype.c $(UNIT_MAIN)
