@@ -146,9 +146,8 @@ char *ns_md_parent_path(const char *path)
 
 /* ---- reading source files ---- */
 
-/* The whole of source file @path, which must be identity @ident if set. */
-static int md_read(struct castfs_ns *ns, const char *path,
-		   const struct stat *ident, char **out, size_t *len)
+int ns_md_read(struct castfs_ns *ns, const char *path, const struct stat *ident,
+	       char **out, size_t *len)
 {
 	struct castfs_fd_reader fr;
 	struct stat st;
@@ -184,19 +183,9 @@ out_close:
 	return rc;
 }
 
+/* The parsed config.json of @dir, from the cache (ns_mdconfig.c). */
 static int md_config_of(struct castfs_ns *ns, const char *dir,
-			struct castfs_md_config *c)
-{
-	char *path = ns_path_join(dir, "config.json", 11), *text = NULL;
-	size_t len;
-	int rc = path ? md_read(ns, path, NULL, &text, &len) : -ENOMEM;
-
-	if (!rc)
-		rc = castfs_md_config_read(text, len, c, NULL);
-	free(text);
-	free(path);
-	return rc;
-}
+			struct castfs_md_config *c);
 
 int ns_md_keep_of(struct castfs_ns *ns, const char *dir,
 		  const struct castfs_view *v)
@@ -395,7 +384,7 @@ static int md_build(struct castfs_ns *ns, const struct ns_node *n, char **out,
 {
 	char *text;
 	size_t len;
-	int rc = md_read(ns, n->path, &n->st, &text, &len);
+	int rc = ns_md_read(ns, n->path, &n->st, &text, &len);
 
 	if (rc)
 		return rc;
@@ -442,6 +431,7 @@ struct ns_md_entry {
 struct ns_mdcache {
 	pthread_mutex_t lock;
 	struct ns_md_entry *b[MD_BUCKETS];
+	struct ns_mdconf *conf; /* parsed config.json files */
 	/* The index names of the directory the watcher last asked about
 	 * (ns_md_dir_indexes), with that directory's identity. */
 	char *ix_path;
@@ -449,6 +439,12 @@ struct ns_mdcache {
 	ino_t ix_ino;
 	struct ns_md_dir ix;
 };
+
+static int md_config_of(struct castfs_ns *ns, const char *dir,
+			struct castfs_md_config *c)
+{
+	return ns_md_config_get(ns, ns->md->conf, dir, c);
+}
 
 static struct ns_md_entry **md_bucket(struct castfs_ns *ns, const char *path)
 {
@@ -585,6 +581,7 @@ void ns_md_json_forget(struct castfs_ns *ns, const char *dir)
 		}
 	}
 	pthread_mutex_unlock(&ns->md->lock);
+	ns_md_conf_forget(ns->md->conf, dir);
 }
 
 int ns_modeldir_init(struct castfs_ns *ns)
@@ -592,6 +589,11 @@ int ns_modeldir_init(struct castfs_ns *ns)
 	ns->md = calloc(1, sizeof(*ns->md));
 	if (!ns->md)
 		return -ENOMEM;
+	if (ns_md_conf_new(&ns->md->conf)) {
+		free(ns->md);
+		ns->md = NULL;
+		return -ENOMEM;
+	}
 	pthread_mutex_init(&ns->md->lock, NULL);
 	return 0;
 }
@@ -668,6 +670,7 @@ void ns_modeldir_fini(struct castfs_ns *ns)
 		return;
 	ns_md_dir_fini(&ns->md->ix);
 	free(ns->md->ix_path);
+	ns_md_conf_free(ns->md->conf);
 	for (size_t i = 0; i < MD_BUCKETS; i++) {
 		while (ns->md->b[i]) {
 			struct ns_md_entry *e = ns->md->b[i];

@@ -143,6 +143,40 @@ class TestScale(unittest.TestCase):
             self.assertEqual(os.stat(m.join("a.bf16.safetensors")).st_size,
                              len(b"not a checkpoint"))
 
+    def test_4_config_json_read_once_per_identity(self):
+        """A 20 MB config.json beside a checkpoint: listing its parent
+        again reads nothing more of it (the daemon's read bytes, from
+        /proc, are the oracle); a rewritten config.json takes effect."""
+        import json
+        top = os.path.join(os.path.dirname(Env.src), "models")
+        model = os.path.join(top, "m")
+        os.makedirs(model)
+        pad = "x" * (20 << 20)
+        with open(os.path.join(model, "config.json"), "w") as f:
+            json.dump({"model_type": "llama", "pad": pad}, f)
+        with open(os.path.join(model, "model.safetensors"), "wb") as f:
+            f.write(save({"l.weight": np.ones((64, 64), np.float32)}))
+        with tl.Mount(top) as m:
+            self.assertIn("m.fp8", os.listdir(m.path))
+            before = proc_io(m.proc.pid, "rchar")
+            for _ in range(4):
+                self.assertIn("m.fp8", os.listdir(m.path))
+            read = proc_io(m.proc.pid, "rchar") - before
+            self.assertLess(read, 1 << 20, "config.json read again")
+            with open(os.path.join(model, "config.json"), "w") as f:
+                json.dump({"model_type": "llama",
+                           "quantization_config": {"bits": 4}}, f)
+            rc.poll(lambda: "m.fp8" not in os.listdir(m.path),
+                    what="a quantised config.json takes the views away")
+
+
+def proc_io(pid, key):
+    with open("/proc/%d/io" % pid) as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
 
 if __name__ == "__main__":
     tl.main()
