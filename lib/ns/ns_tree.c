@@ -317,6 +317,7 @@ static int view_plan(struct castfs_ns *ns, const struct ns_node *n,
 {
 	struct castfs_diag d = { { 0 } };
 	struct stat st;
+	bool known;
 	int rc = ns_ckpt_valid(ns, n->path, &st, ck);
 
 	if (rc)
@@ -325,10 +326,13 @@ static int view_plan(struct castfs_ns *ns, const struct ns_node *n,
 		ns_ckpt_put(ns, *ck);
 		return -ESTALE;
 	}
+	/* A failure already known was logged when it was found. */
+	known = ns_ckpt_view_fails(*ck, ns_view_index(ns, n->view));
 	rc = ns_ckpt_plan(ns, *ck, n->view, plan, &d);
 	if (rc) {
-		ns_logf(ns, "%s: view %s: %s", n->path, n->view->name,
-			d.msg[0] ? d.msg : strerror(-rc));
+		if (!known)
+			ns_logf(ns, "%s: view %s: %s", n->path, n->view->name,
+				d.msg[0] ? d.msg : strerror(-rc));
 		ns_ckpt_put(ns, *ck);
 	}
 	return rc;

@@ -27,6 +27,14 @@ static char root[64];
 static struct castfs_views vs;
 static struct castfs_stats *st;
 static struct castfs_ns *ns;
+static int view_fail_logs; /* log lines about a view that failed */
+
+static void count_log(void *ctx, const char *msg)
+{
+	(void)ctx;
+	if (strstr(msg, ": view nf4: "))
+		view_fail_logs++;
+}
 
 /* A checkpoint of @n BF16 matrices [1, 64], named t000000.weight... (the
  * name of a linear layer's weight: what bitsandbytes views quantise). */
@@ -50,7 +58,9 @@ static void write_checkpoint(const char *name, size_t n)
 
 static void setup(void)
 {
-	struct castfs_ns_opts o = { .source = root, .views = &vs };
+	struct castfs_ns_opts o = { .source = root,
+				    .views = &vs,
+				    .log = count_log };
 	struct castfs_diag d = { { 0 } };
 
 	strcpy(root, "/tmp/castfs-nsb-XXXXXX");
@@ -183,6 +193,7 @@ START_TEST(test_ns_bounds__failed_view_kept_and_not_listed)
 	/* Remembered, not rebuilt: orders of magnitude faster. */
 	ck_assert_msg(second < first / 10, "first %.3f s, again %.3f s", first,
 		      second);
+	ck_assert_int_eq(view_fail_logs, 1); /* logged once, when found */
 	ck_assert(!listed("huge.nf4.safetensors"));
 	ck_assert(listed("huge.bf16.safetensors"));
 	ck_assert_int_eq(lookup("huge.fp8.safetensors"), 0);
