@@ -104,7 +104,12 @@ struct castfs_ns {
 	void *log_ctx;
 	const struct castfs_source_guard *guard;
 	pthread_mutex_t lock; /* the node table */
-	struct ns_node *nodes[NS_HASH_BUCKETS];
+	/* Buckets (a power of two, at least NS_HASH_BUCKETS), doubled when
+	 * the table holds twice as many nodes: a lookup walks a short chain
+	 * with a million nodes as with a hundred. */
+	struct ns_node **nodes;
+	size_t nbuckets;
+	size_t nnodes;
 	size_t nforgotten; /* nodes with nlookup 0 still in the table */
 	pthread_mutex_t ck_lock; /* the checkpoint cache */
 	/* Broadcast when an entry's parse ends: lookups of the same

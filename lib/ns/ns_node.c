@@ -68,7 +68,34 @@ uint64_t ns_node_id(const struct ns_node *n)
 
 static struct ns_node **bucket(struct castfs_ns *ns, uint64_t id)
 {
-	return &ns->nodes[castfs_mix64(id) % NS_HASH_BUCKETS];
+	return &ns->nodes[castfs_mix64(id) & (ns->nbuckets - 1)];
+}
+
+/* Caller holds ns->lock. Double the buckets once the table holds twice as
+ * many nodes; without memory for it the chains just grow longer. */
+static void table_grow_locked(struct castfs_ns *ns)
+{
+	size_t nb = ns->nbuckets * 2, oldn = ns->nbuckets;
+	struct ns_node **old = ns->nodes;
+
+	if (ns->nnodes <= 2 * ns->nbuckets)
+		return;
+	ns->nodes = calloc(nb, sizeof(*ns->nodes));
+	if (!ns->nodes) {
+		ns->nodes = old;
+		return;
+	}
+	ns->nbuckets = nb;
+	for (size_t i = 0; i < oldn; i++) {
+		struct ns_node *n = old[i], *next;
+
+		for (; n; n = next) {
+			next = n->hnext;
+			n->hnext = *bucket(ns, n->id);
+			*bucket(ns, n->id) = n;
+		}
+	}
+	free(old);
 }
 
 /* Caller holds ns->lock. */
@@ -155,6 +182,8 @@ int ns_node_intern(struct castfs_ns *ns, struct ns_node *desc, uint64_t *id)
 	n->nlookup = 1;
 	n->hnext = *bucket(ns, n->id);
 	*bucket(ns, n->id) = n;
+	ns->nnodes++;
+	table_grow_locked(ns);
 	pthread_mutex_unlock(&ns->lock);
 	*id = n->id;
 	return 0;
@@ -163,13 +192,14 @@ int ns_node_intern(struct castfs_ns *ns, struct ns_node *desc, uint64_t *id)
 /* Free every forgotten node. Caller holds ns->lock. */
 static void sweep_forgotten_locked(struct castfs_ns *ns)
 {
-	for (size_t i = 0; i < NS_HASH_BUCKETS; i++) {
+	for (size_t i = 0; i < ns->nbuckets; i++) {
 		struct ns_node **pp = &ns->nodes[i], *n;
 
 		while ((n = *pp)) {
 			if (n->nlookup == 0 && n->id != CASTFS_NS_ROOT_ID) {
 				*pp = n->hnext;
 				node_free(n);
+				ns->nnodes--;
 				continue;
 			}
 			pp = &n->hnext;
@@ -216,8 +246,13 @@ void ns_node_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup)
 
 int ns_node_add_root(struct castfs_ns *ns, struct castfs_diag *d)
 {
-	struct ns_node *root = calloc(1, sizeof(*root));
+	struct ns_node *root;
 
+	ns->nodes = calloc(NS_HASH_BUCKETS, sizeof(*ns->nodes));
+	if (!ns->nodes)
+		return -ENOMEM;
+	ns->nbuckets = NS_HASH_BUCKETS;
+	root = calloc(1, sizeof(*root));
 	if (!root)
 		return -ENOMEM;
 	root->kind = NS_DIR;
@@ -237,12 +272,13 @@ int ns_node_add_root(struct castfs_ns *ns, struct castfs_diag *d)
 	root->parent = CASTFS_NS_ROOT_ID;
 	root->nlookup = 1; /* never forgotten */
 	*bucket(ns, root->id) = root;
+	ns->nnodes = 1;
 	return 0;
 }
 
 void ns_node_table_fini(struct castfs_ns *ns)
 {
-	for (size_t i = 0; i < NS_HASH_BUCKETS; i++) {
+	for (size_t i = 0; ns->nodes && i < ns->nbuckets; i++) {
 		struct ns_node *n = ns->nodes[i];
 
 		while (n) {
@@ -251,8 +287,11 @@ void ns_node_table_fini(struct castfs_ns *ns)
 			node_free(n);
 			n = next;
 		}
-		ns->nodes[i] = NULL;
 	}
+	free(ns->nodes);
+	ns->nodes = NULL;
+	ns->nbuckets = 0;
+	ns->nnodes = 0;
 }
 
 /* ---- listings, attributes, names ---- */
