@@ -2,8 +2,9 @@
 /*
  * Namespace bounds, in process (no FUSE): a transient failure (EMFILE) is
  * never kept as a rejection, concurrent first lookups of one checkpoint
- * share one parse, and a view that cannot be built is remembered (not
- * rebuilt per lookup) and no longer listed.
+ * share one parse, a view that cannot be built is remembered (not
+ * rebuilt per lookup) and no longer listed, and the node table grows with
+ * its nodes.
  */
 #include <check.h>
 #include <errno.h>
@@ -211,6 +212,46 @@ START_TEST(test_ns_bounds__failed_view_kept_and_not_listed)
 }
 END_TEST
 
+START_TEST(test_ns_bounds__node_table_grows)
+{
+	struct castfs_dir *dir;
+	uint64_t *ids;
+	char name[32];
+	size_t n = 0;
+
+	/* 1,500 checkpoints and their views: about 15,000 nodes, past the
+	 * point where the table doubles its 4,096 buckets. */
+	for (int i = 0; i < 1500; i++) {
+		snprintf(name, sizeof(name), "c%04d.safetensors", i);
+		write_checkpoint(name, 1);
+	}
+	ck_assert_int_eq(castfs_ns_opendir(ns, CASTFS_NS_ROOT_ID, &dir), 0);
+	ck_assert_uint_gt(dir->n, 10000);
+	ids = calloc(dir->n, sizeof(*ids));
+	ck_assert_ptr_nonnull(ids);
+	for (size_t i = 2; i < dir->n; i++) {
+		struct stat s;
+
+		ck_assert_int_eq(castfs_ns_lookup(ns, CASTFS_NS_ROOT_ID,
+						  dir->ents[i].name, &ids[i],
+						  &s),
+				 0);
+		ck_assert_uint_eq(ids[i], dir->ents[i].ino);
+		n++;
+	}
+	/* Every node is still found after the table grew under them. */
+	for (size_t i = 2; i < dir->n; i++) {
+		struct stat s;
+
+		ck_assert_int_eq(castfs_ns_getattr(ns, ids[i], &s), 0);
+		ck_assert_uint_eq(s.st_ino, ids[i]);
+	}
+	ck_assert_uint_gt(n, 2 * 4096);
+	free(ids);
+	castfs_dir_free(dir);
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("ns_bounds");
@@ -223,6 +264,7 @@ Suite *unit_suite(void)
 	tcase_add_test(
 		tc, test_ns_bounds__concurrent_first_lookups_share_one_parse);
 	tcase_add_test(tc, test_ns_bounds__failed_view_kept_and_not_listed);
+	tcase_add_test(tc, test_ns_bounds__node_table_grows);
 	suite_add_tcase(s, tc);
 	return s;
 }
