@@ -2,8 +2,10 @@
 /* The daemon's log sink: stderr in the foreground, else syslog. */
 #include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 #include <syslog.h>
 
+#include "common/escape.h"
 #include "fs.h"
 
 /* Set once at start-up, before any thread logs. */
@@ -16,11 +18,17 @@ void castfs_fs_log_init(bool in_foreground)
 		openlog("castfs", LOG_PID, LOG_DAEMON);
 }
 
+/* Messages quote names from the source tree: escaped (common/escape.h),
+ * a newline in a file name cannot forge a line, nor a control sequence
+ * reach the terminal. */
 void castfs_fs_log(void *ctx, const char *msg)
 {
+	char safe[4096];
+
 	(void)ctx;
+	castfs_escape_buf(safe, sizeof(safe), msg, strlen(msg));
 	if (foreground)
-		fprintf(stderr, "castfs: %s\n", msg);
+		fprintf(stderr, "castfs: %s\n", safe);
 	else
-		syslog(LOG_WARNING, "%s", msg);
+		syslog(LOG_WARNING, "%s", safe);
 }

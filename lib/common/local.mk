@@ -6,6 +6,7 @@ lib_libcastfs_a_CFLAGS = $(AM_CFLAGS) $(CJSON_CFLAGS) $(ZSTD_CFLAGS) \
 	$(XXHASH_CFLAGS)
 lib_libcastfs_a_SOURCES = \
 	lib/common/bytes.h lib/common/ckd.h lib/common/compiler.h \
-	lib/common/err.c lib/common/err.h lib/common/hash.h \
+	lib/common/err.c lib/common/err.h lib/common/escape.c \
+	lib/common/escape.h lib/common/hash.h \
 	lib/common/strbuf.c lib/common/strbuf.h \
 	lib/common/reader.c lib/common/reader.h

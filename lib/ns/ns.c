@@ -51,6 +51,7 @@ int castfs_ns_new(const struct castfs_ns_opts *o, struct castfs_ns **out,
 	ns->root_fd = -1;
 	pthread_mutex_init(&ns->lock, NULL);
 	pthread_mutex_init(&ns->ck_lock, NULL);
+	pthread_cond_init(&ns->ck_loaded, NULL);
 	ns->views = o->views;
 	ns->stats = o->stats;
 	ns->log = o->log;
@@ -100,6 +101,7 @@ void castfs_ns_free(struct castfs_ns *ns)
 		close(ns->root_fd);
 	pthread_mutex_destroy(&ns->lock);
 	pthread_mutex_destroy(&ns->ck_lock);
+	pthread_cond_destroy(&ns->ck_loaded);
 	free(ns->source);
 	free(ns->config_json);
 	free(ns);
@@ -272,6 +274,7 @@ int ns_opendir_how(struct castfs_ns *ns, uint64_t id, struct castfs_dir **out,
 		rc = ns_list_add(&l, "..", 2, S_IFDIR, n.parent);
 	if (!rc)
 		rc = ops_of(&n)->list(ns, &n, &l);
+	ns_list_fini(&l);
 	if (rc)
 		castfs_dir_free(l.dir);
 	else

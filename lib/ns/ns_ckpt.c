@@ -14,6 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/escape.h"
+#include "common/hash.h"
 #include "modeldir/modeldir.h"
 #include "ns/ns_ckpt_internal.h"
 #include "view/qsrc.h"
@@ -23,6 +25,26 @@ static size_t ck_bucket(dev_t dev, ino_t ino)
 	uint64_t h = (uint64_t)ino * 0x9e3779b97f4a7c15ull ^ (uint64_t)dev;
 
 	return (size_t)(h >> 20) % NS_HASH_BUCKETS;
+}
+
+static size_t ck_path_bucket(const char *path)
+{
+	uint64_t h = castfs_fnv1a(CASTFS_FNV_SEED, path, strlen(path));
+
+	return (size_t)(castfs_mix64(h) % NS_HASH_BUCKETS);
+}
+
+/* Caller holds ck_lock. Take @ck off the chain by path. */
+static void ck_unlink_path_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
+{
+	struct ns_ckpt **pp = &ns->ckpaths[ck_path_bucket(ck->path)];
+
+	for (; *pp; pp = &(*pp)->pnext) {
+		if (*pp == ck) {
+			*pp = ck->pnext;
+			return;
+		}
+	}
 }
 
 static bool ck_matches(const struct ns_ckpt *ck, const struct stat *st)
@@ -43,6 +65,7 @@ static void ck_free(struct ns_ckpt *ck, size_t nviews)
 	for (size_t i = 0; ck->plans && i < nviews; i++)
 		castfs_plan_free(ck->plans[i]);
 	free(ck->plans);
+	free(ck->plan_err);
 	castfs_header_free(ck->h);
 	castfs_zst_index_free(ck->zix);
 	pthread_mutex_destroy(&ck->lock);
@@ -216,9 +239,11 @@ static struct ns_ckpt *ck_new(struct castfs_ns *ns, const char *path,
 	ck->nviews = ns->views->n;
 	ck->fini = ns->ckpt_fini;
 	ck->plans = calloc(ck->nviews ? ck->nviews : 1, sizeof(*ck->plans));
+	ck->plan_err =
+		calloc(ck->nviews ? ck->nviews : 1, sizeof(*ck->plan_err));
 	ck->path = strdup(path);
 	pthread_mutex_init(&ck->lock, NULL);
-	if (!ck->plans || !ck->path) {
+	if (!ck->plans || !ck->plan_err || !ck->path) {
 		ck_free(ck, ck->nviews);
 		return NULL;
 	}
@@ -254,14 +279,32 @@ static void ck_insert_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
 	while ((o = *pp)) {
 		if (o->dev == ck->dev && o->ino == ck->ino) {
 			*pp = o->hnext;
+			ck_unlink_path_locked(ns, o);
+			o->in_table = false;
 			ns_ckpt_put(ns, o);
 			continue;
 		}
 		pp = &o->hnext;
 	}
 	ck_ref(ck); /* the table's reference */
+	ck->in_table = true;
 	ck->hnext = ns->ckpts[ck_bucket(ck->dev, ck->ino)];
 	ns->ckpts[ck_bucket(ck->dev, ck->ino)] = ck;
+	ck->pnext = ns->ckpaths[ck_path_bucket(ck->path)];
+	ns->ckpaths[ck_path_bucket(ck->path)] = ck;
+}
+
+/* Caller holds ck_lock. Take @ck off the chain by identity. */
+static void ck_unlink_id_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
+{
+	struct ns_ckpt **pp = &ns->ckpts[ck_bucket(ck->dev, ck->ino)];
+
+	for (; *pp; pp = &(*pp)->hnext) {
+		if (*pp == ck) {
+			*pp = ck->hnext;
+			return;
+		}
+	}
 }
 
 static void ck_log_rejected(struct castfs_ns *ns, const struct ns_ckpt *ck)
@@ -275,44 +318,110 @@ static void ck_log_rejected(struct castfs_ns *ns, const struct ns_ckpt *ck)
 	ns->log(ns->log_ctx, msg);
 }
 
-/* Failures that say nothing about the file itself: retried, not cached. */
+/* Failures that say nothing about the file itself: retried, not cached.
+ * Running out of descriptors or memory, a signal, a file being written or
+ * changed while read: the next lookup tries again. */
 static bool ck_transient(int err)
 {
-	return err == -ESTALE || err == -ENOMEM || err == -EAGAIN;
+	switch (err) {
+	case -ESTALE:
+	case -ENOMEM:
+	case -EAGAIN:
+	case -EINTR:
+	case -EMFILE:
+	case -ENFILE:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* Caller holds ck_lock. An entry of identity @st (with a reference) once
+ * no parse of it is under way, or NULL. */
+static struct ns_ckpt *ck_find_loaded_locked(struct castfs_ns *ns,
+					     const struct stat *st)
+{
+	struct ns_ckpt *ck = ck_find_locked(ns, st);
+
+	while (ck && ck->loading)
+		pthread_cond_wait(&ns->ck_loaded, &ns->ck_lock);
+	return ck;
+}
+
+/* Parse @ck, entered in the table as loading; then publish it, or take it
+ * out of the table again if what went wrong was transient. */
+static void ck_load_shared(struct castfs_ns *ns, struct ns_ckpt *ck,
+			   const struct stat *st)
+{
+	ck_load(ns, ck, st);
+	castfs_stats_count(ns->stats, CASTFS_SCTR_HEADERS_PARSED, 1);
+	pthread_mutex_lock(&ns->ck_lock);
+	ck->loading = false;
+	if (ck_transient(ck->err) && ck->in_table) {
+		ck_unlink_id_locked(ns, ck);
+		ck_unlink_path_locked(ns, ck);
+		ck->in_table = false;
+		ns_ckpt_put(ns, ck); /* the table's reference */
+	}
+	pthread_cond_broadcast(&ns->ck_loaded);
+	pthread_mutex_unlock(&ns->ck_lock);
+	if (ck->err && !ck_transient(ck->err))
+		ck_log_rejected(ns, ck);
+}
+
+/* Caller holds ck_lock. The entry of identity @st once loaded, or, if
+ * there is none, @fresh entered in the table as loading (NULL returned). */
+static struct ns_ckpt *ck_find_or_enter_locked(struct castfs_ns *ns,
+					       const struct stat *st,
+					       struct ns_ckpt *fresh)
+{
+	struct ns_ckpt *ck = ck_find_loaded_locked(ns, st);
+
+	if (!ck && fresh) {
+		/* In the table before the parse, so that concurrent lookups
+		 * of this identity wait for it rather than parse again. */
+		fresh->loading = true;
+		ck_insert_locked(ns, fresh);
+	}
+	return ck;
 }
 
 int ns_ckpt_get(struct castfs_ns *ns, const char *path, const struct stat *st,
 		struct ns_ckpt **out)
 {
-	struct ns_ckpt *ck, *raced;
+	struct ns_ckpt *ck, *fresh = NULL;
 
 	pthread_mutex_lock(&ns->ck_lock);
-	ck = ck_find_locked(ns, st);
+	ck = ck_find_loaded_locked(ns, st);
 	pthread_mutex_unlock(&ns->ck_lock);
+	if (!ck) {
+		fresh = ck_new(ns, path, st);
+		if (!fresh)
+			return -ENOMEM;
+		pthread_mutex_lock(&ns->ck_lock);
+		ck = ck_find_or_enter_locked(ns, st, fresh);
+		pthread_mutex_unlock(&ns->ck_lock);
+	}
 	if (ck) {
+		ns_ckpt_put(ns, fresh);
 		castfs_stats_count(ns->stats, CASTFS_SCTR_HEADER_CACHE_HITS, 1);
 		*out = ck;
 		return 0;
 	}
-	ck = ck_new(ns, path, st);
-	if (!ck)
-		return -ENOMEM;
 	/* Parse outside the lock: a 100 MB header takes a while. */
-	ck_load(ns, ck, st);
-	castfs_stats_count(ns->stats, CASTFS_SCTR_HEADERS_PARSED, 1);
-	pthread_mutex_lock(&ns->ck_lock);
-	raced = ck_find_locked(ns, st);
-	if (!raced && !ck_transient(ck->err))
-		ck_insert_locked(ns, ck);
-	pthread_mutex_unlock(&ns->ck_lock);
-	if (raced) {
-		ns_ckpt_put(ns, ck);
-		ck = raced;
-	} else if (ck->err && !ck_transient(ck->err)) {
-		ck_log_rejected(ns, ck);
-	}
-	*out = ck;
+	ck_load_shared(ns, fresh, st);
+	*out = fresh;
 	return 0;
+}
+
+/* What a lookup of a checkpoint that has no header says: a rejected file
+ * has no views (ENOENT); one changed while read is going away (ESTALE);
+ * a lack of memory or descriptors is said as it is. */
+static int ck_lookup_err(int err)
+{
+	if (err == -ENOMEM || err == -EMFILE || err == -ENFILE)
+		return err;
+	return ck_transient(err) ? -ESTALE : -ENOENT;
 }
 
 int ns_ckpt_valid(struct castfs_ns *ns, const char *path, struct stat *st,
@@ -338,9 +447,7 @@ int ns_ckpt_valid(struct castfs_ns *ns, const char *path, struct stat *st,
 	if (!ck->h) {
 		/* Being written or changed while read: the version looked
 		 * up is going away (ESTALE); rejected files have no views. */
-		rc = ck->err == -ENOMEM	   ? -ENOMEM :
-		     ck_transient(ck->err) ? -ESTALE :
-					     -ENOENT;
+		rc = ck_lookup_err(ck->err);
 		ns_ckpt_put(ns, ck);
 		return rc;
 	}
@@ -348,33 +455,64 @@ int ns_ckpt_valid(struct castfs_ns *ns, const char *path, struct stat *st,
 	return 0;
 }
 
+/* Caller holds ck->lock. Build the plan of view @idx, or say why it
+ * cannot be: a failure that is not transient is kept like a plan, so a
+ * view that cannot be built is not rebuilt per lookup. */
+static int ck_plan_locked(struct castfs_ns *ns, struct ns_ckpt *ck, int idx,
+			  const struct castfs_view *view, struct castfs_diag *d)
+{
+	int rc;
+
+	if (ck->plans[idx]) {
+		castfs_stats_count(ns->stats, CASTFS_SCTR_PLAN_CACHE_HITS, 1);
+		return 0;
+	}
+	if (ck->plan_err[idx])
+		return castfs_diag_set(d, ck->plan_err[idx],
+				       "view '%s' cannot be built (%s)",
+				       view->name,
+				       strerror(-ck->plan_err[idx]));
+	rc = castfs_view_plan(view, ck->h, &ck->plans[idx], d);
+	if (!rc)
+		castfs_stats_count(ns->stats, CASTFS_SCTR_PLANS_BUILT, 1);
+	else if (!ck_transient(rc))
+		ck->plan_err[idx] = rc;
+	return rc;
+}
+
 int ns_ckpt_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 		 const struct castfs_view *view, const struct castfs_plan **out,
 		 struct castfs_diag *d)
 {
 	int idx = ns_view_index(ns, view);
-	int rc = 0;
+	int rc;
 
 	if (idx < 0 || (size_t)idx >= ck->nviews || !ck->h)
 		return -EINVAL;
 	pthread_mutex_lock(&ck->lock);
-	if (ck->plans[idx]) {
-		castfs_stats_count(ns->stats, CASTFS_SCTR_PLAN_CACHE_HITS, 1);
-	} else {
-		rc = castfs_view_plan(view, ck->h, &ck->plans[idx], d);
-		if (!rc)
-			castfs_stats_count(ns->stats, CASTFS_SCTR_PLANS_BUILT,
-					   1);
-	}
+	rc = ck_plan_locked(ns, ck, idx, view, d);
 	if (!rc)
 		*out = ck->plans[idx];
 	pthread_mutex_unlock(&ck->lock);
 	return rc;
 }
 
+bool ns_ckpt_view_fails(struct ns_ckpt *ck, int idx)
+{
+	bool fails;
+
+	if (idx < 0 || (size_t)idx >= ck->nviews)
+		return false;
+	pthread_mutex_lock(&ck->lock);
+	fails = ck->plan_err[idx] != 0;
+	pthread_mutex_unlock(&ck->lock);
+	return fails;
+}
+
 static void rejected_add(struct castfs_ns *ns, cJSON *arr,
 			 const struct ns_ckpt *ck)
 {
+	char *path, *reason;
 	struct stat st;
 	cJSON *o;
 
@@ -384,10 +522,19 @@ static void rejected_add(struct castfs_ns *ns, cJSON *arr,
 	o = cJSON_CreateObject();
 	if (!o)
 		return;
-	cJSON_AddStringToObject(o, "path", ck->path);
-	cJSON_AddStringToObject(o, "error", strerror(-ck->err));
-	cJSON_AddStringToObject(o, "reason", ck->reason);
-	cJSON_AddItemToArray(arr, o);
+	/* Names from the source tree: valid UTF-8, reversibly (escape.h). */
+	path = castfs_escape(ck->path, strlen(ck->path));
+	reason = castfs_escape(ck->reason, strlen(ck->reason));
+	if (path && reason) {
+		cJSON_AddStringToObject(o, "path", path);
+		cJSON_AddStringToObject(o, "error", strerror(-ck->err));
+		cJSON_AddStringToObject(o, "reason", reason);
+		cJSON_AddItemToArray(arr, o);
+	} else {
+		cJSON_Delete(o);
+	}
+	free(path);
+	free(reason);
 }
 
 char *ns_ckpt_rejected_json(struct castfs_ns *ns)
@@ -400,7 +547,7 @@ char *ns_ckpt_rejected_json(struct castfs_ns *ns)
 	pthread_mutex_lock(&ns->ck_lock);
 	for (size_t i = 0; i < NS_HASH_BUCKETS; i++) {
 		for (struct ns_ckpt *ck = ns->ckpts[i]; ck; ck = ck->hnext) {
-			if (!ck->h)
+			if (!ck->loading && !ck->h)
 				rejected_add(ns, arr, ck);
 		}
 	}
@@ -412,18 +559,19 @@ char *ns_ckpt_rejected_json(struct castfs_ns *ns)
 
 void ns_ckpt_drop_path(struct castfs_ns *ns, const char *path)
 {
-	pthread_mutex_lock(&ns->ck_lock);
-	for (size_t i = 0; i < NS_HASH_BUCKETS; i++) {
-		struct ns_ckpt **pp = &ns->ckpts[i], *ck;
+	struct ns_ckpt **pp, *ck;
 
-		while ((ck = *pp)) {
-			if (strcmp(ck->path, path) == 0) {
-				*pp = ck->hnext;
-				ns_ckpt_put(ns, ck);
-				continue;
-			}
-			pp = &ck->hnext;
+	pthread_mutex_lock(&ns->ck_lock);
+	pp = &ns->ckpaths[ck_path_bucket(path)];
+	while ((ck = *pp)) {
+		if (strcmp(ck->path, path) == 0) {
+			*pp = ck->pnext;
+			ck_unlink_id_locked(ns, ck);
+			ck->in_table = false;
+			ns_ckpt_put(ns, ck);
+			continue;
 		}
+		pp = &ck->pnext;
 	}
 	pthread_mutex_unlock(&ns->ck_lock);
 }

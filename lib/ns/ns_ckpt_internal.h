@@ -14,6 +14,7 @@
 struct ns_ckpt {
 	_Atomic uint64_t refs;
 	struct ns_ckpt *hnext; /* under the cache lock */
+	struct ns_ckpt *pnext; /* chain by path, under the cache lock */
 	size_t nviews;
 	dev_t dev;
 	ino_t ino;
@@ -26,9 +27,12 @@ struct ns_ckpt {
 	 * NULL for a plain file; path is then the pack on disk. */
 	struct castfs_zst_index *zix;
 	int err;
+	bool loading; /* being parsed; under the cache lock */
+	bool in_table; /* holds the table's reference; under the cache lock */
 	char reason[256];
 	pthread_mutex_t lock; /* guards plans and trees */
 	struct castfs_plan **plans; /* per view index, built on first need */
+	int *plan_err; /* per view index: why its plan cannot be built */
 	/* What the levels above keep per checkpoint (enum ns_ckpt_slot),
 	 * under @lock; freed by castfs_ns.ckpt_fini[slot]. */
 	void *slot[NS_CKPT_SLOTS];
@@ -39,7 +43,10 @@ struct ns_ckpt {
 
 /* ns_ckpt_get - the cache entry of source file @path with identity @st,
  * reading and validating its header on first need. A rejected file gives
- * an entry with h == NULL and err/reason set. Returns 0 or -ENOMEM. */
+ * an entry with h == NULL and err/reason set; so does a transient failure
+ * (ESTALE, ENOMEM, EAGAIN, EINTR, EMFILE, ENFILE), which is not kept in
+ * the cache. Concurrent first calls for one identity share one parse: the
+ * others wait for it. Returns 0 or -ENOMEM. Thread-safe. */
 int ns_ckpt_get(struct castfs_ns *ns, const char *path, const struct stat *st,
 		struct ns_ckpt **out);
 
@@ -51,6 +58,11 @@ void ns_ckpt_put(struct castfs_ns *ns, struct ns_ckpt *ck);
 int ns_ckpt_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 		 const struct castfs_view *view, const struct castfs_plan **out,
 		 struct castfs_diag *d);
+
+/* ns_ckpt_view_fails - true if the plan of @ck through the view of index
+ * @idx (ns_view_index()) is known not to build: such a view is not listed.
+ * Never builds anything. Thread-safe. */
+bool ns_ckpt_view_fails(struct ns_ckpt *ck, int idx);
 
 /* ns_ckpt_valid - the checkpoint at @path if it is a valid safetensors
  * file (a held reference in *@out), else -ENOENT (missing or rejected) or

@@ -57,18 +57,29 @@ struct ns_node {
 	uint64_t dep;
 };
 
-/* A listing under construction. */
+/*
+ * A listing under construction, with a set of the names it holds so that
+ * ns_list_has() costs the same for the 100,000th entry as for the first:
+ * open addressing, slots hold entry index + 1 (0 is empty), at most half
+ * full.
+ */
 struct ns_list {
 	struct castfs_dir *dir;
 	size_t cap;
+	size_t *set;
+	size_t nset; /* slots, a power of two */
 };
 
 /* ns_list_add - append an entry (name copied). Returns 0 or -ENOMEM. */
 int ns_list_add(struct ns_list *l, const char *name, size_t len, mode_t type,
 		uint64_t ino);
 
-/* ns_list_has - true if @name is already listed (real entries win). */
+/* ns_list_has - true if @name is already listed (real entries win).
+ * Constant time on average. */
 bool ns_list_has(const struct ns_list *l, const char *name, size_t len);
+
+/* ns_list_fini - free the name set; the listing (l->dir) stays. */
+void ns_list_fini(struct ns_list *l);
 
 struct ns_ckpt; /* ns_ckpt_internal.h */
 struct ns_dir_ext; /* ns_kind_internal.h */
@@ -95,10 +106,21 @@ struct castfs_ns {
 	void *log_ctx;
 	const struct castfs_source_guard *guard;
 	pthread_mutex_t lock; /* the node table */
-	struct ns_node *nodes[NS_HASH_BUCKETS];
+	/* Buckets (a power of two, at least NS_HASH_BUCKETS), doubled when
+	 * the table holds twice as many nodes: a lookup walks a short chain
+	 * with a million nodes as with a hundred. */
+	struct ns_node **nodes;
+	size_t nbuckets;
+	size_t nnodes;
 	size_t nforgotten; /* nodes with nlookup 0 still in the table */
 	pthread_mutex_t ck_lock; /* the checkpoint cache */
+	/* Broadcast when an entry's parse ends: lookups of the same
+	 * identity wait for the one parse instead of making their own. */
+	pthread_cond_t ck_loaded;
 	struct ns_ckpt *ckpts[NS_HASH_BUCKETS];
+	/* The same entries chained by path, so that the watcher drops a
+	 * changed file's entries without walking the whole cache. */
+	struct ns_ckpt *ckpaths[NS_HASH_BUCKETS];
 	struct ns_mdcache *md; /* rewritten model-directory JSON */
 	struct castfs_zcache *zcache; /* decoded frames of packed sources */
 	/* Freed with each checkpoint entry: what each slot holds. */

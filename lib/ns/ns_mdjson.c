@@ -144,26 +144,15 @@ bool ns_md_dir_weights(const struct ns_md_dir *s)
 
 /* ---- reading source files ---- */
 
-/* The whole of source file @path, which must be identity @ident if set. */
-static int md_read(struct castfs_ns *ns, const char *path,
-		   const struct stat *ident, char **out, size_t *len)
+int ns_md_read(struct castfs_ns *ns, const char *path, const struct stat *ident,
+	       char **out, size_t *len)
 {
 	return ns_src_read_text(ns, path, ident, MD_JSON_MAX, out, len);
 }
 
+/* The parsed config.json of @dir, from the cache (ns_mdconfig.c). */
 static int md_config_of(struct castfs_ns *ns, const char *dir,
-			struct castfs_md_config *c)
-{
-	char *path = ns_path_join(dir, "config.json", 11), *text = NULL;
-	size_t len;
-	int rc = path ? md_read(ns, path, NULL, &text, &len) : -ENOMEM;
-
-	if (!rc)
-		rc = castfs_md_config_read(text, len, c, NULL);
-	free(text);
-	free(path);
-	return rc;
-}
+			struct castfs_md_config *c);
 
 bool ns_md_casts_only(struct castfs_ns *ns, const char *path)
 {
@@ -439,7 +428,7 @@ static int md_build(struct castfs_ns *ns, const struct ns_node *n, char **out,
 {
 	char *text;
 	size_t len;
-	int rc = md_read(ns, n->path, &n->st, &text, &len);
+	int rc = ns_md_read(ns, n->path, &n->st, &text, &len);
 
 	if (rc)
 		return rc;
@@ -486,7 +475,20 @@ struct ns_md_entry {
 struct ns_mdcache {
 	pthread_mutex_t lock;
 	struct ns_md_entry *b[MD_BUCKETS];
+	struct ns_mdconf *conf; /* parsed config.json files */
+	/* The index names of the directory the watcher last asked about
+	 * (ns_md_dir_indexes), with that directory's identity. */
+	char *ix_path;
+	dev_t ix_dev;
+	ino_t ix_ino;
+	struct ns_md_dir ix;
 };
+
+static int md_config_of(struct castfs_ns *ns, const char *dir,
+			struct castfs_md_config *c)
+{
+	return ns_md_config_get(ns, ns->md->conf, dir, c);
+}
 
 static struct ns_md_entry **md_bucket(struct castfs_ns *ns, const char *path)
 {
@@ -623,6 +625,7 @@ void ns_md_json_forget(struct castfs_ns *ns, const char *dir)
 		}
 	}
 	pthread_mutex_unlock(&ns->md->lock);
+	ns_md_conf_forget(ns->md->conf, dir);
 }
 
 int ns_modeldir_init(struct castfs_ns *ns)
@@ -630,14 +633,88 @@ int ns_modeldir_init(struct castfs_ns *ns)
 	ns->md = calloc(1, sizeof(*ns->md));
 	if (!ns->md)
 		return -ENOMEM;
+	if (ns_md_conf_new(&ns->md->conf)) {
+		free(ns->md);
+		ns->md = NULL;
+		return -ENOMEM;
+	}
 	pthread_mutex_init(&ns->md->lock, NULL);
 	return 0;
+}
+
+/* Index names of directory @path (open as @fd, consumed), by name only:
+ * what the watcher invalidates, where one name too many costs nothing. */
+static int md_scan_indexes(int fd, struct ns_md_dir *s)
+{
+	DIR *dp = fdopendir(fd);
+	struct dirent *de;
+	int rc = 0;
+
+	if (!dp) {
+		close(fd);
+		return -errno;
+	}
+	while (!rc && (errno = 0, de = readdir(dp))) {
+		if (castfs_md_name_kind(de->d_name) == CASTFS_MD_INDEX)
+			rc = md_push(&s->indexes, &s->nindex, de->d_name);
+	}
+	if (!rc && errno)
+		rc = -errno;
+	closedir(dp);
+	return rc;
+}
+
+/* Caller holds md->lock. Rescan @path into the one-directory cache. */
+static int md_ix_fill_locked(struct castfs_ns *ns, const char *path,
+			     const struct stat *st)
+{
+	struct ns_mdcache *c = ns->md;
+	int fd, rc;
+
+	ns_md_dir_fini(&c->ix);
+	free(c->ix_path);
+	c->ix_path = NULL;
+	fd = ns_src_open(ns, path, O_RDONLY | O_DIRECTORY);
+	if (fd < 0)
+		return fd;
+	rc = md_scan_indexes(fd, &c->ix);
+	c->ix_path = rc ? NULL : strdup(path);
+	if (!c->ix_path) {
+		ns_md_dir_fini(&c->ix);
+		return rc ? rc : -ENOMEM;
+	}
+	c->ix_dev = st->st_dev;
+	c->ix_ino = st->st_ino;
+	return 0;
+}
+
+int ns_md_dir_indexes(struct castfs_ns *ns, const char *path, bool rescan,
+		      struct ns_md_dir *s)
+{
+	struct ns_mdcache *c = ns->md;
+	struct stat st;
+	int rc = ns_src_stat(ns, path, &st);
+
+	*s = (struct ns_md_dir){ .fp = 1 };
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&c->lock);
+	if (rescan || !c->ix_path || strcmp(c->ix_path, path) ||
+	    c->ix_dev != st.st_dev || c->ix_ino != st.st_ino)
+		rc = md_ix_fill_locked(ns, path, &st);
+	for (size_t i = 0; !rc && i < c->ix.nindex; i++)
+		rc = md_push(&s->indexes, &s->nindex, c->ix.indexes[i]);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
 }
 
 void ns_modeldir_fini(struct castfs_ns *ns)
 {
 	if (!ns->md)
 		return;
+	ns_md_dir_fini(&ns->md->ix);
+	free(ns->md->ix_path);
+	ns_md_conf_free(ns->md->conf);
 	for (size_t i = 0; i < MD_BUCKETS; i++) {
 		while (ns->md->b[i]) {
 			struct ns_md_entry *e = ns->md->b[i];

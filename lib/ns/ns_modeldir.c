@@ -632,7 +632,9 @@ void ns_modeldir_invalidate(struct castfs_ns *ns, const char *rel, inval_fn cb,
 	if (!d || !rel[0])
 		goto out;
 	ns_md_json_forget(ns, d);
-	ns_md_dir_scan(ns, d, &s); /* what is left of it, if anything */
+	/* What is left of it, if anything. */
+	ns_md_dir_indexes(ns, d, castfs_md_name_kind(base) == CASTFS_MD_INDEX,
+			  &s);
 	inval_vindex(ns, d, &s, cb, ctx);
 	/* Every ancestor of @rel may be the root of a view. */
 	for (root = strdup(d); root && root[0];) {

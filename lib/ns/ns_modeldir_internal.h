@@ -35,6 +35,19 @@ struct ns_md_dir {
 int ns_md_dir_scan(struct castfs_ns *ns, const char *path, struct ns_md_dir *s);
 void ns_md_dir_fini(struct ns_md_dir *s);
 
+/*
+ * ns_md_dir_indexes - the names in source directory @path that are
+ * indexes (s->indexes, s->nindex; nothing else of @s is filled), for the
+ * watcher: it asks once per changed entry, so the names of the last
+ * directory asked about are kept while that directory keeps its identity
+ * and @rescan is false (pass true when the changed entry is itself an
+ * index name: only such a change alters the list). Names only, no stat:
+ * a name too many costs an invalidation of nothing. Returns 0 or a
+ * negative errno; ns_md_dir_fini() releases @s either way. Thread-safe.
+ */
+int ns_md_dir_indexes(struct castfs_ns *ns, const char *path, bool rescan,
+		      struct ns_md_dir *s);
+
 /* md_dir_weights - true when @s holds weights (an index or a
  * *.safetensors): its config.json is a model's. */
 bool ns_md_dir_weights(const struct ns_md_dir *s);
@@ -73,7 +86,40 @@ int ns_md_json_size(struct castfs_ns *ns, const struct ns_node *n,
 int ns_md_json_plan(struct castfs_ns *ns, const struct ns_node *n,
 		    struct castfs_plan **out);
 
-/* md_json_forget - drop cached JSON of sources in directory @dir. */
+/* md_json_forget - drop cached JSON of sources in directory @dir, and its
+ * parsed config.json. */
 void ns_md_json_forget(struct castfs_ns *ns, const char *dir);
+
+/*
+ * ns_md_read - the whole of source file @path (at most 64 MiB), which
+ * must be identity @ident if that is not NULL, malloc'ed and
+ * NUL-terminated into *@out (length *@len; the caller frees). Returns 0,
+ * -ESTALE (gone or another identity), -EFBIG (not a regular file, or too
+ * big), -ENOMEM or the errno of open/read.
+ */
+int ns_md_read(struct castfs_ns *ns, const char *path, const struct stat *ident,
+	       char **out, size_t *len);
+
+/* The parsed config.json files (ns_mdconfig.c), one per identity. */
+struct ns_mdconf;
+
+/* ns_md_conf_new / ns_md_conf_free - an empty cache; free accepts NULL.
+ * new returns 0 or -ENOMEM. */
+int ns_md_conf_new(struct ns_mdconf **out);
+void ns_md_conf_free(struct ns_mdconf *c);
+
+/*
+ * ns_md_config_get - the parsed config.json of source directory @dir,
+ * read and parsed once per identity of the file and kept in @c (at most
+ * 4096 files; then the cache starts again). A parse error (-EINVAL) is
+ * kept like a result; transient errors (ENOMEM, EMFILE, ENFILE, EAGAIN,
+ * EINTR, ESTALE) are not. Returns 0 (the result in *@out) or the error
+ * of the stat, read or parse. Thread-safe.
+ */
+int ns_md_config_get(struct castfs_ns *ns, struct ns_mdconf *c, const char *dir,
+		     struct castfs_md_config *out);
+
+/* ns_md_conf_forget - drop what @c holds for @dir's config.json. */
+void ns_md_conf_forget(struct ns_mdconf *c, const char *dir);
 
 #endif

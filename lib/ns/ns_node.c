@@ -68,7 +68,34 @@ uint64_t ns_node_id(const struct ns_node *n)
 
 static struct ns_node **bucket(struct castfs_ns *ns, uint64_t id)
 {
-	return &ns->nodes[castfs_mix64(id) % NS_HASH_BUCKETS];
+	return &ns->nodes[castfs_mix64(id) & (ns->nbuckets - 1)];
+}
+
+/* Caller holds ns->lock. Double the buckets once the table holds twice as
+ * many nodes; without memory for it the chains just grow longer. */
+static void table_grow_locked(struct castfs_ns *ns)
+{
+	size_t nb = ns->nbuckets * 2, oldn = ns->nbuckets;
+	struct ns_node **old = ns->nodes;
+
+	if (ns->nnodes <= 2 * ns->nbuckets)
+		return;
+	ns->nodes = calloc(nb, sizeof(*ns->nodes));
+	if (!ns->nodes) {
+		ns->nodes = old;
+		return;
+	}
+	ns->nbuckets = nb;
+	for (size_t i = 0; i < oldn; i++) {
+		struct ns_node *n = old[i], *next;
+
+		for (; n; n = next) {
+			next = n->hnext;
+			n->hnext = *bucket(ns, n->id);
+			*bucket(ns, n->id) = n;
+		}
+	}
+	free(old);
 }
 
 /* Caller holds ns->lock. */
@@ -155,6 +182,8 @@ int ns_node_intern(struct castfs_ns *ns, struct ns_node *desc, uint64_t *id)
 	n->nlookup = 1;
 	n->hnext = *bucket(ns, n->id);
 	*bucket(ns, n->id) = n;
+	ns->nnodes++;
+	table_grow_locked(ns);
 	pthread_mutex_unlock(&ns->lock);
 	*id = n->id;
 	return 0;
@@ -163,13 +192,14 @@ int ns_node_intern(struct castfs_ns *ns, struct ns_node *desc, uint64_t *id)
 /* Free every forgotten node. Caller holds ns->lock. */
 static void sweep_forgotten_locked(struct castfs_ns *ns)
 {
-	for (size_t i = 0; i < NS_HASH_BUCKETS; i++) {
+	for (size_t i = 0; i < ns->nbuckets; i++) {
 		struct ns_node **pp = &ns->nodes[i], *n;
 
 		while ((n = *pp)) {
 			if (n->nlookup == 0 && n->id != CASTFS_NS_ROOT_ID) {
 				*pp = n->hnext;
 				node_free(n);
+				ns->nnodes--;
 				continue;
 			}
 			pp = &n->hnext;
@@ -216,8 +246,13 @@ void ns_node_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup)
 
 int ns_node_add_root(struct castfs_ns *ns, struct castfs_diag *d)
 {
-	struct ns_node *root = calloc(1, sizeof(*root));
+	struct ns_node *root;
 
+	ns->nodes = calloc(NS_HASH_BUCKETS, sizeof(*ns->nodes));
+	if (!ns->nodes)
+		return -ENOMEM;
+	ns->nbuckets = NS_HASH_BUCKETS;
+	root = calloc(1, sizeof(*root));
 	if (!root)
 		return -ENOMEM;
 	root->kind = NS_DIR;
@@ -237,12 +272,13 @@ int ns_node_add_root(struct castfs_ns *ns, struct castfs_diag *d)
 	root->parent = CASTFS_NS_ROOT_ID;
 	root->nlookup = 1; /* never forgotten */
 	*bucket(ns, root->id) = root;
+	ns->nnodes = 1;
 	return 0;
 }
 
 void ns_node_table_fini(struct castfs_ns *ns)
 {
-	for (size_t i = 0; i < NS_HASH_BUCKETS; i++) {
+	for (size_t i = 0; ns->nodes && i < ns->nbuckets; i++) {
 		struct ns_node *n = ns->nodes[i];
 
 		while (n) {
@@ -251,18 +287,70 @@ void ns_node_table_fini(struct castfs_ns *ns)
 			node_free(n);
 			n = next;
 		}
-		ns->nodes[i] = NULL;
 	}
+	free(ns->nodes);
+	ns->nodes = NULL;
+	ns->nbuckets = 0;
+	ns->nnodes = 0;
 }
 
 /* ---- listings, attributes, names ---- */
+
+static uint64_t list_hash(const char *name, size_t len)
+{
+	return castfs_mix64(castfs_fnv1a(CASTFS_FNV_SEED, name, len));
+}
+
+/* The slot of @name in the set: where it is, or the empty one where it
+ * would go. The set is never full, so the probe ends. */
+static size_t *list_slot(const struct ns_list *l, const char *name, size_t len)
+{
+	size_t mask = l->nset - 1, i = (size_t)list_hash(name, len) & mask;
+
+	for (;; i = (i + 1) & mask) {
+		size_t e = l->set[i];
+		const char *en;
+
+		if (!e)
+			return &l->set[i];
+		en = l->dir->ents[e - 1].name;
+		if (strlen(en) == len && memcmp(en, name, len) == 0)
+			return &l->set[i];
+	}
+}
+
+/* Keep the set at most half full: rebuild it at twice the size. */
+static int list_set_grow(struct ns_list *l)
+{
+	size_t nset = l->nset ? l->nset * 2 : 64, *old = l->set;
+	const struct castfs_dir *d = l->dir;
+
+	if (d->n + 1 <= l->nset / 2)
+		return 0;
+	l->set = calloc(nset, sizeof(*l->set));
+	if (!l->set) {
+		l->set = old;
+		return -ENOMEM;
+	}
+	free(old);
+	l->nset = nset;
+	for (size_t i = 0; i < d->n; i++) {
+		const char *en = d->ents[i].name;
+
+		*list_slot(l, en, strlen(en)) = i + 1;
+	}
+	return 0;
+}
 
 int ns_list_add(struct ns_list *l, const char *name, size_t len, mode_t type,
 		uint64_t ino)
 {
 	struct castfs_dir *d = l->dir;
+	size_t *slot;
 	char *copy;
 
+	if (list_set_grow(l))
+		return -ENOMEM;
 	if (d->n == l->cap) {
 		size_t cap = l->cap ? l->cap * 2 : 32;
 		struct castfs_dirent *n = realloc(d->ents, cap * sizeof(*n));
@@ -279,21 +367,26 @@ int ns_list_add(struct ns_list *l, const char *name, size_t len, mode_t type,
 	copy[len] = '\0';
 	/* readdir(3) hides entries whose inode number is 0. */
 	if (!ino)
-		ino = castfs_mix64(castfs_fnv1a(CASTFS_FNV_SEED, name, len)) |
-		      2;
+		ino = list_hash(name, len) | 2;
+	/* A duplicate name stays out of the set: the first one listed is
+	 * the one lookups find. */
+	slot = list_slot(l, name, len);
+	if (!*slot)
+		*slot = d->n + 1;
 	d->ents[d->n++] = (struct castfs_dirent){ copy, type, ino };
 	return 0;
 }
 
 bool ns_list_has(const struct ns_list *l, const char *name, size_t len)
 {
-	for (size_t i = 0; i < l->dir->n; i++) {
-		const char *e = l->dir->ents[i].name;
+	return l->nset && *list_slot(l, name, len) != 0;
+}
 
-		if (strlen(e) == len && memcmp(e, name, len) == 0)
-			return true;
-	}
-	return false;
+void ns_list_fini(struct ns_list *l)
+{
+	free(l->set);
+	l->set = NULL;
+	l->nset = 0;
 }
 
 void castfs_dir_free(struct castfs_dir *dir)

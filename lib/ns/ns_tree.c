@@ -107,9 +107,11 @@ static int dir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	return rc;
 }
 
-/* The views of checkpoint @name (a valid one, of identity @st). */
+/* The views of checkpoint @name (a valid one, @ck of identity @st),
+ * but those known not to build: an entry that cannot be served is not
+ * listed. */
 static int list_views(struct castfs_ns *ns, const char *name,
-		      const struct stat *st, const struct ns_ckpt *ck,
+		      const struct stat *st, struct ns_ckpt *ck,
 		      struct ns_list *l)
 {
 	size_t stem = strlen(name) - ST_EXT_LEN;
@@ -121,7 +123,8 @@ static int list_views(struct castfs_ns *ns, const char *name,
 		struct ns_node node = { .kind = NS_VIEW, .view = v, .st = *st };
 		int n;
 
-		if (!v->listed || !ns_ckpt_offers(ck, v))
+		if (!v->listed || !ns_ckpt_offers(ck, v) ||
+		    ns_ckpt_view_fails(ck, (int)i))
 			continue;
 		n = snprintf(buf, sizeof(buf), "%.*s.%s%s", (int)stem, name,
 			     v->name, st_ext);
@@ -133,10 +136,10 @@ static int list_views(struct castfs_ns *ns, const char *name,
 	return rc;
 }
 
-/* Source entry @name (of type @type) as a valid checkpoint: a held
- * reference in *@ck (NULL when it is none) and its identity in @st. Links
- * inside the root count as the files they reach (the Hugging Face cache
- * keeps checkpoints as links to blobs). */
+/* Whether source entry @name (of type @type) is a valid checkpoint: its
+ * entry (a held reference) to *@ck, else NULL, and its identity to @st.
+ * Links inside the root count as the files they reach (the Hugging Face
+ * cache keeps checkpoints as links to blobs). */
 static int entry_ckpt(struct castfs_ns *ns, const struct ns_node *dir,
 		      const char *name, mode_t type, struct stat *st,
 		      struct ns_ckpt **ck)
@@ -154,8 +157,8 @@ static int entry_ckpt(struct castfs_ns *ns, const struct ns_node *dir,
 	rc = ns_ckpt_valid(ns, path, st, ck);
 	free(path);
 	if (rc)
-		*ck = NULL;
-	return rc == -ENOMEM ? rc : 0; /* rejected: no views */
+		return rc == -ENOMEM ? rc : 0; /* rejected: no views */
+	return 0;
 }
 
 /* Virtual siblings of source entry @name (of type @type): its views, then
@@ -330,6 +333,7 @@ static int view_plan(struct castfs_ns *ns, const struct ns_node *n,
 {
 	struct castfs_diag d = { { 0 } };
 	struct stat st;
+	bool known;
 	int rc = ns_ckpt_valid(ns, n->path, &st, ck);
 
 	if (rc)
@@ -338,10 +342,13 @@ static int view_plan(struct castfs_ns *ns, const struct ns_node *n,
 		ns_ckpt_put(ns, *ck);
 		return -ESTALE;
 	}
+	/* A failure already known was logged when it was found. */
+	known = ns_ckpt_view_fails(*ck, ns_view_index(ns, n->view));
 	rc = ns_ckpt_plan(ns, *ck, n->view, plan, &d);
 	if (rc) {
-		ns_logf(ns, "%s: view %s: %s", n->path, n->view->name,
-			d.msg[0] ? d.msg : strerror(-rc));
+		if (!known)
+			ns_logf(ns, "%s: view %s: %s", n->path, n->view->name,
+				d.msg[0] ? d.msg : strerror(-rc));
 		ns_ckpt_put(ns, *ck);
 	}
 	return rc;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/escape.h"
 #include "plan/plan.h"
 #include "kernels/convert.h"
 #include "view/view.h"
@@ -728,6 +729,17 @@ int castfs_views_select(struct castfs_views *vs, const char *list,
 	return views_select_pass(vs, list, true, d);
 }
 
+/* A path as a JSON string, escaped so that the text stays valid UTF-8
+ * (castfs_escape). */
+static void add_path(cJSON *o, const char *key, const char *path)
+{
+	char *e = castfs_escape(path, strlen(path));
+
+	if (e)
+		cJSON_AddStringToObject(o, key, e);
+	free(e);
+}
+
 char *castfs_config_render(const struct castfs_config_info *info)
 {
 	cJSON *root = cJSON_CreateObject();
@@ -735,10 +747,10 @@ char *castfs_config_render(const struct castfs_config_info *info)
 
 	if (!root)
 		return NULL;
-	cJSON_AddStringToObject(root, "source", info->source);
-	cJSON_AddStringToObject(root, "mountpoint", info->mountpoint);
+	add_path(root, "source", info->source);
+	add_path(root, "mountpoint", info->mountpoint);
 	if (info->config_file)
-		cJSON_AddStringToObject(root, "config", info->config_file);
+		add_path(root, "config", info->config_file);
 	else
 		cJSON_AddNullToObject(root, "config");
 	cJSON_AddNumberToObject(root, "threads", info->threads);

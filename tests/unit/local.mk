@@ -16,7 +16,7 @@ UNIT_TESTS = tests/unit/test_dtype tests/unit/test_st_header \
 	tests/unit/test_ct_plan \
 	tests/unit/test_recipe tests/unit/test_tensor_tree \
 	tests/unit/test_modeldir tests/unit/test_ns tests/unit/test_zst \
-	tests/unit/test_qsrc
+	tests/unit/test_qsrc tests/unit/test_ns_bounds tests/unit/test_escape
 check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS)
 
@@ -24,6 +24,11 @@ TESTS += $(UNIT_TESTS)
 tests_unit_test_zst_SOURCES = tests/unit/test_zst.c $(UNIT_MAIN)
 tests_unit_test_zst_CFLAGS = $(UNIT_CFLAGS) $(ZSTD_CFLAGS)
 tests_unit_test_zst_LDADD = $(UNIT_LDADD)
+
+# common/
+tests_unit_test_escape_SOURCES = tests/unit/test_escape.c $(UNIT_MAIN)
+tests_unit_test_escape_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_escape_LDADD = $(UNIT_LDADD)
 
 # format/
 tests_unit_test_dtype_SOURCES = tests/unit/test_dtype.c $(UNIT_MAIN)
@@ -83,6 +88,10 @@ tests_unit_test_ns_SOURCES = tests/unit/test_ns.c $(TESTUTIL_SOURCES) \
 	$(UNIT_MAIN)
 tests_unit_test_ns_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_ns_LDADD = $(UNIT_LDADD)
+tests_unit_test_ns_bounds_SOURCES = tests/unit/test_ns_bounds.c \
+	$(TESTUTIL_SOURCES) $(UNIT_MAIN)
+tests_unit_test_ns_bounds_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_ns_bounds_LDADD = $(UNIT_LDADD)
 
 # The kernel-dependent suites again, once per ISA: each program passes, or
 # exits 77 (SKIP) where the CPU or build lacks its ISA.

@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Names from the source tree (file names, paths, reasons that quote them)
+ * made safe for JSON and for log lines: valid UTF-8 with no control
+ * character, reversibly.
+ */
+#ifndef CASTFS_ESCAPE_H
+#define CASTFS_ESCAPE_H
+
+#include <stddef.h>
+
+/*
+ * castfs_escape_buf - @s (@n bytes) into @dst (@cap bytes, NUL-terminated)
+ * as valid UTF-8 without control characters. Written as "\xHH" (two
+ * lower-case hex digits): every byte that is not part of a well-formed
+ * UTF-8 sequence (Unicode Table 3-7), the C0 controls 0x00-0x1f (newline
+ * included), DEL 0x7f, both bytes of a C1 control (U+0080-U+009F, which
+ * terminals obey too) and the backslash itself, so the raw bytes are
+ * recovered by replacing each "\xHH" with the byte HH. Everything else is
+ * copied. Output that does not fit is cut at a whole character or
+ * escape. Returns the length written (without the NUL); @cap must be at
+ * least 1. Pure; thread-safe.
+ */
+size_t castfs_escape_buf(char *dst, size_t cap, const char *s, size_t n);
+
+/*
+ * castfs_escape - castfs_escape_buf() into a malloc'ed string the caller
+ * frees (at most 4 * @n + 1 bytes). NULL on -ENOMEM. Thread-safe.
+ */
+char *castfs_escape(const char *s, size_t n);
+
+#endif

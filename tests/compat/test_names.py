@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: MIT
+"""Hostile file names under a real mount: what castfs writes about them
+(/.castfs/rejected, /.castfs/config, its log) is valid UTF-8 that a strict
+decoder accepts, holds no control byte, and gives the raw bytes back by
+the documented rule (docs/FORMATS.md: each \\xHH is the byte HH). The
+oracle is Python's strict UTF-8 codec and json module."""
+import json
+import os
+import re
+import time
+import unittest
+
+import castfs_testlib as tl
+
+# A newline that would forge a log line, an escape sequence for the
+# terminal, a byte that is not UTF-8, a C1 control, a backslash.
+HOSTILE = [
+    b"bad\nforged: rejected: nothing.safetensors",
+    b"\x1b[31mred\x1b[0m.safetensors",
+    b"latin1-caf\xe9.safetensors",
+    b"csi\xc2\x9bname.safetensors",
+    b"back\\slash\xff.safetensors",
+]
+
+
+def unescape(s):
+    """The documented way back from an escaped name to its bytes."""
+    out, raw = bytearray(), s.encode("utf-8")
+    i = 0
+    while i < len(raw):
+        if raw[i:i + 2] == b"\\x":
+            out.append(int(raw[i + 2:i + 4], 16))
+            i += 4
+        else:
+            out.append(raw[i])
+            i += 1
+    return bytes(out)
+
+
+def strict_json(data):
+    text = data.decode("utf-8", errors="strict")
+    for ch in text:
+        assert ord(ch) >= 0x20 or ch in "\n\t", repr(ch)
+    return json.loads(text)
+
+
+class TestNames(unittest.TestCase):
+    def test_rejected_config_and_log_are_clean_and_reversible(self):
+        with tl.tempdir() as src:
+            srcb = os.fsencode(src)
+            for name in HOSTILE:
+                with open(os.path.join(srcb, name), "wb") as f:
+                    f.write(b"not a checkpoint")
+            with tl.Mount(src) as m:
+                os.listdir(m.path)  # every header read once
+                with open(m.join(".castfs", "rejected"), "rb") as f:
+                    rejected = strict_json(f.read())
+                got = sorted(unescape(r["path"]) for r in rejected)
+                self.assertEqual(got, sorted(HOSTILE))
+                with open(m.join(".castfs", "config"), "rb") as f:
+                    config = strict_json(f.read())
+                self.assertEqual(unescape(config["source"]), srcb)
+                time.sleep(0.2)
+                log = m.output().encode("utf-8", errors="surrogateescape")
+            log.decode("utf-8", errors="strict")
+            self.assertNotRegex(log, re.compile(rb"[\x00-\x09\x0b-\x1f\x7f]"))
+            self.assertNotIn(b"\xc2\x9b", log)
+            lines = [l for l in log.split(b"\n") if b"rejected" in l]
+            self.assertEqual(len(lines), len(HOSTILE), lines)
+            for name in HOSTILE:
+                self.assertEqual(sum(1 for l in lines
+                                     if name in unescape(l.decode())), 1,
+                                 name)
+
+
+if __name__ == "__main__":
+    tl.main()

@@ -1,0 +1,270 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Namespace bounds, in process (no FUSE): a transient failure (EMFILE) is
+ * never kept as a rejection, concurrent first lookups of one checkpoint
+ * share one parse, a view that cannot be built is remembered (not
+ * rebuilt per lookup) and no longer listed, and the node table grows with
+ * its nodes.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ns/ns.h"
+#include "ns/ns_ckpt_internal.h" /* ns_ckpt_get: the parse, without a stat */
+#include "ns/stats.h"
+#include "testutil.h"
+#include "view/view.h"
+#include "unit.h"
+
+static char root[64];
+static struct castfs_views vs;
+static struct castfs_stats *st;
+static struct castfs_ns *ns;
+static int view_fail_logs; /* log lines about a view that failed */
+
+static void count_log(void *ctx, const char *msg)
+{
+	(void)ctx;
+	if (strstr(msg, ": view nf4: "))
+		view_fail_logs++;
+}
+
+/* A checkpoint of @n BF16 matrices [1, 64] of zeros, named
+ * t000000.weight... (the name of a linear layer's weight: what
+ * bitsandbytes views quantise), written here in one pass: the test
+ * builder grows its arrays one element at a time, which a sanitizer
+ * build makes quadratic at these sizes. */
+static void write_checkpoint(const char *name, size_t n)
+{
+	size_t cap = 64 + n * 96, len = 8, pad;
+	char *buf = malloc(cap + n * 128 + 8);
+	uint64_t hlen;
+
+	ck_assert_ptr_nonnull(buf);
+	len += (size_t)sprintf(buf + len, "{");
+	for (size_t i = 0; i < n; i++)
+		len += (size_t)sprintf(buf + len,
+				       "%s\"t%06zu.weight\":{\"dtype\":"
+				       "\"BF16\",\"shape\":[1,64],"
+				       "\"data_offsets\":[%zu,%zu]}",
+				       i ? "," : "", i, i * 128, i * 128 + 128);
+	len += (size_t)sprintf(buf + len, "}");
+	for (pad = (8 - (len - 8) % 8) % 8; pad; pad--)
+		buf[len++] = ' ';
+	ck_assert_uint_le(len, cap);
+	hlen = len - 8;
+	for (int i = 0; i < 8; i++)
+		buf[i] = (char)(hlen >> (8 * i));
+	memset(buf + len, 0, n * 128);
+	tu_write_file(root, name, buf, len + n * 128);
+	free(buf);
+}
+
+static void setup(void)
+{
+	struct castfs_ns_opts o = { .source = root,
+				    .views = &vs,
+				    .log = count_log };
+	struct castfs_diag d = { { 0 } };
+
+	strcpy(root, "/tmp/castfs-nsb-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(root));
+	ck_assert_int_eq(castfs_views_builtin(&vs), 0);
+	ck_assert_int_eq(castfs_stats_new(vs.n, &st), 0);
+	o.stats = st;
+	write_checkpoint("a.safetensors", 4);
+	ck_assert_int_eq(castfs_ns_new(&o, &ns, &d), 0);
+}
+
+static void teardown(void)
+{
+	char cmd[128];
+
+	castfs_ns_free(ns);
+	castfs_stats_free(st);
+	castfs_views_fini(&vs);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+static int lookup(const char *name)
+{
+	struct stat s;
+	uint64_t id;
+
+	return castfs_ns_lookup(ns, CASTFS_NS_ROOT_ID, name, &id, &s);
+}
+
+static bool listed(const char *name)
+{
+	struct castfs_dir *dir;
+	bool found = false;
+
+	ck_assert_int_eq(castfs_ns_opendir(ns, CASTFS_NS_ROOT_ID, &dir), 0);
+	for (size_t i = 0; i < dir->n; i++)
+		found |= strcmp(dir->ents[i].name, name) == 0;
+	castfs_dir_free(dir);
+	return found;
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+START_TEST(test_ns_bounds__emfile_is_retried_not_rejected)
+{
+	struct ns_ckpt *ck;
+	struct stat s;
+	char path[128];
+	int fds[65536], n = 0;
+
+	snprintf(path, sizeof(path), "%s/a.safetensors", root);
+	ck_assert_int_eq(stat(path, &s), 0);
+	/* Every descriptor taken: the parse cannot open the file. */
+	while (n < 65536 && (fds[n] = dup(0)) >= 0)
+		n++;
+	ck_assert_int_eq(errno, EMFILE);
+	ck_assert_int_eq(ns_ckpt_get(ns, "a.safetensors", &s, &ck), 0);
+	ck_assert_ptr_null(ck->h);
+	ck_assert_int_eq(ck->err, -EMFILE);
+	ns_ckpt_put(ns, ck);
+	while (n > 0)
+		close(fds[--n]);
+	/* The next lookup parses again, and the file is not rejected. */
+	ck_assert_int_eq(ns_ckpt_get(ns, "a.safetensors", &s, &ck), 0);
+	ck_assert_ptr_nonnull(ck->h);
+	ns_ckpt_put(ns, ck);
+	ck_assert_int_eq(lookup("a.bf16.safetensors"), 0);
+	ck_assert_uint_eq(castfs_stats_get(st, CASTFS_SCTR_HEADERS_REJECTED),
+			  0);
+}
+END_TEST
+
+#define HERD 8
+
+static pthread_barrier_t herd_start;
+
+static void *herd_lookup(void *arg)
+{
+	pthread_barrier_wait(&herd_start);
+	*(int *)arg = lookup("big.bf16.safetensors");
+	return NULL;
+}
+
+START_TEST(test_ns_bounds__concurrent_first_lookups_share_one_parse)
+{
+	pthread_t t[HERD];
+	int rc[HERD];
+	uint64_t before;
+
+	/* A header that takes a while to parse (about 2 MB of JSON), so
+	 * that the lookups overlap. */
+	write_checkpoint("big.safetensors", 30000);
+	before = castfs_stats_get(st, CASTFS_SCTR_HEADERS_PARSED);
+	pthread_barrier_init(&herd_start, NULL, HERD);
+	for (int i = 0; i < HERD; i++)
+		ck_assert_int_eq(
+			pthread_create(&t[i], NULL, herd_lookup, &rc[i]), 0);
+	for (int i = 0; i < HERD; i++) {
+		pthread_join(t[i], NULL);
+		ck_assert_int_eq(rc[i], 0);
+	}
+	pthread_barrier_destroy(&herd_start);
+	ck_assert_uint_eq(castfs_stats_get(st, CASTFS_SCTR_HEADERS_PARSED),
+			  before + 1);
+}
+END_TEST
+
+START_TEST(test_ns_bounds__failed_view_kept_and_not_listed)
+{
+	double t0, first, second;
+
+	/* 200,000 tensors: the nf4 view's header (about 545 bytes per
+	 * tensor, 109 MB) passes the 100 MB cap (E2BIG); the source's own
+	 * header (16 MB) does not. */
+	write_checkpoint("huge.safetensors", 200000);
+	ck_assert(listed("huge.nf4.safetensors"));
+	t0 = now_s();
+	ck_assert_int_eq(lookup("huge.nf4.safetensors"), -E2BIG);
+	first = now_s() - t0;
+	t0 = now_s();
+	ck_assert_int_eq(lookup("huge.nf4.safetensors"), -E2BIG);
+	second = now_s() - t0;
+	/* Remembered, not rebuilt: orders of magnitude faster. */
+	ck_assert_msg(second < first / 10, "first %.3f s, again %.3f s", first,
+		      second);
+	ck_assert_int_eq(view_fail_logs, 1); /* logged once, when found */
+	ck_assert(!listed("huge.nf4.safetensors"));
+	ck_assert(listed("huge.bf16.safetensors"));
+	ck_assert_int_eq(lookup("huge.fp8.safetensors"), 0);
+}
+END_TEST
+
+START_TEST(test_ns_bounds__node_table_grows)
+{
+	struct castfs_dir *dir;
+	uint64_t *ids;
+	char name[32];
+	size_t n = 0;
+
+	/* 1,500 checkpoints and their views: about 15,000 nodes, past the
+	 * point where the table doubles its 4,096 buckets. */
+	for (int i = 0; i < 1500; i++) {
+		snprintf(name, sizeof(name), "c%04d.safetensors", i);
+		write_checkpoint(name, 1);
+	}
+	ck_assert_int_eq(castfs_ns_opendir(ns, CASTFS_NS_ROOT_ID, &dir), 0);
+	ck_assert_uint_gt(dir->n, 10000);
+	ids = calloc(dir->n, sizeof(*ids));
+	ck_assert_ptr_nonnull(ids);
+	for (size_t i = 2; i < dir->n; i++) {
+		struct stat s;
+
+		ck_assert_int_eq(castfs_ns_lookup(ns, CASTFS_NS_ROOT_ID,
+						  dir->ents[i].name, &ids[i],
+						  &s),
+				 0);
+		ck_assert_uint_eq(ids[i], dir->ents[i].ino);
+		n++;
+	}
+	/* Every node is still found after the table grew under them. */
+	for (size_t i = 2; i < dir->n; i++) {
+		struct stat s;
+
+		ck_assert_int_eq(castfs_ns_getattr(ns, ids[i], &s), 0);
+		ck_assert_uint_eq(s.st_ino, ids[i]);
+	}
+	ck_assert_uint_gt(n, 2 * 4096);
+	free(ids);
+	castfs_dir_free(dir);
+}
+END_TEST
+
+Suite *unit_suite(void)
+{
+	Suite *s = suite_create("ns_bounds");
+	TCase *tc = tcase_create("bounds");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	/* Sanitizer builds on a loaded 2-core machine need the room. */
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_ns_bounds__emfile_is_retried_not_rejected);
+	tcase_add_test(
+		tc, test_ns_bounds__concurrent_first_lookups_share_one_parse);
+	tcase_add_test(tc, test_ns_bounds__failed_view_kept_and_not_listed);
+	tcase_add_test(tc, test_ns_bounds__node_table_grows);
+	suite_add_tcase(s, tc);
+	return s;
+}
