@@ -410,6 +410,7 @@ const char *castfs_op_name(enum castfs_op op)
 		[CASTFS_OP_Q4_STATE] = "q4-state",
 		[CASTFS_OP_I8_CODES] = "int8-codes",
 		[CASTFS_OP_I8_SCB] = "int8-scb",
+		[CASTFS_OP_GGUF_BLOCKS] = "gguf-blocks",
 	};
 
 	if ((unsigned)op >= CASTFS_OP_COUNT)

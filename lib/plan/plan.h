@@ -30,6 +30,7 @@ enum castfs_op {
 	CASTFS_OP_Q4_STATE, /* quant_state JSON with nested_offset */
 	CASTFS_OP_I8_CODES, /* LLM.int8 row-wise codes (I8) */
 	CASTFS_OP_I8_SCB, /* LLM.int8 row absmax (F32) */
+	CASTFS_OP_GGUF_BLOCKS, /* ggml Q8_0 / Q4_0 blocks of 32 elements */
 	CASTFS_OP_COUNT,
 };
 

@@ -82,6 +82,7 @@ static const castfs_gen_fn gen_table[CASTFS_OP_COUNT] = {
 	[CASTFS_OP_Q4_STATE] = castfs_gen_q4_state,
 	[CASTFS_OP_I8_CODES] = castfs_gen_i8_codes,
 	[CASTFS_OP_I8_SCB] = castfs_gen_i8_scb,
+	[CASTFS_OP_GGUF_BLOCKS] = castfs_gen_gguf_blocks,
 };
 
 /* One unit cut by the range: produce it whole, copy out the part asked. */
@@ -149,6 +150,8 @@ static uint64_t quant_elem(const struct castfs_extent *e,
 		return rel;
 	case CASTFS_OP_I8_SCB: /* a unit per row */
 		return rel / e->unit * q->cols;
+	case CASTFS_OP_GGUF_BLOCKS: /* a unit per block of 32 */
+		return rel / e->unit * q->blocksize;
 	case CASTFS_OP_MEM:
 	case CASTFS_OP_COPY:
 	case CASTFS_OP_CAST:
@@ -181,6 +184,7 @@ uint64_t castfs_plan_src_off(const struct castfs_plan *p, uint64_t off)
 	case CASTFS_OP_Q4_NESTED_ABSMAX:
 	case CASTFS_OP_I8_CODES:
 	case CASTFS_OP_I8_SCB:
+	case CASTFS_OP_GGUF_BLOCKS:
 		break;
 	}
 	q = &p->qtensors[e->qt];

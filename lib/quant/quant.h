@@ -18,6 +18,8 @@ enum castfs_qtype {
 	CASTFS_Q_NF4,
 	CASTFS_Q_FP4,
 	CASTFS_Q_INT8,
+	CASTFS_Q_GGUF_Q8_0, /* ggml Q8_0 blocks (quant_gguf.h) */
+	CASTFS_Q_GGUF_Q4_0, /* ggml Q4_0 blocks */
 };
 
 /* Absmax values per nested (double-quantisation) block, as in bnb. */

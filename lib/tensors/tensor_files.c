@@ -288,6 +288,7 @@ static void origin_extent(const struct castfs_tfile_ctx *c,
 	case CASTFS_OP_Q4_STATE:
 	case CASTFS_OP_I8_CODES:
 	case CASTFS_OP_I8_SCB:
+	case CASTFS_OP_GGUF_BLOCKS:
 		if (e->qt >= c->plan->nqt)
 			return;
 		q = &c->plan->qtensors[e->qt];
@@ -367,6 +368,7 @@ void castfs_torigin_str(const struct castfs_torigin *o, char *buf, size_t len)
 	case CASTFS_OP_Q4_STATE:
 	case CASTFS_OP_I8_CODES:
 	case CASTFS_OP_I8_SCB:
+	case CASTFS_OP_GGUF_BLOCKS:
 	case CASTFS_OP_COUNT:
 	default:
 		snprintf(buf, len, "bitsandbytes %s %s of %s",
