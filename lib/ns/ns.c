@@ -342,8 +342,10 @@ static void invalidate_names(struct castfs_ns *ns, uint64_t parent,
 		cb(ctx, parent, buf); /* model-directory views */
 		if (!stem)
 			continue;
-		snprintf(buf, sizeof(buf), "%.*s.%s.safetensors", (int)stem,
-			 name, v);
+		snprintf(buf, sizeof(buf), "%.*s.%s%s", (int)stem, name, v,
+			 ns->views->v[i].kind == CASTFS_VIEW_GGUF ?
+				 "" :
+				 ".safetensors");
 		cb(ctx, parent, buf);
 		snprintf(buf, sizeof(buf), "%.*s.%s.safetensors.tensors",
 			 (int)stem, name, v);

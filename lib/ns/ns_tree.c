@@ -116,8 +116,10 @@ static int list_views(struct castfs_ns *ns, const char *name,
 
 		if (!v->listed)
 			continue;
+		/* GGUF view names carry their extension ("q8_0.gguf") */
 		n = snprintf(buf, sizeof(buf), "%.*s.%s%s", (int)stem, name,
-			     v->name, st_ext);
+			     v->name,
+			     v->kind == CASTFS_VIEW_GGUF ? "" : st_ext);
 		if (n < 0 || (size_t)n >= sizeof(buf) || n > 255 ||
 		    ns_list_has(l, buf, (size_t)n))
 			continue;

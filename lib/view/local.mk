@@ -3,4 +3,5 @@
 # and a view into a plan.
 lib_libcastfs_a_SOURCES += \
 	lib/view/recipe.c lib/view/view.c lib/view/view.h \
-	lib/view/view_bnb.c lib/view/view_cast.c lib/view/view_internal.h
+	lib/view/view_bnb.c lib/view/view_cast.c lib/view/view_internal.h \
+	lib/view/view_gguf.c

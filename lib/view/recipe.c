@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/gguf.h"
 #include "plan/plan.h"
 #include "kernels/convert.h"
 #include "view/view.h"
@@ -83,6 +84,24 @@ static const struct castfs_view builtin_views[] = {
 	  .qtype = CASTFS_Q_INT8,
 	  .listed = true,
 	  .summary = "bitsandbytes LLM.int8: row-wise int8 + SCB" },
+	/* GGUF files for ComfyUI-GGUF: names end in .gguf, so that the file
+	 * is X.<name> (docs/FORMATS.md "GGUF views"). */
+	{ .name = "f16.gguf",
+	  .kind = CASTFS_VIEW_GGUF,
+	  .gguf_type = CASTFS_GGML_F16,
+	  .summary = "GGUF, diffusion models: F16 (1-D, small in F32)" },
+	{ .name = "bf16.gguf",
+	  .kind = CASTFS_VIEW_GGUF,
+	  .gguf_type = CASTFS_GGML_BF16,
+	  .summary = "GGUF, diffusion models: BF16 (1-D, small in F32)" },
+	{ .name = "q8_0.gguf",
+	  .kind = CASTFS_VIEW_GGUF,
+	  .gguf_type = CASTFS_GGML_Q8_0,
+	  .summary = "GGUF, diffusion models: Q8_0 2-D weights" },
+	{ .name = "q4_0.gguf",
+	  .kind = CASTFS_VIEW_GGUF,
+	  .gguf_type = CASTFS_GGML_Q4_0,
+	  .summary = "GGUF, diffusion models: Q4_0 2-D weights" },
 };
 
 int castfs_views_builtin(struct castfs_views *vs)
@@ -122,7 +141,7 @@ void castfs_views_fini(struct castfs_views *vs)
 	vs->n = 0;
 }
 
-const struct castfs_view *castfs_views_find(const struct castfs_views *vs,
+static const struct castfs_view *find_exact(const struct castfs_views *vs,
 					    const char *name, size_t len)
 {
 	for (size_t i = 0; i < vs->n; i++) {
@@ -131,6 +150,20 @@ const struct castfs_view *castfs_views_find(const struct castfs_views *vs,
 			return &vs->v[i];
 	}
 	return NULL;
+}
+
+const struct castfs_view *castfs_views_find(const struct castfs_views *vs,
+					    const char *name, size_t len)
+{
+	const struct castfs_view *v = find_exact(vs, name, len);
+	char buf[CASTFS_VIEW_NAME_MAX];
+
+	/* "q8_0" names the GGUF view "q8_0.gguf" when nothing else is. */
+	if (v || len + 6 > sizeof(buf))
+		return v;
+	memcpy(buf, name, len);
+	memcpy(buf + len, ".gguf", 5);
+	return find_exact(vs, buf, len + 5);
 }
 
 bool castfs_view_name_valid(const char *name, size_t len)
@@ -625,6 +658,8 @@ static const char *kind_name(enum castfs_view_kind k)
 		return "bnb4";
 	case CASTFS_VIEW_INT8:
 		return "int8";
+	case CASTFS_VIEW_GGUF:
+		return "gguf";
 	}
 	return "?";
 }

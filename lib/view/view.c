@@ -82,6 +82,7 @@ static bool default_converts(const struct castfs_view *v,
 {
 	switch (v->kind) {
 	case CASTFS_VIEW_CAST:
+	case CASTFS_VIEW_GGUF:
 		return true;
 	case CASTFS_VIEW_BNB4:
 	case CASTFS_VIEW_INT8:
@@ -114,6 +115,8 @@ int castfs_view_plan(const struct castfs_view *v, const struct castfs_header *h,
 	case CASTFS_VIEW_BNB4:
 	case CASTFS_VIEW_INT8:
 		return castfs_view_plan_bnb(v, h, out, d);
+	case CASTFS_VIEW_GGUF:
+		return castfs_view_plan_gguf(v, h, out, d);
 	}
 	return castfs_diag_set(d, -EINVAL, "view '%s': unknown kind", v->name);
 }

@@ -20,6 +20,7 @@ enum castfs_view_kind {
 	CASTFS_VIEW_CAST, /* floating tensors cast to one dtype */
 	CASTFS_VIEW_BNB4, /* bitsandbytes nf4/fp4 Linear4bit layout */
 	CASTFS_VIEW_INT8, /* bitsandbytes LLM.int8 Linear8bitLt layout */
+	CASTFS_VIEW_GGUF, /* a GGUF file (X.<q>.gguf), view_gguf.c */
 };
 
 /*
@@ -45,6 +46,7 @@ struct castfs_view {
 	uint8_t qtype; /* BNB4: CASTFS_Q_NF4 or CASTFS_Q_FP4 */
 	bool nested; /* BNB4: double quantisation */
 	uint32_t blocksize; /* BNB4: 64 by default */
+	uint8_t gguf_type; /* GGUF: enum castfs_ggml_type of big tensors */
 	size_t nrules;
 	struct castfs_rule *rules;
 	bool listed; /* shown by readdir (lookups resolve any view) */
@@ -89,7 +91,8 @@ int castfs_views_load(struct castfs_views *vs, const char *json, size_t len,
  * "X.<view>.safetensors" parses one way only. */
 bool castfs_view_name_valid(const char *name, size_t len);
 
-/* castfs_views_find - the view called @name (@len bytes), or NULL. */
+/* castfs_views_find - the view called @name (@len bytes), else the GGUF
+ * view "@name.gguf" ("q8_0" finds "q8_0.gguf"), or NULL. */
 const struct castfs_view *castfs_views_find(const struct castfs_views *vs,
 					    const char *name, size_t len);
 
