@@ -17,6 +17,8 @@
 enum {
 	GGUF_T_UINT32 = 4,
 	GGUF_T_INT32 = 5,
+	GGUF_T_FLOAT32 = 6,
+	GGUF_T_BOOL = 7,
 	GGUF_T_STRING = 8,
 	GGUF_T_ARRAY = 9
 };
@@ -92,6 +94,43 @@ void castfs_gguf_kv_i32_array(struct castfs_gguf_w *w, const char *key,
 	put_u64(&w->kv, n);
 	for (size_t i = 0; i < n; i++)
 		put_u32(&w->kv, (uint32_t)vals[i]);
+}
+
+void castfs_gguf_kv_f32(struct castfs_gguf_w *w, const char *key, float val)
+{
+	kv_key(w, key, GGUF_T_FLOAT32);
+	put_u32(&w->kv, castfs_f32_bits(val));
+}
+
+void castfs_gguf_kv_bool(struct castfs_gguf_w *w, const char *key, bool val)
+{
+	uint8_t b = val ? 1 : 0;
+
+	kv_key(w, key, GGUF_T_BOOL);
+	castfs_sb_put(&w->kv, &b, 1);
+}
+
+void castfs_gguf_kv_array(struct castfs_gguf_w *w, const char *key,
+			  uint32_t type, uint64_t n)
+{
+	kv_key(w, key, GGUF_T_ARRAY);
+	put_u32(&w->kv, type);
+	put_u64(&w->kv, n);
+}
+
+void castfs_gguf_arr_str(struct castfs_gguf_w *w, const char *s, size_t len)
+{
+	put_str(&w->kv, s, len);
+}
+
+void castfs_gguf_arr_i32(struct castfs_gguf_w *w, int32_t v)
+{
+	put_u32(&w->kv, (uint32_t)v);
+}
+
+void castfs_gguf_arr_f32(struct castfs_gguf_w *w, float v)
+{
+	put_u32(&w->kv, castfs_f32_bits(v));
 }
 
 unsigned castfs_gguf_blck(enum castfs_ggml_type type, unsigned *bytes)

@@ -9,6 +9,7 @@
 #ifndef CASTFS_GGUF_H
 #define CASTFS_GGUF_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -50,6 +51,25 @@ void castfs_gguf_kv_str(struct castfs_gguf_w *w, const char *key,
 void castfs_gguf_kv_u32(struct castfs_gguf_w *w, const char *key, uint32_t val);
 void castfs_gguf_kv_i32_array(struct castfs_gguf_w *w, const char *key,
 			      const int32_t *vals, size_t n);
+
+void castfs_gguf_kv_f32(struct castfs_gguf_w *w, const char *key, float val);
+void castfs_gguf_kv_bool(struct castfs_gguf_w *w, const char *key, bool val);
+
+/*
+ * castfs_gguf_kv_array - start an array KV of @n elements of GGUF value
+ * type @type (CASTFS_GGUF_T_*); the elements follow, in order, through
+ * castfs_gguf_arr_str / _i32 / _f32 (exactly @n of them).
+ */
+void castfs_gguf_kv_array(struct castfs_gguf_w *w, const char *key,
+			  uint32_t type, uint64_t n);
+void castfs_gguf_arr_str(struct castfs_gguf_w *w, const char *s, size_t len);
+void castfs_gguf_arr_i32(struct castfs_gguf_w *w, int32_t v);
+void castfs_gguf_arr_f32(struct castfs_gguf_w *w, float v);
+
+/* GGUF value types of array elements. */
+#define CASTFS_GGUF_T_INT32 5u
+#define CASTFS_GGUF_T_FLOAT32 6u
+#define CASTFS_GGUF_T_STRING 8u
 
 /*
  * castfs_gguf_blck - elements per block and bytes per block of @type;

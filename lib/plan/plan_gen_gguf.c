@@ -30,9 +30,11 @@ int castfs_gen_gguf_blocks(const struct castfs_read_env *env,
 		size_t nel = n * CASTFS_GGUF_QK;
 		float *x = (float *)(void *)env->s->buf;
 		uint8_t *raw = env->s->buf + nel * sizeof(float);
+		/* e->src_off is the extent's first element: a tensor with
+		 * permuted rows has one extent per row (modeldir_gguf.c) */
 		int rc = castfs_reader_read(
 			env->src, raw, nel * in_sz,
-			q->src_off + first * CASTFS_GGUF_QK * in_sz);
+			e->src_off + first * CASTFS_GGUF_QK * in_sz);
 
 		if (rc)
 			return rc;

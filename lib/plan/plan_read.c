@@ -184,8 +184,12 @@ uint64_t castfs_plan_src_off(const struct castfs_plan *p, uint64_t off)
 	case CASTFS_OP_Q4_NESTED_ABSMAX:
 	case CASTFS_OP_I8_CODES:
 	case CASTFS_OP_I8_SCB:
-	case CASTFS_OP_GGUF_BLOCKS:
 		break;
+	case CASTFS_OP_GGUF_BLOCKS:
+		q = &p->qtensors[e->qt];
+		return e->src_off +
+		       rel / e->unit * q->blocksize *
+			       (castfs_dtype_bits(q->src_dtype) / 8);
 	}
 	q = &p->qtensors[e->qt];
 	return q->src_off + CASTFS_MIN(quant_elem(e, q, rel), q->nelems) *
