@@ -9,4 +9,5 @@ lib_libcastfs_a_SOURCES += \
 	lib/ns/ns_ctl.c lib/ns/ns_file.c lib/ns/ns_resolve.c lib/ns/ns_src.c \
 	lib/ns/stats.c lib/ns/stats.h lib/ns/ns_tensors.c \
 	lib/ns/ns_modeldir.c lib/ns/ns_mdjson.c lib/ns/ns_mdplan.c \
+	lib/ns/ns_mdgguf.c \
 	lib/ns/ns_modeldir_internal.h

@@ -21,6 +21,7 @@ static const struct ns_kind_ops *const kind_ops[NS_KIND_COUNT] = {
 	[NS_CTL_DIR] = &ns_kind_ctl_dir, [NS_CTL_FILE] = &ns_kind_ctl_file,
 	[NS_TDIR] = &ns_kind_tdir,	 [NS_TFILE] = &ns_kind_tfile,
 	[NS_MDIR] = &ns_kind_mdir,	 [NS_MFILE] = &ns_kind_mfile,
+	[NS_MGGUF] = &ns_kind_mgguf,
 };
 
 /* What a source directory shows besides its entries and their views, in
@@ -28,6 +29,7 @@ static const struct ns_kind_ops *const kind_ops[NS_KIND_COUNT] = {
 static const struct ns_dir_ext *const dir_exts[] = {
 	&ns_tensors_dir_ext,
 	&ns_modeldir_dir_ext,
+	&ns_mdgguf_dir_ext,
 	NULL,
 };
 

@@ -31,6 +31,7 @@ enum ns_kind {
 	NS_TFILE, /* a file of a tensor tree; sub = its path */
 	NS_MDIR, /* DIR.<view>/ and its sub-directories */
 	NS_MFILE, /* a file inside a model-directory view */
+	NS_MGGUF, /* DIR.<q>.gguf of a causal-LM folder (ns_mdgguf.c) */
 	NS_KIND_COUNT,
 };
 

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""A transformers causal-LM folder as one llama.cpp GGUF file
-(`castfs convert DIR --view q8_0`), checked by gguf-py and by llama.cpp.
+"""A transformers causal-LM folder DIR/ as one llama.cpp GGUF file: the
+mounted DIR.<q>.gguf, and `castfs convert DIR --view q8_0` (the same
+bytes), checked by gguf-py.
 
 The models are built here: a byte-level BPE tokenizer trained by the
 `tokenizers` library and a tiny Llama (Q/K rows permuted) and Qwen3 (q/k
@@ -110,21 +111,53 @@ class LLMGGUF(unittest.TestCase):
         cls._tmp = tl.tempdir()
         cls.tmp = cls._tmp.__enter__()
         cls.models = {}
+        cls.src = os.path.join(cls.tmp, "src")
+        cls.out = os.path.join(cls.tmp, "out")
+        os.mkdir(cls.src)
+        os.mkdir(cls.out)
         for arch in ("llama", "qwen3"):
-            d = os.path.join(cls.tmp, arch)
+            d = os.path.join(cls.src, arch)
             cls.models[arch] = (d, make_model(d, arch))
+        # not a model castfs maps: no GGUF file
+        d = os.path.join(cls.src, "gpt2")
+        os.mkdir(d)
+        for f in ("config.json", "tokenizer.json", "model.safetensors"):
+            with open(os.path.join(cls.models["llama"][0], f), "rb") as a:
+                data = a.read()
+            if f == "config.json":
+                data = data.replace(b"LlamaForCausalLM", b"GPT2LMHeadModel")
+            with open(os.path.join(d, f), "wb") as b:
+                b.write(data)
+        cls.mount = tl.Mount(cls.src)
 
     @classmethod
     def tearDownClass(cls):
+        rc = cls.mount.unmount()
         cls._tmp.__exit__(None, None, None)
+        if rc != 0:
+            raise AssertionError("castfs exited with %d" % rc)
 
     def convert(self, arch, view):
-        out = os.path.join(self.tmp, "%s.%s.gguf" % (arch, view))
-        if not os.path.exists(out):
-            subprocess.run([tl.castfs_binary(), "convert", self.models[arch][0],
-                            "--view", view, "-o", out, "--no-progress"],
-                           check=True)
-        return out
+        """The mounted DIR.<view>.gguf (the file llama.cpp maps)."""
+        return self.mount.join("%s.%s.gguf" % (arch, view))
+
+    def test_convert_writes_the_mounted_bytes(self):
+        for arch in self.models:
+            for view in ("f16", "q4_0"):
+                out = os.path.join(self.out, "%s.%s.gguf" % (arch, view))
+                subprocess.run([tl.castfs_binary(), "convert",
+                                self.models[arch][0], "--view", view, "-o",
+                                out, "--no-progress"], check=True)
+                with open(out, "rb") as a, open(self.convert(arch, view),
+                                                "rb") as b:
+                    self.assertEqual(a.read(), b.read(), (arch, view))
+
+    def test_unmapped_folder_has_no_gguf(self):
+        self.assertTrue(os.path.isdir(self.mount.join("gpt2")))
+        with self.assertRaises(OSError):
+            open(self.mount.join("gpt2.q8_0.gguf"), "rb").close()
+        self.assertFalse(os.path.exists(self.mount.join("llama.q8_0")))
+        self.assertFalse(os.path.exists(self.mount.join("nothere.q8_0.gguf")))
 
     def test_gguf_py_reads_every_tensor(self):
         for arch in self.models:
