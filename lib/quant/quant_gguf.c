@@ -79,11 +79,12 @@ static void q8_0_block(uint8_t *dst, const float *x)
 
 		amax = amax > a ? amax : a; /* ggml's MAX(): NaN wins */
 	}
-	d = fl32(amax / 127.0f);
-	id = d != 0.0f ? fl32(1.0f / d) : 0.0f;
+	/* no sum follows a product here: nothing an FMA could fuse */
+	d = amax / 127.0f;
+	id = d != 0.0f ? 1.0f / d : 0.0f;
 	castfs_store_le16(dst, castfs_gguf_fp16(d));
 	for (unsigned j = 0; j < CASTFS_GGUF_QK; j++)
-		dst[2 + j] = (uint8_t)to_i8(roundf(fl32(x[j] * id)));
+		dst[2 + j] = (uint8_t)to_i8(roundf(x[j] * id));
 }
 
 void castfs_gguf_q8_0(uint8_t *restrict dst, const float *restrict x,
