@@ -143,6 +143,10 @@ static int read_config(struct llm *m, const cJSON *cfg, struct castfs_diag *d)
 	if (!m->head_dim || m->head_dim % 2)
 		return castfs_diag_set(d, -EINVAL, "GGUF: odd head_dim");
 	cfg_double(cfg, "rope_theta", 10000.0, &m->rope_theta);
+	if (!cJSON_GetObjectItemCaseSensitive(cfg, "rope_theta"))
+		cfg_double(cJSON_GetObjectItemCaseSensitive(cfg,
+							    "rope_parameters"),
+			   "rope_theta", 10000.0, &m->rope_theta);
 	cfg_double(cfg, "rms_norm_eps", 1e-6, &m->rms_eps);
 	return 0;
 }

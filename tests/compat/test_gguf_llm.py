@@ -36,12 +36,20 @@ NAMES = {"input_layernorm.weight": "attn_norm.weight",
          "self_attn.k_proj.weight": "attn_k.weight",
          "self_attn.v_proj.weight": "attn_v.weight",
          "self_attn.o_proj.weight": "attn_output.weight",
+         "self_attn.q_proj.bias": "attn_q.bias",
+         "self_attn.k_proj.bias": "attn_k.bias",
+         "self_attn.v_proj.bias": "attn_v.bias",
          "self_attn.q_norm.weight": "attn_q_norm.weight",
          "self_attn.k_norm.weight": "attn_k_norm.weight",
          "post_attention_layernorm.weight": "ffn_norm.weight",
          "mlp.gate_proj.weight": "ffn_gate.weight",
          "mlp.up_proj.weight": "ffn_up.weight",
          "mlp.down_proj.weight": "ffn_down.weight"}
+
+
+# transformers model_type -> llama.cpp general.architecture
+GGUF_ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2",
+             "qwen3": "qwen3"}
 
 
 def make_model(out, arch):
@@ -60,7 +68,7 @@ def make_model(out, arch):
         intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
         bos_token_id=0, eos_token_id=1, tie_word_embeddings=False,
-        rms_norm_eps=1e-6, rope_theta=10000.0)
+        rms_norm_eps=1e-5, rope_theta=50000.0)
     model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
     with torch.no_grad():
         for p in model.parameters():
@@ -94,9 +102,10 @@ def expected_tensors(model, arch, view):
         else:
             _, _, n, rest = k.split(".", 3)
             name = "blk.%s.%s" % (n, NAMES[rest])
-        if arch == "llama" and k.endswith("q_proj.weight"):
+        rot = GGUF_ARCH[arch] == "llama"
+        if rot and k.endswith(("q_proj.weight", "q_proj.bias")):
             v = permute(v, cfg.num_attention_heads, cfg.num_attention_heads)
-        if arch == "llama" and k.endswith("k_proj.weight"):
+        if rot and k.endswith(("k_proj.weight", "k_proj.bias")):
             v = permute(v, cfg.num_attention_heads, cfg.num_key_value_heads)
         qt = VIEWS[view] if v.dim() == 2 else QT.F32
         if view == "q4_0" and name == "output.weight":
@@ -115,7 +124,7 @@ class LLMGGUF(unittest.TestCase):
         cls.out = os.path.join(cls.tmp, "out")
         os.mkdir(cls.src)
         os.mkdir(cls.out)
-        for arch in ("llama", "qwen3"):
+        for arch in GGUF_ARCH:
             d = os.path.join(cls.src, arch)
             cls.models[arch] = (d, make_model(d, arch))
         # not a model castfs maps: no GGUF file
@@ -167,13 +176,28 @@ class LLMGGUF(unittest.TestCase):
                     r = GGUFReader(self.convert(arch, view))
                     f = lambda k: r.fields[k].contents()
                     cfg = model.config
-                    self.assertEqual(f("general.architecture"), arch)
-                    self.assertEqual(f(arch + ".block_count"),
+                    ga = GGUF_ARCH[arch]
+                    self.assertEqual(f("general.architecture"), ga)
+                    self.assertEqual(f(ga + ".block_count"),
                                      cfg.num_hidden_layers)
-                    self.assertEqual(f(arch + ".attention.head_count_kv"),
+                    self.assertEqual(f(ga + ".attention.head_count"),
+                                     cfg.num_attention_heads)
+                    self.assertEqual(f(ga + ".attention.head_count_kv"),
                                      cfg.num_key_value_heads)
-                    self.assertEqual(f(arch + ".embedding_length"),
+                    self.assertEqual(f(ga + ".embedding_length"),
                                      cfg.hidden_size)
+                    self.assertEqual(f(ga + ".feed_forward_length"),
+                                     cfg.intermediate_size)
+                    self.assertEqual(f(ga + ".context_length"),
+                                     cfg.max_position_embeddings)
+                    self.assertAlmostEqual(
+                        f(ga + ".attention.layer_norm_rms_epsilon"),
+                        cfg.rms_norm_eps, delta=1e-12)
+                    self.assertEqual(f(ga + ".rope.freq_base"),
+                                     cfg.rope_parameters["rope_theta"])
+                    self.assertEqual(f("general.file_type"),
+                                     {"f16": 1, "bf16": 32, "q8_0": 7,
+                                      "q4_0": 2}[view])
                     self.assertEqual(f("tokenizer.ggml.model"), "gpt2")
                     self.assertEqual(f("tokenizer.ggml.pre"), "gpt-2")
                     exp = expected_tensors(model, arch, view)
