@@ -136,6 +136,10 @@ static int read_config(struct llm *m, const cJSON *cfg, struct castfs_diag *d)
 	if (cfg_u32(cfg, "num_key_value_heads", &m->n_head_kv, false, d))
 		m->n_head_kv = m->n_head;
 	m->has_head_dim = cfg_u32(cfg, "head_dim", &m->head_dim, false, d) == 0;
+	/* the largest vocabularies are ~256k; the tokens are held in memory */
+	if (m->vocab_size == 0 || m->vocab_size > (4u << 20))
+		return castfs_diag_set(d, -EINVAL, "GGUF: vocab_size %u",
+				       m->vocab_size);
 	if (!m->n_head || !m->n_head_kv || m->n_head % m->n_head_kv)
 		return castfs_diag_set(d, -EINVAL, "GGUF: head counts");
 	if (!m->has_head_dim)

@@ -131,6 +131,24 @@ static int mdgguf_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	return 0;
 }
 
+static int mdgguf_plan(struct castfs_ns *ns, const struct ns_node *n,
+		       struct ns_ckpt **ck, struct castfs_plan **plan);
+
+/* Whether the folder of node @n maps (its plan builds): listings show
+ * only files that open. Costs a parse of its JSON; only for views chosen
+ * with -o views=. */
+static bool maps(struct castfs_ns *ns, const struct ns_node *n)
+{
+	struct castfs_plan *plan;
+	struct ns_ckpt *ck;
+
+	if (mdgguf_plan(ns, n, &ck, &plan))
+		return false;
+	castfs_plan_free(plan);
+	ns_ckpt_put(ns, ck);
+	return true;
+}
+
 /* List DIR.<q>.gguf for the listed GGUF views of a model folder. */
 static int mdgguf_list(struct castfs_ns *ns, const struct ns_node *dir,
 		       const char *name, mode_t type, bool ckpt,
@@ -158,8 +176,10 @@ static int mdgguf_list(struct castfs_ns *ns, const struct ns_node *dir,
 		if (rc)
 			return 0; /* not a model folder */
 		n.id = ns_node_id(&n);
+		rc = maps(ns, &n) ?
+			     ns_list_add(l, buf, (size_t)k, S_IFREG, n.id) :
+			     0;
 		free(n.path);
-		rc = ns_list_add(l, buf, (size_t)k, S_IFREG, n.id);
 		if (rc)
 			return rc;
 	}

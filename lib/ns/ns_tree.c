@@ -101,9 +101,31 @@ static int dir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	return rc;
 }
 
-/* The views of checkpoint @name (a valid one, of identity @st). */
-static int list_views(struct castfs_ns *ns, const char *name,
-		      const struct stat *st, struct ns_list *l)
+/* Whether GGUF view @v of checkpoint @name of @dir builds: a GGUF view
+ * exists only for the architectures it maps, so a listing shows only those
+ * (the plan is built once per checkpoint and view, and cached). */
+static bool gguf_maps(struct castfs_ns *ns, const struct ns_node *dir,
+		      const char *name, const struct castfs_view *v)
+{
+	struct castfs_diag d = { { 0 } };
+	const struct castfs_plan *plan;
+	char *path = ns_path_join(dir->path, name, strlen(name));
+	struct ns_ckpt *ck;
+	struct stat st;
+	bool ok = false;
+
+	if (path && ns_ckpt_valid(ns, path, &st, &ck) == 0) {
+		ok = ns_ckpt_plan(ns, ck, v, &plan, &d) == 0;
+		ns_ckpt_put(ns, ck);
+	}
+	free(path);
+	return ok;
+}
+
+/* The views of checkpoint @name of @dir (a valid one, of identity @st). */
+static int list_views(struct castfs_ns *ns, const struct ns_node *dir,
+		      const char *name, const struct stat *st,
+		      struct ns_list *l)
 {
 	size_t stem = strlen(name) - ST_EXT_LEN;
 	char buf[512];
@@ -114,7 +136,8 @@ static int list_views(struct castfs_ns *ns, const char *name,
 		struct ns_node node = { .kind = NS_VIEW, .view = v, .st = *st };
 		int n;
 
-		if (!v->listed)
+		if (!v->listed || (v->kind == CASTFS_VIEW_GGUF &&
+				   !gguf_maps(ns, dir, name, v)))
 			continue;
 		/* GGUF view names carry their extension ("q8_0.gguf") */
 		n = snprintf(buf, sizeof(buf), "%.*s.%s%s", (int)stem, name,
@@ -165,7 +188,7 @@ static int list_virtual(struct castfs_ns *ns, const struct ns_node *dir,
 	int rc = entry_ckpt(ns, dir, name, type, &st, &ckpt);
 
 	if (!rc && ckpt)
-		rc = list_views(ns, name, &st, l);
+		rc = list_views(ns, dir, name, &st, l);
 	for (size_t i = 0; !rc && ns->dir_exts[i]; i++)
 		rc = ns->dir_exts[i]->list(ns, dir, name, type, ckpt, &st, l);
 	return rc;

@@ -713,13 +713,11 @@ static int views_select_pass(struct castfs_views *vs, const char *list,
 
 	while (*p) {
 		size_t n = strcspn(p, ",:");
-		struct castfs_view *v = NULL;
+		/* castfs_views_find: "q8_0" selects "q8_0.gguf" too */
+		const struct castfs_view *f = n ? castfs_views_find(vs, p, n) :
+						  NULL;
+		struct castfs_view *v = f ? &vs->v[f - vs->v] : NULL;
 
-		for (size_t i = 0; i < vs->n; i++) {
-			if (strlen(vs->v[i].name) == n &&
-			    memcmp(vs->v[i].name, p, n) == 0)
-				v = &vs->v[i];
-		}
 		if (n && !v)
 			return castfs_diag_set(d, -EINVAL,
 					       "views: unknown view '%.*s'",

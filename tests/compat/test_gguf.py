@@ -257,6 +257,16 @@ class GGUFViews(unittest.TestCase):
                 self.assertEqual(m[off:off + n], full[off:off + n])
             m.close()
 
+    def test_listed_when_chosen(self):
+        self.assertNotIn("flux_bf16.q8_0.gguf", os.listdir(self.mount.path))
+        with tl.Mount(self.src, options=["views=q8_0:fp8"]) as m:
+            names = os.listdir(m.path)
+            for src in self.sources:
+                self.assertIn(src + ".q8_0.gguf", names)
+            self.assertIn("unknown.fp8.safetensors", names)
+            self.assertNotIn("unknown.q8_0.gguf", names)
+            self.assertNotIn("flux_bf16.q4_0.gguf", names)
+
     def test_unknown_architecture_has_no_view(self):
         with self.assertRaises(OSError):
             open(self.path("unknown", "q8_0"), "rb").close()

@@ -161,6 +161,18 @@ class LLMGGUF(unittest.TestCase):
                                                 "rb") as b:
                     self.assertEqual(a.read(), b.read(), (arch, view))
 
+    def test_listed_when_chosen(self):
+        self.assertNotIn("llama.q8_0.gguf", os.listdir(self.mount.path))
+        with tl.Mount(self.src, options=["views=q8_0:f16"]) as m:
+            names = os.listdir(m.path)
+            for arch in self.models:
+                self.assertIn(arch + ".q8_0.gguf", names)
+                self.assertIn(arch + ".f16.gguf", names)
+                self.assertGreater(os.path.getsize(m.join(arch + ".q8_0.gguf")),
+                                   0)
+            self.assertNotIn("gpt2.q8_0.gguf", names)
+            self.assertNotIn("llama.q4_0.gguf", names)
+
     def test_unmapped_folder_has_no_gguf(self):
         self.assertTrue(os.path.isdir(self.mount.join("gpt2")))
         with self.assertRaises(OSError):
