@@ -8,7 +8,8 @@ COMPAT_TESTS = tests/compat/test_casts.py tests/compat/test_hf_cache.py \
 	tests/compat/test_bnb.py tests/compat/test_modeldir.py \
 	tests/compat/test_single_file.py tests/compat/test_tensors.py \
 	tests/compat/test_cli.py tests/compat/test_ctl.py \
-	tests/compat/test_gguf.py tests/compat/test_gguf_llm.py
+	tests/compat/test_gguf.py tests/compat/test_gguf_llm.py \
+	tests/compat/test_gguf_llamacpp.py
 TESTS += $(COMPAT_TESTS)
 EXTRA_DIST += tests/compat/castfs_testlib.py $(COMPAT_TESTS) \
 	tests/compat/bnb_ref.py tests/compat/ldm_unet.py
