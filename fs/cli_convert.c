@@ -17,11 +17,13 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "modeldir/modeldir.h"
 #include "plan/plan.h"
 
 #define CHUNK_LEN (4u << 20) /* bytes per castfs_plan_read() */
 
 struct conv_opts {
+	const char *md_dir; /* a model folder to write as one GGUF file */
 	const char *view;
 	const char *config;
 	const char *out;
@@ -228,6 +230,88 @@ static bool is_source(const struct cli_src *s, const char *out)
 	       st.st_ino == s->st.st_ino;
 }
 
+/* The whole of file @dir/@name, malloc'ed, into *@out; NULL if absent. */
+static int slurp(const char *dir, const char *name, char **out, size_t *len)
+{
+	char *path = NULL, *buf = NULL;
+	FILE *f;
+	long n;
+	int rc = -errno;
+
+	*out = NULL;
+	*len = 0;
+	if (asprintf(&path, "%s/%s", dir, name) < 0)
+		return -ENOMEM;
+	f = fopen(path, "rb");
+	free(path);
+	if (!f)
+		return errno == ENOENT ? 0 : -errno;
+	if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 &&
+	    fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) &&
+	    fread(buf, 1, (size_t)n, f) == (size_t)n) {
+		buf[n] = '\0';
+		*out = buf;
+		*len = (size_t)n;
+		rc = 0;
+	} else {
+		free(buf);
+		rc = -EIO;
+	}
+	fclose(f);
+	return rc;
+}
+
+/* The GGUF plan of model folder @o->md_dir (castfs_md_gguf_plan). */
+static int md_gguf_plan(const struct cli_src *s, const struct conv_opts *o,
+			struct castfs_plan **plan, struct castfs_diag *d)
+{
+	char *cfg, *tok, *tc;
+	size_t cfg_len, tok_len, tc_len;
+	int rc = slurp(o->md_dir, "config.json", &cfg, &cfg_len);
+
+	if (!rc)
+		rc = slurp(o->md_dir, "tokenizer.json", &tok, &tok_len);
+	if (!rc)
+		rc = slurp(o->md_dir, "tokenizer_config.json", &tc, &tc_len);
+	if (!rc && (!cfg || !tok))
+		rc = castfs_diag_set(d, -ENOENT,
+				     "config.json or tokenizer.json missing");
+	if (!rc)
+		rc = castfs_md_gguf_plan(s->view, cfg, cfg_len, tok, tok_len,
+					 tc, tc_len, s->h, plan, d);
+	free(cfg);
+	free(tok);
+	free(tc);
+	return rc;
+}
+
+/*
+ * A model folder @arg (a directory) is read from its one checkpoint,
+ * "model.safetensors": its path, malloc'ed, into *@weights; NULL for a
+ * file. Sharded folders are not converted. Returns 0 or -1 (said why).
+ */
+static int cli_md_weights(const char *arg, char **weights)
+{
+	struct stat st;
+	char *p;
+
+	*weights = NULL;
+	if (stat(arg, &st) != 0 || !S_ISDIR(st.st_mode))
+		return 0;
+	if (asprintf(&p, "%s/model.safetensors", arg) < 0)
+		return -1;
+	if (stat(p, &st) != 0) {
+		fprintf(stderr,
+			"castfs convert: %s: no model.safetensors (sharded "
+			"folders are not converted)\n",
+			arg);
+		free(p);
+		return -1;
+	}
+	*weights = p;
+	return 0;
+}
+
 static int convert_src(const struct cli_src *s, const struct conv_opts *o)
 {
 	struct castfs_diag d = { { 0 } };
@@ -242,7 +326,8 @@ static int convert_src(const struct cli_src *s, const struct conv_opts *o)
 			o->out);
 		return 1;
 	}
-	rc = castfs_view_plan(s->view, s->h, &plan, &d);
+	rc = o->md_dir ? md_gguf_plan(s, o, &plan, &d) :
+			 castfs_view_plan(s->view, s->h, &plan, &d);
 	if (rc) {
 		fprintf(stderr, "castfs convert: %s: view %s: %s\n", s->path,
 			s->view->name, d.msg[0] ? d.msg : strerror(-rc));
@@ -327,14 +412,34 @@ int castfs_cli_convert(int argc, char **argv)
 	struct conv_opts o = { .progress = -1 };
 	struct castfs_views vs = { 0 };
 	struct cli_src s;
-	int status = 1;
+	char *weights = NULL, *gguf_view = NULL;
+	int status = 1, rc;
 
 	if (parse_opts(argc, argv, &o))
 		return 2;
 	if (cli_views_load(&vs, "convert", o.config))
 		goto out_views;
-	if (cli_src_open(&s, "convert", argv[optind], &vs, o.view))
+	if (cli_md_weights(argv[optind], &weights))
 		goto out_views;
+	/* a folder has GGUF views only: "bf16" is "bf16.gguf" there */
+	if (weights && o.view && !strstr(o.view, ".gguf") &&
+	    asprintf(&gguf_view, "%s.gguf", o.view) < 0)
+		goto out_views;
+	rc = cli_src_open(&s, "convert", weights ? weights : argv[optind], &vs,
+			  gguf_view ? gguf_view : o.view);
+	if (rc)
+		goto out_views;
+	if (weights) {
+		o.md_dir = argv[optind];
+		if (!s.view || s.view->kind != CASTFS_VIEW_GGUF) {
+			fprintf(stderr,
+				"castfs convert: %s: a model folder "
+				"converts to a GGUF view only "
+				"(--view q8_0)\n",
+				argv[optind]);
+			goto out_src;
+		}
+	}
 	if (!s.view) {
 		fprintf(stderr, "castfs convert: %s: which view? (--view)\n",
 			s.path);
@@ -345,6 +450,8 @@ int castfs_cli_convert(int argc, char **argv)
 out_src:
 	cli_src_close(&s);
 out_views:
+	free(gguf_view);
+	free(weights);
 	castfs_views_fini(&vs);
 	return status;
 }

@@ -5,4 +5,5 @@ lib_libcastfs_a_SOURCES += \
 	lib/modeldir/modeldir.c lib/modeldir/modeldir.h \
 	lib/modeldir/modeldir_internal.h lib/modeldir/modeldir_json.c \
 	lib/modeldir/modeldir_index.c \
-	lib/modeldir/modeldir_quant.c lib/modeldir/modeldir_ct.c
+	lib/modeldir/modeldir_quant.c lib/modeldir/modeldir_ct.c \
+	lib/modeldir/modeldir_gguf.c

@@ -229,4 +229,19 @@ int castfs_md_index_rewrite(const char *json, size_t len, const char *variant,
 			    castfs_md_shard_fn shard, void *ctx, char **out,
 			    size_t *out_len, struct castfs_diag *d);
 
+/*
+ * castfs_md_gguf_plan - the llama.cpp GGUF file of a transformers
+ * causal-LM folder whose weights are the one checkpoint @h: the text of its
+ * config.json, tokenizer.json and (optional, NULL) tokenizer_config.json,
+ * seen through GGUF view @v (docs/FORMATS.md "GGUF of model directories").
+ * The plan reads @h's file. Returns 0, -EINVAL with the reason in @d
+ * (an architecture, option, tokenizer or tensor castfs does not map),
+ * -EOVERFLOW or -ENOMEM. Thread-safe; the caller owns *@out.
+ */
+int castfs_md_gguf_plan(const struct castfs_view *v, const char *config,
+			size_t config_len, const char *tokenizer,
+			size_t tokenizer_len, const char *tok_config,
+			size_t tok_config_len, const struct castfs_header *h,
+			struct castfs_plan **out, struct castfs_diag *d);
+
 #endif

@@ -21,7 +21,7 @@ static const struct ns_kind_ops *const kind_ops[NS_KIND_COUNT] = {
 	[NS_CTL_DIR] = &ns_kind_ctl_dir, [NS_CTL_FILE] = &ns_kind_ctl_file,
 	[NS_TDIR] = &ns_kind_tdir,	 [NS_TFILE] = &ns_kind_tfile,
 	[NS_MDIR] = &ns_kind_mdir,	 [NS_MFILE] = &ns_kind_mfile,
-	[NS_PACKED] = &ns_kind_packed,
+	[NS_PACKED] = &ns_kind_packed,	 [NS_MGGUF] = &ns_kind_mgguf,
 };
 
 /* What a source directory shows besides its entries and their views, in
@@ -30,6 +30,7 @@ static const struct ns_dir_ext *const dir_exts[] = {
 	&ns_packed_dir_ext,
 	&ns_tensors_dir_ext,
 	&ns_modeldir_dir_ext,
+	&ns_mdgguf_dir_ext,
 	NULL,
 };
 
@@ -368,8 +369,10 @@ static void invalidate_names(struct castfs_ns *ns, uint64_t parent,
 		cb(ctx, parent, buf); /* model-directory views */
 		if (!stem)
 			continue;
-		snprintf(buf, sizeof(buf), "%.*s.%s.safetensors", (int)stem,
-			 name, v);
+		snprintf(buf, sizeof(buf), "%.*s.%s%s", (int)stem, name, v,
+			 ns->views->v[i].kind == CASTFS_VIEW_GGUF ?
+				 "" :
+				 ".safetensors");
 		cb(ctx, parent, buf);
 		snprintf(buf, sizeof(buf), "%.*s.%s.safetensors.tensors",
 			 (int)stem, name, v);

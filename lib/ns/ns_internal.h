@@ -33,6 +33,7 @@ enum ns_kind {
 	NS_MDIR, /* DIR.<view>/ and its sub-directories */
 	NS_MFILE, /* a file inside a model-directory view */
 	NS_PACKED, /* X.safetensors shown for the pack X.safetensors.zst */
+	NS_MGGUF, /* DIR.<q>.gguf of a causal-LM folder (ns_mdgguf.c) */
 	NS_KIND_COUNT,
 };
 

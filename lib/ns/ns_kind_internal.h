@@ -31,7 +31,8 @@ struct ns_kind_ops {
 
 extern const struct ns_kind_ops ns_kind_dir, ns_kind_file, ns_kind_link,
 	ns_kind_view, ns_kind_ctl_dir, ns_kind_ctl_file, ns_kind_tdir,
-	ns_kind_tfile, ns_kind_mdir, ns_kind_mfile, ns_kind_packed;
+	ns_kind_tfile, ns_kind_mdir, ns_kind_mfile, ns_kind_packed,
+	ns_kind_mgguf;
 
 /*
  * The names a source directory shows besides its own entries, one table
@@ -57,7 +58,7 @@ struct ns_dir_ext {
 };
 
 extern const struct ns_dir_ext ns_packed_dir_ext, ns_tensors_dir_ext,
-	ns_modeldir_dir_ext;
+	ns_modeldir_dir_ext, ns_mdgguf_dir_ext;
 
 /* ---- what the facade sets up ---- */
 

@@ -30,7 +30,7 @@ static int split_dir_view(struct castfs_ns *ns, const char *name,
 	if (!dot || dot == name)
 		return -ENOENT;
 	*v = castfs_views_find(ns->views, dot + 1, strlen(dot + 1));
-	if (!*v)
+	if (!*v || (*v)->kind == CASTFS_VIEW_GGUF) /* single files only */
 		return -ENOENT;
 	*base_len = (size_t)(dot - name);
 	return 0;
@@ -105,7 +105,7 @@ static int lookup_vindex(struct castfs_ns *ns, const struct ns_node *dir,
 	if (!castfs_md_split_variant_index(name, &stem, &vname, &vlen))
 		return -ENOENT;
 	v = castfs_views_find(ns->views, vname, vlen);
-	if (!v || stem + 6 > sizeof(base))
+	if (!v || v->kind == CASTFS_VIEW_GGUF || stem + 6 > sizeof(base))
 		return -ENOENT;
 	snprintf(base, sizeof(base), "%.*s.json", (int)stem, name);
 	child->path = ns_path_join(dir->path, base, strlen(base));
@@ -152,7 +152,8 @@ static int list_views(struct castfs_ns *ns, struct ns_list *l, const char *name,
 		const struct castfs_view *v = &ns->views->v[i];
 		int n;
 
-		if (!v->listed || (casts_only && v->kind != CASTFS_VIEW_CAST))
+		if (!v->listed || v->kind == CASTFS_VIEW_GGUF ||
+		    (casts_only && v->kind != CASTFS_VIEW_CAST))
 			continue;
 		n = snprintf(buf, sizeof(buf), "%.*s.%s%s", (int)len, name,
 			     v->name, ext);

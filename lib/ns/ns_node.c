@@ -487,27 +487,54 @@ bool ns_has_st_ext(const char *name, size_t len)
 	       memcmp(name + len - ST_EXT_LEN, st_ext, ST_EXT_LEN) == 0;
 }
 
+/* "X.<name>.gguf" -> the GGUF view "<name>.gguf" and the length of X. */
+static const struct castfs_view *
+split_gguf(struct castfs_ns *ns, const char *name, size_t len, size_t *base_len)
+{
+	static const char ext[] = ".gguf";
+	const size_t elen = sizeof(ext) - 1;
+	const struct castfs_view *v;
+	const char *dot;
+
+	if (len <= elen || memcmp(name + len - elen, ext, elen) != 0)
+		return NULL;
+	dot = memrchr(name, '.', len - elen);
+	if (!dot || dot == name)
+		return NULL;
+	v = castfs_views_find(ns->views, dot + 1,
+			      (size_t)(name + len - dot - 1));
+	if (!v || v->kind != CASTFS_VIEW_GGUF)
+		return NULL;
+	*base_len = (size_t)(dot - name);
+	return v;
+}
+
 int ns_split_view_name(struct castfs_ns *ns, const char *name, char **base,
 		       const struct castfs_view **view)
 {
-	size_t len = strlen(name), stem_len;
+	size_t len = strlen(name), stem_len, base_len;
 	const char *dot;
 
-	if (!ns_has_st_ext(name, len))
-		return -ENOENT;
-	stem_len = len - ST_EXT_LEN; /* "X.<view>" */
-	dot = memrchr(name, '.', stem_len);
-	if (!dot || dot == name)
-		return -ENOENT;
-	*view = castfs_views_find(ns->views, dot + 1,
-				  (size_t)(name + stem_len - dot - 1));
-	if (!*view)
-		return -ENOENT;
-	*base = malloc((size_t)(dot - name) + ST_EXT_LEN + 1);
+	*view = split_gguf(ns, name, len, &base_len);
+	if (!*view) {
+		if (!ns_has_st_ext(name, len))
+			return -ENOENT;
+		stem_len = len - ST_EXT_LEN; /* "X.<view>" */
+		dot = memrchr(name, '.', stem_len);
+		if (!dot || dot == name)
+			return -ENOENT;
+		*view = castfs_views_find(ns->views, dot + 1,
+					  (size_t)(name + stem_len - dot - 1));
+		/* "X.q8_0.safetensors" is no name of the GGUF view */
+		if (!*view || (*view)->kind == CASTFS_VIEW_GGUF)
+			return -ENOENT;
+		base_len = (size_t)(dot - name);
+	}
+	*base = malloc(base_len + ST_EXT_LEN + 1);
 	if (!*base)
 		return -ENOMEM;
-	memcpy(*base, name, (size_t)(dot - name));
-	memcpy(*base + (dot - name), st_ext, ST_EXT_LEN + 1);
+	memcpy(*base, name, base_len);
+	memcpy(*base + base_len, st_ext, ST_EXT_LEN + 1);
 	return 0;
 }
 

@@ -107,6 +107,17 @@ static int dir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	return rc;
 }
 
+/* Whether GGUF view @v of checkpoint @ck builds: a GGUF view exists only
+ * for the architectures it maps, so a listing shows only those (the plan
+ * is built once per checkpoint and view, and cached). */
+static bool gguf_maps(struct castfs_ns *ns, struct ns_ckpt *ck,
+		      const struct castfs_view *v)
+{
+	const struct castfs_plan *plan;
+
+	return ns_ckpt_plan(ns, ck, v, &plan, NULL) == 0;
+}
+
 /* The views of checkpoint @name (a valid one, @ck of identity @st),
  * but those known not to build: an entry that cannot be served is not
  * listed. */
@@ -124,10 +135,13 @@ static int list_views(struct castfs_ns *ns, const char *name,
 		int n;
 
 		if (!v->listed || !ns_ckpt_offers(ck, v) ||
-		    ns_ckpt_view_fails(ck, (int)i))
+		    ns_ckpt_view_fails(ck, (int)i) ||
+		    (v->kind == CASTFS_VIEW_GGUF && !gguf_maps(ns, ck, v)))
 			continue;
+		/* GGUF view names carry their extension ("q8_0.gguf") */
 		n = snprintf(buf, sizeof(buf), "%.*s.%s%s", (int)stem, name,
-			     v->name, st_ext);
+			     v->name,
+			     v->kind == CASTFS_VIEW_GGUF ? "" : st_ext);
 		if (n < 0 || (size_t)n >= sizeof(buf) || n > 255 ||
 		    ns_list_has(l, buf, (size_t)n))
 			continue;

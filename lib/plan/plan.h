@@ -34,6 +34,7 @@ enum castfs_op {
 	CASTFS_OP_F8_CODES, /* compressed-tensors scaled F8_E4M3 weight */
 	CASTFS_OP_I4_PACKED, /* compressed-tensors pack-quantized int4 */
 	CASTFS_OP_CT_SCALE, /* their channel, block or group weight_scale */
+	CASTFS_OP_GGUF_BLOCKS, /* ggml Q8_0 / Q4_0 blocks of 32 elements */
 	CASTFS_OP_COUNT,
 };
 

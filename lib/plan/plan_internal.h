@@ -49,6 +49,11 @@ int castfs_gen_i8_scb(const struct castfs_read_env *env,
 		      const struct castfs_extent *e, uint64_t first,
 		      uint64_t count, uint8_t *dst);
 
+/* The generator of ggml Q8_0 / Q4_0 blocks (plan_gen_gguf.c). */
+int castfs_gen_gguf_blocks(const struct castfs_read_env *env,
+			   const struct castfs_extent *e, uint64_t first,
+			   uint64_t count, uint8_t *dst);
+
 /*
  * castfs_fp8_dequant - elements [@k, @k + @n) of FP8 block weight @q
  * (deq geometry set), dequantized to fp32 into @f, reading @src; @codes

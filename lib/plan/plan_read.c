@@ -86,6 +86,7 @@ static const castfs_gen_fn gen_table[CASTFS_OP_COUNT] = {
 	[CASTFS_OP_F8_CODES] = castfs_gen_f8_codes,
 	[CASTFS_OP_I4_PACKED] = castfs_gen_i4_packed,
 	[CASTFS_OP_CT_SCALE] = castfs_gen_ct_scale,
+	[CASTFS_OP_GGUF_BLOCKS] = castfs_gen_gguf_blocks,
 };
 
 /* One unit cut by the range: produce it whole, copy out the part asked. */
@@ -159,6 +160,8 @@ static uint64_t quant_elem(const struct castfs_extent *e,
 		return rel * 2;
 	case CASTFS_OP_CT_SCALE: /* the first element of its block */
 		return castfs_f8_scale_elem(q, rel / e->unit);
+	case CASTFS_OP_GGUF_BLOCKS: /* a unit per block of 32 */
+		return rel / e->unit * q->blocksize;
 	case CASTFS_OP_MEM:
 	case CASTFS_OP_COPY:
 	case CASTFS_OP_CAST:
@@ -198,6 +201,11 @@ uint64_t castfs_plan_src_off(const struct castfs_plan *p, uint64_t off)
 	case CASTFS_OP_I4_PACKED:
 	case CASTFS_OP_CT_SCALE:
 		break;
+	case CASTFS_OP_GGUF_BLOCKS:
+		q = &p->qtensors[e->qt];
+		return e->src_off +
+		       rel / e->unit * q->blocksize *
+			       (castfs_dtype_bits(q->src_dtype) / 8);
 	}
 	q = &p->qtensors[e->qt];
 	return q->src_off +

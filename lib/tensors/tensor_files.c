@@ -297,6 +297,7 @@ static void origin_extent(const struct castfs_tfile_ctx *c,
 	case CASTFS_OP_F8_CODES:
 	case CASTFS_OP_I4_PACKED:
 	case CASTFS_OP_CT_SCALE:
+	case CASTFS_OP_GGUF_BLOCKS:
 		if (e->qt >= c->plan->nqt)
 			return;
 		q = &c->plan->qtensors[e->qt];
@@ -389,6 +390,7 @@ void castfs_torigin_str(const struct castfs_torigin *o, char *buf, size_t len)
 	case CASTFS_OP_F8_CODES:
 	case CASTFS_OP_I4_PACKED:
 	case CASTFS_OP_CT_SCALE:
+	case CASTFS_OP_GGUF_BLOCKS:
 	case CASTFS_OP_COUNT:
 	default:
 		if (o->qtype == CASTFS_Q_F8 || o->qtype == CASTFS_Q_W4) {

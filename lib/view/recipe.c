@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/escape.h"
+#include "format/gguf.h"
 #include "plan/plan.h"
 #include "kernels/convert.h"
 #include "view/view.h"
@@ -98,6 +99,24 @@ static const struct castfs_view builtin_views[] = {
 	  .summary =
 		  "compressed-tensors W4A16: packed int4, symmetric, a "
 		  "weight_scale per 128 columns, as llm-compressor writes it" },
+	/* GGUF files for ComfyUI-GGUF: names end in .gguf, so that the file
+	 * is X.<name> (docs/FORMATS.md "GGUF views"). */
+	{ .name = "f16.gguf",
+	  .kind = CASTFS_VIEW_GGUF,
+	  .gguf_type = CASTFS_GGML_F16,
+	  .summary = "GGUF, diffusion models: F16 (1-D, small in F32)" },
+	{ .name = "bf16.gguf",
+	  .kind = CASTFS_VIEW_GGUF,
+	  .gguf_type = CASTFS_GGML_BF16,
+	  .summary = "GGUF, diffusion models: BF16 (1-D, small in F32)" },
+	{ .name = "q8_0.gguf",
+	  .kind = CASTFS_VIEW_GGUF,
+	  .gguf_type = CASTFS_GGML_Q8_0,
+	  .summary = "GGUF, diffusion models: Q8_0 2-D weights" },
+	{ .name = "q4_0.gguf",
+	  .kind = CASTFS_VIEW_GGUF,
+	  .gguf_type = CASTFS_GGML_Q4_0,
+	  .summary = "GGUF, diffusion models: Q4_0 2-D weights" },
 };
 
 int castfs_views_builtin(struct castfs_views *vs)
@@ -137,7 +156,7 @@ void castfs_views_fini(struct castfs_views *vs)
 	vs->n = 0;
 }
 
-const struct castfs_view *castfs_views_find(const struct castfs_views *vs,
+static const struct castfs_view *find_exact(const struct castfs_views *vs,
 					    const char *name, size_t len)
 {
 	for (size_t i = 0; i < vs->n; i++) {
@@ -146,6 +165,20 @@ const struct castfs_view *castfs_views_find(const struct castfs_views *vs,
 			return &vs->v[i];
 	}
 	return NULL;
+}
+
+const struct castfs_view *castfs_views_find(const struct castfs_views *vs,
+					    const char *name, size_t len)
+{
+	const struct castfs_view *v = find_exact(vs, name, len);
+	char buf[CASTFS_VIEW_NAME_MAX];
+
+	/* "q8_0" names the GGUF view "q8_0.gguf" when nothing else is. */
+	if (v || len + 6 > sizeof(buf))
+		return v;
+	memcpy(buf, name, len);
+	memcpy(buf + len, ".gguf", 5);
+	return find_exact(vs, buf, len + 5);
 }
 
 bool castfs_view_name_valid(const char *name, size_t len)
@@ -644,6 +677,8 @@ static const char *kind_name(enum castfs_view_kind k)
 		return "ct_fp8";
 	case CASTFS_VIEW_CT_W4:
 		return "ct_w4";
+	case CASTFS_VIEW_GGUF:
+		return "gguf";
 	}
 	return "?";
 }
@@ -697,13 +732,11 @@ static int views_select_pass(struct castfs_views *vs, const char *list,
 
 	while (*p) {
 		size_t n = strcspn(p, ",:");
-		struct castfs_view *v = NULL;
+		/* castfs_views_find: "q8_0" selects "q8_0.gguf" too */
+		const struct castfs_view *f = n ? castfs_views_find(vs, p, n) :
+						  NULL;
+		struct castfs_view *v = f ? &vs->v[f - vs->v] : NULL;
 
-		for (size_t i = 0; i < vs->n; i++) {
-			if (strlen(vs->v[i].name) == n &&
-			    memcmp(vs->v[i].name, p, n) == 0)
-				v = &vs->v[i];
-		}
 		if (n && !v)
 			return castfs_diag_set(d, -EINVAL,
 					       "views: unknown view '%.*s'",

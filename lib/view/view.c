@@ -93,6 +93,7 @@ static bool default_converts(const struct castfs_view *v,
 {
 	switch (v->kind) {
 	case CASTFS_VIEW_CAST:
+	case CASTFS_VIEW_GGUF:
 		return true;
 	case CASTFS_VIEW_BNB4:
 	case CASTFS_VIEW_INT8:
@@ -148,6 +149,7 @@ bool castfs_view_dequantizes(const struct castfs_view *v)
 		return true;
 	case CASTFS_VIEW_CT_FP8:
 	case CASTFS_VIEW_CT_W4:
+	case CASTFS_VIEW_GGUF:
 		break; /* not yet built from dequantized values */
 	}
 	return false;
@@ -177,6 +179,8 @@ int castfs_view_plan(const struct castfs_view *v, const struct castfs_header *h,
 	case CASTFS_VIEW_CT_FP8:
 	case CASTFS_VIEW_CT_W4:
 		return castfs_view_plan_ct(v, h, out, d);
+	case CASTFS_VIEW_GGUF:
+		return castfs_view_plan_gguf(v, h, out, d);
 	}
 	return castfs_diag_set(d, -EINVAL, "view '%s': unknown kind", v->name);
 }

@@ -22,6 +22,7 @@ enum castfs_view_kind {
 	CASTFS_VIEW_INT8, /* bitsandbytes LLM.int8 Linear8bitLt layout */
 	CASTFS_VIEW_CT_FP8, /* compressed-tensors float-quantized FP8 */
 	CASTFS_VIEW_CT_W4, /* compressed-tensors pack-quantized int4 (W4A16) */
+	CASTFS_VIEW_GGUF, /* a GGUF file (X.<q>.gguf), view_gguf.c */
 };
 
 /*
@@ -48,6 +49,7 @@ struct castfs_view {
 	bool nested; /* BNB4: double quantisation */
 	uint32_t blocksize; /* BNB4: 64 by default */
 	uint32_t ct_block; /* CT_FP8: 0 per channel, else N x N blocks */
+	uint8_t gguf_type; /* GGUF: enum castfs_ggml_type of big tensors */
 	size_t nrules;
 	struct castfs_rule *rules;
 	bool listed; /* shown by readdir (lookups resolve any view) */
@@ -112,7 +114,8 @@ int castfs_views_load(struct castfs_views *vs, const char *json, size_t len,
  * "X.<view>.safetensors" parses one way only. */
 bool castfs_view_name_valid(const char *name, size_t len);
 
-/* castfs_views_find - the view called @name (@len bytes), or NULL. */
+/* castfs_views_find - the view called @name (@len bytes), else the GGUF
+ * view "@name.gguf" ("q8_0" finds "q8_0.gguf"), or NULL. */
 const struct castfs_view *castfs_views_find(const struct castfs_views *vs,
 					    const char *name, size_t len);
 

@@ -77,6 +77,9 @@ int castfs_view_plan_ct(const struct castfs_view *v,
 int castfs_view_plan_bnb(const struct castfs_view *v,
 			 const struct castfs_header *h,
 			 struct castfs_plan **out, struct castfs_diag *d);
+int castfs_view_plan_gguf(const struct castfs_view *v,
+			  const struct castfs_header *h,
+			  struct castfs_plan **out, struct castfs_diag *d);
 
 /*
  * castfs_view_copy_metadata - add the source's __metadata__ to @pb, with

@@ -7,6 +7,7 @@
 
 #include "kernels/convert.h"
 #include "plan/plan.h"
+#include "format/gguf.h"
 #include "view/view.h"
 #include "unit.h"
 
@@ -50,9 +51,20 @@ START_TEST(test_recipe__builtins_are_what_the_docs_say)
 	ck_assert_int_eq(find("int8")->kind, CASTFS_VIEW_INT8);
 	ck_assert_uint_eq(find("nf4")->blocksize, 64);
 	ck_assert_ptr_null(find("fp9"));
-	for (size_t i = 0; i < vs.n; i++)
-		ck_assert(castfs_view_name_valid(vs.v[i].name,
-						 strlen(vs.v[i].name)));
+	for (size_t i = 0; i < vs.n; i++) {
+		size_t n = strlen(vs.v[i].name);
+
+		/* GGUF views are named with their extension, "q8_0.gguf" */
+		if (vs.v[i].kind == CASTFS_VIEW_GGUF) {
+			ck_assert(n > 5 &&
+				  !strcmp(vs.v[i].name + n - 5, ".gguf"));
+			n -= 5;
+		}
+		ck_assert(castfs_view_name_valid(vs.v[i].name, n));
+	}
+	ck_assert_int_eq(find("q8_0.gguf")->gguf_type, CASTFS_GGML_Q8_0);
+	ck_assert_ptr_eq(find("q8_0"), find("q8_0.gguf"));
+	ck_assert_int_eq(find("bf16")->kind, CASTFS_VIEW_CAST);
 }
 END_TEST
 

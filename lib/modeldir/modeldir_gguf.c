@@ -1,0 +1,735 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A transformers causal-LM folder as one llama.cpp GGUF file, as
+ * convert_hf_to_gguf.py and llama-quantize make it (docs/FORMATS.md "GGUF
+ * of model directories"): the hyper-parameter KVs from config.json, the
+ * BPE tokenizer from tokenizer.json, llama.cpp's tensor names and the Q/K
+ * row permutation of rotary llama models. What castfs cannot map exactly
+ * gets no file and a reason, never a model that loads and talks nonsense.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/gguf.h"
+#include "modeldir/modeldir.h"
+#include "modeldir/modeldir_internal.h"
+#include "plan/plan_build.h"
+#include "quant/quant_gguf.h"
+
+/* llama.cpp token types (llama_token_type). */
+enum { TOK_NORMAL = 1, TOK_CONTROL = 3, TOK_USER_DEFINED = 4 };
+
+/* The model families castfs maps, by config.json "architectures". */
+struct llm_arch {
+	const char *hf; /* architectures[0] */
+	const char *name; /* general.architecture */
+	bool permute_qk; /* convert_hf_to_gguf LlamaModel.permute */
+};
+
+static const struct llm_arch llm_arches[] = {
+	{ "LlamaForCausalLM", "llama", true },
+	{ "MistralForCausalLM", "llama", true },
+	{ "Qwen2ForCausalLM", "qwen2", false },
+	{ "Qwen3ForCausalLM", "qwen3", false },
+};
+
+/* What the builder knows of the model. */
+struct llm {
+	const struct llm_arch *arch;
+	const cJSON *cfg;
+	uint32_t n_layer, n_embd, n_ff, n_head, n_head_kv, n_ctx, head_dim;
+	bool has_head_dim;
+	double rope_theta, rms_eps;
+	uint32_t vocab_size;
+};
+
+static int cfg_u32(const cJSON *cfg, const char *key, uint32_t *out,
+		   bool required, struct castfs_diag *d)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+
+	if (!v || cJSON_IsNull(v)) {
+		if (!required)
+			return 1;
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: config.json has no %s", key);
+	}
+	if (!cJSON_IsNumber(v) || v->valuedouble < 0 ||
+	    v->valuedouble > UINT32_MAX ||
+	    v->valuedouble != (double)(uint32_t)v->valuedouble)
+		return castfs_diag_set(
+			d, -EINVAL, "GGUF: config.json %s is not a count", key);
+	*out = (uint32_t)v->valuedouble;
+	return 0;
+}
+
+static const struct llm_arch *find_arch(const cJSON *cfg)
+{
+	const cJSON *a = cJSON_GetObjectItemCaseSensitive(cfg, "architectures");
+	const cJSON *first = cJSON_IsArray(a) ? cJSON_GetArrayItem(a, 0) : NULL;
+
+	if (!cJSON_IsString(first) || cJSON_GetArraySize(a) != 1)
+		return NULL;
+	for (size_t i = 0; i < sizeof(llm_arches) / sizeof(llm_arches[0]); i++)
+		if (!strcmp(first->valuestring, llm_arches[i].hf))
+			return &llm_arches[i];
+	return NULL;
+}
+
+/* Options castfs does not map change the model: refuse rather than drop. */
+static int cfg_unsupported(const cJSON *cfg, struct castfs_diag *d)
+{
+	static const char *const keys[] = { "rope_scaling",
+					    "quantization_config", "mlp_bias" };
+
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, keys[i]);
+
+		if (v && !cJSON_IsNull(v) && !cJSON_IsFalse(v))
+			return castfs_diag_set(d, -EINVAL,
+					       "GGUF: config.json %s is not "
+					       "supported",
+					       keys[i]);
+	}
+	return 0;
+}
+
+static int cfg_double(const cJSON *cfg, const char *key, double def,
+		      double *out)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+
+	*out = cJSON_IsNumber(v) ? v->valuedouble : def;
+	return 0;
+}
+
+static int read_config(struct llm *m, const cJSON *cfg, struct castfs_diag *d)
+{
+	int rc;
+
+	m->cfg = cfg;
+	m->arch = find_arch(cfg);
+	if (!m->arch)
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: config.json architectures is "
+				       "not one castfs maps (Llama, Mistral, "
+				       "Qwen2, Qwen3 causal LMs)");
+	rc = cfg_unsupported(cfg, d);
+	if (!rc)
+		rc = cfg_u32(cfg, "num_hidden_layers", &m->n_layer, true, d);
+	if (!rc)
+		rc = cfg_u32(cfg, "hidden_size", &m->n_embd, true, d);
+	if (!rc)
+		rc = cfg_u32(cfg, "intermediate_size", &m->n_ff, true, d);
+	if (!rc)
+		rc = cfg_u32(cfg, "num_attention_heads", &m->n_head, true, d);
+	if (!rc)
+		rc = cfg_u32(cfg, "max_position_embeddings", &m->n_ctx, true,
+			     d);
+	if (!rc)
+		rc = cfg_u32(cfg, "vocab_size", &m->vocab_size, true, d);
+	if (rc)
+		return rc;
+	if (cfg_u32(cfg, "num_key_value_heads", &m->n_head_kv, false, d))
+		m->n_head_kv = m->n_head;
+	m->has_head_dim = cfg_u32(cfg, "head_dim", &m->head_dim, false, d) == 0;
+	/* the largest vocabularies are ~256k; the tokens are held in memory */
+	if (m->vocab_size == 0 || m->vocab_size > (4u << 20))
+		return castfs_diag_set(d, -EINVAL, "GGUF: vocab_size %u",
+				       m->vocab_size);
+	if (!m->n_head || !m->n_head_kv || m->n_head % m->n_head_kv)
+		return castfs_diag_set(d, -EINVAL, "GGUF: head counts");
+	if (!m->has_head_dim)
+		m->head_dim = m->n_embd / m->n_head;
+	if (!m->head_dim || m->head_dim % 2)
+		return castfs_diag_set(d, -EINVAL, "GGUF: odd head_dim");
+	cfg_double(cfg, "rope_theta", 10000.0, &m->rope_theta);
+	if (!cJSON_GetObjectItemCaseSensitive(cfg, "rope_theta"))
+		cfg_double(cJSON_GetObjectItemCaseSensitive(cfg,
+							    "rope_parameters"),
+			   "rope_theta", 10000.0, &m->rope_theta);
+	cfg_double(cfg, "rms_norm_eps", 1e-6, &m->rms_eps);
+	return 0;
+}
+
+static void write_hparams(struct castfs_gguf_w *w, const struct llm *m)
+{
+	char key[96];
+	const char *a = m->arch->name;
+
+#define KEY(k) (snprintf(key, sizeof(key), "%s." k, a), key)
+	castfs_gguf_kv_u32(w, KEY("context_length"), m->n_ctx);
+	castfs_gguf_kv_u32(w, KEY("embedding_length"), m->n_embd);
+	castfs_gguf_kv_u32(w, KEY("feed_forward_length"), m->n_ff);
+	castfs_gguf_kv_u32(w, KEY("block_count"), m->n_layer);
+	castfs_gguf_kv_u32(w, KEY("attention.head_count"), m->n_head);
+	castfs_gguf_kv_u32(w, KEY("attention.head_count_kv"), m->n_head_kv);
+	castfs_gguf_kv_f32(w, KEY("rope.freq_base"), (float)m->rope_theta);
+	castfs_gguf_kv_f32(w, KEY("attention.layer_norm_rms_epsilon"),
+			   (float)m->rms_eps);
+	if (m->has_head_dim) {
+		castfs_gguf_kv_u32(w, KEY("attention.key_length"), m->head_dim);
+		castfs_gguf_kv_u32(w, KEY("attention.value_length"),
+				   m->head_dim);
+	}
+	if (m->arch->permute_qk)
+		castfs_gguf_kv_u32(w, KEY("rope.dimension_count"), m->head_dim);
+	castfs_gguf_kv_u32(w, KEY("vocab_size"), m->vocab_size);
+#undef KEY
+}
+
+/* ---- the tokenizer ---- */
+
+/* gpt2's pre-tokenizer is ByteLevel with its own regex and no prefix
+ * space; it is the one castfs recognises exactly (llama.cpp "gpt-2"). */
+static bool pre_is_gpt2(const cJSON *tok)
+{
+	const cJSON *pre =
+		cJSON_GetObjectItemCaseSensitive(tok, "pre_tokenizer");
+	const cJSON *type = cJSON_GetObjectItemCaseSensitive(pre, "type");
+	const cJSON *aps, *regex;
+
+	if (!cJSON_IsString(type) || strcmp(type->valuestring, "ByteLevel"))
+		return false;
+	aps = cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_space");
+	regex = cJSON_GetObjectItemCaseSensitive(pre, "use_regex");
+	return cJSON_IsFalse(aps) && (!regex || cJSON_IsTrue(regex));
+}
+
+static bool is_type(const cJSON *o, const char *key, const char *want)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
+
+	return cJSON_IsString(t) && !strcmp(t->valuestring, want);
+}
+
+static int check_tokenizer(const cJSON *tok, struct castfs_diag *d)
+{
+	const cJSON *model = cJSON_GetObjectItemCaseSensitive(tok, "model");
+	const cJSON *norm = cJSON_GetObjectItemCaseSensitive(tok, "normalizer");
+	const cJSON *bf =
+		cJSON_GetObjectItemCaseSensitive(model, "byte_fallback");
+
+	if (!is_type(tok, "model", "BPE") || (bf && !cJSON_IsFalse(bf)))
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: tokenizer.json is not a "
+				       "byte-level BPE model");
+	if (norm && !cJSON_IsNull(norm))
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: tokenizer.json has a normalizer");
+	if (!pre_is_gpt2(tok) || !is_type(tok, "decoder", "ByteLevel"))
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: tokenizer.json pre-tokenizer is "
+				       "not one castfs names for llama.cpp "
+				       "(gpt2's ByteLevel)");
+	return 0;
+}
+
+/* One token of the vocabulary, by id. */
+struct tok_ent {
+	const char *s;
+	size_t len;
+	int type;
+};
+
+static int vocab_set(struct tok_ent *v, uint32_t n, double id, const char *s,
+		     int type, struct castfs_diag *d)
+{
+	if (id < 0 || id >= n || id != (double)(uint32_t)id)
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: token id %.0f outside vocab_size",
+				       id);
+	v[(uint32_t)id] = (struct tok_ent){ s, strlen(s), type };
+	return 0;
+}
+
+/*
+ * Tokens in id order as convert_hf_to_gguf's get_vocab_base: the BPE
+ * vocabulary, added tokens (special ones CONTROL, others USER_DEFINED) and
+ * "[PAD<i>]" USER_DEFINED for ids up to vocab_size that have none.
+ */
+static int read_vocab(const cJSON *tok, uint32_t n, struct tok_ent *v,
+		      struct castfs_diag *d)
+{
+	const cJSON *model = cJSON_GetObjectItemCaseSensitive(tok, "model");
+	const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+	const cJSON *added =
+		cJSON_GetObjectItemCaseSensitive(tok, "added_tokens");
+	const cJSON *e;
+	int rc = 0;
+
+	if (!cJSON_IsObject(vocab))
+		return castfs_diag_set(d, -EINVAL, "GGUF: no BPE vocab");
+	cJSON_ArrayForEach(e, vocab) {
+		if (!rc && !cJSON_IsNumber(e))
+			rc = castfs_diag_set(d, -EINVAL, "GGUF: vocab id");
+		if (!rc)
+			rc = vocab_set(v, n, e->valuedouble, e->string,
+				       TOK_NORMAL, d);
+	}
+	cJSON_ArrayForEach(e, added) {
+		const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
+		const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
+		const cJSON *sp =
+			cJSON_GetObjectItemCaseSensitive(e, "special");
+
+		if (!rc && (!cJSON_IsNumber(id) || !cJSON_IsString(c)))
+			rc = castfs_diag_set(d, -EINVAL, "GGUF: added token");
+		if (!rc)
+			rc = vocab_set(v, n, id->valuedouble, c->valuestring,
+				       cJSON_IsTrue(sp) ? TOK_CONTROL :
+							  TOK_USER_DEFINED,
+				       d);
+	}
+	return rc;
+}
+
+static void write_tokens(struct castfs_gguf_w *w, const struct tok_ent *v,
+			 uint32_t n)
+{
+	char pad[32];
+
+	castfs_gguf_kv_array(w, "tokenizer.ggml.tokens", CASTFS_GGUF_T_STRING,
+			     n);
+	for (uint32_t i = 0; i < n; i++) {
+		if (v[i].s) {
+			castfs_gguf_arr_str(w, v[i].s, v[i].len);
+		} else {
+			int k = snprintf(pad, sizeof(pad), "[PAD%u]", i);
+
+			castfs_gguf_arr_str(w, pad, (size_t)k);
+		}
+	}
+	castfs_gguf_kv_array(w, "tokenizer.ggml.token_type",
+			     CASTFS_GGUF_T_INT32, n);
+	for (uint32_t i = 0; i < n; i++)
+		castfs_gguf_arr_i32(w, v[i].s ? v[i].type : TOK_USER_DEFINED);
+}
+
+/* Merges as "a b", whether tokenizer.json spells them so or as pairs. */
+static int write_merges(struct castfs_gguf_w *w, const cJSON *tok,
+			struct castfs_diag *d)
+{
+	const cJSON *model = cJSON_GetObjectItemCaseSensitive(tok, "model");
+	const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+	struct castfs_strbuf b = { 0 };
+	const cJSON *e;
+
+	if (!cJSON_IsArray(merges))
+		return castfs_diag_set(d, -EINVAL, "GGUF: no BPE merges");
+	castfs_gguf_kv_array(w, "tokenizer.ggml.merges", CASTFS_GGUF_T_STRING,
+			     (uint64_t)cJSON_GetArraySize(merges));
+	cJSON_ArrayForEach(e, merges) {
+		const cJSON *a = cJSON_GetArrayItem(e, 0);
+		const cJSON *c = cJSON_GetArrayItem(e, 1);
+
+		if (cJSON_IsString(e)) {
+			castfs_gguf_arr_str(w, e->valuestring,
+					    strlen(e->valuestring));
+			continue;
+		}
+		if (!cJSON_IsString(a) || !cJSON_IsString(c) ||
+		    cJSON_GetArraySize(e) != 2) {
+			castfs_sb_fini(&b);
+			return castfs_diag_set(d, -EINVAL, "GGUF: a merge");
+		}
+		b.len = 0;
+		castfs_sb_printf(&b, "%s %s", a->valuestring, c->valuestring);
+		castfs_gguf_arr_str(w, b.p ? b.p : "", b.len);
+	}
+	castfs_sb_fini(&b);
+	return b.oom ? -ENOMEM : 0;
+}
+
+/* The id of added token @content, or -1. */
+static int token_id(const cJSON *tok, const char *content)
+{
+	const cJSON *added =
+		cJSON_GetObjectItemCaseSensitive(tok, "added_tokens");
+	const cJSON *e;
+
+	cJSON_ArrayForEach(e, added) {
+		const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
+		const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
+
+		if (cJSON_IsString(c) && cJSON_IsNumber(id) &&
+		    !strcmp(c->valuestring, content))
+			return (int)id->valueint;
+	}
+	return -1;
+}
+
+/* A special token of tokenizer_config.json: a string or {"content": ...}. */
+static const char *special_str(const cJSON *tc, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(tc, key);
+
+	if (cJSON_IsObject(v))
+		v = cJSON_GetObjectItemCaseSensitive(v, "content");
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* gguf-py SpecialVocab: bos/eos/unk/pad ids and add_bos/add_eos. */
+static void write_special(struct castfs_gguf_w *w, const cJSON *tok,
+			  const cJSON *tc)
+{
+	static const char *const names[][2] = {
+		{ "bos_token", "tokenizer.ggml.bos_token_id" },
+		{ "eos_token", "tokenizer.ggml.eos_token_id" },
+		{ "unk_token", "tokenizer.ggml.unknown_token_id" },
+		{ "pad_token", "tokenizer.ggml.padding_token_id" },
+	};
+	const cJSON *b;
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		const char *s = special_str(tc, names[i][0]);
+		int id = s ? token_id(tok, s) : -1;
+
+		if (id >= 0)
+			castfs_gguf_kv_u32(w, names[i][1], (uint32_t)id);
+	}
+	b = cJSON_GetObjectItemCaseSensitive(tc, "add_bos_token");
+	if (cJSON_IsBool(b))
+		castfs_gguf_kv_bool(w, "tokenizer.ggml.add_bos_token",
+				    cJSON_IsTrue(b));
+	b = cJSON_GetObjectItemCaseSensitive(tc, "add_eos_token");
+	if (cJSON_IsBool(b))
+		castfs_gguf_kv_bool(w, "tokenizer.ggml.add_eos_token",
+				    cJSON_IsTrue(b));
+}
+
+static int write_tokenizer(struct castfs_gguf_w *w, const struct llm *m,
+			   const cJSON *tok, const cJSON *tc,
+			   struct castfs_diag *d)
+{
+	struct tok_ent *v;
+	int rc = check_tokenizer(tok, d);
+
+	if (rc)
+		return rc;
+	v = calloc(m->vocab_size ? m->vocab_size : 1, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	castfs_gguf_kv_str(w, "tokenizer.ggml.model", "gpt2");
+	castfs_gguf_kv_str(w, "tokenizer.ggml.pre", "gpt-2");
+	rc = read_vocab(tok, m->vocab_size, v, d);
+	if (!rc)
+		write_tokens(w, v, m->vocab_size);
+	free(v);
+	if (!rc)
+		rc = write_merges(w, tok, d);
+	if (!rc)
+		write_special(w, tok, tc);
+	return rc;
+}
+
+/* ---- tensors ---- */
+
+/* HF name suffix (after "model.layers.N.") -> llama.cpp's (after "blk.N."). */
+static const char *const layer_names[][2] = {
+	{ "input_layernorm.weight", "attn_norm.weight" },
+	{ "self_attn.q_proj.weight", "attn_q.weight" },
+	{ "self_attn.k_proj.weight", "attn_k.weight" },
+	{ "self_attn.v_proj.weight", "attn_v.weight" },
+	{ "self_attn.o_proj.weight", "attn_output.weight" },
+	{ "self_attn.q_proj.bias", "attn_q.bias" },
+	{ "self_attn.k_proj.bias", "attn_k.bias" },
+	{ "self_attn.v_proj.bias", "attn_v.bias" },
+	{ "self_attn.q_norm.weight", "attn_q_norm.weight" },
+	{ "self_attn.k_norm.weight", "attn_k_norm.weight" },
+	{ "post_attention_layernorm.weight", "ffn_norm.weight" },
+	{ "mlp.gate_proj.weight", "ffn_gate.weight" },
+	{ "mlp.up_proj.weight", "ffn_up.weight" },
+	{ "mlp.down_proj.weight", "ffn_down.weight" },
+};
+
+/* The llama.cpp name of HF tensor @t into @buf, or false (unmapped). */
+static bool map_name(const struct castfs_tensor *t, const struct llm *m,
+		     char *buf, size_t len)
+{
+	static const char pfx[] = "model.layers.";
+	unsigned layer;
+	int used = 0;
+
+	if (!strcmp(t->name, "model.embed_tokens.weight"))
+		return snprintf(buf, len, "token_embd.weight") > 0;
+	if (!strcmp(t->name, "model.norm.weight"))
+		return snprintf(buf, len, "output_norm.weight") > 0;
+	if (!strcmp(t->name, "lm_head.weight"))
+		return snprintf(buf, len, "output.weight") > 0;
+	if (strncmp(t->name, pfx, sizeof(pfx) - 1) ||
+	    sscanf(t->name + sizeof(pfx) - 1, "%u.%n", &layer, &used) != 1 ||
+	    !used || layer >= m->n_layer)
+		return false;
+	for (size_t i = 0; i < sizeof(layer_names) / sizeof(layer_names[0]);
+	     i++) {
+		if (!strcmp(t->name + sizeof(pfx) - 1 + used,
+			    layer_names[i][0]))
+			return snprintf(buf, len, "blk.%u.%s", layer,
+					layer_names[i][1]) > 0;
+	}
+	return false;
+}
+
+/* One output tensor. */
+struct llm_out {
+	const struct castfs_tensor *t;
+	char name[64];
+	enum castfs_ggml_type type;
+	uint32_t heads; /* > 0: rows permuted in this many heads */
+};
+
+static bool ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), k = strlen(suffix);
+
+	return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/*
+ * llama-quantize's type: 1-D tensors F32; 2-D ones the view's type, except
+ * where a quantised row is not whole blocks (F16) and the output matrix of
+ * Q4_0 (llama-quantize makes it Q6_K, which castfs lacks: Q8_0).
+ */
+static enum castfs_ggml_type llm_type(const struct castfs_view *v,
+				      const struct llm_out *o, bool tied)
+{
+	enum castfs_ggml_type want = (enum castfs_ggml_type)v->gguf_type;
+	bool quant = want == CASTFS_GGML_Q8_0 || want == CASTFS_GGML_Q4_0;
+	bool output = !strcmp(o->name, "output.weight") ||
+		      (tied && !strcmp(o->name, "token_embd.weight"));
+
+	if (o->t->ndim < 2)
+		return CASTFS_GGML_F32;
+	if (quant && o->t->shape[o->t->ndim - 1] % CASTFS_GGUF_QK)
+		return CASTFS_GGML_F16;
+	if (want == CASTFS_GGML_Q4_0 && output)
+		return CASTFS_GGML_Q8_0;
+	return want;
+}
+
+static int describe_all(const struct castfs_view *v, const struct llm *m,
+			const struct castfs_header *h, struct llm_out *o,
+			size_t *n, struct castfs_diag *d)
+{
+	bool tied = !castfs_header_find(h, "lm_head.weight", 14);
+
+	*n = 0;
+	for (size_t i = 0; i < h->ntensors; i++) {
+		const struct castfs_tensor *t = h->by_name[i];
+		struct llm_out *x = &o[*n];
+
+		if (!castfs_dtype_is_castable(t->dtype) || t->ndim == 0 ||
+		    t->ndim > 2 || strlen(t->name) != t->name_len ||
+		    !map_name(t, m, x->name, sizeof(x->name)))
+			return castfs_diag_set(d, -EINVAL,
+					       "GGUF: tensor '%s' has no "
+					       "llama.cpp counterpart castfs "
+					       "knows",
+					       t->name);
+		x->t = t;
+		x->heads = 0;
+		if (m->arch->permute_qk &&
+		    (ends_with(t->name, "q_proj.weight") ||
+		     ends_with(t->name, "q_proj.bias")))
+			x->heads = m->n_head;
+		if (m->arch->permute_qk &&
+		    (ends_with(t->name, "k_proj.weight") ||
+		     ends_with(t->name, "k_proj.bias")))
+			x->heads = m->n_head_kv;
+		if (x->heads && t->shape[0] % (2u * x->heads))
+			return castfs_diag_set(d, -EINVAL,
+					       "GGUF: '%s' rows do not split "
+					       "into heads",
+					       t->name);
+		x->type = llm_type(v, x, tied);
+		(*n)++;
+	}
+	return 0;
+}
+
+static enum castfs_dtype plain_dtype(enum castfs_ggml_type t)
+{
+	return t == CASTFS_GGML_F32 ? CASTFS_DTYPE_F32 :
+	       t == CASTFS_GGML_F16 ? CASTFS_DTYPE_F16 :
+				      CASTFS_DTYPE_BF16;
+}
+
+/* The producer of @rows rows of @o starting at source row @row. */
+static int add_rows(struct castfs_pb *pb, const struct castfs_header *h,
+		    const struct llm_out *o, uint32_t qt, uint64_t row,
+		    uint64_t rows)
+{
+	const struct castfs_tensor *t = o->t;
+	uint64_t cols = t->ndim == 2 ? t->shape[1] : 1;
+	size_t in_sz = castfs_dtype_bits(t->dtype) / 8;
+	struct castfs_producer p = {
+		.src_off = h->data_start + t->begin + row * cols * in_sz,
+	};
+	unsigned bytes, blck = castfs_gguf_blck(o->type, &bytes);
+
+	if (o->type == CASTFS_GGML_Q8_0 || o->type == CASTFS_GGML_Q4_0) {
+		p.op = CASTFS_OP_GGUF_BLOCKS;
+		p.qt = qt;
+		p.unit = bytes;
+	} else if (plain_dtype(o->type) == t->dtype) {
+		p.op = CASTFS_OP_COPY;
+	} else {
+		p.op = CASTFS_OP_CAST;
+		p.src_dtype = t->dtype;
+		p.dst_dtype = plain_dtype(o->type);
+		p.unit = bytes;
+	}
+	return castfs_pb_append(pb, &p, rows * cols / blck * bytes);
+}
+
+/* convert_hf_to_gguf LlamaModel.permute: output row h*hd + 2i + j is
+ * source row h*hd + j*hd/2 + i. */
+static int add_data(struct castfs_pb *pb, const struct castfs_header *h,
+		    const struct llm_out *o, uint64_t nbytes)
+{
+	static const uint8_t zeros[CASTFS_GGUF_ALIGN];
+	uint64_t pad = (CASTFS_GGUF_ALIGN - nbytes % CASTFS_GGUF_ALIGN) %
+		       CASTFS_GGUF_ALIGN;
+	uint64_t rows = o->t->shape[0];
+	uint32_t qt = 0;
+	int rc = 0;
+
+	if (o->type == CASTFS_GGML_Q8_0 || o->type == CASTFS_GGML_Q4_0) {
+		struct castfs_qtensor q = {
+			.src_off = h->data_start + o->t->begin,
+			.nelems = o->t->nelems,
+			.blocksize = CASTFS_GGUF_QK,
+			.src_dtype = o->t->dtype,
+			.qtype = o->type == CASTFS_GGML_Q8_0 ?
+					 CASTFS_Q_GGUF_Q8_0 :
+					 CASTFS_Q_GGUF_Q4_0,
+		};
+
+		rc = castfs_pb_add_qtensor(pb, &q, &qt);
+	}
+	if (!rc && !o->heads) {
+		rc = add_rows(pb, h, o, qt, 0, rows);
+	} else if (!rc) {
+		uint64_t hd = rows / o->heads, half = hd / 2;
+
+		/* a bias permutes like the rows it adds to */
+		for (uint64_t r = 0; !rc && r < rows; r++) {
+			uint64_t src =
+				r / hd * hd + (r % 2) * half + r % hd / 2;
+
+			rc = add_rows(pb, h, o, qt, src, 1);
+		}
+	}
+	if (!rc && pad) {
+		struct castfs_producer z = { .op = CASTFS_OP_MEM,
+					     .mem = zeros };
+
+		rc = castfs_pb_append(pb, &z, pad);
+	}
+	return rc;
+}
+
+static uint32_t llm_file_type(enum castfs_ggml_type t)
+{
+	switch (t) {
+	case CASTFS_GGML_F32:
+		return 0;
+	case CASTFS_GGML_F16:
+		return 1;
+	case CASTFS_GGML_Q4_0:
+		return 2;
+	case CASTFS_GGML_Q8_0:
+		return 7;
+	case CASTFS_GGML_BF16:
+		return 32;
+	}
+	return 0;
+}
+
+static int build(const struct castfs_view *v, const struct llm *m,
+		 const cJSON *tok, const cJSON *tc,
+		 const struct castfs_header *h, struct castfs_plan **out,
+		 struct castfs_diag *d)
+{
+	struct llm_out *o = calloc(h->ntensors ? h->ntensors : 1, sizeof(*o));
+	uint64_t *nbytes = calloc(h->ntensors ? h->ntensors : 1, 8);
+	struct castfs_producer hp = { .op = CASTFS_OP_MEM };
+	struct castfs_gguf_w *w = NULL;
+	struct castfs_pb *pb = NULL;
+	uint8_t *hdr = NULL;
+	uint64_t off, data_len;
+	size_t n = 0, hdr_len;
+	int rc = o && nbytes ? castfs_gguf_w_new(&w) : -ENOMEM;
+
+	if (!rc)
+		rc = describe_all(v, m, h, o, &n, d);
+	if (!rc) {
+		castfs_gguf_kv_str(w, "general.architecture", m->arch->name);
+		castfs_gguf_kv_u32(w, "general.quantization_version", 2);
+		castfs_gguf_kv_u32(
+			w, "general.file_type",
+			llm_file_type((enum castfs_ggml_type)v->gguf_type));
+		write_hparams(w, m);
+		rc = write_tokenizer(w, m, tok, tc, d);
+	}
+	for (size_t i = 0; !rc && i < n; i++)
+		rc = castfs_gguf_tensor(w, o[i].name, strlen(o[i].name),
+					o[i].t->ndim, o[i].t->shape, o[i].type,
+					&off, &nbytes[i]);
+	if (!rc)
+		rc = castfs_gguf_w_finish(w, &hdr, &hdr_len, &data_len);
+	if (!rc)
+		rc = castfs_pb_new(&pb);
+	hp.mem = hdr;
+	if (!rc)
+		rc = castfs_pb_append(pb, &hp, hdr_len);
+	for (size_t i = 0; !rc && i < n; i++)
+		rc = add_data(pb, h, &o[i], nbytes[i]);
+	if (!rc) {
+		rc = castfs_pb_finish_raw(pb, out);
+		pb = NULL;
+	}
+	castfs_pb_free(pb);
+	free(hdr);
+	castfs_gguf_w_free(w);
+	free(nbytes);
+	free(o);
+	return rc;
+}
+
+int castfs_md_gguf_plan(const struct castfs_view *v, const char *config,
+			size_t config_len, const char *tokenizer,
+			size_t tokenizer_len, const char *tok_config,
+			size_t tok_config_len, const struct castfs_header *h,
+			struct castfs_plan **out, struct castfs_diag *d)
+{
+	cJSON *cfg = cJSON_ParseWithLength(config, config_len);
+	cJSON *tok = cJSON_ParseWithLength(tokenizer, tokenizer_len);
+	cJSON *tc = tok_config ?
+			    cJSON_ParseWithLength(tok_config, tok_config_len) :
+			    NULL;
+	struct llm m = { 0 };
+	int rc;
+
+	if (v->kind != CASTFS_VIEW_GGUF)
+		rc = castfs_diag_set(d, -EINVAL, "not a GGUF view");
+	else if (!cJSON_IsObject(cfg) || !cJSON_IsObject(tok) ||
+		 (tok_config && !cJSON_IsObject(tc)))
+		rc = castfs_diag_set(d, -EINVAL,
+				     "GGUF: config.json, tokenizer.json or "
+				     "tokenizer_config.json is not a JSON "
+				     "object");
+	else
+		rc = read_config(&m, cfg, d);
+	if (!rc)
+		rc = build(v, &m, tok, tc, h, out, d);
+	cJSON_Delete(cfg);
+	cJSON_Delete(tok);
+	cJSON_Delete(tc);
+	return rc;
+}
