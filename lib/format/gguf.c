@@ -231,3 +231,20 @@ int castfs_gguf_w_finish(struct castfs_gguf_w *w, uint8_t **hdr, size_t *len,
 	*data_len = w->data_len;
 	return 0;
 }
+
+uint32_t castfs_gguf_file_type(enum castfs_ggml_type t)
+{
+	switch (t) {
+	case CASTFS_GGML_F32:
+		return 0;
+	case CASTFS_GGML_F16:
+		return 1;
+	case CASTFS_GGML_Q4_0:
+		return 2;
+	case CASTFS_GGML_Q8_0:
+		return 7;
+	case CASTFS_GGML_BF16:
+		return 32;
+	}
+	return 0;
+}

@@ -106,4 +106,9 @@ int castfs_gguf_tensor(struct castfs_gguf_w *w, const char *name, size_t len,
 int castfs_gguf_w_finish(struct castfs_gguf_w *w, uint8_t **hdr, size_t *len,
 			 uint64_t *data_len);
 
+/* castfs_gguf_file_type - the llama_ftype (general.file_type) of a file
+ * whose large tensors are of type @t: 0 F32, 1 F16, 2 Q4_0, 7 Q8_0,
+ * 32 BF16. Pure. */
+uint32_t castfs_gguf_file_type(enum castfs_ggml_type t);
+
 #endif

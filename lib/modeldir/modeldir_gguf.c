@@ -634,23 +634,6 @@ static int add_data(struct castfs_pb *pb, const struct castfs_header *h,
 	return rc;
 }
 
-static uint32_t llm_file_type(enum castfs_ggml_type t)
-{
-	switch (t) {
-	case CASTFS_GGML_F32:
-		return 0;
-	case CASTFS_GGML_F16:
-		return 1;
-	case CASTFS_GGML_Q4_0:
-		return 2;
-	case CASTFS_GGML_Q8_0:
-		return 7;
-	case CASTFS_GGML_BF16:
-		return 32;
-	}
-	return 0;
-}
-
 static int build(const struct castfs_view *v, const struct llm *m,
 		 const cJSON *tok, const cJSON *tc,
 		 const struct castfs_header *h, struct castfs_plan **out,
@@ -671,9 +654,9 @@ static int build(const struct castfs_view *v, const struct llm *m,
 	if (!rc) {
 		castfs_gguf_kv_str(w, "general.architecture", m->arch->name);
 		castfs_gguf_kv_u32(w, "general.quantization_version", 2);
-		castfs_gguf_kv_u32(
-			w, "general.file_type",
-			llm_file_type((enum castfs_ggml_type)v->gguf_type));
+		castfs_gguf_kv_u32(w, "general.file_type",
+				   castfs_gguf_file_type((enum castfs_ggml_type)
+								 v->gguf_type));
 		write_hparams(w, m);
 		rc = write_tokenizer(w, m, tok, tc, d);
 	}

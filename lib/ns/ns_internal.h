@@ -190,6 +190,13 @@ int ns_split_view_name(struct castfs_ns *ns, const char *name, char **base,
  * name), malloc'ed; NULL on -ENOMEM. */
 char *ns_parent_path(const char *path);
 
+/* ns_split_gguf_name - "X.<q>.gguf" (@len bytes) as the GGUF view
+ * "<q>.gguf" of the mount, with the length of X in *@base_len; NULL when
+ * @name is no such name. */
+const struct castfs_view *ns_split_gguf_name(struct castfs_ns *ns,
+					     const char *name, size_t len,
+					     size_t *base_len);
+
 /* ns_has_st_ext - true if @name (@len bytes) ends in ".safetensors" with
  * a non-empty stem. */
 bool ns_has_st_ext(const char *name, size_t len);

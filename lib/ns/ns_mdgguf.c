@@ -28,9 +28,6 @@ static const char *const texts[] = { "config.json", "tokenizer.json",
 /* Larger text files are refused (a tokenizer.json is a few MiB). */
 #define TEXT_MAX (256u << 20)
 
-static const char gguf_ext[] = ".gguf";
-#define GGUF_EXT_LEN (sizeof(gguf_ext) - 1)
-
 /* "@dir/@name" of a model folder's file, malloc'ed. */
 static char *md_file(const char *dir, const char *name)
 {
@@ -72,33 +69,12 @@ static int texts_dep(struct castfs_ns *ns, const char *dir, uint64_t *dep)
 	return 0;
 }
 
-/* "DIR.<q>.gguf" -> the GGUF view and the length of DIR. */
-static const struct castfs_view *split(struct castfs_ns *ns, const char *name,
-				       size_t *dir_len)
-{
-	size_t len = strlen(name);
-	const struct castfs_view *v;
-	const char *dot;
-
-	if (len <= GGUF_EXT_LEN ||
-	    strcmp(name + len - GGUF_EXT_LEN, gguf_ext) != 0)
-		return NULL;
-	dot = memrchr(name, '.', len - GGUF_EXT_LEN);
-	if (!dot || dot == name)
-		return NULL;
-	v = castfs_views_find(ns->views, dot + 1,
-			      (size_t)(name + len - dot - 1));
-	if (!v || v->kind != CASTFS_VIEW_GGUF)
-		return NULL;
-	*dir_len = (size_t)(dot - name);
-	return v;
-}
-
 static int mdgguf_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 			 const char *name, struct ns_node *child)
 {
 	size_t dlen;
-	const struct castfs_view *v = split(ns, name, &dlen);
+	const struct castfs_view *v =
+		ns_split_gguf_name(ns, name, strlen(name), &dlen);
 	char *folder;
 	struct stat st;
 	int rc;

@@ -487,9 +487,9 @@ bool ns_has_st_ext(const char *name, size_t len)
 	       memcmp(name + len - ST_EXT_LEN, st_ext, ST_EXT_LEN) == 0;
 }
 
-/* "X.<name>.gguf" -> the GGUF view "<name>.gguf" and the length of X. */
-static const struct castfs_view *
-split_gguf(struct castfs_ns *ns, const char *name, size_t len, size_t *base_len)
+const struct castfs_view *ns_split_gguf_name(struct castfs_ns *ns,
+					     const char *name, size_t len,
+					     size_t *base_len)
 {
 	static const char ext[] = ".gguf";
 	const size_t elen = sizeof(ext) - 1;
@@ -515,7 +515,7 @@ int ns_split_view_name(struct castfs_ns *ns, const char *name, char **base,
 	size_t len = strlen(name), stem_len, base_len;
 	const char *dot;
 
-	*view = split_gguf(ns, name, len, &base_len);
+	*view = ns_split_gguf_name(ns, name, len, &base_len);
 	if (!*view) {
 		if (!ns_has_st_ext(name, len))
 			return -ENOENT;

@@ -138,24 +138,6 @@ static const struct gguf_arch *detect_arch(const struct gguf_src *s)
 	return NULL;
 }
 
-/* llama_ftype of a view (general.file_type). */
-static uint32_t file_type(enum castfs_ggml_type t)
-{
-	switch (t) {
-	case CASTFS_GGML_F32:
-		return 0;
-	case CASTFS_GGML_F16:
-		return 1;
-	case CASTFS_GGML_Q4_0:
-		return 2;
-	case CASTFS_GGML_Q8_0:
-		return 7;
-	case CASTFS_GGML_BF16:
-		return 32;
-	}
-	return 0;
-}
-
 static bool is_quant(enum castfs_ggml_type t)
 {
 	return t == CASTFS_GGML_Q8_0 || t == CASTFS_GGML_Q4_0;
@@ -360,8 +342,9 @@ static int write_header(const struct castfs_view *v, const struct gguf_arch *a,
 
 	castfs_gguf_kv_str(w, "general.architecture", a->name);
 	castfs_gguf_kv_u32(w, "general.quantization_version", 2);
-	castfs_gguf_kv_u32(w, "general.file_type",
-			   file_type((enum castfs_ggml_type)v->gguf_type));
+	castfs_gguf_kv_u32(
+		w, "general.file_type",
+		castfs_gguf_file_type((enum castfs_ggml_type)v->gguf_type));
 	for (size_t i = 0; !rc && i < n; i++) {
 		if (o[i].reshaped)
 			rc = add_orig_shape(w, &o[i]);
