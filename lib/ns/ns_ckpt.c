@@ -605,6 +605,20 @@ bool ns_ckpt_offers(const struct ns_ckpt *ck, const struct castfs_view *v)
 	return !ck->quant || castfs_view_dequantizes(v);
 }
 
+int ns_ckpt_has_view(struct castfs_ns *ns, const char *path,
+		     const struct castfs_view *view, struct stat *st)
+{
+	struct ns_ckpt *ck;
+	int rc = ns_ckpt_valid(ns, path, st, &ck);
+
+	if (rc)
+		return rc;
+	if (view && !ns_ckpt_offers(ck, view))
+		rc = -ENOENT;
+	ns_ckpt_put(ns, ck);
+	return rc;
+}
+
 /* Whether @path is a file directly in directory @dir. */
 static bool in_dir(const char *path, const char *dir)
 {

@@ -87,6 +87,12 @@ void ns_ckpt_drop_dir(struct castfs_ns *ns, const char *dir);
  * its dequantized weights (docs/FORMATS.md, "Quantized sources"). */
 bool ns_ckpt_offers(const struct ns_ckpt *ck, const struct castfs_view *v);
 
+/* ns_ckpt_has_view - 0 when @path is a valid checkpoint (its identity to
+ * @st) that offers @view (any view when NULL); -ENOENT when it is missing,
+ * rejected or does not offer it; another errno on failure. Holds nothing. */
+int ns_ckpt_has_view(struct castfs_ns *ns, const char *path,
+		     const struct castfs_view *view, struct stat *st);
+
 struct castfs_md_quant;
 
 /* ns_ckpt_dir_quant - the quantization_config of the config.json in

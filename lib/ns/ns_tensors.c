@@ -204,28 +204,23 @@ static int root_target(struct castfs_ns *ns, const struct ns_node *dir,
 		       const char *base, struct ns_node *child)
 {
 	const struct castfs_view *view = NULL;
-	struct ns_ckpt *ck;
 	char *path = ns_path_join(dir->path, base, strlen(base)), *vbase;
 	int rc;
 
 	if (!path)
 		return -ENOMEM;
-	rc = ns_ckpt_valid(ns, path, &child->st, &ck);
+	rc = ns_ckpt_has_view(ns, path, NULL, &child->st);
 	if (rc == -ENOENT && ns_split_view_name(ns, base, &vbase, &view) == 0) {
 		free(path);
 		path = ns_path_join(dir->path, vbase, strlen(vbase));
 		free(vbase);
-		rc = path ? ns_ckpt_valid(ns, path, &child->st, &ck) : -ENOMEM;
-		if (!rc && !ns_ckpt_offers(ck, view)) {
-			ns_ckpt_put(ns, ck);
-			rc = -ENOENT;
-		}
+		rc = path ? ns_ckpt_has_view(ns, path, view, &child->st) :
+			    -ENOMEM;
 	}
 	if (rc) {
 		free(path);
 		return rc;
 	}
-	ns_ckpt_put(ns, ck);
 	child->view = view;
 	child->path = path;
 	return 0;

@@ -26,7 +26,6 @@ static int lookup_view(struct castfs_ns *ns, const struct ns_node *dir,
 		       const char *name, struct ns_node *child)
 {
 	const struct castfs_view *view;
-	struct ns_ckpt *ck;
 	char *base, *path;
 	int rc;
 
@@ -37,16 +36,11 @@ static int lookup_view(struct castfs_ns *ns, const struct ns_node *dir,
 	free(base);
 	if (!path)
 		return -ENOMEM;
-	rc = ns_ckpt_valid(ns, path, &child->st, &ck);
-	if (!rc && !ns_ckpt_offers(ck, view)) {
-		ns_ckpt_put(ns, ck);
-		rc = -ENOENT;
-	}
+	rc = ns_ckpt_has_view(ns, path, view, &child->st);
 	if (rc) {
 		free(path);
 		return rc;
 	}
-	ns_ckpt_put(ns, ck);
 	child->kind = NS_VIEW;
 	child->view = view;
 	child->path = path;
