@@ -641,7 +641,11 @@ void ns_ckpt_drop_dir(struct castfs_ns *ns, const char *dir)
 
 		while ((ck = *pp)) {
 			if (in_dir(ck->path, dir)) {
+				/* Off both chains: the watcher's drop by
+				 * path walks the other one. */
 				*pp = ck->hnext;
+				ck_unlink_path_locked(ns, ck);
+				ck->in_table = false;
 				ns_ckpt_put(ns, ck);
 				continue;
 			}
