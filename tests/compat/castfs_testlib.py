@@ -54,7 +54,10 @@ class Mount:
         if not mountpoint:
             os.mkdir(self.path)
         args = [castfs_binary(), "-f"]
-        for o in options:
+        # CASTFS_TEST_OPTIONS: -o options every mount of a run adds
+        # (scripts/test's ThreadSanitizer leg passes nosupervise).
+        extra = os.environ.get("CASTFS_TEST_OPTIONS", "").split()
+        for o in list(options) + extra:
             args += ["-o", o]
         args += list(extra_args) + [source, self.path]
         self.log = tempfile.TemporaryFile(mode="w+")
