@@ -28,20 +28,6 @@ static const char *const texts[] = { "config.json", "tokenizer.json",
 /* Larger text files are refused (a tokenizer.json is a few MiB). */
 #define TEXT_MAX (256u << 20)
 
-/* "@dir/@name" of a model folder's file, malloc'ed. */
-static char *md_file(const char *dir, const char *name)
-{
-	size_t n = strlen(dir), k = strlen(name);
-	char *p = malloc(n + k + 2);
-
-	if (p) {
-		memcpy(p, dir, n);
-		p[n] = '/';
-		memcpy(p + n + 1, name, k + 1);
-	}
-	return p;
-}
-
 /* The fingerprint of the text files of folder @dir (0 when a required one
  * is missing): their identities, so that an edit makes a new node. */
 static int texts_dep(struct castfs_ns *ns, const char *dir, uint64_t *dep)
@@ -49,7 +35,7 @@ static int texts_dep(struct castfs_ns *ns, const char *dir, uint64_t *dep)
 	uint64_t h = CASTFS_FNV_SEED;
 
 	for (size_t i = 0; i < NTEXTS; i++) {
-		char *p = md_file(dir, texts[i]);
+		char *p = ns_path_join(dir, texts[i], strlen(texts[i]));
 		struct stat st = { 0 };
 		int rc;
 
@@ -90,7 +76,7 @@ static int mdgguf_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	if (!rc)
 		rc = texts_dep(ns, folder, &child->dep);
 	if (!rc) {
-		child->path = md_file(folder, "model.safetensors");
+		child->path = ns_path_join(folder, "model.safetensors", 17);
 		rc = child->path ? ns_src_stat_in(ns, child->path, &child->st) :
 				   -ENOMEM;
 	}
@@ -167,62 +153,22 @@ const struct ns_dir_ext ns_mdgguf_dir_ext = {
 	.list = mdgguf_list,
 };
 
-/* The whole text file @path (at most TEXT_MAX bytes), malloc'ed. */
-static int read_text(struct castfs_ns *ns, const char *path, char **out,
-		     size_t *len)
-{
-	struct stat st;
-	char *buf;
-	size_t got = 0;
-	int fd = ns_src_open_in(ns, path, O_RDONLY);
-
-	if (fd < 0)
-		return fd;
-	if (fstat(fd, &st) < 0 || st.st_size > (off_t)TEXT_MAX) {
-		close(fd);
-		return -EFBIG;
-	}
-	buf = malloc((size_t)st.st_size + 1);
-	while (buf && got < (size_t)st.st_size) {
-		ssize_t r = pread(fd, buf + got, (size_t)st.st_size - got,
-				  (off_t)got);
-
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-	}
-	close(fd);
-	if (!buf || got != (size_t)st.st_size) {
-		free(buf);
-		return buf ? -EIO : -ENOMEM;
-	}
-	buf[got] = '\0';
-	*out = buf;
-	*len = got;
-	return 0;
-}
-
-/* The folder of node @n ("DIR" of "DIR/model.safetensors"), malloc'ed. */
-static char *node_folder(const struct ns_node *n)
-{
-	const char *slash = strrchr(n->path, '/');
-
-	return slash ? strndup(n->path, (size_t)(slash - n->path)) : strdup("");
-}
-
 static int build_plan(struct castfs_ns *ns, const struct ns_node *n,
 		      struct ns_ckpt *ck, struct castfs_plan **plan)
 {
 	struct castfs_diag d = { { 0 } };
-	char *text[NTEXTS] = { 0 }, *folder = node_folder(n);
+	char *text[NTEXTS] = { 0 }, *folder = ns_parent_path(n->path);
 	size_t len[NTEXTS] = { 0 };
 	int rc = folder ? 0 : -ENOMEM;
 
 	for (size_t i = 0; !rc && i < NTEXTS; i++) {
-		char *p = md_file(folder, texts[i]);
+		char *p = ns_path_join(folder, texts[i], strlen(texts[i]));
 
-		rc = p ? read_text(ns, p, &text[i], &len[i]) : -ENOMEM;
-		if (rc == -ENOENT && i >= 2)
+		rc = p ? ns_src_read_text(ns, p, NULL, TEXT_MAX, &text[i],
+					  &len[i]) :
+			 -ENOMEM;
+		/* a missing file reads as -ESTALE */
+		if (rc == -ESTALE && i >= 2)
 			rc = 0; /* tokenizer_config.json is optional */
 		free(p);
 	}
@@ -243,7 +189,7 @@ static int build_plan(struct castfs_ns *ns, const struct ns_node *n,
 static int mdgguf_plan(struct castfs_ns *ns, const struct ns_node *n,
 		       struct ns_ckpt **ck, struct castfs_plan **plan)
 {
-	char *folder = node_folder(n);
+	char *folder = ns_parent_path(n->path);
 	uint64_t dep = 0;
 	struct stat st;
 	int rc = folder ? texts_dep(ns, folder, &dep) : -ENOMEM;
