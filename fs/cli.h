@@ -68,4 +68,26 @@ void cli_src_close(struct cli_src *s);
 /* cli_same_file - true if @fd is still the identity in @st (size, mtime). */
 bool cli_same_file(int fd, const struct stat *st);
 
+/* ---- an output file written whole, then renamed into place ---- */
+
+struct cli_out {
+	char *tmp; /* the temporary name, unlinked unless renamed */
+	int fd;
+};
+
+/* cli_now_s - a monotonic clock in seconds, for progress rates. */
+double cli_now_s(void);
+
+/* cli_out_open - a temporary file beside @out with permission bits @mode.
+ * Returns 0 or a negative errno; cli_out_abort() cleans up either way. */
+int cli_out_open(struct cli_out *w, const char *out, mode_t mode);
+
+/* cli_out_commit - fsync and close the file, rename it over @out (-EEXIST
+ * when @out exists and @replace is false) and fsync the directory.
+ * Returns 0 or a negative errno. */
+int cli_out_commit(struct cli_out *w, const char *out, bool replace);
+
+/* cli_out_abort - close and unlink what was not committed; safe twice. */
+void cli_out_abort(struct cli_out *w);
+
 #endif

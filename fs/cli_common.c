@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* What the sub-commands share: views, and opening a checkpoint or view. */
 #include <errno.h>
+#include <time.h>
+#include <libgen.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,4 +187,68 @@ bool cli_same_file(int fd, const struct stat *st)
 	return fstat(fd, &now) == 0 && now.st_size == st->st_size &&
 	       now.st_mtim.tv_sec == st->st_mtim.tv_sec &&
 	       now.st_mtim.tv_nsec == st->st_mtim.tv_nsec;
+}
+
+double cli_now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int cli_out_open(struct cli_out *w, const char *out, mode_t mode)
+{
+	char *d = strdup(out), *b = strdup(out);
+
+	w->fd = -1;
+	w->tmp = NULL;
+	if (d && b &&
+	    asprintf(&w->tmp, "%s/.%s.castfs-XXXXXX", dirname(d),
+		     basename(b)) >= 0)
+		w->fd = mkstemp(w->tmp);
+	free(d);
+	free(b);
+	if (w->fd < 0 || fchmod(w->fd, mode & 07777) < 0)
+		return errno ? -errno : -ENOMEM;
+	return 0;
+}
+
+int cli_out_commit(struct cli_out *w, const char *out, bool replace)
+{
+	char *d = strdup(out);
+	int dfd, rc = 0;
+
+	if (fsync(w->fd) < 0)
+		rc = -errno;
+	if (close(w->fd) < 0 && !rc)
+		rc = -errno;
+	w->fd = -1;
+	if (!rc && !replace && access(out, F_OK) == 0)
+		rc = -EEXIST;
+	if (!rc && rename(w->tmp, out) < 0)
+		rc = -errno;
+	if (!rc) {
+		free(w->tmp);
+		w->tmp = NULL;
+		/* The rename itself must reach the disk too. */
+		dfd = d ? open(dirname(d), O_RDONLY | O_DIRECTORY) : -1;
+		if (dfd >= 0) {
+			fsync(dfd);
+			close(dfd);
+		}
+	}
+	free(d);
+	return rc;
+}
+
+void cli_out_abort(struct cli_out *w)
+{
+	if (w->fd >= 0)
+		close(w->fd);
+	if (w->tmp)
+		unlink(w->tmp);
+	free(w->tmp);
+	w->tmp = NULL;
+	w->fd = -1;
 }

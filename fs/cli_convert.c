@@ -31,11 +31,6 @@ struct conv_opts {
 };
 
 /* The output file being written. */
-struct conv_out {
-	char *tmp; /* the temporary name, unlinked unless renamed */
-	int fd;
-};
-
 static volatile sig_atomic_t interrupted;
 
 static void on_signal(int sig)
@@ -81,18 +76,10 @@ static const char *human(uint64_t n, char *buf, size_t len)
 	return buf;
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void show_progress(uint64_t done, uint64_t total, double t0)
 {
 	static double last;
-	double t = now_s(), frac = total ? (double)done / (double)total : 1;
+	double t = cli_now_s(), frac = total ? (double)done / (double)total : 1;
 	char a[32], b[32], r[32], bar[31];
 	int fill = (int)(frac * 30);
 
@@ -131,7 +118,7 @@ static int conv_copy(const struct cli_src *s, const struct castfs_plan *plan,
 {
 	struct castfs_scratch sc;
 	uint8_t *buf = malloc(CHUNK_LEN);
-	double t0 = now_s();
+	double t0 = cli_now_s();
 	uint64_t off = 0;
 	int rc = buf ? castfs_scratch_init(&sc) : -ENOMEM;
 
@@ -159,67 +146,6 @@ static int conv_copy(const struct cli_src *s, const struct castfs_plan *plan,
 		castfs_scratch_fini(&sc);
 	free(buf);
 	return rc || interrupted ? -1 : 0;
-}
-
-/* A temporary file next to @out; mode as a new file would get. */
-static int out_open(struct conv_out *w, const char *out)
-{
-	char *d = strdup(out), *b = strdup(out);
-	mode_t mask = umask(0);
-
-	umask(mask);
-	w->fd = -1;
-	w->tmp = NULL;
-	if (d && b &&
-	    asprintf(&w->tmp, "%s/.%s.castfs-XXXXXX", dirname(d),
-		     basename(b)) >= 0)
-		w->fd = mkstemp(w->tmp);
-	free(d);
-	free(b);
-	if (w->fd < 0 || fchmod(w->fd, 0666 & ~mask) < 0) {
-		fprintf(stderr, "castfs convert: %s: %s\n",
-			w->tmp ? w->tmp : out, strerror(errno));
-		return -1;
-	}
-	return 0;
-}
-
-/* Make @w durable under its final name @out. */
-static int out_commit(struct conv_out *w, const char *out)
-{
-	char *d = strdup(out);
-	int dfd, rc = 0;
-
-	if (fsync(w->fd) < 0)
-		rc = -errno;
-	if (close(w->fd) < 0 && !rc)
-		rc = -errno;
-	w->fd = -1;
-	if (!rc && rename(w->tmp, out) < 0)
-		rc = -errno;
-	if (!rc) {
-		free(w->tmp);
-		w->tmp = NULL;
-		/* The rename itself must reach the disk too. */
-		dfd = d ? open(dirname(d), O_RDONLY | O_DIRECTORY) : -1;
-		if (dfd >= 0) {
-			fsync(dfd);
-			close(dfd);
-		}
-	}
-	free(d);
-	if (rc)
-		fprintf(stderr, "castfs convert: %s: %s\n", out, strerror(-rc));
-	return rc ? -1 : 0;
-}
-
-static void out_abort(struct conv_out *w)
-{
-	if (w->fd >= 0)
-		close(w->fd);
-	if (w->tmp)
-		unlink(w->tmp);
-	free(w->tmp);
 }
 
 static bool is_source(const struct cli_src *s, const char *out)
@@ -312,11 +238,34 @@ static int cli_md_weights(const char *arg, char **weights)
 	return 0;
 }
 
+/* The output file's temporary, with the mode a new file of @out gets. */
+static int out_open(struct cli_out *w, const char *out)
+{
+	mode_t mask = umask(0);
+	int rc;
+
+	umask(mask);
+	rc = cli_out_open(w, out, 0666 & ~mask);
+	if (rc)
+		fprintf(stderr, "castfs convert: %s: %s\n",
+			w->tmp ? w->tmp : out, strerror(-rc));
+	return rc ? -1 : 0;
+}
+
+static int out_commit(struct cli_out *w, const char *out)
+{
+	int rc = cli_out_commit(w, out, true);
+
+	if (rc)
+		fprintf(stderr, "castfs convert: %s: %s\n", out, strerror(-rc));
+	return rc ? -1 : 0;
+}
+
 static int convert_src(const struct cli_src *s, const struct conv_opts *o)
 {
 	struct castfs_diag d = { { 0 } };
 	struct castfs_plan *plan;
-	struct conv_out w;
+	struct cli_out w;
 	int rc;
 
 	if (is_source(s, o->out)) {
@@ -347,7 +296,7 @@ static int convert_src(const struct cli_src *s, const struct conv_opts *o)
 		rc = out_commit(&w, o->out);
 	if (interrupted)
 		fprintf(stderr, "castfs convert: interrupted\n");
-	out_abort(&w);
+	cli_out_abort(&w);
 	castfs_plan_free(plan);
 	return rc ? 1 : 0;
 }

@@ -38,8 +38,7 @@ struct pack_opts {
 
 /* The output being written, and the progress bar's state. */
 struct pack_out {
-	char *tmp;
-	int fd;
+	struct cli_out f;
 	uint64_t total;
 	double t0, last;
 	bool progress;
@@ -86,19 +85,11 @@ static void pack_usage(FILE *f, const char *cmd)
 		"errors.\n");
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* [####----]  42%  1.2 GiB / 2.9 GiB  ratio 1.31  850.0 MiB/s */
 static void progress(void *ctx, uint64_t in, uint64_t out)
 {
 	struct pack_out *w = ctx;
-	double t = now_s(), mib = (double)in / (1 << 20);
+	double t = cli_now_s(), mib = (double)in / (1 << 20);
 	double frac = w->total ? (double)in / (double)w->total : 1;
 	char bar[31];
 	int fill = (int)(frac * 30);
@@ -123,7 +114,7 @@ static int fd_write(void *ctx, const void *buf, size_t n)
 	const char *p = buf;
 
 	while (n) {
-		ssize_t got = write(w->fd, p, n);
+		ssize_t got = write(w->f.fd, p, n);
 
 		if (got < 0 && errno == EINTR)
 			continue;
@@ -138,58 +129,8 @@ static int fd_write(void *ctx, const void *buf, size_t n)
 /* A temporary file next to @out, with the input's permission bits @mode. */
 static int out_open(struct pack_out *w, const char *out, mode_t mode)
 {
-	char *d = strdup(out), *b = strdup(out);
-
-	w->fd = -1;
-	w->tmp = NULL;
-	if (d && b &&
-	    asprintf(&w->tmp, "%s/.%s.castfs-XXXXXX", dirname(d),
-		     basename(b)) >= 0)
-		w->fd = mkstemp(w->tmp);
-	free(d);
-	free(b);
-	if (w->fd < 0 || fchmod(w->fd, mode & 07777) < 0)
-		return -errno;
-	w->t0 = now_s();
-	return 0;
-}
-
-/* fsync, rename into place unless @out exists (and !@force), fsync dir. */
-static int out_commit(struct pack_out *w, const char *out, bool force)
-{
-	char *d = strdup(out);
-	int dfd, rc = 0;
-
-	if (fsync(w->fd) < 0)
-		rc = -errno;
-	close(w->fd);
-	w->fd = -1;
-	if (!rc && !force && access(out, F_OK) == 0)
-		rc = -EEXIST;
-	if (!rc && rename(w->tmp, out) < 0)
-		rc = -errno;
-	if (!rc) {
-		free(w->tmp);
-		w->tmp = NULL;
-		dfd = d ? open(dirname(d), O_RDONLY | O_DIRECTORY) : -1;
-		if (dfd >= 0) {
-			fsync(dfd);
-			close(dfd);
-		}
-	}
-	free(d);
-	return rc;
-}
-
-static void out_abort(struct pack_out *w)
-{
-	if (w->fd >= 0)
-		close(w->fd);
-	if (w->tmp)
-		unlink(w->tmp);
-	free(w->tmp);
-	w->tmp = NULL;
-	w->fd = -1;
+	w->t0 = cli_now_s();
+	return cli_out_open(&w->f, out, mode);
 }
 
 /* How a grouped pack stores a tensor of @dt. */
@@ -270,8 +211,8 @@ static int pack_src(const struct cli_src *s, const char *out,
 	if (!rc && !cli_same_file(s->fd, &s->st))
 		rc = castfs_diag_set(&d, -ESTALE, "changed while being packed");
 	if (!rc)
-		rc = out_commit(&w, out, o->force);
-	out_abort(&w);
+		rc = cli_out_commit(&w.f, out, o->force);
+	cli_out_abort(&w.f);
 	if (rc)
 		return fail(o, rc == -EEXIST ? out : s->path,
 			    d.msg[0] ? d.msg : strerror(-rc));
@@ -369,7 +310,7 @@ static int unpack_fd(int fd, const struct stat *st, const char *in,
 	struct castfs_fd_reader fr;
 	struct castfs_zcache *c;
 	struct castfs_zst_index *ix = NULL;
-	struct pack_out w = { .progress = o->progress, .fd = -1 };
+	struct pack_out w = { .f.fd = -1, .progress = o->progress };
 	int rc = castfs_zcache_new(CASTFS_ZCACHE_DEFAULT, &c);
 
 	castfs_fd_reader_init(&fr, fd);
@@ -389,8 +330,8 @@ static int unpack_fd(int fd, const struct stat *st, const char *in,
 	if (!rc && !cli_same_file(fd, st))
 		rc = castfs_diag_set(&d, -ESTALE, "changed while unpacked");
 	if (!rc)
-		rc = out_commit(&w, out, o->force);
-	out_abort(&w);
+		rc = cli_out_commit(&w.f, out, o->force);
+	cli_out_abort(&w.f);
 	castfs_zst_index_free(ix);
 	castfs_zcache_free(c);
 	if (rc)
