@@ -362,6 +362,40 @@ class NodeIds(unittest.TestCase):
                     os.close(fd)
 
 
+    def test_lookup_dot_after_eviction_and_kill(self):
+        """Handles of nodes the kernel has evicted, into a daemon that has
+        never seen them: open_by_handle_at() makes the kernel ask
+        LOOKUP(id, ".") for each (test_ids_and_handles_after_kill keeps
+        the inodes cached, so there the kernel sends OPEN(id))."""
+        if os.geteuid() != 0:
+            raise unittest.SkipTest("dropping the kernel's caches needs root")
+        with tl.Mount(Fixture.src, options=["views=bf16"]) as m:
+            sup = m.proc.pid
+            if not daemons(sup):
+                raise unittest.SkipTest("needs the supervisor (kill -9)")
+            handles, content = {}, {}
+            for n in self.NAMES:
+                with open(m.join(n), "rb") as f:
+                    content[n] = f.read()
+                handles[n] = handle_of(m.join(n))
+            # Nothing of ours pins them: drop pages, dentries and inodes,
+            # and the kernel sends FORGET for every one of them.
+            drop_caches()
+            os.kill(wait_daemon(sup), signal.SIGKILL)
+            wait_daemon(sup)
+            drop_caches()
+            for n in self.NAMES:
+                fd = open_handle(m.path, handles[n])
+                self.assertEqual(read_fd(fd), content[n], n)
+                os.close(fd)
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3")
+
+
 def read_fd_at(fd):
     out = b""
     while True:
