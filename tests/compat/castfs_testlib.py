@@ -46,14 +46,16 @@ class Mount:
     """A running castfs daemon in the foreground, mounted at self.path."""
 
     def __init__(self, source, options=(), extra_args=(), env=None, timeout=30,
-                 mountpoint=None):
+                 mountpoint=None, prefix=()):
         self.source = source
         # A caller's mount point is left in place at unmount.
         self.tmp = None if mountpoint else tempfile.mkdtemp(prefix="castfs-mnt-")
         self.path = mountpoint or os.path.join(self.tmp, "mnt")
         if not mountpoint:
             os.mkdir(self.path)
-        args = [castfs_binary(), "-f"]
+        # prefix: a command that runs castfs (e.g. setpriv dropping a
+        # capability); self.proc is then that command's process.
+        args = list(prefix) + [castfs_binary(), "-f"]
         # CASTFS_TEST_OPTIONS: -o options every mount of a run adds
         # (scripts/test's ThreadSanitizer leg passes nosupervise).
         extra = os.environ.get("CASTFS_TEST_OPTIONS", "").split()

@@ -23,6 +23,16 @@ REL_TESTS = tests/compat/test_rel_malformed.py \
 	tests/compat/test_rel_containment.py tests/compat/test_rel_changes.py \
 	tests/compat/test_rel_stress.py tests/compat/test_rel_faults.py \
 	tests/compat/test_rel_lease.py tests/compat/test_restart.py \
-	tests/compat/test_scale.py tests/compat/test_names.py
+	tests/compat/test_scale.py tests/compat/test_names.py \
+	tests/compat/test_rel_watch.py
 TESTS += $(REL_TESTS)
 EXTRA_DIST += $(REL_TESTS) tests/compat/rel_common.py tests/tsan.supp
+
+# A fresh link of the daemon at $(RELINK_OUT) with build id $(RELINK_ID)
+# (hex), from this build's objects and flags: test_restart reloads a mount
+# to a rebuilt binary, as an upgrade does.
+castfs-relink: $(fs_castfs_OBJECTS) $(fs_castfs_DEPENDENCIES)
+	$(AM_V_CCLD)$(CCLD) $(fs_castfs_CFLAGS) $(CFLAGS) $(AM_LDFLAGS) \
+		$(LDFLAGS) -Wl,--build-id=0x$(RELINK_ID) -o $(RELINK_OUT) \
+		$(fs_castfs_OBJECTS) $(fs_castfs_LDADD) $(LIBS)
+.PHONY: castfs-relink

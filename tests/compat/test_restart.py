@@ -237,7 +237,7 @@ class Reload(unittest.TestCase):
         bindir = os.path.join(Fixture.top, "bin")
         os.makedirs(bindir, exist_ok=True)
         exe = os.path.join(bindir, "castfs")
-        shutil.copy(tl.castfs_binary(), exe)
+        relinked = relink(exe, "0123456789abcdef")
         cfg = os.path.join(Fixture.top, "views.json")
         with open(cfg, "w") as f:
             json.dump({"views": {"half": {"base": "fp16"}}}, f)
@@ -245,12 +245,13 @@ class Reload(unittest.TestCase):
             sup = m.proc.pid
             old = wait_daemon(sup)
             old_ino = os.stat("/proc/%d/exe" % old).st_ino
+            old_bid = build_id("/proc/%d/exe" % old)
             self.assertFalse(os.path.exists(m.join("a.brain.safetensors")))
             readers = Readers(m.path, Fixture.refdir, Fixture.names[:6], 6)
             time.sleep(1)
-            # An upgrade: a new file at the same path (a new inode), a
-            # changed config, then reload.
-            shutil.copy(tl.castfs_binary(), exe + ".new")
+            # An upgrade: a binary linked anew (another build id) at the
+            # same path (a new inode), a changed config, then reload.
+            relinked = relink(exe + ".new", "fedcba9876543210") and relinked
             os.rename(exe + ".new", exe)
             with open(cfg, "w") as f:
                 json.dump({"views": {"half": {"base": "fp16"},
@@ -262,10 +263,44 @@ class Reload(unittest.TestCase):
             self.assertEqual(os.stat("/proc/%d/exe" % new).st_ino,
                              os.stat(exe).st_ino)
             self.assertNotEqual(old_ino, os.stat(exe).st_ino)
+            if relinked:
+                self.assertEqual(old_bid, "0123456789abcdef")
+                self.assertEqual(build_id("/proc/%d/exe" % new),
+                                 "fedcba9876543210")
             readers.join(self)
             with open(m.join("a.brain.safetensors"), "rb") as f:
                 self.assertEqual(f.read(), rc.view_bytes(Fixture.tensors,
                                                          "bf16"))
+
+
+def relink(out, build_id_hex):
+    """Link the daemon anew at @out from this build's objects, with build
+    id @build_id_hex (make castfs-relink, tests/compat/local.mk). Without
+    a build tree (an installed $CASTFS) copy the binary instead; returns
+    whether it was linked."""
+    top = os.path.dirname(os.path.dirname(os.path.abspath(tl.castfs_binary())))
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    if os.path.exists(os.path.join(top, "Makefile")):
+        r = subprocess.run(["make", "-s", "-C", top, "castfs-relink",
+                            "RELINK_OUT=" + out, "RELINK_ID=" + build_id_hex],
+                           capture_output=True, text=True, env=env,
+                           timeout=300)
+        if r.returncode == 0:
+            return True
+        print("relink failed, copying: " + r.stderr[-2000:], file=sys.stderr)
+    shutil.copy(tl.castfs_binary(), out)
+    return False
+
+
+def build_id(path):
+    """The GNU build id of ELF file @path, as readelf -n prints it."""
+    r = subprocess.run(["readelf", "-n", path], capture_output=True,
+                       text=True, check=True)
+    for line in r.stdout.splitlines():
+        if "Build ID:" in line:
+            return line.split("Build ID:")[1].strip()
+    return None
 
 
 def mount_from(exe, src, options):
@@ -360,6 +395,40 @@ class NodeIds(unittest.TestCase):
             finally:
                 for fd in fds.values():
                     os.close(fd)
+
+
+    def test_lookup_dot_after_eviction_and_kill(self):
+        """Handles of nodes the kernel has evicted, into a daemon that has
+        never seen them: open_by_handle_at() makes the kernel ask
+        LOOKUP(id, ".") for each (test_ids_and_handles_after_kill keeps
+        the inodes cached, so there the kernel sends OPEN(id))."""
+        if os.geteuid() != 0:
+            raise unittest.SkipTest("dropping the kernel's caches needs root")
+        with tl.Mount(Fixture.src, options=["views=bf16"]) as m:
+            sup = m.proc.pid
+            if not daemons(sup):
+                raise unittest.SkipTest("needs the supervisor (kill -9)")
+            handles, content = {}, {}
+            for n in self.NAMES:
+                with open(m.join(n), "rb") as f:
+                    content[n] = f.read()
+                handles[n] = handle_of(m.join(n))
+            # Nothing of ours pins them: drop pages, dentries and inodes,
+            # and the kernel sends FORGET for every one of them.
+            drop_caches()
+            os.kill(wait_daemon(sup), signal.SIGKILL)
+            wait_daemon(sup)
+            drop_caches()
+            for n in self.NAMES:
+                fd = open_handle(m.path, handles[n])
+                self.assertEqual(read_fd(fd), content[n], n)
+                os.close(fd)
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3")
 
 
 def read_fd_at(fd):

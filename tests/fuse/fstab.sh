@@ -6,6 +6,12 @@
 # without our PATH, so the test runs in a private mount namespace where a
 # directory holding castfs is bound over /usr/local/bin and a test fstab
 # over /etc/fstab; nothing outside the namespace changes.
+#
+# castfs there is a wrapper (tests/fuse/fstab-reap.py) that starts the real
+# binary, exactly as mount.fuse3 would, as a child subreaper: the daemon
+# castfs detaches stays its child, and its exit status (a sanitizer report
+# at exit, a crashed serving daemon the supervisor reports) is checked
+# after every unmount.
 set -eu
 
 : "${CASTFS:=$(cd "$(dirname "$0")/../.." && pwd)/fs/castfs}"
@@ -14,6 +20,7 @@ if [ -z "${CASTFS_FSTAB_NS:-}" ]; then
 	[ -c /dev/fuse ] && [ -r /dev/fuse ] && [ -w /dev/fuse ] || exit 77
 	command -v fusermount3 >/dev/null || exit 77
 	command -v mount.fuse3 >/dev/null || exit 77
+	command -v python3 >/dev/null || exit 77
 	[ "$(id -u)" = 0 ] || exit 77 # mount(8) with fstab lines needs root
 	unshare --mount --propagation private true 2>/dev/null || exit 77
 	CASTFS_FSTAB_NS=1 CASTFS="$CASTFS" exec unshare --mount \
@@ -60,12 +67,18 @@ pad=$(((8 - n % 8) % 8))
 	printf '\070\100\104\110'
 } >"$tmp/oracle.fp8"
 
-ln -s "$CASTFS" "$tmp/bin/castfs"
+mkdir "$tmp/status"
+{
+	echo "#!$(command -v python3)"
+	sed -e "s|@CASTFS@|$CASTFS|" -e "s|@STATUS@|$tmp/status|" \
+		"$(dirname "$0")/fstab-reap.py"
+} >"$tmp/bin/castfs"
+chmod +x "$tmp/bin/castfs"
 mount --bind "$tmp/bin" /usr/local/bin
 cat >"$tmp/fstab" <<EOF
 castfs#$tmp/src $tmp/m1 fuse ro,allow_other,views=fp8:bf16 0 0
 $tmp/src $tmp/m2 fuse.castfs ro,allow_other,views=fp8:bf16 0 0
-$CASTFS#$tmp/src $tmp/m3 fuse ro,noauto 0 0
+/usr/local/bin/castfs#$tmp/src $tmp/m3 fuse ro,noauto 0 0
 EOF
 mount --bind "$tmp/fstab" /etc/fstab
 
@@ -76,6 +89,24 @@ wait_mounted() {
 		[ $i -lt 1500 ] || fail "$1 did not mount in 30 s"
 		sleep 0.02
 	done
+}
+
+# Every castfs started so far has ended (after the unmounts), each with
+# its detached daemon exiting 0: one status file per start.
+check_exits() {
+	i=0
+	while [ "$(ls "$tmp/status" | grep -c '\.done$')" -lt "$1" ]; do
+		i=$((i + 1))
+		[ $i -lt 3000 ] || fail "castfs daemons did not exit in 60 s"
+		sleep 0.02
+	done
+	[ "$(ls "$tmp/status" | grep -c '\.done$')" -eq "$1" ] ||
+		fail "more castfs starts than mounts"
+	for f in "$tmp/status"/*.done; do
+		grep -qv '^exit 0 ' "$f" && fail "castfs exit: $(cat "$f")"
+		grep -q '^exit 0 ' "$f" || fail "castfs exit: nothing in $f"
+	done
+	:
 }
 
 # The mount answers, with the views and options of its fstab line.
@@ -108,6 +139,7 @@ for m in m1 m2 m3; do
 	umount "$tmp/$m" || fail "umount $tmp/$m"
 done
 mounted=""
+check_exits 3
 
 # mount(8) with the type on the command line, and mount.fuse3 directly.
 mount -t fuse.castfs -o ro "$tmp/src" "$tmp/m1" || fail "mount -t fuse.castfs"
@@ -122,4 +154,5 @@ check_mount "$tmp/m2" all
 fusermount3 -u "$tmp/m1"
 fusermount3 -u "$tmp/m2"
 mounted=""
+check_exits 5
 echo "PASS: fstab and mount.fuse3 mounts"

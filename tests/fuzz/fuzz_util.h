@@ -15,8 +15,9 @@ struct castfs_scratch *fuzz_scratch(void);
 
 /* fuzz_check_cast_output - abort unless @out (the whole file a cast view
  * @v made of @src, whose header is @h) equals a slow materialisation:
- * parse @out's header, then copy or convert each tensor with the scalar
- * reference kernel, one tensor at a time. */
+ * parse @out's header, then copy each tensor or convert it with
+ * ieee_ref.c (the cast written from the IEEE rules, not castfs's
+ * kernels), one tensor at a time. */
 void fuzz_check_cast_output(const struct castfs_view *v,
 			    const struct castfs_header *h, const uint8_t *src,
 			    const uint8_t *out, uint64_t out_len);

@@ -29,6 +29,7 @@ tests_fuzz_fuzz_st_header_LDADD = $(FUZZ_LIBS)
 
 tests_fuzz_fuzz_recipe_SOURCES = tests/fuzz/fuzz_recipe.c \
 	tests/fuzz/fuzz_util.c tests/fuzz/fuzz_util.h \
+	tests/fuzz/ieee_ref.c tests/fuzz/ieee_ref.h \
 	$(FUZZ_COMMON) $(FUZZ_DRIVER)
 tests_fuzz_fuzz_recipe_CFLAGS = $(AM_CFLAGS) -DFUZZ_NAME='"fuzz_recipe"'
 tests_fuzz_fuzz_recipe_LDFLAGS = $(FUZZ_ENGINE_FLAGS)
@@ -36,6 +37,7 @@ tests_fuzz_fuzz_recipe_LDADD = $(FUZZ_LIBS)
 
 tests_fuzz_fuzz_plan_read_SOURCES = tests/fuzz/fuzz_plan_read.c \
 	tests/fuzz/fuzz_util.c tests/fuzz/fuzz_util.h \
+	tests/fuzz/ieee_ref.c tests/fuzz/ieee_ref.h \
 	tests/fuzz/bytes_fuzz.h $(FUZZ_COMMON) $(FUZZ_DRIVER)
 tests_fuzz_fuzz_plan_read_CFLAGS = $(AM_CFLAGS) \
 	-DFUZZ_NAME='"fuzz_plan_read"'
@@ -43,7 +45,7 @@ tests_fuzz_fuzz_plan_read_LDFLAGS = $(FUZZ_ENGINE_FLAGS)
 tests_fuzz_fuzz_plan_read_LDADD = $(FUZZ_LIBS)
 
 tests_fuzz_fuzz_convert_SOURCES = tests/fuzz/fuzz_convert.c \
-	$(FUZZ_COMMON) $(FUZZ_DRIVER)
+	tests/fuzz/ieee_ref.c tests/fuzz/ieee_ref.h $(FUZZ_COMMON) $(FUZZ_DRIVER)
 tests_fuzz_fuzz_convert_CFLAGS = $(AM_CFLAGS) -DFUZZ_NAME='"fuzz_convert"'
 tests_fuzz_fuzz_convert_LDFLAGS = $(FUZZ_ENGINE_FLAGS)
 tests_fuzz_fuzz_convert_LDADD = $(FUZZ_LIBS)

@@ -70,7 +70,7 @@ tests_unit_test_quant_kernels_LDADD = $(UNIT_LDADD)
 
 # plan/, view/, tensors/, modeldir/, ns/
 tests_unit_test_plan_SOURCES = tests/unit/test_plan.c $(TESTUTIL_SOURCES) \
-	$(UNIT_MAIN)
+	tests/fuzz/ieee_ref.c tests/fuzz/ieee_ref.h $(UNIT_MAIN)
 tests_unit_test_plan_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_plan_LDADD = $(UNIT_LDADD)
 tests_unit_test_recipe_SOURCES = tests/unit/test_recipe.c $(UNIT_MAIN)

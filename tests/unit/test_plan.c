@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Plan tests: extents tile the output exactly, and every range read equals
- * the same slice of a slow materialisation built tensor by tensor with the
- * scalar kernels (a different code path from castfs_plan_read).
+ * the same slice of the expected file built without castfs: the header as
+ * safetensors' writer lays it out (written by the test), the values cast
+ * by tests/fuzz/ieee_ref.c (the IEEE rules written in the test).
  */
 #include <check.h>
 #include <errno.h>
@@ -11,8 +12,10 @@
 
 #include "kernels/convert.h"
 #include "plan/plan.h"
+#include "common/bytes.h"
 #include "common/reader.h"
 #include "format/st_header.h"
+#include "../fuzz/ieee_ref.h"
 #include "testutil.h"
 #include "view/view.h"
 #include "unit.h"
@@ -21,28 +24,35 @@ static struct tu_fixture fx;
 
 /* Tensors of every castable dtype and then some, with odd shapes, a 0-d and
  * an empty tensor, metadata, and one tensor larger than the scratch. */
+static const uint64_t s_big[] = { 1024, 1537 };
+static const uint64_t s_odd[] = { 3, 5, 7 };
+static const uint64_t s_row[] = { 33 };
+static const uint64_t s_empty[] = { 0, 4 };
+
+static const struct src_tensor {
+	const char *name, *dtype;
+	uint32_t ndim;
+	const uint64_t *shape;
+} src_tensors[] = {
+	{ "big.weight", "BF16", 2, s_big }, { "odd.f32", "F32", 3, s_odd },
+	{ "odd.f16", "F16", 3, s_odd },	    { "odd.f64", "F64", 1, s_row },
+	{ "e4m3", "F8_E4M3", 1, s_row },    { "e5m2", "F8_E5M2", 1, s_row },
+	{ "scalar", "F32", 0, NULL },	    { "empty", "BF16", 2, s_empty },
+	{ "ids", "I64", 1, s_row },	    { "mask", "BOOL", 1, s_row },
+	{ "bytes", "U8", 3, s_odd },
+};
+#define NSRC (sizeof(src_tensors) / sizeof(src_tensors[0]))
+
 static uint8_t *build_source(size_t *len)
 {
-	static const uint64_t s_big[] = { 1024, 1537 };
-	static const uint64_t s_odd[] = { 3, 5, 7 };
-	static const uint64_t s_row[] = { 33 };
-	static const uint64_t s_empty[] = { 0, 4 };
 	struct tu_st *b = tu_st_new();
 	uint8_t *file;
 
 	tu_st_meta(b, "format", "pt");
 	tu_st_meta(b, "note", "kept as is");
-	tu_st_add(b, "big.weight", "BF16", 2, s_big, NULL);
-	tu_st_add(b, "odd.f32", "F32", 3, s_odd, NULL);
-	tu_st_add(b, "odd.f16", "F16", 3, s_odd, NULL);
-	tu_st_add(b, "odd.f64", "F64", 1, s_row, NULL);
-	tu_st_add(b, "e4m3", "F8_E4M3", 1, s_row, NULL);
-	tu_st_add(b, "e5m2", "F8_E5M2", 1, s_row, NULL);
-	tu_st_add(b, "scalar", "F32", 0, NULL, NULL);
-	tu_st_add(b, "empty", "BF16", 2, s_empty, NULL);
-	tu_st_add(b, "ids", "I64", 1, s_row, NULL);
-	tu_st_add(b, "mask", "BOOL", 1, s_row, NULL);
-	tu_st_add(b, "bytes", "U8", 3, s_odd, NULL);
+	for (size_t i = 0; i < NSRC; i++)
+		tu_st_add(b, src_tensors[i].name, src_tensors[i].dtype,
+			  src_tensors[i].ndim, src_tensors[i].shape, NULL);
 	file = tu_st_build(b, len);
 	tu_st_free(b);
 	return file;
@@ -99,43 +109,120 @@ static uint8_t *read_all(const struct castfs_plan *p)
 	return buf;
 }
 
-/* The oracle: parse the plan's own header, then convert each tensor from
- * the source with the scalar reference, one tensor at a time. */
-static uint8_t *materialise(const struct castfs_plan *p,
-			    const struct castfs_view *v)
+/*
+ * The oracle, built without castfs's writer or kernels. The header: what
+ * safetensors' writer emits for the converted tensors (reference/FORMATS.md
+ * §1.4), laid out here from the source's tensor list and the writer's
+ * dtype enum order written below, and written by the tests' own JSON
+ * writer (testutil.c). The values: each tensor copied or cast by
+ * ieee_ref.c (the IEEE rules written in the test).
+ */
+
+/* safetensors' enum Dtype order (reference/FORMATS.md §1.3). */
+static const char *const st_enum[] = {
+	"BOOL",	   "F4",      "F6_E2M3", "F6_E3M2",	"U8",	       "I8",
+	"F8_E5M2", "F8_E4M3", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16",
+	"U16",	   "F16",     "BF16",	 "I32",		"U32",	       "F32",
+	"C64",	   "F64",     "I64",	 "U64",
+};
+
+static int st_rank(const char *dtype)
 {
-	struct castfs_header *oh;
-	struct castfs_diag d = { { 0 } };
-	uint8_t *out = calloc(1, p->size);
-	uint8_t *hdr = read_all(p);
+	for (size_t i = 0; i < sizeof(st_enum) / sizeof(st_enum[0]); i++)
+		if (!strcmp(st_enum[i], dtype))
+			return (int)i;
+	ck_abort_msg("dtype %s not in the enum", dtype);
+	return -1;
+}
 
-	ck_assert_int_eq(castfs_header_parse(hdr, p->size, p->size, &oh, &d),
-			 0);
-	memcpy(out, hdr, oh->data_start);
-	for (size_t i = 0; i < oh->ntensors; i++) {
-		const struct castfs_tensor *o = &oh->tensors[i];
-		const struct castfs_tensor *s =
-			castfs_header_find(fx.h, o->name, o->name_len);
-		const uint8_t *src;
-		castfs_convert_fn fn;
+/* The dtype a cast view gives a source dtype (FORMATS.md "Plain casts"). */
+static const char *cast_to(const char *view, const char *dtype)
+{
+	static const char *const castable[] = { "F64",	"F32",	   "F16",
+						"BF16", "F8_E4M3", "F8_E5M2" };
+	static const char *const map[][2] = {
+		{ "fp32", "F32" },
+		{ "fp16", "F16" },
+		{ "bf16", "BF16" },
+		{ "fp8", "F8_E4M3" },
+		{ "fp8_nan", "F8_E4M3" },
+		{ "fp8_e5m2", "F8_E5M2" },
+		{ "fp8_e5m2_sat", "F8_E5M2" },
+	};
 
-		ck_assert_ptr_nonnull(s);
-		ck_assert_uint_eq(s->nelems, o->nelems);
-		src = fx.file + fx.h->data_start + s->begin;
-		if (o->dtype == s->dtype) {
-			memcpy(out + oh->data_start + o->begin, src,
-			       s->end - s->begin);
+	for (size_t i = 0; i < 6; i++) {
+		if (strcmp(castable[i], dtype))
 			continue;
-		}
-		ck_assert_int_eq(o->dtype, v->dtype);
-		fn = castfs_convert_get_isa(CASTFS_ISA_SCALAR, s->dtype,
-					    o->dtype, v->cvt_flags);
-		ck_assert_ptr_nonnull(fn);
-		fn(out + oh->data_start + o->begin, src, s->nelems);
+		for (size_t k = 0; k < sizeof(map) / sizeof(map[0]); k++)
+			if (!strcmp(map[k][0], view))
+				return map[k][1];
+		ck_abort_msg("no target for view %s", view);
 	}
-	castfs_header_free(oh);
-	free(hdr);
-	return out;
+	return dtype;
+}
+
+struct out_tensor {
+	const struct src_tensor *src;
+	const char *dtype;
+};
+
+static int writer_order(const void *a, const void *b)
+{
+	const struct out_tensor *x = a, *y = b;
+	int rx = st_rank(x->dtype), ry = st_rank(y->dtype);
+
+	if (rx != ry)
+		return ry - rx; /* dtype descending */
+	return strcmp(x->src->name, y->src->name); /* then bytewise name */
+}
+
+/* Cast (or copy) source tensor @s's bytes into @dst as @v does. */
+static void oracle_values(const struct castfs_view *v,
+			  const struct out_tensor *o, uint8_t *dst)
+{
+	const struct castfs_tensor *s =
+		castfs_header_find(fx.h, o->src->name, strlen(o->src->name));
+	const uint8_t *src = fx.file + fx.h->data_start + s->begin;
+	enum castfs_dtype from, to;
+
+	if (!strcmp(o->dtype, o->src->dtype)) {
+		memcpy(dst, src, s->end - s->begin);
+		return;
+	}
+	from = castfs_dtype_from_name(o->src->dtype, strlen(o->src->dtype));
+	to = castfs_dtype_from_name(o->dtype, strlen(o->dtype));
+	ck_assert(ieee_ref_cast(from, to, v->cvt_flags & CASTFS_CVT_SATURATE,
+				dst, src, s->nelems));
+}
+
+/* The whole expected view file of cast view @v; its length in *@len. */
+static uint8_t *materialise(const struct castfs_view *v, size_t *len)
+{
+	struct tu_st_opts opts = { .layout = TU_LAYOUT_ADDED };
+	struct out_tensor out[NSRC];
+	struct tu_st *b = tu_st_new();
+	uint8_t *file;
+	uint64_t data, begin, end;
+
+	for (size_t i = 0; i < NSRC; i++) {
+		out[i].src = &src_tensors[i];
+		out[i].dtype = cast_to(v->name, src_tensors[i].dtype);
+	}
+	qsort(out, NSRC, sizeof(out[0]), writer_order);
+	tu_st_set_opts(b, &opts);
+	tu_st_meta(b, "format", "pt");
+	tu_st_meta(b, "note", "kept as is");
+	for (size_t i = 0; i < NSRC; i++)
+		tu_st_add(b, out[i].src->name, out[i].dtype, out[i].src->ndim,
+			  out[i].src->shape, NULL);
+	file = tu_st_build(b, len);
+	data = 8 + castfs_load_le64(file);
+	for (size_t i = 0; i < NSRC; i++) {
+		tu_st_layout(b, i, &begin, &end);
+		oracle_values(v, &out[i], file + data + begin);
+	}
+	tu_st_free(b);
+	return file;
 }
 
 static const char *const cast_views[] = {
@@ -148,11 +235,14 @@ START_TEST(test_plan__cast_views_tile_and_match_oracle)
 	struct castfs_plan *p;
 	struct castfs_diag d = { { 0 } };
 	uint8_t *all, *oracle;
+	size_t len;
 
 	ck_assert_int_eq(castfs_view_plan(v, fx.h, &p, &d), 0);
 	check_tiling(p);
 	all = read_all(p);
-	oracle = materialise(p, v);
+	oracle = materialise(v, &len);
+	ck_assert_uint_eq(p->size, len);
+	ck_assert_int_eq(memcmp(all, oracle, 8 + castfs_load_le64(oracle)), 0);
 	ck_assert_int_eq(memcmp(all, oracle, p->size), 0);
 	free(all);
 	free(oracle);
@@ -167,9 +257,11 @@ START_TEST(test_plan__random_ranges_equal_slices)
 	struct castfs_plan *p;
 	uint64_t seed = 42 + (uint64_t)_i;
 	uint8_t *oracle, *buf;
+	size_t olen;
 
 	ck_assert_int_eq(castfs_view_plan(v, fx.h, &p, &d), 0);
-	oracle = materialise(p, v);
+	oracle = materialise(v, &olen);
+	ck_assert_uint_eq(p->size, olen);
 	buf = malloc(p->size + 64);
 	for (int k = 0; k < 3000; k++) {
 		uint64_t off = tu_rand(&seed) % (p->size + 16);
