@@ -254,8 +254,9 @@ static void changed_all_in(struct castfs_watch *w, const char *rel)
 	closedir(dp);
 }
 
-/* Events were lost: invalidate every entry of every watched directory
- * and watch the directories made meanwhile. */
+/* Events were lost: invalidate every entry of every watched directory,
+ * then every name the kernel may still hold (a deleted source is in no
+ * listing any more), and watch the directories made meanwhile. */
 static void overflowed(struct castfs_watch *w)
 {
 	watch_log(w, "inotify queue overflowed: invalidating every entry");
@@ -267,6 +268,8 @@ static void overflowed(struct castfs_watch *w)
 			changed_all_in(w, rel);
 		free(rel);
 	}
+	if (!atomic_load(&w->stopping))
+		castfs_ns_invalidate_all(w->fs->ns, inval_entry, w);
 }
 
 static void handle_event(struct castfs_watch *w, const struct inotify_event *e)

@@ -394,8 +394,6 @@ void castfs_ns_invalidate(struct castfs_ns *ns, const char *rel,
 		return;
 	if (strcmp(slash ? slash + 1 : rel, "config.json") == 0)
 		ns_ckpt_drop_dir(ns, dir); /* whether they are quantized */
-	if (strcmp(slash ? slash + 1 : rel, "config.json") == 0)
-		ns_ckpt_drop_dir(ns, dir); /* whether they are quantized */
 	if (dir_id(ns, dir, &parent) == 0)
 		invalidate_names(ns, parent, slash ? slash + 1 : rel, cb, ctx);
 	ns_modeldir_invalidate(ns, rel, cb, ctx);
@@ -409,6 +407,31 @@ void castfs_ns_invalidate(struct castfs_ns *ns, const char *rel,
 			castfs_ns_invalidate(ns, shown, cb, ctx);
 		free(shown);
 	}
+}
+
+void castfs_ns_invalidate_all(struct castfs_ns *ns,
+			      void (*cb)(void *ctx, uint64_t parent,
+					 const char *name),
+			      void *ctx)
+{
+	struct ns_place *v;
+	ssize_t n = ns_node_places(ns, &v);
+
+	if (n < 0)
+		return;
+	for (ssize_t i = 0; i < n; i++) {
+		const char *slash = strrchr(v[i].path, '/');
+
+		ns_ckpt_drop_path(ns, v[i].path);
+		/* The parent the kernel knows, not one found by stat: a
+		 * deleted directory cannot be stat'ed, yet its entry must go. */
+		if (v[i].path[0])
+			invalidate_names(ns, v[i].parent,
+					 slash ? slash + 1 : v[i].path, cb,
+					 ctx);
+		free(v[i].path);
+	}
+	free(v);
 }
 
 int castfs_ns_statfs(struct castfs_ns *ns, struct statvfs *sv)

@@ -174,4 +174,16 @@ void castfs_ns_invalidate(struct castfs_ns *ns, const char *rel,
 				     const char *name),
 			  void *ctx);
 
+/*
+ * castfs_ns_invalidate_all - after change events were lost: forget the
+ * cached parse of every source a node refers to, and report through @cb
+ * every (parent id, name) the kernel may hold, deleted sources included
+ * (their directory cannot be listed or stat'ed any more). Called without
+ * locks held (@cb may block in the kernel). Thread-safe.
+ */
+void castfs_ns_invalidate_all(struct castfs_ns *ns,
+			      void (*cb)(void *ctx, uint64_t parent,
+					 const char *name),
+			      void *ctx);
+
 #endif

@@ -161,6 +161,21 @@ void ns_node_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup);
  * or fstat's errno (explained in @d). */
 int ns_node_add_root(struct castfs_ns *ns, struct castfs_diag *d);
 
+/* A node's place: the directory it was looked up in and its source path. */
+struct ns_place {
+	uint64_t parent;
+	char *path;
+};
+
+/*
+ * ns_node_places - snapshot of the (parent, source path) of every node
+ * that is not inside a tensor tree (those go with their tree's root), for
+ * a caller that must tell the kernel to forget names it may hold without
+ * holding ns->lock meanwhile. @*out is malloc'd (free each path and the
+ * array). Returns the count, or -ENOMEM. Thread-safe.
+ */
+ssize_t ns_node_places(struct castfs_ns *ns, struct ns_place **out);
+
 /* ns_node_table_fini - free every node. */
 void ns_node_table_fini(struct castfs_ns *ns);
 

@@ -244,6 +244,51 @@ void ns_node_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup)
 	pthread_mutex_unlock(&ns->lock);
 }
 
+static int places_add(struct ns_place **v, size_t *n, size_t *cap,
+		      const struct ns_node *node)
+{
+	if (*n == *cap) {
+		size_t nc = *cap ? *cap * 2 : 64;
+		struct ns_place *nv = realloc(*v, nc * sizeof(*nv));
+
+		if (!nv)
+			return -ENOMEM;
+		*v = nv;
+		*cap = nc;
+	}
+	(*v)[*n].parent = node->parent;
+	(*v)[*n].path = strdup(node->path);
+	if (!(*v)[*n].path)
+		return -ENOMEM;
+	(*n)++;
+	return 0;
+}
+
+ssize_t ns_node_places(struct castfs_ns *ns, struct ns_place **out)
+{
+	struct ns_place *v = NULL;
+	size_t n = 0, cap = 0;
+	int rc = 0;
+
+	pthread_mutex_lock(&ns->lock);
+	for (size_t b = 0; b < ns->nbuckets && !rc; b++) {
+		for (struct ns_node *node = ns->nodes[b]; node && !rc;
+		     node = node->hnext) {
+			if (node->parent && !node->sub)
+				rc = places_add(&v, &n, &cap, node);
+		}
+	}
+	pthread_mutex_unlock(&ns->lock);
+	if (rc) {
+		for (size_t i = 0; i < n; i++)
+			free(v[i].path);
+		free(v);
+		return rc;
+	}
+	*out = v;
+	return (ssize_t)n;
+}
+
 int ns_node_add_root(struct castfs_ns *ns, struct castfs_diag *d)
 {
 	struct ns_node *root;

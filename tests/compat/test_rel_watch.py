@@ -4,10 +4,10 @@
 
 - an inotify queue overflow invalidates every entry: the daemon is stopped
   (SIGSTOP) while more events than its queue holds arrive and then the
-  source is replaced by rename and a new one made (those events are lost);
-  after SIGCONT both must show although their entries are cached for a
-  day. (A file deleted during an overflow is not covered: see
-  docs/RELIABILITY.md, known gaps.) The queue is made
+  source is replaced by rename, a new one made, a file and a directory
+  deleted (those events are lost); after SIGCONT the replaced and the new
+  file must show and the deleted ones must be gone, although their
+  entries are cached for a day. The queue is made
   small by lowering fs.inotify.max_queued_events (root) only while the
   daemon creates its inotify instance, and restored at once (the limit is
   read when an instance is created).
@@ -76,6 +76,10 @@ class Overflow(unittest.TestCase):
         with tl.tempdir() as src:
             path = os.path.join(src, "c.safetensors")
             rc.write_ckpt(path, seed=1)
+            gone = os.path.join(src, "d.safetensors")
+            rc.write_ckpt(gone, seed=4)
+            os.mkdir(os.path.join(src, "sub"))
+            rc.write_ckpt(os.path.join(src, "sub", "e.safetensors"), seed=5)
             with open(QUEUE) as f:
                 saved = f.read().strip()
             daemon = None
@@ -96,6 +100,12 @@ class Overflow(unittest.TestCase):
                 # missing name too where negative entries are cached.
                 before = os.stat(view).st_size
                 self.assertFalse(exists(new_view))
+                deleted = [mount.join("d.safetensors"),
+                           mount.join(rc.view_name("d", "fp16")),
+                           mount.join("sub"),
+                           mount.join("sub", rc.view_name("e", "fp16"))]
+                for p in deleted:
+                    self.assertTrue(exists(p), p)
                 os.kill(daemon, signal.SIGSTOP)
                 try:
                     for i in range(64):  # several times the queue
@@ -105,6 +115,9 @@ class Overflow(unittest.TestCase):
                     t = rc.write_ckpt(path + ".tmp", seed=2, scale=2)
                     os.rename(path + ".tmp", path)
                     rc.write_ckpt(os.path.join(src, "n.safetensors"), seed=3)
+                    os.unlink(gone)
+                    os.unlink(os.path.join(src, "sub", "e.safetensors"))
+                    os.rmdir(os.path.join(src, "sub"))
                 finally:
                     os.kill(daemon, signal.SIGCONT)
                 want = len(rc.view_bytes(t, "fp16"))
@@ -112,6 +125,9 @@ class Overflow(unittest.TestCase):
                 rc.poll(lambda: os.stat(view).st_size == want and
                         exists(new_view), SETTLE,
                         "the replaced and the new file to show after the "
+                        "overflow")
+                rc.poll(lambda: not any(exists(p) for p in deleted), SETTLE,
+                        "the deleted file and directory to go after the "
                         "overflow")
                 self.assertIn("inotify queue overflowed", mount.output())
                 self.assertIn("junk63", os.listdir(mount.path))
