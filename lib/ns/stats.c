@@ -371,9 +371,9 @@ static const char *const pf_family[PF_COUNT][3] = {
 		       "Read requests served, per kind of file." },
 	[PF_BYTES] = { "castfs_read_bytes_total", "counter",
 		       "Bytes served by reads, per kind of file." },
-	[PF_CPU] = { "castfs_read_cpu_seconds_total", "counter",
-		     "CPU time of the threads serving reads (converting and "
-		     "reading the source), per kind of file." },
+	[PF_CPU] = { "castfs_conversion_cpu_seconds_total", "counter",
+		     "CPU time of the threads serving reads of a view "
+		     "(converting and reading the source), per view." },
 };
 
 static void prom_file_sample(struct castfs_strbuf *b, enum prom_file_field f,
@@ -421,6 +421,8 @@ static void prom_files(struct castfs_strbuf *b, const struct castfs_stats *st,
 		for (size_t i = 0; i < st->nviews && i < vs->n; i++)
 			prom_file_sample(b, f, "view", vs->v[i].name,
 					 &st->view[i]);
+		if (f == PF_CPU) /* only views convert, only they are timed */
+			continue;
 		prom_file_sample(b, f, "passthrough", NULL, &st->passthrough);
 		prom_file_sample(b, f, "tensor_files", NULL, &st->tensors);
 		prom_file_sample(b, f, "other", NULL, &st->other);

@@ -80,7 +80,8 @@ void castfs_stats_open(struct castfs_stats *st, int view);
 void castfs_stats_close(struct castfs_stats *st, int view);
 
 /* castfs_stats_cpu - add @ns nanoseconds of CPU time that reads of view
- * @view spent (converting, reading the source). @st may be NULL. */
+ * @view (an index in the view set) spent converting, source reads
+ * included. @st may be NULL. Thread-safe, lock-free. */
 void castfs_stats_cpu(struct castfs_stats *st, int view, uint64_t ns);
 
 /* castfs_stats_count - add @n to counter @c. */

@@ -130,7 +130,7 @@ class Metrics(unittest.TestCase):
                 "castfs_open_files": "gauge",
                 "castfs_reads_total": "counter",
                 "castfs_read_bytes_total": "counter",
-                "castfs_read_cpu_seconds_total": "counter",
+                "castfs_conversion_cpu_seconds_total": "counter",
                 "castfs_read_request_bytes": "histogram",
                 "castfs_cache_hits_total": "counter",
                 "castfs_cache_misses_total": "counter"}
@@ -138,6 +138,8 @@ class Metrics(unittest.TestCase):
             self.assertEqual(types.get(name), t, name)
         for v in ("fp8", "bf16", "nf4"):  # every view, listed or not
             self.assertIn('castfs_read_bytes_total{kind="view",view="%s"}' % v, s)
+        self.assertIn('castfs_read_bytes_total{kind="passthrough"}', s)
+        self.assertNotIn('castfs_conversion_cpu_seconds_total{kind="passthrough"}', s)
         for c in ("headers", "plans", "tensor_trees", "zst_frames"):
             self.assertIn('castfs_cache_hits_total{cache="%s"}' % c, s)
             self.assertIn('castfs_cache_misses_total{cache="%s"}' % c, s)
@@ -156,7 +158,7 @@ class Metrics(unittest.TestCase):
         self.assertEqual(d("read_bytes_total"), n)
         self.assertGreaterEqual(d("reads_total"), 1)
         self.assertEqual(d("opens_total"), 1)
-        self.assertGreater(d("read_cpu_seconds_total"), 0)
+        self.assertGreater(d("conversion_cpu_seconds_total"), 0)
         self.assertEqual(after[key % "read_bytes_total"],
                          json.loads(open(self.mnt.join(".castfs", "stats")).read())
                          ["views"]["fp8"]["bytes"])
