@@ -197,15 +197,16 @@ class Metrics(unittest.TestCase):
         for name in ("security.selinux", "system.posix_acl_access"):
             with self.assertRaises(OSError) as cm:
                 os.getxattr(path, name)
-            self.assertEqual(cm.exception.errno, errno.ENODATA)
+            # Kernels that keep ACLs from FUSE answer the second themselves.
+            self.assertIn(cm.exception.errno, (errno.ENODATA, errno.EOPNOTSUPP))
         after = self.metrics()[0]
         sa = json.loads(open(self.mnt.join(".castfs", "stats")).read())
         rq, er = 'castfs_requests_total{op="getxattr"}', 'castfs_request_errors_total{op="getxattr"}'
-        self.assertGreaterEqual(after[rq] - before[rq], 2)
+        self.assertGreaterEqual(after[rq] - before[rq], 1)
         self.assertEqual(after[er], before[er])
         self.assertEqual(after.get('castfs_errors_total{errno="ENODATA"}', 0),
                          before.get('castfs_errors_total{errno="ENODATA"}', 0))
-        self.assertGreaterEqual(sa["requests"]["getxattr"] - sb["requests"]["getxattr"], 2)
+        self.assertGreaterEqual(sa["requests"]["getxattr"] - sb["requests"]["getxattr"], 1)
         self.assertEqual(sa["errors"]["getxattr"], sb["errors"]["getxattr"])
 
     def test_strict_checker_can_fail(self):
