@@ -72,7 +72,40 @@ static int src_fail(struct cli_src *s, const char *cmd, const char *file,
 	return -1;
 }
 
-/* Find what @arg names: the file itself, or a view of its sibling. */
+/*
+ * Open checkpoint @*path, or, when no file has that name, the pack that a
+ * mount shows under it (X.safetensors.zst, else .zstg: the mount's order,
+ * ns_pack_src.c); *@path then names the pack. Returns the fd or -1 (errno
+ * that of @*path).
+ */
+static int open_or_pack(char **path)
+{
+	static const char *const exts[] = { ".zst", ".zstg" };
+	size_t len = strlen(*path);
+	int fd = open(*path, O_RDONLY | O_CLOEXEC);
+
+	if (fd >= 0 || errno != ENOENT || len <= ST_EXT_LEN ||
+	    strcmp(*path + len - ST_EXT_LEN, st_ext))
+		return fd;
+	for (size_t i = 0; i < 2; i++) {
+		char *p;
+
+		if (asprintf(&p, "%s%s", *path, exts[i]) < 0)
+			break;
+		fd = open(p, O_RDONLY | O_CLOEXEC);
+		if (fd >= 0) {
+			free(*path);
+			*path = p;
+			return fd;
+		}
+		free(p);
+	}
+	errno = ENOENT;
+	return -1;
+}
+
+/* Find what @arg names: the file itself, or a view of its sibling, either
+ * of them as a pack when only the pack exists. */
 static int src_resolve(struct cli_src *s, const char *cmd, const char *arg,
 		       const struct castfs_views *vs, const char *view_name)
 {
@@ -89,10 +122,12 @@ static int src_resolve(struct cli_src *s, const char *cmd, const char *arg,
 	s->fd = open(arg, O_RDONLY | O_CLOEXEC);
 	if (s->fd < 0 && errno == ENOENT && !view_name &&
 	    split_view_name(arg, vs, &s->path, &s->view) == 0) {
-		s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
+		s->fd = open_or_pack(&s->path);
 		s->shown = strdup(arg);
 	} else {
 		s->path = strdup(arg);
+		if (s->fd < 0 && errno == ENOENT && s->path)
+			s->fd = open_or_pack(&s->path);
 		s->shown = s->view ? view_shown(arg, s->view->name) :
 				     strdup(arg);
 	}

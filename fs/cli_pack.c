@@ -241,6 +241,12 @@ static int pack_file(const char *path, const struct pack_opts *o,
 		rc = fail(o, out, "exists (--force replaces it)");
 		goto out_free;
 	}
+	/* cli_src_open() would take X.safetensors.zst for a missing X: a
+	 * pack is not packed again. */
+	if (access(path, F_OK) != 0) {
+		rc = fail(o, path, strerror(errno));
+		goto out_free;
+	}
 	rc = 1;
 	if (cli_src_open(&s, o->cmd, path, vs, NULL))
 		goto out_free;

@@ -91,7 +91,7 @@ static void usage(const char *prog)
 	       "Mount SOURCE read-only at MOUNTPOINT; every X.safetensors gains\n"
 	       "converted views X.<view>.safetensors computed on demand, and a\n"
 	       "tensor tree X.safetensors.tensors/; /.castfs/ holds stats,\n"
-	       "config, rejected and version. `castfs info --help` and\n"
+	       "metrics, config, rejected and version. `castfs info --help` and\n"
 	       "`castfs convert --help` describe the sub-commands; the manual:\n"
 	       "man castfs (castfs(1), castfs-info(1), castfs-convert(1)).\n\n"
 	       "castfs options:\n"

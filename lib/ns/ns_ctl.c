@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The control directory /.castfs: live stats, the effective configuration,
- * the rejected source files and the version. Content is generated at open.
+ * The control directory /.castfs: live stats (JSON, and Prometheus text in
+ * metrics), the effective configuration, the rejected source files and the
+ * version. Content is generated at open.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -17,14 +18,16 @@ enum ctl_file {
 	CTL_CONFIG,
 	CTL_REJECTED,
 	CTL_VERSION,
+	CTL_METRICS,
 	CTL_COUNT,
 };
 
 static const char *const ctl_names[CTL_COUNT] = {
-	[CTL_STATS] = "stats",
+	[CTL_STATS] = "stats", /* JSON */
 	[CTL_CONFIG] = "config",
 	[CTL_REJECTED] = "rejected",
 	[CTL_VERSION] = "version",
+	[CTL_METRICS] = "metrics", /* stats in the Prometheus text format */
 };
 
 static int ctl_dir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
@@ -192,6 +195,10 @@ static char *ctl_text(struct castfs_ns *ns, uint32_t which)
 		return ctl_rejected(ns);
 	case CTL_VERSION:
 		return strdup(PACKAGE_NAME " " PACKAGE_VERSION);
+	case CTL_METRICS:
+		if (!ns->stats)
+			return strdup("");
+		return castfs_stats_prometheus(ns->stats, ns->views);
 	case CTL_COUNT:
 		break;
 	}
@@ -215,9 +222,10 @@ static int ctl_file_open(struct castfs_ns *ns, const struct ns_node *n,
 	}
 	/* One trailing newline, so that `cat` leaves the prompt alone. */
 	memcpy(buf, text, len);
-	buf[len] = '\n';
+	if (!len || buf[len - 1] != '\n')
+		buf[len++] = '\n';
 	free(text);
-	rc = ns_file_new_mem(ns, buf, len + 1, out);
+	rc = ns_file_new_mem(ns, buf, len, out);
 	free(buf);
 	return rc;
 }

@@ -2,17 +2,25 @@
 /* Mount counters: relaxed atomics on the hot path, cJSON when rendered. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+#include "common/strbuf.h"
 
 #include "ns/stats.h"
 #include "source/zst.h"
 
 struct view_ctr {
 	_Atomic uint64_t opens, reads, bytes;
+	_Atomic uint64_t closes, cpu_ns;
 };
+
+/* Errors by errno: Linux's errnos are below 134; the rest share a slot. */
+#define STATS_ERRNOS 134
 
 struct castfs_stats {
 	struct timespec start;
@@ -21,6 +29,8 @@ struct castfs_stats {
 	_Atomic uint64_t errors[CASTFS_SOP_COUNT];
 	_Atomic uint64_t ctr[CASTFS_SCTR_COUNT];
 	_Atomic uint64_t read_sizes[CASTFS_STATS_READ_BUCKETS];
+	_Atomic uint64_t read_size_sum; /* bytes asked by read requests */
+	_Atomic uint64_t by_errno[STATS_ERRNOS + 1];
 	struct view_ctr passthrough, other, tensors;
 	struct castfs_zcache *zcache; /* packed sources, or NULL */
 	struct view_ctr view[]; /* nviews */
@@ -88,8 +98,12 @@ void castfs_stats_op(struct castfs_stats *st, enum castfs_sop op, int rc)
 	if (!st || (unsigned)op >= CASTFS_SOP_COUNT)
 		return;
 	add(&st->ops[op], 1);
-	if (rc < 0)
-		add(&st->errors[op], 1);
+	/* "No such attribute" is how getxattr answers every ls -l probe of
+	 * security.selinux or the ACLs: an answer, not an error. */
+	if (rc >= 0 || (op == CASTFS_SOP_GETXATTR && rc == -ENODATA))
+		return;
+	add(&st->errors[op], 1);
+	add(&st->by_errno[-rc < STATS_ERRNOS ? -rc : STATS_ERRNOS], 1);
 }
 
 static struct view_ctr *view_ctr(struct castfs_stats *st, int view)
@@ -124,12 +138,25 @@ void castfs_stats_read_size(struct castfs_stats *st, size_t len)
 	while (b + 1 < CASTFS_STATS_READ_BUCKETS && len > (size_t)4096 << b)
 		b++;
 	add(&st->read_sizes[b], 1);
+	add(&st->read_size_sum, len);
 }
 
 void castfs_stats_open(struct castfs_stats *st, int view)
 {
 	if (st)
 		add(&view_ctr(st, view)->opens, 1);
+}
+
+void castfs_stats_close(struct castfs_stats *st, int view)
+{
+	if (st)
+		add(&view_ctr(st, view)->closes, 1);
+}
+
+void castfs_stats_cpu(struct castfs_stats *st, int view, uint64_t ns)
+{
+	if (st)
+		add(&view_ctr(st, view)->cpu_ns, ns);
 }
 
 void castfs_stats_count(struct castfs_stats *st, enum castfs_sctr c, uint64_t n)
@@ -291,4 +318,265 @@ char *castfs_stats_json(const struct castfs_stats *st,
 	out = cJSON_Print(root);
 	cJSON_Delete(root);
 	return out;
+}
+
+/* Prometheus text exposition format 0.0.4: one HELP and TYPE per family. */
+static void prom_family(struct castfs_strbuf *b, const char *name,
+			const char *type, const char *help)
+{
+	castfs_sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name,
+			 type);
+}
+
+/* A label value with \, " and newline escaped as the format asks. */
+static void prom_label_value(struct castfs_strbuf *b, const char *v)
+{
+	for (; *v; v++) {
+		if (*v == '\\' || *v == '"')
+			castfs_sb_printf(b, "\\%c", *v);
+		else if (*v == '\n')
+			castfs_sb_puts(b, "\\n");
+		else
+			castfs_sb_put(b, v, 1);
+	}
+}
+
+static void prom_u64(struct castfs_strbuf *b, const char *name,
+		     const char *label, const char *value, uint64_t n)
+{
+	castfs_sb_puts(b, name);
+	if (label) {
+		castfs_sb_printf(b, "{%s=\"", label);
+		prom_label_value(b, value);
+		castfs_sb_puts(b, "\"}");
+	}
+	castfs_sb_printf(b, " %" PRIu64 "\n", n);
+}
+
+enum prom_file_field {
+	PF_OPENS,
+	PF_OPEN_FILES,
+	PF_READS,
+	PF_BYTES,
+	PF_CPU,
+	PF_COUNT,
+};
+
+static const char *const pf_family[PF_COUNT][3] = {
+	[PF_OPENS] = { "castfs_opens_total", "counter",
+		       "Files opened, per kind of file." },
+	[PF_OPEN_FILES] = { "castfs_open_files", "gauge",
+			    "Files open now, per kind of file." },
+	[PF_READS] = { "castfs_reads_total", "counter",
+		       "Read requests served, per kind of file." },
+	[PF_BYTES] = { "castfs_read_bytes_total", "counter",
+		       "Bytes served by reads, per kind of file." },
+	[PF_CPU] = { "castfs_conversion_cpu_seconds_total", "counter",
+		     "CPU time of the threads serving reads of a view "
+		     "(converting and reading the source), per view." },
+};
+
+static void prom_file_sample(struct castfs_strbuf *b, enum prom_file_field f,
+			     const char *kind, const char *view,
+			     const struct view_ctr *c)
+{
+	uint64_t opens = get(&c->opens), closes = get(&c->closes);
+
+	castfs_sb_printf(b, "%s{kind=\"%s\"", pf_family[f][0], kind);
+	if (view) {
+		castfs_sb_puts(b, ",view=\"");
+		prom_label_value(b, view);
+		castfs_sb_puts(b, "\"");
+	}
+	castfs_sb_puts(b, "} ");
+	switch (f) {
+	case PF_OPENS:
+		castfs_sb_printf(b, "%" PRIu64 "\n", opens);
+		break;
+	case PF_OPEN_FILES: /* closes are counted after their opens */
+		castfs_sb_printf(b, "%" PRIu64 "\n",
+				 opens > closes ? opens - closes : 0);
+		break;
+	case PF_READS:
+		castfs_sb_printf(b, "%" PRIu64 "\n", get(&c->reads));
+		break;
+	case PF_BYTES:
+		castfs_sb_printf(b, "%" PRIu64 "\n", get(&c->bytes));
+		break;
+	case PF_CPU:
+		castfs_sb_printf(b, "%.9f\n", (double)get(&c->cpu_ns) / 1e9);
+		break;
+	case PF_COUNT:
+		break;
+	}
+}
+
+/* The per-file families: every view by name, then the other kinds. */
+static void prom_files(struct castfs_strbuf *b, const struct castfs_stats *st,
+		       const struct castfs_views *vs)
+{
+	for (int f = 0; f < PF_COUNT; f++) {
+		prom_family(b, pf_family[f][0], pf_family[f][1],
+			    pf_family[f][2]);
+		for (size_t i = 0; i < st->nviews && i < vs->n; i++)
+			prom_file_sample(b, f, "view", vs->v[i].name,
+					 &st->view[i]);
+		if (f == PF_CPU) /* only views convert, only they are timed */
+			continue;
+		prom_file_sample(b, f, "passthrough", NULL, &st->passthrough);
+		prom_file_sample(b, f, "tensor_files", NULL, &st->tensors);
+		prom_file_sample(b, f, "other", NULL, &st->other);
+	}
+}
+
+static void prom_ops(struct castfs_strbuf *b, const struct castfs_stats *st)
+{
+	prom_family(b, "castfs_requests_total", "counter",
+		    "FUSE requests answered, per operation.");
+	for (int i = 0; i < CASTFS_SOP_COUNT; i++)
+		prom_u64(b, "castfs_requests_total", "op", sop_names[i],
+			 get(&st->ops[i]));
+	prom_family(b, "castfs_request_errors_total", "counter",
+		    "FUSE requests answered with an error, per operation "
+		    "(getxattr's ENODATA is an answer, not an error).");
+	for (int i = 0; i < CASTFS_SOP_COUNT; i++)
+		prom_u64(b, "castfs_request_errors_total", "op", sop_names[i],
+			 get(&st->errors[i]));
+}
+
+static void errno_name(int e, char *buf, size_t len)
+{
+	const char *name = NULL;
+
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 32)
+	if (e < STATS_ERRNOS)
+		name = strerrorname_np(e);
+#endif
+	if (name)
+		snprintf(buf, len, "%s", name);
+	else if (e < STATS_ERRNOS)
+		snprintf(buf, len, "%d", e);
+	else
+		snprintf(buf, len, "other");
+}
+
+/* Only the errnos seen: a family without samples is valid too. */
+static void prom_errnos(struct castfs_strbuf *b, const struct castfs_stats *st)
+{
+	char name[32];
+
+	prom_family(b, "castfs_errors_total", "counter",
+		    "Requests answered with an error, per errno.");
+	for (int e = 1; e <= STATS_ERRNOS; e++) {
+		uint64_t n = get(&st->by_errno[e]);
+
+		if (!n)
+			continue;
+		errno_name(e, name, sizeof(name));
+		prom_u64(b, "castfs_errors_total", "errno", name, n);
+	}
+}
+
+/* The histogram's buckets are cumulative; the last one is +Inf. */
+static void prom_read_sizes(struct castfs_strbuf *b,
+			    const struct castfs_stats *st)
+{
+	static const char name[] = "castfs_read_request_bytes";
+	uint64_t sum = 0;
+
+	prom_family(b, name, "histogram",
+		    "Sizes of read requests as the kernel asked them.");
+	for (unsigned i = 0; i < CASTFS_STATS_READ_BUCKETS; i++) {
+		sum += get(&st->read_sizes[i]);
+		if (i + 1 < CASTFS_STATS_READ_BUCKETS)
+			castfs_sb_printf(b,
+					 "%s_bucket{le=\"%zu\"} %" PRIu64 "\n",
+					 name, (size_t)4096 << i, sum);
+		else
+			castfs_sb_printf(b,
+					 "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n",
+					 name, sum);
+	}
+	castfs_sb_printf(b, "%s_sum %" PRIu64 "\n%s_count %" PRIu64 "\n", name,
+			 get(&st->read_size_sum), name, sum);
+}
+
+static void prom_caches(struct castfs_strbuf *b, const struct castfs_stats *st,
+			const struct castfs_zcache_stats *z)
+{
+	static const char *const cache[] = { "headers", "plans", "tensor_trees",
+					     "zst_frames" };
+	uint64_t hits[] = { get(&st->ctr[CASTFS_SCTR_HEADER_CACHE_HITS]),
+			    get(&st->ctr[CASTFS_SCTR_PLAN_CACHE_HITS]),
+			    get(&st->ctr[CASTFS_SCTR_TREE_CACHE_HITS]),
+			    z->hits };
+	/* A miss is what a hit saves: a header parsed, a plan built... */
+	uint64_t misses[] = { get(&st->ctr[CASTFS_SCTR_HEADERS_PARSED]),
+			      get(&st->ctr[CASTFS_SCTR_PLANS_BUILT]),
+			      get(&st->ctr[CASTFS_SCTR_TREES_BUILT]),
+			      z->misses };
+
+	prom_family(b, "castfs_cache_hits_total", "counter",
+		    "Lookups a cache answered, per cache.");
+	for (size_t i = 0; i < 4; i++)
+		prom_u64(b, "castfs_cache_hits_total", "cache", cache[i],
+			 hits[i]);
+	prom_family(b, "castfs_cache_misses_total", "counter",
+		    "Lookups a cache did not answer (the work was done), per "
+		    "cache.");
+	for (size_t i = 0; i < 4; i++)
+		prom_u64(b, "castfs_cache_misses_total", "cache", cache[i],
+			 misses[i]);
+}
+
+static void prom_counter(struct castfs_strbuf *b, const char *name,
+			 const char *type, const char *help, uint64_t n)
+{
+	prom_family(b, name, type, help);
+	prom_u64(b, name, NULL, NULL, n);
+}
+
+static void prom_misc(struct castfs_strbuf *b, const struct castfs_stats *st,
+		      const struct castfs_zcache_stats *z)
+{
+	prom_counter(b, "castfs_headers_rejected_total", "counter",
+		     "Source files rejected (listed in /.castfs/rejected).",
+		     get(&st->ctr[CASTFS_SCTR_HEADERS_REJECTED]));
+	prom_counter(b, "castfs_stale_reads_total", "counter",
+		     "Reads refused because the source changed.",
+		     get(&st->ctr[CASTFS_SCTR_STALE_READS]));
+	prom_counter(b, "castfs_tensor_stats_computed_total", "counter",
+		     "Tensor-wide statistics computed.",
+		     get(&st->ctr[CASTFS_SCTR_TENSOR_STATS]));
+	prom_counter(b, "castfs_zst_decoded_bytes_total", "counter",
+		     "Bytes decoded from packed (zstd) sources.",
+		     z->bytes_decoded);
+	prom_counter(b, "castfs_zst_frame_errors_total", "counter",
+		     "Frames of packed sources that failed to read, decode or "
+		     "verify.",
+		     z->errors);
+	prom_counter(b, "castfs_zst_cached_bytes", "gauge",
+		     "Decoded bytes the frame cache holds now.",
+		     z->cached_bytes);
+}
+
+char *castfs_stats_prometheus(const struct castfs_stats *st,
+			      const struct castfs_views *vs)
+{
+	struct castfs_zcache_stats z = { 0 };
+	struct castfs_strbuf b = { 0 };
+	char *out;
+
+	if (st->zcache)
+		castfs_zcache_stats_get(st->zcache, &z);
+	prom_family(&b, "castfs_uptime_seconds", "gauge",
+		    "Seconds since the daemon started.");
+	castfs_sb_printf(&b, "castfs_uptime_seconds %.3f\n", uptime(st));
+	prom_ops(&b, st);
+	prom_errnos(&b, st);
+	prom_files(&b, st, vs);
+	prom_read_sizes(&b, st);
+	prom_caches(&b, st, &z);
+	prom_misc(&b, st, &z);
+	return castfs_sb_take(&b, &out, NULL) ? NULL : out;
 }

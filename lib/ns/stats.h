@@ -75,6 +75,15 @@ void castfs_stats_read_size(struct castfs_stats *st, size_t len);
 /* castfs_stats_open - count an open of a file of view @view (as above). */
 void castfs_stats_open(struct castfs_stats *st, int view);
 
+/* castfs_stats_close - count the release of a file castfs_stats_open()
+ * counted: opens minus closes is the number of open files. */
+void castfs_stats_close(struct castfs_stats *st, int view);
+
+/* castfs_stats_cpu - add @ns nanoseconds of CPU time that reads of view
+ * @view (an index in the view set) spent converting, source reads
+ * included. @st may be NULL. Thread-safe, lock-free. */
+void castfs_stats_cpu(struct castfs_stats *st, int view, uint64_t ns);
+
 /* castfs_stats_count - add @n to counter @c. */
 void castfs_stats_count(struct castfs_stats *st, enum castfs_sctr c,
 			uint64_t n);
@@ -91,6 +100,15 @@ uint64_t castfs_stats_get(const struct castfs_stats *st, enum castfs_sctr c);
  */
 char *castfs_stats_json(const struct castfs_stats *st,
 			const struct castfs_views *vs);
+
+/*
+ * castfs_stats_prometheus - the counters as a malloc'ed text in the
+ * Prometheus text exposition format 0.0.4 (HELP and TYPE lines, one family
+ * each), or NULL on -ENOMEM. Families and labels are in docs/castfs.1 and
+ * README.md. Thread-safe: each counter is read once, relaxed.
+ */
+char *castfs_stats_prometheus(const struct castfs_stats *st,
+			      const struct castfs_views *vs);
 
 struct castfs_zcache;
 

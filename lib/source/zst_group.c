@@ -6,6 +6,9 @@
  * exponent bits are first moved into one whole byte.
  */
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "common/bytes.h"
 #include "source/zst_internal.h"
@@ -112,19 +115,110 @@ static void ungroup_any(uint8_t *dst, const uint8_t *src, size_t n,
 	}
 }
 
-/* The hot path of every read of a grouped pack: one simple loop per width
- * and transform, which the compiler vectorises. */
+#ifdef __SSE2__
+/*
+ * The hot path of every read of a grouped pack (29 % of the daemon's time
+ * for an fp8 view of a bf16 pack with the scalar loops, which GCC -O2 does
+ * not vectorise): 16 elements per step, interleaving the planes with
+ * unpack (a transpose of bytes), then bf16_unalign()/f32_unalign() on
+ * 16- or 32-bit lanes. SSE2 is in every x86-64 CPU.
+ */
+static __m128i unalign16(__m128i t)
+{
+	__m128i s = _mm_slli_epi16(_mm_and_si128(t, _mm_set1_epi16(0x80)), 8);
+	__m128i e = _mm_and_si128(_mm_srli_epi16(t, 1), _mm_set1_epi16(0x7F80));
+
+	return _mm_or_si128(_mm_or_si128(s, e),
+			    _mm_and_si128(t, _mm_set1_epi16(0x7F)));
+}
+
+static __m128i unalign32(__m128i t)
+{
+	__m128i s =
+		_mm_slli_epi32(_mm_and_si128(t, _mm_set1_epi32(0x800000)), 8);
+	__m128i e =
+		_mm_and_si128(_mm_srli_epi32(t, 1), _mm_set1_epi32(0x7F800000));
+
+	return _mm_or_si128(_mm_or_si128(s, e),
+			    _mm_and_si128(t, _mm_set1_epi32(0x7FFFFF)));
+}
+
+static __m128i load16(const uint8_t *p)
+{
+	return _mm_loadu_si128((const __m128i *)(const void *)p);
+}
+
+static void store16(void *p, __m128i v)
+{
+	_mm_storeu_si128((__m128i *)p, v);
+}
+
+/* Elements [0, count rounded down to 16): the number done. */
+static size_t ungroup2_simd(uint16_t *dst, const uint8_t *lo, const uint8_t *hi,
+			    size_t count, bool bf16)
+{
+	size_t i = 0;
+
+	for (; i + 16 <= count; i += 16) {
+		__m128i l = load16(lo + i), h = load16(hi + i);
+		__m128i a = _mm_unpacklo_epi8(l, h),
+			b = _mm_unpackhi_epi8(l, h);
+
+		store16(dst + i, bf16 ? unalign16(a) : a);
+		store16(dst + i + 8, bf16 ? unalign16(b) : b);
+	}
+	return i;
+}
+
+static size_t ungroup4_simd(uint32_t *dst, const uint8_t *b, size_t count,
+			    bool f32)
+{
+	size_t i = 0;
+
+	for (; i + 16 <= count; i += 16) {
+		__m128i b0 = load16(b + i), b1 = load16(b + count + i);
+		__m128i b2 = load16(b + 2 * count + i);
+		__m128i b3 = load16(b + 3 * count + i);
+		__m128i l01 = _mm_unpacklo_epi8(b0, b1);
+		__m128i h01 = _mm_unpackhi_epi8(b0, b1);
+		__m128i l23 = _mm_unpacklo_epi8(b2, b3);
+		__m128i h23 = _mm_unpackhi_epi8(b2, b3);
+		__m128i w[4] = { _mm_unpacklo_epi16(l01, l23),
+				 _mm_unpackhi_epi16(l01, l23),
+				 _mm_unpacklo_epi16(h01, h23),
+				 _mm_unpackhi_epi16(h01, h23) };
+
+		for (int k = 0; k < 4; k++)
+			store16(dst + i + 4 * k, f32 ? unalign32(w[k]) : w[k]);
+	}
+	return i;
+}
+#else
+static size_t ungroup2_simd(uint16_t *dst, const uint8_t *lo, const uint8_t *hi,
+			    size_t count, bool bf16)
+{
+	(void)dst, (void)lo, (void)hi, (void)count, (void)bf16;
+	return 0;
+}
+
+static size_t ungroup4_simd(uint32_t *dst, const uint8_t *b, size_t count,
+			    bool f32)
+{
+	(void)dst, (void)b, (void)count, (void)f32;
+	return 0;
+}
+#endif
+
+/* One loop per width: the vector steps, then the scalar tail. */
 static void ungroup2(uint16_t *restrict dst, const uint8_t *restrict lo,
 		     const uint8_t *restrict hi, size_t count, bool bf16)
 {
-	if (bf16) {
-		for (size_t i = 0; i < count; i++)
-			dst[i] = bf16_unalign(
-				(uint16_t)(lo[i] | (uint16_t)(hi[i] << 8)));
-		return;
+	for (size_t i = ungroup2_simd(dst, lo, hi, count, bf16); i < count;
+	     i++) {
+		uint16_t v = (uint16_t)(lo[i] | (uint16_t)(hi[i] << 8));
+
+		dst[i] = bf16 ? bf16_unalign(v) : v;
 	}
-	for (size_t i = 0; i < count; i++)
-		dst[i] = (uint16_t)(lo[i] | (uint16_t)(hi[i] << 8));
 }
 
 static void ungroup4(uint32_t *restrict dst, const uint8_t *restrict b,
@@ -133,7 +227,7 @@ static void ungroup4(uint32_t *restrict dst, const uint8_t *restrict b,
 	const uint8_t *b0 = b, *b1 = b + count, *b2 = b + 2 * count,
 		      *b3 = b + 3 * count;
 
-	for (size_t i = 0; i < count; i++) {
+	for (size_t i = ungroup4_simd(dst, b, count, f32); i < count; i++) {
 		uint32_t v = b0[i] | (uint32_t)b1[i] << 8 |
 			     (uint32_t)b2[i] << 16 | (uint32_t)b3[i] << 24;
 

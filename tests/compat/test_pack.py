@@ -250,6 +250,43 @@ class Pack(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("not named", r.stderr)
 
+    def test_convert_names_a_view_of_a_pack(self):
+        """Only the pack exists: `convert X.fp8.safetensors` and `convert
+        X.safetensors --view fp8` read it as the mount would. Oracle:
+        torch's cast of the original tensors."""
+        from safetensors.torch import load_file
+        want = {k: v.to(torch.float8_e4m3fn) if v.is_floating_point() else v
+                for k, v in load_file(self.src).items()}
+        for flags, ext in (([], ".zst"), (["--grouped"], ".zstg")):
+            with self.subTest(ext=ext):
+                self.pack("--force", "--remove", *flags, self.src)
+                self.assertFalse(os.path.exists(self.src))
+                outs = []
+                for args in ([self.src[:-len(".safetensors")] + ".fp8.safetensors"],
+                             [self.src, "--view", "fp8"]):
+                    out = os.path.join(self.dir, "out%d.safetensors" % len(outs))
+                    r = castfs("convert", *args, "-o", out, "--no-progress")
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    got = load_file(out)
+                    self.assertEqual(sorted(got), sorted(want))
+                    for k, v in want.items():
+                        self.assertEqual(got[k].dtype, v.dtype, k)
+                        self.assertTrue(torch.equal(got[k].view(torch.uint8),
+                                                    v.view(torch.uint8)), k)
+                    with open(out, "rb") as f:
+                        outs.append(f.read())
+                self.assertEqual(outs[0], outs[1])
+                # info reads it too; pack does not pack the pack again
+                self.assertEqual(castfs("info", self.src).returncode, 0)
+                r = castfs("pack", "--no-progress", "--grouped", "--force", self.src)
+                self.assertEqual(r.returncode, 1)
+                self.assertIn("No such file", r.stderr)
+                r = castfs("unpack", "--no-progress", self.src + ext)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                os.remove(self.src + ext)
+                with open(self.src, "rb") as f:
+                    self.assertEqual(f.read(), self.orig)
+
     def test_pack_directory(self):
         d = os.path.join(self.dir, "model")
         os.mkdir(d)

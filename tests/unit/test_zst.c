@@ -358,6 +358,16 @@ START_TEST(test_zst__group_round_trip)
 	zst_group(g, in, n, t);
 	zst_ungroup(back, g, n, t);
 	ck_assert_mem_eq(back, in, n);
+	/* aligned, with a scalar tail after the vector steps */
+	for (size_t k = 1; k < 70; k += 3) {
+		size_t m = k * zst_group_width(t);
+
+		memset(back, 0, n);
+		zst_group(g, in + 6, m, t);
+		zst_ungroup(back, g, m, t);
+		ck_assert_mem_eq(back, in + 6, m);
+		ck_assert_uint_eq(back[m], 0);
+	}
 	/* an unaligned destination takes the portable path */
 	memset(back, 0, n);
 	zst_group(g, in, n - 4, t);
