@@ -65,6 +65,13 @@ int cli_src_open(struct cli_src *s, const char *cmd, const char *arg,
 /* cli_src_close - release what cli_src_open() got; safe twice. */
 void cli_src_close(struct cli_src *s);
 
+/* cli_is_gguf_file - @path is an existing regular file named *.gguf. */
+bool cli_is_gguf_file(const char *path);
+
+/* cli_info_gguf - print the GGUF header of file @path (cli_info_gguf.c).
+ * Prints "castfs info: FILE: reason" on stderr on failure. 0 or -1. */
+int cli_info_gguf(const char *path);
+
 /* cli_same_file - true if @fd is still the identity in @st (size, mtime). */
 bool cli_same_file(int fd, const struct stat *st);
 

@@ -26,7 +26,7 @@ static void info_usage(FILE *f)
 		"usage: castfs info [--view VIEW] [--config FILE] "
 		"[--tensor NAME] FILE...\n\n"
 		"Print the header summary and tensor table of each safetensors "
-		"FILE.\n\n"
+		"FILE,\nor the KVs and tensor table of a FILE.gguf.\n\n"
 		"    --view VIEW     show FILE as view VIEW would convert it\n"
 		"                    (X.VIEW.safetensors names work too when "
 		"only\n"
@@ -318,6 +318,11 @@ int castfs_cli_info(int argc, char **argv)
 
 		if (i > optind)
 			putchar('\n');
+		if (!o.view && !o.tensor && cli_is_gguf_file(argv[i])) {
+			if (cli_info_gguf(argv[i]))
+				status = 1;
+			continue;
+		}
 		if (cli_src_open(&s, "info", argv[i], &vs, o.view)) {
 			status = 1;
 			continue;
