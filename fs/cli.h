@@ -72,6 +72,13 @@ bool cli_is_gguf_file(const char *path);
  * Prints "castfs info: FILE: reason" on stderr on failure. 0 or -1. */
 int cli_info_gguf(const char *path);
 
+struct castfs_plan;
+
+/* cli_info_gguf_plan - the same for the GGUF view of @plan over @src,
+ * shown as @shown: only the header's bytes are computed. 0 or -1. */
+int cli_info_gguf_plan(const char *shown, const struct castfs_plan *plan,
+		       const struct castfs_reader *src);
+
 /* cli_same_file - true if @fd is still the identity in @st (size, mtime). */
 bool cli_same_file(int fd, const struct stat *st);
 

@@ -227,6 +227,12 @@ static int info_src(const struct cli_src *s, const struct info_opts *o)
 
 	if (s->view) {
 		rc = castfs_view_plan(s->view, s->h, &plan, &d);
+		if (!rc && s->view->kind == CASTFS_VIEW_GGUF && !o->tensor) {
+			status = cli_info_gguf_plan(s->shown, plan, s->r) ? 1 :
+									    0;
+			castfs_plan_free(plan);
+			return status;
+		}
 		if (!rc)
 			rc = castfs_plan_header(plan, &vh, &d);
 		if (rc) {

@@ -16,6 +16,7 @@
 
 #include "cli.h"
 #include "format/gguf_read.h"
+#include "plan/plan.h"
 
 /* Strings longer than this are cut in the listing (a chat template). */
 #define SHOW_MAX 72
@@ -165,6 +166,45 @@ bool cli_is_gguf_file(const char *path)
 
 	return n > 5 && !strcmp(path + n - 5, ".gguf") && !stat(path, &st) &&
 	       S_ISREG(st.st_mode);
+}
+
+/* A reader over a plan's bytes: the GGUF view read as a file would be
+ * through the mount, its header computed and nothing after it. */
+struct plan_reader {
+	struct castfs_reader r;
+	const struct castfs_plan *plan;
+	const struct castfs_reader *src;
+	struct castfs_scratch sc;
+};
+
+static ssize_t plan_pread(void *ctx, void *buf, size_t n, uint64_t off)
+{
+	struct plan_reader *pr = ctx;
+
+	return castfs_plan_read(pr->plan, pr->src, &pr->sc, buf, n, off);
+}
+
+int cli_info_gguf_plan(const char *shown, const struct castfs_plan *plan,
+		       const struct castfs_reader *src)
+{
+	struct plan_reader pr = { .r = { plan_pread, &pr },
+				  .plan = plan,
+				  .src = src };
+	struct castfs_diag d = { { 0 } };
+	struct castfs_gguf_file *f = NULL;
+	int rc = castfs_scratch_init(&pr.sc);
+
+	if (!rc)
+		rc = castfs_gguf_read(&pr.r, plan->size, &f, &d);
+	castfs_scratch_fini(&pr.sc);
+	if (rc) {
+		fprintf(stderr, "castfs info: %s: %s\n", shown,
+			d.msg[0] ? d.msg : strerror(-rc));
+		return -1;
+	}
+	print_gguf(shown, f);
+	castfs_gguf_file_free(f);
+	return 0;
 }
 
 int cli_info_gguf(const char *path)

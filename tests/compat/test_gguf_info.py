@@ -136,5 +136,38 @@ class GGUFInfo(unittest.TestCase):
         self.assertIn("not a GGUF file", r.stderr)
 
 
+class GGUFViewInfo(unittest.TestCase):
+    """`castfs info X.q8_0.gguf` where only X.safetensors exists (and
+    `--view q8_0.gguf X.safetensors`) computes the header of the view: the
+    same listing as the file a mount serves, which gguf-py reads alike."""
+
+    def test_view_header_as_mounted(self):
+        from safetensors.torch import save_file
+        from test_gguf import flux_tensors
+        import torch
+        with tl.tempdir() as src:
+            save_file(flux_tensors(torch.bfloat16),
+                      os.path.join(src, "flux.safetensors"))
+            virt = info(os.path.join(src, "flux.q8_0.gguf"))
+            self.assertEqual(virt.returncode, 0, virt.stderr)
+            flag = subprocess.run(
+                [tl.castfs_binary(), "info", "--view", "q8_0.gguf",
+                 os.path.join(src, "flux.safetensors")],
+                capture_output=True, text=True)
+            self.assertEqual(flag.stdout, virt.stdout)
+            with tl.Mount(src) as m:
+                real = info(m.join("flux.q8_0.gguf"))
+                g = GGUFReader(m.join("flux.q8_0.gguf"))
+                ntensors = len(g.tensors)
+                arch = g.fields["general.architecture"].contents()
+                del g
+            self.assertEqual(real.returncode, 0, real.stderr)
+            self.assertEqual(virt.stdout.splitlines()[1:],
+                             real.stdout.splitlines()[1:])
+            self.assertIn("tensors: %d (" % ntensors, virt.stdout)
+            self.assertIn('general.architecture string = "%s"' % arch,
+                          virt.stdout)
+
+
 if __name__ == "__main__":
     tl.main()
