@@ -311,7 +311,7 @@ int castfs_cli_info(int argc, char **argv)
 {
 	struct castfs_views vs = { 0 };
 	struct info_opts o = { 0 };
-	int status = 0;
+	int status = 0, rc;
 
 	if (parse_opts(argc, argv, &o))
 		return 2;
@@ -327,6 +327,11 @@ int castfs_cli_info(int argc, char **argv)
 		if (!o.view && !o.tensor && cli_is_gguf_file(argv[i])) {
 			if (cli_info_gguf(argv[i]))
 				status = 1;
+			continue;
+		}
+		rc = o.view || o.tensor ? 1 : cli_info_gguf_md(argv[i], &vs);
+		if (rc <= 0) {
+			status = rc ? 1 : status;
 			continue;
 		}
 		if (cli_src_open(&s, "info", argv[i], &vs, o.view)) {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "view/view.h"
 #include "format/gguf_read.h"
 #include "plan/plan.h"
 
@@ -232,4 +233,60 @@ int cli_info_gguf(const char *path)
 	print_gguf(path, f);
 	castfs_gguf_file_free(f);
 	return 0;
+}
+
+/* "DIR.<q>.gguf" -> "DIR" when that is a directory (malloc'ed), else NULL. */
+static char *md_dir_of(const char *arg, const char **view)
+{
+	size_t len = strlen(arg);
+	const char *dot;
+	struct stat st;
+	char *dir;
+
+	if (len <= 5 || strcmp(arg + len - 5, ".gguf") ||
+	    !(dot = memrchr(arg, '.', len - 5)) || dot == arg)
+		return NULL;
+	dir = strndup(arg, (size_t)(dot - arg));
+	if (dir && (stat(dir, &st) || !S_ISDIR(st.st_mode))) {
+		free(dir);
+		return NULL;
+	}
+	*view = dot + 1;
+	return dir;
+}
+
+int cli_info_gguf_md(const char *arg, const struct castfs_views *vs)
+{
+	struct castfs_diag d = { { 0 } };
+	struct castfs_plan *plan = NULL;
+	const char *view = NULL;
+	char *weights = NULL, *dir;
+	struct cli_src s;
+	int rc;
+
+	if (cli_is_gguf_file(arg) || !(dir = md_dir_of(arg, &view)))
+		return 1;
+	if (cli_md_weights(dir, &weights) || !weights) {
+		free(dir);
+		return -1;
+	}
+	rc = cli_src_open(&s, "info", weights, vs, view) ? -2 : 0;
+	free(weights);
+	if (!rc && (!s.view || s.view->kind != CASTFS_VIEW_GGUF)) {
+		fprintf(stderr, "castfs info: %s: not a GGUF view\n", arg);
+		rc = -1;
+	}
+	if (!rc) {
+		int b = cli_md_gguf_plan(&s, dir, &plan, &d);
+
+		if (b)
+			fprintf(stderr, "castfs info: %s: %s\n", arg,
+				d.msg[0] ? d.msg : strerror(-b));
+		rc = b ? -1 : cli_info_gguf_plan(arg, plan, s.r);
+		castfs_plan_free(plan);
+	}
+	if (rc != -2) /* cli_src_open() closes what it opened on failure */
+		cli_src_close(&s);
+	free(dir);
+	return rc < 0 ? -1 : rc;
 }

@@ -169,5 +169,35 @@ class GGUFViewInfo(unittest.TestCase):
                           virt.stdout)
 
 
+class GGUFFolderInfo(unittest.TestCase):
+    """`castfs info DIR.q8_0.gguf` beside a model folder DIR/ (no such
+    file): the header `castfs convert DIR --view q8_0` writes, as gguf-py
+    reads that file."""
+
+    def test_folder_header_as_converted(self):
+        from test_gguf_llm import make_model
+        with tl.tempdir() as src:
+            d = os.path.join(src, "llama")
+            make_model(d, "llama")
+            out = os.path.join(src, "out.gguf")
+            subprocess.run([tl.castfs_binary(), "convert", d, "--view",
+                            "q8_0", "-o", out, "--no-progress"], check=True)
+            virt = info(d + ".q8_0.gguf")
+            real = info(out)
+            self.assertEqual(virt.returncode, 0, virt.stderr)
+            self.assertEqual(virt.stdout.splitlines()[1:],
+                             real.stdout.splitlines()[1:])
+            g = GGUFReader(out)
+            self.assertIn("tensors: %d (" % len(g.tensors), virt.stdout)
+            self.assertIn("kvs: %d\n" % len([k for k in g.fields
+                                              if not k.startswith("GGUF.")]),
+                          virt.stdout)
+            del g
+            os.remove(os.path.join(d, "tokenizer.json"))
+            r = info(d + ".q8_0.gguf")
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("tokenizer.json", r.stderr)
+
+
 if __name__ == "__main__":
     tl.main()
