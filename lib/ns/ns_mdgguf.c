@@ -439,7 +439,11 @@ static const char *folder_refusal(struct castfs_ns *ns, const char *folder,
 	rc = texts_dep(ns, folder, &r->dep, r->st);
 	if (rc == -ENOENT) {
 		ns_ckpt_put(ns, *ck);
-		return "GGUF: no tokenizer.json (the tokenizer castfs maps)";
+		return has_file(ns, folder, "tokenizer.model") ?
+			       "GGUF: a SentencePiece tokenizer.model without "
+			       "tokenizer.json is not mapped" :
+			       "GGUF: no tokenizer.json (the tokenizer castfs "
+			       "maps)";
 	}
 	if (rc) {
 		ns_ckpt_put(ns, *ck);

@@ -121,6 +121,9 @@ class GGUFCache(unittest.TestCase):
         cfg["architectures"] = ["GPT2LMHeadModel"]
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(cfg, f)
+        d = self.folder("spm")
+        os.rename(os.path.join(d, "tokenizer.json"),
+                  os.path.join(d, "tokenizer.model"))
         d = self.folder("notok")
         os.remove(os.path.join(d, "tokenizer.json"))
         self.folder("fine")
@@ -136,7 +139,8 @@ class GGUFCache(unittest.TestCase):
                 self.assertIn("q8_0.gguf", got[bad]["views"])
                 self.assertIn("f16.gguf", got[bad]["views"])
             self.assertIn("architectures", got["gpt2like"]["reason"])
-            self.assertIn("tokenizer.json", got["notok"]["reason"])
+            self.assertIn("no tokenizer.json", got["notok"]["reason"])
+            self.assertIn("SentencePiece", got["spm"]["reason"])
             # a fixed folder leaves the list
             shutil.copy(os.path.join(self.base, "tokenizer.json"),
                         os.path.join(d, "tokenizer.json"))
