@@ -65,6 +65,39 @@ int cli_src_open(struct cli_src *s, const char *cmd, const char *arg,
 /* cli_src_close - release what cli_src_open() got; safe twice. */
 void cli_src_close(struct cli_src *s);
 
+/* cli_is_gguf_file - @path is an existing regular file named *.gguf. */
+bool cli_is_gguf_file(const char *path);
+
+/* cli_info_gguf - print the GGUF header of file @path (cli_info_gguf.c).
+ * Prints "castfs info: FILE: reason" on stderr on failure. 0 or -1. */
+int cli_info_gguf(const char *path);
+
+struct castfs_plan;
+
+/*
+ * cli_md_weights - a model folder @arg (a directory) is read from its one
+ * checkpoint, "model.safetensors": its path, malloc'ed, into *@weights;
+ * NULL for a file. Sharded folders are not converted. Returns 0 or -1
+ * (said why on stderr). In cli_convert.c.
+ */
+int cli_md_weights(const char *arg, char **weights);
+
+/* cli_md_gguf_plan - the GGUF plan of model folder @dir whose weights @s
+ * has open through a GGUF view (castfs_md_gguf_plan()). 0 or -errno with
+ * the reason in @d. */
+int cli_md_gguf_plan(const struct cli_src *s, const char *dir,
+		     struct castfs_plan **plan, struct castfs_diag *d);
+
+/* cli_info_gguf_plan - the same for the GGUF view of @plan over @src,
+ * shown as @shown: only the header's bytes are computed. 0 or -1. */
+int cli_info_gguf_plan(const char *shown, const struct castfs_plan *plan,
+		       const struct castfs_reader *src);
+
+/* cli_info_gguf_md - "DIR.<q>.gguf" that does not exist beside model
+ * folder DIR/: print the header of that GGUF file as castfs computes it.
+ * 1 when @arg is not such a name, 0 done, -1 failed (said why). */
+int cli_info_gguf_md(const char *arg, const struct castfs_views *vs);
+
 /* cli_same_file - true if @fd is still the identity in @st (size, mtime). */
 bool cli_same_file(int fd, const struct stat *st);
 

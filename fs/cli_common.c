@@ -30,13 +30,28 @@ int cli_views_load(struct castfs_views *vs, const char *cmd, const char *config)
 	return 0;
 }
 
-/* "dir/X.<view>.safetensors" -> "dir/X.safetensors" and the view. */
+/* "dir/X.<view>.safetensors" -> "dir/X.safetensors" and the view;
+ * "dir/X.<q>.gguf" -> "dir/X.safetensors" and the view "<q>.gguf" (GGUF
+ * views are named with their extension). */
 static int split_view_name(const char *arg, const struct castfs_views *vs,
 			   char **path, const struct castfs_view **view)
 {
 	size_t len = strlen(arg), stem;
 	const char *dot, *slash = strrchr(arg, '/');
 
+	if (len > 5 && !strcmp(arg + len - 5, ".gguf")) {
+		stem = len - 5;
+		dot = memrchr(arg, '.', stem);
+		if (!dot || dot == arg || (slash && dot <= slash + 1))
+			return -ENOENT;
+		*view = castfs_views_find(vs, dot + 1,
+					  (size_t)(arg + len - dot - 1));
+		if (!*view)
+			return -ENOENT;
+		if (asprintf(path, "%.*s%s", (int)(dot - arg), arg, st_ext) < 0)
+			return -ENOMEM;
+		return 0;
+	}
 	if (len <= ST_EXT_LEN || strcmp(arg + len - ST_EXT_LEN, st_ext))
 		return -ENOENT;
 	stem = len - ST_EXT_LEN;
@@ -54,12 +69,15 @@ static int split_view_name(const char *arg, const struct castfs_views *vs,
 /* The name a view of @path is shown under: "dir/X.<view>.safetensors". */
 static char *view_shown(const char *path, const char *view)
 {
-	size_t len = strlen(path);
+	size_t len = strlen(path), vl = strlen(view);
+	bool gguf = vl > 5 && !strcmp(view + vl - 5, ".gguf");
 	char *s;
 
 	if (len > ST_EXT_LEN && !strcmp(path + len - ST_EXT_LEN, st_ext))
 		len -= ST_EXT_LEN;
-	if (asprintf(&s, "%.*s.%s%s", (int)len, path, view, st_ext) < 0)
+	/* GGUF views carry their own extension */
+	if (asprintf(&s, "%.*s.%s%s", (int)len, path, view,
+		     gguf ? "" : st_ext) < 0)
 		return NULL;
 	return s;
 }

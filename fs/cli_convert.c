@@ -188,18 +188,17 @@ static int slurp(const char *dir, const char *name, char **out, size_t *len)
 	return rc;
 }
 
-/* The GGUF plan of model folder @o->md_dir (castfs_md_gguf_plan). */
-static int md_gguf_plan(const struct cli_src *s, const struct conv_opts *o,
-			struct castfs_plan **plan, struct castfs_diag *d)
+int cli_md_gguf_plan(const struct cli_src *s, const char *dir,
+		     struct castfs_plan **plan, struct castfs_diag *d)
 {
-	char *cfg, *tok, *tc;
-	size_t cfg_len, tok_len, tc_len;
-	int rc = slurp(o->md_dir, "config.json", &cfg, &cfg_len);
+	char *cfg = NULL, *tok = NULL, *tc = NULL;
+	size_t cfg_len = 0, tok_len = 0, tc_len = 0;
+	int rc = slurp(dir, "config.json", &cfg, &cfg_len);
 
 	if (!rc)
-		rc = slurp(o->md_dir, "tokenizer.json", &tok, &tok_len);
+		rc = slurp(dir, "tokenizer.json", &tok, &tok_len);
 	if (!rc)
-		rc = slurp(o->md_dir, "tokenizer_config.json", &tc, &tc_len);
+		rc = slurp(dir, "tokenizer_config.json", &tc, &tc_len);
 	if (!rc && (!cfg || !tok))
 		rc = castfs_diag_set(d, -ENOENT,
 				     "config.json or tokenizer.json missing");
@@ -212,12 +211,7 @@ static int md_gguf_plan(const struct cli_src *s, const struct conv_opts *o,
 	return rc;
 }
 
-/*
- * A model folder @arg (a directory) is read from its one checkpoint,
- * "model.safetensors": its path, malloc'ed, into *@weights; NULL for a
- * file. Sharded folders are not converted. Returns 0 or -1 (said why).
- */
-static int cli_md_weights(const char *arg, char **weights)
+int cli_md_weights(const char *arg, char **weights)
 {
 	struct stat st;
 	char *p;
@@ -229,7 +223,7 @@ static int cli_md_weights(const char *arg, char **weights)
 		return -1;
 	if (stat(p, &st) != 0) {
 		fprintf(stderr,
-			"castfs convert: %s: no model.safetensors (sharded "
+			"castfs: %s: no model.safetensors (sharded "
 			"folders are not converted)\n",
 			arg);
 		free(p);
@@ -276,7 +270,7 @@ static int convert_src(const struct cli_src *s, const struct conv_opts *o)
 			o->out);
 		return 1;
 	}
-	rc = o->md_dir ? md_gguf_plan(s, o, &plan, &d) :
+	rc = o->md_dir ? cli_md_gguf_plan(s, o->md_dir, &plan, &d) :
 			 castfs_view_plan(s->view, s->h, &plan, &d);
 	if (rc) {
 		fprintf(stderr, "castfs convert: %s: view %s: %s\n", s->path,

@@ -26,7 +26,7 @@ static void info_usage(FILE *f)
 		"usage: castfs info [--view VIEW] [--config FILE] "
 		"[--tensor NAME] FILE...\n\n"
 		"Print the header summary and tensor table of each safetensors "
-		"FILE.\n\n"
+		"FILE,\nor the KVs and tensor table of a FILE.gguf.\n\n"
 		"    --view VIEW     show FILE as view VIEW would convert it\n"
 		"                    (X.VIEW.safetensors names work too when "
 		"only\n"
@@ -227,6 +227,12 @@ static int info_src(const struct cli_src *s, const struct info_opts *o)
 
 	if (s->view) {
 		rc = castfs_view_plan(s->view, s->h, &plan, &d);
+		if (!rc && s->view->kind == CASTFS_VIEW_GGUF && !o->tensor) {
+			status = cli_info_gguf_plan(s->shown, plan, s->r) ? 1 :
+									    0;
+			castfs_plan_free(plan);
+			return status;
+		}
 		if (!rc)
 			rc = castfs_plan_header(plan, &vh, &d);
 		if (rc) {
@@ -305,7 +311,7 @@ int castfs_cli_info(int argc, char **argv)
 {
 	struct castfs_views vs = { 0 };
 	struct info_opts o = { 0 };
-	int status = 0;
+	int status = 0, rc;
 
 	if (parse_opts(argc, argv, &o))
 		return 2;
@@ -318,6 +324,16 @@ int castfs_cli_info(int argc, char **argv)
 
 		if (i > optind)
 			putchar('\n');
+		if (!o.view && !o.tensor && cli_is_gguf_file(argv[i])) {
+			if (cli_info_gguf(argv[i]))
+				status = 1;
+			continue;
+		}
+		rc = o.view || o.tensor ? 1 : cli_info_gguf_md(argv[i], &vs);
+		if (rc <= 0) {
+			status = rc ? 1 : status;
+			continue;
+		}
 		if (cli_src_open(&s, "info", argv[i], &vs, o.view)) {
 			status = 1;
 			continue;

@@ -183,21 +183,35 @@ static void write_hparams(struct castfs_gguf_w *w, const struct llm *m)
 
 /* ---- the tokenizer ---- */
 
-/* gpt2's pre-tokenizer is ByteLevel with its own regex and no prefix
- * space; it is the one castfs recognises exactly (llama.cpp "gpt-2"). */
-static bool pre_is_gpt2(const cJSON *tok)
-{
-	const cJSON *pre =
-		cJSON_GetObjectItemCaseSensitive(tok, "pre_tokenizer");
-	const cJSON *type = cJSON_GetObjectItemCaseSensitive(pre, "type");
-	const cJSON *aps, *regex;
+/*
+ * The pre-tokenizers castfs names for llama.cpp (tokenizer.ggml.pre), each
+ * recognised by its tokenizer.json structure and the exact regex that
+ * llama.cpp's llama-vocab.cpp reimplements for that name (it quotes the
+ * tokenizer.json original). convert_hf_to_gguf.py instead hashes the
+ * token ids of a fixed text (chkhsh), which only known published
+ * tokenizers match; a tokenizer with the same pre-tokenizer trained
+ * elsewhere gets the same name here (docs/FORMATS.md).
+ */
+struct pre_kind {
+	const char *name; /* tokenizer.ggml.pre */
+	const char *regex; /* Split pattern; NULL: ByteLevel's own (gpt2) */
+	bool ignore_merges; /* llama.cpp sets it for this name */
+	bool nfc; /* an NFC normalizer is accepted (llama.cpp skips it) */
+};
 
-	if (!cJSON_IsString(type) || strcmp(type->valuestring, "ByteLevel"))
-		return false;
-	aps = cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_space");
-	regex = cJSON_GetObjectItemCaseSensitive(pre, "use_regex");
-	return cJSON_IsFalse(aps) && (!regex || cJSON_IsTrue(regex));
-}
+static const struct pre_kind pre_kinds[] = {
+	{ "gpt-2", NULL, false, false },
+	{ "llama-bpe",
+	  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+	  "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+	  "\\s+(?!\\S)|\\s+",
+	  true, false },
+	{ "qwen2",
+	  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+	  "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+	  "\\s+(?!\\S)|\\s+",
+	  false, true },
+};
 
 static bool is_type(const cJSON *o, const char *key, const char *want)
 {
@@ -207,25 +221,90 @@ static bool is_type(const cJSON *o, const char *key, const char *want)
 	return cJSON_IsString(t) && !strcmp(t->valuestring, want);
 }
 
-static int check_tokenizer(const cJSON *tok, struct castfs_diag *d)
+/* A ByteLevel pre-tokenizer without prefix space, using its own (gpt2)
+ * regex when @regex, else none. */
+static bool byte_level(const cJSON *pre, bool regex)
+{
+	const cJSON *type = cJSON_GetObjectItemCaseSensitive(pre, "type");
+	const cJSON *aps =
+		cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_space");
+	const cJSON *re = cJSON_GetObjectItemCaseSensitive(pre, "use_regex");
+
+	if (!cJSON_IsString(type) || strcmp(type->valuestring, "ByteLevel") ||
+	    !cJSON_IsFalse(aps))
+		return false;
+	return regex ? !re || cJSON_IsTrue(re) : cJSON_IsFalse(re);
+}
+
+/* Sequence [Split(@regex, Isolated, not inverted), ByteLevel(no regex)]. */
+static bool split_then_bytes(const cJSON *pre, const char *regex)
+{
+	const cJSON *seq =
+		cJSON_GetObjectItemCaseSensitive(pre, "pretokenizers");
+	const cJSON *sp = cJSON_GetArrayItem(seq, 0);
+	const cJSON *pat = cJSON_GetObjectItemCaseSensitive(
+		cJSON_GetObjectItemCaseSensitive(sp, "pattern"), "Regex");
+	const cJSON *beh = cJSON_GetObjectItemCaseSensitive(sp, "behavior");
+	const cJSON *inv = cJSON_GetObjectItemCaseSensitive(sp, "invert");
+	const cJSON *st = cJSON_GetObjectItemCaseSensitive(sp, "type");
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(pre, "type");
+
+	return cJSON_IsString(t) && !strcmp(t->valuestring, "Sequence") &&
+	       cJSON_IsArray(seq) && cJSON_GetArraySize(seq) == 2 &&
+	       cJSON_IsString(st) && !strcmp(st->valuestring, "Split") &&
+	       cJSON_IsString(pat) && !strcmp(pat->valuestring, regex) &&
+	       cJSON_IsString(beh) && !strcmp(beh->valuestring, "Isolated") &&
+	       cJSON_IsFalse(inv) &&
+	       byte_level(cJSON_GetArrayItem(seq, 1), false);
+}
+
+/* The pre-tokenizer of @tok castfs names, or NULL. */
+static const struct pre_kind *find_pre(const cJSON *tok)
+{
+	const cJSON *pre =
+		cJSON_GetObjectItemCaseSensitive(tok, "pre_tokenizer");
+
+	for (size_t i = 0; i < sizeof(pre_kinds) / sizeof(pre_kinds[0]); i++) {
+		const struct pre_kind *k = &pre_kinds[i];
+
+		if (k->regex ? split_then_bytes(pre, k->regex) :
+			       byte_level(pre, true))
+			return k;
+	}
+	return NULL;
+}
+
+/* The tokenizer's pre-tokenizer as llama.cpp names it, if everything else
+ * about it is what llama.cpp does for that name. */
+static int check_tokenizer(const cJSON *tok, const struct pre_kind **pk,
+			   struct castfs_diag *d)
 {
 	const cJSON *model = cJSON_GetObjectItemCaseSensitive(tok, "model");
 	const cJSON *norm = cJSON_GetObjectItemCaseSensitive(tok, "normalizer");
 	const cJSON *bf =
 		cJSON_GetObjectItemCaseSensitive(model, "byte_fallback");
+	const cJSON *im =
+		cJSON_GetObjectItemCaseSensitive(model, "ignore_merges");
 
 	if (!is_type(tok, "model", "BPE") || (bf && !cJSON_IsFalse(bf)))
 		return castfs_diag_set(d, -EINVAL,
 				       "GGUF: tokenizer.json is not a "
 				       "byte-level BPE model");
-	if (norm && !cJSON_IsNull(norm))
-		return castfs_diag_set(d, -EINVAL,
-				       "GGUF: tokenizer.json has a normalizer");
-	if (!pre_is_gpt2(tok) || !is_type(tok, "decoder", "ByteLevel"))
+	*pk = find_pre(tok);
+	if (!*pk || !is_type(tok, "decoder", "ByteLevel"))
 		return castfs_diag_set(d, -EINVAL,
 				       "GGUF: tokenizer.json pre-tokenizer is "
 				       "not one castfs names for llama.cpp "
-				       "(gpt2's ByteLevel)");
+				       "(gpt-2, llama-bpe, qwen2)");
+	if (norm && !cJSON_IsNull(norm) &&
+	    !((*pk)->nfc && is_type(tok, "normalizer", "NFC")))
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: tokenizer.json has a normalizer");
+	if ((*pk)->ignore_merges != cJSON_IsTrue(im))
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: tokenizer.json ignore_merges "
+				       "differs from llama.cpp's %s",
+				       (*pk)->name);
 	return 0;
 }
 
@@ -406,8 +485,9 @@ static int write_tokenizer(struct castfs_gguf_w *w, const struct llm *m,
 			   const cJSON *tok, const cJSON *tc,
 			   struct castfs_diag *d)
 {
+	const struct pre_kind *pk = NULL;
 	struct tok_ent *v;
-	int rc = check_tokenizer(tok, d);
+	int rc = check_tokenizer(tok, &pk, d);
 
 	if (rc)
 		return rc;
@@ -415,7 +495,7 @@ static int write_tokenizer(struct castfs_gguf_w *w, const struct llm *m,
 	if (!v)
 		return -ENOMEM;
 	castfs_gguf_kv_str(w, "tokenizer.ggml.model", "gpt2");
-	castfs_gguf_kv_str(w, "tokenizer.ggml.pre", "gpt-2");
+	castfs_gguf_kv_str(w, "tokenizer.ggml.pre", pk->name);
 	rc = read_vocab(tok, m->vocab_size, v, d);
 	if (!rc)
 		write_tokens(w, v, m->vocab_size);

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The control directory /.castfs: live stats (JSON, and Prometheus text in
- * metrics), the effective configuration, the rejected source files and the
- * version. Content is generated at open.
+ * metrics), the effective configuration, the rejected source files, the
+ * derived files refused and the version. Content is generated at open.
  */
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +20,7 @@ enum ctl_file {
 	CTL_REJECTED,
 	CTL_VERSION,
 	CTL_METRICS,
+	CTL_REFUSED,
 	CTL_COUNT,
 };
 
@@ -28,6 +30,7 @@ static const char *const ctl_names[CTL_COUNT] = {
 	[CTL_REJECTED] = "rejected",
 	[CTL_VERSION] = "version",
 	[CTL_METRICS] = "metrics", /* stats in the Prometheus text format */
+	[CTL_REFUSED] = "refused",
 };
 
 static int ctl_dir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
@@ -183,6 +186,70 @@ static char *ctl_rejected(struct castfs_ns *ns)
 	return ns_ckpt_rejected_json(ns);
 }
 
+static void refused_dir(struct castfs_ns *ns, const char *dir, int depth,
+			size_t *budget, cJSON *arr);
+
+/* Ask every directory extension why it shows none of its names for
+ * source directory @dir, then walk its subdirectories. */
+static void refused_entry(struct castfs_ns *ns, const char *dir, int depth,
+			  size_t *budget, cJSON *arr)
+{
+	for (size_t i = 0; ns->dir_exts[i]; i++) {
+		if (ns->dir_exts[i]->refusals &&
+		    ns->dir_exts[i]->refusals(ns, dir, arr))
+			return; /* out of memory: the list says what it has */
+	}
+	(*budget)--;
+	refused_dir(ns, dir, depth + 1, budget, arr);
+}
+
+/* Every directory below @dir (bounded like the rejected scan). */
+static void refused_dir(struct castfs_ns *ns, const char *dir, int depth,
+			size_t *budget, cJSON *arr)
+{
+	struct dirent *de;
+	DIR *dp;
+	int fd;
+
+	if (depth > SCAN_MAX_DEPTH || !*budget)
+		return;
+	fd = ns_src_open(ns, dir, O_RDONLY | O_DIRECTORY);
+	if (fd < 0)
+		return;
+	dp = fdopendir(fd);
+	if (!dp) {
+		close(fd);
+		return;
+	}
+	while (*budget && (de = readdir(dp))) {
+		char *path;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+		    scan_type(dp, de) != S_IFDIR)
+			continue;
+		path = ns_path_join(dir, de->d_name, strlen(de->d_name));
+		if (path)
+			refused_entry(ns, path, depth, budget, arr);
+		free(path);
+	}
+	closedir(dp);
+}
+
+/* JSON array of what the directory extensions refuse, with reasons. */
+static char *ctl_refused(struct castfs_ns *ns)
+{
+	size_t budget = SCAN_MAX_FILES;
+	cJSON *arr = cJSON_CreateArray();
+	char *out;
+
+	if (!arr)
+		return NULL;
+	refused_dir(ns, "", 0, &budget, arr);
+	out = cJSON_Print(arr);
+	cJSON_Delete(arr);
+	return out;
+}
+
 static char *ctl_text(struct castfs_ns *ns, uint32_t which)
 {
 	switch ((enum ctl_file)which) {
@@ -199,6 +266,8 @@ static char *ctl_text(struct castfs_ns *ns, uint32_t which)
 		if (!ns->stats)
 			return strdup("");
 		return castfs_stats_prometheus(ns->stats, ns->views);
+	case CTL_REFUSED:
+		return ctl_refused(ns);
 	case CTL_COUNT:
 		break;
 	}

@@ -90,6 +90,7 @@ struct ns_dir_ext; /* ns_kind_internal.h */
 enum ns_ckpt_slot {
 	NS_CKPT_TREES, /* tensor trees (ns_tensors.c) */
 	NS_CKPT_MDPLANS, /* plans with a model's own rules (ns_mdplan.c) */
+	NS_CKPT_GGUF, /* DIR.<q>.gguf plans and refusals (ns_mdgguf.c) */
 	NS_CKPT_SLOTS,
 };
 

@@ -40,6 +40,8 @@ extern const struct ns_kind_ops ns_kind_dir, ns_kind_file, ns_kind_link,
  * directory kind (ns_tree.c) asks each of castfs_ns.dir_exts, in order,
  * which the facade sets, so no kind names another.
  */
+struct cJSON;
+
 struct ns_dir_ext {
 	/* @name of source dir @dir as one of this kind's names; -ENOENT if
 	 * it is none. */
@@ -55,6 +57,12 @@ struct ns_dir_ext {
 	 * under another name (renamed in place). Returns 0 or -ENOMEM. */
 	int (*show)(struct castfs_ns *ns, const struct ns_node *dir,
 		    struct ns_list *l, size_t i);
+	/* Optional: append to JSON array @arr, as {"path", "views",
+	 * "reason"} objects, why this kind shows none of the names it would
+	 * derive from source directory @path (its views that fail, for
+	 * /.castfs/refused). Returns 0 or -ENOMEM. */
+	int (*refusals)(struct castfs_ns *ns, const char *path,
+			struct cJSON *arr);
 };
 
 extern const struct ns_dir_ext ns_packed_dir_ext, ns_tensors_dir_ext,
@@ -64,6 +72,10 @@ extern const struct ns_dir_ext ns_packed_dir_ext, ns_tensors_dir_ext,
 
 /* ns_tensors_init - register what the tensor trees keep per checkpoint. */
 void ns_tensors_init(struct castfs_ns *ns);
+
+/* ns_mdgguf_init - register what DIR.<q>.gguf keeps per checkpoint
+ * (ns_mdgguf.c). */
+void ns_mdgguf_init(struct castfs_ns *ns);
 
 /* ns_md_plans_init - register what model-directory views keep per
  * checkpoint (ns_mdplan.c). */

@@ -5,10 +5,17 @@
  * tokenizer.json and tokenizer_config.json (modeldir/modeldir_gguf.c).
  * The node's identity is the weights'; the text files' identities are its
  * dep fingerprint, checked again at every getattr and open, so a changed
- * config never mixes into a file already looked up (ESTALE instead). The
- * plan is built per getattr and open, not cached: the files are few and
- * the size is needed once per lookup.
+ * config never mixes into a file already looked up (ESTALE instead).
+ *
+ * The outcome of a build (the plan, or why it does not build) is cached in
+ * the weights' checkpoint entry, keyed by view and dep: getattr, open and
+ * listings parse the JSON once per identity of the files, not per call.
+ * An edited text file changes the dep (a new entry); an edited config.json
+ * also drops the checkpoint entry (castfs_ns_invalidate), and changed
+ * weights are a new checkpoint entry. Entries live as long as their
+ * checkpoint entry, which open files hold, so a plan in use is never freed.
  */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -16,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/escape.h"
 #include "common/hash.h"
 #include "modeldir/modeldir.h"
 #include "ns/ns_kind_internal.h"
@@ -28,31 +36,215 @@ static const char *const texts[] = { "config.json", "tokenizer.json",
 /* Larger text files are refused (a tokenizer.json is a few MiB). */
 #define TEXT_MAX (256u << 20)
 
-/* The fingerprint of the text files of folder @dir (0 when a required one
- * is missing): their identities, so that an edit makes a new node. */
-static int texts_dep(struct castfs_ns *ns, const char *dir, uint64_t *dep)
+/* Cached outcomes per checkpoint entry; beyond, plans are per open (a
+ * folder whose texts keep changing must not grow the cache forever). */
+#define GGUF_ENTS_MAX 64
+
+/* One outcome of (view, dep) in a checkpoint entry's NS_CKPT_GGUF slot.
+ * Never removed before the entry is freed; @plan is set at most once. */
+struct gguf_ent {
+	struct gguf_ent *next;
+	const struct castfs_view *view;
+	uint64_t dep;
+	int err; /* 0: builds; else the builder's error */
+	struct castfs_plan *plan; /* NULL until first needed (err == 0) */
+	char reason[256];
+};
+
+/* Registered as the checkpoint cache's fini of NS_CKPT_GGUF. */
+static void gguf_ents_fini(struct ns_ckpt *ck)
+{
+	struct gguf_ent *e;
+
+	while ((e = ck->slot[NS_CKPT_GGUF])) {
+		ck->slot[NS_CKPT_GGUF] = e->next;
+		castfs_plan_free(e->plan);
+		free(e);
+	}
+}
+
+void ns_mdgguf_init(struct castfs_ns *ns)
+{
+	ns->ckpt_fini[NS_CKPT_GGUF] = gguf_ents_fini;
+}
+
+/* The identities of the text files of folder @dir into @st (st_mode 0
+ * for a missing optional one) and their fingerprint into @dep, so that
+ * an edit makes a new node. -ENOENT when a required one is missing. */
+static int texts_dep(struct castfs_ns *ns, const char *dir, uint64_t *dep,
+		     struct stat st[NTEXTS])
 {
 	uint64_t h = CASTFS_FNV_SEED;
 
 	for (size_t i = 0; i < NTEXTS; i++) {
 		char *p = ns_path_join(dir, texts[i], strlen(texts[i]));
-		struct stat st = { 0 };
 		int rc;
 
+		memset(&st[i], 0, sizeof(st[i]));
 		if (!p)
 			return -ENOMEM;
-		rc = ns_src_stat_in(ns, p, &st);
+		rc = ns_src_stat_in(ns, p, &st[i]);
 		free(p);
 		if (rc && (i < 2 || rc != -ENOENT))
 			return rc;
-		if (!rc && !S_ISREG(st.st_mode))
+		if (!rc && !S_ISREG(st[i].st_mode))
 			return -ENOENT;
-		h = castfs_fnv1a(h, &st.st_ino, sizeof(st.st_ino));
-		h = castfs_fnv1a(h, &st.st_size, sizeof(st.st_size));
-		h = castfs_fnv1a(h, &st.st_mtim, sizeof(st.st_mtim));
+		if (rc)
+			memset(&st[i], 0, sizeof(st[i]));
+		h = castfs_fnv1a(h, &st[i].st_ino, sizeof(st[i].st_ino));
+		h = castfs_fnv1a(h, &st[i].st_size, sizeof(st[i].st_size));
+		h = castfs_fnv1a(h, &st[i].st_mtim, sizeof(st[i].st_mtim));
 	}
 	*dep = castfs_mix64(h) | 1;
 	return 0;
+}
+
+/* Errors that say nothing about the files: never cached. */
+static bool transient(int rc)
+{
+	return rc == -ENOMEM || rc == -ESTALE || rc == -EINTR ||
+	       rc == -EAGAIN || rc == -EMFILE || rc == -ENFILE;
+}
+
+/*
+ * Build the GGUF plan of @folder through @v from checkpoint @ck and the
+ * text files of identities @st (read again; a file that changed since is
+ * -ESTALE, so a plan never mixes two versions). The builder's reason goes
+ * to @reason and the log.
+ */
+static int build_plan(struct castfs_ns *ns, const char *folder,
+		      const struct castfs_view *v, const struct stat st[NTEXTS],
+		      struct ns_ckpt *ck, struct castfs_plan **plan,
+		      char reason[256])
+{
+	struct castfs_diag d = { { 0 } };
+	char *text[NTEXTS] = { 0 };
+	size_t len[NTEXTS] = { 0 };
+	int rc = 0;
+
+	for (size_t i = 0; !rc && i < NTEXTS; i++) {
+		char *p;
+
+		if (!st[i].st_mode)
+			continue; /* tokenizer_config.json is optional */
+		p = ns_path_join(folder, texts[i], strlen(texts[i]));
+		rc = p ? ns_src_read_text(ns, p, &st[i], TEXT_MAX, &text[i],
+					  &len[i]) :
+			 -ENOMEM;
+		free(p);
+	}
+	if (!rc)
+		rc = castfs_md_gguf_plan(v, text[0], len[0], text[1], len[1],
+					 text[2], len[2], ck->h, plan, &d);
+	snprintf(reason, 256, "%s", d.msg[0] ? d.msg : rc ? strerror(-rc) : "");
+	if (rc && !transient(rc))
+		ns_logf(ns, "%s: view %s: %s", folder, v->name, reason);
+	for (size_t i = 0; i < NTEXTS; i++)
+		free(text[i]);
+	return rc;
+}
+
+/* The entry of (@v, @dep) in @ck and the number of entries; under
+ * ck->lock. */
+static struct gguf_ent *ent_find(struct ns_ckpt *ck,
+				 const struct castfs_view *v, uint64_t dep,
+				 size_t *n)
+{
+	struct gguf_ent *e;
+
+	*n = 0;
+	for (e = ck->slot[NS_CKPT_GGUF]; e; e = e->next, (*n)++)
+		if (e->view == v && e->dep == dep)
+			return e;
+	return NULL;
+}
+
+/* What one lookup of the cache needs and gives. */
+struct gguf_req {
+	const char *folder;
+	const struct castfs_view *view;
+	uint64_t dep;
+	struct stat st[NTEXTS];
+	bool want_plan; /* false: only whether it builds (listings) */
+	const struct castfs_plan *plan; /* out: held by the checkpoint */
+	struct castfs_plan *owned; /* out: not cached, the caller's */
+	char reason[256]; /* out: why not, when it does not build */
+};
+
+/* Record the outcome @rc / @plan of @r in @ck (under ck->lock); a plan
+ * that is not kept goes to r->owned. */
+static void ent_store(struct ns_ckpt *ck, struct gguf_req *r, int rc,
+		      struct castfs_plan *plan)
+{
+	size_t n;
+	struct gguf_ent *e = ent_find(ck, r->view, r->dep, &n);
+
+	if (!e && n < GGUF_ENTS_MAX && (e = calloc(1, sizeof(*e)))) {
+		e->view = r->view;
+		e->dep = r->dep;
+		e->err = rc;
+		memcpy(e->reason, r->reason, sizeof(e->reason));
+		e->next = ck->slot[NS_CKPT_GGUF];
+		ck->slot[NS_CKPT_GGUF] = e;
+	}
+	if (e && !e->err && !e->plan && r->want_plan) {
+		e->plan = plan; /* only plans asked for are kept */
+		plan = NULL;
+	}
+	if (e) {
+		r->plan = e->plan;
+		memcpy(r->reason, e->reason, sizeof(r->reason));
+	}
+	if (plan && r->want_plan && !r->plan) {
+		r->owned = plan;
+		r->plan = plan;
+		plan = NULL;
+	}
+	castfs_plan_free(plan);
+}
+
+/*
+ * The cached outcome of @r in @ck, built on first need. Returns 0 (with
+ * r->plan when r->want_plan), the builder's error (r->reason says why;
+ * cached) or a transient errno (not cached). Thread-safe: concurrent first
+ * builds of one entry may both run, and one result is kept.
+ */
+static int gguf_get(struct castfs_ns *ns, struct ns_ckpt *ck,
+		    struct gguf_req *r)
+{
+	struct castfs_plan *plan = NULL;
+	struct gguf_ent *e;
+	size_t n;
+	int rc;
+
+	r->plan = NULL;
+	r->owned = NULL;
+	r->reason[0] = '\0';
+	pthread_mutex_lock(&ck->lock);
+	e = ent_find(ck, r->view, r->dep, &n);
+	if (e && (e->err || e->plan || !r->want_plan)) {
+		r->plan = e->plan;
+		memcpy(r->reason, e->reason, sizeof(r->reason));
+		rc = e->err;
+		pthread_mutex_unlock(&ck->lock);
+		castfs_stats_count(ns->stats, CASTFS_SCTR_PLAN_CACHE_HITS, 1);
+		return rc;
+	}
+	pthread_mutex_unlock(&ck->lock);
+	rc = build_plan(ns, r->folder, r->view, r->st, ck, &plan, r->reason);
+	if (transient(rc))
+		return rc;
+	if (!rc)
+		castfs_stats_count(ns->stats, CASTFS_SCTR_PLANS_BUILT, 1);
+	pthread_mutex_lock(&ck->lock);
+	ent_store(ck, r, rc, plan);
+	e = ent_find(ck, r->view, r->dep, &n);
+	if (e)
+		rc = e->err; /* another build may have won */
+	pthread_mutex_unlock(&ck->lock);
+	if (!rc && r->want_plan && !r->plan)
+		return -ENOMEM;
+	return rc;
 }
 
 static int mdgguf_lookup(struct castfs_ns *ns, const struct ns_node *dir,
@@ -61,6 +253,7 @@ static int mdgguf_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	size_t dlen;
 	const struct castfs_view *v =
 		ns_split_gguf_name(ns, name, strlen(name), &dlen);
+	struct stat tst[NTEXTS];
 	char *folder;
 	struct stat st;
 	int rc;
@@ -74,7 +267,7 @@ static int mdgguf_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	if (!rc && !S_ISDIR(st.st_mode))
 		rc = -ENOENT;
 	if (!rc)
-		rc = texts_dep(ns, folder, &child->dep);
+		rc = texts_dep(ns, folder, &child->dep, tst);
 	if (!rc) {
 		child->path = ns_path_join(folder, "model.safetensors", 17);
 		rc = child->path ? ns_src_stat_in(ns, child->path, &child->st) :
@@ -93,20 +286,49 @@ static int mdgguf_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	return 0;
 }
 
+/*
+ * The checkpoint (held, in *@ck) and the outcome of node @n, if nothing it
+ * is made of moved since its lookup (else -ESTALE). A folder that does not
+ * map is -EIO. On success the caller frees r->owned and puts *@ck.
+ */
 static int mdgguf_plan(struct castfs_ns *ns, const struct ns_node *n,
-		       struct ns_ckpt **ck, struct castfs_plan **plan);
+		       struct ns_ckpt **ck, struct gguf_req *r)
+{
+	char *folder = ns_parent_path(n->path);
+	struct stat st;
+	int rc = folder ? texts_dep(ns, folder, &r->dep, r->st) : -ENOMEM;
+
+	if (!rc && r->dep != n->dep)
+		rc = -ESTALE;
+	if (!rc)
+		rc = ns_ckpt_valid(ns, n->path, &st, ck);
+	if (rc) {
+		free(folder);
+		return rc == -ENOMEM ? rc : -ESTALE;
+	}
+	if (!ns_same_file(&st, &n->st))
+		rc = -ESTALE;
+	r->folder = folder;
+	r->view = n->view;
+	if (!rc)
+		rc = gguf_get(ns, *ck, r);
+	free(folder);
+	r->folder = NULL;
+	if (rc)
+		ns_ckpt_put(ns, *ck);
+	return transient(rc) ? rc : rc ? -EIO : 0;
+}
 
 /* Whether the folder of node @n maps (its plan builds): listings show
- * only files that open. Costs a parse of its JSON; only for views chosen
- * with -o views=. */
+ * only files that open. Only for views chosen with -o views=. */
 static bool maps(struct castfs_ns *ns, const struct ns_node *n)
 {
-	struct castfs_plan *plan;
+	struct gguf_req r = { .want_plan = false };
 	struct ns_ckpt *ck;
 
-	if (mdgguf_plan(ns, n, &ck, &plan))
+	if (mdgguf_plan(ns, n, &ck, &r))
 		return false;
-	castfs_plan_free(plan);
+	castfs_plan_free(r.owned);
 	ns_ckpt_put(ns, ck);
 	return true;
 }
@@ -148,80 +370,139 @@ static int mdgguf_list(struct castfs_ns *ns, const struct ns_node *dir,
 	return 0;
 }
 
+/* ---- /.castfs/refused ---- */
+
+/* Add view @v with @reason to @arr: to its last object when that one is
+ * @path's with the same reason (most refusals are the folder's, not the
+ * view's), else as a new {"path", "views", "reason"}. */
+static int refusal_add(cJSON *arr, const char *path, const char *vname,
+		       const char *reason)
+{
+	cJSON *last = cJSON_GetArrayItem(arr, cJSON_GetArraySize(arr) - 1);
+	const cJSON *lp = cJSON_GetObjectItemCaseSensitive(last, "path");
+	const cJSON *lr = cJSON_GetObjectItemCaseSensitive(last, "reason");
+	char *p = castfs_escape(path, strlen(path));
+	char *why = castfs_escape(reason, strlen(reason));
+	cJSON *o = NULL, *views = NULL;
+	int rc = -ENOMEM;
+
+	if (!p || !why)
+		goto out;
+	if (cJSON_IsString(lp) && !strcmp(lp->valuestring, p) &&
+	    cJSON_IsString(lr) && !strcmp(lr->valuestring, why)) {
+		views = cJSON_GetObjectItemCaseSensitive(last, "views");
+	} else if ((o = cJSON_CreateObject()) &&
+		   cJSON_AddStringToObject(o, "path", p) &&
+		   (views = cJSON_AddArrayToObject(o, "views")) &&
+		   cJSON_AddStringToObject(o, "reason", why)) {
+		cJSON_AddItemToArray(arr, o);
+		o = NULL;
+	} else {
+		views = NULL;
+	}
+	if (views && cJSON_AddItemToArray(views, cJSON_CreateString(vname)))
+		rc = 0;
+out:
+	cJSON_Delete(o);
+	free(p);
+	free(why);
+	return rc;
+}
+
+/* Whether @folder holds a regular @name. */
+static bool has_file(struct castfs_ns *ns, const char *folder, const char *name)
+{
+	char *p = ns_path_join(folder, name, strlen(name));
+	struct stat st;
+	bool yes = p && !ns_src_stat_in(ns, p, &st) && S_ISREG(st.st_mode);
+
+	free(p);
+	return yes;
+}
+
+/* Why @folder (with a config.json) has no DIR.<q>.gguf before its JSON is
+ * read, or NULL when it is a candidate whose weights are in *@ck. */
+static const char *folder_refusal(struct castfs_ns *ns, const char *folder,
+				  struct gguf_req *r, struct ns_ckpt **ck)
+{
+	char *w = ns_path_join(folder, "model.safetensors", 17);
+	struct stat st;
+	int rc = w ? ns_ckpt_valid(ns, w, &st, ck) : -ENOMEM;
+
+	free(w);
+	if (rc == -ENOENT &&
+	    has_file(ns, folder, "model.safetensors.index.json"))
+		return "GGUF: sharded weights (model.safetensors.index.json) "
+		       "are not mapped to GGUF";
+	if (rc) /* rejected weights are listed in /.castfs/rejected */
+		return "";
+	rc = texts_dep(ns, folder, &r->dep, r->st);
+	if (rc == -ENOENT) {
+		ns_ckpt_put(ns, *ck);
+		return has_file(ns, folder, "tokenizer.model") ?
+			       "GGUF: a SentencePiece tokenizer.model without "
+			       "tokenizer.json is not mapped" :
+			       "GGUF: no tokenizer.json (the tokenizer castfs "
+			       "maps)";
+	}
+	if (rc) {
+		ns_ckpt_put(ns, *ck);
+		return "";
+	}
+	return NULL;
+}
+
+static int mdgguf_refusals(struct castfs_ns *ns, const char *path, cJSON *arr)
+{
+	struct gguf_req r = { .folder = path };
+	struct ns_ckpt *ck = NULL;
+	const char *why;
+	int rc = 0;
+
+	if (!path[0] || !has_file(ns, path, "config.json"))
+		return 0;
+	why = folder_refusal(ns, path, &r, &ck);
+	for (size_t i = 0; !rc && i < ns->views->n; i++) {
+		const struct castfs_view *v = &ns->views->v[i];
+
+		if (v->kind != CASTFS_VIEW_GGUF || (why && !why[0]))
+			continue;
+		if (why) {
+			rc = refusal_add(arr, path, v->name, why);
+			continue;
+		}
+		r.view = v;
+		rc = gguf_get(ns, ck, &r);
+		castfs_plan_free(r.owned);
+		if (rc && !transient(rc))
+			rc = refusal_add(arr, path, v->name, r.reason);
+		else if (rc != -ENOMEM)
+			rc = 0;
+	}
+	if (!why)
+		ns_ckpt_put(ns, ck);
+	return rc;
+}
+
 const struct ns_dir_ext ns_mdgguf_dir_ext = {
 	.lookup = mdgguf_lookup,
 	.list = mdgguf_list,
+	.refusals = mdgguf_refusals,
 };
 
-static int build_plan(struct castfs_ns *ns, const struct ns_node *n,
-		      struct ns_ckpt *ck, struct castfs_plan **plan)
-{
-	struct castfs_diag d = { { 0 } };
-	char *text[NTEXTS] = { 0 }, *folder = ns_parent_path(n->path);
-	size_t len[NTEXTS] = { 0 };
-	int rc = folder ? 0 : -ENOMEM;
-
-	for (size_t i = 0; !rc && i < NTEXTS; i++) {
-		char *p = ns_path_join(folder, texts[i], strlen(texts[i]));
-
-		rc = p ? ns_src_read_text(ns, p, NULL, TEXT_MAX, &text[i],
-					  &len[i]) :
-			 -ENOMEM;
-		/* a missing file reads as -ESTALE */
-		if (rc == -ESTALE && i >= 2)
-			rc = 0; /* tokenizer_config.json is optional */
-		free(p);
-	}
-	if (!rc)
-		rc = castfs_md_gguf_plan(n->view, text[0], len[0], text[1],
-					 len[1], text[2], len[2], ck->h, plan,
-					 &d);
-	if (rc && rc != -ENOMEM)
-		ns_logf(ns, "%s: view %s: %s", folder ? folder : n->path,
-			n->view->name, d.msg[0] ? d.msg : strerror(-rc));
-	for (size_t i = 0; i < NTEXTS; i++)
-		free(text[i]);
-	free(folder);
-	return rc == -ENOMEM ? rc : rc ? -EIO : 0;
-}
-
-/* The checkpoint and a fresh plan of @n, if nothing it is made of moved. */
-static int mdgguf_plan(struct castfs_ns *ns, const struct ns_node *n,
-		       struct ns_ckpt **ck, struct castfs_plan **plan)
-{
-	char *folder = ns_parent_path(n->path);
-	uint64_t dep = 0;
-	struct stat st;
-	int rc = folder ? texts_dep(ns, folder, &dep) : -ENOMEM;
-
-	free(folder);
-	if (!rc && dep != n->dep)
-		rc = -ESTALE;
-	if (rc)
-		return rc == -ENOMEM ? rc : -ESTALE;
-	rc = ns_ckpt_valid(ns, n->path, &st, ck);
-	if (rc)
-		return rc == -ENOENT ? -ESTALE : rc;
-	if (!ns_same_file(&st, &n->st))
-		rc = -ESTALE;
-	if (!rc)
-		rc = build_plan(ns, n, *ck, plan);
-	if (rc)
-		ns_ckpt_put(ns, *ck);
-	return rc;
-}
+/* ---- the file ---- */
 
 static int mdgguf_getattr(struct castfs_ns *ns, const struct ns_node *n,
 			  struct stat *st)
 {
-	struct castfs_plan *plan;
+	struct gguf_req r = { .want_plan = true };
 	struct ns_ckpt *ck;
-	int rc = mdgguf_plan(ns, n, &ck, &plan);
+	int rc = mdgguf_plan(ns, n, &ck, &r);
 
 	if (rc)
 		return rc;
-	ns_view_stat(&n->st, plan->size, n->id, st);
-	castfs_plan_free(plan);
+	ns_view_stat(&n->st, r.plan->size, n->id, st);
+	castfs_plan_free(r.owned);
 	ns_ckpt_put(ns, ck);
 	return 0;
 }
@@ -229,14 +510,14 @@ static int mdgguf_getattr(struct castfs_ns *ns, const struct ns_node *n,
 static int mdgguf_open(struct castfs_ns *ns, const struct ns_node *n,
 		       struct castfs_file **out)
 {
-	struct castfs_plan *plan;
+	struct gguf_req r = { .want_plan = true };
 	struct ns_ckpt *ck;
-	int rc = mdgguf_plan(ns, n, &ck, &plan);
+	int rc = mdgguf_plan(ns, n, &ck, &r);
 
 	if (rc)
 		return rc;
-	/* the file owns the plan, on failure too */
-	rc = ns_file_new_plan(ns, n->path, &n->st, ck, plan, plan,
+	/* the file owns a plan the cache does not keep, on failure too */
+	rc = ns_file_new_plan(ns, n->path, &n->st, ck, r.plan, r.owned,
 			      ns_view_index(ns, n->view), out);
 	ns_ckpt_put(ns, ck);
 	return rc;

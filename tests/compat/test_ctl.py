@@ -54,7 +54,7 @@ class Control(unittest.TestCase):
     def test_listing(self):
         self.assertIn(".castfs", os.listdir(self.mnt.path))
         self.assertEqual(sorted(os.listdir(self.mnt.join(".castfs"))),
-                         ["config", "metrics", "rejected", "stats", "version"])
+                         ["config", "metrics", "refused", "rejected", "stats", "version"])
         self.assertTrue(os.path.isdir(self.mnt.join(".castfs")))
 
     def test_stats_layout(self):
@@ -163,7 +163,7 @@ class Control(unittest.TestCase):
         self.assertEqual(v.split()[0], "castfs")
 
     def test_control_files_read_only(self):
-        for name in ("stats", "config", "rejected", "version", "metrics"):
+        for name in ("stats", "config", "rejected", "version", "metrics", "refused"):
             with self.assertRaises(OSError) as cm:
                 os.open(self.mnt.join(".castfs", name), os.O_WRONLY)
             self.assertEqual(cm.exception.errno, errno.EROFS)
