@@ -62,7 +62,7 @@ SYMMETRIC = {QT.Q6_K, QT.Q5_0, QT.Q8_0}
 TINY = 1e-6
 
 
-def make_model(out, arch, hidden, layers, dtype):
+def make_model(out, arch, hidden, layers, dtype, tied=False):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -78,7 +78,7 @@ def make_model(out, arch, hidden, layers, dtype):
         intermediate_size=2 * hidden, num_hidden_layers=layers,
         num_attention_heads=4, num_key_value_heads=2,
         head_dim=hidden // 4, max_position_embeddings=256,
-        bos_token_id=0, eos_token_id=1, tie_word_embeddings=False,
+        bos_token_id=0, eos_token_id=1, tie_word_embeddings=tied,
         rms_norm_eps=1e-5, rope_theta=50000.0)
     model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
     with torch.no_grad():
@@ -187,6 +187,7 @@ class KQuant(unittest.TestCase):
             # name: (folder, model, rows permuted, source dtype)
             "llama": (os.path.join(cls.src, "llama"), None, True),
             "qwen2": (os.path.join(cls.src, "qwen2"), None, False),
+            "tied": (os.path.join(cls.src, "tied"), None, False),
         }
         big = make_model(cls.models["llama"][0], "llama", 256, 8,
                          torch.bfloat16)
@@ -194,6 +195,10 @@ class KQuant(unittest.TestCase):
                            torch.float32)
         cls.models["llama"] = (cls.models["llama"][0], big, True)
         cls.models["qwen2"] = (cls.models["qwen2"][0], small, False)
+        # tied embeddings: token_embd is the output matrix (Q6_K)
+        tied = make_model(cls.models["tied"][0], "qwen3", 256, 2,
+                          torch.bfloat16, tied=True)
+        cls.models["tied"] = (cls.models["tied"][0], tied, False)
         cls.mount = tl.Mount(cls.src)
         cls.oracle = {}
 
@@ -243,30 +248,39 @@ class KQuant(unittest.TestCase):
                         self.assertEqual(got, want, t.name)
 
     def test_file_equals_llama_quantize(self):
-        """For the bfloat16 model, castfs's file has llama-quantize's
+        """For the bfloat16 models, castfs's file has llama-quantize's
         tensors (types, shapes, bytes) and KVs."""
-        for view in VIEWS:
-            with self.subTest(view=view):
-                r = GGUFReader(self.view("llama", view))
-                o = GGUFReader(self.llama_quantized("llama", view))
-                want = {t.name: t for t in o.tensors}
-                types = {}
-                for t in r.tensors:
-                    w = want[t.name]
-                    types.setdefault(t.tensor_type.name, []).append(t.name)
-                    self.assertEqual(t.tensor_type, w.tensor_type, t.name)
-                    self.assertEqual(t.shape.tolist(), w.shape.tolist())
-                    self.assertEqual(np.asarray(t.data).tobytes(),
-                                     np.asarray(w.data).tobytes(), t.name)
-                self.assertEqual(kvs(r), kvs(o))
-                print("%s: %s" % (view, {k: len(v) for k, v in
-                                         types.items()}), file=sys.stderr)
-                if view != "q6_k":
-                    # the mix really mixes: Q6_K attn_v in layers 0 3 6 7
-                    self.assertEqual(
-                        sorted(n for n in types["Q6_K"]
-                               if "attn_v" in n),
-                        ["blk.%d.attn_v.weight" % i for i in (0, 3, 6, 7)])
+        for arch in ("llama", "tied"):
+            for view in VIEWS:
+                with self.subTest(arch=arch, view=view):
+                    self.check_file(arch, view)
+
+    def check_file(self, arch, view):
+        """castfs's DIR.<view>.gguf of @arch against llama_model_quantize."""
+        r = GGUFReader(self.view(arch, view))
+        o = GGUFReader(self.llama_quantized(arch, view))
+        want = {t.name: t for t in o.tensors}
+        types = {}
+        for t in r.tensors:
+            w = want[t.name]
+            types.setdefault(t.tensor_type.name, []).append(t.name)
+            self.assertEqual(t.tensor_type, w.tensor_type, t.name)
+            self.assertEqual(t.shape.tolist(), w.shape.tolist())
+            self.assertEqual(np.asarray(t.data).tobytes(),
+                             np.asarray(w.data).tobytes(), t.name)
+        self.assertEqual(kvs(r), kvs(o))
+        print("%s: %s" % (view, {k: len(v) for k, v in
+                                 types.items()}), file=sys.stderr)
+        if arch == "tied":
+            self.assertNotIn("output.weight", want)
+            self.assertEqual(want["token_embd.weight"].tensor_type,
+                             QT.Q6_K)
+        elif view != "q6_k":
+            # the mix really mixes: Q6_K attn_v in layers 0 3 6 7
+            self.assertEqual(
+                sorted(n for n in types["Q6_K"]
+                       if "attn_v" in n),
+                ["blk.%d.attn_v.weight" % i for i in (0, 3, 6, 7)])
 
     def test_dequantizes_within_bound(self):
         for arch, (_, model, rot) in self.models.items():
