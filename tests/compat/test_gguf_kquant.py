@@ -199,6 +199,9 @@ class KQuant(unittest.TestCase):
         tied = make_model(cls.models["tied"][0], "qwen3", 256, 2,
                           torch.bfloat16, tied=True)
         cls.models["tied"] = (cls.models["tied"][0], tied, False)
+        # 80 layers, 2 KV heads for 4 (test_70b_rule only)
+        make_model(os.path.join(cls.src, "deep"), "llama", 256, 80,
+                   torch.bfloat16)
         cls.mount = tl.Mount(cls.src)
         cls.oracle = {}
 
@@ -210,7 +213,11 @@ class KQuant(unittest.TestCase):
             raise AssertionError("castfs exited with %d" % rc)
 
     def view(self, arch, view):
-        return self.mount.join("%s.%s.gguf" % (arch, view))
+        p = self.mount.join("%s.%s.gguf" % (arch, view))
+        if not os.path.exists(p):  # say why, from the daemon's log
+            self.fail("%s: no such file; castfs said:\n%s" % (
+                p, self.mount.output()[-4000:]))
+        return p
 
     def llama_quantized(self, arch, view):
         """llama_model_quantize of castfs's DIR.bf16.gguf (exact for a
@@ -281,6 +288,20 @@ class KQuant(unittest.TestCase):
                 sorted(n for n in types["Q6_K"]
                        if "attn_v" in n),
                 ["blk.%d.attn_v.weight" % i for i in (0, 3, 6, 7)])
+
+    def test_70b_rule(self):
+        """An 80-layer Llama with grouped KV heads is llama.cpp's
+        LLM_TYPE_70B: its attn_v tensors outside use_more_bits() are Q5_K
+        in Q4_K_M. Types only (header), against llama_model_quantize."""
+        r = GGUFReader(self.view("deep", "q4_k_m"))
+        o = GGUFReader(self.llama_quantized("deep", "q4_k_m"))
+        want = {t.name: t.tensor_type for t in o.tensors}
+        got = {t.name: t.tensor_type for t in r.tensors}
+        self.assertEqual(got, want)
+        # layers 0-9 and 70-79 use more bits; of 10-69 every third from 12
+        self.assertEqual(got["blk.10.attn_v.weight"], QT.Q5_K)
+        self.assertEqual(got["blk.12.attn_v.weight"], QT.Q6_K)
+        self.assertEqual(got["blk.10.ffn_down.weight"], QT.Q4_K)
 
     def test_dequantizes_within_bound(self):
         for arch, (_, model, rot) in self.models.items():
