@@ -258,7 +258,8 @@ class KQuant(unittest.TestCase):
         """For the bfloat16 models, castfs's file has llama-quantize's
         tensors (types, shapes, bytes) and KVs."""
         for arch in ("llama", "tied"):
-            for view in VIEWS:
+            # q8_0 and q4_0 too: their output matrix follows the same rule
+            for view in VIEWS + ("q8_0", "q4_0"):
                 with self.subTest(arch=arch, view=view):
                     self.check_file(arch, view)
 
@@ -278,11 +279,12 @@ class KQuant(unittest.TestCase):
         self.assertEqual(kvs(r), kvs(o))
         print("%s: %s" % (view, {k: len(v) for k, v in
                                  types.items()}), file=sys.stderr)
+        out = "token_embd.weight" if arch == "tied" else "output.weight"
+        self.assertEqual(want[out].tensor_type,
+                         QT.Q8_0 if view == "q8_0" else QT.Q6_K)
         if arch == "tied":
             self.assertNotIn("output.weight", want)
-            self.assertEqual(want["token_embd.weight"].tensor_type,
-                             QT.Q6_K)
-        elif view != "q6_k":
+        elif view in ("q4_k_m", "q5_k_m"):
             # the mix really mixes: Q6_K attn_v in layers 0 3 6 7
             self.assertEqual(
                 sorted(n for n in types["Q6_K"]
