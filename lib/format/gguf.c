@@ -149,6 +149,21 @@ unsigned castfs_gguf_blck(enum castfs_ggml_type type, unsigned *bytes)
 	case CASTFS_GGML_Q4_0:
 		*bytes = 18;
 		return 32;
+	case CASTFS_GGML_Q5_0:
+		*bytes = 22;
+		return 32;
+	case CASTFS_GGML_Q5_1:
+		*bytes = 24;
+		return 32;
+	case CASTFS_GGML_Q4_K:
+		*bytes = 144;
+		return 256;
+	case CASTFS_GGML_Q5_K:
+		*bytes = 176;
+		return 256;
+	case CASTFS_GGML_Q6_K:
+		*bytes = 210;
+		return 256;
 	}
 	*bytes = 0;
 	return 0;
@@ -245,6 +260,16 @@ uint32_t castfs_gguf_file_type(enum castfs_ggml_type t)
 		return 7;
 	case CASTFS_GGML_BF16:
 		return 32;
+	case CASTFS_GGML_Q5_0:
+		return 8;
+	case CASTFS_GGML_Q5_1:
+		return 9;
+	case CASTFS_GGML_Q4_K:
+		return 15;
+	case CASTFS_GGML_Q5_K:
+		return 17;
+	case CASTFS_GGML_Q6_K:
+		return 18;
 	}
 	return 0;
 }

@@ -18,7 +18,12 @@ enum castfs_ggml_type {
 	CASTFS_GGML_F32 = 0,
 	CASTFS_GGML_F16 = 1,
 	CASTFS_GGML_Q4_0 = 2,
+	CASTFS_GGML_Q5_0 = 6,
+	CASTFS_GGML_Q5_1 = 7,
 	CASTFS_GGML_Q8_0 = 8,
+	CASTFS_GGML_Q4_K = 12,
+	CASTFS_GGML_Q5_K = 13,
+	CASTFS_GGML_Q6_K = 14,
 	CASTFS_GGML_BF16 = 30,
 };
 
@@ -108,7 +113,8 @@ int castfs_gguf_w_finish(struct castfs_gguf_w *w, uint8_t **hdr, size_t *len,
 
 /* castfs_gguf_file_type - the llama_ftype (general.file_type) of a file
  * whose large tensors are of type @t: 0 F32, 1 F16, 2 Q4_0, 7 Q8_0,
- * 32 BF16. Pure. */
+ * 32 BF16, 8 Q5_0, 9 Q5_1; a K type names llama-quantize's mix castfs
+ * builds for it: Q4_K 15 (Q4_K_M), Q5_K 17 (Q5_K_M), Q6_K 18. Pure. */
 uint32_t castfs_gguf_file_type(enum castfs_ggml_type t);
 
 #endif

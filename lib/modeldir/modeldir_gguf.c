@@ -17,7 +17,8 @@
 #include "modeldir/modeldir.h"
 #include "modeldir/modeldir_internal.h"
 #include "plan/plan_build.h"
-#include "quant/quant_gguf.h"
+#include "modeldir/modeldir_gguf_mix.h"
+#include "quant/quant_gguf_k.h"
 
 /* llama.cpp token types (llama_token_type). */
 enum { TOK_NORMAL = 1, TOK_CONTROL = 3, TOK_USER_DEFINED = 4 };
@@ -570,26 +571,24 @@ static bool ends_with(const char *s, const char *suffix)
 	return n >= k && !strcmp(s + n - k, suffix);
 }
 
-/*
- * llama-quantize's type: 1-D tensors F32; 2-D ones the view's type, except
- * where a quantised row is not whole blocks (F16) and the output matrix of
- * Q4_0 (llama-quantize makes it Q6_K, which castfs lacks: Q8_0).
- */
+/* llama-quantize's type for @o (modeldir_gguf_mix.c). */
 static enum castfs_ggml_type llm_type(const struct castfs_view *v,
+				      const struct llm *m,
 				      const struct llm_out *o, bool tied)
 {
-	enum castfs_ggml_type want = (enum castfs_ggml_type)v->gguf_type;
-	bool quant = want == CASTFS_GGML_Q8_0 || want == CASTFS_GGML_Q4_0;
-	bool output = !strcmp(o->name, "output.weight") ||
-		      (tied && !strcmp(o->name, "token_embd.weight"));
+	struct castfs_md_mix mx = {
+		.n_layer = m->n_layer,
+		.tied = tied,
+		/* llama.cpp's LLM_TYPE_70B: llama with GQA, qwen2 */
+		.is_70b = m->n_layer == 80 &&
+			  ((!strcmp(m->arch->name, "llama") &&
+			    m->n_head != m->n_head_kv) ||
+			   !strcmp(m->arch->name, "qwen2")),
+	};
 
-	if (o->t->ndim < 2)
-		return CASTFS_GGML_F32;
-	if (quant && o->t->shape[o->t->ndim - 1] % CASTFS_GGUF_QK)
-		return CASTFS_GGML_F16;
-	if (want == CASTFS_GGML_Q4_0 && output)
-		return CASTFS_GGML_Q8_0;
-	return want;
+	return castfs_md_gguf_type((enum castfs_ggml_type)v->gguf_type, o->name,
+				   o->t->ndim, o->t->shape[o->t->ndim - 1],
+				   &mx);
 }
 
 static int describe_all(const struct castfs_view *v, const struct llm *m,
@@ -626,7 +625,7 @@ static int describe_all(const struct castfs_view *v, const struct llm *m,
 					       "GGUF: '%s' rows do not split "
 					       "into heads",
 					       t->name);
-		x->type = llm_type(v, x, tied);
+		x->type = llm_type(v, m, x, tied);
 		(*n)++;
 	}
 	return 0;
@@ -652,7 +651,7 @@ static int add_rows(struct castfs_pb *pb, const struct castfs_header *h,
 	};
 	unsigned bytes, blck = castfs_gguf_blck(o->type, &bytes);
 
-	if (o->type == CASTFS_GGML_Q8_0 || o->type == CASTFS_GGML_Q4_0) {
+	if (castfs_gguf_block_qtype(o->type) >= 0) {
 		p.op = CASTFS_OP_GGUF_BLOCKS;
 		p.qt = qt;
 		p.unit = bytes;
@@ -679,15 +678,14 @@ static int add_data(struct castfs_pb *pb, const struct castfs_header *h,
 	uint32_t qt = 0;
 	int rc = 0;
 
-	if (o->type == CASTFS_GGML_Q8_0 || o->type == CASTFS_GGML_Q4_0) {
+	if (castfs_gguf_block_qtype(o->type) >= 0) {
+		unsigned bytes;
 		struct castfs_qtensor q = {
 			.src_off = h->data_start + o->t->begin,
 			.nelems = o->t->nelems,
-			.blocksize = CASTFS_GGUF_QK,
+			.blocksize = castfs_gguf_blck(o->type, &bytes),
 			.src_dtype = o->t->dtype,
-			.qtype = o->type == CASTFS_GGML_Q8_0 ?
-					 CASTFS_Q_GGUF_Q8_0 :
-					 CASTFS_Q_GGUF_Q4_0,
+			.qtype = (uint8_t)castfs_gguf_block_qtype(o->type),
 		};
 
 		rc = castfs_pb_add_qtensor(pb, &q, &qt);

@@ -22,6 +22,11 @@ enum castfs_qtype {
 	CASTFS_Q_W4, /* compressed-tensors int4, symmetric, 1 x blk_cols */
 	CASTFS_Q_GGUF_Q8_0, /* ggml Q8_0 blocks (quant_gguf.h) */
 	CASTFS_Q_GGUF_Q4_0, /* ggml Q4_0 blocks */
+	CASTFS_Q_GGUF_Q5_0, /* ggml Q5_0, Q5_1 blocks (quant_gguf_k.h) */
+	CASTFS_Q_GGUF_Q5_1,
+	CASTFS_Q_GGUF_Q4_K, /* ggml K-quant super-blocks (quant_gguf_k.h) */
+	CASTFS_Q_GGUF_Q5_K,
+	CASTFS_Q_GGUF_Q6_K,
 };
 
 /* Absmax values per nested (double-quantisation) block, as in bnb. */

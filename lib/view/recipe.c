@@ -117,6 +117,20 @@ static const struct castfs_view builtin_views[] = {
 	  .kind = CASTFS_VIEW_GGUF,
 	  .gguf_type = CASTFS_GGML_Q4_0,
 	  .summary = "GGUF, diffusion models: Q4_0 2-D weights" },
+	/* K-quant files as llama-quantize mixes them; model folders only
+	 * (modeldir_gguf_mix.c) */
+	{ .name = "q4_k_m.gguf",
+	  .kind = CASTFS_VIEW_GGUF,
+	  .gguf_type = CASTFS_GGML_Q4_K,
+	  .summary = "GGUF, model folders: llama-quantize's Q4_K_M mix" },
+	{ .name = "q5_k_m.gguf",
+	  .kind = CASTFS_VIEW_GGUF,
+	  .gguf_type = CASTFS_GGML_Q5_K,
+	  .summary = "GGUF, model folders: llama-quantize's Q5_K_M mix" },
+	{ .name = "q6_k.gguf",
+	  .kind = CASTFS_VIEW_GGUF,
+	  .gguf_type = CASTFS_GGML_Q6_K,
+	  .summary = "GGUF, model folders: Q6_K (llama-quantize Q6_K)" },
 };
 
 int castfs_views_builtin(struct castfs_views *vs)

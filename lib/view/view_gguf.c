@@ -14,6 +14,7 @@
 
 #include "format/gguf.h"
 #include "quant/quant_gguf.h"
+#include "quant/quant_gguf_k.h"
 #include "view/view_internal.h"
 
 /* convert.py: at most this many elements stay F32 (QUANTIZATION_THRESHOLD). */
@@ -250,6 +251,11 @@ static enum castfs_dtype ggml_dtype(enum castfs_ggml_type t)
 		return CASTFS_DTYPE_BF16;
 	case CASTFS_GGML_Q8_0:
 	case CASTFS_GGML_Q4_0:
+	case CASTFS_GGML_Q5_0:
+	case CASTFS_GGML_Q5_1:
+	case CASTFS_GGML_Q4_K:
+	case CASTFS_GGML_Q5_K:
+	case CASTFS_GGML_Q6_K:
 		break;
 	}
 	return CASTFS_DTYPE_INVALID;
@@ -412,6 +418,12 @@ int castfs_view_plan_gguf(const struct castfs_view *v,
 	struct gguf_src s = { .h = h };
 	const struct gguf_arch *a;
 
+	if (!is_quant((enum castfs_ggml_type)v->gguf_type) &&
+	    castfs_gguf_block_qtype((enum castfs_ggml_type)v->gguf_type) >= 0)
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF view: K-quant mixes are built "
+				       "for model folders only, not for "
+				       "diffusion checkpoints");
 	find_prefix(&s);
 	a = detect_arch(&s);
 	if (!a)

@@ -274,6 +274,15 @@ class GGUFViews(unittest.TestCase):
             "flux_bf16.q8_0.safetensors")))
         self.assertFalse(os.path.exists(self.mount.join("flux_bf16.q8_0")))
 
+    def test_no_k_quant_mix_for_diffusion(self):
+        """llama-quantize's K-quant mixes are made for model folders only
+        (docs/FORMATS.md): a lookup fails rather than guess the image-model
+        mix of ComfyUI-GGUF's patched llama-quantize."""
+        for view in ("q4_k_m", "q5_k_m", "q6_k"):
+            self.assertFalse(os.path.exists(self.path("flux_bf16", view)))
+        self.assertIn("K-quant mixes are built for model folders only",
+                      self.mount.output())
+
 
 if __name__ == "__main__":
     tl.main()

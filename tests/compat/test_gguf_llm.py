@@ -109,7 +109,7 @@ def expected_tensors(model, arch, view):
             v = permute(v, cfg.num_attention_heads, cfg.num_key_value_heads)
         qt = VIEWS[view] if v.dim() == 2 else QT.F32
         if view == "q4_0" and name == "output.weight":
-            qt = QT.Q8_0  # llama-quantize's Q6_K, which castfs lacks
+            qt = QT.Q8_0  # rows of 64: not whole Q6_K blocks (llama-quantize)
         out[name] = (qt, v.numpy())
     return out
 
