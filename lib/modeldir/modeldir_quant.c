@@ -87,6 +87,8 @@ int castfs_md_quant_read(const char *json, size_t len,
 		out->quantized = true;
 		out->fp8_block = cJSON_IsObject(qc) && fp8_block(qc);
 		m = cJSON_GetObjectItemCaseSensitive(qc, "quant_method");
+		out->mxfp4 = cJSON_IsObject(qc) && cJSON_IsString(m) &&
+			     strcmp(m->valuestring, "mxfp4") == 0;
 		snprintf(out->method, sizeof(out->method), "%s",
 			 cJSON_IsString(m) ? m->valuestring : "?");
 	}

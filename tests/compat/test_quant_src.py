@@ -146,8 +146,10 @@ def corpus():
         "bnb-int8": ({"l.weight": cb, "l.SCB": scb,
                       "l.weight_format": torch.tensor(0, dtype=torch.uint8)},
                      "8-bit weight"),
+        # MXFP4 whose scales do not fit its blocks (the well-formed
+        # layout is dequantized: test_mxfp4_src.py).
         "gptoss-mxfp4": ({exp + "gate_up_proj_blocks": u8(2, 8, 4, 16),
-                          exp + "gate_up_proj_scales": u8(2, 8, 4),
+                          exp + "gate_up_proj_scales": u8(2, 8, 3),
                           exp + "gate_up_proj_bias": torch.zeros(2, 8)},
                          "MXFP4"),
         "ct-fp8-channel": ({"l.weight": f8(8, 32),
