@@ -146,7 +146,15 @@ def single_file():
                            generator=g)
     down_s = torch.randint(120, 135, (3, 96, 2), dtype=torch.uint8,
                            generator=g)
-    return {exp + "gate_up_proj_blocks": blocks,
+    # Rows of 1 KiB of codes, 1500 of them: a range's rows take two
+    # slabs of the generator's 1 MiB code scratch.
+    big = "model.layers.4.mlp.experts.down_proj_"
+    big_b = torch.randint(0, 256, (1, 1500, 64, 16), dtype=torch.uint8,
+                          generator=g)
+    big_s = torch.randint(115, 140, (1, 1500, 64), dtype=torch.uint8,
+                          generator=g)
+    return {big + "blocks": big_b, big + "scales": big_s,
+            exp + "gate_up_proj_blocks": blocks,
             exp + "gate_up_proj_scales": scales,
             exp + "gate_up_proj_bias": torch.randn(3, 40, generator=g),
             exp + "down_proj_blocks": down_b,
@@ -219,8 +227,9 @@ class SingleFile(unittest.TestCase):
     def test_fp8_view_from_dequantized(self):
         got = load_file(Env.mnt.join("experts.fp8.safetensors"))
         want = reference(Env.single, torch.float32)
-        for k in ("gate_up_proj", "down_proj"):
-            k = "model.layers.3.mlp.experts." + k
+        for k in ("3.mlp.experts.gate_up_proj", "3.mlp.experts.down_proj",
+                  "4.mlp.experts.down_proj"):
+            k = "model.layers." + k
             ref = want[k].clamp(-448, 448).to(torch.float8_e4m3fn)
             fin = want[k].isfinite()  # saturation of inf: castfs's rule
             self.assertTrue(torch.equal(bits(got[k][fin]), bits(ref[fin])), k)
@@ -245,7 +254,7 @@ class SingleFile(unittest.TestCase):
              os.path.join(Env.mnt.source, "experts.safetensors")],
             capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("quantized: MXFP4 (gpt-oss), 2 expert weights", r.stdout)
+        self.assertIn("quantized: MXFP4 (gpt-oss), 3 expert weights", r.stdout)
         self.assertIn("mxfp4 e2m1 blocks of 32, low nibble first, F8_E8M0 "
                       "e8m0 scale model.layers.3.mlp.experts.down_proj_scales",
                       r.stdout)

@@ -400,6 +400,55 @@ START_TEST(test_md_quant__read)
 }
 END_TEST
 
+/* gpt-oss MXFP4: the two expert pairs transformers dequantizes, and a
+ * misshapen pair refused; "x_blocks" elsewhere is still refused. */
+START_TEST(test_qsrc__mxfp4)
+{
+	struct tu_st *b = tu_st_new();
+	struct castfs_diag d = { { 0 } };
+	struct castfs_qsrc q;
+	struct castfs_header *h;
+	static const char mx[] = "{\"quantization_config\": "
+				 "{\"quant_method\": \"mxfp4\"}}";
+	struct castfs_md_quant mq;
+
+	tu_st_add(b, "m.experts.gate_up_proj_blocks", "U8", SHAPE(2, 6, 3, 16),
+		  NULL);
+	tu_st_add(b, "m.experts.gate_up_proj_scales", "U8", SHAPE(2, 6, 3),
+		  NULL);
+	tu_st_add(b, "m.experts.down_proj_blocks", "U8", SHAPE(2, 96, 1, 16),
+		  NULL);
+	tu_st_add(b, "m.experts.down_proj_scales", "F8_E8M0", SHAPE(2, 96, 1),
+		  NULL);
+	tu_st_add(b, "m.experts.down_proj_bias", "BF16", SHAPE(2, 96), NULL);
+	h = build(b);
+	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
+	ck_assert_uint_eq(q.nmxfp4, 2);
+	ck_assert_uint_eq(q.nfp8, 0);
+	ck_assert_uint_eq(qinfo(h, &q, "m.experts.down_proj_blocks")->role,
+			  CASTFS_QR_MXFP4);
+	ck_assert_uint_eq(qinfo(h, &q, "m.experts.down_proj_scales")->role,
+			  CASTFS_QR_SCALE);
+	ck_assert_uint_eq(qinfo(h, &q, "m.experts.down_proj_bias")->role,
+			  CASTFS_QR_PLAIN);
+	castfs_qsrc_fini(&q);
+	castfs_header_free(h);
+
+	b = tu_st_new();
+	tu_st_add(b, "m.experts.gate_up_proj_blocks", "U8", SHAPE(2, 6, 3, 16),
+		  NULL);
+	tu_st_add(b, "m.experts.gate_up_proj_scales", "U8", SHAPE(2, 6, 2),
+		  NULL);
+	h = build(b);
+	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), -ENOTSUP);
+	ck_assert_ptr_nonnull(strstr(d.msg, "MXFP4"));
+	castfs_header_free(h);
+
+	ck_assert_int_eq(castfs_md_quant_read(mx, strlen(mx), &mq, NULL), 0);
+	ck_assert(mq.quantized && mq.mxfp4 && !mq.fp8_block);
+}
+END_TEST
+
 /* Expected texts: json.dumps(d, indent=2) of the dict without the key. */
 static const struct {
 	const char *in, *out;
@@ -440,6 +489,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_deq__ranges_match_slow);
 	tcase_add_loop_test(tc, test_deq__bnb_views_ranges, 0, 3);
 	tcase_add_test(tc, test_md_quant__read);
+	tcase_add_test(tc, test_qsrc__mxfp4);
 	tcase_add_loop_test(tc, test_md_quant__unquant, 0,
 			    sizeof(unquant) / sizeof(unquant[0]));
 	suite_add_tcase(s, tc);
