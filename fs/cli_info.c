@@ -149,6 +149,9 @@ static void print_scheme(const struct castfs_header *h,
 		    qi->bcols == CASTFS_FP8_BLOCK)
 			printf(" fp8 block 128x128, %s scale ",
 			       castfs_dtype_name(s->dtype));
+		else if (qi->brows == 1 && t->ndim == 2 && t->shape[0] > 1)
+			printf(" fp8 per-channel, %s scale ",
+			       castfs_dtype_name(s->dtype));
 		else
 			printf(" fp8 per-tensor, %s scale ",
 			       castfs_dtype_name(s->dtype));

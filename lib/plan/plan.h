@@ -82,7 +82,8 @@ struct castfs_qtensor {
 	uint64_t scale_off; /* absolute source offset of scale 0 */
 	uint64_t srows, scols;
 	uint32_t brows, bcols;
-	uint8_t scale_dtype; /* F32 or F8_E8M0 (DEQ_MXFP4: also U8) */
+	uint8_t scale_dtype; /* F32, F8_E8M0, BF16 (product rounded to
+			      * bf16); DEQ_MXFP4: also U8 */
 	/* Quantiser ops: the elements are those of an F8_E4M3 block weight
 	 * at src_off (with the scale grid above) dequantized and rounded to
 	 * src_dtype (BF16), not src_dtype elements read as they are. */

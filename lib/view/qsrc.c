@@ -304,6 +304,8 @@ int castfs_qsrc_scan(const struct castfs_header *h, unsigned flags,
 	for (size_t i = 0; !rc && i < q.n; i++) {
 		rc = try_fp8_scale(h, &q, i, d);
 		if (rc == 1)
+			rc = castfs_qsrc_ctfp8(h, &q, i, d);
+		if (rc == 1)
 			rc = check_foreign(h, &h->tensors[i], d);
 	}
 	if (!rc && (flags & CASTFS_QSRC_STRICT))

@@ -54,6 +54,17 @@ int castfs_qsrc_mxfp4(const struct castfs_header *h, struct castfs_qsrc *q,
 		      size_t i, struct castfs_diag *d);
 
 /*
+ * castfs_qsrc_ctfp8 - castfs_qsrc_scan()'s test of tensor @i of @h for a
+ * compressed-tensors FP8 scale: "M.weight_scale" (F32/BF16; per tensor,
+ * per channel [out, 1] or per 128x128 block) of F8_E4M3 "M.weight" is
+ * paired with it as an FP8_BLOCK weight; a one-value "M.input_scale"
+ * beside them is marked a scale. Returns 0, 1 (no such tensor), -ENOTSUP
+ * (a scale that does not fit; @d says why) or -ENOMEM. Thread-safe.
+ */
+int castfs_qsrc_ctfp8(const struct castfs_header *h, struct castfs_qsrc *q,
+		      size_t i, struct castfs_diag *d);
+
+/*
  * castfs_view_add_mxfp4 - gpt-oss MXFP4 weight @t (scale per @qi) of @h
  * in view @v: dequantized and transposed as transformers'
  * convert_moe_packed_tensors() makes it ("P" [E, 32 G, R], in the cast
