@@ -259,6 +259,19 @@ class SingleFile(unittest.TestCase):
                       "e8m0 scale model.layers.3.mlp.experts.down_proj_scales",
                       r.stdout)
 
+    def test_convert_writes_the_view(self):
+        """castfs convert writes the bytes the mount serves (those are
+        checked against transformers above)."""
+        out = os.path.join(Env.root, "converted.bf16.safetensors")
+        r = tl.subprocess.run(
+            [tl.castfs_binary(), "convert",
+             os.path.join(Env.mnt.source, "experts.safetensors"),
+             "--view", "bf16", "-o", out], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(out, "rb") as f, \
+                open(Env.mnt.join("experts.bf16.safetensors"), "rb") as g:
+            self.assertEqual(f.read(), g.read())
+
 
 class ModelDir(unittest.TestCase):
     def test_bf16_equals_transformers(self):
