@@ -125,6 +125,10 @@ static void print_quant(const struct castfs_qsrc *q, int rc,
 		printf("quantized: FP8 block, %zu weight%s dequantized by the "
 		       "cast views (no bitsandbytes views)\n",
 		       q->nfp8, q->nfp8 == 1 ? "" : "s");
+	else if (q->nmxfp4)
+		printf("quantized: MXFP4 (gpt-oss), %zu expert weight%s "
+		       "dequantized by every view\n",
+		       q->nmxfp4, q->nmxfp4 == 1 ? "" : "s");
 }
 
 static void print_scheme(const struct castfs_header *h,
@@ -145,9 +149,19 @@ static void print_scheme(const struct castfs_header *h,
 		    qi->bcols == CASTFS_FP8_BLOCK)
 			printf(" fp8 block 128x128, %s scale ",
 			       castfs_dtype_name(s->dtype));
+		else if (qi->brows == 1 && t->ndim == 2 && t->shape[0] > 1)
+			printf(" fp8 per-channel, %s scale ",
+			       castfs_dtype_name(s->dtype));
 		else
 			printf(" fp8 per-tensor, %s scale ",
 			       castfs_dtype_name(s->dtype));
+		print_name(s->name, s->name_len);
+	} else if (qi->role == CASTFS_QR_MXFP4) {
+		const struct castfs_tensor *s = &h->tensors[qi->scale];
+
+		printf(" mxfp4 e2m1 blocks of 32, low nibble first, %s e8m0 "
+		       "scale ",
+		       castfs_dtype_name(s->dtype));
 		print_name(s->name, s->name_len);
 	}
 }
@@ -187,9 +201,10 @@ static void print_table(const struct castfs_tfile_ctx *c,
 	int w = name_width(c->h);
 
 	printf("\n%-*s  %-11s %-16s %s\n", w, "NAME", "DTYPE", "SHAPE",
-	       c->view	    ? "DATA_OFFSETS             FROM" :
-	       q && q->nfp8 ? "DATA_OFFSETS             QUANTIZATION" :
-			      "DATA_OFFSETS");
+	       c->view ? "DATA_OFFSETS             FROM" :
+	       q && (q->nfp8 || q->nmxfp4) ?
+			 "DATA_OFFSETS             QUANTIZATION" :
+			 "DATA_OFFSETS");
 	for (size_t i = 0; i < c->h->ntensors; i++)
 		print_row(c, q, c->h->by_name[i], w);
 }

@@ -65,6 +65,9 @@ struct castfs_md_quant {
 	bool quantized; /* it has one */
 	bool fp8_block; /* quant_method "fp8" with weight_block_size [128,
 			 * 128] or null: the layout castfs dequantizes */
+	bool mxfp4; /* quant_method "mxfp4" (gpt-oss): dequantized too */
+	bool ct_fp8; /* compressed-tensors float-quantized FP8 weights
+		      * (tensor, channel, 128x128 block): dequantized too */
 	char method[32]; /* its quant_method, for messages ("?" if none) */
 };
 

@@ -12,11 +12,10 @@
 #include "modeldir/modeldir.h"
 #include "modeldir/modeldir_internal.h"
 
-/* weight_block_size: absent or null (per-tensor), or [128, 128]. */
-static bool block_ok(const cJSON *qc)
+/* Member @key: absent or null (per-tensor), or [128, 128]. */
+static bool block_ok_key(const cJSON *qc, const char *key)
 {
-	const cJSON *b =
-		cJSON_GetObjectItemCaseSensitive(qc, "weight_block_size");
+	const cJSON *b = cJSON_GetObjectItemCaseSensitive(qc, key);
 	const cJSON *e;
 	int n = 0;
 
@@ -30,6 +29,12 @@ static bool block_ok(const cJSON *qc)
 		n++;
 	}
 	return n == 2;
+}
+
+/* weight_block_size: absent or null (per-tensor), or [128, 128]. */
+static bool block_ok(const cJSON *qc)
+{
+	return block_ok_key(qc, "weight_block_size");
 }
 
 /* A string member that is absent, or one of @ok (NULL-terminated). */
@@ -61,6 +66,74 @@ static bool fp8_block(const cJSON *qc)
 	       block_ok(qc);
 }
 
+/* A member that is absent, null, or an empty object. */
+static bool ct_empty(const cJSON *qc, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(qc, key);
+
+	return !v || cJSON_IsNull(v) || (cJSON_IsObject(v) && !v->child);
+}
+
+static bool ct_num(const cJSON *o, const char *key, double want)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+
+	return cJSON_IsNumber(v) && v->valuedouble == want;
+}
+
+/* Weights of FP8 E4M3, symmetric, static, per tensor, per channel or per
+ * 128x128 block: what castfs dequantizes (qsrc_ct.c). */
+static bool ct_fp8_weights(const cJSON *w)
+{
+	static const char *const strat[] = { "tensor", "channel", "block",
+					     NULL };
+	static const char *const ty[] = { "float", NULL };
+	const cJSON *st = cJSON_GetObjectItemCaseSensitive(w, "strategy");
+	const cJSON *sym = cJSON_GetObjectItemCaseSensitive(w, "symmetric");
+	const cJSON *dyn = cJSON_GetObjectItemCaseSensitive(w, "dynamic");
+
+	if (!cJSON_IsObject(w) || !ct_num(w, "num_bits", 8) ||
+	    !cJSON_IsString(st) || !str_in(w, "strategy", strat) ||
+	    !str_in(w, "type", ty) || cJSON_IsFalse(sym) || cJSON_IsTrue(dyn))
+		return false;
+	if (strcmp(st->valuestring, "block") == 0)
+		return block_ok_key(w, "block_structure") &&
+		       !cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(
+			       w, "block_structure"));
+	return true;
+}
+
+/* compressed-tensors "float-quantized" (or "naive-quantized") FP8
+ * weights, nothing else. */
+static bool ct_fp8(const cJSON *qc)
+{
+	static const char *const ct[] = { "compressed-tensors", NULL };
+	/* llm-compressor names FP8 weights without quantized activations
+	 * "naive-quantized": the same tensors and decompressor. */
+	static const char *const fmt[] = { "float-quantized", "naive-quantized",
+					   NULL };
+	const cJSON *m = cJSON_GetObjectItemCaseSensitive(qc, "quant_method");
+	const cJSON *groups =
+		cJSON_GetObjectItemCaseSensitive(qc, "config_groups");
+	const cJSON *g;
+	int n = 0;
+
+	if (!cJSON_IsString(m) || !str_in(qc, "quant_method", ct) ||
+	    !str_in(qc, "format", fmt) || !ct_empty(qc, "kv_cache_scheme") ||
+	    !ct_empty(qc, "sparsity_config") ||
+	    !ct_empty(qc, "transform_config") || !cJSON_IsObject(groups))
+		return false;
+	cJSON_ArrayForEach(g, groups) {
+		if (!cJSON_IsObject(g) || !str_in(g, "format", fmt) ||
+		    !ct_fp8_weights(
+			    cJSON_GetObjectItemCaseSensitive(g, "weights")) ||
+		    !ct_empty(g, "output_activations"))
+			return false;
+		n++;
+	}
+	return n > 0;
+}
+
 static const cJSON *find_qc(const cJSON *root)
 {
 	const cJSON *qc, *tc;
@@ -87,6 +160,9 @@ int castfs_md_quant_read(const char *json, size_t len,
 		out->quantized = true;
 		out->fp8_block = cJSON_IsObject(qc) && fp8_block(qc);
 		m = cJSON_GetObjectItemCaseSensitive(qc, "quant_method");
+		out->mxfp4 = cJSON_IsObject(qc) && cJSON_IsString(m) &&
+			     strcmp(m->valuestring, "mxfp4") == 0;
+		out->ct_fp8 = cJSON_IsObject(qc) && ct_fp8(qc);
 		snprintf(out->method, sizeof(out->method), "%s",
 			 cJSON_IsString(m) ? m->valuestring : "?");
 	}

@@ -169,7 +169,7 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 	int rc = dir ? ns_ckpt_dir_quant(ns, dir, &mq) : -ENOMEM;
 
 	free(dir);
-	if (!rc && mq.quantized && !mq.fp8_block)
+	if (!rc && mq.quantized && !mq.fp8_block && !mq.mxfp4 && !mq.ct_fp8)
 		rc = castfs_diag_set(&d, -ENOTSUP,
 				     "config.json: quantization_config with "
 				     "quant_method '%s' is a layout castfs "
@@ -177,9 +177,11 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 				     mq.method);
 	if (!rc)
 		rc = castfs_qsrc_scan(
-			ck->h, mq.fp8_block ? CASTFS_QSRC_STRICT : 0, &q, &d);
+			ck->h,
+			mq.fp8_block || mq.ct_fp8 ? CASTFS_QSRC_STRICT : 0, &q,
+			&d);
 	if (!rc) {
-		ck->quant = q.nfp8 > 0;
+		ck->quant = q.nfp8 > 0 || q.nmxfp4 > 0;
 		castfs_qsrc_fini(&q);
 		return;
 	}

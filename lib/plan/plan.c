@@ -415,6 +415,7 @@ const char *castfs_op_name(enum castfs_op op)
 		[CASTFS_OP_I4_PACKED] = "int4-packed",
 		[CASTFS_OP_CT_SCALE] = "ct-scale",
 		[CASTFS_OP_GGUF_BLOCKS] = "gguf-blocks",
+		[CASTFS_OP_DEQ_MXFP4] = "dequant-mxfp4",
 	};
 
 	if ((unsigned)op >= CASTFS_OP_COUNT)

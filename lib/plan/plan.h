@@ -35,6 +35,7 @@ enum castfs_op {
 	CASTFS_OP_I4_PACKED, /* compressed-tensors pack-quantized int4 */
 	CASTFS_OP_CT_SCALE, /* their channel, block or group weight_scale */
 	CASTFS_OP_GGUF_BLOCKS, /* ggml Q8_0 / Q4_0 blocks of 32 elements */
+	CASTFS_OP_DEQ_MXFP4, /* gpt-oss MXFP4, transposed (plan_gen_mx.c) */
 	CASTFS_OP_COUNT,
 };
 
@@ -74,11 +75,15 @@ struct castfs_qtensor {
 	uint32_t state_width;
 	/* DEQ_FP8: the scale grid of each [rows, cols] matrix (nelems /
 	 * (rows * cols) of them, one after the other), one scale per block
-	 * of brows x bcols elements, edge blocks partial. */
+	 * of brows x bcols elements, edge blocks partial.
+	 * DEQ_MXFP4: src_off holds [E][rows][cols / 2] code bytes, scale_off
+	 * [E][rows][cols / 32] scale bytes; the output is each [rows, cols]
+	 * matrix dequantized and transposed. */
 	uint64_t scale_off; /* absolute source offset of scale 0 */
 	uint64_t srows, scols;
 	uint32_t brows, bcols;
-	uint8_t scale_dtype; /* F32 or F8_E8M0 */
+	uint8_t scale_dtype; /* F32, F8_E8M0, BF16 (product rounded to
+			      * bf16); DEQ_MXFP4: also U8 */
 	/* Quantiser ops: the elements are those of an F8_E4M3 block weight
 	 * at src_off (with the scale grid above) dequantized and rounded to
 	 * src_dtype (BF16), not src_dtype elements read as they are. */

@@ -35,12 +35,32 @@ static float scale_at(const struct castfs_qtensor *q, const uint8_t *row,
 {
 	if (q->scale_dtype == CASTFS_DTYPE_F8_E8M0)
 		return e8m0_value(row[b]);
+	if (q->scale_dtype == CASTFS_DTYPE_BF16)
+		return castfs_f32_from_bits(
+			(uint32_t)castfs_load_le16(row + 2 * b) << 16);
 	return castfs_f32_from_bits(castfs_load_le32(row + 4 * b));
 }
 
 static size_t scale_size(const struct castfs_qtensor *q)
 {
-	return q->scale_dtype == CASTFS_DTYPE_F8_E8M0 ? 1 : 4;
+	if (q->scale_dtype == CASTFS_DTYPE_F8_E8M0)
+		return 1;
+	return q->scale_dtype == CASTFS_DTYPE_BF16 ? 2 : 4;
+}
+
+/*
+ * A BF16 scale (compressed-tensors): the decompressor multiplies in the
+ * scale's dtype, so the exact fp32 product (4 x 8 significant bits) is
+ * rounded to bf16, to nearest even, as torch's bf16 multiply rounds it.
+ */
+static float round_bf16(float f)
+{
+	uint32_t u = castfs_f32_bits(f);
+
+	if ((u & 0x7FFFFFFFu) > 0x7F800000u)
+		return f; /* NaN: kept, the view's cast makes it canonical */
+	u += 0x7FFFu + ((u >> 16) & 1u);
+	return castfs_f32_from_bits(u & 0xFFFF0000u);
 }
 
 /*
@@ -64,6 +84,10 @@ static void deq_scale(const struct castfs_qtensor *q, float *f, uint64_t in,
 		/* One fp32 multiply per element, as the references do. */
 		for (size_t j = 0; j < run; j++)
 			f[i + j] = f[i + j] * s;
+		if (q->scale_dtype == CASTFS_DTYPE_BF16) {
+			for (size_t j = 0; j < run; j++)
+				f[i + j] = round_bf16(f[i + j]);
+		}
 		i += run;
 		c += run;
 		if (c == q->cols) {

@@ -70,6 +70,15 @@ int castfs_gen_deq_fp8(const struct castfs_read_env *env,
 		       const struct castfs_extent *e, uint64_t first,
 		       uint64_t count, uint8_t *dst);
 
+/* The generator of CASTFS_OP_DEQ_MXFP4 (plan_gen_mx.c): extent src_off
+ * is that of its qtensor; unit @first is output element @first. */
+int castfs_gen_deq_mxfp4(const struct castfs_read_env *env,
+			 const struct castfs_extent *e, uint64_t first,
+			 uint64_t count, uint8_t *dst);
+
+/* The source byte of the code of output element @k of DEQ_MXFP4 @q. */
+uint64_t castfs_mxfp4_src_off(const struct castfs_qtensor *q, uint64_t k);
+
 /* The generators of the compressed-tensors ops (plan_gen_f8.c). */
 int castfs_gen_f8_codes(const struct castfs_read_env *env,
 			const struct castfs_extent *e, uint64_t first,

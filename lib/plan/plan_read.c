@@ -87,6 +87,7 @@ static const castfs_gen_fn gen_table[CASTFS_OP_COUNT] = {
 	[CASTFS_OP_I4_PACKED] = castfs_gen_i4_packed,
 	[CASTFS_OP_CT_SCALE] = castfs_gen_ct_scale,
 	[CASTFS_OP_GGUF_BLOCKS] = castfs_gen_gguf_blocks,
+	[CASTFS_OP_DEQ_MXFP4] = castfs_gen_deq_mxfp4,
 };
 
 /* One unit cut by the range: produce it whole, copy out the part asked. */
@@ -167,6 +168,7 @@ static uint64_t quant_elem(const struct castfs_extent *e,
 	case CASTFS_OP_CAST:
 	case CASTFS_OP_Q4_STATE:
 	case CASTFS_OP_DEQ_FP8:
+	case CASTFS_OP_DEQ_MXFP4:
 	case CASTFS_OP_COUNT:
 		break;
 	}
@@ -191,6 +193,8 @@ uint64_t castfs_plan_src_off(const struct castfs_plan *p, uint64_t off)
 		       rel / e->unit * (castfs_dtype_bits(e->src_dtype) / 8);
 	case CASTFS_OP_DEQ_FP8: /* one F8 byte per element */
 		return e->src_off + rel / e->unit;
+	case CASTFS_OP_DEQ_MXFP4:
+		return castfs_mxfp4_src_off(&p->qtensors[e->qt], rel / e->unit);
 	case CASTFS_OP_Q4_CODES:
 	case CASTFS_OP_Q4_ABSMAX:
 	case CASTFS_OP_Q4_QABSMAX:

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "view/qsrc.h"
+#include "view/view_internal.h"
 
 /* The largest scale row the FP8 generator reads at once (bytes). */
 #define QSRC_SCALE_ROW_MAX (16u << 10)
@@ -295,10 +296,15 @@ int castfs_qsrc_scan(const struct castfs_header *h, unsigned flags,
 	if (!q.t)
 		return -ENOMEM;
 	/* Names that only one layout uses first: the most precise reason. */
-	for (size_t i = 0; !rc && i < q.n; i++)
-		rc = check_named(h, &h->tensors[i], d);
+	for (size_t i = 0; !rc && i < q.n; i++) {
+		rc = castfs_qsrc_mxfp4(h, &q, i, d);
+		if (rc == 1)
+			rc = check_named(h, &h->tensors[i], d);
+	}
 	for (size_t i = 0; !rc && i < q.n; i++) {
 		rc = try_fp8_scale(h, &q, i, d);
+		if (rc == 1)
+			rc = castfs_qsrc_ctfp8(h, &q, i, d);
 		if (rc == 1)
 			rc = check_foreign(h, &h->tensors[i], d);
 	}
@@ -318,4 +324,5 @@ void castfs_qsrc_fini(struct castfs_qsrc *q)
 	q->t = NULL;
 	q->n = 0;
 	q->nfp8 = 0;
+	q->nmxfp4 = 0;
 }

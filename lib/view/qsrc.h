@@ -18,7 +18,8 @@
 enum castfs_qrole {
 	CASTFS_QR_PLAIN, /* an ordinary tensor: views treat it as always */
 	CASTFS_QR_FP8_BLOCK, /* F8_E4M3 weight dequantized with its scale */
-	CASTFS_QR_SCALE, /* the scale of an FP8_BLOCK weight: not emitted */
+	CASTFS_QR_SCALE, /* the scale of a dequantized weight: not emitted */
+	CASTFS_QR_MXFP4, /* gpt-oss "*_blocks" U8 weight with its "*_scales" */
 };
 
 /* The block edge of the FP8 block layout (DeepSeek-V3, Qwen3-FP8). */
@@ -27,7 +28,7 @@ enum castfs_qrole {
 /* One tensor of the scanned header (same index as h->tensors). */
 struct castfs_qinfo {
 	uint8_t role; /* enum castfs_qrole */
-	uint32_t scale; /* FP8_BLOCK: index of its scale in h->tensors */
+	uint32_t scale; /* FP8_BLOCK, MXFP4: index of its scale in h->tensors */
 	uint32_t brows, bcols; /* FP8_BLOCK: elements per scale (block) */
 };
 
@@ -35,7 +36,11 @@ struct castfs_qsrc {
 	size_t n; /* h->ntensors */
 	struct castfs_qinfo *t;
 	size_t nfp8; /* FP8_BLOCK weights */
+	size_t nmxfp4; /* MXFP4 weights */
 };
+
+/* Elements per MXFP4 block (one E8M0 scale each, 16 bytes of codes). */
+#define CASTFS_MX_BLOCK 32u
 
 /*
  * Scan flags. STRICT: the model directory's config.json declares the

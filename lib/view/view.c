@@ -164,7 +164,7 @@ int castfs_view_plan(const struct castfs_view *v, const struct castfs_header *h,
 	/* Never a silent mis-cast: quantized layouts are recognised first. */
 	if (rc)
 		return rc;
-	if (q.nfp8) {
+	if (q.nfp8 || q.nmxfp4) {
 		rc = plan_quantized(v, h, &q, out, d);
 		castfs_qsrc_fini(&q);
 		return rc;

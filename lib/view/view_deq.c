@@ -127,6 +127,9 @@ int castfs_view_plan_deq(const struct castfs_view *v,
 		case CASTFS_QR_FP8_BLOCK:
 			rc = add_fp8(pb, v, h, t, &q->t[i], d);
 			break;
+		case CASTFS_QR_MXFP4:
+			rc = castfs_view_add_mxfp4(pb, v, h, t, &q->t[i], d);
+			break;
 		case CASTFS_QR_SCALE:
 			break; /* folded into its weight */
 		}

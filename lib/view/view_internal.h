@@ -43,6 +43,39 @@ int castfs_view_plan_deq(const struct castfs_view *v,
 			 const struct castfs_qsrc *q, struct castfs_plan **out,
 			 struct castfs_diag *d);
 
+/*
+ * castfs_qsrc_mxfp4 - castfs_qsrc_scan()'s test of tensor @i of @h for a
+ * gpt-oss MXFP4 expert weight ("*.experts.{gate_up,down}_proj_blocks" U8
+ * [E, R, G, 16] beside its "_scales" [E, R, G]); marks it and its scale
+ * in @q. Returns 0 (paired), 1 (not such a weight), -ENOTSUP (named so,
+ * shaped otherwise; @d says why) or -ENOMEM. Thread-safe.
+ */
+int castfs_qsrc_mxfp4(const struct castfs_header *h, struct castfs_qsrc *q,
+		      size_t i, struct castfs_diag *d);
+
+/*
+ * castfs_qsrc_ctfp8 - castfs_qsrc_scan()'s test of tensor @i of @h for a
+ * compressed-tensors FP8 scale: "M.weight_scale" (F32/BF16; per tensor,
+ * per channel [out, 1] or per 128x128 block) of F8_E4M3 "M.weight" is
+ * paired with it as an FP8_BLOCK weight; a one-value "M.input_scale"
+ * beside them is marked a scale. Returns 0, 1 (no such tensor), -ENOTSUP
+ * (a scale that does not fit; @d says why) or -ENOMEM. Thread-safe.
+ */
+int castfs_qsrc_ctfp8(const struct castfs_header *h, struct castfs_qsrc *q,
+		      size_t i, struct castfs_diag *d);
+
+/*
+ * castfs_view_add_mxfp4 - gpt-oss MXFP4 weight @t (scale per @qi) of @h
+ * in view @v: dequantized and transposed as transformers'
+ * convert_moe_packed_tensors() makes it ("P" [E, 32 G, R], in the cast
+ * view's dtype, BF16 in other views), named without "_blocks". Errors of
+ * the builder; -ENOTSUP (no F32 kernel to the view's dtype).
+ */
+int castfs_view_add_mxfp4(struct castfs_pb *pb, const struct castfs_view *v,
+			  const struct castfs_header *h,
+			  const struct castfs_tensor *t,
+			  const struct castfs_qinfo *qi, struct castfs_diag *d);
+
 /* castfs_view_bnb_add - castfs_view_add_fn of the bitsandbytes views:
  * tensor @t quantised when @v converts it, else copied. */
 int castfs_view_bnb_add(struct castfs_pb *pb, const struct castfs_view *v,

@@ -14,12 +14,13 @@ COMPAT_TESTS = tests/compat/test_casts.py tests/compat/test_hf_cache.py \
 	tests/compat/test_gguf.py tests/compat/test_gguf_llm.py \
 	tests/compat/test_gguf_llamacpp.py tests/compat/test_gguf_md_cache.py \
 	tests/compat/test_gguf_pretok.py tests/compat/test_gguf_info.py \
-	tests/compat/test_gguf_kquant.py
+	tests/compat/test_gguf_kquant.py tests/compat/test_mxfp4_src.py \
+	tests/compat/test_ct_src.py
 TESTS += $(COMPAT_TESTS)
 EXTRA_DIST += tests/compat/castfs_testlib.py $(COMPAT_TESTS) \
 	tests/compat/bnb_ref.py tests/compat/bnb_check.py tests/compat/oracle.py \
 	tests/compat/ldm_unet.py tests/compat/ct_oracle.py \
-	tests/compat/ggml_oracle.py
+	tests/compat/ggml_oracle.py tests/compat/ct_src_oracle.py
 
 # Reliability tests under a real mount (docs/RELIABILITY.md).
 REL_TESTS = tests/compat/test_rel_malformed.py \

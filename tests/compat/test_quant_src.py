@@ -146,13 +146,17 @@ def corpus():
         "bnb-int8": ({"l.weight": cb, "l.SCB": scb,
                       "l.weight_format": torch.tensor(0, dtype=torch.uint8)},
                      "8-bit weight"),
+        # MXFP4 whose scales do not fit its blocks (the well-formed
+        # layout is dequantized: test_mxfp4_src.py).
         "gptoss-mxfp4": ({exp + "gate_up_proj_blocks": u8(2, 8, 4, 16),
-                          exp + "gate_up_proj_scales": u8(2, 8, 4),
+                          exp + "gate_up_proj_scales": u8(2, 8, 3),
                           exp + "gate_up_proj_bias": torch.zeros(2, 8)},
                          "MXFP4"),
+        # A compressed-tensors FP8 scale that fits no strategy (fitting
+        # ones are dequantized: test_ct_src.py).
         "ct-fp8-channel": ({"l.weight": f8(8, 32),
-                            "l.weight_scale": torch.rand(8, 1).bfloat16()},
-                           "8-bit weight"),
+                            "l.weight_scale": torch.rand(7, 1).bfloat16()},
+                           "compressed-tensors FP8"),
         "ct-nvfp4": ({"l.weight_packed": u8(8, 16),
                       "l.weight_scale": f8(8, 2),
                       "l.weight_global_scale": torch.ones(1)},

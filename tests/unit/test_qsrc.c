@@ -124,11 +124,13 @@ static const struct {
 	  { { 4, 8 }, { 4, 1 } },
 	  { 2, 2 },
 	  "compressed-tensors" },
+	/* compressed-tensors FP8 whose scale fits no strategy (a fitting
+	 * one is dequantized: test_qsrc__ct_fp8). */
 	{ { "l.weight", "l.weight_scale" },
 	  { "F8_E4M3", "BF16" },
-	  { { 4, 4 }, { 4, 1 } },
+	  { { 4, 4 }, { 3, 1 } },
 	  { 2, 2 },
-	  "8-bit weight" },
+	  "compressed-tensors FP8" },
 	{ { "scaled_fp8", "l.weight", "l.scale_weight" },
 	  { "F8_E4M3", "F8_E4M3", "F32" },
 	  { { 0, 0 }, { 4, 4 }, { 1, 0 } },
@@ -400,6 +402,135 @@ START_TEST(test_md_quant__read)
 }
 END_TEST
 
+/* gpt-oss MXFP4: the two expert pairs transformers dequantizes, and a
+ * misshapen pair refused; "x_blocks" elsewhere is still refused. */
+START_TEST(test_qsrc__mxfp4)
+{
+	struct tu_st *b = tu_st_new();
+	struct castfs_diag d = { { 0 } };
+	struct castfs_qsrc q;
+	struct castfs_header *h;
+	static const char mx[] = "{\"quantization_config\": "
+				 "{\"quant_method\": \"mxfp4\"}}";
+	struct castfs_md_quant mq;
+
+	tu_st_add(b, "m.experts.gate_up_proj_blocks", "U8", SHAPE(2, 6, 3, 16),
+		  NULL);
+	tu_st_add(b, "m.experts.gate_up_proj_scales", "U8", SHAPE(2, 6, 3),
+		  NULL);
+	tu_st_add(b, "m.experts.down_proj_blocks", "U8", SHAPE(2, 96, 1, 16),
+		  NULL);
+	tu_st_add(b, "m.experts.down_proj_scales", "F8_E8M0", SHAPE(2, 96, 1),
+		  NULL);
+	tu_st_add(b, "m.experts.down_proj_bias", "BF16", SHAPE(2, 96), NULL);
+	h = build(b);
+	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
+	ck_assert_uint_eq(q.nmxfp4, 2);
+	ck_assert_uint_eq(q.nfp8, 0);
+	ck_assert_uint_eq(qinfo(h, &q, "m.experts.down_proj_blocks")->role,
+			  CASTFS_QR_MXFP4);
+	ck_assert_uint_eq(qinfo(h, &q, "m.experts.down_proj_scales")->role,
+			  CASTFS_QR_SCALE);
+	ck_assert_uint_eq(qinfo(h, &q, "m.experts.down_proj_bias")->role,
+			  CASTFS_QR_PLAIN);
+	castfs_qsrc_fini(&q);
+	castfs_header_free(h);
+
+	b = tu_st_new();
+	tu_st_add(b, "m.experts.gate_up_proj_blocks", "U8", SHAPE(2, 6, 3, 16),
+		  NULL);
+	tu_st_add(b, "m.experts.gate_up_proj_scales", "U8", SHAPE(2, 6, 2),
+		  NULL);
+	h = build(b);
+	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), -ENOTSUP);
+	ck_assert_ptr_nonnull(strstr(d.msg, "MXFP4"));
+	castfs_header_free(h);
+
+	ck_assert_int_eq(castfs_md_quant_read(mx, strlen(mx), &mq, NULL), 0);
+	ck_assert(mq.quantized && mq.mxfp4 && !mq.fp8_block);
+}
+END_TEST
+
+/* compressed-tensors FP8 scales: per tensor, channel, 128x128 block; a
+ * static input_scale is a companion; other scale dtypes refused. */
+START_TEST(test_qsrc__ct_fp8)
+{
+	struct tu_st *b = tu_st_new();
+	struct castfs_diag d = { { 0 } };
+	struct castfs_qsrc q;
+	struct castfs_header *h;
+
+	tu_st_add(b, "t.input_scale", "BF16", SHAPE(1), NULL);
+	tu_st_add(b, "t.weight", "F8_E4M3", SHAPE(10, 7), NULL);
+	tu_st_add(b, "t.weight_scale", "BF16", SHAPE(1), NULL);
+	tu_st_add(b, "c.weight", "F8_E4M3", SHAPE(10, 7), NULL);
+	tu_st_add(b, "c.weight_scale", "F32", SHAPE(10, 1), NULL);
+	tu_st_add(b, "k.weight", "F8_E4M3", SHAPE(200, 320), NULL);
+	tu_st_add(b, "k.weight_scale", "BF16", SHAPE(2, 3), NULL);
+	h = build(b);
+	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
+	ck_assert_uint_eq(q.nfp8, 3);
+	ck_assert_uint_eq(qinfo(h, &q, "t.weight")->brows, 10);
+	ck_assert_uint_eq(qinfo(h, &q, "t.input_scale")->role, CASTFS_QR_SCALE);
+	ck_assert_uint_eq(qinfo(h, &q, "c.weight")->brows, 1);
+	ck_assert_uint_eq(qinfo(h, &q, "c.weight")->bcols, 7);
+	ck_assert_uint_eq(qinfo(h, &q, "k.weight")->brows, 128);
+	castfs_qsrc_fini(&q);
+	castfs_header_free(h);
+
+	b = tu_st_new();
+	tu_st_add(b, "c.weight", "F8_E4M3", SHAPE(10, 7), NULL);
+	tu_st_add(b, "c.weight_scale", "F16", SHAPE(10, 1), NULL);
+	h = build(b);
+	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), -ENOTSUP);
+	ck_assert_ptr_nonnull(strstr(d.msg, "F32/BF16"));
+	castfs_header_free(h);
+}
+END_TEST
+
+/* compressed-tensors FP8: which quantization_configs castfs takes. */
+START_TEST(test_md_quant__ct_fp8)
+{
+#define CT_QC(fmt, w, extra)                                            \
+	"{\"quantization_config\": {\"quant_method\": "                 \
+	"\"compressed-tensors\", \"format\": \"" fmt "\", "             \
+	"\"config_groups\": {\"group_0\": {\"targets\": [\"Linear\"], " \
+	"\"weights\": {\"num_bits\": 8, \"type\": \"float\", "          \
+	"\"symmetric\": true, \"dynamic\": false, " w "}}}" extra "}}"
+	static const char *const ok[] = {
+		CT_QC("float-quantized", "\"strategy\": \"channel\"", ""),
+		CT_QC("naive-quantized", "\"strategy\": \"tensor\"", ""),
+		CT_QC("float-quantized",
+		      "\"strategy\": \"block\", \"block_structure\": [128, 128]",
+		      ", \"kv_cache_scheme\": null"),
+	};
+	static const char *const bad[] = {
+		CT_QC("float-quantized",
+		      "\"strategy\": \"block\", \"block_structure\": [64, 64]",
+		      ""),
+		CT_QC("float-quantized", "\"strategy\": \"group\"", ""),
+		CT_QC("pack-quantized", "\"strategy\": \"channel\"", ""),
+		CT_QC("float-quantized", "\"strategy\": \"channel\"",
+		      ", \"kv_cache_scheme\": {\"num_bits\": 8}"),
+	};
+	struct castfs_md_quant mq;
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		ck_assert_int_eq(castfs_md_quant_read(ok[i], strlen(ok[i]), &mq,
+						      NULL),
+				 0);
+		ck_assert_msg(mq.quantized && mq.ct_fp8, "%s", ok[i]);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ck_assert_int_eq(castfs_md_quant_read(bad[i], strlen(bad[i]),
+						      &mq, NULL),
+				 0);
+		ck_assert_msg(mq.quantized && !mq.ct_fp8, "%s", bad[i]);
+	}
+#undef CT_QC
+}
+END_TEST
+
 /* Expected texts: json.dumps(d, indent=2) of the dict without the key. */
 static const struct {
 	const char *in, *out;
@@ -440,6 +571,9 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_deq__ranges_match_slow);
 	tcase_add_loop_test(tc, test_deq__bnb_views_ranges, 0, 3);
 	tcase_add_test(tc, test_md_quant__read);
+	tcase_add_test(tc, test_qsrc__mxfp4);
+	tcase_add_test(tc, test_md_quant__ct_fp8);
+	tcase_add_test(tc, test_qsrc__ct_fp8);
 	tcase_add_loop_test(tc, test_md_quant__unquant, 0,
 			    sizeof(unquant) / sizeof(unquant[0]));
 	suite_add_tcase(s, tc);

@@ -1,0 +1,199 @@
+# SPDX-License-Identifier: MIT
+"""compressed-tensors FP8 checkpoints as sources (docs/FORMATS.md,
+"compressed-tensors FP8 (float-quantized)").
+
+Producer and oracle are the real libraries, in the llm-compressor venv
+(scripts/setup-llmc; ct_src_oracle.py runs there): a tiny Llama whose
+Linear shapes are not multiples of 128 (edge blocks), quantized by a
+data-free llm-compressor oneshot to FP8 E4M3 weights per tensor, per
+channel and per 128x128 block (BF16 scales, as llm-compressor stores them
+for a bf16 model), saved compressed; the expected views are every module
+through compressed-tensors' own decompressor
+(Float/NaiveQuantizationCompressor.decompress), which multiplies in the
+scale's dtype.
+
+- DIR.bf16/ holds exactly the decompressor's tensors, bit for bit (names,
+  dtypes, shapes, bytes), no scale and no quantization_config; in DIR.fp32/
+  and DIR.fp16/ the dequantized weights are torch's casts of them (other
+  tensors kept as stored); from_pretrained of DIR.bf16/
+  has no missing or unexpected keys and its logits equal those of the
+  model built from the decompressor's state dict.
+- A single file (no config.json) gets the same views; a weight_scale that
+  fits no strategy gets no views and a reason; castfs info names the
+  scheme.
+Exits 77 when FUSE, torch, transformers or the oracle venv is unavailable.
+"""
+import gc
+import json
+import os
+import shutil
+import subprocess
+import sys
+import unittest
+import warnings
+
+import castfs_testlib as tl
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+try:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import torch
+        from safetensors.torch import load_file, save_file
+        from transformers import AutoModelForCausalLM, LlamaConfig, \
+            LlamaForCausalLM
+        from transformers.utils import logging as hf_logging
+except ImportError as e:  # pragma: no cover
+    print("SKIP: %s" % e)
+    sys.exit(tl.SKIP)
+
+from test_ct import VENV_PY, tiny_llama  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STRATEGIES = ("tensor", "channel", "block")
+VIEWS = {"bf16": torch.bfloat16, "fp16": torch.float16,
+         "fp32": torch.float32}
+
+
+class Env:
+    root = None
+    mnt = None
+    ref = {}
+
+
+def bits(t):
+    return t.contiguous().view(torch.uint8)
+
+
+def run_oracle(jobs):
+    path = os.path.join(Env.root, "jobs.json")
+    with open(path, "w") as f:
+        json.dump(jobs, f)
+    p = subprocess.run([VENV_PY, os.path.join(HERE, "ct_src_oracle.py"), path],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise AssertionError("ct_src_oracle failed:\n" + p.stdout[-3000:] +
+                             p.stderr[-6000:])
+    line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+
+
+def dir_tensors(d):
+    out = {}
+    for n in sorted(os.listdir(d)):
+        if n.endswith(".safetensors"):
+            out.update(load_file(os.path.join(d, n)))
+    return out
+
+
+def setUpModule():
+    if not os.path.exists(VENV_PY):
+        print("SKIP: no llm-compressor venv at %s (scripts/setup-llmc)"
+              % VENV_PY)
+        sys.exit(tl.SKIP)
+    Env.root = tl.tempfile.mkdtemp(prefix="castfs-ctsrc-")
+    plain = os.path.join(Env.root, "plain")
+    src = os.path.join(Env.root, "src")
+    os.mkdir(src)
+    tiny_llama(plain, torch.bfloat16, 200, 320, 50, 4)
+    jobs = {"quantize": [], "decompress": []}
+    for s in STRATEGIES:
+        d = os.path.join(src, "ct-" + s)
+        jobs["quantize"].append([plain, d, s])
+        jobs["decompress"].append([d, os.path.join(Env.root, s + ".ref")])
+    run_oracle(jobs)
+    for s in STRATEGIES:
+        Env.ref[s] = load_file(os.path.join(Env.root, s + ".ref"))
+    shutil.copy(os.path.join(src, "ct-channel", "model.safetensors"),
+                os.path.join(src, "single.safetensors"))
+    w = torch.randn(40, 30).to(torch.float8_e4m3fn)
+    save_file({"l.weight": w, "l.weight_scale": torch.ones(3, 7).bfloat16()},
+              os.path.join(src, "misfit.safetensors"))
+    Env.mnt = tl.Mount(src)
+
+
+def tearDownModule():
+    gc.collect()
+    rc = Env.mnt.unmount() if Env.mnt else 0
+    if Env.root:
+        shutil.rmtree(Env.root, ignore_errors=True)
+    assert rc == 0, "castfs exited with %d" % rc
+
+
+def load_quiet(path, **kw):
+    hf_logging.set_verbosity_error()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AutoModelForCausalLM.from_pretrained(path, **kw)
+
+
+class ModelDir(unittest.TestCase):
+    def test_views_equal_decompressor(self):
+        for s in STRATEGIES:
+            ref = Env.ref[s]
+            src = dir_tensors(os.path.join(Env.mnt.source, "ct-" + s))
+            deq = {k for k, t in src.items() if t.dtype == torch.float8_e4m3fn}
+            for v, dt in VIEWS.items():
+                with self.subTest(strategy=s, view=v):
+                    view = Env.mnt.join("ct-%s.%s" % (s, v))
+                    with open(os.path.join(view, "config.json")) as f:
+                        self.assertNotIn("quantization_config", json.load(f))
+                    got = dir_tensors(view)
+                    self.assertEqual(sorted(got), sorted(ref))
+                    for k, t in ref.items():
+                        # Other tensors are kept as stored, as in every
+                        # view of a quantized source.
+                        want = t.to(dt) if k in deq else t
+                        self.assertEqual(got[k].dtype, want.dtype, k)
+                        self.assertTrue(torch.equal(bits(got[k]), bits(want)),
+                                        k)
+
+    def test_bf16_loads_and_logits(self):
+        for s in STRATEGIES:
+            with self.subTest(strategy=s):
+                view = Env.mnt.join("ct-%s.bf16" % s)
+                model, info = load_quiet(view, output_loading_info=True)
+                for k in ("missing_keys", "unexpected_keys",
+                          "mismatched_keys"):
+                    self.assertEqual(list(info.get(k, [])), [], k)
+                cfg = LlamaConfig.from_pretrained(view)
+                plain = LlamaForCausalLM._from_config(cfg,
+                                                      dtype=torch.bfloat16)
+                plain.load_state_dict(Env.ref[s])
+                ids = torch.arange(20).reshape(1, 20)
+                with torch.no_grad():
+                    self.assertTrue(torch.equal(model(ids).logits,
+                                                plain(ids).logits))
+                del model
+                gc.collect()
+
+
+class SingleFile(unittest.TestCase):
+    def test_single_file_views(self):
+        got = load_file(Env.mnt.join("single.bf16.safetensors"))
+        ref = Env.ref["channel"]
+        self.assertEqual(sorted(got), sorted(ref))
+        for k, t in ref.items():
+            self.assertTrue(torch.equal(bits(got[k]), bits(t)), k)
+
+    def test_misfit_rejected(self):
+        self.assertNotIn("misfit.bf16.safetensors", os.listdir(Env.mnt.path))
+        with open(Env.mnt.join(".castfs", "rejected")) as f:
+            rej = {r["path"]: r["reason"] for r in json.load(f)}
+        self.assertIn("compressed-tensors FP8", rej["misfit.safetensors"])
+
+    def test_info_shows_scheme(self):
+        r = subprocess.run([tl.castfs_binary(), "info", os.path.join(
+            Env.mnt.source, "ct-block", "model.safetensors")],
+            capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("fp8 block 128x128, BF16 scale "
+                      "model.layers.0.mlp.down_proj.weight_scale", r.stdout)
+        r = subprocess.run([tl.castfs_binary(), "info", os.path.join(
+            Env.mnt.source, "single.safetensors")],
+            capture_output=True, text=True)
+        self.assertIn("fp8 per-channel, BF16 scale", r.stdout)
+
+
+if __name__ == "__main__":
+    tl.main()
