@@ -65,6 +65,16 @@ int cli_src_open(struct cli_src *s, const char *cmd, const char *arg,
 /* cli_src_close - release what cli_src_open() got; safe twice. */
 void cli_src_close(struct cli_src *s);
 
+struct castfs_qsrc_opts;
+
+/*
+ * cli_qsrc_opts - fill @o with the FP8 weight_block_size that the
+ * config.json beside safetensors file @path declares (none when it is
+ * absent or unreadable: castfs's default). Returns @o.
+ */
+const struct castfs_qsrc_opts *cli_qsrc_opts(const char *path,
+					     struct castfs_qsrc_opts *o);
+
 /* cli_same_file - true if @fd is still the identity in @st (size, mtime). */
 bool cli_same_file(int fd, const struct stat *st);
 

@@ -141,9 +141,9 @@ static void print_scheme(const struct castfs_header *h,
 	} else if (qi->role == CASTFS_QR_FP8_BLOCK) {
 		const struct castfs_tensor *s = &h->tensors[qi->scale];
 
-		if (qi->brows == CASTFS_FP8_BLOCK &&
-		    qi->bcols == CASTFS_FP8_BLOCK)
-			printf(" fp8 block 128x128, %s scale ",
+		if (s->ndim >= 2)
+			printf(" fp8 block %" PRIu32 "x%" PRIu32 ", %s scale ",
+			       qi->brows, qi->bcols,
 			       castfs_dtype_name(s->dtype));
 		else
 			printf(" fp8 per-tensor, %s scale ",
@@ -222,11 +222,13 @@ static int info_src(const struct cli_src *s, const struct info_opts *o)
 	struct castfs_diag d = { { 0 } };
 	struct castfs_header *vh = NULL;
 	struct castfs_plan *plan = NULL;
+	struct castfs_qsrc_opts qo;
 	uint64_t size = s->size;
 	int rc = 0, status;
 
 	if (s->view) {
-		rc = castfs_view_plan(s->view, s->h, &plan, &d);
+		rc = castfs_view_plan_opts(
+			s->view, s->h, cli_qsrc_opts(s->path, &qo), &plan, &d);
 		if (!rc)
 			rc = castfs_plan_header(plan, &vh, &d);
 		if (rc) {
@@ -250,7 +252,10 @@ static int info_src(const struct cli_src *s, const struct info_opts *o)
 		status = print_tensor(&c, o->tensor);
 	} else {
 		struct castfs_qsrc q = { 0 };
-		int qrc = s->view ? 0 : castfs_qsrc_scan(s->h, 0, &q, &d);
+		int qrc = s->view ? 0 :
+				    castfs_qsrc_scan_opts(
+					    s->h, cli_qsrc_opts(s->path, &qo),
+					    &q, &d);
 
 		print_summary(&c, size);
 		if (!s->view)

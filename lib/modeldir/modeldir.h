@@ -56,15 +56,18 @@ struct castfs_md_config {
 int castfs_md_config_read(const char *json, size_t len,
 			  struct castfs_md_config *out, struct castfs_diag *d);
 
-/* The block edge config.json's weight_block_size must give (FP8 block). */
-#define CASTFS_MD_FP8_BLOCK 128
+/* The largest edge of a weight_block_size castfs accepts (FP8 block). */
+#define CASTFS_MD_FP8_BLOCK_MAX 65536
 
 /* What a config.json's quantization_config says (top level, or a copy
  * nested in "text_config"). */
 struct castfs_md_quant {
 	bool quantized; /* it has one */
-	bool fp8_block; /* quant_method "fp8" with weight_block_size [128,
-			 * 128] or null: the layout castfs dequantizes */
+	bool fp8_block; /* quant_method "fp8" with weight_block_size
+			 * [bm, bn] or null: the layout castfs dequantizes */
+	/* fp8_block: weight_block_size [bm, bn]; 0, 0 when absent or null
+	 * (castfs then pairs 128x128 blocks and per-tensor scales). */
+	uint32_t block_rows, block_cols;
 	char method[32]; /* its quant_method, for messages ("?" if none) */
 };
 

@@ -12,22 +12,28 @@
 #include "modeldir/modeldir.h"
 #include "modeldir/modeldir_internal.h"
 
-/* weight_block_size: absent or null (per-tensor), or [128, 128]. */
-static bool block_ok(const cJSON *qc)
+/*
+ * weight_block_size: absent or null (per-tensor, or castfs's default), or
+ * [bm, bn] of positive integers; @out gets [bm, bn] or [0, 0].
+ */
+static bool block_ok(const cJSON *qc, uint32_t out[2])
 {
 	const cJSON *b =
 		cJSON_GetObjectItemCaseSensitive(qc, "weight_block_size");
 	const cJSON *e;
 	int n = 0;
 
+	out[0] = out[1] = 0;
 	if (!b || cJSON_IsNull(b))
 		return true;
 	if (!cJSON_IsArray(b) || cJSON_GetArraySize(b) != 2)
 		return false;
 	cJSON_ArrayForEach(e, b) {
-		if (!cJSON_IsNumber(e) || e->valuedouble != CASTFS_MD_FP8_BLOCK)
+		double v = cJSON_IsNumber(e) ? e->valuedouble : 0;
+
+		if (v < 1 || v > CASTFS_MD_FP8_BLOCK_MAX || v != (uint32_t)v)
 			return false;
-		n++;
+		out[n++] = (uint32_t)v;
 	}
 	return n == 2;
 }
@@ -49,7 +55,7 @@ static bool str_in(const cJSON *qc, const char *key, const char *const *ok)
 }
 
 /* Whether @qc is the FP8 block layout of DeepSeek-V3 / transformers. */
-static bool fp8_block(const cJSON *qc)
+static bool fp8_block(const cJSON *qc, uint32_t block[2])
 {
 	static const char *const fp8[] = { "fp8", NULL };
 	static const char *const fmt[] = { "e4m3", NULL };
@@ -58,7 +64,7 @@ static bool fp8_block(const cJSON *qc)
 
 	return m && cJSON_IsString(m) && str_in(qc, "quant_method", fp8) &&
 	       str_in(qc, "fmt", fmt) && str_in(qc, "scale_fmt", sfmt) &&
-	       block_ok(qc);
+	       block_ok(qc, block);
 }
 
 static const cJSON *find_qc(const cJSON *root)
@@ -76,6 +82,7 @@ int castfs_md_quant_read(const char *json, size_t len,
 			 struct castfs_md_quant *out, struct castfs_diag *d)
 {
 	const cJSON *qc, *m;
+	uint32_t b[2] = { 0, 0 };
 	cJSON *root;
 	int rc = castfs_md_parse(json, len, &root, d, "config.json");
 
@@ -85,7 +92,9 @@ int castfs_md_quant_read(const char *json, size_t len,
 	qc = find_qc(root);
 	if (qc) {
 		out->quantized = true;
-		out->fp8_block = cJSON_IsObject(qc) && fp8_block(qc);
+		out->fp8_block = cJSON_IsObject(qc) && fp8_block(qc, b);
+		out->block_rows = out->fp8_block ? b[0] : 0;
+		out->block_cols = out->fp8_block ? b[1] : 0;
 		m = cJSON_GetObjectItemCaseSensitive(qc, "quant_method");
 		snprintf(out->method, sizeof(out->method), "%s",
 			 cJSON_IsString(m) ? m->valuestring : "?");

@@ -31,10 +31,22 @@ struct castfs_qinfo {
 	uint32_t brows, bcols; /* FP8_BLOCK: elements per scale (block) */
 };
 
+/*
+ * What the checkpoint's directory says about its layout: the FP8
+ * weight_block_size [brows, bcols] of config.json's quantization_config;
+ * 0, 0 when it gives none (then 128x128, DeepSeek's and transformers'
+ * default). Per-tensor scales are accepted either way.
+ */
+struct castfs_qsrc_opts {
+	unsigned flags; /* CASTFS_QSRC_* */
+	uint32_t brows, bcols;
+};
+
 struct castfs_qsrc {
 	size_t n; /* h->ntensors */
 	struct castfs_qinfo *t;
 	size_t nfp8; /* FP8_BLOCK weights */
+	uint32_t brows, bcols; /* the block size scales were paired with */
 };
 
 /*
@@ -54,6 +66,14 @@ struct castfs_qsrc {
  */
 int castfs_qsrc_scan(const struct castfs_header *h, unsigned flags,
 		     struct castfs_qsrc *out, struct castfs_diag *d);
+
+/*
+ * castfs_qsrc_scan_opts - castfs_qsrc_scan() with the flags and FP8 block
+ * size of @o (NULL: none, 128x128). Same results, errors and thread-safety.
+ */
+int castfs_qsrc_scan_opts(const struct castfs_header *h,
+			  const struct castfs_qsrc_opts *o,
+			  struct castfs_qsrc *out, struct castfs_diag *d);
 
 /* castfs_qsrc_fini - release what castfs_qsrc_scan() made; safe on a
  * zeroed struct. */

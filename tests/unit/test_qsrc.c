@@ -231,12 +231,16 @@ static float slow_scale(const uint8_t *s, bool e8m0, size_t i)
 }
 
 /* Element (m, r, c) of weight @w (E x R x C) with grid @sr x @sc. */
+/* The block size check_weight() assumes (128x128 unless a test sets it). */
+static uint64_t slow_bm = 128, slow_bn = 128;
+
 static uint16_t slow_elem(const uint8_t *w, const uint8_t *s, bool e8m0,
 			  uint64_t R, uint64_t C, uint64_t sr, uint64_t sc,
 			  uint64_t m, uint64_t r, uint64_t c)
 {
 	float f = slow_e4m3(w[(m * R + r) * C + c]);
-	float k = slow_scale(s, e8m0, (m * sr + r / 128) * sc + c / 128);
+	float k =
+		slow_scale(s, e8m0, (m * sr + r / slow_bm) * sc + c / slow_bn);
 
 	return slow_bf16(f * k);
 }
@@ -319,6 +323,63 @@ START_TEST(test_deq__ranges_match_slow)
 }
 END_TEST
 
+/* weight_block_size [64, 48] from config.json: partial edge blocks in
+ * both dimensions, fused experts; any range a slice of the whole. */
+START_TEST(test_deq__any_block_size)
+{
+	static const struct castfs_qsrc_opts o = { .brows = 64, .bcols = 48 };
+	struct tu_st *b = tu_st_new();
+	struct castfs_diag d = { { 0 } };
+	struct tu_fixture fx;
+	const struct castfs_view *v;
+	struct castfs_plan *p;
+	struct castfs_header *vh;
+	uint64_t st = 13;
+	uint8_t *file, *all, *part;
+	size_t len;
+
+	tu_st_add_fill(b, "a.weight", "F8_E4M3", SHAPE(150, 100), fill_codes,
+		       &st);
+	tu_st_add_fill(b, "a.weight_scale_inv", "F32", SHAPE(3, 3), fill_scales,
+		       &st);
+	tu_st_add_fill(b, "e.up", "F8_E4M3", SHAPE(2, 64, 97), fill_codes, &st);
+	tu_st_add_fill(b, "e.up_scale_inv", "F8_E8M0", SHAPE(2, 1, 3),
+		       fill_e8m0, &st);
+	file = tu_st_build(b, &len);
+	tu_st_free(b);
+	tu_fixture_init(&fx, file, len);
+	v = castfs_views_find(&fx.views, "bf16", 4);
+	/* Without the directory's block size the scales do not fit. */
+	ck_assert_int_eq(castfs_view_plan(v, fx.h, &p, &d), -ENOTSUP);
+	ck_assert_ptr_nonnull(strstr(d.msg, "128x128 block"));
+	ck_assert_int_eq(castfs_view_plan_opts(v, fx.h, &o, &p, NULL), 0);
+	all = malloc(p->size);
+	part = malloc(p->size);
+	ck_assert_int_eq(castfs_plan_read(p, &fx.mr.r, &fx.s, all, p->size, 0),
+			 (ssize_t)p->size);
+	vh = stt_parse_ok(all, p->size);
+	slow_bm = 64;
+	slow_bn = 48;
+	check_weight(&fx, all, vh, "a.weight", "a.weight_scale_inv", false);
+	check_weight(&fx, all, vh, "e.up", "e.up_scale_inv", true);
+	slow_bm = slow_bn = 128;
+	for (int i = 0; i < 200; i++) {
+		uint64_t off = tu_rand(&st) % p->size;
+		size_t n = (size_t)(tu_rand(&st) % (p->size - off) + 1);
+
+		ck_assert_int_eq(castfs_plan_read(p, &fx.mr.r, &fx.s, part, n,
+						  off),
+				 (ssize_t)n);
+		ck_assert_mem_eq(part, all + off, n);
+	}
+	castfs_header_free(vh);
+	free(part);
+	free(all);
+	castfs_plan_free(p);
+	tu_fixture_fini(&fx);
+}
+END_TEST
+
 /* bitsandbytes views of an FP8 source: computed, scales gone, and any
  * range a slice of the whole (values: tests/compat/test_quant_src.py). */
 START_TEST(test_deq__bnb_views_ranges)
@@ -380,7 +441,17 @@ START_TEST(test_md_quant__read)
 				 "\"fp8\", \"weight_block_size\": null}}";
 	static const char b64[] =
 		"{\"quantization_config\": {\"quant_method\": "
-		"\"fp8\", \"weight_block_size\": [64, 64]}}";
+		"\"fp8\", \"weight_block_size\": [64, 48]}}";
+	static const char *const bad[] = {
+		"{\"quantization_config\": {\"quant_method\": \"fp8\", "
+		"\"weight_block_size\": [0, 64]}}",
+		"{\"quantization_config\": {\"quant_method\": \"fp8\", "
+		"\"weight_block_size\": [64.5, 64]}}",
+		"{\"quantization_config\": {\"quant_method\": \"fp8\", "
+		"\"weight_block_size\": [64]}}",
+		"{\"quantization_config\": {\"quant_method\": \"fp8\", "
+		"\"weight_block_size\": [64, 65537]}}",
+	};
 	static const char bnb[] = "{\"text_config\": {\"quantization_config\": "
 				  "{\"quant_method\": \"bitsandbytes\"}}}";
 	static const char none[] = "{\"model_type\": \"llama\"}";
@@ -391,7 +462,15 @@ START_TEST(test_md_quant__read)
 	ck_assert_int_eq(castfs_md_quant_read(pt, strlen(pt), &q, NULL), 0);
 	ck_assert(q.quantized && q.fp8_block);
 	ck_assert_int_eq(castfs_md_quant_read(b64, strlen(b64), &q, NULL), 0);
-	ck_assert(q.quantized && !q.fp8_block);
+	ck_assert(q.quantized && q.fp8_block);
+	ck_assert_uint_eq(q.block_rows, 64);
+	ck_assert_uint_eq(q.block_cols, 48);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ck_assert_int_eq(castfs_md_quant_read(bad[i], strlen(bad[i]),
+						      &q, NULL),
+				 0);
+		ck_assert(q.quantized && !q.fp8_block);
+	}
 	ck_assert_int_eq(castfs_md_quant_read(bnb, strlen(bnb), &q, NULL), 0);
 	ck_assert(q.quantized && !q.fp8_block);
 	ck_assert_str_eq(q.method, "bitsandbytes");
@@ -438,6 +517,7 @@ Suite *unit_suite(void)
 	tcase_add_loop_test(tc, test_qsrc__refused, 0,
 			    sizeof(refused) / sizeof(refused[0]));
 	tcase_add_test(tc, test_deq__ranges_match_slow);
+	tcase_add_test(tc, test_deq__any_block_size);
 	tcase_add_loop_test(tc, test_deq__bnb_views_ranges, 0, 3);
 	tcase_add_test(tc, test_md_quant__read);
 	tcase_add_loop_test(tc, test_md_quant__unquant, 0,
