@@ -121,6 +121,10 @@ static void print_quant(const struct castfs_qsrc *q, int rc,
 	if (rc)
 		printf("quantized: refused: %s\n",
 		       d->msg[0] ? d->msg : strerror(-rc));
+	else if (q->ncomfy)
+		printf("quantized: ComfyUI scaled fp8, %zu weight%s dequantized "
+		       "in the view's dtype\n",
+		       q->ncomfy, q->ncomfy == 1 ? "" : "s");
 	else if (q->nfp8)
 		printf("quantized: FP8 block, %zu weight%s dequantized by the "
 		       "cast views (no bitsandbytes views)\n",
@@ -141,7 +145,10 @@ static void print_scheme(const struct castfs_header *h,
 	} else if (qi->role == CASTFS_QR_FP8_BLOCK) {
 		const struct castfs_tensor *s = &h->tensors[qi->scale];
 
-		if (s->ndim >= 2)
+		if (qi->rule == CASTFS_QRULE_COMPUTE)
+			printf(" comfy scaled fp8, %s scale ",
+			       castfs_dtype_name(s->dtype));
+		else if (s->ndim >= 2)
 			printf(" fp8 block %" PRIu32 "x%" PRIu32 ", %s scale ",
 			       qi->brows, qi->bcols,
 			       castfs_dtype_name(s->dtype));

@@ -79,6 +79,9 @@ struct castfs_qtensor {
 	uint64_t srows, scols;
 	uint32_t brows, bcols;
 	uint8_t scale_dtype; /* F32 or F8_E8M0 */
+	/* 0, or BF16 / F16: the scale is first rounded to that dtype, the
+	 * compute dtype ComfyUI multiplies in (docs/FORMATS.md). */
+	uint8_t scale_round;
 	/* Quantiser ops: the elements are those of an F8_E4M3 block weight
 	 * at src_off (with the scale grid above) dequantized and rounded to
 	 * src_dtype (BF16), not src_dtype elements read as they are. */

@@ -30,12 +30,31 @@ static float e8m0_value(uint8_t b)
 	return castfs_f32_from_bits((uint32_t)b << 23);
 }
 
+/* @s rounded to dtype @dt and back (RNE, as torch's .to(dt)). */
+static float scale_rounded(float s, enum castfs_dtype dt)
+{
+	castfs_convert_fn to = castfs_convert_get(CASTFS_DTYPE_F32, dt, 0);
+	castfs_convert_fn back = castfs_convert_get(dt, CASTFS_DTYPE_F32, 0);
+	uint8_t half[2];
+
+	if (!to || !back)
+		return s; /* unreachable: every ISA has both */
+	to(half, &s, 1);
+	back(&s, half, 1);
+	return s;
+}
+
 static float scale_at(const struct castfs_qtensor *q, const uint8_t *row,
 		      uint64_t b)
 {
+	float s;
+
 	if (q->scale_dtype == CASTFS_DTYPE_F8_E8M0)
 		return e8m0_value(row[b]);
-	return castfs_f32_from_bits(castfs_load_le32(row + 4 * b));
+	s = castfs_f32_from_bits(castfs_load_le32(row + 4 * b));
+	if (q->scale_round)
+		s = scale_rounded(s, (enum castfs_dtype)q->scale_round);
+	return s;
 }
 
 static size_t scale_size(const struct castfs_qtensor *q)

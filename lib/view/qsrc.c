@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "view/qsrc.h"
+#include "view/qsrc_internal.h"
 
 /* The largest scale row the FP8 generator reads at once (bytes). */
 #define QSRC_SCALE_ROW_MAX (16u << 10)
@@ -313,10 +314,17 @@ int castfs_qsrc_scan_opts(const struct castfs_header *h,
 	q.t = calloc(q.n ? q.n : 1, sizeof(*q.t));
 	if (!q.t)
 		return -ENOMEM;
+	/* ComfyUI's layouts name their tensors with words the checks below
+	 * refuse: they are paired first (qsrc_comfy.c). */
+	rc = castfs_qsrc_comfy(h, &q, d);
 	/* Names that only one layout uses first: the most precise reason. */
-	for (size_t i = 0; !rc && i < q.n; i++)
-		rc = check_named(h, &h->tensors[i], d);
 	for (size_t i = 0; !rc && i < q.n; i++) {
+		if (q.t[i].role == CASTFS_QR_PLAIN)
+			rc = check_named(h, &h->tensors[i], d);
+	}
+	for (size_t i = 0; !rc && i < q.n; i++) {
+		if (q.t[i].role != CASTFS_QR_PLAIN)
+			continue;
 		rc = try_fp8_scale(h, &q, i, d);
 		if (rc == 1)
 			rc = check_foreign(h, &h->tensors[i], d);
@@ -337,4 +345,5 @@ void castfs_qsrc_fini(struct castfs_qsrc *q)
 	q->t = NULL;
 	q->n = 0;
 	q->nfp8 = 0;
+	q->ncomfy = 0;
 }

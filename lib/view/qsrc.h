@@ -21,12 +21,20 @@ enum castfs_qrole {
 	CASTFS_QR_SCALE, /* the scale of an FP8_BLOCK weight: not emitted */
 };
 
+/* How an FP8_BLOCK weight is multiplied by its scale. */
+enum castfs_qrule {
+	CASTFS_QRULE_F32, /* fp32 product (DeepSeek, transformers) */
+	CASTFS_QRULE_COMPUTE, /* the scale rounded to the compute dtype
+			       * first (ComfyUI scaled fp8) */
+};
+
 /* The block edge of the FP8 block layout (DeepSeek-V3, Qwen3-FP8). */
 #define CASTFS_FP8_BLOCK 128u
 
 /* One tensor of the scanned header (same index as h->tensors). */
 struct castfs_qinfo {
 	uint8_t role; /* enum castfs_qrole */
+	uint8_t rule; /* FP8_BLOCK: enum castfs_qrule */
 	uint32_t scale; /* FP8_BLOCK: index of its scale in h->tensors */
 	uint32_t brows, bcols; /* FP8_BLOCK: elements per scale (block) */
 };
@@ -46,6 +54,7 @@ struct castfs_qsrc {
 	size_t n; /* h->ntensors */
 	struct castfs_qinfo *t;
 	size_t nfp8; /* FP8_BLOCK weights */
+	size_t ncomfy; /* of which ComfyUI scaled fp8 (CASTFS_QRULE_COMPUTE) */
 	uint32_t brows, bcols; /* the block size scales were paired with */
 };
 

@@ -32,6 +32,20 @@ static void fp8_qtensor(const struct castfs_header *h,
 	};
 }
 
+/*
+ * ComfyUI multiplies in the compute dtype: the scale is rounded to the
+ * view's dtype first when that is bf16 or fp16 (fp32 and the fp8 views
+ * compute in fp32); the product of an fp8 code and a bf16/fp16 scale is
+ * exact in fp32, so one fp32 multiply then RNE is torch's bf16/fp16 one.
+ */
+static void comfy_round(struct castfs_qtensor *qt,
+			const struct castfs_qinfo *qi, enum castfs_dtype dtype)
+{
+	if (qi->rule == CASTFS_QRULE_COMPUTE &&
+	    (dtype == CASTFS_DTYPE_BF16 || dtype == CASTFS_DTYPE_F16))
+		qt->scale_round = (uint8_t)dtype;
+}
+
 /* Weight @w dequantized to @dtype (CASTFS_CVT_* @flags). */
 static int add_deq(struct castfs_pb *pb, const struct castfs_view *v,
 		   const struct castfs_header *h, const struct castfs_tensor *w,
@@ -50,6 +64,7 @@ static int add_deq(struct castfs_pb *pb, const struct castfs_view *v,
 				       "view '%s': no F32 -> %s kernel",
 				       v->name, castfs_dtype_name(dtype));
 	fp8_qtensor(h, w, &h->tensors[qi->scale], qi, &qt);
+	comfy_round(&qt, qi, dtype);
 	rc = castfs_pb_add_qtensor(pb, &qt, &idx);
 	if (rc)
 		return rc;
@@ -81,6 +96,7 @@ static int add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
 	if (!castfs_view_converts(v, w))
 		return add_deq(pb, v, h, w, qi, CASTFS_DTYPE_BF16, 0, d);
 	fp8_qtensor(h, w, &h->tensors[qi->scale], qi, &qt);
+	comfy_round(&qt, qi, CASTFS_DTYPE_BF16);
 	return castfs_view_bnb_quantise(pb, v, h, w, &qt, d);
 }
 

@@ -76,6 +76,49 @@ START_TEST(test_qsrc__fp8_pairs)
 }
 END_TEST
 
+/* ComfyUI's two forms: weights paired, every companion left out. */
+START_TEST(test_qsrc__comfy)
+{
+	struct tu_st *b = tu_st_new();
+	struct castfs_diag d = { { 0 } };
+	struct castfs_qsrc q;
+	struct castfs_header *h;
+
+	tu_st_add(b, "scaled_fp8", "F8_E4M3", SHAPE(0), NULL);
+	tu_st_add(b, "a.weight", "F8_E4M3", SHAPE(6, 10), NULL);
+	tu_st_add(b, "a.scale_weight", "F32", 0, NULL, NULL);
+	tu_st_add(b, "a.scale_input", "F32", 0, NULL, NULL);
+	tu_st_add(b, "a.bias", "BF16", SHAPE(6), NULL);
+	h = build(b);
+	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
+	ck_assert_uint_eq(q.nfp8, 1);
+	ck_assert_uint_eq(q.ncomfy, 1);
+	ck_assert_uint_eq(qinfo(h, &q, "a.weight")->rule, CASTFS_QRULE_COMPUTE);
+	ck_assert_uint_eq(qinfo(h, &q, "a.weight")->brows, 6);
+	ck_assert_uint_eq(qinfo(h, &q, "scaled_fp8")->role, CASTFS_QR_SCALE);
+	ck_assert_uint_eq(qinfo(h, &q, "a.scale_input")->role, CASTFS_QR_SCALE);
+	ck_assert_uint_eq(qinfo(h, &q, "a.bias")->role, CASTFS_QR_PLAIN);
+	castfs_qsrc_fini(&q);
+	castfs_header_free(h);
+	b = tu_st_new();
+	tu_st_add(b, "m.a.weight", "F8_E4M3", SHAPE(6, 10), NULL);
+	tu_st_add(b, "m.a.weight_scale", "F32", SHAPE(1), NULL);
+	tu_st_add(b, "m.a.input_scale", "F32", 0, NULL, NULL);
+	tu_st_add(b, "m.a.comfy_quant", "U8", SHAPE(27), NULL);
+	tu_st_add(b, "m.b.weight", "BF16", SHAPE(6, 10), NULL);
+	h = build(b);
+	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
+	ck_assert_uint_eq(q.ncomfy, 1);
+	ck_assert_uint_eq(qinfo(h, &q, "m.a.comfy_quant")->role,
+			  CASTFS_QR_SCALE);
+	ck_assert_uint_eq(qinfo(h, &q, "m.a.input_scale")->role,
+			  CASTFS_QR_SCALE);
+	ck_assert_uint_eq(qinfo(h, &q, "m.b.weight")->role, CASTFS_QR_PLAIN);
+	castfs_qsrc_fini(&q);
+	castfs_header_free(h);
+}
+END_TEST
+
 /* Files castfs must refuse: tensors (name, dtype, shape) and the reason. */
 static const struct {
 	const char *name[3], *dtype[3];
@@ -131,8 +174,18 @@ static const struct {
 	  "8-bit weight" },
 	{ { "scaled_fp8", "l.weight", "l.scale_weight" },
 	  { "F8_E4M3", "F8_E4M3", "F32" },
+	  { { 0, 0 }, { 4, 4 }, { 4, 1 } },
+	  { 1, 2, 2 },
+	  "ComfyUI" },
+	{ { "scaled_fp8", "l.weight", "l.scale_weight" },
+	  { "F8_E5M2", "F8_E5M2", "F32" },
 	  { { 0, 0 }, { 4, 4 }, { 1, 0 } },
 	  { 1, 2, 1 },
+	  "ComfyUI" },
+	{ { "l.weight", "l.weight_scale", "l.comfy_quant" },
+	  { "F8_E4M3", "BF16", "U8" },
+	  { { 4, 4 }, { 1, 0 }, { 27, 0 } },
+	  { 2, 1, 1 },
 	  "ComfyUI" },
 	{ { "l.qweight", "l.scales" },
 	  { "I32", "F16" },
@@ -514,6 +567,7 @@ Suite *unit_suite(void)
 	TCase *tc = tcase_create("core");
 
 	tcase_add_test(tc, test_qsrc__fp8_pairs);
+	tcase_add_test(tc, test_qsrc__comfy);
 	tcase_add_loop_test(tc, test_qsrc__refused, 0,
 			    sizeof(refused) / sizeof(refused[0]));
 	tcase_add_test(tc, test_deq__ranges_match_slow);
