@@ -121,6 +121,10 @@ static void print_quant(const struct castfs_qsrc *q, int rc,
 	if (rc)
 		printf("quantized: refused: %s\n",
 		       d->msg[0] ? d->msg : strerror(-rc));
+	else if (q->nint8)
+		printf("quantized: bitsandbytes LLM.int8, %zu weight%s "
+		       "dequantized\n",
+		       q->nint8, q->nint8 == 1 ? "" : "s");
 	else if (q->ncomfy)
 		printf("quantized: ComfyUI scaled fp8, %zu weight%s dequantized "
 		       "in the view's dtype\n",
@@ -145,7 +149,10 @@ static void print_scheme(const struct castfs_header *h,
 	} else if (qi->role == CASTFS_QR_FP8_BLOCK) {
 		const struct castfs_tensor *s = &h->tensors[qi->scale];
 
-		if (qi->rule == CASTFS_QRULE_COMPUTE)
+		if (qi->rule == CASTFS_QRULE_INT8)
+			printf(" LLM.int8, %s row scale ",
+			       castfs_dtype_name(s->dtype));
+		else if (qi->rule == CASTFS_QRULE_COMPUTE)
 			printf(" comfy scaled fp8, %s scale ",
 			       castfs_dtype_name(s->dtype));
 		else if (s->ndim >= 2)

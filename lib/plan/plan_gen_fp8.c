@@ -92,6 +92,29 @@ static void deq_scale(const struct castfs_qtensor *q, float *f, uint64_t in,
 	}
 }
 
+/* LLM.int8 codes as float32 (exact). */
+static void int8_to_f32(void *restrict dst, const void *restrict src, size_t n)
+{
+	const int8_t *c = src;
+	float *f = dst;
+
+	for (size_t i = 0; i < n; i++)
+		f[i] = (float)c[i];
+}
+
+/*
+ * bitsandbytes' int8_vectorwise_dequant: A * stats * 7.874015718698502e-3,
+ * the second product in fp32 with the constant rounded to fp32 (torch's
+ * float tensor times a Python float), after the row scale's.
+ */
+static void int8_rcp(float *f, size_t n)
+{
+	const float rcp = (float)7.874015718698502e-3;
+
+	for (size_t i = 0; i < n; i++)
+		f[i] = f[i] * rcp;
+}
+
 /*
  * How many of the @n elements from matrix element @in fit one round: they
  * stay in their matrix and their scale rows fit @slen bytes.
@@ -122,6 +145,8 @@ static int deq_round(const struct castfs_reader *src,
 
 	if (!dec)
 		return -ENOTSUP; /* unreachable: every ISA has it */
+	if (q->code_dtype == CASTFS_DTYPE_I8)
+		dec = int8_to_f32;
 	rc = castfs_reader_read(src, codes, n, q->src_off + k);
 	if (!rc)
 		rc = castfs_reader_read(
@@ -131,6 +156,8 @@ static int deq_round(const struct castfs_reader *src,
 		return rc;
 	dec(f, codes, n);
 	deq_scale(q, f, in, n, sbuf, g0);
+	if (q->code_dtype == CASTFS_DTYPE_I8)
+		int8_rcp(f, n);
 	return 0;
 }
 

@@ -317,6 +317,8 @@ int castfs_qsrc_scan_opts(const struct castfs_header *h,
 	/* ComfyUI's layouts name their tensors with words the checks below
 	 * refuse: they are paired first (qsrc_comfy.c). */
 	rc = castfs_qsrc_comfy(h, &q, d);
+	if (!rc)
+		rc = castfs_qsrc_int8(h, &q, d);
 	/* Names that only one layout uses first: the most precise reason. */
 	for (size_t i = 0; !rc && i < q.n; i++) {
 		if (q.t[i].role == CASTFS_QR_PLAIN)
@@ -346,4 +348,5 @@ void castfs_qsrc_fini(struct castfs_qsrc *q)
 	q->n = 0;
 	q->nfp8 = 0;
 	q->ncomfy = 0;
+	q->nint8 = 0;
 }

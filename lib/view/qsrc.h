@@ -17,7 +17,8 @@
 /* What a tensor is in a quantized layout. */
 enum castfs_qrole {
 	CASTFS_QR_PLAIN, /* an ordinary tensor: views treat it as always */
-	CASTFS_QR_FP8_BLOCK, /* F8_E4M3 weight dequantized with its scale */
+	CASTFS_QR_FP8_BLOCK, /* F8_E4M3 (or LLM.int8 I8) weight dequantized
+			      * with its scale */
 	CASTFS_QR_SCALE, /* the scale of an FP8_BLOCK weight: not emitted */
 };
 
@@ -26,6 +27,8 @@ enum castfs_qrule {
 	CASTFS_QRULE_F32, /* fp32 product (DeepSeek, transformers) */
 	CASTFS_QRULE_COMPUTE, /* the scale rounded to the compute dtype
 			       * first (ComfyUI scaled fp8) */
+	CASTFS_QRULE_INT8, /* an I8 weight with its SCB row scales
+			    * (bitsandbytes LLM.int8) */
 };
 
 /* The block edge of the FP8 block layout (DeepSeek-V3, Qwen3-FP8). */
@@ -55,6 +58,7 @@ struct castfs_qsrc {
 	struct castfs_qinfo *t;
 	size_t nfp8; /* FP8_BLOCK weights */
 	size_t ncomfy; /* of which ComfyUI scaled fp8 (CASTFS_QRULE_COMPUTE) */
+	size_t nint8; /* of which LLM.int8 (CASTFS_QRULE_INT8) */
 	uint32_t brows, bcols; /* the block size scales were paired with */
 };
 

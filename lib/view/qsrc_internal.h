@@ -17,4 +17,13 @@
 int castfs_qsrc_comfy(const struct castfs_header *h, struct castfs_qsrc *q,
 		      struct castfs_diag *d);
 
+/*
+ * castfs_qsrc_int8 - pair the bitsandbytes LLM.int8 weights of @h in @q:
+ * an I8 "M.weight" [rows, cols] with its F32 "M.SCB" [rows]
+ * ("M.weight_format" dropped). Returns 0, -ENOTSUP (an SCB that does not
+ * fit: @d says which) or -ENOMEM. Thread-safe.
+ */
+int castfs_qsrc_int8(const struct castfs_header *h, struct castfs_qsrc *q,
+		     struct castfs_diag *d);
+
 #endif

@@ -26,10 +26,13 @@ static void fp8_qtensor(const struct castfs_header *h,
 		.scale_off = h->data_start + s->begin,
 		.srows = s->ndim >= 2 ? s->shape[s->ndim - 2] : 1,
 		.scols = s->ndim >= 2 ? s->shape[s->ndim - 1] : 1,
+		.code_dtype = (uint8_t)w->dtype,
 		.brows = qi->brows,
 		.bcols = qi->bcols,
 		.scale_dtype = (uint8_t)s->dtype,
 	};
+	if (qi->rule == CASTFS_QRULE_INT8)
+		qt->srows = s->shape[0]; /* SCB: one scale per row */
 }
 
 /*
@@ -89,11 +92,15 @@ static int add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
 		   const struct castfs_header *h, const struct castfs_tensor *w,
 		   const struct castfs_qinfo *qi, struct castfs_diag *d)
 {
+	struct castfs_tensor as;
 	struct castfs_qtensor qt;
 
 	if (v->kind == CASTFS_VIEW_CAST)
 		return add_deq(pb, v, h, w, qi, v->dtype, v->cvt_flags, d);
-	if (!castfs_view_converts(v, w))
+	/* The view sees the bf16 dequantization (an I8 weight included). */
+	as = *w;
+	as.dtype = CASTFS_DTYPE_BF16;
+	if (!castfs_view_converts(v, qi->rule == CASTFS_QRULE_INT8 ? &as : w))
 		return add_deq(pb, v, h, w, qi, CASTFS_DTYPE_BF16, 0, d);
 	fp8_qtensor(h, w, &h->tensors[qi->scale], qi, &qt);
 	comfy_round(&qt, qi, CASTFS_DTYPE_BF16);

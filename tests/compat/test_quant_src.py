@@ -137,15 +137,11 @@ def corpus():
                                           compress_statistics=True)
     nf4 = {"l.weight": q4}
     nf4.update({"l.weight." + k: v for k, v in st.as_dict(packed=True).items()})
-    cb, scb, _ = bnb.functional.int8_vectorwise_quant(w.half())
     u8 = lambda *s: torch.randint(0, 255, s, dtype=torch.uint8, generator=g)
     f8 = lambda *s: torch.randn(*s, generator=g).to(F8)
     exp = "model.layers.0.mlp.experts."
     return {
         "bnb-nf4": (nf4, "bitsandbytes 4-bit"),
-        "bnb-int8": ({"l.weight": cb, "l.SCB": scb,
-                      "l.weight_format": torch.tensor(0, dtype=torch.uint8)},
-                     "8-bit weight"),
         "gptoss-mxfp4": ({exp + "gate_up_proj_blocks": u8(2, 8, 4, 16),
                           exp + "gate_up_proj_scales": u8(2, 8, 4),
                           exp + "gate_up_proj_bias": torch.zeros(2, 8)},
