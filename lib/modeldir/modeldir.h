@@ -68,8 +68,18 @@ struct castfs_md_quant {
 	/* fp8_block: weight_block_size [bm, bn]; 0, 0 when absent or null
 	 * (castfs then pairs 128x128 blocks and per-tensor scales). */
 	uint32_t block_rows, block_cols;
+	/* quant_method "bitsandbytes" with load_in_8bit (LLM.int8): its
+	 * I8 weights and SCB are dequantized too. */
+	bool bnb_int8;
 	char method[32]; /* its quant_method, for messages ("?" if none) */
 };
+
+/*
+ * castfs_md_quant_dequantized - whether @q's layout is one castfs
+ * dequantizes (FP8 block, LLM.int8), so that the directory keeps its
+ * dequantizing views. Pure; thread-safe.
+ */
+bool castfs_md_quant_dequantized(const struct castfs_md_quant *q);
 
 /*
  * castfs_md_quant_read - the quantization_config of config.json text

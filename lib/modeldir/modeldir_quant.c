@@ -67,6 +67,23 @@ static bool fp8_block(const cJSON *qc, uint32_t block[2])
 	       block_ok(qc, block);
 }
 
+/* Whether @qc is transformers' BitsAndBytesConfig of an 8-bit model. */
+static bool bnb_int8(const cJSON *qc)
+{
+	static const char *const bnb[] = { "bitsandbytes", NULL };
+	const cJSON *m = cJSON_GetObjectItemCaseSensitive(qc, "quant_method");
+	const cJSON *l8 = cJSON_GetObjectItemCaseSensitive(qc, "load_in_8bit");
+	const cJSON *l4 = cJSON_GetObjectItemCaseSensitive(qc, "load_in_4bit");
+
+	return m && cJSON_IsString(m) && str_in(qc, "quant_method", bnb) &&
+	       cJSON_IsTrue(l8) && !cJSON_IsTrue(l4);
+}
+
+bool castfs_md_quant_dequantized(const struct castfs_md_quant *q)
+{
+	return q->fp8_block || q->bnb_int8;
+}
+
 static const cJSON *find_qc(const cJSON *root)
 {
 	const cJSON *qc, *tc;
@@ -95,6 +112,7 @@ int castfs_md_quant_read(const char *json, size_t len,
 		out->fp8_block = cJSON_IsObject(qc) && fp8_block(qc, b);
 		out->block_rows = out->fp8_block ? b[0] : 0;
 		out->block_cols = out->fp8_block ? b[1] : 0;
+		out->bnb_int8 = cJSON_IsObject(qc) && bnb_int8(qc);
 		m = cJSON_GetObjectItemCaseSensitive(qc, "quant_method");
 		snprintf(out->method, sizeof(out->method), "%s",
 			 cJSON_IsString(m) ? m->valuestring : "?");

@@ -169,7 +169,7 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 	int rc = dir ? ns_ckpt_dir_quant(ns, dir, &mq) : -ENOMEM;
 
 	free(dir);
-	if (!rc && mq.quantized && !mq.fp8_block)
+	if (!rc && mq.quantized && !castfs_md_quant_dequantized(&mq))
 		rc = castfs_diag_set(&d, -ENOTSUP,
 				     "config.json: quantization_config with "
 				     "quant_method '%s' is a layout castfs "

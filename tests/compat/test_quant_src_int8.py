@@ -11,7 +11,14 @@
 - The nf4 view of an int8 source is bnb_ref's nf4 of its bf16 view.
 - castfs info shows the layout; castfs convert writes the bf16 view; a
   malformed SCB refuses the file.
+- A model directory written by transformers' save_pretrained of a Llama
+  loaded with BitsAndBytesConfig(load_in_8bit=True) on a CPU: DIR.bf16/
+  has no quantization_config, loads with unmodified from_pretrained (no
+  missing or unexpected keys), every parameter equals the reference model
+  that from_pretrained builds from bitsandbytes' dequantization written as
+  plain bf16, and the logits are equal.
 """
+import gc
 import json
 import os
 import shutil
@@ -28,6 +35,9 @@ try:
         import torch
         import bitsandbytes as bnb
         from safetensors.torch import load_file, save, save_file
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig, \
+            LlamaConfig, LlamaForCausalLM
+        from transformers.utils import logging as hf_logging
 except ImportError as e:  # pragma: no cover
     print("SKIP: %s" % e)
     sys.exit(tl.SKIP)
@@ -103,10 +113,32 @@ def setUpModule():
     save_file(bad, os.path.join(src, "bad-scb.safetensors"), metadata=MD)
     for name in ("bnb8", "own8"):
         Env.files[name] = load_file(os.path.join(src, name + ".safetensors"))
+    write_int8_model(os.path.join(Env.root, "bf16-model"),
+                     os.path.join(src, "llama-int8"))
     Env.mnt = tl.Mount(src)
 
 
+def load_quiet(path, **kw):
+    hf_logging.set_verbosity_error()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AutoModelForCausalLM.from_pretrained(path, **kw)
+
+
+def write_int8_model(tmp, out):
+    """transformers' own 8-bit checkpoint of a random Llama."""
+    torch.manual_seed(12)
+    cfg = LlamaConfig(vocab_size=300, hidden_size=96, intermediate_size=160,
+                      num_hidden_layers=2, num_attention_heads=3,
+                      num_key_value_heads=1, tie_word_embeddings=False)
+    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(tmp)
+    m = load_quiet(tmp, device_map="cpu",
+                   quantization_config=BitsAndBytesConfig(load_in_8bit=True))
+    m.save_pretrained(out)
+
+
 def tearDownModule():
+    gc.collect()
     rc = Env.mnt.unmount() if Env.mnt else 0
     shutil.rmtree(Env.root, ignore_errors=True)
     assert rc == 0, "castfs exited with %d" % rc
@@ -155,6 +187,41 @@ class Int8(unittest.TestCase):
         self.assertIn("LLM.int8", rej["bad-scb.safetensors"])
         self.assertIn("'model.layers.0.mlp.up_proj.SCB'",
                       rej["bad-scb.safetensors"])
+
+
+class ModelDir(unittest.TestCase):
+    def test_int8_model_bf16(self):
+        src = os.path.join(Env.mnt.source, "llama-int8")
+        with open(os.path.join(src, "config.json")) as f:
+            self.assertTrue(json.load(f)["quantization_config"]["load_in_8bit"])
+        sd = {}
+        for n in os.listdir(src):
+            if n.endswith(".safetensors"):
+                sd.update(load_file(os.path.join(src, n)))
+        self.assertTrue(any(t.dtype == torch.int8 for t in sd.values()))
+        view = Env.mnt.join("llama-int8.bf16")
+        with open(os.path.join(view, "config.json")) as f:
+            self.assertNotIn("quantization_config", json.load(f))
+        model, info = load_quiet(view, output_loading_info=True)
+        for k in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+            self.assertEqual(list(info.get(k, [])), [], k)
+        ref = expected(sd, torch.bfloat16)
+        ref_dir = os.path.join(Env.root, "int8-ref")
+        os.mkdir(ref_dir)
+        save_file(ref, os.path.join(ref_dir, "model.safetensors"), metadata=MD)
+        cfg = json.load(open(os.path.join(src, "config.json")))
+        del cfg["quantization_config"]
+        json.dump(cfg, open(os.path.join(ref_dir, "config.json"), "w"))
+        plain = load_quiet(ref_dir)
+        a, b = dict(model.state_dict()), dict(plain.state_dict())
+        self.assertEqual(sorted(a), sorted(b))
+        for k in a:
+            self.assertEqual(a[k].dtype, b[k].dtype, k)
+            self.assertTrue(torch.equal(bits(a[k]), bits(b[k])), k)
+        ids = torch.arange(20).reshape(1, 20)
+        with torch.no_grad():
+            self.assertTrue(torch.equal(model(ids).logits, plain(ids).logits))
+        del model, plain
 
 
 class CommandLine(unittest.TestCase):

@@ -512,6 +512,13 @@ START_TEST(test_md_quant__read)
 	};
 	static const char bnb[] = "{\"text_config\": {\"quantization_config\": "
 				  "{\"quant_method\": \"bitsandbytes\"}}}";
+	static const char b8[] = "{\"quantization_config\": {\"quant_method\": "
+				 "\"bitsandbytes\", \"load_in_8bit\": true, "
+				 "\"load_in_4bit\": false}}";
+	static const char b48[] =
+		"{\"quantization_config\": {\"quant_method\": "
+		"\"bitsandbytes\", \"load_in_8bit\": true, "
+		"\"load_in_4bit\": true}}";
 	static const char none[] = "{\"model_type\": \"llama\"}";
 	struct castfs_md_quant q;
 
@@ -532,6 +539,11 @@ START_TEST(test_md_quant__read)
 	ck_assert_int_eq(castfs_md_quant_read(bnb, strlen(bnb), &q, NULL), 0);
 	ck_assert(q.quantized && !q.fp8_block);
 	ck_assert_str_eq(q.method, "bitsandbytes");
+	ck_assert(!q.bnb_int8 && !castfs_md_quant_dequantized(&q));
+	ck_assert_int_eq(castfs_md_quant_read(b8, strlen(b8), &q, NULL), 0);
+	ck_assert(q.bnb_int8 && castfs_md_quant_dequantized(&q));
+	ck_assert_int_eq(castfs_md_quant_read(b48, strlen(b48), &q, NULL), 0);
+	ck_assert(!q.bnb_int8 && !castfs_md_quant_dequantized(&q));
 	ck_assert_int_eq(castfs_md_quant_read(none, strlen(none), &q, NULL), 0);
 	ck_assert(!q.quantized);
 }
