@@ -16,7 +16,8 @@
   has no quantization_config, loads with unmodified from_pretrained (no
   missing or unexpected keys), every parameter equals the reference model
   that from_pretrained builds from bitsandbytes' dequantization written as
-  plain bf16, and the logits are equal.
+  plain bf16 and the model transformers' own dequantize() makes of the
+  8-bit source, and the logits are equal.
 """
 import gc
 import json
@@ -221,7 +222,16 @@ class ModelDir(unittest.TestCase):
         ids = torch.arange(20).reshape(1, 20)
         with torch.no_grad():
             self.assertTrue(torch.equal(model(ids).logits, plain(ids).logits))
-        del model, plain
+        # transformers' own dequantization of its 8-bit model agrees.
+        tf = load_quiet(src, device_map="cpu")
+        tf.dequantize()
+        c = dict(tf.state_dict())
+        self.assertEqual(sorted(a), sorted(c))
+        for k in a:
+            self.assertTrue(torch.equal(bits(a[k]), bits(c[k])), k)
+        with torch.no_grad():
+            self.assertTrue(torch.equal(model(ids).logits, tf(ids).logits))
+        del model, plain, tf
 
 
 class CommandLine(unittest.TestCase):
