@@ -97,6 +97,15 @@ int cli_info_gguf_plan(const char *shown, const struct castfs_plan *plan,
  * folder DIR/: print the header of that GGUF file as castfs computes it.
  * 1 when @arg is not such a name, 0 done, -1 failed (said why). */
 int cli_info_gguf_md(const char *arg, const struct castfs_views *vs);
+struct castfs_qsrc_opts;
+
+/*
+ * cli_qsrc_opts - fill @o with the FP8 weight_block_size that the
+ * config.json beside safetensors file @path declares (none when it is
+ * absent or unreadable: castfs's default). Returns @o.
+ */
+const struct castfs_qsrc_opts *cli_qsrc_opts(const char *path,
+					     struct castfs_qsrc_opts *o);
 
 /* cli_same_file - true if @fd is still the identity in @st (size, mtime). */
 bool cli_same_file(int fd, const struct stat *st);

@@ -19,6 +19,7 @@
 #include "cli.h"
 #include "modeldir/modeldir.h"
 #include "plan/plan.h"
+#include "view/qsrc.h"
 
 #define CHUNK_LEN (4u << 20) /* bytes per castfs_plan_read() */
 
@@ -259,6 +260,7 @@ static int out_commit(struct cli_out *w, const char *out)
 static int convert_src(const struct cli_src *s, const struct conv_opts *o)
 {
 	struct castfs_diag d = { { 0 } };
+	struct castfs_qsrc_opts qo;
 	struct castfs_plan *plan;
 	struct cli_out w;
 	int rc;
@@ -271,7 +273,9 @@ static int convert_src(const struct cli_src *s, const struct conv_opts *o)
 		return 1;
 	}
 	rc = o->md_dir ? cli_md_gguf_plan(s, o->md_dir, &plan, &d) :
-			 castfs_view_plan(s->view, s->h, &plan, &d);
+			 castfs_view_plan_opts(s->view, s->h,
+					       cli_qsrc_opts(s->path, &qo),
+					       &plan, &d);
 	if (rc) {
 		fprintf(stderr, "castfs convert: %s: view %s: %s\n", s->path,
 			s->view->name, d.msg[0] ? d.msg : strerror(-rc));

@@ -121,9 +121,17 @@ static void print_quant(const struct castfs_qsrc *q, int rc,
 	if (rc)
 		printf("quantized: refused: %s\n",
 		       d->msg[0] ? d->msg : strerror(-rc));
+	else if (q->nint8)
+		printf("quantized: bitsandbytes LLM.int8, %zu weight%s "
+		       "dequantized\n",
+		       q->nint8, q->nint8 == 1 ? "" : "s");
+	else if (q->ncomfy)
+		printf("quantized: ComfyUI scaled fp8, %zu weight%s dequantized "
+		       "in the view's dtype\n",
+		       q->ncomfy, q->ncomfy == 1 ? "" : "s");
 	else if (q->nfp8)
-		printf("quantized: FP8 block, %zu weight%s dequantized by the "
-		       "cast views (no bitsandbytes views)\n",
+		printf("quantized: FP8 block, %zu weight%s dequantized by "
+		       "the views\n",
 		       q->nfp8, q->nfp8 == 1 ? "" : "s");
 	else if (q->nmxfp4)
 		printf("quantized: MXFP4 (gpt-oss), %zu expert weight%s "
@@ -145,12 +153,19 @@ static void print_scheme(const struct castfs_header *h,
 	} else if (qi->role == CASTFS_QR_FP8_BLOCK) {
 		const struct castfs_tensor *s = &h->tensors[qi->scale];
 
-		if (qi->brows == CASTFS_FP8_BLOCK &&
-		    qi->bcols == CASTFS_FP8_BLOCK)
-			printf(" fp8 block 128x128, %s scale ",
+		if (qi->rule == CASTFS_QRULE_INT8)
+			printf(" LLM.int8, %s row scale ",
 			       castfs_dtype_name(s->dtype));
-		else if (qi->brows == 1 && t->ndim == 2 && t->shape[0] > 1)
+		else if (qi->rule == CASTFS_QRULE_COMPUTE)
+			printf(" comfy scaled fp8, %s scale ",
+			       castfs_dtype_name(s->dtype));
+		else if (qi->brows == 1 && t->ndim == 2 && t->shape[0] > 1 &&
+			 qi->bcols >= t->shape[1])
 			printf(" fp8 per-channel, %s scale ",
+			       castfs_dtype_name(s->dtype));
+		else if (s->ndim >= 2)
+			printf(" fp8 block %" PRIu32 "x%" PRIu32 ", %s scale ",
+			       qi->brows, qi->bcols,
 			       castfs_dtype_name(s->dtype));
 		else
 			printf(" fp8 per-tensor, %s scale ",
@@ -237,11 +252,13 @@ static int info_src(const struct cli_src *s, const struct info_opts *o)
 	struct castfs_diag d = { { 0 } };
 	struct castfs_header *vh = NULL;
 	struct castfs_plan *plan = NULL;
+	struct castfs_qsrc_opts qo;
 	uint64_t size = s->size;
 	int rc = 0, status;
 
 	if (s->view) {
-		rc = castfs_view_plan(s->view, s->h, &plan, &d);
+		rc = castfs_view_plan_opts(
+			s->view, s->h, cli_qsrc_opts(s->path, &qo), &plan, &d);
 		if (!rc && s->view->kind == CASTFS_VIEW_GGUF && !o->tensor) {
 			status = cli_info_gguf_plan(s->shown, plan, s->r) ? 1 :
 									    0;
@@ -271,7 +288,10 @@ static int info_src(const struct cli_src *s, const struct info_opts *o)
 		status = print_tensor(&c, o->tensor);
 	} else {
 		struct castfs_qsrc q = { 0 };
-		int qrc = s->view ? 0 : castfs_qsrc_scan(s->h, 0, &q, &d);
+		int qrc = s->view ? 0 :
+				    castfs_qsrc_scan_opts(
+					    s->h, cli_qsrc_opts(s->path, &qo),
+					    &q, &d);
 
 		print_summary(&c, size);
 		if (!s->view)

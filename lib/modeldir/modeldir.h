@@ -56,20 +56,33 @@ struct castfs_md_config {
 int castfs_md_config_read(const char *json, size_t len,
 			  struct castfs_md_config *out, struct castfs_diag *d);
 
-/* The block edge config.json's weight_block_size must give (FP8 block). */
-#define CASTFS_MD_FP8_BLOCK 128
+/* The largest edge of a weight_block_size castfs accepts (FP8 block). */
+#define CASTFS_MD_FP8_BLOCK_MAX 65536
 
 /* What a config.json's quantization_config says (top level, or a copy
  * nested in "text_config"). */
 struct castfs_md_quant {
 	bool quantized; /* it has one */
-	bool fp8_block; /* quant_method "fp8" with weight_block_size [128,
-			 * 128] or null: the layout castfs dequantizes */
+	bool fp8_block; /* quant_method "fp8" with weight_block_size
+			 * [bm, bn] or null: the layout castfs dequantizes */
+	/* fp8_block: weight_block_size [bm, bn]; 0, 0 when absent or null
+	 * (castfs then pairs 128x128 blocks and per-tensor scales). */
+	uint32_t block_rows, block_cols;
+	/* quant_method "bitsandbytes" with load_in_8bit (LLM.int8): its
+	 * I8 weights and SCB are dequantized too. */
+	bool bnb_int8;
 	bool mxfp4; /* quant_method "mxfp4" (gpt-oss): dequantized too */
 	bool ct_fp8; /* compressed-tensors float-quantized FP8 weights
 		      * (tensor, channel, 128x128 block): dequantized too */
 	char method[32]; /* its quant_method, for messages ("?" if none) */
 };
+
+/*
+ * castfs_md_quant_dequantized - whether @q's layout is one castfs
+ * dequantizes (FP8 block, LLM.int8), so that the directory keeps its
+ * dequantizing views. Pure; thread-safe.
+ */
+bool castfs_md_quant_dequantized(const struct castfs_md_quant *q);
 
 /*
  * castfs_md_quant_read - the quantization_config of config.json text

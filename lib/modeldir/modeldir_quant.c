@@ -12,29 +12,44 @@
 #include "modeldir/modeldir.h"
 #include "modeldir/modeldir_internal.h"
 
-/* Member @key: absent or null (per-tensor), or [128, 128]. */
-static bool block_ok_key(const cJSON *qc, const char *key)
+/*
+ * Member @key: absent or null (per-tensor, or castfs's default), or
+ * [bm, bn] of positive integers; @out gets [bm, bn] or [0, 0].
+ */
+static bool block_key(const cJSON *qc, const char *key, uint32_t out[2])
 {
 	const cJSON *b = cJSON_GetObjectItemCaseSensitive(qc, key);
 	const cJSON *e;
 	int n = 0;
 
+	out[0] = out[1] = 0;
 	if (!b || cJSON_IsNull(b))
 		return true;
 	if (!cJSON_IsArray(b) || cJSON_GetArraySize(b) != 2)
 		return false;
 	cJSON_ArrayForEach(e, b) {
-		if (!cJSON_IsNumber(e) || e->valuedouble != CASTFS_MD_FP8_BLOCK)
+		double v = cJSON_IsNumber(e) ? e->valuedouble : 0;
+
+		if (v < 1 || v > CASTFS_MD_FP8_BLOCK_MAX || v != (uint32_t)v)
 			return false;
-		n++;
+		out[n++] = (uint32_t)v;
 	}
 	return n == 2;
 }
 
-/* weight_block_size: absent or null (per-tensor), or [128, 128]. */
-static bool block_ok(const cJSON *qc)
+/* weight_block_size of quant_method "fp8": any [bm, bn]. */
+static bool block_ok(const cJSON *qc, uint32_t out[2])
 {
-	return block_ok_key(qc, "weight_block_size");
+	return block_key(qc, "weight_block_size", out);
+}
+
+/* compressed-tensors' block_structure: [128, 128], the one block castfs
+ * pairs its scales with (qsrc_ct.c). */
+static bool ct_block_ok(const cJSON *w)
+{
+	uint32_t b[2];
+
+	return block_key(w, "block_structure", b) && b[0] == 128 && b[1] == 128;
 }
 
 /* A string member that is absent, or one of @ok (NULL-terminated). */
@@ -54,7 +69,7 @@ static bool str_in(const cJSON *qc, const char *key, const char *const *ok)
 }
 
 /* Whether @qc is the FP8 block layout of DeepSeek-V3 / transformers. */
-static bool fp8_block(const cJSON *qc)
+static bool fp8_block(const cJSON *qc, uint32_t block[2])
 {
 	static const char *const fp8[] = { "fp8", NULL };
 	static const char *const fmt[] = { "e4m3", NULL };
@@ -63,7 +78,24 @@ static bool fp8_block(const cJSON *qc)
 
 	return m && cJSON_IsString(m) && str_in(qc, "quant_method", fp8) &&
 	       str_in(qc, "fmt", fmt) && str_in(qc, "scale_fmt", sfmt) &&
-	       block_ok(qc);
+	       block_ok(qc, block);
+}
+
+/* Whether @qc is transformers' BitsAndBytesConfig of an 8-bit model. */
+static bool bnb_int8(const cJSON *qc)
+{
+	static const char *const bnb[] = { "bitsandbytes", NULL };
+	const cJSON *m = cJSON_GetObjectItemCaseSensitive(qc, "quant_method");
+	const cJSON *l8 = cJSON_GetObjectItemCaseSensitive(qc, "load_in_8bit");
+	const cJSON *l4 = cJSON_GetObjectItemCaseSensitive(qc, "load_in_4bit");
+
+	return m && cJSON_IsString(m) && str_in(qc, "quant_method", bnb) &&
+	       cJSON_IsTrue(l8) && !cJSON_IsTrue(l4);
+}
+
+bool castfs_md_quant_dequantized(const struct castfs_md_quant *q)
+{
+	return q->fp8_block || q->bnb_int8 || q->mxfp4 || q->ct_fp8;
 }
 
 /* A member that is absent, null, or an empty object. */
@@ -97,9 +129,7 @@ static bool ct_fp8_weights(const cJSON *w)
 	    !str_in(w, "type", ty) || cJSON_IsFalse(sym) || cJSON_IsTrue(dyn))
 		return false;
 	if (strcmp(st->valuestring, "block") == 0)
-		return block_ok_key(w, "block_structure") &&
-		       !cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(
-			       w, "block_structure"));
+		return ct_block_ok(w);
 	return true;
 }
 
@@ -149,6 +179,7 @@ int castfs_md_quant_read(const char *json, size_t len,
 			 struct castfs_md_quant *out, struct castfs_diag *d)
 {
 	const cJSON *qc, *m;
+	uint32_t b[2] = { 0, 0 };
 	cJSON *root;
 	int rc = castfs_md_parse(json, len, &root, d, "config.json");
 
@@ -158,7 +189,10 @@ int castfs_md_quant_read(const char *json, size_t len,
 	qc = find_qc(root);
 	if (qc) {
 		out->quantized = true;
-		out->fp8_block = cJSON_IsObject(qc) && fp8_block(qc);
+		out->fp8_block = cJSON_IsObject(qc) && fp8_block(qc, b);
+		out->block_rows = out->fp8_block ? b[0] : 0;
+		out->block_cols = out->fp8_block ? b[1] : 0;
+		out->bnb_int8 = cJSON_IsObject(qc) && bnb_int8(qc);
 		m = cJSON_GetObjectItemCaseSensitive(qc, "quant_method");
 		out->mxfp4 = cJSON_IsObject(qc) && cJSON_IsString(m) &&
 			     strcmp(m->valuestring, "mxfp4") == 0;

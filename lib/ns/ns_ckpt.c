@@ -169,19 +169,27 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 	int rc = dir ? ns_ckpt_dir_quant(ns, dir, &mq) : -ENOMEM;
 
 	free(dir);
-	if (!rc && mq.quantized && !mq.fp8_block && !mq.mxfp4 && !mq.ct_fp8)
+	if (!rc && mq.quantized && !castfs_md_quant_dequantized(&mq))
 		rc = castfs_diag_set(&d, -ENOTSUP,
 				     "config.json: quantization_config with "
 				     "quant_method '%s' is a layout castfs "
 				     "does not dequantize: no views",
 				     mq.method);
-	if (!rc)
-		rc = castfs_qsrc_scan(
-			ck->h,
-			mq.fp8_block || mq.ct_fp8 ? CASTFS_QSRC_STRICT : 0, &q,
-			&d);
+	if (!rc) {
+		const struct castfs_qsrc_opts o = {
+			.flags = mq.fp8_block || mq.ct_fp8 ?
+					 CASTFS_QSRC_STRICT :
+					 0,
+			.brows = mq.block_rows,
+			.bcols = mq.block_cols,
+		};
+
+		rc = castfs_qsrc_scan_opts(ck->h, &o, &q, &d);
+	}
 	if (!rc) {
 		ck->quant = q.nfp8 > 0 || q.nmxfp4 > 0;
+		ck->qbrows = mq.block_rows;
+		ck->qbcols = mq.block_cols;
 		castfs_qsrc_fini(&q);
 		return;
 	}
@@ -460,9 +468,18 @@ int ns_ckpt_valid(struct castfs_ns *ns, const char *path, struct stat *st,
 /* Caller holds ck->lock. Build the plan of view @idx, or say why it
  * cannot be: a failure that is not transient is kept like a plan, so a
  * view that cannot be built is not rebuilt per lookup. */
+const struct castfs_qsrc_opts *ns_ckpt_qopts(const struct ns_ckpt *ck,
+					     struct castfs_qsrc_opts *o)
+{
+	*o = (struct castfs_qsrc_opts){ .brows = ck->qbrows,
+					.bcols = ck->qbcols };
+	return o;
+}
+
 static int ck_plan_locked(struct castfs_ns *ns, struct ns_ckpt *ck, int idx,
 			  const struct castfs_view *view, struct castfs_diag *d)
 {
+	struct castfs_qsrc_opts o;
 	int rc;
 
 	if (ck->plans[idx]) {
@@ -474,7 +491,8 @@ static int ck_plan_locked(struct castfs_ns *ns, struct ns_ckpt *ck, int idx,
 				       "view '%s' cannot be built (%s)",
 				       view->name,
 				       strerror(-ck->plan_err[idx]));
-	rc = castfs_view_plan(view, ck->h, &ck->plans[idx], d);
+	rc = castfs_view_plan_opts(view, ck->h, ns_ckpt_qopts(ck, &o),
+				   &ck->plans[idx], d);
 	if (!rc)
 		castfs_stats_count(ns->stats, CASTFS_SCTR_PLANS_BUILT, 1);
 	else if (!ck_transient(rc))

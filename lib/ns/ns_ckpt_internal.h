@@ -23,6 +23,9 @@ struct ns_ckpt {
 	char *path;
 	struct castfs_header *h; /* NULL when rejected */
 	bool quant; /* holds FP8 block weights (ns_ckpt_offers()) */
+	/* The FP8 weight_block_size of its directory's config.json (0, 0:
+	 * none); its plans pair scales with it (ns_ckpt_qopts()). */
+	uint32_t qbrows, qbcols;
 	/* A packed source's seek table (decoded reads go through it), or
 	 * NULL for a plain file; path is then the pack on disk. */
 	struct castfs_zst_index *zix;
@@ -86,6 +89,13 @@ void ns_ckpt_drop_dir(struct castfs_ns *ns, const char *dir);
  * source has the views castfs_view_dequantizes() accepts, computed from
  * its dequantized weights (docs/FORMATS.md, "Quantized sources"). */
 bool ns_ckpt_offers(const struct ns_ckpt *ck, const struct castfs_view *v);
+
+struct castfs_qsrc_opts;
+
+/* ns_ckpt_qopts - fill @o with what @ck's directory says about its
+ * quantized layout (for castfs_view_plan_opts()); returns @o. */
+const struct castfs_qsrc_opts *ns_ckpt_qopts(const struct ns_ckpt *ck,
+					     struct castfs_qsrc_opts *o);
 
 /* ns_ckpt_has_view - 0 when @path is a valid checkpoint (its identity to
  * @st) that offers @view (any view when NULL); -ENOENT when it is missing,

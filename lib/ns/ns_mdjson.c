@@ -159,7 +159,7 @@ bool ns_md_casts_only(struct castfs_ns *ns, const char *path)
 	struct castfs_md_quant q;
 
 	return ns_ckpt_dir_quant(ns, path, &q) == 0 &&
-	       (q.fp8_block || q.mxfp4 || q.ct_fp8);
+	       castfs_md_quant_dequantized(&q);
 }
 
 int ns_md_keep_of(struct castfs_ns *ns, const char *dir,
@@ -232,7 +232,7 @@ int ns_md_is_model(struct castfs_ns *ns, const char *path, bool *yes)
 		 * dequantize: no views, not an error. */
 		*yes = md_config_of(ns, path, &c) == 0 &&
 		       ns_ckpt_dir_quant(ns, path, &q) == 0 &&
-		       (!q.quantized || q.fp8_block || q.mxfp4 || q.ct_fp8);
+		       (!q.quantized || castfs_md_quant_dequantized(&q));
 	}
 	if (*yes && md_any_refused(ns, path, &s))
 		*yes = false;

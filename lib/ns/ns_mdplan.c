@@ -11,6 +11,7 @@
 
 #include "modeldir/modeldir.h"
 #include "ns/ns_modeldir_internal.h"
+#include "view/qsrc.h"
 
 struct ns_mdplan {
 	struct ns_mdplan *next;
@@ -42,13 +43,15 @@ static int mdplan_build(struct ns_ckpt *ck, const struct castfs_view *v,
 {
 	struct ns_mdplan *p = calloc(1, sizeof(*p));
 	struct castfs_md_view mv;
+	struct castfs_qsrc_opts o;
 	int rc = p ? castfs_md_view_keep(v, keep, &mv) : -ENOMEM;
 
 	if (rc) {
 		free(p);
 		return rc;
 	}
-	rc = castfs_view_plan(&mv.v, ck->h, &p->plan, NULL);
+	rc = castfs_view_plan_opts(&mv.v, ck->h, ns_ckpt_qopts(ck, &o),
+				   &p->plan, NULL);
 	castfs_md_view_fini(&mv);
 	if (rc) {
 		free(p);

@@ -84,6 +84,12 @@ struct castfs_qtensor {
 	uint32_t brows, bcols;
 	uint8_t scale_dtype; /* F32, F8_E8M0, BF16 (product rounded to
 			      * bf16); DEQ_MXFP4: also U8 */
+	/* 0, or BF16 / F16: the scale is first rounded to that dtype, the
+	 * compute dtype ComfyUI multiplies in (docs/FORMATS.md). */
+	uint8_t scale_round;
+	/* DEQ_FP8: the codes' dtype: F8_E4M3 (0 reads as that), or I8 for
+	 * LLM.int8 (bitsandbytes: code * row scale, then * fp32(1/127)). */
+	uint8_t code_dtype;
 	/* Quantiser ops: the elements are those of an F8_E4M3 block weight
 	 * at src_off (with the scale grid above) dequantized and rounded to
 	 * src_dtype (BF16), not src_dtype elements read as they are. */

@@ -30,15 +30,34 @@ static float e8m0_value(uint8_t b)
 	return castfs_f32_from_bits((uint32_t)b << 23);
 }
 
+/* @s rounded to dtype @dt and back (RNE, as torch's .to(dt)). */
+static float scale_rounded(float s, enum castfs_dtype dt)
+{
+	castfs_convert_fn to = castfs_convert_get(CASTFS_DTYPE_F32, dt, 0);
+	castfs_convert_fn back = castfs_convert_get(dt, CASTFS_DTYPE_F32, 0);
+	uint8_t half[2];
+
+	if (!to || !back)
+		return s; /* unreachable: every ISA has both */
+	to(half, &s, 1);
+	back(&s, half, 1);
+	return s;
+}
+
 static float scale_at(const struct castfs_qtensor *q, const uint8_t *row,
 		      uint64_t b)
 {
+	float s;
+
 	if (q->scale_dtype == CASTFS_DTYPE_F8_E8M0)
 		return e8m0_value(row[b]);
 	if (q->scale_dtype == CASTFS_DTYPE_BF16)
 		return castfs_f32_from_bits(
 			(uint32_t)castfs_load_le16(row + 2 * b) << 16);
-	return castfs_f32_from_bits(castfs_load_le32(row + 4 * b));
+	s = castfs_f32_from_bits(castfs_load_le32(row + 4 * b));
+	if (q->scale_round)
+		s = scale_rounded(s, (enum castfs_dtype)q->scale_round);
+	return s;
 }
 
 static size_t scale_size(const struct castfs_qtensor *q)
@@ -97,6 +116,29 @@ static void deq_scale(const struct castfs_qtensor *q, float *f, uint64_t in,
 	}
 }
 
+/* LLM.int8 codes as float32 (exact). */
+static void int8_to_f32(void *restrict dst, const void *restrict src, size_t n)
+{
+	const int8_t *c = src;
+	float *f = dst;
+
+	for (size_t i = 0; i < n; i++)
+		f[i] = (float)c[i];
+}
+
+/*
+ * bitsandbytes' int8_vectorwise_dequant: A * stats * 7.874015718698502e-3,
+ * the second product in fp32 with the constant rounded to fp32 (torch's
+ * float tensor times a Python float), after the row scale's.
+ */
+static void int8_rcp(float *f, size_t n)
+{
+	const float rcp = (float)7.874015718698502e-3;
+
+	for (size_t i = 0; i < n; i++)
+		f[i] = f[i] * rcp;
+}
+
 /*
  * How many of the @n elements from matrix element @in fit one round: they
  * stay in their matrix and their scale rows fit @slen bytes.
@@ -127,6 +169,8 @@ static int deq_round(const struct castfs_reader *src,
 
 	if (!dec)
 		return -ENOTSUP; /* unreachable: every ISA has it */
+	if (q->code_dtype == CASTFS_DTYPE_I8)
+		dec = int8_to_f32;
 	rc = castfs_reader_read(src, codes, n, q->src_off + k);
 	if (!rc)
 		rc = castfs_reader_read(
@@ -136,6 +180,8 @@ static int deq_round(const struct castfs_reader *src,
 		return rc;
 	dec(f, codes, n);
 	deq_scale(q, f, in, n, sbuf, g0);
+	if (q->code_dtype == CASTFS_DTYPE_I8)
+		int8_rcp(f, n);
 	return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "view/qsrc.h"
+#include "view/qsrc_internal.h"
 #include "view/view_internal.h"
 
 /* The largest scale row the FP8 generator reads at once (bytes). */
@@ -93,11 +94,12 @@ static bool per_tensor(const struct castfs_tensor *s)
 
 /*
  * Whether scale @s fits weight @w in the FP8 block layout: one scale per
- * 128x128 block, partial edge blocks included ([ceil(out/128),
- * ceil(in/128)], with a leading expert dimension for fused experts), or a
- * single per-tensor scale. Fills @qi's block size.
+ * bm x bn block (@q's block size), partial edge blocks included
+ * ([ceil(out/bm), ceil(in/bn)], with a leading expert dimension for fused
+ * experts), or a single per-tensor scale. Fills @qi's block size.
  */
-static bool fp8_pair_ok(const struct castfs_tensor *w,
+static bool fp8_pair_ok(const struct castfs_qsrc *q,
+			const struct castfs_tensor *w,
 			const struct castfs_tensor *s, struct castfs_qinfo *qi)
 {
 	uint64_t rows, cols;
@@ -118,12 +120,13 @@ static bool fp8_pair_ok(const struct castfs_tensor *w,
 	}
 	if (s->ndim != w->ndim || (w->ndim == 3 && s->shape[0] != w->shape[0]))
 		return false;
-	if (s->shape[s->ndim - 2] != ceil_div(rows, CASTFS_FP8_BLOCK) ||
-	    s->shape[s->ndim - 1] != ceil_div(cols, CASTFS_FP8_BLOCK))
+	if (s->shape[s->ndim - 2] != ceil_div(rows, q->brows) ||
+	    s->shape[s->ndim - 1] != ceil_div(cols, q->bcols))
 		return false;
 	if (s->shape[s->ndim - 1] * 4 > QSRC_SCALE_ROW_MAX)
 		return false;
-	qi->brows = qi->bcols = CASTFS_FP8_BLOCK;
+	qi->brows = q->brows;
+	qi->bcols = q->bcols;
 	return true;
 }
 
@@ -146,11 +149,15 @@ static int pair_fp8(const struct castfs_header *h, struct castfs_qsrc *q,
 	size_t wi = (size_t)(w - h->tensors);
 	struct castfs_qinfo qi = { .role = CASTFS_QR_FP8_BLOCK };
 
-	if (!fp8_pair_ok(w, s, &qi))
-		return reject(d, s,
-			      "FP8 scale whose dtype or shape is not the "
-			      "128x128 block (or per-tensor) layout of "
-			      "its weight");
+	if (!fp8_pair_ok(q, w, s, &qi))
+		return castfs_diag_set(
+			d, -ENOTSUP,
+			"tensor '%.*s': FP8 scale whose dtype or shape is "
+			"not the %ux%u block (or per-tensor) layout of its "
+			"weight; castfs does not dequantize this layout: no "
+			"views",
+			(int)(s->name_len > 120 ? 120 : s->name_len), s->name,
+			q->brows, q->bcols);
 	if (q->t[wi].role != CASTFS_QR_PLAIN)
 		return reject(d, w, "FP8 weight with two scales");
 	qi.scale = (uint32_t)si;
@@ -289,19 +296,41 @@ static int check_strict(const struct castfs_header *h,
 int castfs_qsrc_scan(const struct castfs_header *h, unsigned flags,
 		     struct castfs_qsrc *out, struct castfs_diag *d)
 {
+	const struct castfs_qsrc_opts o = { .flags = flags };
+
+	return castfs_qsrc_scan_opts(h, &o, out, d);
+}
+
+int castfs_qsrc_scan_opts(const struct castfs_header *h,
+			  const struct castfs_qsrc_opts *o,
+			  struct castfs_qsrc *out, struct castfs_diag *d)
+{
 	struct castfs_qsrc q = { .n = h->ntensors };
+	unsigned flags = o ? o->flags : 0;
 	int rc = 0;
+
+	q.brows = o && o->brows ? o->brows : CASTFS_FP8_BLOCK;
+	q.bcols = o && o->bcols ? o->bcols : CASTFS_FP8_BLOCK;
 
 	q.t = calloc(q.n ? q.n : 1, sizeof(*q.t));
 	if (!q.t)
 		return -ENOMEM;
+	/* ComfyUI's layouts name their tensors with words the checks below
+	 * refuse: they are paired first (qsrc_comfy.c). */
+	rc = castfs_qsrc_comfy(h, &q, d);
+	if (!rc)
+		rc = castfs_qsrc_int8(h, &q, d);
 	/* Names that only one layout uses first: the most precise reason. */
 	for (size_t i = 0; !rc && i < q.n; i++) {
+		if (q.t[i].role != CASTFS_QR_PLAIN)
+			continue;
 		rc = castfs_qsrc_mxfp4(h, &q, i, d);
 		if (rc == 1)
 			rc = check_named(h, &h->tensors[i], d);
 	}
 	for (size_t i = 0; !rc && i < q.n; i++) {
+		if (q.t[i].role != CASTFS_QR_PLAIN)
+			continue;
 		rc = try_fp8_scale(h, &q, i, d);
 		if (rc == 1)
 			rc = castfs_qsrc_ctfp8(h, &q, i, d);
@@ -325,4 +354,6 @@ void castfs_qsrc_fini(struct castfs_qsrc *q)
 	q->n = 0;
 	q->nfp8 = 0;
 	q->nmxfp4 = 0;
+	q->ncomfy = 0;
+	q->nint8 = 0;
 }

@@ -17,9 +17,19 @@
 /* What a tensor is in a quantized layout. */
 enum castfs_qrole {
 	CASTFS_QR_PLAIN, /* an ordinary tensor: views treat it as always */
-	CASTFS_QR_FP8_BLOCK, /* F8_E4M3 weight dequantized with its scale */
-	CASTFS_QR_SCALE, /* the scale of a dequantized weight: not emitted */
+	CASTFS_QR_FP8_BLOCK, /* F8_E4M3 (or LLM.int8 I8) weight dequantized
+			      * with its scale */
+	CASTFS_QR_SCALE, /* the scale of an FP8_BLOCK weight: not emitted */
 	CASTFS_QR_MXFP4, /* gpt-oss "*_blocks" U8 weight with its "*_scales" */
+};
+
+/* How an FP8_BLOCK weight is multiplied by its scale. */
+enum castfs_qrule {
+	CASTFS_QRULE_F32, /* fp32 product (DeepSeek, transformers) */
+	CASTFS_QRULE_COMPUTE, /* the scale rounded to the compute dtype
+			       * first (ComfyUI scaled fp8) */
+	CASTFS_QRULE_INT8, /* an I8 weight with its SCB row scales
+			    * (bitsandbytes LLM.int8) */
 };
 
 /* The block edge of the FP8 block layout (DeepSeek-V3, Qwen3-FP8). */
@@ -28,8 +38,20 @@ enum castfs_qrole {
 /* One tensor of the scanned header (same index as h->tensors). */
 struct castfs_qinfo {
 	uint8_t role; /* enum castfs_qrole */
+	uint8_t rule; /* FP8_BLOCK: enum castfs_qrule */
 	uint32_t scale; /* FP8_BLOCK, MXFP4: index of its scale in h->tensors */
 	uint32_t brows, bcols; /* FP8_BLOCK: elements per scale (block) */
+};
+
+/*
+ * What the checkpoint's directory says about its layout: the FP8
+ * weight_block_size [brows, bcols] of config.json's quantization_config;
+ * 0, 0 when it gives none (then 128x128, DeepSeek's and transformers'
+ * default). Per-tensor scales are accepted either way.
+ */
+struct castfs_qsrc_opts {
+	unsigned flags; /* CASTFS_QSRC_* */
+	uint32_t brows, bcols;
 };
 
 struct castfs_qsrc {
@@ -37,6 +59,9 @@ struct castfs_qsrc {
 	struct castfs_qinfo *t;
 	size_t nfp8; /* FP8_BLOCK weights */
 	size_t nmxfp4; /* MXFP4 weights */
+	size_t ncomfy; /* of which ComfyUI scaled fp8 (CASTFS_QRULE_COMPUTE) */
+	size_t nint8; /* of which LLM.int8 (CASTFS_QRULE_INT8) */
+	uint32_t brows, bcols; /* the block size scales were paired with */
 };
 
 /* Elements per MXFP4 block (one E8M0 scale each, 16 bytes of codes). */
@@ -59,6 +84,14 @@ struct castfs_qsrc {
  */
 int castfs_qsrc_scan(const struct castfs_header *h, unsigned flags,
 		     struct castfs_qsrc *out, struct castfs_diag *d);
+
+/*
+ * castfs_qsrc_scan_opts - castfs_qsrc_scan() with the flags and FP8 block
+ * size of @o (NULL: none, 128x128). Same results, errors and thread-safety.
+ */
+int castfs_qsrc_scan_opts(const struct castfs_header *h,
+			  const struct castfs_qsrc_opts *o,
+			  struct castfs_qsrc *out, struct castfs_diag *d);
 
 /* castfs_qsrc_fini - release what castfs_qsrc_scan() made; safe on a
  * zeroed struct. */

@@ -158,8 +158,22 @@ bool castfs_view_dequantizes(const struct castfs_view *v)
 int castfs_view_plan(const struct castfs_view *v, const struct castfs_header *h,
 		     struct castfs_plan **out, struct castfs_diag *d)
 {
+	return castfs_view_plan_opts(v, h, NULL, out, d);
+}
+
+int castfs_view_plan_opts(const struct castfs_view *v,
+			  const struct castfs_header *h,
+			  const struct castfs_qsrc_opts *o,
+			  struct castfs_plan **out, struct castfs_diag *d)
+{
+	struct castfs_qsrc_opts plan_o = o ? *o :
+					     (struct castfs_qsrc_opts){ 0 };
 	struct castfs_qsrc q;
-	int rc = castfs_qsrc_scan(h, 0, &q, d);
+	int rc;
+
+	/* The directory's layout was checked when the checkpoint loaded. */
+	plan_o.flags = 0;
+	rc = castfs_qsrc_scan_opts(h, &plan_o, &q, d);
 
 	/* Never a silent mis-cast: quantized layouts are recognised first. */
 	if (rc)

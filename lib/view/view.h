@@ -93,6 +93,19 @@ bool castfs_view_dequantizes(const struct castfs_view *v);
 int castfs_view_plan(const struct castfs_view *v, const struct castfs_header *h,
 		     struct castfs_plan **out, struct castfs_diag *d);
 
+struct castfs_qsrc_opts;
+
+/*
+ * castfs_view_plan_opts - castfs_view_plan() of a checkpoint whose
+ * quantized layout is described by @o (view/qsrc.h: the FP8 block size
+ * its directory's config.json gives; NULL: none). @o is read during the
+ * call only. Same results, errors and thread-safety.
+ */
+int castfs_view_plan_opts(const struct castfs_view *v,
+			  const struct castfs_header *h,
+			  const struct castfs_qsrc_opts *o,
+			  struct castfs_plan **out, struct castfs_diag *d);
+
 /* The set of views a mount knows: built-ins plus those of a config file. */
 struct castfs_views {
 	size_t n;

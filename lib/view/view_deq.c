@@ -26,10 +26,27 @@ static void fp8_qtensor(const struct castfs_header *h,
 		.scale_off = h->data_start + s->begin,
 		.srows = s->ndim >= 2 ? s->shape[s->ndim - 2] : 1,
 		.scols = s->ndim >= 2 ? s->shape[s->ndim - 1] : 1,
+		.code_dtype = (uint8_t)w->dtype,
 		.brows = qi->brows,
 		.bcols = qi->bcols,
 		.scale_dtype = (uint8_t)s->dtype,
 	};
+	if (qi->rule == CASTFS_QRULE_INT8)
+		qt->srows = s->shape[0]; /* SCB: one scale per row */
+}
+
+/*
+ * ComfyUI multiplies in the compute dtype: the scale is rounded to the
+ * view's dtype first when that is bf16 or fp16 (fp32 and the fp8 views
+ * compute in fp32); the product of an fp8 code and a bf16/fp16 scale is
+ * exact in fp32, so one fp32 multiply then RNE is torch's bf16/fp16 one.
+ */
+static void comfy_round(struct castfs_qtensor *qt,
+			const struct castfs_qinfo *qi, enum castfs_dtype dtype)
+{
+	if (qi->rule == CASTFS_QRULE_COMPUTE &&
+	    (dtype == CASTFS_DTYPE_BF16 || dtype == CASTFS_DTYPE_F16))
+		qt->scale_round = (uint8_t)dtype;
 }
 
 /* Weight @w dequantized to @dtype (CASTFS_CVT_* @flags). */
@@ -50,6 +67,7 @@ static int add_deq(struct castfs_pb *pb, const struct castfs_view *v,
 				       "view '%s': no F32 -> %s kernel",
 				       v->name, castfs_dtype_name(dtype));
 	fp8_qtensor(h, w, &h->tensors[qi->scale], qi, &qt);
+	comfy_round(&qt, qi, dtype);
 	rc = castfs_pb_add_qtensor(pb, &qt, &idx);
 	if (rc)
 		return rc;
@@ -74,13 +92,18 @@ static int add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
 		   const struct castfs_header *h, const struct castfs_tensor *w,
 		   const struct castfs_qinfo *qi, struct castfs_diag *d)
 {
+	struct castfs_tensor as;
 	struct castfs_qtensor qt;
 
 	if (v->kind == CASTFS_VIEW_CAST)
 		return add_deq(pb, v, h, w, qi, v->dtype, v->cvt_flags, d);
-	if (!castfs_view_converts(v, w))
+	/* The view sees the bf16 dequantization (an I8 weight included). */
+	as = *w;
+	as.dtype = CASTFS_DTYPE_BF16;
+	if (!castfs_view_converts(v, qi->rule == CASTFS_QRULE_INT8 ? &as : w))
 		return add_deq(pb, v, h, w, qi, CASTFS_DTYPE_BF16, 0, d);
 	fp8_qtensor(h, w, &h->tensors[qi->scale], qi, &qt);
+	comfy_round(&qt, qi, CASTFS_DTYPE_BF16);
 	return castfs_view_bnb_quantise(pb, v, h, w, &qt, d);
 }
 

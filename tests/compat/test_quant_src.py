@@ -137,15 +137,11 @@ def corpus():
                                           compress_statistics=True)
     nf4 = {"l.weight": q4}
     nf4.update({"l.weight." + k: v for k, v in st.as_dict(packed=True).items()})
-    cb, scb, _ = bnb.functional.int8_vectorwise_quant(w.half())
     u8 = lambda *s: torch.randint(0, 255, s, dtype=torch.uint8, generator=g)
     f8 = lambda *s: torch.randn(*s, generator=g).to(F8)
     exp = "model.layers.0.mlp.experts."
     return {
         "bnb-nf4": (nf4, "bitsandbytes 4-bit"),
-        "bnb-int8": ({"l.weight": cb, "l.SCB": scb,
-                      "l.weight_format": torch.tensor(0, dtype=torch.uint8)},
-                     "8-bit weight"),
         # MXFP4 whose scales do not fit its blocks (the well-formed
         # layout is dequantized: test_mxfp4_src.py).
         "gptoss-mxfp4": ({exp + "gate_up_proj_blocks": u8(2, 8, 4, 16),
@@ -165,14 +161,6 @@ def corpus():
                      "l.weight_scale": torch.ones(8, 1).bfloat16(),
                      "l.weight_shape": torch.tensor([8, 32])},
                     "compressed-tensors"),
-        "comfy-scaled-fp8": ({"scaled_fp8": torch.empty(0, dtype=F8),
-                              "l.weight": f8(8, 32),
-                              "l.scale_weight": torch.tensor(0.5)},
-                             "ComfyUI"),
-        "comfy-quant": ({"l.weight": f8(8, 32), "l.weight_scale": torch.ones(()),
-                         "l.comfy_quant": torch.tensor(list(b'{"format":"float8_e4m3fn"}'),
-                                                       dtype=torch.uint8)},
-                        "ComfyUI"),
         "gptq": ({"l.qweight": torch.zeros(4, 8, dtype=torch.int32),
                   "l.qzeros": torch.zeros(1, 1, dtype=torch.int32),
                   "l.scales": torch.ones(1, 8).half(),

@@ -76,6 +76,49 @@ START_TEST(test_qsrc__fp8_pairs)
 }
 END_TEST
 
+/* ComfyUI's two forms: weights paired, every companion left out. */
+START_TEST(test_qsrc__comfy)
+{
+	struct tu_st *b = tu_st_new();
+	struct castfs_diag d = { { 0 } };
+	struct castfs_qsrc q;
+	struct castfs_header *h;
+
+	tu_st_add(b, "scaled_fp8", "F8_E4M3", SHAPE(0), NULL);
+	tu_st_add(b, "a.weight", "F8_E4M3", SHAPE(6, 10), NULL);
+	tu_st_add(b, "a.scale_weight", "F32", 0, NULL, NULL);
+	tu_st_add(b, "a.scale_input", "F32", 0, NULL, NULL);
+	tu_st_add(b, "a.bias", "BF16", SHAPE(6), NULL);
+	h = build(b);
+	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
+	ck_assert_uint_eq(q.nfp8, 1);
+	ck_assert_uint_eq(q.ncomfy, 1);
+	ck_assert_uint_eq(qinfo(h, &q, "a.weight")->rule, CASTFS_QRULE_COMPUTE);
+	ck_assert_uint_eq(qinfo(h, &q, "a.weight")->brows, 6);
+	ck_assert_uint_eq(qinfo(h, &q, "scaled_fp8")->role, CASTFS_QR_SCALE);
+	ck_assert_uint_eq(qinfo(h, &q, "a.scale_input")->role, CASTFS_QR_SCALE);
+	ck_assert_uint_eq(qinfo(h, &q, "a.bias")->role, CASTFS_QR_PLAIN);
+	castfs_qsrc_fini(&q);
+	castfs_header_free(h);
+	b = tu_st_new();
+	tu_st_add(b, "m.a.weight", "F8_E4M3", SHAPE(6, 10), NULL);
+	tu_st_add(b, "m.a.weight_scale", "F32", SHAPE(1), NULL);
+	tu_st_add(b, "m.a.input_scale", "F32", 0, NULL, NULL);
+	tu_st_add(b, "m.a.comfy_quant", "U8", SHAPE(27), NULL);
+	tu_st_add(b, "m.b.weight", "BF16", SHAPE(6, 10), NULL);
+	h = build(b);
+	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
+	ck_assert_uint_eq(q.ncomfy, 1);
+	ck_assert_uint_eq(qinfo(h, &q, "m.a.comfy_quant")->role,
+			  CASTFS_QR_SCALE);
+	ck_assert_uint_eq(qinfo(h, &q, "m.a.input_scale")->role,
+			  CASTFS_QR_SCALE);
+	ck_assert_uint_eq(qinfo(h, &q, "m.b.weight")->role, CASTFS_QR_PLAIN);
+	castfs_qsrc_fini(&q);
+	castfs_header_free(h);
+}
+END_TEST
+
 /* Files castfs must refuse: tensors (name, dtype, shape) and the reason. */
 static const struct {
 	const char *name[3], *dtype[3];
@@ -111,9 +154,14 @@ static const struct {
 	  "bitsandbytes 4-bit" },
 	{ { "l.weight", "l.SCB" },
 	  { "I8", "F32" },
+	  { { 4, 4 }, { 3, 0 } },
+	  { 2, 1 },
+	  "LLM.int8" },
+	{ { "l.weight", "l.SCB" },
+	  { "U8", "F32" },
 	  { { 4, 4 }, { 4, 0 } },
 	  { 2, 1 },
-	  "8-bit weight" },
+	  "LLM.int8" },
 	{ { "x.down_proj_blocks", "x.down_proj_scales" },
 	  { "U8", "U8" },
 	  { { 4, 16 }, { 4, 1 } },
@@ -133,8 +181,18 @@ static const struct {
 	  "compressed-tensors FP8" },
 	{ { "scaled_fp8", "l.weight", "l.scale_weight" },
 	  { "F8_E4M3", "F8_E4M3", "F32" },
+	  { { 0, 0 }, { 4, 4 }, { 4, 1 } },
+	  { 1, 2, 2 },
+	  "ComfyUI" },
+	{ { "scaled_fp8", "l.weight", "l.scale_weight" },
+	  { "F8_E5M2", "F8_E5M2", "F32" },
 	  { { 0, 0 }, { 4, 4 }, { 1, 0 } },
 	  { 1, 2, 1 },
+	  "ComfyUI" },
+	{ { "l.weight", "l.weight_scale", "l.comfy_quant" },
+	  { "F8_E4M3", "BF16", "U8" },
+	  { { 4, 4 }, { 1, 0 }, { 27, 0 } },
+	  { 2, 1, 1 },
 	  "ComfyUI" },
 	{ { "l.qweight", "l.scales" },
 	  { "I32", "F16" },
@@ -233,12 +291,16 @@ static float slow_scale(const uint8_t *s, bool e8m0, size_t i)
 }
 
 /* Element (m, r, c) of weight @w (E x R x C) with grid @sr x @sc. */
+/* The block size check_weight() assumes (128x128 unless a test sets it). */
+static uint64_t slow_bm = 128, slow_bn = 128;
+
 static uint16_t slow_elem(const uint8_t *w, const uint8_t *s, bool e8m0,
 			  uint64_t R, uint64_t C, uint64_t sr, uint64_t sc,
 			  uint64_t m, uint64_t r, uint64_t c)
 {
 	float f = slow_e4m3(w[(m * R + r) * C + c]);
-	float k = slow_scale(s, e8m0, (m * sr + r / 128) * sc + c / 128);
+	float k =
+		slow_scale(s, e8m0, (m * sr + r / slow_bm) * sc + c / slow_bn);
 
 	return slow_bf16(f * k);
 }
@@ -321,6 +383,63 @@ START_TEST(test_deq__ranges_match_slow)
 }
 END_TEST
 
+/* weight_block_size [64, 48] from config.json: partial edge blocks in
+ * both dimensions, fused experts; any range a slice of the whole. */
+START_TEST(test_deq__any_block_size)
+{
+	static const struct castfs_qsrc_opts o = { .brows = 64, .bcols = 48 };
+	struct tu_st *b = tu_st_new();
+	struct castfs_diag d = { { 0 } };
+	struct tu_fixture fx;
+	const struct castfs_view *v;
+	struct castfs_plan *p;
+	struct castfs_header *vh;
+	uint64_t st = 13;
+	uint8_t *file, *all, *part;
+	size_t len;
+
+	tu_st_add_fill(b, "a.weight", "F8_E4M3", SHAPE(150, 100), fill_codes,
+		       &st);
+	tu_st_add_fill(b, "a.weight_scale_inv", "F32", SHAPE(3, 3), fill_scales,
+		       &st);
+	tu_st_add_fill(b, "e.up", "F8_E4M3", SHAPE(2, 64, 97), fill_codes, &st);
+	tu_st_add_fill(b, "e.up_scale_inv", "F8_E8M0", SHAPE(2, 1, 3),
+		       fill_e8m0, &st);
+	file = tu_st_build(b, &len);
+	tu_st_free(b);
+	tu_fixture_init(&fx, file, len);
+	v = castfs_views_find(&fx.views, "bf16", 4);
+	/* Without the directory's block size the scales do not fit. */
+	ck_assert_int_eq(castfs_view_plan(v, fx.h, &p, &d), -ENOTSUP);
+	ck_assert_ptr_nonnull(strstr(d.msg, "128x128 block"));
+	ck_assert_int_eq(castfs_view_plan_opts(v, fx.h, &o, &p, NULL), 0);
+	all = malloc(p->size);
+	part = malloc(p->size);
+	ck_assert_int_eq(castfs_plan_read(p, &fx.mr.r, &fx.s, all, p->size, 0),
+			 (ssize_t)p->size);
+	vh = stt_parse_ok(all, p->size);
+	slow_bm = 64;
+	slow_bn = 48;
+	check_weight(&fx, all, vh, "a.weight", "a.weight_scale_inv", false);
+	check_weight(&fx, all, vh, "e.up", "e.up_scale_inv", true);
+	slow_bm = slow_bn = 128;
+	for (int i = 0; i < 200; i++) {
+		uint64_t off = tu_rand(&st) % p->size;
+		size_t n = (size_t)(tu_rand(&st) % (p->size - off) + 1);
+
+		ck_assert_int_eq(castfs_plan_read(p, &fx.mr.r, &fx.s, part, n,
+						  off),
+				 (ssize_t)n);
+		ck_assert_mem_eq(part, all + off, n);
+	}
+	castfs_header_free(vh);
+	free(part);
+	free(all);
+	castfs_plan_free(p);
+	tu_fixture_fini(&fx);
+}
+END_TEST
+
 /* bitsandbytes views of an FP8 source: computed, scales gone, and any
  * range a slice of the whole (values: tests/compat/test_quant_src.py). */
 START_TEST(test_deq__bnb_views_ranges)
@@ -382,9 +501,26 @@ START_TEST(test_md_quant__read)
 				 "\"fp8\", \"weight_block_size\": null}}";
 	static const char b64[] =
 		"{\"quantization_config\": {\"quant_method\": "
-		"\"fp8\", \"weight_block_size\": [64, 64]}}";
+		"\"fp8\", \"weight_block_size\": [64, 48]}}";
+	static const char *const bad[] = {
+		"{\"quantization_config\": {\"quant_method\": \"fp8\", "
+		"\"weight_block_size\": [0, 64]}}",
+		"{\"quantization_config\": {\"quant_method\": \"fp8\", "
+		"\"weight_block_size\": [64.5, 64]}}",
+		"{\"quantization_config\": {\"quant_method\": \"fp8\", "
+		"\"weight_block_size\": [64]}}",
+		"{\"quantization_config\": {\"quant_method\": \"fp8\", "
+		"\"weight_block_size\": [64, 65537]}}",
+	};
 	static const char bnb[] = "{\"text_config\": {\"quantization_config\": "
 				  "{\"quant_method\": \"bitsandbytes\"}}}";
+	static const char b8[] = "{\"quantization_config\": {\"quant_method\": "
+				 "\"bitsandbytes\", \"load_in_8bit\": true, "
+				 "\"load_in_4bit\": false}}";
+	static const char b48[] =
+		"{\"quantization_config\": {\"quant_method\": "
+		"\"bitsandbytes\", \"load_in_8bit\": true, "
+		"\"load_in_4bit\": true}}";
 	static const char none[] = "{\"model_type\": \"llama\"}";
 	struct castfs_md_quant q;
 
@@ -393,10 +529,23 @@ START_TEST(test_md_quant__read)
 	ck_assert_int_eq(castfs_md_quant_read(pt, strlen(pt), &q, NULL), 0);
 	ck_assert(q.quantized && q.fp8_block);
 	ck_assert_int_eq(castfs_md_quant_read(b64, strlen(b64), &q, NULL), 0);
-	ck_assert(q.quantized && !q.fp8_block);
+	ck_assert(q.quantized && q.fp8_block);
+	ck_assert_uint_eq(q.block_rows, 64);
+	ck_assert_uint_eq(q.block_cols, 48);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ck_assert_int_eq(castfs_md_quant_read(bad[i], strlen(bad[i]),
+						      &q, NULL),
+				 0);
+		ck_assert(q.quantized && !q.fp8_block);
+	}
 	ck_assert_int_eq(castfs_md_quant_read(bnb, strlen(bnb), &q, NULL), 0);
 	ck_assert(q.quantized && !q.fp8_block);
 	ck_assert_str_eq(q.method, "bitsandbytes");
+	ck_assert(!q.bnb_int8 && !castfs_md_quant_dequantized(&q));
+	ck_assert_int_eq(castfs_md_quant_read(b8, strlen(b8), &q, NULL), 0);
+	ck_assert(q.bnb_int8 && castfs_md_quant_dequantized(&q));
+	ck_assert_int_eq(castfs_md_quant_read(b48, strlen(b48), &q, NULL), 0);
+	ck_assert(!q.bnb_int8 && !castfs_md_quant_dequantized(&q));
 	ck_assert_int_eq(castfs_md_quant_read(none, strlen(none), &q, NULL), 0);
 	ck_assert(!q.quantized);
 }
@@ -566,9 +715,11 @@ Suite *unit_suite(void)
 	TCase *tc = tcase_create("core");
 
 	tcase_add_test(tc, test_qsrc__fp8_pairs);
+	tcase_add_test(tc, test_qsrc__comfy);
 	tcase_add_loop_test(tc, test_qsrc__refused, 0,
 			    sizeof(refused) / sizeof(refused[0]));
 	tcase_add_test(tc, test_deq__ranges_match_slow);
+	tcase_add_test(tc, test_deq__any_block_size);
 	tcase_add_loop_test(tc, test_deq__bnb_views_ranges, 0, 3);
 	tcase_add_test(tc, test_md_quant__read);
 	tcase_add_test(tc, test_qsrc__mxfp4);

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bitsandbytes LLM.int8 sources: an I8 "M.weight" with its F32 row
+ * scales "M.SCB" (and transformers' "M.weight_format"), dequantized as
+ * bitsandbytes' int8_vectorwise_dequant computes it (docs/FORMATS.md).
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "view/qsrc_internal.h"
+
+static int int8_reject(struct castfs_diag *d, const struct castfs_tensor *t,
+		       const char *why)
+{
+	return castfs_diag_set(d, -ENOTSUP,
+			       "tensor '%.*s': bitsandbytes LLM.int8 %s; "
+			       "castfs does not dequantize this layout: no "
+			       "views",
+			       (int)(t->name_len > 120 ? 120 : t->name_len),
+			       t->name, why);
+}
+
+/* Whether @t's name is "<module>.@leaf" (or @leaf); *@mod: the prefix. */
+static bool int8_leaf(const struct castfs_tensor *t, const char *leaf,
+		      size_t *mod)
+{
+	size_t n = strlen(leaf);
+
+	if (t->name_len < n || memcmp(t->name + t->name_len - n, leaf, n))
+		return false;
+	if (t->name_len > n && t->name[t->name_len - n - 1] != '.')
+		return false;
+	*mod = t->name_len - n;
+	return true;
+}
+
+/* The tensor "<@t's first @mod bytes>@leaf", or NULL. */
+static const struct castfs_tensor *int8_companion(const struct castfs_header *h,
+						  const struct castfs_tensor *t,
+						  size_t mod, const char *leaf)
+{
+	char buf[4096];
+	size_t n = strlen(leaf);
+
+	if (mod + n > sizeof(buf))
+		return NULL;
+	memcpy(buf, t->name, mod);
+	memcpy(buf + mod, leaf, n);
+	return castfs_header_find(h, buf, mod + n);
+}
+
+/* SCB @s of module prefix @mod: pair it with the module's weight. */
+static int int8_pair(const struct castfs_header *h, struct castfs_qsrc *q,
+		     const struct castfs_tensor *s, size_t mod,
+		     struct castfs_diag *d)
+{
+	const struct castfs_tensor *w = int8_companion(h, s, mod, "weight");
+	const struct castfs_tensor *fmt;
+
+	if (!w)
+		return int8_reject(d, s, "SCB without its weight");
+	if (w->dtype != CASTFS_DTYPE_I8 || w->ndim != 2 || w->nelems == 0 ||
+	    s->dtype != CASTFS_DTYPE_F32 || s->ndim != 1 ||
+	    s->shape[0] != w->shape[0] || w->shape[1] > UINT32_MAX)
+		return int8_reject(d, s,
+				   "row scale that is not F32 [rows] of a "
+				   "2-D I8 weight");
+	q->t[w - h->tensors] = (struct castfs_qinfo){
+		.role = CASTFS_QR_FP8_BLOCK,
+		.rule = CASTFS_QRULE_INT8,
+		.scale = (uint32_t)(s - h->tensors),
+		.brows = 1,
+		.bcols = (uint32_t)w->shape[1],
+	};
+	q->t[s - h->tensors].role = CASTFS_QR_SCALE;
+	/* transformers' weight_format: the row-major layout, 0 (a scalar). */
+	fmt = int8_companion(h, s, mod, "weight_format");
+	if (fmt && fmt->nelems == 1)
+		q->t[fmt - h->tensors].role = CASTFS_QR_SCALE;
+	q->nfp8++;
+	q->nint8++;
+	return 0;
+}
+
+int castfs_qsrc_int8(const struct castfs_header *h, struct castfs_qsrc *q,
+		     struct castfs_diag *d)
+{
+	size_t mod;
+	int rc = 0;
+
+	for (size_t i = 0; !rc && i < h->ntensors; i++) {
+		if (int8_leaf(&h->tensors[i], "SCB", &mod))
+			rc = int8_pair(h, q, &h->tensors[i], mod, d);
+	}
+	return rc;
+}

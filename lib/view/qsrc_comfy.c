@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ComfyUI scaled fp8 sources (../shared/reference/QUANTIZED.md §6): an
+ * F8_E4M3 "M.weight" with one F32 scale per tensor, dequantized as
+ * ComfyUI's ops do, in the compute dtype (docs/FORMATS.md).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "view/qsrc_internal.h"
+
+/* The largest name castfs builds a companion name from. */
+#define COMFY_NAME_MAX 4096u
+
+struct comfy_form {
+	const char *scale; /* the weight's scale: "scale_weight" */
+	const char *input; /* dropped: the activation scale */
+	const char *marker; /* per layer, dropped; NULL: none */
+};
+
+/* Legacy scaled_fp8 (ComfyUI before 2026) and its successor. */
+static const struct comfy_form legacy = { "scale_weight", "scale_input", NULL };
+static const struct comfy_form current = { "weight_scale", "input_scale",
+					   "comfy_quant" };
+
+static int comfy_reject(struct castfs_diag *d, const struct castfs_tensor *t,
+			const char *why)
+{
+	return castfs_diag_set(d, -ENOTSUP,
+			       "tensor '%.*s': ComfyUI scaled fp8 %s; castfs "
+			       "does not dequantize this layout: no views",
+			       (int)(t->name_len > 120 ? 120 : t->name_len),
+			       t->name, why);
+}
+
+/* The last dotted component of @t's name is @leaf; *@mod: bytes before. */
+static bool leaf_is(const struct castfs_tensor *t, const char *leaf,
+		    size_t *mod)
+{
+	size_t n = strlen(leaf);
+
+	if (t->name_len < n || memcmp(t->name + t->name_len - n, leaf, n))
+		return false;
+	if (t->name_len > n && t->name[t->name_len - n - 1] != '.')
+		return false;
+	*mod = t->name_len - n;
+	return true;
+}
+
+/* Tensor "<@t's module>.@leaf" (@mod bytes of @t's name), or NULL. */
+static const struct castfs_tensor *companion(const struct castfs_header *h,
+					     const struct castfs_tensor *t,
+					     size_t mod, const char *leaf)
+{
+	char buf[COMFY_NAME_MAX];
+	size_t n = strlen(leaf);
+
+	if (mod + n > sizeof(buf))
+		return NULL;
+	memcpy(buf, t->name, mod);
+	memcpy(buf + mod, leaf, n);
+	return castfs_header_find(h, buf, mod + n);
+}
+
+static bool scalar_f32(const struct castfs_tensor *s)
+{
+	return s->dtype == CASTFS_DTYPE_F32 && s->nelems == 1 &&
+	       (s->ndim == 0 || (s->ndim == 1 && s->shape[0] == 1));
+}
+
+static void mark(const struct castfs_header *h, struct castfs_qsrc *q,
+		 const struct castfs_tensor *t, enum castfs_qrole role)
+{
+	if (t)
+		q->t[t - h->tensors].role = (uint8_t)role;
+}
+
+/*
+ * @s (a scale of form @f) and the weight of its module: the weight must be
+ * a 2-D F8_E4M3 tensor and @s one F32 scalar (ComfyUI's float8_e4m3fn;
+ * e5m2 weights and block scales are refused).
+ */
+static int comfy_pair(const struct castfs_header *h, struct castfs_qsrc *q,
+		      const struct castfs_tensor *s, size_t mod,
+		      const struct comfy_form *f, struct castfs_diag *d)
+{
+	const struct castfs_tensor *w = companion(h, s, mod, "weight");
+	struct castfs_qinfo *qi;
+
+	if (!w)
+		return comfy_reject(d, s, "scale without its weight");
+	if (w->dtype != CASTFS_DTYPE_F8_E4M3 || w->ndim != 2 ||
+	    w->nelems == 0 || !scalar_f32(s))
+		return comfy_reject(d, s,
+				    "layer that is not an F8_E4M3 weight "
+				    "with one F32 scale");
+	qi = &q->t[w - h->tensors];
+	*qi = (struct castfs_qinfo){
+		.role = CASTFS_QR_FP8_BLOCK,
+		.rule = CASTFS_QRULE_COMPUTE,
+		.scale = (uint32_t)(s - h->tensors),
+		.brows = (uint32_t)w->shape[0],
+		.bcols = (uint32_t)w->shape[1],
+	};
+	if (w->shape[0] > UINT32_MAX || w->shape[1] > UINT32_MAX)
+		return comfy_reject(d, w, "weight too large");
+	mark(h, q, s, CASTFS_QR_SCALE);
+	mark(h, q, companion(h, s, mod, f->input), CASTFS_QR_SCALE);
+	if (f->marker)
+		mark(h, q, companion(h, s, mod, f->marker), CASTFS_QR_SCALE);
+	q->nfp8++;
+	q->ncomfy++;
+	return 0;
+}
+
+/* The legacy marker: a tensor "scaled_fp8" (any prefix), F8 or F32. */
+static const struct castfs_tensor *legacy_marker(const struct castfs_header *h)
+{
+	size_t mod;
+
+	for (size_t i = 0; i < h->ntensors; i++) {
+		if (leaf_is(&h->tensors[i], "scaled_fp8", &mod))
+			return &h->tensors[i];
+	}
+	return NULL;
+}
+
+/* Every tensor that the form's layers leave: an F8 weight must have been
+ * paired, a layer marker must have found its weight. */
+static int comfy_check(const struct castfs_header *h,
+		       const struct castfs_qsrc *q, struct castfs_diag *d)
+{
+	size_t mod;
+
+	for (size_t i = 0; i < h->ntensors; i++) {
+		const struct castfs_tensor *t = &h->tensors[i];
+
+		if (q->t[i].role != CASTFS_QR_PLAIN)
+			continue;
+		if (t->dtype == CASTFS_DTYPE_F8_E4M3 ||
+		    t->dtype == CASTFS_DTYPE_F8_E5M2)
+			return comfy_reject(d, t,
+					    "file: fp8 tensor without "
+					    "its scale");
+		if (leaf_is(t, "comfy_quant", &mod))
+			return comfy_reject(d, t,
+					    "layer without an F8_E4M3 "
+					    "weight and weight_scale");
+	}
+	return 0;
+}
+
+static bool any_leaf(const struct castfs_header *h, const char *leaf)
+{
+	size_t mod;
+
+	for (size_t i = 0; i < h->ntensors; i++) {
+		if (leaf_is(&h->tensors[i], leaf, &mod))
+			return true;
+	}
+	return false;
+}
+
+int castfs_qsrc_comfy(const struct castfs_header *h, struct castfs_qsrc *q,
+		      struct castfs_diag *d)
+{
+	const struct castfs_tensor *marker = legacy_marker(h);
+	const struct comfy_form *f = marker ? &legacy : &current;
+	size_t mod;
+	int rc = 0;
+
+	if (!marker && !any_leaf(h, "comfy_quant"))
+		return 0;
+	if (marker)
+		mark(h, q, marker, CASTFS_QR_SCALE);
+	for (size_t i = 0; !rc && i < h->ntensors; i++) {
+		const struct castfs_tensor *t = &h->tensors[i];
+
+		if (!leaf_is(t, f->scale, &mod))
+			continue;
+		/* comfy_quant form: only layers that carry the marker. */
+		if (f->marker && !companion(h, t, mod, f->marker))
+			continue;
+		rc = comfy_pair(h, q, t, mod, f, d);
+	}
+	return rc ? rc : comfy_check(h, q, d);
+}

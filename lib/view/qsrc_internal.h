@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+/* Quantized sources: the layout scanners qsrc.c calls (view/ only). */
+#ifndef CASTFS_QSRC_INTERNAL_H
+#define CASTFS_QSRC_INTERNAL_H
+
+#include "view/qsrc.h"
+
+/*
+ * castfs_qsrc_comfy - pair the ComfyUI scaled fp8 weights of @h in @q
+ * (@q->t zeroed, one per tensor): the legacy form (a "scaled_fp8" marker,
+ * "M.scale_weight" per layer, "M.scale_input" dropped) and the
+ * "comfy_quant" form ("M.weight_scale", "M.input_scale", "M.comfy_quant"
+ * dropped). Tensors of other layouts are left PLAIN. Returns 0, -ENOTSUP
+ * (a ComfyUI layer castfs does not dequantize: @d says which) or -ENOMEM.
+ * Thread-safe.
+ */
+int castfs_qsrc_comfy(const struct castfs_header *h, struct castfs_qsrc *q,
+		      struct castfs_diag *d);
+
+/*
+ * castfs_qsrc_int8 - pair the bitsandbytes LLM.int8 weights of @h in @q:
+ * an I8 "M.weight" [rows, cols] with its F32 "M.SCB" [rows]
+ * ("M.weight_format" dropped). Returns 0, -ENOTSUP (an SCB that does not
+ * fit: @d says which) or -ENOMEM. Thread-safe.
+ */
+int castfs_qsrc_int8(const struct castfs_header *h, struct castfs_qsrc *q,
+		     struct castfs_diag *d);
+
+#endif
