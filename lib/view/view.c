@@ -64,7 +64,8 @@ static bool module_is_linear(const struct castfs_tensor *t)
 
 bool castfs_view_is_ct(const struct castfs_view *v)
 {
-	return v->kind == CASTFS_VIEW_CT_FP8 || v->kind == CASTFS_VIEW_CT_W4;
+	return v->kind == CASTFS_VIEW_CT_FP8 || v->kind == CASTFS_VIEW_CT_W4 ||
+	       v->kind == CASTFS_VIEW_CT_NVFP4;
 }
 
 bool castfs_view_linear_weight(const struct castfs_tensor *t)
@@ -100,6 +101,7 @@ static bool default_converts(const struct castfs_view *v,
 		return t->ndim == 2 && module_is_linear(t);
 	case CASTFS_VIEW_CT_FP8:
 	case CASTFS_VIEW_CT_W4:
+	case CASTFS_VIEW_CT_NVFP4:
 		return t->ndim == 2 && module_is_linear(t) &&
 		       castfs_view_ct_fits(v, t);
 	}
@@ -118,6 +120,9 @@ bool castfs_view_converts(const struct castfs_view *v,
 		return false; /* scales are kept in the weight's dtype */
 	/* llm-compressor refuses groups cut by the row: so does castfs. */
 	if (v->kind == CASTFS_VIEW_CT_W4 && t->shape[1] % CASTFS_CT_W4_GROUP)
+		return false;
+	if (v->kind == CASTFS_VIEW_CT_NVFP4 &&
+	    t->shape[1] % CASTFS_CT_NVFP4_GROUP)
 		return false;
 	for (size_t i = 0; i < v->nrules; i++) {
 		if (rule_matches(&v->rules[i], t))
@@ -149,6 +154,7 @@ bool castfs_view_dequantizes(const struct castfs_view *v)
 		return true;
 	case CASTFS_VIEW_CT_FP8:
 	case CASTFS_VIEW_CT_W4:
+	case CASTFS_VIEW_CT_NVFP4:
 	case CASTFS_VIEW_GGUF:
 		break; /* not yet built from dequantized values */
 	}
@@ -178,6 +184,7 @@ int castfs_view_plan(const struct castfs_view *v, const struct castfs_header *h,
 		return castfs_view_plan_bnb(v, h, out, d);
 	case CASTFS_VIEW_CT_FP8:
 	case CASTFS_VIEW_CT_W4:
+	case CASTFS_VIEW_CT_NVFP4:
 		return castfs_view_plan_ct(v, h, out, d);
 	case CASTFS_VIEW_GGUF:
 		return castfs_view_plan_gguf(v, h, out, d);
