@@ -90,10 +90,10 @@ static int fp4_absmax(const struct castfs_read_env *env,
 }
 
 /*
- * The NVFP4 global scale of tensor @idx: one pass over it and its fused
- * siblings on first need, under the tensor's lock (the tensor-wide
- * statistic: sizes never wait for it). Uses the scratch: call before
- * staging anything in it.
+ * The tensor-wide scale of tensor @idx (NVFP4's global scale, ComfyUI's
+ * per-tensor scale): one pass over it and its fused siblings on first
+ * need, under the tensor's lock (sizes never wait for it). Uses the
+ * scratch: call before staging anything in it.
  */
 static int fp4_gscale(const struct castfs_read_env *env, uint32_t idx,
 		      float *gs)
@@ -114,8 +114,11 @@ static int fp4_gscale(const struct castfs_read_env *env, uint32_t idx,
 			m = castfs_ct_absmax_merge(m, a);
 		}
 		if (!qs->ready && !rc) {
-			qs->gscale = castfs_ct_nvfp4_gscale(
-				m, (enum castfs_dtype)q->src_dtype);
+			enum castfs_dtype dt = (enum castfs_dtype)q->src_dtype;
+
+			qs->gscale = q->qtype == CASTFS_Q_COMFY_F8 ?
+					     castfs_comfy_f8_scale(m, dt) :
+					     castfs_ct_nvfp4_gscale(m, dt);
 			__atomic_store_n(&qs->ready, true, __ATOMIC_RELEASE);
 		}
 		pthread_mutex_unlock(&qs->lock);
@@ -131,7 +134,7 @@ static int f8_stage_init(struct f8_stage *st, const struct castfs_read_env *env,
 	int rc;
 
 	st->gs = 1.0f;
-	if (q->qtype == CASTFS_Q_NVFP4) {
+	if (q->qtype == CASTFS_Q_NVFP4 || q->qtype == CASTFS_Q_COMFY_F8) {
 		rc = fp4_gscale(env, idx, &st->gs);
 		if (rc)
 			return rc;
@@ -331,6 +334,33 @@ static int f8_codes_partial(const struct castfs_read_env *env,
 	return rc;
 }
 
+/* ComfyUI scaled fp8: codes of [@first, @first + @count), chunk by chunk
+ * (one scale for the tensor: any element range reads only itself). */
+static int comfy_codes(const struct castfs_read_env *env, uint32_t idx,
+		       uint64_t first, uint64_t count, uint8_t *dst)
+{
+	const struct castfs_qtensor *q = &env->plan->qtensors[idx];
+	struct f8_stage st;
+	int rc = f8_stage_init(&st, env, idx);
+
+	while (!rc && count) {
+		size_t k = (size_t)CASTFS_MIN(count, st.cap);
+		uint8_t *raw = st.to_f32 ? st.raw : (uint8_t *)st.f32;
+
+		rc = castfs_reader_read(env->src, raw, k * st.src_sz,
+					q->src_off + first * st.src_sz);
+		if (rc)
+			break;
+		if (st.to_f32)
+			st.to_f32(st.f32, raw, k);
+		castfs_comfy_f8_codes(dst, st.f32, k, st.gs, st.dt);
+		dst += k;
+		first += k;
+		count -= k;
+	}
+	return rc;
+}
+
 /* The codes of elements [@first, @first + @count) of @q into @dst. */
 static int ct_codes(const struct castfs_read_env *env, uint32_t idx,
 		    uint64_t first, uint64_t count, uint8_t *dst)
@@ -340,8 +370,11 @@ static int ct_codes(const struct castfs_read_env *env, uint32_t idx,
 	uint64_t band = q->blk_rows * q->cols; /* elements per block row */
 	struct f8_stage st;
 	struct f8_tile t;
-	int rc = f8_stage_init(&st, env, idx);
+	int rc;
 
+	if (q->qtype == CASTFS_Q_COMFY_F8)
+		return comfy_codes(env, idx, first, count, dst);
+	rc = f8_stage_init(&st, env, idx);
 	while (!rc && first < end) {
 		uint64_t br = first / band;
 		uint64_t whole = (end - first) / band;
@@ -421,7 +454,8 @@ int castfs_gen_ct_scale(const struct castfs_read_env *env,
 	return rc;
 }
 
-/* CT_GSCALE: one unit, the F32 weight_global_scale of an NVFP4 tensor. */
+/* CT_GSCALE: one unit, the F32 weight_global_scale of an NVFP4 tensor or
+ * the weight_scale of a ComfyUI scaled-fp8 one. */
 int castfs_gen_ct_gscale(const struct castfs_read_env *env,
 			 const struct castfs_extent *e, uint64_t first,
 			 uint64_t count, uint8_t *dst)

@@ -222,6 +222,45 @@ void castfs_ct_fp4_pack(uint8_t *dst, const float *x, size_t n, float scale,
 				       fp4_code(x[i + 1] / eff) << 4);
 }
 
+float castfs_comfy_f8_scale(float absmax, enum castfs_dtype dt)
+{
+	float s = absmax / CASTFS_CT_F8_MAX;
+
+	if (dt == CASTFS_DTYPE_F16) {
+		float inv = 1.0f / s;
+
+		inv = inv > 65504.0f  ? 65504.0f :
+		      inv < -65504.0f ? -65504.0f :
+					inv;
+		s = 1.0f / inv;
+	}
+	return s == 0.0f ? 1.0f : s;
+}
+
+void castfs_comfy_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
+			   enum castfs_dtype dt)
+{
+	castfs_convert_fn to_f8 =
+		castfs_convert_get(CASTFS_DTYPE_F32, CASTFS_DTYPE_F8_E4M3, 0);
+	float inv = 1.0f / scale, q[CT_CHUNK];
+
+	ct_round(&inv, 1, dt);
+	for (size_t i = 0; i < n; i += CT_CHUNK) {
+		size_t m = n - i < CT_CHUNK ? n - i : CT_CHUNK;
+
+		for (size_t j = 0; j < m; j++)
+			q[j] = x[i + j] * inv;
+		ct_round(q, m, dt);
+		for (size_t j = 0; j < m; j++) { /* NaN stays NaN */
+			if (q[j] > CASTFS_CT_F8_MAX)
+				q[j] = CASTFS_CT_F8_MAX;
+			else if (q[j] < -CASTFS_CT_F8_MAX)
+				q[j] = -CASTFS_CT_F8_MAX;
+		}
+		to_f8(dst + i, q, m);
+	}
+}
+
 void castfs_ct_store(uint8_t *dst, float v, enum castfs_dtype dt)
 {
 	uint16_t h;

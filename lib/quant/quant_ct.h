@@ -103,6 +103,26 @@ void castfs_ct_fp4_pack(uint8_t *dst, const float *x, size_t n, float scale,
 			float gs);
 
 /*
+ * castfs_comfy_f8_scale - ComfyUI's per-tensor F32 weight_scale of a
+ * weight of dtype @dt whose absmax is @absmax, as its converter writes it
+ * (comfy/quant_ops.py _TensorCoreFP8LayoutBase.quantize, scale=
+ * "recalculate"): fl32(@absmax / 448); for F16 weights 1 / clamp(1 / s,
+ * ±65504) ("Prevent scale from being too small"). A zero scale (an
+ * all-zero weight, where ComfyUI's own writer produces NaN codes) is 1.0:
+ * castfs's one deviation, documented in docs/FORMATS.md. Pure function.
+ */
+float castfs_comfy_f8_scale(float absmax, enum castfs_dtype dt);
+
+/*
+ * castfs_comfy_f8_codes - F8_E4M3 codes of @x[0..@n) (values of dtype @dt)
+ * with scale @scale, as comfy-kitchen's quantize_per_tensor_fp8 computes
+ * them: e4m3(clamp(rnd_dt(x * rnd_dt(fl32(1 / @scale))), -448, 448)), NaN
+ * kept. Thread-safe; no allocation.
+ */
+void castfs_comfy_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
+			   enum castfs_dtype dt);
+
+/*
  * castfs_ct_store - @v (exactly representable in @dt, a dtype for which
  * castfs_ct_dtype_ok()) as the little-endian bytes of @dt into @dst.
  */

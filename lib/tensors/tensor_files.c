@@ -359,6 +359,8 @@ static const char *qtype_name(int q)
 		return "int4";
 	case CASTFS_Q_NVFP4:
 		return "nvfp4";
+	case CASTFS_Q_COMFY_F8:
+		return "comfy fp8";
 	default:
 		return "?";
 	}
@@ -397,6 +399,12 @@ void castfs_torigin_str(const struct castfs_torigin *o, char *buf, size_t len)
 	case CASTFS_OP_GGUF_BLOCKS:
 	case CASTFS_OP_COUNT:
 	default:
+		if (o->qtype == CASTFS_Q_COMFY_F8) {
+			snprintf(buf, len, "ComfyUI scaled fp8 %s of %s",
+				 castfs_op_name(o->op),
+				 castfs_dtype_name(o->from));
+			break;
+		}
 		if (o->qtype == CASTFS_Q_F8 || o->qtype == CASTFS_Q_W4 ||
 		    o->qtype == CASTFS_Q_NVFP4) {
 			snprintf(buf, len, "compressed-tensors %s of %s",

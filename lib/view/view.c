@@ -98,6 +98,7 @@ static bool default_converts(const struct castfs_view *v,
 		return true;
 	case CASTFS_VIEW_BNB4:
 	case CASTFS_VIEW_INT8:
+	case CASTFS_VIEW_COMFY_FP8:
 		return t->ndim == 2 && module_is_linear(t);
 	case CASTFS_VIEW_CT_FP8:
 	case CASTFS_VIEW_CT_W4:
@@ -116,7 +117,8 @@ bool castfs_view_converts(const struct castfs_view *v,
 		return false;
 	if (v->kind != CASTFS_VIEW_CAST && (t->ndim != 2 || t->nelems == 0))
 		return false; /* the bnb layouts are defined for matrices */
-	if (castfs_view_is_ct(v) && !castfs_ct_dtype_ok(t->dtype))
+	if ((castfs_view_is_ct(v) || v->kind == CASTFS_VIEW_COMFY_FP8) &&
+	    !castfs_ct_dtype_ok(t->dtype))
 		return false; /* scales are kept in the weight's dtype */
 	/* llm-compressor refuses groups cut by the row: so does castfs. */
 	if (v->kind == CASTFS_VIEW_CT_W4 && t->shape[1] % CASTFS_CT_W4_GROUP)
@@ -155,6 +157,7 @@ bool castfs_view_dequantizes(const struct castfs_view *v)
 	case CASTFS_VIEW_CT_FP8:
 	case CASTFS_VIEW_CT_W4:
 	case CASTFS_VIEW_CT_NVFP4:
+	case CASTFS_VIEW_COMFY_FP8:
 	case CASTFS_VIEW_GGUF:
 		break; /* not yet built from dequantized values */
 	}
@@ -185,6 +188,7 @@ int castfs_view_plan(const struct castfs_view *v, const struct castfs_header *h,
 	case CASTFS_VIEW_CT_FP8:
 	case CASTFS_VIEW_CT_W4:
 	case CASTFS_VIEW_CT_NVFP4:
+	case CASTFS_VIEW_COMFY_FP8:
 		return castfs_view_plan_ct(v, h, out, d);
 	case CASTFS_VIEW_GGUF:
 		return castfs_view_plan_gguf(v, h, out, d);

@@ -23,6 +23,7 @@ enum castfs_view_kind {
 	CASTFS_VIEW_CT_FP8, /* compressed-tensors float-quantized FP8 */
 	CASTFS_VIEW_CT_W4, /* compressed-tensors pack-quantized int4 (W4A16) */
 	CASTFS_VIEW_CT_NVFP4, /* compressed-tensors nvfp4-pack-quantized */
+	CASTFS_VIEW_COMFY_FP8, /* ComfyUI scaled fp8 (comfy_quant), 1 file */
 	CASTFS_VIEW_GGUF, /* a GGUF file (X.<q>.gguf), view_gguf.c */
 };
 

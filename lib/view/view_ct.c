@@ -221,8 +221,15 @@ bool castfs_view_ct_converts(const struct castfs_view *v,
 			     const struct castfs_header *h,
 			     const struct castfs_tensor *t)
 {
+	static const char w[] = ".weight";
+	const size_t wl = sizeof(w) - 1;
+
 	if (!castfs_view_converts(v, t))
 		return false;
+	/* ComfyUI's marker is named after the module: "P.weight" only. */
+	if (v->kind == CASTFS_VIEW_COMFY_FP8)
+		return t->name_len > wl &&
+		       memcmp(t->name + t->name_len - wl, w, wl) == 0;
 	return v->kind != CASTFS_VIEW_CT_NVFP4 ||
 	       ct_siblings(v, h, t, ct_ignore_fn, NULL);
 }
@@ -280,6 +287,62 @@ static int ct_add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
 	return rc;
 }
 
+/* ComfyUI's marker: json.dumps({"format": "float8_e4m3fn"}) as U8. */
+static const char comfy_quant[] = "{\"format\": \"float8_e4m3fn\"}";
+
+/*
+ * A ComfyUI scaled-fp8 weight "P.weight": its F8_E4M3 codes under the same
+ * name, "P.weight_scale" (F32 [], one per tensor) and "P.comfy_quant" (U8,
+ * the marker ComfyUI's loader reads: comfy/ops.py _load_quantized_module).
+ */
+static int ct_add_comfy(struct castfs_pb *pb, const struct castfs_header *h,
+			const struct castfs_tensor *t)
+{
+	static const char w[] = ".weight";
+	const size_t wl = sizeof(w) - 1, ml = sizeof(comfy_quant) - 1;
+	struct castfs_qtensor qt = {
+		.src_off = h->data_start + t->begin,
+		.nelems = t->nelems,
+		.rows = t->shape[0],
+		.cols = t->shape[1],
+		.src_dtype = (uint8_t)t->dtype,
+		.qtype = CASTFS_Q_COMFY_F8,
+		.blk_rows = 1,
+		.blk_cols = 1,
+		.nfuse = 1,
+	};
+	struct castfs_producer p = { .op = CASTFS_OP_F8_CODES };
+	struct castfs_producer sp = { .op = CASTFS_OP_CT_GSCALE, .unit = 4 };
+	struct castfs_producer mp = { .op = CASTFS_OP_MEM };
+	const uint64_t mlen = ml;
+	struct castfs_tensor base = *t;
+	uint8_t *mem = castfs_pb_alloc(pb, ml);
+	int rc;
+
+	qt.fuse_off[0] = qt.src_off;
+	qt.fuse_n[0] = qt.nelems;
+	rc = castfs_pb_add_qtensor(pb, &qt, &p.qt);
+	if (!rc)
+		rc = castfs_pb_add_tensor(pb, t->name, t->name_len,
+					  CASTFS_DTYPE_F8_E4M3, 2, t->shape,
+					  &p);
+	sp.qt = p.qt;
+	if (!rc)
+		rc = ct_add_named(pb, t, "_scale", CASTFS_DTYPE_F32, 0, NULL,
+				  &sp);
+	/* "P.comfy_quant": the module's name, without ".weight". */
+	base.name_len = t->name_len - wl;
+	if (!rc && !mem)
+		rc = -ENOMEM;
+	if (!rc) {
+		memcpy(mem, comfy_quant, ml);
+		mp.mem = mem;
+		rc = ct_add_named(pb, &base, ".comfy_quant", CASTFS_DTYPE_U8, 1,
+				  &mlen, &mp);
+	}
+	return rc;
+}
+
 static int ct_add_tensor(struct castfs_pb *pb, const struct castfs_view *v,
 			 const struct castfs_header *h,
 			 const struct castfs_tensor *t, struct castfs_diag *d)
@@ -288,7 +351,10 @@ static int ct_add_tensor(struct castfs_pb *pb, const struct castfs_view *v,
 
 	if (!castfs_view_ct_converts(v, h, t))
 		return ct_add_copy(pb, h, t);
-	rc = ct_add_fp8(pb, v, h, t);
+	if (v->kind == CASTFS_VIEW_COMFY_FP8)
+		rc = ct_add_comfy(pb, h, t);
+	else
+		rc = ct_add_fp8(pb, v, h, t);
 	if (rc)
 		castfs_diag_set(d, rc,
 				"view '%s': tensor '%s': cannot quantise",
