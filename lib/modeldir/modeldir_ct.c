@@ -59,6 +59,24 @@ static void ct_sort_unique(struct castfs_md_ct *q)
 	q->nignore = w;
 }
 
+/*
+ * Whether @t is an FP8 block weight of @h (an F8_E4M3 "P.weight" with its
+ * "P.weight_scale_inv"): the view quantises its BF16 dequantized values.
+ */
+static bool ct_fp8_block(const struct castfs_header *h,
+			 const struct castfs_tensor *t)
+{
+	static const char si[] = "_scale_inv";
+	char name[512];
+
+	if (t->dtype != CASTFS_DTYPE_F8_E4M3 ||
+	    t->name_len + sizeof(si) > sizeof(name))
+		return false;
+	memcpy(name, t->name, t->name_len);
+	memcpy(name + t->name_len, si, sizeof(si));
+	return castfs_header_find(h, name, t->name_len + sizeof(si) - 1);
+}
+
 /* A Linear-like weight @t the view keeps: its module goes to "ignore". */
 static int ct_weight(struct castfs_md_ct *q, size_t *cap,
 		     const struct castfs_view *v, const struct castfs_header *h,
@@ -66,8 +84,11 @@ static int ct_weight(struct castfs_md_ct *q, size_t *cap,
 {
 	static const char w[] = ".weight";
 	const size_t wl = sizeof(w) - 1;
+	struct castfs_tensor tb = *t;
 
-	if (castfs_view_ct_converts(v, h, t)) {
+	if (ct_fp8_block(h, t) && v->kind != CASTFS_VIEW_CT_NVFP4)
+		tb.dtype = CASTFS_DTYPE_BF16;
+	if (castfs_view_ct_converts(v, h, &tb)) {
 		q->nquant++;
 		return 0;
 	}

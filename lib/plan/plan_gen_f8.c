@@ -156,6 +156,37 @@ static int f8_stage_init(struct f8_stage *st, const struct castfs_read_env *env,
 }
 
 /*
+ * Elements [@k, @k + @n) of @q (@n <= st->cap) as float32 into @f: read
+ * and widened, or, for a dequantized FP8 block weight (q->deq), its values
+ * rounded to BF16 as the bf16 view has them (the raw region holds the
+ * codes and the scale rows meanwhile).
+ */
+static int f8_load(const struct castfs_read_env *env,
+		   const struct castfs_qtensor *q, const struct f8_stage *st,
+		   uint64_t k, size_t n, float *f)
+{
+	uint8_t *raw = st->to_f32 ? st->raw : (uint8_t *)f;
+	size_t half = (size_t)(st->cap * st->src_sz / 2);
+	int rc;
+
+	if (q->deq) {
+		rc = castfs_fp8_dequant(env->src, q, k, n, f, st->raw,
+					st->raw + half, half);
+		if (!rc) {
+			castfs_convert_get(CASTFS_DTYPE_F32, CASTFS_DTYPE_BF16,
+					   0)(st->raw, f, n);
+			st->to_f32(f, st->raw, n);
+		}
+		return rc;
+	}
+	rc = castfs_reader_read(env->src, raw, n * st->src_sz,
+				q->src_off + k * st->src_sz);
+	if (!rc && st->to_f32)
+		st->to_f32(f, raw, n);
+	return rc;
+}
+
+/*
  * The tile at block (@br, @bc): @nbr block rows of full width when @nbr > 1
  * and they fit, else one block row of up to @nbc blocks from @bc.
  */
@@ -186,22 +217,14 @@ static int f8_tile_read(const struct castfs_read_env *env,
 			const struct f8_stage *st, const struct f8_tile *t)
 {
 	uint64_t w = t->c1 - t->c0, nr = t->r1 - t->r0;
-	uint8_t *raw = st->to_f32 ? st->raw : (uint8_t *)st->f32;
 	int rc = 0;
 
-	if (w == q->cols) {
-		rc = castfs_reader_read(env->src, raw,
-					(size_t)(nr * w * st->src_sz),
-					q->src_off + t->r0 * w * st->src_sz);
-	}
-	for (uint64_t i = 0; w != q->cols && !rc && i < nr; i++)
-		rc = castfs_reader_read(
-			env->src, raw + i * w * st->src_sz,
-			(size_t)(w * st->src_sz),
-			q->src_off +
-				((t->r0 + i) * q->cols + t->c0) * st->src_sz);
-	if (!rc && st->to_f32)
-		st->to_f32(st->f32, raw, (size_t)(nr * w));
+	if (w == q->cols)
+		return f8_load(env, q, st, t->r0 * w, (size_t)(nr * w),
+			       st->f32);
+	for (uint64_t i = 0; !rc && i < nr; i++)
+		rc = f8_load(env, q, st, (t->r0 + i) * q->cols + t->c0,
+			     (size_t)w, st->f32 + i * w);
 	return rc;
 }
 
@@ -345,14 +368,10 @@ static int comfy_codes(const struct castfs_read_env *env, uint32_t idx,
 
 	while (!rc && count) {
 		size_t k = (size_t)CASTFS_MIN(count, st.cap);
-		uint8_t *raw = st.to_f32 ? st.raw : (uint8_t *)st.f32;
 
-		rc = castfs_reader_read(env->src, raw, k * st.src_sz,
-					q->src_off + first * st.src_sz);
+		rc = f8_load(env, q, &st, first, k, st.f32);
 		if (rc)
 			break;
-		if (st.to_f32)
-			st.to_f32(st.f32, raw, k);
 		castfs_comfy_f8_codes(dst, st.f32, k, st.gs, st.dt);
 		dst += k;
 		first += k;

@@ -156,7 +156,8 @@ bool castfs_view_dequantizes(const struct castfs_view *v)
 		return true;
 	case CASTFS_VIEW_CT_FP8:
 	case CASTFS_VIEW_CT_W4:
-	case CASTFS_VIEW_CT_NVFP4:
+		return true; /* from the BF16 values (view_ct.c) */
+	case CASTFS_VIEW_CT_NVFP4: /* its global scale: one file's weights */
 	case CASTFS_VIEW_COMFY_FP8:
 	case CASTFS_VIEW_GGUF:
 		break; /* not yet built from dequantized values */

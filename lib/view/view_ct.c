@@ -253,7 +253,8 @@ static void ct_fuse_fn(const struct castfs_tensor *s, void *arg)
 
 static int ct_add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
 		      const struct castfs_header *h,
-		      const struct castfs_tensor *t)
+		      const struct castfs_tensor *t,
+		      const struct castfs_qtensor *deq)
 {
 	struct castfs_qtensor qt = {
 		.src_off = h->data_start + t->begin,
@@ -270,6 +271,17 @@ static int ct_add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
 	struct castfs_producer p = { .op = CASTFS_OP_F8_CODES };
 	struct ct_fuse f = { .h = h, .qt = &qt };
 	int rc;
+
+	if (deq) { /* the elements: an FP8 block weight's, dequantized */
+		qt.src_dtype = CASTFS_DTYPE_BF16;
+		qt.deq = true;
+		qt.scale_off = deq->scale_off;
+		qt.srows = deq->srows;
+		qt.scols = deq->scols;
+		qt.brows = deq->brows;
+		qt.bcols = deq->bcols;
+		qt.scale_dtype = deq->scale_dtype;
+	}
 
 	if (v->kind == CASTFS_VIEW_CT_NVFP4)
 		ct_siblings(v, h, t, ct_fuse_fn, &f);
@@ -343,9 +355,27 @@ static int ct_add_comfy(struct castfs_pb *pb, const struct castfs_header *h,
 	return rc;
 }
 
-static int ct_add_tensor(struct castfs_pb *pb, const struct castfs_view *v,
-			 const struct castfs_header *h,
-			 const struct castfs_tensor *t, struct castfs_diag *d)
+int castfs_view_ct_quantise(struct castfs_pb *pb, const struct castfs_view *v,
+			    const struct castfs_header *h,
+			    const struct castfs_tensor *t,
+			    const struct castfs_qtensor *deq,
+			    struct castfs_diag *d)
+{
+	struct castfs_tensor tb = *t;
+	int rc;
+
+	tb.dtype = CASTFS_DTYPE_BF16; /* the scales' dtype */
+	rc = ct_add_fp8(pb, v, h, &tb, deq);
+	if (rc)
+		castfs_diag_set(d, rc,
+				"view '%s': tensor '%s': cannot quantise",
+				v->name, t->name);
+	return rc;
+}
+
+int castfs_view_ct_add(struct castfs_pb *pb, const struct castfs_view *v,
+		       const struct castfs_header *h,
+		       const struct castfs_tensor *t, struct castfs_diag *d)
 {
 	int rc;
 
@@ -354,7 +384,7 @@ static int ct_add_tensor(struct castfs_pb *pb, const struct castfs_view *v,
 	if (v->kind == CASTFS_VIEW_COMFY_FP8)
 		rc = ct_add_comfy(pb, h, t);
 	else
-		rc = ct_add_fp8(pb, v, h, t);
+		rc = ct_add_fp8(pb, v, h, t, NULL);
 	if (rc)
 		castfs_diag_set(d, rc,
 				"view '%s': tensor '%s': cannot quantise",
@@ -366,5 +396,5 @@ int castfs_view_plan_ct(const struct castfs_view *v,
 			const struct castfs_header *h, struct castfs_plan **out,
 			struct castfs_diag *d)
 {
-	return castfs_view_build(v, h, ct_add_tensor, out, d);
+	return castfs_view_build(v, h, castfs_view_ct_add, out, d);
 }

@@ -76,11 +76,16 @@ static int add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
 {
 	struct castfs_qtensor qt;
 
+	struct castfs_tensor wb = *w;
+
 	if (v->kind == CASTFS_VIEW_CAST)
 		return add_deq(pb, v, h, w, qi, v->dtype, v->cvt_flags, d);
-	if (!castfs_view_converts(v, w))
+	wb.dtype = CASTFS_DTYPE_BF16; /* what the view's rules see */
+	if (!castfs_view_converts(v, castfs_view_is_ct(v) ? &wb : w))
 		return add_deq(pb, v, h, w, qi, CASTFS_DTYPE_BF16, 0, d);
 	fp8_qtensor(h, w, &h->tensors[qi->scale], qi, &qt);
+	if (castfs_view_is_ct(v))
+		return castfs_view_ct_quantise(pb, v, h, w, &qt, d);
 	return castfs_view_bnb_quantise(pb, v, h, w, &qt, d);
 }
 
@@ -103,6 +108,8 @@ static int add_plain(struct castfs_pb *pb, const struct castfs_view *v,
 	if (v->kind == CASTFS_VIEW_CAST)
 		return castfs_pb_add_tensor(pb, t->name, t->name_len, t->dtype,
 					    t->ndim, t->shape, &copy);
+	if (castfs_view_is_ct(v))
+		return castfs_view_ct_add(pb, v, h, t, d);
 	return castfs_view_bnb_add(pb, v, h, t, d);
 }
 

@@ -12,7 +12,8 @@ COMPAT_TESTS = tests/compat/test_casts.py tests/compat/test_hf_cache.py \
 	tests/compat/test_testlib.py tests/compat/test_casts_isa.py \
 	tests/compat/test_quant_src.py tests/compat/test_ct.py \
 	tests/compat/test_gguf.py tests/compat/test_gguf_llm.py \
-	tests/compat/test_gguf_llamacpp.py tests/compat/test_comfy_fp8.py
+	tests/compat/test_gguf_llamacpp.py tests/compat/test_comfy_fp8.py \
+	tests/compat/test_ct_qsrc.py
 TESTS += $(COMPAT_TESTS)
 EXTRA_DIST += tests/compat/castfs_testlib.py $(COMPAT_TESTS) \
 	tests/compat/bnb_ref.py tests/compat/bnb_check.py tests/compat/oracle.py \
