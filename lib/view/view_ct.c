@@ -211,10 +211,20 @@ static bool ct_siblings(const struct castfs_view *v,
 	return true;
 }
 
-static void ct_ignore_fn(const struct castfs_tensor *s, void *arg)
+/* Whether every converted sibling has the dtype of the first one seen. */
+struct ct_same {
+	bool any, ok;
+	enum castfs_dtype dt;
+};
+
+static void ct_same_fn(const struct castfs_tensor *s, void *arg)
 {
-	(void)s;
-	(void)arg;
+	struct ct_same *c = arg;
+
+	if (c->any && s->dtype != c->dt)
+		c->ok = false;
+	c->any = true;
+	c->dt = s->dtype;
 }
 
 bool castfs_view_ct_converts(const struct castfs_view *v,
@@ -223,6 +233,7 @@ bool castfs_view_ct_converts(const struct castfs_view *v,
 {
 	static const char w[] = ".weight";
 	const size_t wl = sizeof(w) - 1;
+	struct ct_same same = { .ok = true };
 
 	if (!castfs_view_converts(v, t))
 		return false;
@@ -230,8 +241,10 @@ bool castfs_view_ct_converts(const struct castfs_view *v,
 	if (v->kind == CASTFS_VIEW_COMFY_FP8)
 		return t->name_len > wl &&
 		       memcmp(t->name + t->name_len - wl, w, wl) == 0;
-	return v->kind != CASTFS_VIEW_CT_NVFP4 ||
-	       ct_siblings(v, h, t, ct_ignore_fn, NULL);
+	if (v->kind != CASTFS_VIEW_CT_NVFP4)
+		return true;
+	/* One global scale over the group: its weights share one dtype. */
+	return ct_siblings(v, h, t, ct_same_fn, &same) && same.ok;
 }
 
 /* Where the weights of @qt's fused group are. */
