@@ -169,6 +169,7 @@ void castfs_md_view_fini(struct castfs_md_view *mv);
  */
 struct castfs_md_ct {
 	bool w4; /* W4A16 (pack-quantized int4, group 128); else FP8 */
+	bool nvfp4; /* NVFP4A16 (nvfp4-pack-quantized, group 16) */
 	uint32_t block; /* FP8: 0 per-channel weight scales, else N x N */
 	size_t nignore;
 	char **ignore; /* "lm_head", then sorted unique module paths (owned) */

@@ -59,14 +59,36 @@ static void ct_sort_unique(struct castfs_md_ct *q)
 	q->nignore = w;
 }
 
+/*
+ * Whether @t is an FP8 block weight of @h (an F8_E4M3 "P.weight" with its
+ * "P.weight_scale_inv"): the view quantises its BF16 dequantized values.
+ */
+static bool ct_fp8_block(const struct castfs_header *h,
+			 const struct castfs_tensor *t)
+{
+	static const char si[] = "_scale_inv";
+	char name[512];
+
+	if (t->dtype != CASTFS_DTYPE_F8_E4M3 ||
+	    t->name_len + sizeof(si) > sizeof(name))
+		return false;
+	memcpy(name, t->name, t->name_len);
+	memcpy(name + t->name_len, si, sizeof(si));
+	return castfs_header_find(h, name, t->name_len + sizeof(si) - 1);
+}
+
 /* A Linear-like weight @t the view keeps: its module goes to "ignore". */
 static int ct_weight(struct castfs_md_ct *q, size_t *cap,
-		     const struct castfs_view *v, const struct castfs_tensor *t)
+		     const struct castfs_view *v, const struct castfs_header *h,
+		     const struct castfs_tensor *t)
 {
 	static const char w[] = ".weight";
 	const size_t wl = sizeof(w) - 1;
+	struct castfs_tensor tb = *t;
 
-	if (castfs_view_converts(v, t)) {
+	if (ct_fp8_block(h, t) && v->kind != CASTFS_VIEW_CT_NVFP4)
+		tb.dtype = CASTFS_DTYPE_BF16;
+	if (castfs_view_ct_converts(v, h, &tb)) {
 		q->nquant++;
 		return 0;
 	}
@@ -86,12 +108,13 @@ int castfs_md_ct_init(struct castfs_md_ct *q, const struct castfs_view *v,
 	if (!castfs_view_is_ct(v))
 		return -EINVAL;
 	q->w4 = v->kind == CASTFS_VIEW_CT_W4;
-	q->block = q->w4 ? 0 : v->ct_block;
+	q->nvfp4 = v->kind == CASTFS_VIEW_CT_NVFP4;
+	q->block = q->w4 || q->nvfp4 ? 0 : v->ct_block;
 	rc = ct_ignore_add(q, &cap, ct_always_ignored,
 			   sizeof(ct_always_ignored) - 1);
 	for (size_t i = 0; !rc && i < nh; i++)
 		for (size_t j = 0; !rc && j < h[i]->ntensors; j++)
-			rc = ct_weight(q, &cap, v, &h[i]->tensors[j]);
+			rc = ct_weight(q, &cap, v, h[i], &h[i]->tensors[j]);
 	if (rc) {
 		castfs_md_ct_fini(q);
 		return rc;
@@ -172,6 +195,27 @@ static void ct_weights_w4(struct castfs_strbuf *b,
 	ct_object(b, s, depth, kv, sizeof(kv) / sizeof(kv[0]));
 }
 
+/*
+ * "weights" of NVFP4A16: float 4, symmetric, static, tensor_group 16. No
+ * scale_dtype: compressed-tensors <= 0.12 forbids the key, and without it
+ * every release still stores and reads the scale as float8_e4m3fn.
+ */
+static void ct_weights_nvfp4(struct castfs_strbuf *b,
+			     const struct castfs_md_style *s, int depth)
+{
+	static const struct ct_kv kv[] = {
+		{ "dynamic", "false" },
+		{ "group_size", "16" },
+		{ "num_bits", "4" },
+		{ "observer", "\"memoryless_minmax\"" },
+		{ "strategy", "\"tensor_group\"" },
+		{ "symmetric", "true" },
+		{ "type", "\"float\"" },
+	};
+
+	ct_object(b, s, depth, kv, sizeof(kv) / sizeof(kv[0]));
+}
+
 /* "weights": float 8, symmetric, static, per channel or per block. */
 static void ct_weights(struct castfs_strbuf *b, const struct castfs_md_style *s,
 		       int depth, const struct castfs_md_ct *q)
@@ -207,6 +251,8 @@ static void ct_weights(struct castfs_strbuf *b, const struct castfs_md_style *s,
 /* The compressed-tensors format name, quoted. */
 static const char *ct_format(const struct castfs_md_ct *q)
 {
+	if (q->nvfp4)
+		return "\"nvfp4-pack-quantized\"";
 	return q->w4 ? "\"pack-quantized\"" : "\"float-quantized\"";
 }
 
@@ -230,7 +276,7 @@ static void ct_group(struct castfs_strbuf *b, const struct castfs_md_style *s,
 	ct_key(b, s, depth + 1, true, "format");
 	castfs_sb_puts(b, ct_format(q));
 	ct_key(b, s, depth + 1, false, "input_activations");
-	if (q->w4)
+	if (q->w4 || q->nvfp4)
 		castfs_sb_puts(b, "null");
 	else
 		ct_object(b, s, depth + 1, act, sizeof(act) / sizeof(act[0]));
@@ -239,7 +285,9 @@ static void ct_group(struct castfs_strbuf *b, const struct castfs_md_style *s,
 	ct_key(b, s, depth + 1, false, "targets");
 	ct_array(b, s, depth + 1, targets, 1, true);
 	ct_key(b, s, depth + 1, false, "weights");
-	if (q->w4)
+	if (q->nvfp4)
+		ct_weights_nvfp4(b, s, depth + 1);
+	else if (q->w4)
 		ct_weights_w4(b, s, depth + 1);
 	else
 		ct_weights(b, s, depth + 1, q);

@@ -30,7 +30,8 @@ static int split_dir_view(struct castfs_ns *ns, const char *name,
 	if (!dot || dot == name)
 		return -ENOENT;
 	*v = castfs_views_find(ns->views, dot + 1, strlen(dot + 1));
-	if (!*v || (*v)->kind == CASTFS_VIEW_GGUF) /* single files only */
+	if (!*v || (*v)->kind == CASTFS_VIEW_GGUF ||
+	    (*v)->kind == CASTFS_VIEW_COMFY_FP8) /* single files only */
 		return -ENOENT;
 	*base_len = (size_t)(dot - name);
 	return 0;
@@ -105,7 +106,8 @@ static int lookup_vindex(struct castfs_ns *ns, const struct ns_node *dir,
 	if (!castfs_md_split_variant_index(name, &stem, &vname, &vlen))
 		return -ENOENT;
 	v = castfs_views_find(ns->views, vname, vlen);
-	if (!v || v->kind == CASTFS_VIEW_GGUF || stem + 6 > sizeof(base))
+	if (!v || v->kind == CASTFS_VIEW_GGUF ||
+	    v->kind == CASTFS_VIEW_COMFY_FP8 || stem + 6 > sizeof(base))
 		return -ENOENT;
 	snprintf(base, sizeof(base), "%.*s.json", (int)stem, name);
 	child->path = ns_path_join(dir->path, base, strlen(base));
@@ -153,6 +155,7 @@ static int list_views(struct castfs_ns *ns, struct ns_list *l, const char *name,
 		int n;
 
 		if (!v->listed || v->kind == CASTFS_VIEW_GGUF ||
+		    v->kind == CASTFS_VIEW_COMFY_FP8 ||
 		    (casts_only && v->kind != CASTFS_VIEW_CAST))
 			continue;
 		n = snprintf(buf, sizeof(buf), "%.*s.%s%s", (int)len, name,

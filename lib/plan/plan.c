@@ -414,6 +414,7 @@ const char *castfs_op_name(enum castfs_op op)
 		[CASTFS_OP_F8_CODES] = "fp8-codes",
 		[CASTFS_OP_I4_PACKED] = "int4-packed",
 		[CASTFS_OP_CT_SCALE] = "ct-scale",
+		[CASTFS_OP_CT_GSCALE] = "ct-global-scale",
 		[CASTFS_OP_GGUF_BLOCKS] = "gguf-blocks",
 		[CASTFS_OP_DEQ_MXFP4] = "dequant-mxfp4",
 	};

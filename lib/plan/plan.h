@@ -34,6 +34,7 @@ enum castfs_op {
 	CASTFS_OP_F8_CODES, /* compressed-tensors scaled F8_E4M3 weight */
 	CASTFS_OP_I4_PACKED, /* compressed-tensors pack-quantized int4 */
 	CASTFS_OP_CT_SCALE, /* their channel, block or group weight_scale */
+	CASTFS_OP_CT_GSCALE, /* NVFP4 weight_global_scale (F32 [1]) */
 	CASTFS_OP_GGUF_BLOCKS, /* ggml Q8_0 / Q4_0 blocks of 32 elements */
 	CASTFS_OP_DEQ_MXFP4, /* gpt-oss MXFP4, transposed (plan_gen_mx.c) */
 	CASTFS_OP_COUNT,
@@ -58,6 +59,9 @@ struct castfs_extent {
 	/* CAST: the kernel, resolved when the plan is built. */
 	castfs_convert_fn cvt;
 };
+
+/* The most weights an NVFP4 global scale is shared by (q, k, v). */
+#define CASTFS_QT_FUSE_MAX 3u
 
 /*
  * A source tensor that a quantiser reads: where its elements are and how
@@ -99,6 +103,15 @@ struct castfs_qtensor {
 	 * channel, 128 x 128 for blocks; edge blocks are cut by the matrix).
 	 */
 	uint64_t blk_rows, blk_cols;
+	/*
+	 * NVFP4: the weights whose joint absmax gives the global scale (the
+	 * tensor itself and its fused siblings, q/k/v or gate/up: one global
+	 * scale for the group, as vLLM needs), each at fuse_off with fuse_n
+	 * elements of src_dtype.
+	 */
+	uint64_t fuse_off[CASTFS_QT_FUSE_MAX];
+	uint64_t fuse_n[CASTFS_QT_FUSE_MAX];
+	uint8_t nfuse;
 };
 
 struct castfs_header;

@@ -3,9 +3,12 @@
  * The generators of the compressed-tensors scaled-fp8 extents: a range of
  * codes or scales is served from tiles of whole scale blocks (rows for a
  * channel scale, 128 x 128 blocks) read through the thread's scratch.
- * Stateless: each block's scale is recomputed from its elements.
+ * Stateless: each block's scale is recomputed from its elements; the one
+ * tensor-wide statistic, NVFP4's global scale, is computed once per tensor
+ * on first need and kept with the plan (fp4_gscale).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "common/compiler.h"
@@ -21,6 +24,7 @@ struct f8_stage {
 	uint64_t cap; /* elements per tile */
 	float *f32;
 	uint8_t *raw;
+	float gs; /* NVFP4: the tensor's global scale */
 };
 
 /* The most scale blocks one tile holds. */
@@ -53,9 +57,88 @@ uint64_t castfs_f8_scale_elem(const struct castfs_qtensor *q, uint64_t i)
 	return i / nbc * q->blk_rows * q->cols + i % nbc * q->blk_cols;
 }
 
-static int f8_stage_init(struct f8_stage *st, const struct castfs_read_env *env,
-			 const struct castfs_qtensor *q)
+/* The absmax of @n elements of @q's dtype at @off, chunk by chunk. */
+static int fp4_absmax(const struct castfs_read_env *env,
+		      const struct castfs_qtensor *q, uint64_t off, uint64_t n,
+		      float *out)
 {
+	enum castfs_dtype dt = (enum castfs_dtype)q->src_dtype;
+	size_t sz = castfs_dtype_bits(dt) / 8;
+	uint64_t cap = env->s->len / (4 + sz);
+	float *f32 = (float *)(void *)env->s->buf;
+	uint8_t *raw = dt == CASTFS_DTYPE_F32 ? env->s->buf :
+						env->s->buf + cap * 4;
+	castfs_convert_fn to_f32 =
+		dt == CASTFS_DTYPE_F32 ?
+			NULL :
+			castfs_convert_get(dt, CASTFS_DTYPE_F32, 0);
+	float m = 0.0f;
+	int rc = 0;
+
+	cap -= cap % 16;
+	for (uint64_t i = 0; !rc && i < n; i += cap) {
+		size_t k = (size_t)CASTFS_MIN(cap, n - i);
+
+		rc = castfs_reader_read(env->src, raw, k * sz, off + i * sz);
+		if (!rc && to_f32)
+			to_f32(f32, raw, k);
+		if (!rc)
+			m = castfs_ct_absmax_merge(m, castfs_ct_absmax(f32, k));
+	}
+	*out = m;
+	return rc;
+}
+
+/*
+ * The tensor-wide scale of tensor @idx (NVFP4's global scale, ComfyUI's
+ * per-tensor scale): one pass over it and its fused siblings on first
+ * need, under the tensor's lock (sizes never wait for it). Uses the
+ * scratch: call before staging anything in it.
+ */
+static int fp4_gscale(const struct castfs_read_env *env, uint32_t idx,
+		      float *gs)
+{
+	const struct castfs_qtensor *q = &env->plan->qtensors[idx];
+	struct castfs_qstats *qs = &env->plan->qstats[idx];
+	int rc = 0;
+
+	if (!__atomic_load_n(&qs->ready, __ATOMIC_ACQUIRE)) {
+		float m = 0.0f;
+
+		pthread_mutex_lock(&qs->lock);
+		for (uint8_t i = 0; !qs->ready && !rc && i < q->nfuse; i++) {
+			float a;
+
+			rc = fp4_absmax(env, q, q->fuse_off[i], q->fuse_n[i],
+					&a);
+			m = castfs_ct_absmax_merge(m, a);
+		}
+		if (!qs->ready && !rc) {
+			enum castfs_dtype dt = (enum castfs_dtype)q->src_dtype;
+
+			qs->gscale = q->qtype == CASTFS_Q_COMFY_F8 ?
+					     castfs_comfy_f8_scale(m, dt) :
+					     castfs_ct_nvfp4_gscale(m, dt);
+			__atomic_store_n(&qs->ready, true, __ATOMIC_RELEASE);
+		}
+		pthread_mutex_unlock(&qs->lock);
+	}
+	*gs = qs->gscale;
+	return rc;
+}
+
+static int f8_stage_init(struct f8_stage *st, const struct castfs_read_env *env,
+			 uint32_t idx)
+{
+	const struct castfs_qtensor *q = &env->plan->qtensors[idx];
+	int rc;
+
+	st->gs = 1.0f;
+	if (q->qtype == CASTFS_Q_NVFP4 || q->qtype == CASTFS_Q_COMFY_F8) {
+		rc = fp4_gscale(env, idx, &st->gs);
+		if (rc)
+			return rc;
+	}
 	st->dt = (enum castfs_dtype)q->src_dtype;
 	st->src_sz = castfs_dtype_bits(st->dt) / 8;
 	st->to_f32 = NULL;
@@ -70,6 +153,37 @@ static int f8_stage_init(struct f8_stage *st, const struct castfs_read_env *env,
 	st->raw = env->s->buf + st->cap * 4;
 	/* The view converts no tensor whose block exceeds a tile. */
 	return q->blk_rows * q->blk_cols <= st->cap ? 0 : -ENOMEM;
+}
+
+/*
+ * Elements [@k, @k + @n) of @q (@n <= st->cap) as float32 into @f: read
+ * and widened, or, for a dequantized FP8 block weight (q->deq), its values
+ * rounded to BF16 as the bf16 view has them (the raw region holds the
+ * codes and the scale rows meanwhile).
+ */
+static int f8_load(const struct castfs_read_env *env,
+		   const struct castfs_qtensor *q, const struct f8_stage *st,
+		   uint64_t k, size_t n, float *f)
+{
+	uint8_t *raw = st->to_f32 ? st->raw : (uint8_t *)f;
+	size_t half = (size_t)(st->cap * st->src_sz / 2);
+	int rc;
+
+	if (q->deq) {
+		rc = castfs_fp8_dequant(env->src, q, k, n, f, st->raw,
+					st->raw + half, half);
+		if (!rc) {
+			castfs_convert_get(CASTFS_DTYPE_F32, CASTFS_DTYPE_BF16,
+					   0)(st->raw, f, n);
+			st->to_f32(f, st->raw, n);
+		}
+		return rc;
+	}
+	rc = castfs_reader_read(env->src, raw, n * st->src_sz,
+				q->src_off + k * st->src_sz);
+	if (!rc && st->to_f32)
+		st->to_f32(f, raw, n);
+	return rc;
 }
 
 /*
@@ -103,22 +217,14 @@ static int f8_tile_read(const struct castfs_read_env *env,
 			const struct f8_stage *st, const struct f8_tile *t)
 {
 	uint64_t w = t->c1 - t->c0, nr = t->r1 - t->r0;
-	uint8_t *raw = st->to_f32 ? st->raw : (uint8_t *)st->f32;
 	int rc = 0;
 
-	if (w == q->cols) {
-		rc = castfs_reader_read(env->src, raw,
-					(size_t)(nr * w * st->src_sz),
-					q->src_off + t->r0 * w * st->src_sz);
-	}
-	for (uint64_t i = 0; w != q->cols && !rc && i < nr; i++)
-		rc = castfs_reader_read(
-			env->src, raw + i * w * st->src_sz,
-			(size_t)(w * st->src_sz),
-			q->src_off +
-				((t->r0 + i) * q->cols + t->c0) * st->src_sz);
-	if (!rc && st->to_f32)
-		st->to_f32(st->f32, raw, (size_t)(nr * w));
+	if (w == q->cols)
+		return f8_load(env, q, st, t->r0 * w, (size_t)(nr * w),
+			       st->f32);
+	for (uint64_t i = 0; !rc && i < nr; i++)
+		rc = f8_load(env, q, st, (t->r0 + i) * q->cols + t->c0,
+			     (size_t)w, st->f32 + i * w);
 	return rc;
 }
 
@@ -146,6 +252,9 @@ static int f8_tile_load(const struct castfs_read_env *env,
 						st->f32 + (r - t->r0) * w + ca,
 						(size_t)n));
 			t->scale[i * t->nbc + j] =
+				q->qtype == CASTFS_Q_NVFP4 ?
+					castfs_ct_nvfp4_scale(m, st->gs,
+							      st->dt) :
 				q->qtype == CASTFS_Q_W4 ?
 					castfs_ct_i4_scale(m, st->dt) :
 					castfs_ct_f8_scale(m, st->dt);
@@ -206,7 +315,11 @@ static void f8_tile_codes(const struct castfs_qtensor *q,
 			const float *x =
 				st->f32 + (r - t->r0) * w + (c - t->c0);
 
-			if (q->qtype == CASTFS_Q_W4)
+			if (q->qtype == CASTFS_Q_NVFP4)
+				castfs_ct_fp4_pack(dst + (e0 - base) / 2, x,
+						   (size_t)(s1 - e0), scale,
+						   st->gs);
+			else if (q->qtype == CASTFS_Q_W4)
 				i4_pack(dst + (e0 - base) / 2, x,
 					(size_t)(s1 - e0), scale, st->dt);
 			else
@@ -244,17 +357,43 @@ static int f8_codes_partial(const struct castfs_read_env *env,
 	return rc;
 }
 
-/* The codes of elements [@first, @first + @count) of @q into @dst. */
-static int ct_codes(const struct castfs_read_env *env,
-		    const struct castfs_qtensor *q, uint64_t first,
-		    uint64_t count, uint8_t *dst)
+/* ComfyUI scaled fp8: codes of [@first, @first + @count), chunk by chunk
+ * (one scale for the tensor: any element range reads only itself). */
+static int comfy_codes(const struct castfs_read_env *env, uint32_t idx,
+		       uint64_t first, uint64_t count, uint8_t *dst)
 {
+	const struct castfs_qtensor *q = &env->plan->qtensors[idx];
+	struct f8_stage st;
+	int rc = f8_stage_init(&st, env, idx);
+
+	while (!rc && count) {
+		size_t k = (size_t)CASTFS_MIN(count, st.cap);
+
+		rc = f8_load(env, q, &st, first, k, st.f32);
+		if (rc)
+			break;
+		castfs_comfy_f8_codes(dst, st.f32, k, st.gs, st.dt);
+		dst += k;
+		first += k;
+		count -= k;
+	}
+	return rc;
+}
+
+/* The codes of elements [@first, @first + @count) of @q into @dst. */
+static int ct_codes(const struct castfs_read_env *env, uint32_t idx,
+		    uint64_t first, uint64_t count, uint8_t *dst)
+{
+	const struct castfs_qtensor *q = &env->plan->qtensors[idx];
 	uint64_t base = first, end = first + count;
 	uint64_t band = q->blk_rows * q->cols; /* elements per block row */
 	struct f8_stage st;
 	struct f8_tile t;
-	int rc = f8_stage_init(&st, env, q);
+	int rc;
 
+	if (q->qtype == CASTFS_Q_COMFY_F8)
+		return comfy_codes(env, idx, first, count, dst);
+	rc = f8_stage_init(&st, env, idx);
 	while (!rc && first < end) {
 		uint64_t br = first / band;
 		uint64_t whole = (end - first) / band;
@@ -285,19 +424,29 @@ int castfs_gen_f8_codes(const struct castfs_read_env *env,
 			const struct castfs_extent *e, uint64_t first,
 			uint64_t count, uint8_t *dst)
 {
-	return ct_codes(env, &env->plan->qtensors[e->qt], first, count, dst);
+	return ct_codes(env, e->qt, first, count, dst);
 }
 
-/* I4_PACKED: unit 1 (one byte: two int4 elements; rows are even). */
+/* I4_PACKED: unit 1 (one byte: two int4 or fp4 elements; rows are even). */
 int castfs_gen_i4_packed(const struct castfs_read_env *env,
 			 const struct castfs_extent *e, uint64_t first,
 			 uint64_t count, uint8_t *dst)
 {
-	return ct_codes(env, &env->plan->qtensors[e->qt], first * 2, count * 2,
-			dst);
+	return ct_codes(env, e->qt, first * 2, count * 2, dst);
 }
 
-/* CT_SCALE: a unit is one block's scale in the weight's dtype. */
+/* A scale's bytes: F8_E4M3 for NVFP4, else the weight's dtype. */
+static void ct_scale_store(uint8_t *dst, float v,
+			   const struct castfs_qtensor *q, enum castfs_dtype dt)
+{
+	if (q->qtype == CASTFS_Q_NVFP4)
+		castfs_convert_get(CASTFS_DTYPE_F32, CASTFS_DTYPE_F8_E4M3,
+				   0)(dst, &v, 1);
+	else
+		castfs_ct_store(dst, v, dt);
+}
+
+/* CT_SCALE: a unit is one block's scale (F8_E4M3 or the weight's dtype). */
 int castfs_gen_ct_scale(const struct castfs_read_env *env,
 			const struct castfs_extent *e, uint64_t first,
 			uint64_t count, uint8_t *dst)
@@ -306,7 +455,7 @@ int castfs_gen_ct_scale(const struct castfs_read_env *env,
 	uint64_t all = f8_nbcols(q);
 	struct f8_stage st;
 	struct f8_tile t;
-	int rc = f8_stage_init(&st, env, q);
+	int rc = f8_stage_init(&st, env, e->qt);
 
 	while (!rc && count) {
 		uint64_t bc = first % all;
@@ -315,11 +464,26 @@ int castfs_gen_ct_scale(const struct castfs_read_env *env,
 			     CASTFS_MIN(count, all - bc), &t);
 		rc = f8_tile_load(env, q, &st, &t);
 		for (uint64_t i = 0; !rc && i < t.nbr * t.nbc; i++) {
-			castfs_ct_store(dst, t.scale[i], st.dt);
+			ct_scale_store(dst, t.scale[i], q, st.dt);
 			dst += e->unit;
 		}
 		first += t.nbr * t.nbc;
 		count -= t.nbr * t.nbc;
 	}
+	return rc;
+}
+
+/* CT_GSCALE: one unit, the F32 weight_global_scale of an NVFP4 tensor or
+ * the weight_scale of a ComfyUI scaled-fp8 one. */
+int castfs_gen_ct_gscale(const struct castfs_read_env *env,
+			 const struct castfs_extent *e, uint64_t first,
+			 uint64_t count, uint8_t *dst)
+{
+	float gs;
+	int rc = fp4_gscale(env, e->qt, &gs);
+
+	(void)first;
+	if (!rc && count)
+		castfs_ct_store(dst, gs, CASTFS_DTYPE_F32);
 	return rc;
 }

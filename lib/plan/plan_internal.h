@@ -90,6 +90,10 @@ int castfs_gen_ct_scale(const struct castfs_read_env *env,
 			const struct castfs_extent *e, uint64_t first,
 			uint64_t count, uint8_t *dst);
 
+int castfs_gen_ct_gscale(const struct castfs_read_env *env,
+			 const struct castfs_extent *e, uint64_t first,
+			 uint64_t count, uint8_t *dst);
+
 /* castfs_f8_scale_elem - the first element of scale @i's block of @q. */
 uint64_t castfs_f8_scale_elem(const struct castfs_qtensor *q, uint64_t i);
 
@@ -101,6 +105,7 @@ struct castfs_qstats {
 	pthread_mutex_t lock;
 	bool ready;
 	float offset; /* 4-bit nested: mean of the block absmax */
+	float gscale; /* NVFP4: the weight_global_scale */
 	uint64_t nnested;
 	float *nested_absmax; /* 4-bit nested: per 256 blocks */
 	/*

@@ -86,6 +86,7 @@ static const castfs_gen_fn gen_table[CASTFS_OP_COUNT] = {
 	[CASTFS_OP_F8_CODES] = castfs_gen_f8_codes,
 	[CASTFS_OP_I4_PACKED] = castfs_gen_i4_packed,
 	[CASTFS_OP_CT_SCALE] = castfs_gen_ct_scale,
+	[CASTFS_OP_CT_GSCALE] = castfs_gen_ct_gscale,
 	[CASTFS_OP_GGUF_BLOCKS] = castfs_gen_gguf_blocks,
 	[CASTFS_OP_DEQ_MXFP4] = castfs_gen_deq_mxfp4,
 };
@@ -161,6 +162,8 @@ static uint64_t quant_elem(const struct castfs_extent *e,
 		return rel * 2;
 	case CASTFS_OP_CT_SCALE: /* the first element of its block */
 		return castfs_f8_scale_elem(q, rel / e->unit);
+	case CASTFS_OP_CT_GSCALE: /* the whole tensor: its first element */
+		return 0;
 	case CASTFS_OP_GGUF_BLOCKS: /* a unit per block of 32 */
 		return rel / e->unit * q->blocksize;
 	case CASTFS_OP_MEM:
@@ -204,6 +207,7 @@ uint64_t castfs_plan_src_off(const struct castfs_plan *p, uint64_t off)
 	case CASTFS_OP_F8_CODES:
 	case CASTFS_OP_I4_PACKED:
 	case CASTFS_OP_CT_SCALE:
+	case CASTFS_OP_CT_GSCALE:
 		break;
 	case CASTFS_OP_GGUF_BLOCKS:
 		q = &p->qtensors[e->qt];

@@ -20,6 +20,8 @@ enum castfs_qtype {
 	CASTFS_Q_INT8,
 	CASTFS_Q_F8, /* compressed-tensors scaled fp8 (blk_rows x blk_cols) */
 	CASTFS_Q_W4, /* compressed-tensors int4, symmetric, 1 x blk_cols */
+	CASTFS_Q_NVFP4, /* compressed-tensors NVFP4: fp4 e2m1, 1 x 16 */
+	CASTFS_Q_COMFY_F8, /* ComfyUI scaled fp8: e4m3, one F32 scale */
 	CASTFS_Q_GGUF_Q8_0, /* ggml Q8_0 blocks (quant_gguf.h) */
 	CASTFS_Q_GGUF_Q4_0, /* ggml Q4_0 blocks */
 	CASTFS_Q_GGUF_Q5_0, /* ggml Q5_0, Q5_1 blocks (quant_gguf_k.h) */

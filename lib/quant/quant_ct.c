@@ -141,6 +141,126 @@ void castfs_ct_i4_codes(int8_t *dst, const float *x, size_t n, float scale,
 	}
 }
 
+float castfs_ct_nvfp4_gscale(float absmax, enum castfs_dtype dt)
+{
+	/*
+	 * generate_gparam's 2688 / absmax is torch's __rtruediv__: the
+	 * reciprocal in @dt, then a product in @dt. absmax is clamped to
+	 * finfo(dt).tiny first; for 0 (or below) the product overflows.
+	 */
+	float g = 1.0f / absmax;
+
+	if (absmax < 0x1p-14f && dt == CASTFS_DTYPE_F16)
+		return 1.0f; /* 2688 / f16 tiny overflows f16 */
+	ct_round(&g, 1, dt);
+	g *= CASTFS_CT_F8_MAX * CASTFS_CT_FP4_MAX;
+	ct_round(&g, 1, dt);
+	return isfinite(g) ? g : 1.0f;
+}
+
+float castfs_ct_nvfp4_scale(float absmax, float gs, enum castfs_dtype dt)
+{
+	castfs_convert_fn to_f8 =
+		castfs_convert_get(CASTFS_DTYPE_F32, CASTFS_DTYPE_F8_E4M3, 0);
+	castfs_convert_fn from_f8 =
+		castfs_convert_get(CASTFS_DTYPE_F8_E4M3, CASTFS_DTYPE_F32, 0);
+	float s = absmax / CASTFS_CT_FP4_MAX;
+	uint8_t code;
+
+	ct_round(&s, 1, dt);
+	s = gs * s;
+	if (s > CASTFS_CT_F8_MAX) /* torch.clamp keeps NaN */
+		s = CASTFS_CT_F8_MAX;
+	else if (s < -CASTFS_CT_F8_MAX)
+		s = -CASTFS_CT_F8_MAX;
+	to_f8(&code, &s, 1);
+	from_f8(&s, &code, 1);
+	return s == 0.0f ? 0.125f : s;
+}
+
+/* The E2M1 magnitude code of |q| <= 6 (fp4_utils.py cast_to_fp4). */
+static uint8_t fp4_mag(float a)
+{
+	if (a <= 0.25f)
+		return 0;
+	if (a < 0.75f)
+		return 1;
+	if (a <= 1.25f)
+		return 2;
+	if (a < 1.75f)
+		return 3;
+	if (a <= 2.5f)
+		return 4;
+	if (a < 3.5f)
+		return 5;
+	if (a <= 5.0f)
+		return 6;
+	return 7;
+}
+
+/* One E2M1 code: sign(q) * magnitude, with torch.signbit of the product. */
+static uint8_t fp4_code(float q)
+{
+	if (isnan(q))
+		return 0; /* (NaN * 2).to(int8) is 0 on x86 */
+	q += 0.0f; /* the zero point: -0.0 becomes +0.0 */
+	if (q > CASTFS_CT_FP4_MAX)
+		q = CASTFS_CT_FP4_MAX;
+	else if (q < -CASTFS_CT_FP4_MAX)
+		q = -CASTFS_CT_FP4_MAX;
+	/* torch.sign(+0.0) is 0: 0 * 0 is +0.0; any q < 0 keeps bit 3. */
+	return (uint8_t)(fp4_mag(fabsf(q)) | (q < 0.0f ? 8u : 0u));
+}
+
+void castfs_ct_fp4_pack(uint8_t *dst, const float *x, size_t n, float scale,
+			float gs)
+{
+	float eff = scale / gs;
+
+	for (size_t i = 0; i + 1 < n; i += 2)
+		dst[i / 2] = (uint8_t)(fp4_code(x[i] / eff) |
+				       fp4_code(x[i + 1] / eff) << 4);
+}
+
+float castfs_comfy_f8_scale(float absmax, enum castfs_dtype dt)
+{
+	float s = absmax / CASTFS_CT_F8_MAX;
+
+	if (dt == CASTFS_DTYPE_F16) {
+		float inv = 1.0f / s;
+
+		inv = inv > 65504.0f  ? 65504.0f :
+		      inv < -65504.0f ? -65504.0f :
+					inv;
+		s = 1.0f / inv;
+	}
+	return s == 0.0f ? 1.0f : s;
+}
+
+void castfs_comfy_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
+			   enum castfs_dtype dt)
+{
+	castfs_convert_fn to_f8 =
+		castfs_convert_get(CASTFS_DTYPE_F32, CASTFS_DTYPE_F8_E4M3, 0);
+	float inv = 1.0f / scale, q[CT_CHUNK];
+
+	ct_round(&inv, 1, dt);
+	for (size_t i = 0; i < n; i += CT_CHUNK) {
+		size_t m = n - i < CT_CHUNK ? n - i : CT_CHUNK;
+
+		for (size_t j = 0; j < m; j++)
+			q[j] = x[i + j] * inv;
+		ct_round(q, m, dt);
+		for (size_t j = 0; j < m; j++) { /* NaN stays NaN */
+			if (q[j] > CASTFS_CT_F8_MAX)
+				q[j] = CASTFS_CT_F8_MAX;
+			else if (q[j] < -CASTFS_CT_F8_MAX)
+				q[j] = -CASTFS_CT_F8_MAX;
+		}
+		to_f8(dst + i, q, m);
+	}
+}
+
 void castfs_ct_store(uint8_t *dst, float v, enum castfs_dtype dt)
 {
 	uint16_t h;

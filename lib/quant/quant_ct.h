@@ -70,6 +70,58 @@ float castfs_ct_i4_scale(float absmax, enum castfs_dtype dt);
 void castfs_ct_i4_codes(int8_t *dst, const float *x, size_t n, float scale,
 			enum castfs_dtype dt);
 
+/* NVFP4: elements per F8_E4M3 group scale, and the E2M1 maximum. */
+#define CASTFS_CT_FP4_GROUP 16u
+#define CASTFS_CT_FP4_MAX 6.0f
+
+/*
+ * castfs_ct_nvfp4_gscale - the tensor-wide weight_global_scale of an NVFP4
+ * tensor (or fused group: q/k/v, gate/up) whose absmax is @absmax, for
+ * weights of dtype @dt: rnd_dt(fl32(rnd_dt(fl32(1 / @absmax)) * 2688)) (torch
+ * evaluates 2688 / t as t.reciprocal() * 2688), 1.0 where that is NaN or
+ * infinite (compressed-tensors generate_gparam). Pure function.
+ */
+float castfs_ct_nvfp4_gscale(float absmax, enum castfs_dtype dt);
+
+/*
+ * castfs_ct_nvfp4_scale - the F8_E4M3 weight_scale (as its float value) of
+ * a group of 16 whose absmax is @absmax, with global scale @gs:
+ * e4m3(clamp(fl32(@gs * rnd_dt(@absmax / 6)), -448, 448)), 0.125 where
+ * that is 0 (compressed-tensors calculate_qparams). Pure function.
+ */
+float castfs_ct_nvfp4_scale(float absmax, float gs, enum castfs_dtype dt);
+
+/*
+ * castfs_ct_fp4_pack - the packed E2M1 codes of @x[0..@n) (@n even) into
+ * @dst[0..@n / 2): element 2k in the low nibble of byte k, sign in bit 3.
+ * Each is cast_to_fp4(clamp(fl32(x / fl32(@scale / @gs)) + 0.0, -6, 6))
+ * with compressed-tensors' thresholds (round half to even on the E2M1
+ * grid); a negative value rounded to zero keeps its sign (code 0x8), a NaN
+ * gives code 0. Thread-safe; no allocation.
+ */
+void castfs_ct_fp4_pack(uint8_t *dst, const float *x, size_t n, float scale,
+			float gs);
+
+/*
+ * castfs_comfy_f8_scale - ComfyUI's per-tensor F32 weight_scale of a
+ * weight of dtype @dt whose absmax is @absmax, as its converter writes it
+ * (comfy/quant_ops.py _TensorCoreFP8LayoutBase.quantize, scale=
+ * "recalculate"): fl32(@absmax / 448); for F16 weights 1 / clamp(1 / s,
+ * ±65504) ("Prevent scale from being too small"). A zero scale (an
+ * all-zero weight, where ComfyUI's own writer produces NaN codes) is 1.0:
+ * castfs's one deviation, documented in docs/FORMATS.md. Pure function.
+ */
+float castfs_comfy_f8_scale(float absmax, enum castfs_dtype dt);
+
+/*
+ * castfs_comfy_f8_codes - F8_E4M3 codes of @x[0..@n) (values of dtype @dt)
+ * with scale @scale, as comfy-kitchen's quantize_per_tensor_fp8 computes
+ * them: e4m3(clamp(rnd_dt(x * rnd_dt(fl32(1 / @scale))), -448, 448)), NaN
+ * kept. Thread-safe; no allocation.
+ */
+void castfs_comfy_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
+			   enum castfs_dtype dt);
+
 /*
  * castfs_ct_store - @v (exactly representable in @dt, a dtype for which
  * castfs_ct_dtype_ok()) as the little-endian bytes of @dt into @dst.

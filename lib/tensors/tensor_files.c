@@ -303,6 +303,7 @@ static void origin_extent(const struct castfs_tfile_ctx *c,
 	case CASTFS_OP_F8_CODES:
 	case CASTFS_OP_I4_PACKED:
 	case CASTFS_OP_CT_SCALE:
+	case CASTFS_OP_CT_GSCALE:
 	case CASTFS_OP_GGUF_BLOCKS:
 		if (e->qt >= c->plan->nqt)
 			return;
@@ -362,6 +363,10 @@ static const char *qtype_name(int q)
 		return "fp8";
 	case CASTFS_Q_W4:
 		return "int4";
+	case CASTFS_Q_NVFP4:
+		return "nvfp4";
+	case CASTFS_Q_COMFY_F8:
+		return "comfy fp8";
 	default:
 		return "?";
 	}
@@ -401,10 +406,18 @@ void castfs_torigin_str(const struct castfs_torigin *o, char *buf, size_t len)
 	case CASTFS_OP_F8_CODES:
 	case CASTFS_OP_I4_PACKED:
 	case CASTFS_OP_CT_SCALE:
+	case CASTFS_OP_CT_GSCALE:
 	case CASTFS_OP_GGUF_BLOCKS:
 	case CASTFS_OP_COUNT:
 	default:
-		if (o->qtype == CASTFS_Q_F8 || o->qtype == CASTFS_Q_W4) {
+		if (o->qtype == CASTFS_Q_COMFY_F8) {
+			snprintf(buf, len, "ComfyUI scaled fp8 %s of %s",
+				 castfs_op_name(o->op),
+				 castfs_dtype_name(o->from));
+			break;
+		}
+		if (o->qtype == CASTFS_Q_F8 || o->qtype == CASTFS_Q_W4 ||
+		    o->qtype == CASTFS_Q_NVFP4) {
 			snprintf(buf, len, "compressed-tensors %s of %s",
 				 castfs_op_name(o->op),
 				 castfs_dtype_name(o->from));

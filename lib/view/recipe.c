@@ -99,6 +99,16 @@ static const struct castfs_view builtin_views[] = {
 	  .summary =
 		  "compressed-tensors W4A16: packed int4, symmetric, a "
 		  "weight_scale per 128 columns, as llm-compressor writes it" },
+	{ .name = "nvfp4",
+	  .kind = CASTFS_VIEW_CT_NVFP4,
+	  .summary = "compressed-tensors NVFP4A16: packed fp4 e2m1, an e4m3 "
+		     "weight_scale per 16 columns and a global scale, as "
+		     "llm-compressor writes it" },
+	{ .name = "fp8_scaled",
+	  .kind = CASTFS_VIEW_COMFY_FP8,
+	  .summary = "ComfyUI scaled fp8: e4m3 Linear weights, an F32 "
+		     "weight_scale per tensor and the comfy_quant marker "
+		     "(single files)" },
 	/* GGUF files for ComfyUI-GGUF: names end in .gguf, so that the file
 	 * is X.<name> (docs/FORMATS.md "GGUF views"). */
 	{ .name = "f16.gguf",
@@ -691,6 +701,10 @@ static const char *kind_name(enum castfs_view_kind k)
 		return "ct_fp8";
 	case CASTFS_VIEW_CT_W4:
 		return "ct_w4";
+	case CASTFS_VIEW_CT_NVFP4:
+		return "ct_nvfp4";
+	case CASTFS_VIEW_COMFY_FP8:
+		return "comfy_fp8";
 	case CASTFS_VIEW_GGUF:
 		return "gguf";
 	}

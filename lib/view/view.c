@@ -64,7 +64,8 @@ static bool module_is_linear(const struct castfs_tensor *t)
 
 bool castfs_view_is_ct(const struct castfs_view *v)
 {
-	return v->kind == CASTFS_VIEW_CT_FP8 || v->kind == CASTFS_VIEW_CT_W4;
+	return v->kind == CASTFS_VIEW_CT_FP8 || v->kind == CASTFS_VIEW_CT_W4 ||
+	       v->kind == CASTFS_VIEW_CT_NVFP4;
 }
 
 bool castfs_view_linear_weight(const struct castfs_tensor *t)
@@ -97,9 +98,11 @@ static bool default_converts(const struct castfs_view *v,
 		return true;
 	case CASTFS_VIEW_BNB4:
 	case CASTFS_VIEW_INT8:
+	case CASTFS_VIEW_COMFY_FP8:
 		return t->ndim == 2 && module_is_linear(t);
 	case CASTFS_VIEW_CT_FP8:
 	case CASTFS_VIEW_CT_W4:
+	case CASTFS_VIEW_CT_NVFP4:
 		return t->ndim == 2 && module_is_linear(t) &&
 		       castfs_view_ct_fits(v, t);
 	}
@@ -114,10 +117,14 @@ bool castfs_view_converts(const struct castfs_view *v,
 		return false;
 	if (v->kind != CASTFS_VIEW_CAST && (t->ndim != 2 || t->nelems == 0))
 		return false; /* the bnb layouts are defined for matrices */
-	if (castfs_view_is_ct(v) && !castfs_ct_dtype_ok(t->dtype))
+	if ((castfs_view_is_ct(v) || v->kind == CASTFS_VIEW_COMFY_FP8) &&
+	    !castfs_ct_dtype_ok(t->dtype))
 		return false; /* scales are kept in the weight's dtype */
 	/* llm-compressor refuses groups cut by the row: so does castfs. */
 	if (v->kind == CASTFS_VIEW_CT_W4 && t->shape[1] % CASTFS_CT_W4_GROUP)
+		return false;
+	if (v->kind == CASTFS_VIEW_CT_NVFP4 &&
+	    t->shape[1] % CASTFS_CT_NVFP4_GROUP)
 		return false;
 	for (size_t i = 0; i < v->nrules; i++) {
 		if (rule_matches(&v->rules[i], t))
@@ -149,6 +156,9 @@ bool castfs_view_dequantizes(const struct castfs_view *v)
 		return true;
 	case CASTFS_VIEW_CT_FP8:
 	case CASTFS_VIEW_CT_W4:
+		return true; /* from the BF16 values (view_ct.c) */
+	case CASTFS_VIEW_CT_NVFP4: /* its global scale: one file's weights */
+	case CASTFS_VIEW_COMFY_FP8:
 	case CASTFS_VIEW_GGUF:
 		break; /* not yet built from dequantized values */
 	}
@@ -192,6 +202,8 @@ int castfs_view_plan_opts(const struct castfs_view *v,
 		return castfs_view_plan_bnb(v, h, out, d);
 	case CASTFS_VIEW_CT_FP8:
 	case CASTFS_VIEW_CT_W4:
+	case CASTFS_VIEW_CT_NVFP4:
+	case CASTFS_VIEW_COMFY_FP8:
 		return castfs_view_plan_ct(v, h, out, d);
 	case CASTFS_VIEW_GGUF:
 		return castfs_view_plan_gguf(v, h, out, d);

@@ -22,6 +22,8 @@ enum castfs_view_kind {
 	CASTFS_VIEW_INT8, /* bitsandbytes LLM.int8 Linear8bitLt layout */
 	CASTFS_VIEW_CT_FP8, /* compressed-tensors float-quantized FP8 */
 	CASTFS_VIEW_CT_W4, /* compressed-tensors pack-quantized int4 (W4A16) */
+	CASTFS_VIEW_CT_NVFP4, /* compressed-tensors nvfp4-pack-quantized */
+	CASTFS_VIEW_COMFY_FP8, /* ComfyUI scaled fp8 (comfy_quant), 1 file */
 	CASTFS_VIEW_GGUF, /* a GGUF file (X.<q>.gguf), view_gguf.c */
 };
 
@@ -69,6 +71,22 @@ bool castfs_view_is_ct(const struct castfs_view *v);
 
 /* The group size of the W4A16 view: columns per int4 weight_scale. */
 #define CASTFS_CT_W4_GROUP 128u
+
+/* The group size of the nvfp4 view: columns per F8_E4M3 weight_scale. */
+#define CASTFS_CT_NVFP4_GROUP 16u
+
+/*
+ * castfs_view_ct_converts - castfs_view_converts() for a tensor of header
+ * @h, which also has its fused siblings: an nvfp4 weight is converted only
+ * when every sibling of its fused group (q/k/v_proj, gate/up_proj,
+ * q_a_proj/kv_a_proj_with_mqa, w1/w3) are in @h and the converted ones
+ * share one dtype (a group cut by a shard boundary stays unquantised: its
+ * global scale needs them all); a fp8_scaled weight only when its name ends
+ * in ".weight". Pure function.
+ */
+bool castfs_view_ct_converts(const struct castfs_view *v,
+			     const struct castfs_header *h,
+			     const struct castfs_tensor *t);
 
 /*
  * castfs_view_linear_weight - true if @t is a 2-D "*.weight" of a module

@@ -6,6 +6,7 @@
  * block; the other tensors are copied. See docs/FORMATS.md.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +29,8 @@ static uint64_t ct_blk_cols(const struct castfs_view *v,
 {
 	if (v->kind == CASTFS_VIEW_CT_W4)
 		return CASTFS_CT_W4_GROUP;
+	if (v->kind == CASTFS_VIEW_CT_NVFP4)
+		return CASTFS_CT_NVFP4_GROUP;
 	return v->ct_block ? v->ct_block : t->shape[1];
 }
 
@@ -116,24 +119,188 @@ static int ct_add_w4(struct castfs_pb *pb, const struct castfs_tensor *t,
 	return rc;
 }
 
+/*
+ * An NVFP4 weight "P.weight": "P.weight_packed" (U8 [out, in / 2], made by
+ * I4_PACKED), "P.weight_scale" (F8_E4M3 [out, in / 16]) and
+ * "P.weight_global_scale" (F32 [1]).
+ */
+static int ct_add_nvfp4(struct castfs_pb *pb, const struct castfs_tensor *t,
+			const struct castfs_qtensor *qt, uint32_t idx)
+{
+	const uint64_t packed[2] = { qt->rows, qt->cols / 2 }, one = 1;
+	const uint64_t scale[2] = { qt->rows, qt->cols / qt->blk_cols };
+	const struct castfs_producer codes = { .op = CASTFS_OP_I4_PACKED,
+					       .qt = idx };
+	const struct castfs_producer sp = { .op = CASTFS_OP_CT_SCALE,
+					    .unit = 1,
+					    .qt = idx };
+	const struct castfs_producer gp = { .op = CASTFS_OP_CT_GSCALE,
+					    .unit = 4,
+					    .qt = idx };
+	int rc = ct_add_named(pb, t, "_packed", CASTFS_DTYPE_U8, 2, packed,
+			      &codes);
+
+	if (!rc)
+		rc = ct_add_named(pb, t, "_scale", CASTFS_DTYPE_F8_E4M3, 2,
+				  scale, &sp);
+	if (!rc)
+		rc = ct_add_named(pb, t, "_global_scale", CASTFS_DTYPE_F32, 1,
+				  &one, &gp);
+	return rc;
+}
+
+/* The fused groups that share one NVFP4 global scale (llm-compressor
+ * FUSED_LAYER_NAMES); NULL-terminated. */
+static const char *const ct_fused[][CASTFS_QT_FUSE_MAX + 1] = {
+	{ "gate_proj", "up_proj", NULL },
+	{ "q_proj", "k_proj", "v_proj", NULL },
+	{ "q_a_proj", "kv_a_proj_with_mqa", NULL },
+	{ "w1", "w3", NULL },
+};
+
+/* The fused group of module @mod (@n bytes), or NULL. */
+static const char *const *ct_group_of(const char *mod, size_t n)
+{
+	for (size_t g = 0; g < sizeof(ct_fused) / sizeof(ct_fused[0]); g++)
+		for (size_t i = 0; ct_fused[g][i]; i++)
+			if (strlen(ct_fused[g][i]) == n &&
+			    memcmp(ct_fused[g][i], mod, n) == 0)
+				return ct_fused[g];
+	return NULL;
+}
+
+/*
+ * Visit @t's fused siblings in @h (@t included): each converted one goes to
+ * @fn. Returns false when a sibling of the group is not in @h.
+ */
+static bool ct_siblings(const struct castfs_view *v,
+			const struct castfs_header *h,
+			const struct castfs_tensor *t,
+			void (*fn)(const struct castfs_tensor *, void *),
+			void *arg)
+{
+	static const char w[] = ".weight";
+	const size_t wl = sizeof(w) - 1;
+	const char *mod, *end = t->name + t->name_len - wl;
+	const char *const *grp;
+	char name[512];
+
+	if (t->name_len <= wl || memcmp(end, w, wl) != 0)
+		return true;
+	mod = end;
+	while (mod > t->name && mod[-1] != '.')
+		mod--;
+	grp = ct_group_of(mod, (size_t)(end - mod));
+	if (!grp) {
+		fn(t, arg);
+		return true;
+	}
+	for (size_t i = 0; grp[i]; i++) {
+		const struct castfs_tensor *s;
+		int n = snprintf(name, sizeof(name), "%.*s%s%s",
+				 (int)(mod - t->name), t->name, grp[i], w);
+
+		if (n < 0 || (size_t)n >= sizeof(name))
+			return false;
+		s = castfs_header_find(h, name, (size_t)n);
+		if (!s)
+			return false;
+		if (castfs_view_converts(v, s))
+			fn(s, arg);
+	}
+	return true;
+}
+
+/* Whether every converted sibling has the dtype of the first one seen. */
+struct ct_same {
+	bool any, ok;
+	enum castfs_dtype dt;
+};
+
+static void ct_same_fn(const struct castfs_tensor *s, void *arg)
+{
+	struct ct_same *c = arg;
+
+	if (c->any && s->dtype != c->dt)
+		c->ok = false;
+	c->any = true;
+	c->dt = s->dtype;
+}
+
+bool castfs_view_ct_converts(const struct castfs_view *v,
+			     const struct castfs_header *h,
+			     const struct castfs_tensor *t)
+{
+	static const char w[] = ".weight";
+	const size_t wl = sizeof(w) - 1;
+	struct ct_same same = { .ok = true };
+
+	if (!castfs_view_converts(v, t))
+		return false;
+	/* ComfyUI's marker is named after the module: "P.weight" only. */
+	if (v->kind == CASTFS_VIEW_COMFY_FP8)
+		return t->name_len > wl &&
+		       memcmp(t->name + t->name_len - wl, w, wl) == 0;
+	if (v->kind != CASTFS_VIEW_CT_NVFP4)
+		return true;
+	/* One global scale over the group: its weights share one dtype. */
+	return ct_siblings(v, h, t, ct_same_fn, &same) && same.ok;
+}
+
+/* Where the weights of @qt's fused group are. */
+struct ct_fuse {
+	const struct castfs_header *h;
+	struct castfs_qtensor *qt;
+};
+
+static void ct_fuse_fn(const struct castfs_tensor *s, void *arg)
+{
+	struct ct_fuse *f = arg;
+
+	if (f->qt->nfuse < CASTFS_QT_FUSE_MAX &&
+	    s->dtype == (enum castfs_dtype)f->qt->src_dtype) {
+		f->qt->fuse_off[f->qt->nfuse] = f->h->data_start + s->begin;
+		f->qt->fuse_n[f->qt->nfuse++] = s->nelems;
+	}
+}
+
 static int ct_add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
 		      const struct castfs_header *h,
-		      const struct castfs_tensor *t)
+		      const struct castfs_tensor *t,
+		      const struct castfs_qtensor *deq)
 {
-	const struct castfs_qtensor qt = {
+	struct castfs_qtensor qt = {
 		.src_off = h->data_start + t->begin,
 		.nelems = t->nelems,
 		.rows = t->shape[0],
 		.cols = t->shape[1],
 		.src_dtype = (uint8_t)t->dtype,
-		.qtype = v->kind == CASTFS_VIEW_CT_W4 ? CASTFS_Q_W4 :
-							CASTFS_Q_F8,
+		.qtype = v->kind == CASTFS_VIEW_CT_W4	 ? CASTFS_Q_W4 :
+			 v->kind == CASTFS_VIEW_CT_NVFP4 ? CASTFS_Q_NVFP4 :
+							   CASTFS_Q_F8,
 		.blk_rows = ct_blk_rows(v),
 		.blk_cols = ct_blk_cols(v, t),
 	};
 	struct castfs_producer p = { .op = CASTFS_OP_F8_CODES };
-	int rc = castfs_pb_add_qtensor(pb, &qt, &p.qt);
+	struct ct_fuse f = { .h = h, .qt = &qt };
+	int rc;
 
+	if (deq) { /* the elements: an FP8 block weight's, dequantized */
+		qt.src_dtype = CASTFS_DTYPE_BF16;
+		qt.deq = true;
+		qt.scale_off = deq->scale_off;
+		qt.srows = deq->srows;
+		qt.scols = deq->scols;
+		qt.brows = deq->brows;
+		qt.bcols = deq->bcols;
+		qt.scale_dtype = deq->scale_dtype;
+	}
+
+	if (v->kind == CASTFS_VIEW_CT_NVFP4)
+		ct_siblings(v, h, t, ct_fuse_fn, &f);
+	rc = castfs_pb_add_qtensor(pb, &qt, &p.qt);
+	if (!rc && v->kind == CASTFS_VIEW_CT_NVFP4)
+		return ct_add_nvfp4(pb, t, &qt, p.qt);
 	if (!rc && v->kind == CASTFS_VIEW_CT_W4)
 		return ct_add_w4(pb, t, &qt, p.qt);
 	if (!rc)
@@ -145,15 +312,92 @@ static int ct_add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
 	return rc;
 }
 
-static int ct_add_tensor(struct castfs_pb *pb, const struct castfs_view *v,
-			 const struct castfs_header *h,
-			 const struct castfs_tensor *t, struct castfs_diag *d)
+/* ComfyUI's marker: json.dumps({"format": "float8_e4m3fn"}) as U8. */
+static const char comfy_quant[] = "{\"format\": \"float8_e4m3fn\"}";
+
+/*
+ * A ComfyUI scaled-fp8 weight "P.weight": its F8_E4M3 codes under the same
+ * name, "P.weight_scale" (F32 [], one per tensor) and "P.comfy_quant" (U8,
+ * the marker ComfyUI's loader reads: comfy/ops.py _load_quantized_module).
+ */
+static int ct_add_comfy(struct castfs_pb *pb, const struct castfs_header *h,
+			const struct castfs_tensor *t)
+{
+	static const char w[] = ".weight";
+	const size_t wl = sizeof(w) - 1, ml = sizeof(comfy_quant) - 1;
+	struct castfs_qtensor qt = {
+		.src_off = h->data_start + t->begin,
+		.nelems = t->nelems,
+		.rows = t->shape[0],
+		.cols = t->shape[1],
+		.src_dtype = (uint8_t)t->dtype,
+		.qtype = CASTFS_Q_COMFY_F8,
+		.blk_rows = 1,
+		.blk_cols = 1,
+		.nfuse = 1,
+	};
+	struct castfs_producer p = { .op = CASTFS_OP_F8_CODES };
+	struct castfs_producer sp = { .op = CASTFS_OP_CT_GSCALE, .unit = 4 };
+	struct castfs_producer mp = { .op = CASTFS_OP_MEM };
+	const uint64_t mlen = ml;
+	struct castfs_tensor base = *t;
+	uint8_t *mem = castfs_pb_alloc(pb, ml);
+	int rc;
+
+	qt.fuse_off[0] = qt.src_off;
+	qt.fuse_n[0] = qt.nelems;
+	rc = castfs_pb_add_qtensor(pb, &qt, &p.qt);
+	if (!rc)
+		rc = castfs_pb_add_tensor(pb, t->name, t->name_len,
+					  CASTFS_DTYPE_F8_E4M3, 2, t->shape,
+					  &p);
+	sp.qt = p.qt;
+	if (!rc)
+		rc = ct_add_named(pb, t, "_scale", CASTFS_DTYPE_F32, 0, NULL,
+				  &sp);
+	/* "P.comfy_quant": the module's name, without ".weight". */
+	base.name_len = t->name_len - wl;
+	if (!rc && !mem)
+		rc = -ENOMEM;
+	if (!rc) {
+		memcpy(mem, comfy_quant, ml);
+		mp.mem = mem;
+		rc = ct_add_named(pb, &base, ".comfy_quant", CASTFS_DTYPE_U8, 1,
+				  &mlen, &mp);
+	}
+	return rc;
+}
+
+int castfs_view_ct_quantise(struct castfs_pb *pb, const struct castfs_view *v,
+			    const struct castfs_header *h,
+			    const struct castfs_tensor *t,
+			    const struct castfs_qtensor *deq,
+			    struct castfs_diag *d)
+{
+	struct castfs_tensor tb = *t;
+	int rc;
+
+	tb.dtype = CASTFS_DTYPE_BF16; /* the scales' dtype */
+	rc = ct_add_fp8(pb, v, h, &tb, deq);
+	if (rc)
+		castfs_diag_set(d, rc,
+				"view '%s': tensor '%s': cannot quantise",
+				v->name, t->name);
+	return rc;
+}
+
+int castfs_view_ct_add(struct castfs_pb *pb, const struct castfs_view *v,
+		       const struct castfs_header *h,
+		       const struct castfs_tensor *t, struct castfs_diag *d)
 {
 	int rc;
 
-	if (!castfs_view_converts(v, t))
+	if (!castfs_view_ct_converts(v, h, t))
 		return ct_add_copy(pb, h, t);
-	rc = ct_add_fp8(pb, v, h, t);
+	if (v->kind == CASTFS_VIEW_COMFY_FP8)
+		rc = ct_add_comfy(pb, h, t);
+	else
+		rc = ct_add_fp8(pb, v, h, t, NULL);
 	if (rc)
 		castfs_diag_set(d, rc,
 				"view '%s': tensor '%s': cannot quantise",
@@ -165,5 +409,5 @@ int castfs_view_plan_ct(const struct castfs_view *v,
 			const struct castfs_header *h, struct castfs_plan **out,
 			struct castfs_diag *d)
 {
-	return castfs_view_build(v, h, ct_add_tensor, out, d);
+	return castfs_view_build(v, h, castfs_view_ct_add, out, d);
 }

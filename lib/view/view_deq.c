@@ -92,18 +92,24 @@ static int add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
 		   const struct castfs_header *h, const struct castfs_tensor *w,
 		   const struct castfs_qinfo *qi, struct castfs_diag *d)
 {
-	struct castfs_tensor as;
+	struct castfs_tensor wb = *w;
 	struct castfs_qtensor qt;
 
 	if (v->kind == CASTFS_VIEW_CAST)
 		return add_deq(pb, v, h, w, qi, v->dtype, v->cvt_flags, d);
-	/* The view sees the bf16 dequantization (an I8 weight included). */
-	as = *w;
-	as.dtype = CASTFS_DTYPE_BF16;
-	if (!castfs_view_converts(v, qi->rule == CASTFS_QRULE_INT8 ? &as : w))
+	/* The view's rules see the bf16 dequantization: an I8 weight is no
+	 * integer tensor to copy, and the compressed-tensors views quantise
+	 * the values the bf16 view shows. */
+	wb.dtype = CASTFS_DTYPE_BF16;
+	if (!castfs_view_converts(v, qi->rule == CASTFS_QRULE_INT8 ||
+						     castfs_view_is_ct(v) ?
+					     &wb :
+					     w))
 		return add_deq(pb, v, h, w, qi, CASTFS_DTYPE_BF16, 0, d);
 	fp8_qtensor(h, w, &h->tensors[qi->scale], qi, &qt);
 	comfy_round(&qt, qi, CASTFS_DTYPE_BF16);
+	if (castfs_view_is_ct(v))
+		return castfs_view_ct_quantise(pb, v, h, w, &qt, d);
 	return castfs_view_bnb_quantise(pb, v, h, w, &qt, d);
 }
 
@@ -126,6 +132,8 @@ static int add_plain(struct castfs_pb *pb, const struct castfs_view *v,
 	if (v->kind == CASTFS_VIEW_CAST)
 		return castfs_pb_add_tensor(pb, t->name, t->name_len, t->dtype,
 					    t->ndim, t->shape, &copy);
+	if (castfs_view_is_ct(v))
+		return castfs_view_ct_add(pb, v, h, t, d);
 	return castfs_view_bnb_add(pb, v, h, t, d);
 }
 

@@ -82,6 +82,25 @@ int castfs_view_bnb_add(struct castfs_pb *pb, const struct castfs_view *v,
 			const struct castfs_header *h,
 			const struct castfs_tensor *t, struct castfs_diag *d);
 
+/* castfs_view_ct_add - castfs_view_add_fn of the compressed-tensors and
+ * ComfyUI views: tensor @t quantised when @v converts it, else copied. */
+int castfs_view_ct_add(struct castfs_pb *pb, const struct castfs_view *v,
+		       const struct castfs_header *h,
+		       const struct castfs_tensor *t, struct castfs_diag *d);
+
+/*
+ * castfs_view_ct_quantise - 2-D FP8 block weight @t of @h quantised by
+ * compressed-tensors view @v (fp8_dynamic, fp8_block, w4a16) from its
+ * values dequantized and rounded to BF16 (@deq: its castfs_qtensor), as if
+ * the source were the bf16 model; the scales are BF16. Errors of the
+ * builder.
+ */
+int castfs_view_ct_quantise(struct castfs_pb *pb, const struct castfs_view *v,
+			    const struct castfs_header *h,
+			    const struct castfs_tensor *t,
+			    const struct castfs_qtensor *deq,
+			    struct castfs_diag *d);
+
 /*
  * castfs_view_bnb_quantise - tensor @t quantised by bitsandbytes view @v;
  * with @deq (an FP8 block weight's castfs_qtensor), from its values

@@ -23,9 +23,10 @@ MALFORMED = os.path.join(TOP, "tests", "data", "malformed")
 MAN_PAGES = ["castfs.1", "castfs-info.1", "castfs-convert.1"]
 
 
-# Views whose oracle is llm-compressor (tests/compat/test_ct.py), not
-# oracle.py; any other view without an oracle fails test_convert_every_view.
-CT_VIEWS = {"fp8_dynamic", "fp8_block", "w4a16"}
+# Views whose oracle is llm-compressor (tests/compat/test_ct.py) or
+# ComfyUI's rules (tests/compat/test_comfy_fp8.py), not oracle.py; any
+# other view without an oracle fails test_convert_every_view.
+CT_VIEWS = {"fp8_dynamic", "fp8_block", "w4a16", "nvfp4", "fp8_scaled"}
 
 def castfs(*args, **kw):
     return subprocess.run([tl.castfs_binary()] + list(args), capture_output=True,

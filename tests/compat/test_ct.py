@@ -1,20 +1,25 @@
 # SPDX-License-Identifier: MIT
-"""compressed-tensors views (fp8_dynamic, fp8_block, w4a16) vs llm-compressor.
+"""compressed-tensors views (fp8_dynamic, fp8_block, w4a16, nvfp4) vs
+llm-compressor.
 
 The oracle is llm-compressor 0.14 + compressed-tensors 0.19 in their own
 venv (scripts/setup-llmc; ct_oracle.py runs there): a data-free oneshot of
-QuantizationModifier(targets="Linear", scheme=FP8_DYNAMIC | FP8_BLOCK,
-ignore=["lm_head"]) saved with save_compressed=True, on the same small
+QuantizationModifier(targets="Linear", scheme=FP8_DYNAMIC | FP8_BLOCK |
+W4A16 | NVFP4A16, ignore=["lm_head"]) saved with save_compressed=True, on
+the same small
 Llama models built here by transformers (dims that are not multiples of 128,
 so channel scales of odd lengths and 128x128 edge blocks are both met).
 
 - Model directory and single-file views equal the oracle's safetensors file
   byte for byte (bf16, f16 and f32 sources: the scale dtype follows the
   weight), whole and by random ranges; a sharded source gets the same
-  tensors (names, dtypes, shapes, bytes) across its converted shards.
+  tensors (names, dtypes, shapes, bytes) across its converted shards. For
+  nvfp4 a fused group (q/k/v, gate/up: one global scale) cut by a shard
+  boundary stays unquantised, so the oracle is told to ignore those groups.
 - config.json's quantization_config, read by compressed-tensors'
-  QuantizationConfig, equals the oracle's, and carries only keys every
-  compressed-tensors release accepts (no scale_dtype / zp_dtype).
+  QuantizationConfig, equals the oracle's (nvfp4: but for scale_dtype,
+  which castfs leaves to its float8_e4m3fn default), and carries only keys
+  every compressed-tensors release accepts (no scale_dtype / zp_dtype).
 - transformers (with compressed-tensors, CPU) loads each DIR.<view>/ with no
   missing or unexpected keys; its logits are within 1/8 of the largest
   source logit (fp8's relative step), and every decompressed Linear weight
@@ -45,8 +50,34 @@ VENV_PY = os.path.join(os.environ.get("CASTFS_LLMC_VENV",
                                       os.path.join(ROOT, ".venv-llmc")),
                        "bin", "python")
 VIEWS = {"fp8_dynamic": "FP8_DYNAMIC", "fp8_block": "FP8_BLOCK",
-         "w4a16": "W4A16"}
-KIND = {"fp8_dynamic": "channel", "fp8_block": "block", "w4a16": "group"}
+         "w4a16": "W4A16", "nvfp4": "NVFP4A16"}
+KIND = {"fp8_dynamic": "channel", "fp8_block": "block", "w4a16": "group",
+        "nvfp4": "fp4"}
+# The layer groups llm-compressor gives one NVFP4 global scale
+# (llmcompressor.observers.helpers.FUSED_LAYER_NAMES).
+FUSED = (("gate_proj", "up_proj"), ("q_proj", "k_proj", "v_proj"),
+         ("q_a_proj", "kv_a_proj_with_mqa"), ("w1", "w3"))
+
+
+def split_groups(src):
+    """The modules of fused groups that a sharded @src spreads over more
+    than one file: castfs's nvfp4 leaves them unquantised."""
+    idx = os.path.join(src, "model.safetensors.index.json")
+    if not os.path.exists(idx):
+        return []
+    with open(idx) as f:
+        wm = json.load(f)["weight_map"]
+    out = []
+    for k in wm:
+        if not k.endswith(".weight") or k.count(".") < 2:
+            continue
+        parent, mod = k.rsplit(".", 2)[0], k.rsplit(".", 2)[1]
+        for g in FUSED:
+            names = ["%s.%s.weight" % (parent, n) for n in g]
+            if (mod == g[0] and all(n in wm for n in names) and
+                    len({wm[n] for n in names}) > 1):
+                out += ["%s.%s" % (parent, n) for n in g]
+    return sorted(out)
 
 
 def tiny_llama(path, dtype, hidden, inter, head_dim, seed, shard=None):
@@ -60,6 +91,9 @@ def tiny_llama(path, dtype, hidden, inter, head_dim, seed, shard=None):
     with torch.no_grad():  # some rows of zeros: the eps scale
         m.model.layers[0].mlp.up_proj.weight[3].zero_()
         m.model.layers[1].self_attn.q_proj.weight[:, 5] *= 40.0  # outliers
+        # -0.0: alone, and a whole group of 16 (a zero scale)
+        m.model.layers[0].mlp.down_proj.weight[1, 3] = -0.0
+        m.model.layers[0].mlp.down_proj.weight[2, 16:32] = -0.0
     if shard:
         m.save_pretrained(path, max_shard_size=shard)
     else:
@@ -80,8 +114,9 @@ MODELS = {
 
 
 # Largest |logits - source logits| allowed, relative to the largest source
-# logit: fp8's relative step (1/8); int4 with 15 levels per group, 1/3.
-LOGIT_TOL = {"channel": 1 / 8, "block": 1 / 8, "group": 1 / 3}
+# logit: fp8's relative step (1/8); int4 with 15 levels per group and fp4
+# with 15 per 16 elements, 1/3.
+LOGIT_TOL = {"channel": 1 / 8, "block": 1 / 8, "group": 1 / 3, "fp4": 1 / 3}
 
 
 def KIND_OF(view_dir):
@@ -128,8 +163,10 @@ class CtViews(unittest.TestCase):
             tiny_llama(os.path.join(cls.src, name), dt, h, it, hd, 100 + i,
                        shard)
             for view, scheme in VIEWS.items():
-                jobs.append([os.path.join(cls.src, name),
-                             os.path.join(cls.ref, name + "." + view), scheme])
+                src = os.path.join(cls.src, name)
+                extra = split_groups(src) if view == "nvfp4" else []
+                jobs.append([src, os.path.join(cls.ref, name + "." + view),
+                             scheme, extra])
         run_oracle({"quantize": jobs}, cls.tmp)
         cls.mnt = tl.Mount(cls.src)
 
@@ -170,6 +207,8 @@ class CtViews(unittest.TestCase):
                   (path, bad[:8]))
 
     def test_ct__sharded_directory_has_llm_compressors_tensors(self):
+        # The shards cut fused groups: nvfp4's unquantised case is met.
+        self.assertTrue(split_groups(os.path.join(self.src, "load")))
         for view in VIEWS:
             with self.subTest(view=view):
                 got = tensors(self.mnt.join("load." + view))
@@ -202,7 +241,7 @@ class CtViews(unittest.TestCase):
     def test_ct__transformers_loads_the_views(self):
         jobs = [[os.path.join(self.src, m), self.mnt.join(m + "." + v),
                  KIND[v]] for m in ("load", "w4mix") for v in VIEWS
-                if m == "load" or v == "w4a16"]
+                if m == "load" or v in ("w4a16", "nvfp4")]
         for j, r in zip(jobs, run_oracle({"load": jobs}, self.tmp)["load"]):
             with self.subTest(view=j[1]):
                 print("%s: max|dlogits| %.4f of %.3f, weight error/bound %.3f"

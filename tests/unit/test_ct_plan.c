@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * compressed-tensors views (fp8_dynamic, fp8_block, w4a16) as plans: the tensor set, every quantised
+ * compressed-tensors views (fp8_dynamic, fp8_block, w4a16, nvfp4) as plans: the tensor set, every quantised
  * tensor equal to a slow element-by-element materialisation (each block's
  * absmax by a plain loop), and any byte range equal to the same slice of a
  * full read, on matrices whose blocks need several tiles (wide rows,
@@ -94,7 +94,8 @@ static void teardown(void)
 	tu_fixture_fini(&fx);
 }
 
-static const char *const views[] = { "fp8_dynamic", "fp8_block", "w4a16" };
+static const char *const views[] = { "fp8_dynamic", "fp8_block", "w4a16",
+				     "nvfp4" };
 
 static struct castfs_plan *plan_of(const char *name)
 {
@@ -203,6 +204,56 @@ static void check_w4(const struct castfs_header *h, const uint8_t *b,
 	free(x);
 }
 
+/* The NVFP4 weight @name (no fused sibling): packed codes, scales and the
+ * global scale from a whole-tensor absmax computed here. */
+static void check_nvfp4(const struct castfs_header *h, const uint8_t *b,
+			const char *name)
+{
+	const struct castfs_tensor *t, *q, *s, *g;
+	float *x = source_f32(name, &t);
+	uint64_t rows = t->shape[0], cols = t->shape[1], ng = cols / 16;
+	char n1[128], n2[128], n3[128];
+	float gs, m = castfs_ct_absmax(x, (size_t)t->nelems);
+
+	snprintf(n1, sizeof(n1), "%s_packed", name);
+	snprintf(n2, sizeof(n2), "%s_scale", name);
+	snprintf(n3, sizeof(n3), "%s_global_scale", name);
+	q = castfs_header_find(h, n1, strlen(n1));
+	s = castfs_header_find(h, n2, strlen(n2));
+	g = castfs_header_find(h, n3, strlen(n3));
+	ck_assert_ptr_nonnull(q);
+	ck_assert_ptr_nonnull(s);
+	ck_assert_ptr_nonnull(g);
+	ck_assert_ptr_null(castfs_header_find(h, name, strlen(name)));
+	ck_assert_int_eq(q->dtype, CASTFS_DTYPE_U8);
+	ck_assert_int_eq(s->dtype, CASTFS_DTYPE_F8_E4M3);
+	ck_assert_int_eq(g->dtype, CASTFS_DTYPE_F32);
+	ck_assert_uint_eq(q->shape[1], cols / 2);
+	ck_assert_uint_eq(s->shape[1], ng);
+	gs = castfs_ct_nvfp4_gscale(m, t->dtype);
+	ck_assert_uint_eq(castfs_load_le32(b + h->data_start + g->begin),
+			  castfs_f32_bits(gs));
+	for (uint64_t r = 0; r < rows; r++) {
+		for (uint64_t j = 0; j < ng; j++) {
+			const float *xg = &x[r * cols + j * 16];
+			float sc = castfs_ct_nvfp4_scale(
+				castfs_ct_absmax(xg, 16), gs, t->dtype);
+			uint8_t want[8], code;
+
+			castfs_ct_fp4_pack(want, xg, 16, sc, gs);
+			ck_assert(memcmp(b + h->data_start + q->begin +
+						 (r * cols + j * 16) / 2,
+					 want, 8) == 0);
+			castfs_convert_get(CASTFS_DTYPE_F32,
+					   CASTFS_DTYPE_F8_E4M3,
+					   0)(&code, &sc, 1);
+			ck_assert_uint_eq(
+				b[h->data_start + s->begin + r * ng + j], code);
+		}
+	}
+	free(x);
+}
+
 static void check_tensor(const struct castfs_header *h, const uint8_t *b,
 			 const char *name, unsigned block)
 {
@@ -262,6 +313,15 @@ START_TEST(test_ct__views_equal_slow_materialisation)
 	unsigned block = _i ? 128 : 0;
 
 	ck_assert_int_eq(castfs_header_parse(b, p->size, p->size, &h, &d), 0);
+	if (_i == 3) {
+		/* Only LONG's width is a multiple of 16; GRP (q_proj) has
+		 * no v_proj in the file: its fused group stays. 1 x 3 + 7. */
+		ck_assert_uint_eq(h->ntensors, 10);
+		check_nvfp4(h, b, LONG);
+		ck_assert_int_eq(castfs_header_find(h, GRP, strlen(GRP))->dtype,
+				 CASTFS_DTYPE_BF16);
+		goto out;
+	}
 	if (_i == 2) {
 		/* Only GRP has groups that the rows do not cut: 1 x 3 + 7. */
 		ck_assert_uint_eq(h->ntensors, 10);
@@ -323,8 +383,8 @@ Suite *unit_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 300); /* slow materialisation, shared CI */
 	tcase_add_loop_test(tc, test_ct__views_equal_slow_materialisation, 0,
-			    3);
-	tcase_add_loop_test(tc, test_ct__random_ranges_equal_full_read, 0, 3);
+			    4);
+	tcase_add_loop_test(tc, test_ct__random_ranges_equal_full_read, 0, 4);
 	suite_add_tcase(s, tc);
 	return s;
 }
