@@ -675,6 +675,9 @@ void ns_ckpt_drop_dir(struct castfs_ns *ns, const char *dir)
 			pp = &ck->hnext;
 		}
 	}
+	/* Which views build can follow config.json; the failures kept for
+	 * evicted entries do not say which directory they were in. */
+	ns_ckpt_fails_fini(ns);
 	pthread_mutex_unlock(&ns->ck_lock);
 }
 

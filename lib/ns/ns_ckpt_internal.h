@@ -160,7 +160,8 @@ size_t ns_ckpt_path_bucket(const char *path);
  * the same identity was evicted. */
 void ns_ckpt_fails_restore_locked(struct castfs_ns *ns, struct ns_ckpt *ck);
 
-/* ns_ckpt_fails_fini - forget every remembered failure (at unmount). */
+/* ns_ckpt_fails_fini - forget every remembered failure (at unmount, or
+ * when a config.json changed). Caller holds the cache lock or is alone. */
 void ns_ckpt_fails_fini(struct castfs_ns *ns);
 
 /* ns_ckpt_header_cost - the bytes parsed header @h is estimated to hold. */
