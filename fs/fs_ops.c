@@ -18,7 +18,20 @@ struct fs_thread {
 	struct castfs_scratch s;
 	char *out;
 	size_t out_len;
+	struct castfs_fs *fs;
+	fuse_req_t req; /* the read in progress, or NULL */
 };
+
+/* The scratch's cancel hook: a long computation stops when its reader is
+ * gone (the kernel sent FUSE_INTERRUPT: a signal, a kill) or the daemon
+ * is stopping (SIGTERM, unmount), so neither waits for it. */
+static bool read_cancelled(void *ctx)
+{
+	const struct fs_thread *t = ctx;
+
+	return fuse_session_exited(t->fs->se) ||
+	       (t->req && fuse_req_interrupted(t->req));
+}
 
 #define FS_OUT_LEN (1u << 20) /* the largest read the kernel sends */
 
@@ -76,6 +89,9 @@ static struct fs_thread *thread_get(struct castfs_fs *fs)
 		return NULL;
 	}
 	t->out_len = FS_OUT_LEN;
+	t->fs = fs;
+	t->s.cancelled = read_cancelled;
+	t->s.cancel_ctx = t;
 	pthread_setspecific(fs->tls, t);
 	return t;
 }
@@ -261,7 +277,9 @@ static void castfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		reply_err(req, CASTFS_SOP_READ, -ENOMEM);
 		return;
 	}
+	t->req = req;
 	n = castfs_file_read(f, &t->s, buf, size, (uint64_t)off);
+	t->req = NULL;
 	if (n < 0) {
 		reply_err(req, CASTFS_SOP_READ, (int)n);
 	} else {

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <malloc.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@ struct options {
 	unsigned read_ahead_kb;
 	unsigned threads;
 	unsigned zcache_mb;
+	unsigned cache_mb;
 	int help;
 	int version;
 	int nosupervise;
@@ -42,6 +44,7 @@ static const struct fuse_opt option_spec[] = {
 	OPT("read_ahead_kb=%u", read_ahead_kb),
 	OPT("threads=%u", threads),
 	OPT("zcache_mb=%u", zcache_mb),
+	OPT("cache_mb=%u", cache_mb),
 	OPT("nosupervise", nosupervise),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
@@ -105,6 +108,8 @@ static void usage(const char *prog)
 	       "    -o threads=N           worker threads (default 2 x CPUs, >= 4)\n"
 	       "    -o zcache_mb=N         decoded frames of packed sources\n"
 	       "                           (*.safetensors.zst) kept in memory (16)\n"
+	       "    -o cache_mb=N          parsed headers, plans and tensor trees\n"
+	       "                           kept for unused checkpoints (64)\n"
 	       "    -o nosupervise         one process: no restart after a crash,\n"
 	       "                           no `castfs reload`\n"
 	       "    -h, --help             this help\n"
@@ -146,6 +151,20 @@ static unsigned default_threads(void)
 	return n > 2 ? (unsigned)n * 2 : 4;
 }
 
+/*
+ * Give freed memory back at once: glibc raises its trim and mmap
+ * thresholds as large blocks come and go (up to 32 and 64 MiB), and a
+ * worker thread's arena never shrinks below its top chunk, so the
+ * memory of evicted checkpoints would stay with the daemon. Fixed
+ * thresholds keep big buffers (headers, plans) in their own mappings,
+ * unmapped when freed, and let arenas shrink (docs/RELIABILITY.md).
+ */
+static void malloc_give_back(void)
+{
+	mallopt(M_MMAP_THRESHOLD, 1 << 20);
+	mallopt(M_TRIM_THRESHOLD, 1 << 20);
+}
+
 static int setup_ns(struct castfs_fs *fs, const struct options *o,
 		    const char *mountpoint)
 {
@@ -165,11 +184,13 @@ static int setup_ns(struct castfs_fs *fs, const struct options *o,
 		.log_ctx = fs,
 		.guard = castfs_fs_lease_init(),
 		.zcache_bytes = (size_t)o->zcache_mb << 20,
+		.cache_bytes = (size_t)o->cache_mb << 20,
 	};
 	struct castfs_diag d = { { 0 } };
 	char *config_json;
 	int rc;
 
+	malloc_give_back();
 	rc = castfs_stats_new(fs->views.n, &fs->stats);
 	if (rc)
 		return rc;

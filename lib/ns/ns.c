@@ -36,7 +36,13 @@ static const struct ns_dir_ext *const dir_exts[] = {
 
 void castfs_ns_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup)
 {
-	ns_node_forget(ns, id, nlookup);
+	char *idle = ns_node_forget(ns, id, nlookup);
+
+	/* The kernel holds nothing of that source any more: what the
+	 * checkpoint cache keeps for it can go (docs/RELIABILITY.md). */
+	if (idle)
+		ns_ckpt_idle_path(ns, idle);
+	free(idle);
 }
 
 /* ---- setup ---- */
@@ -58,6 +64,8 @@ int castfs_ns_new(const struct castfs_ns_opts *o, struct castfs_ns **out,
 	ns->log = o->log;
 	ns->log_ctx = o->log_ctx;
 	ns->guard = o->guard;
+	ns->ck_budget = o->cache_bytes ? o->cache_bytes :
+					 CASTFS_CKPT_CACHE_DEFAULT;
 	ns->source = strdup(o->source);
 	ns->config_json = strdup(o->config_json ? o->config_json : "{}");
 	if (!ns->source || !ns->config_json)

@@ -58,7 +58,14 @@ struct castfs_ns_opts {
 	/* Decoded bytes of packed sources kept in memory; 0: the default
 	 * (CASTFS_ZCACHE_DEFAULT). */
 	size_t zcache_bytes;
+	/* Estimated bytes of parsed headers, plans and tensor trees the
+	 * checkpoint cache keeps for checkpoints nothing uses; 0: the
+	 * default (CASTFS_CKPT_CACHE_DEFAULT). */
+	size_t cache_bytes;
 };
+
+/* The checkpoint cache's default budget (-o cache_mb). */
+#define CASTFS_CKPT_CACHE_DEFAULT ((size_t)64 << 20)
 
 /*
  * castfs_ns_new - open the source directory and build an empty node table.

@@ -27,7 +27,7 @@ static size_t ck_bucket(dev_t dev, ino_t ino)
 	return (size_t)(h >> 20) % NS_HASH_BUCKETS;
 }
 
-static size_t ck_path_bucket(const char *path)
+size_t ns_ckpt_path_bucket(const char *path)
 {
 	uint64_t h = castfs_fnv1a(CASTFS_FNV_SEED, path, strlen(path));
 
@@ -37,7 +37,7 @@ static size_t ck_path_bucket(const char *path)
 /* Caller holds ck_lock. Take @ck off the chain by path. */
 static void ck_unlink_path_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
 {
-	struct ns_ckpt **pp = &ns->ckpaths[ck_path_bucket(ck->path)];
+	struct ns_ckpt **pp = &ns->ckpaths[ns_ckpt_path_bucket(ck->path)];
 
 	for (; *pp; pp = &(*pp)->pnext) {
 		if (*pp == ck) {
@@ -73,11 +73,18 @@ static void ck_free(struct ns_ckpt *ck, size_t nviews)
 	free(ck);
 }
 
-void ns_ckpt_put(struct castfs_ns *ns, struct ns_ckpt *ck)
+void ns_ckpt_unref(struct ns_ckpt *ck)
 {
-	(void)ns;
 	if (ck && atomic_fetch_sub(&ck->refs, 1) == 1)
 		ck_free(ck, ck->nviews);
+}
+
+void ns_ckpt_put(struct castfs_ns *ns, struct ns_ckpt *ck)
+{
+	ns_ckpt_unref(ck);
+	/* The entry a request used may be the one past the budget. */
+	if (ck && ns && ns_ckpt_over_budget(ns))
+		ns_ckpt_trim(ns);
 }
 
 static void ck_ref(struct ns_ckpt *ck)
@@ -288,10 +295,8 @@ static void ck_insert_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
 
 	while ((o = *pp)) {
 		if (o->dev == ck->dev && o->ino == ck->ino) {
-			*pp = o->hnext;
-			ck_unlink_path_locked(ns, o);
-			o->in_table = false;
-			ns_ckpt_put(ns, o);
+			ns_ckpt_unlink_locked(ns, o); /* *pp is now the next */
+			ns_ckpt_unref(o);
 			continue;
 		}
 		pp = &o->hnext;
@@ -300,8 +305,8 @@ static void ck_insert_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
 	ck->in_table = true;
 	ck->hnext = ns->ckpts[ck_bucket(ck->dev, ck->ino)];
 	ns->ckpts[ck_bucket(ck->dev, ck->ino)] = ck;
-	ck->pnext = ns->ckpaths[ck_path_bucket(ck->path)];
-	ns->ckpaths[ck_path_bucket(ck->path)] = ck;
+	ck->pnext = ns->ckpaths[ns_ckpt_path_bucket(ck->path)];
+	ns->ckpaths[ns_ckpt_path_bucket(ck->path)] = ck;
 }
 
 /* Caller holds ck_lock. Take @ck off the chain by identity. */
@@ -315,6 +320,14 @@ static void ck_unlink_id_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
 			return;
 		}
 	}
+}
+
+void ns_ckpt_unlink_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
+{
+	ck_unlink_id_locked(ns, ck);
+	ck_unlink_path_locked(ns, ck);
+	ns_ckpt_lru_del_locked(ns, ck);
+	ck->in_table = false;
 }
 
 static void ck_log_rejected(struct castfs_ns *ns, const struct ns_ckpt *ck)
@@ -368,10 +381,10 @@ static void ck_load_shared(struct castfs_ns *ns, struct ns_ckpt *ck,
 	pthread_mutex_lock(&ns->ck_lock);
 	ck->loading = false;
 	if (ck_transient(ck->err) && ck->in_table) {
-		ck_unlink_id_locked(ns, ck);
-		ck_unlink_path_locked(ns, ck);
-		ck->in_table = false;
-		ns_ckpt_put(ns, ck); /* the table's reference */
+		ns_ckpt_unlink_locked(ns, ck);
+		ns_ckpt_unref(ck); /* the table's reference */
+	} else if (ck->h && ck->in_table) {
+		ns_ckpt_lru_add_locked(ns, ck, ns_ckpt_header_cost(ck->h));
 	}
 	pthread_cond_broadcast(&ns->ck_loaded);
 	pthread_mutex_unlock(&ns->ck_lock);
@@ -392,6 +405,7 @@ static struct ns_ckpt *ck_find_or_enter_locked(struct castfs_ns *ns,
 		 * of this identity wait for it rather than parse again. */
 		fresh->loading = true;
 		ck_insert_locked(ns, fresh);
+		ns_ckpt_fails_restore_locked(ns, fresh);
 	}
 	return ck;
 }
@@ -403,6 +417,8 @@ int ns_ckpt_get(struct castfs_ns *ns, const char *path, const struct stat *st,
 
 	pthread_mutex_lock(&ns->ck_lock);
 	ck = ck_find_loaded_locked(ns, st);
+	if (ck)
+		ns_ckpt_lru_touch_locked(ns, ck);
 	pthread_mutex_unlock(&ns->ck_lock);
 	if (!ck) {
 		fresh = ck_new(ns, path, st);
@@ -420,6 +436,8 @@ int ns_ckpt_get(struct castfs_ns *ns, const char *path, const struct stat *st,
 	}
 	/* Parse outside the lock: a 100 MB header takes a while. */
 	ck_load_shared(ns, fresh, st);
+	if (ns_ckpt_over_budget(ns))
+		ns_ckpt_trim(ns);
 	*out = fresh;
 	return 0;
 }
@@ -465,9 +483,7 @@ int ns_ckpt_valid(struct castfs_ns *ns, const char *path, struct stat *st,
 	return 0;
 }
 
-/* Caller holds ck->lock. Build the plan of view @idx, or say why it
- * cannot be: a failure that is not transient is kept like a plan, so a
- * view that cannot be built is not rebuilt per lookup. */
+/* The quantized-source options of @ck's plans (its FP8 block size). */
 const struct castfs_qsrc_opts *ns_ckpt_qopts(const struct ns_ckpt *ck,
 					     struct castfs_qsrc_opts *o)
 {
@@ -476,8 +492,13 @@ const struct castfs_qsrc_opts *ns_ckpt_qopts(const struct ns_ckpt *ck,
 	return o;
 }
 
+/* Caller holds ck->lock. Build the plan of view @idx (its estimated size
+ * to *@built), or say why it cannot be: a failure that is not transient
+ * is kept like a plan, so a view that cannot be built is not rebuilt per
+ * lookup. */
 static int ck_plan_locked(struct castfs_ns *ns, struct ns_ckpt *ck, int idx,
-			  const struct castfs_view *view, struct castfs_diag *d)
+			  const struct castfs_view *view, size_t *built,
+			  struct castfs_diag *d)
 {
 	struct castfs_qsrc_opts o;
 	int rc;
@@ -495,6 +516,9 @@ static int ck_plan_locked(struct castfs_ns *ns, struct ns_ckpt *ck, int idx,
 				   &ck->plans[idx], d);
 	if (!rc)
 		castfs_stats_count(ns->stats, CASTFS_SCTR_PLANS_BUILT, 1);
+	if (!rc)
+		*built = ns_ckpt_plan_cost(ck->plans[idx],
+					   (size_t)ck->h->header_len);
 	else if (!ck_transient(rc))
 		ck->plan_err[idx] = rc;
 	return rc;
@@ -505,15 +529,18 @@ int ns_ckpt_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 		 struct castfs_diag *d)
 {
 	int idx = ns_view_index(ns, view);
+	size_t built = 0;
 	int rc;
 
 	if (idx < 0 || (size_t)idx >= ck->nviews || !ck->h)
 		return -EINVAL;
 	pthread_mutex_lock(&ck->lock);
-	rc = ck_plan_locked(ns, ck, idx, view, d);
+	rc = ck_plan_locked(ns, ck, idx, view, &built, d);
 	if (!rc)
 		*out = ck->plans[idx];
 	pthread_mutex_unlock(&ck->lock);
+	if (built)
+		ns_ckpt_charge(ns, ck, built);
 	return rc;
 }
 
@@ -582,13 +609,11 @@ void ns_ckpt_drop_path(struct castfs_ns *ns, const char *path)
 	struct ns_ckpt **pp, *ck;
 
 	pthread_mutex_lock(&ns->ck_lock);
-	pp = &ns->ckpaths[ck_path_bucket(path)];
+	pp = &ns->ckpaths[ns_ckpt_path_bucket(path)];
 	while ((ck = *pp)) {
 		if (strcmp(ck->path, path) == 0) {
-			*pp = ck->pnext;
-			ck_unlink_id_locked(ns, ck);
-			ck->in_table = false;
-			ns_ckpt_put(ns, ck);
+			ns_ckpt_unlink_locked(ns, ck); /* *pp is now the next */
+			ns_ckpt_unref(ck);
 			continue;
 		}
 		pp = &ck->pnext;
@@ -603,9 +628,10 @@ void ns_ckpt_cache_fini(struct castfs_ns *ns)
 			struct ns_ckpt *ck = ns->ckpts[i];
 
 			ns->ckpts[i] = ck->hnext;
-			ns_ckpt_put(ns, ck);
+			ns_ckpt_unref(ck);
 		}
 	}
+	ns_ckpt_fails_fini(ns);
 }
 
 int ns_ckpt_packed_stat(struct castfs_ns *ns, const char *path, struct stat *st)
@@ -661,17 +687,18 @@ void ns_ckpt_drop_dir(struct castfs_ns *ns, const char *dir)
 
 		while ((ck = *pp)) {
 			if (in_dir(ck->path, dir)) {
-				/* Off both chains: the watcher's drop by
-				 * path walks the other one. */
-				*pp = ck->hnext;
-				ck_unlink_path_locked(ns, ck);
-				ck->in_table = false;
-				ns_ckpt_put(ns, ck);
+				/* Off both chains (the watcher's drop by path
+				 * walks the other one) and the LRU list. */
+				ns_ckpt_unlink_locked(ns, ck);
+				ns_ckpt_unref(ck);
 				continue;
 			}
 			pp = &ck->hnext;
 		}
 	}
+	/* Which views build can follow config.json; the failures kept for
+	 * evicted entries do not say which directory they were in. */
+	ns_ckpt_fails_fini(ns);
 	pthread_mutex_unlock(&ns->ck_lock);
 }
 

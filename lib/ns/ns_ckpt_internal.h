@@ -32,6 +32,12 @@ struct ns_ckpt {
 	int err;
 	bool loading; /* being parsed; under the cache lock */
 	bool in_table; /* holds the table's reference; under the cache lock */
+	/* In the LRU list (valid entries in the table), its neighbours and
+	 * the bytes it is estimated to hold (counted in ns->ck_bytes while
+	 * in the list); all under the cache lock. */
+	bool in_lru;
+	struct ns_ckpt *lru_prev, *lru_next;
+	size_t bytes;
 	char reason[256];
 	pthread_mutex_t lock; /* guards plans and trees */
 	struct castfs_plan **plans; /* per view index, built on first need */
@@ -53,8 +59,26 @@ struct ns_ckpt {
 int ns_ckpt_get(struct castfs_ns *ns, const char *path, const struct stat *st,
 		struct ns_ckpt **out);
 
-/* ns_ckpt_put - drop a reference; NULL is accepted. */
+/* ns_ckpt_put - drop a reference; NULL is accepted. When the cache then
+ * holds more than its budget, entries nothing uses (no reference, no node
+ * the kernel holds) are evicted, least recently used first. Must not be
+ * called with the cache lock held. */
 void ns_ckpt_put(struct castfs_ns *ns, struct ns_ckpt *ck);
+
+/* ns_ckpt_charge - count @bytes more held by @ck (a tree or plan the
+ * levels above built and keep in its slots) against the cache budget,
+ * evicting unused entries if it is now exceeded. Call without @ck->lock
+ * or the cache lock held. Thread-safe. */
+void ns_ckpt_charge(struct castfs_ns *ns, struct ns_ckpt *ck, size_t bytes);
+
+/* ns_ckpt_idle_path - the kernel holds no node of source path @path any
+ * more: evict its valid entries that no open file or request uses, and
+ * give the memory back to the system. Thread-safe. */
+void ns_ckpt_idle_path(struct castfs_ns *ns, const char *path);
+
+/* ns_ckpt_plan_cost - the bytes @p is estimated to hold (its extents,
+ * quantised tensors and the @hdr_len bytes of its header). */
+size_t ns_ckpt_plan_cost(const struct castfs_plan *p, size_t hdr_len);
 
 /* ns_ckpt_plan - the plan of @ck through @view, built once and cached in
  * @ck. The plan lives as long as @ck. Returns 0 or the builder's error. */
@@ -115,6 +139,54 @@ int ns_ckpt_dir_quant(struct castfs_ns *ns, const char *dir,
  * the missing checkpoint @path; -ENOENT when there is none. */
 int ns_ckpt_packed_stat(struct castfs_ns *ns, const char *path,
 			struct stat *st);
+
+/* ---- the budget (ns_ckpt_lru.c), all under ns->ck_lock where _locked ---- */
+
+/* ns_ckpt_unref - drop a reference without looking at the budget: for
+ * callers holding the cache lock. NULL is accepted. */
+void ns_ckpt_unref(struct ns_ckpt *ck);
+
+/* ns_ckpt_unlink_locked - take @ck out of the table (both chains and the
+ * LRU list); the caller then drops the table's reference. */
+void ns_ckpt_unlink_locked(struct castfs_ns *ns, struct ns_ckpt *ck);
+
+/* ns_ckpt_lru_add_locked - a valid entry just entered: most recently used,
+ * holding @bytes. */
+void ns_ckpt_lru_add_locked(struct castfs_ns *ns, struct ns_ckpt *ck,
+			    size_t bytes);
+
+/* ns_ckpt_lru_touch_locked - @ck was used: most recently used now. */
+void ns_ckpt_lru_touch_locked(struct castfs_ns *ns, struct ns_ckpt *ck);
+
+/* ns_ckpt_lru_del_locked - @ck leaves the LRU list (if in it), and its
+ * bytes the count. */
+void ns_ckpt_lru_del_locked(struct castfs_ns *ns, struct ns_ckpt *ck);
+
+/* ns_ckpt_path_bucket - the bucket of ns->ckpaths that chains @path. */
+size_t ns_ckpt_path_bucket(const char *path);
+
+/* ns_ckpt_fails_restore_locked - fresh entry @ck (its identity set, not
+ * parsed yet) takes back the view failures remembered when an entry of
+ * the same identity was evicted. */
+void ns_ckpt_fails_restore_locked(struct castfs_ns *ns, struct ns_ckpt *ck);
+
+/* ns_ckpt_fails_fini - forget every remembered failure (at unmount, or
+ * when a config.json changed). Caller holds the cache lock or is alone. */
+void ns_ckpt_fails_fini(struct castfs_ns *ns);
+
+/* ns_ckpt_header_cost - the bytes parsed header @h is estimated to hold. */
+size_t ns_ckpt_header_cost(const struct castfs_header *h);
+
+/* ns_ckpt_over_budget - whether the cache holds more than its budget.
+ * Lock-free; thread-safe. */
+bool ns_ckpt_over_budget(const struct castfs_ns *ns);
+
+/* ns_ckpt_trim - evict entries nothing uses (held by the table alone, no
+ * node the kernel holds has their path), least recently used first,
+ * until the cache is within its budget (looking at a bounded number); free them
+ * outside the lock and give the memory back to the system. Call without
+ * the cache lock. Thread-safe. */
+void ns_ckpt_trim(struct castfs_ns *ns);
 
 /* ns_ckpt_cache_fini - drop every cache entry (at unmount). */
 void ns_ckpt_cache_fini(struct castfs_ns *ns);

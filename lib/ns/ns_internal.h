@@ -83,6 +83,7 @@ bool ns_list_has(const struct ns_list *l, const char *name, size_t len);
 void ns_list_fini(struct ns_list *l);
 
 struct ns_ckpt; /* ns_ckpt_internal.h */
+struct ns_ckfail; /* ns_ckpt_lru.c */
 struct ns_dir_ext; /* ns_kind_internal.h */
 
 /* What a checkpoint entry keeps for the levels above it, one slot each,
@@ -95,6 +96,10 @@ enum ns_ckpt_slot {
 };
 
 #define NS_HASH_BUCKETS 4096u
+/* Remembered failures of evicted checkpoint entries, at most. */
+#define NS_CKFAIL_MAX 4096u
+/* Slots counting the nodes the kernel holds per source path (by hash). */
+#define NS_LIVE_SLOTS 65536u
 /* Forgotten nodes kept for NFS handles before they are all freed. */
 #define NS_FORGOTTEN_MAX 32768u
 
@@ -115,6 +120,9 @@ struct castfs_ns {
 	size_t nbuckets;
 	size_t nnodes;
 	size_t nforgotten; /* nodes with nlookup 0 still in the table */
+	/* Per hash slot of a source path, the nodes with nlookup > 0 that
+	 * have it (NS_LIVE_SLOTS; ns_node_path_live()). */
+	_Atomic uint32_t *live;
 	pthread_mutex_t ck_lock; /* the checkpoint cache */
 	/* Broadcast when an entry's parse ends: lookups of the same
 	 * identity wait for the one parse instead of making their own. */
@@ -123,6 +131,17 @@ struct castfs_ns {
 	/* The same entries chained by path, so that the watcher drops a
 	 * changed file's entries without walking the whole cache. */
 	struct ns_ckpt *ckpaths[NS_HASH_BUCKETS];
+	/* Valid entries in the table, most recently used first, and what
+	 * they are estimated to hold; evicted past ck_budget once unused
+	 * (ns_ckpt.c). Under ck_lock; ck_bytes also read without it. */
+	struct ns_ckpt *ck_lru, *ck_lru_tail;
+	_Atomic size_t ck_bytes;
+	size_t ck_budget;
+	/* Views known not to build, of evicted entries (ns_ckpt_lru.c): so
+	 * that an entry parsed again neither rebuilds nor lists them. Under
+	 * ck_lock; at most NS_CKFAIL_MAX, then all dropped. */
+	struct ns_ckfail *ckfails[NS_HASH_BUCKETS];
+	size_t nckfails;
 	struct ns_mdcache *md; /* rewritten model-directory JSON */
 	struct castfs_zcache *zcache; /* decoded frames of packed sources */
 	/* Freed with each checkpoint entry: what each slot holds. */
@@ -155,8 +174,17 @@ int ns_node_intern(struct castfs_ns *ns, struct ns_node *desc, uint64_t *id);
 bool ns_node_ref(struct castfs_ns *ns, uint64_t id);
 
 /* ns_node_forget - drop @nlookup kernel references to node @id; forgotten
- * nodes are kept (bounded) for file handles. */
-void ns_node_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup);
+ * nodes are kept (bounded) for file handles. Returns a malloc'ed copy of
+ * the node's path when this forget left no node the kernel still holds
+ * with that path (ns_node_path_live()), for the caller to let go of what
+ * it caches for it; NULL otherwise (or on -ENOMEM). Thread-safe. */
+char *ns_node_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup);
+
+/* ns_node_path_live - false when no node the kernel holds (nlookup > 0)
+ * has source path @path. May say true for a path none holds (counts are
+ * kept per hash slot, NS_LIVE_SLOTS of them): callers use it only to let
+ * go of caches early. Lock-free; thread-safe. */
+bool ns_node_path_live(const struct castfs_ns *ns, const char *path);
 
 /* ns_node_add_root - the root node, from ns->root_fd. Returns 0, -ENOMEM
  * or fstat's errno (explained in @d). */

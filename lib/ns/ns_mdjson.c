@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -383,11 +384,24 @@ static int md_shard(void *ctx, const char *name, struct castfs_header **out)
 	return rc;
 }
 
+static void md_log_refused(struct castfs_ns *ns, const struct ns_node *n,
+			   const char *why)
+{
+	char msg[512];
+
+	if (!ns->log)
+		return;
+	snprintf(msg, sizeof(msg), "%s: view %s: refused: %s", n->path,
+		 n->view->name, why);
+	ns->log(ns->log_ctx, msg);
+}
+
 static int md_build_index(struct castfs_ns *ns, const struct ns_node *n,
 			  const char *text, size_t len, char **out,
 			  size_t *out_len)
 {
 	struct ns_md_shard_ctx c = { ns, NULL, n->view, 0 };
+	struct castfs_diag d = { { 0 } };
 	char *dir = ns_parent_path(n->path);
 	int rc;
 
@@ -399,7 +413,11 @@ static int md_build_index(struct castfs_ns *ns, const struct ns_node *n,
 		c.keep = ns_md_keep_of(ns, dir, n->view);
 	rc = castfs_md_index_rewrite(text, len,
 				     n->aux == MF_VINDEX ? n->view->name : NULL,
-				     md_shard, &c, out, out_len, NULL);
+				     md_shard, &c, out, out_len, &d);
+	/* An index castfs refuses (a shard named by a path, "../x" or
+	 * "/x") is said, not only failed. */
+	if (rc == -EINVAL && d.msg[0])
+		md_log_refused(ns, n, d.msg);
 	free(dir);
 	return rc;
 }

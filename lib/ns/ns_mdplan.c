@@ -70,6 +70,7 @@ int ns_md_shard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 		     const struct castfs_plan **out)
 {
 	struct ns_mdplan *p;
+	size_t built = 0;
 	int rc = 0;
 
 	if (!keep)
@@ -89,7 +90,12 @@ int ns_md_shard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 		if (!rc)
 			castfs_stats_count(ns->stats, CASTFS_SCTR_PLANS_BUILT,
 					   1);
+		if (!rc)
+			built = ns_ckpt_plan_cost(*out,
+						  (size_t)ck->h->header_len);
 	}
 	pthread_mutex_unlock(&ck->lock);
+	if (built)
+		ns_ckpt_charge(ns, ck, built);
 	return rc;
 }

@@ -150,12 +150,26 @@ void ns_node_put_copy(struct ns_node *n)
 	free(n->sub);
 }
 
+static _Atomic uint32_t *live_slot(const struct castfs_ns *ns, const char *path)
+{
+	uint64_t h = castfs_fnv1a(CASTFS_FNV_SEED, path, strlen(path));
+
+	return &ns->live[castfs_mix64(h) % NS_LIVE_SLOTS];
+}
+
+bool ns_node_path_live(const struct castfs_ns *ns, const char *path)
+{
+	return ns->live && atomic_load(live_slot(ns, path)) != 0;
+}
+
 /* One more kernel reference to @n; a forgotten node comes back to life.
  * Caller holds ns->lock. */
 static void node_ref_locked(struct castfs_ns *ns, struct ns_node *n)
 {
-	if (n->nlookup++ == 0)
+	if (n->nlookup++ == 0) {
 		ns->nforgotten--;
+		atomic_fetch_add(live_slot(ns, n->path), 1);
+	}
 }
 
 int ns_node_intern(struct castfs_ns *ns, struct ns_node *desc, uint64_t *id)
@@ -180,6 +194,7 @@ int ns_node_intern(struct castfs_ns *ns, struct ns_node *desc, uint64_t *id)
 	}
 	*n = *desc;
 	n->nlookup = 1;
+	atomic_fetch_add(live_slot(ns, n->path), 1);
 	n->hnext = *bucket(ns, n->id);
 	*bucket(ns, n->id) = n;
 	ns->nnodes++;
@@ -228,20 +243,25 @@ bool ns_node_ref(struct castfs_ns *ns, uint64_t id)
  * are all freed; a handle of one of those is found again by ns_resolve()
  * (the facade).
  */
-void ns_node_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup)
+char *ns_node_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup)
 {
 	struct ns_node *n;
+	char *idle = NULL;
 
 	if (id == CASTFS_NS_ROOT_ID)
-		return;
+		return NULL;
 	pthread_mutex_lock(&ns->lock);
 	n = node_find_locked(ns, id);
 	if (n && n->nlookup) {
 		n->nlookup = n->nlookup > nlookup ? n->nlookup - nlookup : 0;
+		if (n->nlookup == 0 &&
+		    atomic_fetch_sub(live_slot(ns, n->path), 1) == 1)
+			idle = strdup(n->path);
 		if (n->nlookup == 0 && ++ns->nforgotten > NS_FORGOTTEN_MAX)
 			sweep_forgotten_locked(ns);
 	}
 	pthread_mutex_unlock(&ns->lock);
+	return idle;
 }
 
 static int places_add(struct ns_place **v, size_t *n, size_t *cap,
@@ -294,7 +314,8 @@ int ns_node_add_root(struct castfs_ns *ns, struct castfs_diag *d)
 	struct ns_node *root;
 
 	ns->nodes = calloc(NS_HASH_BUCKETS, sizeof(*ns->nodes));
-	if (!ns->nodes)
+	ns->live = calloc(NS_LIVE_SLOTS, sizeof(*ns->live));
+	if (!ns->nodes || !ns->live)
 		return -ENOMEM;
 	ns->nbuckets = NS_HASH_BUCKETS;
 	root = calloc(1, sizeof(*root));
@@ -335,6 +356,8 @@ void ns_node_table_fini(struct castfs_ns *ns)
 	}
 	free(ns->nodes);
 	ns->nodes = NULL;
+	free(ns->live);
+	ns->live = NULL;
 	ns->nbuckets = 0;
 	ns->nnodes = 0;
 }

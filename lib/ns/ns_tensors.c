@@ -139,7 +139,7 @@ static int tree_of(struct castfs_ns *ns, struct ns_ckpt *ck,
 {
 	const struct castfs_plan *plan = NULL;
 	struct castfs_diag d = { { 0 } };
-	size_t idx = 0;
+	size_t idx = 0, built = 0;
 	int rc = 0;
 
 	if (view) {
@@ -163,10 +163,16 @@ static int tree_of(struct castfs_ns *ns, struct ns_ckpt *ck,
 		if (!rc)
 			castfs_stats_count(ns->stats, CASTFS_SCTR_TREES_BUILT,
 					   1);
+		/* A node per tensor and path part; a view's tree also
+		 * holds the header parsed from its plan. */
+		if (!rc)
+			built = (view ? 2 : 1) * ns_ckpt_header_cost(ck->h);
 	}
 	if (!rc)
 		*out = ck_trees(ck)[idx];
 	pthread_mutex_unlock(&ck->lock);
+	if (built)
+		ns_ckpt_charge(ns, ck, built);
 	if (rc && rc != -ENOMEM)
 		log_failure(ns, ck, view, rc, &d);
 	return rc;

@@ -138,7 +138,20 @@ struct castfs_scratch {
 	uint8_t *buf; /* source bytes are read here */
 	size_t len;
 	uint8_t *bounce; /* CASTFS_BOUNCE_LEN bytes: one unit cut by a range */
+	/* Asked between chunks of a pass over a whole tensor (the
+	 * statistics of double quantisation): true stops the read with
+	 * -EINTR, and the pass starts over at the next read that needs it.
+	 * NULL (castfs_scratch_init()): never. Called from the reading
+	 * thread; must be cheap. */
+	bool (*cancelled)(void *ctx);
+	void *cancel_ctx;
 };
+
+/* castfs_scratch_cancelled - whether the read using @s is to stop. */
+static inline bool castfs_scratch_cancelled(const struct castfs_scratch *s)
+{
+	return s->cancelled && s->cancelled(s->cancel_ctx);
+}
 
 /* The largest extent unit (a 4-bit block of 4096 elements). */
 #define CASTFS_BOUNCE_LEN 4096u

@@ -175,7 +175,12 @@ static int q4_stats_pass(const struct castfs_read_env *env,
 	while (!rc && b < nb) {
 		size_t k = (size_t)CASTFS_MIN(nb - b, st.cap / qt->blocksize);
 
-		rc = q4_load_absmax(env, qt, &st, b, k);
+		/* A 2 TiB tensor takes minutes: its reader may be gone, or
+		 * the daemon stopping (docs/RELIABILITY.md). */
+		if (castfs_scratch_cancelled(env->s))
+			rc = -EINTR;
+		else
+			rc = q4_load_absmax(env, qt, &st, b, k);
 		for (size_t i = 0; !rc && i < k; i++, b++) {
 			size_t g = (size_t)(b / CASTFS_Q_NESTED_BLOCK);
 			bool cont = b % CASTFS_Q_NESTED_BLOCK != 0;

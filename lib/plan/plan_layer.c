@@ -24,11 +24,15 @@ void castfs_plan_layer_init(struct castfs_plan_layer *l,
 		.buf = s->buf,
 		.len = half,
 		.bounce = s->bounce,
+		.cancelled = s->cancelled,
+		.cancel_ctx = s->cancel_ctx,
 	};
 	l->inner = (struct castfs_scratch){
 		.buf = s->buf + half,
 		.len = s->len - half - CASTFS_BOUNCE_LEN,
 		.bounce = s->buf + s->len - CASTFS_BOUNCE_LEN,
+		.cancelled = s->cancelled,
+		.cancel_ctx = s->cancel_ctx,
 	};
 	l->base = base;
 	l->src = src;

@@ -19,6 +19,8 @@ int castfs_scratch_init(struct castfs_scratch *s)
 		return -ENOMEM;
 	s->len = CASTFS_SCRATCH_LEN;
 	s->bounce = s->buf + CASTFS_SCRATCH_LEN;
+	s->cancelled = NULL;
+	s->cancel_ctx = NULL;
 	return 0;
 }
 

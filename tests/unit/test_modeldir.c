@@ -692,6 +692,51 @@ START_TEST(test_modeldir__invalidation_names_the_dependents)
 }
 END_TEST
 
+static char last_log[512];
+static int nlogs;
+
+static void keep_log(void *ctx, const char *msg)
+{
+	(void)ctx;
+	snprintf(last_log, sizeof(last_log), "%s", msg);
+	nlogs++;
+}
+
+START_TEST(test_modeldir__index_with_a_path_is_refused_and_logged)
+{
+	static const char *const bad[] = {
+		"{\"weight_map\": {\"a.weight\": \"../m-1.safetensors\"}}",
+		"{\"weight_map\": {\"a.weight\": \"/tmp/m-1.safetensors\"}}",
+	};
+	struct castfs_ns_opts o = {
+		.source = root, .views = &vs, .stats = st, .log = keep_log
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct stat s;
+		uint64_t vdir, id;
+
+		write_file("m/model.safetensors.index.json", bad[i],
+			   strlen(bad[i]));
+		castfs_ns_free(ns);
+		ck_assert_int_eq(castfs_ns_new(&o, &ns, NULL), 0);
+		nlogs = 0;
+		vdir = look(CASTFS_NS_ROOT_ID, "m.bf16", NULL);
+		ck_assert_int_eq(
+			castfs_ns_lookup(ns, vdir,
+					 "model.safetensors.index.json", &id,
+					 &s),
+			-EINVAL);
+		ck_assert_int_ge(nlogs, 1);
+		ck_assert_msg(strstr(last_log,
+				     "model.safetensors.index.json") &&
+				      strstr(last_log, "refused") &&
+				      strstr(last_log, "bad shard name"),
+			      "%s", last_log);
+	}
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("modeldir");
@@ -713,6 +758,8 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_modeldir__views_listed_with_lookup_ids);
 	tcase_add_test(tc, test_modeldir__json_sizes_and_staleness);
 	tcase_add_test(tc, test_modeldir__invalidation_names_the_dependents);
+	tcase_add_test(tc,
+		       test_modeldir__index_with_a_path_is_refused_and_logged);
 	suite_add_tcase(s, tc);
 	return s;
 }

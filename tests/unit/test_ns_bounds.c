@@ -3,8 +3,9 @@
  * Namespace bounds, in process (no FUSE): a transient failure (EMFILE) is
  * never kept as a rejection, concurrent first lookups of one checkpoint
  * share one parse, a view that cannot be built is remembered (not
- * rebuilt per lookup) and no longer listed, and the node table grows with
- * its nodes.
+ * rebuilt per lookup) and no longer listed, the node table grows with
+ * its nodes, and the checkpoint cache keeps to its budget and lets go of
+ * what the kernel forgot.
  */
 #include <check.h>
 #include <errno.h>
@@ -212,6 +213,59 @@ START_TEST(test_ns_bounds__failed_view_kept_and_not_listed)
 }
 END_TEST
 
+/* The mount again, its checkpoint cache given @budget bytes. */
+static void remount(size_t budget)
+{
+	struct castfs_ns_opts o = {
+		.source = root, .views = &vs, .stats = st, .cache_bytes = budget
+	};
+	struct castfs_diag d = { { 0 } };
+
+	castfs_ns_free(ns);
+	ck_assert_int_eq(castfs_ns_new(&o, &ns, &d), 0);
+}
+
+static uint64_t parsed(void)
+{
+	return castfs_stats_get(st, CASTFS_SCTR_HEADERS_PARSED);
+}
+
+START_TEST(test_ns_bounds__cache_budget_and_forget)
+{
+	struct stat s;
+	uint64_t id, p;
+
+	write_checkpoint("b.safetensors", 4);
+	remount(1); /* every entry is past a budget of one byte */
+	p = parsed();
+	ck_assert(listed("a.bf16.safetensors"));
+	ck_assert_uint_eq(parsed(), p + 2);
+	/* Used by nothing, only the most recent entry is kept: a second
+	 * listing parses again. */
+	ck_assert(listed("b.bf16.safetensors"));
+	ck_assert_uint_gt(parsed(), p + 2);
+	/* A node the kernel holds keeps its entry, whatever the budget. */
+	ck_assert_int_eq(castfs_ns_lookup(ns, CASTFS_NS_ROOT_ID,
+					  "a.bf16.safetensors", &id, &s),
+			 0);
+	ck_assert(listed("b.bf16.safetensors"));
+	p = parsed();
+	ck_assert_int_eq(lookup("a.bf16.safetensors"), 0); /* nlookup 2 */
+	ck_assert_uint_eq(parsed(), p);
+	/* Forgotten: evicted at once, and parsed again when looked up. */
+	castfs_ns_forget(ns, id, 2);
+	ck_assert_int_eq(lookup("a.bf16.safetensors"), 0);
+	ck_assert_uint_eq(parsed(), p + 1);
+	/* A budget the cache fits in: nothing parsed twice. */
+	remount(0);
+	p = parsed();
+	ck_assert(listed("a.bf16.safetensors"));
+	ck_assert(listed("b.bf16.safetensors"));
+	ck_assert_int_eq(lookup("b.bf16.safetensors"), 0);
+	ck_assert_uint_eq(parsed(), p + 2);
+}
+END_TEST
+
 START_TEST(test_ns_bounds__node_table_grows)
 {
 	struct castfs_dir *dir;
@@ -265,6 +319,7 @@ Suite *unit_suite(void)
 		tc, test_ns_bounds__concurrent_first_lookups_share_one_parse);
 	tcase_add_test(tc, test_ns_bounds__failed_view_kept_and_not_listed);
 	tcase_add_test(tc, test_ns_bounds__node_table_grows);
+	tcase_add_test(tc, test_ns_bounds__cache_budget_and_forget);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1,0 +1,270 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The checkpoint cache's memory budget: valid entries in a list, most
+ * recently used first, with what each is estimated to hold. Past the
+ * budget, entries nothing uses (no open file, no request, no node the
+ * kernel holds) are evicted from the cold end; when the kernel forgets
+ * the last node of a source path, its entries are evicted at once. Evicted memory goes back to
+ * the system (malloc_trim), so a forgotten mount shrinks.
+ */
+#include <malloc.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ns/ns_ckpt_internal.h"
+#include "plan/plan.h"
+
+/* Below this much freed, malloc_trim is not worth its walk of the heap. */
+#define TRIM_MIN_BYTES (1u << 20)
+/* Entries one trim looks at: it costs a put at most this much. */
+#define TRIM_SCAN 64u
+/* A tensor's statistics slot in a plan (struct castfs_qstats is private
+ * to plan/): its lock and state, before any statistics are kept. */
+#define QSTATS_BYTES 64u
+/* Measured RSS over the parsed header's own sizes (see header_cost). */
+#define HEADER_SLACK 3u
+
+size_t ns_ckpt_header_cost(const struct castfs_header *h)
+{
+	/* The JSON text bounds the names, shapes and metadata the parse
+	 * keeps; each tensor adds its record and its by-name pointer. The
+	 * allocator's share and the shapes' own blocks about triple it: a
+	 * 100,000-tensor, 8 MB header grows the daemon by 40-77 MB. */
+	return HEADER_SLACK *
+	       (sizeof(*h) + (size_t)h->header_len +
+		h->ntensors * (sizeof(struct castfs_tensor) + sizeof(void *)) +
+		h->nmeta * sizeof(struct castfs_meta_kv));
+}
+
+size_t ns_ckpt_plan_cost(const struct castfs_plan *p, size_t hdr_len)
+{
+	return sizeof(*p) + hdr_len +
+	       p->nextents * sizeof(struct castfs_extent) +
+	       p->nqt * (sizeof(struct castfs_qtensor) + QSTATS_BYTES);
+}
+
+bool ns_ckpt_over_budget(const struct castfs_ns *ns)
+{
+	return atomic_load(&ns->ck_bytes) > ns->ck_budget;
+}
+
+void ns_ckpt_lru_del_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
+{
+	if (!ck->in_lru)
+		return;
+	if (ck->lru_prev)
+		ck->lru_prev->lru_next = ck->lru_next;
+	else
+		ns->ck_lru = ck->lru_next;
+	if (ck->lru_next)
+		ck->lru_next->lru_prev = ck->lru_prev;
+	else
+		ns->ck_lru_tail = ck->lru_prev;
+	ck->lru_prev = ck->lru_next = NULL;
+	ck->in_lru = false;
+	atomic_fetch_sub(&ns->ck_bytes, ck->bytes);
+}
+
+/* Caller holds ck_lock; @ck is not in the list. */
+static void lru_push_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
+{
+	ck->lru_prev = NULL;
+	ck->lru_next = ns->ck_lru;
+	if (ns->ck_lru)
+		ns->ck_lru->lru_prev = ck;
+	else
+		ns->ck_lru_tail = ck;
+	ns->ck_lru = ck;
+	ck->in_lru = true;
+	atomic_fetch_add(&ns->ck_bytes, ck->bytes);
+}
+
+void ns_ckpt_lru_add_locked(struct castfs_ns *ns, struct ns_ckpt *ck,
+			    size_t bytes)
+{
+	ck->bytes += bytes;
+	lru_push_locked(ns, ck);
+}
+
+void ns_ckpt_lru_touch_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
+{
+	if (!ck->in_lru || ns->ck_lru == ck)
+		return;
+	ns_ckpt_lru_del_locked(ns, ck);
+	lru_push_locked(ns, ck);
+}
+
+/* Caller holds ck_lock. Whether @ck may go: valid, parsed, held by the
+ * table alone (a reference is only ever taken under ck_lock, so none can
+ * appear while it is held) and by no node the kernel holds (the next
+ * request would parse it again at once). */
+static bool evictable_locked(const struct castfs_ns *ns,
+			     const struct ns_ckpt *ck)
+{
+	return ck->in_lru && !ck->loading && atomic_load(&ck->refs) == 1 &&
+	       !ns_node_path_live(ns, ck->path);
+}
+
+/* What an evicted entry knew about its views that cannot be built. */
+struct ns_ckfail {
+	struct ns_ckfail *next;
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime;
+	int plan_err[]; /* nviews */
+};
+
+static size_t fail_bucket(dev_t dev, ino_t ino)
+{
+	uint64_t h = (uint64_t)ino * 0x9e3779b97f4a7c15ull ^ (uint64_t)dev;
+
+	return (size_t)(h >> 20) % NS_HASH_BUCKETS;
+}
+
+static bool has_fails(const struct ns_ckpt *ck)
+{
+	for (size_t i = 0; i < ck->nviews; i++) {
+		if (ck->plan_err[i])
+			return true;
+	}
+	return false;
+}
+
+void ns_ckpt_fails_fini(struct castfs_ns *ns)
+{
+	for (size_t i = 0; i < NS_HASH_BUCKETS; i++) {
+		while (ns->ckfails[i]) {
+			struct ns_ckfail *f = ns->ckfails[i];
+
+			ns->ckfails[i] = f->next;
+			free(f);
+		}
+	}
+	ns->nckfails = 0;
+}
+
+/* Caller holds ck_lock. Remember @ck's failed views (best effort: on
+ * -ENOMEM they are found again by the next build). Identities that
+ * changed are never asked for again, hence the bound. */
+static void fails_keep_locked(struct castfs_ns *ns, const struct ns_ckpt *ck)
+{
+	size_t b = fail_bucket(ck->dev, ck->ino);
+	struct ns_ckfail *f;
+
+	if (!has_fails(ck))
+		return;
+	if (ns->nckfails >= NS_CKFAIL_MAX)
+		ns_ckpt_fails_fini(ns);
+	f = malloc(sizeof(*f) + ck->nviews * sizeof(int));
+	if (!f)
+		return;
+	f->dev = ck->dev;
+	f->ino = ck->ino;
+	f->size = ck->size;
+	f->mtime = ck->mtime;
+	memcpy(f->plan_err, ck->plan_err, ck->nviews * sizeof(int));
+	f->next = ns->ckfails[b];
+	ns->ckfails[b] = f;
+	ns->nckfails++;
+}
+
+void ns_ckpt_fails_restore_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
+{
+	struct ns_ckfail **pp = &ns->ckfails[fail_bucket(ck->dev, ck->ino)];
+	struct ns_ckfail *f;
+
+	for (; (f = *pp); pp = &f->next) {
+		if (f->dev == ck->dev && f->ino == ck->ino &&
+		    f->size == ck->size &&
+		    f->mtime.tv_sec == ck->mtime.tv_sec &&
+		    f->mtime.tv_nsec == ck->mtime.tv_nsec) {
+			memcpy(ck->plan_err, f->plan_err,
+			       ck->nviews * sizeof(int));
+			*pp = f->next;
+			ns->nckfails--;
+			free(f);
+			return;
+		}
+	}
+}
+
+/* Caller holds ck_lock. Take @ck out of the table onto @dead (chained
+ * through hnext, which no longer means anything for it). */
+static void evict_locked(struct castfs_ns *ns, struct ns_ckpt *ck,
+			 struct ns_ckpt **dead, size_t *freed)
+{
+	*freed += ck->bytes;
+	fails_keep_locked(ns, ck);
+	ns_ckpt_unlink_locked(ns, ck);
+	ck->hnext = *dead;
+	*dead = ck;
+}
+
+/* Free what was evicted, outside the lock (a big header's free takes a
+ * while), and hand the pages back: glibc keeps freed heap otherwise. */
+static void free_dead(struct castfs_ns *ns, struct ns_ckpt *dead, size_t freed)
+{
+	while (dead) {
+		struct ns_ckpt *next = dead->hnext;
+
+		ns_ckpt_unref(dead); /* the table's reference: the last */
+		dead = next;
+	}
+	(void)ns;
+	if (freed >= TRIM_MIN_BYTES)
+		malloc_trim(0);
+}
+
+void ns_ckpt_trim(struct castfs_ns *ns)
+{
+	struct ns_ckpt *dead = NULL, *ck;
+	size_t freed = 0, seen = 0;
+
+	pthread_mutex_lock(&ns->ck_lock);
+	/* The most recently used entry stays whatever its size: a file whose
+	 * header alone passes the budget is kept until the next one comes or
+	 * the kernel forgets it, not parsed again by every listing. An entry
+	 * in use goes to the hot end, so that the next trim finds the unused
+	 * ones first; a pass is bounded (TRIM_SCAN) because a cache whose
+	 * entries are all in use may stay over its budget, and every put
+	 * then tries again. */
+	while ((ck = ns->ck_lru_tail) && ck != ns->ck_lru &&
+	       ns_ckpt_over_budget(ns) && seen++ < TRIM_SCAN) {
+		if (evictable_locked(ns, ck))
+			evict_locked(ns, ck, &dead, &freed);
+		else
+			ns_ckpt_lru_touch_locked(ns, ck);
+	}
+	pthread_mutex_unlock(&ns->ck_lock);
+	free_dead(ns, dead, freed);
+}
+
+void ns_ckpt_idle_path(struct castfs_ns *ns, const char *path)
+{
+	struct ns_ckpt *dead = NULL, *ck, *next;
+	size_t freed = 0;
+
+	pthread_mutex_lock(&ns->ck_lock);
+	/* The path chain is short; a lookup may have made the path live
+	 * again since the forget, and then the entry stays. */
+	for (ck = ns->ckpaths[ns_ckpt_path_bucket(path)]; ck; ck = next) {
+		next = ck->pnext;
+		if (strcmp(ck->path, path) == 0 && evictable_locked(ns, ck))
+			evict_locked(ns, ck, &dead, &freed);
+	}
+	pthread_mutex_unlock(&ns->ck_lock);
+	free_dead(ns, dead, freed);
+}
+
+void ns_ckpt_charge(struct castfs_ns *ns, struct ns_ckpt *ck, size_t bytes)
+{
+	pthread_mutex_lock(&ns->ck_lock);
+	ck->bytes += bytes;
+	if (ck->in_lru)
+		atomic_fetch_add(&ns->ck_bytes, bytes);
+	pthread_mutex_unlock(&ns->ck_lock);
+	if (ns_ckpt_over_budget(ns))
+		ns_ckpt_trim(ns);
+}

@@ -1,0 +1,133 @@
+# SPDX-License-Identifier: MIT
+"""Stoppable work: SIGTERM stops the daemon within a second or two even
+while a read is inside a pass over a whole tensor (docs/RELIABILITY.md,
+"Scale and resource bounds"). The nf4 view's double-quantisation
+statistics of a 1 TiB BF16 weight take one pass over all of it (minutes
+here); the weight is a sparse file (truncate), so the pass is real work
+and costs no disk. Before, the daemon kept computing and did not exit
+(20 s and more); other requests are answered meanwhile."""
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+import unittest
+
+import castfs_testlib as tl
+
+STOP_BOUND_S = 2.0
+SHAPE = [1 << 20, 1 << 19]  # BF16: 1 TiB
+
+
+def write_sparse(path):
+    """A valid safetensors file: a header naming one 1 TiB BF16 weight,
+    then a hole (zeros) of that size."""
+    n = SHAPE[0] * SHAPE[1] * 2
+    hdr = json.dumps({"model.layers.0.mlp.down_proj.weight": {
+        "dtype": "BF16", "shape": SHAPE, "data_offsets": [0, n]}}).encode()
+    hdr += b" " * (-len(hdr) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hdr)) + hdr)
+        f.truncate(8 + len(hdr) + n)
+
+
+def cpu_s(pid):
+    fields = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children(pid):
+    kids = []
+    for task in os.listdir("/proc/%d/task" % pid):
+        with open("/proc/%d/task/%s/children" % (pid, task)) as f:
+            kids += [int(k) for k in f.read().split()]
+    return kids
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class Env:
+    tmp = src = None
+
+
+def setUpModule():
+    if not tl.fuse_usable():
+        raise unittest.SkipTest("FUSE unusable")
+    Env.tmp = tl.tempdir()
+    Env.src = Env.tmp.__enter__()
+    write_sparse(os.path.join(Env.src, "big.safetensors"))
+
+
+def tearDownModule():
+    if Env.tmp:
+        Env.tmp.__exit__(None, None, None)
+
+
+class TestStop(unittest.TestCase):
+    def stop_during_pass(self, options):
+        m = tl.Mount(Env.src, options=options)
+        reader = None
+        try:
+            server = m.proc.pid
+            daemon = server if "nosupervise" in options else \
+                children(server)[0]
+            view = m.join("big.nf4.safetensors")
+            # Any read of the view's first page reaches the statistics
+            # (the read-ahead covers the data after the header).
+            reader = subprocess.Popen(
+                [sys.executable, "-c",
+                 "import os; fd = os.open(%r, os.O_RDONLY); "
+                 "os.pread(fd, 8, 0)" % view],
+                stderr=subprocess.DEVNULL)
+            before = cpu_s(daemon)
+            deadline = time.time() + 30
+            while cpu_s(daemon) < before + 0.5 and time.time() < deadline:
+                time.sleep(0.1)
+            self.assertIsNone(reader.poll(), "the pass ended already")
+            # Neighbours keep working while it runs.
+            t = time.time()
+            os.stat(m.join("big.safetensors"))
+            self.assertLess(time.time() - t, STOP_BOUND_S)
+            t = time.time()
+            m.proc.send_signal(signal.SIGTERM)
+            try:
+                m.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.fail("the daemon did not stop within 20 s")
+            while alive(daemon) and time.time() - t < 20:
+                time.sleep(0.02)
+            took = time.time() - t
+            sys.stderr.write("%s: stopped %.2f s after SIGTERM\n"
+                             % (options, took))
+            self.assertFalse(alive(daemon))
+            self.assertLess(took, STOP_BOUND_S)
+        finally:
+            if m.proc and m.proc.poll() is None:
+                m.proc.kill()
+            subprocess.run(["fusermount3", "-u", "-z", m.path],
+                           stderr=subprocess.DEVNULL, check=False)
+            if reader:
+                reader.kill()
+                reader.wait()
+            m.proc = None
+            if m.tmp:
+                shutil.rmtree(m.tmp, ignore_errors=True)
+
+    def test_sigterm_unsupervised(self):
+        self.stop_during_pass(["nosupervise"])
+
+    def test_sigterm_supervised(self):
+        self.stop_during_pass([])
+
+
+if __name__ == "__main__":
+    tl.main()
