@@ -169,6 +169,16 @@ class NFSHandles(unittest.TestCase):
             s.ns("ganesha.nfsd", "-F", "-f", s.conf, "-L", s.log, "-p",
                  s.pidfile, "-N", "NIV_EVENT"), stdin=subprocess.DEVNULL)
 
+        def answers():
+            # The root's listing: none of the files under test is in it.
+            try:
+                return s.client("nfs-ls", s.url("", 3), timeout=10,
+                                check=False).returncode == 0
+            except subprocess.TimeoutExpired:
+                return False
+        tn.wait_for("the new ganesha to answer", answers, 60, interval=0.2,
+                    detail=lambda: "\n" + tn.tail(s.log))
+
     def test_handles_across_kill_reload_and_server_restart(self):
         if os.geteuid() != 0:
             raise unittest.SkipTest("dropping the kernel's caches needs root")
