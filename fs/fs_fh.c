@@ -115,11 +115,13 @@ uint64_t castfs_fh_add(struct castfs_fh_table *t, void *obj)
 void *castfs_fh_get(struct castfs_fh_table *t, uint64_t fh)
 {
 	struct fh_ent *e;
+	void *obj;
 
 	pthread_mutex_lock(&t->lock);
 	e = find_locked(t, fh);
+	obj = e ? e->obj : NULL; /* the entry is only valid under the lock */
 	pthread_mutex_unlock(&t->lock);
-	return e ? e->obj : NULL;
+	return obj;
 }
 
 void *castfs_fh_adopt(struct castfs_fh_table *t, uint64_t fh, void *obj)

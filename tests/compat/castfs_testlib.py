@@ -57,7 +57,7 @@ class Mount:
         # capability); self.proc is then that command's process.
         args = list(prefix) + [castfs_binary(), "-f"]
         # CASTFS_TEST_OPTIONS: -o options every mount of a run adds
-        # (scripts/test's ThreadSanitizer leg passes nosupervise).
+        # (say nosupervise, to run a suite against one process).
         extra = os.environ.get("CASTFS_TEST_OPTIONS", "").split()
         for o in list(options) + extra:
             args += ["-o", o]

@@ -5,6 +5,7 @@
 # command line and the control directory.
 COMPAT_TESTS = tests/compat/test_casts.py tests/compat/test_hf_cache.py \
 	tests/compat/test_handles.py tests/compat/test_nfs.py \
+	tests/compat/test_nfs_handles.py \
 	tests/compat/test_bnb.py tests/compat/test_modeldir.py \
 	tests/compat/test_single_file.py tests/compat/test_tensors.py \
 	tests/compat/test_cli.py tests/compat/test_ctl.py tests/compat/test_metrics.py \
@@ -22,7 +23,8 @@ TESTS += $(COMPAT_TESTS)
 EXTRA_DIST += tests/compat/castfs_testlib.py $(COMPAT_TESTS) \
 	tests/compat/bnb_ref.py tests/compat/bnb_check.py tests/compat/oracle.py \
 	tests/compat/ldm_unet.py tests/compat/ct_oracle.py \
-	tests/compat/ggml_oracle.py tests/compat/ct_src_oracle.py
+	tests/compat/ggml_oracle.py tests/compat/ct_src_oracle.py \
+	tests/compat/nfs_handle_client.py
 
 # Reliability tests under a real mount (docs/RELIABILITY.md).
 REL_TESTS = tests/compat/test_rel_malformed.py \

@@ -7,7 +7,8 @@ SIGKILL every 100-500 ms (CASTFS_RESTART_SECONDS, 30 by default; after
 each kill the next waits until a read went through) while
 threads and processes read views (bf16, fp8, fp16, nf4) and tensor files
 through files opened before the first kill and kept open, by pread
-(buffered, the page cache dropped with fadvise, and O_DIRECT) and by mmap
+(buffered, the page cache dropped with fadvise, and O_DIRECT), by
+sequential read() (buffered, the page cache dropped) and by mmap
 faults (pages dropped with madvise + fadvise): every byte equals the
 reference, no read fails, no read stalls longer than STALL_BOUND_S.
 References: torch's .to() laid out by the official safetensors writer for
@@ -67,7 +68,9 @@ PROGRESS = [0]
 
 def reader(mnt, refdir, names, seed, until, mode):
     """Open every file once, then read random ranges until @until through
-    the same fds. @mode: "pread", "direct" or "mmap". Returns counts."""
+    the same fds. @mode: "pread", "direct", "mmap" or "read" (sequential
+    read() calls from where the last one on that fd stopped, back to the
+    start at the end). Returns counts."""
     rng = random.Random(seed)
     st = {"reads": 0, "bytes": 0, "bad": [], "max_s": 0.0}
     files = []
@@ -79,11 +82,16 @@ def reader(mnt, refdir, names, seed, until, mode):
         m = mmap.mmap(fd, len(ref), prot=mmap.PROT_READ) if mode == "mmap" \
             else None
         files.append((name, ref, fd, m))
+    pos = {}  # fd -> file position, for "read"
     try:
         while time.time() < until:
             name, ref, fd, m = rng.choice(files)
             off = rng.randrange(0, len(ref) + 16)
             n = rng.choice((1, 7, 4096, rng.randrange(1, 1 << 20)))
+            if mode == "read":
+                off = pos.get(fd, 0)
+                if off >= len(ref):
+                    off = os.lseek(fd, 0, os.SEEK_SET)
             t0 = time.monotonic()
             try:
                 if m is not None:
@@ -92,6 +100,10 @@ def reader(mnt, refdir, names, seed, until, mode):
                     data = m[off:off + n]
                 elif mode == "direct":  # FUSE takes any alignment
                     data = os.pread(fd, n, off)
+                elif mode == "read":
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                    data = os.read(fd, n)
+                    pos[fd] = off + len(data)
                 else:
                     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
                     data = os.pread(fd, n, off)
@@ -120,7 +132,8 @@ class Readers:
         self.results, self.lock = [], threading.Lock()
         args = (mnt, refdir, names)
         self.threads = [threading.Thread(target=self.run, args=args + (i, m))
-                        for i, m in enumerate(("pread", "direct", "mmap"))]
+                        for i, m in enumerate(("pread", "direct", "mmap",
+                                               "read"))]
         self.procs = [subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "--reader", mnt,
              refdir, json.dumps(names), str(100 + i), str(self.until), m],
