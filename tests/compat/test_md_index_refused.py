@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 
 import castfs_testlib as tl
 import rel_common as rc
+from test_rel_containment import Inotify
 
 SETTLE = 10.0  # seconds the watcher may take (it takes milliseconds)
 INDEX = "model.safetensors.index.json"
@@ -149,6 +150,30 @@ class IndexRefused(unittest.TestCase):
             # The neighbours are untouched.
             self.assert_served(m, "good")
             self.assert_refused(m, "absolute", "'c.bias'")
+
+    def test_index_read_once_per_identity(self):
+        """Listings after the first read no index again (the check is
+        cached per identity); a rewrite is read once more."""
+        watches = {n: Inotify(os.path.join(self.src, n))
+                   for n in ("good", "dotdot")}
+        try:
+            with tl.Mount(self.src) as m:
+                os.listdir(m.join())
+                opened = {n: [e for e in w.events() if e[1] == INDEX]
+                          for n, w in watches.items()}
+                # control: the first listing did read both indexes
+                self.assertNotEqual(opened["good"], [])
+                self.assertNotEqual(opened["dotdot"], [])
+                for _ in range(5):
+                    names = os.listdir(m.join())
+                    self.assertIn("good.fp16", names)
+                    self.assertNotIn("dotdot.fp16", names)
+                for n, w in watches.items():
+                    self.assertEqual(
+                        [e for e in w.events() if e[1] == INDEX], [], n)
+        finally:
+            for w in watches.values():
+                w.close()
 
 
 if __name__ == "__main__":
