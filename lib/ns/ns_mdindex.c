@@ -143,6 +143,25 @@ static int ixc_result(const struct ixc_entry *e, char *why, size_t len)
 	return e->err;
 }
 
+void ns_md_ixc_forget(struct ns_mdixc *c, const char *path)
+{
+	struct ixc_entry **pp, *e;
+
+	pthread_mutex_lock(&c->lock);
+	pp = ixc_bucket(c, path);
+	while ((e = *pp)) {
+		if (strcmp(e->path, path) == 0) {
+			*pp = e->next;
+			free(e->path);
+			free(e);
+			c->n--;
+			continue;
+		}
+		pp = &e->next;
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
 int ns_md_ixc_check(struct castfs_ns *ns, struct ns_mdixc *c, const char *path,
 		    char *why, size_t len)
 {

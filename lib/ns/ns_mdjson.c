@@ -559,6 +559,11 @@ int ns_md_index_ok(struct castfs_ns *ns, const char *path, char *why,
 	return ns_md_ixc_check(ns, ns->md->ixc, path, why, len);
 }
 
+void ns_md_index_forget(struct castfs_ns *ns, const char *path)
+{
+	ns_md_ixc_forget(ns->md->ixc, path);
+}
+
 static struct ns_md_entry **md_bucket(struct castfs_ns *ns, const char *path)
 {
 	uint64_t h = castfs_fnv1a(CASTFS_FNV_SEED, path, strlen(path));

@@ -684,6 +684,10 @@ void ns_modeldir_invalidate(struct castfs_ns *ns, const char *rel, inval_fn cb,
 	if (!d || !rel[0])
 		goto out;
 	ns_md_json_forget(ns, d);
+	/* Cached by identity; also by name, for a rewrite that kept both
+	 * size and mtime (coarse timestamps). */
+	if (castfs_md_name_kind(base) == CASTFS_MD_INDEX)
+		ns_md_index_forget(ns, rel);
 	/* What is left of it, if anything. */
 	ns_md_dir_indexes(ns, d, castfs_md_name_kind(base) == CASTFS_MD_INDEX,
 			  &s);

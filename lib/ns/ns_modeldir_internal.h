@@ -143,6 +143,13 @@ void ns_md_ixc_free(struct ns_mdixc *c);
 int ns_md_ixc_check(struct castfs_ns *ns, struct ns_mdixc *c, const char *path,
 		    char *why, size_t len);
 
+/* ns_md_ixc_forget - drop what @c holds for index @path, whatever its
+ * identity (a rewrite that kept size and mtime). Thread-safe. */
+void ns_md_ixc_forget(struct ns_mdixc *c, const char *path);
+
+/* ns_md_index_forget - ns_md_ixc_forget() with the mount's cache. */
+void ns_md_index_forget(struct castfs_ns *ns, const char *path);
+
 /*
  * ns_md_index_ok - ns_md_ixc_check() of index @path with the mount's
  * cache. Same returns. Thread-safe.

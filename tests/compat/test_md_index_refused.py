@@ -151,6 +151,27 @@ class IndexRefused(unittest.TestCase):
             self.assert_served(m, "good")
             self.assert_refused(m, "absolute", "'c.bias'")
 
+    def test_rewrite_keeping_size_and_mtime(self):
+        """An index rewritten in place to the same size, its mtime then
+        set back (what a coarse timestamp does by chance): the watcher's
+        event, not the identity, makes castfs check it again."""
+        d = os.path.join(self.src, "good")
+        p = os.path.join(d, INDEX)
+        with tl.Mount(self.src) as m:
+            self.assert_served(m, "good")
+            before = os.stat(p)
+            bad = good_map()
+            bad["a.weight"] = "/" + SHARDS[0][1:]  # the same length
+            write_index(d, bad, in_place=True)
+            os.utime(p, ns=(before.st_atime_ns, before.st_mtime_ns))
+            after = os.stat(p)
+            self.assertEqual((after.st_ino, after.st_size, after.st_mtime_ns),
+                             (before.st_ino, before.st_size,
+                              before.st_mtime_ns))
+            rc.poll(lambda: "good.fp16" not in os.listdir(m.join()),
+                    SETTLE, "good.fp16 to be hidden")
+            self.assert_refused(m, "good", "'a.weight'")
+
     def test_index_read_once_per_identity(self):
         """Listings after the first read no index again (the check is
         cached per identity); a rewrite is read once more."""
