@@ -247,6 +247,15 @@ int castfs_md_index_rewrite(const char *json, size_t len, const char *variant,
 			    size_t *out_len, struct castfs_diag *d);
 
 /*
+ * castfs_md_index_check - whether castfs_md_index_rewrite() would accept
+ * the shape of index @json (@len bytes): a JSON object whose "weight_map"
+ * is an object of plain "*.safetensors" file names. Reads no shard, so a
+ * listing can afford it. Returns 0, -EINVAL (@d says why) or -ENOMEM.
+ * Thread-safe.
+ */
+int castfs_md_index_check(const char *json, size_t len, struct castfs_diag *d);
+
+/*
  * castfs_md_gguf_plan - the llama.cpp GGUF file of a transformers
  * causal-LM folder whose weights are the one checkpoint @h: the text of its
  * config.json, tokenizer.json and (optional, NULL) tokenizer_config.json,

@@ -360,3 +360,22 @@ int castfs_md_index_rewrite(const char *json, size_t len, const char *variant,
 	ix_fini(&x);
 	return rc;
 }
+
+int castfs_md_index_check(const char *json, size_t len, struct castfs_diag *d)
+{
+	struct ix x = { .js = json, .len = len };
+	const cJSON *wm;
+	cJSON *root;
+	int rc = castfs_md_parse(json, len, &root, d, "index");
+
+	if (rc)
+		return rc;
+	wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+	if (!cJSON_IsObject(wm))
+		rc = castfs_diag_set(d, -EINVAL, "index: no weight_map object");
+	if (!rc)
+		rc = ix_collect(&x, wm, d);
+	cJSON_Delete(root);
+	ix_fini(&x);
+	return rc;
+}

@@ -216,30 +216,73 @@ static bool md_any_refused(struct castfs_ns *ns, const char *dir,
 	return found;
 }
 
-int ns_md_is_model(struct castfs_ns *ns, const char *path, bool *yes)
+/* Whether scan @s of @path is a model with views, its indexes aside. */
+static bool md_model_of(struct castfs_ns *ns, const char *path,
+			const struct ns_md_dir *s)
 {
 	struct castfs_md_quant q;
 	struct castfs_md_config c;
+	bool yes = false;
+
+	if (s->pipeline) {
+		yes = true;
+	} else if (s->config && (s->nindex || md_any_valid(ns, path, s))) {
+		/* Unreadable or quantised in a layout castfs does not
+		 * dequantize: no views, not an error. */
+		yes = md_config_of(ns, path, &c) == 0 &&
+		      ns_ckpt_dir_quant(ns, path, &q) == 0 &&
+		      (!q.quantized || castfs_md_quant_dequantized(&q));
+	}
+	return yes && !md_any_refused(ns, path, s);
+}
+
+/*
+ * Whether an index of scan @s of @dir is refused: true with "<name>:
+ * <reason>" in @why (@len bytes) if @why is not NULL. Any other error
+ * (unreadable, gone) is not a refusal: the open says it, as before.
+ */
+static bool md_index_refused(struct castfs_ns *ns, const char *dir,
+			     const struct ns_md_dir *s, char *why, size_t len)
+{
+	char reason[256];
+
+	for (size_t i = 0; i < s->nindex; i++) {
+		const char *name = s->indexes[i];
+		char *p = ns_path_join(dir, name, strlen(name));
+		int rc = p ? ns_md_index_ok(ns, p, reason, sizeof(reason)) :
+			     -ENOMEM;
+
+		free(p);
+		if (rc != -EINVAL)
+			continue;
+		if (why && len)
+			snprintf(why, len, "%s: %s", name, reason);
+		return true;
+	}
+	return false;
+}
+
+int ns_md_is_model(struct castfs_ns *ns, const char *path, bool *yes)
+{
 	struct ns_md_dir s;
 	int rc = ns_md_dir_scan(ns, path, &s);
 
-	*yes = false;
-	if (rc)
-		goto out;
-	if (s.pipeline) {
-		*yes = true;
-	} else if (s.config && (s.nindex || md_any_valid(ns, path, &s))) {
-		/* Unreadable or quantised in a layout castfs does not
-		 * dequantize: no views, not an error. */
-		*yes = md_config_of(ns, path, &c) == 0 &&
-		       ns_ckpt_dir_quant(ns, path, &q) == 0 &&
-		       (!q.quantized || castfs_md_quant_dequantized(&q));
-	}
-	if (*yes && md_any_refused(ns, path, &s))
-		*yes = false;
-out:
+	*yes = !rc && md_model_of(ns, path, &s) &&
+	       !md_index_refused(ns, path, &s, NULL, 0);
 	ns_md_dir_fini(&s);
 	return rc == -ENOMEM ? rc : 0;
+}
+
+bool ns_md_index_refusal(struct castfs_ns *ns, const char *path, char *why,
+			 size_t len)
+{
+	struct ns_md_dir s;
+	bool refused = ns_md_dir_scan(ns, path, &s) == 0 &&
+		       md_model_of(ns, path, &s) &&
+		       md_index_refused(ns, path, &s, why, len);
+
+	ns_md_dir_fini(&s);
+	return refused;
 }
 
 /* ---- building the rewritten JSON ---- */
@@ -495,6 +538,7 @@ struct ns_mdcache {
 	pthread_mutex_t lock;
 	struct ns_md_entry *b[MD_BUCKETS];
 	struct ns_mdconf *conf; /* parsed config.json files */
+	struct ns_mdixc *ixc; /* checked indexes */
 	/* The index names of the directory the watcher last asked about
 	 * (ns_md_dir_indexes), with that directory's identity. */
 	char *ix_path;
@@ -507,6 +551,17 @@ static int md_config_of(struct castfs_ns *ns, const char *dir,
 			struct castfs_md_config *c)
 {
 	return ns_md_config_get(ns, ns->md->conf, dir, c);
+}
+
+int ns_md_index_ok(struct castfs_ns *ns, const char *path, char *why,
+		   size_t len)
+{
+	return ns_md_ixc_check(ns, ns->md->ixc, path, why, len);
+}
+
+void ns_md_index_forget(struct castfs_ns *ns, const char *path)
+{
+	ns_md_ixc_forget(ns->md->ixc, path);
 }
 
 static struct ns_md_entry **md_bucket(struct castfs_ns *ns, const char *path)
@@ -652,7 +707,8 @@ int ns_modeldir_init(struct castfs_ns *ns)
 	ns->md = calloc(1, sizeof(*ns->md));
 	if (!ns->md)
 		return -ENOMEM;
-	if (ns_md_conf_new(&ns->md->conf)) {
+	if (ns_md_conf_new(&ns->md->conf) || ns_md_ixc_new(&ns->md->ixc)) {
+		ns_md_conf_free(ns->md->conf);
 		free(ns->md);
 		ns->md = NULL;
 		return -ENOMEM;
@@ -734,6 +790,7 @@ void ns_modeldir_fini(struct castfs_ns *ns)
 	ns_md_dir_fini(&ns->md->ix);
 	free(ns->md->ix_path);
 	ns_md_conf_free(ns->md->conf);
+	ns_md_ixc_free(ns->md->ixc);
 	for (size_t i = 0; i < MD_BUCKETS; i++) {
 		while (ns->md->b[i]) {
 			struct ns_md_entry *e = ns->md->b[i];

@@ -6,6 +6,7 @@
  * for the view and everything else is the source's; and the variant
  * spelling X.safetensors.index.<view>.json next to a source index.
  */
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/escape.h"
 #include "modeldir/modeldir.h"
 #include "ns/ns_modeldir_internal.h"
 
@@ -118,6 +120,9 @@ static int lookup_vindex(struct castfs_ns *ns, const struct ns_node *dir,
 		rc = -ENOENT;
 	if (!rc && md_quantized(ns, dir->path))
 		rc = -ENOENT;
+	/* An index castfs refuses has no variant spellings (not listed). */
+	if (!rc && ns_md_index_ok(ns, child->path, NULL, 0) == -EINVAL)
+		rc = -ENOENT;
 	if (!rc)
 		rc = dir_fp(ns, dir->path, &child->dep);
 	child->kind = NS_MFILE;
@@ -197,6 +202,8 @@ static int list_vindex(struct castfs_ns *ns, const struct ns_node *dir,
 		rc = -ENOENT;
 	if (!rc && md_quantized(ns, dir->path))
 		rc = -ENOENT;
+	if (!rc && ns_md_index_ok(ns, path, NULL, 0) == -EINVAL)
+		rc = -ENOENT;
 	if (!rc)
 		rc = dir_fp(ns, dir->path, &node.dep);
 	if (!rc)
@@ -222,9 +229,50 @@ static int modeldir_list(struct castfs_ns *ns, const struct ns_node *dir,
 	return 0;
 }
 
+/* {"path", "views", "reason"} for the DIR.<view>/ names that @path
+ * would have but for a refused index (/.castfs/refused). */
+static int modeldir_refusals(struct castfs_ns *ns, const char *path, cJSON *arr)
+{
+	char why[512], *p = NULL, *r = NULL;
+	cJSON *o = NULL, *views;
+	bool casts_only;
+	int rc = -ENOMEM;
+
+	if (!path[0] || !ns_md_index_refusal(ns, path, why, sizeof(why)))
+		return 0;
+	casts_only = ns_md_casts_only(ns, path);
+	p = castfs_escape(path, strlen(path));
+	r = castfs_escape(why, strlen(why));
+	if (!p || !r || !(o = cJSON_CreateObject()) ||
+	    !cJSON_AddStringToObject(o, "path", p) ||
+	    !(views = cJSON_AddArrayToObject(o, "views")) ||
+	    !cJSON_AddStringToObject(o, "reason", r))
+		goto out;
+	for (size_t i = 0; i < ns->views->n; i++) {
+		const struct castfs_view *v = &ns->views->v[i];
+
+		/* The names lookup_root() would have found. */
+		if (!v->listed || v->kind == CASTFS_VIEW_GGUF ||
+		    v->kind == CASTFS_VIEW_COMFY_FP8 ||
+		    (casts_only && !castfs_view_dequantizes(v)))
+			continue;
+		if (!cJSON_AddItemToArray(views, cJSON_CreateString(v->name)))
+			goto out;
+	}
+	cJSON_AddItemToArray(arr, o);
+	o = NULL;
+	rc = 0;
+out:
+	cJSON_Delete(o);
+	free(p);
+	free(r);
+	return rc;
+}
+
 const struct ns_dir_ext ns_modeldir_dir_ext = {
 	.lookup = modeldir_lookup,
 	.list = modeldir_list,
+	.refusals = modeldir_refusals,
 };
 
 /* ---- inside DIR.<view>/ ---- */
@@ -636,6 +684,10 @@ void ns_modeldir_invalidate(struct castfs_ns *ns, const char *rel, inval_fn cb,
 	if (!d || !rel[0])
 		goto out;
 	ns_md_json_forget(ns, d);
+	/* Cached by identity; also by name, for a rewrite that kept both
+	 * size and mtime (coarse timestamps). */
+	if (castfs_md_name_kind(base) == CASTFS_MD_INDEX)
+		ns_md_index_forget(ns, rel);
 	/* What is left of it, if anything. */
 	ns_md_dir_indexes(ns, d, castfs_md_name_kind(base) == CASTFS_MD_INDEX,
 			  &s);

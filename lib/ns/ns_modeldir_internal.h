@@ -122,4 +122,48 @@ int ns_md_config_get(struct castfs_ns *ns, struct ns_mdconf *c, const char *dir,
 /* ns_md_conf_forget - drop what @c holds for @dir's config.json. */
 void ns_md_conf_forget(struct ns_mdconf *c, const char *dir);
 
+/* Whether each index has a shape castfs rewrites (ns_mdindex.c), checked
+ * once per identity of the file. */
+struct ns_mdixc;
+
+/* ns_md_ixc_new / ns_md_ixc_free - an empty cache; free accepts NULL.
+ * new returns 0 or -ENOMEM. */
+int ns_md_ixc_new(struct ns_mdixc **out);
+void ns_md_ixc_free(struct ns_mdixc *c);
+
+/*
+ * ns_md_ixc_check - whether source index @path would be rewritten
+ * (castfs_md_index_check()), read and checked once per identity of the
+ * file and kept in @c (at most 4096 files; then the cache starts again).
+ * A refusal (-EINVAL) is kept like a success; transient errors (ENOMEM,
+ * EMFILE, ENFILE, EAGAIN, EINTR, ESTALE) are not. Returns 0, -EINVAL
+ * (the reason copied to @why, @len bytes, if @why is not NULL) or the
+ * error of the stat or read. Thread-safe.
+ */
+int ns_md_ixc_check(struct castfs_ns *ns, struct ns_mdixc *c, const char *path,
+		    char *why, size_t len);
+
+/* ns_md_ixc_forget - drop what @c holds for index @path, whatever its
+ * identity (a rewrite that kept size and mtime). Thread-safe. */
+void ns_md_ixc_forget(struct ns_mdixc *c, const char *path);
+
+/* ns_md_index_forget - ns_md_ixc_forget() with the mount's cache. */
+void ns_md_index_forget(struct castfs_ns *ns, const char *path);
+
+/*
+ * ns_md_index_ok - ns_md_ixc_check() of index @path with the mount's
+ * cache. Same returns. Thread-safe.
+ */
+int ns_md_index_ok(struct castfs_ns *ns, const char *path, char *why,
+		   size_t len);
+
+/*
+ * ns_md_index_refusal - whether source directory @path would hold a model
+ * with views (see ns_md_is_model()) but one of its indexes is refused:
+ * then true, with "<index name>: <reason>" in @why (@len bytes), and the
+ * directory has no DIR.<view>/. Thread-safe.
+ */
+bool ns_md_index_refusal(struct castfs_ns *ns, const char *path, char *why,
+			 size_t len);
+
 #endif
