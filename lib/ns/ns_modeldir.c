@@ -147,10 +147,12 @@ static int modeldir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 }
 
 /* Add "@name.<view>@ext" (@name @len bytes) with the id of @node for
- * every view @pick accepts. */
+ * every listed view: only casts when @casts_only, only views computed from
+ * dequantized values when @deq_only (what lookup_root serves for a
+ * quantized model: a listed name must not answer ENOENT). */
 static int list_views(struct castfs_ns *ns, struct ns_list *l, const char *name,
 		      size_t len, const char *ext, struct ns_node *node,
-		      bool casts_only)
+		      bool casts_only, bool deq_only)
 {
 	char buf[512];
 	int rc = 0;
@@ -161,7 +163,8 @@ static int list_views(struct castfs_ns *ns, struct ns_list *l, const char *name,
 
 		if (!v->listed || v->kind == CASTFS_VIEW_GGUF ||
 		    v->kind == CASTFS_VIEW_COMFY_FP8 ||
-		    (casts_only && v->kind != CASTFS_VIEW_CAST))
+		    (casts_only && v->kind != CASTFS_VIEW_CAST) ||
+		    (deq_only && !castfs_view_dequantizes(v)))
 			continue;
 		n = snprintf(buf, sizeof(buf), "%.*s.%s%s", (int)len, name,
 			     v->name, ext);
@@ -184,7 +187,8 @@ static int list_roots(struct castfs_ns *ns, const struct ns_node *dir,
 	int rc = path ? ns_md_is_model(ns, path, &model) : -ENOMEM;
 
 	if (!rc && model && ns_src_stat(ns, path, &node.st) == 0)
-		rc = list_views(ns, l, name, strlen(name), "", &node, false);
+		rc = list_views(ns, l, name, strlen(name), "", &node, false,
+				ns_md_casts_only(ns, path));
 	free(path);
 	return rc;
 }
@@ -208,7 +212,7 @@ static int list_vindex(struct castfs_ns *ns, const struct ns_node *dir,
 		rc = dir_fp(ns, dir->path, &node.dep);
 	if (!rc)
 		rc = list_views(ns, l, name, strlen(name) - 5, ".json", &node,
-				true);
+				true, false);
 	free(path);
 	return rc == -ENOMEM ? rc : 0;
 }
