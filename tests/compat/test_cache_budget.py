@@ -35,6 +35,18 @@ def rss_mb(pid):
     raise RuntimeError("no VmRSS")
 
 
+def sanitizer(pid):
+    """The sanitizer runtime the daemon @pid runs under, or None: ASan and
+    TSan allocators keep freed memory (quarantine, shadow), so RSS bounds
+    say nothing about castfs there."""
+    with open("/proc/%d/maps" % pid) as f:
+        maps = f.read()
+    for lib in ("libasan", "libtsan"):
+        if lib in maps:
+            return lib
+    return None
+
+
 def forget_all():
     with open(DROP, "w") as f:
         f.write("2\n")
@@ -107,10 +119,13 @@ class TestCacheBudget(unittest.TestCase):
             sys.stderr.write("RSS idle %.1f MB, after %d files of %d tensors "
                              "%.1f MB, after the kernel forgot them %.1f MB\n"
                              % (idle, NBIG, NTENSORS, peak, after))
-            # The files did cost memory (else the test shows nothing)...
-            self.assertGreater(peak, idle + 100)
-            # ...and it came back.
-            self.assertLessEqual(after, 2 * idle)
+            with self.subTest("RSS"):
+                if sanitizer(pid):
+                    self.skipTest("RSS not checked under %s" % sanitizer(pid))
+                # The files did cost memory (else the test shows nothing)...
+                self.assertGreater(peak, idle + 100)
+                # ...and it came back.
+                self.assertLessEqual(after, 2 * idle)
             # What was evicted is parsed again, exactly.
             self.check_small_view(m)
             use(m, "big0")
@@ -133,7 +148,10 @@ class TestCacheBudget(unittest.TestCase):
                              % (idle, NBIG, NTENSORS, listed))
             # Kept, the three would be 200-300 MB (test_1); one costs
             # 65-90 MB.
-            self.assertLess(listed, idle + 16 + 110)
+            with self.subTest("RSS"):
+                if sanitizer(pid):
+                    self.skipTest("RSS not checked under %s" % sanitizer(pid))
+                self.assertLess(listed, idle + 16 + 110)
             self.check_small_view(m)
 
 
