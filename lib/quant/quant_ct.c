@@ -1,17 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * compressed-tensors scaled-FP8 math, scalar. Roundings go through the cast
- * kernels, which are bit-exact with torch's tensor.to(dtype).
+ * compressed-tensors scaled-FP8 math, scalar. Roundings are the cast
+ * kernels' algorithms inlined (quant/quant_round.h), bit-exact with torch's
+ * tensor.to(dtype): one pass per element, no kernel call per element.
  */
 #include <math.h>
 #include <stdint.h>
 
 #include "common/bytes.h"
-#include "kernels/convert.h"
 #include "quant/quant_ct.h"
-
-/* Elements rounded per kernel call: the stack buffers' size. */
-#define CT_CHUNK 256u
+#include "quant/quant_round.h"
 
 bool castfs_ct_dtype_ok(enum castfs_dtype dt)
 {
@@ -29,37 +27,17 @@ float castfs_ct_absmax_merge(float a, float b)
 float castfs_ct_absmax(const float *x, size_t n)
 {
 	float m = 0.0f;
+	int nan = 0;
 
+	/* No early exit and no branch: the loop vectorises; a NaN anywhere
+	 * still makes the result NaN. */
 	for (size_t i = 0; i < n; i++) {
 		float a = fabsf(x[i]);
 
-		if (isnan(a))
-			return NAN;
+		nan |= a != a;
 		m = a > m ? a : m;
 	}
-	return m;
-}
-
-/* @x[0..@n) rounded to @dt (RNE) and widened back, in place. */
-static void ct_round(float *x, size_t n, enum castfs_dtype dt)
-{
-	uint16_t tmp[CT_CHUNK];
-	castfs_convert_fn down, up;
-
-	if (dt == CASTFS_DTYPE_F32)
-		return;
-	down = castfs_convert_get(CASTFS_DTYPE_F32, dt, 0);
-	up = castfs_convert_get(dt, CASTFS_DTYPE_F32, 0);
-	for (size_t i = 0; i < n; i += CT_CHUNK) {
-		size_t m = n - i < CT_CHUNK ? n - i : CT_CHUNK;
-
-		down(tmp, x + i, m);
-		up(x + i, tmp, m);
-	}
-	/* torch's bfloat16 rounding makes every NaN +0x7FC0. */
-	for (size_t i = 0; dt == CASTFS_DTYPE_BF16 && i < n; i++)
-		if (isnan(x[i]))
-			x[i] = NAN;
+	return nan ? NAN : m;
 }
 
 /* torch.finfo(dt).eps: what compressed-tensors puts for a zero scale. */
@@ -74,71 +52,76 @@ static float ct_eps(enum castfs_dtype dt)
 
 float castfs_ct_f8_scale(float absmax, enum castfs_dtype dt)
 {
-	float s = absmax / CASTFS_CT_F8_MAX;
+	float s = castfs_qr_round(absmax / CASTFS_CT_F8_MAX, dt);
 
-	ct_round(&s, 1, dt);
 	return s == 0.0f ? ct_eps(dt) : s;
+}
+
+/* torch.clamp to the E4M3 range: NaN stays NaN (no fminf/fmaxf). */
+static inline float ct_clamp_f8(float q)
+{
+	return q > CASTFS_CT_F8_MAX  ? CASTFS_CT_F8_MAX :
+	       q < -CASTFS_CT_F8_MAX ? -CASTFS_CT_F8_MAX :
+				       q;
+}
+
+/*
+ * One code of castfs_ct_f8_codes(): compressed-tensors adds the (zero)
+ * zero point to x / scale in the weight's dtype, so -0.0 becomes +0.0 and
+ * nothing else changes. Inlined with a constant @dt in each loop below.
+ */
+static inline uint8_t ct_f8_code(float x, float scale, enum castfs_dtype dt)
+{
+	return castfs_qr_e4m3(
+		ct_clamp_f8(castfs_qr_round(x / scale, dt) + 0.0f));
 }
 
 void castfs_ct_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
 			enum castfs_dtype dt)
 {
-	castfs_convert_fn to_f8 =
-		castfs_convert_get(CASTFS_DTYPE_F32, CASTFS_DTYPE_F8_E4M3, 0);
-	float q[CT_CHUNK];
-
-	for (size_t i = 0; i < n; i += CT_CHUNK) {
-		size_t m = n - i < CT_CHUNK ? n - i : CT_CHUNK;
-
-		for (size_t j = 0; j < m; j++)
-			q[j] = x[i + j] / scale;
-		ct_round(q, m, dt);
-		/*
-		 * compressed-tensors adds the (zero) zero point to x / scale in
-		 * the weight's dtype: -0.0 becomes +0.0, nothing else changes.
-		 */
-		for (size_t j = 0; j < m; j++)
-			q[j] += 0.0f;
-		/* torch.clamp keeps NaN: no fminf/fmaxf here. */
-		for (size_t j = 0; j < m; j++) {
-			if (q[j] > CASTFS_CT_F8_MAX)
-				q[j] = CASTFS_CT_F8_MAX;
-			else if (q[j] < -CASTFS_CT_F8_MAX)
-				q[j] = -CASTFS_CT_F8_MAX;
-		}
-		to_f8(dst + i, q, m);
-	}
+	/* One loop per dtype: the rounding's branch leaves the loop. */
+	if (dt == CASTFS_DTYPE_BF16)
+		for (size_t i = 0; i < n; i++)
+			dst[i] = ct_f8_code(x[i], scale, CASTFS_DTYPE_BF16);
+	else if (dt == CASTFS_DTYPE_F16)
+		for (size_t i = 0; i < n; i++)
+			dst[i] = ct_f8_code(x[i], scale, CASTFS_DTYPE_F16);
+	else
+		for (size_t i = 0; i < n; i++)
+			dst[i] = ct_f8_code(x[i], scale, CASTFS_DTYPE_F32);
 }
 
 float castfs_ct_i4_scale(float absmax, enum castfs_dtype dt)
 {
-	float s = absmax / CASTFS_CT_I4_HALF_RANGE;
+	float s = castfs_qr_round(absmax / CASTFS_CT_I4_HALF_RANGE, dt);
 
-	ct_round(&s, 1, dt);
 	return s == 0.0f ? ct_eps(dt) : s;
+}
+
+/* One int4 value of castfs_ct_i4_codes(). */
+static inline int8_t ct_i4_code(float x, float scale, enum castfs_dtype dt)
+{
+	float v = castfs_qr_round(x / scale, dt);
+
+	if (isnan(v))
+		v = 0.0f;
+	v = v > 7.0f ? 7.0f : v < -8.0f ? -8.0f : v;
+	/* rintf: round half to even in the default mode. */
+	return (int8_t)rintf(v);
 }
 
 void castfs_ct_i4_codes(int8_t *dst, const float *x, size_t n, float scale,
 			enum castfs_dtype dt)
 {
-	float q[CT_CHUNK];
-
-	for (size_t i = 0; i < n; i += CT_CHUNK) {
-		size_t m = n - i < CT_CHUNK ? n - i : CT_CHUNK;
-
-		for (size_t j = 0; j < m; j++)
-			q[j] = x[i + j] / scale;
-		ct_round(q, m, dt);
-		for (size_t j = 0; j < m; j++) {
-			float v = q[j];
-
-			if (isnan(v))
-				v = 0.0f;
-			v = v > 7.0f ? 7.0f : v < -8.0f ? -8.0f : v;
-			/* rintf: round half to even in the default mode. */
-			dst[i + j] = (int8_t)rintf(v);
-		}
-	}
+	if (dt == CASTFS_DTYPE_BF16)
+		for (size_t i = 0; i < n; i++)
+			dst[i] = ct_i4_code(x[i], scale, CASTFS_DTYPE_BF16);
+	else if (dt == CASTFS_DTYPE_F16)
+		for (size_t i = 0; i < n; i++)
+			dst[i] = ct_i4_code(x[i], scale, CASTFS_DTYPE_F16);
+	else
+		for (size_t i = 0; i < n; i++)
+			dst[i] = ct_i4_code(x[i], scale, CASTFS_DTYPE_F32);
 }
 
 float castfs_ct_nvfp4_gscale(float absmax, enum castfs_dtype dt)
@@ -152,50 +135,30 @@ float castfs_ct_nvfp4_gscale(float absmax, enum castfs_dtype dt)
 
 	if (absmax < 0x1p-14f && dt == CASTFS_DTYPE_F16)
 		return 1.0f; /* 2688 / f16 tiny overflows f16 */
-	ct_round(&g, 1, dt);
-	g *= CASTFS_CT_F8_MAX * CASTFS_CT_FP4_MAX;
-	ct_round(&g, 1, dt);
+	g = castfs_qr_round(g, dt);
+	g = castfs_qr_round(g * (CASTFS_CT_F8_MAX * CASTFS_CT_FP4_MAX), dt);
 	return isfinite(g) ? g : 1.0f;
 }
 
 float castfs_ct_nvfp4_scale(float absmax, float gs, enum castfs_dtype dt)
 {
-	castfs_convert_fn to_f8 =
-		castfs_convert_get(CASTFS_DTYPE_F32, CASTFS_DTYPE_F8_E4M3, 0);
-	castfs_convert_fn from_f8 =
-		castfs_convert_get(CASTFS_DTYPE_F8_E4M3, CASTFS_DTYPE_F32, 0);
-	float s = absmax / CASTFS_CT_FP4_MAX;
-	uint8_t code;
+	float s = gs * castfs_qr_round(absmax / CASTFS_CT_FP4_MAX, dt);
 
-	ct_round(&s, 1, dt);
-	s = gs * s;
-	if (s > CASTFS_CT_F8_MAX) /* torch.clamp keeps NaN */
-		s = CASTFS_CT_F8_MAX;
-	else if (s < -CASTFS_CT_F8_MAX)
-		s = -CASTFS_CT_F8_MAX;
-	to_f8(&code, &s, 1);
-	from_f8(&s, &code, 1);
+	/* torch.clamp keeps NaN; the E4M3 code's value is the scale. */
+	s = castfs_qr_e4m3_value(castfs_qr_e4m3(ct_clamp_f8(s)));
 	return s == 0.0f ? 0.125f : s;
 }
 
-/* The E2M1 magnitude code of |q| <= 6 (fp4_utils.py cast_to_fp4). */
+/*
+ * The E2M1 magnitude code of |q| <= 6 (fp4_utils.py cast_to_fp4): its
+ * thresholds (<= at the ties that round down to an even code, < at those
+ * that round up) rise with the code, so the code is the number passed.
+ * Counted without branches: the codes of random weights mispredict.
+ */
 static uint8_t fp4_mag(float a)
 {
-	if (a <= 0.25f)
-		return 0;
-	if (a < 0.75f)
-		return 1;
-	if (a <= 1.25f)
-		return 2;
-	if (a < 1.75f)
-		return 3;
-	if (a <= 2.5f)
-		return 4;
-	if (a < 3.5f)
-		return 5;
-	if (a <= 5.0f)
-		return 6;
-	return 7;
+	return (uint8_t)((a > 0.25f) + (a >= 0.75f) + (a > 1.25f) +
+			 (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f));
 }
 
 /* One E2M1 code: sign(q) * magnitude, with torch.signbit of the product. */
@@ -237,38 +200,34 @@ float castfs_comfy_f8_scale(float absmax, enum castfs_dtype dt)
 	return s == 0.0f ? 1.0f : s;
 }
 
+/* One code of castfs_comfy_f8_codes() (NaN stays NaN). */
+static inline uint8_t comfy_f8_code(float x, float inv, enum castfs_dtype dt)
+{
+	return castfs_qr_e4m3(ct_clamp_f8(castfs_qr_round(x * inv, dt)));
+}
+
 void castfs_comfy_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
 			   enum castfs_dtype dt)
 {
-	castfs_convert_fn to_f8 =
-		castfs_convert_get(CASTFS_DTYPE_F32, CASTFS_DTYPE_F8_E4M3, 0);
-	float inv = 1.0f / scale, q[CT_CHUNK];
+	float inv = castfs_qr_round(1.0f / scale, dt);
 
-	ct_round(&inv, 1, dt);
-	for (size_t i = 0; i < n; i += CT_CHUNK) {
-		size_t m = n - i < CT_CHUNK ? n - i : CT_CHUNK;
-
-		for (size_t j = 0; j < m; j++)
-			q[j] = x[i + j] * inv;
-		ct_round(q, m, dt);
-		for (size_t j = 0; j < m; j++) { /* NaN stays NaN */
-			if (q[j] > CASTFS_CT_F8_MAX)
-				q[j] = CASTFS_CT_F8_MAX;
-			else if (q[j] < -CASTFS_CT_F8_MAX)
-				q[j] = -CASTFS_CT_F8_MAX;
-		}
-		to_f8(dst + i, q, m);
-	}
+	if (dt == CASTFS_DTYPE_BF16)
+		for (size_t i = 0; i < n; i++)
+			dst[i] = comfy_f8_code(x[i], inv, CASTFS_DTYPE_BF16);
+	else if (dt == CASTFS_DTYPE_F16)
+		for (size_t i = 0; i < n; i++)
+			dst[i] = comfy_f8_code(x[i], inv, CASTFS_DTYPE_F16);
+	else
+		for (size_t i = 0; i < n; i++)
+			dst[i] = comfy_f8_code(x[i], inv, CASTFS_DTYPE_F32);
 }
 
 void castfs_ct_store(uint8_t *dst, float v, enum castfs_dtype dt)
 {
-	uint16_t h;
-
-	if (dt == CASTFS_DTYPE_F32) {
+	if (dt == CASTFS_DTYPE_F32)
 		castfs_store_le32(dst, castfs_f32_bits(v));
-		return;
-	}
-	castfs_convert_get(CASTFS_DTYPE_F32, dt, 0)(&h, &v, 1);
-	castfs_store_le16(dst, h);
+	else
+		castfs_store_le16(dst, dt == CASTFS_DTYPE_BF16 ?
+					       castfs_qr_bf16_bits(v) :
+					       castfs_qr_f16_bits(v));
 }

@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The inlined one-element roundings (quant/quant_round.h) against the
+ * scalar cast kernels they transcribe, bit for bit: every F16 and E4M3
+ * code widened; float32 values narrowed to BF16, F16 and E4M3 over every
+ * top-16-bit pattern with low halves at and around each tie, and random
+ * float32 bits (NaN payloads, Inf, subnormals, zeros of both signs).
+ */
+#include <check.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "common/bytes.h"
+#include "kernels/convert.h"
+#include "quant/quant_round.h"
+#include "testutil.h"
+#include "unit.h"
+
+/* Low halves: zero, ties of BF16 (0x8000), F16 (0x1000) and E4M3 rounding
+ * (bit 19 is in the top half), their neighbours, all ones. */
+static const uint16_t lows[] = { 0x0000, 0x0001, 0x0fff, 0x1000, 0x1001,
+				 0x7fff, 0x8000, 0x8001, 0xffff };
+
+static castfs_convert_fn scalar(enum castfs_dtype from, enum castfs_dtype to)
+{
+	castfs_convert_fn f =
+		castfs_convert_get_isa(CASTFS_ISA_SCALAR, from, to, 0);
+
+	ck_assert_ptr_nonnull(f);
+	return f;
+}
+
+/* The kernels' answer for @u against the inline functions'. */
+static void check_narrow(uint32_t u)
+{
+	float f = castfs_f32_from_bits(u), back, want;
+	uint16_t hb, hf;
+	uint8_t e;
+
+	scalar(CASTFS_DTYPE_F32, CASTFS_DTYPE_BF16)(&hb, &f, 1);
+	ck_assert_uint_eq(castfs_qr_bf16_bits(f), hb);
+	scalar(CASTFS_DTYPE_F32, CASTFS_DTYPE_F16)(&hf, &f, 1);
+	ck_assert_uint_eq(castfs_qr_f16_bits(f), hf);
+	scalar(CASTFS_DTYPE_F32, CASTFS_DTYPE_F8_E4M3)(&e, &f, 1);
+	ck_assert_uint_eq(castfs_qr_e4m3(f), e);
+
+	/* castfs_qr_round: the round trip, a BF16 NaN made +0x7FC00000. */
+	scalar(CASTFS_DTYPE_BF16, CASTFS_DTYPE_F32)(&want, &hb, 1);
+	if (want != want)
+		want = castfs_f32_from_bits(0x7fc00000u);
+	back = castfs_qr_round(f, CASTFS_DTYPE_BF16);
+	ck_assert_uint_eq(castfs_f32_bits(back), castfs_f32_bits(want));
+	scalar(CASTFS_DTYPE_F16, CASTFS_DTYPE_F32)(&want, &hf, 1);
+	back = castfs_qr_round(f, CASTFS_DTYPE_F16);
+	ck_assert_uint_eq(castfs_f32_bits(back), castfs_f32_bits(want));
+	back = castfs_qr_round(f, CASTFS_DTYPE_F32);
+	ck_assert_uint_eq(castfs_f32_bits(back), u);
+}
+
+START_TEST(test_quant_round__widen_every_code)
+{
+	castfs_convert_fn f16 = scalar(CASTFS_DTYPE_F16, CASTFS_DTYPE_F32);
+	castfs_convert_fn e4 = scalar(CASTFS_DTYPE_F8_E4M3, CASTFS_DTYPE_F32);
+
+	for (uint32_t h = 0; h < 65536u; h++) {
+		uint16_t c = (uint16_t)h;
+		float want;
+
+		f16(&want, &c, 1);
+		ck_assert_uint_eq(castfs_f32_bits(castfs_qr_f16_value(c)),
+				  castfs_f32_bits(want));
+	}
+	for (uint32_t b = 0; b < 256u; b++) {
+		uint8_t c = (uint8_t)b;
+		float want;
+
+		e4(&want, &c, 1);
+		ck_assert_uint_eq(castfs_f32_bits(castfs_qr_e4m3_value(c)),
+				  castfs_f32_bits(want));
+	}
+}
+END_TEST
+
+START_TEST(test_quant_round__narrow_every_top_half)
+{
+	for (uint32_t hi = 0; hi < 65536u; hi++)
+		for (size_t k = 0; k < sizeof(lows) / sizeof(lows[0]); k++)
+			check_narrow(hi << 16 | lows[k]);
+}
+END_TEST
+
+START_TEST(test_quant_round__narrow_random_bits)
+{
+	uint64_t seed = 0x5eed2026u;
+
+	for (uint32_t i = 0; i < (1u << 21); i++)
+		check_narrow((uint32_t)tu_rand(&seed));
+}
+END_TEST
+
+Suite *unit_suite(void)
+{
+	Suite *s = suite_create("quant_round");
+	TCase *tc = tcase_create("core");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_quant_round__widen_every_code);
+	tcase_add_test(tc, test_quant_round__narrow_every_top_half);
+	tcase_add_test(tc, test_quant_round__narrow_random_bits);
+	suite_add_tcase(s, tc);
+	return s;
+}
