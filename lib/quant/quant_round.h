@@ -130,4 +130,27 @@ static inline float castfs_qr_e4m3_value(uint8_t b)
 				    (m & 7) << 20);
 }
 
+/*
+ * castfs_qr_roundf_i8 - the low byte of (int32_t)roundf(@v) as x86
+ * compiles C's conversion (cvttss2si: INT_MIN, low byte 0, for NaN and
+ * values outside int32), without a libm call: for |@v| < 2^23, t =
+ * trunc(@v) and t +- 0.5 are exact, and comparing @v with them rounds half
+ * away from zero; larger values are integers already. Only comparisons
+ * follow the caller's product, so no FMA contraction can change a result.
+ */
+static inline int8_t castfs_qr_roundf_i8(float v)
+{
+	int32_t i;
+	float t;
+
+	if (!(v > -2147483648.0f && v < 2147483648.0f))
+		return 0;
+	i = (int32_t)v;
+	if (v > -8388608.0f && v < 8388608.0f) {
+		t = (float)i;
+		i += (v >= t + 0.5f) - (v <= t - 0.5f);
+	}
+	return (int8_t)i;
+}
+
 #endif

@@ -4,9 +4,12 @@
  * scalar cast kernels they transcribe, bit for bit: every F16 and E4M3
  * code widened; float32 values narrowed to BF16, F16 and E4M3 over every
  * top-16-bit pattern with low halves at and around each tie, and random
- * float32 bits (NaN payloads, Inf, subnormals, zeros of both signs).
+ * float32 bits (NaN payloads, Inf, subnormals, zeros of both signs); the
+ * libm-free roundf-to-int8 against roundf() over the same values and every
+ * tie Q8_0 can meet.
  */
 #include <check.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -57,6 +60,24 @@ static void check_narrow(uint32_t u)
 	ck_assert_uint_eq(castfs_f32_bits(back), u);
 }
 
+/* libm's roundf, then C's (int8_t)(int32_t) as x86 compiles it (the rule
+ * quant_gguf.c's Q8_0 followed before castfs_qr_roundf_i8). */
+static int8_t roundf_i8_ref(float v)
+{
+	float r = roundf(v);
+
+	if (!(r > -2147483648.0f && r < 2147483648.0f))
+		return 0;
+	return (int8_t)(int32_t)r;
+}
+
+static void check_roundf_i8(uint32_t u)
+{
+	float v = castfs_f32_from_bits(u);
+
+	ck_assert_int_eq(castfs_qr_roundf_i8(v), roundf_i8_ref(v));
+}
+
 START_TEST(test_quant_round__widen_every_code)
 {
 	castfs_convert_fn f16 = scalar(CASTFS_DTYPE_F16, CASTFS_DTYPE_F32);
@@ -89,6 +110,29 @@ START_TEST(test_quant_round__narrow_every_top_half)
 }
 END_TEST
 
+START_TEST(test_quant_round__roundf_i8)
+{
+	uint64_t seed = 0x0bad5eedu;
+
+	for (uint32_t hi = 0; hi < 65536u; hi++)
+		for (size_t k = 0; k < sizeof(lows) / sizeof(lows[0]); k++)
+			check_roundf_i8(hi << 16 | lows[k]);
+	for (uint32_t i = 0; i < (1u << 21); i++)
+		check_roundf_i8((uint32_t)tu_rand(&seed));
+	/* Every multiple of 2^-10 in [-300, 300]: all the ties Q8_0 meets. */
+	for (int32_t k = -300 * 1024; k <= 300 * 1024; k++)
+		check_roundf_i8(castfs_f32_bits((float)k * 0x1p-10f));
+	/* Next to the 2^23 and 2^31 bounds. */
+	for (int32_t k = -64; k <= 64; k++) {
+		check_roundf_i8(UINT32_C(0x4b000000) + (uint32_t)(k + 64));
+		check_roundf_i8(UINT32_C(0x4affffc0) + (uint32_t)(k + 64));
+		check_roundf_i8(UINT32_C(0xcb000000) + (uint32_t)(k + 64));
+		check_roundf_i8(UINT32_C(0x4effffc0) + (uint32_t)(k + 64));
+		check_roundf_i8(UINT32_C(0xceffffc0) + (uint32_t)(k + 64));
+	}
+}
+END_TEST
+
 START_TEST(test_quant_round__narrow_random_bits)
 {
 	uint64_t seed = 0x5eed2026u;
@@ -107,6 +151,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_quant_round__widen_every_code);
 	tcase_add_test(tc, test_quant_round__narrow_every_top_half);
 	tcase_add_test(tc, test_quant_round__narrow_random_bits);
+	tcase_add_test(tc, test_quant_round__roundf_i8);
 	suite_add_tcase(s, tc);
 	return s;
 }
