@@ -2,14 +2,19 @@
 /*
  * compressed-tensors scaled-FP8 math, scalar. Roundings are the cast
  * kernels' algorithms inlined (quant/quant_round.h), bit-exact with torch's
- * tensor.to(dtype): one pass per element, no kernel call per element.
+ * tensor.to(dtype): no kernel call per element or per scale; the E4M3
+ * narrowing of a chunk of codes stays with the SIMD cast kernel.
  */
 #include <math.h>
 #include <stdint.h>
 
 #include "common/bytes.h"
+#include "kernels/convert.h"
 #include "quant/quant_ct.h"
 #include "quant/quant_round.h"
+
+/* Elements per E4M3 kernel call: the stack buffer's size. */
+#define CT_CHUNK 256u
 
 bool castfs_ct_dtype_ok(enum castfs_dtype dt)
 {
@@ -26,18 +31,30 @@ float castfs_ct_absmax_merge(float a, float b)
 
 float castfs_ct_absmax(const float *x, size_t n)
 {
-	float m = 0.0f;
-	int nan = 0;
+	int32_t lane[8] = { 0 }, m = 0;
+	size_t i = 0;
 
-	/* No early exit and no branch: the loop vectorises; a NaN anywhere
-	 * still makes the result NaN. */
-	for (size_t i = 0; i < n; i++) {
-		float a = fabsf(x[i]);
+	/*
+	 * On the bits: |x| as a (non-negative) integer orders like the float
+	 * for every non-NaN value, and every NaN is above +Inf (0x7F800000).
+	 * An integer max has no NaN rule to keep; eight lanes of fixed count
+	 * let the compiler vectorise it.
+	 */
+	for (; i + 8 <= n; i += 8)
+		for (size_t k = 0; k < 8; k++) {
+			int32_t a = (int32_t)(castfs_f32_bits(x[i + k]) &
+					      0x7fffffffu);
 
-		nan |= a != a;
+			lane[k] = a > lane[k] ? a : lane[k];
+		}
+	for (; i < n; i++) {
+		int32_t a = (int32_t)(castfs_f32_bits(x[i]) & 0x7fffffffu);
+
 		m = a > m ? a : m;
 	}
-	return nan ? NAN : m;
+	for (size_t k = 0; k < 8; k++)
+		m = lane[k] > m ? lane[k] : m;
+	return m > 0x7f800000 ? NAN : castfs_f32_from_bits((uint32_t)m);
 }
 
 /* torch.finfo(dt).eps: what compressed-tensors puts for a zero scale. */
@@ -66,29 +83,46 @@ static inline float ct_clamp_f8(float q)
 }
 
 /*
- * One code of castfs_ct_f8_codes(): compressed-tensors adds the (zero)
+ * One value of castfs_ct_f8_codes() before its E4M3 rounding:
+ * compressed-tensors adds the (zero)
  * zero point to x / scale in the weight's dtype, so -0.0 becomes +0.0 and
  * nothing else changes. Inlined with a constant @dt in each loop below.
  */
-static inline uint8_t ct_f8_code(float x, float scale, enum castfs_dtype dt)
+static inline float ct_f8_q(float x, float scale, enum castfs_dtype dt)
 {
-	return castfs_qr_e4m3(
-		ct_clamp_f8(castfs_qr_round(x / scale, dt) + 0.0f));
+	return ct_clamp_f8(castfs_qr_round(x / scale, dt) + 0.0f);
 }
 
+/*
+ * The codes in chunks: the rounding to @dt, zero point and clamp inline per
+ * element, then the E4M3 narrowing of the chunk by the SIMD cast kernel
+ * (non-saturating; nothing left is out of range but NaN).
+ */
 void castfs_ct_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
 			enum castfs_dtype dt)
 {
-	/* One loop per dtype: the rounding's branch leaves the loop. */
-	if (dt == CASTFS_DTYPE_BF16)
-		for (size_t i = 0; i < n; i++)
-			dst[i] = ct_f8_code(x[i], scale, CASTFS_DTYPE_BF16);
-	else if (dt == CASTFS_DTYPE_F16)
-		for (size_t i = 0; i < n; i++)
-			dst[i] = ct_f8_code(x[i], scale, CASTFS_DTYPE_F16);
-	else
-		for (size_t i = 0; i < n; i++)
-			dst[i] = ct_f8_code(x[i], scale, CASTFS_DTYPE_F32);
+	castfs_convert_fn to_f8 =
+		castfs_convert_get(CASTFS_DTYPE_F32, CASTFS_DTYPE_F8_E4M3, 0);
+	float q[CT_CHUNK];
+
+	for (size_t i = 0; i < n; i += CT_CHUNK) {
+		size_t m = n - i < CT_CHUNK ? n - i : CT_CHUNK;
+
+		/* One loop per dtype: the rounding's branch leaves the loop. */
+		if (dt == CASTFS_DTYPE_BF16)
+			for (size_t j = 0; j < m; j++)
+				q[j] = ct_f8_q(x[i + j], scale,
+					       CASTFS_DTYPE_BF16);
+		else if (dt == CASTFS_DTYPE_F16)
+			for (size_t j = 0; j < m; j++)
+				q[j] = ct_f8_q(x[i + j], scale,
+					       CASTFS_DTYPE_F16);
+		else
+			for (size_t j = 0; j < m; j++)
+				q[j] = ct_f8_q(x[i + j], scale,
+					       CASTFS_DTYPE_F32);
+		to_f8(dst + i, q, m);
+	}
 }
 
 float castfs_ct_i4_scale(float absmax, enum castfs_dtype dt)
@@ -200,26 +234,37 @@ float castfs_comfy_f8_scale(float absmax, enum castfs_dtype dt)
 	return s == 0.0f ? 1.0f : s;
 }
 
-/* One code of castfs_comfy_f8_codes() (NaN stays NaN). */
-static inline uint8_t comfy_f8_code(float x, float inv, enum castfs_dtype dt)
+/* One value of castfs_comfy_f8_codes() before its E4M3 rounding (NaN
+ * stays NaN). */
+static inline float comfy_f8_q(float x, float inv, enum castfs_dtype dt)
 {
-	return castfs_qr_e4m3(ct_clamp_f8(castfs_qr_round(x * inv, dt)));
+	return ct_clamp_f8(castfs_qr_round(x * inv, dt));
 }
 
 void castfs_comfy_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
 			   enum castfs_dtype dt)
 {
-	float inv = castfs_qr_round(1.0f / scale, dt);
+	castfs_convert_fn to_f8 =
+		castfs_convert_get(CASTFS_DTYPE_F32, CASTFS_DTYPE_F8_E4M3, 0);
+	float inv = castfs_qr_round(1.0f / scale, dt), q[CT_CHUNK];
 
-	if (dt == CASTFS_DTYPE_BF16)
-		for (size_t i = 0; i < n; i++)
-			dst[i] = comfy_f8_code(x[i], inv, CASTFS_DTYPE_BF16);
-	else if (dt == CASTFS_DTYPE_F16)
-		for (size_t i = 0; i < n; i++)
-			dst[i] = comfy_f8_code(x[i], inv, CASTFS_DTYPE_F16);
-	else
-		for (size_t i = 0; i < n; i++)
-			dst[i] = comfy_f8_code(x[i], inv, CASTFS_DTYPE_F32);
+	for (size_t i = 0; i < n; i += CT_CHUNK) {
+		size_t m = n - i < CT_CHUNK ? n - i : CT_CHUNK;
+
+		if (dt == CASTFS_DTYPE_BF16)
+			for (size_t j = 0; j < m; j++)
+				q[j] = comfy_f8_q(x[i + j], inv,
+						  CASTFS_DTYPE_BF16);
+		else if (dt == CASTFS_DTYPE_F16)
+			for (size_t j = 0; j < m; j++)
+				q[j] = comfy_f8_q(x[i + j], inv,
+						  CASTFS_DTYPE_F16);
+		else
+			for (size_t j = 0; j < m; j++)
+				q[j] = comfy_f8_q(x[i + j], inv,
+						  CASTFS_DTYPE_F32);
+		to_f8(dst + i, q, m);
+	}
 }
 
 void castfs_ct_store(uint8_t *dst, float v, enum castfs_dtype dt)

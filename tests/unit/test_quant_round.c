@@ -15,6 +15,7 @@
 
 #include "common/bytes.h"
 #include "kernels/convert.h"
+#include "quant/quant_ct.h"
 #include "quant/quant_round.h"
 #include "testutil.h"
 #include "unit.h"
@@ -77,6 +78,52 @@ static void check_roundf_i8(uint32_t u)
 
 	ck_assert_int_eq(castfs_qr_roundf_i8(v), roundf_i8_ref(v));
 }
+
+/* torch's amax(abs(x)) as written plainly: NaN as soon as one is NaN. */
+static float absmax_ref(const float *x, size_t n)
+{
+	float m = 0.0f;
+
+	for (size_t i = 0; i < n; i++) {
+		if (x[i] != x[i])
+			return castfs_f32_from_bits(0x7fc00000u);
+		m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
+	}
+	return m;
+}
+
+/* castfs_ct_absmax (integer lanes) against the plain rule: every length
+ * up to 40 and a long one, with NaN, Inf, -0.0 and subnormals mixed in. */
+START_TEST(test_quant_round__ct_absmax)
+{
+	static const uint32_t special[] = { 0x7f800000u, 0xff800000u,
+					    0x7fc00001u, 0xffc00000u,
+					    0x80000000u, 0x00000001u,
+					    0x807fffffu, 0x7f7fffffu };
+	uint64_t seed = 0xab5u;
+	float x[4100];
+
+	for (int round = 0; round < 2000; round++) {
+		size_t n = round < 1000 ? (size_t)round % 41 : 4100;
+
+		for (size_t i = 0; i < n; i++) {
+			uint64_t r = tu_rand(&seed);
+
+			x[i] = castfs_f32_from_bits((uint32_t)r);
+			if (r >> 60 < 12)
+				x[i] = (float)((int64_t)(r >> 40) - (1 << 23)) *
+				       0x1p-20f;
+			else if (r >> 60 < 13)
+				x[i] = castfs_f32_from_bits(
+					special[(r >> 32) % 8]);
+			if (round % 3 == 0 && x[i] != x[i])
+				x[i] = 1.0f; /* a third without NaN */
+		}
+		ck_assert_uint_eq(castfs_f32_bits(castfs_ct_absmax(x, n)),
+				  castfs_f32_bits(absmax_ref(x, n)));
+	}
+}
+END_TEST
 
 START_TEST(test_quant_round__widen_every_code)
 {
@@ -152,6 +199,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_quant_round__narrow_every_top_half);
 	tcase_add_test(tc, test_quant_round__narrow_random_bits);
 	tcase_add_test(tc, test_quant_round__roundf_i8);
+	tcase_add_test(tc, test_quant_round__ct_absmax);
 	suite_add_tcase(s, tc);
 	return s;
 }
