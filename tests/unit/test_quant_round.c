@@ -125,6 +125,49 @@ START_TEST(test_quant_round__ct_absmax)
 }
 END_TEST
 
+/* compressed-tensors' cast_to_fp4 step by step (fp4_utils.py): NaN -> 0,
+ * + 0.0 zero point, clamp to [-6, 6], thresholds, torch.signbit. */
+static uint8_t fp4_ref(float q)
+{
+	static const float up[7] = { 0.25f, 0.75f, 1.25f, 1.75f,
+				     2.5f,  3.5f,  5.0f };
+	uint8_t mag = 0;
+	float a;
+
+	if (q != q)
+		return 0;
+	q += 0.0f;
+	q = q > 6.0f ? 6.0f : q < -6.0f ? -6.0f : q;
+	a = fabsf(q);
+	/* even codes (0, 2, 4, 6) keep their ties: > ; odd ones: >= */
+	while (mag < 7 && (mag % 2 == 0 ? a > up[mag] : a >= up[mag]))
+		mag++;
+	return (uint8_t)(mag | (q < 0.0f ? 8u : 0u));
+}
+
+/* castfs_ct_fp4_pack over every BF16 value (NaN, Inf, -0.0, subnormals,
+ * every grid point and tie) with two effective scales. */
+START_TEST(test_quant_round__fp4_pack_every_bf16)
+{
+	static const float scales[][2] = { { 1.0f, 1.0f }, { 0.75f, 2.0f } };
+
+	for (size_t k = 0; k < 2; k++) {
+		float sc = scales[k][0], gs = scales[k][1], eff = sc / gs;
+
+		for (uint32_t h = 0; h < 65536u; h += 2) {
+			float x[2] = { castfs_f32_from_bits(h << 16),
+				       castfs_f32_from_bits((h + 1) << 16) };
+			uint8_t got;
+
+			castfs_ct_fp4_pack(&got, x, 2, sc, gs);
+			ck_assert_uint_eq(got, fp4_ref(x[0] / eff) |
+						       fp4_ref(x[1] / eff)
+							       << 4);
+		}
+	}
+}
+END_TEST
+
 START_TEST(test_quant_round__widen_every_code)
 {
 	castfs_convert_fn f16 = scalar(CASTFS_DTYPE_F16, CASTFS_DTYPE_F32);
@@ -200,6 +243,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_quant_round__narrow_random_bits);
 	tcase_add_test(tc, test_quant_round__roundf_i8);
 	tcase_add_test(tc, test_quant_round__ct_absmax);
+	tcase_add_test(tc, test_quant_round__fp4_pack_every_bf16);
 	suite_add_tcase(s, tc);
 	return s;
 }
