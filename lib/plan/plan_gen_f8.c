@@ -15,6 +15,7 @@
 #include "kernels/convert.h"
 #include "plan/plan_internal.h"
 #include "quant/quant_ct.h"
+#include "quant/quant_round.h"
 
 /* Source elements staged in the scratch: [f32: cap * 4][raw: cap * size]. */
 struct f8_stage {
@@ -440,8 +441,7 @@ static void ct_scale_store(uint8_t *dst, float v,
 			   const struct castfs_qtensor *q, enum castfs_dtype dt)
 {
 	if (q->qtype == CASTFS_Q_NVFP4)
-		castfs_convert_get(CASTFS_DTYPE_F32, CASTFS_DTYPE_F8_E4M3,
-				   0)(dst, &v, 1);
+		*dst = castfs_qr_e4m3(v);
 	else
 		castfs_ct_store(dst, v, dt);
 }

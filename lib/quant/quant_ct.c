@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * compressed-tensors scaled-FP8 math, scalar. Roundings go through the cast
- * kernels, which are bit-exact with torch's tensor.to(dtype).
+ * compressed-tensors scaled-FP8 math, scalar. Roundings are the cast
+ * kernels' algorithms inlined (quant/quant_round.h), bit-exact with torch's
+ * tensor.to(dtype): no kernel call per element or per scale; the E4M3
+ * narrowing of a chunk of codes stays with the SIMD cast kernel.
  */
 #include <math.h>
 #include <stdint.h>
@@ -9,8 +11,9 @@
 #include "common/bytes.h"
 #include "kernels/convert.h"
 #include "quant/quant_ct.h"
+#include "quant/quant_round.h"
 
-/* Elements rounded per kernel call: the stack buffers' size. */
+/* Elements per E4M3 kernel call: the stack buffer's size. */
 #define CT_CHUNK 256u
 
 bool castfs_ct_dtype_ok(enum castfs_dtype dt)
@@ -28,38 +31,30 @@ float castfs_ct_absmax_merge(float a, float b)
 
 float castfs_ct_absmax(const float *x, size_t n)
 {
-	float m = 0.0f;
+	int32_t lane[8] = { 0 }, m = 0;
+	size_t i = 0;
 
-	for (size_t i = 0; i < n; i++) {
-		float a = fabsf(x[i]);
+	/*
+	 * On the bits: |x| as a (non-negative) integer orders like the float
+	 * for every non-NaN value, and every NaN is above +Inf (0x7F800000).
+	 * An integer max has no NaN rule to keep; eight lanes of fixed count
+	 * let the compiler vectorise it.
+	 */
+	for (; i + 8 <= n; i += 8)
+		for (size_t k = 0; k < 8; k++) {
+			int32_t a = (int32_t)(castfs_f32_bits(x[i + k]) &
+					      0x7fffffffu);
 
-		if (isnan(a))
-			return NAN;
+			lane[k] = a > lane[k] ? a : lane[k];
+		}
+	for (; i < n; i++) {
+		int32_t a = (int32_t)(castfs_f32_bits(x[i]) & 0x7fffffffu);
+
 		m = a > m ? a : m;
 	}
-	return m;
-}
-
-/* @x[0..@n) rounded to @dt (RNE) and widened back, in place. */
-static void ct_round(float *x, size_t n, enum castfs_dtype dt)
-{
-	uint16_t tmp[CT_CHUNK];
-	castfs_convert_fn down, up;
-
-	if (dt == CASTFS_DTYPE_F32)
-		return;
-	down = castfs_convert_get(CASTFS_DTYPE_F32, dt, 0);
-	up = castfs_convert_get(dt, CASTFS_DTYPE_F32, 0);
-	for (size_t i = 0; i < n; i += CT_CHUNK) {
-		size_t m = n - i < CT_CHUNK ? n - i : CT_CHUNK;
-
-		down(tmp, x + i, m);
-		up(x + i, tmp, m);
-	}
-	/* torch's bfloat16 rounding makes every NaN +0x7FC0. */
-	for (size_t i = 0; dt == CASTFS_DTYPE_BF16 && i < n; i++)
-		if (isnan(x[i]))
-			x[i] = NAN;
+	for (size_t k = 0; k < 8; k++)
+		m = lane[k] > m ? lane[k] : m;
+	return m > 0x7f800000 ? NAN : castfs_f32_from_bits((uint32_t)m);
 }
 
 /* torch.finfo(dt).eps: what compressed-tensors puts for a zero scale. */
@@ -74,12 +69,35 @@ static float ct_eps(enum castfs_dtype dt)
 
 float castfs_ct_f8_scale(float absmax, enum castfs_dtype dt)
 {
-	float s = absmax / CASTFS_CT_F8_MAX;
+	float s = castfs_qr_round(absmax / CASTFS_CT_F8_MAX, dt);
 
-	ct_round(&s, 1, dt);
 	return s == 0.0f ? ct_eps(dt) : s;
 }
 
+/* torch.clamp to the E4M3 range: NaN stays NaN (no fminf/fmaxf). */
+static inline float ct_clamp_f8(float q)
+{
+	return q > CASTFS_CT_F8_MAX  ? CASTFS_CT_F8_MAX :
+	       q < -CASTFS_CT_F8_MAX ? -CASTFS_CT_F8_MAX :
+				       q;
+}
+
+/*
+ * One value of castfs_ct_f8_codes() before its E4M3 rounding:
+ * compressed-tensors adds the (zero)
+ * zero point to x / scale in the weight's dtype, so -0.0 becomes +0.0 and
+ * nothing else changes. Inlined with a constant @dt in each loop below.
+ */
+static inline float ct_f8_q(float x, float scale, enum castfs_dtype dt)
+{
+	return ct_clamp_f8(castfs_qr_round(x / scale, dt) + 0.0f);
+}
+
+/*
+ * The codes in chunks: the rounding to @dt, zero point and clamp inline per
+ * element, then the E4M3 narrowing of the chunk by the SIMD cast kernel
+ * (non-saturating; nothing left is out of range but NaN).
+ */
 void castfs_ct_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
 			enum castfs_dtype dt)
 {
@@ -90,55 +108,54 @@ void castfs_ct_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
 	for (size_t i = 0; i < n; i += CT_CHUNK) {
 		size_t m = n - i < CT_CHUNK ? n - i : CT_CHUNK;
 
-		for (size_t j = 0; j < m; j++)
-			q[j] = x[i + j] / scale;
-		ct_round(q, m, dt);
-		/*
-		 * compressed-tensors adds the (zero) zero point to x / scale in
-		 * the weight's dtype: -0.0 becomes +0.0, nothing else changes.
-		 */
-		for (size_t j = 0; j < m; j++)
-			q[j] += 0.0f;
-		/* torch.clamp keeps NaN: no fminf/fmaxf here. */
-		for (size_t j = 0; j < m; j++) {
-			if (q[j] > CASTFS_CT_F8_MAX)
-				q[j] = CASTFS_CT_F8_MAX;
-			else if (q[j] < -CASTFS_CT_F8_MAX)
-				q[j] = -CASTFS_CT_F8_MAX;
-		}
+		/* One loop per dtype: the rounding's branch leaves the loop. */
+		if (dt == CASTFS_DTYPE_BF16)
+			for (size_t j = 0; j < m; j++)
+				q[j] = ct_f8_q(x[i + j], scale,
+					       CASTFS_DTYPE_BF16);
+		else if (dt == CASTFS_DTYPE_F16)
+			for (size_t j = 0; j < m; j++)
+				q[j] = ct_f8_q(x[i + j], scale,
+					       CASTFS_DTYPE_F16);
+		else
+			for (size_t j = 0; j < m; j++)
+				q[j] = ct_f8_q(x[i + j], scale,
+					       CASTFS_DTYPE_F32);
 		to_f8(dst + i, q, m);
 	}
 }
 
 float castfs_ct_i4_scale(float absmax, enum castfs_dtype dt)
 {
-	float s = absmax / CASTFS_CT_I4_HALF_RANGE;
+	float s = castfs_qr_round(absmax / CASTFS_CT_I4_HALF_RANGE, dt);
 
-	ct_round(&s, 1, dt);
 	return s == 0.0f ? ct_eps(dt) : s;
+}
+
+/* One int4 value of castfs_ct_i4_codes(). */
+static inline int8_t ct_i4_code(float x, float scale, enum castfs_dtype dt)
+{
+	float v = castfs_qr_round(x / scale, dt);
+
+	if (isnan(v))
+		v = 0.0f;
+	v = v > 7.0f ? 7.0f : v < -8.0f ? -8.0f : v;
+	/* rintf: round half to even in the default mode. */
+	return (int8_t)rintf(v);
 }
 
 void castfs_ct_i4_codes(int8_t *dst, const float *x, size_t n, float scale,
 			enum castfs_dtype dt)
 {
-	float q[CT_CHUNK];
-
-	for (size_t i = 0; i < n; i += CT_CHUNK) {
-		size_t m = n - i < CT_CHUNK ? n - i : CT_CHUNK;
-
-		for (size_t j = 0; j < m; j++)
-			q[j] = x[i + j] / scale;
-		ct_round(q, m, dt);
-		for (size_t j = 0; j < m; j++) {
-			float v = q[j];
-
-			if (isnan(v))
-				v = 0.0f;
-			v = v > 7.0f ? 7.0f : v < -8.0f ? -8.0f : v;
-			/* rintf: round half to even in the default mode. */
-			dst[i + j] = (int8_t)rintf(v);
-		}
-	}
+	if (dt == CASTFS_DTYPE_BF16)
+		for (size_t i = 0; i < n; i++)
+			dst[i] = ct_i4_code(x[i], scale, CASTFS_DTYPE_BF16);
+	else if (dt == CASTFS_DTYPE_F16)
+		for (size_t i = 0; i < n; i++)
+			dst[i] = ct_i4_code(x[i], scale, CASTFS_DTYPE_F16);
+	else
+		for (size_t i = 0; i < n; i++)
+			dst[i] = ct_i4_code(x[i], scale, CASTFS_DTYPE_F32);
 }
 
 float castfs_ct_nvfp4_gscale(float absmax, enum castfs_dtype dt)
@@ -152,63 +169,42 @@ float castfs_ct_nvfp4_gscale(float absmax, enum castfs_dtype dt)
 
 	if (absmax < 0x1p-14f && dt == CASTFS_DTYPE_F16)
 		return 1.0f; /* 2688 / f16 tiny overflows f16 */
-	ct_round(&g, 1, dt);
-	g *= CASTFS_CT_F8_MAX * CASTFS_CT_FP4_MAX;
-	ct_round(&g, 1, dt);
+	g = castfs_qr_round(g, dt);
+	g = castfs_qr_round(g * (CASTFS_CT_F8_MAX * CASTFS_CT_FP4_MAX), dt);
 	return isfinite(g) ? g : 1.0f;
 }
 
 float castfs_ct_nvfp4_scale(float absmax, float gs, enum castfs_dtype dt)
 {
-	castfs_convert_fn to_f8 =
-		castfs_convert_get(CASTFS_DTYPE_F32, CASTFS_DTYPE_F8_E4M3, 0);
-	castfs_convert_fn from_f8 =
-		castfs_convert_get(CASTFS_DTYPE_F8_E4M3, CASTFS_DTYPE_F32, 0);
-	float s = absmax / CASTFS_CT_FP4_MAX;
-	uint8_t code;
+	float s = gs * castfs_qr_round(absmax / CASTFS_CT_FP4_MAX, dt);
 
-	ct_round(&s, 1, dt);
-	s = gs * s;
-	if (s > CASTFS_CT_F8_MAX) /* torch.clamp keeps NaN */
-		s = CASTFS_CT_F8_MAX;
-	else if (s < -CASTFS_CT_F8_MAX)
-		s = -CASTFS_CT_F8_MAX;
-	to_f8(&code, &s, 1);
-	from_f8(&s, &code, 1);
+	/* torch.clamp keeps NaN; the E4M3 code's value is the scale. */
+	s = castfs_qr_e4m3_value(castfs_qr_e4m3(ct_clamp_f8(s)));
 	return s == 0.0f ? 0.125f : s;
 }
 
-/* The E2M1 magnitude code of |q| <= 6 (fp4_utils.py cast_to_fp4). */
-static uint8_t fp4_mag(float a)
+/*
+ * The E2M1 magnitude code of |q| <= 6 (fp4_utils.py cast_to_fp4): its
+ * thresholds (<= at the ties that round down to an even code, < at those
+ * that round up) rise with the code, so the code is the number passed.
+ * Counted without branches: the codes of random weights mispredict.
+ */
+static inline uint8_t fp4_mag(float a)
 {
-	if (a <= 0.25f)
-		return 0;
-	if (a < 0.75f)
-		return 1;
-	if (a <= 1.25f)
-		return 2;
-	if (a < 1.75f)
-		return 3;
-	if (a <= 2.5f)
-		return 4;
-	if (a < 3.5f)
-		return 5;
-	if (a <= 5.0f)
-		return 6;
-	return 7;
+	return (uint8_t)((a > 0.25f) + (a >= 0.75f) + (a > 1.25f) +
+			 (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f));
 }
 
-/* One E2M1 code: sign(q) * magnitude, with torch.signbit of the product. */
-static uint8_t fp4_code(float q)
+/*
+ * One E2M1 code: sign(q) * magnitude, with torch.signbit of the product,
+ * without branches. The steps of compressed-tensors drop out: a NaN fails
+ * every threshold and q < 0, so it gives code 0 (as (NaN * 2).to(int8) is
+ * 0 on x86); the zero point's -0.0 -> +0.0 changes nothing, since -0.0 is
+ * not < 0 (torch.sign(-0.0) is 0 too); the clamp to [-6, 6] keeps the
+ * sign, and any |q| > 5 already has magnitude 7.
+ */
+static inline uint8_t fp4_code(float q)
 {
-	if (isnan(q))
-		return 0; /* (NaN * 2).to(int8) is 0 on x86 */
-	q += 0.0f; /* the zero point: -0.0 becomes +0.0 */
-	if (q > CASTFS_CT_FP4_MAX)
-		q = CASTFS_CT_FP4_MAX;
-	else if (q < -CASTFS_CT_FP4_MAX)
-		q = -CASTFS_CT_FP4_MAX;
-	/* torch.sign(+0.0) is 0: 0 * 0 is +0.0; any q < 0 keeps bit 3. */
 	return (uint8_t)(fp4_mag(fabsf(q)) | (q < 0.0f ? 8u : 0u));
 }
 
@@ -237,38 +233,45 @@ float castfs_comfy_f8_scale(float absmax, enum castfs_dtype dt)
 	return s == 0.0f ? 1.0f : s;
 }
 
+/* One value of castfs_comfy_f8_codes() before its E4M3 rounding (NaN
+ * stays NaN). */
+static inline float comfy_f8_q(float x, float inv, enum castfs_dtype dt)
+{
+	return ct_clamp_f8(castfs_qr_round(x * inv, dt));
+}
+
 void castfs_comfy_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
 			   enum castfs_dtype dt)
 {
 	castfs_convert_fn to_f8 =
 		castfs_convert_get(CASTFS_DTYPE_F32, CASTFS_DTYPE_F8_E4M3, 0);
-	float inv = 1.0f / scale, q[CT_CHUNK];
+	float inv = castfs_qr_round(1.0f / scale, dt), q[CT_CHUNK];
 
-	ct_round(&inv, 1, dt);
 	for (size_t i = 0; i < n; i += CT_CHUNK) {
 		size_t m = n - i < CT_CHUNK ? n - i : CT_CHUNK;
 
-		for (size_t j = 0; j < m; j++)
-			q[j] = x[i + j] * inv;
-		ct_round(q, m, dt);
-		for (size_t j = 0; j < m; j++) { /* NaN stays NaN */
-			if (q[j] > CASTFS_CT_F8_MAX)
-				q[j] = CASTFS_CT_F8_MAX;
-			else if (q[j] < -CASTFS_CT_F8_MAX)
-				q[j] = -CASTFS_CT_F8_MAX;
-		}
+		if (dt == CASTFS_DTYPE_BF16)
+			for (size_t j = 0; j < m; j++)
+				q[j] = comfy_f8_q(x[i + j], inv,
+						  CASTFS_DTYPE_BF16);
+		else if (dt == CASTFS_DTYPE_F16)
+			for (size_t j = 0; j < m; j++)
+				q[j] = comfy_f8_q(x[i + j], inv,
+						  CASTFS_DTYPE_F16);
+		else
+			for (size_t j = 0; j < m; j++)
+				q[j] = comfy_f8_q(x[i + j], inv,
+						  CASTFS_DTYPE_F32);
 		to_f8(dst + i, q, m);
 	}
 }
 
 void castfs_ct_store(uint8_t *dst, float v, enum castfs_dtype dt)
 {
-	uint16_t h;
-
-	if (dt == CASTFS_DTYPE_F32) {
+	if (dt == CASTFS_DTYPE_F32)
 		castfs_store_le32(dst, castfs_f32_bits(v));
-		return;
-	}
-	castfs_convert_get(CASTFS_DTYPE_F32, dt, 0)(&h, &v, 1);
-	castfs_store_le16(dst, h);
+	else
+		castfs_store_le16(dst, dt == CASTFS_DTYPE_BF16 ?
+					       castfs_qr_bf16_bits(v) :
+					       castfs_qr_f16_bits(v));
 }

@@ -11,6 +11,7 @@
 
 #include "common/bytes.h"
 #include "quant/quant_gguf.h"
+#include "quant/quant_round.h"
 
 /* The stored bits of @f: the barrier that keeps x * id from fusing. */
 static float fl32(float f)
@@ -84,7 +85,7 @@ static void q8_0_block(uint8_t *dst, const float *x)
 	id = d != 0.0f ? 1.0f / d : 0.0f;
 	castfs_store_le16(dst, castfs_gguf_fp16(d));
 	for (unsigned j = 0; j < CASTFS_GGUF_QK; j++)
-		dst[2 + j] = (uint8_t)to_i8(roundf(x[j] * id));
+		dst[2 + j] = (uint8_t)castfs_qr_roundf_i8(x[j] * id);
 }
 
 void castfs_gguf_q8_0(uint8_t *restrict dst, const float *restrict x,

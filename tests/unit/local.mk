@@ -13,7 +13,7 @@ UNIT_TESTS = tests/unit/test_dtype tests/unit/test_st_header \
 	tests/unit/test_st_valid tests/unit/test_st_emit \
 	tests/unit/test_kernels tests/unit/test_quant \
 	tests/unit/test_quant_kernels tests/unit/test_plan \
-	tests/unit/test_ct_plan \
+	tests/unit/test_ct_plan tests/unit/test_quant_round \
 	tests/unit/test_recipe tests/unit/test_tensor_tree \
 	tests/unit/test_modeldir tests/unit/test_ns tests/unit/test_zst \
 	tests/unit/test_qsrc tests/unit/test_ns_bounds tests/unit/test_escape \
@@ -62,6 +62,10 @@ tests_unit_test_ct_plan_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_ct_plan_LDADD = $(UNIT_LDADD)
 tests_unit_test_quant_kernels_SOURCES = tests/unit/test_quant_kernels.c \
 	$(TESTUTIL_SOURCES) $(UNIT_MAIN)
+tests_unit_test_quant_round_SOURCES = tests/unit/test_quant_round.c \
+	$(TESTUTIL_SOURCES) $(UNIT_MAIN)
+tests_unit_test_quant_round_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_quant_round_LDADD = $(UNIT_LDADD)
 tests_unit_test_gguf_SOURCES = tests/unit/test_gguf.c $(UNIT_MAIN)
 tests_unit_test_gguf_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_gguf_LDADD = $(UNIT_LDADD)
