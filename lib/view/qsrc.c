@@ -42,18 +42,18 @@ static bool comp_is(const struct castfs_tensor *t, const char *word)
 	return len == strlen(word) && memcmp(c, word, len) == 0;
 }
 
-/* The tensor named @t's name less @strip bytes, plus @add; NULL if none. */
-static const struct castfs_tensor *sibling(const struct castfs_header *h,
-					   const struct castfs_tensor *t,
-					   size_t strip, const char *add,
-					   int *err)
+const struct castfs_tensor *castfs_qsrc_sibling(const struct castfs_header *h,
+						const struct castfs_tensor *t,
+						size_t strip, const char *add,
+						int *err)
 {
 	size_t base = t->name_len - strip, alen = strlen(add);
 	const struct castfs_tensor *s;
 	char *buf = malloc(base + alen + 1);
 
 	if (!buf) {
-		*err = -ENOMEM;
+		if (err)
+			*err = -ENOMEM;
 		return NULL;
 	}
 	memcpy(buf, t->name, base);
@@ -61,6 +61,19 @@ static const struct castfs_tensor *sibling(const struct castfs_header *h,
 	s = castfs_header_find(h, buf, base + alen);
 	free(buf);
 	return s;
+}
+
+bool castfs_qsrc_leaf(const struct castfs_tensor *t, const char *leaf,
+		      size_t *mod)
+{
+	size_t n = strlen(leaf);
+
+	if (t->name_len < n || memcmp(t->name + t->name_len - n, leaf, n))
+		return false;
+	if (t->name_len > n && t->name[t->name_len - n - 1] != '.')
+		return false;
+	*mod = t->name_len - n;
+	return true;
 }
 
 /* The tensor of module @t (its name up to the last dot) called @leaf. */
@@ -73,7 +86,7 @@ static const struct castfs_tensor *module_tensor(const struct castfs_header *h,
 	last_comp(t, &len);
 	if (len == t->name_len)
 		return NULL; /* a top-level name has no module */
-	return sibling(h, t, len, leaf, err);
+	return castfs_qsrc_sibling(h, t, len, leaf, err);
 }
 
 static uint64_t ceil_div(uint64_t a, uint64_t b)
@@ -179,7 +192,7 @@ static int try_fp8_scale(const struct castfs_header *h, struct castfs_qsrc *q,
 	int err = 0;
 
 	if (ends_with(t, "_scale_inv")) {
-		w = sibling(h, t, strlen("_scale_inv"), "", &err);
+		w = castfs_qsrc_sibling(h, t, strlen("_scale_inv"), "", &err);
 		if (err)
 			return err;
 		if (!w)
@@ -190,7 +203,7 @@ static int try_fp8_scale(const struct castfs_header *h, struct castfs_qsrc *q,
 	}
 	if (!ends_with(t, ".scale"))
 		return 1;
-	w = sibling(h, t, strlen(".scale"), ".weight", &err);
+	w = castfs_qsrc_sibling(h, t, strlen(".scale"), ".weight", &err);
 	if (err)
 		return err;
 	if (!w || !is_fp8(w->dtype))
@@ -255,7 +268,7 @@ static int check_named(const struct castfs_header *h,
 	if (memmem(t->name, t->name_len, ".quant_state.", 13))
 		return reject(d, t, "bitsandbytes 4-bit");
 	if (ends_with(t, "_blocks") && t->dtype == CASTFS_DTYPE_U8 &&
-	    sibling(h, t, strlen("_blocks"), "_scales", &err))
+	    castfs_qsrc_sibling(h, t, strlen("_blocks"), "_scales", &err))
 		return reject(d, t, "MXFP4 (gpt-oss)");
 	return err;
 }

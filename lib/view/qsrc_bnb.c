@@ -20,41 +20,13 @@ static int int8_reject(struct castfs_diag *d, const struct castfs_tensor *t,
 			       t->name, why);
 }
 
-/* Whether @t's name is "<module>.@leaf" (or @leaf); *@mod: the prefix. */
-static bool int8_leaf(const struct castfs_tensor *t, const char *leaf,
-		      size_t *mod)
-{
-	size_t n = strlen(leaf);
-
-	if (t->name_len < n || memcmp(t->name + t->name_len - n, leaf, n))
-		return false;
-	if (t->name_len > n && t->name[t->name_len - n - 1] != '.')
-		return false;
-	*mod = t->name_len - n;
-	return true;
-}
-
-/* The tensor "<@t's first @mod bytes>@leaf", or NULL. */
-static const struct castfs_tensor *int8_companion(const struct castfs_header *h,
-						  const struct castfs_tensor *t,
-						  size_t mod, const char *leaf)
-{
-	char buf[4096];
-	size_t n = strlen(leaf);
-
-	if (mod + n > sizeof(buf))
-		return NULL;
-	memcpy(buf, t->name, mod);
-	memcpy(buf + mod, leaf, n);
-	return castfs_header_find(h, buf, mod + n);
-}
-
 /* SCB @s of module prefix @mod: pair it with the module's weight. */
 static int int8_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 		     const struct castfs_tensor *s, size_t mod,
 		     struct castfs_diag *d)
 {
-	const struct castfs_tensor *w = int8_companion(h, s, mod, "weight");
+	const struct castfs_tensor *w =
+		castfs_qsrc_sibling(h, s, s->name_len - mod, "weight", NULL);
 	const struct castfs_tensor *fmt;
 
 	if (!w)
@@ -74,7 +46,8 @@ static int int8_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 	};
 	q->t[s - h->tensors].role = CASTFS_QR_SCALE;
 	/* transformers' weight_format: the row-major layout, 0 (a scalar). */
-	fmt = int8_companion(h, s, mod, "weight_format");
+	fmt = castfs_qsrc_sibling(h, s, s->name_len - mod, "weight_format",
+				  NULL);
 	if (fmt && fmt->nelems == 1)
 		q->t[fmt - h->tensors].role = CASTFS_QR_SCALE;
 	q->nfp8++;
@@ -89,7 +62,7 @@ int castfs_qsrc_int8(const struct castfs_header *h, struct castfs_qsrc *q,
 	int rc = 0;
 
 	for (size_t i = 0; !rc && i < h->ntensors; i++) {
-		if (int8_leaf(&h->tensors[i], "SCB", &mod))
+		if (castfs_qsrc_leaf(&h->tensors[i], "SCB", &mod))
 			rc = int8_pair(h, q, &h->tensors[i], mod, d);
 	}
 	return rc;

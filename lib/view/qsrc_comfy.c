@@ -11,7 +11,6 @@
 #include "view/qsrc_internal.h"
 
 /* The largest name castfs builds a companion name from. */
-#define COMFY_NAME_MAX 4096u
 
 struct comfy_form {
 	const char *scale; /* the weight's scale: "scale_weight" */
@@ -32,35 +31,6 @@ static int comfy_reject(struct castfs_diag *d, const struct castfs_tensor *t,
 			       "does not dequantize this layout: no views",
 			       (int)(t->name_len > 120 ? 120 : t->name_len),
 			       t->name, why);
-}
-
-/* The last dotted component of @t's name is @leaf; *@mod: bytes before. */
-static bool leaf_is(const struct castfs_tensor *t, const char *leaf,
-		    size_t *mod)
-{
-	size_t n = strlen(leaf);
-
-	if (t->name_len < n || memcmp(t->name + t->name_len - n, leaf, n))
-		return false;
-	if (t->name_len > n && t->name[t->name_len - n - 1] != '.')
-		return false;
-	*mod = t->name_len - n;
-	return true;
-}
-
-/* Tensor "<@t's module>.@leaf" (@mod bytes of @t's name), or NULL. */
-static const struct castfs_tensor *companion(const struct castfs_header *h,
-					     const struct castfs_tensor *t,
-					     size_t mod, const char *leaf)
-{
-	char buf[COMFY_NAME_MAX];
-	size_t n = strlen(leaf);
-
-	if (mod + n > sizeof(buf))
-		return NULL;
-	memcpy(buf, t->name, mod);
-	memcpy(buf + mod, leaf, n);
-	return castfs_header_find(h, buf, mod + n);
 }
 
 static bool scalar_f32(const struct castfs_tensor *s)
@@ -85,7 +55,8 @@ static int comfy_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 		      const struct castfs_tensor *s, size_t mod,
 		      const struct comfy_form *f, struct castfs_diag *d)
 {
-	const struct castfs_tensor *w = companion(h, s, mod, "weight");
+	const struct castfs_tensor *w =
+		castfs_qsrc_sibling(h, s, s->name_len - mod, "weight", NULL);
 	struct castfs_qinfo *qi;
 
 	if (!w)
@@ -106,9 +77,13 @@ static int comfy_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 	if (w->shape[0] > UINT32_MAX || w->shape[1] > UINT32_MAX)
 		return comfy_reject(d, w, "weight too large");
 	mark(h, q, s, CASTFS_QR_SCALE);
-	mark(h, q, companion(h, s, mod, f->input), CASTFS_QR_SCALE);
+	mark(h, q, castfs_qsrc_sibling(h, s, s->name_len - mod, f->input, NULL),
+	     CASTFS_QR_SCALE);
 	if (f->marker)
-		mark(h, q, companion(h, s, mod, f->marker), CASTFS_QR_SCALE);
+		mark(h, q,
+		     castfs_qsrc_sibling(h, s, s->name_len - mod, f->marker,
+					 NULL),
+		     CASTFS_QR_SCALE);
 	q->nfp8++;
 	q->ncomfy++;
 	return 0;
@@ -120,7 +95,7 @@ static const struct castfs_tensor *legacy_marker(const struct castfs_header *h)
 	size_t mod;
 
 	for (size_t i = 0; i < h->ntensors; i++) {
-		if (leaf_is(&h->tensors[i], "scaled_fp8", &mod))
+		if (castfs_qsrc_leaf(&h->tensors[i], "scaled_fp8", &mod))
 			return &h->tensors[i];
 	}
 	return NULL;
@@ -143,7 +118,7 @@ static int comfy_check(const struct castfs_header *h,
 			return comfy_reject(d, t,
 					    "file: fp8 tensor without "
 					    "its scale");
-		if (leaf_is(t, "comfy_quant", &mod))
+		if (castfs_qsrc_leaf(t, "comfy_quant", &mod))
 			return comfy_reject(d, t,
 					    "layer without an F8_E4M3 "
 					    "weight and weight_scale");
@@ -156,7 +131,7 @@ static bool any_leaf(const struct castfs_header *h, const char *leaf)
 	size_t mod;
 
 	for (size_t i = 0; i < h->ntensors; i++) {
-		if (leaf_is(&h->tensors[i], leaf, &mod))
+		if (castfs_qsrc_leaf(&h->tensors[i], leaf, &mod))
 			return true;
 	}
 	return false;
@@ -177,10 +152,11 @@ int castfs_qsrc_comfy(const struct castfs_header *h, struct castfs_qsrc *q,
 	for (size_t i = 0; !rc && i < h->ntensors; i++) {
 		const struct castfs_tensor *t = &h->tensors[i];
 
-		if (!leaf_is(t, f->scale, &mod))
+		if (!castfs_qsrc_leaf(t, f->scale, &mod))
 			continue;
 		/* comfy_quant form: only layers that carry the marker. */
-		if (f->marker && !companion(h, t, mod, f->marker))
+		if (f->marker && !castfs_qsrc_sibling(h, t, t->name_len - mod,
+						      f->marker, NULL))
 			continue;
 		rc = comfy_pair(h, q, t, mod, f, d);
 	}

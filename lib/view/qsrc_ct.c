@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "view/qsrc_internal.h"
 #include "view/view_internal.h"
 
 static bool ct_ends(const struct castfs_tensor *t, const char *suf)
@@ -19,27 +20,6 @@ static bool ct_ends(const struct castfs_tensor *t, const char *suf)
 
 	return t->name_len >= n &&
 	       memcmp(t->name + t->name_len - n, suf, n) == 0;
-}
-
-/* Tensor "@t's name less @strip bytes" + @add, or NULL. */
-static const struct castfs_tensor *ct_sibling(const struct castfs_header *h,
-					      const struct castfs_tensor *t,
-					      size_t strip, const char *add,
-					      int *err)
-{
-	size_t base = t->name_len - strip, alen = strlen(add);
-	const struct castfs_tensor *s;
-	char *buf = malloc(base + alen + 1);
-
-	if (!buf) {
-		*err = -ENOMEM;
-		return NULL;
-	}
-	memcpy(buf, t->name, base);
-	memcpy(buf + base, add, alen);
-	s = castfs_header_find(h, buf, base + alen);
-	free(buf);
-	return s;
 }
 
 static uint64_t ct_cdiv(uint64_t a, uint64_t b)
@@ -120,15 +100,16 @@ int castfs_qsrc_ctfp8(const struct castfs_header *h, struct castfs_qsrc *q,
 
 	if (!input && !ct_ends(t, ".weight_scale"))
 		return 1;
-	w = ct_sibling(h, t,
-		       input ? strlen(".input_scale") : strlen(".weight_scale"),
-		       ".weight", &err);
+	w = castfs_qsrc_sibling(
+		h, t, input ? strlen(".input_scale") : strlen(".weight_scale"),
+		".weight", &err);
 	if (err || !w || w->dtype != CASTFS_DTYPE_F8_E4M3)
 		return err ? err : 1;
 	if (!input)
 		return ct_pair(h, q, i, w, d);
 	/* An activation's static scale: not part of the weight's value. */
-	s = ct_sibling(h, t, strlen(".input_scale"), ".weight_scale", &err);
+	s = castfs_qsrc_sibling(h, t, strlen(".input_scale"), ".weight_scale",
+				&err);
 	if (err || !s)
 		return err ? err : 1;
 	if (t->nelems != 1)

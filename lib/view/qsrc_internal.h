@@ -6,6 +6,21 @@
 #include "view/qsrc.h"
 
 /*
+ * castfs_qsrc_sibling - the tensor of @h named like @t less its last
+ * @strip bytes, plus @add ("M.weight_scale" -> "M.weight"), or NULL. On
+ * -ENOMEM NULL and *@err set (when @err is not NULL). Thread-safe.
+ */
+const struct castfs_tensor *castfs_qsrc_sibling(const struct castfs_header *h,
+						const struct castfs_tensor *t,
+						size_t strip, const char *add,
+						int *err);
+
+/* castfs_qsrc_leaf - whether the last dotted component of @t's name is
+ * @leaf (or the name is @leaf); *@mod: the bytes before it. */
+bool castfs_qsrc_leaf(const struct castfs_tensor *t, const char *leaf,
+		      size_t *mod);
+
+/*
  * castfs_qsrc_comfy - pair the ComfyUI scaled fp8 weights of @h in @q
  * (@q->t zeroed, one per tensor): the legacy form (a "scaled_fp8" marker,
  * "M.scale_weight" per layer, "M.scale_input" dropped) and the
