@@ -341,24 +341,6 @@ static void ck_log_rejected(struct castfs_ns *ns, const struct ns_ckpt *ck)
 	ns->log(ns->log_ctx, msg);
 }
 
-/* Failures that say nothing about the file itself: retried, not cached.
- * Running out of descriptors or memory, a signal, a file being written or
- * changed while read: the next lookup tries again. */
-static bool ck_transient(int err)
-{
-	switch (err) {
-	case -ESTALE:
-	case -ENOMEM:
-	case -EAGAIN:
-	case -EINTR:
-	case -EMFILE:
-	case -ENFILE:
-		return true;
-	default:
-		return false;
-	}
-}
-
 /* Caller holds ck_lock. An entry of identity @st (with a reference) once
  * no parse of it is under way, or NULL. */
 static struct ns_ckpt *ck_find_loaded_locked(struct castfs_ns *ns,
@@ -380,7 +362,7 @@ static void ck_load_shared(struct castfs_ns *ns, struct ns_ckpt *ck,
 	castfs_stats_count(ns->stats, CASTFS_SCTR_HEADERS_PARSED, 1);
 	pthread_mutex_lock(&ns->ck_lock);
 	ck->loading = false;
-	if (ck_transient(ck->err) && ck->in_table) {
+	if (ns_err_transient(ck->err) && ck->in_table) {
 		ns_ckpt_unlink_locked(ns, ck);
 		ns_ckpt_unref(ck); /* the table's reference */
 	} else if (ck->h && ck->in_table) {
@@ -388,7 +370,7 @@ static void ck_load_shared(struct castfs_ns *ns, struct ns_ckpt *ck,
 	}
 	pthread_cond_broadcast(&ns->ck_loaded);
 	pthread_mutex_unlock(&ns->ck_lock);
-	if (ck->err && !ck_transient(ck->err))
+	if (ck->err && !ns_err_transient(ck->err))
 		ck_log_rejected(ns, ck);
 }
 
@@ -449,7 +431,7 @@ static int ck_lookup_err(int err)
 {
 	if (err == -ENOMEM || err == -EMFILE || err == -ENFILE)
 		return err;
-	return ck_transient(err) ? -ESTALE : -ENOENT;
+	return ns_err_transient(err) ? -ESTALE : -ENOENT;
 }
 
 int ns_ckpt_valid(struct castfs_ns *ns, const char *path, struct stat *st,
@@ -519,7 +501,7 @@ static int ck_plan_locked(struct castfs_ns *ns, struct ns_ckpt *ck, int idx,
 	if (!rc)
 		*built = ns_ckpt_plan_cost(ck->plans[idx],
 					   (size_t)ck->h->header_len);
-	else if (!ck_transient(rc))
+	else if (!ns_err_transient(rc))
 		ck->plan_err[idx] = rc;
 	return rc;
 }

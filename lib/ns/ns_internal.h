@@ -205,6 +205,14 @@ struct ns_place {
  */
 ssize_t ns_node_places(struct castfs_ns *ns, struct ns_place **out);
 
+/*
+ * ns_err_transient - whether @err says nothing about the file itself
+ * (ESTALE, ENOMEM, EAGAIN, EINTR, EMFILE, ENFILE: being written or changed
+ * while read, out of memory or descriptors, a signal): such failures are
+ * retried by the next lookup, never cached as the file's outcome.
+ */
+bool ns_err_transient(int err);
+
 /* ns_node_table_fini - free every node. */
 void ns_node_table_fini(struct castfs_ns *ns);
 

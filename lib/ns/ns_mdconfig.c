@@ -107,12 +107,6 @@ static void conf_insert_locked(struct ns_mdconf *c, struct conf_entry *e)
 	c->n++;
 }
 
-static bool conf_transient(int err)
-{
-	return err == -ENOMEM || err == -EMFILE || err == -ENFILE ||
-	       err == -EAGAIN || err == -EINTR || err == -ESTALE;
-}
-
 /* Read and parse @path (identity @st) into a new entry; NULL on ENOMEM. */
 static struct conf_entry *conf_load(struct castfs_ns *ns, const char *path,
 				    const struct stat *st)
@@ -161,7 +155,7 @@ int ns_md_config_get(struct castfs_ns *ns, struct ns_mdconf *c, const char *dir,
 	if (!rc)
 		*out = e->c;
 	pthread_mutex_lock(&c->lock);
-	if (conf_transient(rc)) {
+	if (ns_err_transient(rc)) {
 		free(e->path);
 		free(e);
 	} else {

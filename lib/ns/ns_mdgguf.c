@@ -99,13 +99,6 @@ static int texts_dep(struct castfs_ns *ns, const char *dir, uint64_t *dep,
 	return 0;
 }
 
-/* Errors that say nothing about the files: never cached. */
-static bool transient(int rc)
-{
-	return rc == -ENOMEM || rc == -ESTALE || rc == -EINTR ||
-	       rc == -EAGAIN || rc == -EMFILE || rc == -ENFILE;
-}
-
 /*
  * Build the GGUF plan of @folder through @v from checkpoint @ck and the
  * text files of identities @st (read again; a file that changed since is
@@ -137,7 +130,7 @@ static int build_plan(struct castfs_ns *ns, const char *folder,
 		rc = castfs_md_gguf_plan(v, text[0], len[0], text[1], len[1],
 					 text[2], len[2], ck->h, plan, &d);
 	snprintf(reason, 256, "%s", d.msg[0] ? d.msg : rc ? strerror(-rc) : "");
-	if (rc && !transient(rc))
+	if (rc && !ns_err_transient(rc))
 		ns_logf(ns, "%s: view %s: %s", folder, v->name, reason);
 	for (size_t i = 0; i < NTEXTS; i++)
 		free(text[i]);
@@ -232,7 +225,7 @@ static int gguf_get(struct castfs_ns *ns, struct ns_ckpt *ck,
 	}
 	pthread_mutex_unlock(&ck->lock);
 	rc = build_plan(ns, r->folder, r->view, r->st, ck, &plan, r->reason);
-	if (transient(rc))
+	if (ns_err_transient(rc))
 		return rc;
 	if (!rc)
 		castfs_stats_count(ns->stats, CASTFS_SCTR_PLANS_BUILT, 1);
@@ -316,7 +309,7 @@ static int mdgguf_plan(struct castfs_ns *ns, const struct ns_node *n,
 	r->folder = NULL;
 	if (rc)
 		ns_ckpt_put(ns, *ck);
-	return transient(rc) ? rc : rc ? -EIO : 0;
+	return ns_err_transient(rc) ? rc : rc ? -EIO : 0;
 }
 
 /* Whether the folder of node @n maps (its plan builds): listings show
@@ -474,7 +467,7 @@ static int mdgguf_refusals(struct castfs_ns *ns, const char *path, cJSON *arr)
 		r.view = v;
 		rc = gguf_get(ns, ck, &r);
 		castfs_plan_free(r.owned);
-		if (rc && !transient(rc))
+		if (rc && !ns_err_transient(rc))
 			rc = refusal_add(arr, path, v->name, r.reason);
 		else if (rc != -ENOMEM)
 			rc = 0;

@@ -109,12 +109,6 @@ static void ixc_insert_locked(struct ns_mdixc *c, struct ixc_entry *e)
 	c->n++;
 }
 
-static bool ixc_transient(int err)
-{
-	return err == -ENOMEM || err == -EMFILE || err == -ENFILE ||
-	       err == -EAGAIN || err == -EINTR || err == -ESTALE;
-}
-
 /* Read and check @path (identity @st) into a new entry; NULL on ENOMEM. */
 static struct ixc_entry *ixc_load(struct castfs_ns *ns, const char *path,
 				  const struct stat *st)
@@ -184,7 +178,7 @@ int ns_md_ixc_check(struct castfs_ns *ns, struct ns_mdixc *c, const char *path,
 		return -ENOMEM;
 	rc = ixc_result(e, why, len);
 	pthread_mutex_lock(&c->lock);
-	if (ixc_transient(rc)) {
+	if (ns_err_transient(rc)) {
 		free(e->path);
 		free(e);
 	} else {

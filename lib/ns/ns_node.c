@@ -284,6 +284,21 @@ static int places_add(struct ns_place **v, size_t *n, size_t *cap,
 	return 0;
 }
 
+bool ns_err_transient(int err)
+{
+	switch (err) {
+	case -ESTALE:
+	case -ENOMEM:
+	case -EAGAIN:
+	case -EINTR:
+	case -EMFILE:
+	case -ENFILE:
+		return true;
+	default:
+		return false;
+	}
+}
+
 ssize_t ns_node_places(struct castfs_ns *ns, struct ns_place **out)
 {
 	struct ns_place *v = NULL;
