@@ -537,8 +537,8 @@ struct ns_md_entry {
 struct ns_mdcache {
 	pthread_mutex_t lock;
 	struct ns_md_entry *b[MD_BUCKETS];
-	struct ns_mdconf *conf; /* parsed config.json files */
-	struct ns_mdixc *ixc; /* checked indexes */
+	struct ns_mdtext *conf; /* parsed config.json files */
+	struct ns_mdtext *ixc; /* checked indexes */
 	/* The index names of the directory the watcher last asked about
 	 * (ns_md_dir_indexes), with that directory's identity. */
 	char *ix_path;
@@ -561,7 +561,7 @@ int ns_md_index_ok(struct castfs_ns *ns, const char *path, char *why,
 
 void ns_md_index_forget(struct castfs_ns *ns, const char *path)
 {
-	ns_md_ixc_forget(ns->md->ixc, path);
+	ns_mdtext_forget(ns->md->ixc, path);
 }
 
 static struct ns_md_entry **md_bucket(struct castfs_ns *ns, const char *path)
@@ -708,7 +708,7 @@ int ns_modeldir_init(struct castfs_ns *ns)
 	if (!ns->md)
 		return -ENOMEM;
 	if (ns_md_conf_new(&ns->md->conf) || ns_md_ixc_new(&ns->md->ixc)) {
-		ns_md_conf_free(ns->md->conf);
+		ns_mdtext_free(ns->md->conf);
 		free(ns->md);
 		ns->md = NULL;
 		return -ENOMEM;
@@ -789,8 +789,8 @@ void ns_modeldir_fini(struct castfs_ns *ns)
 		return;
 	ns_md_dir_fini(&ns->md->ix);
 	free(ns->md->ix_path);
-	ns_md_conf_free(ns->md->conf);
-	ns_md_ixc_free(ns->md->ixc);
+	ns_mdtext_free(ns->md->conf);
+	ns_mdtext_free(ns->md->ixc);
 	for (size_t i = 0; i < MD_BUCKETS; i++) {
 		while (ns->md->b[i]) {
 			struct ns_md_entry *e = ns->md->b[i];

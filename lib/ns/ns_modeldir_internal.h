@@ -100,54 +100,64 @@ void ns_md_json_forget(struct castfs_ns *ns, const char *dir);
 int ns_md_read(struct castfs_ns *ns, const char *path, const struct stat *ident,
 	       char **out, size_t *len);
 
-/* The parsed config.json files (ns_mdconfig.c), one per identity. */
-struct ns_mdconf;
+/*
+ * A small source text read and parsed once per identity of the file
+ * (ns_mdtext.c): results kept by path and identity, at most 4096 files
+ * (then the cache starts again). A parse error is kept like a result;
+ * transient errors (ns_err_transient()) are not.
+ */
+struct ns_mdtext;
 
-/* ns_md_conf_new / ns_md_conf_free - an empty cache; free accepts NULL.
- * new returns 0 or -ENOMEM. */
-int ns_md_conf_new(struct ns_mdconf **out);
-void ns_md_conf_free(struct ns_mdconf *c);
+/* The parse of a text into @out (the cache's result size): 0 or -errno,
+ * @out filled either way (a refusal's reason is a result too). */
+typedef int (*ns_mdtext_parse_fn)(const char *text, size_t len, void *out);
+
+/* ns_mdtext_new / ns_mdtext_free - an empty cache of results of @size
+ * bytes made by @parse; free accepts NULL. new returns 0 or -ENOMEM. */
+int ns_mdtext_new(size_t size, ns_mdtext_parse_fn parse,
+		  struct ns_mdtext **out);
+void ns_mdtext_free(struct ns_mdtext *c);
 
 /*
- * ns_md_config_get - the parsed config.json of source directory @dir,
- * read and parsed once per identity of the file and kept in @c (at most
- * 4096 files; then the cache starts again). A parse error (-EINVAL) is
- * kept like a result; transient errors (ENOMEM, EMFILE, ENFILE, EAGAIN,
- * EINTR, ESTALE) are not. Returns 0 (the result in *@out) or the error
- * of the stat, read or parse. Thread-safe.
+ * ns_mdtext_get - the result for source file @path, parsed now or kept:
+ * copied to @out (the cache's size; zeroed after a read error) with the
+ * parse's return, or the error of the stat or read. Thread-safe.
  */
-int ns_md_config_get(struct castfs_ns *ns, struct ns_mdconf *c, const char *dir,
+int ns_mdtext_get(struct castfs_ns *ns, struct ns_mdtext *c, const char *path,
+		  void *out);
+
+/* ns_mdtext_forget - drop what @c holds for @path, whatever its identity
+ * (a rewrite that kept size and mtime). Thread-safe. */
+void ns_mdtext_forget(struct ns_mdtext *c, const char *path);
+
+/* ns_md_conf_new - a cache of parsed config.json files (ns_mdconfig.c). */
+int ns_md_conf_new(struct ns_mdtext **out);
+
+/*
+ * ns_md_config_get - the parsed config.json of source directory @dir from
+ * cache @c. Returns 0 (the result in *@out) or the error of the stat,
+ * read or parse. Thread-safe.
+ */
+int ns_md_config_get(struct castfs_ns *ns, struct ns_mdtext *c, const char *dir,
 		     struct castfs_md_config *out);
 
 /* ns_md_conf_forget - drop what @c holds for @dir's config.json. */
-void ns_md_conf_forget(struct ns_mdconf *c, const char *dir);
+void ns_md_conf_forget(struct ns_mdtext *c, const char *dir);
 
-/* Whether each index has a shape castfs rewrites (ns_mdindex.c), checked
- * once per identity of the file. */
-struct ns_mdixc;
-
-/* ns_md_ixc_new / ns_md_ixc_free - an empty cache; free accepts NULL.
- * new returns 0 or -ENOMEM. */
-int ns_md_ixc_new(struct ns_mdixc **out);
-void ns_md_ixc_free(struct ns_mdixc *c);
+/* ns_md_ixc_new - a cache of index checks (ns_mdindex.c). */
+int ns_md_ixc_new(struct ns_mdtext **out);
 
 /*
  * ns_md_ixc_check - whether source index @path would be rewritten
- * (castfs_md_index_check()), read and checked once per identity of the
- * file and kept in @c (at most 4096 files; then the cache starts again).
- * A refusal (-EINVAL) is kept like a success; transient errors (ENOMEM,
- * EMFILE, ENFILE, EAGAIN, EINTR, ESTALE) are not. Returns 0, -EINVAL
- * (the reason copied to @why, @len bytes, if @why is not NULL) or the
- * error of the stat or read. Thread-safe.
+ * (castfs_md_index_check()), from cache @c. Returns 0, -EINVAL (the reason
+ * copied to @why, @len bytes, if @why is not NULL) or the error of the
+ * stat or read. Thread-safe.
  */
-int ns_md_ixc_check(struct castfs_ns *ns, struct ns_mdixc *c, const char *path,
+int ns_md_ixc_check(struct castfs_ns *ns, struct ns_mdtext *c, const char *path,
 		    char *why, size_t len);
 
-/* ns_md_ixc_forget - drop what @c holds for index @path, whatever its
- * identity (a rewrite that kept size and mtime). Thread-safe. */
-void ns_md_ixc_forget(struct ns_mdixc *c, const char *path);
-
-/* ns_md_index_forget - ns_md_ixc_forget() with the mount's cache. */
+/* ns_md_index_forget - ns_mdtext_forget() of index @path in the mount's
+ * cache. */
 void ns_md_index_forget(struct castfs_ns *ns, const char *path);
 
 /*

@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Model-directory views: a small source text (config.json, an index) read
+ * and parsed once per identity of the file, its result kept by path and
+ * identity. A listing asks for every model directory it shows, so without
+ * it a 50 MB config.json was read and parsed by every listing of its
+ * parent. The caches of ns_mdconfig.c and ns_mdindex.c are two of these.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/hash.h"
+#include "ns/ns_modeldir_internal.h"
+
+#define TEXT_BUCKETS 256u
+/* Entries kept at most; past it the cache starts again empty, so that
+ * memory stays bounded whatever the tree holds. */
+#define TEXT_MAX 4096u
+
+struct text_entry {
+	struct text_entry *next;
+	char *path;
+	struct stat ident;
+	int err; /* of the read or parse: kept only if not transient */
+	max_align_t result[]; /* the parse's output, c->size bytes */
+};
+
+struct ns_mdtext {
+	pthread_mutex_t lock;
+	size_t n;
+	size_t size;
+	ns_mdtext_parse_fn parse;
+	struct text_entry *b[TEXT_BUCKETS];
+};
+
+static struct text_entry **text_bucket(struct ns_mdtext *c, const char *path)
+{
+	uint64_t h = castfs_fnv1a(CASTFS_FNV_SEED, path, strlen(path));
+
+	return &c->b[castfs_mix64(h) % TEXT_BUCKETS];
+}
+
+static void entry_free(struct text_entry *e)
+{
+	free(e->path);
+	free(e);
+}
+
+static void text_clear_locked(struct ns_mdtext *c)
+{
+	for (size_t i = 0; i < TEXT_BUCKETS; i++) {
+		while (c->b[i]) {
+			struct text_entry *e = c->b[i];
+
+			c->b[i] = e->next;
+			entry_free(e);
+		}
+	}
+	c->n = 0;
+}
+
+int ns_mdtext_new(size_t size, ns_mdtext_parse_fn parse, struct ns_mdtext **out)
+{
+	struct ns_mdtext *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_init(&c->lock, NULL);
+	c->size = size;
+	c->parse = parse;
+	*out = c;
+	return 0;
+}
+
+void ns_mdtext_free(struct ns_mdtext *c)
+{
+	if (!c)
+		return;
+	text_clear_locked(c);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+/* Caller holds the lock. The entry of @path if it is still @st. */
+static struct text_entry *
+text_find_locked(struct ns_mdtext *c, const char *path, const struct stat *st)
+{
+	for (struct text_entry *e = *text_bucket(c, path); e; e = e->next) {
+		if (strcmp(e->path, path) == 0 && ns_same_file(&e->ident, st))
+			return e;
+	}
+	return NULL;
+}
+
+/* Caller holds the lock. Drop every entry of @path. */
+static void text_drop_locked(struct ns_mdtext *c, const char *path)
+{
+	struct text_entry **pp = text_bucket(c, path), *o;
+
+	while ((o = *pp)) {
+		if (strcmp(o->path, path) == 0) {
+			*pp = o->next;
+			entry_free(o);
+			c->n--;
+			continue;
+		}
+		pp = &o->next;
+	}
+}
+
+/* Caller holds the lock. Keep @e (taken), replacing older identities. */
+static void text_insert_locked(struct ns_mdtext *c, struct text_entry *e)
+{
+	struct text_entry **pp;
+
+	text_drop_locked(c, e->path);
+	if (c->n >= TEXT_MAX)
+		text_clear_locked(c);
+	pp = text_bucket(c, e->path);
+	e->next = *pp;
+	*pp = e;
+	c->n++;
+}
+
+/* Read and parse @path (identity @st) into a new entry; NULL on ENOMEM. */
+static struct text_entry *text_load(struct castfs_ns *ns, struct ns_mdtext *c,
+				    const char *path, const struct stat *st)
+{
+	struct text_entry *e = calloc(1, sizeof(*e) + c->size);
+	char *text = NULL;
+	size_t len;
+
+	if (!e || !(e->path = strdup(path))) {
+		free(e);
+		return NULL;
+	}
+	e->ident = *st;
+	e->err = ns_md_read(ns, path, st, &text, &len);
+	if (!e->err)
+		e->err = c->parse(text, len, e->result);
+	free(text);
+	return e;
+}
+
+int ns_mdtext_get(struct castfs_ns *ns, struct ns_mdtext *c, const char *path,
+		  void *out)
+{
+	struct text_entry *e;
+	struct stat st;
+	int rc = ns_src_stat_in(ns, path, &st);
+
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&c->lock);
+	e = text_find_locked(c, path, &st);
+	if (e) {
+		rc = e->err;
+		memcpy(out, e->result, c->size);
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (e)
+		return rc;
+	/* Read outside the lock: other directories need not wait. */
+	e = text_load(ns, c, path, &st);
+	if (!e)
+		return -ENOMEM;
+	rc = e->err;
+	memcpy(out, e->result, c->size);
+	pthread_mutex_lock(&c->lock);
+	if (ns_err_transient(rc))
+		entry_free(e);
+	else
+		text_insert_locked(c, e);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+void ns_mdtext_forget(struct ns_mdtext *c, const char *path)
+{
+	pthread_mutex_lock(&c->lock);
+	text_drop_locked(c, path);
+	pthread_mutex_unlock(&c->lock);
+}
