@@ -279,19 +279,6 @@ static int bnb_add_i8(struct castfs_pb *pb, const struct castfs_header *h,
 	return rc;
 }
 
-/* A tensor the view keeps: its bytes, unchanged. */
-static int bnb_add_copy(struct castfs_pb *pb, const struct castfs_header *h,
-			const struct castfs_tensor *t)
-{
-	const struct castfs_producer p = {
-		.op = CASTFS_OP_COPY,
-		.src_off = h->data_start + t->begin,
-	};
-
-	return castfs_pb_add_tensor(pb, t->name, t->name_len, t->dtype, t->ndim,
-				    t->shape, &p);
-}
-
 int castfs_view_bnb_quantise(struct castfs_pb *pb, const struct castfs_view *v,
 			     const struct castfs_header *h,
 			     const struct castfs_tensor *t,
@@ -316,7 +303,7 @@ int castfs_view_bnb_add(struct castfs_pb *pb, const struct castfs_view *v,
 			const struct castfs_tensor *t, struct castfs_diag *d)
 {
 	if (!castfs_view_converts(v, t))
-		return bnb_add_copy(pb, h, t);
+		return castfs_view_add_copy(pb, h, t);
 	return castfs_view_bnb_quantise(pb, v, h, t, NULL, d);
 }
 

@@ -37,6 +37,18 @@ static int cast_producer(const struct castfs_view *v,
 }
 
 /* Older transformers crash on a missing __metadata__: always write one. */
+int castfs_view_add_copy(struct castfs_pb *pb, const struct castfs_header *h,
+			 const struct castfs_tensor *t)
+{
+	const struct castfs_producer p = {
+		.op = CASTFS_OP_COPY,
+		.src_off = h->data_start + t->begin,
+	};
+
+	return castfs_pb_add_tensor(pb, t->name, t->name_len, t->dtype, t->ndim,
+				    t->shape, &p);
+}
+
 int castfs_view_copy_metadata(struct castfs_pb *pb,
 			      const struct castfs_header *h)
 {

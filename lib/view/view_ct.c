@@ -41,18 +41,6 @@ bool castfs_view_ct_fits(const struct castfs_view *v,
 	       ct_blk_rows(v) * ct_blk_cols(v, t) <= CT_TILE_ELEMS;
 }
 
-static int ct_add_copy(struct castfs_pb *pb, const struct castfs_header *h,
-		       const struct castfs_tensor *t)
-{
-	const struct castfs_producer p = {
-		.op = CASTFS_OP_COPY,
-		.src_off = h->data_start + t->begin,
-	};
-
-	return castfs_pb_add_tensor(pb, t->name, t->name_len, t->dtype, t->ndim,
-				    t->shape, &p);
-}
-
 /* Add tensor "<@t's name>@suffix"; the name is copied by the builder. */
 static int ct_add_named(struct castfs_pb *pb, const struct castfs_tensor *t,
 			const char *suffix, enum castfs_dtype dtype,
@@ -393,7 +381,7 @@ int castfs_view_ct_add(struct castfs_pb *pb, const struct castfs_view *v,
 	int rc;
 
 	if (!castfs_view_ct_converts(v, h, t))
-		return ct_add_copy(pb, h, t);
+		return castfs_view_add_copy(pb, h, t);
 	if (v->kind == CASTFS_VIEW_COMFY_FP8)
 		rc = ct_add_comfy(pb, h, t);
 	else

@@ -124,14 +124,8 @@ static int add_plain(struct castfs_pb *pb, const struct castfs_view *v,
 		     const struct castfs_header *h,
 		     const struct castfs_tensor *t, struct castfs_diag *d)
 {
-	const struct castfs_producer copy = {
-		.op = CASTFS_OP_COPY,
-		.src_off = h->data_start + t->begin,
-	};
-
 	if (v->kind == CASTFS_VIEW_CAST)
-		return castfs_pb_add_tensor(pb, t->name, t->name_len, t->dtype,
-					    t->ndim, t->shape, &copy);
+		return castfs_view_add_copy(pb, h, t);
 	if (castfs_view_is_ct(v))
 		return castfs_view_ct_add(pb, v, h, t, d);
 	return castfs_view_bnb_add(pb, v, h, t, d);

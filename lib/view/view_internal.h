@@ -134,6 +134,13 @@ int castfs_view_plan_gguf(const struct castfs_view *v,
 			  struct castfs_plan **out, struct castfs_diag *d);
 
 /*
+ * castfs_view_add_copy - add tensor @t of @h to @pb unchanged: its bytes
+ * copied from the source. Returns castfs_pb_add_tensor()'s result.
+ */
+int castfs_view_add_copy(struct castfs_pb *pb, const struct castfs_header *h,
+			 const struct castfs_tensor *t);
+
+/*
  * castfs_view_copy_metadata - add the source's __metadata__ to @pb, with
  * "format": "pt" first when the source has no "format" (transformers
  * refuses files without one). Returns 0 or -ENOMEM.
