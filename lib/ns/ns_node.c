@@ -71,15 +71,13 @@ static struct ns_node **bucket(struct castfs_ns *ns, uint64_t id)
 	return &ns->nodes[castfs_mix64(id) & (ns->nbuckets - 1)];
 }
 
-/* Caller holds ns->lock. Double the buckets once the table holds twice as
- * many nodes; without memory for it the chains just grow longer. */
-static void table_grow_locked(struct castfs_ns *ns)
+/* Caller holds ns->lock. Move every node into @nb buckets; without memory
+ * for them the table stays as it is (chains only longer or shorter). */
+static void table_resize_locked(struct castfs_ns *ns, size_t nb)
 {
-	size_t nb = ns->nbuckets * 2, oldn = ns->nbuckets;
+	size_t oldn = ns->nbuckets;
 	struct ns_node **old = ns->nodes;
 
-	if (ns->nnodes <= 2 * ns->nbuckets)
-		return;
 	ns->nodes = calloc(nb, sizeof(*ns->nodes));
 	if (!ns->nodes) {
 		ns->nodes = old;
@@ -96,6 +94,29 @@ static void table_grow_locked(struct castfs_ns *ns)
 		}
 	}
 	free(old);
+}
+
+/* Caller holds ns->lock. Double the buckets once the table holds twice as
+ * many nodes. */
+static void table_grow_locked(struct castfs_ns *ns)
+{
+	if (ns->nnodes > 2 * ns->nbuckets)
+		table_resize_locked(ns, ns->nbuckets * 2);
+}
+
+/* Caller holds ns->lock. Once a sweep leaves the table an eighth full,
+ * give its buckets back: a listing of 100,000 tensors grows it to megabytes
+ * the kernel's forgetting would otherwise never return (the hysteresis
+ * against table_grow_locked keeps one size from flapping). */
+static void table_shrink_locked(struct castfs_ns *ns)
+{
+	size_t nb = ns->nbuckets;
+
+	if (nb <= NS_HASH_BUCKETS || ns->nnodes * 8 >= nb)
+		return;
+	while (nb > NS_HASH_BUCKETS && ns->nnodes * 2 < nb)
+		nb /= 2;
+	table_resize_locked(ns, nb);
 }
 
 /* Caller holds ns->lock. */
@@ -221,6 +242,7 @@ static void sweep_forgotten_locked(struct castfs_ns *ns)
 		}
 	}
 	ns->nforgotten = 0;
+	table_shrink_locked(ns);
 }
 
 /* One more kernel reference to node @id if it is in the table. */

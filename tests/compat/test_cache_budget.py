@@ -14,6 +14,7 @@ import os
 import sys
 import time
 import unittest
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from safetensors.numpy import save_file
@@ -25,6 +26,7 @@ NBIG = 3
 NTENSORS = 100_000
 SMALL_SCALE = 64  # 1.6 MB of fp32 weights
 DROP = "/proc/sys/vm/drop_caches"
+THREADS = 4  # the daemon's worker pool, fixed so idle means the same here and in CI
 
 
 def rss_mb(pid):
@@ -33,6 +35,10 @@ def rss_mb(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024.0
     raise RuntimeError("no VmRSS")
+
+
+def threads(pid):
+    return len(os.listdir("/proc/%d/task" % pid))
 
 
 def sanitizer(pid):
@@ -71,6 +77,24 @@ def use(m, stem):
     os.listdir(m.join(stem + ".safetensors.tensors"))
 
 
+def warm_workers(m):
+    """Idle means the daemon's whole worker pool exists and has served a
+    read: each worker keeps its own request, output and scratch buffers
+    (about 4 MB), and libfuse starts workers only as concurrent requests
+    need them. Without this, idle was measured with one worker and the
+    pool the big files' work started counted as memory not given back."""
+    names = [rc.view_name("small", v) for v in ("bf16", "fp16")]
+
+    def read(i):
+        with open(m.join(names[i % 2]), "rb") as f:
+            # Else the page cache answers and no request reaches a worker.
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            while f.read(1 << 20):
+                pass
+    with ThreadPoolExecutor(4 * THREADS) as ex:
+        list(ex.map(read, range(16 * THREADS)))
+
+
 class Env:
     tmp = src = None
 
@@ -104,18 +128,23 @@ class TestCacheBudget(unittest.TestCase):
             self.assertEqual(f.read(), want)
 
     def test_1_forgotten_checkpoints_are_given_back(self):
-        with tl.Mount(Env.src, options=["nosupervise"]) as m:
+        with tl.Mount(Env.src, options=["nosupervise",
+                                        "threads=%d" % THREADS]) as m:
             pid = m.proc.pid
             # Idle: the threads and buffers serving these requests exist.
             use(m, "small")
+            warm_workers(m)
             self.check_small_view(m)
             forget_all()
             idle = settle_rss(pid, lambda r: False, timeout=1.0)
+            workers = threads(pid)
             for k in range(NBIG):
                 use(m, "big%d" % k)
             peak = rss_mb(pid)
             forget_all()
             after = settle_rss(pid, lambda r: r <= 2 * idle)
+            sys.stderr.write("threads: %d idle, %d after\n"
+                             % (workers, threads(pid)))
             sys.stderr.write("RSS idle %.1f MB, after %d files of %d tensors "
                              "%.1f MB, after the kernel forgot them %.1f MB\n"
                              % (idle, NBIG, NTENSORS, peak, after))
