@@ -177,6 +177,10 @@ void ns_ckpt_fails_fini(struct castfs_ns *ns);
 /* ns_ckpt_header_cost - the bytes parsed header @h is estimated to hold. */
 size_t ns_ckpt_header_cost(const struct castfs_header *h);
 
+/* ns_ckpt_usage - the cache's valid entries (*@entries) and the bytes
+ * they are estimated to hold (*@bytes). Thread-safe. */
+void ns_ckpt_usage(struct castfs_ns *ns, size_t *entries, size_t *bytes);
+
 /* ns_ckpt_over_budget - whether the cache holds more than its budget.
  * Lock-free; thread-safe. */
 bool ns_ckpt_over_budget(const struct castfs_ns *ns);

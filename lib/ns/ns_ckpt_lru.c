@@ -44,6 +44,14 @@ size_t ns_ckpt_plan_cost(const struct castfs_plan *p, size_t hdr_len)
 	       p->nqt * (sizeof(struct castfs_qtensor) + QSTATS_BYTES);
 }
 
+void ns_ckpt_usage(struct castfs_ns *ns, size_t *entries, size_t *bytes)
+{
+	pthread_mutex_lock(&ns->ck_lock);
+	*entries = ns->ck_entries;
+	*bytes = atomic_load(&ns->ck_bytes);
+	pthread_mutex_unlock(&ns->ck_lock);
+}
+
 bool ns_ckpt_over_budget(const struct castfs_ns *ns)
 {
 	return atomic_load(&ns->ck_bytes) > ns->ck_budget;
@@ -63,6 +71,7 @@ void ns_ckpt_lru_del_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
 		ns->ck_lru_tail = ck->lru_prev;
 	ck->lru_prev = ck->lru_next = NULL;
 	ck->in_lru = false;
+	ns->ck_entries--;
 	atomic_fetch_sub(&ns->ck_bytes, ck->bytes);
 }
 
@@ -77,6 +86,7 @@ static void lru_push_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
 		ns->ck_lru_tail = ck;
 	ns->ck_lru = ck;
 	ck->in_lru = true;
+	ns->ck_entries++;
 	atomic_fetch_add(&ns->ck_bytes, ck->bytes);
 }
 

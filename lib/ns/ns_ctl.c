@@ -250,8 +250,25 @@ static char *ctl_refused(struct castfs_ns *ns)
 	return out;
 }
 
+/* What the caches and the node table hold now, for stats and metrics. */
+static void ctl_mem(struct castfs_ns *ns)
+{
+	struct castfs_stats_mem m = { .cache_budget = ns->ck_budget };
+	size_t entries, bytes, nodes, forgotten;
+
+	ns_ckpt_usage(ns, &entries, &bytes);
+	ns_node_count(ns, &nodes, &forgotten);
+	m.cache_entries = entries;
+	m.cache_bytes = bytes;
+	m.nodes = nodes;
+	m.nodes_forgotten = forgotten;
+	castfs_stats_set_mem(ns->stats, &m);
+}
+
 static char *ctl_text(struct castfs_ns *ns, uint32_t which)
 {
+	if (ns->stats && (which == CTL_STATS || which == CTL_METRICS))
+		ctl_mem(ns);
 	switch ((enum ctl_file)which) {
 	case CTL_STATS:
 		return ns->stats ? castfs_stats_json(ns->stats, ns->views) :

@@ -136,6 +136,7 @@ struct castfs_ns {
 	 * (ns_ckpt.c). Under ck_lock; ck_bytes also read without it. */
 	struct ns_ckpt *ck_lru, *ck_lru_tail;
 	_Atomic size_t ck_bytes;
+	size_t ck_entries; /* in the list */
 	size_t ck_budget;
 	/* Views known not to build, of evicted entries (ns_ckpt_lru.c): so
 	 * that an entry parsed again neither rebuilds nor lists them. Under
@@ -195,6 +196,10 @@ struct ns_place {
 	uint64_t parent;
 	char *path;
 };
+
+/* ns_node_count - how many nodes the table holds (*@n) and how many of
+ * them the kernel forgot (*@forgotten). Thread-safe. */
+void ns_node_count(struct castfs_ns *ns, size_t *n, size_t *forgotten);
 
 /*
  * ns_node_places - snapshot of the (parent, source path) of every node

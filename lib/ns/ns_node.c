@@ -286,6 +286,14 @@ char *ns_node_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup)
 	return idle;
 }
 
+void ns_node_count(struct castfs_ns *ns, size_t *n, size_t *forgotten)
+{
+	pthread_mutex_lock(&ns->lock);
+	*n = ns->nnodes;
+	*forgotten = ns->nforgotten;
+	pthread_mutex_unlock(&ns->lock);
+}
+
 static int places_add(struct ns_place **v, size_t *n, size_t *cap,
 		      const struct ns_node *node)
 {

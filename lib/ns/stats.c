@@ -33,6 +33,7 @@ struct castfs_stats {
 	_Atomic uint64_t by_errno[STATS_ERRNOS + 1];
 	struct view_ctr passthrough, other, tensors;
 	struct castfs_zcache *zcache; /* packed sources, or NULL */
+	_Atomic uint64_t mem[5]; /* struct castfs_stats_mem, in its order */
 	struct view_ctr view[]; /* nviews */
 };
 
@@ -290,6 +291,42 @@ static void add_zst(cJSON *root, struct castfs_zcache *c)
 	cJSON_AddNumberToObject(o, "cached_bytes", (double)z.cached_bytes);
 }
 
+/* The fields of struct castfs_stats_mem, in its order: the JSON key and
+ * the Prometheus family. */
+static const char *const mem_names[5][3] = {
+	{ "cache_bytes", "castfs_checkpoint_cache_bytes",
+	  "Bytes the checkpoint cache is estimated to hold (headers, plans, "
+	  "tensor trees)." },
+	{ "cache_budget_bytes", "castfs_checkpoint_cache_budget_bytes",
+	  "The checkpoint cache's budget for unused entries (-o cache_mb)." },
+	{ "cache_entries", "castfs_checkpoint_cache_entries",
+	  "Checkpoints the cache holds parsed." },
+	{ "nodes", "castfs_nodes",
+	  "Nodes the node table holds, forgotten ones included." },
+	{ "nodes_forgotten", "castfs_nodes_forgotten",
+	  "Nodes the kernel forgot, kept for NFS file handles." },
+};
+
+void castfs_stats_set_mem(struct castfs_stats *st,
+			  const struct castfs_stats_mem *m)
+{
+	const uint64_t v[5] = { m->cache_bytes, m->cache_budget,
+				m->cache_entries, m->nodes,
+				m->nodes_forgotten };
+
+	for (int i = 0; i < 5; i++)
+		atomic_store_explicit(&st->mem[i], v[i], memory_order_relaxed);
+}
+
+static void add_mem(cJSON *root, const struct castfs_stats *st)
+{
+	cJSON *o = cJSON_AddObjectToObject(root, "memory");
+
+	for (int i = 0; o && i < 5; i++)
+		cJSON_AddNumberToObject(o, mem_names[i][0],
+					(double)get(&st->mem[i]));
+}
+
 char *castfs_stats_json(const struct castfs_stats *st,
 			const struct castfs_views *vs)
 {
@@ -312,6 +349,7 @@ char *castfs_stats_json(const struct castfs_stats *st,
 	add_sums(root, st, nops, nerrs);
 	add_read_sizes(root, st);
 	add_zst(root, st->zcache);
+	add_mem(root, st);
 	for (int i = 0; i < CASTFS_SCTR_COUNT; i++)
 		cJSON_AddNumberToObject(root, sctr_names[i],
 					(double)get(&st->ctr[i]));
@@ -560,6 +598,13 @@ static void prom_misc(struct castfs_strbuf *b, const struct castfs_stats *st,
 		     z->cached_bytes);
 }
 
+static void prom_mem(struct castfs_strbuf *b, const struct castfs_stats *st)
+{
+	for (int i = 0; i < 5; i++)
+		prom_counter(b, mem_names[i][1], "gauge", mem_names[i][2],
+			     get(&st->mem[i]));
+}
+
 char *castfs_stats_prometheus(const struct castfs_stats *st,
 			      const struct castfs_views *vs)
 {
@@ -578,5 +623,6 @@ char *castfs_stats_prometheus(const struct castfs_stats *st,
 	prom_read_sizes(&b, st);
 	prom_caches(&b, st, &z);
 	prom_misc(&b, st, &z);
+	prom_mem(&b, st);
 	return castfs_sb_take(&b, &out, NULL) ? NULL : out;
 }

@@ -91,6 +91,23 @@ void castfs_stats_count(struct castfs_stats *st, enum castfs_sctr c,
 /* castfs_stats_get - current value of @c (tests). */
 uint64_t castfs_stats_get(const struct castfs_stats *st, enum castfs_sctr c);
 
+/* What the daemon holds now, for /.castfs/stats and metrics. */
+struct castfs_stats_mem {
+	uint64_t cache_bytes; /* checkpoint cache: estimated bytes held */
+	uint64_t cache_budget; /* its budget (-o cache_mb) */
+	uint64_t cache_entries; /* its valid entries */
+	uint64_t nodes; /* node table: nodes, forgotten ones included */
+	uint64_t nodes_forgotten; /* of which the kernel holds none */
+};
+
+/*
+ * castfs_stats_set_mem - record @m, shown by the next castfs_stats_json()
+ * and castfs_stats_prometheus(). Thread-safe (each field is atomic; the
+ * snapshot as a whole is not).
+ */
+void castfs_stats_set_mem(struct castfs_stats *st,
+			  const struct castfs_stats_mem *m);
+
 /*
  * castfs_stats_json - the counters as a malloc'ed JSON text (uptime,
  * requests and errors per operation, opens/reads/bytes per view and for

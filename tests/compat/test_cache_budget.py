@@ -10,6 +10,7 @@ The kernel is made to forget the mount's nodes with
 `echo 2 > /proc/sys/vm/drop_caches` (root only; skipped otherwise). The
 files are written by the safetensors library, and the views read after an
 eviction are compared with torch's cast."""
+import json
 import os
 import sys
 import time
@@ -24,6 +25,8 @@ import rel_common as rc
 
 NBIG = 3
 NTENSORS = 100_000
+STATTED = 40_000
+KEPT_FORGOTTEN = 32768  # NS_FORGOTTEN_MAX: nodes kept for NFS handles
 SMALL_SCALE = 64  # 1.6 MB of fp32 weights
 DROP = "/proc/sys/vm/drop_caches"
 THREADS = 4  # the daemon's worker pool, fixed so idle means the same here and in CI
@@ -35,6 +38,12 @@ def rss_mb(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024.0
     raise RuntimeError("no VmRSS")
+
+
+def memory(m):
+    """The daemon's own account of what it holds (/.castfs/stats)."""
+    with open(m.join(".castfs/stats")) as f:
+        return json.load(f)["memory"]
 
 
 def threads(pid):
@@ -141,8 +150,10 @@ class TestCacheBudget(unittest.TestCase):
             for k in range(NBIG):
                 use(m, "big%d" % k)
             peak = rss_mb(pid)
+            held = memory(m)
             forget_all()
             after = settle_rss(pid, lambda r: r <= 2 * idle)
+            freed = memory(m)
             sys.stderr.write("threads: %d idle, %d after\n"
                              % (workers, threads(pid)))
             sys.stderr.write("RSS idle %.1f MB, after %d files of %d tensors "
@@ -155,6 +166,29 @@ class TestCacheBudget(unittest.TestCase):
                 self.assertGreater(peak, idle + 100)
                 # ...and it came back.
                 self.assertLessEqual(after, 2 * idle)
+            with self.subTest("cache accounting"):
+                # The cache held the parsed files past its budget, and
+                # once they were forgotten no more than its budget.
+                self.assertGreater(held["cache_bytes"],
+                                   held["cache_budget_bytes"])
+                self.assertLessEqual(freed["cache_bytes"],
+                                     freed["cache_budget_bytes"])
+                self.assertEqual(freed["cache_budget_bytes"], 64 << 20)
+            with self.subTest("node table"):
+                # What `ls -lR` does: a node for each of 40,000 tensor
+                # files, past the 32,768 forgotten nodes kept for NFS
+                # handles; forgotten, the table frees all but those.
+                tree = m.join("big0.safetensors.tensors", "layers")
+                for i in range(STATTED // 10):
+                    for j in range(10):
+                        os.lstat(os.path.join(tree, str(i), "w%d.npy" % j))
+                self.assertGreater(memory(m)["nodes"], STATTED)
+                forget_all()
+                deadline = time.time() + 15
+                while (memory(m)["nodes"] > KEPT_FORGOTTEN + 64
+                       and time.time() < deadline):
+                    time.sleep(0.2)
+                self.assertLessEqual(memory(m)["nodes"], KEPT_FORGOTTEN + 64)
             # What was evicted is parsed again, exactly.
             self.check_small_view(m)
             use(m, "big0")
