@@ -133,10 +133,11 @@ int ns_file_new_plan(struct castfs_ns *ns, const char *path,
 int ns_file_new_layered(struct castfs_ns *ns, const char *path,
 			const struct stat *ident, struct ns_ckpt *ck,
 			const struct castfs_plan *base,
+			const struct castfs_plan *plan,
 			struct castfs_plan *owned_plan, int view_idx,
 			struct castfs_file **out)
 {
-	int rc = ns_file_new_plan(ns, path, ident, ck, owned_plan, owned_plan,
+	int rc = ns_file_new_plan(ns, path, ident, ck, plan, owned_plan,
 				  view_idx, out);
 
 	if (!rc)

@@ -21,12 +21,13 @@ int ns_file_new_plan(struct castfs_ns *ns, const char *path,
 		     struct castfs_file **out);
 
 /* ns_file_new_layered - like ns_file_new_plan(), but the extents of
- * @owned_plan read the bytes of @base (a view of source @path, owned by
- * @ck) instead of the source: the tensor files of a view. Takes ownership
- * of @owned_plan. */
+ * @plan read the bytes of @base (a view of source @path, owned by @ck)
+ * instead of the source: the tensor files of a view. Takes ownership of
+ * @owned_plan (NULL when @plan is owned by @ck). */
 int ns_file_new_layered(struct castfs_ns *ns, const char *path,
 			const struct stat *ident, struct ns_ckpt *ck,
 			const struct castfs_plan *base,
+			const struct castfs_plan *plan,
 			struct castfs_plan *owned_plan, int view_idx,
 			struct castfs_file **out);
 

@@ -31,18 +31,41 @@ static const char *const tf_suffix[] = {
 };
 #define TF_LEAF_COUNT 3
 
+/* The generated files of a tree whose plans are kept: a .info is text,
+ * a .npy a header (both grow with the shape: a million dimensions make
+ * megabytes), __metadata__.json the header's metadata. */
+enum { GEN_INFO, GEN_NPY, GEN_COUNT };
+
 /* A tensor tree: the tensors of one file (a checkpoint or a view). */
 struct ns_tree {
 	struct castfs_ttree *tt;
 	struct castfs_tfile_ctx c;
 	struct castfs_header *owned_h; /* views: parsed from the plan */
 	char *file; /* views: "dir/X.<view>.safetensors" */
+	/* The plans of the generated files, made on first need and shared by
+	 * every stat and open of the identity (charged to the checkpoint
+	 * cache): 100 opens of a huge .info cost one copy, not 100. Per
+	 * tensor index, each array allocated on first need; under the
+	 * checkpoint's lock. */
+	struct castfs_plan **gen[GEN_COUNT];
+	struct castfs_plan *meta;
 };
+
+static void gen_free(struct ns_tree *t)
+{
+	for (int g = 0; g < GEN_COUNT; g++) {
+		for (size_t i = 0; t->gen[g] && i < t->c.h->ntensors; i++)
+			castfs_plan_free(t->gen[g][i]);
+		free(t->gen[g]);
+	}
+	castfs_plan_free(t->meta);
+}
 
 static void tree_free(struct ns_tree *t)
 {
 	if (!t)
 		return;
+	gen_free(t);
 	castfs_ttree_free(t->tt);
 	castfs_header_free(t->owned_h);
 	free(t->file);
@@ -135,7 +158,7 @@ static void log_failure(struct castfs_ns *ns, const struct ns_ckpt *ck,
 
 /* The tree of @ck through @view (NULL: the source), built once. */
 static int tree_of(struct castfs_ns *ns, struct ns_ckpt *ck,
-		   const struct castfs_view *view, const struct ns_tree **out)
+		   const struct castfs_view *view, struct ns_tree **out)
 {
 	const struct castfs_plan *plan = NULL;
 	struct castfs_diag d = { { 0 } };
@@ -181,7 +204,7 @@ static int tree_of(struct castfs_ns *ns, struct ns_ckpt *ck,
 /* The checkpoint behind node @n, still the identity @n was made from,
  * and its tree. The caller puts *@ck. */
 static int node_tree(struct castfs_ns *ns, const struct ns_node *n,
-		     struct ns_ckpt **ck, const struct ns_tree **tree)
+		     struct ns_ckpt **ck, struct ns_tree **tree)
 {
 	struct stat st;
 	int rc = ns_ckpt_valid(ns, n->path, &st, ck);
@@ -328,7 +351,7 @@ static int tdir_resolve(const struct ns_tree *tree, const char *sub,
 static int tdir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 		       const char *name, struct ns_node *child)
 {
-	const struct ns_tree *tree;
+	struct ns_tree *tree;
 	struct ns_ckpt *ck;
 	int rc = node_tree(ns, dir, &ck, &tree);
 
@@ -392,7 +415,7 @@ static int tdir_list(struct castfs_ns *ns, const struct ns_node *dir,
 		     struct ns_list *l)
 {
 	struct list_ctx c = { dir, l };
-	const struct ns_tree *tree;
+	struct ns_tree *tree;
 	struct ns_ckpt *ck;
 	int rc = node_tree(ns, dir, &ck, &tree);
 
@@ -411,7 +434,7 @@ static int tdir_list(struct castfs_ns *ns, const struct ns_node *dir,
 static int tdir_getattr(struct castfs_ns *ns, const struct ns_node *n,
 			struct stat *st)
 {
-	const struct ns_tree *tree;
+	struct ns_tree *tree;
 	struct ns_ckpt *ck;
 	int rc = node_tree(ns, n, &ck, &tree);
 
@@ -433,7 +456,7 @@ const struct ns_kind_ops ns_kind_tdir = {
 /* A tensor file resolved: its tree, checkpoint and tensor. */
 struct tfile {
 	struct ns_ckpt *ck;
-	const struct ns_tree *tree;
+	struct ns_tree *tree;
 	const struct castfs_tensor *t; /* NULL for __metadata__.json */
 };
 
@@ -470,52 +493,6 @@ static char *tfile_text(const struct ns_node *n, const struct tfile *f,
 	return castfs_tinfo_text(&f->tree->c, f->t, len);
 }
 
-static int tfile_size(const struct ns_node *n, const struct tfile *f,
-		      uint64_t *size)
-{
-	struct castfs_npy npy;
-	size_t len;
-	char *text;
-	int rc;
-
-	switch ((enum tfile_type)n->aux) {
-	case TF_RAW:
-		*size = f->t->end - f->t->begin;
-		return 0;
-	case TF_NPY:
-		rc = castfs_npy_layout(f->t, &npy);
-		if (!rc)
-			*size = npy.size;
-		castfs_npy_fini(&npy);
-		return rc;
-	case TF_INFO:
-	case TF_META:
-		text = tfile_text(n, f, &len);
-		if (!text)
-			return -ENOMEM;
-		free(text);
-		*size = len;
-		return 0;
-	}
-	return -EINVAL;
-}
-
-static int tfile_getattr(struct castfs_ns *ns, const struct ns_node *n,
-			 struct stat *st)
-{
-	struct tfile f;
-	uint64_t size;
-	int rc = tfile_get(ns, n, &f);
-
-	if (rc)
-		return rc;
-	rc = tfile_size(n, &f, &size);
-	if (!rc)
-		ns_view_stat(&n->st, size, n->id, st);
-	ns_ckpt_put(ns, f.ck);
-	return rc;
-}
-
 /* The plan of a tensor file; its byte offsets are in the tree's file. */
 static int tfile_plan(const struct ns_node *n, const struct tfile *f,
 		      struct castfs_plan **plan)
@@ -543,27 +520,129 @@ static int tfile_plan(const struct ns_node *n, const struct tfile *f,
 	return -EINVAL;
 }
 
-static int tfile_open(struct castfs_ns *ns, const struct ns_node *n,
-		      struct castfs_file **out)
+/* Bytes a generated plan holds: its extents and its text. */
+static size_t gen_cost(const struct castfs_plan *p)
 {
-	struct castfs_plan *plan;
+	size_t mem = 0;
+
+	for (size_t i = 0; i < p->nextents; i++) {
+		if (p->extents[i].op == CASTFS_OP_MEM)
+			mem += p->extents[i].len;
+	}
+	return ns_ckpt_plan_cost(p, mem);
+}
+
+/* Where the shared plan of generated file @n of @f is kept; NULL for a
+ * .raw (its plan is one extent, made per open) or without memory.
+ * Caller holds f->ck->lock. */
+static struct castfs_plan **gen_slot_locked(const struct ns_node *n,
+					    const struct tfile *f)
+{
+	int g = n->aux == TF_INFO ? GEN_INFO : GEN_NPY;
+	size_t nt = f->tree->c.h->ntensors;
+
+	if (n->aux == TF_META)
+		return &f->tree->meta;
+	if (n->aux == TF_RAW)
+		return NULL;
+	if (!f->tree->gen[g])
+		f->tree->gen[g] = calloc(nt, sizeof(struct castfs_plan *));
+	if (!f->tree->gen[g])
+		return NULL;
+	return &f->tree->gen[g][f->t - f->tree->c.h->tensors];
+}
+
+/*
+ * The plan of tensor file @n: a generated file's is made once per
+ * identity and kept in its tree (*@owned NULL); a .raw's is made for the
+ * caller (*@owned is it, the caller frees it). Made outside the lock, so
+ * that a huge .info stalls no other request of the checkpoint; of two
+ * made at once, one is kept.
+ */
+static int tfile_shared_plan(struct castfs_ns *ns, const struct ns_node *n,
+			     const struct tfile *f,
+			     const struct castfs_plan **plan,
+			     struct castfs_plan **owned)
+{
+	struct castfs_plan **slot, *p, *made = NULL;
+	size_t cost = 0;
+	int rc;
+
+	*owned = NULL;
+	pthread_mutex_lock(&f->ck->lock);
+	slot = gen_slot_locked(n, f);
+	p = slot ? *slot : NULL;
+	pthread_mutex_unlock(&f->ck->lock);
+	if (p) {
+		*plan = p;
+		return 0;
+	}
+	rc = tfile_plan(n, f, &made);
+	if (rc)
+		return rc;
+	if (!slot) { /* a .raw, or no memory for the slots: this open's */
+		*plan = *owned = made;
+		return 0;
+	}
+	pthread_mutex_lock(&f->ck->lock);
+	if (!*slot) {
+		*slot = made;
+		cost = gen_cost(made);
+		made = NULL;
+	}
+	*plan = *slot;
+	pthread_mutex_unlock(&f->ck->lock);
+	castfs_plan_free(made);
+	if (cost)
+		ns_ckpt_charge(ns, f->ck, cost);
+	return 0;
+}
+
+static int tfile_getattr(struct castfs_ns *ns, const struct ns_node *n,
+			 struct stat *st)
+{
+	const struct castfs_plan *plan;
+	struct castfs_plan *owned;
 	struct tfile f;
 	int rc = tfile_get(ns, n, &f);
 
 	if (rc)
 		return rc;
-	rc = tfile_plan(n, &f, &plan);
+	if (n->aux == TF_RAW) {
+		ns_view_stat(&n->st, f.t->end - f.t->begin, n->id, st);
+		ns_ckpt_put(ns, f.ck);
+		return 0;
+	}
+	rc = tfile_shared_plan(ns, n, &f, &plan, &owned);
+	if (!rc)
+		ns_view_stat(&n->st, plan->size, n->id, st);
+	castfs_plan_free(owned);
+	ns_ckpt_put(ns, f.ck);
+	return rc;
+}
+
+static int tfile_open(struct castfs_ns *ns, const struct ns_node *n,
+		      struct castfs_file **out)
+{
+	const struct castfs_plan *plan;
+	struct castfs_plan *owned;
+	struct tfile f;
+	int rc = tfile_get(ns, n, &f);
+
+	if (rc)
+		return rc;
+	rc = tfile_shared_plan(ns, n, &f, &plan, &owned);
 	if (rc)
 		goto out_put;
 	if (n->aux == TF_INFO || n->aux == TF_META)
-		rc = ns_file_new_plan(ns, NULL, NULL, f.ck, plan, plan,
+		rc = ns_file_new_plan(ns, NULL, NULL, f.ck, plan, owned,
 				      CASTFS_STATS_TENSORS, out);
 	else if (f.tree->c.plan)
 		rc = ns_file_new_layered(ns, n->path, &n->st, f.ck,
-					 f.tree->c.plan, plan,
+					 f.tree->c.plan, plan, owned,
 					 CASTFS_STATS_TENSORS, out);
 	else
-		rc = ns_file_new_plan(ns, n->path, &n->st, f.ck, plan, plan,
+		rc = ns_file_new_plan(ns, n->path, &n->st, f.ck, plan, owned,
 				      CASTFS_STATS_TENSORS, out);
 out_put:
 	ns_ckpt_put(ns, f.ck);
