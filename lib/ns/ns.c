@@ -266,30 +266,17 @@ int castfs_ns_opendir(struct castfs_ns *ns, uint64_t id,
 int ns_opendir_how(struct castfs_ns *ns, uint64_t id, struct castfs_dir **out,
 		   bool resolve)
 {
-	struct ns_list l = { 0 };
 	struct ns_node n;
 	int rc = node_get_how(ns, id, &n, resolve);
 
 	if (rc)
 		return rc;
-	if (!ops_of(&n)->list) {
-		rc = -ENOTDIR;
-		goto out;
-	}
-	l.dir = calloc(1, sizeof(*l.dir));
-	rc = l.dir ? 0 : -ENOMEM;
-	if (!rc)
-		rc = ns_list_add(&l, ".", 1, S_IFDIR, n.id);
-	if (!rc)
-		rc = ns_list_add(&l, "..", 2, S_IFDIR, n.parent);
-	if (!rc)
-		rc = ops_of(&n)->list(ns, &n, &l);
-	ns_list_fini(&l);
-	if (rc)
-		castfs_dir_free(l.dir);
+	if (ops_of(&n)->opendir)
+		rc = ops_of(&n)->opendir(ns, &n, out);
+	else if (ops_of(&n)->list)
+		rc = ns_list_dir(ns, &n, ops_of(&n)->list, out);
 	else
-		*out = l.dir;
-out:
+		rc = -ENOTDIR;
 	ns_node_put_copy(&n);
 	return rc;
 }

@@ -8,6 +8,7 @@
 #ifndef CASTFS_NS_H
 #define CASTFS_NS_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -114,6 +115,9 @@ struct castfs_dir {
 	size_t n;
 	struct castfs_dirent *ents;
 	void *arena; /* private */
+	/* Private: owners besides the first (a listing kept per identity is
+	 * shared by every open handle; castfs_dir_free() drops one). */
+	_Atomic unsigned refs;
 };
 
 /* castfs_ns_opendir - list directory @id, "." and ".." first.
@@ -121,7 +125,8 @@ struct castfs_dir {
 int castfs_ns_opendir(struct castfs_ns *ns, uint64_t id,
 		      struct castfs_dir **out);
 
-/* castfs_dir_free - release a listing; NULL is accepted. */
+/* castfs_dir_free - release a listing (one owner's share of it); NULL is
+ * accepted. Thread-safe for a shared listing. */
 void castfs_dir_free(struct castfs_dir *dir);
 
 /* An open file: a snapshot of what it serves, valid until closed. */

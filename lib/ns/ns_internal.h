@@ -82,6 +82,16 @@ bool ns_list_has(const struct ns_list *l, const char *name, size_t len);
 /* ns_list_fini - free the name set; the listing (l->dir) stays. */
 void ns_list_fini(struct ns_list *l);
 
+/*
+ * ns_list_dir - the listing of directory node @n: "." and "..", then
+ * what @list adds. *@out is the caller's (castfs_dir_free()). Returns 0,
+ * -ENOMEM, or @list's error.
+ */
+int ns_list_dir(struct castfs_ns *ns, const struct ns_node *n,
+		int (*list)(struct castfs_ns *ns, const struct ns_node *dir,
+			    struct ns_list *l),
+		struct castfs_dir **out);
+
 struct ns_ckpt; /* ns_ckpt_internal.h */
 struct ns_ckfail; /* ns_ckpt_lru.c */
 struct ns_dir_ext; /* ns_kind_internal.h */

@@ -19,6 +19,10 @@ struct ns_kind_ops {
 		      const char *name, struct ns_node *child);
 	int (*list)(struct castfs_ns *ns, const struct ns_node *dir,
 		    struct ns_list *l);
+	/* Optional: the listing for an open handle, when the kind keeps
+	 * listings to share (else ns_list_dir() with list). */
+	int (*opendir)(struct castfs_ns *ns, const struct ns_node *dir,
+		       struct castfs_dir **out);
 	int (*getattr)(struct castfs_ns *ns, const struct ns_node *n,
 		       struct stat *st);
 	int (*open)(struct castfs_ns *ns, const struct ns_node *n,

@@ -502,9 +502,34 @@ void ns_list_fini(struct ns_list *l)
 	l->nset = 0;
 }
 
+int ns_list_dir(struct castfs_ns *ns, const struct ns_node *n,
+		int (*list)(struct castfs_ns *ns, const struct ns_node *dir,
+			    struct ns_list *l),
+		struct castfs_dir **out)
+{
+	struct ns_list l = { 0 };
+	int rc;
+
+	l.dir = calloc(1, sizeof(*l.dir));
+	rc = l.dir ? 0 : -ENOMEM;
+	if (!rc)
+		rc = ns_list_add(&l, ".", 1, S_IFDIR, n->id);
+	if (!rc)
+		rc = ns_list_add(&l, "..", 2, S_IFDIR, n->parent);
+	if (!rc)
+		rc = list(ns, n, &l);
+	ns_list_fini(&l);
+	if (rc)
+		castfs_dir_free(l.dir);
+	else
+		*out = l.dir;
+	return rc;
+}
+
 void castfs_dir_free(struct castfs_dir *dir)
 {
-	if (!dir)
+	/* refs counts the other owners: the last one frees. */
+	if (!dir || atomic_fetch_sub(&dir->refs, 1) != 0)
 		return;
 	for (size_t i = 0; i < dir->n; i++)
 		free(dir->ents[i].name);

@@ -49,7 +49,22 @@ struct ns_tree {
 	 * checkpoint's lock. */
 	struct castfs_plan **gen[GEN_COUNT];
 	struct castfs_plan *meta;
+	/* Listings of its large directories, shared by every open handle
+	 * (under the checkpoint's lock): one of a directory of a million
+	 * tensor files costs tens of MB. */
+	struct tdir_shared *listings;
 };
+
+/* A directory listing of a tree kept for every handle that opens it. */
+struct tdir_shared {
+	struct tdir_shared *next;
+	char *sub;
+	struct castfs_dir *dir;
+};
+
+/* Listings at least this long are kept; shorter ones cost less to make
+ * again than to keep, and so the kept ones stay few. */
+#define TDIR_SHARE_MIN 4096u
 
 static void gen_free(struct ns_tree *t)
 {
@@ -61,11 +76,24 @@ static void gen_free(struct ns_tree *t)
 	castfs_plan_free(t->meta);
 }
 
+static void listings_free(struct ns_tree *t)
+{
+	struct tdir_shared *s, *next;
+
+	for (s = t->listings; s; s = next) {
+		next = s->next;
+		castfs_dir_free(s->dir);
+		free(s->sub);
+		free(s);
+	}
+}
+
 static void tree_free(struct ns_tree *t)
 {
 	if (!t)
 		return;
 	gen_free(t);
+	listings_free(t);
 	castfs_ttree_free(t->tt);
 	castfs_header_free(t->owned_h);
 	free(t->file);
@@ -445,9 +473,86 @@ static int tdir_getattr(struct castfs_ns *ns, const struct ns_node *n,
 	return 0;
 }
 
+/* The kept listing of @sub in @t, with one more owner; NULL if none.
+ * Caller holds the checkpoint's lock. */
+static struct castfs_dir *shared_find_locked(const struct ns_tree *t,
+					     const char *sub)
+{
+	for (struct tdir_shared *s = t->listings; s; s = s->next) {
+		if (strcmp(s->sub, sub) == 0) {
+			atomic_fetch_add(&s->dir->refs, 1);
+			return s->dir;
+		}
+	}
+	return NULL;
+}
+
+/* Keep @dir as the listing of @sub in @t, or if one was kept meanwhile,
+ * drop @dir for it. Returns the listing to hand out (one more owner) and
+ * the bytes newly kept in *@cost. Caller holds the checkpoint's lock. */
+static struct castfs_dir *shared_keep_locked(struct ns_tree *t, const char *sub,
+					     struct castfs_dir *dir,
+					     size_t *cost)
+{
+	struct castfs_dir *have = shared_find_locked(t, sub);
+	struct tdir_shared *s;
+
+	*cost = 0;
+	if (have) {
+		castfs_dir_free(dir);
+		return have;
+	}
+	s = calloc(1, sizeof(*s));
+	if (s)
+		s->sub = strdup(sub);
+	if (!s || !s->sub) { /* unshared: this handle's alone */
+		free(s);
+		return dir;
+	}
+	s->dir = dir;
+	atomic_fetch_add(&dir->refs, 1);
+	s->next = t->listings;
+	t->listings = s;
+	for (size_t i = 0; i < dir->n; i++)
+		*cost += sizeof(dir->ents[i]) + strlen(dir->ents[i].name) + 1;
+	return dir;
+}
+
+/* A handle's listing: a large one is made once per identity and shared. */
+static int tdir_opendir(struct castfs_ns *ns, const struct ns_node *dir,
+			struct castfs_dir **out)
+{
+	struct castfs_dir *d;
+	struct ns_tree *tree;
+	struct ns_ckpt *ck;
+	size_t cost = 0;
+	int rc = node_tree(ns, dir, &ck, &tree);
+
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&ck->lock);
+	d = shared_find_locked(tree, dir->sub);
+	pthread_mutex_unlock(&ck->lock);
+	if (!d) {
+		rc = ns_list_dir(ns, dir, tdir_list, &d);
+		if (!rc && d->n >= TDIR_SHARE_MIN) {
+			pthread_mutex_lock(&ck->lock);
+			d = shared_keep_locked(tree, dir->sub, d, &cost);
+			pthread_mutex_unlock(&ck->lock);
+		}
+	}
+	if (cost)
+		ns_ckpt_charge(ns, ck, cost);
+	ns_ckpt_put(ns, ck);
+	if (!rc)
+		*out = d;
+	return rc;
+}
+
 const struct ns_kind_ops ns_kind_tdir = {
 	.lookup = tdir_lookup,
 	.list = tdir_list,
+	.opendir = tdir_opendir,
 	.getattr = tdir_getattr,
 };
 

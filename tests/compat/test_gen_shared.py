@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: MIT
 """Generated files exist once per identity (issue 17): a tensor tree's
 .info, .npy and __metadata__.json are made on first need and shared by
-every stat and open. Before, each open made its own copy: with a tensor
-of a million dimensions (valid safetensors: a shape is any list), 30 opens
-of its .info grew the daemon by 137 MB.
+every stat and open, and a large directory's listing is made once and
+shared by every handle that opens it. Before, each open made its own copy:
+with a tensor of a million dimensions (valid safetensors: a shape is any
+list), 30 opens of its .info grew the daemon by 137 MB.
 
 The file is written by hand (numpy cannot make an array of more than 64
 dimensions); what the .info must say is taken from the JSON the test
@@ -14,10 +15,15 @@ import struct
 import sys
 import unittest
 
+import numpy as np
+from safetensors.numpy import save_file
+
 import castfs_testlib as tl
 
 NDIM = 1_000_000
 OPENS = 40
+FLAT = 30_000  # tensors of one flat file: 90,001 names in its tree's root
+HANDLES = 20
 
 
 def rss_mb(pid):
@@ -58,6 +64,9 @@ def setUpModule():
     Env.tmp = tl.tempdir()
     Env.src = Env.tmp.__enter__()
     write_wide(os.path.join(Env.src, "w.safetensors"))
+    save_file({"t%05d" % i: np.full((1,), i, dtype=np.float32)
+               for i in range(FLAT)},
+              os.path.join(Env.src, "flat.safetensors"))
 
 
 def tearDownModule():
@@ -111,6 +120,35 @@ class TestGeneratedShared(unittest.TestCase):
             with open(m.join("w.safetensors.tensors", "small.raw"),
                       "rb") as f:
                 self.assertEqual(f.read(), struct.pack("<2f", 2.0, -3.0))
+
+    def test_open_handles_share_one_listing(self):
+        want = {"t%05d.%s" % (i, ext) for i in range(FLAT)
+                for ext in ("info", "npy", "raw")} | {"__metadata__.json"}
+        with tl.Mount(Env.src, options=["nosupervise"]) as m:
+            pid = m.proc.pid
+            root = m.join("flat.safetensors.tensors")
+            self.assertEqual(set(os.listdir(root)), want)
+            before = rss_mb(pid)
+            fds = [os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+                   for _ in range(HANDLES)]
+            try:
+                held = rss_mb(pid)
+                # Every handle lists the same names.
+                for fd in fds[:3]:
+                    self.assertEqual(set(os.listdir(fd)), want)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            sys.stderr.write("RSS %.1f MB before %d handles of a %d-entry "
+                             "directory, %.1f MB with them\n"
+                             % (before, HANDLES, len(want), held))
+            with self.subTest("RSS"):
+                if sanitizer(pid):
+                    self.skipTest("RSS not checked under %s" % sanitizer(pid))
+                # A listing of 90,001 names is about 5 MB: one per handle
+                # would be 100 MB.
+                self.assertLess(held - before, 16)
+            self.assertEqual(set(os.listdir(root)), want)
 
 
 if __name__ == "__main__":
