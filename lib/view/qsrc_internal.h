@@ -41,4 +41,16 @@ int castfs_qsrc_comfy(const struct castfs_header *h, struct castfs_qsrc *q,
 int castfs_qsrc_int8(const struct castfs_header *h, struct castfs_qsrc *q,
 		     struct castfs_diag *d);
 
+/*
+ * castfs_qsrc_ct4 - pair the compressed-tensors FP4 weights of @h in @q:
+ * every U8 "M.weight_packed" [rows, cols / 2] with its "M.weight_scale"
+ * (F8_E4M3 [rows, cols / 16] and F32 "M.weight_global_scale" [1]:
+ * NVFP4; U8 [rows, cols / 32] and no global scale: MXFP4); an F32
+ * "M.input_global_scale" [1] (an activation's) is dropped. Returns 0,
+ * -ENOTSUP (a packed weight castfs does not dequantize exactly: @d says
+ * which and why) or -ENOMEM. Thread-safe.
+ */
+int castfs_qsrc_ct4(const struct castfs_header *h, struct castfs_qsrc *q,
+		    struct castfs_diag *d);
+
 #endif
