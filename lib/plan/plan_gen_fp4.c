@@ -25,14 +25,18 @@ static const float fp4_lut[16] = {
 	-0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f,
 };
 
-/* @f rounded to bf16, to nearest even (torch's .to(bfloat16)); a NaN is
- * kept for the view's cast, which makes it what torch makes it. */
+/*
+ * @f rounded to bf16, to nearest even (torch's .to(bfloat16)). A NaN (a
+ * NaN scale byte, or a zero code times an infinite MXFP4 scale) becomes
+ * 0xFFFF, what torch's vectorised CPU rounding to bf16 writes for every
+ * NaN, and so what the decompressor's tensors hold.
+ */
 static float fp4_bf16(float f)
 {
 	uint32_t u = castfs_f32_bits(f);
 
 	if ((u & 0x7FFFFFFFu) > 0x7F800000u)
-		return f;
+		return castfs_f32_from_bits(0xFFFF0000u);
 	u += 0x7FFFu + ((u >> 16) & 1u);
 	return castfs_f32_from_bits(u & 0xFFFF0000u);
 }

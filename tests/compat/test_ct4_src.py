@@ -20,6 +20,8 @@ transformers' own CPU dequantization of the source
 - from_pretrained of DIR.bf16/ has no missing or unexpected keys, every
   parameter equals transformers' dequantized load of the source, and so do
   the logits.
+- A hand-made file of every code under every scale byte, through the
+  same decompressors, is matched bit for bit (NaN and Inf included).
 - A single file (no config.json) gets the same views; its nf4/fp4/int8
   views are those of the dequantized weights (bnb_ref.py); random ranges
   read the same bytes.
@@ -146,13 +148,16 @@ def setUpModule():
     os.mkdir(src)
     # q/o: 224 x 224, k/v: 112 x 224, gate/up: 352 x 224, down: 224 x 352
     tiny_llama(plain, torch.bfloat16, 224, 352, 56, 4)
-    jobs = {"quantize": [], "decompress": [], "load": []}
+    jobs = {"quantize": [], "decompress": [], "load": [],
+            "craft": [[os.path.join(src, "crafted.safetensors"),
+                       os.path.join(Env.root, "crafted.ref")]]}
     for s, scheme in SCHEMES.items():
         d = os.path.join(src, "ct-" + s)
         jobs["quantize"].append([plain, d, scheme])
         jobs["decompress"].append([d, os.path.join(Env.root, s + ".ref")])
         jobs["load"].append([d, os.path.join(Env.root, s + ".tf")])
     run_oracle(jobs)
+    Env.ref["crafted"] = load_file(os.path.join(Env.root, "crafted.ref"))
     for s in SCHEMES:
         Env.ref[s] = load_file(os.path.join(Env.root, s + ".ref"))
         Env.tf[s] = load_file(os.path.join(Env.root, s + ".tf"))
@@ -253,6 +258,21 @@ class SingleFile(unittest.TestCase):
                 with open(path, "rb") as f:
                     data = f.read()
                 tl.check_ranges(self, path, data, count=40)
+
+    def test_every_code_and_scale(self):
+        """Every E2M1 code under every scale byte (NaN, Inf, subnormal
+        E4M3 and E8M0 0 and 0xFF included) and global scales chosen so
+        that a reciprocal multiply or a missing fp32 rounding would show:
+        bit for bit the decompressor's, NaN payloads included."""
+        ref = Env.ref["crafted"]
+        self.assertGreaterEqual(len(ref), 8)
+        for v, dt in VIEWS.items():
+            with self.subTest(view=v):
+                got = load_file(Env.mnt.join("crafted.%s.safetensors" % v))
+                self.assertEqual(sorted(got), sorted(ref))
+                for k, t in ref.items():
+                    self.assertTrue(torch.equal(bits(got[k]), bits(t.to(dt))),
+                                    k)
 
     def test_bnb_views_of_dequantized(self):
         """nf4/fp4/int8 of an FP4 source are those views of the
