@@ -20,6 +20,8 @@ transformers' own CPU dequantization of the source
 - from_pretrained of DIR.bf16/ has no missing or unexpected keys, every
   parameter equals transformers' dequantized load of the source, and so do
   the logits.
+- fp8_dynamic, fp8_block and w4a16 of the NVFP4 directory equal
+  llm-compressor run on the decompressor's bf16 model (ct_oracle.py).
 - A hand-made file of every code under every scale byte, through the
   same decompressors, is matched bit for bit (NaN and Inf included).
 - A single file (no config.json) gets the same views; its nf4/fp4/int8
@@ -55,7 +57,8 @@ except ImportError as e:  # pragma: no cover
     print("SKIP: %s" % e)
     sys.exit(tl.SKIP)
 
-from test_ct import VENV_PY, tiny_llama  # noqa: E402
+from test_ct import VENV_PY, tensors, tiny_llama  # noqa: E402
+from test_ct import run_oracle as run_ct_oracle  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCHEMES = {"nvfp4": "NVFP4A16", "mxfp4": "MXFP4A16"}
@@ -240,6 +243,36 @@ class ModelDir(unittest.TestCase):
                 self.assertNotIn(d + ".bf16", names)
                 self.assertIn("quant_method 'compressed-tensors'",
                               rej[d + "/model.safetensors"])
+
+
+class CtViews(unittest.TestCase):
+    """fp8_dynamic, fp8_block and w4a16 of the NVFP4 source equal
+    llm-compressor run on the bf16 model the decompressor gives
+    (ct_oracle.py), as for FP8 sources (test_ct_qsrc.py)."""
+    VIEWS = {"fp8_dynamic": "FP8_DYNAMIC", "fp8_block": "FP8_BLOCK",
+             "w4a16": "W4A16"}
+
+    def test_ct_views_equal_llm_compressor_on_the_bf16_model(self):
+        deq = os.path.join(Env.root, "nvfp4.deq")
+        os.mkdir(deq)
+        with open(os.path.join(Env.mnt.source, "ct-nvfp4",
+                               "config.json")) as f:
+            cfg = json.load(f)
+        del cfg["quantization_config"]
+        with open(os.path.join(deq, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        save_file(Env.ref["nvfp4"], os.path.join(deq, "model.safetensors"),
+                  metadata={"format": "pt"})
+        ref = os.path.join(Env.root, "ctref")
+        run_ct_oracle({"quantize": [[deq, os.path.join(ref, v), sch, []]
+                                    for v, sch in self.VIEWS.items()]},
+                      Env.root)
+        for v in self.VIEWS:
+            with self.subTest(view=v):
+                got = tensors(Env.mnt.join("ct-nvfp4." + v))
+                want = tensors(os.path.join(ref, v))
+                self.assertEqual(sorted(got), sorted(want))
+                self.assertEqual([k for k in want if got[k] != want[k]], [])
 
 
 class SingleFile(unittest.TestCase):
