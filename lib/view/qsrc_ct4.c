@@ -81,7 +81,7 @@ static int ct4_layout(const struct ct4_mod *m, uint8_t *rule, uint32_t *group,
 		if (!m->g || !ct4_one(m->g))
 			return ct4_reject(d, m->w,
 					  "NVFP4 weight without an F32 [1] "
-					  "weight_global_scale");
+					  "weight_global_scale in this file");
 		*rule = CASTFS_QRULE_NVFP4;
 		*group = 16;
 		return 0;
@@ -177,7 +177,34 @@ int castfs_qsrc_ct4(const struct castfs_header *h, struct castfs_qsrc *q,
 		if (!rc)
 			rc = ct4_pair(h, q, &m, d);
 	}
-	return rc;
+	return rc ? rc : castfs_qsrc_ct4_orphans(h, q, false, d);
+}
+
+int castfs_qsrc_ct4_orphans(const struct castfs_header *h,
+			    const struct castfs_qsrc *q, bool strict,
+			    struct castfs_diag *d)
+{
+	/* The global scales belong to FP4 weights only; a weight_scale may
+	 * be a plain tensor of a file that declares nothing. */
+	static const char *const leaves[] = { "weight_global_scale",
+					      "input_global_scale",
+					      "weight_scale" };
+	size_t nleaves = strict ? 3 : 2, mod;
+
+	for (size_t i = 0; i < h->ntensors; i++) {
+		const struct castfs_tensor *t = &h->tensors[i];
+
+		if (q->t[i].role != CASTFS_QR_PLAIN)
+			continue;
+		for (size_t k = 0; k < nleaves; k++) {
+			if (castfs_qsrc_leaf(t, leaves[k], &mod))
+				return ct4_reject(d, t,
+						  "companion whose weight is "
+						  "not in this file (a module "
+						  "split across shards)");
+		}
+	}
+	return 0;
 }
 
 const struct castfs_tensor *castfs_qsrc_weight(const struct castfs_tensor *t,

@@ -53,4 +53,16 @@ int castfs_qsrc_int8(const struct castfs_header *h, struct castfs_qsrc *q,
 int castfs_qsrc_ct4(const struct castfs_header *h, struct castfs_qsrc *q,
 		    struct castfs_diag *d);
 
+/*
+ * castfs_qsrc_ct4_orphans - refuse a "weight_global_scale" or
+ * "input_global_scale" of @h, and with @strict (a directory whose
+ * config.json declares a quantized layout: CASTFS_QSRC_STRICT) a
+ * "weight_scale", that no weight of this file claimed in @q: its weight
+ * lives in another shard, and alone it would be served as a plain tensor.
+ * Returns 0 or -ENOTSUP (@d says which). Thread-safe.
+ */
+int castfs_qsrc_ct4_orphans(const struct castfs_header *h,
+			    const struct castfs_qsrc *q, bool strict,
+			    struct castfs_diag *d);
+
 #endif

@@ -3,7 +3,8 @@
 (scripts/setup-llmc): llm-compressor + compressed-tensors.
 
 python ct4_src_oracle.py JOBS.json prints one JSON line of results. Jobs:
-  quantize:   [[src_dir, out_dir, scheme], ...]  data-free oneshot of the
+  quantize:   [[src_dir, out_dir, scheme(, shard)], ...]  data-free
+      oneshot of the
       preset @scheme ("NVFP4A16" or "MXFP4A16"; lm_head ignored) to every
       Linear, save_pretrained(save_compressed=True): the
       nvfp4-pack-quantized / mxfp4-pack-quantized source castfs reads;
@@ -39,13 +40,16 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 COMPANIONS = ("weight_scale", "weight_global_scale", "input_global_scale")
 
 
-def quantize(src, out, scheme):
+def quantize(src, out, scheme, shard=None):
     from llmcompressor import oneshot
     from llmcompressor.modifiers.quantization import QuantizationModifier
     m = AutoModelForCausalLM.from_pretrained(src, dtype="auto")
     oneshot(model=m, recipe=QuantizationModifier(
         targets="Linear", scheme=scheme, ignore=["lm_head"]))
-    m.save_pretrained(out, save_compressed=True)
+    if shard:  # transformers' sharder splits modules across shards
+        m.save_pretrained(out, save_compressed=True, max_shard_size=shard)
+    else:
+        m.save_pretrained(out, save_compressed=True)
     return True
 
 

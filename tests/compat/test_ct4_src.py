@@ -27,6 +27,8 @@ transformers' own CPU dequantization of the source
 - A single file (no config.json) gets the same views; its nf4/fp4/int8
   views are those of the dequantized weights (bnb_ref.py); random ranges
   read the same bytes.
+- A sharded save whose modules straddle shards gets no views (castfs
+  pairs a weight with its scales only within one file) and a reason.
 - Layouts castfs does not follow (asymmetric, g_idx, a missing or 0-d
   global scale, an E8M0-typed scale, a scale grid that does not fit, a
   config.json with another group size or activation order) get no views
@@ -159,6 +161,8 @@ def setUpModule():
         jobs["quantize"].append([plain, d, scheme])
         jobs["decompress"].append([d, os.path.join(Env.root, s + ".ref")])
         jobs["load"].append([d, os.path.join(Env.root, s + ".tf")])
+    jobs["quantize"].append([plain, os.path.join(src, "ct-sharded"),
+                             "NVFP4A16", "100KB"])
     run_oracle(jobs)
     Env.ref["crafted"] = load_file(os.path.join(Env.root, "crafted.ref"))
     for s in SCHEMES:
@@ -234,6 +238,21 @@ class ModelDir(unittest.TestCase):
                                                 want_logits))
                 del model
                 gc.collect()
+
+    def test_split_module_rejected(self):
+        """A sharded save whose modules straddle shards (transformers'
+        sharder splits them): castfs pairs only within a file, so the
+        directory gets no views and each shard says why."""
+        names = os.listdir(Env.mnt.path)
+        self.assertNotIn("ct-sharded.bf16", names)
+        self.assertFalse(os.path.exists(Env.mnt.join("ct-sharded.bf16")))
+        rej = {k: v for k, v in rejected().items()
+               if k.startswith("ct-sharded/")}
+        self.assertTrue(rej)
+        for k, why in rej.items():
+            self.assertIn("compressed-tensors FP4", why, k)
+            self.assertTrue("in this file" in why or "split across shards"
+                            in why, why)
 
     def test_bad_configs_rejected(self):
         rej = rejected()

@@ -131,6 +131,11 @@ static const struct {
 	  { 2, 2 },
 	  "cols / 32" },
 	{ { "l.weight_packed" }, { "U8" }, { { 4, 8 } }, { 2 }, "weight_scale" },
+	{ { "l.weight_global_scale" },
+	  { "F32" },
+	  { { 1 } },
+	  { 1 },
+	  "not in this file" },
 	{ { "l.weight_packed", "l.weight_scale", "l.weight_global_scale",
 	    "l.weight" },
 	  { "U8", "F8_E4M3", "F32", "BF16" },
@@ -156,6 +161,27 @@ START_TEST(test_ct4__refused)
 	ck_assert_msg(strstr(d.msg, refused[_i].phrase), "%s", d.msg);
 	ck_assert_msg(strstr(d.msg, "compressed-tensors"), "%s", d.msg);
 	ck_assert_msg(strstr(d.msg, "no views"), "%s", d.msg);
+	castfs_header_free(h);
+}
+END_TEST
+
+/* In a directory that declares a quantized layout, a weight_scale whose
+ * weight is in another shard is refused; in a bare file it is a tensor. */
+START_TEST(test_ct4__orphan_scale)
+{
+	struct tu_st *b = tu_st_new();
+	struct castfs_diag d = { { 0 } };
+	struct castfs_qsrc q;
+	struct castfs_header *h;
+
+	tu_st_add(b, "l.weight_scale", "U8", SHAPE(4, 1), NULL);
+	tu_st_add(b, "n.weight", "BF16", SHAPE(4), NULL);
+	h = build(b);
+	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
+	castfs_qsrc_fini(&q);
+	ck_assert_int_eq(castfs_qsrc_scan(h, CASTFS_QSRC_STRICT, &q, &d),
+			 -ENOTSUP);
+	ck_assert_msg(strstr(d.msg, "split across shards"), "%s", d.msg);
 	castfs_header_free(h);
 }
 END_TEST
@@ -392,6 +418,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_ct4__pairs);
 	tcase_add_loop_test(tc, test_ct4__refused, 0,
 			    sizeof(refused) / sizeof(refused[0]));
+	tcase_add_test(tc, test_ct4__orphan_scale);
 	tcase_add_test(tc, test_ct4__config);
 	tcase_add_test(tc, test_ct4__ranges_match_slow);
 	suite_add_tcase(s, tc);
