@@ -32,7 +32,8 @@ transformers' own CPU dequantization of the source
 - Layouts castfs does not follow (asymmetric, g_idx, a missing or 0-d
   global scale, an E8M0-typed scale, a scale grid that does not fit, a
   config.json with another group size or activation order) get no views
-  and a reason in /.castfs/rejected; castfs info names the scheme.
+  and a reason in /.castfs/rejected; castfs info and the tensor tree's
+  .info name the scheme; castfs convert writes the mounted bytes.
 Exits 77 when FUSE, torch, transformers or the oracle venv is unavailable.
 """
 import gc
@@ -373,6 +374,24 @@ class SingleFile(unittest.TestCase):
             self.assertIn("quantized: compressed-tensors NVFP4/MXFP4, 14 "
                           "packed weights", r.stdout)
             self.assertIn(words, r.stdout)
+        info = Env.mnt.join("single.bf16.safetensors.tensors", "model",
+                            "layers", "0", "self_attn", "q_proj",
+                            "weight.info")
+        with open(info) as f:
+            text = f.read()
+        self.assertIn("conversion: dequantize packed FP4 x group scale -> "
+                      "BF16", text)
+        self.assertIn('source: "' + Q + 'weight_packed"', text)
+
+    def test_convert_writes_the_view(self):
+        out = os.path.join(Env.root, "converted.bf16.safetensors")
+        r = subprocess.run([tl.castfs_binary(), "convert", os.path.join(
+            Env.mnt.source, "single.safetensors"), "--view", "bf16", "-o",
+            out, "--no-progress"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(out, "rb") as f1, \
+                open(Env.mnt.join("single.bf16.safetensors"), "rb") as f2:
+            self.assertEqual(f1.read(), f2.read())
 
 
 if __name__ == "__main__":
