@@ -125,6 +125,10 @@ static void print_quant(const struct castfs_qsrc *q, int rc,
 		printf("quantized: bitsandbytes LLM.int8, %zu weight%s "
 		       "dequantized\n",
 		       q->nint8, q->nint8 == 1 ? "" : "s");
+	else if (q->nct4)
+		printf("quantized: compressed-tensors NVFP4/MXFP4, %zu packed "
+		       "weight%s dequantized by the views\n",
+		       q->nct4, q->nct4 == 1 ? "" : "s");
 	else if (q->ncomfy)
 		printf("quantized: ComfyUI scaled fp8, %zu weight%s dequantized "
 		       "in the view's dtype\n",
@@ -155,6 +159,14 @@ static void print_scheme(const struct castfs_header *h,
 
 		if (qi->rule == CASTFS_QRULE_INT8)
 			printf(" LLM.int8, %s row scale ",
+			       castfs_dtype_name(s->dtype));
+		else if (qi->rule == CASTFS_QRULE_NVFP4)
+			printf(" nvfp4 e2m1 groups of 16, low nibble first, "
+			       "%s scale / global scale ",
+			       castfs_dtype_name(s->dtype));
+		else if (qi->rule == CASTFS_QRULE_MXFP4)
+			printf(" mxfp4 e2m1 groups of 32, low nibble first, "
+			       "%s e8m0 scale ",
 			       castfs_dtype_name(s->dtype));
 		else if (qi->rule == CASTFS_QRULE_COMPUTE)
 			printf(" comfy scaled fp8, %s scale ",

@@ -74,6 +74,8 @@ struct castfs_md_quant {
 	bool mxfp4; /* quant_method "mxfp4" (gpt-oss): dequantized too */
 	bool ct_fp8; /* compressed-tensors float-quantized FP8 weights
 		      * (tensor, channel, 128x128 block): dequantized too */
+	bool ct_fp4; /* compressed-tensors nvfp4-/mxfp4-pack-quantized:
+		      * dequantized too */
 	char method[32]; /* its quant_method, for messages ("?" if none) */
 };
 

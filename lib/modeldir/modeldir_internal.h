@@ -102,4 +102,13 @@ struct castfs_md_ct;
 void md_put_ct(struct castfs_strbuf *b, const struct castfs_md_style *s,
 	       const struct castfs_md_ct *q);
 
+/*
+ * castfs_md_ct_fp4 - whether quantization_config @qc is compressed-tensors
+ * nvfp4-pack-quantized or mxfp4-pack-quantized weights in the presets'
+ * form castfs dequantizes (qsrc_ct4.c): FP4 E2M1, symmetric, static,
+ * tensor_group of 16 (NVFP4) or group of 32 (MXFP4), no activation
+ * order, no sparsity, transform or KV-cache scheme. Pure; thread-safe.
+ */
+bool castfs_md_ct_fp4(const struct cJSON *qc);
+
 #endif

@@ -95,7 +95,8 @@ static bool bnb_int8(const cJSON *qc)
 
 bool castfs_md_quant_dequantized(const struct castfs_md_quant *q)
 {
-	return q->fp8_block || q->bnb_int8 || q->mxfp4 || q->ct_fp8;
+	return q->fp8_block || q->bnb_int8 || q->mxfp4 || q->ct_fp8 ||
+	       q->ct_fp4;
 }
 
 /* A member that is absent, null, or an empty object. */
@@ -197,6 +198,7 @@ int castfs_md_quant_read(const char *json, size_t len,
 		out->mxfp4 = cJSON_IsObject(qc) && cJSON_IsString(m) &&
 			     strcmp(m->valuestring, "mxfp4") == 0;
 		out->ct_fp8 = cJSON_IsObject(qc) && ct_fp8(qc);
+		out->ct_fp4 = cJSON_IsObject(qc) && castfs_md_ct_fp4(qc);
 		snprintf(out->method, sizeof(out->method), "%s",
 			 cJSON_IsString(m) ? m->valuestring : "?");
 	}

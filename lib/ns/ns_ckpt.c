@@ -184,7 +184,7 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 				     mq.method);
 	if (!rc) {
 		const struct castfs_qsrc_opts o = {
-			.flags = mq.fp8_block || mq.ct_fp8 ?
+			.flags = mq.fp8_block || mq.ct_fp8 || mq.ct_fp4 ?
 					 CASTFS_QSRC_STRICT :
 					 0,
 			.brows = mq.block_rows,

@@ -92,8 +92,12 @@ struct castfs_qtensor {
 	 * compute dtype ComfyUI multiplies in (docs/FORMATS.md). */
 	uint8_t scale_round;
 	/* DEQ_FP8: the codes' dtype: F8_E4M3 (0 reads as that), or I8 for
-	 * LLM.int8 (bitsandbytes: code * row scale, then * fp32(1/127)). */
+	 * LLM.int8 (bitsandbytes: code * row scale, then * fp32(1/127)), or
+	 * U8 for compressed-tensors packed E2M1 pairs (plan_gen_fp4.c: an
+	 * F8_E4M3 scale per 1 x bcols with the F32 global divisor at
+	 * gscale_off, NVFP4; or a U8 exponent per 1 x bcols, MXFP4). */
 	uint8_t code_dtype;
+	uint64_t gscale_off; /* NVFP4 source: its weight_global_scale */
 	/* Quantiser ops: the elements are those of an F8_E4M3 block weight
 	 * at src_off (with the scale grid above) dequantized and rounded to
 	 * src_dtype (BF16), not src_dtype elements read as they are. */

@@ -191,6 +191,8 @@ int castfs_fp8_dequant(const struct castfs_reader *src,
 {
 	uint64_t mat = q->rows * q->cols;
 
+	if (q->code_dtype == CASTFS_DTYPE_U8)
+		return castfs_fp4_dequant(src, q, k, n, f, codes, sbuf, slen);
 	while (n) {
 		size_t r = deq_span(q, k % mat, n, slen);
 		int rc = deq_round(src, q, k, r, f, codes, sbuf);

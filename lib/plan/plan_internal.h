@@ -64,6 +64,17 @@ int castfs_fp8_dequant(const struct castfs_reader *src,
 		       const struct castfs_qtensor *q, uint64_t k, size_t n,
 		       float *f, uint8_t *codes, uint8_t *sbuf, size_t slen);
 
+/*
+ * castfs_fp4_dequant - castfs_fp8_dequant() for a compressed-tensors
+ * packed FP4 weight (@q->code_dtype U8, plan_gen_fp4.c): the values
+ * compressed-tensors' decompressor gives, in bf16, widened to fp32.
+ * @codes holds at least @n / 2 + 1 bytes, @sbuf @slen >= 64. Returns 0
+ * or the reader's negative errno.
+ */
+int castfs_fp4_dequant(const struct castfs_reader *src,
+		       const struct castfs_qtensor *q, uint64_t k, size_t n,
+		       float *f, uint8_t *codes, uint8_t *sbuf, size_t slen);
+
 /* The generator of CASTFS_OP_DEQ_FP8 (plan_gen_fp8.c): extent src_off is
  * the source offset of its first F8 element; e->qt the weight. */
 int castfs_gen_deq_fp8(const struct castfs_read_env *env,

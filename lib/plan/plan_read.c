@@ -196,7 +196,10 @@ uint64_t castfs_plan_src_off(const struct castfs_plan *p, uint64_t off)
 	case CASTFS_OP_CAST:
 		return e->src_off +
 		       rel / e->unit * (castfs_dtype_bits(e->src_dtype) / 8);
-	case CASTFS_OP_DEQ_FP8: /* one F8 byte per element */
+	case CASTFS_OP_DEQ_FP8: /* one F8 byte per element, or half one */
+		q = &p->qtensors[e->qt];
+		if (q->code_dtype == CASTFS_DTYPE_U8)
+			return e->src_off + rel / e->unit / 2;
 		return e->src_off + rel / e->unit;
 	case CASTFS_OP_DEQ_MXFP4:
 		return castfs_mxfp4_src_off(&p->qtensors[e->qt], rel / e->unit);

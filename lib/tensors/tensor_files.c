@@ -286,6 +286,11 @@ static void origin_extent(const struct castfs_tfile_ctx *c,
 		o->to = (enum castfs_dtype)e->dst_dtype;
 		o->flags = e->flags;
 		src_off = e->src_off + rel / e->unit;
+		if (e->qt < c->plan->nqt &&
+		    c->plan->qtensors[e->qt].code_dtype == CASTFS_DTYPE_U8) {
+			o->from = CASTFS_DTYPE_U8; /* packed FP4 pairs */
+			src_off = e->src_off + rel / e->unit / 2;
+		}
 		break;
 	case CASTFS_OP_DEQ_MXFP4:
 		o->from = CASTFS_DTYPE_U8;
@@ -387,6 +392,15 @@ void castfs_torigin_str(const struct castfs_torigin *o, char *buf, size_t len)
 			 o->flags & CASTFS_CVT_SATURATE ? " (saturating)" : "");
 		break;
 	case CASTFS_OP_DEQ_FP8:
+		if (o->from == CASTFS_DTYPE_U8) {
+			snprintf(buf, len,
+				 "dequantize packed FP4 x group scale -> %s%s",
+				 castfs_dtype_name(o->to),
+				 o->flags & CASTFS_CVT_SATURATE ?
+					 " (saturating)" :
+					 "");
+			break;
+		}
 		snprintf(buf, len, "dequantize FP8 block x scale -> %s%s",
 			 castfs_dtype_name(o->to),
 			 o->flags & CASTFS_CVT_SATURATE ? " (saturating)" : "");

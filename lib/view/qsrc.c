@@ -333,6 +333,8 @@ int castfs_qsrc_scan_opts(const struct castfs_header *h,
 	rc = castfs_qsrc_comfy(h, &q, d);
 	if (!rc)
 		rc = castfs_qsrc_int8(h, &q, d);
+	if (!rc)
+		rc = castfs_qsrc_ct4(h, &q, d);
 	/* Names that only one layout uses first: the most precise reason. */
 	for (size_t i = 0; !rc && i < q.n; i++) {
 		if (q.t[i].role != CASTFS_QR_PLAIN)
@@ -352,6 +354,8 @@ int castfs_qsrc_scan_opts(const struct castfs_header *h,
 	}
 	if (!rc && (flags & CASTFS_QSRC_STRICT))
 		rc = check_strict(h, &q, d);
+	if (!rc && (flags & CASTFS_QSRC_STRICT))
+		rc = castfs_qsrc_ct4_orphans(h, &q, true, d);
 	if (rc) {
 		castfs_qsrc_fini(&q);
 		return rc;
@@ -369,4 +373,5 @@ void castfs_qsrc_fini(struct castfs_qsrc *q)
 	q->nmxfp4 = 0;
 	q->ncomfy = 0;
 	q->nint8 = 0;
+	q->nct4 = 0;
 }

@@ -30,6 +30,11 @@ enum castfs_qrule {
 			       * first (ComfyUI scaled fp8) */
 	CASTFS_QRULE_INT8, /* an I8 weight with its SCB row scales
 			    * (bitsandbytes LLM.int8) */
+	CASTFS_QRULE_NVFP4, /* compressed-tensors nvfp4-pack-quantized: a
+			     * U8 "M.weight_packed" of E2M1 pairs, an
+			     * F8_E4M3 scale per 16, an F32 global divisor */
+	CASTFS_QRULE_MXFP4, /* compressed-tensors mxfp4-pack-quantized: a
+			     * U8 "M.weight_packed", a U8 exponent per 32 */
 };
 
 /* The block edge of the FP8 block layout (DeepSeek-V3, Qwen3-FP8). */
@@ -41,6 +46,7 @@ struct castfs_qinfo {
 	uint8_t rule; /* FP8_BLOCK: enum castfs_qrule */
 	uint32_t scale; /* FP8_BLOCK, MXFP4: index of its scale in h->tensors */
 	uint32_t brows, bcols; /* FP8_BLOCK: elements per scale (block) */
+	uint32_t gscale; /* NVFP4: index of its weight_global_scale */
 };
 
 /*
@@ -61,6 +67,7 @@ struct castfs_qsrc {
 	size_t nmxfp4; /* MXFP4 weights */
 	size_t ncomfy; /* of which ComfyUI scaled fp8 (CASTFS_QRULE_COMPUTE) */
 	size_t nint8; /* of which LLM.int8 (CASTFS_QRULE_INT8) */
+	size_t nct4; /* of which compressed-tensors NVFP4 / MXFP4 */
 	uint32_t brows, bcols; /* the block size scales were paired with */
 };
 
@@ -92,6 +99,20 @@ int castfs_qsrc_scan(const struct castfs_header *h, unsigned flags,
 int castfs_qsrc_scan_opts(const struct castfs_header *h,
 			  const struct castfs_qsrc_opts *o,
 			  struct castfs_qsrc *out, struct castfs_diag *d);
+
+/*
+ * castfs_qsrc_weight - the weight tensor FP8_BLOCK tensor @t (@qi its
+ * castfs_qinfo) stands for: @t itself, or for a packed FP4 weight
+ * (CASTFS_QRULE_NVFP4 / MXFP4) @tmp filled as the dequantized weight:
+ * "M.weight" (a prefix of @t's name), shape @tmp_shape = [rows, 2 x
+ * packed cols], BF16 (the dtype compressed-tensors decompresses to), @t's
+ * data offsets. The result borrows @t's name and @tmp_shape. Pure;
+ * thread-safe.
+ */
+const struct castfs_tensor *castfs_qsrc_weight(const struct castfs_tensor *t,
+					       const struct castfs_qinfo *qi,
+					       struct castfs_tensor *tmp,
+					       uint64_t tmp_shape[2]);
 
 /* castfs_qsrc_fini - release what castfs_qsrc_scan() made; safe on a
  * zeroed struct. */

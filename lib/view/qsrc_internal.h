@@ -41,4 +41,28 @@ int castfs_qsrc_comfy(const struct castfs_header *h, struct castfs_qsrc *q,
 int castfs_qsrc_int8(const struct castfs_header *h, struct castfs_qsrc *q,
 		     struct castfs_diag *d);
 
+/*
+ * castfs_qsrc_ct4 - pair the compressed-tensors FP4 weights of @h in @q:
+ * every U8 "M.weight_packed" [rows, cols / 2] with its "M.weight_scale"
+ * (F8_E4M3 [rows, cols / 16] and F32 "M.weight_global_scale" [1]:
+ * NVFP4; U8 [rows, cols / 32] and no global scale: MXFP4); an F32
+ * "M.input_global_scale" [1] (an activation's) is dropped. Returns 0,
+ * -ENOTSUP (a packed weight castfs does not dequantize exactly: @d says
+ * which and why) or -ENOMEM. Thread-safe.
+ */
+int castfs_qsrc_ct4(const struct castfs_header *h, struct castfs_qsrc *q,
+		    struct castfs_diag *d);
+
+/*
+ * castfs_qsrc_ct4_orphans - refuse a "weight_global_scale" or
+ * "input_global_scale" of @h, and with @strict (a directory whose
+ * config.json declares a quantized layout: CASTFS_QSRC_STRICT) a
+ * "weight_scale", that no weight of this file claimed in @q: its weight
+ * lives in another shard, and alone it would be served as a plain tensor.
+ * Returns 0 or -ENOTSUP (@d says which). Thread-safe.
+ */
+int castfs_qsrc_ct4_orphans(const struct castfs_header *h,
+			    const struct castfs_qsrc *q, bool strict,
+			    struct castfs_diag *d);
+
 #endif

@@ -172,6 +172,7 @@ static void bnb_apply_deq(struct castfs_qtensor *qt,
 	qt->scale_dtype = deq->scale_dtype;
 	qt->scale_round = deq->scale_round;
 	qt->code_dtype = deq->code_dtype;
+	qt->gscale_off = deq->gscale_off;
 }
 
 static int bnb_add_q4(struct castfs_pb *pb, const struct castfs_view *v,

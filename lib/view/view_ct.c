@@ -282,6 +282,8 @@ static int ct_add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
 		qt.brows = deq->brows;
 		qt.bcols = deq->bcols;
 		qt.scale_dtype = deq->scale_dtype;
+		qt.code_dtype = deq->code_dtype;
+		qt.gscale_off = deq->gscale_off;
 	}
 
 	if (v->kind == CASTFS_VIEW_CT_NVFP4)

@@ -33,6 +33,10 @@ static void fp8_qtensor(const struct castfs_header *h,
 	};
 	if (qi->rule == CASTFS_QRULE_INT8)
 		qt->srows = s->shape[0]; /* SCB: one scale per row */
+	if (qi->rule == CASTFS_QRULE_NVFP4 || qi->rule == CASTFS_QRULE_MXFP4)
+		qt->code_dtype = CASTFS_DTYPE_U8; /* packed E2M1 pairs */
+	if (qi->rule == CASTFS_QRULE_NVFP4)
+		qt->gscale_off = h->data_start + h->tensors[qi->gscale].begin;
 }
 
 /*
@@ -144,12 +148,16 @@ int castfs_view_plan_deq(const struct castfs_view *v,
 	rc = castfs_view_copy_metadata(pb, h);
 	for (size_t i = 0; !rc && i < h->ntensors; i++) {
 		const struct castfs_tensor *t = &h->tensors[i];
+		struct castfs_tensor unpacked;
+		uint64_t shape[2];
 
 		switch ((enum castfs_qrole)q->t[i].role) {
 		case CASTFS_QR_PLAIN:
 			rc = add_plain(pb, v, h, t, d);
 			break;
 		case CASTFS_QR_FP8_BLOCK:
+			/* A packed FP4 weight stands for "M.weight". */
+			t = castfs_qsrc_weight(t, &q->t[i], &unpacked, shape);
 			rc = add_fp8(pb, v, h, t, &q->t[i], d);
 			break;
 		case CASTFS_QR_MXFP4:

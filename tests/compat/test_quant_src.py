@@ -153,8 +153,10 @@ def corpus():
         "ct-fp8-channel": ({"l.weight": f8(8, 32),
                             "l.weight_scale": torch.rand(7, 1).bfloat16()},
                            "compressed-tensors FP8"),
+        # An NVFP4 scale grid that does not fit its packed weight
+        # (fitting ones are dequantized: test_ct4_src.py).
         "ct-nvfp4": ({"l.weight_packed": u8(8, 16),
-                      "l.weight_scale": f8(8, 2),
+                      "l.weight_scale": f8(8, 3),
                       "l.weight_global_scale": torch.ones(1)},
                      "compressed-tensors"),
         "ct-int4": ({"l.weight_packed": torch.zeros(8, 4, dtype=torch.int32),
