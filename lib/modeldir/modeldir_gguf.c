@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/reader.h"
 #include "format/gguf.h"
 #include "modeldir/modeldir.h"
 #include "modeldir/modeldir_internal.h"
@@ -559,6 +560,8 @@ static bool map_name(const struct castfs_tensor *t, const struct llm *m,
 /* One output tensor. */
 struct llm_out {
 	const struct castfs_tensor *t;
+	const struct castfs_header *h; /* its shard's header */
+	uint64_t base; /* its shard's part of the source (castfs_part_off) */
 	char name[64];
 	enum castfs_ggml_type type;
 	uint32_t heads; /* > 0: rows permuted in this many heads */
@@ -591,44 +594,92 @@ static enum castfs_ggml_type llm_type(const struct castfs_view *v,
 				   &mx);
 }
 
+/* Whether a shard before @k holds tensor @name (named twice). */
+static bool seen_before(const struct castfs_md_gguf_src *s, size_t k,
+			const char *name, size_t len)
+{
+	for (size_t j = 0; j < k; j++)
+		if (castfs_header_find(s->h[j], name, len))
+			return true;
+	return false;
+}
+
+/* Whether any shard holds tensor @name. */
+static bool has_tensor(const struct castfs_md_gguf_src *s, const char *name)
+{
+	return seen_before(s, s->nh, name, strlen(name));
+}
+
+/* Tensor @t of shard @k into @x: named twice, or past what a part of a
+ * composite source can address, is refused. */
+static int place(const struct castfs_md_gguf_src *s, size_t k,
+		 const struct castfs_tensor *t, struct llm_out *x,
+		 struct castfs_diag *d)
+{
+	if (seen_before(s, k, t->name, t->name_len))
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: tensor '%s' is in two shards",
+				       t->name);
+	if (s->nh > 1 &&
+	    s->h[k]->data_start + t->end >= UINT64_C(1) << CASTFS_PART_SHIFT)
+		return castfs_diag_set(d, -EOVERFLOW,
+				       "GGUF: shard %zu is too large", k);
+	x->t = t;
+	x->h = s->h[k];
+	x->base = castfs_part_off(k, 0);
+	return 0;
+}
+
+/* Name, permutation and type of the tensor placed in @x. */
+static int describe(const struct castfs_view *v, const struct llm *m, bool tied,
+		    struct llm_out *x, struct castfs_diag *d)
+{
+	const struct castfs_tensor *t = x->t;
+
+	if (!castfs_dtype_is_castable(t->dtype) || t->ndim == 0 ||
+	    t->ndim > 2 || strlen(t->name) != t->name_len ||
+	    !map_name(t, m, x->name, sizeof(x->name)))
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: tensor '%s' has no "
+				       "llama.cpp counterpart castfs "
+				       "knows",
+				       t->name);
+	x->heads = 0;
+	if (m->arch->permute_qk && (ends_with(t->name, "q_proj.weight") ||
+				    ends_with(t->name, "q_proj.bias")))
+		x->heads = m->n_head;
+	if (m->arch->permute_qk && (ends_with(t->name, "k_proj.weight") ||
+				    ends_with(t->name, "k_proj.bias")))
+		x->heads = m->n_head_kv;
+	if (x->heads && t->shape[0] % (2u * x->heads))
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: '%s' rows do not split "
+				       "into heads",
+				       t->name);
+	x->type = llm_type(v, m, x, tied);
+	return 0;
+}
+
+/* Every tensor in convert_hf_to_gguf's order: shard by shard (the shards
+ * sorted by file name), each shard's tensors by name. */
 static int describe_all(const struct castfs_view *v, const struct llm *m,
-			const struct castfs_header *h, struct llm_out *o,
+			const struct castfs_md_gguf_src *s, struct llm_out *o,
 			size_t *n, struct castfs_diag *d)
 {
-	bool tied = !castfs_header_find(h, "lm_head.weight", 14);
+	bool tied = !has_tensor(s, "lm_head.weight");
+	int rc = 0;
 
 	*n = 0;
-	for (size_t i = 0; i < h->ntensors; i++) {
-		const struct castfs_tensor *t = h->by_name[i];
-		struct llm_out *x = &o[*n];
-
-		if (!castfs_dtype_is_castable(t->dtype) || t->ndim == 0 ||
-		    t->ndim > 2 || strlen(t->name) != t->name_len ||
-		    !map_name(t, m, x->name, sizeof(x->name)))
-			return castfs_diag_set(d, -EINVAL,
-					       "GGUF: tensor '%s' has no "
-					       "llama.cpp counterpart castfs "
-					       "knows",
-					       t->name);
-		x->t = t;
-		x->heads = 0;
-		if (m->arch->permute_qk &&
-		    (ends_with(t->name, "q_proj.weight") ||
-		     ends_with(t->name, "q_proj.bias")))
-			x->heads = m->n_head;
-		if (m->arch->permute_qk &&
-		    (ends_with(t->name, "k_proj.weight") ||
-		     ends_with(t->name, "k_proj.bias")))
-			x->heads = m->n_head_kv;
-		if (x->heads && t->shape[0] % (2u * x->heads))
-			return castfs_diag_set(d, -EINVAL,
-					       "GGUF: '%s' rows do not split "
-					       "into heads",
-					       t->name);
-		x->type = llm_type(v, m, x, tied);
-		(*n)++;
+	for (size_t k = 0; !rc && k < s->nh; k++) {
+		for (size_t i = 0; !rc && i < s->h[k]->ntensors; i++) {
+			rc = place(s, k, s->h[k]->by_name[i], &o[*n], d);
+			if (!rc)
+				rc = describe(v, m, tied, &o[*n], d);
+			if (!rc)
+				(*n)++;
+		}
 	}
-	return 0;
+	return rc;
 }
 
 static enum castfs_dtype plain_dtype(enum castfs_ggml_type t)
@@ -639,15 +690,15 @@ static enum castfs_dtype plain_dtype(enum castfs_ggml_type t)
 }
 
 /* The producer of @rows rows of @o starting at source row @row. */
-static int add_rows(struct castfs_pb *pb, const struct castfs_header *h,
-		    const struct llm_out *o, uint32_t qt, uint64_t row,
-		    uint64_t rows)
+static int add_rows(struct castfs_pb *pb, const struct llm_out *o, uint32_t qt,
+		    uint64_t row, uint64_t rows)
 {
 	const struct castfs_tensor *t = o->t;
 	uint64_t cols = t->ndim == 2 ? t->shape[1] : 1;
 	size_t in_sz = castfs_dtype_bits(t->dtype) / 8;
 	struct castfs_producer p = {
-		.src_off = h->data_start + t->begin + row * cols * in_sz,
+		.src_off = o->base + o->h->data_start + t->begin +
+			   row * cols * in_sz,
 	};
 	unsigned bytes, blck = castfs_gguf_blck(o->type, &bytes);
 
@@ -668,8 +719,8 @@ static int add_rows(struct castfs_pb *pb, const struct castfs_header *h,
 
 /* convert_hf_to_gguf LlamaModel.permute: output row h*hd + 2i + j is
  * source row h*hd + j*hd/2 + i. */
-static int add_data(struct castfs_pb *pb, const struct castfs_header *h,
-		    const struct llm_out *o, uint64_t nbytes)
+static int add_data(struct castfs_pb *pb, const struct llm_out *o,
+		    uint64_t nbytes)
 {
 	static const uint8_t zeros[CASTFS_GGUF_ALIGN];
 	uint64_t pad = (CASTFS_GGUF_ALIGN - nbytes % CASTFS_GGUF_ALIGN) %
@@ -681,7 +732,7 @@ static int add_data(struct castfs_pb *pb, const struct castfs_header *h,
 	if (castfs_gguf_block_qtype(o->type) >= 0) {
 		unsigned bytes;
 		struct castfs_qtensor q = {
-			.src_off = h->data_start + o->t->begin,
+			.src_off = o->base + o->h->data_start + o->t->begin,
 			.nelems = o->t->nelems,
 			.blocksize = castfs_gguf_blck(o->type, &bytes),
 			.src_dtype = o->t->dtype,
@@ -691,7 +742,7 @@ static int add_data(struct castfs_pb *pb, const struct castfs_header *h,
 		rc = castfs_pb_add_qtensor(pb, &q, &qt);
 	}
 	if (!rc && !o->heads) {
-		rc = add_rows(pb, h, o, qt, 0, rows);
+		rc = add_rows(pb, o, qt, 0, rows);
 	} else if (!rc) {
 		uint64_t hd = rows / o->heads, half = hd / 2;
 
@@ -700,7 +751,7 @@ static int add_data(struct castfs_pb *pb, const struct castfs_header *h,
 			uint64_t src =
 				r / hd * hd + (r % 2) * half + r % hd / 2;
 
-			rc = add_rows(pb, h, o, qt, src, 1);
+			rc = add_rows(pb, o, qt, src, 1);
 		}
 	}
 	if (!rc && pad) {
@@ -712,13 +763,22 @@ static int add_data(struct castfs_pb *pb, const struct castfs_header *h,
 	return rc;
 }
 
+static size_t count_tensors(const struct castfs_md_gguf_src *s)
+{
+	size_t n = 0;
+
+	for (size_t k = 0; k < s->nh; k++)
+		n += s->h[k]->ntensors;
+	return n ? n : 1;
+}
+
 static int build(const struct castfs_view *v, const struct llm *m,
 		 const cJSON *tok, const cJSON *tc,
-		 const struct castfs_header *h, struct castfs_plan **out,
+		 const struct castfs_md_gguf_src *s, struct castfs_plan **out,
 		 struct castfs_diag *d)
 {
-	struct llm_out *o = calloc(h->ntensors ? h->ntensors : 1, sizeof(*o));
-	uint64_t *nbytes = calloc(h->ntensors ? h->ntensors : 1, 8);
+	struct llm_out *o = calloc(count_tensors(s), sizeof(*o));
+	uint64_t *nbytes = calloc(count_tensors(s), 8);
 	struct castfs_producer hp = { .op = CASTFS_OP_MEM };
 	struct castfs_gguf_w *w = NULL;
 	struct castfs_pb *pb = NULL;
@@ -728,7 +788,7 @@ static int build(const struct castfs_view *v, const struct llm *m,
 	int rc = o && nbytes ? castfs_gguf_w_new(&w) : -ENOMEM;
 
 	if (!rc)
-		rc = describe_all(v, m, h, o, &n, d);
+		rc = describe_all(v, m, s, o, &n, d);
 	if (!rc) {
 		castfs_gguf_kv_str(w, "general.architecture", m->arch->name);
 		castfs_gguf_kv_u32(w, "general.quantization_version", 2);
@@ -750,7 +810,7 @@ static int build(const struct castfs_view *v, const struct llm *m,
 	if (!rc)
 		rc = castfs_pb_append(pb, &hp, hdr_len);
 	for (size_t i = 0; !rc && i < n; i++)
-		rc = add_data(pb, h, &o[i], nbytes[i]);
+		rc = add_data(pb, &o[i], nbytes[i]);
 	if (!rc) {
 		rc = castfs_pb_finish_raw(pb, out);
 		pb = NULL;
@@ -769,26 +829,49 @@ int castfs_md_gguf_plan(const struct castfs_view *v, const char *config,
 			size_t tok_config_len, const struct castfs_header *h,
 			struct castfs_plan **out, struct castfs_diag *d)
 {
-	cJSON *cfg = cJSON_ParseWithLength(config, config_len);
-	cJSON *tok = cJSON_ParseWithLength(tokenizer, tokenizer_len);
-	cJSON *tc = tok_config ?
-			    cJSON_ParseWithLength(tok_config, tok_config_len) :
-			    NULL;
+	const struct castfs_md_gguf_src s = {
+		.config = config,
+		.config_len = config_len,
+		.tokenizer = tokenizer,
+		.tokenizer_len = tokenizer_len,
+		.tok_config = tok_config,
+		.tok_config_len = tok_config_len,
+		.h = &h,
+		.nh = 1,
+	};
+
+	return castfs_md_gguf_plan_src(v, &s, out, d);
+}
+
+int castfs_md_gguf_plan_src(const struct castfs_view *v,
+			    const struct castfs_md_gguf_src *s,
+			    struct castfs_plan **out, struct castfs_diag *d)
+{
+	cJSON *cfg = cJSON_ParseWithLength(s->config, s->config_len);
+	cJSON *tok = cJSON_ParseWithLength(s->tokenizer, s->tokenizer_len);
+	cJSON *tc = s->tok_config ? cJSON_ParseWithLength(s->tok_config,
+							  s->tok_config_len) :
+				    NULL;
 	struct llm m = { 0 };
 	int rc;
 
 	if (v->kind != CASTFS_VIEW_GGUF)
 		rc = castfs_diag_set(d, -EINVAL, "not a GGUF view");
+	else if (!s->nh || s->nh > CASTFS_PART_MAX || (s->nh > 1 && !s->index))
+		rc = castfs_diag_set(d, -EINVAL, "GGUF: %zu weight files",
+				     s->nh);
 	else if (!cJSON_IsObject(cfg) || !cJSON_IsObject(tok) ||
-		 (tok_config && !cJSON_IsObject(tc)))
+		 (s->tok_config && !cJSON_IsObject(tc)))
 		rc = castfs_diag_set(d, -EINVAL,
 				     "GGUF: config.json, tokenizer.json or "
 				     "tokenizer_config.json is not a JSON "
 				     "object");
 	else
 		rc = read_config(&m, cfg, d);
+	if (!rc && s->index)
+		rc = castfs_md_gguf_check_map(s, d);
 	if (!rc)
-		rc = build(v, &m, tok, tc, h, out, d);
+		rc = build(v, &m, tok, tc, s, out, d);
 	cJSON_Delete(cfg);
 	cJSON_Delete(tok);
 	cJSON_Delete(tc);
