@@ -27,6 +27,7 @@ import errno
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 import unittest
@@ -293,6 +294,25 @@ class ShardChanges(unittest.TestCase):
         self.assertIn(self.shards[1], r[0]["reason"])
         with open(self.mount.join("one.q8_0.gguf"), "rb") as f:
             self.assertGreater(len(f.read()), 0)
+
+    def test_packed_shard(self):
+        """A shard packed as X.safetensors.zst (frames of 64 KiB, so that
+        reads cut frames) stands in for it: the same bytes."""
+        p = self.mount.join("sharded.q8_0.gguf")
+        with open(p, "rb") as f:
+            want = f.read()
+        self.mount.unmount()
+        shard = os.path.join(self.sharded, self.shards[1])
+        r = subprocess.run([tl.castfs_binary(), "pack", "--no-progress",
+                            "--frame-size", "64K", "--remove", shard],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertFalse(os.path.exists(shard))
+        self.mount = tl.Mount(self.src, options=["views=q8_0.gguf"])
+        p = self.mount.join("sharded.q8_0.gguf")
+        with open(p, "rb") as f:
+            self.assertEqual(f.read(), want)
+        tl.check_ranges(self, p, want, count=50)
 
     def rewrite_index(self, fn):
         ip = os.path.join(self.sharded, INDEX)
