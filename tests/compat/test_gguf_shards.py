@@ -181,6 +181,25 @@ class ShardedGGUF(unittest.TestCase):
             whole = f.read()
         tl.check_ranges(self, p, whole, count=100)
 
+    def test_convert_and_info(self):
+        """castfs convert DIR writes the mounted bytes; castfs info
+        DIR.<q>.gguf prints the mounted file's header."""
+        out = os.path.join(self.tmp, "out.gguf")
+        for view in ("f16", "q4_k_m"):
+            subprocess.run([tl.castfs_binary(), "convert", self.sharded,
+                            "--view", view, "-o", out, "--no-progress"],
+                           check=True)
+            with open(out, "rb") as a, open(self.path("sharded", view),
+                                            "rb") as b:
+                self.assertEqual(a.read(), b.read(), view)
+        info = [subprocess.run([tl.castfs_binary(), "info", p],
+                               capture_output=True, text=True, check=True)
+                .stdout.split("\n", 1)[1]
+                for p in (self.sharded + ".q8_0.gguf",
+                          self.path("sharded", "q8_0"))]
+        self.assertEqual(info[0], info[1])
+        self.assertIn("blk.0.attn_q.weight", info[0])
+
     def logits(self, path):
         llm = llama_cpp.Llama(path, n_ctx=64, logits_all=True, verbose=False,
                               seed=0, n_threads=2)
