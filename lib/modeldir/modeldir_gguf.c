@@ -20,6 +20,7 @@
 #include "plan/plan_build.h"
 #include "modeldir/modeldir_gguf_mix.h"
 #include "quant/quant_gguf_k.h"
+#include "view/view_gguf.h"
 
 /* llama.cpp token types (llama_token_type). */
 enum { TOK_NORMAL = 1, TOK_CONTROL = 3, TOK_USER_DEFINED = 4 };
@@ -717,14 +718,12 @@ static int add_rows(struct castfs_pb *pb, const struct llm_out *o, uint32_t qt,
 	return castfs_pb_append(pb, &p, rows * cols / blck * bytes);
 }
 
-/* convert_hf_to_gguf LlamaModel.permute: output row h*hd + 2i + j is
- * source row h*hd + j*hd/2 + i. */
-static int add_data(struct castfs_pb *pb, const struct llm_out *o,
-		    uint64_t nbytes)
+/* The data of tensor @i of @ctx (the struct llm_out array), for
+ * castfs_view_gguf_assemble(). convert_hf_to_gguf LlamaModel.permute:
+ * output row h*hd + 2i + j is source row h*hd + j*hd/2 + i. */
+static int add_data(void *ctx, struct castfs_pb *pb, size_t i)
 {
-	static const uint8_t zeros[CASTFS_GGUF_ALIGN];
-	uint64_t pad = (CASTFS_GGUF_ALIGN - nbytes % CASTFS_GGUF_ALIGN) %
-		       CASTFS_GGUF_ALIGN;
+	const struct llm_out *o = (const struct llm_out *)ctx + i;
 	uint64_t rows = o->t->shape[0];
 	uint32_t qt = 0;
 	int rc = 0;
@@ -754,12 +753,6 @@ static int add_data(struct castfs_pb *pb, const struct llm_out *o,
 			rc = add_rows(pb, o, qt, src, 1);
 		}
 	}
-	if (!rc && pad) {
-		struct castfs_producer z = { .op = CASTFS_OP_MEM,
-					     .mem = zeros };
-
-		rc = castfs_pb_append(pb, &z, pad);
-	}
 	return rc;
 }
 
@@ -779,12 +772,9 @@ static int build(const struct castfs_view *v, const struct llm *m,
 {
 	struct llm_out *o = calloc(count_tensors(s), sizeof(*o));
 	uint64_t *nbytes = calloc(count_tensors(s), 8);
-	struct castfs_producer hp = { .op = CASTFS_OP_MEM };
 	struct castfs_gguf_w *w = NULL;
-	struct castfs_pb *pb = NULL;
-	uint8_t *hdr = NULL;
-	uint64_t off, data_len;
-	size_t n = 0, hdr_len;
+	uint64_t off;
+	size_t n = 0;
 	int rc = o && nbytes ? castfs_gguf_w_new(&w) : -ENOMEM;
 
 	if (!rc)
@@ -803,20 +793,7 @@ static int build(const struct castfs_view *v, const struct llm *m,
 					o[i].t->ndim, o[i].t->shape, o[i].type,
 					&off, &nbytes[i]);
 	if (!rc)
-		rc = castfs_gguf_w_finish(w, &hdr, &hdr_len, &data_len);
-	if (!rc)
-		rc = castfs_pb_new(&pb);
-	hp.mem = hdr;
-	if (!rc)
-		rc = castfs_pb_append(pb, &hp, hdr_len);
-	for (size_t i = 0; !rc && i < n; i++)
-		rc = add_data(pb, &o[i], nbytes[i]);
-	if (!rc) {
-		rc = castfs_pb_finish_raw(pb, out);
-		pb = NULL;
-	}
-	castfs_pb_free(pb);
-	free(hdr);
+		rc = castfs_view_gguf_assemble(w, n, nbytes, add_data, o, out);
 	castfs_gguf_w_free(w);
 	free(nbytes);
 	free(o);
