@@ -333,6 +333,20 @@ class ShardChanges(unittest.TestCase):
             self.assertEqual(f.read(), want)
         tl.check_ranges(self, p, want, count=50)
 
+    def test_rejected_shard(self):
+        """A shard that is no valid safetensors file (cut short) is in
+        /.castfs/rejected, and the folder has no GGUF file."""
+        p = self.mount.join("sharded.q8_0.gguf")
+        self.assertTrue(os.path.exists(p))
+        shard = os.path.join(self.sharded, self.shards[2])
+        with open(shard, "r+b") as f:
+            f.truncate(100)
+        self.assertTrue(wait_for(lambda: not os.path.exists(p)))
+        self.assertNotIn("sharded.q8_0.gguf", os.listdir(self.mount.path))
+        with open(self.mount.join(".castfs", "rejected")) as f:
+            rejected = [r["path"] for r in json.load(f)]
+        self.assertIn("sharded/" + self.shards[2], rejected)
+
     def rewrite_index(self, fn):
         ip = os.path.join(self.sharded, INDEX)
         with open(ip) as f:
