@@ -661,8 +661,43 @@ static int describe(const struct castfs_view *v, const struct llm *m, bool tied,
 	return 0;
 }
 
-/* Every tensor in convert_hf_to_gguf's order: shard by shard (the shards
- * sorted by file name), each shard's tensors by name. */
+/* The layer of llama.cpp name @name, -1 for none ("blk.%d."). */
+static int name_layer(const char *name)
+{
+	int layer = -1;
+
+	return sscanf(name, "blk.%d.", &layer) == 1 ? layer : -1;
+}
+
+/* llama_model_loader's weight_name_comparer: by layer (tensors of no
+ * layer first), then by name. */
+static int quantize_order(const void *a, const void *b)
+{
+	const struct llm_out *x = a, *y = b;
+	int lx = name_layer(x->name), ly = name_layer(y->name);
+
+	if (lx != ly)
+		return lx < ly ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+/*
+ * Whether the file of view @v is one only llama-quantize makes:
+ * convert_hf_to_gguf.py writes F32, F16, BF16 and Q8_0 itself (in its
+ * tensor order); llama-quantize writes the others in the order of its
+ * loader's weights_map (quantize_order), whatever the input's order.
+ */
+static bool quantize_made(const struct castfs_view *v)
+{
+	enum castfs_ggml_type t = (enum castfs_ggml_type)v->gguf_type;
+
+	return t != CASTFS_GGML_F32 && t != CASTFS_GGML_F16 &&
+	       t != CASTFS_GGML_BF16 && t != CASTFS_GGML_Q8_0;
+}
+
+/* Every tensor in the order of the tool that writes the file: for
+ * convert_hf_to_gguf.py shard by shard (the shards sorted by file name),
+ * each shard's tensors by name; for llama-quantize quantize_order(). */
 static int describe_all(const struct castfs_view *v, const struct llm *m,
 			const struct castfs_md_gguf_src *s, struct llm_out *o,
 			size_t *n, struct castfs_diag *d)
@@ -680,6 +715,8 @@ static int describe_all(const struct castfs_view *v, const struct llm *m,
 				(*n)++;
 		}
 	}
+	if (!rc && quantize_made(v))
+		qsort(o, *n, sizeof(*o), quantize_order);
 	return rc;
 }
 
@@ -756,6 +793,14 @@ static int add_data(void *ctx, struct castfs_pb *pb, size_t i)
 	return rc;
 }
 
+static void write_versions(struct castfs_gguf_w *w, const struct castfs_view *v)
+{
+	castfs_gguf_kv_u32(w, "general.quantization_version", 2);
+	castfs_gguf_kv_u32(
+		w, "general.file_type",
+		castfs_gguf_file_type((enum castfs_ggml_type)v->gguf_type));
+}
+
 static size_t count_tensors(const struct castfs_md_gguf_src *s)
 {
 	size_t n = 0;
@@ -781,13 +826,14 @@ static int build(const struct castfs_view *v, const struct llm *m,
 		rc = describe_all(v, m, s, o, &n, d);
 	if (!rc) {
 		castfs_gguf_kv_str(w, "general.architecture", m->arch->name);
-		castfs_gguf_kv_u32(w, "general.quantization_version", 2);
-		castfs_gguf_kv_u32(w, "general.file_type",
-				   castfs_gguf_file_type((enum castfs_ggml_type)
-								 v->gguf_type));
+		if (!quantize_made(v))
+			write_versions(w, v);
 		write_hparams(w, m);
 		rc = write_tokenizer(w, m, tok, tc, d);
 	}
+	/* llama-quantize sets both after copying the input's KVs: last */
+	if (!rc && quantize_made(v))
+		write_versions(w, v);
 	for (size_t i = 0; !rc && i < n; i++)
 		rc = castfs_gguf_tensor(w, o[i].name, strlen(o[i].name),
 					o[i].t->ndim, o[i].t->shape, o[i].type,

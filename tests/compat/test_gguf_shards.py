@@ -8,15 +8,21 @@ Oracles, none of them castfs:
 - gguf.quants.quantize of the source tensors (permuted with
   convert_hf_to_gguf's formula, test_gguf_llm.expected_tensors) for every
   tensor of the sharded folder's f16 / q8_0 / q4_0 files;
-- the tensor order convert_hf_to_gguf.py writes, computed here from the
-  files themselves: the shards in sorted name order (get_model_part_names),
-  each shard's tensors by name (gguf-py's SafetensorsLocal sorts them);
+- the tensor order convert_hf_to_gguf.py writes (f16, bf16, q8_0),
+  computed here from the files themselves: the shards in sorted name order
+  (get_model_part_names), each shard's tensors by name (gguf-py's
+  SafetensorsLocal sorts them); for the files only llama-quantize makes,
+  its loader's order (by layer, then name);
 - the single-file folder's file (tested against the same oracles in
   test_gguf_llm.py and test_gguf_kquant.py): every KV and every tensor's
   type, shape and bytes equal, for the K-quant mix too;
 - llama.cpp (llama-cpp-python) loads the sharded q8_0 / f16 files: its
   logits equal, bit for bit, those of the single-file folder's file, and
-  are within test_gguf_llamacpp's tolerance of transformers'.
+  are within test_gguf_llamacpp's tolerance of transformers';
+- llama.cpp's llama_model_quantize (what llama-quantize runs) of the
+  sharded bfloat16 folder's bf16 file: the folder's q4_0 / q4_k_m /
+  q5_k_m / q6_k files equal its output byte for byte (tensor order
+  included), and so do the single-file folder's.
 A shard rewritten while the file is open fails the next read with EIO
 (the daemon keeps serving the other files); a removed shard takes the
 file away with a reason in /.castfs/refused; an index castfs refuses
@@ -40,6 +46,7 @@ from gguf import GGUFReader, quants
 from safetensors import safe_open
 
 import castfs_testlib as tl
+import ggml_oracle
 from test_gguf_llm import NAMES, expected_tensors, make_model
 from test_gguf_llamacpp import LOGIT_TOL
 
@@ -71,6 +78,22 @@ def convert_order(folder):
         with safe_open(os.path.join(folder, p), "pt") as f:
             order += [gguf_name(k) for k in sorted(f.keys())]
     return order
+
+
+def name_layer(name):
+    return int(name.split(".")[1]) if name.startswith("blk.") else -1
+
+
+def quantize_order(names):
+    """llama-quantize's order (llama_model_loader's weight_name_comparer,
+    llama.cpp src/llama-model-loader.h): by layer, tensors of no layer
+    first, then by name."""
+    return sorted(names, key=lambda n: (name_layer(n), n))
+
+
+# The files only llama-quantize makes (convert_hf_to_gguf.py writes f16,
+# bf16 and q8_0 itself).
+QUANTIZE_MADE = ("q4_0", "q4_k_m", "q5_k_m", "q6_k")
 
 
 def fields(r):
@@ -143,17 +166,22 @@ class ShardedGGUF(unittest.TestCase):
                                  quants.quantize(data, want_qt).tobytes(),
                                  (view, t.name))
 
-    def test_order_is_convert_hf_to_gguf(self):
+    def test_order_is_the_tools(self):
+        """convert_hf_to_gguf.py's order for the files it writes,
+        llama-quantize's for the others (whatever the input's order)."""
         want = convert_order(self.sharded)
+        want_one = convert_order(os.path.join(self.src, "one"))
         # the shards really reorder: not the single file's name order
-        self.assertNotEqual(want, convert_order(os.path.join(self.src,
-                                                             "one")))
+        self.assertNotEqual(want, want_one)
+        self.assertNotEqual(quantize_order(want), want)
         for view in VIEWS:
+            quant = view in QUANTIZE_MADE
             r = GGUFReader(self.path("sharded", view))
-            self.assertEqual([t.name for t in r.tensors], want, view)
+            self.assertEqual([t.name for t in r.tensors],
+                             quantize_order(want) if quant else want, view)
             r1 = GGUFReader(self.path("one", view))
             self.assertEqual([t.name for t in r1.tensors],
-                             convert_order(os.path.join(self.src, "one")))
+                             quantize_order(want_one) if quant else want_one)
 
     def test_same_as_single_file(self):
         for view in VIEWS:
@@ -162,6 +190,9 @@ class ShardedGGUF(unittest.TestCase):
                 b = GGUFReader(self.path("sharded", view))
                 fa, fb = fields(a), fields(b)
                 self.assertEqual(list(fa), list(fb))
+                if view in QUANTIZE_MADE:
+                    self.assertEqual(list(fa)[-2:], [
+                        "general.quantization_version", "general.file_type"])
                 for k in fa:
                     self.assertEqual(fa[k], fb[k], k)
                 ta = {t.name: t for t in a.tensors}
@@ -220,6 +251,56 @@ class ShardedGGUF(unittest.TestCase):
             print("sharded %s: max |logit difference| %.4f" % (view, err),
                   file=sys.stderr)
             self.assertLess(err, LOGIT_TOL[view], view)
+
+
+class QuantizeSharded(unittest.TestCase):
+    """The K-quant and Q4_0 files of a sharded bfloat16 folder are, byte
+    for byte, what llama.cpp's llama_model_quantize (llama-quantize) makes
+    of the folder's bf16 file: tensor order, KV order, type mix and blocks.
+    The 8-layer width-256 Llama of test_gguf_kquant (whole super-blocks,
+    the quantisers' corner cases), saved whole and in four shards."""
+
+    @classmethod
+    def setUpClass(cls):
+        from test_gguf_kquant import make_model as make_kmodel
+        from transformers import AutoModelForCausalLM
+        cls._tmp = tl.tempdir()
+        cls.tmp = cls._tmp.__enter__()
+        src = os.path.join(cls.tmp, "src")
+        os.mkdir(src)
+        one = os.path.join(src, "one")
+        make_kmodel(one, "llama", 256, 8, torch.bfloat16)
+        m = AutoModelForCausalLM.from_pretrained(one, dtype=torch.bfloat16)
+        sharded = os.path.join(src, "sharded")
+        os.mkdir(sharded)
+        m.save_pretrained(sharded, max_shard_size="3MB")
+        for f in TEXTS:
+            shutil.copy(os.path.join(one, f), sharded)
+        assert len([f for f in os.listdir(sharded)
+                    if f.endswith(".safetensors")]) >= 3
+        cls.mount = tl.Mount(src, options=[
+            "views=bf16.gguf:" + ":".join(v + ".gguf"
+                                          for v in QUANTIZE_MADE)])
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.mount.unmount()
+        cls._tmp.__exit__(None, None, None)
+        if rc != 0:
+            raise AssertionError("castfs exited with %d" % rc)
+
+    def test_llama_quantize_bytes(self):
+        for view in QUANTIZE_MADE:
+            with self.subTest(view=view):
+                out = os.path.join(self.tmp, "lq.gguf")
+                ggml_oracle.llama_quantize(
+                    self.mount.join("sharded.bf16.gguf"), out, view)
+                with open(out, "rb") as f:
+                    want = f.read()
+                for d in ("sharded", "one"):
+                    with open(self.mount.join("%s.%s.gguf" % (d, view)),
+                              "rb") as f:
+                        self.assertEqual(f.read(), want, (d, view))
 
 
 def wait_for(pred):
