@@ -457,6 +457,20 @@ class ShardChanges(unittest.TestCase):
             {"model.layers.9.mlp.up_proj.weight": self.shards[0]}))
         self.assert_refused("maps")
 
+    def test_shard_with_a_tensor_castfs_does_not_map(self):
+        """An int8 tensor with no llama.cpp name in a shard (and the
+        index): the folder is refused, the tensor named."""
+        from safetensors.torch import load_file, save_file
+        shard = os.path.join(self.sharded, self.shards[0])
+        t = load_file(shard)
+        t["model.layers.0.mlp.up_proj.weight_scale"] = torch.ones(
+            4, dtype=torch.int8)
+        save_file(t, shard + ".tmp", metadata={"format": "pt"})
+        os.rename(shard + ".tmp", shard)
+        self.rewrite_index(lambda wm: wm.update(
+            {"model.layers.0.mlp.up_proj.weight_scale": self.shards[0]}))
+        self.assert_refused("weight_scale")
+
     def test_shard_named_by_a_path(self):
         def path(wm):
             for k in wm:
