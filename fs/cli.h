@@ -77,10 +77,53 @@ struct castfs_plan;
 /*
  * cli_md_weights - a model folder @arg (a directory) is read from its one
  * checkpoint, "model.safetensors": its path, malloc'ed, into *@weights;
- * NULL for a file. Sharded folders are not converted. Returns 0 or -1
+ * NULL for a file. Sharded folders are cli_shards_*'s. Returns 0 or -1
  * (said why on stderr). In cli_convert.c.
  */
 int cli_md_weights(const char *arg, char **weights);
+
+/* cli_slurp - the whole of file @dir/@name, malloc'ed and NUL-terminated,
+ * into *@out (@len bytes); *@out NULL when it does not exist. 0 or -errno.
+ * In cli_convert.c. */
+int cli_slurp(const char *dir, const char *name, char **out, size_t *len);
+
+/* ---- sharded model folders (cli_shards.c) ---- */
+
+/* The shards of a model folder, each open as a checkpoint. */
+struct cli_shards {
+	char *index; /* model.safetensors.index.json */
+	size_t index_len;
+	char **names; /* castfs_md_gguf_shards() order */
+	size_t n, opened;
+	struct cli_src *s; /* per shard */
+	const struct castfs_reader **r; /* s[k].r */
+	const struct castfs_header **h; /* s[k].h */
+	struct castfs_multi_reader mr; /* part k: shard k */
+};
+
+/* cli_md_is_sharded - @dir is a folder without model.safetensors but with
+ * model.safetensors.index.json. */
+bool cli_md_is_sharded(const char *dir);
+
+/* cli_shards_open - open every shard the index of folder @dir names,
+ * through view @view_name (cli_src_open()). Prints "castfs CMD: FILE:
+ * reason" on failure. 0 or -1; on failure nothing is held. */
+int cli_shards_open(struct cli_shards *sh, const char *cmd, const char *dir,
+		    const struct castfs_views *vs, const char *view_name);
+
+/* cli_shards_plan - the GGUF plan of folder @dir over @sh (read through
+ * sh->mr), castfs_md_gguf_plan_src(). 0 or -errno, the reason in @d. */
+int cli_shards_plan(const struct cli_shards *sh, const char *dir,
+		    struct castfs_plan **plan, struct castfs_diag *d);
+
+/* cli_shards_same - every shard is still the identity it was opened as. */
+bool cli_shards_same(const struct cli_shards *sh);
+
+/* cli_shards_is_source - @out is one of the shards. */
+bool cli_shards_is_source(const struct cli_shards *sh, const char *out);
+
+/* cli_shards_close - release what cli_shards_open() got; safe twice. */
+void cli_shards_close(struct cli_shards *sh);
 
 /* cli_md_gguf_plan - the GGUF plan of model folder @dir whose weights @s
  * has open through a GGUF view (castfs_md_gguf_plan()). 0 or -errno with

@@ -115,8 +115,9 @@ static int write_all(int fd, const uint8_t *p, size_t n)
 }
 
 /* Produce every byte of @plan into @fd. Returns 0 or prints why not. */
-static int conv_copy(const struct cli_src *s, const struct castfs_plan *plan,
-		     int fd, const struct conv_opts *o)
+static int conv_copy(const struct castfs_reader *r, const char *path,
+		     const struct castfs_plan *plan, int fd,
+		     const struct conv_opts *o)
 {
 	struct castfs_scratch sc;
 	uint8_t *buf = malloc(CHUNK_LEN);
@@ -126,14 +127,14 @@ static int conv_copy(const struct cli_src *s, const struct castfs_plan *plan,
 
 	while (!rc && off < plan->size && !interrupted) {
 		size_t n = (size_t)CASTFS_MIN(plan->size - off, CHUNK_LEN);
-		ssize_t got = castfs_plan_read(plan, s->r, &sc, buf, n, off);
+		ssize_t got = castfs_plan_read(plan, r, &sc, buf, n, off);
 
 		if (got < 0 || (size_t)got != n) {
 			rc = got < 0 ? (int)got : -EIO;
 			fprintf(stderr,
 				"\ncastfs convert: %s: output bytes "
 				"[%" PRIu64 ", %" PRIu64 "): %s\n",
-				s->path, off, off + n, strerror(-rc));
+				path, off, off + n, strerror(-rc));
 			break;
 		}
 		rc = write_all(fd, buf, n);
@@ -158,8 +159,7 @@ static bool is_source(const struct cli_src *s, const char *out)
 	       st.st_ino == s->st.st_ino;
 }
 
-/* The whole of file @dir/@name, malloc'ed, into *@out; NULL if absent. */
-static int slurp(const char *dir, const char *name, char **out, size_t *len)
+int cli_slurp(const char *dir, const char *name, char **out, size_t *len)
 {
 	char *path = NULL, *buf = NULL;
 	FILE *f;
@@ -194,12 +194,12 @@ int cli_md_gguf_plan(const struct cli_src *s, const char *dir,
 {
 	char *cfg = NULL, *tok = NULL, *tc = NULL;
 	size_t cfg_len = 0, tok_len = 0, tc_len = 0;
-	int rc = slurp(dir, "config.json", &cfg, &cfg_len);
+	int rc = cli_slurp(dir, "config.json", &cfg, &cfg_len);
 
 	if (!rc)
-		rc = slurp(dir, "tokenizer.json", &tok, &tok_len);
+		rc = cli_slurp(dir, "tokenizer.json", &tok, &tok_len);
 	if (!rc)
-		rc = slurp(dir, "tokenizer_config.json", &tc, &tc_len);
+		rc = cli_slurp(dir, "tokenizer_config.json", &tc, &tc_len);
 	if (!rc && (!cfg || !tok))
 		rc = castfs_diag_set(d, -ENOENT,
 				     "config.json or tokenizer.json missing");
@@ -224,8 +224,8 @@ int cli_md_weights(const char *arg, char **weights)
 		return -1;
 	if (stat(p, &st) != 0) {
 		fprintf(stderr,
-			"castfs: %s: no model.safetensors (sharded "
-			"folders are not converted)\n",
+			"castfs: %s: no model.safetensors or "
+			"model.safetensors.index.json\n",
 			arg);
 		free(p);
 		return -1;
@@ -283,7 +283,7 @@ static int convert_src(const struct cli_src *s, const struct conv_opts *o)
 	}
 	rc = out_open(&w, o->out);
 	if (!rc)
-		rc = conv_copy(s, plan, w.fd, o);
+		rc = conv_copy(s->r, s->path, plan, w.fd, o);
 	if (!rc && !cli_same_file(s->fd, &s->st)) {
 		fprintf(stderr,
 			"castfs convert: %s: changed while being "
@@ -297,6 +297,65 @@ static int convert_src(const struct cli_src *s, const struct conv_opts *o)
 		fprintf(stderr, "castfs convert: interrupted\n");
 	cli_out_abort(&w);
 	castfs_plan_free(plan);
+	return rc ? 1 : 0;
+}
+
+/* The GGUF view of the sharded folder @dir into o->out. 0, or 1 (said
+ * why). */
+static int convert_shards(const char *dir, const struct castfs_views *vs,
+			  const struct conv_opts *o)
+{
+	struct castfs_diag d = { { 0 } };
+	struct castfs_plan *plan = NULL;
+	struct cli_shards sh;
+	struct cli_out w;
+	char *view = NULL;
+	int rc;
+
+	/* a folder has GGUF views only: "bf16" is "bf16.gguf" there */
+	if (!o->view || asprintf(&view, "%s%s", o->view,
+				 strstr(o->view, ".gguf") ? "" : ".gguf") < 0) {
+		fprintf(stderr, "castfs convert: %s: which view? (--view)\n",
+			dir);
+		return 1;
+	}
+	rc = cli_shards_open(&sh, "convert", dir, vs, view);
+	free(view);
+	if (rc)
+		return 1;
+	if (sh.s[0].view->kind != CASTFS_VIEW_GGUF ||
+	    cli_shards_is_source(&sh, o->out)) {
+		fprintf(stderr,
+			"castfs convert: %s: a model folder converts to a "
+			"GGUF view (--view q8_0), not over a shard\n",
+			dir);
+		cli_shards_close(&sh);
+		return 1;
+	}
+	rc = cli_shards_plan(&sh, dir, &plan, &d);
+	if (rc) {
+		fprintf(stderr, "castfs convert: %s: view %s: %s\n", dir,
+			sh.s[0].view->name, d.msg[0] ? d.msg : strerror(-rc));
+		cli_shards_close(&sh);
+		return 1;
+	}
+	rc = out_open(&w, o->out);
+	if (!rc)
+		rc = conv_copy(&sh.mr.r, dir, plan, w.fd, o);
+	if (!rc && !cli_shards_same(&sh)) {
+		fprintf(stderr,
+			"castfs convert: %s: a shard changed while being "
+			"converted\n",
+			dir);
+		rc = -1;
+	}
+	if (!rc)
+		rc = out_commit(&w, o->out);
+	if (interrupted)
+		fprintf(stderr, "castfs convert: interrupted\n");
+	cli_out_abort(&w);
+	castfs_plan_free(plan);
+	cli_shards_close(&sh);
 	return rc ? 1 : 0;
 }
 
@@ -367,6 +426,11 @@ int castfs_cli_convert(int argc, char **argv)
 		return 2;
 	if (cli_views_load(&vs, "convert", o.config))
 		goto out_views;
+	if (cli_md_is_sharded(argv[optind])) {
+		catch_signals();
+		status = convert_shards(argv[optind], &vs, &o);
+		goto out_views;
+	}
 	if (cli_md_weights(argv[optind], &weights))
 		goto out_views;
 	/* a folder has GGUF views only: "bf16" is "bf16.gguf" there */

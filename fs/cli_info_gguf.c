@@ -255,6 +255,32 @@ static char *md_dir_of(const char *arg, const char **view)
 	return dir;
 }
 
+/* cli_info_gguf_md() of sharded folder @dir through GGUF view @view. */
+static int info_shards(const char *arg, const char *dir, const char *view,
+		       const struct castfs_views *vs)
+{
+	struct castfs_diag d = { { 0 } };
+	struct castfs_plan *plan = NULL;
+	struct cli_shards sh;
+	int rc;
+
+	if (cli_shards_open(&sh, "info", dir, vs, view))
+		return -1;
+	if (sh.s[0].view->kind != CASTFS_VIEW_GGUF) {
+		fprintf(stderr, "castfs info: %s: not a GGUF view\n", arg);
+		cli_shards_close(&sh);
+		return -1;
+	}
+	rc = cli_shards_plan(&sh, dir, &plan, &d);
+	if (rc)
+		fprintf(stderr, "castfs info: %s: %s\n", arg,
+			d.msg[0] ? d.msg : strerror(-rc));
+	rc = rc ? -1 : cli_info_gguf_plan(arg, plan, &sh.mr.r);
+	castfs_plan_free(plan);
+	cli_shards_close(&sh);
+	return rc;
+}
+
 int cli_info_gguf_md(const char *arg, const struct castfs_views *vs)
 {
 	struct castfs_diag d = { { 0 } };
@@ -266,6 +292,11 @@ int cli_info_gguf_md(const char *arg, const struct castfs_views *vs)
 
 	if (cli_is_gguf_file(arg) || !(dir = md_dir_of(arg, &view)))
 		return 1;
+	if (cli_md_is_sharded(dir)) {
+		rc = info_shards(arg, dir, view, vs);
+		free(dir);
+		return rc;
+	}
 	if (cli_md_weights(dir, &weights) || !weights) {
 		free(dir);
 		return -1;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* fd- and memory-backed implementations of struct castfs_reader. */
+/* fd-, memory-backed and composite implementations of struct castfs_reader. */
 #include <errno.h>
 #include <string.h>
 #include <unistd.h>
@@ -64,4 +64,28 @@ void castfs_mem_reader_init(struct castfs_mem_reader *mr, const void *data,
 	mr->r.ctx = mr;
 	mr->data = data;
 	mr->len = len;
+}
+
+static ssize_t multi_pread(void *ctx, void *buf, size_t n, uint64_t off)
+{
+	const struct castfs_multi_reader *mr = ctx;
+	uint64_t k = off >> CASTFS_PART_SHIFT;
+	uint64_t in = off & ((UINT64_C(1) << CASTFS_PART_SHIFT) - 1);
+	const struct castfs_reader *p;
+
+	/* every extent lies inside one tensor, hence inside one part */
+	if (k >= mr->n || n > (UINT64_C(1) << CASTFS_PART_SHIFT) - in)
+		return -EIO;
+	p = mr->parts[k];
+	return p->pread(p->ctx, buf, n, in);
+}
+
+void castfs_multi_reader_init(struct castfs_multi_reader *mr,
+			      const struct castfs_reader *const *parts,
+			      size_t n)
+{
+	mr->r.pread = multi_pread;
+	mr->r.ctx = mr;
+	mr->parts = parts;
+	mr->n = n;
 }

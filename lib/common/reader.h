@@ -46,4 +46,33 @@ struct castfs_mem_reader {
 void castfs_mem_reader_init(struct castfs_mem_reader *mr, const void *data,
 			    size_t len);
 
+/*
+ * A composite source of several parts (the shards of a model folder): the
+ * top bits of a source offset select the part, so that one plan can point
+ * into several files. Byte @off of part @k is at castfs_part_off(k, off).
+ */
+#define CASTFS_PART_SHIFT 48
+#define CASTFS_PART_MAX 4096u /* parts a composite reader accepts */
+
+static inline uint64_t castfs_part_off(size_t k, uint64_t off)
+{
+	return ((uint64_t)k << CASTFS_PART_SHIFT) | off;
+}
+
+struct castfs_multi_reader {
+	struct castfs_reader r;
+	const struct castfs_reader *const *parts;
+	size_t n;
+};
+
+/*
+ * castfs_multi_reader_init - a reader over the @n readers @parts (borrowed:
+ * they and the array must outlive @mr). A read of a part that does not
+ * exist, or one that crosses the end of a part's offset space, is -EIO
+ * (a plan never asks for one). Thread-safe if the parts are.
+ */
+void castfs_multi_reader_init(struct castfs_multi_reader *mr,
+			      const struct castfs_reader *const *parts,
+			      size_t n);
+
 #endif

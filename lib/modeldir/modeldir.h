@@ -272,4 +272,56 @@ int castfs_md_gguf_plan(const struct castfs_view *v, const char *config,
 			size_t tok_config_len, const struct castfs_header *h,
 			struct castfs_plan **out, struct castfs_diag *d);
 
+/* What a model folder's GGUF file is made of: its text files and its
+ * weights, one checkpoint or the shards of an index. Borrowed. */
+struct castfs_md_gguf_src {
+	const char *config, *tokenizer, *tok_config; /* tok_config: NULL */
+	size_t config_len, tokenizer_len, tok_config_len;
+	/* The model.safetensors.index.json text of sharded weights (else
+	 * NULL), and its shards' file names in castfs_md_gguf_shards()
+	 * order, shard k's header in h[k]. */
+	const char *index;
+	size_t index_len;
+	const char *const *shards;
+	const struct castfs_header *const *h;
+	size_t nh;
+};
+
+/*
+ * castfs_md_gguf_plan_src - castfs_md_gguf_plan() of weights in one or
+ * several files: shard k's bytes are part k of the plan's source
+ * (castfs_part_off(), read through a castfs_multi_reader), and the
+ * tensors are in convert_hf_to_gguf.py's order (shard by shard, each
+ * shard's by name). Sharded weights must match the index exactly: every
+ * tensor of shard k mapped to s->shards[k] and nothing else mapped
+ * (-EINVAL otherwise, as convert_hf_to_gguf.py stops). Errors and
+ * ownership as castfs_md_gguf_plan(). Thread-safe.
+ */
+int castfs_md_gguf_plan_src(const struct castfs_view *v,
+			    const struct castfs_md_gguf_src *s,
+			    struct castfs_plan **out, struct castfs_diag *d);
+
+/*
+ * castfs_md_gguf_shards - the shard file names of index @json (@len
+ * bytes), each once, sorted bytewise (convert_hf_to_gguf.py reads the
+ * parts in sorted order), into a malloc'ed array *@names of *@n
+ * malloc'ed strings (free with castfs_md_gguf_shards_free()). A name must
+ * be a plain file name ending in ".safetensors". Returns 0, -EINVAL (@d
+ * says why) or -ENOMEM; nothing is written on error. Thread-safe.
+ */
+int castfs_md_gguf_shards(const char *json, size_t len, char ***names,
+			  size_t *n, struct castfs_diag *d);
+
+/* castfs_md_gguf_shards_free - free what castfs_md_gguf_shards() gave;
+ * NULL is accepted. */
+void castfs_md_gguf_shards_free(char **names, size_t n);
+
+/*
+ * castfs_md_gguf_check_map - whether the index of @s maps every tensor of
+ * every shard to that shard's name and names no other tensor. Returns 0,
+ * -EINVAL (@d says which tensor) or -ENOMEM. Thread-safe.
+ */
+int castfs_md_gguf_check_map(const struct castfs_md_gguf_src *s,
+			     struct castfs_diag *d);
+
 #endif

@@ -13,12 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/reader.h"
 #include "format/gguf.h"
 #include "modeldir/modeldir.h"
 #include "modeldir/modeldir_internal.h"
 #include "plan/plan_build.h"
 #include "modeldir/modeldir_gguf_mix.h"
 #include "quant/quant_gguf_k.h"
+#include "view/view_gguf.h"
 
 /* llama.cpp token types (llama_token_type). */
 enum { TOK_NORMAL = 1, TOK_CONTROL = 3, TOK_USER_DEFINED = 4 };
@@ -559,6 +561,8 @@ static bool map_name(const struct castfs_tensor *t, const struct llm *m,
 /* One output tensor. */
 struct llm_out {
 	const struct castfs_tensor *t;
+	const struct castfs_header *h; /* its shard's header */
+	uint64_t base; /* its shard's part of the source (castfs_part_off) */
 	char name[64];
 	enum castfs_ggml_type type;
 	uint32_t heads; /* > 0: rows permuted in this many heads */
@@ -591,44 +595,129 @@ static enum castfs_ggml_type llm_type(const struct castfs_view *v,
 				   &mx);
 }
 
+/* Whether a shard before @k holds tensor @name (named twice). */
+static bool seen_before(const struct castfs_md_gguf_src *s, size_t k,
+			const char *name, size_t len)
+{
+	for (size_t j = 0; j < k; j++)
+		if (castfs_header_find(s->h[j], name, len))
+			return true;
+	return false;
+}
+
+/* Whether any shard holds tensor @name. */
+static bool has_tensor(const struct castfs_md_gguf_src *s, const char *name)
+{
+	return seen_before(s, s->nh, name, strlen(name));
+}
+
+/* Tensor @t of shard @k into @x: named twice, or past what a part of a
+ * composite source can address, is refused. */
+static int place(const struct castfs_md_gguf_src *s, size_t k,
+		 const struct castfs_tensor *t, struct llm_out *x,
+		 struct castfs_diag *d)
+{
+	if (seen_before(s, k, t->name, t->name_len))
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: tensor '%s' is in two shards",
+				       t->name);
+	if (s->nh > 1 &&
+	    s->h[k]->data_start + t->end >= UINT64_C(1) << CASTFS_PART_SHIFT)
+		return castfs_diag_set(d, -EOVERFLOW,
+				       "GGUF: shard %zu is too large", k);
+	x->t = t;
+	x->h = s->h[k];
+	x->base = castfs_part_off(k, 0);
+	return 0;
+}
+
+/* Name, permutation and type of the tensor placed in @x. */
+static int describe(const struct castfs_view *v, const struct llm *m, bool tied,
+		    struct llm_out *x, struct castfs_diag *d)
+{
+	const struct castfs_tensor *t = x->t;
+
+	if (!castfs_dtype_is_castable(t->dtype) || t->ndim == 0 ||
+	    t->ndim > 2 || strlen(t->name) != t->name_len ||
+	    !map_name(t, m, x->name, sizeof(x->name)))
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: tensor '%s' has no "
+				       "llama.cpp counterpart castfs "
+				       "knows",
+				       t->name);
+	x->heads = 0;
+	if (m->arch->permute_qk && (ends_with(t->name, "q_proj.weight") ||
+				    ends_with(t->name, "q_proj.bias")))
+		x->heads = m->n_head;
+	if (m->arch->permute_qk && (ends_with(t->name, "k_proj.weight") ||
+				    ends_with(t->name, "k_proj.bias")))
+		x->heads = m->n_head_kv;
+	if (x->heads && t->shape[0] % (2u * x->heads))
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: '%s' rows do not split "
+				       "into heads",
+				       t->name);
+	x->type = llm_type(v, m, x, tied);
+	return 0;
+}
+
+/* The layer of llama.cpp name @name, -1 for none ("blk.%d."). */
+static int name_layer(const char *name)
+{
+	int layer = -1;
+
+	return sscanf(name, "blk.%d.", &layer) == 1 ? layer : -1;
+}
+
+/* llama_model_loader's weight_name_comparer: by layer (tensors of no
+ * layer first), then by name. */
+static int quantize_order(const void *a, const void *b)
+{
+	const struct llm_out *x = a, *y = b;
+	int lx = name_layer(x->name), ly = name_layer(y->name);
+
+	if (lx != ly)
+		return lx < ly ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+/*
+ * Whether the file of view @v is one only llama-quantize makes:
+ * convert_hf_to_gguf.py writes F32, F16, BF16 and Q8_0 itself (in its
+ * tensor order); llama-quantize writes the others in the order of its
+ * loader's weights_map (quantize_order), whatever the input's order.
+ */
+static bool quantize_made(const struct castfs_view *v)
+{
+	enum castfs_ggml_type t = (enum castfs_ggml_type)v->gguf_type;
+
+	return t != CASTFS_GGML_F32 && t != CASTFS_GGML_F16 &&
+	       t != CASTFS_GGML_BF16 && t != CASTFS_GGML_Q8_0;
+}
+
+/* Every tensor in the order of the tool that writes the file: for
+ * convert_hf_to_gguf.py shard by shard (the shards sorted by file name),
+ * each shard's tensors by name; for llama-quantize quantize_order(). */
 static int describe_all(const struct castfs_view *v, const struct llm *m,
-			const struct castfs_header *h, struct llm_out *o,
+			const struct castfs_md_gguf_src *s, struct llm_out *o,
 			size_t *n, struct castfs_diag *d)
 {
-	bool tied = !castfs_header_find(h, "lm_head.weight", 14);
+	bool tied = !has_tensor(s, "lm_head.weight");
+	int rc = 0;
 
 	*n = 0;
-	for (size_t i = 0; i < h->ntensors; i++) {
-		const struct castfs_tensor *t = h->by_name[i];
-		struct llm_out *x = &o[*n];
-
-		if (!castfs_dtype_is_castable(t->dtype) || t->ndim == 0 ||
-		    t->ndim > 2 || strlen(t->name) != t->name_len ||
-		    !map_name(t, m, x->name, sizeof(x->name)))
-			return castfs_diag_set(d, -EINVAL,
-					       "GGUF: tensor '%s' has no "
-					       "llama.cpp counterpart castfs "
-					       "knows",
-					       t->name);
-		x->t = t;
-		x->heads = 0;
-		if (m->arch->permute_qk &&
-		    (ends_with(t->name, "q_proj.weight") ||
-		     ends_with(t->name, "q_proj.bias")))
-			x->heads = m->n_head;
-		if (m->arch->permute_qk &&
-		    (ends_with(t->name, "k_proj.weight") ||
-		     ends_with(t->name, "k_proj.bias")))
-			x->heads = m->n_head_kv;
-		if (x->heads && t->shape[0] % (2u * x->heads))
-			return castfs_diag_set(d, -EINVAL,
-					       "GGUF: '%s' rows do not split "
-					       "into heads",
-					       t->name);
-		x->type = llm_type(v, m, x, tied);
-		(*n)++;
+	for (size_t k = 0; !rc && k < s->nh; k++) {
+		for (size_t i = 0; !rc && i < s->h[k]->ntensors; i++) {
+			rc = place(s, k, s->h[k]->by_name[i], &o[*n], d);
+			if (!rc)
+				rc = describe(v, m, tied, &o[*n], d);
+			if (!rc)
+				(*n)++;
+		}
 	}
-	return 0;
+	if (!rc && quantize_made(v))
+		qsort(o, *n, sizeof(*o), quantize_order);
+	return rc;
 }
 
 static enum castfs_dtype plain_dtype(enum castfs_ggml_type t)
@@ -639,15 +728,15 @@ static enum castfs_dtype plain_dtype(enum castfs_ggml_type t)
 }
 
 /* The producer of @rows rows of @o starting at source row @row. */
-static int add_rows(struct castfs_pb *pb, const struct castfs_header *h,
-		    const struct llm_out *o, uint32_t qt, uint64_t row,
-		    uint64_t rows)
+static int add_rows(struct castfs_pb *pb, const struct llm_out *o, uint32_t qt,
+		    uint64_t row, uint64_t rows)
 {
 	const struct castfs_tensor *t = o->t;
 	uint64_t cols = t->ndim == 2 ? t->shape[1] : 1;
 	size_t in_sz = castfs_dtype_bits(t->dtype) / 8;
 	struct castfs_producer p = {
-		.src_off = h->data_start + t->begin + row * cols * in_sz,
+		.src_off = o->base + o->h->data_start + t->begin +
+			   row * cols * in_sz,
 	};
 	unsigned bytes, blck = castfs_gguf_blck(o->type, &bytes);
 
@@ -666,14 +755,12 @@ static int add_rows(struct castfs_pb *pb, const struct castfs_header *h,
 	return castfs_pb_append(pb, &p, rows * cols / blck * bytes);
 }
 
-/* convert_hf_to_gguf LlamaModel.permute: output row h*hd + 2i + j is
- * source row h*hd + j*hd/2 + i. */
-static int add_data(struct castfs_pb *pb, const struct castfs_header *h,
-		    const struct llm_out *o, uint64_t nbytes)
+/* The data of tensor @i of @ctx (the struct llm_out array), for
+ * castfs_view_gguf_assemble(). convert_hf_to_gguf LlamaModel.permute:
+ * output row h*hd + 2i + j is source row h*hd + j*hd/2 + i. */
+static int add_data(void *ctx, struct castfs_pb *pb, size_t i)
 {
-	static const uint8_t zeros[CASTFS_GGUF_ALIGN];
-	uint64_t pad = (CASTFS_GGUF_ALIGN - nbytes % CASTFS_GGUF_ALIGN) %
-		       CASTFS_GGUF_ALIGN;
+	const struct llm_out *o = (const struct llm_out *)ctx + i;
 	uint64_t rows = o->t->shape[0];
 	uint32_t qt = 0;
 	int rc = 0;
@@ -681,7 +768,7 @@ static int add_data(struct castfs_pb *pb, const struct castfs_header *h,
 	if (castfs_gguf_block_qtype(o->type) >= 0) {
 		unsigned bytes;
 		struct castfs_qtensor q = {
-			.src_off = h->data_start + o->t->begin,
+			.src_off = o->base + o->h->data_start + o->t->begin,
 			.nelems = o->t->nelems,
 			.blocksize = castfs_gguf_blck(o->type, &bytes),
 			.src_dtype = o->t->dtype,
@@ -691,7 +778,7 @@ static int add_data(struct castfs_pb *pb, const struct castfs_header *h,
 		rc = castfs_pb_add_qtensor(pb, &q, &qt);
 	}
 	if (!rc && !o->heads) {
-		rc = add_rows(pb, h, o, qt, 0, rows);
+		rc = add_rows(pb, o, qt, 0, rows);
 	} else if (!rc) {
 		uint64_t hd = rows / o->heads, half = hd / 2;
 
@@ -700,63 +787,59 @@ static int add_data(struct castfs_pb *pb, const struct castfs_header *h,
 			uint64_t src =
 				r / hd * hd + (r % 2) * half + r % hd / 2;
 
-			rc = add_rows(pb, h, o, qt, src, 1);
+			rc = add_rows(pb, o, qt, src, 1);
 		}
-	}
-	if (!rc && pad) {
-		struct castfs_producer z = { .op = CASTFS_OP_MEM,
-					     .mem = zeros };
-
-		rc = castfs_pb_append(pb, &z, pad);
 	}
 	return rc;
 }
 
+static void write_versions(struct castfs_gguf_w *w, const struct castfs_view *v)
+{
+	castfs_gguf_kv_u32(w, "general.quantization_version", 2);
+	castfs_gguf_kv_u32(
+		w, "general.file_type",
+		castfs_gguf_file_type((enum castfs_ggml_type)v->gguf_type));
+}
+
+static size_t count_tensors(const struct castfs_md_gguf_src *s)
+{
+	size_t n = 0;
+
+	for (size_t k = 0; k < s->nh; k++)
+		n += s->h[k]->ntensors;
+	return n ? n : 1;
+}
+
 static int build(const struct castfs_view *v, const struct llm *m,
 		 const cJSON *tok, const cJSON *tc,
-		 const struct castfs_header *h, struct castfs_plan **out,
+		 const struct castfs_md_gguf_src *s, struct castfs_plan **out,
 		 struct castfs_diag *d)
 {
-	struct llm_out *o = calloc(h->ntensors ? h->ntensors : 1, sizeof(*o));
-	uint64_t *nbytes = calloc(h->ntensors ? h->ntensors : 1, 8);
-	struct castfs_producer hp = { .op = CASTFS_OP_MEM };
+	struct llm_out *o = calloc(count_tensors(s), sizeof(*o));
+	uint64_t *nbytes = calloc(count_tensors(s), 8);
 	struct castfs_gguf_w *w = NULL;
-	struct castfs_pb *pb = NULL;
-	uint8_t *hdr = NULL;
-	uint64_t off, data_len;
-	size_t n = 0, hdr_len;
+	uint64_t off;
+	size_t n = 0;
 	int rc = o && nbytes ? castfs_gguf_w_new(&w) : -ENOMEM;
 
 	if (!rc)
-		rc = describe_all(v, m, h, o, &n, d);
+		rc = describe_all(v, m, s, o, &n, d);
 	if (!rc) {
 		castfs_gguf_kv_str(w, "general.architecture", m->arch->name);
-		castfs_gguf_kv_u32(w, "general.quantization_version", 2);
-		castfs_gguf_kv_u32(w, "general.file_type",
-				   castfs_gguf_file_type((enum castfs_ggml_type)
-								 v->gguf_type));
+		if (!quantize_made(v))
+			write_versions(w, v);
 		write_hparams(w, m);
 		rc = write_tokenizer(w, m, tok, tc, d);
 	}
+	/* llama-quantize sets both after copying the input's KVs: last */
+	if (!rc && quantize_made(v))
+		write_versions(w, v);
 	for (size_t i = 0; !rc && i < n; i++)
 		rc = castfs_gguf_tensor(w, o[i].name, strlen(o[i].name),
 					o[i].t->ndim, o[i].t->shape, o[i].type,
 					&off, &nbytes[i]);
 	if (!rc)
-		rc = castfs_gguf_w_finish(w, &hdr, &hdr_len, &data_len);
-	if (!rc)
-		rc = castfs_pb_new(&pb);
-	hp.mem = hdr;
-	if (!rc)
-		rc = castfs_pb_append(pb, &hp, hdr_len);
-	for (size_t i = 0; !rc && i < n; i++)
-		rc = add_data(pb, h, &o[i], nbytes[i]);
-	if (!rc) {
-		rc = castfs_pb_finish_raw(pb, out);
-		pb = NULL;
-	}
-	castfs_pb_free(pb);
-	free(hdr);
+		rc = castfs_view_gguf_assemble(w, n, nbytes, add_data, o, out);
 	castfs_gguf_w_free(w);
 	free(nbytes);
 	free(o);
@@ -769,26 +852,49 @@ int castfs_md_gguf_plan(const struct castfs_view *v, const char *config,
 			size_t tok_config_len, const struct castfs_header *h,
 			struct castfs_plan **out, struct castfs_diag *d)
 {
-	cJSON *cfg = cJSON_ParseWithLength(config, config_len);
-	cJSON *tok = cJSON_ParseWithLength(tokenizer, tokenizer_len);
-	cJSON *tc = tok_config ?
-			    cJSON_ParseWithLength(tok_config, tok_config_len) :
-			    NULL;
+	const struct castfs_md_gguf_src s = {
+		.config = config,
+		.config_len = config_len,
+		.tokenizer = tokenizer,
+		.tokenizer_len = tokenizer_len,
+		.tok_config = tok_config,
+		.tok_config_len = tok_config_len,
+		.h = &h,
+		.nh = 1,
+	};
+
+	return castfs_md_gguf_plan_src(v, &s, out, d);
+}
+
+int castfs_md_gguf_plan_src(const struct castfs_view *v,
+			    const struct castfs_md_gguf_src *s,
+			    struct castfs_plan **out, struct castfs_diag *d)
+{
+	cJSON *cfg = cJSON_ParseWithLength(s->config, s->config_len);
+	cJSON *tok = cJSON_ParseWithLength(s->tokenizer, s->tokenizer_len);
+	cJSON *tc = s->tok_config ? cJSON_ParseWithLength(s->tok_config,
+							  s->tok_config_len) :
+				    NULL;
 	struct llm m = { 0 };
 	int rc;
 
 	if (v->kind != CASTFS_VIEW_GGUF)
 		rc = castfs_diag_set(d, -EINVAL, "not a GGUF view");
+	else if (!s->nh || s->nh > CASTFS_PART_MAX || (s->nh > 1 && !s->index))
+		rc = castfs_diag_set(d, -EINVAL, "GGUF: %zu weight files",
+				     s->nh);
 	else if (!cJSON_IsObject(cfg) || !cJSON_IsObject(tok) ||
-		 (tok_config && !cJSON_IsObject(tc)))
+		 (s->tok_config && !cJSON_IsObject(tc)))
 		rc = castfs_diag_set(d, -EINVAL,
 				     "GGUF: config.json, tokenizer.json or "
 				     "tokenizer_config.json is not a JSON "
 				     "object");
 	else
 		rc = read_config(&m, cfg, d);
+	if (!rc && s->index)
+		rc = castfs_md_gguf_check_map(s, d);
 	if (!rc)
-		rc = build(v, &m, tok, tc, h, out, d);
+		rc = build(v, &m, tok, tc, s, out, d);
 	cJSON_Delete(cfg);
 	cJSON_Delete(tok);
 	cJSON_Delete(tc);

@@ -32,6 +32,13 @@ struct castfs_file {
 	bool counted; /* castfs_stats_open() counted it: close counts too */
 	_Atomic uint64_t next_off; /* where the last read ended */
 	_Atomic uint64_t ra_end; /* the source is advised up to here */
+	/* A composite source (the shards of a model folder): part 0 is this
+	 * file's own source, part k > 0 the source of parts[k], a file that
+	 * only opens and guards it; src is then &mr.r over part_r. */
+	size_t nparts;
+	struct castfs_file **parts;
+	const struct castfs_reader **part_r;
+	struct castfs_multi_reader mr;
 };
 
 /* Source bytes a sequential reader's source is advised ahead of it. */
@@ -126,6 +133,60 @@ int ns_file_new_plan(struct castfs_ns *ns, const char *path,
 	}
 	castfs_stats_open(ns->stats, view_idx);
 	f->counted = true;
+	*out = f;
+	return 0;
+}
+
+/* Part @k of composite file @f: source @path (@ident) of checkpoint @ck. */
+static int part_open(struct castfs_file *f, size_t k, const char *path,
+		     const struct stat *ident, struct ns_ckpt *ck)
+{
+	struct castfs_file *p;
+	int rc = file_alloc(f->ns, CASTFS_STATS_OTHER, &p);
+
+	if (rc)
+		return rc;
+	atomic_fetch_add(&ck->refs, 1);
+	p->ck = ck;
+	rc = open_source(f->ns, path, ident, p);
+	if (rc) {
+		castfs_file_close(p);
+		return rc;
+	}
+	f->parts[k] = p;
+	f->part_r[k] = p->src;
+	return 0;
+}
+
+int ns_file_new_parts(struct castfs_ns *ns, size_t n, char *const *paths,
+		      const struct stat *idents, struct ns_ckpt *const *cks,
+		      const struct castfs_plan *plan,
+		      struct castfs_plan *owned_plan, int view_idx,
+		      struct castfs_file **out)
+{
+	struct castfs_file *f;
+	int rc = ns_file_new_plan(ns, paths[0], &idents[0], cks[0], plan,
+				  owned_plan, view_idx, &f);
+
+	if (rc)
+		return rc;
+	f->parts = calloc(n, sizeof(*f->parts));
+	f->part_r = calloc(n, sizeof(*f->part_r));
+	rc = f->parts && f->part_r ? 0 : -ENOMEM;
+	if (!rc)
+		f->part_r[0] = f->src;
+	for (size_t k = 1; !rc && k < n; k++) {
+		rc = part_open(f, k, paths[k], &idents[k], cks[k]);
+		if (!rc)
+			f->nparts = k + 1;
+	}
+	if (rc) {
+		castfs_file_close(f);
+		return rc;
+	}
+	f->nparts = n;
+	castfs_multi_reader_init(&f->mr, f->part_r, n);
+	f->src = &f->mr.r;
 	*out = f;
 	return 0;
 }
@@ -247,7 +308,8 @@ static void source_readahead(struct castfs_file *f, uint64_t off, size_t n)
 
 	prev = atomic_exchange_explicit(&f->next_off, off + n,
 					memory_order_relaxed);
-	if (f->fd < 0 || f->base || off > prev + NS_RA_SLACK ||
+	/* a composite source's offsets are no file's offsets */
+	if (f->fd < 0 || f->base || f->nparts || off > prev + NS_RA_SLACK ||
 	    off + NS_RA_SLACK < prev)
 		return;
 	if (!f->plan)
@@ -298,16 +360,73 @@ static uint64_t thread_cpu_ns(void)
 	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
+/* The file of part @k of @f (part 0 is @f itself). */
+static struct castfs_file *part_of(struct castfs_file *f, size_t k)
+{
+	return k ? f->parts[k] : f;
+}
+
+/* Enter the guard of every source of @f; false (nothing entered) when
+ * one of them saw a writer. */
+static bool guards_enter(struct castfs_file *f)
+{
+	const struct castfs_source_guard *g = f->ns->guard;
+	size_t n = f->nparts ? f->nparts : 1;
+
+	for (size_t k = 0; k < n; k++) {
+		struct castfs_file *p = part_of(f, k);
+
+		if (!p->guarded || g->enter(g->ctx, p->fd))
+			continue;
+		while (k--) {
+			p = part_of(f, k);
+			if (p->guarded)
+				(void)g->leave(g->ctx, p->fd);
+		}
+		return false;
+	}
+	return true;
+}
+
+/* Leave the guard of every source of @f; false when one saw a writer. */
+static bool guards_leave(struct castfs_file *f)
+{
+	const struct castfs_source_guard *g = f->ns->guard;
+	size_t n = f->nparts ? f->nparts : 1;
+	bool ok = true;
+
+	for (size_t k = 0; k < n; k++) {
+		struct castfs_file *p = part_of(f, k);
+
+		if (p->guarded && !g->leave(g->ctx, p->fd))
+			ok = false;
+	}
+	return ok;
+}
+
+/* check_source() of every source of @f that no guard watches. */
+static int sources_check(struct castfs_file *f)
+{
+	size_t n = f->nparts ? f->nparts : 1;
+	int rc = 0;
+
+	for (size_t k = 0; !rc && k < n; k++) {
+		struct castfs_file *p = part_of(f, k);
+
+		rc = p->guarded ? 0 : check_source(p);
+	}
+	return rc;
+}
+
 ssize_t castfs_file_read(struct castfs_file *f, struct castfs_scratch *s,
 			 void *buf, size_t len, uint64_t off)
 {
-	const struct castfs_source_guard *g = f->ns->guard;
 	uint64_t t0;
 	ssize_t n;
 	int rc;
 
 	castfs_stats_read_size(f->ns->stats, len);
-	if (f->guarded && !g->enter(g->ctx, f->fd))
+	if (!guards_enter(f))
 		return stale(f);
 	/* Views only: the clock is a system call on some hosts (~1 us). */
 	t0 = f->view >= 0 ? thread_cpu_ns() : 0;
@@ -315,9 +434,9 @@ ssize_t castfs_file_read(struct castfs_file *f, struct castfs_scratch *s,
 	if (f->view >= 0)
 		castfs_stats_cpu(f->ns->stats, f->view, thread_cpu_ns() - t0);
 	/* Under a lease every writer is reported: no fstat needed. */
-	if (f->guarded && !g->leave(g->ctx, f->fd))
+	if (!guards_leave(f))
 		return stale(f);
-	rc = f->guarded ? 0 : check_source(f);
+	rc = sources_check(f);
 	if (rc)
 		return rc;
 	if (n > 0) {
@@ -348,6 +467,10 @@ void castfs_file_close(struct castfs_file *f)
 		return;
 	if (f->counted)
 		castfs_stats_close(f->ns->stats, f->view);
+	for (size_t k = 1; k < f->nparts; k++)
+		castfs_file_close(f->parts[k]);
+	free(f->parts);
+	free(f->part_r);
 	if (f->guarded)
 		ns_guard_unwatch(f->ns, f->fd);
 	if (f->fd >= 0)

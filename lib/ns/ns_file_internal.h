@@ -20,6 +20,18 @@ int ns_file_new_plan(struct castfs_ns *ns, const char *path,
 		     struct castfs_plan *owned_plan, int view_idx,
 		     struct castfs_file **out);
 
+/* ns_file_new_parts - like ns_file_new_plan(), but the plan's source is
+ * composite (castfs_multi_reader): part k is source @paths[k] of identity
+ * @idents[k] and checkpoint @cks[k] (a reference is taken on each), opened,
+ * guarded and checked after every read like the one source of a plan, so a
+ * change of any part fails the read with EIO. @n >= 1. Takes ownership of
+ * @owned_plan, on failure too. */
+int ns_file_new_parts(struct castfs_ns *ns, size_t n, char *const *paths,
+		      const struct stat *idents, struct ns_ckpt *const *cks,
+		      const struct castfs_plan *plan,
+		      struct castfs_plan *owned_plan, int view_idx,
+		      struct castfs_file **out);
+
 /* ns_file_new_layered - like ns_file_new_plan(), but the extents of
  * @plan read the bytes of @base (a view of source @path, owned by @ck)
  * instead of the source: the tensor files of a view. Takes ownership of

@@ -81,6 +81,41 @@ void ns_tensors_init(struct castfs_ns *ns);
  * (ns_mdgguf.c). */
 void ns_mdgguf_init(struct castfs_ns *ns);
 
+/* ---- the shards of DIR.<q>.gguf (ns_mdgguf_shards.c) ---- */
+
+/* What a sharded folder's GGUF file reads: the index text, its shards'
+ * names (sorted), paths and identities, and their checkpoint entries
+ * (NULL until ns_gguf_shards_hold()). */
+struct ns_gguf_shards {
+	char *index;
+	size_t index_len;
+	char **names;
+	size_t n;
+	char **paths;
+	struct stat *st;
+	struct ns_ckpt **ck;
+};
+
+/* ns_gguf_shards_read - read index @index (identity @ist, else -ESTALE)
+ * of @folder into @s with the identity of every shard it names. Returns 0,
+ * -EINVAL or -ENOENT with the reason in @d (an index castfs does not
+ * read, a missing shard), or another errno; on error @s holds nothing. */
+int ns_gguf_shards_read(struct castfs_ns *ns, const char *folder,
+			const char *index, const struct stat *ist,
+			struct ns_gguf_shards *s, struct castfs_diag *d);
+
+/* ns_gguf_shards_dep - @dep (the text files') mixed with the names and
+ * identities of the shards of @s: a node's dep. Never 0. */
+uint64_t ns_gguf_shards_dep(const struct ns_gguf_shards *s, uint64_t dep);
+
+/* ns_gguf_shards_hold - the checkpoint entry of every shard of @s into
+ * s->ck (references held until ns_gguf_shards_fini()). -ESTALE when one
+ * is no longer the identity in s->st; -ENOENT when one is rejected. */
+int ns_gguf_shards_hold(struct castfs_ns *ns, struct ns_gguf_shards *s);
+
+/* ns_gguf_shards_fini - drop what @s holds; @s is then empty. */
+void ns_gguf_shards_fini(struct castfs_ns *ns, struct ns_gguf_shards *s);
+
 /* ns_md_plans_init - register what model-directory views keep per
  * checkpoint (ns_mdplan.c). */
 void ns_md_plans_init(struct castfs_ns *ns);

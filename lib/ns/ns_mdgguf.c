@@ -33,6 +33,10 @@ static const char *const texts[] = { "config.json", "tokenizer.json",
 				     "tokenizer_config.json" };
 #define NTEXTS (sizeof(texts) / sizeof(texts[0]))
 
+/* The index of sharded weights (their GGUF file's node's path). */
+static const char index_name[] = "model.safetensors.index.json";
+#define INDEX_NAME_LEN (sizeof(index_name) - 1)
+
 /* Larger text files are refused (a tokenizer.json is a few MiB). */
 #define TEXT_MAX (256u << 20)
 
@@ -99,16 +103,53 @@ static int texts_dep(struct castfs_ns *ns, const char *dir, uint64_t *dep,
 	return 0;
 }
 
+/* The GGUF plan through @v of the texts @text (@len bytes each) and the
+ * weights: checkpoint @ck, or the shards @sh when it is set. */
+static int plan_of(const struct castfs_view *v, char *const text[NTEXTS],
+		   const size_t len[NTEXTS], const struct ns_gguf_shards *sh,
+		   const struct ns_ckpt *ck, struct castfs_plan **plan,
+		   struct castfs_diag *d)
+{
+	const struct castfs_header *one = ck->h, **hs = NULL;
+	struct castfs_md_gguf_src s = {
+		.config = text[0],
+		.config_len = len[0],
+		.tokenizer = text[1],
+		.tokenizer_len = len[1],
+		.tok_config = text[2],
+		.tok_config_len = len[2],
+		.h = &one,
+		.nh = 1,
+	};
+	int rc;
+
+	if (sh) {
+		hs = calloc(sh->n, sizeof(*hs));
+		if (!hs)
+			return -ENOMEM;
+		for (size_t k = 0; k < sh->n; k++)
+			hs[k] = sh->ck[k]->h;
+		s.index = sh->index;
+		s.index_len = sh->index_len;
+		s.shards = (const char *const *)sh->names;
+		s.h = hs;
+		s.nh = sh->n;
+	}
+	rc = castfs_md_gguf_plan_src(v, &s, plan, d);
+	free(hs);
+	return rc;
+}
+
 /*
- * Build the GGUF plan of @folder through @v from checkpoint @ck and the
- * text files of identities @st (read again; a file that changed since is
- * -ESTALE, so a plan never mixes two versions). The builder's reason goes
- * to @reason and the log.
+ * Build the GGUF plan of @folder through @v from checkpoint @ck (or the
+ * shards @sh) and the text files of identities @st (read again; a file
+ * that changed since is -ESTALE, so a plan never mixes two versions). The
+ * builder's reason goes to @reason and the log.
  */
 static int build_plan(struct castfs_ns *ns, const char *folder,
 		      const struct castfs_view *v, const struct stat st[NTEXTS],
-		      struct ns_ckpt *ck, struct castfs_plan **plan,
-		      char reason[256])
+		      struct ns_ckpt *ck, const struct ns_gguf_shards *sh,
+		      struct castfs_plan **plan, char reason[256])
 {
 	struct castfs_diag d = { { 0 } };
 	char *text[NTEXTS] = { 0 };
@@ -127,8 +168,7 @@ static int build_plan(struct castfs_ns *ns, const char *folder,
 		free(p);
 	}
 	if (!rc)
-		rc = castfs_md_gguf_plan(v, text[0], len[0], text[1], len[1],
-					 text[2], len[2], ck->h, plan, &d);
+		rc = plan_of(v, text, len, sh, ck, plan, &d);
 	snprintf(reason, 256, "%s", d.msg[0] ? d.msg : rc ? strerror(-rc) : "");
 	if (rc && !ns_err_transient(rc))
 		ns_logf(ns, "%s: view %s: %s", folder, v->name, reason);
@@ -159,6 +199,7 @@ struct gguf_req {
 	uint64_t dep;
 	struct stat st[NTEXTS];
 	bool want_plan; /* false: only whether it builds (listings) */
+	struct ns_gguf_shards sh; /* sharded weights (sh.n > 0), held */
 	const struct castfs_plan *plan; /* out: held by the checkpoint */
 	struct castfs_plan *owned; /* out: not cached, the caller's */
 	char reason[256]; /* out: why not, when it does not build */
@@ -224,7 +265,8 @@ static int gguf_get(struct castfs_ns *ns, struct ns_ckpt *ck,
 		return rc;
 	}
 	pthread_mutex_unlock(&ck->lock);
-	rc = build_plan(ns, r->folder, r->view, r->st, ck, &plan, r->reason);
+	rc = build_plan(ns, r->folder, r->view, r->st, ck,
+			r->sh.n ? &r->sh : NULL, &plan, r->reason);
 	if (ns_err_transient(rc))
 		return rc;
 	if (!rc)
@@ -238,6 +280,66 @@ static int gguf_get(struct castfs_ns *ns, struct ns_ckpt *ck,
 	if (!rc && r->want_plan && !r->plan)
 		return -ENOMEM;
 	return rc;
+}
+
+/* Whether node @n is the GGUF file of sharded weights (its path is the
+ * index's). */
+static bool is_sharded(const struct ns_node *n)
+{
+	size_t len = strlen(n->path);
+
+	return len >= INDEX_NAME_LEN &&
+	       !strcmp(n->path + len - INDEX_NAME_LEN, index_name);
+}
+
+/*
+ * The permission bits of a file made of index @ist and the shards of @sh:
+ * it shows every shard's bytes, so it lets read only whom every one of
+ * them lets read (default_permissions). With other owners than the
+ * index's, only what the "other" bits grant everybody is kept.
+ */
+static mode_t shared_perms(const struct stat *ist,
+			   const struct ns_gguf_shards *sh)
+{
+	mode_t perm = ist->st_mode & 07777;
+	bool owners = true;
+
+	for (size_t k = 0; k < sh->n; k++) {
+		perm &= sh->st[k].st_mode;
+		owners = owners && sh->st[k].st_uid == ist->st_uid &&
+			 sh->st[k].st_gid == ist->st_gid;
+	}
+	if (!owners)
+		perm = (perm & 07) * 0111;
+	return perm;
+}
+
+/* @child (its dep the texts') as the GGUF file of the sharded weights of
+ * @folder: the index's path and identity, a dep of every shard too. */
+static int sharded_node(struct castfs_ns *ns, const char *folder,
+			struct ns_node *child)
+{
+	struct castfs_diag d = { { 0 } };
+	struct ns_gguf_shards sh;
+	int rc;
+
+	free(child->path);
+	child->path = ns_path_join(folder, index_name, INDEX_NAME_LEN);
+	if (!child->path)
+		return -ENOMEM;
+	rc = ns_src_stat_in(ns, child->path, &child->st);
+	if (!rc && !S_ISREG(child->st.st_mode))
+		rc = -ENOENT;
+	if (!rc)
+		rc = ns_gguf_shards_read(ns, folder, child->path, &child->st,
+					 &sh, &d);
+	if (rc)
+		return rc;
+	child->dep = ns_gguf_shards_dep(&sh, child->dep);
+	child->st.st_mode = (child->st.st_mode & S_IFMT) |
+			    shared_perms(&child->st, &sh);
+	ns_gguf_shards_fini(ns, &sh);
+	return 0;
 }
 
 static int mdgguf_lookup(struct castfs_ns *ns, const struct ns_node *dir,
@@ -266,6 +368,8 @@ static int mdgguf_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 		rc = child->path ? ns_src_stat_in(ns, child->path, &child->st) :
 				   -ENOMEM;
 	}
+	if (rc == -ENOENT)
+		rc = sharded_node(ns, folder, child);
 	if (!rc && !S_ISREG(child->st.st_mode))
 		rc = -ENOENT;
 	free(folder);
@@ -279,36 +383,80 @@ static int mdgguf_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	return 0;
 }
 
+/* The first shard's checkpoint entry of r->sh, held once more into *@ck
+ * (where the outcomes are cached), after holding every shard. */
+static int hold_shards(struct castfs_ns *ns, struct gguf_req *r,
+		       struct ns_ckpt **ck)
+{
+	int rc = ns_gguf_shards_hold(ns, &r->sh);
+
+	if (rc)
+		return rc;
+	*ck = r->sh.ck[0];
+	atomic_fetch_add(&(*ck)->refs, 1);
+	return 0;
+}
+
+/* The weights of node @n, held in *@ck (and r->sh when sharded), if they
+ * are the identities its lookup saw (else -ESTALE); r->dep is then set. */
+static int hold_weights(struct castfs_ns *ns, const struct ns_node *n,
+			const char *folder, struct ns_ckpt **ck,
+			struct gguf_req *r)
+{
+	struct castfs_diag d = { { 0 } };
+	struct stat st;
+	int rc = texts_dep(ns, folder, &r->dep, r->st);
+
+	if (!rc && is_sharded(n)) {
+		rc = ns_gguf_shards_read(ns, folder, n->path, &n->st, &r->sh,
+					 &d);
+		if (!rc)
+			r->dep = ns_gguf_shards_dep(&r->sh, r->dep);
+		if (!rc && r->dep == n->dep)
+			rc = hold_shards(ns, r, ck);
+		else if (!rc)
+			rc = -ESTALE;
+		if (rc)
+			ns_gguf_shards_fini(ns, &r->sh);
+		return rc;
+	}
+	if (!rc && r->dep != n->dep)
+		rc = -ESTALE;
+	if (!rc)
+		rc = ns_ckpt_valid(ns, n->path, &st, ck);
+	if (!rc && !ns_same_file(&st, &n->st)) {
+		ns_ckpt_put(ns, *ck);
+		rc = -ESTALE;
+	}
+	return rc;
+}
+
 /*
- * The checkpoint (held, in *@ck) and the outcome of node @n, if nothing it
- * is made of moved since its lookup (else -ESTALE). A folder that does not
- * map is -EIO. On success the caller frees r->owned and puts *@ck.
+ * The checkpoint (held, in *@ck; the shards in r->sh) and the outcome of
+ * node @n, if nothing it is made of moved since its lookup (else
+ * -ESTALE). A folder that does not map is -EIO. On success the caller
+ * frees r->owned, puts *@ck and finis r->sh.
  */
 static int mdgguf_plan(struct castfs_ns *ns, const struct ns_node *n,
 		       struct ns_ckpt **ck, struct gguf_req *r)
 {
 	char *folder = ns_parent_path(n->path);
-	struct stat st;
-	int rc = folder ? texts_dep(ns, folder, &r->dep, r->st) : -ENOMEM;
+	int rc = folder ? hold_weights(ns, n, folder, ck, r) : -ENOMEM;
 
-	if (!rc && r->dep != n->dep)
-		rc = -ESTALE;
-	if (!rc)
-		rc = ns_ckpt_valid(ns, n->path, &st, ck);
 	if (rc) {
 		free(folder);
 		return rc == -ENOMEM ? rc : -ESTALE;
 	}
-	if (!ns_same_file(&st, &n->st))
-		rc = -ESTALE;
 	r->folder = folder;
 	r->view = n->view;
 	if (!rc)
 		rc = gguf_get(ns, *ck, r);
 	free(folder);
 	r->folder = NULL;
-	if (rc)
+	if (rc) {
 		ns_ckpt_put(ns, *ck);
+		ns_gguf_shards_fini(ns, &r->sh);
+	}
 	return ns_err_transient(rc) ? rc : rc ? -EIO : 0;
 }
 
@@ -323,6 +471,7 @@ static bool maps(struct castfs_ns *ns, const struct ns_node *n)
 		return false;
 	castfs_plan_free(r.owned);
 	ns_ckpt_put(ns, ck);
+	ns_gguf_shards_fini(ns, &r.sh);
 	return true;
 }
 
@@ -413,23 +562,15 @@ static bool has_file(struct castfs_ns *ns, const char *folder, const char *name)
 	return yes;
 }
 
-/* Why @folder (with a config.json) has no DIR.<q>.gguf before its JSON is
- * read, or NULL when it is a candidate whose weights are in *@ck. */
-static const char *folder_refusal(struct castfs_ns *ns, const char *folder,
-				  struct gguf_req *r, struct ns_ckpt **ck)
+/* Why the weights of @folder, held in *@ck (and r->sh), have no
+ * DIR.<q>.gguf before its JSON is read, or NULL when they are candidates. */
+static const char *texts_refusal(struct castfs_ns *ns, const char *folder,
+				 struct gguf_req *r, struct ns_ckpt **ck)
 {
-	char *w = ns_path_join(folder, "model.safetensors", 17);
-	struct stat st;
-	int rc = w ? ns_ckpt_valid(ns, w, &st, ck) : -ENOMEM;
+	int rc = texts_dep(ns, folder, &r->dep, r->st);
 
-	free(w);
-	if (rc == -ENOENT &&
-	    has_file(ns, folder, "model.safetensors.index.json"))
-		return "GGUF: sharded weights (model.safetensors.index.json) "
-		       "are not mapped to GGUF";
-	if (rc) /* rejected weights are listed in /.castfs/rejected */
-		return "";
-	rc = texts_dep(ns, folder, &r->dep, r->st);
+	if (!rc && r->sh.n)
+		r->dep = ns_gguf_shards_dep(&r->sh, r->dep);
 	if (rc == -ENOENT) {
 		ns_ckpt_put(ns, *ck);
 		return has_file(ns, folder, "tokenizer.model") ?
@@ -445,16 +586,60 @@ static const char *folder_refusal(struct castfs_ns *ns, const char *folder,
 	return NULL;
 }
 
+/* folder_refusal() of sharded weights: the index's reason in @buf. */
+static const char *shards_refusal(struct castfs_ns *ns, const char *folder,
+				  struct gguf_req *r, struct ns_ckpt **ck,
+				  char buf[256])
+{
+	struct castfs_diag d = { { 0 } };
+	char *ix = ns_path_join(folder, index_name, INDEX_NAME_LEN);
+	struct stat ist;
+	int rc = ix ? ns_src_stat_in(ns, ix, &ist) : -ENOMEM;
+
+	if (!rc)
+		rc = ns_gguf_shards_read(ns, folder, ix, &ist, &r->sh, &d);
+	free(ix);
+	if (rc && d.msg[0]) {
+		snprintf(buf, 256, "%s", d.msg);
+		return buf;
+	}
+	if (!rc)
+		rc = hold_shards(ns, r, ck);
+	if (rc) /* a rejected shard is listed in /.castfs/rejected */
+		return "";
+	return texts_refusal(ns, folder, r, ck);
+}
+
+/* Why @folder (with a config.json) has no DIR.<q>.gguf before its JSON is
+ * read, or NULL when it is a candidate whose weights are in *@ck (and
+ * r->sh, when sharded). */
+static const char *folder_refusal(struct castfs_ns *ns, const char *folder,
+				  struct gguf_req *r, struct ns_ckpt **ck,
+				  char buf[256])
+{
+	char *w = ns_path_join(folder, "model.safetensors", 17);
+	struct stat st;
+	int rc = w ? ns_ckpt_valid(ns, w, &st, ck) : -ENOMEM;
+
+	free(w);
+	if (rc == -ENOENT && has_file(ns, folder, index_name))
+		return shards_refusal(ns, folder, r, ck, buf);
+	if (rc) /* rejected weights are listed in /.castfs/rejected */
+		return "";
+	return texts_refusal(ns, folder, r, ck);
+}
+
 static int mdgguf_refusals(struct castfs_ns *ns, const char *path, cJSON *arr)
 {
 	struct gguf_req r = { .folder = path };
 	struct ns_ckpt *ck = NULL;
+	char buf[256];
 	const char *why;
 	int rc = 0;
 
 	if (!path[0] || !has_file(ns, path, "config.json"))
 		return 0;
-	why = folder_refusal(ns, path, &r, &ck);
+	why = folder_refusal(ns, path, &r, &ck, buf);
 	for (size_t i = 0; !rc && i < ns->views->n; i++) {
 		const struct castfs_view *v = &ns->views->v[i];
 
@@ -474,6 +659,7 @@ static int mdgguf_refusals(struct castfs_ns *ns, const char *path, cJSON *arr)
 	}
 	if (!why)
 		ns_ckpt_put(ns, ck);
+	ns_gguf_shards_fini(ns, &r.sh);
 	return rc;
 }
 
@@ -497,6 +683,7 @@ static int mdgguf_getattr(struct castfs_ns *ns, const struct ns_node *n,
 	ns_view_stat(&n->st, r.plan->size, n->id, st);
 	castfs_plan_free(r.owned);
 	ns_ckpt_put(ns, ck);
+	ns_gguf_shards_fini(ns, &r.sh);
 	return 0;
 }
 
@@ -510,9 +697,15 @@ static int mdgguf_open(struct castfs_ns *ns, const struct ns_node *n,
 	if (rc)
 		return rc;
 	/* the file owns a plan the cache does not keep, on failure too */
-	rc = ns_file_new_plan(ns, n->path, &n->st, ck, r.plan, r.owned,
-			      ns_view_index(ns, n->view), out);
+	if (r.sh.n)
+		rc = ns_file_new_parts(ns, r.sh.n, r.sh.paths, r.sh.st, r.sh.ck,
+				       r.plan, r.owned,
+				       ns_view_index(ns, n->view), out);
+	else
+		rc = ns_file_new_plan(ns, n->path, &n->st, ck, r.plan, r.owned,
+				      ns_view_index(ns, n->view), out);
 	ns_ckpt_put(ns, ck);
+	ns_gguf_shards_fini(ns, &r.sh);
 	return rc;
 }
 

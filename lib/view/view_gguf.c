@@ -15,6 +15,7 @@
 #include "format/gguf.h"
 #include "quant/quant_gguf.h"
 #include "quant/quant_gguf_k.h"
+#include "view/view_gguf.h"
 #include "view/view_internal.h"
 
 /* convert.py: at most this many elements stay F32 (QUANTIZATION_THRESHOLD). */
@@ -261,14 +262,20 @@ static enum castfs_dtype ggml_dtype(enum castfs_ggml_type t)
 	return CASTFS_DTYPE_INVALID;
 }
 
-/* Append the data of @o (@nbytes) and the zeros padding it. */
-static int add_data(struct castfs_pb *pb, const struct castfs_header *h,
-		    const struct gguf_out *o, uint64_t nbytes)
+/* The data of each output tensor, for castfs_view_gguf_assemble(). */
+struct gguf_data {
+	const struct castfs_header *h;
+	const struct gguf_out *o;
+	const uint64_t *nbytes;
+};
+
+/* Append the data of tensor @i of @ctx (a struct gguf_data). */
+static int add_data(void *ctx, struct castfs_pb *pb, size_t i)
 {
-	static const uint8_t zeros[CASTFS_GGUF_ALIGN];
-	struct castfs_producer p = { .src_off = h->data_start + o->t->begin };
-	uint64_t pad = (CASTFS_GGUF_ALIGN - nbytes % CASTFS_GGUF_ALIGN) %
-		       CASTFS_GGUF_ALIGN;
+	const struct gguf_data *gd = ctx;
+	const struct gguf_out *o = &gd->o[i];
+	struct castfs_producer p = { .src_off =
+					     gd->h->data_start + o->t->begin };
 	enum castfs_dtype dst = ggml_dtype(o->type);
 	int rc;
 
@@ -299,13 +306,47 @@ static int add_data(struct castfs_pb *pb, const struct castfs_header *h,
 		p.dst_dtype = dst;
 		p.unit = castfs_dtype_bits(dst) / 8;
 	}
-	rc = castfs_pb_append(pb, &p, nbytes);
-	if (!rc && pad) {
-		struct castfs_producer z = { .op = CASTFS_OP_MEM,
-					     .mem = zeros };
+	return castfs_pb_append(pb, &p, gd->nbytes[i]);
+}
 
-		rc = castfs_pb_append(pb, &z, pad);
+/* The zeros padding @nbytes of data to CASTFS_GGUF_ALIGN. */
+static int add_pad(struct castfs_pb *pb, uint64_t nbytes)
+{
+	static const uint8_t zeros[CASTFS_GGUF_ALIGN];
+	struct castfs_producer z = { .op = CASTFS_OP_MEM, .mem = zeros };
+	uint64_t pad = (CASTFS_GGUF_ALIGN - nbytes % CASTFS_GGUF_ALIGN) %
+		       CASTFS_GGUF_ALIGN;
+
+	return pad ? castfs_pb_append(pb, &z, pad) : 0;
+}
+
+int castfs_view_gguf_assemble(struct castfs_gguf_w *w, size_t n,
+			      const uint64_t *nbytes, castfs_gguf_data_fn add,
+			      void *ctx, struct castfs_plan **out)
+{
+	struct castfs_producer hp = { .op = CASTFS_OP_MEM };
+	struct castfs_pb *pb = NULL;
+	uint64_t data_len;
+	uint8_t *hdr = NULL;
+	size_t hdr_len;
+	int rc = castfs_gguf_w_finish(w, &hdr, &hdr_len, &data_len);
+
+	if (!rc)
+		rc = castfs_pb_new(&pb);
+	hp.mem = hdr;
+	if (!rc)
+		rc = castfs_pb_append(pb, &hp, hdr_len);
+	for (size_t i = 0; !rc && i < n; i++) {
+		rc = add(ctx, pb, i);
+		if (!rc)
+			rc = add_pad(pb, nbytes[i]);
 	}
+	if (!rc) {
+		rc = castfs_pb_finish_raw(pb, out);
+		pb = NULL;
+	}
+	castfs_pb_free(pb);
+	free(hdr);
 	return rc;
 }
 
@@ -373,13 +414,10 @@ static int build(const struct castfs_view *v, const struct castfs_header *h,
 		 const struct gguf_arch *a, const struct gguf_src *s,
 		 struct castfs_plan **out, struct castfs_diag *d)
 {
-	struct castfs_producer hp = { .op = CASTFS_OP_MEM };
 	struct gguf_out *o = NULL;
 	struct castfs_gguf_w *w = NULL;
-	struct castfs_pb *pb = NULL;
-	uint64_t *nbytes = NULL, data_len;
-	uint8_t *hdr = NULL;
-	size_t n = 0, hdr_len;
+	uint64_t *nbytes = NULL;
+	size_t n = 0;
 	int rc = collect(v, a, s, &o, &n, d);
 
 	if (!rc)
@@ -390,21 +428,12 @@ static int build(const struct castfs_view *v, const struct castfs_header *h,
 	}
 	if (!rc)
 		rc = write_header(v, a, w, o, n, nbytes, d);
-	if (!rc)
-		rc = castfs_gguf_w_finish(w, &hdr, &hdr_len, &data_len);
-	if (!rc)
-		rc = castfs_pb_new(&pb);
-	hp.mem = hdr;
-	if (!rc)
-		rc = castfs_pb_append(pb, &hp, hdr_len);
-	for (size_t i = 0; !rc && i < n; i++)
-		rc = add_data(pb, h, &o[i], nbytes[i]);
 	if (!rc) {
-		rc = castfs_pb_finish_raw(pb, out);
-		pb = NULL;
+		struct gguf_data gd = { .h = h, .o = o, .nbytes = nbytes };
+
+		rc = castfs_view_gguf_assemble(w, n, nbytes, add_data, &gd,
+					       out);
 	}
-	castfs_pb_free(pb);
-	free(hdr);
 	free(nbytes);
 	castfs_gguf_w_free(w);
 	free(o);

@@ -18,7 +18,8 @@ UNIT_TESTS = tests/unit/test_dtype tests/unit/test_st_header \
 	tests/unit/test_modeldir tests/unit/test_ns tests/unit/test_zst \
 	tests/unit/test_qsrc tests/unit/test_ns_bounds tests/unit/test_escape \
 	tests/unit/test_qsrc_ct4 \
-	tests/unit/test_gguf
+	tests/unit/test_gguf tests/unit/test_reader \
+	tests/unit/test_md_gguf_shards
 check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS)
 
@@ -31,6 +32,9 @@ tests_unit_test_zst_LDADD = $(UNIT_LDADD)
 tests_unit_test_escape_SOURCES = tests/unit/test_escape.c $(UNIT_MAIN)
 tests_unit_test_escape_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_escape_LDADD = $(UNIT_LDADD)
+tests_unit_test_reader_SOURCES = tests/unit/test_reader.c $(UNIT_MAIN)
+tests_unit_test_reader_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_reader_LDADD = $(UNIT_LDADD)
 
 # format/
 tests_unit_test_dtype_SOURCES = tests/unit/test_dtype.c $(UNIT_MAIN)
@@ -97,6 +101,10 @@ tests_unit_test_modeldir_SOURCES = tests/unit/test_modeldir.c \
 	$(TESTUTIL_SOURCES) $(UNIT_MAIN)
 tests_unit_test_modeldir_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_modeldir_LDADD = $(UNIT_LDADD)
+tests_unit_test_md_gguf_shards_SOURCES = tests/unit/test_md_gguf_shards.c \
+	$(ST_TESTUTIL_SOURCES) $(UNIT_MAIN)
+tests_unit_test_md_gguf_shards_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_md_gguf_shards_LDADD = $(UNIT_LDADD)
 tests_unit_test_ns_SOURCES = tests/unit/test_ns.c $(TESTUTIL_SOURCES) \
 	$(UNIT_MAIN)
 tests_unit_test_ns_CFLAGS = $(UNIT_CFLAGS)
