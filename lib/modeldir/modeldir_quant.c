@@ -93,9 +93,21 @@ static bool bnb_int8(const cJSON *qc)
 	       cJSON_IsTrue(l8) && !cJSON_IsTrue(l4);
 }
 
+/* Whether @qc is transformers' BitsAndBytesConfig of a 4-bit model. */
+static bool bnb_4bit(const cJSON *qc)
+{
+	static const char *const bnb[] = { "bitsandbytes", NULL };
+	const cJSON *l8 = cJSON_GetObjectItemCaseSensitive(qc, "load_in_8bit");
+	const cJSON *l4 = cJSON_GetObjectItemCaseSensitive(qc, "load_in_4bit");
+
+	return str_in(qc, "quant_method", bnb) && cJSON_IsTrue(l4) &&
+	       !cJSON_IsTrue(l8);
+}
+
 bool castfs_md_quant_dequantized(const struct castfs_md_quant *q)
 {
-	return q->fp8_block || q->bnb_int8 || q->mxfp4 || q->ct_fp8;
+	return q->fp8_block || q->bnb_int8 || q->mxfp4 || q->ct_fp8 ||
+	       q->bnb_4bit;
 }
 
 /* A member that is absent, null, or an empty object. */
@@ -193,6 +205,7 @@ int castfs_md_quant_read(const char *json, size_t len,
 		out->block_rows = out->fp8_block ? b[0] : 0;
 		out->block_cols = out->fp8_block ? b[1] : 0;
 		out->bnb_int8 = cJSON_IsObject(qc) && bnb_int8(qc);
+		out->bnb_4bit = cJSON_IsObject(qc) && bnb_4bit(qc);
 		m = cJSON_GetObjectItemCaseSensitive(qc, "quant_method");
 		out->mxfp4 = cJSON_IsObject(qc) && cJSON_IsString(m) &&
 			     strcmp(m->valuestring, "mxfp4") == 0;

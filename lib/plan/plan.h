@@ -124,6 +124,7 @@ struct castfs_qtensor {
 	uint32_t nested_block;
 	float noffset;
 	uint8_t out_round;
+	bool fp4_negzero; /* FP4 code 8 is -0.0 (bnb's C kernel) */
 };
 
 struct castfs_header;

@@ -5,7 +5,9 @@
  * nibble of code byte k / 2 when k is even, the low nibble when odd; its
  * value is the nf4/fp4 table entry (bnb's built-in table: the stored
  * quant_map is not read, as bnb's kernels do not read it) times the absmax
- * of its flat block k / blocksize in one fp32 multiply, rounded to the
+ * of its flat block k / blocksize in one fp32 multiply (FP4 code 8 is
+ * -0.0 in bnb's C kernel, +0.0 in its Python fallback for an odd last
+ * dimension: fp4_negzero says which), rounded to the
  * quant_state dtype. With double quantisation the absmax is first
  * nested_quant_map[code] x nested_absmax[block / nested_blocksize] plus
  * nested_offset, all in fp32 (dequantize_blockwise, then "absmax +=
@@ -13,6 +15,7 @@
  * the absmax of its blocks.
  */
 #include <errno.h>
+#include <string.h>
 
 #include "common/bytes.h"
 #include "common/compiler.h"
@@ -73,7 +76,7 @@ static int q4d_round(const struct castfs_reader *src,
 		     const struct castfs_qtensor *q, uint64_t k, uint64_t n,
 		     float *f, uint8_t *codes, float *am, uint8_t *raw)
 {
-	const float *tab = castfs_q4_table((enum castfs_qtype)q->qtype);
+	float tab[16];
 	uint64_t b0 = k / q->blocksize,
 		 nb = (k + n - 1) / q->blocksize + 1 - b0;
 	uint64_t c0 = k / 2;
@@ -85,6 +88,9 @@ static int q4d_round(const struct castfs_reader *src,
 		rc = q4d_absmax(src, q, b0, nb, am, raw);
 	if (rc)
 		return rc;
+	memcpy(tab, castfs_q4_table((enum castfs_qtype)q->qtype), sizeof(tab));
+	if (q->fp4_negzero)
+		tab[8] = -0.0f;
 	for (uint64_t i = 0; i < n; i++) {
 		uint64_t g = k + i;
 		uint8_t byte = codes[g / 2 - c0];

@@ -30,6 +30,11 @@ static void q4_qtensor(const struct castfs_header *h,
 		.scale_off = h->data_start + abs->begin,
 		.scale_dtype = (uint8_t)abs->dtype,
 		.out_round = s->dtype,
+		/* bnb's C kernel decodes FP4 code 8 as -0.0; an odd last
+		 * dimension takes its Python fallback, whose table has +0.0
+		 * (docs/FORMATS.md, "bitsandbytes 4-bit sources"). */
+		.fp4_negzero = s->qtype == CASTFS_Q_FP4 &&
+			       s->shape[s->ndim - 1] % 2 == 0,
 	};
 	if (s->nested) {
 		qt->nabs_off =

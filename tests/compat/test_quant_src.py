@@ -137,6 +137,15 @@ def corpus():
                                           compress_statistics=True)
     nf4 = {"l.weight": q4}
     nf4.update({"l.weight." + k: v for k, v in st.as_dict(packed=True).items()})
+    # A quant_state whose shape disagrees with the packed weight (the
+    # well-formed layout is dequantized: test_bnb4_src.py).
+    lie = st.as_dict(packed=False)
+    lie["shape"] = (16, 66)
+    del lie["absmax"], lie["quant_map"], lie["nested_absmax"], \
+        lie["nested_quant_map"]
+    key = [k for k in nf4 if ".quant_state." in k][0]
+    from bitsandbytes.utils import pack_dict_to_tensor
+    nf4[key] = pack_dict_to_tensor(lie)
     u8 = lambda *s: torch.randint(0, 255, s, dtype=torch.uint8, generator=g)
     f8 = lambda *s: torch.randn(*s, generator=g).to(F8)
     exp = "model.layers.0.mlp.experts."
