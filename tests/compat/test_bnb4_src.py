@@ -65,6 +65,7 @@ class Env:
     root = None
     mnt = None
     singles = {}  # name -> state dict of the source file
+    own = None  # castfs's own nf4 file
 
 
 def bits(t):
@@ -157,7 +158,29 @@ def setUpModule():
             os.path.join(src, name + ".safetensors"), *args, seed=i)
     for how in ("bad-json", "shape", "quant-type", "nested"):
         lying(os.path.join(src, "lie-%s.safetensors" % how), how)
+    # A seekable-zstd pack of one (its quant_state in a frame of its own
+    # or cut by frames: read through the pack's reader).
+    os.mkdir(os.path.join(src, "packed"))
+    packed = os.path.join(src, "packed", "p.safetensors")
+    shutil.copy(os.path.join(src, "nf4-nested-64.safetensors"), packed)
+    run_cli("pack", "--frame-size", "4K", packed)
+    os.unlink(packed)
+    # castfs's own nf4 view, written by castfs convert, as a source.
+    g = torch.Generator().manual_seed(9)
+    plain = os.path.join(Env.root, "plain.safetensors")
+    save_file({"a.weight": torch.randn(70, 130, generator=g).bfloat16(),
+               "a.bias": torch.randn(70, generator=g).bfloat16()}, plain)
+    run_cli("convert", plain, "--view", "nf4", "-o",
+            os.path.join(src, "own.safetensors"))
+    Env.own = load_file(os.path.join(src, "own.safetensors"))
     Env.mnt = tl.Mount(src)
+
+
+def run_cli(*args):
+    r = subprocess.run([tl.castfs_binary()] + list(args),
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise AssertionError("castfs %s: %s" % (args[0], r.stderr))
 
 
 def tearDownModule():
@@ -208,6 +231,18 @@ class SingleFile(unittest.TestCase):
         for k, t in want.items():
             self.assertTrue(torch.equal(bits(got[k]), bits(t)), k)
         tl.check_ranges(self, path, whole, random.Random(5), count=100)
+
+    def test_packed_and_castfs_written_sources(self):
+        for path, sd in ((Env.mnt.join("packed", "p.bf16.safetensors"),
+                          Env.singles["nf4-nested-64"]),
+                         (Env.mnt.join("own.fp32.safetensors"), Env.own)):
+            with self.subTest(path=path):
+                got = load_file(path)
+                want = reference(sd, got["a.weight" if "own" in path
+                                         else "l0.weight"].dtype)
+                self.assertEqual(sorted(got), sorted(want))
+                for k, t in want.items():
+                    self.assertTrue(torch.equal(bits(got[k]), bits(t)), k)
 
     def test_lies_rejected(self):
         names = os.listdir(Env.mnt.path)
