@@ -171,7 +171,7 @@ bool ns_md_bnb4(struct castfs_ns *ns, const char *path)
 {
 	struct castfs_md_quant q;
 
-	return md_quant_of(ns, path, &q) == 0 && q.bnb_4bit;
+	return md_quant_of(ns, path, &q) == 0 && (q.bnb_4bit || q.ct_w4);
 }
 
 int ns_md_keep_of(struct castfs_ns *ns, const char *dir,

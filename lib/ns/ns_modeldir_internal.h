@@ -63,7 +63,8 @@ int ns_md_is_model(struct castfs_ns *ns, const char *path, bool *yes);
 bool ns_md_casts_only(struct castfs_ns *ns, const char *path);
 
 /* ns_md_bnb4 - whether the model in source directory @path is a
- * bitsandbytes 4-bit one (only the cast views are offered). */
+ * bitsandbytes 4-bit or compressed-tensors int4 one (only the cast views
+ * are offered). */
 bool ns_md_bnb4(struct castfs_ns *ns, const char *path);
 
 /* md_keep_of - the keep set (castfs_md_keep_id()) that view @v applies in

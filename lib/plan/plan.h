@@ -38,6 +38,7 @@ enum castfs_op {
 	CASTFS_OP_GGUF_BLOCKS, /* ggml Q8_0 / Q4_0 blocks of 32 elements */
 	CASTFS_OP_DEQ_MXFP4, /* gpt-oss MXFP4, transposed (plan_gen_mx.c) */
 	CASTFS_OP_DEQ_Q4, /* bnb 4-bit source dequantized (plan_gen_q4deq.c) */
+	CASTFS_OP_DEQ_W4, /* compressed-tensors int4 source (plan_gen_w4deq.c) */
 	CASTFS_OP_COUNT,
 };
 
@@ -125,6 +126,9 @@ struct castfs_qtensor {
 	float noffset;
 	uint8_t out_round;
 	bool fp4_negzero; /* FP4 code 8 is -0.0 (bnb's C kernel) */
+	/* DEQ_W4: codes at src_off (rows of ceil(cols / 8) I32 words),
+	 * scales at scale_off ([rows][scols] of scale_dtype, one per bcols
+	 * elements of a row); products rounded to out_round. */
 };
 
 struct castfs_header;

@@ -23,6 +23,8 @@ enum castfs_qrole {
 	CASTFS_QR_MXFP4, /* gpt-oss "*_blocks" U8 weight with its "*_scales" */
 	CASTFS_QR_BNB4, /* bitsandbytes 4-bit U8 weight: its scale is an
 			 * index into castfs_qsrc.q4 (qsrc_bnb4.c) */
+	CASTFS_QR_CTW4, /* compressed-tensors pack-quantized int4 I32
+			 * "M.weight_packed": scale, 1 x bcols groups */
 };
 
 /* How an FP8_BLOCK weight is multiplied by its scale. */
@@ -84,6 +86,7 @@ struct castfs_qsrc {
 	size_t nint8; /* of which LLM.int8 (CASTFS_QRULE_INT8) */
 	size_t nbnb4; /* bitsandbytes 4-bit weights: q4[nbnb4] */
 	struct castfs_q4src *q4;
+	size_t nctw4; /* compressed-tensors pack-quantized int4 weights */
 	uint32_t brows, bcols; /* the block size scales were paired with */
 };
 

@@ -52,4 +52,14 @@ int castfs_qsrc_int8(const struct castfs_header *h, struct castfs_qsrc *q,
 int castfs_qsrc_bnb4(const struct castfs_header *h, struct castfs_qsrc *q,
 		     struct castfs_diag *d);
 
+/*
+ * castfs_qsrc_ctw4 - pair the compressed-tensors pack-quantized int4
+ * weights of @h in @q: an I32 "M.weight_packed" with its
+ * "M.weight_scale" (per channel or group) and "M.weight_shape" (side
+ * data). Returns 0, -ENOTSUP (zero points, g_idx, a shape or scale that
+ * does not fit: @d says which) or -ENOMEM. Thread-safe.
+ */
+int castfs_qsrc_ctw4(const struct castfs_header *h, struct castfs_qsrc *q,
+		     struct castfs_diag *d);
+
 #endif

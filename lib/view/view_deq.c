@@ -159,6 +159,9 @@ int castfs_view_plan_deq(const struct castfs_view *v,
 			rc = castfs_view_add_bnb4(pb, v, h, t,
 						  &q->q4[q->t[i].scale], d);
 			break;
+		case CASTFS_QR_CTW4:
+			rc = castfs_view_add_ctw4(pb, v, h, t, &q->t[i], d);
+			break;
 		case CASTFS_QR_SCALE:
 			break; /* folded into its weight */
 		}
