@@ -2,8 +2,8 @@
 /*
  * Side data (format/st_side.c): which tensors' bytes are read with the
  * header, the bounds, errors of the reader; and the bitsandbytes 4-bit
- * scanner that reads them (view/qsrc_bnb4.c): a well-formed quant_state
- * is paired, every lie is refused. Values against bitsandbytes are checked
+ * scanners that read them (view/qsrc_bnb4.c, view/qsrc_ctw4.c): a
+ * well-formed quant_state or weight_shape is paired, every lie refused. Values against bitsandbytes are checked
  * in tests/compat/test_bnb4_src.py.
  */
 #include <errno.h>
@@ -214,6 +214,73 @@ START_TEST(test_qsrc_bnb4__lies_refused)
 }
 END_TEST
 
+/* A pack-quantized int4 layout: codes [4, @words] I32, scales [4,
+ * @groups] BF16, weight_shape [4, @cols], and @extra ("" or a leaf). */
+static struct castfs_header *ctw4(uint64_t words, uint64_t groups, int64_t cols,
+				  const char *extra)
+{
+	struct tu_st *b = tu_st_new();
+	int64_t ws[2] = { 4, cols };
+	char name[64];
+	int rc;
+
+	tu_st_add(b, "l.weight_packed", "I32", SHAPE(4, words), NULL);
+	tu_st_add(b, "l.weight_scale", "BF16", SHAPE(4, groups), NULL);
+	if (cols)
+		tu_st_add(b, "l.weight_shape", "I64", SHAPE(2), ws);
+	if (extra[0]) {
+		snprintf(name, sizeof(name), "l.%s", extra);
+		tu_st_add(b, name, "I32", SHAPE(1, 1), NULL);
+	}
+	return parse_side(b, 0, &rc);
+}
+
+START_TEST(test_qsrc_ctw4__pairs)
+{
+	struct castfs_header *h = ctw4(8, 2, 64, "");
+	struct castfs_diag d = { { 0 } };
+	const struct castfs_qinfo *qi;
+	struct castfs_qsrc q;
+
+	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
+	ck_assert_uint_eq(q.nctw4, 1);
+	qi = &q.t[stt_find(h, "l.weight_packed") - h->tensors];
+	ck_assert_uint_eq(qi->role, CASTFS_QR_CTW4);
+	ck_assert_uint_eq(qi->bcols, 32);
+	ck_assert_uint_eq(q.t[stt_find(h, "l.weight_shape") - h->tensors].role,
+			  CASTFS_QR_SCALE);
+	castfs_qsrc_fini(&q);
+	castfs_header_free(h);
+}
+END_TEST
+
+static const struct {
+	uint64_t words, groups;
+	int64_t cols;
+	const char *extra, *why;
+} w4_lies[] = {
+	{ 8, 2, 64, "weight_zero_point", "zero points" },
+	{ 8, 2, 64, "weight_g_idx", "g_idx" },
+	{ 8, 2, 72, "", "weight_shape" },
+	{ 8, 2, 0, "", "weight_shape" },
+	{ 2, 1, 16, "", "fewer than 32" },
+	{ 8, 3, 64, "", "per channel or per group" },
+};
+
+START_TEST(test_qsrc_ctw4__lies_refused)
+{
+	struct castfs_header *h = ctw4(w4_lies[_i].words, w4_lies[_i].groups,
+				       w4_lies[_i].cols, w4_lies[_i].extra);
+	struct castfs_diag d = { { 0 } };
+	struct castfs_qsrc q;
+
+	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), -ENOTSUP);
+	ck_assert_ptr_nonnull(strstr(d.msg, "compressed-tensors"));
+	ck_assert_msg(strstr(d.msg, w4_lies[_i].why), "%s", d.msg);
+	castfs_header_free(h);
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("st_side");
@@ -225,6 +292,9 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_qsrc_bnb4__pairs);
 	tcase_add_loop_test(tc, test_qsrc_bnb4__lies_refused, 0,
 			    sizeof(lies) / sizeof(lies[0]));
+	tcase_add_test(tc, test_qsrc_ctw4__pairs);
+	tcase_add_loop_test(tc, test_qsrc_ctw4__lies_refused, 0,
+			    sizeof(w4_lies) / sizeof(w4_lies[0]));
 	suite_add_tcase(s, tc);
 	return s;
 }
