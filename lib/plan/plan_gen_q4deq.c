@@ -71,6 +71,21 @@ static int q4d_absmax(const struct castfs_reader *src,
 	return rc;
 }
 
+/* Elements [@g, @end) of one block (absmax @a); @codes holds the bytes
+ * from byte @c0 of the tensor. @rt: BF16, F16 or F32 (the quant_state
+ * dtype). */
+static void q4d_block(const float *tab, const uint8_t *codes, uint64_t c0,
+		      float a, enum castfs_dtype rt, uint64_t g, uint64_t end,
+		      float *f)
+{
+	for (; g < end; g++, f++) {
+		uint8_t byte = codes[g / 2 - c0];
+		float v = tab[g & 1 ? byte & 15 : byte >> 4] * a;
+
+		*f = castfs_qr_round(v, rt);
+	}
+}
+
 /* One round: the fp32 values of elements [@k, @k + @n) into @f. */
 static int q4d_round(const struct castfs_reader *src,
 		     const struct castfs_qtensor *q, uint64_t k, uint64_t n,
@@ -91,16 +106,13 @@ static int q4d_round(const struct castfs_reader *src,
 	memcpy(tab, castfs_q4_table((enum castfs_qtype)q->qtype), sizeof(tab));
 	if (q->fp4_negzero)
 		tab[8] = -0.0f;
-	for (uint64_t i = 0; i < n; i++) {
-		uint64_t g = k + i;
-		uint8_t byte = codes[g / 2 - c0];
-		float v = tab[g & 1 ? byte & 15 : byte >> 4] *
-			  am[g / q->blocksize - b0];
+	for (uint64_t g = k, b = 0; g < k + n; b++) {
+		/* one block at a time: one absmax, no division */
+		uint64_t end = CASTFS_MIN(k + n, (b0 + b + 1) * q->blocksize);
 
-		f[i] = q->out_round ?
-			       castfs_qr_round(
-				       v, (enum castfs_dtype)q->out_round) :
-			       v;
+		q4d_block(tab, codes, c0, am[b],
+			  (enum castfs_dtype)q->out_round, g, end, f + (g - k));
+		g = end;
 	}
 	return 0;
 }

@@ -70,6 +70,25 @@ static uint64_t w4_fit(const struct castfs_qtensor *q, uint64_t k, uint64_t n)
 	return CASTFS_MIN(n, end - k);
 }
 
+/* @n elements of one group from nibble @nib of the word at @w. */
+static void w4_group(const struct castfs_qtensor *q, const uint8_t *w,
+		     uint64_t nib, float s, uint64_t n, float *f)
+{
+	enum castfs_dtype rt = (enum castfs_dtype)q->out_round;
+	uint32_t word = castfs_load_le32(w);
+
+	for (uint64_t i = 0; i < n; i++) {
+		int v = (int)((word >> (4 * nib)) & 15) - 8;
+
+		f[i] = castfs_qr_round((float)v * s, rt);
+		if (++nib == 8 && i + 1 < n) {
+			nib = 0;
+			w += 4;
+			word = castfs_load_le32(w);
+		}
+	}
+}
+
 /* One round: the fp32 values of elements [@k, @k + @n) into @f. */
 static int w4_round(const struct castfs_reader *src,
 		    const struct castfs_qtensor *q, uint64_t k, uint64_t n,
@@ -88,14 +107,16 @@ static int w4_round(const struct castfs_reader *src,
 			q->scale_off + s0);
 	if (rc)
 		return rc;
-	for (uint64_t i = 0; i < n; i++) {
-		uint64_t e = k + i;
-		uint32_t w = castfs_load_le32(codes + w4_word(q, e) - c0);
-		int v = (int)((w >> (4 * (e % q->cols % 8))) & 15) - 8;
-		float s = w4_scale_value(q, scales + w4_scale(q, e) - s0);
+	for (uint64_t e = k; e <= last;) {
+		/* one group of one row at a time: one scale, no division */
+		uint64_t c = e % q->cols;
+		uint64_t stop =
+			CASTFS_MIN(last + 1 - e, q->bcols - c % q->bcols);
 
-		f[i] = castfs_qr_round((float)v * s,
-				       (enum castfs_dtype)q->out_round);
+		w4_group(q, codes + w4_word(q, e) - c0, c % 8,
+			 w4_scale_value(q, scales + w4_scale(q, e) - s0), stop,
+			 f + (e - k));
+		e += stop;
 	}
 	return 0;
 }
