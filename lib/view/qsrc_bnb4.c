@@ -116,6 +116,27 @@ static bool state_nested(const cJSON *o, struct castfs_q4src *s)
 	return isfinite(s->offset);
 }
 
+/*
+ * Whether object @o has a key twice: Python's json.loads (bitsandbytes)
+ * keeps the last, cJSON finds the first, so such a blob could mean two
+ * things. Objects of more than 64 members are refused the same way.
+ */
+static bool has_dup(const cJSON *o)
+{
+	const cJSON *a, *b;
+	int n = 0;
+
+	for (a = o->child; a; a = a->next) {
+		if (++n > 64 || !a->string)
+			return true;
+		for (b = a->next; b; b = b->next) {
+			if (b->string && strcmp(a->string, b->string) == 0)
+				return true;
+		}
+	}
+	return false;
+}
+
 /* The quant_state JSON @js (@len bytes) of a weight of @type into @s. */
 static const char *state_parse(const uint8_t *js, size_t len,
 			       enum castfs_qtype type, struct castfs_q4src *s)
@@ -126,6 +147,8 @@ static const char *state_parse(const uint8_t *js, size_t len,
 
 	if (!cJSON_IsObject(o))
 		why = "quant_state that is not a JSON object";
+	else if (has_dup(o))
+		why = "quant_state with a key twice (or over 64 keys)";
 	else if (!json_str_is(o, "quant_type",
 			      type == CASTFS_Q_NF4 ? "nf4" : "fp4"))
 		why = "quant_state whose quant_type is not its name's";
@@ -258,8 +281,8 @@ static int q4_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 	js = castfs_header_side(h, t, &len);
 	if (!js)
 		return q4_reject(d, t,
-				 "quant_state over the side-data bounds "
-				 "(not read)");
+				 "quant_state not read (not U8 1-D, or over "
+				 "the 4 KiB / 256 KiB side-data bounds)");
 	why = state_parse(js, len, (enum castfs_qtype)type, s);
 	if (!why && w->nelems != s->nelems / 2 + s->nelems % 2)
 		why = "weight whose packed size is not its quant_state shape";

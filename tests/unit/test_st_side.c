@@ -198,6 +198,9 @@ static const struct {
 	{ "{\"quant_type\": \"nf4\", \"blocksize\": 64, \"dtype\": "
 	  "\"bfloat16\", \"shape\": [10, 20], \"nested_offset\": 1}",
 	  100, "F32", "nested" },
+	{ "{\"quant_type\": \"nf4\", \"blocksize\": 64, \"dtype\": "
+	  "\"bfloat16\", \"shape\": [10, 20], \"shape\": [20, 10]}",
+	  100, "F32", "key twice" },
 };
 
 START_TEST(test_qsrc_bnb4__lies_refused)
