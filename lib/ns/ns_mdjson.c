@@ -167,7 +167,7 @@ bool ns_md_casts_only(struct castfs_ns *ns, const char *path)
 	       castfs_md_quant_dequantized(&q);
 }
 
-bool ns_md_bnb4(struct castfs_ns *ns, const char *path)
+bool ns_md_4bit(struct castfs_ns *ns, const char *path)
 {
 	struct castfs_md_quant q;
 
