@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "fs.h"
 #include "common/reader.h"
+#include "format/st_side.h"
 
 static const char st_ext[] = ".safetensors";
 #define ST_EXT_LEN (sizeof(st_ext) - 1)
@@ -211,6 +212,8 @@ int cli_src_open(struct cli_src *s, const char *cmd, const char *arg,
 	rc = kind ? src_unpack(s, kind, &d) : 0;
 	if (!rc)
 		rc = castfs_header_read(s->r, s->size, &s->h, &d);
+	if (!rc)
+		rc = castfs_header_read_side(s->h, s->r, &d);
 	if (rc)
 		return src_fail(s, cmd, s->path,
 				d.msg[0] ? d.msg : strerror(-rc));

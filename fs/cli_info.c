@@ -141,6 +141,14 @@ static void print_quant(const struct castfs_qsrc *q, int rc,
 		printf("quantized: MXFP4 (gpt-oss), %zu expert weight%s "
 		       "dequantized by every view\n",
 		       q->nmxfp4, q->nmxfp4 == 1 ? "" : "s");
+	else if (q->nbnb4)
+		printf("quantized: bitsandbytes 4-bit, %zu weight%s "
+		       "dequantized by the cast views\n",
+		       q->nbnb4, q->nbnb4 == 1 ? "" : "s");
+	else if (q->nctw4)
+		printf("quantized: compressed-tensors pack-quantized int4, "
+		       "%zu weight%s dequantized by the cast views\n",
+		       q->nctw4, q->nctw4 == 1 ? "" : "s");
 }
 
 static void print_scheme(const struct castfs_header *h,
@@ -190,6 +198,21 @@ static void print_scheme(const struct castfs_header *h,
 		       "scale ",
 		       castfs_dtype_name(s->dtype));
 		print_name(s->name, s->name_len);
+	} else if (qi->role == CASTFS_QR_BNB4) {
+		const struct castfs_q4src *s = &q->q4[qi->scale];
+
+		printf(" bnb %s blocks of %" PRIu32 "%s, true shape [",
+		       s->qtype == CASTFS_Q_NF4 ? "nf4" : "fp4", s->blocksize,
+		       s->nested ? ", double-quantised absmax" : "");
+		for (uint32_t i = 0; i < s->ndim; i++)
+			printf("%s%" PRIu64, i ? ", " : "", s->shape[i]);
+		printf("] %s", castfs_dtype_name((enum castfs_dtype)s->dtype));
+	} else if (qi->role == CASTFS_QR_CTW4) {
+		const struct castfs_tensor *s = &h->tensors[qi->scale];
+
+		printf(" int4 symmetric, groups of %" PRIu32 ", %s scale ",
+		       qi->bcols, castfs_dtype_name(s->dtype));
+		print_name(s->name, s->name_len);
 	}
 }
 
@@ -229,7 +252,7 @@ static void print_table(const struct castfs_tfile_ctx *c,
 
 	printf("\n%-*s  %-11s %-16s %s\n", w, "NAME", "DTYPE", "SHAPE",
 	       c->view ? "DATA_OFFSETS             FROM" :
-	       q && (q->nfp8 || q->nmxfp4) ?
+	       q && (q->nfp8 || q->nmxfp4 || q->nbnb4 || q->nctw4) ?
 			 "DATA_OFFSETS             QUANTIZATION" :
 			 "DATA_OFFSETS");
 	for (size_t i = 0; i < c->h->ntensors; i++)

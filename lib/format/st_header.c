@@ -16,6 +16,7 @@
 #include "common/bytes.h"
 #include "common/ckd.h"
 #include "format/st_header.h"
+#include "format/st_side.h"
 #include "format/st_internal.h"
 
 /*
@@ -629,6 +630,8 @@ int castfs_header_read(const struct castfs_reader *r, uint64_t file_size,
 
 void castfs_header_free(struct castfs_header *h)
 {
+	if (h)
+		castfs_side_free(h->side);
 	free(h); /* one block; see st_alloc() */
 }
 

@@ -18,6 +18,8 @@
 /* The reference reader's cap on the header length N (MAX_HEADER_SIZE). */
 #define CASTFS_HEADER_MAX 100000000u
 
+struct castfs_side;
+
 struct castfs_tensor {
 	const char *name; /* NUL-terminated; may hold NULs, see name_len */
 	size_t name_len;
@@ -43,6 +45,8 @@ struct castfs_header {
 	bool has_metadata;
 	size_t nmeta;
 	struct castfs_meta_kv *meta; /* in file order */
+	/* Data of a few small tensors (format/st_side.h), or NULL. */
+	struct castfs_side *side;
 };
 
 /*

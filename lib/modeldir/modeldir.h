@@ -72,6 +72,12 @@ struct castfs_md_quant {
 	 * I8 weights and SCB are dequantized too. */
 	bool bnb_int8;
 	bool mxfp4; /* quant_method "mxfp4" (gpt-oss): dequantized too */
+	/* quant_method "bitsandbytes" with load_in_4bit: its nf4/fp4
+	 * weights are dequantized by the cast views only. */
+	bool bnb_4bit;
+	/* compressed-tensors "pack-quantized" symmetric int4 (W4A16, group
+	 * or channel): dequantized by the cast views only. */
+	bool ct_w4;
 	bool ct_fp8; /* compressed-tensors float-quantized FP8 weights
 		      * (tensor, channel, 128x128 block): dequantized too */
 	bool ct_fp4; /* compressed-tensors nvfp4-/mxfp4-pack-quantized:

@@ -93,10 +93,21 @@ static bool bnb_int8(const cJSON *qc)
 	       cJSON_IsTrue(l8) && !cJSON_IsTrue(l4);
 }
 
+/* Whether @qc is transformers' BitsAndBytesConfig of a 4-bit model. */
+static bool bnb_4bit(const cJSON *qc)
+{
+	static const char *const bnb[] = { "bitsandbytes", NULL };
+	const cJSON *l8 = cJSON_GetObjectItemCaseSensitive(qc, "load_in_8bit");
+	const cJSON *l4 = cJSON_GetObjectItemCaseSensitive(qc, "load_in_4bit");
+
+	return str_in(qc, "quant_method", bnb) && cJSON_IsTrue(l4) &&
+	       !cJSON_IsTrue(l8);
+}
+
 bool castfs_md_quant_dequantized(const struct castfs_md_quant *q)
 {
 	return q->fp8_block || q->bnb_int8 || q->mxfp4 || q->ct_fp8 ||
-	       q->ct_fp4;
+	       q->ct_fp4 || q->bnb_4bit || q->ct_w4;
 }
 
 /* A member that is absent, null, or an empty object. */
@@ -165,6 +176,51 @@ static bool ct_fp8(const cJSON *qc)
 	return n > 0;
 }
 
+/* Weights of symmetric static int4, per group or channel, no activation
+ * ordering: what castfs dequantizes (qsrc_ctw4.c). */
+static bool ct_w4_weights(const cJSON *w)
+{
+	static const char *const strat[] = { "group", "channel", NULL };
+	static const char *const ty[] = { "int", NULL };
+	const cJSON *sym = cJSON_GetObjectItemCaseSensitive(w, "symmetric");
+	const cJSON *dyn = cJSON_GetObjectItemCaseSensitive(w, "dynamic");
+
+	return cJSON_IsObject(w) && ct_num(w, "num_bits", 4) &&
+	       str_in(w, "strategy", strat) && str_in(w, "type", ty) &&
+	       !cJSON_IsFalse(sym) && !cJSON_IsTrue(dyn) &&
+	       ct_empty(w, "actorder");
+}
+
+/* compressed-tensors "pack-quantized" int4 weights (W4A16), nothing
+ * else. */
+static bool ct_w4(const cJSON *qc)
+{
+	static const char *const ct[] = { "compressed-tensors", NULL };
+	static const char *const fmt[] = { "pack-quantized", NULL };
+	const cJSON *groups =
+		cJSON_GetObjectItemCaseSensitive(qc, "config_groups");
+	const cJSON *g;
+	int n = 0;
+
+	if (!str_in(qc, "quant_method", ct) || !str_in(qc, "format", fmt) ||
+	    !ct_empty(qc, "kv_cache_scheme") ||
+	    !ct_empty(qc, "sparsity_config") ||
+	    !ct_empty(qc, "transform_config") || !cJSON_IsObject(groups))
+		return false;
+	cJSON_ArrayForEach(g, groups) {
+		const cJSON *f = cJSON_GetObjectItemCaseSensitive(g, "format");
+
+		if (!cJSON_IsObject(g) || (f && !str_in(g, "format", fmt)) ||
+		    !ct_w4_weights(
+			    cJSON_GetObjectItemCaseSensitive(g, "weights")) ||
+		    !ct_empty(g, "input_activations") ||
+		    !ct_empty(g, "output_activations"))
+			return false;
+		n++;
+	}
+	return n > 0;
+}
+
 static const cJSON *find_qc(const cJSON *root)
 {
 	const cJSON *qc, *tc;
@@ -194,11 +250,13 @@ int castfs_md_quant_read(const char *json, size_t len,
 		out->block_rows = out->fp8_block ? b[0] : 0;
 		out->block_cols = out->fp8_block ? b[1] : 0;
 		out->bnb_int8 = cJSON_IsObject(qc) && bnb_int8(qc);
+		out->bnb_4bit = cJSON_IsObject(qc) && bnb_4bit(qc);
 		m = cJSON_GetObjectItemCaseSensitive(qc, "quant_method");
 		out->mxfp4 = cJSON_IsObject(qc) && cJSON_IsString(m) &&
 			     strcmp(m->valuestring, "mxfp4") == 0;
 		out->ct_fp8 = cJSON_IsObject(qc) && ct_fp8(qc);
 		out->ct_fp4 = cJSON_IsObject(qc) && castfs_md_ct_fp4(qc);
+		out->ct_w4 = cJSON_IsObject(qc) && ct_w4(qc);
 		snprintf(out->method, sizeof(out->method), "%s",
 			 cJSON_IsString(m) ? m->valuestring : "?");
 	}

@@ -16,6 +16,7 @@
 
 #include "common/escape.h"
 #include "common/hash.h"
+#include "format/st_side.h"
 #include "modeldir/modeldir.h"
 #include "ns/ns_ckpt_internal.h"
 #include "view/qsrc.h"
@@ -99,6 +100,23 @@ static void ck_fail(struct ns_ckpt *ck, int err, const char *why)
 }
 
 /*
+ * The data of the few small tensors quantized layouts need (quant_state
+ * JSON, weight_shape), read with the header, under the same guard and
+ * identity checks (format/st_side.h). On error the header is dropped.
+ */
+static int ck_read_side(struct ns_ckpt *ck, const struct castfs_reader *r,
+			struct castfs_diag *d)
+{
+	int rc = castfs_header_read_side(ck->h, r, d);
+
+	if (rc) {
+		castfs_header_free(ck->h);
+		ck->h = NULL;
+	}
+	return rc;
+}
+
+/*
  * Read the seek table of the pack open as @fd (@raw_size bytes) into
  * @ck->zix and the safetensors header it holds into @ck->h. Returns 0 or
  * the error (-EINVAL, -EFBIG: not a usable pack; -EIO: a frame of the
@@ -125,6 +143,8 @@ static int ck_parse_packed(struct castfs_ns *ns, struct ns_ckpt *ck, int fd,
 	castfs_zst_reader_init(&zr, ck->zix, &fr.r);
 	rc = castfs_header_read(&zr.r, castfs_zst_index_size(ck->zix), &ck->h,
 				d);
+	if (!rc)
+		rc = ck_read_side(ck, &zr.r, d);
 	if (rc == -EIO)
 		castfs_diag_set(d, rc,
 				"a frame holding the header fails to decode "
@@ -151,6 +171,8 @@ static void ck_parse(struct castfs_ns *ns, struct ns_ckpt *ck, int fd,
 	else
 		ck->err = castfs_header_read(&fr.r, (uint64_t)st->st_size,
 					     &ck->h, &d);
+	if (!ck->err && !ns_packed_name(ck->path))
+		ck->err = ck_read_side(ck, &fr.r, &d);
 	if (ck->err)
 		snprintf(ck->reason, sizeof(ck->reason), "%s",
 			 d.msg[0] ? d.msg : strerror(-ck->err));
@@ -194,7 +216,9 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 		rc = castfs_qsrc_scan_opts(ck->h, &o, &q, &d);
 	}
 	if (!rc) {
-		ck->quant = q.nfp8 > 0 || q.nmxfp4 > 0;
+		ck->quant = q.nfp8 > 0 || q.nmxfp4 > 0 || q.nbnb4 > 0 ||
+			    q.nctw4 > 0;
+		ck->qcasts = q.nbnb4 > 0 || q.nctw4 > 0;
 		ck->qbrows = mq.block_rows;
 		ck->qbcols = mq.block_cols;
 		castfs_qsrc_fini(&q);
@@ -630,6 +654,8 @@ int ns_ckpt_packed_stat(struct castfs_ns *ns, const char *path, struct stat *st)
 
 bool ns_ckpt_offers(const struct ns_ckpt *ck, const struct castfs_view *v)
 {
+	if (ck->qcasts && v->kind != CASTFS_VIEW_CAST)
+		return false; /* 4-bit int/nf4 sources: cast views only (yet) */
 	return !ck->quant || castfs_view_dequantizes(v);
 }
 

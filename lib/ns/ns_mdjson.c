@@ -167,6 +167,13 @@ bool ns_md_casts_only(struct castfs_ns *ns, const char *path)
 	       castfs_md_quant_dequantized(&q);
 }
 
+bool ns_md_4bit(struct castfs_ns *ns, const char *path)
+{
+	struct castfs_md_quant q;
+
+	return md_quant_of(ns, path, &q) == 0 && (q.bnb_4bit || q.ct_w4);
+}
+
 int ns_md_keep_of(struct castfs_ns *ns, const char *dir,
 		  const struct castfs_view *v)
 {

@@ -417,6 +417,8 @@ const char *castfs_op_name(enum castfs_op op)
 		[CASTFS_OP_CT_GSCALE] = "ct-global-scale",
 		[CASTFS_OP_GGUF_BLOCKS] = "gguf-blocks",
 		[CASTFS_OP_DEQ_MXFP4] = "dequant-mxfp4",
+		[CASTFS_OP_DEQ_Q4] = "dequant-bnb4",
+		[CASTFS_OP_DEQ_W4] = "dequant-int4",
 	};
 
 	if ((unsigned)op >= CASTFS_OP_COUNT)

@@ -37,6 +37,8 @@ enum castfs_op {
 	CASTFS_OP_CT_GSCALE, /* NVFP4 weight_global_scale (F32 [1]) */
 	CASTFS_OP_GGUF_BLOCKS, /* ggml Q8_0 / Q4_0 blocks of 32 elements */
 	CASTFS_OP_DEQ_MXFP4, /* gpt-oss MXFP4, transposed (plan_gen_mx.c) */
+	CASTFS_OP_DEQ_Q4, /* bnb 4-bit source dequantized (plan_gen_q4deq.c) */
+	CASTFS_OP_DEQ_W4, /* compressed-tensors int4 source (plan_gen_w4deq.c) */
 	CASTFS_OP_COUNT,
 };
 
@@ -116,6 +118,21 @@ struct castfs_qtensor {
 	uint64_t fuse_off[CASTFS_QT_FUSE_MAX];
 	uint64_t fuse_n[CASTFS_QT_FUSE_MAX];
 	uint8_t nfuse;
+	/*
+	 * DEQ_Q4: a bitsandbytes 4-bit source (qtype NF4/FP4, blocksize,
+	 * nested): codes at src_off, absmax at scale_off (F32, or U8 when
+	 * nested, then nabs_off holds F32 per nested_block absmax and
+	 * nmap_off the 256 F32 nested_quant_map, plus noffset); each
+	 * product is rounded to out_round (quant_state dtype) first.
+	 */
+	uint64_t nabs_off, nmap_off;
+	uint32_t nested_block;
+	float noffset;
+	uint8_t out_round;
+	bool fp4_negzero; /* FP4 code 8 is -0.0 (bnb's C kernel) */
+	/* DEQ_W4: codes at src_off (rows of ceil(cols / 8) I32 words),
+	 * scales at scale_off ([rows][scols] of scale_dtype, one per bcols
+	 * elements of a row); products rounded to out_round. */
 };
 
 struct castfs_header;

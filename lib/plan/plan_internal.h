@@ -87,6 +87,21 @@ int castfs_gen_deq_mxfp4(const struct castfs_read_env *env,
 			 const struct castfs_extent *e, uint64_t first,
 			 uint64_t count, uint8_t *dst);
 
+/* The generator of CASTFS_OP_DEQ_Q4 (plan_gen_q4deq.c): a bitsandbytes
+ * 4-bit source weight dequantized as bnb's dequantize_4bit, then cast. */
+int castfs_gen_deq_q4(const struct castfs_read_env *env,
+		      const struct castfs_extent *e, uint64_t first,
+		      uint64_t count, uint8_t *dst);
+
+/* The generator of CASTFS_OP_DEQ_W4 (plan_gen_w4deq.c): a
+ * compressed-tensors pack-quantized int4 weight dequantized, then cast. */
+int castfs_gen_deq_w4(const struct castfs_read_env *env,
+		      const struct castfs_extent *e, uint64_t first,
+		      uint64_t count, uint8_t *dst);
+
+/* The source offset of the code word of element @k of DEQ_W4 @q. */
+uint64_t castfs_w4_src_off(const struct castfs_qtensor *q, uint64_t k);
+
 /* The source byte of the code of output element @k of DEQ_MXFP4 @q. */
 uint64_t castfs_mxfp4_src_off(const struct castfs_qtensor *q, uint64_t k);
 

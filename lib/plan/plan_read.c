@@ -91,6 +91,8 @@ static const castfs_gen_fn gen_table[CASTFS_OP_COUNT] = {
 	[CASTFS_OP_CT_GSCALE] = castfs_gen_ct_gscale,
 	[CASTFS_OP_GGUF_BLOCKS] = castfs_gen_gguf_blocks,
 	[CASTFS_OP_DEQ_MXFP4] = castfs_gen_deq_mxfp4,
+	[CASTFS_OP_DEQ_Q4] = castfs_gen_deq_q4,
+	[CASTFS_OP_DEQ_W4] = castfs_gen_deq_w4,
 };
 
 /* One unit cut by the range: produce it whole, copy out the part asked. */
@@ -174,6 +176,8 @@ static uint64_t quant_elem(const struct castfs_extent *e,
 	case CASTFS_OP_Q4_STATE:
 	case CASTFS_OP_DEQ_FP8:
 	case CASTFS_OP_DEQ_MXFP4:
+	case CASTFS_OP_DEQ_Q4:
+	case CASTFS_OP_DEQ_W4:
 	case CASTFS_OP_COUNT:
 		break;
 	}
@@ -203,6 +207,10 @@ uint64_t castfs_plan_src_off(const struct castfs_plan *p, uint64_t off)
 		return e->src_off + rel / e->unit;
 	case CASTFS_OP_DEQ_MXFP4:
 		return castfs_mxfp4_src_off(&p->qtensors[e->qt], rel / e->unit);
+	case CASTFS_OP_DEQ_Q4: /* two codes a byte */
+		return e->src_off + rel / e->unit / 2;
+	case CASTFS_OP_DEQ_W4:
+		return castfs_w4_src_off(&p->qtensors[e->qt], rel / e->unit);
 	case CASTFS_OP_Q4_CODES:
 	case CASTFS_OP_Q4_ABSMAX:
 	case CASTFS_OP_Q4_QABSMAX:

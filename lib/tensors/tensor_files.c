@@ -298,6 +298,18 @@ static void origin_extent(const struct castfs_tfile_ctx *c,
 		o->flags = e->flags;
 		src_off = e->src_off; /* the codes of a transposed matrix */
 		break;
+	case CASTFS_OP_DEQ_W4:
+		o->from = CASTFS_DTYPE_I32;
+		o->to = (enum castfs_dtype)e->dst_dtype;
+		o->flags = e->flags;
+		src_off = e->src_off; /* rows padded to whole words */
+		break;
+	case CASTFS_OP_DEQ_Q4:
+		o->from = CASTFS_DTYPE_U8;
+		o->to = (enum castfs_dtype)e->dst_dtype;
+		o->flags = e->flags;
+		src_off = e->src_off + rel / e->unit / 2;
+		break;
 	case CASTFS_OP_Q4_CODES:
 	case CASTFS_OP_Q4_ABSMAX:
 	case CASTFS_OP_Q4_QABSMAX:
@@ -408,6 +420,15 @@ void castfs_torigin_str(const struct castfs_torigin *o, char *buf, size_t len)
 	case CASTFS_OP_DEQ_MXFP4:
 		snprintf(buf, len,
 			 "dequantize MXFP4 blocks x 2^scale, transposed -> %s",
+			 castfs_dtype_name(o->to));
+		break;
+	case CASTFS_OP_DEQ_W4:
+		snprintf(buf, len, "dequantize int4 codes x group scale -> %s",
+			 castfs_dtype_name(o->to));
+		break;
+	case CASTFS_OP_DEQ_Q4:
+		snprintf(buf, len,
+			 "dequantize bitsandbytes 4-bit codes x absmax -> %s",
 			 castfs_dtype_name(o->to));
 		break;
 	case CASTFS_OP_Q4_CODES:

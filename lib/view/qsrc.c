@@ -335,6 +335,10 @@ int castfs_qsrc_scan_opts(const struct castfs_header *h,
 		rc = castfs_qsrc_int8(h, &q, d);
 	if (!rc)
 		rc = castfs_qsrc_ct4(h, &q, d);
+	if (!rc)
+		rc = castfs_qsrc_bnb4(h, &q, d);
+	if (!rc)
+		rc = castfs_qsrc_ctw4(h, &q, d);
 	/* Names that only one layout uses first: the most precise reason. */
 	for (size_t i = 0; !rc && i < q.n; i++) {
 		if (q.t[i].role != CASTFS_QR_PLAIN)
@@ -366,6 +370,10 @@ int castfs_qsrc_scan_opts(const struct castfs_header *h,
 
 void castfs_qsrc_fini(struct castfs_qsrc *q)
 {
+	free(q->q4);
+	q->q4 = NULL;
+	q->nbnb4 = 0;
+	q->nctw4 = 0;
 	free(q->t);
 	q->t = NULL;
 	q->n = 0;

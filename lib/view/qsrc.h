@@ -21,6 +21,10 @@ enum castfs_qrole {
 			      * with its scale */
 	CASTFS_QR_SCALE, /* the scale of an FP8_BLOCK weight: not emitted */
 	CASTFS_QR_MXFP4, /* gpt-oss "*_blocks" U8 weight with its "*_scales" */
+	CASTFS_QR_BNB4, /* bitsandbytes 4-bit U8 weight: its scale is an
+			 * index into castfs_qsrc.q4 (qsrc_bnb4.c) */
+	CASTFS_QR_CTW4, /* compressed-tensors pack-quantized int4 I32
+			 * "M.weight_packed": scale, 1 x bcols groups */
 };
 
 /* How an FP8_BLOCK weight is multiplied by its scale. */
@@ -60,6 +64,25 @@ struct castfs_qsrc_opts {
 	uint32_t brows, bcols;
 };
 
+/* The most dimensions of a bitsandbytes 4-bit weight's true shape. */
+#define CASTFS_Q4SRC_NDIM 4u
+
+/*
+ * A bitsandbytes 4-bit weight as its quant_state JSON (side data) and its
+ * companions describe it: tensor indices are into h->tensors.
+ */
+struct castfs_q4src {
+	uint8_t qtype; /* CASTFS_Q_NF4 or CASTFS_Q_FP4 */
+	uint8_t dtype; /* quant_state "dtype": BF16, F16 or F32 */
+	bool nested; /* double quantisation */
+	uint32_t ndim;
+	uint64_t shape[CASTFS_Q4SRC_NDIM]; /* quant_state "shape" */
+	uint64_t nelems;
+	uint32_t blocksize, nested_blocksize;
+	uint32_t absmax, nested_absmax, nested_quant_map;
+	float offset; /* nested_offset as bitsandbytes' fp32 tensor */
+};
+
 struct castfs_qsrc {
 	size_t n; /* h->ntensors */
 	struct castfs_qinfo *t;
@@ -68,6 +91,9 @@ struct castfs_qsrc {
 	size_t ncomfy; /* of which ComfyUI scaled fp8 (CASTFS_QRULE_COMPUTE) */
 	size_t nint8; /* of which LLM.int8 (CASTFS_QRULE_INT8) */
 	size_t nct4; /* of which compressed-tensors NVFP4 / MXFP4 */
+	size_t nbnb4; /* bitsandbytes 4-bit weights: q4[nbnb4] */
+	struct castfs_q4src *q4;
+	size_t nctw4; /* compressed-tensors pack-quantized int4 weights */
 	uint32_t brows, bcols; /* the block size scales were paired with */
 };
 

@@ -65,4 +65,25 @@ int castfs_qsrc_ct4_orphans(const struct castfs_header *h,
 			    const struct castfs_qsrc *q, bool strict,
 			    struct castfs_diag *d);
 
+/*
+ * castfs_qsrc_bnb4 - pair the bitsandbytes 4-bit weights of @h in @q: a
+ * U8 "P" with "P.absmax", "P.quant_map", "P.quant_state.bitsandbytes__nf4"
+ * (or __fp4: its JSON, read as side data, holds the true shape) and, with
+ * double quantisation, "P.nested_absmax" and "P.nested_quant_map".
+ * Returns 0, -ENOTSUP (a quant_state or companion castfs does not
+ * dequantize exactly: @d says which) or -ENOMEM. Thread-safe.
+ */
+int castfs_qsrc_bnb4(const struct castfs_header *h, struct castfs_qsrc *q,
+		     struct castfs_diag *d);
+
+/*
+ * castfs_qsrc_ctw4 - pair the compressed-tensors pack-quantized int4
+ * weights of @h in @q: an I32 "M.weight_packed" with its
+ * "M.weight_scale" (per channel or group) and "M.weight_shape" (side
+ * data). Returns 0, -ENOTSUP (zero points, g_idx, a shape or scale that
+ * does not fit: @d says which) or -ENOMEM. Thread-safe.
+ */
+int castfs_qsrc_ctw4(const struct castfs_header *h, struct castfs_qsrc *q,
+		     struct castfs_diag *d);
+
 #endif

@@ -188,7 +188,7 @@ int castfs_view_plan_opts(const struct castfs_view *v,
 	/* Never a silent mis-cast: quantized layouts are recognised first. */
 	if (rc)
 		return rc;
-	if (q.nfp8 || q.nmxfp4) {
+	if (q.nfp8 || q.nmxfp4 || q.nbnb4 || q.nctw4) {
 		rc = plan_quantized(v, h, &q, out, d);
 		castfs_qsrc_fini(&q);
 		return rc;

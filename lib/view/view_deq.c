@@ -163,6 +163,13 @@ int castfs_view_plan_deq(const struct castfs_view *v,
 		case CASTFS_QR_MXFP4:
 			rc = castfs_view_add_mxfp4(pb, v, h, t, &q->t[i], d);
 			break;
+		case CASTFS_QR_BNB4:
+			rc = castfs_view_add_bnb4(pb, v, h, t,
+						  &q->q4[q->t[i].scale], d);
+			break;
+		case CASTFS_QR_CTW4:
+			rc = castfs_view_add_ctw4(pb, v, h, t, &q->t[i], d);
+			break;
 		case CASTFS_QR_SCALE:
 			break; /* folded into its weight */
 		}

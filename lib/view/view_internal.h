@@ -76,6 +76,29 @@ int castfs_view_add_mxfp4(struct castfs_pb *pb, const struct castfs_view *v,
 			  const struct castfs_tensor *t,
 			  const struct castfs_qinfo *qi, struct castfs_diag *d);
 
+/*
+ * castfs_view_add_bnb4 - bitsandbytes 4-bit source weight @w of @h
+ * (described by @s) in view @v: its quant_state shape, dequantized as
+ * bnb's dequantize_4bit and cast to the cast view's dtype. Errors of the
+ * builder; -ENOTSUP (@v is not a cast view, or has no F32 kernel).
+ */
+int castfs_view_add_bnb4(struct castfs_pb *pb, const struct castfs_view *v,
+			 const struct castfs_header *h,
+			 const struct castfs_tensor *w,
+			 const struct castfs_q4src *s, struct castfs_diag *d);
+
+/*
+ * castfs_view_add_ctw4 - compressed-tensors pack-quantized int4 weight
+ * @w of @h (scale and group per @qi) in view @v: "M.weight" [rows, cols],
+ * dequantized as the decompressor does and cast to the cast view's dtype.
+ * Errors of the builder; -ENOTSUP (@v is not a cast view, or has no F32
+ * kernel).
+ */
+int castfs_view_add_ctw4(struct castfs_pb *pb, const struct castfs_view *v,
+			 const struct castfs_header *h,
+			 const struct castfs_tensor *w,
+			 const struct castfs_qinfo *qi, struct castfs_diag *d);
+
 /* castfs_view_bnb_add - castfs_view_add_fn of the bitsandbytes views:
  * tensor @t quantised when @v converts it, else copied. */
 int castfs_view_bnb_add(struct castfs_pb *pb, const struct castfs_view *v,

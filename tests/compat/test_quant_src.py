@@ -137,6 +137,15 @@ def corpus():
                                           compress_statistics=True)
     nf4 = {"l.weight": q4}
     nf4.update({"l.weight." + k: v for k, v in st.as_dict(packed=True).items()})
+    # A quant_state whose shape disagrees with the packed weight (the
+    # well-formed layout is dequantized: test_bnb4_src.py).
+    lie = st.as_dict(packed=False)
+    lie["shape"] = (16, 66)
+    del lie["absmax"], lie["quant_map"], lie["nested_absmax"], \
+        lie["nested_quant_map"]
+    key = [k for k in nf4 if ".quant_state." in k][0]
+    from bitsandbytes.utils import pack_dict_to_tensor
+    nf4[key] = pack_dict_to_tensor(lie)
     u8 = lambda *s: torch.randint(0, 255, s, dtype=torch.uint8, generator=g)
     f8 = lambda *s: torch.randn(*s, generator=g).to(F8)
     exp = "model.layers.0.mlp.experts."
@@ -159,8 +168,12 @@ def corpus():
                       "l.weight_scale": f8(8, 3),
                       "l.weight_global_scale": torch.ones(1)},
                      "compressed-tensors"),
+        # Asymmetric int4 (zero points; the symmetric layout is
+        # dequantized: test_ct_w4_src.py).
         "ct-int4": ({"l.weight_packed": torch.zeros(8, 4, dtype=torch.int32),
                      "l.weight_scale": torch.ones(8, 1).bfloat16(),
+                     "l.weight_zero_point": torch.zeros(1, 1,
+                                                        dtype=torch.int32),
                      "l.weight_shape": torch.tensor([8, 32])},
                     "compressed-tensors"),
         "gptq": ({"l.qweight": torch.zeros(4, 8, dtype=torch.int32),
@@ -460,7 +473,7 @@ class CommandLine(unittest.TestCase):
         self.assertIn("fp8 per-tensor, F32 scale", r.stdout)
         r = self.run_cli("info", os.path.join(Env.mnt.source, "bnb-nf4.safetensors"))
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("quantized: refused: tensor 'l.weight.", r.stdout)
+        self.assertIn("quantized: refused: tensor 'l.weight", r.stdout)
         self.assertIn("bitsandbytes 4-bit", r.stdout)
 
     def test_convert_writes_the_view(self):

@@ -19,7 +19,7 @@ UNIT_TESTS = tests/unit/test_dtype tests/unit/test_st_header \
 	tests/unit/test_qsrc tests/unit/test_ns_bounds tests/unit/test_escape \
 	tests/unit/test_qsrc_ct4 \
 	tests/unit/test_gguf tests/unit/test_reader \
-	tests/unit/test_md_gguf_shards
+	tests/unit/test_md_gguf_shards tests/unit/test_st_side
 check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS)
 
@@ -85,6 +85,10 @@ tests_unit_test_plan_LDADD = $(UNIT_LDADD)
 tests_unit_test_recipe_SOURCES = tests/unit/test_recipe.c $(UNIT_MAIN)
 tests_unit_test_recipe_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_recipe_LDADD = $(UNIT_LDADD)
+tests_unit_test_st_side_SOURCES = tests/unit/test_st_side.c \
+	$(ST_TESTUTIL_SOURCES) $(UNIT_MAIN)
+tests_unit_test_st_side_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_st_side_LDADD = $(UNIT_LDADD)
 tests_unit_test_qsrc_SOURCES = tests/unit/test_qsrc.c \
 	$(ST_TESTUTIL_SOURCES) $(UNIT_MAIN)
 tests_unit_test_qsrc_CFLAGS = $(UNIT_CFLAGS)

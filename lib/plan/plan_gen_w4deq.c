@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The compressed-tensors pack-quantized int4 dequantizer, as its
+ * decompressor computes it: element (r, c) is bits 4(c % 8) of word
+ * c / 8 of row r's I32 words (rows padded to whole words), minus 8; its
+ * value is that integer times the scale of its group, in the scale's dtype
+ * (torch: the exact fp32 product rounded once to the scale's dtype), then
+ * the view's cast. A range reads only the code words and scales of its
+ * elements.
+ */
+#include <errno.h>
+
+#include "common/bytes.h"
+#include "common/compiler.h"
+#include "kernels/convert.h"
+#include "plan/plan_internal.h"
+#include "quant/quant_round.h"
+
+/* Elements per round: fp32 values W4D_F32 bytes, then the code and scale
+ * spans they need (rows of at most 256 KiB of codes and 64 KiB of scales,
+ * bounded at plan time). */
+#define W4D_CHUNK (256u << 10)
+#define W4D_F32 (W4D_CHUNK * 4u)
+#define W4D_CODES (640u << 10)
+#define W4D_SCALES (320u << 10)
+
+_Static_assert(W4D_F32 + W4D_CODES + W4D_SCALES <= CASTFS_SCRATCH_LEN,
+	       "a round fits the scratch");
+
+/* Geometry of a weight: bytes of codes and of scales per row. */
+static uint64_t w4_rb(const struct castfs_qtensor *q)
+{
+	return (q->cols / 8 + (q->cols % 8 != 0)) * 4;
+}
+
+static uint64_t w4_ss(const struct castfs_qtensor *q)
+{
+	return castfs_dtype_bits((enum castfs_dtype)q->scale_dtype) / 8;
+}
+
+/* Byte offsets (from the tensors' starts) of element @k's word and scale. */
+static uint64_t w4_word(const struct castfs_qtensor *q, uint64_t k)
+{
+	return k / q->cols * w4_rb(q) + k % q->cols / 8 * 4;
+}
+
+static uint64_t w4_scale(const struct castfs_qtensor *q, uint64_t k)
+{
+	return (k / q->cols * q->scols + k % q->cols / q->bcols) * w4_ss(q);
+}
+
+static float w4_scale_value(const struct castfs_qtensor *q, const uint8_t *p)
+{
+	/* BF16, F16 or F32: the scan accepts no other */
+	if (q->scale_dtype == CASTFS_DTYPE_BF16)
+		return castfs_f32_from_bits((uint32_t)castfs_load_le16(p)
+					    << 16);
+	if (q->scale_dtype == CASTFS_DTYPE_F16)
+		return castfs_qr_f16_value(castfs_load_le16(p));
+	return castfs_f32_from_bits(castfs_load_le32(p));
+}
+
+/* Elements [@k, @k + @n) whose spans fit the scratch: how many. */
+static uint64_t w4_fit(const struct castfs_qtensor *q, uint64_t k, uint64_t n)
+{
+	uint64_t rows = W4D_CODES / w4_rb(q);
+	uint64_t srows = W4D_SCALES / (q->scols * w4_ss(q));
+	uint64_t end = (k / q->cols + CASTFS_MIN(rows, srows)) * q->cols;
+
+	return CASTFS_MIN(n, end - k);
+}
+
+/* @n elements of one group from nibble @nib of the word at @w. */
+static void w4_group(const struct castfs_qtensor *q, const uint8_t *w,
+		     uint64_t nib, float s, uint64_t n, float *f)
+{
+	enum castfs_dtype rt = (enum castfs_dtype)q->out_round;
+	uint32_t word = castfs_load_le32(w);
+
+	for (uint64_t i = 0; i < n; i++) {
+		int v = (int)((word >> (4 * nib)) & 15) - 8;
+
+		f[i] = castfs_qr_round((float)v * s, rt);
+		if (++nib == 8 && i + 1 < n) {
+			nib = 0;
+			w += 4;
+			word = castfs_load_le32(w);
+		}
+	}
+}
+
+/* One round: the fp32 values of elements [@k, @k + @n) into @f. */
+static int w4_round(const struct castfs_reader *src,
+		    const struct castfs_qtensor *q, uint64_t k, uint64_t n,
+		    float *f, uint8_t *codes, uint8_t *scales)
+{
+	uint64_t c0 = w4_word(q, k), s0 = w4_scale(q, k);
+	uint64_t last = k + n - 1;
+	int rc = castfs_reader_read(src, codes,
+				    (size_t)(w4_word(q, last) + 4 - c0),
+				    q->src_off + c0);
+
+	if (!rc)
+		rc = castfs_reader_read(
+			src, scales,
+			(size_t)(w4_scale(q, last) + w4_ss(q) - s0),
+			q->scale_off + s0);
+	if (rc)
+		return rc;
+	for (uint64_t e = k; e <= last;) {
+		/* one group of one row at a time: one scale, no division */
+		uint64_t c = e % q->cols;
+		uint64_t stop =
+			CASTFS_MIN(last + 1 - e, q->bcols - c % q->bcols);
+
+		w4_group(q, codes + w4_word(q, e) - c0, c % 8,
+			 w4_scale_value(q, scales + w4_scale(q, e) - s0), stop,
+			 f + (e - k));
+		e += stop;
+	}
+	return 0;
+}
+
+int castfs_gen_deq_w4(const struct castfs_read_env *env,
+		      const struct castfs_extent *e, uint64_t first,
+		      uint64_t count, uint8_t *dst)
+{
+	const struct castfs_qtensor *q = &env->plan->qtensors[e->qt];
+	float *f = (float *)(void *)env->s->buf;
+	uint8_t *codes = env->s->buf + W4D_F32;
+	uint8_t *scales = codes + W4D_CODES;
+	castfs_convert_fn enc;
+
+	enc = castfs_convert_get(CASTFS_DTYPE_F32, e->dst_dtype, e->flags);
+	if (!enc)
+		return -ENOTSUP; /* unreachable: the plan checked the pair */
+	while (count) {
+		uint64_t n = w4_fit(q, first,
+				    CASTFS_MIN(count, (uint64_t)W4D_CHUNK));
+		int rc = w4_round(env->src, q, first, n, f, codes, scales);
+
+		if (rc)
+			return rc;
+		enc(dst, f, (size_t)n);
+		dst += n * e->unit;
+		first += n;
+		count -= n;
+	}
+	return 0;
+}
+
+uint64_t castfs_w4_src_off(const struct castfs_qtensor *q, uint64_t k)
+{
+	return q->src_off + w4_word(q, CASTFS_MIN(k, q->nelems - 1));
+}

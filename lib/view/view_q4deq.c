@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bitsandbytes 4-bit source weights in a view: "P" with the true shape
+ * and the values bnb's dequantize_4bit gives (in its quant_state dtype),
+ * cast to the view's dtype (CASTFS_OP_DEQ_Q4). Its companions are left
+ * out by the caller. Only cast views are built for now: the views that
+ * quantise again (nf4, int8, ...) refuse such a source (-ENOTSUP).
+ */
+#include <errno.h>
+
+#include "kernels/convert.h"
+#include "view/view_internal.h"
+
+/* The quantised-tensor record of 4-bit weight @w described by @s. */
+static void q4_qtensor(const struct castfs_header *h,
+		       const struct castfs_tensor *w,
+		       const struct castfs_q4src *s, struct castfs_qtensor *qt)
+{
+	const struct castfs_tensor *abs = &h->tensors[s->absmax];
+
+	*qt = (struct castfs_qtensor){
+		.src_off = h->data_start + w->begin,
+		.nelems = s->nelems,
+		.rows = s->ndim > 1 ? s->nelems / s->shape[s->ndim - 1] : 1,
+		.cols = s->shape[s->ndim - 1],
+		.blocksize = s->blocksize,
+		.src_dtype = CASTFS_DTYPE_U8,
+		.qtype = s->qtype,
+		.nested = s->nested,
+		.scale_off = h->data_start + abs->begin,
+		.scale_dtype = (uint8_t)abs->dtype,
+		.out_round = s->dtype,
+		/* bnb's C kernel decodes FP4 code 8 as -0.0; an odd last
+		 * dimension takes its Python fallback, whose table has +0.0
+		 * (docs/FORMATS.md, "bitsandbytes 4-bit sources"). */
+		.fp4_negzero = s->qtype == CASTFS_Q_FP4 &&
+			       s->shape[s->ndim - 1] % 2 == 0,
+	};
+	if (s->nested) {
+		qt->nabs_off =
+			h->data_start + h->tensors[s->nested_absmax].begin;
+		qt->nmap_off =
+			h->data_start + h->tensors[s->nested_quant_map].begin;
+		qt->nested_block = s->nested_blocksize;
+		qt->noffset = s->offset;
+	}
+}
+
+int castfs_view_add_bnb4(struct castfs_pb *pb, const struct castfs_view *v,
+			 const struct castfs_header *h,
+			 const struct castfs_tensor *w,
+			 const struct castfs_q4src *s, struct castfs_diag *d)
+{
+	enum castfs_dtype dt = v->dtype;
+	unsigned flags = v->cvt_flags;
+	struct castfs_qtensor qt;
+	struct castfs_producer p;
+	uint32_t idx;
+	int rc;
+
+	if (v->kind != CASTFS_VIEW_CAST)
+		return castfs_diag_set(d, -ENOTSUP,
+				       "view '%s' of a bitsandbytes 4-bit "
+				       "source is not built (only cast views)",
+				       v->name);
+	if (dt != CASTFS_DTYPE_F8_E4M3 && dt != CASTFS_DTYPE_F8_E5M2)
+		flags &= ~(unsigned)CASTFS_CVT_SATURATE;
+	if (!castfs_convert_get(CASTFS_DTYPE_F32, dt, flags))
+		return castfs_diag_set(d, -ENOTSUP,
+				       "view '%s': no F32 -> %s kernel",
+				       v->name, castfs_dtype_name(dt));
+	q4_qtensor(h, w, s, &qt);
+	rc = castfs_pb_add_qtensor(pb, &qt, &idx);
+	if (rc)
+		return rc;
+	p = (struct castfs_producer){
+		.op = CASTFS_OP_DEQ_Q4,
+		.dst_dtype = (uint8_t)dt,
+		.flags = (uint8_t)flags,
+		.unit = castfs_dtype_bits(dt) / 8,
+		.src_off = qt.src_off,
+		.qt = idx,
+	};
+	return castfs_pb_add_tensor(pb, w->name, w->name_len, dt, s->ndim,
+				    s->shape, &p);
+}

@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * compressed-tensors pack-quantized int4 source weights in a view:
+ * "M.weight" with its weight_shape, the decompressor's values (in the
+ * scale's dtype) cast to the view's dtype (CASTFS_OP_DEQ_W4). Its scale
+ * and shape tensors are left out by the caller. Only cast views are
+ * built for now (-ENOTSUP otherwise).
+ */
+#include <errno.h>
+
+#include "format/st_side.h"
+#include "kernels/convert.h"
+#include "view/view_internal.h"
+
+int castfs_view_add_ctw4(struct castfs_pb *pb, const struct castfs_view *v,
+			 const struct castfs_header *h,
+			 const struct castfs_tensor *w,
+			 const struct castfs_qinfo *qi, struct castfs_diag *d)
+{
+	const struct castfs_tensor *s = &h->tensors[qi->scale];
+	uint64_t cols = (uint64_t)qi->bcols * s->shape[1];
+	uint64_t shape[2] = { w->shape[0], cols };
+	unsigned flags = v->cvt_flags;
+	struct castfs_qtensor qt = {
+		.src_off = h->data_start + w->begin,
+		.nelems = shape[0] * cols,
+		.rows = shape[0],
+		.cols = cols,
+		.src_dtype = CASTFS_DTYPE_I32,
+		.scale_off = h->data_start + s->begin,
+		.srows = s->shape[0],
+		.scols = s->shape[1],
+		.brows = 1,
+		.bcols = qi->bcols,
+		.scale_dtype = (uint8_t)s->dtype,
+		.out_round = (uint8_t)s->dtype,
+	};
+	struct castfs_producer p;
+	uint32_t idx;
+	int rc;
+
+	if (v->kind != CASTFS_VIEW_CAST)
+		return castfs_diag_set(d, -ENOTSUP,
+				       "view '%s' of a compressed-tensors int4 "
+				       "source is not built (only cast views)",
+				       v->name);
+	if (v->dtype != CASTFS_DTYPE_F8_E4M3 &&
+	    v->dtype != CASTFS_DTYPE_F8_E5M2)
+		flags &= ~(unsigned)CASTFS_CVT_SATURATE;
+	if (!castfs_convert_get(CASTFS_DTYPE_F32, v->dtype, flags))
+		return castfs_diag_set(d, -ENOTSUP,
+				       "view '%s': no F32 -> %s kernel",
+				       v->name, castfs_dtype_name(v->dtype));
+	rc = castfs_pb_add_qtensor(pb, &qt, &idx);
+	if (rc)
+		return rc;
+	p = (struct castfs_producer){
+		.op = CASTFS_OP_DEQ_W4,
+		.dst_dtype = (uint8_t)v->dtype,
+		.flags = (uint8_t)flags,
+		.unit = castfs_dtype_bits(v->dtype) / 8,
+		.src_off = qt.src_off,
+		.qt = idx,
+	};
+	return castfs_pb_add_tensor(pb, w->name,
+				    w->name_len - (sizeof("_packed") - 1),
+				    v->dtype, 2, shape, &p);
+}

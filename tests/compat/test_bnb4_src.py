@@ -1,0 +1,325 @@
+# SPDX-License-Identifier: MIT
+"""bitsandbytes pre-quantized 4-bit checkpoints as sources (docs/FORMATS.md,
+"bitsandbytes 4-bit sources").
+
+- A tiny Llama quantized by transformers + bitsandbytes on CPU
+  (load_in_4bit, nf4, double quantisation) and written by save_pretrained
+  in two shards with an index: DIR.bf16/ loads with unmodified
+  from_pretrained (no missing or unexpected keys, no quantization_config),
+  every weight equals bitsandbytes' own dequantize_4bit of the source
+  (loaded from the source folder by transformers), logits equal;
+  DIR.nf4/ is not offered.
+- Single files written with bnb's own QuantState.as_dict(packed=True) (what
+  save_pretrained writes per weight) for nf4/fp4, with and without double
+  quantisation, blocksizes 64/128/256, shapes that are not multiples of the
+  block (an odd element count included) and the three quant_state dtypes:
+  the bf16/fp16/fp32/fp8 views equal dequantize_4bit(...).to(dtype) bit
+  for bit, companions are gone, random ranges read right.
+- Lying quant_state blobs (bad JSON, a shape that disagrees with the packed
+  size, an unknown quant_type, nested fields without nested tensors) get no
+  views and a reason in /.castfs/rejected; castfs info shows the scheme.
+"""
+import gc
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import unittest
+import warnings
+
+import castfs_testlib as tl
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+try:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import torch
+        import bitsandbytes as bnb
+        from bitsandbytes.functional import QuantState, dequantize_4bit
+        from bitsandbytes.utils import pack_dict_to_tensor
+        from safetensors.torch import load_file, save_file
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig, \
+            LlamaConfig, LlamaForCausalLM
+        from transformers.utils import logging as hf_logging
+except ImportError as e:  # pragma: no cover
+    print("SKIP: %s" % e)
+    sys.exit(tl.SKIP)
+
+VIEWS = {"bf16": torch.bfloat16, "fp16": torch.float16,
+         "fp32": torch.float32, "fp8": torch.float8_e4m3fn}
+STATE = ".quant_state.bitsandbytes__"
+# name -> (quant_type, nested, blocksize, dtype, shapes)
+SINGLES = {
+    "nf4-nested-64": ("nf4", True, 64, torch.bfloat16,
+                      [(130, 300), (33, 45)]),
+    "nf4-plain-128": ("nf4", False, 128, torch.float16, [(50, 70), (7, 3)]),
+    "fp4-nested-256": ("fp4", True, 256, torch.float32,
+                       [(300, 260), (9, 11)]),
+    "fp4-plain-64": ("fp4", False, 64, torch.bfloat16, [(96, 200)]),
+}
+
+
+class Env:
+    root = None
+    mnt = None
+    singles = {}  # name -> state dict of the source file
+    own = None  # castfs's own nf4 file
+
+
+def bits(t):
+    return t.contiguous().view(torch.uint8)
+
+
+def quantized(w, qtype, nested, bs, prefix):
+    """Weight @w as bitsandbytes writes it: save_pretrained's per-weight
+    tensors come from QuantState.as_dict(packed=True) (Params4bit)."""
+    q, st = bnb.functional.quantize_4bit(w, blocksize=bs, quant_type=qtype,
+                                         compress_statistics=nested)
+    out = {prefix: q}
+    out.update({prefix + "." + k: v
+                for k, v in st.as_dict(packed=True).items()})
+    return out
+
+
+def make_single(path, qtype, nested, bs, dtype, shapes, seed):
+    g = torch.Generator().manual_seed(seed)
+    sd = {"norm.weight": torch.randn(shapes[0][1], generator=g).to(dtype)}
+    for i, shape in enumerate(shapes):
+        w = (torch.randn(*shape, generator=g) * (1 + i)).to(dtype)
+        w.view(-1)[5] = 0.0
+        sd.update(quantized(w, qtype, nested, bs, "l%d.weight" % i))
+    save_file(sd, path, metadata={"format": "pt"})
+    return sd
+
+
+def reference(sd, dtype):
+    """bitsandbytes' dequantize_4bit of every 4-bit weight, then .to(dtype);
+    other tensors as stored."""
+    out = {}
+    weights = [k[:k.index(STATE)] for k in sd if STATE in k]
+    for w in weights:
+        comp = {k[len(w) + 1:]: v for k, v in sd.items()
+                if k.startswith(w + ".")}
+        qs = QuantState.from_dict(comp, device="cpu")
+        out[w] = dequantize_4bit(sd[w], qs).to(dtype)
+    for k, v in sd.items():
+        if k not in out and not any(k.startswith(w + ".") for w in weights):
+            out[k] = v
+    return out
+
+
+def lying(path, how):
+    """A nf4 file whose quant_state lies in way @how."""
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(16, 64, generator=g).bfloat16()
+    q, st = bnb.functional.quantize_4bit(w, blocksize=64, quant_type="nf4",
+                                         compress_statistics=False)
+    sd = {"l.weight": q}
+    sd.update({"l.weight." + k: v for k, v in st.as_dict(packed=True).items()})
+    key = "l.weight" + STATE + "nf4"
+    d = json.loads(bytes(sd[key].tolist()).decode())
+    if how == "bad-json":
+        sd[key] = torch.tensor(list(b'{"quant_type": "nf4", '),
+                               dtype=torch.uint8)
+    elif how == "shape":
+        d["shape"] = [16, 66]
+        sd[key] = pack_dict_to_tensor(d)
+    elif how == "quant-type":
+        sd["l.weight" + STATE + "int3"] = sd.pop(key)
+    elif how == "nested":
+        d.update({"nested_blocksize": 256, "nested_dtype": "float32",
+                  "nested_offset": 0.5})
+        sd[key] = pack_dict_to_tensor(d)
+    save_file(sd, path)
+
+
+def make_model(plain, dst):
+    torch.manual_seed(11)
+    cfg = LlamaConfig(vocab_size=97, hidden_size=96, intermediate_size=200,
+                      num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64)
+    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(plain)
+    m = load_quiet(plain, quantization_config=BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=torch.bfloat16), device_map="cpu")
+    m.save_pretrained(dst, max_shard_size="60KB")
+
+
+def setUpModule():
+    Env.root = tl.tempfile.mkdtemp(prefix="castfs-bnb4src-")
+    src = os.path.join(Env.root, "src")
+    os.mkdir(src)
+    make_model(os.path.join(Env.root, "plain"), os.path.join(src, "llama-nf4"))
+    for i, (name, args) in enumerate(SINGLES.items()):
+        Env.singles[name] = make_single(
+            os.path.join(src, name + ".safetensors"), *args, seed=i)
+    for how in ("bad-json", "shape", "quant-type", "nested"):
+        lying(os.path.join(src, "lie-%s.safetensors" % how), how)
+    # A seekable-zstd pack of one (its quant_state in a frame of its own
+    # or cut by frames: read through the pack's reader).
+    os.mkdir(os.path.join(src, "packed"))
+    packed = os.path.join(src, "packed", "p.safetensors")
+    shutil.copy(os.path.join(src, "nf4-nested-64.safetensors"), packed)
+    run_cli("pack", "--frame-size", "4K", packed)
+    os.unlink(packed)
+    # castfs's own nf4 view, written by castfs convert, as a source.
+    g = torch.Generator().manual_seed(9)
+    plain = os.path.join(Env.root, "plain.safetensors")
+    save_file({"a.weight": torch.randn(70, 130, generator=g).bfloat16(),
+               "a.bias": torch.randn(70, generator=g).bfloat16()}, plain)
+    run_cli("convert", plain, "--view", "nf4", "-o",
+            os.path.join(src, "own.safetensors"))
+    Env.own = load_file(os.path.join(src, "own.safetensors"))
+    Env.mnt = tl.Mount(src)
+
+
+def run_cli(*args):
+    r = subprocess.run([tl.castfs_binary()] + list(args),
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise AssertionError("castfs %s: %s" % (args[0], r.stderr))
+
+
+def tearDownModule():
+    gc.collect()
+    rc = Env.mnt.unmount() if Env.mnt else 0
+    if Env.root:
+        shutil.rmtree(Env.root, ignore_errors=True)
+    assert rc == 0, "castfs exited with %d" % rc
+
+
+def load_quiet(path, **kw):
+    hf_logging.set_verbosity_error()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AutoModelForCausalLM.from_pretrained(path, **kw)
+
+
+def dir_tensors(d):
+    out = {}
+    for n in sorted(os.listdir(d)):
+        if n.endswith(".safetensors"):
+            out.update(load_file(os.path.join(d, n)))
+    return out
+
+
+class SingleFile(unittest.TestCase):
+    def test_views_equal_dequantize_4bit(self):
+        for name, sd in Env.singles.items():
+            for v, dt in VIEWS.items():
+                with self.subTest(file=name, view=v):
+                    got = load_file(Env.mnt.join("%s.%s.safetensors" %
+                                                 (name, v)))
+                    want = reference(sd, dt)
+                    self.assertEqual(sorted(got), sorted(want))
+                    for k, t in want.items():
+                        self.assertEqual(got[k].dtype, t.dtype, k)
+                        self.assertEqual(got[k].shape, t.shape, k)
+                        self.assertTrue(torch.equal(bits(got[k]), bits(t)),
+                                        k)
+
+    def test_ranges(self):
+        name = "fp4-nested-256"
+        path = Env.mnt.join(name + ".bf16.safetensors")
+        with open(path, "rb") as f:
+            whole = f.read()
+        got = load_file(path)
+        want = reference(Env.singles[name], torch.bfloat16)
+        for k, t in want.items():
+            self.assertTrue(torch.equal(bits(got[k]), bits(t)), k)
+        tl.check_ranges(self, path, whole, random.Random(5), count=100)
+
+    def test_packed_and_castfs_written_sources(self):
+        for path, sd in ((Env.mnt.join("packed", "p.bf16.safetensors"),
+                          Env.singles["nf4-nested-64"]),
+                         (Env.mnt.join("own.fp32.safetensors"), Env.own)):
+            with self.subTest(path=path):
+                got = load_file(path)
+                want = reference(sd, got["a.weight" if "own" in path
+                                         else "l0.weight"].dtype)
+                self.assertEqual(sorted(got), sorted(want))
+                for k, t in want.items():
+                    self.assertTrue(torch.equal(bits(got[k]), bits(t)), k)
+
+    def test_lies_rejected(self):
+        names = os.listdir(Env.mnt.path)
+        with open(Env.mnt.join(".castfs", "rejected")) as f:
+            rej = {r["path"]: r["reason"] for r in json.load(f)}
+        why = {"bad-json": "not a JSON object",
+               "shape": "packed size",
+               "quant-type": "unknown quant_type",
+               "nested": "absmax does not fit"}
+        for how, text in why.items():
+            with self.subTest(lie=how):
+                base = "lie-%s" % how
+                self.assertNotIn(base + ".bf16.safetensors", names)
+                self.assertIn("bitsandbytes 4-bit", rej[base + ".safetensors"])
+                self.assertIn(text, rej[base + ".safetensors"])
+
+    def test_info_shows_scheme(self):
+        r = subprocess.run([tl.castfs_binary(), "info", os.path.join(
+            Env.mnt.source, "nf4-nested-64.safetensors")],
+            capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("quantized: bitsandbytes 4-bit, 2 weights", r.stdout)
+        self.assertIn("bnb nf4 blocks of 64, double-quantised absmax, true "
+                      "shape [130, 300] BF16", r.stdout)
+
+    def test_convert_writes_the_view(self):
+        out = os.path.join(Env.root, "conv.fp16.safetensors")
+        r = subprocess.run([tl.castfs_binary(), "convert", os.path.join(
+            Env.mnt.source, "nf4-plain-128.safetensors"), "--view", "fp16",
+            "-o", out], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(out, "rb") as f, \
+                open(Env.mnt.join("nf4-plain-128.fp16.safetensors"),
+                     "rb") as g:
+            self.assertEqual(f.read(), g.read())
+
+
+class ModelDir(unittest.TestCase):
+    def test_bf16_loads_equal_bnb(self):
+        view = Env.mnt.join("llama-nf4.bf16")
+        with open(os.path.join(view, "config.json")) as f:
+            self.assertNotIn("quantization_config", json.load(f))
+        model, info = load_quiet(view, output_loading_info=True)
+        for k in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+            self.assertEqual(list(info.get(k, [])), [], k)
+        src = load_quiet(os.path.join(Env.mnt.source, "llama-nf4"),
+                         device_map="cpu")
+        ref = {}
+        for name, mod in src.named_modules():
+            if isinstance(mod, bnb.nn.Linear4bit):
+                ref[name + ".weight"] = dequantize_4bit(
+                    mod.weight.data, mod.weight.quant_state)
+        self.assertEqual(len(ref), 14)
+        got = dict(model.named_parameters())
+        for k, t in ref.items():
+            self.assertEqual(got[k].dtype, torch.bfloat16, k)
+            self.assertTrue(torch.equal(bits(got[k].data), bits(t)), k)
+        plain = LlamaForCausalLM._from_config(
+            LlamaConfig.from_pretrained(view), dtype=torch.bfloat16)
+        sd = dict(src.state_dict())
+        sd.update(ref)
+        plain.load_state_dict({k: v for k, v in sd.items()
+                               if k in plain.state_dict()})
+        ids = torch.arange(20).reshape(1, 20)
+        with torch.no_grad():
+            self.assertTrue(torch.equal(model(ids).logits, plain(ids).logits))
+        del model, src
+        gc.collect()
+
+    def test_only_cast_views(self):
+        names = os.listdir(Env.mnt.path)
+        self.assertIn("llama-nf4.bf16", names)
+        self.assertNotIn("llama-nf4.nf4", names)
+        self.assertFalse(os.path.exists(Env.mnt.join("llama-nf4.nf4")))
+        self.assertFalse(os.path.exists(
+            Env.mnt.join("nf4-plain-128.nf4.safetensors")))
+
+
+if __name__ == "__main__":
+    tl.main()
