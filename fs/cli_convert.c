@@ -257,12 +257,55 @@ static int out_commit(struct cli_out *w, const char *out)
 	return rc ? -1 : 0;
 }
 
+/* Whether the source(s) behind a conversion are still what was read. */
+typedef bool (*conv_same_fn)(const void *ctx);
+
+static bool src_same(const void *ctx)
+{
+	const struct cli_src *s = ctx;
+
+	return cli_same_file(s->fd, &s->st);
+}
+
+static bool shards_same(const void *ctx)
+{
+	return cli_shards_same(ctx);
+}
+
+/*
+ * Write @plan, read through @r, to o->out atomically: the output appears
+ * only whole, and only if the source (@same) did not change meanwhile.
+ * @path names the source in messages. 0, or 1 (said why).
+ */
+static int conv_write(const struct castfs_reader *r, const char *path,
+		      const struct castfs_plan *plan, const struct conv_opts *o,
+		      conv_same_fn same, const void *ctx)
+{
+	struct cli_out w;
+	int rc = out_open(&w, o->out);
+
+	if (!rc)
+		rc = conv_copy(r, path, plan, w.fd, o);
+	if (!rc && !same(ctx)) {
+		fprintf(stderr,
+			"castfs convert: %s: changed while being "
+			"converted\n",
+			path);
+		rc = -1;
+	}
+	if (!rc)
+		rc = out_commit(&w, o->out);
+	if (interrupted)
+		fprintf(stderr, "castfs convert: interrupted\n");
+	cli_out_abort(&w);
+	return rc ? 1 : 0;
+}
+
 static int convert_src(const struct cli_src *s, const struct conv_opts *o)
 {
 	struct castfs_diag d = { { 0 } };
 	struct castfs_qsrc_opts qo;
 	struct castfs_plan *plan;
-	struct cli_out w;
 	int rc;
 
 	if (is_source(s, o->out)) {
@@ -281,23 +324,9 @@ static int convert_src(const struct cli_src *s, const struct conv_opts *o)
 			s->view->name, d.msg[0] ? d.msg : strerror(-rc));
 		return 1;
 	}
-	rc = out_open(&w, o->out);
-	if (!rc)
-		rc = conv_copy(s->r, s->path, plan, w.fd, o);
-	if (!rc && !cli_same_file(s->fd, &s->st)) {
-		fprintf(stderr,
-			"castfs convert: %s: changed while being "
-			"converted\n",
-			s->path);
-		rc = -1;
-	}
-	if (!rc)
-		rc = out_commit(&w, o->out);
-	if (interrupted)
-		fprintf(stderr, "castfs convert: interrupted\n");
-	cli_out_abort(&w);
+	rc = conv_write(s->r, s->path, plan, o, src_same, s);
 	castfs_plan_free(plan);
-	return rc ? 1 : 0;
+	return rc;
 }
 
 /* The GGUF view of the sharded folder @dir into o->out. 0, or 1 (said
@@ -308,7 +337,6 @@ static int convert_shards(const char *dir, const struct castfs_views *vs,
 	struct castfs_diag d = { { 0 } };
 	struct castfs_plan *plan = NULL;
 	struct cli_shards sh;
-	struct cli_out w;
 	char *view = NULL;
 	int rc;
 
@@ -339,24 +367,10 @@ static int convert_shards(const char *dir, const struct castfs_views *vs,
 		cli_shards_close(&sh);
 		return 1;
 	}
-	rc = out_open(&w, o->out);
-	if (!rc)
-		rc = conv_copy(&sh.mr.r, dir, plan, w.fd, o);
-	if (!rc && !cli_shards_same(&sh)) {
-		fprintf(stderr,
-			"castfs convert: %s: a shard changed while being "
-			"converted\n",
-			dir);
-		rc = -1;
-	}
-	if (!rc)
-		rc = out_commit(&w, o->out);
-	if (interrupted)
-		fprintf(stderr, "castfs convert: interrupted\n");
-	cli_out_abort(&w);
+	rc = conv_write(&sh.mr.r, dir, plan, o, shards_same, &sh);
 	castfs_plan_free(plan);
 	cli_shards_close(&sh);
-	return rc ? 1 : 0;
+	return rc;
 }
 
 static int parse_opts(int argc, char **argv, struct conv_opts *o)
