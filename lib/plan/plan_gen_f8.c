@@ -158,7 +158,7 @@ static int f8_stage_init(struct f8_stage *st, const struct castfs_read_env *env,
 
 /*
  * Elements [@k, @k + @n) of @q (@n <= st->cap) as float32 into @f: read
- * and widened, or, for a dequantized FP8 block weight (q->deq), its values
+ * and widened, or, for a dequantized source weight (q->deq), its values
  * rounded to BF16 as the bf16 view has them (the raw region holds the
  * codes and the scale rows meanwhile).
  */
@@ -171,8 +171,8 @@ static int f8_load(const struct castfs_read_env *env,
 	int rc;
 
 	if (q->deq) {
-		rc = castfs_fp8_dequant(env->src, q, k, n, f, st->raw,
-					st->raw + half, half);
+		rc = castfs_deq_load(env->plan, env->src, q, k, n, f, st->raw,
+				     2 * half);
 		if (!rc) {
 			castfs_convert_get(CASTFS_DTYPE_F32, CASTFS_DTYPE_BF16,
 					   0)(st->raw, f, n);

@@ -255,7 +255,7 @@ static void ct_fuse_fn(const struct castfs_tensor *s, void *arg)
 static int ct_add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
 		      const struct castfs_header *h,
 		      const struct castfs_tensor *t,
-		      const struct castfs_qtensor *deq)
+		      const struct castfs_deqsrc *deq)
 {
 	struct castfs_qtensor qt = {
 		.src_off = h->data_start + t->begin,
@@ -273,19 +273,7 @@ static int ct_add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
 	struct ct_fuse f = { .h = h, .qt = &qt };
 	int rc;
 
-	if (deq) { /* the elements: an FP8 block weight's, dequantized */
-		qt.src_dtype = CASTFS_DTYPE_BF16;
-		qt.deq = true;
-		qt.scale_off = deq->scale_off;
-		qt.srows = deq->srows;
-		qt.scols = deq->scols;
-		qt.brows = deq->brows;
-		qt.bcols = deq->bcols;
-		qt.scale_dtype = deq->scale_dtype;
-		qt.code_dtype = deq->code_dtype;
-		qt.gscale_off = deq->gscale_off;
-	}
-
+	castfs_view_deq_apply(&qt, deq);
 	if (v->kind == CASTFS_VIEW_CT_NVFP4)
 		ct_siblings(v, h, t, ct_fuse_fn, &f);
 	rc = castfs_pb_add_qtensor(pb, &qt, &p.qt);
@@ -361,7 +349,7 @@ static int ct_add_comfy(struct castfs_pb *pb, const struct castfs_header *h,
 int castfs_view_ct_quantise(struct castfs_pb *pb, const struct castfs_view *v,
 			    const struct castfs_header *h,
 			    const struct castfs_tensor *t,
-			    const struct castfs_qtensor *deq,
+			    const struct castfs_deqsrc *deq,
 			    struct castfs_diag *d)
 {
 	struct castfs_tensor tb = *t;

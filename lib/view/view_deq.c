@@ -112,9 +112,34 @@ static int add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
 		return add_deq(pb, v, h, w, qi, CASTFS_DTYPE_BF16, 0, d);
 	fp8_qtensor(h, w, &h->tensors[qi->scale], qi, &qt);
 	comfy_round(&qt, qi, CASTFS_DTYPE_BF16);
+	return castfs_view_requant(pb, v, h, w, &qt, CASTFS_OP_DEQ_FP8, d);
+}
+
+void castfs_view_deq_apply(struct castfs_qtensor *qt,
+			   const struct castfs_deqsrc *deq)
+{
+	if (!deq)
+		return;
+	qt->src_dtype = CASTFS_DTYPE_BF16;
+	qt->deq = true;
+	qt->deq_op = deq->op;
+	qt->deq_qt = deq->qt;
+}
+
+int castfs_view_requant(struct castfs_pb *pb, const struct castfs_view *v,
+			const struct castfs_header *h,
+			const struct castfs_tensor *w,
+			const struct castfs_qtensor *dq, enum castfs_op op,
+			struct castfs_diag *d)
+{
+	struct castfs_deqsrc ds = { .op = (uint8_t)op };
+	int rc = castfs_pb_add_qtensor(pb, dq, &ds.qt);
+
+	if (rc)
+		return rc;
 	if (castfs_view_is_ct(v))
-		return castfs_view_ct_quantise(pb, v, h, w, &qt, d);
-	return castfs_view_bnb_quantise(pb, v, h, w, &qt, d);
+		return castfs_view_ct_quantise(pb, v, h, w, &ds, d);
+	return castfs_view_bnb_quantise(pb, v, h, w, &ds, d);
 }
 
 /*
