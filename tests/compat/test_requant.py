@@ -19,6 +19,8 @@ Oracles, all outside castfs:
   with a quantization_config compressed-tensors reads as the oracle's;
   DIR.nf4/ loads with from_pretrained. Exits 77 without the llm-compressor
   venv.
+- fp8_scaled of the bnb single files: ComfyUI's writer rules
+  (test_comfy_fp8.comfy_quantize) run on the bf16 model above.
 """
 import gc
 import json
@@ -160,6 +162,31 @@ class BnbViewsOfBnb4(unittest.TestCase):
                         self.assertTrue(torch.equal(got[k], q), k)
                         self.assertTrue(torch.equal(
                             bits(got[k + ".absmax"]), bits(st.absmax)), k)
+
+
+class ComfyOfBnb4(unittest.TestCase):
+    def test_fp8_scaled_is_comfyuis_writer_on_bf16(self):
+        """fp8_scaled of a bnb 4-bit file: ComfyUI's writer
+        (test_comfy_fp8.comfy_quantize) run on dequantize_4bit's bf16."""
+        from test_comfy_fp8 import comfy_quantize
+        for name, sd in Env.singles.items():
+            src = reference(sd, torch.bfloat16)
+            path = Env.mnt.join("%s.fp8_scaled.safetensors" % name)
+            got = load_file(path)
+            for k, w in src.items():
+                with self.subTest(file=name, tensor=k):
+                    if k + STATE not in "".join(sd):
+                        self.assertTrue(torch.equal(bits(got[k]), bits(w)))
+                        continue
+                    codes, scale = comfy_quantize(w)
+                    self.assertTrue(torch.equal(got[k].view(torch.uint8),
+                                                codes.view(torch.uint8)), k)
+                    self.assertTrue(torch.equal(
+                        bits(got[k[:-len("weight")] +
+                                 "weight_scale"].reshape(1)),
+                        bits(scale.reshape(1))), k)
+            with open(path, "rb") as f:
+                tl.check_ranges(self, path, f.read(), count=20)
 
 
 class ModelDirs(unittest.TestCase):
