@@ -218,7 +218,7 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 	if (!rc) {
 		ck->quant = q.nfp8 > 0 || q.nmxfp4 > 0 || q.nbnb4 > 0 ||
 			    q.nctw4 > 0;
-		ck->qcasts = q.nbnb4 > 0 || q.nctw4 > 0;
+		ck->q4bit = q.nbnb4 > 0 || q.nctw4 > 0;
 		ck->qbrows = mq.block_rows;
 		ck->qbcols = mq.block_cols;
 		castfs_qsrc_fini(&q);
@@ -656,8 +656,6 @@ int ns_ckpt_packed_stat(struct castfs_ns *ns, const char *path, struct stat *st)
 
 bool ns_ckpt_offers(const struct ns_ckpt *ck, const struct castfs_view *v)
 {
-	if (ck->qcasts && v->kind != CASTFS_VIEW_CAST)
-		return false; /* 4-bit int/nf4 sources: cast views only (yet) */
 	return !ck->quant || castfs_view_dequantizes(v);
 }
 

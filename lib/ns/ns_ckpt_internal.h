@@ -23,7 +23,9 @@ struct ns_ckpt {
 	char *path;
 	struct castfs_header *h; /* NULL when rejected */
 	bool quant; /* holds FP8 block weights (ns_ckpt_offers()) */
-	bool qcasts; /* bnb 4-bit or ct int4 weights: cast views only */
+	/* bnb 4-bit or ct int4 weights: stored as packed bytes, not as the
+	 * weights a quantising view sees (ns_mdjson.c reads its bf16 view) */
+	bool q4bit;
 	/* The FP8 weight_block_size of its directory's config.json (0, 0:
 	 * none); its plans pair scales with it (ns_ckpt_qopts()). */
 	uint32_t qbrows, qbcols;

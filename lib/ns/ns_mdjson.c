@@ -159,13 +159,6 @@ bool ns_md_casts_only(struct castfs_ns *ns, const char *path)
 	       castfs_md_quant_dequantized(&q);
 }
 
-bool ns_md_4bit(struct castfs_ns *ns, const char *path)
-{
-	struct castfs_md_quant q;
-
-	return ns_ckpt_dir_quant(ns, path, &q) == 0 && (q.bnb_4bit || q.ct_w4);
-}
-
 int ns_md_keep_of(struct castfs_ns *ns, const char *dir,
 		  const struct castfs_view *v)
 {
@@ -295,14 +288,49 @@ struct ns_md_ckpts {
 	size_t n;
 	struct ns_ckpt **ck;
 	const struct castfs_header **h;
+	struct castfs_header **own; /* the h[] this holds (4-bit sources) */
 };
 
 static void md_ckpts_fini(struct castfs_ns *ns, struct ns_md_ckpts *c)
 {
-	for (size_t i = 0; i < c->n; i++)
+	for (size_t i = 0; i < c->n; i++) {
 		ns_ckpt_put(ns, c->ck[i]);
+		if (c->own)
+			castfs_header_free(c->own[i]);
+	}
 	free(c->ck);
 	free(c->h);
+	free(c->own);
+}
+
+/*
+ * The tensors a quantising view sees in checkpoint @ck: those of its
+ * bf16 view when its stored tensors are not its weights (4-bit sources
+ * store packed bytes under other shapes and names: the view quantises
+ * the bf16 view's weights, and the config must name those), else its
+ * own header. *@own is the header to free, or NULL.
+ */
+static int md_ckpt_header(struct castfs_ns *ns, struct ns_ckpt *ck,
+			  const struct castfs_header **h,
+			  struct castfs_header **own)
+{
+	const struct castfs_view *bf16;
+	const struct castfs_plan *plan;
+	int rc;
+
+	*h = ck->h;
+	*own = NULL;
+	if (!ck->q4bit)
+		return 0;
+	bf16 = castfs_views_find(ns->views, "bf16", 4);
+	if (!bf16)
+		return -ENOENT; /* unreachable: a built-in view */
+	rc = ns_ckpt_plan(ns, ck, bf16, &plan, NULL);
+	if (!rc)
+		rc = castfs_plan_header(plan, own, NULL);
+	if (!rc)
+		*h = *own;
+	return rc;
 }
 
 static int md_ckpts_of(struct castfs_ns *ns, const char *dir,
@@ -314,7 +342,8 @@ static int md_ckpts_of(struct castfs_ns *ns, const char *dir,
 	*c = (struct ns_md_ckpts){ 0 };
 	c->ck = calloc(s.nweights + 1, sizeof(*c->ck));
 	c->h = calloc(s.nweights + 1, sizeof(*c->h));
-	if (!rc && (!c->ck || !c->h))
+	c->own = calloc(s.nweights + 1, sizeof(*c->own));
+	if (!rc && (!c->ck || !c->h || !c->own))
 		rc = -ENOMEM;
 	for (size_t i = 0; !rc && i < s.nweights; i++) {
 		char *p = ns_path_join(dir, s.weights[i], strlen(s.weights[i]));
@@ -323,7 +352,8 @@ static int md_ckpts_of(struct castfs_ns *ns, const char *dir,
 
 		free(p);
 		if (vrc == 0) {
-			c->h[c->n] = c->ck[c->n]->h;
+			rc = md_ckpt_header(ns, c->ck[c->n], &c->h[c->n],
+					    &c->own[c->n]);
 			c->n++;
 		} else if (vrc == -ENOMEM) {
 			rc = vrc;

@@ -62,8 +62,6 @@ static int lookup_root(struct castfs_ns *ns, const struct ns_node *dir,
 		rc = -ENOENT;
 	if (!rc && !castfs_view_dequantizes(v) && ns_md_casts_only(ns, path))
 		rc = -ENOENT; /* not offered for a quantized model */
-	if (!rc && v->kind != CASTFS_VIEW_CAST && ns_md_4bit(ns, path))
-		rc = -ENOENT; /* bnb 4-bit: cast views only (yet) */
 	if (rc) {
 		free(path);
 		return rc;
@@ -189,8 +187,7 @@ static int list_roots(struct castfs_ns *ns, const struct ns_node *dir,
 	int rc = path ? ns_md_is_model(ns, path, &model) : -ENOMEM;
 
 	if (!rc && model && ns_src_stat(ns, path, &node.st) == 0)
-		rc = list_views(ns, l, name, strlen(name), "", &node,
-				ns_md_4bit(ns, path),
+		rc = list_views(ns, l, name, strlen(name), "", &node, false,
 				ns_md_casts_only(ns, path));
 	free(path);
 	return rc;

@@ -62,11 +62,6 @@ int ns_md_is_model(struct castfs_ns *ns, const char *path, bool *yes);
  * FP8 block model (only views that castfs_view_dequantizes() accepts). */
 bool ns_md_casts_only(struct castfs_ns *ns, const char *path);
 
-/* ns_md_4bit - whether the model in source directory @path is a
- * bitsandbytes 4-bit or compressed-tensors int4 one (only the cast views
- * are offered). */
-bool ns_md_4bit(struct castfs_ns *ns, const char *path);
-
 /* md_keep_of - the keep set (castfs_md_keep_id()) that view @v applies in
  * source directory @dir: that of the model_type of its config.json for
  * bitsandbytes views, else 0. */

@@ -100,10 +100,13 @@ struct castfs_qtensor {
 	 * gscale_off, NVFP4; or a U8 exponent per 1 x bcols, MXFP4). */
 	uint8_t code_dtype;
 	uint64_t gscale_off; /* NVFP4 source: its weight_global_scale */
-	/* Quantiser ops: the elements are those of an F8_E4M3 block weight
-	 * at src_off (with the scale grid above) dequantized and rounded to
-	 * src_dtype (BF16), not src_dtype elements read as they are. */
+	/* Quantiser ops: the elements are those of a quantized source weight
+	 * dequantized (qtensor deq_qt of the plan, by its op deq_op: DEQ_FP8,
+	 * DEQ_Q4 or DEQ_W4) and rounded to src_dtype (BF16), as the bf16 view
+	 * has them, not src_dtype elements read as they are (plan_deq.c). */
 	bool deq;
+	uint8_t deq_op; /* enum castfs_op */
+	uint32_t deq_qt;
 	/*
 	 * F8: elements sharing one scale: blk_rows x blk_cols (1 x cols for a
 	 * channel, 128 x 128 for blocks; edge blocks are cut by the matrix).

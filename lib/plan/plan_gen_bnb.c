@@ -86,7 +86,7 @@ static int q_stage_init(struct q_stage *st, const struct castfs_read_env *env,
  * only into st->raw when st->raw16.
  */
 /*
- * The BF16 elements of a dequantized FP8 weight into @raw, as the bf16
+ * The BF16 elements of a dequantized source weight into @raw, as the bf16
  * view has them. The f32, half and amax regions are free while loading:
  * they hold the fp32 values, the codes and the scale rows.
  */
@@ -100,8 +100,9 @@ static int q_load_deq(const struct castfs_read_env *env,
 
 	if (!to_bf16 || qt->src_dtype != CASTFS_DTYPE_BF16)
 		return -ENOTSUP; /* unreachable: the plan made it so */
-	rc = castfs_fp8_dequant(env->src, qt, first, n, st->f32, st->half,
-				(uint8_t *)st->amax, st->cap / 4);
+	/* half and amax are one region of cap * 2 + cap / 4 bytes */
+	rc = castfs_deq_load(env->plan, env->src, qt, first, n, st->f32,
+			     st->half, st->cap * 2 + st->cap / 4);
 	if (!rc)
 		to_bf16(raw, st->f32, n);
 	return rc;

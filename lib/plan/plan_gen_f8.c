@@ -58,6 +58,34 @@ uint64_t castfs_f8_scale_elem(const struct castfs_qtensor *q, uint64_t i)
 	return i / nbc * q->blk_rows * q->cols + i % nbc * q->blk_cols;
 }
 
+/*
+ * The absmax of a dequantized source weight @q (q->deq: ComfyUI's
+ * per-tensor scale, one weight): of its values rounded to BF16, as the
+ * bf16 view has them.
+ */
+static int deq_absmax(const struct castfs_read_env *env,
+		      const struct castfs_qtensor *q, float *out)
+{
+	uint64_t cap = env->s->len / 6; /* fp32 values, then 2 n of work */
+	float *f32 = (float *)(void *)env->s->buf;
+	float m = 0.0f;
+	int rc = 0;
+
+	cap -= cap % 64;
+	for (uint64_t i = 0; !rc && i < q->nelems; i += cap) {
+		size_t k = (size_t)CASTFS_MIN(cap, q->nelems - i);
+
+		rc = castfs_deq_load(env->plan, env->src, q, i, k, f32,
+				     env->s->buf + cap * 4, (size_t)cap * 2);
+		for (size_t j = 0; !rc && j < k; j++)
+			f32[j] = castfs_qr_round(f32[j], CASTFS_DTYPE_BF16);
+		if (!rc)
+			m = castfs_ct_absmax_merge(m, castfs_ct_absmax(f32, k));
+	}
+	*out = m;
+	return rc;
+}
+
 /* The absmax of @n elements of @q's dtype at @off, chunk by chunk. */
 static int fp4_absmax(const struct castfs_read_env *env,
 		      const struct castfs_qtensor *q, uint64_t off, uint64_t n,
@@ -110,8 +138,9 @@ static int fp4_gscale(const struct castfs_read_env *env, uint32_t idx,
 		for (uint8_t i = 0; !qs->ready && !rc && i < q->nfuse; i++) {
 			float a;
 
-			rc = fp4_absmax(env, q, q->fuse_off[i], q->fuse_n[i],
-					&a);
+			rc = q->deq ? deq_absmax(env, q, &a) :
+				      fp4_absmax(env, q, q->fuse_off[i],
+						 q->fuse_n[i], &a);
 			m = castfs_ct_absmax_merge(m, a);
 		}
 		if (!qs->ready && !rc) {
@@ -158,7 +187,7 @@ static int f8_stage_init(struct f8_stage *st, const struct castfs_read_env *env,
 
 /*
  * Elements [@k, @k + @n) of @q (@n <= st->cap) as float32 into @f: read
- * and widened, or, for a dequantized FP8 block weight (q->deq), its values
+ * and widened, or, for a dequantized source weight (q->deq), its values
  * rounded to BF16 as the bf16 view has them (the raw region holds the
  * codes and the scale rows meanwhile).
  */
@@ -171,8 +200,8 @@ static int f8_load(const struct castfs_read_env *env,
 	int rc;
 
 	if (q->deq) {
-		rc = castfs_fp8_dequant(env->src, q, k, n, f, st->raw,
-					st->raw + half, half);
+		rc = castfs_deq_load(env->plan, env->src, q, k, n, f, st->raw,
+				     2 * half);
 		if (!rc) {
 			castfs_convert_get(CASTFS_DTYPE_F32, CASTFS_DTYPE_BF16,
 					   0)(st->raw, f, n);

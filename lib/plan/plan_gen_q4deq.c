@@ -34,13 +34,14 @@ _Static_assert(Q4D_F32 + Q4D_CODES + Q4D_BLOCKS * 8u + 4096u <=
 		       CASTFS_SCRATCH_LEN,
 	       "a round fits the scratch");
 
-/* The fp32 absmax of blocks [@b0, @b0 + @nb) into @am; @raw: room. */
+/* The fp32 absmax of blocks [@b0, @b0 + @nb) into @am; @raw (@nb bytes)
+ * and @nabs (their nested groups' absmax) are room. */
 static int q4d_absmax(const struct castfs_reader *src,
 		      const struct castfs_qtensor *q, uint64_t b0, uint64_t nb,
-		      float *am, uint8_t *raw)
+		      float *am, uint8_t *raw, float *nabs)
 {
 	uint64_t g0, ng;
-	float map[256], *nabs;
+	float map[256];
 	int rc;
 
 	if (!q->nested) {
@@ -53,7 +54,6 @@ static int q4d_absmax(const struct castfs_reader *src,
 	}
 	g0 = b0 / q->nested_block;
 	ng = (b0 + nb - 1) / q->nested_block + 1 - g0;
-	nabs = (float *)(void *)(raw + Q4D_BLOCKS);
 	rc = castfs_reader_read(src, raw, (size_t)nb, q->scale_off + b0);
 	if (!rc)
 		rc = castfs_reader_read(src, nabs, (size_t)ng * 4,
@@ -89,7 +89,8 @@ static void q4d_block(const float *tab, const uint8_t *codes, uint64_t c0,
 /* One round: the fp32 values of elements [@k, @k + @n) into @f. */
 static int q4d_round(const struct castfs_reader *src,
 		     const struct castfs_qtensor *q, uint64_t k, uint64_t n,
-		     float *f, uint8_t *codes, float *am, uint8_t *raw)
+		     float *f, uint8_t *codes, float *am, uint8_t *raw,
+		     float *nabs)
 {
 	float tab[16];
 	uint64_t b0 = k / q->blocksize,
@@ -100,7 +101,7 @@ static int q4d_round(const struct castfs_reader *src,
 				    q->src_off + c0);
 
 	if (!rc)
-		rc = q4d_absmax(src, q, b0, nb, am, raw);
+		rc = q4d_absmax(src, q, b0, nb, am, raw, nabs);
 	if (rc)
 		return rc;
 	memcpy(tab, castfs_q4_table((enum castfs_qtype)q->qtype), sizeof(tab));
@@ -133,7 +134,8 @@ int castfs_gen_deq_q4(const struct castfs_read_env *env,
 		return -ENOTSUP; /* unreachable: the plan checked the pair */
 	while (count) {
 		uint64_t n = CASTFS_MIN(count, (uint64_t)Q4D_CHUNK);
-		int rc = q4d_round(env->src, q, first, n, f, codes, am, raw);
+		int rc = q4d_round(env->src, q, first, n, f, codes, am, raw,
+				   (float *)(void *)(raw + Q4D_BLOCKS));
 
 		if (rc)
 			return rc;
@@ -141,6 +143,50 @@ int castfs_gen_deq_q4(const struct castfs_read_env *env,
 		dst += n * e->unit;
 		first += n;
 		count -= n;
+	}
+	return 0;
+}
+
+/* Bytes of each region a round of elements [@k, @k + @n) uses, each a
+ * multiple of 8 (keeps the floats aligned): codes, absmax, raw, nabs. */
+static void q4d_need(const struct castfs_qtensor *q, uint64_t k, uint64_t n,
+		     uint64_t need[4])
+{
+	uint64_t nb = (k + n - 1) / q->blocksize + 1 - k / q->blocksize;
+	uint64_t ng = q->nested ? nb / q->nested_block + 2 : 0;
+
+	need[0] = ((k + n - 1) / 2 + 1 - k / 2 + 7) / 8 * 8;
+	need[1] = (nb * 4 + 7) / 8 * 8;
+	need[2] = (nb + 7) / 8 * 8;
+	need[3] = (ng * 4 + 7) / 8 * 8;
+}
+
+int castfs_q4_dequant(const struct castfs_reader *src,
+		      const struct castfs_qtensor *q, uint64_t k, size_t n,
+		      float *f, uint8_t *work, size_t wlen)
+{
+	while (n) {
+		uint64_t m = n, need[4];
+		int rc;
+
+		for (;;) { /* halve the round until its regions fit @work */
+			q4d_need(q, k, m, need);
+			if (need[0] + need[1] + need[2] + need[3] <= wlen)
+				break;
+			if (m == 1)
+				return -ENOMEM;
+			m /= 2;
+		}
+		rc = q4d_round(
+			src, q, k, m, f, work,
+			(float *)(void *)(work + need[0]),
+			work + need[0] + need[1],
+			(float *)(void *)(work + need[0] + need[1] + need[2]));
+		if (rc)
+			return rc;
+		f += m;
+		k += m;
+		n -= (size_t)m;
 	}
 	return 0;
 }

@@ -153,3 +153,31 @@ uint64_t castfs_w4_src_off(const struct castfs_qtensor *q, uint64_t k)
 {
 	return q->src_off + w4_word(q, CASTFS_MIN(k, q->nelems - 1));
 }
+
+int castfs_w4_dequant(const struct castfs_reader *src,
+		      const struct castfs_qtensor *q, uint64_t k, size_t n,
+		      float *f, uint8_t *work, size_t wlen)
+{
+	while (n) {
+		uint64_t m = n, nc, ns;
+		int rc;
+
+		for (;;) { /* halve the round until its spans fit @work */
+			nc = (w4_word(q, k + m - 1) + 4 - w4_word(q, k) + 7) /
+			     8 * 8;
+			ns = w4_scale(q, k + m - 1) + w4_ss(q) - w4_scale(q, k);
+			if (nc + ns <= wlen)
+				break;
+			if (m == 1)
+				return -ENOMEM;
+			m /= 2;
+		}
+		rc = w4_round(src, q, k, m, f, work, work + nc);
+		if (rc)
+			return rc;
+		f += m;
+		k += m;
+		n -= (size_t)m;
+	}
+	return 0;
+}

@@ -99,6 +99,37 @@ int castfs_gen_deq_w4(const struct castfs_read_env *env,
 		      const struct castfs_extent *e, uint64_t first,
 		      uint64_t count, uint8_t *dst);
 
+/*
+ * castfs_q4_dequant / castfs_w4_dequant - elements [@k, @k + @n) of a
+ * DEQ_Q4 / DEQ_W4 qtensor @q dequantized (rounded to its out_round) as
+ * fp32 into @f, reading @src; @work (@wlen bytes, 8-aligned) is scratch,
+ * used in rounds that fit it. Returns 0, -ENOMEM when not even one
+ * element's codes and scales fit, or the reader's negative errno.
+ */
+int castfs_q4_dequant(const struct castfs_reader *src,
+		      const struct castfs_qtensor *q, uint64_t k, size_t n,
+		      float *f, uint8_t *work, size_t wlen);
+int castfs_w4_dequant(const struct castfs_reader *src,
+		      const struct castfs_qtensor *q, uint64_t k, size_t n,
+		      float *f, uint8_t *work, size_t wlen);
+
+/*
+ * castfs_deq_load - elements [@k, @k + @n) of quantiser qtensor @q of
+ * plan @p whose elements are a dequantized source (@q->deq): the fp32
+ * values the source's dequantizer (@q->deq_op on qtensor @q->deq_qt)
+ * gives, before any cast; the caller rounds them to @q->src_dtype.
+ * @work (@wlen >= 2 * @n bytes, 8-aligned) is scratch. Returns 0 or a
+ * negative errno (the reader's). Thread-safe: reads only @p.
+ */
+int castfs_deq_load(const struct castfs_plan *p,
+		    const struct castfs_reader *src,
+		    const struct castfs_qtensor *q, uint64_t k, size_t n,
+		    float *f, uint8_t *work, size_t wlen);
+
+/* castfs_deq_src_off - the source offset of element @k of @q (q->deq). */
+uint64_t castfs_deq_src_off(const struct castfs_plan *p,
+			    const struct castfs_qtensor *q, uint64_t k);
+
 /* The source offset of the code word of element @k of DEQ_W4 @q. */
 uint64_t castfs_w4_src_off(const struct castfs_qtensor *q, uint64_t k);
 

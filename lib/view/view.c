@@ -157,8 +157,9 @@ bool castfs_view_dequantizes(const struct castfs_view *v)
 	case CASTFS_VIEW_CT_FP8:
 	case CASTFS_VIEW_CT_W4:
 		return true; /* from the BF16 values (view_ct.c) */
-	case CASTFS_VIEW_CT_NVFP4: /* its global scale: one file's weights */
 	case CASTFS_VIEW_COMFY_FP8:
+		return true; /* its per-tensor scale: of the bf16 values */
+	case CASTFS_VIEW_CT_NVFP4: /* its global scale: fused siblings */
 	case CASTFS_VIEW_GGUF:
 		break; /* not yet built from dequantized values */
 	}

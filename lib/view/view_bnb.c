@@ -156,29 +156,10 @@ static int bnb_add_absmax(struct castfs_pb *pb, const struct castfs_tensor *t,
  * weight, weight.absmax, weight.quant_map, [weight.nested_absmax,
  * weight.nested_quant_map], weight.quant_state.bitsandbytes__<type>.
  */
-/* A dequantized FP8 weight: its elements come from @deq's geometry. */
-static void bnb_apply_deq(struct castfs_qtensor *qt,
-			  const struct castfs_qtensor *deq)
-{
-	if (!deq)
-		return;
-	qt->src_dtype = CASTFS_DTYPE_BF16;
-	qt->deq = true;
-	qt->scale_off = deq->scale_off;
-	qt->srows = deq->srows;
-	qt->scols = deq->scols;
-	qt->brows = deq->brows;
-	qt->bcols = deq->bcols;
-	qt->scale_dtype = deq->scale_dtype;
-	qt->scale_round = deq->scale_round;
-	qt->code_dtype = deq->code_dtype;
-	qt->gscale_off = deq->gscale_off;
-}
-
 static int bnb_add_q4(struct castfs_pb *pb, const struct castfs_view *v,
 		      const struct castfs_header *h,
 		      const struct castfs_tensor *t,
-		      const struct castfs_qtensor *deq)
+		      const struct castfs_deqsrc *deq)
 {
 	struct castfs_qtensor qt = {
 		.src_off = h->data_start + t->begin,
@@ -200,7 +181,7 @@ static int bnb_add_q4(struct castfs_pb *pb, const struct castfs_view *v,
 	if (v->blocksize < 2 || v->blocksize % 2 ||
 	    v->blocksize / 2 > CASTFS_BOUNCE_LEN)
 		return -EINVAL;
-	bnb_apply_deq(&qt, deq);
+	castfs_view_deq_apply(&qt, deq);
 	rc = bnb_state(pb, &qt, &state, &state_len);
 	if (!rc)
 		rc = castfs_pb_add_qtensor(pb, &qt, &p.qt);
@@ -246,7 +227,7 @@ static size_t bnb_module_len(const struct castfs_tensor *t)
  */
 static int bnb_add_i8(struct castfs_pb *pb, const struct castfs_header *h,
 		      const struct castfs_tensor *t,
-		      const struct castfs_qtensor *deq)
+		      const struct castfs_deqsrc *deq)
 {
 	static const uint8_t row_format = 0; /* bnb's "row" layout; static */
 	struct castfs_qtensor qt = {
@@ -262,7 +243,7 @@ static int bnb_add_i8(struct castfs_pb *pb, const struct castfs_header *h,
 	bool dot = mod == t->name_len;
 	int rc;
 
-	bnb_apply_deq(&qt, deq);
+	castfs_view_deq_apply(&qt, deq);
 	rc = castfs_pb_add_qtensor(pb, &qt, &p.qt);
 	if (!rc)
 		rc = bnb_add(pb, t, t->name_len, "", CASTFS_DTYPE_I8, 2,
@@ -283,7 +264,7 @@ static int bnb_add_i8(struct castfs_pb *pb, const struct castfs_header *h,
 int castfs_view_bnb_quantise(struct castfs_pb *pb, const struct castfs_view *v,
 			     const struct castfs_header *h,
 			     const struct castfs_tensor *t,
-			     const struct castfs_qtensor *deq,
+			     const struct castfs_deqsrc *deq,
 			     struct castfs_diag *d)
 {
 	int rc;

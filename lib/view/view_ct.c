@@ -255,7 +255,7 @@ static void ct_fuse_fn(const struct castfs_tensor *s, void *arg)
 static int ct_add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
 		      const struct castfs_header *h,
 		      const struct castfs_tensor *t,
-		      const struct castfs_qtensor *deq)
+		      const struct castfs_deqsrc *deq)
 {
 	struct castfs_qtensor qt = {
 		.src_off = h->data_start + t->begin,
@@ -273,19 +273,7 @@ static int ct_add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
 	struct ct_fuse f = { .h = h, .qt = &qt };
 	int rc;
 
-	if (deq) { /* the elements: an FP8 block weight's, dequantized */
-		qt.src_dtype = CASTFS_DTYPE_BF16;
-		qt.deq = true;
-		qt.scale_off = deq->scale_off;
-		qt.srows = deq->srows;
-		qt.scols = deq->scols;
-		qt.brows = deq->brows;
-		qt.bcols = deq->bcols;
-		qt.scale_dtype = deq->scale_dtype;
-		qt.code_dtype = deq->code_dtype;
-		qt.gscale_off = deq->gscale_off;
-	}
-
+	castfs_view_deq_apply(&qt, deq);
 	if (v->kind == CASTFS_VIEW_CT_NVFP4)
 		ct_siblings(v, h, t, ct_fuse_fn, &f);
 	rc = castfs_pb_add_qtensor(pb, &qt, &p.qt);
@@ -311,7 +299,8 @@ static const char comfy_quant[] = "{\"format\": \"float8_e4m3fn\"}";
  * the marker ComfyUI's loader reads: comfy/ops.py _load_quantized_module).
  */
 static int ct_add_comfy(struct castfs_pb *pb, const struct castfs_header *h,
-			const struct castfs_tensor *t)
+			const struct castfs_tensor *t,
+			const struct castfs_deqsrc *deq)
 {
 	static const char w[] = ".weight";
 	const size_t wl = sizeof(w) - 1, ml = sizeof(comfy_quant) - 1;
@@ -336,6 +325,7 @@ static int ct_add_comfy(struct castfs_pb *pb, const struct castfs_header *h,
 
 	qt.fuse_off[0] = qt.src_off;
 	qt.fuse_n[0] = qt.nelems;
+	castfs_view_deq_apply(&qt, deq); /* its scale: of the bf16 values */
 	rc = castfs_pb_add_qtensor(pb, &qt, &p.qt);
 	if (!rc)
 		rc = castfs_pb_add_tensor(pb, t->name, t->name_len,
@@ -361,14 +351,17 @@ static int ct_add_comfy(struct castfs_pb *pb, const struct castfs_header *h,
 int castfs_view_ct_quantise(struct castfs_pb *pb, const struct castfs_view *v,
 			    const struct castfs_header *h,
 			    const struct castfs_tensor *t,
-			    const struct castfs_qtensor *deq,
+			    const struct castfs_deqsrc *deq,
 			    struct castfs_diag *d)
 {
 	struct castfs_tensor tb = *t;
 	int rc;
 
 	tb.dtype = CASTFS_DTYPE_BF16; /* the scales' dtype */
-	rc = ct_add_fp8(pb, v, h, &tb, deq);
+	if (v->kind == CASTFS_VIEW_COMFY_FP8)
+		rc = ct_add_comfy(pb, h, &tb, deq);
+	else
+		rc = ct_add_fp8(pb, v, h, &tb, deq);
 	if (rc)
 		castfs_diag_set(d, rc,
 				"view '%s': tensor '%s': cannot quantise",
@@ -385,7 +378,7 @@ int castfs_view_ct_add(struct castfs_pb *pb, const struct castfs_view *v,
 	if (!castfs_view_ct_converts(v, h, t))
 		return castfs_view_add_copy(pb, h, t);
 	if (v->kind == CASTFS_VIEW_COMFY_FP8)
-		rc = ct_add_comfy(pb, h, t);
+		rc = ct_add_comfy(pb, h, t, NULL);
 	else
 		rc = ct_add_fp8(pb, v, h, t, NULL);
 	if (rc)

@@ -87,6 +87,12 @@ static int add_deq(struct castfs_pb *pb, const struct castfs_view *v,
 				    w->shape, &p);
 }
 
+/* Views whose quantiser is view_ct.c's (compressed-tensors, ComfyUI). */
+static bool requant_ct(const struct castfs_view *v)
+{
+	return castfs_view_is_ct(v) || v->kind == CASTFS_VIEW_COMFY_FP8;
+}
+
 /*
  * An FP8 block weight in view @v: dequantized to the cast views' dtype;
  * in bitsandbytes views quantised from its BF16 values, or kept as those
@@ -105,16 +111,40 @@ static int add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
 	 * integer tensor to copy, and the compressed-tensors views quantise
 	 * the values the bf16 view shows. */
 	wb.dtype = CASTFS_DTYPE_BF16;
-	if (!castfs_view_converts(v, qi->rule == CASTFS_QRULE_INT8 ||
-						     castfs_view_is_ct(v) ?
-					     &wb :
-					     w))
+	if (!castfs_view_converts(
+		    v,
+		    qi->rule == CASTFS_QRULE_INT8 || requant_ct(v) ? &wb : w))
 		return add_deq(pb, v, h, w, qi, CASTFS_DTYPE_BF16, 0, d);
 	fp8_qtensor(h, w, &h->tensors[qi->scale], qi, &qt);
 	comfy_round(&qt, qi, CASTFS_DTYPE_BF16);
-	if (castfs_view_is_ct(v))
-		return castfs_view_ct_quantise(pb, v, h, w, &qt, d);
-	return castfs_view_bnb_quantise(pb, v, h, w, &qt, d);
+	return castfs_view_requant(pb, v, h, w, &qt, CASTFS_OP_DEQ_FP8, d);
+}
+
+void castfs_view_deq_apply(struct castfs_qtensor *qt,
+			   const struct castfs_deqsrc *deq)
+{
+	if (!deq)
+		return;
+	qt->src_dtype = CASTFS_DTYPE_BF16;
+	qt->deq = true;
+	qt->deq_op = deq->op;
+	qt->deq_qt = deq->qt;
+}
+
+int castfs_view_requant(struct castfs_pb *pb, const struct castfs_view *v,
+			const struct castfs_header *h,
+			const struct castfs_tensor *w,
+			const struct castfs_qtensor *dq, enum castfs_op op,
+			struct castfs_diag *d)
+{
+	struct castfs_deqsrc ds = { .op = (uint8_t)op };
+	int rc = castfs_pb_add_qtensor(pb, dq, &ds.qt);
+
+	if (rc)
+		return rc;
+	if (requant_ct(v))
+		return castfs_view_ct_quantise(pb, v, h, w, &ds, d);
+	return castfs_view_bnb_quantise(pb, v, h, w, &ds, d);
 }
 
 /*
@@ -130,7 +160,7 @@ static int add_plain(struct castfs_pb *pb, const struct castfs_view *v,
 {
 	if (v->kind == CASTFS_VIEW_CAST)
 		return castfs_view_add_copy(pb, h, t);
-	if (castfs_view_is_ct(v))
+	if (requant_ct(v))
 		return castfs_view_ct_add(pb, v, h, t, d);
 	return castfs_view_bnb_add(pb, v, h, t, d);
 }

@@ -112,28 +112,54 @@ int castfs_view_ct_add(struct castfs_pb *pb, const struct castfs_view *v,
 		       const struct castfs_tensor *t, struct castfs_diag *d);
 
 /*
- * castfs_view_ct_quantise - 2-D FP8 block weight @t of @h quantised by
+ * A quantized source weight that a quantiser reads dequantized: its
+ * dequantizer's qtensor, already in the plan (index @qt), and that
+ * dequantizer's op (CASTFS_OP_DEQ_FP8, DEQ_Q4 or DEQ_W4).
+ */
+struct castfs_deqsrc {
+	uint8_t op;
+	uint32_t qt;
+};
+
+/* castfs_view_deq_apply - make quantiser record @qt read @deq's values
+ * rounded to BF16 (plan_deq.c) instead of its stored elements. */
+void castfs_view_deq_apply(struct castfs_qtensor *qt,
+			   const struct castfs_deqsrc *deq);
+
+/*
+ * castfs_view_requant - quantised weight @w (BF16, its true 2-D shape,
+ * named as the source weight) of quantized source @h in non-cast view @v,
+ * from its dequantizer record @dq (op @op): @dq is added to the plan and
+ * the view's quantiser reads it, so that the result is the view of the
+ * bf16 view. Errors of the builder.
+ */
+int castfs_view_requant(struct castfs_pb *pb, const struct castfs_view *v,
+			const struct castfs_header *h,
+			const struct castfs_tensor *w,
+			const struct castfs_qtensor *dq, enum castfs_op op,
+			struct castfs_diag *d);
+
+/*
+ * castfs_view_ct_quantise - 2-D weight @t of @h quantised by
  * compressed-tensors view @v (fp8_dynamic, fp8_block, w4a16) from its
- * values dequantized and rounded to BF16 (@deq: its castfs_qtensor), as if
- * the source were the bf16 model; the scales are BF16. Errors of the
- * builder.
+ * values dequantized and rounded to BF16 (@deq), as if the source were the
+ * bf16 model; the scales are BF16. Errors of the builder.
  */
 int castfs_view_ct_quantise(struct castfs_pb *pb, const struct castfs_view *v,
 			    const struct castfs_header *h,
 			    const struct castfs_tensor *t,
-			    const struct castfs_qtensor *deq,
+			    const struct castfs_deqsrc *deq,
 			    struct castfs_diag *d);
 
 /*
  * castfs_view_bnb_quantise - tensor @t quantised by bitsandbytes view @v;
- * with @deq (an FP8 block weight's castfs_qtensor), from its values
- * dequantized and rounded to BF16 instead of its stored elements.
- * Errors of the builder.
+ * with @deq (a quantized source weight), from its values dequantized and
+ * rounded to BF16 instead of its stored elements. Errors of the builder.
  */
 int castfs_view_bnb_quantise(struct castfs_pb *pb, const struct castfs_view *v,
 			     const struct castfs_header *h,
 			     const struct castfs_tensor *t,
-			     const struct castfs_qtensor *deq,
+			     const struct castfs_deqsrc *deq,
 			     struct castfs_diag *d);
 
 int castfs_view_plan_cast(const struct castfs_view *v,

@@ -3,8 +3,9 @@
  * bitsandbytes 4-bit source weights in a view: "P" with the true shape
  * and the values bnb's dequantize_4bit gives (in its quant_state dtype),
  * cast to the view's dtype (CASTFS_OP_DEQ_Q4). Its companions are left
- * out by the caller. Only cast views are built for now: the views that
- * quantise again (nf4, int8, ...) refuse such a source (-ENOTSUP).
+ * out by the caller. The views that quantise again (nf4, int8, the
+ * compressed-tensors ones) quantise the bf16 view's values of a weight
+ * they convert (castfs_view_requant) and keep the others as bf16.
  */
 #include <errno.h>
 
@@ -58,11 +59,21 @@ int castfs_view_add_bnb4(struct castfs_pb *pb, const struct castfs_view *v,
 	uint32_t idx;
 	int rc;
 
-	if (v->kind != CASTFS_VIEW_CAST)
-		return castfs_diag_set(d, -ENOTSUP,
-				       "view '%s' of a bitsandbytes 4-bit "
-				       "source is not built (only cast views)",
-				       v->name);
+	if (v->kind != CASTFS_VIEW_CAST) {
+		/* The view's rules see the bf16 view's weight. */
+		struct castfs_tensor wb = *w;
+
+		wb.dtype = CASTFS_DTYPE_BF16;
+		wb.ndim = s->ndim;
+		wb.shape = s->shape;
+		wb.nelems = s->nelems;
+		q4_qtensor(h, w, s, &qt);
+		if (s->ndim == 2 && castfs_view_converts(v, &wb))
+			return castfs_view_requant(pb, v, h, &wb, &qt,
+						   CASTFS_OP_DEQ_Q4, d);
+		dt = CASTFS_DTYPE_BF16; /* kept as the bf16 view has it */
+		flags = 0;
+	}
 	if (dt != CASTFS_DTYPE_F8_E4M3 && dt != CASTFS_DTYPE_F8_E5M2)
 		flags &= ~(unsigned)CASTFS_CVT_SATURATE;
 	if (!castfs_convert_get(CASTFS_DTYPE_F32, dt, flags))

@@ -3,8 +3,9 @@
  * compressed-tensors pack-quantized int4 source weights in a view:
  * "M.weight" with its weight_shape, the decompressor's values (in the
  * scale's dtype) cast to the view's dtype (CASTFS_OP_DEQ_W4). Its scale
- * and shape tensors are left out by the caller. Only cast views are
- * built for now (-ENOTSUP otherwise).
+ * and shape tensors are left out by the caller. The views that quantise
+ * again quantise the bf16 view's values of a weight they convert
+ * (castfs_view_requant) and keep the others as bf16.
  */
 #include <errno.h>
 
@@ -39,30 +40,41 @@ int castfs_view_add_ctw4(struct castfs_pb *pb, const struct castfs_view *v,
 	uint32_t idx;
 	int rc;
 
-	if (v->kind != CASTFS_VIEW_CAST)
-		return castfs_diag_set(d, -ENOTSUP,
-				       "view '%s' of a compressed-tensors int4 "
-				       "source is not built (only cast views)",
-				       v->name);
-	if (v->dtype != CASTFS_DTYPE_F8_E4M3 &&
-	    v->dtype != CASTFS_DTYPE_F8_E5M2)
+	enum castfs_dtype dt = v->dtype;
+
+	if (v->kind != CASTFS_VIEW_CAST) {
+		/* The view's rules see the bf16 view's "M.weight". */
+		struct castfs_tensor wb = *w;
+
+		wb.name_len -= sizeof("_packed") - 1;
+		wb.dtype = CASTFS_DTYPE_BF16;
+		wb.ndim = 2;
+		wb.shape = shape;
+		wb.nelems = qt.nelems;
+		if (castfs_view_converts(v, &wb))
+			return castfs_view_requant(pb, v, h, &wb, &qt,
+						   CASTFS_OP_DEQ_W4, d);
+		dt = CASTFS_DTYPE_BF16; /* kept as the bf16 view has it */
+		flags = 0;
+	}
+	if (dt != CASTFS_DTYPE_F8_E4M3 && dt != CASTFS_DTYPE_F8_E5M2)
 		flags &= ~(unsigned)CASTFS_CVT_SATURATE;
-	if (!castfs_convert_get(CASTFS_DTYPE_F32, v->dtype, flags))
+	if (!castfs_convert_get(CASTFS_DTYPE_F32, dt, flags))
 		return castfs_diag_set(d, -ENOTSUP,
 				       "view '%s': no F32 -> %s kernel",
-				       v->name, castfs_dtype_name(v->dtype));
+				       v->name, castfs_dtype_name(dt));
 	rc = castfs_pb_add_qtensor(pb, &qt, &idx);
 	if (rc)
 		return rc;
 	p = (struct castfs_producer){
 		.op = CASTFS_OP_DEQ_W4,
-		.dst_dtype = (uint8_t)v->dtype,
+		.dst_dtype = (uint8_t)dt,
 		.flags = (uint8_t)flags,
-		.unit = castfs_dtype_bits(v->dtype) / 8,
+		.unit = castfs_dtype_bits(dt) / 8,
 		.src_off = qt.src_off,
 		.qt = idx,
 	};
 	return castfs_pb_add_tensor(pb, w->name,
-				    w->name_len - (sizeof("_packed") - 1),
-				    v->dtype, 2, shape, &p);
+				    w->name_len - (sizeof("_packed") - 1), dt,
+				    2, shape, &p);
 }

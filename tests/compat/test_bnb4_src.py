@@ -8,7 +8,7 @@
   from_pretrained (no missing or unexpected keys, no quantization_config),
   every weight equals bitsandbytes' own dequantize_4bit of the source
   (loaded from the source folder by transformers), logits equal;
-  DIR.nf4/ is not offered.
+  DIR.nf4/ is offered (its bytes: test_requant.py).
 - Single files written with bnb's own QuantState.as_dict(packed=True) (what
   save_pretrained writes per weight) for nf4/fp4, with and without double
   quantisation, blocksizes 64/128/256, shapes that are not multiples of the
@@ -312,12 +312,13 @@ class ModelDir(unittest.TestCase):
         del model, src
         gc.collect()
 
-    def test_only_cast_views(self):
+    def test_quantising_views_offered(self):
+        """Views that quantise again are offered (their bytes:
+        test_requant.py)."""
         names = os.listdir(Env.mnt.path)
         self.assertIn("llama-nf4.bf16", names)
-        self.assertNotIn("llama-nf4.nf4", names)
-        self.assertFalse(os.path.exists(Env.mnt.join("llama-nf4.nf4")))
-        self.assertFalse(os.path.exists(
+        self.assertIn("llama-nf4.nf4", names)
+        self.assertTrue(os.path.exists(
             Env.mnt.join("nf4-plain-128.nf4.safetensors")))
 
 

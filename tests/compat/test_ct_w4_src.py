@@ -9,8 +9,8 @@
   compressed-tensors' own PackedQuantizationCompressor.decompress of the
   source, cast by torch; DIR.bf16/ loads with unmodified from_pretrained
   (no missing or unexpected keys, no quantization_config), logits equal
-  to the model built from the decompressor's weights; DIR.nf4/ is not
-  offered.
+  to the model built from the decompressor's weights; DIR.nf4/ is
+  offered (its bytes: test_requant.py).
 - A single file: its bf16 view equal to the decompressor's, random ranges.
 - Zero points, g_idx, a weight_shape that disagrees with the packed codes
   and a missing weight_shape: no views and a reason; castfs info shows
@@ -185,12 +185,13 @@ class ModelDir(unittest.TestCase):
                 del model
                 gc.collect()
 
-    def test_only_cast_views(self):
+    def test_quantising_views_offered(self):
+        """Views that quantise again are offered (their bytes:
+        test_requant.py)."""
         names = os.listdir(Env.mnt.path)
         self.assertIn("w4-group.bf16", names)
-        self.assertNotIn("w4-group.nf4", names)
-        self.assertFalse(os.path.exists(Env.mnt.join("w4-group.nf4")))
-        self.assertFalse(os.path.exists(
+        self.assertIn("w4-group.nf4", names)
+        self.assertTrue(os.path.exists(
             Env.mnt.join("single.nf4.safetensors")))
 
 
