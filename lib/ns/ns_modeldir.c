@@ -575,6 +575,21 @@ static int mfile_getattr(struct castfs_ns *ns, const struct ns_node *n,
 	return 0;
 }
 
+/* A shard whose FP8 scales cross shards: every shard is a part. */
+static int xshard_open(struct castfs_ns *ns, const struct ns_node *n,
+		       struct ns_ckpt *ck, int view, struct castfs_file **out)
+{
+	const struct castfs_plan *plan;
+	struct ns_md_xshard x;
+	int rc = ns_md_xshard_plan(ns, ck, n->view, (int)n->dep, &x, &plan);
+
+	if (!rc)
+		rc = ns_file_new_parts(ns, x.s.n, x.s.paths, x.s.st, x.s.ck,
+				       plan, NULL, view, out);
+	ns_md_xshard_fini(ns, &x);
+	return rc;
+}
+
 static int mfile_open(struct castfs_ns *ns, const struct ns_node *n,
 		      struct castfs_file **out)
 {
@@ -594,7 +609,11 @@ static int mfile_open(struct castfs_ns *ns, const struct ns_node *n,
 	rc = shard_plan(ns, n, &ck, &plan);
 	if (rc)
 		return rc;
-	rc = ns_file_new_plan(ns, n->path, &n->st, ck, plan, NULL, view, out);
+	if (ck->xshard)
+		rc = xshard_open(ns, n, ck, view, out);
+	else
+		rc = ns_file_new_plan(ns, n->path, &n->st, ck, plan, NULL, view,
+				      out);
 	ns_ckpt_put(ns, ck);
 	return rc;
 }

@@ -195,6 +195,10 @@ static int try_fp8_scale(const struct castfs_header *h, struct castfs_qsrc *q,
 		w = castfs_qsrc_sibling(h, t, strlen("_scale_inv"), "", &err);
 		if (err)
 			return err;
+		if (!w && (q->flags & CASTFS_QSRC_XSHARD)) {
+			q->nxshard++; /* its weight may be in another shard */
+			return 0;
+		}
 		if (!w)
 			return reject(d, t,
 				      "FP8 scale without its weight in "
@@ -293,12 +297,16 @@ static int check_foreign(const struct castfs_header *h,
 }
 
 /* STRICT: an F8 tensor left unpaired has its scale in another file. */
-static int check_strict(const struct castfs_header *h,
-			const struct castfs_qsrc *q, struct castfs_diag *d)
+static int check_strict(const struct castfs_header *h, struct castfs_qsrc *q,
+			struct castfs_diag *d)
 {
 	for (size_t i = 0; i < h->ntensors; i++) {
-		if (q->t[i].role == CASTFS_QR_PLAIN &&
-		    is_fp8(h->tensors[i].dtype))
+		if (q->t[i].role != CASTFS_QR_PLAIN ||
+		    !is_fp8(h->tensors[i].dtype))
+			continue;
+		if (q->flags & CASTFS_QSRC_XSHARD)
+			q->nxshard++; /* its scale may be in another shard */
+		else
 			return reject(d, &h->tensors[i],
 				      "FP8 weight of a quantized model "
 				      "without its scale in this file");
@@ -322,6 +330,7 @@ int castfs_qsrc_scan_opts(const struct castfs_header *h,
 	unsigned flags = o ? o->flags : 0;
 	int rc = 0;
 
+	q.flags = flags;
 	q.brows = o && o->brows ? o->brows : CASTFS_FP8_BLOCK;
 	q.bcols = o && o->bcols ? o->bcols : CASTFS_FP8_BLOCK;
 
