@@ -91,6 +91,7 @@ int ns_md_xshard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 	if (rc)
 		return rc;
 	dep = ns_gguf_shards_dep(&x->s, (uint64_t)keep);
+	x->dep = dep;
 	rc = ns_md_plan_of(ns, ck, NULL, dep, v, keep, out);
 	if (rc != -ENOENT)
 		return rc;
@@ -99,6 +100,18 @@ int ns_md_xshard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 		return rc;
 	rc = ns_md_plan_of(ns, ck, h, dep, v, keep, out);
 	castfs_header_free(h);
+	return rc;
+}
+
+int ns_md_xshard_dep(struct castfs_ns *ns, const struct ns_ckpt *ck, int keep,
+		     uint64_t *dep)
+{
+	struct ns_md_xshard x = { 0 };
+	int rc = xs_read(ns, ck, &x);
+
+	if (!rc)
+		*dep = ns_gguf_shards_dep(&x.s, (uint64_t)keep);
+	ns_md_xshard_fini(ns, &x);
 	return rc;
 }
 

@@ -96,6 +96,7 @@ int ns_md_plan_of(struct castfs_ns *ns, struct ns_ckpt *ck,
 struct ns_md_xshard {
 	struct ns_gguf_shards s;
 	size_t self;
+	uint64_t dep; /* keep set and every shard's identity: a node's dep */
 };
 
 /* ns_md_xshard_plan - the plan of checkpoint @ck (ck->xshard) in view @v
@@ -108,6 +109,13 @@ struct ns_md_xshard {
 int ns_md_xshard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 		      const struct castfs_view *v, int keep,
 		      struct ns_md_xshard *x, const struct castfs_plan **out);
+
+/* ns_md_xshard_dep - the dep of the DIR.<view>/ node of checkpoint @ck
+ * (ck->xshard) with keep set @keep: the identities of every shard of its
+ * folder's index mixed in, so that a changed shard is a new node, never
+ * a mix of two versions. Returns 0 or the error of reading the index. */
+int ns_md_xshard_dep(struct castfs_ns *ns, const struct ns_ckpt *ck, int keep,
+		     uint64_t *dep);
 
 /* ns_md_xshard_fini - drop what @x holds. */
 void ns_md_xshard_fini(struct castfs_ns *ns, struct ns_md_xshard *x);

@@ -201,6 +201,8 @@ class CrossShard(unittest.TestCase):
         mine, other = Env.wmap[k], Env.wmap[k + "_scale_inv"]
         p = os.path.join(Env.mnt.join("qwen3-fp8.bf16"), mine)
         size = os.path.getsize(p)
+        with open(p, "rb") as f:
+            before = f.read()
         fd = os.open(p, os.O_RDONLY)
         try:
             self.assertEqual(len(os.pread(fd, 64, 0)), 64)
@@ -217,6 +219,17 @@ class CrossShard(unittest.TestCase):
             self.assertIn(cm.exception.errno, (errno.EIO, errno.ESTALE))
         finally:
             os.close(fd)
+        # a new open reads the shards as they are now (the same bytes)
+        deadline = time.time() + 20
+        while True:
+            try:
+                with open(p, "rb") as f:
+                    self.assertEqual(f.read(), before)
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.2)
 
 
 if __name__ == "__main__":
