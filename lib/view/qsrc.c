@@ -210,6 +210,14 @@ static int try_fp8_scale(const struct castfs_header *h, struct castfs_qsrc *q,
 	w = castfs_qsrc_sibling(h, t, strlen(".scale"), ".weight", &err);
 	if (err)
 		return err;
+	if (!w && (q->flags & CASTFS_QSRC_XSHARD) &&
+	    (t->dtype == CASTFS_DTYPE_F32 ||
+	     t->dtype == CASTFS_DTYPE_F8_E8M0)) {
+		/* Its F8 weight may be in another shard: the composite
+		 * header tells (a module's own scale stays plain there). */
+		q->nxshard++;
+		return 0;
+	}
 	if (!w || !is_fp8(w->dtype))
 		return 1; /* a module's own "scale" parameter */
 	return pair_fp8(h, q, i, w, d);

@@ -197,6 +197,19 @@ START_TEST(test_xshard__alone_refused)
 		ck_assert_int_eq(castfs_qsrc_scan(s.h[k], CASTFS_QSRC_STRICT,
 						  &q, &d),
 				 -ENOTSUP);
+	/* With an index to look in, the partners are counted, not refused:
+	 * shard 0 has a weight and two scales alone (v.scale with no
+	 * v.weight beside it too), shard 1 a scale and two weights. */
+	for (size_t k = 0; k < 2; k++) {
+		ck_assert_int_eq(castfs_qsrc_scan(s.h[k],
+						  CASTFS_QSRC_STRICT |
+							  CASTFS_QSRC_XSHARD,
+						  &q, &d),
+				 0);
+		ck_assert_uint_eq(q.nxshard, 3);
+		ck_assert_uint_eq(q.nfp8, 0);
+		castfs_qsrc_fini(&q);
+	}
 	shards_fini(&s);
 }
 END_TEST
