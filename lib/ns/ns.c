@@ -84,6 +84,8 @@ int castfs_ns_new(const struct castfs_ns_opts *o, struct castfs_ns **out,
 						 CASTFS_ZCACHE_DEFAULT,
 			       &ns->zcache);
 	if (!rc)
+		rc = ns_dir_config_init(ns);
+	if (!rc)
 		rc = ns_node_add_root(ns, d);
 	if (!rc)
 		rc = ns_modeldir_init(ns);

@@ -657,6 +657,8 @@ void ns_ckpt_cache_fini(struct castfs_ns *ns)
 		}
 	}
 	ns_ckpt_fails_fini(ns);
+	ns_mdtext_free(ns->dir_config);
+	ns->dir_config = NULL;
 }
 
 int ns_ckpt_packed_stat(struct castfs_ns *ns, const char *path, struct stat *st)
@@ -729,21 +731,4 @@ void ns_ckpt_drop_dir(struct castfs_ns *ns, const char *dir)
 	 * evicted entries do not say which directory they were in. */
 	ns_ckpt_fails_fini(ns);
 	pthread_mutex_unlock(&ns->ck_lock);
-}
-
-int ns_ckpt_dir_quant(struct castfs_ns *ns, const char *dir,
-		      struct castfs_md_quant *q)
-{
-	char *path = ns_path_join(dir, "config.json", 11), *text = NULL;
-	size_t len;
-	int rc = path ? ns_src_read_text(ns, path, NULL, NS_TEXT_MAX, &text,
-					 &len) :
-			-ENOMEM;
-
-	*q = (struct castfs_md_quant){ 0 };
-	if (!rc && castfs_md_quant_read(text, len, q, NULL) == -ENOMEM)
-		rc = -ENOMEM;
-	free(text);
-	free(path);
-	return rc == -ENOMEM ? rc : 0;
 }

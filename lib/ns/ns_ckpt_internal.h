@@ -134,11 +134,31 @@ int ns_ckpt_has_view(struct castfs_ns *ns, const char *path,
 
 struct castfs_md_quant;
 
+struct castfs_md_config;
+
+/* ns_dir_config_init - the cache of parsed config.json files behind
+ * ns_dir_config() and ns_ckpt_dir_quant() (ns_mdconfig.c; freed by
+ * ns_ckpt_cache_fini()). Returns 0 or -ENOMEM. */
+int ns_dir_config_init(struct castfs_ns *ns);
+
+/*
+ * ns_dir_config - the parsed config.json of source directory @dir, read
+ * and parsed once per identity of the file. Returns 0 (the result in
+ * *@out) or the error of the stat, read or parse. Thread-safe.
+ */
+int ns_dir_config(struct castfs_ns *ns, const char *dir,
+		  struct castfs_md_config *out);
+
 /* ns_ckpt_dir_quant - the quantization_config of the config.json in
- * source directory @dir, zeroed when there is none or it cannot be read.
- * Returns 0 or -ENOMEM. */
+ * source directory @dir, zeroed when there is none or it cannot be read;
+ * from the same parse as ns_dir_config(). Returns 0 or -ENOMEM.
+ * Thread-safe. */
 int ns_ckpt_dir_quant(struct castfs_ns *ns, const char *dir,
 		      struct castfs_md_quant *q);
+
+/* ns_dir_config_forget - drop what is kept of @dir's config.json (the
+ * watcher saw it change). Thread-safe. */
+void ns_dir_config_forget(struct castfs_ns *ns, const char *dir);
 
 /* ns_ckpt_packed_stat - the identity of the usable pack standing in for
  * the missing checkpoint @path; -ENOENT when there is none. */

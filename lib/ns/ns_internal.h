@@ -147,6 +147,9 @@ struct castfs_ns {
 	struct ns_ckpt *ck_lru, *ck_lru_tail;
 	_Atomic size_t ck_bytes;
 	size_t ck_entries; /* in the list */
+	/* Each directory's config.json, parsed once per identity
+	 * (ns_mdconfig.c). */
+	struct ns_mdtext *dir_config;
 	size_t ck_budget;
 	/* Views known not to build, of evicted entries (ns_ckpt_lru.c): so
 	 * that an entry parsed again neither rebuilds nor lists them. Under

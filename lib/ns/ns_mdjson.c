@@ -151,19 +151,11 @@ int ns_md_read(struct castfs_ns *ns, const char *path, const struct stat *ident,
 	return ns_src_read_text(ns, path, ident, MD_JSON_MAX, out, len);
 }
 
-/* The parsed config.json of @dir, from the cache (ns_mdconfig.c). */
-static int md_config_of(struct castfs_ns *ns, const char *dir,
-			struct castfs_md_config *c);
-
-/* The quantization_config of @dir's config.json, from the cache. */
-static int md_quant_of(struct castfs_ns *ns, const char *dir,
-		       struct castfs_md_quant *q);
-
 bool ns_md_casts_only(struct castfs_ns *ns, const char *path)
 {
 	struct castfs_md_quant q;
 
-	return md_quant_of(ns, path, &q) == 0 &&
+	return ns_ckpt_dir_quant(ns, path, &q) == 0 &&
 	       castfs_md_quant_dequantized(&q);
 }
 
@@ -171,7 +163,7 @@ bool ns_md_4bit(struct castfs_ns *ns, const char *path)
 {
 	struct castfs_md_quant q;
 
-	return md_quant_of(ns, path, &q) == 0 && (q.bnb_4bit || q.ct_w4);
+	return ns_ckpt_dir_quant(ns, path, &q) == 0 && (q.bnb_4bit || q.ct_w4);
 }
 
 int ns_md_keep_of(struct castfs_ns *ns, const char *dir,
@@ -179,7 +171,7 @@ int ns_md_keep_of(struct castfs_ns *ns, const char *dir,
 {
 	struct castfs_md_config c;
 
-	if (v->kind == CASTFS_VIEW_CAST || md_config_of(ns, dir, &c))
+	if (v->kind == CASTFS_VIEW_CAST || ns_dir_config(ns, dir, &c))
 		return 0;
 	return castfs_md_keep_id(c.model_type);
 }
@@ -240,7 +232,7 @@ static bool md_model_of(struct castfs_ns *ns, const char *path,
 	} else if (s->config && (s->nindex || md_any_valid(ns, path, s))) {
 		/* Unreadable or quantised in a layout castfs does not
 		 * dequantize: no views, not an error. */
-		yes = md_config_of(ns, path, &c) == 0 &&
+		yes = ns_dir_config(ns, path, &c) == 0 &&
 		      ns_ckpt_dir_quant(ns, path, &q) == 0 &&
 		      (!q.quantized || castfs_md_quant_dequantized(&q));
 	}
@@ -548,9 +540,7 @@ struct ns_md_entry {
 struct ns_mdcache {
 	pthread_mutex_t lock;
 	struct ns_md_entry *b[MD_BUCKETS];
-	struct ns_mdtext *conf; /* parsed config.json files */
 	struct ns_mdtext *ixc; /* checked indexes */
-	struct ns_mdtext *quant; /* config.json's quantization_config */
 	/* The index names of the directory the watcher last asked about
 	 * (ns_md_dir_indexes), with that directory's identity. */
 	char *ix_path;
@@ -558,30 +548,6 @@ struct ns_mdcache {
 	ino_t ix_ino;
 	struct ns_md_dir ix;
 };
-
-static int md_config_of(struct castfs_ns *ns, const char *dir,
-			struct castfs_md_config *c)
-{
-	return ns_md_config_get(ns, ns->md->conf, dir, c);
-}
-
-static int quant_parse(const char *text, size_t len, void *out)
-{
-	return castfs_md_quant_read(text, len, out, NULL);
-}
-
-static int md_quant_of(struct castfs_ns *ns, const char *dir,
-		       struct castfs_md_quant *q)
-{
-	char *path = ns_path_join(dir, "config.json", 11);
-	struct castfs_md_quant got;
-	int rc = path ? ns_mdtext_get(ns, ns->md->quant, path, &got) : -ENOMEM;
-
-	if (!rc)
-		*q = got;
-	free(path);
-	return rc;
-}
 
 int ns_md_index_ok(struct castfs_ns *ns, const char *path, char *why,
 		   size_t len)
@@ -729,8 +695,7 @@ void ns_md_json_forget(struct castfs_ns *ns, const char *dir)
 		}
 	}
 	pthread_mutex_unlock(&ns->md->lock);
-	ns_md_conf_forget(ns->md->conf, dir);
-	ns_md_conf_forget(ns->md->quant, dir);
+	ns_dir_config_forget(ns, dir);
 }
 
 int ns_modeldir_init(struct castfs_ns *ns)
@@ -738,11 +703,7 @@ int ns_modeldir_init(struct castfs_ns *ns)
 	ns->md = calloc(1, sizeof(*ns->md));
 	if (!ns->md)
 		return -ENOMEM;
-	if (ns_md_conf_new(&ns->md->conf) || ns_md_ixc_new(&ns->md->ixc) ||
-	    ns_mdtext_new(sizeof(struct castfs_md_quant), quant_parse,
-			  &ns->md->quant)) {
-		ns_mdtext_free(ns->md->conf);
-		ns_mdtext_free(ns->md->ixc);
+	if (ns_md_ixc_new(&ns->md->ixc)) {
 		free(ns->md);
 		ns->md = NULL;
 		return -ENOMEM;
@@ -823,9 +784,7 @@ void ns_modeldir_fini(struct castfs_ns *ns)
 		return;
 	ns_md_dir_fini(&ns->md->ix);
 	free(ns->md->ix_path);
-	ns_mdtext_free(ns->md->conf);
 	ns_mdtext_free(ns->md->ixc);
-	ns_mdtext_free(ns->md->quant);
 	for (size_t i = 0; i < MD_BUCKETS; i++) {
 		while (ns->md->b[i]) {
 			struct ns_md_entry *e = ns->md->b[i];

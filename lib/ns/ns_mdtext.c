@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 /*
- * Model-directory views: a small source text (config.json, an index) read
- * and parsed once per identity of the file, its result kept by path and
- * identity. A listing asks for every model directory it shows, so without
- * it a 50 MB config.json was read and parsed by every listing of its
- * parent. The caches of ns_mdconfig.c and ns_mdindex.c are two of these.
+ * A small source text (config.json, an index) read and parsed once per
+ * identity of the file, its result kept by path and identity. A listing
+ * asks for every model directory it shows, and every checkpoint parse for
+ * its directory's quantization_config, so without it a 50 MB config.json
+ * was read and parsed by every listing of its parent and every shard. The
+ * checkpoint cache's quantization_config cache (ns_ckpt.c) and those of
+ * ns_mdconfig.c and ns_mdindex.c are instances.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -12,7 +14,7 @@
 #include <string.h>
 
 #include "common/hash.h"
-#include "ns/ns_modeldir_internal.h"
+#include "ns/ns_src_internal.h"
 
 #define TEXT_BUCKETS 256u
 /* Entries kept at most; past it the cache starts again empty, so that
@@ -137,7 +139,7 @@ static struct text_entry *text_load(struct castfs_ns *ns, struct ns_mdtext *c,
 		return NULL;
 	}
 	e->ident = *st;
-	e->err = ns_md_read(ns, path, st, &text, &len);
+	e->err = ns_src_read_text(ns, path, st, NS_TEXT_MAX, &text, &len);
 	if (!e->err)
 		e->err = c->parse(text, len, e->result);
 	free(text);

@@ -145,50 +145,6 @@ void ns_md_json_forget(struct castfs_ns *ns, const char *dir);
 int ns_md_read(struct castfs_ns *ns, const char *path, const struct stat *ident,
 	       char **out, size_t *len);
 
-/*
- * A small source text read and parsed once per identity of the file
- * (ns_mdtext.c): results kept by path and identity, at most 4096 files
- * (then the cache starts again). A parse error is kept like a result;
- * transient errors (ns_err_transient()) are not.
- */
-struct ns_mdtext;
-
-/* The parse of a text into @out (the cache's result size): 0 or -errno,
- * @out filled either way (a refusal's reason is a result too). */
-typedef int (*ns_mdtext_parse_fn)(const char *text, size_t len, void *out);
-
-/* ns_mdtext_new / ns_mdtext_free - an empty cache of results of @size
- * bytes made by @parse; free accepts NULL. new returns 0 or -ENOMEM. */
-int ns_mdtext_new(size_t size, ns_mdtext_parse_fn parse,
-		  struct ns_mdtext **out);
-void ns_mdtext_free(struct ns_mdtext *c);
-
-/*
- * ns_mdtext_get - the result for source file @path, parsed now or kept:
- * copied to @out (the cache's size; zeroed after a read error) with the
- * parse's return, or the error of the stat or read. Thread-safe.
- */
-int ns_mdtext_get(struct castfs_ns *ns, struct ns_mdtext *c, const char *path,
-		  void *out);
-
-/* ns_mdtext_forget - drop what @c holds for @path, whatever its identity
- * (a rewrite that kept size and mtime). Thread-safe. */
-void ns_mdtext_forget(struct ns_mdtext *c, const char *path);
-
-/* ns_md_conf_new - a cache of parsed config.json files (ns_mdconfig.c). */
-int ns_md_conf_new(struct ns_mdtext **out);
-
-/*
- * ns_md_config_get - the parsed config.json of source directory @dir from
- * cache @c. Returns 0 (the result in *@out) or the error of the stat,
- * read or parse. Thread-safe.
- */
-int ns_md_config_get(struct castfs_ns *ns, struct ns_mdtext *c, const char *dir,
-		     struct castfs_md_config *out);
-
-/* ns_md_conf_forget - drop what @c holds for @dir's config.json. */
-void ns_md_conf_forget(struct ns_mdtext *c, const char *dir);
-
 /* ns_md_ixc_new - a cache of index checks (ns_mdindex.c). */
 int ns_md_ixc_new(struct ns_mdtext **out);
 

@@ -77,4 +77,35 @@ int ns_packed_find(struct castfs_ns *ns, const char *path, char **packed,
  */
 const char *ns_packed_shown(int dfd, const char *name, char *buf, size_t len);
 
+/*
+ * A small source text read and parsed once per identity of the file
+ * (ns_mdtext.c, level 2: the checkpoint cache and the model-directory
+ * kinds both keep texts in one): results kept by path and identity, at most 4096 files
+ * (then the cache starts again). A parse error is kept like a result;
+ * transient errors (ns_err_transient()) are not.
+ */
+struct ns_mdtext;
+
+/* The parse of a text into @out (the cache's result size): 0 or -errno,
+ * @out filled either way (a refusal's reason is a result too). */
+typedef int (*ns_mdtext_parse_fn)(const char *text, size_t len, void *out);
+
+/* ns_mdtext_new / ns_mdtext_free - an empty cache of results of @size
+ * bytes made by @parse; free accepts NULL. new returns 0 or -ENOMEM. */
+int ns_mdtext_new(size_t size, ns_mdtext_parse_fn parse,
+		  struct ns_mdtext **out);
+void ns_mdtext_free(struct ns_mdtext *c);
+
+/*
+ * ns_mdtext_get - the result for source file @path, parsed now or kept:
+ * copied to @out (the cache's size; zeroed after a read error) with the
+ * parse's return, or the error of the stat or read. Thread-safe.
+ */
+int ns_mdtext_get(struct castfs_ns *ns, struct ns_mdtext *c, const char *path,
+		  void *out);
+
+/* ns_mdtext_forget - drop what @c holds for @path, whatever its identity
+ * (a rewrite that kept size and mtime). Thread-safe. */
+void ns_mdtext_forget(struct ns_mdtext *c, const char *path);
+
 #endif

@@ -68,7 +68,10 @@ def setUpModule():
     for i in range(N):
         with open(os.path.join(Env.src, name(i)), "wb") as f:
             f.write(data)
-    Env.mnt = tl.Mount(Env.src)
+    # One process: the figures below are the serving daemon's (a
+    # supervised mount's first process is the supervisor, which does
+    # none of the work).
+    Env.mnt = tl.Mount(Env.src, options=["nosupervise"])
 
 
 def tearDownModule():
@@ -144,9 +147,11 @@ class TestScale(unittest.TestCase):
                              len(b"not a checkpoint"))
 
     def test_4_config_json_read_once_per_identity(self):
-        """A 20 MB config.json beside a checkpoint: listing its parent
-        again reads nothing more of it (the daemon's read bytes, from
-        /proc, are the oracle); a rewritten config.json takes effect."""
+        """A 20 MB config.json beside four checkpoints: parsing them and
+        listing their parent read it once, and listing again reads nothing
+        more of it (the daemon's read bytes, from /proc, are the oracle;
+        each checkpoint's parse read it before); a rewritten config.json
+        takes effect."""
         import json
         top = os.path.join(os.path.dirname(Env.src), "models")
         model = os.path.join(top, "m")
@@ -156,8 +161,17 @@ class TestScale(unittest.TestCase):
             json.dump({"model_type": "llama", "pad": pad}, f)
         with open(os.path.join(model, "model.safetensors"), "wb") as f:
             f.write(save({"l.weight": np.ones((64, 64), np.float32)}))
-        with tl.Mount(top) as m:
+        for k in range(3):
+            with open(os.path.join(model, "extra%d.safetensors" % k),
+                      "wb") as f:
+                f.write(save({"w": np.ones((8,), np.float32)}))
+        with tl.Mount(top, options=["nosupervise"]) as m:
+            before = proc_io(m.proc.pid, "rchar")
             self.assertIn("m.fp8", os.listdir(m.path))
+            self.assertIn("extra2.fp8.safetensors", os.listdir(m.join("m")))
+            read = proc_io(m.proc.pid, "rchar") - before
+            self.assertGreater(read, 20 << 20)  # it was read...
+            self.assertLess(read, 2 * (20 << 20), "config.json read twice")
             before = proc_io(m.proc.pid, "rchar")
             for _ in range(4):
                 self.assertIn("m.fp8", os.listdir(m.path))
