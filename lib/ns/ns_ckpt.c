@@ -184,6 +184,21 @@ static void ck_parse(struct castfs_ns *ns, struct ns_ckpt *ck, int fd,
 }
 
 /*
+ * Whether @dir has the index of sharded weights that lets a shard's FP8
+ * scales be looked for in the other shards (ns_mdxshard.c).
+ */
+static bool ck_dir_sharded(struct castfs_ns *ns, const char *dir)
+{
+	static const char ix[] = "model.safetensors.index.json";
+	char *p = ns_path_join(dir, ix, sizeof(ix) - 1);
+	struct stat st;
+	bool yes = p && ns_src_stat_in(ns, p, &st) == 0 && S_ISREG(st.st_mode);
+
+	free(p);
+	return yes;
+}
+
+/*
  * Quantized sources: a checkpoint holding a quantized layout castfs does
  * not dequantize exactly, or sitting in a model directory whose
  * config.json declares one, is rejected (no views, listed with the reason
@@ -196,6 +211,7 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 	struct castfs_qsrc q;
 	char *dir = ns_parent_path(ck->path);
 	int rc = dir ? ns_ckpt_dir_quant(ns, dir, &mq) : -ENOMEM;
+	bool sharded = !rc && mq.fp8_block && ck_dir_sharded(ns, dir);
 
 	free(dir);
 	if (!rc && mq.quantized && !castfs_md_quant_dequantized(&mq))
@@ -206,9 +222,10 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 				     mq.method);
 	if (!rc) {
 		const struct castfs_qsrc_opts o = {
-			.flags = mq.fp8_block || mq.ct_fp8 || mq.ct_fp4 ?
-					 CASTFS_QSRC_STRICT :
-					 0,
+			.flags = (mq.fp8_block || mq.ct_fp8 || mq.ct_fp4 ?
+					  CASTFS_QSRC_STRICT :
+					  0) |
+				 (sharded ? CASTFS_QSRC_XSHARD : 0),
 			.brows = mq.block_rows,
 			.bcols = mq.block_cols,
 		};
@@ -216,8 +233,9 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 		rc = castfs_qsrc_scan_opts(ck->h, &o, &q, &d);
 	}
 	if (!rc) {
+		ck->xshard = q.nxshard > 0;
 		ck->quant = q.nfp8 > 0 || q.nmxfp4 > 0 || q.nbnb4 > 0 ||
-			    q.nctw4 > 0;
+			    q.nctw4 > 0 || ck->xshard;
 		ck->q4bit = q.nbnb4 > 0 || q.nctw4 > 0;
 		ck->qbrows = mq.block_rows;
 		ck->qbcols = mq.block_cols;
@@ -656,6 +674,8 @@ int ns_ckpt_packed_stat(struct castfs_ns *ns, const char *path, struct stat *st)
 
 bool ns_ckpt_offers(const struct ns_ckpt *ck, const struct castfs_view *v)
 {
+	if (ck->xshard)
+		return false; /* a companion is in another shard */
 	return !ck->quant || castfs_view_dequantizes(v);
 }
 

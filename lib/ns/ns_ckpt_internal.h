@@ -26,6 +26,10 @@ struct ns_ckpt {
 	/* bnb 4-bit or ct int4 weights: stored as packed bytes, not as the
 	 * weights a quantising view sees (ns_mdjson.c reads its bf16 view) */
 	bool q4bit;
+	/* A shard of a sharded FP8 block folder with FP8 weights or scales
+	 * whose partner is in another shard: it has no single-file views;
+	 * its DIR.<view>/ file is planned with its siblings (ns_mdxshard.c). */
+	bool xshard;
 	/* The FP8 weight_block_size of its directory's config.json (0, 0:
 	 * none); its plans pair scales with it (ns_ckpt_qopts()). */
 	uint32_t qbrows, qbcols;

@@ -17,6 +17,7 @@ struct ns_mdplan {
 	struct ns_mdplan *next;
 	const struct castfs_view *view;
 	int keep;
+	uint64_t dep; /* 0, or the identities of the shards it reads */
 	struct castfs_plan *plan;
 };
 
@@ -37,56 +38,61 @@ void ns_md_plans_init(struct castfs_ns *ns)
 	ns->ckpt_fini[NS_CKPT_MDPLANS] = mdplans_fini;
 }
 
-/* Caller holds ck->lock. */
-static int mdplan_build(struct ns_ckpt *ck, const struct castfs_view *v,
-			int keep, const struct castfs_plan **out)
+/* Caller holds ck->lock. The plan of header @h (@ck's, or the composite
+ * of its shards, @dep) in view @v with keep set @keep. */
+static int mdplan_build(struct ns_ckpt *ck, const struct castfs_header *h,
+			uint64_t dep, const struct castfs_view *v, int keep,
+			const struct castfs_plan **out)
 {
 	struct ns_mdplan *p = calloc(1, sizeof(*p));
-	struct castfs_md_view mv;
+	struct castfs_md_view mv = { 0 };
 	struct castfs_qsrc_opts o;
-	int rc = p ? castfs_md_view_keep(v, keep, &mv) : -ENOMEM;
+	int rc = p ? 0 : -ENOMEM;
 
+	if (!rc && keep) /* keep 0: the view as it is */
+		rc = castfs_md_view_keep(v, keep, &mv);
 	if (rc) {
 		free(p);
 		return rc;
 	}
-	rc = castfs_view_plan_opts(&mv.v, ck->h, ns_ckpt_qopts(ck, &o),
+	rc = castfs_view_plan_opts(keep ? &mv.v : v, h, ns_ckpt_qopts(ck, &o),
 				   &p->plan, NULL);
-	castfs_md_view_fini(&mv);
+	if (keep)
+		castfs_md_view_fini(&mv);
 	if (rc) {
 		free(p);
 		return rc;
 	}
 	p->view = v;
 	p->keep = keep;
+	p->dep = dep;
 	p->next = ck->slot[NS_CKPT_MDPLANS];
 	ck->slot[NS_CKPT_MDPLANS] = p;
 	*out = p->plan;
 	return 0;
 }
 
-int ns_md_shard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
-		     const struct castfs_view *v, int keep,
-		     const struct castfs_plan **out)
+int ns_md_plan_of(struct castfs_ns *ns, struct ns_ckpt *ck,
+		  const struct castfs_header *h, uint64_t dep,
+		  const struct castfs_view *v, int keep,
+		  const struct castfs_plan **out)
 {
 	struct ns_mdplan *p;
 	size_t built = 0;
 	int rc = 0;
 
-	if (!keep)
-		return ns_ckpt_plan(ns, ck, v, out, NULL);
-	if (!ck->h)
-		return -EINVAL;
 	pthread_mutex_lock(&ck->lock);
 	for (p = ck->slot[NS_CKPT_MDPLANS]; p; p = p->next) {
-		if (p->view == v && p->keep == keep)
+		if (p->view == v && p->keep == keep && p->dep == dep)
 			break;
 	}
 	if (p) {
 		*out = p->plan;
 		castfs_stats_count(ns->stats, CASTFS_SCTR_PLAN_CACHE_HITS, 1);
+	} else if (!h) {
+		rc = -ENOENT; /* not built, and no header to build it from */
 	} else {
-		rc = mdplan_build(ck, v, keep, out);
+		rc = mdplan_build(ck, h, dep, v, keep, out);
 		if (!rc)
 			castfs_stats_count(ns->stats, CASTFS_SCTR_PLANS_BUILT,
 					   1);
@@ -98,4 +104,24 @@ int ns_md_shard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 	if (built)
 		ns_ckpt_charge(ns, ck, built);
 	return rc;
+}
+
+int ns_md_shard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
+		     const struct castfs_view *v, int keep,
+		     const struct castfs_plan **out)
+{
+	struct ns_md_xshard x;
+	int rc;
+
+	if (!ck->h)
+		return -EINVAL;
+	if (ck->xshard) {
+		/* The plan stays cached in @ck, which the caller holds. */
+		rc = ns_md_xshard_plan(ns, ck, v, keep, &x, out);
+		ns_md_xshard_fini(ns, &x);
+		return rc;
+	}
+	if (!keep)
+		return ns_ckpt_plan(ns, ck, v, out, NULL);
+	return ns_md_plan_of(ns, ck, ck->h, 0, v, keep, out);
 }

@@ -281,9 +281,10 @@ const struct ns_dir_ext ns_modeldir_dir_ext = {
 
 /* ---- inside DIR.<view>/ ---- */
 
-/* Whether @path (identity @st) is a valid checkpoint. */
+/* Whether @path (identity @st) is a valid checkpoint; its node's dep for
+ * keep set @keep into @dep. */
 static bool is_checkpoint(struct castfs_ns *ns, const char *path,
-			  const struct stat *st)
+			  const struct stat *st, int keep, uint64_t *dep)
 {
 	struct ns_ckpt *ck;
 	struct stat now;
@@ -293,6 +294,9 @@ static bool is_checkpoint(struct castfs_ns *ns, const char *path,
 	if (ns_ckpt_valid(ns, path, &now, &ck))
 		return false;
 	ok = ns_same_file(&now, st);
+	*dep = (uint64_t)keep;
+	if (ok && ck->xshard)
+		ok = ns_md_xshard_dep(ns, ck, keep, dep) == 0;
 	ns_ckpt_put(ns, ck);
 	return ok;
 }
@@ -305,10 +309,10 @@ static void child_file(struct castfs_ns *ns, const char *name,
 	child->kind = NS_FILE;
 	switch (castfs_md_name_kind(name)) {
 	case CASTFS_MD_WEIGHTS:
-		if (is_checkpoint(ns, child->path, &child->st)) {
+		if (is_checkpoint(ns, child->path, &child->st, keep,
+				  &child->dep)) {
 			child->kind = NS_MFILE;
 			child->aux = MF_SHARD;
-			child->dep = (uint64_t)keep;
 		}
 		break;
 	case CASTFS_MD_INDEX:
@@ -525,25 +529,48 @@ static int shard_keep(struct castfs_ns *ns, const struct ns_node *n)
 	return keep;
 }
 
-/* The plan of converted shard @n, from the checkpoint cache. */
+/* The composite plan of shard @n (ck->xshard) with the shards in @x,
+ * if its dep still names every shard as they are. */
+static int xshard_plan(struct castfs_ns *ns, const struct ns_node *n,
+		       struct ns_ckpt *ck, int keep, struct ns_md_xshard *x,
+		       const struct castfs_plan **plan)
+{
+	int rc = ns_md_xshard_plan(ns, ck, n->view, keep, x, plan);
+
+	if (!rc && x->dep != n->dep)
+		rc = -ESTALE; /* a shard changed since the lookup */
+	return rc;
+}
+
+/*
+ * The plan of converted shard @n, from the checkpoint cache. When its
+ * scales cross shards (ck->xshard) and @x is not NULL, the shards it
+ * reads are held in @x (ns_md_xshard_fini() on success).
+ */
 static int shard_plan(struct castfs_ns *ns, const struct ns_node *n,
-		      struct ns_ckpt **ck, const struct castfs_plan **plan)
+		      struct ns_ckpt **ck, const struct castfs_plan **plan,
+		      struct ns_md_xshard *x)
 {
 	int rc, keep = shard_keep(ns, n);
+	struct ns_md_xshard tmp;
 	struct stat st;
 
 	if (keep < 0)
 		return keep;
-	if ((uint64_t)keep != n->dep)
-		return -ESTALE; /* config.json now names another model */
 	rc = ns_ckpt_valid(ns, n->path, &st, ck);
 	if (rc)
 		return rc == -ENOENT ? -ESTALE : rc;
 	if (!ns_same_file(&st, &n->st)) {
-		ns_ckpt_put(ns, *ck);
-		return -ESTALE;
+		rc = -ESTALE;
+	} else if ((*ck)->xshard) {
+		rc = xshard_plan(ns, n, *ck, keep, x ? x : &tmp, plan);
+		if (rc || !x)
+			ns_md_xshard_fini(ns, x ? x : &tmp);
+	} else if ((uint64_t)keep != n->dep) {
+		rc = -ESTALE; /* config.json now names another model */
+	} else {
+		rc = ns_md_shard_plan(ns, *ck, n->view, keep, plan);
 	}
-	rc = ns_md_shard_plan(ns, *ck, n->view, keep, plan);
 	if (rc)
 		ns_ckpt_put(ns, *ck);
 	return rc;
@@ -558,7 +585,7 @@ static int mfile_getattr(struct castfs_ns *ns, const struct ns_node *n,
 	int rc;
 
 	if (n->aux == MF_SHARD) {
-		rc = shard_plan(ns, n, &ck, &plan);
+		rc = shard_plan(ns, n, &ck, &plan, NULL);
 		if (rc)
 			return rc;
 		size = plan->size;
@@ -578,6 +605,7 @@ static int mfile_open(struct castfs_ns *ns, const struct ns_node *n,
 	int view = ns_view_index(ns, n->view);
 	const struct castfs_plan *plan;
 	struct castfs_plan *owned;
+	struct ns_md_xshard x = { 0 };
 	struct ns_ckpt *ck;
 	int rc;
 
@@ -588,10 +616,17 @@ static int mfile_open(struct castfs_ns *ns, const struct ns_node *n,
 		return ns_file_new_plan(ns, NULL, NULL, NULL, owned, owned,
 					view, out);
 	}
-	rc = shard_plan(ns, n, &ck, &plan);
+	rc = shard_plan(ns, n, &ck, &plan, &x);
 	if (rc)
 		return rc;
-	rc = ns_file_new_plan(ns, n->path, &n->st, ck, plan, NULL, view, out);
+	/* Scales in other shards: every shard is a part of the source. */
+	if (ck->xshard)
+		rc = ns_file_new_parts(ns, x.s.n, x.s.paths, x.s.st, x.s.ck,
+				       plan, NULL, view, out);
+	else
+		rc = ns_file_new_plan(ns, n->path, &n->st, ck, plan, NULL, view,
+				      out);
+	ns_md_xshard_fini(ns, &x);
 	ns_ckpt_put(ns, ck);
 	return rc;
 }

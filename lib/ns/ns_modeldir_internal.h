@@ -75,6 +75,46 @@ int ns_md_shard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 		     const struct castfs_view *v, int keep,
 		     const struct castfs_plan **out);
 
+/* ns_md_plan_of - the plan of @h in view @v with keep set @keep, cached
+ * in @ck (which owns it) under (@v, @keep, @dep): @h is @ck's header (dep
+ * 0) or the composite header of @ck's shard (dep: the identities of every
+ * shard, ns_gguf_shards_dep()). @h NULL: only a cached plan (-ENOENT if
+ * none). Returns 0 or the builder's error. Takes @ck's lock. */
+int ns_md_plan_of(struct castfs_ns *ns, struct ns_ckpt *ck,
+		  const struct castfs_header *h, uint64_t dep,
+		  const struct castfs_view *v, int keep,
+		  const struct castfs_plan **out);
+
+/* The shards a DIR.<view>/ file of an FP8 block shard whose scales cross
+ * shards reads (ns_mdxshard.c): every shard of its folder's index, held,
+ * and its own part number. */
+struct ns_md_xshard {
+	struct ns_gguf_shards s;
+	size_t self;
+	uint64_t dep; /* keep set and every shard's identity: a node's dep */
+};
+
+/* ns_md_xshard_plan - the plan of checkpoint @ck (ck->xshard) in view @v
+ * with keep @keep over the composite source of its folder's shards
+ * (part j: x->s.paths[j], identity x->s.st[j], held x->s.ck[j]), cached
+ * in @ck under the identities of every shard. @x is filled on success
+ * and on error (ns_md_xshard_fini() either way). Returns 0, -ESTALE (a
+ * shard changed), -ENOENT (no index names @ck, a shard is rejected),
+ * -ENOTSUP (the composite is refused) or the builder's error. */
+int ns_md_xshard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
+		      const struct castfs_view *v, int keep,
+		      struct ns_md_xshard *x, const struct castfs_plan **out);
+
+/* ns_md_xshard_dep - the dep of the DIR.<view>/ node of checkpoint @ck
+ * (ck->xshard) with keep set @keep: the identities of every shard of its
+ * folder's index mixed in, so that a changed shard is a new node, never
+ * a mix of two versions. Returns 0 or the error of reading the index. */
+int ns_md_xshard_dep(struct castfs_ns *ns, const struct ns_ckpt *ck, int keep,
+		     uint64_t *dep);
+
+/* ns_md_xshard_fini - drop what @x holds. */
+void ns_md_xshard_fini(struct castfs_ns *ns, struct ns_md_xshard *x);
+
 /* md_json_size - the size of rewritten JSON node @n (MF_INDEX,
  * MF_CONFIG, MF_VINDEX), built once per identity and cached. Returns 0,
  * -ESTALE (a source changed since the lookup) or the build's error. */

@@ -11,4 +11,4 @@ lib_libcastfs_a_SOURCES += \
 	lib/view/qsrc_bnb4.c lib/view/view_q4deq.c lib/view/qsrc_ctw4.c \
 	lib/view/view_w4deq.c \
 	lib/view/view_mx.c lib/view/qsrc_ct.c \
-	lib/view/qsrc_ct4.c
+	lib/view/qsrc_ct4.c lib/view/qsrc_xshard.c lib/view/qsrc_xshard.h

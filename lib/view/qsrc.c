@@ -195,6 +195,10 @@ static int try_fp8_scale(const struct castfs_header *h, struct castfs_qsrc *q,
 		w = castfs_qsrc_sibling(h, t, strlen("_scale_inv"), "", &err);
 		if (err)
 			return err;
+		if (!w && (q->flags & CASTFS_QSRC_XSHARD)) {
+			q->nxshard++; /* its weight may be in another shard */
+			return 0;
+		}
 		if (!w)
 			return reject(d, t,
 				      "FP8 scale without its weight in "
@@ -206,6 +210,14 @@ static int try_fp8_scale(const struct castfs_header *h, struct castfs_qsrc *q,
 	w = castfs_qsrc_sibling(h, t, strlen(".scale"), ".weight", &err);
 	if (err)
 		return err;
+	if (!w && (q->flags & CASTFS_QSRC_XSHARD) &&
+	    (t->dtype == CASTFS_DTYPE_F32 ||
+	     t->dtype == CASTFS_DTYPE_F8_E8M0)) {
+		/* Its F8 weight may be in another shard: the composite
+		 * header tells (a module's own scale stays plain there). */
+		q->nxshard++;
+		return 0;
+	}
 	if (!w || !is_fp8(w->dtype))
 		return 1; /* a module's own "scale" parameter */
 	return pair_fp8(h, q, i, w, d);
@@ -293,12 +305,16 @@ static int check_foreign(const struct castfs_header *h,
 }
 
 /* STRICT: an F8 tensor left unpaired has its scale in another file. */
-static int check_strict(const struct castfs_header *h,
-			const struct castfs_qsrc *q, struct castfs_diag *d)
+static int check_strict(const struct castfs_header *h, struct castfs_qsrc *q,
+			struct castfs_diag *d)
 {
 	for (size_t i = 0; i < h->ntensors; i++) {
-		if (q->t[i].role == CASTFS_QR_PLAIN &&
-		    is_fp8(h->tensors[i].dtype))
+		if (q->t[i].role != CASTFS_QR_PLAIN ||
+		    !is_fp8(h->tensors[i].dtype))
+			continue;
+		if (q->flags & CASTFS_QSRC_XSHARD)
+			q->nxshard++; /* its scale may be in another shard */
+		else
 			return reject(d, &h->tensors[i],
 				      "FP8 weight of a quantized model "
 				      "without its scale in this file");
@@ -322,6 +338,7 @@ int castfs_qsrc_scan_opts(const struct castfs_header *h,
 	unsigned flags = o ? o->flags : 0;
 	int rc = 0;
 
+	q.flags = flags;
 	q.brows = o && o->brows ? o->brows : CASTFS_FP8_BLOCK;
 	q.bcols = o && o->bcols ? o->bcols : CASTFS_FP8_BLOCK;
 

@@ -95,6 +95,8 @@ struct castfs_qsrc {
 	struct castfs_q4src *q4;
 	size_t nctw4; /* compressed-tensors pack-quantized int4 weights */
 	uint32_t brows, bcols; /* the block size scales were paired with */
+	size_t nxshard; /* XSHARD: FP8 tensors whose partner is elsewhere */
+	unsigned flags; /* the CASTFS_QSRC_* flags of the scan */
 };
 
 /* Elements per MXFP4 block (one E8M0 scale each, 16 bytes of codes). */
@@ -106,6 +108,14 @@ struct castfs_qsrc {
  * whose scale lives elsewhere, not a plain fp8 tensor.
  */
 #define CASTFS_QSRC_STRICT 1u
+/*
+ * XSHARD (with STRICT, for a shard of a sharded FP8 block folder): an F8
+ * weight without its scale, and a "*_scale_inv" / "*.scale" without its
+ * weight, are counted in nxshard instead of refused: their partner may be
+ * in another shard (view/qsrc_xshard.h). No view of such a header alone
+ * may be served: it must be rescanned as its composite header.
+ */
+#define CASTFS_QSRC_XSHARD 2u
 
 /*
  * castfs_qsrc_scan - classify every tensor of @h (docs/FORMATS.md,

@@ -17,7 +17,7 @@ UNIT_TESTS = tests/unit/test_dtype tests/unit/test_st_header \
 	tests/unit/test_recipe tests/unit/test_tensor_tree \
 	tests/unit/test_modeldir tests/unit/test_ns tests/unit/test_zst \
 	tests/unit/test_qsrc tests/unit/test_ns_bounds tests/unit/test_escape \
-	tests/unit/test_qsrc_ct4 \
+	tests/unit/test_qsrc_ct4 tests/unit/test_qsrc_xshard \
 	tests/unit/test_gguf tests/unit/test_reader \
 	tests/unit/test_md_gguf_shards tests/unit/test_st_side
 check_PROGRAMS += $(UNIT_TESTS)
@@ -97,6 +97,10 @@ tests_unit_test_qsrc_ct4_SOURCES = tests/unit/test_qsrc_ct4.c \
 	$(ST_TESTUTIL_SOURCES) $(UNIT_MAIN)
 tests_unit_test_qsrc_ct4_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_qsrc_ct4_LDADD = $(UNIT_LDADD)
+tests_unit_test_qsrc_xshard_SOURCES = tests/unit/test_qsrc_xshard.c \
+	$(ST_TESTUTIL_SOURCES) $(UNIT_MAIN)
+tests_unit_test_qsrc_xshard_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_qsrc_xshard_LDADD = $(UNIT_LDADD)
 tests_unit_test_tensor_tree_SOURCES = tests/unit/test_tensor_tree.c \
 	$(TESTUTIL_SOURCES) $(UNIT_MAIN)
 tests_unit_test_tensor_tree_CFLAGS = $(UNIT_CFLAGS)

@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * DIR.<view>/ files of an FP8 block shard whose scales cross shards
+ * (level 5): the folder's index names every shard; each is held under
+ * the usual identity rules, the shard's composite header
+ * (view/qsrc_xshard.h) is planned once per identity of every shard and
+ * cached in the shard's checkpoint entry, and an open file reads every
+ * shard as a part of one composite source (ns_file_new_parts()).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ns/ns_modeldir_internal.h"
+#include "view/qsrc.h"
+#include "view/qsrc_xshard.h"
+
+/* The index of sharded weights: the one whose shards a view reads. */
+static const char index_name[] = "model.safetensors.index.json";
+
+/* Read the index of @ck's folder into @x->s; @x->self is @ck's shard. */
+static int xs_read(struct castfs_ns *ns, const struct ns_ckpt *ck,
+		   struct ns_md_xshard *x)
+{
+	char *folder = ns_parent_path(ck->path);
+	char *index = folder ? ns_path_join(folder, index_name,
+					    sizeof(index_name) - 1) :
+			       NULL;
+	struct stat ist;
+	int rc = index ? ns_src_stat_in(ns, index, &ist) : -ENOMEM;
+
+	if (!rc)
+		rc = ns_gguf_shards_read(ns, folder, index, &ist, &x->s, NULL);
+	free(index);
+	free(folder);
+	if (rc)
+		return rc;
+	for (x->self = 0; x->self < x->s.n; x->self++) {
+		const struct stat *st = &x->s.st[x->self];
+
+		if (st->st_dev == ck->dev && st->st_ino == ck->ino)
+			return 0;
+	}
+	return -ENOENT; /* the index does not name this shard */
+}
+
+/* The composite header of shard @x->self, checked like a whole file. */
+static int xs_header(struct ns_ckpt *ck, const struct ns_md_xshard *x,
+		     struct castfs_header **out)
+{
+	const struct castfs_header **hs = calloc(x->s.n, sizeof(*hs));
+	struct castfs_qsrc_opts o = { .flags = CASTFS_QSRC_STRICT,
+				      .brows = ck->qbrows,
+				      .bcols = ck->qbcols };
+	struct castfs_qsrc q;
+	int rc = hs ? 0 : -ENOMEM;
+
+	for (size_t j = 0; !rc && j < x->s.n; j++) {
+		hs[j] = x->s.ck[j]->h;
+		if (!hs[j])
+			rc = -ENOENT;
+	}
+	if (!rc)
+		rc = castfs_qsrc_xshard(hs, x->s.n, x->self, out, NULL);
+	free(hs);
+	if (rc)
+		return rc;
+	/* Every weight must now have its scale and every scale its
+	 * weight: what is still alone is refused, never served raw. */
+	rc = castfs_qsrc_scan_opts(*out, &o, &q, NULL);
+	if (rc) {
+		castfs_header_free(*out);
+		return rc;
+	}
+	castfs_qsrc_fini(&q);
+	return 0;
+}
+
+int ns_md_xshard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
+		      const struct castfs_view *v, int keep,
+		      struct ns_md_xshard *x, const struct castfs_plan **out)
+{
+	struct castfs_header *h;
+	uint64_t dep;
+	int rc;
+
+	memset(x, 0, sizeof(*x));
+	rc = xs_read(ns, ck, x);
+	if (!rc)
+		rc = ns_gguf_shards_hold(ns, &x->s);
+	if (rc)
+		return rc;
+	dep = ns_gguf_shards_dep(&x->s, (uint64_t)keep);
+	x->dep = dep;
+	rc = ns_md_plan_of(ns, ck, NULL, dep, v, keep, out);
+	if (rc != -ENOENT)
+		return rc;
+	rc = xs_header(ck, x, &h);
+	if (rc)
+		return rc;
+	rc = ns_md_plan_of(ns, ck, h, dep, v, keep, out);
+	castfs_header_free(h);
+	return rc;
+}
+
+int ns_md_xshard_dep(struct castfs_ns *ns, const struct ns_ckpt *ck, int keep,
+		     uint64_t *dep)
+{
+	struct ns_md_xshard x = { 0 };
+	int rc = xs_read(ns, ck, &x);
+
+	if (!rc)
+		*dep = ns_gguf_shards_dep(&x.s, (uint64_t)keep);
+	ns_md_xshard_fini(ns, &x);
+	return rc;
+}
+
+void ns_md_xshard_fini(struct castfs_ns *ns, struct ns_md_xshard *x)
+{
+	ns_gguf_shards_fini(ns, &x->s);
+}

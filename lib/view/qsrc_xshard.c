@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The composite header of one output shard of a sharded FP8 block model:
+ * which tensors of which shard it reads (its own, and its weights' scales
+ * from other shards) and where they are in the composite source.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/reader.h"
+#include "view/qsrc_xshard.h"
+
+static bool has_suffix(const struct castfs_tensor *t, const char *suf,
+		       size_t *base)
+{
+	size_t n = strlen(suf);
+
+	if (t->name_len <= n || memcmp(t->name + t->name_len - n, suf, n))
+		return false;
+	*base = t->name_len - n;
+	return true;
+}
+
+/* Tensor @base bytes of @t's name followed by @add, in @h; or NULL. */
+static const struct castfs_tensor *find_join(const struct castfs_header *h,
+					     const struct castfs_tensor *t,
+					     size_t base, const char *add)
+{
+	size_t alen = strlen(add);
+	char buf[512];
+
+	if (base + alen > sizeof(buf))
+		return NULL; /* no tensor name of a real model is this long */
+	memcpy(buf, t->name, base);
+	memcpy(buf + base, add, alen);
+	return castfs_header_find(h, buf, base + alen);
+}
+
+/*
+ * If @t is the FP8 scale of an F8 weight in @h, that weight; else NULL.
+ * The names are the ones qsrc.c pairs: "P_scale_inv" for weight "P",
+ * "M.scale" for F8 "M.weight".
+ */
+static const struct castfs_tensor *scale_weight(const struct castfs_header *h,
+						const struct castfs_tensor *t)
+{
+	const struct castfs_tensor *w = NULL;
+	size_t base;
+
+	if (has_suffix(t, "_scale_inv", &base))
+		w = find_join(h, t, base, "");
+	else if (has_suffix(t, ".scale", &base))
+		w = find_join(h, t, base, ".weight");
+	if (w && (w->dtype == CASTFS_DTYPE_F8_E4M3 ||
+		  w->dtype == CASTFS_DTYPE_F8_E5M2))
+		return w;
+	return NULL;
+}
+
+/* Whether some shard other than @k holds @t's F8 weight. */
+static bool weight_elsewhere(const struct castfs_header *const *hs, size_t n,
+			     size_t k, const struct castfs_tensor *t)
+{
+	for (size_t j = 0; j < n; j++) {
+		if (j != k && scale_weight(hs[j], t))
+			return true;
+	}
+	return false;
+}
+
+/* Whether tensor @t of shard @j belongs in the header of shard @k. */
+static bool wanted(const struct castfs_header *const *hs, size_t n, size_t k,
+		   size_t j, const struct castfs_tensor *t)
+{
+	if (j != k)
+		return scale_weight(hs[k], t) != NULL;
+	/* A scale whose weight is here stays (qsrc pairs it); one whose
+	 * weight is in another shard goes with that shard's output. */
+	return scale_weight(hs[k], t) || !weight_elsewhere(hs, n, k, t);
+}
+
+static int by_name_cmp(const void *a, const void *b)
+{
+	const struct castfs_tensor *x = *(const struct castfs_tensor *const *)a;
+	const struct castfs_tensor *y = *(const struct castfs_tensor *const *)b;
+	size_t m = x->name_len < y->name_len ? x->name_len : y->name_len;
+	int r = m ? memcmp(x->name, y->name, m) : 0;
+
+	if (r)
+		return r;
+	return (x->name_len > y->name_len) - (x->name_len < y->name_len);
+}
+
+/* Fill @h's tensors (@m counted) with the wanted ones, offsets rebased. */
+static void fill(const struct castfs_header *const *hs, size_t n, size_t k,
+		 struct castfs_header *h)
+{
+	size_t m = 0;
+
+	for (size_t j = 0; j < n; j++) {
+		for (size_t i = 0; i < hs[j]->ntensors; i++) {
+			const struct castfs_tensor *t = &hs[j]->tensors[i];
+			struct castfs_tensor *o = &h->tensors[m];
+
+			if (!wanted(hs, n, k, j, t))
+				continue;
+			*o = *t;
+			o->begin = castfs_part_off(j, hs[j]->data_start +
+							      t->begin);
+			o->end = o->begin + (t->end - t->begin);
+			h->by_name[m++] = o;
+			if (o->end > h->data_len)
+				h->data_len = o->end;
+		}
+	}
+	h->ntensors = m;
+	qsort(h->by_name, m, sizeof(*h->by_name), by_name_cmp);
+}
+
+int castfs_qsrc_xshard(const struct castfs_header *const *hs, size_t n,
+		       size_t k, struct castfs_header **out,
+		       struct castfs_diag *d)
+{
+	struct castfs_header *h;
+	size_t m = 0;
+
+	if (k >= n || n > CASTFS_PART_MAX)
+		return -EINVAL;
+	if (hs[k]->side)
+		return castfs_diag_set(d, -ENOTSUP,
+				       "a 4-bit layout's side data: not "
+				       "served across shards");
+	for (size_t j = 0; j < n; j++)
+		for (size_t i = 0; i < hs[j]->ntensors; i++)
+			m += wanted(hs, n, k, j, &hs[j]->tensors[i]);
+	/* One block, as the parser allocates: castfs_header_free() frees it. */
+	h = calloc(1, sizeof(*h) + (m ? m : 1) * (sizeof(*h->tensors) +
+						  sizeof(*h->by_name)));
+	if (!h)
+		return -ENOMEM;
+	h->tensors = (struct castfs_tensor *)(h + 1);
+	h->by_name = (const struct castfs_tensor **)(h->tensors + (m ? m : 1));
+	h->has_metadata = hs[k]->has_metadata;
+	h->nmeta = hs[k]->nmeta;
+	h->meta = hs[k]->meta;
+	fill(hs, n, k, h);
+	*out = h;
+	return 0;
+}

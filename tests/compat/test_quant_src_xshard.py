@@ -1,0 +1,244 @@
+# SPDX-License-Identifier: MIT
+"""FP8 block weights whose scale is in another shard (docs/FORMATS.md,
+"Quantized sources"): a Qwen3 in the FP8 block layout, sharded by
+transformers' own sharder (huggingface_hub's split_torch_state_dict_into_shards,
+what save_pretrained calls) with a max_shard_size that puts weights and
+their scales in different shards.
+
+- DIR.bf16/ loads with unmodified from_pretrained and equals, parameter by
+  parameter and in its logits, transformers' own CPU dequantization of the
+  source, and DeepSeek's weight_dequant rule (torch) tensor by tensor.
+- Each DIR.bf16/ shard holds exactly the source shard's tensors less the
+  scales (the layout of the dequantized model saved with the same split).
+- A shard alone has no single-file views (its scales are elsewhere).
+- A shard rewritten while a view file reading it is open fails the next
+  read with an errno.
+"""
+import errno
+import gc
+import json
+import os
+import shutil
+import sys
+import time
+import unittest
+import warnings
+
+import castfs_testlib as tl
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+try:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import torch
+        from huggingface_hub import split_torch_state_dict_into_shards
+        from safetensors.torch import load_file, save_file
+        from transformers import AutoModelForCausalLM, Qwen3Config, \
+            Qwen3ForCausalLM
+        from transformers.utils import logging as hf_logging
+except ImportError as e:  # pragma: no cover
+    print("SKIP: %s" % e)
+    sys.exit(tl.SKIP)
+
+F8 = torch.float8_e4m3fn
+BLOCK = (64, 32)
+
+
+def quant_fp8_block(w, bm, bn):
+    """DeepSeek README_WEIGHTS with a [bm, bn] block (shapes divide)."""
+    w = w.float()
+    m, n = w.shape
+    blk = w.view(m // bm, bm, n // bn, bn)
+    s = blk.abs().amax(dim=(1, 3)).clamp(min=1e-12) / 448.0
+    q = (blk / s[:, None, :, None]).clamp(-448, 448)
+    return q.view(m, n).to(F8), s
+
+
+def deepseek_dequant(w, s, bm, bn, dtype=torch.bfloat16):
+    """The oracle: DeepSeek kernel.py weight_dequant, w * s in fp32."""
+    m, n = w.shape
+    rows = torch.arange(m) // bm
+    cols = torch.arange(n) // bn
+    return (w.float() * s.float()[rows, :][:, cols]).to(dtype)
+
+
+def bits(t):
+    return t.contiguous().view(torch.uint8)
+
+
+def write_model(path):
+    """Qwen3 in the FP8 block layout, each weight followed by its scale
+    (the order of a transformers FP8 model's state dict), sharded."""
+    torch.manual_seed(7)
+    cfg = Qwen3Config(vocab_size=300, hidden_size=192, intermediate_size=320,
+                      num_hidden_layers=2, num_attention_heads=3,
+                      num_key_value_heads=1, head_dim=64,
+                      tie_word_embeddings=False)
+    model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
+    sd = {}
+    for k, t in model.state_dict().items():
+        if k.endswith("proj.weight"):
+            sd[k], sd[k + "_scale_inv"] = quant_fp8_block(t, *BLOCK)
+        else:
+            sd[k] = t.contiguous()
+    split = split_torch_state_dict_into_shards(
+        sd, filename_pattern="model{suffix}.safetensors",
+        max_shard_size="60KB")
+    os.makedirs(path)
+    for fname, names in split.filename_to_tensors.items():
+        save_file({n: sd[n] for n in names}, os.path.join(path, fname),
+                  metadata={"format": "pt"})
+    total = sum(t.numel() * t.element_size() for t in sd.values())
+    json.dump({"metadata": {"total_size": total},
+               "weight_map": split.tensor_to_filename},
+              open(os.path.join(path, "model.safetensors.index.json"), "w"),
+              indent=2, sort_keys=True)
+    c = cfg.to_dict()
+    c["quantization_config"] = {
+        "activation_scheme": "dynamic", "fmt": "e4m3",
+        "quant_method": "fp8", "weight_block_size": list(BLOCK)}
+    c["architectures"] = ["Qwen3ForCausalLM"]
+    json.dump(c, open(os.path.join(path, "config.json"), "w"), indent=2)
+    return split.tensor_to_filename
+
+
+class Env:
+    root = None
+    mnt = None
+    wmap = None
+
+
+def setUpModule():
+    Env.root = tl.tempfile.mkdtemp(prefix="castfs-xshard-")
+    src = os.path.join(Env.root, "src")
+    os.mkdir(src)
+    Env.wmap = write_model(os.path.join(src, "qwen3-fp8"))
+    Env.mnt = tl.Mount(src)
+
+
+def tearDownModule():
+    gc.collect()
+    rc = Env.mnt.unmount() if Env.mnt else 0
+    shutil.rmtree(Env.root, ignore_errors=True)
+    assert rc == 0, "castfs exited with %d" % rc
+
+
+def load_quiet(path, **kw):
+    hf_logging.set_verbosity_error()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AutoModelForCausalLM.from_pretrained(path, **kw)
+
+
+def crossing():
+    """The weights whose scale the sharder put in another shard."""
+    return [k for k in Env.wmap if k + "_scale_inv" in Env.wmap and
+            Env.wmap[k] != Env.wmap[k + "_scale_inv"]]
+
+
+def source_state():
+    src = os.path.join(Env.mnt.source, "qwen3-fp8")
+    sd = {}
+    for name in set(Env.wmap.values()):
+        sd.update(load_file(os.path.join(src, name)))
+    return sd
+
+
+class CrossShard(unittest.TestCase):
+    def test_split_crosses(self):
+        """The fixture is what this test is about."""
+        self.assertGreaterEqual(len(crossing()), 3, crossing())
+        self.assertGreaterEqual(len(set(Env.wmap.values())), 5)
+
+    def test_dir_equals_transformers(self):
+        view = Env.mnt.join("qwen3-fp8.bf16")
+        with open(os.path.join(view, "config.json")) as f:
+            self.assertNotIn("quantization_config", json.load(f))
+        model, info = load_quiet(view, output_loading_info=True)
+        for k in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+            self.assertEqual(list(info.get(k, [])), [], k)
+        tf = load_quiet(os.path.join(Env.mnt.source, "qwen3-fp8"))
+        sa, sb = dict(model.state_dict()), dict(tf.state_dict())
+        self.assertEqual(sorted(sa), sorted(sb))
+        for k in sa:
+            self.assertEqual(sa[k].dtype, sb[k].dtype, k)
+            self.assertTrue(torch.equal(bits(sa[k]), bits(sb[k])), k)
+        ids = torch.arange(24).reshape(1, 24)
+        with torch.no_grad():
+            self.assertTrue(torch.equal(model(ids).logits, tf(ids).logits))
+        idx = json.load(open(os.path.join(
+            view, "model.safetensors.index.json")))
+        want = {k: v for k, v in Env.wmap.items()
+                if not k.endswith("_scale_inv")}
+        self.assertEqual(idx["weight_map"], want)
+
+    def test_shards_tensor_by_tensor(self):
+        for view, dtype in (("bf16", torch.bfloat16),
+                            ("fp32", torch.float32)):
+            with self.subTest(view=view):
+                self.check_shards(view, dtype)
+
+    def check_shards(self, view, dtype):
+        sd = source_state()
+        view = Env.mnt.join("qwen3-fp8." + view)
+        for name in sorted(set(Env.wmap.values())):
+            got = load_file(os.path.join(view, name))
+            want = sorted(k for k, v in Env.wmap.items()
+                          if v == name and not k.endswith("_scale_inv"))
+            self.assertEqual(sorted(got), want, name)
+            for k in want:
+                if k + "_scale_inv" in sd:
+                    ref = deepseek_dequant(sd[k], sd[k + "_scale_inv"],
+                                           *BLOCK, dtype)
+                elif dtype == torch.bfloat16:
+                    ref = sd[k]
+                else:
+                    continue  # plain tensors: see test_dir_equals_*
+                self.assertTrue(torch.equal(bits(got[k]), bits(ref)), k)
+
+    def test_no_single_file_views(self):
+        name = Env.wmap[crossing()[0]]
+        stem = name[:-len(".safetensors")]
+        src = Env.mnt.join("qwen3-fp8")
+        self.assertIn(name, os.listdir(src))
+        self.assertFalse(os.path.exists(
+            os.path.join(src, stem + ".bf16.safetensors")))
+
+    def test_rewritten_shard_fails_reads(self):
+        k = crossing()[0]
+        mine, other = Env.wmap[k], Env.wmap[k + "_scale_inv"]
+        p = os.path.join(Env.mnt.join("qwen3-fp8.bf16"), mine)
+        size = os.path.getsize(p)
+        with open(p, "rb") as f:
+            before = f.read()
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            self.assertEqual(len(os.pread(fd, 64, 0)), 64)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            # the scales' shard rewritten in place: same bytes, new mtime
+            path = os.path.join(Env.mnt.source, "qwen3-fp8", other)
+            with open(path, "r+b") as f:
+                data = f.read()
+                f.seek(0)
+                f.write(data)
+            os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
+            with self.assertRaises(OSError) as cm:
+                os.pread(fd, size, 0)
+            self.assertIn(cm.exception.errno, (errno.EIO, errno.ESTALE))
+        finally:
+            os.close(fd)
+        # a new open reads the shards as they are now (the same bytes)
+        deadline = time.time() + 20
+        while True:
+            try:
+                with open(p, "rb") as f:
+                    self.assertEqual(f.read(), before)
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.2)
+
+
+if __name__ == "__main__":
+    unittest.main()
