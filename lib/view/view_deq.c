@@ -53,13 +53,13 @@ static void comfy_round(struct castfs_qtensor *qt,
 		qt->scale_round = (uint8_t)dtype;
 }
 
-/* Weight @w dequantized to @dtype (CASTFS_CVT_* @flags). */
-static int add_deq(struct castfs_pb *pb, const struct castfs_view *v,
-		   const struct castfs_header *h, const struct castfs_tensor *w,
-		   const struct castfs_qinfo *qi, enum castfs_dtype dtype,
-		   unsigned flags, struct castfs_diag *d)
+int castfs_view_add_dequant(struct castfs_pb *pb, const struct castfs_view *v,
+			    const struct castfs_qtensor *qt, enum castfs_op op,
+			    const char *name, size_t name_len,
+			    enum castfs_dtype dtype, unsigned flags,
+			    uint32_t ndim, const uint64_t *shape,
+			    struct castfs_diag *d)
 {
-	struct castfs_qtensor qt;
 	struct castfs_producer p;
 	uint32_t idx;
 	int rc;
@@ -70,21 +70,33 @@ static int add_deq(struct castfs_pb *pb, const struct castfs_view *v,
 		return castfs_diag_set(d, -ENOTSUP,
 				       "view '%s': no F32 -> %s kernel",
 				       v->name, castfs_dtype_name(dtype));
-	fp8_qtensor(h, w, &h->tensors[qi->scale], qi, &qt);
-	comfy_round(&qt, qi, dtype);
-	rc = castfs_pb_add_qtensor(pb, &qt, &idx);
+	rc = castfs_pb_add_qtensor(pb, qt, &idx);
 	if (rc)
 		return rc;
 	p = (struct castfs_producer){
-		.op = CASTFS_OP_DEQ_FP8,
+		.op = (uint8_t)op,
 		.dst_dtype = (uint8_t)dtype,
 		.flags = (uint8_t)flags,
 		.unit = castfs_dtype_bits(dtype) / 8,
-		.src_off = qt.src_off,
+		.src_off = qt->src_off,
 		.qt = idx,
 	};
-	return castfs_pb_add_tensor(pb, w->name, w->name_len, dtype, w->ndim,
-				    w->shape, &p);
+	return castfs_pb_add_tensor(pb, name, name_len, dtype, ndim, shape, &p);
+}
+
+/* Weight @w dequantized to @dtype (CASTFS_CVT_* @flags). */
+static int add_deq(struct castfs_pb *pb, const struct castfs_view *v,
+		   const struct castfs_header *h, const struct castfs_tensor *w,
+		   const struct castfs_qinfo *qi, enum castfs_dtype dtype,
+		   unsigned flags, struct castfs_diag *d)
+{
+	struct castfs_qtensor qt;
+
+	fp8_qtensor(h, w, &h->tensors[qi->scale], qi, &qt);
+	comfy_round(&qt, qi, dtype);
+	return castfs_view_add_dequant(pb, v, &qt, CASTFS_OP_DEQ_FP8, w->name,
+				       w->name_len, dtype, flags, w->ndim,
+				       w->shape, d);
 }
 
 /* Views whose quantiser is view_ct.c's (compressed-tensors, ComfyUI). */

@@ -183,6 +183,20 @@ int castfs_view_plan_gguf(const struct castfs_view *v,
 			  struct castfs_plan **out, struct castfs_diag *d);
 
 /*
+ * castfs_view_add_dequant - tensor @name (@name_len bytes, @ndim @shape)
+ * of the view: the source weight @qt dequantized by generator @op to
+ * @dtype (CASTFS_CVT_* @flags; saturation applies to FP8 outputs only).
+ * Every dequantizing source layout adds its weights through this.
+ * Returns 0, -ENOTSUP (no F32 -> @dtype kernel; @d says so) or -ENOMEM.
+ */
+int castfs_view_add_dequant(struct castfs_pb *pb, const struct castfs_view *v,
+			    const struct castfs_qtensor *qt, enum castfs_op op,
+			    const char *name, size_t name_len,
+			    enum castfs_dtype dtype, unsigned flags,
+			    uint32_t ndim, const uint64_t *shape,
+			    struct castfs_diag *d);
+
+/*
  * castfs_view_add_copy - add tensor @t of @h to @pb unchanged: its bytes
  * copied from the source. Returns castfs_pb_add_tensor()'s result.
  */

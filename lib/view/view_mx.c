@@ -36,28 +36,8 @@ int castfs_view_add_mxfp4(struct castfs_pb *pb, const struct castfs_view *v,
 		.bcols = CASTFS_MX_BLOCK,
 		.scale_dtype = (uint8_t)s->dtype,
 	};
-	struct castfs_producer p;
-	uint32_t idx;
-	int rc;
 
-	if (dt != CASTFS_DTYPE_F8_E4M3 && dt != CASTFS_DTYPE_F8_E5M2)
-		flags &= ~(unsigned)CASTFS_CVT_SATURATE;
-	if (!castfs_convert_get(CASTFS_DTYPE_F32, dt, flags))
-		return castfs_diag_set(d, -ENOTSUP,
-				       "view '%s': no F32 -> %s kernel",
-				       v->name, castfs_dtype_name(dt));
-	rc = castfs_pb_add_qtensor(pb, &qt, &idx);
-	if (rc)
-		return rc;
-	p = (struct castfs_producer){
-		.op = CASTFS_OP_DEQ_MXFP4,
-		.dst_dtype = (uint8_t)dt,
-		.flags = (uint8_t)flags,
-		.unit = castfs_dtype_bits(dt) / 8,
-		.src_off = qt.src_off,
-		.qt = idx,
-	};
-	return castfs_pb_add_tensor(pb, t->name,
-				    t->name_len - (sizeof("_blocks") - 1), dt,
-				    3, shape, &p);
+	return castfs_view_add_dequant(pb, v, &qt, CASTFS_OP_DEQ_MXFP4, t->name,
+				       t->name_len - (sizeof("_blocks") - 1),
+				       dt, flags, 3, shape, d);
 }

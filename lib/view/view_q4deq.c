@@ -55,10 +55,8 @@ int castfs_view_add_bnb4(struct castfs_pb *pb, const struct castfs_view *v,
 	enum castfs_dtype dt = v->dtype;
 	unsigned flags = v->cvt_flags;
 	struct castfs_qtensor qt;
-	struct castfs_producer p;
-	uint32_t idx;
-	int rc;
 
+	q4_qtensor(h, w, s, &qt);
 	if (v->kind != CASTFS_VIEW_CAST) {
 		/* The view's rules see the bf16 view's weight. */
 		struct castfs_tensor wb = *w;
@@ -67,31 +65,13 @@ int castfs_view_add_bnb4(struct castfs_pb *pb, const struct castfs_view *v,
 		wb.ndim = s->ndim;
 		wb.shape = s->shape;
 		wb.nelems = s->nelems;
-		q4_qtensor(h, w, s, &qt);
 		if (s->ndim == 2 && castfs_view_converts(v, &wb))
 			return castfs_view_requant(pb, v, h, &wb, &qt,
 						   CASTFS_OP_DEQ_Q4, d);
 		dt = CASTFS_DTYPE_BF16; /* kept as the bf16 view has it */
 		flags = 0;
 	}
-	if (dt != CASTFS_DTYPE_F8_E4M3 && dt != CASTFS_DTYPE_F8_E5M2)
-		flags &= ~(unsigned)CASTFS_CVT_SATURATE;
-	if (!castfs_convert_get(CASTFS_DTYPE_F32, dt, flags))
-		return castfs_diag_set(d, -ENOTSUP,
-				       "view '%s': no F32 -> %s kernel",
-				       v->name, castfs_dtype_name(dt));
-	q4_qtensor(h, w, s, &qt);
-	rc = castfs_pb_add_qtensor(pb, &qt, &idx);
-	if (rc)
-		return rc;
-	p = (struct castfs_producer){
-		.op = CASTFS_OP_DEQ_Q4,
-		.dst_dtype = (uint8_t)dt,
-		.flags = (uint8_t)flags,
-		.unit = castfs_dtype_bits(dt) / 8,
-		.src_off = qt.src_off,
-		.qt = idx,
-	};
-	return castfs_pb_add_tensor(pb, w->name, w->name_len, dt, s->ndim,
-				    s->shape, &p);
+	return castfs_view_add_dequant(pb, v, &qt, CASTFS_OP_DEQ_Q4, w->name,
+				       w->name_len, dt, flags, s->ndim,
+				       s->shape, d);
 }

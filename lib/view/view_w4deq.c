@@ -36,10 +36,6 @@ int castfs_view_add_ctw4(struct castfs_pb *pb, const struct castfs_view *v,
 		.scale_dtype = (uint8_t)s->dtype,
 		.out_round = (uint8_t)s->dtype,
 	};
-	struct castfs_producer p;
-	uint32_t idx;
-	int rc;
-
 	enum castfs_dtype dt = v->dtype;
 
 	if (v->kind != CASTFS_VIEW_CAST) {
@@ -57,24 +53,7 @@ int castfs_view_add_ctw4(struct castfs_pb *pb, const struct castfs_view *v,
 		dt = CASTFS_DTYPE_BF16; /* kept as the bf16 view has it */
 		flags = 0;
 	}
-	if (dt != CASTFS_DTYPE_F8_E4M3 && dt != CASTFS_DTYPE_F8_E5M2)
-		flags &= ~(unsigned)CASTFS_CVT_SATURATE;
-	if (!castfs_convert_get(CASTFS_DTYPE_F32, dt, flags))
-		return castfs_diag_set(d, -ENOTSUP,
-				       "view '%s': no F32 -> %s kernel",
-				       v->name, castfs_dtype_name(dt));
-	rc = castfs_pb_add_qtensor(pb, &qt, &idx);
-	if (rc)
-		return rc;
-	p = (struct castfs_producer){
-		.op = CASTFS_OP_DEQ_W4,
-		.dst_dtype = (uint8_t)dt,
-		.flags = (uint8_t)flags,
-		.unit = castfs_dtype_bits(dt) / 8,
-		.src_off = qt.src_off,
-		.qt = idx,
-	};
-	return castfs_pb_add_tensor(pb, w->name,
-				    w->name_len - (sizeof("_packed") - 1), dt,
-				    2, shape, &p);
+	return castfs_view_add_dequant(pb, v, &qt, CASTFS_OP_DEQ_W4, w->name,
+				       w->name_len - (sizeof("_packed") - 1),
+				       dt, flags, 2, shape, d);
 }
