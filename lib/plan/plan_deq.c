@@ -11,7 +11,46 @@
  */
 #include <errno.h>
 
+#include "common/compiler.h"
 #include "plan/plan_internal.h"
+
+/* Elements a cast of a packed source dequantizes per round: their fp32
+ * values fill the scratch's first MiB; the dequantizer reads codes and
+ * scales into the rest, in rounds that fit it. */
+#define DEQ_CHUNK (256u << 10)
+_Static_assert(DEQ_CHUNK * 4u < CASTFS_SCRATCH_LEN,
+	       "the scratch holds a round");
+
+int castfs_gen_deq_packed(const struct castfs_read_env *env,
+			  const struct castfs_extent *e, uint64_t first,
+			  uint64_t count, uint8_t *dst)
+{
+	const struct castfs_qtensor *q = &env->plan->qtensors[e->qt];
+	float *f = (float *)(void *)env->s->buf;
+	uint8_t *work = env->s->buf + DEQ_CHUNK * 4u;
+	size_t wlen = env->s->len - DEQ_CHUNK * 4u;
+	int (*deq)(const struct castfs_reader *, const struct castfs_qtensor *,
+		   uint64_t, size_t, float *, uint8_t *,
+		   size_t) = e->op == CASTFS_OP_DEQ_Q4 ? castfs_q4_dequant :
+							 castfs_w4_dequant;
+	castfs_convert_fn enc;
+
+	enc = castfs_convert_get(CASTFS_DTYPE_F32, e->dst_dtype, e->flags);
+	if (!enc)
+		return -ENOTSUP; /* unreachable: the plan checked the pair */
+	while (count) {
+		uint64_t n = CASTFS_MIN(count, (uint64_t)DEQ_CHUNK);
+		int rc = deq(env->src, q, first, (size_t)n, f, work, wlen);
+
+		if (rc)
+			return rc;
+		enc(dst, f, (size_t)n);
+		dst += n * e->unit;
+		first += n;
+		count -= n;
+	}
+	return 0;
+}
 
 int castfs_deq_load(const struct castfs_plan *p,
 		    const struct castfs_reader *src,

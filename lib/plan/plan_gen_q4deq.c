@@ -23,17 +23,6 @@
 #include "plan/plan_internal.h"
 #include "quant/quant_round.h"
 
-/* Elements per round: fp32 values Q4D_F32 bytes, codes Q4D_CODES, the
- * absmax of its blocks (at least 32 elements each) the rest. */
-#define Q4D_CHUNK (256u << 10)
-#define Q4D_F32 (Q4D_CHUNK * 4u)
-#define Q4D_CODES (Q4D_CHUNK / 2u + 64u)
-#define Q4D_BLOCKS (Q4D_CHUNK / 32u + 2u)
-
-_Static_assert(Q4D_F32 + Q4D_CODES + Q4D_BLOCKS * 8u + 4096u <=
-		       CASTFS_SCRATCH_LEN,
-	       "a round fits the scratch");
-
 /* The fp32 absmax of blocks [@b0, @b0 + @nb) into @am; @raw (@nb bytes)
  * and @nabs (their nested groups' absmax) are room. */
 static int q4d_absmax(const struct castfs_reader *src,
@@ -114,35 +103,6 @@ static int q4d_round(const struct castfs_reader *src,
 		q4d_block(tab, codes, c0, am[b],
 			  (enum castfs_dtype)q->out_round, g, end, f + (g - k));
 		g = end;
-	}
-	return 0;
-}
-
-int castfs_gen_deq_q4(const struct castfs_read_env *env,
-		      const struct castfs_extent *e, uint64_t first,
-		      uint64_t count, uint8_t *dst)
-{
-	const struct castfs_qtensor *q = &env->plan->qtensors[e->qt];
-	float *f = (float *)(void *)env->s->buf;
-	uint8_t *codes = env->s->buf + Q4D_F32;
-	float *am = (float *)(void *)(codes + Q4D_CODES);
-	uint8_t *raw = (uint8_t *)(am + Q4D_BLOCKS);
-	castfs_convert_fn enc;
-
-	enc = castfs_convert_get(CASTFS_DTYPE_F32, e->dst_dtype, e->flags);
-	if (!enc)
-		return -ENOTSUP; /* unreachable: the plan checked the pair */
-	while (count) {
-		uint64_t n = CASTFS_MIN(count, (uint64_t)Q4D_CHUNK);
-		int rc = q4d_round(env->src, q, first, n, f, codes, am, raw,
-				   (float *)(void *)(raw + Q4D_BLOCKS));
-
-		if (rc)
-			return rc;
-		enc(dst, f, (size_t)n);
-		dst += n * e->unit;
-		first += n;
-		count -= n;
 	}
 	return 0;
 }

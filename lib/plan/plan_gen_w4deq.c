@@ -16,17 +16,6 @@
 #include "plan/plan_internal.h"
 #include "quant/quant_round.h"
 
-/* Elements per round: fp32 values W4D_F32 bytes, then the code and scale
- * spans they need (rows of at most 256 KiB of codes and 64 KiB of scales,
- * bounded at plan time). */
-#define W4D_CHUNK (256u << 10)
-#define W4D_F32 (W4D_CHUNK * 4u)
-#define W4D_CODES (640u << 10)
-#define W4D_SCALES (320u << 10)
-
-_Static_assert(W4D_F32 + W4D_CODES + W4D_SCALES <= CASTFS_SCRATCH_LEN,
-	       "a round fits the scratch");
-
 /* Geometry of a weight: bytes of codes and of scales per row. */
 static uint64_t w4_rb(const struct castfs_qtensor *q)
 {
@@ -58,16 +47,6 @@ static float w4_scale_value(const struct castfs_qtensor *q, const uint8_t *p)
 	if (q->scale_dtype == CASTFS_DTYPE_F16)
 		return castfs_qr_f16_value(castfs_load_le16(p));
 	return castfs_f32_from_bits(castfs_load_le32(p));
-}
-
-/* Elements [@k, @k + @n) whose spans fit the scratch: how many. */
-static uint64_t w4_fit(const struct castfs_qtensor *q, uint64_t k, uint64_t n)
-{
-	uint64_t rows = W4D_CODES / w4_rb(q);
-	uint64_t srows = W4D_SCALES / (q->scols * w4_ss(q));
-	uint64_t end = (k / q->cols + CASTFS_MIN(rows, srows)) * q->cols;
-
-	return CASTFS_MIN(n, end - k);
 }
 
 /* @n elements of one group from nibble @nib of the word at @w. */
@@ -117,34 +96,6 @@ static int w4_round(const struct castfs_reader *src,
 			 w4_scale_value(q, scales + w4_scale(q, e) - s0), stop,
 			 f + (e - k));
 		e += stop;
-	}
-	return 0;
-}
-
-int castfs_gen_deq_w4(const struct castfs_read_env *env,
-		      const struct castfs_extent *e, uint64_t first,
-		      uint64_t count, uint8_t *dst)
-{
-	const struct castfs_qtensor *q = &env->plan->qtensors[e->qt];
-	float *f = (float *)(void *)env->s->buf;
-	uint8_t *codes = env->s->buf + W4D_F32;
-	uint8_t *scales = codes + W4D_CODES;
-	castfs_convert_fn enc;
-
-	enc = castfs_convert_get(CASTFS_DTYPE_F32, e->dst_dtype, e->flags);
-	if (!enc)
-		return -ENOTSUP; /* unreachable: the plan checked the pair */
-	while (count) {
-		uint64_t n = w4_fit(q, first,
-				    CASTFS_MIN(count, (uint64_t)W4D_CHUNK));
-		int rc = w4_round(env->src, q, first, n, f, codes, scales);
-
-		if (rc)
-			return rc;
-		enc(dst, f, (size_t)n);
-		dst += n * e->unit;
-		first += n;
-		count -= n;
 	}
 	return 0;
 }

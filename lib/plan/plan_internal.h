@@ -87,17 +87,13 @@ int castfs_gen_deq_mxfp4(const struct castfs_read_env *env,
 			 const struct castfs_extent *e, uint64_t first,
 			 uint64_t count, uint8_t *dst);
 
-/* The generator of CASTFS_OP_DEQ_Q4 (plan_gen_q4deq.c): a bitsandbytes
- * 4-bit source weight dequantized as bnb's dequantize_4bit, then cast. */
-int castfs_gen_deq_q4(const struct castfs_read_env *env,
-		      const struct castfs_extent *e, uint64_t first,
-		      uint64_t count, uint8_t *dst);
-
-/* The generator of CASTFS_OP_DEQ_W4 (plan_gen_w4deq.c): a
- * compressed-tensors pack-quantized int4 weight dequantized, then cast. */
-int castfs_gen_deq_w4(const struct castfs_read_env *env,
-		      const struct castfs_extent *e, uint64_t first,
-		      uint64_t count, uint8_t *dst);
+/* The generator of CASTFS_OP_DEQ_Q4 and CASTFS_OP_DEQ_W4 (plan_deq.c):
+ * a bitsandbytes 4-bit weight dequantized as bnb's dequantize_4bit, or a
+ * compressed-tensors pack-quantized int4 weight as its decompressor does
+ * (castfs_q4_dequant / castfs_w4_dequant), then cast. */
+int castfs_gen_deq_packed(const struct castfs_read_env *env,
+			  const struct castfs_extent *e, uint64_t first,
+			  uint64_t count, uint8_t *dst);
 
 /*
  * castfs_q4_dequant / castfs_w4_dequant - elements [@k, @k + @n) of a

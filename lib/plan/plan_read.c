@@ -91,8 +91,8 @@ static const castfs_gen_fn gen_table[CASTFS_OP_COUNT] = {
 	[CASTFS_OP_CT_GSCALE] = castfs_gen_ct_gscale,
 	[CASTFS_OP_GGUF_BLOCKS] = castfs_gen_gguf_blocks,
 	[CASTFS_OP_DEQ_MXFP4] = castfs_gen_deq_mxfp4,
-	[CASTFS_OP_DEQ_Q4] = castfs_gen_deq_q4,
-	[CASTFS_OP_DEQ_W4] = castfs_gen_deq_w4,
+	[CASTFS_OP_DEQ_Q4] = castfs_gen_deq_packed,
+	[CASTFS_OP_DEQ_W4] = castfs_gen_deq_packed,
 };
 
 /* One unit cut by the range: produce it whole, copy out the part asked. */

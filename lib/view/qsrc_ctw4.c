@@ -16,9 +16,6 @@
 #include "format/st_side.h"
 #include "view/qsrc_internal.h"
 
-/* The longest packed row castfs_gen_deq_w4() reads at once (bytes). */
-#define W4_ROW_MAX (256u << 10)
-
 static int w4_reject(struct castfs_diag *d, const struct castfs_tensor *t,
 		     const char *why)
 {
@@ -65,13 +62,13 @@ static const char *w4_check(const struct castfs_tensor *w,
 		       "of its weight_shape";
 	/* Other bit widths pack [cols] into another word count only from
 	 * 32 columns on: below, the header cannot tell them apart. */
-	if (cols < 32 || w->shape[1] * 4 > W4_ROW_MAX)
-		return "weight of fewer than 32 or too many columns";
+	if (cols < 32)
+		return "weight of fewer than 32 columns";
 	if (s->dtype != CASTFS_DTYPE_BF16 && s->dtype != CASTFS_DTYPE_F16 &&
 	    s->dtype != CASTFS_DTYPE_F32)
 		return "weight_scale of a dtype other than BF16/F16/F32";
 	if (s->ndim != 2 || s->shape[0] != rows || s->shape[1] == 0 ||
-	    cols % s->shape[1] || s->shape[1] * 4 > (64u << 10))
+	    cols % s->shape[1])
 		return "weight_scale that is not per channel or per group";
 	/* compressed-tensors requires groups that divide the row: the
 	 * group is then the one size giving this many scales a row. */
