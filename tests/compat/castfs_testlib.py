@@ -6,6 +6,7 @@ kernel lists the mount, and unmounts it with fusermount3 at the end. A test
 program exits 77 (automake's SKIP, never a pass) when FUSE is unusable.
 """
 import contextlib
+import fcntl
 import os
 import random
 import shutil
@@ -120,6 +121,31 @@ class Mount:
         rc = self.unmount()
         if exc[0] is None and rc != 0:
             raise AssertionError("castfs exited with %d: %s" % (rc, self.output()))
+
+
+# Tests run in parallel (make -j check), and dropping the kernel's caches
+# is global: a test that relies on a cached entry or page meanwhile (an
+# entry kept until its timeout, one conversion shared through the page
+# cache) holds this lock shared, and every drop takes it exclusive.
+CACHE_LOCK = os.path.join(tempfile.gettempdir(), "castfs-tests-caches.lock")
+
+
+def drop_caches(what):
+    """Write @what (1 pages, 2 dentries and inodes, 3 both) to
+    /proc/sys/vm/drop_caches, outside every caches_kept() of the run.
+    Never call it inside caches_kept(): the locks would wait on each other."""
+    with open(CACHE_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("%d\n" % what)
+
+
+@contextlib.contextmanager
+def caches_kept():
+    """No test of this run drops the kernel's caches while in it."""
+    with open(CACHE_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        yield
 
 
 @contextlib.contextmanager

@@ -166,7 +166,8 @@ class WatchCap(unittest.TestCase):
         rc.write_ckpt(near, seed=1)
         rc.write_ckpt(far, seed=2)
         timeout = 6
-        with tl.Mount(src, options=["timeout=%d" % timeout]) as mount:
+        with tl.Mount(src, options=["timeout=%d" % timeout]) as mount, \
+                tl.caches_kept():  # the entry must live to its timeout
             rc.poll(lambda: "watching the first 65536" in mount.output(),
                     120, "the watch cap to be logged")
             mnear = mount.join("b", "x", rc.view_name("c", "fp16"))

@@ -440,8 +440,7 @@ class NodeIds(unittest.TestCase):
 
 def drop_caches():
     os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3")
+    tl.drop_caches(3)
 
 
 def read_fd_at(fd):
