@@ -6,12 +6,15 @@
  * give FUSE; scripts/bench compares it with the mount. Rates are per CPU
  * second of the reading thread.
  *
- *   bench_plan_read [-b BYTES] [-r REPEATS] FILE [VIEW...]
+ *   bench_plan_read [-b BYTES] [-r REPEATS] [-c CACHE_MB] FILE [VIEW...]
  *
- * VIEW "-" is the file itself (pread). Default views: - fp8 nf4.
+ * VIEW "-" is the file itself (pread). Default views: - fp8 nf4. A FILE
+ * ending in .zst or .zstg is a pack, read through its seek table and a
+ * frame cache of CACHE_MB (default: the daemon's), as the mount reads it.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +24,7 @@
 
 #include "plan/plan.h"
 #include "format/st_header.h"
+#include "source/zst.h"
 #include "view/view.h"
 
 /*
@@ -115,6 +119,49 @@ out:
 	return rc;
 }
 
+/* A pack read as the mount reads it: seek table, frame cache, zst reader. */
+struct packed {
+	size_t cache;
+	struct castfs_zcache *zc;
+	struct castfs_zst_index *zix;
+	struct castfs_zst_reader zr;
+};
+
+static bool is_pack(const char *path)
+{
+	size_t n = strlen(path);
+
+	return (n > 4 && !strcmp(path + n - 4, ".zst")) ||
+	       (n > 5 && !strcmp(path + n - 5, ".zstg"));
+}
+
+static int packed_open(struct packed *pk, const struct castfs_reader *raw,
+		       const struct castfs_reader **src, uint64_t *size,
+		       struct castfs_diag *d)
+{
+	int rc = castfs_zcache_new(pk->cache, &pk->zc);
+
+	if (!rc)
+		rc = castfs_zst_index_read(raw, *size, pk->zc, &pk->zix, d);
+	if (rc)
+		return rc;
+	castfs_zst_reader_init(&pk->zr, pk->zix, raw);
+	*src = &pk->zr.r;
+	*size = castfs_zst_index_size(pk->zix);
+	return 0;
+}
+
+static void packed_report(const struct packed *pk)
+{
+	struct castfs_zcache_stats st;
+
+	castfs_zcache_stats_get(pk->zc, &st);
+	printf("frame cache %zu MiB: %llu hits, %llu frames decoded, "
+	       "%.2f GB decoded\n",
+	       pk->cache >> 20, (unsigned long long)st.hits,
+	       (unsigned long long)st.misses, (double)st.bytes_decoded / 1e9);
+}
+
 int main(int argc, char **argv)
 {
 	static const char *const defaults[] = { "-", "fp8", "nf4" };
@@ -122,15 +169,20 @@ int main(int argc, char **argv)
 	struct castfs_header *h = NULL;
 	struct castfs_diag d = { { 0 } };
 	struct castfs_fd_reader fr;
+	struct packed pk = { .cache = CASTFS_ZCACHE_DEFAULT };
+	const struct castfs_reader *src;
 	size_t req = 1u << 20;
 	int repeats = 5, c, fd, rc = 1;
+	uint64_t size;
 	struct stat st;
 
-	while ((c = getopt(argc, argv, "b:r:")) != -1) {
+	while ((c = getopt(argc, argv, "b:r:c:")) != -1) {
 		if (c == 'b')
 			req = strtoul(optarg, NULL, 0);
 		else if (c == 'r')
 			repeats = atoi(optarg);
+		else if (c == 'c')
+			pk.cache = strtoul(optarg, NULL, 0) << 20;
 		else
 			goto usage;
 	}
@@ -142,27 +194,39 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	castfs_fd_reader_init(&fr, fd);
+	src = &fr.r;
+	size = (uint64_t)st.st_size;
+	if (is_pack(argv[optind]) &&
+	    packed_open(&pk, &fr.r, &src, &size, &d) != 0) {
+		fprintf(stderr, "%s: %s\n", argv[optind], d.msg);
+		goto out;
+	}
 	if (castfs_views_builtin(&vs) ||
-	    castfs_header_read(&fr.r, (uint64_t)st.st_size, &h, &d)) {
+	    castfs_header_read(src, size, &h, &d)) {
 		fprintf(stderr, "%s: %s\n", argv[optind], d.msg);
 		goto out;
 	}
 	rc = 0;
 	if (optind + 1 == argc) {
 		for (size_t i = 0; i < 3 && !rc; i++)
-			rc = bench_view(defaults[i], &vs, h, &fr.r,
-					(uint64_t)st.st_size, req, repeats);
+			rc = bench_view(defaults[i], &vs, h, src, size, req,
+					repeats);
 	}
 	for (int i = optind + 1; i < argc && !rc; i++)
-		rc = bench_view(argv[i], &vs, h, &fr.r, (uint64_t)st.st_size,
-				req, repeats);
+		rc = bench_view(argv[i], &vs, h, src, size, req, repeats);
+	if (pk.zc)
+		packed_report(&pk);
 out:
 	castfs_header_free(h);
+	castfs_zst_index_free(pk.zix);
+	castfs_zcache_free(pk.zc);
 	castfs_views_fini(&vs);
 	close(fd);
 	return rc ? 1 : 0;
 usage:
-	fprintf(stderr, "usage: %s [-b BYTES] [-r REPEATS] FILE [VIEW...]\n",
+	fprintf(stderr,
+		"usage: %s [-b BYTES] [-r REPEATS] [-c CACHE_MB] FILE "
+		"[VIEW...]\n",
 		argv[0]);
 	return 2;
 }
