@@ -187,53 +187,61 @@ static void pool_give(struct castfs_zcache *c, struct zst_dctx *dc)
 	pthread_mutex_unlock(&c->lock);
 }
 
-/* Grouped packs: turn frame @i's planes at @dst back into elements. */
-static int frame_ungroup(const struct castfs_zst_index *ix, size_t i,
-			 struct zst_dctx *dc, void *dst, size_t dsize)
+/* Frame @i's transform: NONE for every frame of a standard pack. */
+static enum castfs_zst_transform frame_xform(const struct castfs_zst_index *ix,
+					     size_t i)
 {
-	enum castfs_zst_transform t =
-		ix->xform ? (enum castfs_zst_transform)ix->xform[i] :
-			    CASTFS_ZST_NONE;
-	void *tmp;
-
-	if (t == CASTFS_ZST_NONE)
-		return 0;
-	tmp = zst_dctx_ubuf(dc, dsize);
-	if (!tmp)
-		return -ENOMEM;
-	memcpy(tmp, dst, dsize);
-	zst_ungroup(dst, tmp, dsize, t);
-	return 0;
+	return ix->xform ? (enum castfs_zst_transform)ix->xform[i] :
+			   CASTFS_ZST_NONE;
 }
 
-/* Read, decode and verify frame @i of @ix into @dst (its decoded size). */
+/*
+ * Read, decode and verify frame @i of @ix into @dst (its decoded size). A
+ * grouped frame decodes into @dc's second buffer and is un-grouped from
+ * there straight into @dst: no copy of the planes.
+ */
+static int frame_decode_dc(const struct castfs_zst_index *ix,
+			   const struct castfs_reader *raw, size_t i,
+			   struct zst_dctx *dc, void *dst)
+{
+	size_t csize = (size_t)(ix->coff[i + 1] - ix->coff[i]);
+	size_t dsize = (size_t)(ix->doff[i + 1] - ix->doff[i]);
+	enum castfs_zst_transform t = frame_xform(ix, i);
+	void *src = zst_dctx_buf(dc, csize);
+	void *planes = t == CASTFS_ZST_NONE ? dst : zst_dctx_ubuf(dc, dsize);
+	int rc;
+
+	if (!src || !planes)
+		return -ENOMEM;
+	rc = castfs_reader_read(raw, src, csize, ix->coff[i]);
+	if (!rc)
+		rc = zst_decode_frame(dc, planes, dsize, src, csize);
+	/* The checksum is of the frame as stored (grouped). */
+	if (!rc && ix->sum && zst_checksum(planes, dsize) != ix->sum[i])
+		rc = -EIO;
+	if (!rc && t != CASTFS_ZST_NONE)
+		zst_ungroup(dst, planes, dsize, t);
+	return rc;
+}
+
+/* frame_decode_dc() with a pooled context, counted in the cache's stats. */
 static int frame_decode(const struct castfs_zst_index *ix,
 			const struct castfs_reader *raw, size_t i, void *dst)
 {
 	struct castfs_zcache *c = ix->cache;
-	size_t csize = (size_t)(ix->coff[i + 1] - ix->coff[i]);
-	size_t dsize = (size_t)(ix->doff[i + 1] - ix->doff[i]);
 	struct zst_dctx *dc = pool_take(c);
-	void *src = dc ? zst_dctx_buf(dc, csize) : NULL;
 	int rc = -ENOMEM;
 
-	if (src) {
-		rc = castfs_reader_read(raw, src, csize, ix->coff[i]);
-		if (!rc)
-			rc = zst_decode_frame(dc, dst, dsize, src, csize);
-		/* The checksum is of the frame as stored (grouped). */
-		if (!rc && ix->sum && zst_checksum(dst, dsize) != ix->sum[i])
-			rc = -EIO;
-		if (!rc)
-			rc = frame_ungroup(ix, i, dc, dst, dsize);
-	}
-	if (dc)
+	if (dc) {
+		rc = frame_decode_dc(ix, raw, i, dc, dst);
 		pool_give(c, dc);
+	}
 	atomic_fetch_add(&c->misses, 1);
 	if (rc)
 		atomic_fetch_add(&c->errors, 1);
 	else
-		atomic_fetch_add(&c->bytes, dsize);
+		atomic_fetch_add(&c->bytes,
+				 (size_t)(ix->doff[i + 1] - ix->doff[i]));
 	return rc;
 }
 
