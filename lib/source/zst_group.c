@@ -5,6 +5,8 @@
  * compresses far better than interleaved floats). For bf16 and fp32 the 8
  * exponent bits are first moved into one whole byte.
  */
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -154,7 +156,7 @@ static void store16(void *p, __m128i v)
 }
 
 /* Elements [0, count rounded down to 16): the number done. */
-static size_t ungroup2_simd(uint16_t *dst, const uint8_t *lo, const uint8_t *hi,
+static size_t ungroup2_sse2(uint16_t *dst, const uint8_t *lo, const uint8_t *hi,
 			    size_t count, bool bf16)
 {
 	size_t i = 0;
@@ -170,7 +172,7 @@ static size_t ungroup2_simd(uint16_t *dst, const uint8_t *lo, const uint8_t *hi,
 	return i;
 }
 
-static size_t ungroup4_simd(uint32_t *dst, const uint8_t *b, size_t count,
+static size_t ungroup4_sse2(uint32_t *dst, const uint8_t *b, size_t count,
 			    bool f32)
 {
 	size_t i = 0;
@@ -194,14 +196,14 @@ static size_t ungroup4_simd(uint32_t *dst, const uint8_t *b, size_t count,
 	return i;
 }
 #else
-static size_t ungroup2_simd(uint16_t *dst, const uint8_t *lo, const uint8_t *hi,
+static size_t ungroup2_sse2(uint16_t *dst, const uint8_t *lo, const uint8_t *hi,
 			    size_t count, bool bf16)
 {
 	(void)dst, (void)lo, (void)hi, (void)count, (void)bf16;
 	return 0;
 }
 
-static size_t ungroup4_simd(uint32_t *dst, const uint8_t *b, size_t count,
+static size_t ungroup4_sse2(uint32_t *dst, const uint8_t *b, size_t count,
 			    bool f32)
 {
 	(void)dst, (void)b, (void)count, (void)f32;
@@ -209,11 +211,37 @@ static size_t ungroup4_simd(uint32_t *dst, const uint8_t *b, size_t count,
 }
 #endif
 
-/* One loop per width: the vector steps, then the scalar tail. */
-static void ungroup2(uint16_t *restrict dst, const uint8_t *restrict lo,
-		     const uint8_t *restrict hi, size_t count, bool bf16)
+/* The leading elements @isa's vector loop un-groups (none for scalar). */
+static size_t ungroup2_vec(enum zst_isa isa, uint16_t *dst, const uint8_t *lo,
+			   const uint8_t *hi, size_t count, bool bf16)
 {
-	for (size_t i = ungroup2_simd(dst, lo, hi, count, bf16); i < count;
+#if ZST_HAVE_X86
+	if (isa == ZST_ISA_AVX2)
+		return zst_ungroup2_avx2(dst, lo, hi, count, bf16);
+#endif
+	if (isa == ZST_ISA_SSE2)
+		return ungroup2_sse2(dst, lo, hi, count, bf16);
+	return 0;
+}
+
+static size_t ungroup4_vec(enum zst_isa isa, uint32_t *dst, const uint8_t *b,
+			   size_t count, bool f32)
+{
+#if ZST_HAVE_X86
+	if (isa == ZST_ISA_AVX2)
+		return zst_ungroup4_avx2(dst, b, count, f32);
+#endif
+	if (isa == ZST_ISA_SSE2)
+		return ungroup4_sse2(dst, b, count, f32);
+	return 0;
+}
+
+/* One loop per width: the vector steps, then the scalar tail. */
+static void ungroup2(enum zst_isa isa, uint16_t *restrict dst,
+		     const uint8_t *restrict lo, const uint8_t *restrict hi,
+		     size_t count, bool bf16)
+{
+	for (size_t i = ungroup2_vec(isa, dst, lo, hi, count, bf16); i < count;
 	     i++) {
 		uint16_t v = (uint16_t)(lo[i] | (uint16_t)(hi[i] << 8));
 
@@ -221,13 +249,13 @@ static void ungroup2(uint16_t *restrict dst, const uint8_t *restrict lo,
 	}
 }
 
-static void ungroup4(uint32_t *restrict dst, const uint8_t *restrict b,
-		     size_t count, bool f32)
+static void ungroup4(enum zst_isa isa, uint32_t *restrict dst,
+		     const uint8_t *restrict b, size_t count, bool f32)
 {
 	const uint8_t *b0 = b, *b1 = b + count, *b2 = b + 2 * count,
 		      *b3 = b + 3 * count;
 
-	for (size_t i = ungroup4_simd(dst, b, count, f32); i < count; i++) {
+	for (size_t i = ungroup4_vec(isa, dst, b, count, f32); i < count; i++) {
 		uint32_t v = b0[i] | (uint32_t)b1[i] << 8 |
 			     (uint32_t)b2[i] << 16 | (uint32_t)b3[i] << 24;
 
@@ -235,21 +263,75 @@ static void ungroup4(uint32_t *restrict dst, const uint8_t *restrict b,
 	}
 }
 
-void zst_ungroup(uint8_t *dst, const uint8_t *src, size_t n,
-		 enum castfs_zst_transform t)
+bool zst_isa_runs(enum zst_isa isa)
+{
+	switch (isa) {
+	case ZST_ISA_SCALAR:
+		return true;
+	case ZST_ISA_SSE2:
+#ifdef __SSE2__
+		return true;
+#else
+		return false;
+#endif
+	case ZST_ISA_AVX2:
+#if ZST_HAVE_X86
+		return __builtin_cpu_supports("avx2");
+#else
+		return false;
+#endif
+	case ZST_ISA_COUNT:
+		break;
+	}
+	return false;
+}
+
+void zst_ungroup_isa(uint8_t *dst, const uint8_t *src, size_t n,
+		     enum castfs_zst_transform t, enum zst_isa isa)
 {
 	unsigned w = zst_group_width(t);
 	size_t count = n / w;
 
+	if (isa == ZST_ISA_SCALAR) {
+		ungroup_any(dst, src, n, t);
+		return;
+	}
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 	/* Elements are stored little-endian, as this host's words are. */
 	if (w == 2 && ((uintptr_t)dst & 1) == 0)
-		ungroup2((uint16_t *)(void *)dst, src, src + count, count,
+		ungroup2(isa, (uint16_t *)(void *)dst, src, src + count, count,
 			 t == CASTFS_ZST_BF16);
 	else if (w == 4 && ((uintptr_t)dst & 3) == 0)
-		ungroup4((uint32_t *)(void *)dst, src, count,
+		ungroup4(isa, (uint32_t *)(void *)dst, src, count,
 			 t == CASTFS_ZST_F32);
 	else
 #endif
 		ungroup_any(dst, src, n, t);
+}
+
+/* The variant zst_ungroup() runs, chosen once per process: the widest
+ * this CPU has, or the reference when CASTFS_ISA=scalar (tests, triage;
+ * the kernels read the same variable). */
+static enum zst_isa ungroup_isa = ZST_ISA_SCALAR;
+static pthread_once_t ungroup_once = PTHREAD_ONCE_INIT;
+
+static void ungroup_choose(void)
+{
+	const char *env = getenv("CASTFS_ISA");
+
+	if (env && !strcmp(env, "scalar"))
+		return;
+	for (int i = ZST_ISA_COUNT - 1; i > ZST_ISA_SCALAR; i--) {
+		if (zst_isa_runs((enum zst_isa)i)) {
+			ungroup_isa = (enum zst_isa)i;
+			return;
+		}
+	}
+}
+
+void zst_ungroup(uint8_t *dst, const uint8_t *src, size_t n,
+		 enum castfs_zst_transform t)
+{
+	pthread_once(&ungroup_once, ungroup_choose);
+	zst_ungroup_isa(dst, src, n, t, ungroup_isa);
 }

@@ -72,11 +72,37 @@ void *zst_dctx_ubuf(struct zst_dctx *dc, size_t n);
 unsigned zst_group_width(enum castfs_zst_transform t);
 
 /* zst_group / zst_ungroup - @n bytes (whole elements) from @src to @dst
- * (not overlapping) into byte planes and back. */
+ * (not overlapping) into byte planes and back. zst_ungroup() runs the
+ * fastest variant this CPU has, chosen once (CASTFS_ISA=scalar forces the
+ * reference). Thread-safe. */
 void zst_group(uint8_t *dst, const uint8_t *src, size_t n,
 	       enum castfs_zst_transform t);
 void zst_ungroup(uint8_t *dst, const uint8_t *src, size_t n,
 		 enum castfs_zst_transform t);
+
+#if defined(__x86_64__) || defined(__i386__)
+#define ZST_HAVE_X86 1
+#else
+#define ZST_HAVE_X86 0
+#endif
+
+/* The un-grouping variants: the scalar reference and the vector loops. */
+enum zst_isa { ZST_ISA_SCALAR, ZST_ISA_SSE2, ZST_ISA_AVX2, ZST_ISA_COUNT };
+
+/* zst_isa_runs - whether variant @isa is built and this CPU runs it. */
+bool zst_isa_runs(enum zst_isa isa);
+
+/* zst_ungroup_isa - zst_ungroup() with variant @isa, which must run (for
+ * tests that hold every variant to the reference). */
+void zst_ungroup_isa(uint8_t *dst, const uint8_t *src, size_t n,
+		     enum castfs_zst_transform t, enum zst_isa isa);
+
+/* The AVX2 loops (zst_group_avx2.c): the leading elements they un-grouped,
+ * a multiple of 32; the caller does the rest. */
+size_t zst_ungroup2_avx2(uint16_t *dst, const uint8_t *lo, const uint8_t *hi,
+			 size_t count, bool bf16);
+size_t zst_ungroup4_avx2(uint32_t *dst, const uint8_t *b, size_t count,
+			 bool f32);
 
 /*
  * zst_encode_planes - compress @n bytes of @w equal planes into one frame,
