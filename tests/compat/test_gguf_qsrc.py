@@ -1,0 +1,262 @@
+# SPDX-License-Identifier: MIT
+"""GGUF files of quantized sources (docs/FORMATS.md, "GGUF of a quantized
+source"): DIR.<q>.gguf of a quantized model folder is DIR.<q>.gguf of the
+bf16 model its reference dequantizer gives, byte for byte.
+
+The models are test_gguf_llm's tiny Llama and Qwen3 (a BPE tokenizer
+trained by `tokenizers`, weights saved by transformers), quantized here in
+the published FP8 block layout (DeepSeek-V3 / Qwen3-FP8: F8_E4M3 weight and
+one weight_scale_inv per block, config.json quantization_config):
+- a Qwen3 with 32x32 blocks and F32 scales: the reference bf16 model is
+  transformers' own FP8 dequantization (Fp8Dequantize);
+- a Llama (Q/K rows permuted) with 48x40 blocks, so that every weight has
+  partial edge blocks, and E8M0 scales: transformers refuses edge blocks,
+  so the reference is DeepSeek's weight_dequant (each element times its
+  block's scale in fp32, then torch's bf16 cast), as test_quant_src.py;
+- the same Qwen3 in two shards, every scale in the other shard than its
+  weight (transformers' sharder splits a weight from its scale), against
+  the reference split the same way.
+Each reference is saved as a bf16 folder (the other tensors as the source
+has them) next to the quantized one in the same mount; castfs's GGUF of a
+bf16 folder is checked against gguf-py and llama.cpp by test_gguf*.py.
+Oracles outside castfs: transformers / torch for the bf16 values,
+llama.cpp (llama-cpp-python) for the q8_0 file of the Qwen3 FP8 folder,
+whose logits must be within test_gguf_llamacpp's tolerance of
+transformers' on the reference model, and gguf-py's GGUFReader for names.
+"""
+import json
+import os
+import shutil
+import sys
+import unittest
+import warnings
+
+import castfs_testlib as tl
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+try:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import llama_cpp
+        import numpy as np
+        import torch
+        from gguf import GGUFReader
+        from safetensors.torch import load_file, save_file
+        from transformers import AutoModelForCausalLM, \
+            PreTrainedTokenizerFast
+        from transformers.integrations.finegrained_fp8 import Fp8Dequantize
+        from test_gguf_llm import make_model
+        from test_gguf_llamacpp import LOGIT_TOL
+except ImportError as e:  # pragma: no cover
+    print("SKIP: %s" % e)
+    sys.exit(tl.SKIP)
+
+F8 = torch.float8_e4m3fn
+VIEWS = ("f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q6_k")
+TEXTS = ("config.json", "tokenizer.json", "tokenizer_config.json")
+INDEX = "model.safetensors.index.json"
+
+
+# ---- the sources, in the published layout (not the oracle) ----
+
+def quant_fp8_block(w, bm, bn, e8m0):
+    """DeepSeek README_WEIGHTS with a bm x bn block: zero-pad to whole
+    blocks, one scale per block (amax / 448), drop the padding."""
+    w = w.float()
+    m, n = w.shape
+    gm, gn = -(-m // bm), -(-n // bn)
+    pad = torch.zeros(gm * bm, gn * bn)
+    pad[:m, :n] = w
+    blk = pad.view(gm, bm, gn, bn)
+    s = blk.abs().amax(dim=(1, 3)).clamp(min=1e-12) / 448.0
+    if e8m0:
+        s = torch.exp2(torch.ceil(torch.log2(s)))
+    q = (blk / s[:, None, :, None]).clamp(-448, 448)
+    q = q.view(gm * bm, gn * bn)[:m, :n].to(F8)
+    return q, (s.to(torch.float8_e8m0fnu) if e8m0 else s)
+
+
+# ---- the oracles ----
+
+def transformers_dequant(q, s, block):
+    return Fp8Dequantize(None)._dequantize_one(q, s,
+                                               output_dtype=torch.bfloat16)
+
+
+def deepseek_dequant(q, s, block):
+    """DeepSeek kernel.py weight_dequant: q[i, j] * s[i // bm, j // bn]
+    in fp32 (edge blocks use their block's scale), then torch's cast."""
+    bm, bn = block
+    m, n = q.shape
+    rows = torch.arange(m) // bm
+    cols = torch.arange(n) // bn
+    return (q.float() * s.float()[rows, :][:, cols]).to(torch.bfloat16)
+
+
+def copy_texts(frm, to, quant=None):
+    os.makedirs(to)
+    for f in TEXTS:
+        shutil.copy(os.path.join(frm, f), to)
+    with open(os.path.join(frm, "config.json")) as f:
+        c = json.load(f)
+    c["dtype"] = "bfloat16"
+    if quant:
+        c["quantization_config"] = quant
+    with open(os.path.join(to, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+
+
+def save(folder, sd, wmap=None):
+    """@sd as model.safetensors, or as the shards @wmap names (with an
+    index) when given."""
+    if not wmap:
+        save_file(sd, os.path.join(folder, "model.safetensors"),
+                  metadata={"format": "pt"})
+        return
+    for fname in sorted(set(wmap.values())):
+        save_file({k: sd[k] for k in sd if wmap[k] == fname},
+                  os.path.join(folder, fname), metadata={"format": "pt"})
+    total = sum(t.numel() * t.element_size() for t in sd.values())
+    with open(os.path.join(folder, INDEX), "w") as f:
+        json.dump({"metadata": {"total_size": total},
+                   "weight_map": {k: wmap[k] for k in sd}}, f, indent=2)
+
+
+def split(sd):
+    """Two shards as transformers' sharder may cut them: layer 0 and the
+    embedding in the first, the rest in the second, and every scale in
+    the other shard than its weight."""
+    first, second = "model-00001-of-00002.safetensors", \
+        "model-00002-of-00002.safetensors"
+    wmap = {}
+    for k in sd:
+        w = k[:-len("_scale_inv")] if k.endswith("_scale_inv") else k
+        one = w.startswith(("model.embed_tokens.", "model.layers.0."))
+        if k != w:
+            one = not one
+        wmap[k] = first if one else second
+    return wmap
+
+
+def fp8_pair(base, src, name, block, e8m0, oracle, shard=False):
+    """Folder @name (FP8 block, from the fp32 model in @base) and
+    @name-ref (its bf16 dequantization by @oracle) under @src."""
+    sd = load_file(os.path.join(base, "model.safetensors"))
+    q, ref = {}, {}
+    for k, t in sorted(sd.items()):
+        t = t.to(torch.bfloat16)
+        if k.endswith("proj.weight"):
+            q[k], q[k + "_scale_inv"] = quant_fp8_block(t, *block, e8m0)
+            ref[k] = oracle(q[k], q[k + "_scale_inv"], block)
+        else:
+            q[k] = ref[k] = t.contiguous()
+    qc = {"activation_scheme": "dynamic", "fmt": "e4m3",
+          "quant_method": "fp8", "weight_block_size": list(block)}
+    wmap = split(q) if shard else None
+    copy_texts(base, os.path.join(src, name), qc)
+    save(os.path.join(src, name), q, wmap)
+    copy_texts(base, os.path.join(src, name + "-ref"))
+    save(os.path.join(src, name + "-ref"), ref, wmap)
+    return wmap
+
+
+class Env:
+    root = None
+    mnt = None
+    qwen3 = None  # the fp32 base folder
+    wmap = None
+
+
+def setUpModule():
+    Env.root = tl.tempfile.mkdtemp(prefix="castfs-gguf-qsrc-")
+    src = os.path.join(Env.root, "src")
+    os.mkdir(src)
+    Env.qwen3 = os.path.join(Env.root, "qwen3")
+    llama = os.path.join(Env.root, "llama")
+    make_model(Env.qwen3, "qwen3")
+    make_model(llama, "llama")
+    fp8_pair(Env.qwen3, src, "qwen3-fp8", (32, 32), False,
+             transformers_dequant)
+    fp8_pair(llama, src, "llama-fp8-edge", (48, 40), True, deepseek_dequant)
+    Env.wmap = fp8_pair(Env.qwen3, src, "qwen3-fp8-sharded", (32, 32),
+                        False, transformers_dequant, shard=True)
+    Env.mnt = tl.Mount(src)
+
+
+def tearDownModule():
+    rc = Env.mnt.unmount() if Env.mnt else 0
+    if Env.root:
+        shutil.rmtree(Env.root, ignore_errors=True)
+    assert rc == 0, "castfs exited with %d" % rc
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class Fp8BlockGGUF(unittest.TestCase):
+    def check_equal(self, name, views=VIEWS):
+        for v in views:
+            with self.subTest(model=name, view=v):
+                got = Env.mnt.join("%s.%s.gguf" % (name, v))
+                want = Env.mnt.join("%s-ref.%s.gguf" % (name, v))
+                size = os.stat(got).st_size
+                data = read(got)
+                self.assertEqual(len(data), size)
+                self.assertTrue(data == read(want), "%s %s" % (name, v))
+
+    def test_f32_scales_equal_transformers_dequant(self):
+        self.check_equal("qwen3-fp8")
+
+    def test_edge_blocks_e8m0_permuted(self):
+        self.check_equal("llama-fp8-edge")
+
+    def test_sharded_scales_elsewhere(self):
+        crossing = [k for k in Env.wmap if k + "_scale_inv" in Env.wmap and
+                    Env.wmap[k] != Env.wmap[k + "_scale_inv"]]
+        self.assertTrue(crossing, "the split puts no scale elsewhere")
+        self.check_equal("qwen3-fp8-sharded")
+
+    def test_names_are_the_bf16_models(self):
+        r = GGUFReader(Env.mnt.join("qwen3-fp8.q8_0.gguf"))
+        names = [t.name for t in r.tensors]
+        self.assertFalse([n for n in names if "scale" in n])
+        ref = GGUFReader(Env.mnt.join("qwen3-fp8-ref.q8_0.gguf"))
+        self.assertEqual(names, [t.name for t in ref.tensors])
+        self.assertEqual(r.fields["general.architecture"].contents(),
+                         "qwen3")
+
+    def test_ranges(self):
+        path = Env.mnt.join("llama-fp8-edge.q4_k_m.gguf")
+        tl.check_ranges(self, path,
+                        read(Env.mnt.join("llama-fp8-edge-ref.q4_k_m.gguf")),
+                        count=100)
+
+    def test_llama_cpp_logits(self):
+        """llama.cpp runs the FP8 folder's q8_0 file; its logits are those
+        of transformers on the dequantized (reference) model."""
+        ref = os.path.join(Env.mnt.source, "qwen3-fp8-ref")
+        hf = PreTrainedTokenizerFast.from_pretrained(ref)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = AutoModelForCausalLM.from_pretrained(
+                ref, dtype=torch.float32).eval()
+        llm = llama_cpp.Llama(Env.mnt.join("qwen3-fp8.q8_0.gguf"),
+                              n_ctx=256, logits_all=True, verbose=False,
+                              seed=0, n_threads=2)
+        prompt = hf("The quick brown fox jumps over the lazy dog.",
+                    add_special_tokens=False).input_ids
+        llm.eval(prompt)
+        got = np.array(llm.scores[:len(prompt)])
+        with torch.no_grad():
+            want = model(torch.tensor([prompt])).logits[0].numpy()
+        llm.close()
+        err = np.abs(got - want).max()
+        print("qwen3 fp8 q8_0: max |logit difference| %.4f" % err,
+              file=sys.stderr)
+        self.assertLess(err, LOGIT_TOL["q8_0"])
+
+
+if __name__ == "__main__":
+    tl.main()
