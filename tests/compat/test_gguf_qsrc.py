@@ -42,8 +42,10 @@ try:
         import torch
         from gguf import GGUFReader
         from safetensors.torch import load_file, save_file
-        from transformers import AutoModelForCausalLM, \
+        from bitsandbytes.functional import QuantState, dequantize_4bit
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig, \
             PreTrainedTokenizerFast
+        from transformers.utils import logging as hf_logging
         from transformers.integrations.finegrained_fp8 import Fp8Dequantize
         from test_gguf_llm import make_model
         from test_gguf_llamacpp import LOGIT_TOL
@@ -160,6 +162,70 @@ def fp8_pair(base, src, name, block, e8m0, oracle, shard=False):
     return wmap
 
 
+def bnb4_pair(base, src, name):
+    """@name: the model in @base quantized to nf4 (double quantised) and
+    saved by transformers + bitsandbytes on CPU; @name-ref: bitsandbytes'
+    dequantize_4bit of every 4-bit weight, other tensors as saved."""
+    hf_logging.set_verbosity_error()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = AutoModelForCausalLM.from_pretrained(
+            base, dtype=torch.bfloat16, device_map="cpu",
+            quantization_config=BitsAndBytesConfig(
+                load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                bnb_4bit_use_double_quant=True,
+                bnb_4bit_compute_dtype=torch.bfloat16))
+        m.save_pretrained(os.path.join(src, name))
+    for f in TEXTS[1:]:
+        shutil.copy(os.path.join(base, f), os.path.join(src, name))
+    sd = load_file(os.path.join(src, name, "model.safetensors"))
+    state = ".quant_state.bitsandbytes__nf4"
+    ref = {}
+    weights = [k[:k.index(state)] for k in sd if state in k]
+    for w in weights:
+        comp = {k[len(w) + 1:]: v for k, v in sd.items()
+                if k.startswith(w + ".")}
+        qs = QuantState.from_dict(comp, device="cpu")
+        ref[w] = dequantize_4bit(sd[w], qs).to(torch.bfloat16)
+    for k, v in sd.items():
+        if k not in ref and not any(k.startswith(w + ".") for w in weights):
+            ref[k] = v
+    assert weights and all(v.dtype == torch.bfloat16 for v in ref.values())
+    copy_texts(base, os.path.join(src, name + "-ref"))
+    save(os.path.join(src, name + "-ref"), ref)
+
+
+def comfy_pair(src, name):
+    """@name.safetensors: a Flux-layout checkpoint in ComfyUI's legacy
+    scaled fp8 form (F8_E4M3 weight, F32 per-tensor scale_weight, the
+    scaled_fp8 marker; scale = amax / 448 as ComfyUI's writer), with a
+    weight small enough to stay F32 in GGUF, one whose rows are not whole
+    Q8_0 blocks, and kept-list layers; @name-ref.safetensors: ComfyUI's
+    dequantization (comfy-kitchen's dequantize_per_tensor_fp8:
+    q.to(bf16) * scale.to(bf16) in torch), other tensors as stored."""
+    g = torch.Generator().manual_seed(5)
+    q = {"scaled_fp8": torch.empty(0, dtype=F8)}
+    ref = {}
+    for k, shape in (("double_blocks.0.img_attn.proj.weight", (64, 64)),
+                     ("double_blocks.0.img_mlp.0.weight", (96, 64)),
+                     ("double_blocks.0.img_mlp.2.weight", (64, 40)),
+                     ("double_blocks.0.txt_mod.lin.weight", (16, 32)),
+                     ("img_in.weight", (64, 32))):
+        w = torch.randn(*shape, generator=g) * 0.37
+        s = w.abs().max() / 448.0
+        q[k] = (w / s).clamp(-448, 448).to(F8)
+        q[k[:-len("weight")] + "scale_weight"] = s.reshape(())
+        ref[k] = q[k].to(torch.bfloat16) * s.to(torch.bfloat16)
+        b = k[:-len("weight")] + "bias"
+        q[b] = ref[b] = torch.randn(shape[0], generator=g).bfloat16()
+    q["final_layer.linear.weight"] = ref["final_layer.linear.weight"] = \
+        torch.randn(32, 64, generator=g).bfloat16()
+    save_file(q, os.path.join(src, name + ".safetensors"),
+              metadata={"format": "pt"})
+    save_file(ref, os.path.join(src, name + "-ref.safetensors"),
+              metadata={"format": "pt"})
+
+
 class Env:
     root = None
     mnt = None
@@ -180,6 +246,8 @@ def setUpModule():
     fp8_pair(llama, src, "llama-fp8-edge", (48, 40), True, deepseek_dequant)
     Env.wmap = fp8_pair(Env.qwen3, src, "qwen3-fp8-sharded", (32, 32),
                         False, transformers_dequant, shard=True)
+    bnb4_pair(llama, src, "llama-nf4")
+    comfy_pair(src, "flux-scaled")
     Env.mnt = tl.Mount(src)
 
 
@@ -217,6 +285,25 @@ class Fp8BlockGGUF(unittest.TestCase):
                     Env.wmap[k] != Env.wmap[k + "_scale_inv"]]
         self.assertTrue(crossing, "the split puts no scale elsewhere")
         self.check_equal("qwen3-fp8-sharded")
+
+    def test_bnb4(self):
+        self.check_equal("llama-nf4")
+
+    def test_comfy_scaled_fp8_diffusion(self):
+        """X.<q>.gguf of a ComfyUI scaled fp8 Flux file: the same file of
+        ComfyUI's bf16 dequantization."""
+        for v in ("f16", "bf16", "q8_0", "q4_0"):
+            with self.subTest(view=v):
+                got = read(Env.mnt.join("flux-scaled.%s.gguf" % v))
+                want = read(Env.mnt.join("flux-scaled-ref.%s.gguf" % v))
+                self.assertTrue(got == want, v)
+        r = GGUFReader(Env.mnt.join("flux-scaled.q8_0.gguf"))
+        types = {t.name: t.tensor_type.name for t in r.tensors}
+        self.assertEqual(types["double_blocks.0.img_attn.proj.weight"],
+                         "Q8_0")
+        self.assertEqual(types["double_blocks.0.txt_mod.lin.weight"], "F32")
+        self.assertEqual(types["double_blocks.0.img_mlp.2.weight"], "BF16")
+        self.assertFalse([n for n in types if "scale" in n])
 
     def test_names_are_the_bf16_models(self):
         r = GGUFReader(Env.mnt.join("qwen3-fp8.q8_0.gguf"))
