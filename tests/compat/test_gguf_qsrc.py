@@ -27,6 +27,7 @@ transformers' on the reference model, and gguf-py's GGUFReader for names.
 import json
 import os
 import shutil
+import subprocess
 import sys
 import unittest
 import warnings
@@ -313,6 +314,20 @@ class Fp8BlockGGUF(unittest.TestCase):
         self.assertEqual(names, [t.name for t in ref.tensors])
         self.assertEqual(r.fields["general.architecture"].contents(),
                          "qwen3")
+
+    def test_convert_writes_the_file(self):
+        """castfs convert DIR --view q8_0 writes the mounted file, for the
+        one-file and the sharded FP8 folder (the block size from their
+        config.json)."""
+        for name in ("qwen3-fp8", "qwen3-fp8-sharded"):
+            out = os.path.join(Env.root, name + ".q8_0.gguf")
+            r = subprocess.run([tl.castfs_binary(), "convert",
+                                os.path.join(Env.mnt.source, name),
+                                "--view", "q8_0", "-o", out],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertTrue(read(out) == read(Env.mnt.join(
+                name + "-ref.q8_0.gguf")), name)
 
     def test_ranges(self):
         path = Env.mnt.join("llama-fp8-edge.q4_k_m.gguf")
