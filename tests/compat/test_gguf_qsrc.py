@@ -177,8 +177,11 @@ def bnb4_pair(base, src, name):
                 bnb_4bit_use_double_quant=True,
                 bnb_4bit_compute_dtype=torch.bfloat16))
         m.save_pretrained(os.path.join(src, name))
+        m.save_pretrained(os.path.join(src, name + "-sharded"),
+                          max_shard_size="60KB")
     for f in TEXTS[1:]:
         shutil.copy(os.path.join(base, f), os.path.join(src, name))
+        shutil.copy(os.path.join(base, f), os.path.join(src, name + "-sharded"))
     sd = load_file(os.path.join(src, name, "model.safetensors"))
     state = ".quant_state.bitsandbytes__nf4"
     ref = {}
@@ -227,6 +230,19 @@ def comfy_pair(src, name):
               metadata={"format": "pt"})
 
 
+def gptoss_file(path):
+    """gpt-oss MXFP4 experts in the published layout (test_mxfp4_src):
+    "*_blocks" U8 [E, R, G, 16] + "*_scales" E8M0 bytes [E, R, G]."""
+    g = torch.Generator().manual_seed(3)
+    exp = "model.layers.0.mlp.experts."
+    save_file({exp + "gate_up_proj_blocks": torch.randint(
+                   0, 256, (2, 40, 2, 16), dtype=torch.uint8, generator=g),
+               exp + "gate_up_proj_scales": torch.randint(
+                   120, 130, (2, 40, 2), dtype=torch.uint8, generator=g),
+               "model.norm.weight": torch.randn(64, generator=g).bfloat16()},
+              path, metadata={"format": "pt"})
+
+
 class Env:
     root = None
     mnt = None
@@ -249,7 +265,9 @@ def setUpModule():
                         False, transformers_dequant, shard=True)
     bnb4_pair(llama, src, "llama-nf4")
     comfy_pair(src, "flux-scaled")
-    Env.mnt = tl.Mount(src)
+    gptoss_file(os.path.join(src, "gptoss.safetensors"))
+    Env.mnt = tl.Mount(src, options=[
+        "views=" + ":".join(v + ".gguf" for v in VIEWS)])
 
 
 def tearDownModule():
@@ -305,6 +323,22 @@ class Fp8BlockGGUF(unittest.TestCase):
         self.assertEqual(types["double_blocks.0.txt_mod.lin.weight"], "F32")
         self.assertEqual(types["double_blocks.0.img_mlp.2.weight"], "BF16")
         self.assertFalse([n for n in types if "scale" in n])
+
+    def test_not_offered(self):
+        """gpt-oss MXFP4 experts (no llama.cpp mapping) and a sharded 4-bit
+        folder (no composite header for its side data) get no GGUF file,
+        and say why."""
+        for name in ("gptoss.q8_0.gguf", "llama-nf4-sharded.q8_0.gguf"):
+            with self.subTest(name=name):
+                with self.assertRaises(OSError):
+                    os.stat(Env.mnt.join(name))
+                self.assertNotIn(name, os.listdir(Env.mnt.path))
+        with open(Env.mnt.join(".castfs", "refused")) as f:
+            why = [r["reason"] for r in json.load(f)
+                   if r["path"] == "llama-nf4-sharded"]
+        self.assertTrue(why and "sharded 4-bit" in why[0], why)
+        self.assertIn("gpt-oss MXFP4 experts have no llama.cpp mapping",
+                      Env.mnt.output())
 
     def test_names_are_the_bf16_models(self):
         r = GGUFReader(Env.mnt.join("qwen3-fp8.q8_0.gguf"))
