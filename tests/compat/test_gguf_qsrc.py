@@ -15,7 +15,11 @@ one weight_scale_inv per block, config.json quantization_config):
   block's scale in fp32, then torch's bf16 cast), as test_quant_src.py;
 - the same Qwen3 in two shards, every scale in the other shard than its
   weight (transformers' sharder splits a weight from its scale), against
-  the reference split the same way.
+  the reference split the same way;
+- the Llama quantized to nf4 (double quantised) and the Qwen3 to LLM.int8
+  by transformers + bitsandbytes on CPU: bitsandbytes' dequantize_4bit /
+  int8_vectorwise_dequant;
+- a Flux file in ComfyUI's scaled fp8 form: ComfyUI's bf16 rule.
 Each reference is saved as a bf16 folder (the other tensors as the source
 has them) next to the quantized one in the same mount; castfs's GGUF of a
 bf16 folder is checked against gguf-py and llama.cpp by test_gguf*.py.
@@ -43,7 +47,8 @@ try:
         import torch
         from gguf import GGUFReader
         from safetensors.torch import load_file, save_file
-        from bitsandbytes.functional import QuantState, dequantize_4bit
+        from bitsandbytes.functional import QuantState, dequantize_4bit, \
+            int8_vectorwise_dequant
         from transformers import AutoModelForCausalLM, BitsAndBytesConfig, \
             PreTrainedTokenizerFast
         from transformers.utils import logging as hf_logging
@@ -230,6 +235,33 @@ def comfy_pair(src, name):
               metadata={"format": "pt"})
 
 
+def int8_pair(base, src, name):
+    """@name: the model in @base loaded with load_in_8bit and saved by
+    transformers + bitsandbytes on CPU (I8 weight, SCB, weight_format);
+    @name-ref: bitsandbytes' int8_vectorwise_dequant of every weight in
+    bf16, other tensors as saved."""
+    hf_logging.set_verbosity_error()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = AutoModelForCausalLM.from_pretrained(
+            base, dtype=torch.bfloat16, device_map="cpu",
+            quantization_config=BitsAndBytesConfig(load_in_8bit=True))
+        m.save_pretrained(os.path.join(src, name))
+    for f in TEXTS[1:]:
+        shutil.copy(os.path.join(base, f), os.path.join(src, name))
+    sd = load_file(os.path.join(src, name, "model.safetensors"))
+    ref = {}
+    for k, t in sd.items():
+        if k.endswith((".SCB", ".weight_format")):
+            continue
+        scb = k[:-len("weight")] + "SCB"
+        ref[k] = int8_vectorwise_dequant(t, sd[scb]).to(torch.bfloat16) \
+            if scb in sd else t
+    assert any(k.endswith(".SCB") for k in sd)
+    copy_texts(base, os.path.join(src, name + "-ref"))
+    save(os.path.join(src, name + "-ref"), ref)
+
+
 def gptoss_file(path):
     """gpt-oss MXFP4 experts in the published layout (test_mxfp4_src):
     "*_blocks" U8 [E, R, G, 16] + "*_scales" E8M0 bytes [E, R, G]."""
@@ -264,6 +296,7 @@ def setUpModule():
     Env.wmap = fp8_pair(Env.qwen3, src, "qwen3-fp8-sharded", (32, 32),
                         False, transformers_dequant, shard=True)
     bnb4_pair(llama, src, "llama-nf4")
+    int8_pair(Env.qwen3, src, "qwen3-int8")
     comfy_pair(src, "flux-scaled")
     gptoss_file(os.path.join(src, "gptoss.safetensors"))
     Env.mnt = tl.Mount(src, options=[
@@ -307,6 +340,9 @@ class Fp8BlockGGUF(unittest.TestCase):
 
     def test_bnb4(self):
         self.check_equal("llama-nf4")
+
+    def test_llm_int8(self):
+        self.check_equal("qwen3-int8")
 
     def test_comfy_scaled_fp8_diffusion(self):
         """X.<q>.gguf of a ComfyUI scaled fp8 Flux file: the same file of

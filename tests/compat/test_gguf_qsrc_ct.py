@@ -1,11 +1,13 @@
 # SPDX-License-Identifier: MIT
 """GGUF files of compressed-tensors sources (docs/FORMATS.md, "GGUF of a
 quantized source"): DIR.<q>.gguf of a folder llm-compressor quantized
-(FP8 per channel, float-quantized; int4 per channel, pack-quantized)
+(FP8 per channel, float-quantized; int4 per channel, pack-quantized;
+NVFP4A16, nvfp4-pack-quantized)
 equals, byte for byte, DIR.<q>.gguf of the bf16 model that
 compressed-tensors' own decompressor gives (FloatQuantizationCompressor /
-PackedQuantizationCompressor.decompress, run in the llm-compressor venv by
-ct_src_oracle.py / ct_w4_oracle.py, then torch's bf16 cast). The model is
+PackedQuantizationCompressor / NVFP4PackedCompressor.decompress, run in
+the llm-compressor venv by ct_src_oracle.py / ct_w4_oracle.py /
+ct4_src_oracle.py, then torch's bf16 cast). The model is
 test_gguf_llm's tiny Qwen3 with its BPE tokenizer, saved in bfloat16.
 Exits 77 without the llm-compressor venv (scripts/setup-llmc).
 """
@@ -36,7 +38,8 @@ except ImportError as e:  # pragma: no cover
 HERE = os.path.dirname(os.path.abspath(__file__))
 # name -> (oracle script, strategy)
 SOURCES = {"qwen3-ct-fp8": ("ct_src_oracle.py", "channel"),
-           "qwen3-ct-w4": ("ct_w4_oracle.py", "channel")}
+           "qwen3-ct-w4": ("ct_w4_oracle.py", "channel"),
+           "qwen3-ct-nvfp4": ("ct4_src_oracle.py", "NVFP4A16")}
 
 
 class Env:
