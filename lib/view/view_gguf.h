@@ -49,7 +49,8 @@ struct castfs_qsrc_opts;
 
 /*
  * castfs_gguf_deq_new - the bf16 view of checkpoint @h (quantized layout
- * options @o, may be NULL) for a GGUF builder: its header, whose tensors
+ * options @o, may be NULL; of its flags only CASTFS_QSRC_STRICT is kept)
+ * for a GGUF builder: its header, whose tensors
  * the builder converts instead of @h's (scales and other companions gone,
  * weights BF16 with their true shapes), and per tensor where its bytes
  * are (castfs_gguf_deq_ent()). A plain checkpoint gives 0 and *@out NULL.

@@ -96,7 +96,9 @@ int castfs_gguf_deq_new(const struct castfs_header *h,
 	struct castfs_qsrc q;
 	int rc;
 
-	so.flags = 0; /* the directory's layout was checked at load */
+	/* STRICT (a folder declaring FP8 blocks): an F8 weight without its
+	 * scale is refused, never cast as a plain fp8 tensor */
+	so.flags &= CASTFS_QSRC_STRICT;
 	rc = castfs_qsrc_scan_opts(h, &so, &q, d);
 	if (rc)
 		return rc;
