@@ -85,7 +85,7 @@ static const struct llm_arch *find_arch(const cJSON *cfg)
 /* Options castfs does not map change the model: refuse rather than drop. */
 static int cfg_unsupported(const cJSON *cfg, struct castfs_diag *d)
 {
-	/* quantization_config: checked against the weights (deq_check) */
+	/* quantization_config: accepted over quantized weights (build_deq) */
 	static const char *const keys[] = { "rope_scaling", "mlp_bias" };
 
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
