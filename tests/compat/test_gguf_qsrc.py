@@ -376,6 +376,16 @@ class Fp8BlockGGUF(unittest.TestCase):
         self.assertIn("gpt-oss MXFP4 experts have no llama.cpp mapping",
                       Env.mnt.output())
 
+    def test_listed(self):
+        """Chosen with -o views=, the GGUF files of quantized sources are
+        listed like those of their references."""
+        names = set(os.listdir(Env.mnt.path))
+        for stem in ("qwen3-fp8", "llama-fp8-edge", "qwen3-fp8-sharded",
+                     "llama-nf4", "qwen3-int8", "flux-scaled"):
+            for v in ("f16", "q8_0"):
+                self.assertIn("%s.%s.gguf" % (stem, v), names)
+                self.assertIn("%s-ref.%s.gguf" % (stem, v), names)
+
     def test_names_are_the_bf16_models(self):
         r = GGUFReader(Env.mnt.join("qwen3-fp8.q8_0.gguf"))
         names = [t.name for t in r.tensors]
