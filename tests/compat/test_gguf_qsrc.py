@@ -363,7 +363,8 @@ class Fp8BlockGGUF(unittest.TestCase):
     def test_not_offered(self):
         """gpt-oss MXFP4 experts (no llama.cpp mapping) and a sharded 4-bit
         folder (no composite header for its side data) get no GGUF file,
-        and say why."""
+        and say why (/.castfs/refused; castfs convert for a single file,
+        whose reason the daemon only logs)."""
         for name in ("gptoss.q8_0.gguf", "llama-nf4-sharded.q8_0.gguf"):
             with self.subTest(name=name):
                 with self.assertRaises(OSError):
@@ -373,8 +374,14 @@ class Fp8BlockGGUF(unittest.TestCase):
             why = [r["reason"] for r in json.load(f)
                    if r["path"] == "llama-nf4-sharded"]
         self.assertTrue(why and "sharded 4-bit" in why[0], why)
+        r = subprocess.run([tl.castfs_binary(), "convert",
+                            os.path.join(Env.mnt.source, "gptoss.safetensors"),
+                            "--view", "q8_0", "-o",
+                            os.path.join(Env.root, "gptoss.gguf")],
+                           capture_output=True, text=True)
+        self.assertNotEqual(r.returncode, 0)
         self.assertIn("gpt-oss MXFP4 experts have no llama.cpp mapping",
-                      Env.mnt.output())
+                      r.stderr)
 
     def test_listed(self):
         """Chosen with -o views=, the GGUF files of quantized sources are
