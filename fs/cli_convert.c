@@ -203,9 +203,24 @@ int cli_md_gguf_plan(const struct cli_src *s, const char *dir,
 	if (!rc && (!cfg || !tok))
 		rc = castfs_diag_set(d, -ENOENT,
 				     "config.json or tokenizer.json missing");
-	if (!rc)
-		rc = castfs_md_gguf_plan(s->view, cfg, cfg_len, tok, tok_len,
-					 tc, tc_len, s->h, plan, d);
+	if (!rc) {
+		/* the FP8 block size config.json gives a quantized source */
+		struct castfs_qsrc_opts qo;
+		const struct castfs_header *one = s->h;
+		struct castfs_md_gguf_src src = {
+			.config = cfg,
+			.config_len = cfg_len,
+			.tokenizer = tok,
+			.tokenizer_len = tok_len,
+			.tok_config = tc,
+			.tok_config_len = tc_len,
+			.h = &one,
+			.nh = 1,
+			.qopts = cli_qsrc_opts(s->path, &qo),
+		};
+
+		rc = castfs_md_gguf_plan_src(s->view, &src, plan, d);
+	}
 	free(cfg);
 	free(tok);
 	free(tc);

@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "modeldir/modeldir.h"
+#include "view/qsrc.h"
 
 static const char index_name[] = "model.safetensors.index.json";
 
@@ -92,6 +93,7 @@ int cli_shards_plan(const struct cli_shards *sh, const char *dir,
 		    struct castfs_plan **plan, struct castfs_diag *d)
 {
 	char *cfg = NULL, *tok = NULL, *tc = NULL;
+	struct castfs_qsrc_opts qo;
 	struct castfs_md_gguf_src s = {
 		.index = sh->index,
 		.index_len = sh->index_len,
@@ -112,6 +114,8 @@ int cli_shards_plan(const struct cli_shards *sh, const char *dir,
 	s.config = cfg;
 	s.tokenizer = tok;
 	s.tok_config = tc;
+	/* the FP8 block size config.json gives a quantized folder */
+	s.qopts = cli_qsrc_opts(sh->s[0].path, &qo);
 	if (!rc)
 		rc = castfs_md_gguf_plan_src(sh->s[0].view, &s, plan, d);
 	free(cfg);

@@ -278,6 +278,8 @@ int castfs_md_gguf_plan(const struct castfs_view *v, const char *config,
 			size_t tok_config_len, const struct castfs_header *h,
 			struct castfs_plan **out, struct castfs_diag *d);
 
+struct castfs_qsrc_opts;
+
 /* What a model folder's GGUF file is made of: its text files and its
  * weights, one checkpoint or the shards of an index. Borrowed. */
 struct castfs_md_gguf_src {
@@ -291,6 +293,10 @@ struct castfs_md_gguf_src {
 	const char *const *shards;
 	const struct castfs_header *const *h;
 	size_t nh;
+	/* The quantized layout its config.json gives (the FP8 block size;
+	 * view/qsrc.h), or NULL. A quantized shard is read as its bf16 view
+	 * (docs/FORMATS.md "GGUF of a quantized source"). */
+	const struct castfs_qsrc_opts *qopts;
 };
 
 /*

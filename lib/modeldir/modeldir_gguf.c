@@ -85,8 +85,8 @@ static const struct llm_arch *find_arch(const cJSON *cfg)
 /* Options castfs does not map change the model: refuse rather than drop. */
 static int cfg_unsupported(const cJSON *cfg, struct castfs_diag *d)
 {
-	static const char *const keys[] = { "rope_scaling",
-					    "quantization_config", "mlp_bias" };
+	/* quantization_config: accepted over quantized weights (build_deq) */
+	static const char *const keys[] = { "rope_scaling", "mlp_bias" };
 
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
 		const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, keys[i]);
@@ -563,6 +563,9 @@ struct llm_out {
 	const struct castfs_tensor *t;
 	const struct castfs_header *h; /* its shard's header */
 	uint64_t base; /* its shard's part of the source (castfs_part_off) */
+	/* A quantized shard's bf16 view (t is one of its tensors), or NULL */
+	const struct castfs_gguf_deq *g;
+	uint64_t src; /* the source offset of element 0 (0 if dequantized) */
 	char name[64];
 	enum castfs_ggml_type type;
 	uint32_t heads; /* > 0: rows permuted in this many heads */
@@ -611,24 +614,34 @@ static bool has_tensor(const struct castfs_md_gguf_src *s, const char *name)
 	return seen_before(s, s->nh, name, strlen(name));
 }
 
-/* Tensor @t of shard @k into @x: named twice, or past what a part of a
- * composite source can address, is refused. */
+/* Tensor @t of shard @k (bf16 view @g, or NULL) into @x: named twice, or
+ * past what a part of a composite source can address, is refused. */
 static int place(const struct castfs_md_gguf_src *s, size_t k,
-		 const struct castfs_tensor *t, struct llm_out *x,
-		 struct castfs_diag *d)
+		 const struct castfs_gguf_deq *g, const struct castfs_tensor *t,
+		 struct llm_out *x, struct castfs_diag *d)
 {
 	if (seen_before(s, k, t->name, t->name_len))
 		return castfs_diag_set(d, -EINVAL,
 				       "GGUF: tensor '%s' is in two shards",
 				       t->name);
-	if (s->nh > 1 &&
+	if (!g && s->nh > 1 &&
 	    s->h[k]->data_start + t->end >= UINT64_C(1) << CASTFS_PART_SHIFT)
 		return castfs_diag_set(d, -EOVERFLOW,
 				       "GGUF: shard %zu is too large", k);
 	x->t = t;
 	x->h = s->h[k];
 	x->base = castfs_part_off(k, 0);
+	x->g = g;
+	x->src = x->base + x->h->data_start + t->begin;
+	if (g) /* offsets of a bf16 view's tensor are the source's already */
+		x->src = castfs_gguf_deq_ent(g, t)->src_off;
 	return 0;
+}
+
+/* Whether @o is a dequantized weight (read through castfs_deq_load). */
+static bool is_deq(const struct llm_out *o)
+{
+	return o->g && castfs_gguf_deq_ent(o->g, o->t)->deq;
 }
 
 /* Name, permutation and type of the tensor placed in @x. */
@@ -699,7 +712,8 @@ static bool quantize_made(const struct castfs_view *v)
  * convert_hf_to_gguf.py shard by shard (the shards sorted by file name),
  * each shard's tensors by name; for llama-quantize quantize_order(). */
 static int describe_all(const struct castfs_view *v, const struct llm *m,
-			const struct castfs_md_gguf_src *s, struct llm_out *o,
+			const struct castfs_md_gguf_src *s,
+			struct castfs_gguf_deq *const *g, struct llm_out *o,
 			size_t *n, struct castfs_diag *d)
 {
 	bool tied = !has_tensor(s, "lm_head.weight");
@@ -708,7 +722,7 @@ static int describe_all(const struct castfs_view *v, const struct llm *m,
 	*n = 0;
 	for (size_t k = 0; !rc && k < s->nh; k++) {
 		for (size_t i = 0; !rc && i < s->h[k]->ntensors; i++) {
-			rc = place(s, k, s->h[k]->by_name[i], &o[*n], d);
+			rc = place(s, k, g[k], s->h[k]->by_name[i], &o[*n], d);
 			if (!rc)
 				rc = describe(v, m, tied, &o[*n], d);
 			if (!rc)
@@ -735,14 +749,18 @@ static int add_rows(struct castfs_pb *pb, const struct llm_out *o, uint32_t qt,
 	uint64_t cols = t->ndim == 2 ? t->shape[1] : 1;
 	size_t in_sz = castfs_dtype_bits(t->dtype) / 8;
 	struct castfs_producer p = {
-		.src_off = o->base + o->h->data_start + t->begin +
-			   row * cols * in_sz,
+		.src_off = o->src + row * cols * in_sz,
 	};
 	unsigned bytes, blck = castfs_gguf_blck(o->type, &bytes);
 
 	if (castfs_gguf_block_qtype(o->type) >= 0) {
 		p.op = CASTFS_OP_GGUF_BLOCKS;
 		p.qt = qt;
+		p.unit = bytes;
+	} else if (is_deq(o)) { /* the bf16 view's element, then cast */
+		p.op = CASTFS_OP_DEQ_BF16;
+		p.qt = qt;
+		p.dst_dtype = (uint8_t)plain_dtype(o->type);
 		p.unit = bytes;
 	} else if (plain_dtype(o->type) == t->dtype) {
 		p.op = CASTFS_OP_COPY;
@@ -765,17 +783,20 @@ static int add_data(void *ctx, struct castfs_pb *pb, size_t i)
 	uint32_t qt = 0;
 	int rc = 0;
 
-	if (castfs_gguf_block_qtype(o->type) >= 0) {
+	if (castfs_gguf_block_qtype(o->type) >= 0 || is_deq(o)) {
 		unsigned bytes;
 		struct castfs_qtensor q = {
-			.src_off = o->base + o->h->data_start + o->t->begin,
+			.src_off = o->src,
 			.nelems = o->t->nelems,
 			.blocksize = castfs_gguf_blck(o->type, &bytes),
 			.src_dtype = o->t->dtype,
 			.qtype = (uint8_t)castfs_gguf_block_qtype(o->type),
 		};
 
-		rc = castfs_pb_add_qtensor(pb, &q, &qt);
+		if (is_deq(o))
+			rc = castfs_gguf_deq_add_qt(pb, o->g, o->t, &q, &qt);
+		else
+			rc = castfs_pb_add_qtensor(pb, &q, &qt);
 	}
 	if (!rc && !o->heads) {
 		rc = add_rows(pb, o, qt, 0, rows);
@@ -812,7 +833,8 @@ static size_t count_tensors(const struct castfs_md_gguf_src *s)
 
 static int build(const struct castfs_view *v, const struct llm *m,
 		 const cJSON *tok, const cJSON *tc,
-		 const struct castfs_md_gguf_src *s, struct castfs_plan **out,
+		 const struct castfs_md_gguf_src *s,
+		 struct castfs_gguf_deq *const *g, struct castfs_plan **out,
 		 struct castfs_diag *d)
 {
 	struct llm_out *o = calloc(count_tensors(s), sizeof(*o));
@@ -823,7 +845,7 @@ static int build(const struct castfs_view *v, const struct llm *m,
 	int rc = o && nbytes ? castfs_gguf_w_new(&w) : -ENOMEM;
 
 	if (!rc)
-		rc = describe_all(v, m, s, o, &n, d);
+		rc = describe_all(v, m, s, g, o, &n, d);
 	if (!rc) {
 		castfs_gguf_kv_str(w, "general.architecture", m->arch->name);
 		if (!quantize_made(v))
@@ -843,6 +865,35 @@ static int build(const struct castfs_view *v, const struct llm *m,
 	castfs_gguf_w_free(w);
 	free(nbytes);
 	free(o);
+	return rc;
+}
+
+/*
+ * build() over the shards as the GGUF quantisers read them: a quantized
+ * shard as its bf16 view (castfs_md_gguf_deq(): names, shapes and
+ * elements of the bf16 model), a plain one as stored. A config.json
+ * quantization_config is accepted only when the weights are quantized.
+ */
+static int build_deq(const struct castfs_view *v, const struct llm *m,
+		     const cJSON *tok, const cJSON *tc,
+		     const struct castfs_md_gguf_src *s,
+		     struct castfs_plan **out, struct castfs_diag *d)
+{
+	const cJSON *qc =
+		cJSON_GetObjectItemCaseSensitive(m->cfg, "quantization_config");
+	bool declared = qc && !cJSON_IsNull(qc) && !cJSON_IsFalse(qc);
+	struct castfs_md_gguf_src es = *s;
+	struct castfs_md_gguf_deq q = { 0 };
+	int rc = castfs_md_gguf_deq(s, declared, &q, d);
+
+	if (!rc && declared && !q.nquant)
+		rc = castfs_diag_set(d, -EINVAL,
+				     "GGUF: config.json quantization_config "
+				     "is not supported");
+	es.h = q.h;
+	if (!rc)
+		rc = build(v, m, tok, tc, &es, q.g, out, d);
+	castfs_md_gguf_deq_fini(&q);
 	return rc;
 }
 
@@ -894,7 +945,7 @@ int castfs_md_gguf_plan_src(const struct castfs_view *v,
 	if (!rc && s->index)
 		rc = castfs_md_gguf_check_map(s, d);
 	if (!rc)
-		rc = build(v, &m, tok, tc, s, out, d);
+		rc = build_deq(v, &m, tok, tc, s, out, d);
 	cJSON_Delete(cfg);
 	cJSON_Delete(tok);
 	cJSON_Delete(tc);

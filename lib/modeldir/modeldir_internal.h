@@ -111,4 +111,33 @@ void md_put_ct(struct castfs_strbuf *b, const struct castfs_md_style *s,
  */
 bool castfs_md_ct_fp4(const struct cJSON *qc);
 
+struct castfs_md_gguf_src;
+struct castfs_header;
+struct castfs_gguf_deq;
+
+/* The shards of a model folder as its GGUF builder reads them. */
+struct castfs_md_gguf_deq {
+	const struct castfs_header **h; /* [n]: bf16 view's header or stored */
+	struct castfs_gguf_deq **g; /* [n]: a quantized shard's bf16 view */
+	struct castfs_header **comp; /* [n]: composite headers (sharded) */
+	size_t n, nquant;
+};
+
+/*
+ * castfs_md_gguf_deq - every shard of @s as the GGUF builder reads it
+ * (modeldir_gguf_deq.c): a quantized one as its bf16 view
+ * (castfs_gguf_deq_new(); in sharded folders over the shard's composite
+ * header, so FP8 scales in other shards are found and every offset is
+ * the composite source's), a plain one as stored. @strict: config.json
+ * declares a quantized layout (every F8 weight needs its scale). Returns
+ * 0 (castfs_md_gguf_deq_fini() releases @q), -ENOTSUP for a layout the
+ * GGUF quantisers do not read (@d says why), -EINVAL or -ENOMEM.
+ */
+int castfs_md_gguf_deq(const struct castfs_md_gguf_src *s, bool strict,
+		       struct castfs_md_gguf_deq *q, struct castfs_diag *d);
+
+/* castfs_md_gguf_deq_fini - release what castfs_md_gguf_deq() made;
+ * safe on a zeroed struct. */
+void castfs_md_gguf_deq_fini(struct castfs_md_gguf_deq *q);
+
 #endif

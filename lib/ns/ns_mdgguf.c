@@ -27,6 +27,7 @@
 #include "common/hash.h"
 #include "modeldir/modeldir.h"
 #include "ns/ns_kind_internal.h"
+#include "view/qsrc.h"
 
 /* The text files the GGUF is made of; the first two are required. */
 static const char *const texts[] = { "config.json", "tokenizer.json",
@@ -111,6 +112,7 @@ static int plan_of(const struct castfs_view *v, char *const text[NTEXTS],
 		   struct castfs_diag *d)
 {
 	const struct castfs_header *one = ck->h, **hs = NULL;
+	struct castfs_qsrc_opts qo;
 	struct castfs_md_gguf_src s = {
 		.config = text[0],
 		.config_len = len[0],
@@ -120,6 +122,9 @@ static int plan_of(const struct castfs_view *v, char *const text[NTEXTS],
 		.tok_config_len = len[2],
 		.h = &one,
 		.nh = 1,
+		/* the FP8 block size config.json gives: the first shard's
+		 * entry holds the folder's */
+		.qopts = ns_ckpt_qopts(ck, &qo),
 	};
 	int rc;
 

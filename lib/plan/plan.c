@@ -419,6 +419,7 @@ const char *castfs_op_name(enum castfs_op op)
 		[CASTFS_OP_DEQ_MXFP4] = "dequant-mxfp4",
 		[CASTFS_OP_DEQ_Q4] = "dequant-bnb4",
 		[CASTFS_OP_DEQ_W4] = "dequant-int4",
+		[CASTFS_OP_DEQ_BF16] = "dequant-bf16",
 	};
 
 	if ((unsigned)op >= CASTFS_OP_COUNT)

@@ -39,6 +39,8 @@ enum castfs_op {
 	CASTFS_OP_DEQ_MXFP4, /* gpt-oss MXFP4, transposed (plan_gen_mx.c) */
 	CASTFS_OP_DEQ_Q4, /* bnb 4-bit source dequantized (plan_gen_q4deq.c) */
 	CASTFS_OP_DEQ_W4, /* compressed-tensors int4 source (plan_gen_w4deq.c) */
+	CASTFS_OP_DEQ_BF16, /* a dequantized weight as the bf16 view has it,
+			     * then cast (GGUF of a quantized source) */
 	CASTFS_OP_COUNT,
 };
 

@@ -4,13 +4,71 @@
  * are read, widened to float32 and quantised by ggml's reference rules
  * (quant/quant_gguf.h, quant/quant_gguf_k.h). A block depends on its own
  * elements only (32, or 256 for the K-quants), so any range is computed
- * alone.
+ * alone. The elements of a quantized source's weight are those of its
+ * bf16 view (castfs_deq_load() rounded to bf16), for the blocks and for
+ * the plain types (CASTFS_OP_DEQ_BF16) alike.
  */
 #include <errno.h>
 
 #include "common/compiler.h"
 #include "plan/plan_internal.h"
 #include "quant/quant_gguf_k.h"
+#include "quant/quant_round.h"
+
+uint64_t castfs_gguf_deq_elem(const struct castfs_qtensor *q,
+			      const struct castfs_extent *e, uint64_t unit)
+{
+	return (e->src_off - q->src_off) / 2 + unit * q->blocksize;
+}
+
+/*
+ * Elements [@k, @k + @n) of q->deq qtensor @q as the bf16 view serves
+ * them, widened to fp32 into @x; the rest of the scratch behind @x (the
+ * caller keeps @n <= len / 8, so at least as much as @x) holds the codes
+ * and scales while they load.
+ */
+static int deq_load_bf16(const struct castfs_read_env *env,
+			 const struct castfs_qtensor *q, uint64_t k, size_t n,
+			 float *x)
+{
+	uint8_t *work = (uint8_t *)(x + n);
+	size_t wlen = env->s->len - n * sizeof(float);
+	int rc = castfs_deq_load(env->plan, env->src, q, k, n, x, work, wlen);
+
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < n; i++)
+		x[i] = castfs_qr_round(x[i], CASTFS_DTYPE_BF16);
+	return 0;
+}
+
+/* Blocks of a dequantized weight: the bf16 view's elements quantised. */
+static int gguf_blocks_deq(const struct castfs_read_env *env,
+			   const struct castfs_extent *e,
+			   const struct castfs_qtensor *q, uint64_t first,
+			   uint64_t count, uint8_t *dst)
+{
+	size_t qk = q->blocksize;
+	size_t chunk = qk ? env->s->len / 8 / qk : 0;
+	float *x = (float *)(void *)env->s->buf;
+
+	if (!chunk || q->src_dtype != CASTFS_DTYPE_BF16)
+		return -EIO; /* unreachable: the plan made it so */
+	while (count) {
+		size_t n = (size_t)CASTFS_MIN(count, chunk);
+		int rc = deq_load_bf16(
+			env, q, castfs_gguf_deq_elem(q, e, first), n * qk, x);
+
+		if (!rc)
+			rc = castfs_gguf_quantize(q->qtype, dst, x, n);
+		if (rc)
+			return rc;
+		dst += n * e->unit;
+		first += n;
+		count -= n;
+	}
+	return 0;
+}
 
 int castfs_gen_gguf_blocks(const struct castfs_read_env *env,
 			   const struct castfs_extent *e, uint64_t first,
@@ -25,6 +83,8 @@ int castfs_gen_gguf_blocks(const struct castfs_read_env *env,
 	castfs_convert_fn widen =
 		castfs_convert_get(q->src_dtype, CASTFS_DTYPE_F32, 0);
 
+	if (q->deq)
+		return gguf_blocks_deq(env, e, q, first, count, dst);
 	if (!widen || !chunk)
 		return -EIO;
 	while (count) {
@@ -43,6 +103,35 @@ int castfs_gen_gguf_blocks(const struct castfs_read_env *env,
 		rc = castfs_gguf_quantize(q->qtype, dst, x, n);
 		if (rc)
 			return rc;
+		dst += n * e->unit;
+		first += n;
+		count -= n;
+	}
+	return 0;
+}
+
+int castfs_gen_deq_bf16(const struct castfs_read_env *env,
+			const struct castfs_extent *e, uint64_t first,
+			uint64_t count, uint8_t *dst)
+{
+	const struct castfs_qtensor *q = &env->plan->qtensors[e->qt];
+	size_t chunk = env->s->len / 8;
+	float *x = (float *)(void *)env->s->buf;
+	/* bf16-exact fp32 values: F32 -> F16 / BF16 / F32 of them is the
+	 * cast of the bf16 element (one rounding, never two) */
+	castfs_convert_fn enc =
+		castfs_convert_get(CASTFS_DTYPE_F32, e->dst_dtype, 0);
+
+	if (!enc || !q->deq || q->blocksize != 1)
+		return -EIO; /* unreachable: the plan made it so */
+	while (count) {
+		size_t n = (size_t)CASTFS_MIN(count, chunk);
+		int rc = deq_load_bf16(env, q,
+				       castfs_gguf_deq_elem(q, e, first), n, x);
+
+		if (rc)
+			return rc;
+		enc(dst, x, n);
 		dst += n * e->unit;
 		first += n;
 		count -= n;

@@ -93,6 +93,7 @@ static const castfs_gen_fn gen_table[CASTFS_OP_COUNT] = {
 	[CASTFS_OP_DEQ_MXFP4] = castfs_gen_deq_mxfp4,
 	[CASTFS_OP_DEQ_Q4] = castfs_gen_deq_packed,
 	[CASTFS_OP_DEQ_W4] = castfs_gen_deq_packed,
+	[CASTFS_OP_DEQ_BF16] = castfs_gen_deq_bf16,
 };
 
 /* One unit cut by the range: produce it whole, copy out the part asked. */
@@ -178,6 +179,7 @@ static uint64_t quant_elem(const struct castfs_extent *e,
 	case CASTFS_OP_DEQ_MXFP4:
 	case CASTFS_OP_DEQ_Q4:
 	case CASTFS_OP_DEQ_W4:
+	case CASTFS_OP_DEQ_BF16:
 	case CASTFS_OP_COUNT:
 		break;
 	}
@@ -222,8 +224,13 @@ uint64_t castfs_plan_src_off(const struct castfs_plan *p, uint64_t off)
 	case CASTFS_OP_CT_SCALE:
 	case CASTFS_OP_CT_GSCALE:
 		break;
+	case CASTFS_OP_DEQ_BF16:
 	case CASTFS_OP_GGUF_BLOCKS:
 		q = &p->qtensors[e->qt];
+		if (q->deq)
+			return castfs_deq_src_off(
+				p, q,
+				castfs_gguf_deq_elem(q, e, rel / e->unit));
 		return e->src_off +
 		       rel / e->unit * q->blocksize *
 			       (castfs_dtype_bits(q->src_dtype) / 8);

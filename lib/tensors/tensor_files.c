@@ -322,6 +322,7 @@ static void origin_extent(const struct castfs_tfile_ctx *c,
 	case CASTFS_OP_CT_SCALE:
 	case CASTFS_OP_CT_GSCALE:
 	case CASTFS_OP_GGUF_BLOCKS:
+	case CASTFS_OP_DEQ_BF16: /* GGUF files only: not in tensor trees */
 		if (e->qt >= c->plan->nqt)
 			return;
 		q = &c->plan->qtensors[e->qt];
@@ -443,6 +444,7 @@ void castfs_torigin_str(const struct castfs_torigin *o, char *buf, size_t len)
 	case CASTFS_OP_CT_SCALE:
 	case CASTFS_OP_CT_GSCALE:
 	case CASTFS_OP_GGUF_BLOCKS:
+	case CASTFS_OP_DEQ_BF16:
 	case CASTFS_OP_COUNT:
 	default:
 		if (o->qtype == CASTFS_Q_COMFY_F8) {

@@ -159,8 +159,9 @@ bool castfs_view_dequantizes(const struct castfs_view *v)
 		return true; /* from the BF16 values (view_ct.c) */
 	case CASTFS_VIEW_COMFY_FP8:
 		return true; /* its per-tensor scale: of the bf16 values */
-	case CASTFS_VIEW_CT_NVFP4: /* its global scale: fused siblings */
 	case CASTFS_VIEW_GGUF:
+		return true; /* of the bf16 view (view_gguf_deq.c) */
+	case CASTFS_VIEW_CT_NVFP4: /* its global scale: fused siblings */
 		break; /* not yet built from dequantized values */
 	}
 	return false;
@@ -189,7 +190,8 @@ int castfs_view_plan_opts(const struct castfs_view *v,
 	/* Never a silent mis-cast: quantized layouts are recognised first. */
 	if (rc)
 		return rc;
-	if (q.nfp8 || q.nmxfp4 || q.nbnb4 || q.nctw4) {
+	if ((q.nfp8 || q.nmxfp4 || q.nbnb4 || q.nctw4) &&
+	    v->kind != CASTFS_VIEW_GGUF) {
 		rc = plan_quantized(v, h, &q, out, d);
 		castfs_qsrc_fini(&q);
 		return rc;
@@ -206,8 +208,8 @@ int castfs_view_plan_opts(const struct castfs_view *v,
 	case CASTFS_VIEW_CT_NVFP4:
 	case CASTFS_VIEW_COMFY_FP8:
 		return castfs_view_plan_ct(v, h, out, d);
-	case CASTFS_VIEW_GGUF:
-		return castfs_view_plan_gguf(v, h, out, d);
+	case CASTFS_VIEW_GGUF: /* reads a quantized source's bf16 view */
+		return castfs_view_plan_gguf(v, h, &plan_o, out, d);
 	}
 	return castfs_diag_set(d, -EINVAL, "view '%s': unknown kind", v->name);
 }

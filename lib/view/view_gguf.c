@@ -265,9 +265,38 @@ static enum castfs_dtype ggml_dtype(enum castfs_ggml_type t)
 /* The data of each output tensor, for castfs_view_gguf_assemble(). */
 struct gguf_data {
 	const struct castfs_header *h;
+	const struct castfs_gguf_deq *g; /* a quantized source's bf16 view */
 	const struct gguf_out *o;
 	const uint64_t *nbytes;
 };
+
+/* Dequantized weight @o: the bf16 view's elements quantised or cast. */
+static int add_deq(const struct gguf_data *gd, struct castfs_pb *pb,
+		   const struct gguf_out *o, uint64_t nbytes)
+{
+	enum castfs_dtype dst = ggml_dtype(o->type);
+	struct castfs_producer p = { .op = CASTFS_OP_DEQ_BF16,
+				     .dst_dtype = (uint8_t)dst };
+	struct castfs_qtensor q = {
+		.rows = o->shape[0],
+		.cols = o->shape[1],
+		.blocksize = 1,
+	};
+	int rc;
+
+	if (is_quant(o->type)) {
+		p.op = CASTFS_OP_GGUF_BLOCKS;
+		q.blocksize = CASTFS_GGUF_QK;
+		q.qtype = o->type == CASTFS_GGML_Q8_0 ? CASTFS_Q_GGUF_Q8_0 :
+							CASTFS_Q_GGUF_Q4_0;
+		p.unit = o->type == CASTFS_GGML_Q8_0 ? CASTFS_GGUF_Q8_0_BYTES :
+						       CASTFS_GGUF_Q4_0_BYTES;
+	} else {
+		p.unit = castfs_dtype_bits(dst) / 8;
+	}
+	rc = castfs_gguf_deq_add_qt(pb, gd->g, o->t, &q, &p.qt);
+	return rc ? rc : castfs_pb_append(pb, &p, nbytes);
+}
 
 /* Append the data of tensor @i of @ctx (a struct gguf_data). */
 static int add_data(void *ctx, struct castfs_pb *pb, size_t i)
@@ -279,6 +308,10 @@ static int add_data(void *ctx, struct castfs_pb *pb, size_t i)
 	enum castfs_dtype dst = ggml_dtype(o->type);
 	int rc;
 
+	if (gd->g && castfs_gguf_deq_ent(gd->g, o->t)->deq)
+		return add_deq(gd, pb, o, gd->nbytes[i]);
+	if (gd->g) /* a kept tensor of the bf16 view: the source's bytes */
+		p.src_off = castfs_gguf_deq_ent(gd->g, o->t)->src_off;
 	if (is_quant(o->type)) {
 		struct castfs_qtensor q = {
 			.src_off = p.src_off,
@@ -411,8 +444,9 @@ static int write_header(const struct castfs_view *v, const struct gguf_arch *a,
 }
 
 static int build(const struct castfs_view *v, const struct castfs_header *h,
-		 const struct gguf_arch *a, const struct gguf_src *s,
-		 struct castfs_plan **out, struct castfs_diag *d)
+		 const struct castfs_gguf_deq *g, const struct gguf_arch *a,
+		 const struct gguf_src *s, struct castfs_plan **out,
+		 struct castfs_diag *d)
 {
 	struct gguf_out *o = NULL;
 	struct castfs_gguf_w *w = NULL;
@@ -429,7 +463,9 @@ static int build(const struct castfs_view *v, const struct castfs_header *h,
 	if (!rc)
 		rc = write_header(v, a, w, o, n, nbytes, d);
 	if (!rc) {
-		struct gguf_data gd = { .h = h, .o = o, .nbytes = nbytes };
+		struct gguf_data gd = {
+			.h = h, .g = g, .o = o, .nbytes = nbytes
+		};
 
 		rc = castfs_view_gguf_assemble(w, n, nbytes, add_data, &gd,
 					       out);
@@ -442,10 +478,13 @@ static int build(const struct castfs_view *v, const struct castfs_header *h,
 
 int castfs_view_plan_gguf(const struct castfs_view *v,
 			  const struct castfs_header *h,
+			  const struct castfs_qsrc_opts *qo,
 			  struct castfs_plan **out, struct castfs_diag *d)
 {
+	struct castfs_gguf_deq *g = NULL;
 	struct gguf_src s = { .h = h };
 	const struct gguf_arch *a;
+	int rc;
 
 	if (!is_quant((enum castfs_ggml_type)v->gguf_type) &&
 	    castfs_gguf_block_qtype((enum castfs_ggml_type)v->gguf_type) >= 0)
@@ -453,12 +492,21 @@ int castfs_view_plan_gguf(const struct castfs_view *v,
 				       "GGUF view: K-quant mixes are built "
 				       "for model folders only, not for "
 				       "diffusion checkpoints");
+	/* A quantized source is converted as its bf16 view. */
+	rc = castfs_gguf_deq_new(h, qo, &g, d);
+	if (rc)
+		return rc;
+	if (g)
+		s.h = g->h;
 	find_prefix(&s);
 	a = detect_arch(&s);
 	if (!a)
-		return castfs_diag_set(d, -EINVAL,
-				       "GGUF view: not a diffusion model "
-				       "ComfyUI-GGUF knows (flux, sd3, sdxl, "
-				       "sd1 in the original key layout)");
-	return build(v, h, a, &s, out, d);
+		rc = castfs_diag_set(d, -EINVAL,
+				     "GGUF view: not a diffusion model "
+				     "ComfyUI-GGUF knows (flux, sd3, sdxl, "
+				     "sd1 in the original key layout)");
+	else
+		rc = build(v, h, g, a, &s, out, d);
+	castfs_gguf_deq_free(g);
+	return rc;
 }

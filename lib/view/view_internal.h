@@ -178,8 +178,11 @@ int castfs_view_plan_ct(const struct castfs_view *v,
 int castfs_view_plan_bnb(const struct castfs_view *v,
 			 const struct castfs_header *h,
 			 struct castfs_plan **out, struct castfs_diag *d);
+/* The GGUF view of @h (view_gguf.c); a quantized source (layout options
+ * @qo, may be NULL) is read as its bf16 view (view_gguf_deq.c). */
 int castfs_view_plan_gguf(const struct castfs_view *v,
 			  const struct castfs_header *h,
+			  const struct castfs_qsrc_opts *qo,
 			  struct castfs_plan **out, struct castfs_diag *d);
 
 /*

@@ -19,7 +19,8 @@ UNIT_TESTS = tests/unit/test_dtype tests/unit/test_st_header \
 	tests/unit/test_qsrc tests/unit/test_ns_bounds tests/unit/test_escape \
 	tests/unit/test_qsrc_ct4 tests/unit/test_qsrc_xshard \
 	tests/unit/test_gguf tests/unit/test_reader \
-	tests/unit/test_md_gguf_shards tests/unit/test_st_side
+	tests/unit/test_md_gguf_shards tests/unit/test_st_side \
+	tests/unit/test_gguf_deq
 check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS)
 
@@ -93,6 +94,10 @@ tests_unit_test_qsrc_SOURCES = tests/unit/test_qsrc.c \
 	$(ST_TESTUTIL_SOURCES) $(UNIT_MAIN)
 tests_unit_test_qsrc_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_qsrc_LDADD = $(UNIT_LDADD)
+tests_unit_test_gguf_deq_SOURCES = tests/unit/test_gguf_deq.c \
+	$(ST_TESTUTIL_SOURCES) $(UNIT_MAIN)
+tests_unit_test_gguf_deq_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_gguf_deq_LDADD = $(UNIT_LDADD)
 tests_unit_test_qsrc_ct4_SOURCES = tests/unit/test_qsrc_ct4.c \
 	$(ST_TESTUTIL_SOURCES) $(UNIT_MAIN)
 tests_unit_test_qsrc_ct4_CFLAGS = $(UNIT_CFLAGS)
