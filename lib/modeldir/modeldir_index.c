@@ -334,14 +334,13 @@ static int ix_write(struct ix *x, char **out, size_t *out_len)
 	return rc;
 }
 
-int castfs_md_index_rewrite(const char *json, size_t len, const char *variant,
-			    castfs_md_shard_fn shard, void *ctx, char **out,
-			    size_t *out_len, struct castfs_diag *d)
+/* Parse x->js and collect its weight_map into @x (ix_fini() frees it,
+ * whatever the return). Returns 0 or -EINVAL / -ENOMEM with @d set. */
+static int ix_read(struct ix *x, struct castfs_diag *d)
 {
-	struct ix x = { .js = json, .len = len };
 	const cJSON *wm;
 	cJSON *root;
-	int rc = castfs_md_parse(json, len, &root, d, "index");
+	int rc = castfs_md_parse(x->js, x->len, &root, d, "index");
 
 	if (rc)
 		return rc;
@@ -349,8 +348,18 @@ int castfs_md_index_rewrite(const char *json, size_t len, const char *variant,
 	if (!cJSON_IsObject(wm))
 		rc = castfs_diag_set(d, -EINVAL, "index: no weight_map object");
 	if (!rc)
-		rc = ix_collect(&x, wm, d);
+		rc = ix_collect(x, wm, d);
 	cJSON_Delete(root);
+	return rc;
+}
+
+int castfs_md_index_rewrite(const char *json, size_t len, const char *variant,
+			    castfs_md_shard_fn shard, void *ctx, char **out,
+			    size_t *out_len, struct castfs_diag *d)
+{
+	struct ix x = { .js = json, .len = len };
+	int rc = ix_read(&x, d);
+
 	if (!rc)
 		rc = ix_load(&x, variant, shard, ctx);
 	if (!rc) {
@@ -364,18 +373,8 @@ int castfs_md_index_rewrite(const char *json, size_t len, const char *variant,
 int castfs_md_index_check(const char *json, size_t len, struct castfs_diag *d)
 {
 	struct ix x = { .js = json, .len = len };
-	const cJSON *wm;
-	cJSON *root;
-	int rc = castfs_md_parse(json, len, &root, d, "index");
+	int rc = ix_read(&x, d);
 
-	if (rc)
-		return rc;
-	wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
-	if (!cJSON_IsObject(wm))
-		rc = castfs_diag_set(d, -EINVAL, "index: no weight_map object");
-	if (!rc)
-		rc = ix_collect(&x, wm, d);
-	cJSON_Delete(root);
 	ix_fini(&x);
 	return rc;
 }

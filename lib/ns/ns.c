@@ -86,6 +86,8 @@ int castfs_ns_new(const struct castfs_ns_opts *o, struct castfs_ns **out,
 	if (!rc)
 		rc = ns_dir_config_init(ns);
 	if (!rc)
+		rc = ns_gguf_shards_init(ns);
+	if (!rc)
 		rc = ns_node_add_root(ns, d);
 	if (!rc)
 		rc = ns_modeldir_init(ns);
@@ -108,6 +110,7 @@ void castfs_ns_free(struct castfs_ns *ns)
 	ns_node_table_fini(ns);
 	ns_ckpt_cache_fini(ns);
 	ns_modeldir_fini(ns);
+	ns_gguf_shards_cache_fini(ns);
 	castfs_zcache_free(ns->zcache); /* after the checkpoints' indexes */
 	if (ns->root_fd >= 0)
 		close(ns->root_fd);

@@ -117,6 +117,25 @@ static mode_t scan_type(DIR *dp, const struct dirent *de)
 	return st.st_mode & S_IFMT;
 }
 
+/* Source directory @dir opened for a bounded walk, or NULL when the
+ * walk stops here (too deep, budget spent, not openable). */
+static DIR *scan_open(struct castfs_ns *ns, const char *dir, int depth,
+		      const size_t *budget)
+{
+	DIR *dp;
+	int fd;
+
+	if (depth > SCAN_MAX_DEPTH || !*budget)
+		return NULL;
+	fd = ns_src_open(ns, dir, O_RDONLY | O_DIRECTORY);
+	if (fd < 0)
+		return NULL;
+	dp = fdopendir(fd);
+	if (!dp)
+		close(fd);
+	return dp;
+}
+
 static void scan_dir(struct castfs_ns *ns, const char *dir, int depth,
 		     size_t *budget);
 
@@ -158,19 +177,10 @@ static void scan_dir(struct castfs_ns *ns, const char *dir, int depth,
 		     size_t *budget)
 {
 	struct dirent *de;
-	DIR *dp;
-	int fd;
+	DIR *dp = scan_open(ns, dir, depth, budget);
 
-	if (depth > SCAN_MAX_DEPTH || !*budget)
+	if (!dp)
 		return;
-	fd = ns_src_open(ns, dir, O_RDONLY | O_DIRECTORY);
-	if (fd < 0)
-		return;
-	dp = fdopendir(fd);
-	if (!dp) {
-		close(fd);
-		return;
-	}
 	while (*budget && (de = readdir(dp))) {
 		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
 			scan_entry(ns, dir, dp, de, depth, budget);
@@ -208,19 +218,10 @@ static void refused_dir(struct castfs_ns *ns, const char *dir, int depth,
 			size_t *budget, cJSON *arr)
 {
 	struct dirent *de;
-	DIR *dp;
-	int fd;
+	DIR *dp = scan_open(ns, dir, depth, budget);
 
-	if (depth > SCAN_MAX_DEPTH || !*budget)
+	if (!dp)
 		return;
-	fd = ns_src_open(ns, dir, O_RDONLY | O_DIRECTORY);
-	if (fd < 0)
-		return;
-	dp = fdopendir(fd);
-	if (!dp) {
-		close(fd);
-		return;
-	}
 	while (*budget && (de = readdir(dp))) {
 		char *path;
 

@@ -150,6 +150,9 @@ struct castfs_ns {
 	/* Each directory's config.json, parsed once per identity
 	 * (ns_mdconfig.c). */
 	struct ns_mdtext *dir_config;
+	/* Each model.safetensors.index.json's shard names, parsed once per
+	 * identity (ns_mdgguf_shards.c). */
+	struct ns_mdtext *shard_ix;
 	size_t ck_budget;
 	/* Views known not to build, of evicted entries (ns_ckpt_lru.c): so
 	 * that an entry parsed again neither rebuilds nor lists them. Under

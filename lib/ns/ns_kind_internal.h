@@ -83,26 +83,50 @@ void ns_mdgguf_init(struct castfs_ns *ns);
 
 /* ---- the shards of DIR.<q>.gguf (ns_mdgguf_shards.c) ---- */
 
-/* What a sharded folder's GGUF file reads: the index text, its shards'
- * names (sorted), paths and identities, and their checkpoint entries
- * (NULL until ns_gguf_shards_hold()). */
+struct ns_shard_names; /* an index's parsed shard names, shared */
+
+/* What a sharded folder's GGUF file reads: its shards' names (sorted,
+ * borrowed from the mount's cache of parsed indexes), paths and
+ * identities, their checkpoint entries (NULL until
+ * ns_gguf_shards_hold()), and the index text (NULL until
+ * ns_gguf_shards_text()). */
 struct ns_gguf_shards {
 	char *index;
 	size_t index_len;
-	char **names;
+	char *const *names;
 	size_t n;
 	char **paths;
 	struct stat *st;
 	struct ns_ckpt **ck;
+	struct ns_shard_names *sn; /* the reference that keeps names */
+	char *index_path;
+	struct stat ist;
 };
 
-/* ns_gguf_shards_read - read index @index (identity @ist, else -ESTALE)
- * of @folder into @s with the identity of every shard it names. Returns 0,
- * -EINVAL or -ENOENT with the reason in @d (an index castfs does not
- * read, a missing shard), or another errno; on error @s holds nothing. */
+/* ns_gguf_shards_init / ns_gguf_shards_cache_fini - the mount's cache of
+ * parsed indexes (ns->shard_ix): each model.safetensors.index.json is
+ * read and parsed once per identity, not per lookup. init returns 0 or
+ * -ENOMEM; fini accepts an ns without one. */
+int ns_gguf_shards_init(struct castfs_ns *ns);
+void ns_gguf_shards_cache_fini(struct castfs_ns *ns);
+
+/* ns_gguf_shards_forget - drop what the cache holds for index @path
+ * (a rewrite that kept its size and mtime). Thread-safe. */
+void ns_gguf_shards_forget(struct castfs_ns *ns, const char *path);
+
+/* ns_gguf_shards_read - the shards index @index (identity @ist, else
+ * -ESTALE) of @folder names, parsed once per identity, into @s with the
+ * identity of every one. Returns 0, -EINVAL or -ENOENT with the reason in
+ * @d (an index castfs does not read, a missing shard), or another errno;
+ * on error @s holds nothing. Thread-safe. */
 int ns_gguf_shards_read(struct castfs_ns *ns, const char *folder,
 			const char *index, const struct stat *ist,
 			struct ns_gguf_shards *s, struct castfs_diag *d);
+
+/* ns_gguf_shards_text - read the index text of @s into s->index (a
+ * plan's builder needs it whole) if it is still the identity
+ * ns_gguf_shards_read() saw: 0, -ESTALE or the read's error. */
+int ns_gguf_shards_text(struct castfs_ns *ns, struct ns_gguf_shards *s);
 
 /* ns_gguf_shards_dep - @dep (the text files') mixed with the names and
  * identities of the shards of @s: a node's dep. Never 0. */

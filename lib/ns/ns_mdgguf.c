@@ -153,7 +153,7 @@ static int plan_of(const struct castfs_view *v, char *const text[NTEXTS],
  */
 static int build_plan(struct castfs_ns *ns, const char *folder,
 		      const struct castfs_view *v, const struct stat st[NTEXTS],
-		      struct ns_ckpt *ck, const struct ns_gguf_shards *sh,
+		      struct ns_ckpt *ck, struct ns_gguf_shards *sh,
 		      struct castfs_plan **plan, char reason[256])
 {
 	struct castfs_diag d = { { 0 } };
@@ -172,6 +172,8 @@ static int build_plan(struct castfs_ns *ns, const char *folder,
 			 -ENOMEM;
 		free(p);
 	}
+	if (!rc && sh)
+		rc = ns_gguf_shards_text(ns, sh);
 	if (!rc)
 		rc = plan_of(v, text, len, sh, ck, plan, &d);
 	snprintf(reason, 256, "%s", d.msg[0] ? d.msg : rc ? strerror(-rc) : "");

@@ -588,6 +588,7 @@ int ns_md_index_ok(struct castfs_ns *ns, const char *path, char *why,
 void ns_md_index_forget(struct castfs_ns *ns, const char *path)
 {
 	ns_mdtext_forget(ns->md->ixc, path);
+	ns_gguf_shards_forget(ns, path);
 }
 
 static struct ns_md_entry **md_bucket(struct castfs_ns *ns, const char *path)

@@ -6,7 +6,7 @@
  * its directory's quantization_config, so without it a 50 MB config.json
  * was read and parsed by every listing of its parent and every shard. The
  * checkpoint cache's quantization_config cache (ns_ckpt.c) and those of
- * ns_mdconfig.c and ns_mdindex.c are instances.
+ * ns_mdconfig.c, ns_mdindex.c and ns_mdgguf_shards.c are instances.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -34,6 +34,7 @@ struct ns_mdtext {
 	size_t n;
 	size_t size;
 	ns_mdtext_parse_fn parse;
+	ns_mdtext_ref_fn hold, release; /* NULL: results own nothing */
 	struct text_entry *b[TEXT_BUCKETS];
 };
 
@@ -44,8 +45,10 @@ static struct text_entry **text_bucket(struct ns_mdtext *c, const char *path)
 	return &c->b[castfs_mix64(h) % TEXT_BUCKETS];
 }
 
-static void entry_free(struct text_entry *e)
+static void entry_free(struct ns_mdtext *c, struct text_entry *e)
 {
+	if (c->release)
+		c->release(e->result);
 	free(e->path);
 	free(e);
 }
@@ -57,13 +60,20 @@ static void text_clear_locked(struct ns_mdtext *c)
 			struct text_entry *e = c->b[i];
 
 			c->b[i] = e->next;
-			entry_free(e);
+			entry_free(c, e);
 		}
 	}
 	c->n = 0;
 }
 
 int ns_mdtext_new(size_t size, ns_mdtext_parse_fn parse, struct ns_mdtext **out)
+{
+	return ns_mdtext_new_owned(size, parse, NULL, NULL, out);
+}
+
+int ns_mdtext_new_owned(size_t size, ns_mdtext_parse_fn parse,
+			ns_mdtext_ref_fn hold, ns_mdtext_ref_fn release,
+			struct ns_mdtext **out)
 {
 	struct ns_mdtext *c = calloc(1, sizeof(*c));
 
@@ -72,6 +82,8 @@ int ns_mdtext_new(size_t size, ns_mdtext_parse_fn parse, struct ns_mdtext **out)
 	pthread_mutex_init(&c->lock, NULL);
 	c->size = size;
 	c->parse = parse;
+	c->hold = hold;
+	c->release = release;
 	*out = c;
 	return 0;
 }
@@ -104,7 +116,7 @@ static void text_drop_locked(struct ns_mdtext *c, const char *path)
 	while ((o = *pp)) {
 		if (strcmp(o->path, path) == 0) {
 			*pp = o->next;
-			entry_free(o);
+			entry_free(c, o);
 			c->n--;
 			continue;
 		}
@@ -146,33 +158,46 @@ static struct text_entry *text_load(struct castfs_ns *ns, struct ns_mdtext *c,
 	return e;
 }
 
+/* Caller holds the lock. Copy @e's result to @out, for the caller. */
+static int text_copy_locked(struct ns_mdtext *c, struct text_entry *e,
+			    void *out)
+{
+	memcpy(out, e->result, c->size);
+	if (c->hold)
+		c->hold(out);
+	return e->err;
+}
+
 int ns_mdtext_get(struct castfs_ns *ns, struct ns_mdtext *c, const char *path,
 		  void *out)
 {
-	struct text_entry *e;
 	struct stat st;
 	int rc = ns_src_stat_in(ns, path, &st);
 
-	if (rc)
-		return rc;
+	return rc ? rc : ns_mdtext_get_at(ns, c, path, &st, out);
+}
+
+int ns_mdtext_get_at(struct castfs_ns *ns, struct ns_mdtext *c,
+		     const char *path, const struct stat *st, void *out)
+{
+	struct text_entry *e;
+	int rc = 0;
+
 	pthread_mutex_lock(&c->lock);
-	e = text_find_locked(c, path, &st);
-	if (e) {
-		rc = e->err;
-		memcpy(out, e->result, c->size);
-	}
+	e = text_find_locked(c, path, st);
+	if (e)
+		rc = text_copy_locked(c, e, out);
 	pthread_mutex_unlock(&c->lock);
 	if (e)
 		return rc;
 	/* Read outside the lock: other directories need not wait. */
-	e = text_load(ns, c, path, &st);
+	e = text_load(ns, c, path, st);
 	if (!e)
 		return -ENOMEM;
-	rc = e->err;
-	memcpy(out, e->result, c->size);
 	pthread_mutex_lock(&c->lock);
+	rc = text_copy_locked(c, e, out);
 	if (ns_err_transient(rc))
-		entry_free(e);
+		entry_free(c, e);
 	else
 		text_insert_locked(c, e);
 	pthread_mutex_unlock(&c->lock);

@@ -153,7 +153,7 @@ int ns_md_ixc_check(struct castfs_ns *ns, struct ns_mdtext *c, const char *path,
 		    char *why, size_t len);
 
 /* ns_md_index_forget - ns_mdtext_forget() of index @path in the mount's
- * cache. */
+ * caches (its check and its parsed shard names). */
 void ns_md_index_forget(struct castfs_ns *ns, const char *path);
 
 /*

@@ -102,6 +102,7 @@ int ns_src_read_text(struct castfs_ns *ns, const char *path,
 	if (!rc && st.st_size)
 		rc = castfs_reader_read(&fr.r, buf, (size_t)st.st_size, 0);
 	if (!rc) {
+		castfs_stats_count(ns->stats, CASTFS_SCTR_TEXTS_READ, 1);
 		buf[st.st_size] = '\0';
 		*out = buf;
 		*len = (size_t)st.st_size;

@@ -96,6 +96,18 @@ int ns_mdtext_new(size_t size, ns_mdtext_parse_fn parse,
 		  struct ns_mdtext **out);
 void ns_mdtext_free(struct ns_mdtext *c);
 
+/* A result's reference to what it owns, taken (hold) for each copy
+ * handed out and given back (release) when an entry is dropped. */
+typedef void (*ns_mdtext_ref_fn)(void *result);
+
+/* ns_mdtext_new_owned - ns_mdtext_new() of results that own memory
+ * shared between the cache and the callers it hands copies to: each copy
+ * is @hold'ed under the cache's lock (the caller releases it), each
+ * dropped entry @release'd. @release must accept a zeroed result. */
+int ns_mdtext_new_owned(size_t size, ns_mdtext_parse_fn parse,
+			ns_mdtext_ref_fn hold, ns_mdtext_ref_fn release,
+			struct ns_mdtext **out);
+
 /*
  * ns_mdtext_get - the result for source file @path, parsed now or kept:
  * copied to @out (the cache's size; zeroed after a read error) with the
@@ -103,6 +115,11 @@ void ns_mdtext_free(struct ns_mdtext *c);
  */
 int ns_mdtext_get(struct castfs_ns *ns, struct ns_mdtext *c, const char *path,
 		  void *out);
+
+/* ns_mdtext_get_at - ns_mdtext_get() of @path as identity @st, which the
+ * caller took: a file that is no longer @st is -ESTALE (not kept). */
+int ns_mdtext_get_at(struct castfs_ns *ns, struct ns_mdtext *c,
+		     const char *path, const struct stat *st, void *out);
 
 /* ns_mdtext_forget - drop what @c holds for @path, whatever its identity
  * (a rewrite that kept size and mtime). Thread-safe. */

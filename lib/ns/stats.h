@@ -37,6 +37,8 @@ enum castfs_sctr {
 	CASTFS_SCTR_STALE_READS, /* reads refused: the source changed */
 	CASTFS_SCTR_TREES_BUILT, /* tensor trees indexed */
 	CASTFS_SCTR_TREE_CACHE_HITS,
+	/* source JSON texts read whole (config.json, indexes, tokenizers) */
+	CASTFS_SCTR_TEXTS_READ,
 	CASTFS_SCTR_COUNT,
 };
 

@@ -105,8 +105,9 @@ struct castfs_qtensor {
 	/* Quantiser ops: the elements are those of a quantized source weight
 	 * dequantized (qtensor deq_qt of the plan, by its op deq_op: DEQ_FP8,
 	 * DEQ_Q4 or DEQ_W4) and rounded to src_dtype (BF16), as the bf16 view
-	 * has them, not src_dtype elements read as they are (plan_deq.c). */
-	bool deq;
+	 * has them, not src_dtype elements read as they are (plan_deq.c).
+	 * deq_op is CASTFS_OP_MEM (0, never a dequantizer) for stored
+	 * elements: castfs_qtensor_deq() says which. */
 	uint8_t deq_op; /* enum castfs_op */
 	uint32_t deq_qt;
 	/*
@@ -177,6 +178,16 @@ struct castfs_scratch {
 static inline bool castfs_scratch_cancelled(const struct castfs_scratch *s)
 {
 	return s->cancelled && s->cancelled(s->cancel_ctx);
+}
+
+/*
+ * castfs_qtensor_deq - whether quantiser record @q reads a dequantized
+ * source weight (deq_op on qtensor deq_qt, plan_deq.c) rather than its
+ * src_dtype elements as stored. Pure; thread-safe on an immutable plan.
+ */
+static inline bool castfs_qtensor_deq(const struct castfs_qtensor *q)
+{
+	return q->deq_op != CASTFS_OP_MEM;
 }
 
 /* The largest extent unit (a 4-bit block of 4096 elements). */

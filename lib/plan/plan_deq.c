@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The one way a quantiser reads a quantized source: the elements of its
- * qtensor (q->deq) are those of the source weight's dequantizer qtensor
+ * qtensor (deq_op set) are those of the source weight's dequantizer qtensor
  * (q->deq_qt, the record the cast views use) computed by that
  * dequantizer's op (q->deq_op), exactly the values the cast views compute
  * before their final cast. Every quantiser (bitsandbytes, compressed-

@@ -113,9 +113,10 @@ static int q_load(const struct castfs_read_env *env,
 		  uint64_t first, size_t n)
 {
 	uint8_t *raw = st->to_half || st->to_f32 ? st->raw : (uint8_t *)st->f32;
-	int rc = qt->deq ? q_load_deq(env, qt, st, first, n, raw) :
-			   castfs_reader_read(env->src, raw, n * st->src_sz,
-					      qt->src_off + first * st->src_sz);
+	int rc = castfs_qtensor_deq(qt) ?
+			 q_load_deq(env, qt, st, first, n, raw) :
+			 castfs_reader_read(env->src, raw, n * st->src_sz,
+					    qt->src_off + first * st->src_sz);
 
 	if (rc)
 		return rc;

@@ -59,7 +59,7 @@ uint64_t castfs_f8_scale_elem(const struct castfs_qtensor *q, uint64_t i)
 }
 
 /*
- * The absmax of a dequantized source weight @q (q->deq: ComfyUI's
+ * The absmax of a dequantized source weight @q (deq_op set: ComfyUI's
  * per-tensor scale, one weight): of its values rounded to BF16, as the
  * bf16 view has them.
  */
@@ -138,9 +138,10 @@ static int fp4_gscale(const struct castfs_read_env *env, uint32_t idx,
 		for (uint8_t i = 0; !qs->ready && !rc && i < q->nfuse; i++) {
 			float a;
 
-			rc = q->deq ? deq_absmax(env, q, &a) :
-				      fp4_absmax(env, q, q->fuse_off[i],
-						 q->fuse_n[i], &a);
+			rc = castfs_qtensor_deq(q) ?
+				     deq_absmax(env, q, &a) :
+				     fp4_absmax(env, q, q->fuse_off[i],
+						q->fuse_n[i], &a);
 			m = castfs_ct_absmax_merge(m, a);
 		}
 		if (!qs->ready && !rc) {
@@ -187,7 +188,7 @@ static int f8_stage_init(struct f8_stage *st, const struct castfs_read_env *env,
 
 /*
  * Elements [@k, @k + @n) of @q (@n <= st->cap) as float32 into @f: read
- * and widened, or, for a dequantized source weight (q->deq), its values
+ * and widened, or, for a dequantized source weight (deq_op set), its values
  * rounded to BF16 as the bf16 view has them (the raw region holds the
  * codes and the scale rows meanwhile).
  */
@@ -199,7 +200,7 @@ static int f8_load(const struct castfs_read_env *env,
 	size_t half = (size_t)(st->cap * st->src_sz / 2);
 	int rc;
 
-	if (q->deq) {
+	if (castfs_qtensor_deq(q)) {
 		rc = castfs_deq_load(env->plan, env->src, q, k, n, f, st->raw,
 				     2 * half);
 		if (!rc) {

@@ -130,9 +130,10 @@ int castfs_w4_dequant(const struct castfs_reader *src,
 
 /*
  * castfs_deq_load - elements [@k, @k + @n) of quantiser qtensor @q of
- * plan @p whose elements are a dequantized source (@q->deq): the fp32
- * values the source's dequantizer (@q->deq_op on qtensor @q->deq_qt)
- * gives, before any cast; the caller rounds them to @q->src_dtype.
+ * plan @p whose elements are a dequantized source
+ * (castfs_qtensor_deq(@q)): the fp32 values the source's dequantizer
+ * (@q->deq_op on qtensor @q->deq_qt) gives, before any cast; the caller
+ * rounds them to @q->src_dtype.
  * @work (@wlen >= 2 * @n bytes, 8-aligned) is scratch. Returns 0 or a
  * negative errno (the reader's). Thread-safe: reads only @p.
  */
@@ -141,7 +142,8 @@ int castfs_deq_load(const struct castfs_plan *p,
 		    const struct castfs_qtensor *q, uint64_t k, size_t n,
 		    float *f, uint8_t *work, size_t wlen);
 
-/* castfs_deq_src_off - the source offset of element @k of @q (q->deq). */
+/* castfs_deq_src_off - the source offset of element @k of @q
+ * (castfs_qtensor_deq(@q)). */
 uint64_t castfs_deq_src_off(const struct castfs_plan *p,
 			    const struct castfs_qtensor *q, uint64_t k);
 

@@ -236,7 +236,7 @@ uint64_t castfs_plan_src_off(const struct castfs_plan *p, uint64_t off)
 			       (castfs_dtype_bits(q->src_dtype) / 8);
 	}
 	q = &p->qtensors[e->qt];
-	if (q->deq)
+	if (castfs_qtensor_deq(q))
 		return castfs_deq_src_off(p, q, quant_elem(e, q, rel));
 	return q->src_off + CASTFS_MIN(quant_elem(e, q, rel), q->nelems) *
 				    (castfs_dtype_bits(q->src_dtype) / 8);

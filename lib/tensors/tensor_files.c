@@ -326,8 +326,9 @@ static void origin_extent(const struct castfs_tfile_ctx *c,
 		if (e->qt >= c->plan->nqt)
 			return;
 		q = &c->plan->qtensors[e->qt];
-		o->from = q->deq ? CASTFS_DTYPE_F8_E4M3 :
-				   (enum castfs_dtype)q->src_dtype;
+		o->from = castfs_qtensor_deq(q) ?
+				  CASTFS_DTYPE_F8_E4M3 :
+				  (enum castfs_dtype)q->src_dtype;
 		o->qtype = q->qtype;
 		src_off = q->src_off;
 		break;

@@ -5,6 +5,7 @@
  * bitsandbytes quantisation of its BF16 dequantized values; its scale is
  * left out, and every other tensor is what the view makes of it.
  */
+#include <assert.h>
 #include <errno.h>
 
 #include "kernels/convert.h"
@@ -137,8 +138,9 @@ void castfs_view_deq_apply(struct castfs_qtensor *qt,
 {
 	if (!deq)
 		return;
+	/* MEM is the "stored elements" value of deq_op (plan.h). */
+	assert(deq->op != CASTFS_OP_MEM);
 	qt->src_dtype = CASTFS_DTYPE_BF16;
-	qt->deq = true;
 	qt->deq_op = deq->op;
 	qt->deq_qt = deq->qt;
 }

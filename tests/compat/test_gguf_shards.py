@@ -205,6 +205,24 @@ class ShardedGGUF(unittest.TestCase):
                 self.assertEqual(os.path.getsize(self.path("one", view)),
                                  os.path.getsize(self.path("sharded", view)))
 
+    def texts_read(self):
+        with open(self.mount.join(".castfs", "stats")) as f:
+            return json.load(f)["texts_read"]
+
+    def test_index_read_once(self):
+        """The index is read and parsed once per identity, not at every
+        lookup and open of the file (counted by /.castfs/stats)."""
+        p = self.path("sharded", "q8_0")
+        with open(p, "rb") as f:
+            whole = f.read()
+        os.listdir(self.mount.path)  # the first builds every view once
+        before = self.texts_read()
+        for _ in range(5):
+            self.assertIn("sharded.q8_0.gguf", os.listdir(self.mount.path))
+            with open(p, "rb") as f:
+                self.assertEqual(f.read(64), whole[:64])
+        self.assertEqual(self.texts_read(), before)
+
     def test_random_ranges(self):
         """Any range of the file is the bytes of a whole read."""
         p = self.path("sharded", "q8_0")

@@ -196,6 +196,24 @@ class CrossShard(unittest.TestCase):
                     continue  # plain tensors: see test_dir_equals_*
                 self.assertTrue(torch.equal(bits(got[k]), bits(ref)), k)
 
+    def test_index_read_once(self):
+        """The folder's index is read and parsed once per identity, not at
+        every listing and open of a view's shard (/.castfs/stats)."""
+        def texts_read():
+            with open(Env.mnt.join(".castfs", "stats")) as f:
+                return json.load(f)["texts_read"]
+        view = Env.mnt.join("qwen3-fp8.bf16")
+        name = Env.wmap[crossing()[0]]
+        with open(os.path.join(view, name), "rb") as f:
+            head = f.read(64)
+        os.listdir(view)  # the first may plan every shard once
+        before = texts_read()
+        for _ in range(5):
+            self.assertIn(name, os.listdir(view))
+            with open(os.path.join(view, name), "rb") as f:
+                self.assertEqual(f.read(64), head)
+        self.assertEqual(texts_read(), before)
+
     def test_no_single_file_views(self):
         name = Env.wmap[crossing()[0]]
         stem = name[:-len(".safetensors")]

@@ -6,6 +6,7 @@ UNIT_MAIN = tests/unit/check_main.c tests/unit/unit.h
 TESTUTIL_SOURCES = tests/unit/testutil.c tests/unit/testutil.h
 ST_TESTUTIL_SOURCES = tests/unit/st_testutil.c tests/unit/st_testutil.h \
 	$(TESTUTIL_SOURCES)
+FP8_SLOW_SOURCES = tests/unit/fp8_slow.c tests/unit/fp8_slow.h
 UNIT_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(CJSON_CFLAGS)
 UNIT_LDADD = $(LIBCASTFS_LIBS) $(CHECK_LIBS)
 
@@ -91,7 +92,7 @@ tests_unit_test_st_side_SOURCES = tests/unit/test_st_side.c \
 tests_unit_test_st_side_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_st_side_LDADD = $(UNIT_LDADD)
 tests_unit_test_qsrc_SOURCES = tests/unit/test_qsrc.c \
-	$(ST_TESTUTIL_SOURCES) $(UNIT_MAIN)
+	$(ST_TESTUTIL_SOURCES) $(FP8_SLOW_SOURCES) $(UNIT_MAIN)
 tests_unit_test_qsrc_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_qsrc_LDADD = $(UNIT_LDADD)
 tests_unit_test_gguf_deq_SOURCES = tests/unit/test_gguf_deq.c \
@@ -99,11 +100,11 @@ tests_unit_test_gguf_deq_SOURCES = tests/unit/test_gguf_deq.c \
 tests_unit_test_gguf_deq_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_gguf_deq_LDADD = $(UNIT_LDADD)
 tests_unit_test_qsrc_ct4_SOURCES = tests/unit/test_qsrc_ct4.c \
-	$(ST_TESTUTIL_SOURCES) $(UNIT_MAIN)
+	$(ST_TESTUTIL_SOURCES) $(FP8_SLOW_SOURCES) $(UNIT_MAIN)
 tests_unit_test_qsrc_ct4_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_qsrc_ct4_LDADD = $(UNIT_LDADD)
 tests_unit_test_qsrc_xshard_SOURCES = tests/unit/test_qsrc_xshard.c \
-	$(ST_TESTUTIL_SOURCES) $(UNIT_MAIN)
+	$(ST_TESTUTIL_SOURCES) $(FP8_SLOW_SOURCES) $(UNIT_MAIN)
 tests_unit_test_qsrc_xshard_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_qsrc_xshard_LDADD = $(UNIT_LDADD)
 tests_unit_test_tensor_tree_SOURCES = tests/unit/test_tensor_tree.c \

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* Helpers shared by the st_header test programs (parse and emit). */
+/* Helpers shared by the test programs that parse headers. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "st_testutil.h"
+#include "view/qsrc.h"
 
 int stt_parse(const uint8_t *f, size_t len, struct castfs_header **h,
 	      struct castfs_diag *d)
@@ -66,6 +67,21 @@ struct castfs_header *stt_build_ok(struct tu_st *b)
 
 	free(f);
 	return h;
+}
+
+struct castfs_header *stt_build_take(struct tu_st *b)
+{
+	struct castfs_header *h = stt_build_ok(b);
+
+	tu_st_free(b);
+	return h;
+}
+
+const struct castfs_qinfo *stt_qinfo(const struct castfs_header *h,
+				     const struct castfs_qsrc *q,
+				     const char *name)
+{
+	return &q->t[stt_find(h, name) - h->tensors];
 }
 
 const struct castfs_tensor *stt_find(const struct castfs_header *h,

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Helpers shared by the st_header test programs (parse and emit). */
+/* Helpers shared by the test programs that parse headers. */
 #ifndef CASTFS_ST_TESTUTIL_H
 #define CASTFS_ST_TESTUTIL_H
 
@@ -33,8 +33,15 @@ void stt_expect_bad(const char *json, size_t json_len, size_t data_len, int rc,
 struct castfs_header *stt_parse_ok(const uint8_t *f, size_t len);
 struct castfs_header *stt_parse_json_ok(const char *json, size_t data_len);
 struct castfs_header *stt_build_ok(struct tu_st *b);
+/* stt_build_ok(), then tu_st_free(@b): the builder is consumed. */
+struct castfs_header *stt_build_take(struct tu_st *b);
 /* The tensor @name, asserting it exists. */
 const struct castfs_tensor *stt_find(const struct castfs_header *h,
+				     const char *name);
+struct castfs_qsrc;
+/* The classification castfs_qsrc_scan() gave tensor @name of @h. */
+const struct castfs_qinfo *stt_qinfo(const struct castfs_header *h,
+				     const struct castfs_qsrc *q,
 				     const char *name);
 /* Offsets contiguous and by_name sorted bytewise. */
 void stt_check_sorted(const struct castfs_header *h);

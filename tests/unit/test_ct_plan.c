@@ -97,29 +97,6 @@ static void teardown(void)
 static const char *const views[] = { "fp8_dynamic", "fp8_block", "w4a16",
 				     "nvfp4" };
 
-static struct castfs_plan *plan_of(const char *name)
-{
-	const struct castfs_view *v =
-		castfs_views_find(&fx.views, name, strlen(name));
-	struct castfs_diag d = { { 0 } };
-	struct castfs_plan *p;
-
-	ck_assert_ptr_nonnull(v);
-	ck_assert_msg(castfs_view_plan(v, fx.h, &p, &d) == 0, "%s", d.msg);
-	return p;
-}
-
-static uint8_t *read_all(const struct castfs_plan *p)
-{
-	uint8_t *buf = malloc(p->size + 1);
-
-	ck_assert_ptr_nonnull(buf);
-	ck_assert_int_eq(castfs_plan_read(p, &fx.mr.r, &fx.s, buf, p->size + 1,
-					  0),
-			 (ssize_t)p->size);
-	return buf;
-}
-
 /* The source elements of tensor @name as float32 (malloc'ed). */
 static float *source_f32(const char *name, const struct castfs_tensor **t)
 {
@@ -306,8 +283,8 @@ static void check_tensor(const struct castfs_header *h, const uint8_t *b,
 
 START_TEST(test_ct__views_equal_slow_materialisation)
 {
-	struct castfs_plan *p = plan_of(views[_i]);
-	uint8_t *b = read_all(p);
+	struct castfs_plan *p = tu_fixture_plan(&fx, views[_i]);
+	uint8_t *b = tu_fixture_read_all(&fx, p, &fx.s);
 	struct castfs_header *h;
 	struct castfs_diag d = { { 0 } };
 	unsigned block = _i ? 128 : 0;
@@ -348,8 +325,8 @@ END_TEST
 
 START_TEST(test_ct__random_ranges_equal_full_read)
 {
-	struct castfs_plan *p = plan_of(views[_i]);
-	uint8_t *full = read_all(p);
+	struct castfs_plan *p = tu_fixture_plan(&fx, views[_i]);
+	uint8_t *full = tu_fixture_read_all(&fx, p, &fx.s);
 	uint8_t *buf = malloc(p->size + 16);
 	uint64_t seed = 1300 + (uint64_t)_i;
 

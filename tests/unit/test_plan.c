@@ -98,17 +98,6 @@ static void check_tiling(const struct castfs_plan *p)
 	ck_assert_uint_eq(p->extents[0].op, CASTFS_OP_MEM);
 }
 
-static uint8_t *read_all(const struct castfs_plan *p)
-{
-	uint8_t *buf = malloc(p->size + 1);
-	ssize_t n;
-
-	ck_assert_ptr_nonnull(buf);
-	n = castfs_plan_read(p, &fx.mr.r, &fx.s, buf, p->size + 1, 0);
-	ck_assert_int_eq(n, (ssize_t)p->size);
-	return buf;
-}
-
 /*
  * The oracle, built without castfs's writer or kernels. The header: what
  * safetensors' writer emits for the converted tensors (reference/FORMATS.md
@@ -239,7 +228,7 @@ START_TEST(test_plan__cast_views_tile_and_match_oracle)
 
 	ck_assert_int_eq(castfs_view_plan(v, fx.h, &p, &d), 0);
 	check_tiling(p);
-	all = read_all(p);
+	all = tu_fixture_read_all(&fx, p, &fx.s);
 	oracle = materialise(v, &len);
 	ck_assert_uint_eq(p->size, len);
 	ck_assert_int_eq(memcmp(all, oracle, 8 + castfs_load_le64(oracle)), 0);
@@ -347,7 +336,7 @@ START_TEST(test_plan__src_off_maps_elements_back)
 	uint8_t *out;
 
 	ck_assert_int_eq(castfs_view_plan(view("fp8"), fx.h, &p, &d), 0);
-	out = read_all(p);
+	out = tu_fixture_read_all(&fx, p, &fx.s);
 	ck_assert_int_eq(castfs_header_parse(out, p->size, p->size, &oh, &d),
 			 0);
 	ck_assert_uint_eq(castfs_plan_src_off(p, 0), UINT64_MAX);
@@ -386,7 +375,7 @@ START_TEST(test_plan__rules_keep_matching_tensors)
 
 	ck_assert_int_eq(castfs_views_load(&fx.views, cfg, strlen(cfg), &d), 0);
 	ck_assert_int_eq(castfs_view_plan(view("fp8keep"), fx.h, &p, &d), 0);
-	out = read_all(p);
+	out = tu_fixture_read_all(&fx, p, &fx.s);
 	ck_assert_int_eq(castfs_header_parse(out, p->size, p->size, &oh, &d),
 			 0);
 	ck_assert_int_eq(castfs_header_find(oh, "odd.f32", 7)->dtype,

@@ -11,24 +11,10 @@
 #include <string.h>
 
 #include "modeldir/modeldir.h"
+#include "fp8_slow.h"
 #include "st_testutil.h"
 #include "unit.h"
 #include "view/qsrc.h"
-
-static struct castfs_header *build(struct tu_st *b)
-{
-	struct castfs_header *h = stt_build_ok(b);
-
-	tu_st_free(b);
-	return h;
-}
-
-static const struct castfs_qinfo *qinfo(const struct castfs_header *h,
-					const struct castfs_qsrc *q,
-					const char *name)
-{
-	return &q->t[stt_find(h, name) - h->tensors];
-}
 
 START_TEST(test_qsrc__fp8_pairs)
 {
@@ -51,22 +37,25 @@ START_TEST(test_qsrc__fp8_pairs)
 	tu_st_add(b, "position_ids", "I64", SHAPE(1, 8), NULL);
 	tu_st_add(b, "mask", "BOOL", SHAPE(8), NULL);
 	tu_st_add(b, "plain.weight", "F8_E4M3", SHAPE(4, 4), NULL);
-	h = build(b);
+	h = stt_build_take(b);
 	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
 	ck_assert_uint_eq(q.nfp8, 4);
-	ck_assert_uint_eq(qinfo(h, &q, "a.weight")->role, CASTFS_QR_FP8_BLOCK);
-	ck_assert_uint_eq(qinfo(h, &q, "a.weight")->brows, 128);
-	ck_assert_uint_eq(qinfo(h, &q, "a.weight_scale_inv")->role,
-			  CASTFS_QR_SCALE);
-	ck_assert_uint_eq(qinfo(h, &q, "e.gate_up_proj")->role,
+	ck_assert_uint_eq(stt_qinfo(h, &q, "a.weight")->role,
 			  CASTFS_QR_FP8_BLOCK);
-	ck_assert_uint_eq(qinfo(h, &q, "t.weight")->brows, 10);
-	ck_assert_uint_eq(qinfo(h, &q, "t.weight")->bcols, 7);
-	ck_assert_uint_eq(qinfo(h, &q, "v4.scale")->role, CASTFS_QR_SCALE);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "a.weight")->brows, 128);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "a.weight_scale_inv")->role,
+			  CASTFS_QR_SCALE);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "e.gate_up_proj")->role,
+			  CASTFS_QR_FP8_BLOCK);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "t.weight")->brows, 10);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "t.weight")->bcols, 7);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "v4.scale")->role, CASTFS_QR_SCALE);
 	/* A module's own scale, integers and a lone fp8 tensor are plain. */
-	ck_assert_uint_eq(qinfo(h, &q, "ln.scale")->role, CASTFS_QR_PLAIN);
-	ck_assert_uint_eq(qinfo(h, &q, "position_ids")->role, CASTFS_QR_PLAIN);
-	ck_assert_uint_eq(qinfo(h, &q, "plain.weight")->role, CASTFS_QR_PLAIN);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "ln.scale")->role, CASTFS_QR_PLAIN);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "position_ids")->role,
+			  CASTFS_QR_PLAIN);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "plain.weight")->role,
+			  CASTFS_QR_PLAIN);
 	castfs_qsrc_fini(&q);
 	/* In an FP8 model directory, a lone F8 tensor lost its scale. */
 	ck_assert_int_eq(castfs_qsrc_scan(h, CASTFS_QSRC_STRICT, &q, &d),
@@ -89,15 +78,18 @@ START_TEST(test_qsrc__comfy)
 	tu_st_add(b, "a.scale_weight", "F32", 0, NULL, NULL);
 	tu_st_add(b, "a.scale_input", "F32", 0, NULL, NULL);
 	tu_st_add(b, "a.bias", "BF16", SHAPE(6), NULL);
-	h = build(b);
+	h = stt_build_take(b);
 	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
 	ck_assert_uint_eq(q.nfp8, 1);
 	ck_assert_uint_eq(q.ncomfy, 1);
-	ck_assert_uint_eq(qinfo(h, &q, "a.weight")->rule, CASTFS_QRULE_COMPUTE);
-	ck_assert_uint_eq(qinfo(h, &q, "a.weight")->brows, 6);
-	ck_assert_uint_eq(qinfo(h, &q, "scaled_fp8")->role, CASTFS_QR_SCALE);
-	ck_assert_uint_eq(qinfo(h, &q, "a.scale_input")->role, CASTFS_QR_SCALE);
-	ck_assert_uint_eq(qinfo(h, &q, "a.bias")->role, CASTFS_QR_PLAIN);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "a.weight")->rule,
+			  CASTFS_QRULE_COMPUTE);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "a.weight")->brows, 6);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "scaled_fp8")->role,
+			  CASTFS_QR_SCALE);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "a.scale_input")->role,
+			  CASTFS_QR_SCALE);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "a.bias")->role, CASTFS_QR_PLAIN);
 	castfs_qsrc_fini(&q);
 	castfs_header_free(h);
 	b = tu_st_new();
@@ -106,14 +98,15 @@ START_TEST(test_qsrc__comfy)
 	tu_st_add(b, "m.a.input_scale", "F32", 0, NULL, NULL);
 	tu_st_add(b, "m.a.comfy_quant", "U8", SHAPE(27), NULL);
 	tu_st_add(b, "m.b.weight", "BF16", SHAPE(6, 10), NULL);
-	h = build(b);
+	h = stt_build_take(b);
 	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
 	ck_assert_uint_eq(q.ncomfy, 1);
-	ck_assert_uint_eq(qinfo(h, &q, "m.a.comfy_quant")->role,
+	ck_assert_uint_eq(stt_qinfo(h, &q, "m.a.comfy_quant")->role,
 			  CASTFS_QR_SCALE);
-	ck_assert_uint_eq(qinfo(h, &q, "m.a.input_scale")->role,
+	ck_assert_uint_eq(stt_qinfo(h, &q, "m.a.input_scale")->role,
 			  CASTFS_QR_SCALE);
-	ck_assert_uint_eq(qinfo(h, &q, "m.b.weight")->role, CASTFS_QR_PLAIN);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "m.b.weight")->role,
+			  CASTFS_QR_PLAIN);
 	castfs_qsrc_fini(&q);
 	castfs_header_free(h);
 }
@@ -212,7 +205,7 @@ START_TEST(test_qsrc__refused)
 	for (size_t i = 0; i < 3 && refused[_i].name[i]; i++)
 		tu_st_add(b, refused[_i].name[i], refused[_i].dtype[i],
 			  refused[_i].ndim[i], refused[_i].shape[i], NULL);
-	h = build(b);
+	h = stt_build_take(b);
 	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), -ENOTSUP);
 	ck_assert_ptr_null(q.t); /* nothing handed out */
 	ck_assert_msg(strstr(d.msg, refused[_i].phrase), "%s", d.msg);
@@ -222,73 +215,6 @@ START_TEST(test_qsrc__refused)
 END_TEST
 
 /* ---- the FP8 dequantizer against a slow materialisation ---- */
-
-/* E4M3FN as the OCP spec defines it (bias 7, no Inf, S.1111.111 NaN). */
-static float slow_e4m3(uint8_t b)
-{
-	int e = (b >> 3) & 15, m = b & 7;
-	float v = e ? (float)(8 + m) / 8.0f : (float)m / 8.0f;
-
-	for (int k = e ? e : 1; k < 7; k++)
-		v /= 2.0f;
-	for (int k = 7; k < e; k++)
-		v *= 2.0f;
-	return b & 0x80 ? -v : v;
-}
-
-/* Round to nearest even, as an integer computation on the fp32 bits. */
-static uint16_t slow_bf16(float f)
-{
-	uint32_t u;
-
-	memcpy(&u, &f, 4);
-	return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
-static void fill_codes(uint8_t *dst, size_t n, void *ctx)
-{
-	uint64_t *st = ctx;
-
-	for (size_t i = 0; i < n; i++) {
-		dst[i] = (uint8_t)tu_rand(st);
-		if ((dst[i] & 0x7F) == 0x7F)
-			dst[i] = 0x3C; /* no NaN codes: finite reference */
-	}
-}
-
-static void fill_scales(uint8_t *dst, size_t n, void *ctx)
-{
-	uint64_t *st = ctx;
-
-	for (size_t i = 0; i + 4 <= n; i += 4) {
-		float s = (float)(tu_rand(st) % 1000 + 1) / 7919.0f;
-
-		memcpy(dst + i, &s, 4);
-	}
-}
-
-static void fill_e8m0(uint8_t *dst, size_t n, void *ctx)
-{
-	uint64_t *st = ctx;
-
-	for (size_t i = 0; i < n; i++)
-		dst[i] = (uint8_t)(110 + tu_rand(st) % 30);
-}
-
-static float slow_scale(const uint8_t *s, bool e8m0, size_t i)
-{
-	float v = 1.0f;
-
-	if (!e8m0) {
-		memcpy(&v, s + 4 * i, 4);
-		return v;
-	}
-	for (int k = s[i]; k < 127; k++)
-		v /= 2.0f;
-	for (int k = 127; k < s[i]; k++)
-		v *= 2.0f;
-	return v;
-}
 
 /* Element (m, r, c) of weight @w (E x R x C) with grid @sr x @sc. */
 /* The block size check_weight() assumes (128x128 unless a test sets it). */
@@ -572,15 +498,15 @@ START_TEST(test_qsrc__mxfp4)
 	tu_st_add(b, "m.experts.down_proj_scales", "F8_E8M0", SHAPE(2, 96, 1),
 		  NULL);
 	tu_st_add(b, "m.experts.down_proj_bias", "BF16", SHAPE(2, 96), NULL);
-	h = build(b);
+	h = stt_build_take(b);
 	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
 	ck_assert_uint_eq(q.nmxfp4, 2);
 	ck_assert_uint_eq(q.nfp8, 0);
-	ck_assert_uint_eq(qinfo(h, &q, "m.experts.down_proj_blocks")->role,
+	ck_assert_uint_eq(stt_qinfo(h, &q, "m.experts.down_proj_blocks")->role,
 			  CASTFS_QR_MXFP4);
-	ck_assert_uint_eq(qinfo(h, &q, "m.experts.down_proj_scales")->role,
+	ck_assert_uint_eq(stt_qinfo(h, &q, "m.experts.down_proj_scales")->role,
 			  CASTFS_QR_SCALE);
-	ck_assert_uint_eq(qinfo(h, &q, "m.experts.down_proj_bias")->role,
+	ck_assert_uint_eq(stt_qinfo(h, &q, "m.experts.down_proj_bias")->role,
 			  CASTFS_QR_PLAIN);
 	castfs_qsrc_fini(&q);
 	castfs_header_free(h);
@@ -590,7 +516,7 @@ START_TEST(test_qsrc__mxfp4)
 		  NULL);
 	tu_st_add(b, "m.experts.gate_up_proj_scales", "U8", SHAPE(2, 6, 2),
 		  NULL);
-	h = build(b);
+	h = stt_build_take(b);
 	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), -ENOTSUP);
 	ck_assert_ptr_nonnull(strstr(d.msg, "MXFP4"));
 	castfs_header_free(h);
@@ -616,21 +542,22 @@ START_TEST(test_qsrc__ct_fp8)
 	tu_st_add(b, "c.weight_scale", "F32", SHAPE(10, 1), NULL);
 	tu_st_add(b, "k.weight", "F8_E4M3", SHAPE(200, 320), NULL);
 	tu_st_add(b, "k.weight_scale", "BF16", SHAPE(2, 3), NULL);
-	h = build(b);
+	h = stt_build_take(b);
 	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
 	ck_assert_uint_eq(q.nfp8, 3);
-	ck_assert_uint_eq(qinfo(h, &q, "t.weight")->brows, 10);
-	ck_assert_uint_eq(qinfo(h, &q, "t.input_scale")->role, CASTFS_QR_SCALE);
-	ck_assert_uint_eq(qinfo(h, &q, "c.weight")->brows, 1);
-	ck_assert_uint_eq(qinfo(h, &q, "c.weight")->bcols, 7);
-	ck_assert_uint_eq(qinfo(h, &q, "k.weight")->brows, 128);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "t.weight")->brows, 10);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "t.input_scale")->role,
+			  CASTFS_QR_SCALE);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "c.weight")->brows, 1);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "c.weight")->bcols, 7);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "k.weight")->brows, 128);
 	castfs_qsrc_fini(&q);
 	castfs_header_free(h);
 
 	b = tu_st_new();
 	tu_st_add(b, "c.weight", "F8_E4M3", SHAPE(10, 7), NULL);
 	tu_st_add(b, "c.weight_scale", "F16", SHAPE(10, 1), NULL);
-	h = build(b);
+	h = stt_build_take(b);
 	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), -ENOTSUP);
 	ck_assert_ptr_nonnull(strstr(d.msg, "F32/BF16"));
 	castfs_header_free(h);

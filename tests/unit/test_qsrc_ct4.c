@@ -12,25 +12,11 @@
 #include <string.h>
 
 #include "modeldir/modeldir.h"
+#include "fp8_slow.h"
 #include "st_testutil.h"
 #include "unit.h"
 #include "view/qsrc.h"
 #include "view/view.h"
-
-static struct castfs_header *build(struct tu_st *b)
-{
-	struct castfs_header *h = stt_build_ok(b);
-
-	tu_st_free(b);
-	return h;
-}
-
-static const struct castfs_qinfo *qinfo(const struct castfs_header *h,
-					const struct castfs_qsrc *q,
-					const char *name)
-{
-	return &q->t[stt_find(h, name) - h->tensors];
-}
 
 START_TEST(test_ct4__pairs)
 {
@@ -50,25 +36,27 @@ START_TEST(test_ct4__pairs)
 	tu_st_add(b, "m.weight_scale", "U8", SHAPE(3, 2), NULL);
 	tu_st_add(b, "norm.weight", "BF16", SHAPE(7), NULL);
 	tu_st_add(b, "position_ids", "I64", SHAPE(1, 8), NULL);
-	h = build(b);
+	h = stt_build_take(b);
 	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
 	ck_assert_uint_eq(q.nfp8, 2);
 	ck_assert_uint_eq(q.nct4, 2);
-	ck_assert_uint_eq(qinfo(h, &q, "a.weight_packed")->rule,
+	ck_assert_uint_eq(stt_qinfo(h, &q, "a.weight_packed")->rule,
 			  CASTFS_QRULE_NVFP4);
-	ck_assert_uint_eq(qinfo(h, &q, "a.weight_packed")->bcols, 16);
-	ck_assert_uint_eq(qinfo(h, &q, "m.weight_packed")->rule,
+	ck_assert_uint_eq(stt_qinfo(h, &q, "a.weight_packed")->bcols, 16);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "m.weight_packed")->rule,
 			  CASTFS_QRULE_MXFP4);
-	ck_assert_uint_eq(qinfo(h, &q, "m.weight_packed")->bcols, 32);
-	ck_assert_uint_eq(qinfo(h, &q, "a.weight_global_scale")->role,
+	ck_assert_uint_eq(stt_qinfo(h, &q, "m.weight_packed")->bcols, 32);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "a.weight_global_scale")->role,
 			  CASTFS_QR_SCALE);
-	ck_assert_uint_eq(qinfo(h, &q, "a.input_global_scale")->role,
+	ck_assert_uint_eq(stt_qinfo(h, &q, "a.input_global_scale")->role,
 			  CASTFS_QR_SCALE);
-	ck_assert_uint_eq(qinfo(h, &q, "m.weight_scale")->role,
+	ck_assert_uint_eq(stt_qinfo(h, &q, "m.weight_scale")->role,
 			  CASTFS_QR_SCALE);
-	ck_assert_uint_eq(qinfo(h, &q, "position_ids")->role, CASTFS_QR_PLAIN);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "position_ids")->role,
+			  CASTFS_QR_PLAIN);
 	w = castfs_qsrc_weight(stt_find(h, "a.weight_packed"),
-			       qinfo(h, &q, "a.weight_packed"), &tmp, shape);
+			       stt_qinfo(h, &q, "a.weight_packed"), &tmp,
+			       shape);
 	ck_assert_uint_eq(w->name_len, strlen("a.weight"));
 	ck_assert_mem_eq(w->name, "a.weight", w->name_len);
 	ck_assert_uint_eq(w->shape[0], 5);
@@ -155,7 +143,7 @@ START_TEST(test_ct4__refused)
 	for (size_t i = 0; i < 4 && refused[_i].name[i]; i++)
 		tu_st_add(b, refused[_i].name[i], refused[_i].dtype[i],
 			  refused[_i].ndim[i], refused[_i].shape[i], NULL);
-	h = build(b);
+	h = stt_build_take(b);
 	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), -ENOTSUP);
 	ck_assert_ptr_null(q.t);
 	ck_assert_msg(strstr(d.msg, refused[_i].phrase), "%s", d.msg);
@@ -176,7 +164,7 @@ START_TEST(test_ct4__orphan_scale)
 
 	tu_st_add(b, "l.weight_scale", "U8", SHAPE(4, 1), NULL);
 	tu_st_add(b, "n.weight", "BF16", SHAPE(4), NULL);
-	h = build(b);
+	h = stt_build_take(b);
 	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
 	castfs_qsrc_fini(&q);
 	ck_assert_int_eq(castfs_qsrc_scan(h, CASTFS_QSRC_STRICT, &q, &d),
@@ -287,26 +275,6 @@ static float slow_e2m1(uint8_t c)
 	for (int k = 1; k < e; k++)
 		v *= 2.0f;
 	return c & 8 ? -v : v;
-}
-
-static float slow_e4m3(uint8_t b)
-{
-	int e = (b >> 3) & 15, m = b & 7;
-	float v = e ? (float)(8 + m) / 8.0f : (float)m / 8.0f;
-
-	for (int k = e ? e : 1; k < 7; k++)
-		v /= 2.0f;
-	for (int k = 7; k < e; k++)
-		v *= 2.0f;
-	return b & 0x80 ? -v : v;
-}
-
-static uint16_t slow_bf16(float f)
-{
-	uint32_t u;
-
-	memcpy(&u, &f, 4);
-	return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
 /* Element i of FP4 weight @w (@cols wide) with scales @s (@g per scale). */

@@ -115,28 +115,6 @@ static void teardown(void)
 static const char *const bnb_views[] = { "nf4", "fp4", "nf4_nodq", "fp4_nodq",
 					 "int8" };
 
-static struct castfs_plan *plan_of(const char *name)
-{
-	const struct castfs_view *v =
-		castfs_views_find(&fx.views, name, strlen(name));
-	struct castfs_diag d = { { 0 } };
-	struct castfs_plan *p;
-
-	ck_assert_ptr_nonnull(v);
-	ck_assert_msg(castfs_view_plan(v, fx.h, &p, &d) == 0, "%s", d.msg);
-	return p;
-}
-
-static uint8_t *read_all(const struct castfs_plan *p, struct castfs_scratch *s)
-{
-	uint8_t *buf = malloc(p->size + 1);
-
-	ck_assert_ptr_nonnull(buf);
-	ck_assert_int_eq(castfs_plan_read(p, &fx.mr.r, s, buf, p->size + 1, 0),
-			 (ssize_t)p->size);
-	return buf;
-}
-
 static const struct castfs_tensor *find(const struct castfs_header *h,
 					const char *name)
 {
@@ -160,11 +138,11 @@ static void expect(const struct castfs_header *h, const char *name,
 
 static struct castfs_header *view_header(const char *name, uint8_t **bytes)
 {
-	struct castfs_plan *p = plan_of(name);
+	struct castfs_plan *p = tu_fixture_plan(&fx, name);
 	struct castfs_diag d = { { 0 } };
 	struct castfs_header *h;
 
-	*bytes = read_all(p, &fx.s);
+	*bytes = tu_fixture_read_all(&fx, p, &fx.s);
 	ck_assert_int_eq(castfs_header_parse(*bytes, p->size, p->size, &h, &d),
 			 0);
 	castfs_plan_free(p);
@@ -265,8 +243,9 @@ END_TEST
  * generator to work in several chunks, equal slices of a full read. */
 START_TEST(test_quant__random_ranges_equal_full_read)
 {
-	struct castfs_plan *p = plan_of(bnb_views[_i]);
-	uint8_t *all = read_all(p, &fx.s), *buf = malloc(p->size + 64);
+	struct castfs_plan *p = tu_fixture_plan(&fx, bnb_views[_i]);
+	uint8_t *all = tu_fixture_read_all(&fx, p, &fx.s),
+		*buf = malloc(p->size + 64);
 	struct castfs_scratch tiny = { .buf = malloc(16384 + CASTFS_BOUNCE_LEN),
 				       .len = 16384 };
 	uint64_t seed = 7 + (uint64_t)_i;
@@ -372,8 +351,9 @@ static void *race(void *arg)
 
 START_TEST(test_quant__concurrent_first_reads_agree)
 {
-	struct castfs_plan *ref = plan_of("nf4"), *p = plan_of("nf4");
-	uint8_t *all = read_all(ref, &fx.s);
+	struct castfs_plan *ref = tu_fixture_plan(&fx, "nf4"),
+			   *p = tu_fixture_plan(&fx, "nf4");
+	uint8_t *all = tu_fixture_read_all(&fx, ref, &fx.s);
 	struct racer r[4];
 	pthread_t t[4];
 
@@ -414,13 +394,13 @@ static ssize_t flaky_pread(void *ctx, void *buf, size_t n, uint64_t off)
 START_TEST(test_quant__stats_errors_propagate_and_retry)
 {
 	const char *v = _i ? "fp4" : "nf4";
-	struct castfs_plan *p = plan_of(v);
+	struct castfs_plan *p = tu_fixture_plan(&fx, v);
 	struct flaky f = { { flaky_pread, &f }, 0 };
 	struct castfs_diag d = { { 0 } };
 	const struct castfs_tensor *t;
 	struct castfs_header *h;
 	char name[96];
-	uint8_t *all = read_all(p, &fx.s), *buf;
+	uint8_t *all = tu_fixture_read_all(&fx, p, &fx.s), *buf;
 	uint64_t off, size = p->size;
 	size_t len;
 	ssize_t n;
@@ -432,7 +412,7 @@ START_TEST(test_quant__stats_errors_propagate_and_retry)
 	off = h->data_start + t->begin;
 	len = (size_t)(t->end - t->begin);
 	buf = malloc(len);
-	p = plan_of(v);
+	p = tu_fixture_plan(&fx, v);
 	/* Only the statistics pass reads the source for these bytes. */
 	n = castfs_plan_read(p, &f.r, &fx.s, buf, len, off);
 	ck_assert_int_eq(n, -EIO);

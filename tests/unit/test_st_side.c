@@ -146,9 +146,8 @@ START_TEST(test_qsrc_bnb4__pairs)
 
 	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
 	ck_assert_uint_eq(q.nbnb4, 1);
-	ck_assert_uint_eq(q.t[stt_find(h, "l.weight") - h->tensors].role,
-			  CASTFS_QR_BNB4);
-	ck_assert_uint_eq(q.t[stt_find(h, "l.weight.absmax") - h->tensors].role,
+	ck_assert_uint_eq(stt_qinfo(h, &q, "l.weight")->role, CASTFS_QR_BNB4);
+	ck_assert_uint_eq(stt_qinfo(h, &q, "l.weight.absmax")->role,
 			  CASTFS_QR_SCALE);
 	s = &q.q4[0];
 	ck_assert_uint_eq(s->ndim, 2);
@@ -247,10 +246,10 @@ START_TEST(test_qsrc_ctw4__pairs)
 
 	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
 	ck_assert_uint_eq(q.nctw4, 1);
-	qi = &q.t[stt_find(h, "l.weight_packed") - h->tensors];
+	qi = stt_qinfo(h, &q, "l.weight_packed");
 	ck_assert_uint_eq(qi->role, CASTFS_QR_CTW4);
 	ck_assert_uint_eq(qi->bcols, 32);
-	ck_assert_uint_eq(q.t[stt_find(h, "l.weight_shape") - h->tensors].role,
+	ck_assert_uint_eq(stt_qinfo(h, &q, "l.weight_shape")->role,
 			  CASTFS_QR_SCALE);
 	castfs_qsrc_fini(&q);
 	castfs_header_free(h);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The in-memory safetensors builder used by the unit tests. */
+#include <check.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -500,4 +501,29 @@ void tu_fixture_fini(struct tu_fixture *fx)
 	castfs_views_fini(&fx->views);
 	castfs_header_free(fx->h);
 	free(fx->file);
+}
+
+struct castfs_plan *tu_fixture_plan(const struct tu_fixture *fx,
+				    const char *name)
+{
+	const struct castfs_view *v =
+		castfs_views_find(&fx->views, name, strlen(name));
+	struct castfs_diag d = { { 0 } };
+	struct castfs_plan *p;
+
+	ck_assert_ptr_nonnull(v);
+	ck_assert_msg(castfs_view_plan(v, fx->h, &p, &d) == 0, "%s", d.msg);
+	return p;
+}
+
+uint8_t *tu_fixture_read_all(struct tu_fixture *fx, const struct castfs_plan *p,
+			     struct castfs_scratch *s)
+{
+	uint8_t *buf = malloc(p->size + 1);
+
+	ck_assert_ptr_nonnull(buf);
+	/* One byte more than the size: a read past the end must stop. */
+	ck_assert_int_eq(castfs_plan_read(p, &fx->mr.r, s, buf, p->size + 1, 0),
+			 (ssize_t)p->size);
+	return buf;
 }

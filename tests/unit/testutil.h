@@ -132,5 +132,13 @@ struct tu_fixture {
 
 void tu_fixture_init(struct tu_fixture *fx, uint8_t *file, size_t len);
 void tu_fixture_fini(struct tu_fixture *fx);
+/* The plan of built-in view @name over @fx (caller frees with
+ * castfs_plan_free()); the test fails if it cannot be built. */
+struct castfs_plan *tu_fixture_plan(const struct tu_fixture *fx,
+				    const char *name);
+/* The whole output of @p read in one call with scratch @s (malloc'ed,
+ * p->size bytes); the test fails on a short or failed read. */
+uint8_t *tu_fixture_read_all(struct tu_fixture *fx, const struct castfs_plan *p,
+			     struct castfs_scratch *s);
 
 #endif

@@ -1,0 +1,343 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The tokenizer of a GGUF file of a causal-LM folder (modeldir_gguf.c):
+ * tokenizer.json's BPE vocabulary, merges and pre-tokenizer, and
+ * tokenizer_config.json's special tokens, as the tokenizer.ggml.* KVs
+ * convert_hf_to_gguf.py writes (docs/FORMATS.md "GGUF of model
+ * directories"). A tokenizer castfs cannot name exactly is refused.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/strbuf.h"
+#include "modeldir/modeldir_gguf_tok.h"
+
+/* llama.cpp token types (llama_token_type). */
+enum { TOK_NORMAL = 1, TOK_CONTROL = 3, TOK_USER_DEFINED = 4 };
+
+/*
+ * The pre-tokenizers castfs names for llama.cpp (tokenizer.ggml.pre), each
+ * recognised by its tokenizer.json structure and the exact regex that
+ * llama.cpp's llama-vocab.cpp reimplements for that name (it quotes the
+ * tokenizer.json original). convert_hf_to_gguf.py instead hashes the
+ * token ids of a fixed text (chkhsh), which only known published
+ * tokenizers match; a tokenizer with the same pre-tokenizer trained
+ * elsewhere gets the same name here (docs/FORMATS.md).
+ */
+struct pre_kind {
+	const char *name; /* tokenizer.ggml.pre */
+	const char *regex; /* Split pattern; NULL: ByteLevel's own (gpt2) */
+	bool ignore_merges; /* llama.cpp sets it for this name */
+	bool nfc; /* an NFC normalizer is accepted (llama.cpp skips it) */
+};
+
+static const struct pre_kind pre_kinds[] = {
+	{ "gpt-2", NULL, false, false },
+	{ "llama-bpe",
+	  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+	  "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+	  "\\s+(?!\\S)|\\s+",
+	  true, false },
+	{ "qwen2",
+	  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+	  "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+	  "\\s+(?!\\S)|\\s+",
+	  false, true },
+};
+
+static bool is_type(const cJSON *o, const char *key, const char *want)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
+
+	return cJSON_IsString(t) && !strcmp(t->valuestring, want);
+}
+
+/* A ByteLevel pre-tokenizer without prefix space, using its own (gpt2)
+ * regex when @regex, else none. */
+static bool byte_level(const cJSON *pre, bool regex)
+{
+	const cJSON *type = cJSON_GetObjectItemCaseSensitive(pre, "type");
+	const cJSON *aps =
+		cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_space");
+	const cJSON *re = cJSON_GetObjectItemCaseSensitive(pre, "use_regex");
+
+	if (!cJSON_IsString(type) || strcmp(type->valuestring, "ByteLevel") ||
+	    !cJSON_IsFalse(aps))
+		return false;
+	return regex ? !re || cJSON_IsTrue(re) : cJSON_IsFalse(re);
+}
+
+/* Sequence [Split(@regex, Isolated, not inverted), ByteLevel(no regex)]. */
+static bool split_then_bytes(const cJSON *pre, const char *regex)
+{
+	const cJSON *seq =
+		cJSON_GetObjectItemCaseSensitive(pre, "pretokenizers");
+	const cJSON *sp = cJSON_GetArrayItem(seq, 0);
+	const cJSON *pat = cJSON_GetObjectItemCaseSensitive(
+		cJSON_GetObjectItemCaseSensitive(sp, "pattern"), "Regex");
+	const cJSON *beh = cJSON_GetObjectItemCaseSensitive(sp, "behavior");
+	const cJSON *inv = cJSON_GetObjectItemCaseSensitive(sp, "invert");
+	const cJSON *st = cJSON_GetObjectItemCaseSensitive(sp, "type");
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(pre, "type");
+
+	return cJSON_IsString(t) && !strcmp(t->valuestring, "Sequence") &&
+	       cJSON_IsArray(seq) && cJSON_GetArraySize(seq) == 2 &&
+	       cJSON_IsString(st) && !strcmp(st->valuestring, "Split") &&
+	       cJSON_IsString(pat) && !strcmp(pat->valuestring, regex) &&
+	       cJSON_IsString(beh) && !strcmp(beh->valuestring, "Isolated") &&
+	       cJSON_IsFalse(inv) &&
+	       byte_level(cJSON_GetArrayItem(seq, 1), false);
+}
+
+/* The pre-tokenizer of @tok castfs names, or NULL. */
+static const struct pre_kind *find_pre(const cJSON *tok)
+{
+	const cJSON *pre =
+		cJSON_GetObjectItemCaseSensitive(tok, "pre_tokenizer");
+
+	for (size_t i = 0; i < sizeof(pre_kinds) / sizeof(pre_kinds[0]); i++) {
+		const struct pre_kind *k = &pre_kinds[i];
+
+		if (k->regex ? split_then_bytes(pre, k->regex) :
+			       byte_level(pre, true))
+			return k;
+	}
+	return NULL;
+}
+
+/* The tokenizer's pre-tokenizer as llama.cpp names it, if everything else
+ * about it is what llama.cpp does for that name. */
+static int check_tokenizer(const cJSON *tok, const struct pre_kind **pk,
+			   struct castfs_diag *d)
+{
+	const cJSON *model = cJSON_GetObjectItemCaseSensitive(tok, "model");
+	const cJSON *norm = cJSON_GetObjectItemCaseSensitive(tok, "normalizer");
+	const cJSON *bf =
+		cJSON_GetObjectItemCaseSensitive(model, "byte_fallback");
+	const cJSON *im =
+		cJSON_GetObjectItemCaseSensitive(model, "ignore_merges");
+
+	if (!is_type(tok, "model", "BPE") || (bf && !cJSON_IsFalse(bf)))
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: tokenizer.json is not a "
+				       "byte-level BPE model");
+	*pk = find_pre(tok);
+	if (!*pk || !is_type(tok, "decoder", "ByteLevel"))
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: tokenizer.json pre-tokenizer is "
+				       "not one castfs names for llama.cpp "
+				       "(gpt-2, llama-bpe, qwen2)");
+	if (norm && !cJSON_IsNull(norm) &&
+	    !((*pk)->nfc && is_type(tok, "normalizer", "NFC")))
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: tokenizer.json has a normalizer");
+	if ((*pk)->ignore_merges != cJSON_IsTrue(im))
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: tokenizer.json ignore_merges "
+				       "differs from llama.cpp's %s",
+				       (*pk)->name);
+	return 0;
+}
+
+/* One token of the vocabulary, by id. */
+struct tok_ent {
+	const char *s;
+	size_t len;
+	int type;
+};
+
+static int vocab_set(struct tok_ent *v, uint32_t n, double id, const char *s,
+		     int type, struct castfs_diag *d)
+{
+	if (id < 0 || id >= n || id != (double)(uint32_t)id)
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: token id %.0f outside vocab_size",
+				       id);
+	v[(uint32_t)id] = (struct tok_ent){ s, strlen(s), type };
+	return 0;
+}
+
+/*
+ * Tokens in id order as convert_hf_to_gguf's get_vocab_base: the BPE
+ * vocabulary, added tokens (special ones CONTROL, others USER_DEFINED) and
+ * "[PAD<i>]" USER_DEFINED for ids up to vocab_size that have none.
+ */
+static int read_vocab(const cJSON *tok, uint32_t n, struct tok_ent *v,
+		      struct castfs_diag *d)
+{
+	const cJSON *model = cJSON_GetObjectItemCaseSensitive(tok, "model");
+	const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+	const cJSON *added =
+		cJSON_GetObjectItemCaseSensitive(tok, "added_tokens");
+	const cJSON *e;
+	int rc = 0;
+
+	if (!cJSON_IsObject(vocab))
+		return castfs_diag_set(d, -EINVAL, "GGUF: no BPE vocab");
+	cJSON_ArrayForEach(e, vocab) {
+		if (!rc && !cJSON_IsNumber(e))
+			rc = castfs_diag_set(d, -EINVAL, "GGUF: vocab id");
+		if (!rc)
+			rc = vocab_set(v, n, e->valuedouble, e->string,
+				       TOK_NORMAL, d);
+	}
+	cJSON_ArrayForEach(e, added) {
+		const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
+		const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
+		const cJSON *sp =
+			cJSON_GetObjectItemCaseSensitive(e, "special");
+
+		if (!rc && (!cJSON_IsNumber(id) || !cJSON_IsString(c)))
+			rc = castfs_diag_set(d, -EINVAL, "GGUF: added token");
+		if (!rc)
+			rc = vocab_set(v, n, id->valuedouble, c->valuestring,
+				       cJSON_IsTrue(sp) ? TOK_CONTROL :
+							  TOK_USER_DEFINED,
+				       d);
+	}
+	return rc;
+}
+
+static void write_tokens(struct castfs_gguf_w *w, const struct tok_ent *v,
+			 uint32_t n)
+{
+	char pad[32];
+
+	castfs_gguf_kv_array(w, "tokenizer.ggml.tokens", CASTFS_GGUF_T_STRING,
+			     n);
+	for (uint32_t i = 0; i < n; i++) {
+		if (v[i].s) {
+			castfs_gguf_arr_str(w, v[i].s, v[i].len);
+		} else {
+			int k = snprintf(pad, sizeof(pad), "[PAD%u]", i);
+
+			castfs_gguf_arr_str(w, pad, (size_t)k);
+		}
+	}
+	castfs_gguf_kv_array(w, "tokenizer.ggml.token_type",
+			     CASTFS_GGUF_T_INT32, n);
+	for (uint32_t i = 0; i < n; i++)
+		castfs_gguf_arr_i32(w, v[i].s ? v[i].type : TOK_USER_DEFINED);
+}
+
+/* Merges as "a b", whether tokenizer.json spells them so or as pairs. */
+static int write_merges(struct castfs_gguf_w *w, const cJSON *tok,
+			struct castfs_diag *d)
+{
+	const cJSON *model = cJSON_GetObjectItemCaseSensitive(tok, "model");
+	const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+	struct castfs_strbuf b = { 0 };
+	const cJSON *e;
+
+	if (!cJSON_IsArray(merges))
+		return castfs_diag_set(d, -EINVAL, "GGUF: no BPE merges");
+	castfs_gguf_kv_array(w, "tokenizer.ggml.merges", CASTFS_GGUF_T_STRING,
+			     (uint64_t)cJSON_GetArraySize(merges));
+	cJSON_ArrayForEach(e, merges) {
+		const cJSON *a = cJSON_GetArrayItem(e, 0);
+		const cJSON *c = cJSON_GetArrayItem(e, 1);
+
+		if (cJSON_IsString(e)) {
+			castfs_gguf_arr_str(w, e->valuestring,
+					    strlen(e->valuestring));
+			continue;
+		}
+		if (!cJSON_IsString(a) || !cJSON_IsString(c) ||
+		    cJSON_GetArraySize(e) != 2) {
+			castfs_sb_fini(&b);
+			return castfs_diag_set(d, -EINVAL, "GGUF: a merge");
+		}
+		b.len = 0;
+		castfs_sb_printf(&b, "%s %s", a->valuestring, c->valuestring);
+		castfs_gguf_arr_str(w, b.p ? b.p : "", b.len);
+	}
+	castfs_sb_fini(&b);
+	return b.oom ? -ENOMEM : 0;
+}
+
+/* The id of added token @content, or -1. */
+static int token_id(const cJSON *tok, const char *content)
+{
+	const cJSON *added =
+		cJSON_GetObjectItemCaseSensitive(tok, "added_tokens");
+	const cJSON *e;
+
+	cJSON_ArrayForEach(e, added) {
+		const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
+		const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
+
+		if (cJSON_IsString(c) && cJSON_IsNumber(id) &&
+		    !strcmp(c->valuestring, content))
+			return (int)id->valueint;
+	}
+	return -1;
+}
+
+/* A special token of tokenizer_config.json: a string or {"content": ...}. */
+static const char *special_str(const cJSON *tc, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(tc, key);
+
+	if (cJSON_IsObject(v))
+		v = cJSON_GetObjectItemCaseSensitive(v, "content");
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* gguf-py SpecialVocab: bos/eos/unk/pad ids and add_bos/add_eos. */
+static void write_special(struct castfs_gguf_w *w, const cJSON *tok,
+			  const cJSON *tc)
+{
+	static const char *const names[][2] = {
+		{ "bos_token", "tokenizer.ggml.bos_token_id" },
+		{ "eos_token", "tokenizer.ggml.eos_token_id" },
+		{ "unk_token", "tokenizer.ggml.unknown_token_id" },
+		{ "pad_token", "tokenizer.ggml.padding_token_id" },
+	};
+	const cJSON *b;
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		const char *s = special_str(tc, names[i][0]);
+		int id = s ? token_id(tok, s) : -1;
+
+		if (id >= 0)
+			castfs_gguf_kv_u32(w, names[i][1], (uint32_t)id);
+	}
+	b = cJSON_GetObjectItemCaseSensitive(tc, "add_bos_token");
+	if (cJSON_IsBool(b))
+		castfs_gguf_kv_bool(w, "tokenizer.ggml.add_bos_token",
+				    cJSON_IsTrue(b));
+	b = cJSON_GetObjectItemCaseSensitive(tc, "add_eos_token");
+	if (cJSON_IsBool(b))
+		castfs_gguf_kv_bool(w, "tokenizer.ggml.add_eos_token",
+				    cJSON_IsTrue(b));
+}
+
+int castfs_md_gguf_tokenizer(struct castfs_gguf_w *w, uint32_t vocab_size,
+			     const cJSON *tok, const cJSON *tc,
+			     struct castfs_diag *d)
+{
+	const struct pre_kind *pk = NULL;
+	struct tok_ent *v;
+	int rc = check_tokenizer(tok, &pk, d);
+
+	if (rc)
+		return rc;
+	v = calloc(vocab_size ? vocab_size : 1, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	castfs_gguf_kv_str(w, "tokenizer.ggml.model", "gpt2");
+	castfs_gguf_kv_str(w, "tokenizer.ggml.pre", pk->name);
+	rc = read_vocab(tok, vocab_size, v, d);
+	if (!rc)
+		write_tokens(w, v, vocab_size);
+	free(v);
+	if (!rc)
+		rc = write_merges(w, tok, d);
+	if (!rc)
+		write_special(w, tok, tc);
+	return rc;
+}
