@@ -42,6 +42,8 @@ struct castfs_rule {
 
 #define CASTFS_VIEW_NAME_MAX 32
 
+struct castfs_deqfuse; /* view/view_internal.h */
+
 struct castfs_view {
 	char name[CASTFS_VIEW_NAME_MAX];
 	enum castfs_view_kind kind;
@@ -57,6 +59,10 @@ struct castfs_view {
 	bool listed; /* shown by readdir (lookups resolve any view) */
 	const char *summary; /* one line for --help and /.castfs/config */
 	char *owned_summary; /* set when summary came from a config file */
+	/* Set only on the copy of an nvfp4 view that builds a plan of a
+	 * quantized source (view/view_deq.c): its fused groups are looked
+	 * up in that source's bf16 view. NULL otherwise. */
+	const struct castfs_deqfuse *deqfuse;
 };
 
 /*
