@@ -63,6 +63,11 @@ struct castfs_view {
 	 * quantized source (view/view_deq.c): its fused groups are looked
 	 * up in that source's bf16 view. NULL otherwise. */
 	const struct castfs_deqfuse *deqfuse;
+	/* Set only on the copy of an nvfp4 view that plans one shard of a
+	 * sharded model (ns/ns_mdxshard.c): every shard's tensors, offsets
+	 * in the composite source (view/qsrc_xshard.h), where the fused
+	 * siblings of the shard's weights are found. NULL otherwise. */
+	const struct castfs_header *fuse_h;
 };
 
 /*

@@ -308,7 +308,8 @@ static int ct_fuse(struct castfs_pb *pb, const struct castfs_view *v,
 	struct ct_fuse_deq c = { .pb = pb, .f = v->deqfuse, .qt = qt };
 
 	if (!v->deqfuse) {
-		ct_siblings(v, h, t, ct_fuse_fn, &f);
+		f.h = v->fuse_h ? v->fuse_h : h; /* siblings in other shards */
+		ct_siblings(v, f.h, t, ct_fuse_fn, &f);
 		return 0;
 	}
 	ct_siblings(v, v->deqfuse->h, t, ct_fuse_deq_fn, &c);
@@ -442,8 +443,13 @@ int castfs_view_ct_add(struct castfs_pb *pb, const struct castfs_view *v,
 {
 	int rc;
 
-	/* A quantized source's nvfp4: fused groups are the bf16 view's. */
-	if (!castfs_view_ct_converts(v, v->deqfuse ? v->deqfuse->h : h, t))
+	/* nvfp4: fused groups are the bf16 view's (a quantized source) or
+	 * the whole model's (a shard of a sharded one). */
+	if (!castfs_view_ct_converts(v,
+				     v->deqfuse ? v->deqfuse->h :
+				     v->fuse_h	? v->fuse_h :
+						  h,
+				     t))
 		return castfs_view_add_copy(pb, h, t);
 	if (v->kind == CASTFS_VIEW_COMFY_FP8)
 		rc = ct_add_comfy(pb, h, t, NULL);
