@@ -91,9 +91,10 @@ bool castfs_view_is_ct(const struct castfs_view *v);
  * @h, which also has its fused siblings: an nvfp4 weight is converted only
  * when every sibling of its fused group (q/k/v_proj, gate/up_proj,
  * q_a_proj/kv_a_proj_with_mqa, w1/w3) are in @h and the converted ones
- * share one dtype (a group cut by a shard boundary stays unquantised: its
- * global scale needs them all); a fp8_scaled weight only when its name ends
- * in ".weight". Pure function.
+ * share one dtype (its global scale needs them all: a shard's @h is the
+ * header of every shard, struct castfs_view fuse_h, where its groups may
+ * cross shards); a fp8_scaled weight only when its name ends in
+ * ".weight". Pure function.
  */
 bool castfs_view_ct_converts(const struct castfs_view *v,
 			     const struct castfs_header *h,

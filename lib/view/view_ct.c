@@ -272,6 +272,7 @@ static void ct_fuse_deq_fn(const struct castfs_tensor *s, void *arg)
 	const struct castfs_extent *e;
 	struct castfs_qtensor *qt = c->qt;
 	uint8_t n = qt->nfuse;
+	uint64_t off;
 
 	if (c->rc || n >= CASTFS_QT_FUSE_MAX)
 		return;
@@ -283,10 +284,12 @@ static void ct_fuse_deq_fn(const struct castfs_tensor *s, void *arg)
 	}
 	if (s->dtype != (enum castfs_dtype)qt->src_dtype)
 		return;
-	e = &p->extents[castfs_plan_find(p, c->f->h->data_start + s->begin)];
+	off = c->f->h->data_start + s->begin;
+	e = &p->extents[castfs_plan_find(p, off)];
 	qt->fuse_n[n] = s->nelems;
 	if (e->op == CASTFS_OP_COPY) {
-		qt->fuse_off[n] = e->src_off;
+		/* a COPY extent may cover more than this tensor */
+		qt->fuse_off[n] = e->src_off + (off - e->out_off);
 	} else if (e->op == CASTFS_OP_DEQ_FP8 || e->op == CASTFS_OP_DEQ_Q4 ||
 		   e->op == CASTFS_OP_DEQ_W4) {
 		qt->fuse_op[n] = e->op;

@@ -46,7 +46,10 @@ def fp8_block_model(src, out):
     sd = load_file(os.path.join(src, "model.safetensors"))
     q, d = {}, {}
     for k, t in sd.items():
-        if k.endswith("proj.weight"):
+        # One member of a fused group stays bf16 (as DeepSeek keeps some
+        # layers): nvfp4 reads its stored elements beside the others'
+        # dequantized ones for the group's global scale.
+        if k.endswith("proj.weight") and "layers.0.self_attn.k_proj" not in k:
             q[k], q[k + "_scale_inv"] = quant_fp8_block(t)
             d[k] = deepseek_dequant(q[k], q[k + "_scale_inv"]).to(torch.bfloat16)
         else:
