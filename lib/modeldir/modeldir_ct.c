@@ -86,7 +86,7 @@ static int ct_weight(struct castfs_md_ct *q, size_t *cap,
 	const size_t wl = sizeof(w) - 1;
 	struct castfs_tensor tb = *t;
 
-	if (ct_fp8_block(h, t) && v->kind != CASTFS_VIEW_CT_NVFP4)
+	if (ct_fp8_block(h, t))
 		tb.dtype = CASTFS_DTYPE_BF16;
 	if (castfs_view_ct_converts(v, h, &tb)) {
 		q->nquant++;

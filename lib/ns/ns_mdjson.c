@@ -16,6 +16,7 @@
 #include "modeldir/modeldir.h"
 #include "ns/ns_modeldir_internal.h"
 #include "tensors/tensor_files.h"
+#include "view/qsrc_xshard.h"
 
 #define MD_JSON_MAX NS_TEXT_MAX
 #define MD_BUCKETS 256u
@@ -289,6 +290,7 @@ struct ns_md_ckpts {
 	struct ns_ckpt **ck;
 	const struct castfs_header **h;
 	struct castfs_header **own; /* the h[] this holds (4-bit sources) */
+	bool sharded; /* the folder has a weights index */
 };
 
 static void md_ckpts_fini(struct castfs_ns *ns, struct ns_md_ckpts *c)
@@ -305,10 +307,12 @@ static void md_ckpts_fini(struct castfs_ns *ns, struct ns_md_ckpts *c)
 
 /*
  * The tensors a quantising view sees in checkpoint @ck: those of its
- * bf16 view when its stored tensors are not its weights (4-bit sources
- * store packed bytes under other shapes and names: the view quantises
- * the bf16 view's weights, and the config must name those), else its
- * own header. *@own is the header to free, or NULL.
+ * bf16 view when it is a quantized source (4-bit sources store packed
+ * bytes under other shapes and names, FP8 ones other dtypes: the view
+ * quantises the bf16 view's weights, and the config must name those),
+ * else its own header (an FP8 block shard whose scales sit in other
+ * shards has no bf16 view of its own). *@own is the header to free, or
+ * NULL.
  */
 static int md_ckpt_header(struct castfs_ns *ns, struct ns_ckpt *ck,
 			  const struct castfs_header **h,
@@ -320,7 +324,7 @@ static int md_ckpt_header(struct castfs_ns *ns, struct ns_ckpt *ck,
 
 	*h = ck->h;
 	*own = NULL;
-	if (!ck->q4bit)
+	if (!ck->quant || ck->xshard)
 		return 0;
 	bf16 = castfs_views_find(ns->views, "bf16", 4);
 	if (!bf16)
@@ -359,7 +363,39 @@ static int md_ckpts_of(struct castfs_ns *ns, const char *dir,
 			rc = vrc;
 		}
 	}
+	c->sharded = s.nindex > 0;
 	ns_md_dir_fini(&s);
+	return rc;
+}
+
+/* Whether nvfp4 view @v quantises fused groups over every shard of @ck
+ * (ns_md_xshard_wants()): its config then sees them all at once. */
+static bool md_fuses_all(const struct castfs_view *v,
+			 const struct ns_md_ckpts *ck)
+{
+	if (v->kind != CASTFS_VIEW_CT_NVFP4 || !ck->sharded || ck->n < 2)
+		return false;
+	for (size_t i = 0; i < ck->n; i++)
+		if (ck->ck[i]->xshard || !ns_md_xshard_wants(ck->ck[i], v))
+			return false;
+	return true;
+}
+
+/* The compressed-tensors quantization_config of @v over @ck. */
+static int md_ct_init(struct castfs_md_ct *ct, const struct castfs_view *v,
+		      const struct ns_md_ckpts *ck)
+{
+	const struct castfs_header *one;
+	struct castfs_header *all = NULL;
+	int rc;
+
+	if (!md_fuses_all(v, ck))
+		return castfs_md_ct_init(ct, v, ck->h, ck->n);
+	rc = castfs_qsrc_xshard_all(ck->h, ck->n, &all);
+	one = all;
+	if (!rc)
+		rc = castfs_md_ct_init(ct, v, &one, 1);
+	castfs_header_free(all);
 	return rc;
 }
 
@@ -380,7 +416,7 @@ static int md_qcfg_of(const struct castfs_view *v, int keep,
 	if (keep)
 		use = &mv.v;
 	if (castfs_view_is_ct(v))
-		rc = castfs_md_ct_init(ct, use, ck->h, ck->n);
+		rc = md_ct_init(ct, use, ck);
 	else
 		rc = castfs_md_bnb_init(q, use, ck->h, ck->n, diffusers);
 	if (keep)

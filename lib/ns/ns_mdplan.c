@@ -39,14 +39,17 @@ void ns_md_plans_init(struct castfs_ns *ns)
 }
 
 /* Caller holds ck->lock. The plan of header @h (@ck's, or the composite
- * of its shards, @dep) in view @v with keep set @keep. */
+ * of its shards, @dep) in view @v with keep set @keep; @fuse_h: where
+ * nvfp4 finds fused siblings (struct castfs_view), or NULL. */
 static int mdplan_build(struct ns_ckpt *ck, const struct castfs_header *h,
-			uint64_t dep, const struct castfs_view *v, int keep,
+			const struct castfs_header *fuse_h, uint64_t dep,
+			const struct castfs_view *v, int keep,
 			const struct castfs_plan **out)
 {
 	struct ns_mdplan *p = calloc(1, sizeof(*p));
 	struct castfs_md_view mv = { 0 };
 	struct castfs_qsrc_opts o;
+	struct castfs_view fv;
 	int rc = p ? 0 : -ENOMEM;
 
 	if (!rc && keep) /* keep 0: the view as it is */
@@ -55,8 +58,10 @@ static int mdplan_build(struct ns_ckpt *ck, const struct castfs_header *h,
 		free(p);
 		return rc;
 	}
-	rc = castfs_view_plan_opts(keep ? &mv.v : v, h, ns_ckpt_qopts(ck, &o),
-				   &p->plan, NULL);
+	fv = keep ? mv.v : *v;
+	fv.fuse_h = fuse_h;
+	rc = castfs_view_plan_opts(&fv, h, ns_ckpt_qopts(ck, &o), &p->plan,
+				   NULL);
 	if (keep)
 		castfs_md_view_fini(&mv);
 	if (rc) {
@@ -73,7 +78,8 @@ static int mdplan_build(struct ns_ckpt *ck, const struct castfs_header *h,
 }
 
 int ns_md_plan_of(struct castfs_ns *ns, struct ns_ckpt *ck,
-		  const struct castfs_header *h, uint64_t dep,
+		  const struct castfs_header *h,
+		  const struct castfs_header *fuse_h, uint64_t dep,
 		  const struct castfs_view *v, int keep,
 		  const struct castfs_plan **out)
 {
@@ -92,7 +98,7 @@ int ns_md_plan_of(struct castfs_ns *ns, struct ns_ckpt *ck,
 	} else if (!h) {
 		rc = -ENOENT; /* not built, and no header to build it from */
 	} else {
-		rc = mdplan_build(ck, h, dep, v, keep, out);
+		rc = mdplan_build(ck, h, fuse_h, dep, v, keep, out);
 		if (!rc)
 			castfs_stats_count(ns->stats, CASTFS_SCTR_PLANS_BUILT,
 					   1);
@@ -115,13 +121,15 @@ int ns_md_shard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 
 	if (!ck->h)
 		return -EINVAL;
-	if (ck->xshard) {
+	if (ns_md_xshard_wants(ck, v)) {
 		/* The plan stays cached in @ck, which the caller holds. */
 		rc = ns_md_xshard_plan(ns, ck, v, keep, &x, out);
 		ns_md_xshard_fini(ns, &x);
-		return rc;
+		/* nvfp4 of a file that no index names: the file alone */
+		if (rc != -ENOENT || ck->xshard)
+			return rc;
 	}
 	if (!keep)
 		return ns_ckpt_plan(ns, ck, v, out, NULL);
-	return ns_md_plan_of(ns, ck, ck->h, 0, v, keep, out);
+	return ns_md_plan_of(ns, ck, ck->h, NULL, 0, v, keep, out);
 }

@@ -76,11 +76,28 @@ static int xs_header(struct ns_ckpt *ck, const struct ns_md_xshard *x,
 	return 0;
 }
 
+/* Every tensor of the shards in @x in one header (parts as in xs_header). */
+static int xs_all(const struct ns_md_xshard *x, struct castfs_header **out)
+{
+	const struct castfs_header **hs = calloc(x->s.n, sizeof(*hs));
+	int rc = hs ? 0 : -ENOMEM;
+
+	for (size_t j = 0; !rc && j < x->s.n; j++) {
+		hs[j] = x->s.ck[j]->h;
+		if (!hs[j])
+			rc = -ENOENT;
+	}
+	if (!rc)
+		rc = castfs_qsrc_xshard_all(hs, x->s.n, out);
+	free(hs);
+	return rc;
+}
+
 int ns_md_xshard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 		      const struct castfs_view *v, int keep,
 		      struct ns_md_xshard *x, const struct castfs_plan **out)
 {
-	struct castfs_header *h;
+	struct castfs_header *h, *all = NULL;
 	uint64_t dep;
 	int rc;
 
@@ -92,15 +109,24 @@ int ns_md_xshard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 		return rc;
 	dep = ns_gguf_shards_dep(&x->s, (uint64_t)keep);
 	x->dep = dep;
-	rc = ns_md_plan_of(ns, ck, NULL, dep, v, keep, out);
+	rc = ns_md_plan_of(ns, ck, NULL, NULL, dep, v, keep, out);
 	if (rc != -ENOENT)
 		return rc;
 	rc = xs_header(ck, x, &h);
 	if (rc)
 		return rc;
-	rc = ns_md_plan_of(ns, ck, h, dep, v, keep, out);
+	if (!ck->xshard) /* nvfp4: the fused siblings in every shard */
+		rc = xs_all(x, &all);
+	if (!rc)
+		rc = ns_md_plan_of(ns, ck, h, all, dep, v, keep, out);
+	castfs_header_free(all);
 	castfs_header_free(h);
 	return rc;
+}
+
+bool ns_md_xshard_wants(const struct ns_ckpt *ck, const struct castfs_view *v)
+{
+	return ck->xshard || (v->kind == CASTFS_VIEW_CT_NVFP4 && !ck->quant);
 }
 
 int ns_md_xshard_dep(struct castfs_ns *ns, const struct ns_ckpt *ck, int keep,

@@ -281,11 +281,14 @@ const struct ns_dir_ext ns_modeldir_dir_ext = {
 
 /* ---- inside DIR.<view>/ ---- */
 
-/* Whether @path (identity @st) is a valid checkpoint; its node's dep for
- * keep set @keep into @dep. */
+/* Whether @path (identity @st) is a valid checkpoint; its node's dep in
+ * view @v for keep set @keep into @dep. */
 static bool is_checkpoint(struct castfs_ns *ns, const char *path,
-			  const struct stat *st, int keep, uint64_t *dep)
+			  const struct stat *st, const struct castfs_view *v,
+			  int keep, uint64_t *dep)
 {
+	int rc;
+
 	struct ns_ckpt *ck;
 	struct stat now;
 	bool ok;
@@ -295,21 +298,24 @@ static bool is_checkpoint(struct castfs_ns *ns, const char *path,
 		return false;
 	ok = ns_same_file(&now, st);
 	*dep = (uint64_t)keep;
-	if (ok && ck->xshard)
-		ok = ns_md_xshard_dep(ns, ck, keep, dep) == 0;
+	if (ok && ns_md_xshard_wants(ck, v)) {
+		rc = ns_md_xshard_dep(ns, ck, keep, dep);
+		/* nvfp4 of a file no index names: the file alone */
+		ok = rc == 0 || (rc == -ENOENT && !ck->xshard);
+	}
 	ns_ckpt_put(ns, ck);
 	return ok;
 }
 
 /* A file inside the view: converted, rewritten, or the source's. */
-static void child_file(struct castfs_ns *ns, const char *name,
-		       const struct ns_md_dir *s, int keep,
+static void child_file(struct castfs_ns *ns, const struct castfs_view *v,
+		       const char *name, const struct ns_md_dir *s, int keep,
 		       struct ns_node *child)
 {
 	child->kind = NS_FILE;
 	switch (castfs_md_name_kind(name)) {
 	case CASTFS_MD_WEIGHTS:
-		if (is_checkpoint(ns, child->path, &child->st, keep,
+		if (is_checkpoint(ns, child->path, &child->st, v, keep,
 				  &child->dep)) {
 			child->kind = NS_MFILE;
 			child->aux = MF_SHARD;
@@ -379,7 +385,7 @@ static int view_child(struct castfs_ns *ns, const struct ns_node *dir,
 		child->kind = NS_LINK;
 		return 0;
 	case S_IFREG:
-		child_file(ns, name, s, keep, child);
+		child_file(ns, dir->view, name, s, keep, child);
 		if (child->kind == NS_FILE)
 			return 0;
 		break;
@@ -543,16 +549,42 @@ static int xshard_plan(struct castfs_ns *ns, const struct ns_node *n,
 }
 
 /*
- * The plan of converted shard @n, from the checkpoint cache. When its
- * scales cross shards (ck->xshard) and @x is not NULL, the shards it
- * reads are held in @x (ns_md_xshard_fini() on success).
+ * The composite plan of shard @n (checkpoint @ck) when it reads other
+ * shards (FP8 block scales there, nvfp4's fused groups): the shards are
+ * held in @x when it is not NULL (ns_md_xshard_fini() on success), left
+ * zeroed otherwise. Returns 1 when @n reads no other shard.
+ */
+static int shard_plan_parts(struct castfs_ns *ns, const struct ns_node *n,
+			    struct ns_ckpt *ck, int keep,
+			    const struct castfs_plan **plan,
+			    struct ns_md_xshard *x)
+{
+	struct ns_md_xshard tmp;
+	int rc;
+
+	if (!ns_md_xshard_wants(ck, n->view))
+		return 1;
+	rc = xshard_plan(ns, n, ck, keep, x ? x : &tmp, plan);
+	if (rc || !x)
+		ns_md_xshard_fini(ns, x ? x : &tmp);
+	if (rc && x)
+		memset(x, 0, sizeof(*x));
+	/* nvfp4 of a file that no index names: the file alone */
+	if (rc == -ENOENT && !ck->xshard)
+		return 1;
+	return rc;
+}
+
+/*
+ * The plan of converted shard @n, from the checkpoint cache. When it
+ * reads other shards (shard_plan_parts()) and @x is not NULL, the shards
+ * it reads are held in @x (ns_md_xshard_fini() on success).
  */
 static int shard_plan(struct castfs_ns *ns, const struct ns_node *n,
 		      struct ns_ckpt **ck, const struct castfs_plan **plan,
 		      struct ns_md_xshard *x)
 {
 	int rc, keep = shard_keep(ns, n);
-	struct ns_md_xshard tmp;
 	struct stat st;
 
 	if (keep < 0)
@@ -560,17 +592,14 @@ static int shard_plan(struct castfs_ns *ns, const struct ns_node *n,
 	rc = ns_ckpt_valid(ns, n->path, &st, ck);
 	if (rc)
 		return rc == -ENOENT ? -ESTALE : rc;
-	if (!ns_same_file(&st, &n->st)) {
+	if (!ns_same_file(&st, &n->st))
 		rc = -ESTALE;
-	} else if ((*ck)->xshard) {
-		rc = xshard_plan(ns, n, *ck, keep, x ? x : &tmp, plan);
-		if (rc || !x)
-			ns_md_xshard_fini(ns, x ? x : &tmp);
-	} else if ((uint64_t)keep != n->dep) {
+	else
+		rc = shard_plan_parts(ns, n, *ck, keep, plan, x);
+	if (rc == 1 && (uint64_t)keep != n->dep)
 		rc = -ESTALE; /* config.json now names another model */
-	} else {
+	else if (rc == 1)
 		rc = ns_md_shard_plan(ns, *ck, n->view, keep, plan);
-	}
 	if (rc)
 		ns_ckpt_put(ns, *ck);
 	return rc;
@@ -619,8 +648,9 @@ static int mfile_open(struct castfs_ns *ns, const struct ns_node *n,
 	rc = shard_plan(ns, n, &ck, &plan, &x);
 	if (rc)
 		return rc;
-	/* Scales in other shards: every shard is a part of the source. */
-	if (ck->xshard)
+	/* Scales or fused siblings in other shards: every shard is a part
+	 * of the source. */
+	if (x.s.n)
 		rc = ns_file_new_parts(ns, x.s.n, x.s.paths, x.s.st, x.s.ck,
 				       plan, NULL, view, out);
 	else

@@ -79,9 +79,12 @@ int ns_md_shard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
  * in @ck (which owns it) under (@v, @keep, @dep): @h is @ck's header (dep
  * 0) or the composite header of @ck's shard (dep: the identities of every
  * shard, ns_gguf_shards_dep()). @h NULL: only a cached plan (-ENOENT if
- * none). Returns 0 or the builder's error. Takes @ck's lock. */
+ * none). @fuse_h (borrowed for the call, or NULL): every shard's tensors,
+ * where an nvfp4 view finds fused siblings (struct castfs_view). Returns
+ * 0 or the builder's error. Takes @ck's lock. */
 int ns_md_plan_of(struct castfs_ns *ns, struct ns_ckpt *ck,
-		  const struct castfs_header *h, uint64_t dep,
+		  const struct castfs_header *h,
+		  const struct castfs_header *fuse_h, uint64_t dep,
 		  const struct castfs_view *v, int keep,
 		  const struct castfs_plan **out);
 
@@ -94,7 +97,16 @@ struct ns_md_xshard {
 	uint64_t dep; /* keep set and every shard's identity: a node's dep */
 };
 
-/* ns_md_xshard_plan - the plan of checkpoint @ck (ck->xshard) in view @v
+/*
+ * ns_md_xshard_wants - whether the DIR.<view>/ file of checkpoint @ck in
+ * view @v reads other shards of its folder: FP8 block scales there
+ * (ck->xshard), or nvfp4 of a model that is not quantized, whose fused
+ * groups (gate/up, q/k/v) may be cut by a shard boundary and take one
+ * global scale over the whole group. Pure function.
+ */
+bool ns_md_xshard_wants(const struct ns_ckpt *ck, const struct castfs_view *v);
+
+/* ns_md_xshard_plan - the plan of checkpoint @ck (ns_md_xshard_wants()) in view @v
  * with keep @keep over the composite source of its folder's shards
  * (part j: x->s.paths[j], identity x->s.st[j], held x->s.ck[j]), cached
  * in @ck under the identities of every shard. @x is filled on success

@@ -119,10 +119,16 @@ struct castfs_qtensor {
 	 * NVFP4: the weights whose joint absmax gives the global scale (the
 	 * tensor itself and its fused siblings, q/k/v or gate/up: one global
 	 * scale for the group, as vLLM needs), each at fuse_off with fuse_n
-	 * elements of src_dtype.
+	 * elements of src_dtype; or, where fuse_op[i] is a dequantizer op
+	 * (DEQ_FP8, DEQ_Q4, DEQ_W4; 0 for stored elements), fuse_n[i]
+	 * elements of a quantized source weight, read as castfs_deq_load()
+	 * reads a deq tensor from the dequantizer record fuse_qt[i] of the
+	 * plan and rounded to BF16, as the bf16 view has them.
 	 */
 	uint64_t fuse_off[CASTFS_QT_FUSE_MAX];
 	uint64_t fuse_n[CASTFS_QT_FUSE_MAX];
+	uint32_t fuse_qt[CASTFS_QT_FUSE_MAX];
+	uint8_t fuse_op[CASTFS_QT_FUSE_MAX];
 	uint8_t nfuse;
 	/*
 	 * DEQ_Q4: a bitsandbytes 4-bit source (qtype NF4/FP4, blocksize,

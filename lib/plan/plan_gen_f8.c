@@ -59,9 +59,9 @@ uint64_t castfs_f8_scale_elem(const struct castfs_qtensor *q, uint64_t i)
 }
 
 /*
- * The absmax of a dequantized source weight @q (deq_op set: ComfyUI's
- * per-tensor scale, one weight): of its values rounded to BF16, as the
- * bf16 view has them.
+ * The absmax of a dequantized source weight @q (deq_op set: its deq_op on
+ * record deq_qt, q->nelems elements): of its values rounded to BF16, as
+ * the bf16 view has them.
  */
 static int deq_absmax(const struct castfs_read_env *env,
 		      const struct castfs_qtensor *q, float *out)
@@ -119,6 +119,23 @@ static int fp4_absmax(const struct castfs_read_env *env,
 }
 
 /*
+ * The absmax of member @i of @q's fused group when it is a quantized
+ * source weight (q->fuse_op[i]): its values dequantized and rounded to
+ * BF16, read as a deq tensor of that dequantizer record would be.
+ */
+static int fuse_deq_absmax(const struct castfs_read_env *env,
+			   const struct castfs_qtensor *q, uint8_t i,
+			   float *out)
+{
+	struct castfs_qtensor m = *q;
+
+	m.deq_op = q->fuse_op[i];
+	m.deq_qt = q->fuse_qt[i];
+	m.nelems = q->fuse_n[i];
+	return deq_absmax(env, &m, out);
+}
+
+/*
  * The tensor-wide scale of tensor @idx (NVFP4's global scale, ComfyUI's
  * per-tensor scale): one pass over it and its fused siblings on first
  * need, under the tensor's lock (sizes never wait for it). Uses the
@@ -138,10 +155,9 @@ static int fp4_gscale(const struct castfs_read_env *env, uint32_t idx,
 		for (uint8_t i = 0; !qs->ready && !rc && i < q->nfuse; i++) {
 			float a;
 
-			rc = castfs_qtensor_deq(q) ?
-				     deq_absmax(env, q, &a) :
-				     fp4_absmax(env, q, q->fuse_off[i],
-						q->fuse_n[i], &a);
+			rc = q->fuse_op[i] ? fuse_deq_absmax(env, q, i, &a) :
+					     fp4_absmax(env, q, q->fuse_off[i],
+							q->fuse_n[i], &a);
 			m = castfs_ct_absmax_merge(m, a);
 		}
 		if (!qs->ready && !rc) {

@@ -22,7 +22,7 @@ uint64_t castfs_gguf_deq_elem(const struct castfs_qtensor *q,
 }
 
 /*
- * Elements [@k, @k + @n) of q->deq qtensor @q as the bf16 view serves
+ * Elements [@k, @k + @n) of dequantizing qtensor @q as the bf16 view serves
  * them, widened to fp32 into @x; the rest of the scratch behind @x (the
  * caller keeps @n <= len / 8, so at least as much as @x) holds the codes
  * and scales while they load.
@@ -83,7 +83,7 @@ int castfs_gen_gguf_blocks(const struct castfs_read_env *env,
 	castfs_convert_fn widen =
 		castfs_convert_get(q->src_dtype, CASTFS_DTYPE_F32, 0);
 
-	if (q->deq)
+	if (castfs_qtensor_deq(q))
 		return gguf_blocks_deq(env, e, q, first, count, dst);
 	if (!widen || !chunk)
 		return -EIO;
@@ -122,7 +122,7 @@ int castfs_gen_deq_bf16(const struct castfs_read_env *env,
 	castfs_convert_fn enc =
 		castfs_convert_get(CASTFS_DTYPE_F32, e->dst_dtype, 0);
 
-	if (!enc || !q->deq || q->blocksize != 1)
+	if (!enc || !castfs_qtensor_deq(q) || q->blocksize != 1)
 		return -EIO; /* unreachable: the plan made it so */
 	while (count) {
 		size_t n = (size_t)CASTFS_MIN(count, chunk);

@@ -51,7 +51,7 @@ int castfs_gen_i8_scb(const struct castfs_read_env *env,
 
 /*
  * The generator of ggml blocks (plan_gen_gguf.c): of source elements, or,
- * when the qtensor is q->deq, of a quantized source's weight as the bf16
+ * when castfs_qtensor_deq(q), of a quantized source's weight as the bf16
  * view has it (castfs_deq_load() rounded to bf16).
  */
 int castfs_gen_gguf_blocks(const struct castfs_read_env *env,
@@ -59,13 +59,13 @@ int castfs_gen_gguf_blocks(const struct castfs_read_env *env,
 			   uint64_t count, uint8_t *dst);
 
 /* The generator of CASTFS_OP_DEQ_BF16 (plan_gen_gguf.c): a dequantized
- * weight (q->deq) rounded to bf16, then cast to e->dst_dtype. */
+ * weight (castfs_qtensor_deq(q)) rounded to bf16, then cast to e->dst_dtype. */
 int castfs_gen_deq_bf16(const struct castfs_read_env *env,
 			const struct castfs_extent *e, uint64_t first,
 			uint64_t count, uint8_t *dst);
 
 /*
- * castfs_gguf_deq_elem - the element of q->deq qtensor @q that unit
+ * castfs_gguf_deq_elem - the element of dequantizing qtensor @q that unit
  * @unit of extent @e (GGUF_BLOCKS or DEQ_BF16) starts at: e->src_off is
  * the BF16 byte offset of the extent's first element relative to
  * q->src_off (a permuted row's extent starts inside the tensor).

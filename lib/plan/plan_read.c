@@ -227,7 +227,7 @@ uint64_t castfs_plan_src_off(const struct castfs_plan *p, uint64_t off)
 	case CASTFS_OP_DEQ_BF16:
 	case CASTFS_OP_GGUF_BLOCKS:
 		q = &p->qtensors[e->qt];
-		if (q->deq)
+		if (castfs_qtensor_deq(q))
 			return castfs_deq_src_off(
 				p, q,
 				castfs_gguf_deq_elem(q, e, rel / e->unit));

@@ -69,10 +69,15 @@ static bool weight_elsewhere(const struct castfs_header *const *hs, size_t n,
 	return false;
 }
 
+/* As shard number: every tensor of every shard (castfs_qsrc_xshard_all). */
+#define XS_ALL ((size_t)-1)
+
 /* Whether tensor @t of shard @j belongs in the header of shard @k. */
 static bool wanted(const struct castfs_header *const *hs, size_t n, size_t k,
 		   size_t j, const struct castfs_tensor *t)
 {
+	if (k == XS_ALL)
+		return true;
 	if (j != k)
 		return scale_weight(hs[k], t) != NULL;
 	/* A scale whose weight is here stays (qsrc pairs it); one whose
@@ -118,19 +123,14 @@ static void fill(const struct castfs_header *const *hs, size_t n, size_t k,
 	qsort(h->by_name, m, sizeof(*h->by_name), by_name_cmp);
 }
 
-int castfs_qsrc_xshard(const struct castfs_header *const *hs, size_t n,
-		       size_t k, struct castfs_header **out,
-		       struct castfs_diag *d)
+/* The composite header of shard @k (XS_ALL: of them all) of @hs. */
+static int xs_build(const struct castfs_header *const *hs, size_t n, size_t k,
+		    struct castfs_header **out)
 {
+	const struct castfs_header *meta = hs[k == XS_ALL ? 0 : k];
 	struct castfs_header *h;
 	size_t m = 0;
 
-	if (k >= n || n > CASTFS_PART_MAX)
-		return -EINVAL;
-	if (hs[k]->side)
-		return castfs_diag_set(d, -ENOTSUP,
-				       "a 4-bit layout's side data: not "
-				       "served across shards");
 	for (size_t j = 0; j < n; j++)
 		for (size_t i = 0; i < hs[j]->ntensors; i++)
 			m += wanted(hs, n, k, j, &hs[j]->tensors[i]);
@@ -141,10 +141,31 @@ int castfs_qsrc_xshard(const struct castfs_header *const *hs, size_t n,
 		return -ENOMEM;
 	h->tensors = (struct castfs_tensor *)(h + 1);
 	h->by_name = (const struct castfs_tensor **)(h->tensors + (m ? m : 1));
-	h->has_metadata = hs[k]->has_metadata;
-	h->nmeta = hs[k]->nmeta;
-	h->meta = hs[k]->meta;
+	h->has_metadata = meta->has_metadata;
+	h->nmeta = meta->nmeta;
+	h->meta = meta->meta;
 	fill(hs, n, k, h);
 	*out = h;
 	return 0;
+}
+
+int castfs_qsrc_xshard(const struct castfs_header *const *hs, size_t n,
+		       size_t k, struct castfs_header **out,
+		       struct castfs_diag *d)
+{
+	if (k >= n || n > CASTFS_PART_MAX)
+		return -EINVAL;
+	if (hs[k]->side)
+		return castfs_diag_set(d, -ENOTSUP,
+				       "a 4-bit layout's side data: not "
+				       "served across shards");
+	return xs_build(hs, n, k, out);
+}
+
+int castfs_qsrc_xshard_all(const struct castfs_header *const *hs, size_t n,
+			   struct castfs_header **out)
+{
+	if (n == 0 || n > CASTFS_PART_MAX)
+		return -EINVAL;
+	return xs_build(hs, n, XS_ALL, out);
 }

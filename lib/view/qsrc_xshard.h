@@ -38,4 +38,16 @@ int castfs_qsrc_xshard(const struct castfs_header *const *hs, size_t n,
 		       size_t k, struct castfs_header **out,
 		       struct castfs_diag *d);
 
+/*
+ * castfs_qsrc_xshard_all - every tensor of the @n shards @hs in one
+ * header, offsets rewritten as castfs_qsrc_xshard() does (part j is
+ * shard j) and metadata borrowed from @hs[0]: where an nvfp4 view
+ * finds the fused siblings of a shard's weights in the other shards
+ * (struct castfs_view fuse_h). Same ownership as castfs_qsrc_xshard().
+ * Returns 0 with *@out set; -EINVAL when @n is 0 or over
+ * CASTFS_PART_MAX; -ENOMEM. Pure function of @hs; thread-safe.
+ */
+int castfs_qsrc_xshard_all(const struct castfs_header *const *hs, size_t n,
+			   struct castfs_header **out);
+
 #endif

@@ -159,10 +159,10 @@ bool castfs_view_dequantizes(const struct castfs_view *v)
 		return true; /* from the BF16 values (view_ct.c) */
 	case CASTFS_VIEW_COMFY_FP8:
 		return true; /* its per-tensor scale: of the bf16 values */
+	case CASTFS_VIEW_CT_NVFP4:
+		return true; /* its global scale: the bf16 view's siblings */
 	case CASTFS_VIEW_GGUF:
 		return true; /* of the bf16 view (view_gguf_deq.c) */
-	case CASTFS_VIEW_CT_NVFP4: /* its global scale: fused siblings */
-		break; /* not yet built from dequantized values */
 	}
 	return false;
 }

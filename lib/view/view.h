@@ -42,6 +42,8 @@ struct castfs_rule {
 
 #define CASTFS_VIEW_NAME_MAX 32
 
+struct castfs_deqfuse; /* view/view_internal.h */
+
 struct castfs_view {
 	char name[CASTFS_VIEW_NAME_MAX];
 	enum castfs_view_kind kind;
@@ -57,6 +59,15 @@ struct castfs_view {
 	bool listed; /* shown by readdir (lookups resolve any view) */
 	const char *summary; /* one line for --help and /.castfs/config */
 	char *owned_summary; /* set when summary came from a config file */
+	/* Set only on the copy of an nvfp4 view that builds a plan of a
+	 * quantized source (view/view_deq.c): its fused groups are looked
+	 * up in that source's bf16 view. NULL otherwise. */
+	const struct castfs_deqfuse *deqfuse;
+	/* Set only on the copy of an nvfp4 view that plans one shard of a
+	 * sharded model (ns/ns_mdxshard.c): every shard's tensors, offsets
+	 * in the composite source (view/qsrc_xshard.h), where the fused
+	 * siblings of the shard's weights are found. NULL otherwise. */
+	const struct castfs_header *fuse_h;
 };
 
 /*
@@ -80,9 +91,10 @@ bool castfs_view_is_ct(const struct castfs_view *v);
  * @h, which also has its fused siblings: an nvfp4 weight is converted only
  * when every sibling of its fused group (q/k/v_proj, gate/up_proj,
  * q_a_proj/kv_a_proj_with_mqa, w1/w3) are in @h and the converted ones
- * share one dtype (a group cut by a shard boundary stays unquantised: its
- * global scale needs them all); a fp8_scaled weight only when its name ends
- * in ".weight". Pure function.
+ * share one dtype (its global scale needs them all: a shard's @h is the
+ * header of every shard, struct castfs_view fuse_h, where its groups may
+ * cross shards); a fp8_scaled weight only when its name ends in
+ * ".weight". Pure function.
  */
 bool castfs_view_ct_converts(const struct castfs_view *v,
 			     const struct castfs_header *h,

@@ -252,6 +252,73 @@ static void ct_fuse_fn(const struct castfs_tensor *s, void *arg)
 	}
 }
 
+/*
+ * Where the weights of @qt's fused group are in a quantized source: each
+ * sibling of the bf16 view (@f) is read as that view's extent reads it,
+ * its stored BF16 elements (COPY) or its dequantizer, whose record is
+ * added to @pb for the global scale's pass.
+ */
+struct ct_fuse_deq {
+	struct castfs_pb *pb;
+	const struct castfs_deqfuse *f;
+	struct castfs_qtensor *qt;
+	int rc;
+};
+
+static void ct_fuse_deq_fn(const struct castfs_tensor *s, void *arg)
+{
+	struct ct_fuse_deq *c = arg;
+	const struct castfs_plan *p = c->f->plan;
+	const struct castfs_extent *e;
+	struct castfs_qtensor *qt = c->qt;
+	uint8_t n = qt->nfuse;
+	uint64_t off;
+
+	if (c->rc || n >= CASTFS_QT_FUSE_MAX)
+		return;
+	/* A weight alone is the source's tensor: its bf16 one by name. */
+	s = castfs_header_find(c->f->h, s->name, s->name_len);
+	if (!s) {
+		c->rc = -ENOTSUP; /* unreachable: the bf16 view has it */
+		return;
+	}
+	if (s->dtype != (enum castfs_dtype)qt->src_dtype)
+		return;
+	off = c->f->h->data_start + s->begin;
+	e = &p->extents[castfs_plan_find(p, off)];
+	qt->fuse_n[n] = s->nelems;
+	if (e->op == CASTFS_OP_COPY) {
+		/* a COPY extent may cover more than this tensor */
+		qt->fuse_off[n] = e->src_off + (off - e->out_off);
+	} else if (e->op == CASTFS_OP_DEQ_FP8 || e->op == CASTFS_OP_DEQ_Q4 ||
+		   e->op == CASTFS_OP_DEQ_W4) {
+		qt->fuse_op[n] = e->op;
+		c->rc = castfs_pb_add_qtensor(c->pb, &p->qtensors[e->qt],
+					      &qt->fuse_qt[n]);
+	} else {
+		c->rc = -ENOTSUP; /* unreachable: the bf16 view has no other */
+	}
+	qt->nfuse++;
+}
+
+/* Fill @qt's fused group (nvfp4): from @h, or from the bf16 view of a
+ * quantized source when the view has one (v->deqfuse). */
+static int ct_fuse(struct castfs_pb *pb, const struct castfs_view *v,
+		   const struct castfs_header *h, const struct castfs_tensor *t,
+		   struct castfs_qtensor *qt)
+{
+	struct ct_fuse f = { .h = h, .qt = qt };
+	struct ct_fuse_deq c = { .pb = pb, .f = v->deqfuse, .qt = qt };
+
+	if (!v->deqfuse) {
+		f.h = v->fuse_h ? v->fuse_h : h; /* siblings in other shards */
+		ct_siblings(v, f.h, t, ct_fuse_fn, &f);
+		return 0;
+	}
+	ct_siblings(v, v->deqfuse->h, t, ct_fuse_deq_fn, &c);
+	return c.rc;
+}
+
 static int ct_add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
 		      const struct castfs_header *h,
 		      const struct castfs_tensor *t,
@@ -270,13 +337,13 @@ static int ct_add_fp8(struct castfs_pb *pb, const struct castfs_view *v,
 		.blk_cols = ct_blk_cols(v, t),
 	};
 	struct castfs_producer p = { .op = CASTFS_OP_F8_CODES };
-	struct ct_fuse f = { .h = h, .qt = &qt };
-	int rc;
+	int rc = 0;
 
 	castfs_view_deq_apply(&qt, deq);
 	if (v->kind == CASTFS_VIEW_CT_NVFP4)
-		ct_siblings(v, h, t, ct_fuse_fn, &f);
-	rc = castfs_pb_add_qtensor(pb, &qt, &p.qt);
+		rc = ct_fuse(pb, v, h, t, &qt);
+	if (!rc)
+		rc = castfs_pb_add_qtensor(pb, &qt, &p.qt);
 	if (!rc && v->kind == CASTFS_VIEW_CT_NVFP4)
 		return ct_add_nvfp4(pb, t, &qt, p.qt);
 	if (!rc && v->kind == CASTFS_VIEW_CT_W4)
@@ -326,6 +393,10 @@ static int ct_add_comfy(struct castfs_pb *pb, const struct castfs_header *h,
 	qt.fuse_off[0] = qt.src_off;
 	qt.fuse_n[0] = qt.nelems;
 	castfs_view_deq_apply(&qt, deq); /* its scale: of the bf16 values */
+	if (deq) {
+		qt.fuse_op[0] = deq->op;
+		qt.fuse_qt[0] = deq->qt;
+	}
 	rc = castfs_pb_add_qtensor(pb, &qt, &p.qt);
 	if (!rc)
 		rc = castfs_pb_add_tensor(pb, t->name, t->name_len,
@@ -375,7 +446,13 @@ int castfs_view_ct_add(struct castfs_pb *pb, const struct castfs_view *v,
 {
 	int rc;
 
-	if (!castfs_view_ct_converts(v, h, t))
+	/* nvfp4: fused groups are the bf16 view's (a quantized source) or
+	 * the whole model's (a shard of a sharded one). */
+	if (!castfs_view_ct_converts(v,
+				     v->deqfuse ? v->deqfuse->h :
+				     v->fuse_h	? v->fuse_h :
+						  h,
+				     t))
 		return castfs_view_add_copy(pb, h, t);
 	if (v->kind == CASTFS_VIEW_COMFY_FP8)
 		rc = ct_add_comfy(pb, h, t, NULL);

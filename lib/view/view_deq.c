@@ -152,8 +152,17 @@ int castfs_view_requant(struct castfs_pb *pb, const struct castfs_view *v,
 			struct castfs_diag *d)
 {
 	struct castfs_deqsrc ds = { .op = (uint8_t)op };
-	int rc = castfs_pb_add_qtensor(pb, dq, &ds.qt);
+	struct castfs_tensor wb = *w;
+	int rc;
 
+	/* nvfp4: a weight whose fused group is not whole in the bf16 view
+	 * (or mixes dtypes) is kept as the bf16 view has it. */
+	wb.dtype = CASTFS_DTYPE_BF16;
+	if (v->deqfuse && !castfs_view_ct_converts(v, v->deqfuse->h, &wb))
+		return castfs_view_add_dequant(pb, v, dq, op, w->name,
+					       w->name_len, CASTFS_DTYPE_BF16,
+					       0, w->ndim, w->shape, d);
+	rc = castfs_pb_add_qtensor(pb, dq, &ds.qt);
 	if (rc)
 		return rc;
 	if (requant_ct(v))
@@ -179,10 +188,10 @@ static int add_plain(struct castfs_pb *pb, const struct castfs_view *v,
 	return castfs_view_bnb_add(pb, v, h, t, d);
 }
 
-int castfs_view_plan_deq(const struct castfs_view *v,
-			 const struct castfs_header *h,
-			 const struct castfs_qsrc *q, struct castfs_plan **out,
-			 struct castfs_diag *d)
+static int plan_deq_build(const struct castfs_view *v,
+			  const struct castfs_header *h,
+			  const struct castfs_qsrc *q, struct castfs_plan **out,
+			  struct castfs_diag *d)
 {
 	struct castfs_pb *pb;
 	int rc = castfs_pb_new(&pb);
@@ -223,4 +232,49 @@ int castfs_view_plan_deq(const struct castfs_view *v,
 		return rc;
 	}
 	return castfs_pb_finish_safetensors(pb, out, d);
+}
+
+/*
+ * nvfp4: the global scale of a weight is over its fused siblings' values
+ * as the bf16 view shows them, so the bf16 view is planned first and @v
+ * (a copy pointing at it) finds each sibling, and how to read it, there.
+ */
+static int plan_deq_nvfp4(const struct castfs_view *v,
+			  const struct castfs_header *h,
+			  const struct castfs_qsrc *q, struct castfs_plan **out,
+			  struct castfs_diag *d)
+{
+	struct castfs_view b = *v, n = *v;
+	struct castfs_deqfuse f = { 0 };
+	struct castfs_plan *bp = NULL;
+	struct castfs_header *hb = NULL;
+	int rc;
+
+	b.kind = CASTFS_VIEW_CAST;
+	b.dtype = CASTFS_DTYPE_BF16;
+	b.cvt_flags = 0;
+	b.nrules = 0; /* the bf16 view: every tensor by the default rule */
+	b.rules = NULL;
+	rc = plan_deq_build(&b, h, q, &bp, d);
+	if (!rc)
+		rc = castfs_plan_header(bp, &hb, d);
+	if (!rc) {
+		f.h = hb;
+		f.plan = bp;
+		n.deqfuse = &f;
+		rc = plan_deq_build(&n, h, q, out, d);
+	}
+	castfs_header_free(hb);
+	castfs_plan_free(bp);
+	return rc;
+}
+
+int castfs_view_plan_deq(const struct castfs_view *v,
+			 const struct castfs_header *h,
+			 const struct castfs_qsrc *q, struct castfs_plan **out,
+			 struct castfs_diag *d)
+{
+	if (v->kind == CASTFS_VIEW_CT_NVFP4 && !v->deqfuse)
+		return plan_deq_nvfp4(v, h, q, out, d);
+	return plan_deq_build(v, h, q, out, d);
 }

@@ -75,7 +75,7 @@ castfs_gguf_deq_ent(const struct castfs_gguf_deq *g,
  * castfs_gguf_deq_add_qt - add to @pb the dequantizer of weight @t (of
  * g->h, ent->deq) and then @q (its qtype, blocksize: 1 for
  * CASTFS_OP_DEQ_BF16, rows and cols set by the caller) made to read it:
- * q->deq with src_dtype BF16 and src_off 0, so that element k is BF16
+ * deq_op set, src_dtype BF16 and src_off 0, so that element k is BF16
  * byte 2k of a virtual source (a producer's src_off; permuted rows start
  * inside it). *@idx is @q's index. Returns 0, -EINVAL (@t is no
  * dequantized weight) or -ENOMEM.

@@ -149,7 +149,6 @@ int castfs_gguf_deq_add_qt(struct castfs_pb *pb,
 	q->src_off = 0;
 	q->nelems = t->nelems;
 	q->src_dtype = CASTFS_DTYPE_BF16;
-	q->deq = true;
 	q->deq_op = ent->op;
 	q->deq_qt = dq;
 	return castfs_pb_add_qtensor(pb, q, idx);

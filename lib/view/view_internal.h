@@ -121,6 +121,20 @@ struct castfs_deqsrc {
 	uint32_t qt;
 };
 
+/*
+ * The bf16 view of a quantized source, in which an nvfp4 view finds the
+ * fused siblings of a weight it quantises (one global scale over the
+ * group, computed from the values the bf16 view shows): @h is the bf16
+ * view's header (names, true shapes, BF16 weights) and @plan its plan,
+ * whose extent for each tensor says how its values are read (COPY of
+ * stored elements, or a dequantizer op on a record of @plan). Both are
+ * borrowed for the build.
+ */
+struct castfs_deqfuse {
+	const struct castfs_header *h;
+	const struct castfs_plan *plan;
+};
+
 /* castfs_view_deq_apply - make quantiser record @qt read @deq's values
  * rounded to BF16 (plan_deq.c) instead of its stored elements. */
 void castfs_view_deq_apply(struct castfs_qtensor *qt,

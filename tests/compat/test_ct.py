@@ -14,8 +14,9 @@ so channel scales of odd lengths and 128x128 edge blocks are both met).
   byte for byte (bf16, f16 and f32 sources: the scale dtype follows the
   weight), whole and by random ranges; a sharded source gets the same
   tensors (names, dtypes, shapes, bytes) across its converted shards. For
-  nvfp4 a fused group (q/k/v, gate/up: one global scale) cut by a shard
-  boundary stays unquantised, so the oracle is told to ignore those groups.
+  nvfp4 the shards cut fused groups (q/k/v, gate/up: one global scale over
+  the group), which castfs quantises as llm-compressor does on the whole
+  model: each shard reads its siblings' elements from the other shards.
 - config.json's quantization_config, read by compressed-tensors'
   QuantizationConfig, equals the oracle's (nvfp4: but for scale_dtype,
   which castfs leaves to its float8_e4m3fn default), and carries only keys
@@ -61,7 +62,7 @@ FUSED = (("gate_proj", "up_proj"), ("q_proj", "k_proj", "v_proj"),
 
 def split_groups(src):
     """The modules of fused groups that a sharded @src spreads over more
-    than one file: castfs's nvfp4 leaves them unquantised."""
+    than one file (castfs's nvfp4 reads their siblings across shards)."""
     idx = os.path.join(src, "model.safetensors.index.json")
     if not os.path.exists(idx):
         return []
@@ -164,9 +165,8 @@ class CtViews(unittest.TestCase):
                        shard)
             for view, scheme in VIEWS.items():
                 src = os.path.join(cls.src, name)
-                extra = split_groups(src) if view == "nvfp4" else []
                 jobs.append([src, os.path.join(cls.ref, name + "." + view),
-                             scheme, extra])
+                             scheme, []])
         run_oracle({"quantize": jobs}, cls.tmp)
         cls.mnt = tl.Mount(cls.src)
 
@@ -207,7 +207,7 @@ class CtViews(unittest.TestCase):
                   (path, bad[:8]))
 
     def test_ct__sharded_directory_has_llm_compressors_tensors(self):
-        # The shards cut fused groups: nvfp4's unquantised case is met.
+        # The shards cut fused groups: nvfp4 reads across shards.
         self.assertTrue(split_groups(os.path.join(self.src, "load")))
         for view in VIEWS:
             with self.subTest(view=view):

@@ -266,11 +266,12 @@ class ModelDir(unittest.TestCase):
 
 
 class CtViews(unittest.TestCase):
-    """fp8_dynamic, fp8_block and w4a16 of the NVFP4 source equal
+    """fp8_dynamic, fp8_block, w4a16 and nvfp4 of the NVFP4 source equal
     llm-compressor run on the bf16 model the decompressor gives
-    (ct_oracle.py), as for FP8 sources (test_ct_qsrc.py)."""
+    (ct_oracle.py), as for FP8 sources (test_ct_qsrc.py); nvfp4's
+    config.json too."""
     VIEWS = {"fp8_dynamic": "FP8_DYNAMIC", "fp8_block": "FP8_BLOCK",
-             "w4a16": "W4A16"}
+             "w4a16": "W4A16", "nvfp4": "NVFP4A16"}
 
     def test_ct_views_equal_llm_compressor_on_the_bf16_model(self):
         deq = os.path.join(Env.root, "nvfp4.deq")
@@ -293,6 +294,10 @@ class CtViews(unittest.TestCase):
                 want = tensors(os.path.join(ref, v))
                 self.assertEqual(sorted(got), sorted(want))
                 self.assertEqual([k for k in want if got[k] != want[k]], [])
+        jobs = [[Env.mnt.join("ct-nvfp4.nvfp4", "config.json"),
+                 os.path.join(ref, "nvfp4", "config.json")]]
+        for r in run_ct_oracle({"config": jobs}, Env.root)["config"]:
+            self.assertTrue(r["equal"], json.dumps(r, indent=1))
 
 
 class SingleFile(unittest.TestCase):

@@ -3,8 +3,9 @@
 DeepSeek / Qwen3-FP8 layout) against llm-compressor run on its dequantized
 bf16 model.
 
-castfs computes fp8_dynamic, fp8_block and w4a16 of an FP8 block weight
-from its values dequantized as its bf16 view has them (DeepSeek's
+castfs computes fp8_dynamic, fp8_block, w4a16 and nvfp4 (its global scale
+over the fused q/k/v and gate/up siblings' dequantized values) of an FP8
+block weight from its values dequantized as its bf16 view has them (DeepSeek's
 weight_dequant: one fp32 product per element, then bf16). The oracle:
 the same model with each FP8 block weight dequantized by that rule in torch
 (tests/compat/test_quant_src.py deepseek_dequant, checked there against
@@ -33,7 +34,7 @@ except ImportError as e:  # pragma: no cover
     sys.exit(tl.SKIP)
 
 VIEWS = {"fp8_dynamic": "FP8_DYNAMIC", "fp8_block": "FP8_BLOCK",
-         "w4a16": "W4A16"}
+         "w4a16": "W4A16", "nvfp4": "NVFP4A16"}
 
 
 def fp8_block_model(src, out):
@@ -45,7 +46,10 @@ def fp8_block_model(src, out):
     sd = load_file(os.path.join(src, "model.safetensors"))
     q, d = {}, {}
     for k, t in sd.items():
-        if k.endswith("proj.weight"):
+        # One member of a fused group stays bf16 (as DeepSeek keeps some
+        # layers): nvfp4 reads its stored elements beside the others'
+        # dequantized ones for the group's global scale.
+        if k.endswith("proj.weight") and "layers.0.self_attn.k_proj" not in k:
             q[k], q[k + "_scale_inv"] = quant_fp8_block(t)
             d[k] = deepseek_dequant(q[k], q[k + "_scale_inv"]).to(torch.bfloat16)
         else:

@@ -556,20 +556,23 @@ class ModelDir(unittest.TestCase):
             self.assertTrue(torch.equal(model(ids).logits, plain(ids).logits))
 
     def test_listed_names_are_served(self):
-        """With a view listed that is not built from dequantized values
-        (nvfp4), the quantized model's listing leaves it out, and every
-        DIR.<view> it does list opens: a listed name never answers
-        ENOENT."""
+        """Every view listed for the quantized (sharded) model is
+        offered, and every DIR.<view> it lists opens and reads whole: a
+        listed name never answers ENOENT or EIO."""
         with tl.Mount(Env.mnt.source,
                       options=["views=bf16:nf4:nvfp4:fp8_dynamic"]) as m:
             names = [n for n in os.listdir(m.path)
                      if n.startswith("llama-edge.")]
             self.assertEqual(sorted(names),
                              ["llama-edge.bf16", "llama-edge.fp8_dynamic",
-                              "llama-edge.nf4"])
+                              "llama-edge.nf4", "llama-edge.nvfp4"])
             for n in names:
                 self.assertTrue(os.path.isdir(m.join(n)), n)
-            self.assertFalse(os.path.exists(m.join("llama-edge.nvfp4")))
+            for f in os.listdir(m.join("llama-edge.nvfp4")):
+                with open(m.join("llama-edge.nvfp4", f), "rb") as fh:
+                    self.assertEqual(len(fh.read()),
+                                     os.path.getsize(m.join(
+                                         "llama-edge.nvfp4", f)), f)
 
     def test_edge_model_nf4(self):
         """DIR.nf4/ of an FP8 model is a bitsandbytes model of its

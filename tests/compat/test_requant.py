@@ -14,7 +14,8 @@ Oracles, all outside castfs:
 - model directories (a tiny Llama quantized by transformers + bitsandbytes;
   the same quantized to W4A16 by llm-compressor): the bf16 model is bnb's
   dequantize_4bit / compressed-tensors' decompressor (ct_w4_oracle.py), and
-  DIR.fp8_dynamic/, DIR.fp8_block/, DIR.w4a16/ must hold exactly the
+  DIR.fp8_dynamic/, DIR.fp8_block/, DIR.w4a16/, DIR.nvfp4/ (its global
+  scale over fused siblings' dequantized values) must hold exactly the
   tensors llm-compressor's data-free oneshot writes for it (ct_oracle.py),
   with a quantization_config compressed-tensors reads as the oracle's;
   DIR.nf4/ loads with from_pretrained. Exits 77 without the llm-compressor
@@ -42,7 +43,8 @@ try:
         import bnb_ref
         from test_bnb4_src import STATE, bits, load_quiet, make_model, \
             make_single, reference
-        from test_ct import VENV_PY, run_oracle, tensors, tiny_llama
+        from test_ct import VENV_PY, run_oracle, split_groups, tensors, \
+            tiny_llama
         import test_ct_w4_src
 except ImportError as e:  # pragma: no cover
     print("SKIP: %s" % e)
@@ -54,7 +56,7 @@ SINGLES = {
     "fp4-plain-128": ("fp4", False, 128, torch.float16, [(50, 256)]),
 }
 CT_VIEWS = {"fp8_dynamic": "FP8_DYNAMIC", "fp8_block": "FP8_BLOCK",
-            "w4a16": "W4A16"}
+            "w4a16": "W4A16", "nvfp4": "NVFP4A16"}
 
 
 class Env:
@@ -113,7 +115,11 @@ def setUpModule():
         for name, sd in deq.items():
             d = os.path.join(Env.root, "deq-" + name)
             bf16_model(os.path.join(src, name), sd, d)
-            jobs += [[d, os.path.join(Env.root, "ref", name, v), s, []]
+            # nvfp4 of a sharded quantized model: a fused group that a
+            # shard boundary cuts stays unquantised (docs/FORMATS.md).
+            cut = split_groups(os.path.join(src, name))
+            jobs += [[d, os.path.join(Env.root, "ref", name, v), s,
+                      cut if v == "nvfp4" else []]
                      for v, s in CT_VIEWS.items()]
         run_oracle({"quantize": jobs}, Env.root)
         Env.ref = os.path.join(Env.root, "ref")

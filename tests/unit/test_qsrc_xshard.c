@@ -182,6 +182,40 @@ START_TEST(test_xshard__headers)
 }
 END_TEST
 
+/* The merged header holds every tensor of every shard, each offset in
+ * its shard's part, in name order; it is no shard's own header. */
+START_TEST(test_xshard__all)
+{
+	const struct castfs_header *const *hs;
+	struct castfs_header *x;
+	struct shards s;
+	size_t n = 0;
+
+	shards_init(&s);
+	hs = (const struct castfs_header *const *)s.h;
+	ck_assert_int_eq(castfs_qsrc_xshard_all(hs, 0, &x), -EINVAL);
+	ck_assert_int_eq(castfs_qsrc_xshard_all(hs, 2, &x), 0);
+	for (size_t k = 0; k < 2; k++) {
+		n += hs[k]->ntensors;
+		for (size_t i = 0; i < hs[k]->ntensors; i++) {
+			const struct castfs_tensor *t = &hs[k]->tensors[i];
+			const struct castfs_tensor *m =
+				castfs_header_find(x, t->name, t->name_len);
+
+			ck_assert_ptr_nonnull(m);
+			ck_assert_uint_eq(m->begin,
+					  castfs_part_off(k, hs[k]->data_start +
+								     t->begin));
+			ck_assert_uint_eq(m->end - m->begin, t->end - t->begin);
+		}
+	}
+	ck_assert_uint_eq(x->ntensors, n);
+	ck_assert_uint_eq(x->data_start, 0);
+	castfs_header_free(x);
+	shards_fini(&s);
+}
+END_TEST
+
 /* The bf16 view of each shard, read through the composite source, is
  * the slow dequantization; any range is a slice of the whole. */
 START_TEST(test_xshard__bf16_reads)
@@ -283,6 +317,7 @@ Suite *unit_suite(void)
 
 	tcase_add_test(tc, test_xshard__alone_refused);
 	tcase_add_test(tc, test_xshard__headers);
+	tcase_add_test(tc, test_xshard__all);
 	tcase_add_test(tc, test_xshard__bf16_reads);
 	tcase_add_test(tc, test_xshard__orphan_scale);
 	suite_add_tcase(s, tc);
