@@ -36,6 +36,5 @@ void castfs_plan_layer_init(struct castfs_plan_layer *l,
 	};
 	l->base = base;
 	l->src = src;
-	l->r.pread = layer_pread;
-	l->r.ctx = l;
+	l->r = (struct castfs_reader){ .pread = layer_pread, .ctx = l };
 }
