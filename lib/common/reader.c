@@ -16,19 +16,6 @@ int castfs_reader_read(const struct castfs_reader *r, void *buf, size_t n,
 	return (size_t)got == n ? 0 : -EIO;
 }
 
-int castfs_reader_lend(const struct castfs_reader *r, uint64_t off, size_t n,
-		       struct castfs_lend *l)
-{
-	*l = (struct castfs_lend){ .len = n };
-	return r->lend ? r->lend(r->ctx, off, n, l) : 0;
-}
-
-void castfs_reader_unlend(const struct castfs_lend *l)
-{
-	if (l->p)
-		l->owner->unlend(l->owner->ctx, l->token);
-}
-
 static ssize_t fd_pread(void *ctx, void *buf, size_t n, uint64_t off)
 {
 	const struct castfs_fd_reader *fr = ctx;
@@ -51,7 +38,8 @@ static ssize_t fd_pread(void *ctx, void *buf, size_t n, uint64_t off)
 
 void castfs_fd_reader_init(struct castfs_fd_reader *fr, int fd)
 {
-	fr->r = (struct castfs_reader){ .pread = fd_pread, .ctx = fr };
+	fr->r.pread = fd_pread;
+	fr->r.ctx = fr;
 	fr->fd = fd;
 }
 
@@ -72,7 +60,8 @@ static ssize_t mem_pread(void *ctx, void *buf, size_t n, uint64_t off)
 void castfs_mem_reader_init(struct castfs_mem_reader *mr, const void *data,
 			    size_t len)
 {
-	mr->r = (struct castfs_reader){ .pread = mem_pread, .ctx = mr };
+	mr->r.pread = mem_pread;
+	mr->r.ctx = mr;
 	mr->data = data;
 	mr->len = len;
 }
@@ -91,25 +80,12 @@ static ssize_t multi_pread(void *ctx, void *buf, size_t n, uint64_t off)
 	return p->pread(p->ctx, buf, n, in);
 }
 
-/* Lend from the part, as multi_pread() reads; the part unlends. */
-static int multi_lend(void *ctx, uint64_t off, size_t n, struct castfs_lend *l)
-{
-	const struct castfs_multi_reader *mr = ctx;
-	uint64_t k = off >> CASTFS_PART_SHIFT;
-	uint64_t in = off & ((UINT64_C(1) << CASTFS_PART_SHIFT) - 1);
-
-	if (k >= mr->n || n > (UINT64_C(1) << CASTFS_PART_SHIFT) - in)
-		return 0; /* not lent: the pread reports the error */
-	return castfs_reader_lend(mr->parts[k], in, n, l);
-}
-
 void castfs_multi_reader_init(struct castfs_multi_reader *mr,
 			      const struct castfs_reader *const *parts,
 			      size_t n)
 {
-	mr->r = (struct castfs_reader){ .pread = multi_pread,
-					.ctx = mr,
-					.lend = multi_lend };
+	mr->r.pread = multi_pread;
+	mr->r.ctx = mr;
 	mr->parts = parts;
 	mr->n = n;
 }

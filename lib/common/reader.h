@@ -10,8 +10,6 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-struct castfs_lend;
-
 struct castfs_reader {
 	/*
 	 * Read exactly @n bytes at @off into @buf. Returns @n, or a negative
@@ -21,47 +19,11 @@ struct castfs_reader {
 	 */
 	ssize_t (*pread)(void *ctx, void *buf, size_t n, uint64_t off);
 	void *ctx;
-	/*
-	 * Optional (NULL: never lends): lend source bytes at @off without
-	 * copying them, see castfs_reader_lend(). Readers whose bytes already
-	 * sit in memory they own (a decoded frame in the zst cache) lend them,
-	 * so that a generator converts straight from there.
-	 */
-	int (*lend)(void *ctx, uint64_t off, size_t n, struct castfs_lend *l);
-	/* Give back what lend() lent (called with the lending reader's ctx). */
-	void (*unlend)(void *ctx, void *token);
-};
-
-/*
- * Source bytes lent by a reader: @len bytes at @p, valid and unchanged
- * until castfs_reader_unlend(); or, when @p is NULL, nothing lent and
- * @len the bytes the caller had best read with pread first.
- */
-struct castfs_lend {
-	const void *p;
-	size_t len;
-	const struct castfs_reader *owner; /* the reader that lent them */
-	void *token; /* the owner's, for unlend() */
 };
 
 /* castfs_reader_read - call @r->pread; map short reads to -EIO. */
 int castfs_reader_read(const struct castfs_reader *r, void *buf, size_t n,
 		       uint64_t off);
-
-/*
- * castfs_reader_lend - lend up to @n (> 0) bytes at @off of @r into @l.
- * On 0, either @l->p holds 1..@n bytes at @off, pinned until
- * castfs_reader_unlend(@l) (the caller must call it, once), or @l->p is
- * NULL and @l->len (1..@n) says how many bytes to read with pread before
- * asking again (all @n for a reader that never lends). Returns a negative
- * errno as pread would (-EIO for a frame that fails), then nothing is
- * lent. Thread-safe if @r is.
- */
-int castfs_reader_lend(const struct castfs_reader *r, uint64_t off, size_t n,
-		       struct castfs_lend *l);
-
-/* castfs_reader_unlend - give back what @l holds (nothing if @l->p is NULL). */
-void castfs_reader_unlend(const struct castfs_lend *l);
 
 /*
  * A reader over a file descriptor (pread, retrying EINTR and partial

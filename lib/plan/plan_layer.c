@@ -36,5 +36,6 @@ void castfs_plan_layer_init(struct castfs_plan_layer *l,
 	};
 	l->base = base;
 	l->src = src;
-	l->r = (struct castfs_reader){ .pread = layer_pread, .ctx = l };
+	l->r.pread = layer_pread;
+	l->r.ctx = l;
 }

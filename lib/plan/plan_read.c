@@ -50,39 +50,6 @@ static int gen_copy(const struct castfs_read_env *env,
 				  e->src_off + first);
 }
 
-/*
- * Cast @n_max elements or fewer at source offset @off into @dst: straight
- * from bytes the source lends (a cached decoded frame of a pack, cut by
- * the range: no copy into the scratch), else read into the scratch. The
- * number cast (>= 1) in *@done.
- */
-static int cast_piece(const struct castfs_read_env *env,
-		      const struct castfs_extent *e, uint64_t off, size_t n_max,
-		      uint8_t *dst, size_t *done)
-{
-	size_t in_sz = castfs_dtype_bits(e->src_dtype) / 8, n;
-	struct castfs_lend l;
-	int rc = castfs_reader_lend(env->src, off, n_max * in_sz, &l);
-
-	if (rc)
-		return rc;
-	if (l.p && l.len >= in_sz) {
-		n = l.len / in_sz;
-		e->cvt(dst, l.p, n);
-		castfs_reader_unlend(&l);
-		*done = n;
-		return 0;
-	}
-	castfs_reader_unlend(&l); /* an element straddles two frames */
-	n = CASTFS_MAX(l.len / in_sz, (size_t)1);
-	rc = castfs_reader_read(env->src, env->s->buf, n * in_sz, off);
-	if (rc)
-		return rc;
-	e->cvt(dst, env->s->buf, n);
-	*done = n;
-	return 0;
-}
-
 static int gen_cast(const struct castfs_read_env *env,
 		    const struct castfs_extent *e, uint64_t first,
 		    uint64_t count, uint8_t *dst)
@@ -92,11 +59,12 @@ static int gen_cast(const struct castfs_read_env *env,
 
 	while (count) {
 		size_t n = (size_t)CASTFS_MIN(count, chunk);
-		int rc = cast_piece(env, e, e->src_off + first * in_sz, n, dst,
-				    &n);
+		int rc = castfs_reader_read(env->src, env->s->buf, n * in_sz,
+					    e->src_off + first * in_sz);
 
 		if (rc)
 			return rc;
+		e->cvt(dst, env->s->buf, n);
 		dst += n * e->unit;
 		first += n;
 		count -= n;

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/compiler.h"
 #include "source/zst_internal.h"
 
 #define ZC_BUCKETS 1024u
@@ -399,50 +398,6 @@ static ssize_t zr_pread(void *ctx, void *buf, size_t n, uint64_t off)
 	return (ssize_t)done;
 }
 
-/*
- * Lend the decoded bytes at @off when its frame is cut by [@off, @off +
- * @n): the frame is decoded into (or found in) the cache and stays pinned
- * by its reference until zr_unlend(), eviction only unlinks it (zc_drop).
- * Frames the range covers whole are not lent: a pread decodes them
- * straight into the caller's buffer without touching the cache, so @l->len
- * then advises a pread up to the first cut frame.
- */
-static int zr_lend(void *ctx, uint64_t off, size_t n, struct castfs_lend *l)
-{
-	const struct castfs_zst_reader *zr = ctx;
-	const struct castfs_zst_index *ix = zr->ix;
-	uint64_t total = castfs_zst_index_size(ix), end;
-	struct zst_frame *f;
-	size_t i, j;
-	int rc;
-
-	if (off >= total || n > total - off)
-		return 0; /* not lent: the pread reports the short read */
-	end = off + n;
-	i = frame_of(ix, off); /* doff[i] <= off < doff[i + 1] */
-	if (ix->doff[i] == off && ix->doff[i + 1] <= end) {
-		for (j = i + 1; j < ix->nframes && ix->doff[j + 1] <= end; j++)
-			;
-		l->len = (size_t)(ix->doff[j] - off);
-		return 0;
-	}
-	rc = frame_get(ix, zr->raw, i, &f);
-	if (rc)
-		return rc;
-	l->p = f->data + (off - ix->doff[i]);
-	l->len = (size_t)(CASTFS_MIN(ix->doff[i + 1], end) - off);
-	l->owner = &zr->r;
-	l->token = f;
-	return 0;
-}
-
-static void zr_unlend(void *ctx, void *token)
-{
-	const struct castfs_zst_reader *zr = ctx;
-
-	zc_release(zr->ix->cache, token);
-}
-
 uint64_t castfs_zst_raw_off(const struct castfs_zst_index *ix, uint64_t off)
 {
 	if (off >= castfs_zst_index_size(ix))
@@ -454,10 +409,8 @@ void castfs_zst_reader_init(struct castfs_zst_reader *zr,
 			    const struct castfs_zst_index *ix,
 			    const struct castfs_reader *raw)
 {
-	zr->r = (struct castfs_reader){ .pread = zr_pread,
-					.ctx = zr,
-					.lend = zr_lend,
-					.unlend = zr_unlend };
+	zr->r.pread = zr_pread;
+	zr->r.ctx = zr;
 	zr->ix = ix;
 	zr->raw = raw;
 }

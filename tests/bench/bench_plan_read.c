@@ -6,13 +6,11 @@
  * give FUSE; scripts/bench compares it with the mount. Rates are per CPU
  * second of the reading thread.
  *
- *   bench_plan_read [-b BYTES] [-r REPEATS] [-c CACHE_MB] [-n] FILE [VIEW...]
+ *   bench_plan_read [-b BYTES] [-r REPEATS] [-c CACHE_MB] FILE [VIEW...]
  *
  * VIEW "-" is the file itself (pread). Default views: - fp8 nf4. A FILE
  * ending in .zst or .zstg is a pack, read through its seek table and a
- * frame cache of CACHE_MB (default: the daemon's), as the mount reads it;
- * -n hides the pack reader's lending (castfs_reader_lend), so that the
- * copy of cut frames out of the cache can be measured against it.
+ * frame cache of CACHE_MB (default: the daemon's), as the mount reads it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -124,11 +122,9 @@ out:
 /* A pack read as the mount reads it: seek table, frame cache, zst reader. */
 struct packed {
 	size_t cache;
-	bool no_lend;
 	struct castfs_zcache *zc;
 	struct castfs_zst_index *zix;
 	struct castfs_zst_reader zr;
-	struct castfs_reader plain; /* zr without lend, for -n */
 };
 
 static bool is_pack(const char *path)
@@ -150,9 +146,7 @@ static int packed_open(struct packed *pk, const struct castfs_reader *raw,
 	if (rc)
 		return rc;
 	castfs_zst_reader_init(&pk->zr, pk->zix, raw);
-	pk->plain = (struct castfs_reader){ .pread = pk->zr.r.pread,
-					    .ctx = pk->zr.r.ctx };
-	*src = pk->no_lend ? &pk->plain : &pk->zr.r;
+	*src = &pk->zr.r;
 	*size = castfs_zst_index_size(pk->zix);
 	return 0;
 }
@@ -182,15 +176,13 @@ int main(int argc, char **argv)
 	uint64_t size;
 	struct stat st;
 
-	while ((c = getopt(argc, argv, "b:r:c:n")) != -1) {
+	while ((c = getopt(argc, argv, "b:r:c:")) != -1) {
 		if (c == 'b')
 			req = strtoul(optarg, NULL, 0);
 		else if (c == 'r')
 			repeats = atoi(optarg);
 		else if (c == 'c')
 			pk.cache = strtoul(optarg, NULL, 0) << 20;
-		else if (c == 'n')
-			pk.no_lend = true;
 		else
 			goto usage;
 	}
@@ -233,7 +225,7 @@ out:
 	return rc ? 1 : 0;
 usage:
 	fprintf(stderr,
-		"usage: %s [-b BYTES] [-r REPEATS] [-c CACHE_MB] [-n] FILE "
+		"usage: %s [-b BYTES] [-r REPEATS] [-c CACHE_MB] FILE "
 		"[VIEW...]\n",
 		argv[0]);
 	return 2;

@@ -113,99 +113,6 @@ START_TEST(test_zst__random_ranges_equal_input)
 }
 END_TEST
 
-/*
- * castfs_reader_lend over a pack: lent spans are the input's bytes, only a
- * frame the range cuts is lent, advised pread lengths end at frame
- * boundaries, and a lent frame stays valid while other reads evict it from
- * a cache that holds one frame.
- */
-START_TEST(test_zst__lend_cut_frames)
-{
-	uint8_t *in = make_input(N_IN, 9), *buf = malloc(N_IN);
-	struct castfs_zcache *c;
-	struct castfs_zst_index *ix;
-	struct castfs_mem_reader mr;
-	struct castfs_zst_reader zr;
-	struct castfs_lend l, l2;
-	struct membuf m;
-
-	pack(in, N_IN, 16384, true, NULL, 0, &m);
-	ck_assert_int_eq(castfs_zcache_new(16384, &c), 0);
-	ck_assert_int_eq(open_index(&m, c, &mr, &ix, NULL), 0);
-	castfs_zst_reader_init(&zr, ix, &mr.r);
-	/* a whole frame and more: not lent, read up to the cut one */
-	ck_assert_int_eq(castfs_reader_lend(&zr.r, 16384, 40000, &l), 0);
-	ck_assert_ptr_null(l.p);
-	ck_assert_uint_eq(l.len, 32768);
-	/* a cut frame: lent to its end, or to the range's end */
-	ck_assert_int_eq(castfs_reader_lend(&zr.r, 100, 40000, &l), 0);
-	ck_assert_ptr_nonnull(l.p);
-	ck_assert_uint_eq(l.len, 16384 - 100);
-	ck_assert_int_eq(castfs_reader_lend(&zr.r, 40000, 10, &l2), 0);
-	ck_assert_uint_eq(l2.len, 10);
-	ck_assert_mem_eq(l2.p, in + 40000, 10);
-	castfs_reader_unlend(&l2);
-	/* evict frame 0 under the lent pointer: it stays intact */
-	for (size_t off = 16384; off + 16384 < N_IN; off += 16384) {
-		ck_assert_int_eq(castfs_reader_read(&zr.r, buf, 50, off + 7),
-				 0);
-		ck_assert_mem_eq(buf, in + off + 7, 50);
-	}
-	ck_assert_mem_eq(l.p, in + 100, l.len);
-	castfs_reader_unlend(&l);
-	srand(11);
-	for (int k = 0; k < 2000; k++) {
-		size_t off = (size_t)rand() % N_IN;
-		size_t len = 1 + (size_t)rand() % 40000;
-
-		if (len > N_IN - off)
-			len = N_IN - off;
-		ck_assert_int_eq(castfs_reader_lend(&zr.r, off, len, &l), 0);
-		ck_assert_uint_ge(l.len, 1);
-		ck_assert_uint_le(l.len, len);
-		if (l.p)
-			ck_assert_mem_eq(l.p, in + off, l.len);
-		castfs_reader_unlend(&l);
-	}
-	castfs_zst_index_free(ix);
-	castfs_zcache_free(c);
-	free(m.p);
-	free(buf);
-	free(in);
-}
-END_TEST
-
-/* A frame that fails to decode fails a lend with -EIO, lends nothing. */
-START_TEST(test_zst__lend_bad_frame_eio)
-{
-	uint8_t *in = make_input(30000, 6);
-	struct membuf m;
-	struct castfs_zcache *c;
-	struct castfs_zst_index *ix;
-	struct castfs_mem_reader mr;
-	struct castfs_zst_reader zr;
-	struct castfs_lend l;
-	size_t nf, at;
-
-	pack(in, 30000, 4096, true, NULL, 0, &m);
-	nf = castfs_load_le32(m.p + m.n - 9);
-	at = m.n - 9 - nf * 12;
-	m.p[at + 8] ^= 1; /* frame 0's checksum */
-	ck_assert_int_eq(castfs_zcache_new(1 << 20, &c), 0);
-	ck_assert_int_eq(open_index(&m, c, &mr, &ix, NULL), 0);
-	castfs_zst_reader_init(&zr, ix, &mr.r);
-	ck_assert_int_eq(castfs_reader_lend(&zr.r, 10, 100, &l), -EIO);
-	ck_assert_ptr_null(l.p);
-	ck_assert_int_eq(castfs_reader_lend(&zr.r, 8200, 100, &l), 0);
-	ck_assert_mem_eq(l.p, in + 8200, 100);
-	castfs_reader_unlend(&l);
-	castfs_zst_index_free(ix);
-	castfs_zcache_free(c);
-	free(m.p);
-	free(in);
-}
-END_TEST
-
 /* Frames end at every cut and hold at most the frame size. */
 START_TEST(test_zst__frames_respect_cuts)
 {
@@ -690,8 +597,6 @@ Suite *unit_suite(void)
 
 	tcase_add_loop_test(tc, test_zst__random_ranges_equal_input, 0, 2);
 	tcase_add_test(tc, test_zst__frames_respect_cuts);
-	tcase_add_test(tc, test_zst__lend_cut_frames);
-	tcase_add_test(tc, test_zst__lend_bad_frame_eio);
 	tcase_add_test(tc, test_zst__plain_zstd_rejected);
 	tcase_add_test(tc, test_zst__truncated_rejected);
 	tcase_add_loop_test(tc, test_zst__lying_table_rejected, 0, 5);
