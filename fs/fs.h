@@ -128,6 +128,7 @@ struct castfs_sv_child {
 	int init_fd;
 	int ready_fd;
 	const char *mountpoint; /* the real one, for /.castfs/config */
+	bool successor; /* another daemon served the connection before */
 };
 
 /* castfs_sv_child_env - fill @c from the environment the supervisor set.

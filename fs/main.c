@@ -166,7 +166,7 @@ static void malloc_give_back(void)
 }
 
 static int setup_ns(struct castfs_fs *fs, const struct options *o,
-		    const char *mountpoint)
+		    const char *mountpoint, bool successor)
 {
 	struct castfs_config_info info = {
 		.source = o->source,
@@ -185,6 +185,7 @@ static int setup_ns(struct castfs_fs *fs, const struct options *o,
 		.guard = castfs_fs_lease_init(),
 		.zcache_bytes = (size_t)o->zcache_mb << 20,
 		.cache_bytes = (size_t)o->cache_mb << 20,
+		.successor = successor,
 	};
 	struct castfs_diag d = { { 0 } };
 	char *config_json;
@@ -387,7 +388,8 @@ static int mount_main(int argc, char **argv)
 	/* The supervisor sets up the namespace too, only to fail before
 	 * mounting on what a daemon would fail on. */
 	if (setup_views(&fs, &o) ||
-	    setup_ns(&fs, &o, child ? child->mountpoint : cmd.mountpoint) ||
+	    setup_ns(&fs, &o, child ? child->mountpoint : cmd.mountpoint,
+		     child && child->successor) ||
 	    castfs_fs_thread_key_init(&fs) || castfs_fs_handles_init(&fs) ||
 	    add_mount_args(&args, o.source))
 		goto out_free;

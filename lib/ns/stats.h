@@ -37,6 +37,10 @@ enum castfs_sctr {
 	CASTFS_SCTR_STALE_READS, /* reads refused: the source changed */
 	CASTFS_SCTR_TREES_BUILT, /* tensor trees indexed */
 	CASTFS_SCTR_TREE_CACHE_HITS,
+	/* Names the change watcher told the kernel to drop, and those it
+	 * did not because no lookup had answered them. */
+	CASTFS_SCTR_INVAL_SENT,
+	CASTFS_SCTR_INVAL_SKIPPED,
 	CASTFS_SCTR_COUNT,
 };
 
