@@ -21,6 +21,10 @@ struct castfs_fs {
 	struct castfs_fh_table *dirs; /* fh -> struct castfs_dir */
 	double timeout; /* entry and attr timeouts, seconds */
 	unsigned read_ahead_kb;
+	/* -o noxattr: getxattr and listxattr answer ENOSYS, after which the
+	 * kernel answers every xattr call itself (EOPNOTSUPP) without a
+	 * round trip: `ls -l` asks two per entry. */
+	bool noxattr;
 	bool debug;
 };
 
