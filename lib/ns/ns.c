@@ -86,6 +86,8 @@ int castfs_ns_new(const struct castfs_ns_opts *o, struct castfs_ns **out,
 	if (!rc)
 		rc = ns_dir_config_init(ns);
 	if (!rc)
+		rc = ns_ckpt_cache_init(ns);
+	if (!rc)
 		rc = ns_node_add_root(ns, d);
 	if (!rc && !o->successor)
 		rc = ns_name_seen_init(ns);

@@ -146,10 +146,15 @@ struct castfs_ns {
 	/* Broadcast when an entry's parse ends: lookups of the same
 	 * identity wait for the one parse instead of making their own. */
 	pthread_cond_t ck_loaded;
-	struct ns_ckpt *ckpts[NS_HASH_BUCKETS];
+	/* Buckets by identity (a power of two, at least NS_HASH_BUCKETS),
+	 * doubled when the cache holds twice as many entries, like the node
+	 * table's: 100,000 checkpoints listed are 100,000 entries. */
+	struct ns_ckpt **ckpts;
 	/* The same entries chained by path, so that the watcher drops a
 	 * changed file's entries without walking the whole cache. */
-	struct ns_ckpt *ckpaths[NS_HASH_BUCKETS];
+	struct ns_ckpt **ckpaths;
+	size_t ck_nbuckets; /* of each */
+	size_t ck_count; /* entries in the table (in_table) */
 	/* Valid entries in the table, most recently used first, and what
 	 * they are estimated to hold; evicted past ck_budget once unused
 	 * (ns_ckpt.c). Under ck_lock; ck_bytes also read without it. */
