@@ -59,6 +59,11 @@ uint64_t ns_node_id(const struct ns_node *n)
 	h = hash_str(h, n->sub);
 	if (n->dep) /* only model-directory files: other ids unchanged */
 		h = hash_u64(h, n->dep);
+	/* A tensor tree's nodes also by the path they were reached by: the
+	 * .info names it, and two hard links (HF-cache blobs) are one
+	 * identity. Other ids unchanged. */
+	if (n->kind == NS_TDIR || n->kind == NS_TFILE)
+		h = hash_str(h, n->path);
 	h = castfs_mix64(h);
 	/* 0 is invalid and 1 is the root in FUSE. */
 	return h > CASTFS_NS_ROOT_ID ? h : h + 2;
