@@ -21,6 +21,10 @@ struct castfs_fs {
 	struct castfs_fh_table *dirs; /* fh -> struct castfs_dir */
 	double timeout; /* entry and attr timeouts, seconds */
 	unsigned read_ahead_kb;
+	/* -o noxattr: getxattr and listxattr answer ENOSYS, after which the
+	 * kernel answers every xattr call itself (EOPNOTSUPP) without a
+	 * round trip: `ls -l` asks two per entry. */
+	bool noxattr;
 	bool debug;
 };
 
@@ -128,6 +132,7 @@ struct castfs_sv_child {
 	int init_fd;
 	int ready_fd;
 	const char *mountpoint; /* the real one, for /.castfs/config */
+	bool successor; /* another daemon served the connection before */
 };
 
 /* castfs_sv_child_env - fill @c from the environment the supervisor set.

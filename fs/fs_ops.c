@@ -462,6 +462,11 @@ static void castfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	struct fs_thread *t = thread_get(fs_of(req));
 	ssize_t n;
 
+	if (fs_of(req)->noxattr) {
+		/* The kernel remembers ENOSYS for the whole mount. */
+		reply_err(req, CASTFS_SOP_GETXATTR, -ENOSYS);
+		return;
+	}
 	if (!t) {
 		reply_err(req, CASTFS_SOP_GETXATTR, -ENOMEM);
 		return;
@@ -476,6 +481,10 @@ static void castfs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	struct fs_thread *t = thread_get(fs_of(req));
 	ssize_t n;
 
+	if (fs_of(req)->noxattr) {
+		reply_err(req, CASTFS_SOP_LISTXATTR, -ENOSYS);
+		return;
+	}
 	if (!t) {
 		reply_err(req, CASTFS_SOP_LISTXATTR, -ENOMEM);
 		return;

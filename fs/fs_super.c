@@ -97,6 +97,7 @@ int castfs_sv_child_env(struct castfs_sv_child *c)
 	if (sscanf(e, "%d:%d:%d", &c->fuse_fd, &c->init_fd, &c->ready_fd) != 3)
 		return -EINVAL;
 	c->mountpoint = getenv("CASTFS_MOUNTPOINT");
+	c->successor = getenv("CASTFS_SUCCESSOR") != NULL;
 	return 1;
 }
 
@@ -178,6 +179,11 @@ static void sv_child_exec(struct sv *sv, int ready_w)
 	snprintf(env, sizeof(env), "%d:%d:%d", sv->fd, sv->init_fd, ready_w);
 	setenv("CASTFS_SUPERVISED", env, 1);
 	setenv("CASTFS_MOUNTPOINT", sv->mountpoint, 1);
+	/* The kernel may hold names the daemons before this one answered. */
+	if (sv->first)
+		unsetenv("CASTFS_SUCCESSOR");
+	else
+		setenv("CASTFS_SUCCESSOR", "1", 1);
 	execv(sv->exe, sv->argv);
 	fprintf(stderr, "castfs: %s: %s\n", sv->exe, strerror(errno));
 	_exit(127);

@@ -28,6 +28,7 @@ struct options {
 	int help;
 	int version;
 	int nosupervise;
+	int noxattr;
 	const char *mnt_arg; /* the argv element naming the mount point */
 };
 
@@ -46,6 +47,7 @@ static const struct fuse_opt option_spec[] = {
 	OPT("zcache_mb=%u", zcache_mb),
 	OPT("cache_mb=%u", cache_mb),
 	OPT("nosupervise", nosupervise),
+	OPT("noxattr", noxattr),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -112,6 +114,9 @@ static void usage(const char *prog)
 	       "                           kept for unused checkpoints (64)\n"
 	       "    -o nosupervise         one process: no restart after a crash,\n"
 	       "                           no `castfs reload`\n"
+	       "    -o noxattr             no extended attributes (user.castfs.*):\n"
+	       "                           the kernel stops asking, which halves\n"
+	       "                           the requests of `ls -l`\n"
 	       "    -h, --help             this help\n"
 	       "    -V, --version          the version\n\n",
 	       prog, prog, prog, prog, prog, prog);
@@ -166,7 +171,7 @@ static void malloc_give_back(void)
 }
 
 static int setup_ns(struct castfs_fs *fs, const struct options *o,
-		    const char *mountpoint)
+		    const char *mountpoint, bool successor)
 {
 	struct castfs_config_info info = {
 		.source = o->source,
@@ -185,6 +190,7 @@ static int setup_ns(struct castfs_fs *fs, const struct options *o,
 		.guard = castfs_fs_lease_init(),
 		.zcache_bytes = (size_t)o->zcache_mb << 20,
 		.cache_bytes = (size_t)o->cache_mb << 20,
+		.successor = successor,
 	};
 	struct castfs_diag d = { { 0 } };
 	char *config_json;
@@ -384,10 +390,12 @@ static int mount_main(int argc, char **argv)
 		o.threads = default_threads();
 	fs.timeout = o.timeout;
 	fs.read_ahead_kb = o.read_ahead_kb;
+	fs.noxattr = o.noxattr;
 	/* The supervisor sets up the namespace too, only to fail before
 	 * mounting on what a daemon would fail on. */
 	if (setup_views(&fs, &o) ||
-	    setup_ns(&fs, &o, child ? child->mountpoint : cmd.mountpoint) ||
+	    setup_ns(&fs, &o, child ? child->mountpoint : cmd.mountpoint,
+		     child && child->successor) ||
 	    castfs_fs_thread_key_init(&fs) || castfs_fs_handles_init(&fs) ||
 	    add_mount_args(&args, o.source))
 		goto out_free;

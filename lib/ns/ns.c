@@ -88,7 +88,11 @@ int castfs_ns_new(const struct castfs_ns_opts *o, struct castfs_ns **out,
 	if (!rc)
 		rc = ns_gguf_shards_init(ns);
 	if (!rc)
+		rc = ns_ckpt_cache_init(ns);
+	if (!rc)
 		rc = ns_node_add_root(ns, d);
+	if (!rc && !o->successor)
+		rc = ns_name_seen_init(ns);
 	if (!rc)
 		rc = ns_modeldir_init(ns);
 	if (!rc && ns->stats)
@@ -213,6 +217,8 @@ int ns_lookup_how(struct castfs_ns *ns, uint64_t parent, const char *name,
 		ns_node_put_copy(&child);
 		goto out;
 	}
+	/* Before the reply: the watcher may tell the kernel about it. */
+	ns_name_seen_add(ns, dir.id, name);
 	rc = ns_node_intern(ns, &child, id);
 	st->st_ino = *id;
 out:
@@ -381,10 +387,34 @@ static void invalidate_names(struct castfs_ns *ns, uint64_t parent,
 	}
 }
 
-void castfs_ns_invalidate(struct castfs_ns *ns, const char *rel,
-			  void (*cb)(void *ctx, uint64_t parent,
-				     const char *name),
-			  void *ctx)
+/* The caller's callback, behind the set of names lookups answered. */
+struct seen_filter {
+	struct castfs_ns *ns;
+	void (*cb)(void *ctx, uint64_t parent, const char *name);
+	void *ctx;
+};
+
+static void seen_filter_cb(void *ctx, uint64_t parent, const char *name)
+{
+	struct seen_filter *f = ctx;
+
+	/* A name no lookup answered has no dentry in the kernel: telling
+	 * it would cost a round trip into the kernel for nothing (most of
+	 * the names below, which a listing never shows, and every name of
+	 * a checkpoint nobody looked up). */
+	if (!ns_name_seen(f->ns, parent, name)) {
+		castfs_stats_count(f->ns->stats, CASTFS_SCTR_INVAL_SKIPPED, 1);
+		return;
+	}
+	castfs_stats_count(f->ns->stats, CASTFS_SCTR_INVAL_SENT, 1);
+	f->cb(f->ctx, parent, name);
+}
+
+/* Forget source path @rel; report the names that depend on it to @cb. */
+static void invalidate_path(struct castfs_ns *ns, const char *rel,
+			    void (*cb)(void *ctx, uint64_t parent,
+				       const char *name),
+			    void *ctx)
 {
 	const char *slash = strrchr(rel, '/');
 	char *dir = strndup(rel, slash ? (size_t)(slash - rel) : 0);
@@ -405,9 +435,19 @@ void castfs_ns_invalidate(struct castfs_ns *ns, const char *rel,
 			strndup(rel, strlen(rel) - ns_packed_ext_len(rel));
 
 		if (shown)
-			castfs_ns_invalidate(ns, shown, cb, ctx);
+			invalidate_path(ns, shown, cb, ctx);
 		free(shown);
 	}
+}
+
+void castfs_ns_invalidate(struct castfs_ns *ns, const char *rel,
+			  void (*cb)(void *ctx, uint64_t parent,
+				     const char *name),
+			  void *ctx)
+{
+	struct seen_filter f = { .ns = ns, .cb = cb, .ctx = ctx };
+
+	invalidate_path(ns, rel, seen_filter_cb, &f);
 }
 
 void castfs_ns_invalidate_all(struct castfs_ns *ns,

@@ -63,6 +63,11 @@ struct castfs_ns_opts {
 	 * checkpoint cache keeps for checkpoints nothing uses; 0: the
 	 * default (CASTFS_CKPT_CACHE_DEFAULT). */
 	size_t cache_bytes;
+	/* This daemon took over the connection of another (a restart or
+	 * reload under the supervisor): the kernel may hold names it never
+	 * answered, so the change watcher tells it about every name, not
+	 * only those this daemon's lookups answered. */
+	bool successor;
 };
 
 /* The checkpoint cache's default budget (-o cache_mb). */
@@ -179,7 +184,9 @@ ssize_t castfs_ns_listxattr(struct castfs_ns *ns, uint64_t id, char *buf,
  * castfs_ns_invalidate - forget what is cached about source path @rel
  * (relative to the source root; "" for the root) after it changed, and
  * report through @cb each (parent id, name) pair the kernel may have cached
- * so that the caller can invalidate those entries. Thread-safe.
+ * so that the caller can invalidate those entries: only pairs a lookup of
+ * this daemon answered (every pair for a castfs_ns_opts.successor), the
+ * kernel holding no other. Thread-safe.
  */
 void castfs_ns_invalidate(struct castfs_ns *ns, const char *rel,
 			  void (*cb)(void *ctx, uint64_t parent,

@@ -21,24 +21,80 @@
 #include "ns/ns_ckpt_internal.h"
 #include "view/qsrc.h"
 
-static size_t ck_bucket(dev_t dev, ino_t ino)
+static size_t ck_bucket_in(size_t nb, dev_t dev, ino_t ino)
 {
 	uint64_t h = (uint64_t)ino * 0x9e3779b97f4a7c15ull ^ (uint64_t)dev;
 
-	return (size_t)(h >> 20) % NS_HASH_BUCKETS;
+	return (size_t)castfs_mix64(h) & (nb - 1);
 }
 
-size_t ns_ckpt_path_bucket(const char *path)
+static size_t ck_bucket(const struct castfs_ns *ns, dev_t dev, ino_t ino)
+{
+	return ck_bucket_in(ns->ck_nbuckets, dev, ino);
+}
+
+static size_t path_bucket_in(size_t nb, const char *path)
 {
 	uint64_t h = castfs_fnv1a(CASTFS_FNV_SEED, path, strlen(path));
 
-	return (size_t)(castfs_mix64(h) % NS_HASH_BUCKETS);
+	return (size_t)castfs_mix64(h) & (nb - 1);
+}
+
+size_t ns_ckpt_path_bucket(const struct castfs_ns *ns, const char *path)
+{
+	return path_bucket_in(ns->ck_nbuckets, path);
+}
+
+int ns_ckpt_cache_init(struct castfs_ns *ns)
+{
+	ns->ckpts = calloc(NS_HASH_BUCKETS, sizeof(*ns->ckpts));
+	ns->ckpaths = calloc(NS_HASH_BUCKETS, sizeof(*ns->ckpaths));
+	ns->ck_nbuckets = NS_HASH_BUCKETS;
+	return ns->ckpts && ns->ckpaths ? 0 : -ENOMEM;
+}
+
+/* Caller holds ck_lock. Twice the buckets, both chains rehashed; out of
+ * memory, the chains just stay longer. */
+static void ck_grow_locked(struct castfs_ns *ns)
+{
+	size_t nb = ns->ck_nbuckets * 2;
+	struct ns_ckpt **ids = calloc(nb, sizeof(*ids));
+	struct ns_ckpt **paths = calloc(nb, sizeof(*paths));
+
+	if (!ids || !paths) {
+		free(ids);
+		free(paths);
+		return;
+	}
+	for (size_t i = 0; i < ns->ck_nbuckets; i++) {
+		struct ns_ckpt *ck, *next;
+
+		for (ck = ns->ckpts[i]; ck; ck = next) {
+			size_t b = ck_bucket_in(nb, ck->dev, ck->ino);
+
+			next = ck->hnext;
+			ck->hnext = ids[b];
+			ids[b] = ck;
+		}
+		for (ck = ns->ckpaths[i]; ck; ck = next) {
+			size_t b = path_bucket_in(nb, ck->path);
+
+			next = ck->pnext;
+			ck->pnext = paths[b];
+			paths[b] = ck;
+		}
+	}
+	free(ns->ckpts);
+	free(ns->ckpaths);
+	ns->ckpts = ids;
+	ns->ckpaths = paths;
+	ns->ck_nbuckets = nb;
 }
 
 /* Caller holds ck_lock. Take @ck off the chain by path. */
 static void ck_unlink_path_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
 {
-	struct ns_ckpt **pp = &ns->ckpaths[ns_ckpt_path_bucket(ck->path)];
+	struct ns_ckpt **pp = &ns->ckpaths[ns_ckpt_path_bucket(ns, ck->path)];
 
 	for (; *pp; pp = &(*pp)->pnext) {
 		if (*pp == ck) {
@@ -318,7 +374,7 @@ static struct ns_ckpt *ck_new(struct castfs_ns *ns, const char *path,
 static struct ns_ckpt *ck_find_locked(struct castfs_ns *ns,
 				      const struct stat *st)
 {
-	struct ns_ckpt *ck = ns->ckpts[ck_bucket(st->st_dev, st->st_ino)];
+	struct ns_ckpt *ck = ns->ckpts[ck_bucket(ns, st->st_dev, st->st_ino)];
 
 	for (; ck; ck = ck->hnext) {
 		if (ck_matches(ck, st)) {
@@ -333,7 +389,7 @@ static struct ns_ckpt *ck_find_locked(struct castfs_ns *ns,
  * (they live on while open files hold them). */
 static void ck_insert_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
 {
-	struct ns_ckpt **pp = &ns->ckpts[ck_bucket(ck->dev, ck->ino)], *o;
+	struct ns_ckpt **pp = &ns->ckpts[ck_bucket(ns, ck->dev, ck->ino)], *o;
 
 	while ((o = *pp)) {
 		if (o->dev == ck->dev && o->ino == ck->ino) {
@@ -345,16 +401,18 @@ static void ck_insert_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
 	}
 	ck_ref(ck); /* the table's reference */
 	ck->in_table = true;
-	ck->hnext = ns->ckpts[ck_bucket(ck->dev, ck->ino)];
-	ns->ckpts[ck_bucket(ck->dev, ck->ino)] = ck;
-	ck->pnext = ns->ckpaths[ns_ckpt_path_bucket(ck->path)];
-	ns->ckpaths[ns_ckpt_path_bucket(ck->path)] = ck;
+	ck->hnext = ns->ckpts[ck_bucket(ns, ck->dev, ck->ino)];
+	ns->ckpts[ck_bucket(ns, ck->dev, ck->ino)] = ck;
+	ck->pnext = ns->ckpaths[ns_ckpt_path_bucket(ns, ck->path)];
+	ns->ckpaths[ns_ckpt_path_bucket(ns, ck->path)] = ck;
+	if (++ns->ck_count > 2 * ns->ck_nbuckets)
+		ck_grow_locked(ns);
 }
 
 /* Caller holds ck_lock. Take @ck off the chain by identity. */
 static void ck_unlink_id_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
 {
-	struct ns_ckpt **pp = &ns->ckpts[ck_bucket(ck->dev, ck->ino)];
+	struct ns_ckpt **pp = &ns->ckpts[ck_bucket(ns, ck->dev, ck->ino)];
 
 	for (; *pp; pp = &(*pp)->hnext) {
 		if (*pp == ck) {
@@ -369,6 +427,8 @@ void ns_ckpt_unlink_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
 	ck_unlink_id_locked(ns, ck);
 	ck_unlink_path_locked(ns, ck);
 	ns_ckpt_lru_del_locked(ns, ck);
+	if (ck->in_table)
+		ns->ck_count--;
 	ck->in_table = false;
 }
 
@@ -616,7 +676,7 @@ char *ns_ckpt_rejected_json(struct castfs_ns *ns)
 	if (!arr)
 		return NULL;
 	pthread_mutex_lock(&ns->ck_lock);
-	for (size_t i = 0; i < NS_HASH_BUCKETS; i++) {
+	for (size_t i = 0; i < ns->ck_nbuckets; i++) {
 		for (struct ns_ckpt *ck = ns->ckpts[i]; ck; ck = ck->hnext) {
 			if (!ck->loading && !ck->h)
 				rejected_add(ns, arr, ck);
@@ -633,7 +693,7 @@ void ns_ckpt_drop_path(struct castfs_ns *ns, const char *path)
 	struct ns_ckpt **pp, *ck;
 
 	pthread_mutex_lock(&ns->ck_lock);
-	pp = &ns->ckpaths[ns_ckpt_path_bucket(path)];
+	pp = &ns->ckpaths[ns_ckpt_path_bucket(ns, path)];
 	while ((ck = *pp)) {
 		if (strcmp(ck->path, path) == 0) {
 			ns_ckpt_unlink_locked(ns, ck); /* *pp is now the next */
@@ -647,7 +707,7 @@ void ns_ckpt_drop_path(struct castfs_ns *ns, const char *path)
 
 void ns_ckpt_cache_fini(struct castfs_ns *ns)
 {
-	for (size_t i = 0; i < NS_HASH_BUCKETS; i++) {
+	for (size_t i = 0; ns->ckpts && i < ns->ck_nbuckets; i++) {
 		while (ns->ckpts[i]) {
 			struct ns_ckpt *ck = ns->ckpts[i];
 
@@ -655,6 +715,10 @@ void ns_ckpt_cache_fini(struct castfs_ns *ns)
 			ns_ckpt_unref(ck);
 		}
 	}
+	free(ns->ckpts);
+	free(ns->ckpaths);
+	ns->ckpts = ns->ckpaths = NULL;
+	ns->ck_nbuckets = ns->ck_count = 0;
 	ns_ckpt_fails_fini(ns);
 	ns_mdtext_free(ns->dir_config);
 	ns->dir_config = NULL;
@@ -710,7 +774,7 @@ static bool in_dir(const char *path, const char *dir)
 void ns_ckpt_drop_dir(struct castfs_ns *ns, const char *dir)
 {
 	pthread_mutex_lock(&ns->ck_lock);
-	for (size_t i = 0; i < NS_HASH_BUCKETS; i++) {
+	for (size_t i = 0; i < ns->ck_nbuckets; i++) {
 		struct ns_ckpt **pp = &ns->ckpts[i], *ck;
 
 		while ((ck = *pp)) {

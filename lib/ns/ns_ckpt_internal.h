@@ -189,8 +189,13 @@ void ns_ckpt_lru_touch_locked(struct castfs_ns *ns, struct ns_ckpt *ck);
  * bytes the count. */
 void ns_ckpt_lru_del_locked(struct castfs_ns *ns, struct ns_ckpt *ck);
 
-/* ns_ckpt_path_bucket - the bucket of ns->ckpaths that chains @path. */
-size_t ns_ckpt_path_bucket(const char *path);
+/* ns_ckpt_path_bucket - the bucket of ns->ckpaths that chains @path.
+ * Caller holds ck_lock (the table may grow). */
+size_t ns_ckpt_path_bucket(const struct castfs_ns *ns, const char *path);
+
+/* ns_ckpt_cache_init - the checkpoint cache's empty table (freed by
+ * ns_ckpt_cache_fini()). Returns 0 or -ENOMEM. */
+int ns_ckpt_cache_init(struct castfs_ns *ns);
 
 /* ns_ckpt_fails_restore_locked - fresh entry @ck (its identity set, not
  * parsed yet) takes back the view failures remembered when an entry of

@@ -259,7 +259,7 @@ void ns_ckpt_idle_path(struct castfs_ns *ns, const char *path)
 	pthread_mutex_lock(&ns->ck_lock);
 	/* The path chain is short; a lookup may have made the path live
 	 * again since the forget, and then the entry stays. */
-	for (ck = ns->ckpaths[ns_ckpt_path_bucket(path)]; ck; ck = next) {
+	for (ck = ns->ckpaths[ns_ckpt_path_bucket(ns, path)]; ck; ck = next) {
 		next = ck->pnext;
 		if (strcmp(ck->path, path) == 0 && evictable_locked(ns, ck))
 			evict_locked(ns, ck, &dead, &freed);

@@ -112,6 +112,9 @@ enum ns_ckpt_slot {
 #define NS_LIVE_SLOTS 65536u
 /* Forgotten nodes kept for NFS handles before they are all freed. */
 #define NS_FORGOTTEN_MAX 32768u
+/* Bits of the set of (directory, name) pairs a lookup answered (1 MiB:
+ * a million names leave about one in nine bits set). */
+#define NS_SEEN_BITS (1u << 23)
 
 struct castfs_ns {
 	int root_fd;
@@ -133,14 +136,25 @@ struct castfs_ns {
 	/* Per hash slot of a source path, the nodes with nlookup > 0 that
 	 * have it (NS_LIVE_SLOTS; ns_node_path_live()). */
 	_Atomic uint32_t *live;
+	/* Every (directory, name) a lookup answered, by hash, never
+	 * cleared: a name not in it has no dentry in the kernel, so the
+	 * watcher tells the kernel nothing about it (ns_name_seen()). NULL
+	 * for a daemon that took over a connection: the kernel may hold
+	 * names an earlier daemon answered. */
+	_Atomic uint64_t *seen;
 	pthread_mutex_t ck_lock; /* the checkpoint cache */
 	/* Broadcast when an entry's parse ends: lookups of the same
 	 * identity wait for the one parse instead of making their own. */
 	pthread_cond_t ck_loaded;
-	struct ns_ckpt *ckpts[NS_HASH_BUCKETS];
+	/* Buckets by identity (a power of two, at least NS_HASH_BUCKETS),
+	 * doubled when the cache holds twice as many entries, like the node
+	 * table's: 100,000 checkpoints listed are 100,000 entries. */
+	struct ns_ckpt **ckpts;
 	/* The same entries chained by path, so that the watcher drops a
 	 * changed file's entries without walking the whole cache. */
-	struct ns_ckpt *ckpaths[NS_HASH_BUCKETS];
+	struct ns_ckpt **ckpaths;
+	size_t ck_nbuckets; /* of each */
+	size_t ck_count; /* entries in the table (in_table) */
 	/* Valid entries in the table, most recently used first, and what
 	 * they are estimated to hold; evicted past ck_budget once unused
 	 * (ns_ckpt.c). Under ck_lock; ck_bytes also read without it. */
@@ -202,6 +216,21 @@ char *ns_node_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup);
  * kept per hash slot, NS_LIVE_SLOTS of them): callers use it only to let
  * go of caches early. Lock-free; thread-safe. */
 bool ns_node_path_live(const struct castfs_ns *ns, const char *path);
+
+/* ns_name_seen_init - start the set of answered names (empty). Returns 0
+ * or -ENOMEM. Without it ns_name_seen() is always true. */
+int ns_name_seen_init(struct castfs_ns *ns);
+
+/* ns_name_seen_add - remember that a lookup of @name in @parent was
+ * answered (before the reply reaches the kernel). Lock-free. */
+void ns_name_seen_add(struct castfs_ns *ns, uint64_t parent, const char *name);
+
+/* ns_name_seen - false only when no lookup of @name in @parent was ever
+ * answered by this daemon (a hash collision says true: one notification
+ * too many). Always true for a daemon that took over a connection.
+ * Lock-free. */
+bool ns_name_seen(const struct castfs_ns *ns, uint64_t parent,
+		  const char *name);
 
 /* ns_node_add_root - the root node, from ns->root_fd. Returns 0, -ENOMEM
  * or fstat's errno (explained in @d). */

@@ -59,6 +59,11 @@ uint64_t ns_node_id(const struct ns_node *n)
 	h = hash_str(h, n->sub);
 	if (n->dep) /* only model-directory files: other ids unchanged */
 		h = hash_u64(h, n->dep);
+	/* A tensor tree's nodes also by the path they were reached by: the
+	 * .info names it, and two hard links (HF-cache blobs) are one
+	 * identity. Other ids unchanged. */
+	if (n->kind == NS_TDIR || n->kind == NS_TFILE)
+		h = hash_str(h, n->path);
 	h = castfs_mix64(h);
 	/* 0 is invalid and 1 is the root in FUSE. */
 	return h > CASTFS_NS_ROOT_ID ? h : h + 2;
@@ -181,6 +186,37 @@ static _Atomic uint32_t *live_slot(const struct castfs_ns *ns, const char *path)
 bool ns_node_path_live(const struct castfs_ns *ns, const char *path)
 {
 	return ns->live && atomic_load(live_slot(ns, path)) != 0;
+}
+
+int ns_name_seen_init(struct castfs_ns *ns)
+{
+	/* Pages the lookups never touch are never given memory. */
+	ns->seen = calloc(NS_SEEN_BITS / 64, sizeof(*ns->seen));
+	return ns->seen ? 0 : -ENOMEM;
+}
+
+static uint64_t seen_hash(uint64_t parent, const char *name)
+{
+	uint64_t h = castfs_fnv1a(CASTFS_FNV_SEED, &parent, sizeof(parent));
+
+	return castfs_mix64(castfs_fnv1a(h, name, strlen(name))) % NS_SEEN_BITS;
+}
+
+void ns_name_seen_add(struct castfs_ns *ns, uint64_t parent, const char *name)
+{
+	uint64_t b = seen_hash(parent, name);
+
+	if (ns->seen &&
+	    !(atomic_load_explicit(&ns->seen[b / 64], memory_order_relaxed) &
+	      (1ull << (b % 64))))
+		atomic_fetch_or(&ns->seen[b / 64], 1ull << (b % 64));
+}
+
+bool ns_name_seen(const struct castfs_ns *ns, uint64_t parent, const char *name)
+{
+	uint64_t b = seen_hash(parent, name);
+
+	return !ns->seen || (atomic_load(&ns->seen[b / 64]) >> (b % 64)) & 1;
 }
 
 /* One more kernel reference to @n; a forgotten node comes back to life.
@@ -403,6 +439,8 @@ void ns_node_table_fini(struct castfs_ns *ns)
 	ns->nodes = NULL;
 	free(ns->live);
 	ns->live = NULL;
+	free(ns->seen);
+	ns->seen = NULL;
 	ns->nbuckets = 0;
 	ns->nnodes = 0;
 }

@@ -314,10 +314,9 @@ static int tensors_list(struct castfs_ns *ns, const struct ns_node *dir,
 	char root_sub[1] = ""; /* as its lookup makes it: hashed like "" */
 	struct ns_node root = { .kind = NS_TDIR, .st = *st, .sub = root_sub };
 	char buf[512];
-	int n;
+	int n, rc;
 
 	(void)ns;
-	(void)dir;
 	(void)type;
 	if (!ckpt)
 		return 0;
@@ -325,7 +324,12 @@ static int tensors_list(struct castfs_ns *ns, const struct ns_node *dir,
 	n = snprintf(buf, sizeof(buf), "%s%s", name, tree_ext);
 	if (n < 0 || n > 255 || ns_list_has(l, buf, (size_t)n))
 		return 0;
-	return ns_list_add(l, buf, (size_t)n, S_IFDIR, ns_node_id(&root));
+	root.path = ns_path_join(dir->path, name, strlen(name));
+	if (!root.path)
+		return -ENOMEM;
+	rc = ns_list_add(l, buf, (size_t)n, S_IFDIR, ns_node_id(&root));
+	free(root.path);
+	return rc;
 }
 
 const struct ns_dir_ext ns_tensors_dir_ext = {
@@ -408,6 +412,7 @@ static int list_one(struct list_ctx *c, const char *name, size_t len,
 	struct ns_node n = { .kind = (uint8_t)kind,
 			     .aux = aux,
 			     .view = c->dir->view,
+			     .path = c->dir->path,
 			     .st = c->dir->st };
 	size_t sl = strlen(suffix);
 	char *leaf = malloc(len + sl + 1);
@@ -526,16 +531,20 @@ static int tdir_opendir(struct castfs_ns *ns, const struct ns_node *dir,
 	struct ns_tree *tree;
 	struct ns_ckpt *ck;
 	size_t cost = 0;
+	bool share;
 	int rc = node_tree(ns, dir, &ck, &tree);
 
 	if (rc)
 		return rc;
+	/* The ids listed hash the path: shared by the tree's own path's
+	 * handles, made per handle for another hard link's. */
+	share = strcmp(dir->path, ck->path) == 0;
 	pthread_mutex_lock(&ck->lock);
-	d = shared_find_locked(tree, dir->sub);
+	d = share ? shared_find_locked(tree, dir->sub) : NULL;
 	pthread_mutex_unlock(&ck->lock);
 	if (!d) {
 		rc = ns_list_dir(ns, dir, tdir_list, &d);
-		if (!rc && d->n >= TDIR_SHARE_MIN) {
+		if (!rc && share && d->n >= TDIR_SHARE_MIN) {
 			pthread_mutex_lock(&ck->lock);
 			d = shared_keep_locked(tree, dir->sub, d, &cost);
 			pthread_mutex_unlock(&ck->lock);
@@ -589,13 +598,27 @@ static int tfile_get(struct castfs_ns *ns, const struct ns_node *n,
 	return 0;
 }
 
-/* The text of a .info or __metadata__.json file. */
+/* The text of a .info or __metadata__.json file. A .info names the path
+ * node @n was reached by, not the tree's (the first path parsed). */
 static char *tfile_text(const struct ns_node *n, const struct tfile *f,
 			size_t *len)
 {
+	struct castfs_tfile_ctx c = f->tree->c;
+	char *file = NULL, *text;
+
 	if (n->aux == TF_META)
 		return castfs_meta_json(f->tree->c.h, len);
-	return castfs_tinfo_text(&f->tree->c, f->t, len);
+	c.file = n->path;
+	if (c.view) {
+		file = view_file_name(n->path, c.view);
+		if (!file)
+			return NULL;
+		c.file = file;
+		c.src_file = n->path;
+	}
+	text = castfs_tinfo_text(&c, f->t, len);
+	free(file);
+	return text;
 }
 
 /* The plan of a tensor file; its byte offsets are in the tree's file. */
@@ -649,6 +672,10 @@ static struct castfs_plan **gen_slot_locked(const struct ns_node *n,
 	if (n->aux == TF_META)
 		return &f->tree->meta;
 	if (n->aux == TF_RAW)
+		return NULL;
+	/* Kept for the tree's own path; another hard link's .info names
+	 * its own and is made per use. */
+	if (n->aux == TF_INFO && strcmp(n->path, f->ck->path) != 0)
 		return NULL;
 	if (!f->tree->gen[g])
 		f->tree->gen[g] = calloc(nt, sizeof(struct castfs_plan *));

@@ -65,6 +65,8 @@ static const char *const sctr_names[CASTFS_SCTR_COUNT] = {
 	[CASTFS_SCTR_TREES_BUILT] = "tensor_trees_built",
 	[CASTFS_SCTR_TREE_CACHE_HITS] = "tensor_tree_cache_hits",
 	[CASTFS_SCTR_TEXTS_READ] = "texts_read",
+	[CASTFS_SCTR_INVAL_SENT] = "entry_invalidations",
+	[CASTFS_SCTR_INVAL_SKIPPED] = "entry_invalidations_skipped",
 };
 
 int castfs_stats_new(size_t nviews, struct castfs_stats **out)

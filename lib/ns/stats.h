@@ -39,6 +39,10 @@ enum castfs_sctr {
 	CASTFS_SCTR_TREE_CACHE_HITS,
 	/* source JSON texts read whole (config.json, indexes, tokenizers) */
 	CASTFS_SCTR_TEXTS_READ,
+	/* Names the change watcher told the kernel to drop, and those it
+	 * did not because no lookup had answered them. */
+	CASTFS_SCTR_INVAL_SENT,
+	CASTFS_SCTR_INVAL_SKIPPED,
 	CASTFS_SCTR_COUNT,
 };
 

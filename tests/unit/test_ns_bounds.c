@@ -306,6 +306,39 @@ START_TEST(test_ns_bounds__node_table_grows)
 }
 END_TEST
 
+START_TEST(test_ns_bounds__checkpoint_cache_grows)
+{
+	struct castfs_dir *dir;
+	char name[32];
+	uint64_t p;
+	int n = 9000;
+
+	/* 9,000 checkpoints listed: 9,000 entries, past twice the 4,096
+	 * buckets each chain (by identity, by path) starts with. */
+	for (int i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "c%04d.safetensors", i);
+		write_checkpoint(name, 1);
+	}
+	ck_assert_int_eq(castfs_ns_opendir(ns, CASTFS_NS_ROOT_ID, &dir), 0);
+	castfs_dir_free(dir);
+	ck_assert_uint_ge(ns->ck_count, (size_t)n);
+	ck_assert_uint_ge(ns->ck_nbuckets, ns->ck_count / 2);
+	/* Every entry is found again by identity after the rehash (a cache
+	 * hit, no parse) and dropped by path. */
+	p = parsed();
+	for (int i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "c%04d.safetensors", i);
+		ck_assert_int_eq(lookup(name), 0);
+	}
+	ck_assert_uint_eq(parsed(), p);
+	for (int i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "c%04d.safetensors", i);
+		ns_ckpt_drop_path(ns, name);
+	}
+	ck_assert_uint_le(ns->ck_count, 1); /* a.safetensors */
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("ns_bounds");
@@ -319,6 +352,7 @@ Suite *unit_suite(void)
 		tc, test_ns_bounds__concurrent_first_lookups_share_one_parse);
 	tcase_add_test(tc, test_ns_bounds__failed_view_kept_and_not_listed);
 	tcase_add_test(tc, test_ns_bounds__node_table_grows);
+	tcase_add_test(tc, test_ns_bounds__checkpoint_cache_grows);
 	tcase_add_test(tc, test_ns_bounds__cache_budget_and_forget);
 	suite_add_tcase(s, tc);
 	return s;
