@@ -324,14 +324,27 @@ static int md_ckpt_header(struct castfs_ns *ns, struct ns_ckpt *ck,
 
 	*h = ck->h;
 	*own = NULL;
-	if (!ck->quant || ck->xshard)
+	if (!ck->quant)
 		return 0;
 	bf16 = castfs_views_find(ns->views, "bf16", 4);
 	if (!bf16)
 		return -ENOENT; /* unreachable: a built-in view */
-	rc = ns_ckpt_plan(ns, ck, bf16, &plan, NULL);
-	if (!rc)
-		rc = castfs_plan_header(plan, own, NULL);
+	if (ck->xshard) {
+		/* Its weights whose scales sit in other shards are
+		 * dequantized (and so quantised again) only in the
+		 * composite: its own header would name them as fp8
+		 * weights kept as they are. */
+		struct ns_md_xshard x;
+
+		rc = ns_md_xshard_plan(ns, ck, bf16, 0, &x, &plan);
+		if (!rc)
+			rc = castfs_plan_header(plan, own, NULL);
+		ns_md_xshard_fini(ns, &x);
+	} else {
+		rc = ns_ckpt_plan(ns, ck, bf16, &plan, NULL);
+		if (!rc)
+			rc = castfs_plan_header(plan, own, NULL);
+	}
 	if (!rc)
 		*h = *own;
 	return rc;

@@ -10,6 +10,8 @@ their scales in different shards.
   source, and DeepSeek's weight_dequant rule (torch) tensor by tensor.
 - Each DIR.bf16/ shard holds exactly the source shard's tensors less the
   scales (the layout of the dequantized model saved with the same split).
+- The requantising views' config.json names exactly the modules their
+  shards keep unquantised.
 - A shard alone has no single-file views (its scales are elsewhere).
 - A shard rewritten while a view file reading it is open fails the next
   read with an errno.
@@ -213,6 +215,38 @@ class CrossShard(unittest.TestCase):
             with open(os.path.join(view, name), "rb") as f:
                 self.assertEqual(f.read(64), head)
         self.assertEqual(texts_read(), before)
+
+    def test_config_names_what_shards_hold(self):
+        """A requantising DIR.<view>/'s quantization_config agrees with its
+        shards: a module whose weight the view quantises (its scale in
+        another source shard included) is never in compressed-tensors'
+        ignore list or bitsandbytes' skipped modules, and every projection
+        the view keeps unquantised is (a loader reads the config to know
+        which modules hold quantized tensors)."""
+        # (w4a16 quantises no weight of this model: no width is a
+        # multiple of its group of 128)
+        for view, mark in (("fp8_dynamic", ".weight_scale"),
+                           ("nvfp4", ".weight_scale"),
+                           ("nf4", ".weight.absmax")):
+            with self.subTest(view=view):
+                d = Env.mnt.join("qwen3-fp8." + view)
+                with open(os.path.join(d, "config.json")) as f:
+                    qc = json.load(f)["quantization_config"]
+                skip = set(qc.get("ignore") or
+                           qc.get("llm_int8_skip_modules") or [])
+                names = set()
+                for shard in sorted(set(Env.wmap.values())):
+                    names |= set(load_file(os.path.join(d, shard)))
+                quant = {k[:-len(mark)] for k in names if k.endswith(mark)}
+                plain = {k[:-len(".weight")] for k in names
+                         if k.endswith("proj.weight")} - quant
+                self.assertTrue(quant, view)
+                # nvfp4 keeps a fused group that a shard cuts unquantised
+                for m in sorted(k[:-len(".weight")] for k in crossing()):
+                    if view != "nvfp4":
+                        self.assertIn(m, quant, (view, "crossing", m))
+                self.assertEqual(sorted(quant & skip), [], view)
+                self.assertEqual(sorted(plain - skip), [], view)
 
     def test_no_single_file_views(self):
         name = Env.wmap[crossing()[0]]
