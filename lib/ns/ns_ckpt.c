@@ -225,7 +225,11 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 			.flags = (mq.fp8_block || mq.ct_fp8 || mq.ct_fp4 ?
 					  CASTFS_QSRC_STRICT :
 					  0) |
-				 (sharded ? CASTFS_QSRC_XSHARD : 0),
+				 (sharded ? CASTFS_QSRC_XSHARD : 0) |
+				 (mq.ct_w4 ?
+					  (mq.ct_w4_asym ? CASTFS_QSRC_W4ASYM :
+							   CASTFS_QSRC_W4SYM) :
+					  0),
 			.brows = mq.block_rows,
 			.bcols = mq.block_cols,
 		};

@@ -5,7 +5,9 @@
  * element i at bits 4i of its row's words, stored as code + 8), its
  * "M.weight_scale" [rows, groups] (BF16, F16 or F32; one group = the
  * row for the channel strategy) and "M.weight_shape" I64/I32 [2], whose
- * DATA (side data, format/st_side.h) holds the true [rows, cols]
+ * DATA (side data, format/st_side.h) holds the true [rows, cols]; an
+ * asymmetric weight (W4A16_ASYM) adds "M.weight_zero_point" I32
+ * [ceil(rows / 8), groups], its codes packed the same way along the rows
  * (docs/FORMATS.md, "compressed-tensors pack-quantized int4").
  */
 #include <errno.h>
@@ -80,6 +82,30 @@ static const char *w4_check(const struct castfs_tensor *w,
 	return NULL;
 }
 
+/*
+ * Why zero point @zp does not fit weight @w of true @shape with scale @s
+ * under @flags (a directory's W4SYM / W4ASYM); NULL when it does.
+ */
+static const char *w4_zp_check(const struct castfs_tensor *zp,
+			       const struct castfs_tensor *s,
+			       const uint64_t shape[2], unsigned flags)
+{
+	if (!zp && (flags & CASTFS_QSRC_W4ASYM))
+		return "weight without the weight_zero_point its "
+		       "config.json (symmetric: false) requires";
+	if (!zp)
+		return NULL;
+	if (flags & CASTFS_QSRC_W4SYM)
+		return "weight_zero_point of a weight its config.json "
+		       "declares symmetric";
+	if (zp->dtype != CASTFS_DTYPE_I32 || zp->ndim != 2 ||
+	    zp->shape[0] != shape[0] / 8 + (shape[0] % 8 != 0) ||
+	    zp->shape[1] != s->shape[1])
+		return "weight_zero_point that is not I32 [ceil(rows / 8), "
+		       "groups] (4-bit codes packed along the rows)";
+	return NULL;
+}
+
 /* "M.weight_packed" @t: pair it with its scale and shape into @q. */
 static int w4_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 		   const struct castfs_tensor *t, struct castfs_diag *d)
@@ -98,8 +124,6 @@ static int w4_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 	w = castfs_qsrc_sibling(h, t, strip, "", &err);
 	if (err)
 		return err;
-	if (zp)
-		return w4_reject(d, zp, "asymmetric (zero points), not yet");
 	if (gi)
 		return w4_reject(d, gi, "activation ordering (g_idx)");
 	if (w)
@@ -109,8 +133,14 @@ static int w4_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 				 "weight without its weight_scale or a "
 				 "readable I64/I32 [2] weight_shape");
 	why = w4_check(t, s, shape, &qi);
+	if (!why)
+		why = w4_zp_check(zp, s, shape, q->flags);
 	if (why)
 		return w4_reject(d, t, why);
+	if (zp) {
+		qi.zp = (uint32_t)(zp - h->tensors) + 1;
+		q->t[zp - h->tensors].role = CASTFS_QR_SCALE;
+	}
 	qi.scale = (uint32_t)(s - h->tensors);
 	q->t[t - h->tensors] = qi;
 	q->t[s - h->tensors].role = CASTFS_QR_SCALE;

@@ -79,9 +79,11 @@ int castfs_qsrc_bnb4(const struct castfs_header *h, struct castfs_qsrc *q,
 /*
  * castfs_qsrc_ctw4 - pair the compressed-tensors pack-quantized int4
  * weights of @h in @q: an I32 "M.weight_packed" with its
- * "M.weight_scale" (per channel or group) and "M.weight_shape" (side
- * data). Returns 0, -ENOTSUP (zero points, g_idx, a shape or scale that
- * does not fit: @d says which) or -ENOMEM. Thread-safe.
+ * "M.weight_scale" (per channel or group), "M.weight_shape" (side
+ * data) and, asymmetric, "M.weight_zero_point" (I32 [ceil(rows / 8),
+ * groups]: packed along the rows). Returns 0, -ENOTSUP (g_idx, a zero
+ * point, shape or scale that does not fit, or against @q->flags'
+ * W4SYM/W4ASYM: @d says which) or -ENOMEM. Thread-safe.
  */
 int castfs_qsrc_ctw4(const struct castfs_header *h, struct castfs_qsrc *q,
 		     struct castfs_diag *d);
