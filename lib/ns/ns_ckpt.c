@@ -185,7 +185,8 @@ static void ck_parse(struct castfs_ns *ns, struct ns_ckpt *ck, int fd,
 
 /*
  * Whether @dir has the index of sharded weights that lets a shard's FP8
- * scales be looked for in the other shards (ns_mdxshard.c).
+ * (or compressed-tensors FP4) scales be looked for in the other shards
+ * (ns_mdxshard.c).
  */
 static bool ck_dir_sharded(struct castfs_ns *ns, const char *dir)
 {
@@ -211,7 +212,8 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 	struct castfs_qsrc q;
 	char *dir = ns_parent_path(ck->path);
 	int rc = dir ? ns_ckpt_dir_quant(ns, dir, &mq) : -ENOMEM;
-	bool sharded = !rc && mq.fp8_block && ck_dir_sharded(ns, dir);
+	bool sharded = !rc && (mq.fp8_block || mq.ct_fp4) &&
+		       ck_dir_sharded(ns, dir);
 
 	free(dir);
 	if (!rc && mq.quantized && !castfs_md_quant_dequantized(&mq))

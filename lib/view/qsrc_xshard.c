@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The composite header of one output shard of a sharded FP8 block model:
- * which tensors of which shard it reads (its own, and its weights' scales
- * from other shards) and where they are in the composite source.
+ * The composite header of one output shard of a sharded FP8 block (or
+ * compressed-tensors FP4) model: which tensors of which shard it reads
+ * (its own, and its weights' scales from other shards) and where they are
+ * in the composite source.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -37,17 +38,41 @@ static const struct castfs_tensor *find_join(const struct castfs_header *h,
 	return castfs_header_find(h, buf, base + alen);
 }
 
+/* If @t is a compressed-tensors FP4 companion of a U8 "M.weight_packed"
+ * in @h ("M.weight_scale", "M.weight_global_scale",
+ * "M.input_global_scale": qsrc_ct4.c), that weight; else NULL. */
+static const struct castfs_tensor *fp4_weight(const struct castfs_header *h,
+					      const struct castfs_tensor *t)
+{
+	static const char *const leaves[] = { ".weight_scale",
+					      ".weight_global_scale",
+					      ".input_global_scale" };
+	const struct castfs_tensor *w;
+	size_t base;
+
+	for (size_t i = 0; i < sizeof(leaves) / sizeof(leaves[0]); i++) {
+		if (!has_suffix(t, leaves[i], &base))
+			continue;
+		w = find_join(h, t, base, ".weight_packed");
+		return w && w->dtype == CASTFS_DTYPE_U8 ? w : NULL;
+	}
+	return NULL;
+}
+
 /*
  * If @t is the FP8 scale of an F8 weight in @h, that weight; else NULL.
  * The names are the ones qsrc.c pairs: "P_scale_inv" for weight "P",
- * "M.scale" for F8 "M.weight".
+ * "M.scale" for F8 "M.weight"; and the companions of compressed-tensors
+ * FP4 packed weights (fp4_weight).
  */
 static const struct castfs_tensor *scale_weight(const struct castfs_header *h,
 						const struct castfs_tensor *t)
 {
-	const struct castfs_tensor *w = NULL;
+	const struct castfs_tensor *w = fp4_weight(h, t);
 	size_t base;
 
+	if (w)
+		return w;
 	if (has_suffix(t, "_scale_inv", &base))
 		w = find_join(h, t, base, "");
 	else if (has_suffix(t, ".scale", &base))

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * FP8 block weights whose scale sits in another shard of a model folder:
+ * FP8 block weights (and compressed-tensors FP4 packed weights) whose
+ * scale sits in another shard of a model folder:
  * the header one output shard is planned from, its tensors pointing into
  * a composite source (common/reader.h, castfs_multi_reader).
  */
@@ -15,8 +16,10 @@
 /*
  * castfs_qsrc_xshard - the header of shard @k of the @n shards @hs as a
  * view of it must see it when FP8 block scales cross shards
- * (transformers' save_pretrained splits by size, so "P_scale_inv" or
- * "M.scale" may land in another shard than its weight): shard @k's
+ * (transformers' save_pretrained splits by size, so "P_scale_inv",
+ * "M.scale", or a compressed-tensors FP4 "M.weight_scale" /
+ * "M.weight_global_scale" / "M.input_global_scale" may land in another
+ * shard than its weight): shard @k's
  * tensors, less the FP8 scales whose F8 weight is in another shard (they
  * belong to that shard's output), plus the FP8 scales of shard @k's F8
  * weights that lie in other shards. Every tensor's data offsets are
