@@ -33,6 +33,9 @@ struct ns_ckpt {
 	/* The FP8 weight_block_size of its directory's config.json (0, 0:
 	 * none); its plans pair scales with it (ns_ckpt_qopts()). */
 	uint32_t qbrows, qbcols;
+	/* CASTFS_QSRC_W4SYM / W4ASYM from the same config.json, or 0: the
+	 * composite header of an xshard shard is scanned with them too. */
+	unsigned qw4flags;
 	/* A packed source's seek table (decoded reads go through it), or
 	 * NULL for a plain file; path is then the pack on disk. */
 	struct castfs_zst_index *zix;

@@ -49,7 +49,8 @@ static int xs_header(struct ns_ckpt *ck, const struct ns_md_xshard *x,
 		     struct castfs_header **out)
 {
 	const struct castfs_header **hs = calloc(x->s.n, sizeof(*hs));
-	struct castfs_qsrc_opts o = { .flags = CASTFS_QSRC_STRICT,
+	struct castfs_qsrc_opts o = { .flags = CASTFS_QSRC_STRICT |
+					       ck->qw4flags,
 				      .brows = ck->qbrows,
 				      .bcols = ck->qbcols };
 	struct castfs_qsrc q;

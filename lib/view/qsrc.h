@@ -112,10 +112,12 @@ struct castfs_qsrc {
  */
 #define CASTFS_QSRC_STRICT 1u
 /*
- * XSHARD (with STRICT, for a shard of a sharded FP8 block folder): an F8
- * weight without its scale, and a "*_scale_inv" / "*.scale" without its
- * weight, are counted in nxshard instead of refused: their partner may be
- * in another shard (view/qsrc_xshard.h). No view of such a header alone
+ * XSHARD (for a shard of a sharded FP8 block, compressed-tensors FP4 or
+ * int4 folder): an F8 weight without its scale, a "*_scale_inv" /
+ * "*.scale" without its weight, and a compressed-tensors packed weight
+ * without a companion (or a companion without its weight) are counted in
+ * nxshard instead of refused: their partner may be in another shard
+ * (view/qsrc_xshard.h). No view of such a header alone
  * may be served: it must be rescanned as its composite header.
  */
 #define CASTFS_QSRC_XSHARD 2u

@@ -106,6 +106,34 @@ static const char *w4_zp_check(const struct castfs_tensor *zp,
 	return NULL;
 }
 
+/* Mark @t of @h, if any, as a tensor this header alone does not serve. */
+static void w4_hold(const struct castfs_header *h, struct castfs_qsrc *q,
+		    const struct castfs_tensor *t)
+{
+	if (t && q->t[t - h->tensors].role == CASTFS_QR_PLAIN)
+		q->t[t - h->tensors].role = CASTFS_QR_SCALE;
+}
+
+/*
+ * XSHARD: whether weight @t lacks a companion that may be in another
+ * shard (its scale, its weight_shape, or under W4ASYM its zero point);
+ * then it and its companions here are held and counted in nxshard (only
+ * the composite header, view/qsrc_xshard.h, is ever served).
+ */
+static bool w4_elsewhere(const struct castfs_header *h, struct castfs_qsrc *q,
+			 const struct castfs_tensor *t,
+			 const struct castfs_tensor *const c[3])
+{
+	if (!(q->flags & CASTFS_QSRC_XSHARD) ||
+	    (c[0] && c[1] && (c[2] || !(q->flags & CASTFS_QSRC_W4ASYM))))
+		return false;
+	w4_hold(h, q, t);
+	for (int i = 0; i < 3; i++)
+		w4_hold(h, q, c[i]);
+	q->nxshard++;
+	return true;
+}
+
 /* "M.weight_packed" @t: pair it with its scale and shape into @q. */
 static int w4_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 		   const struct castfs_tensor *t, struct castfs_diag *d)
@@ -126,6 +154,9 @@ static int w4_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 		return err;
 	if (gi)
 		return w4_reject(d, gi, "activation ordering (g_idx)");
+	if (w4_elsewhere(h, q, t,
+			 (const struct castfs_tensor *const[3]){ s, ws, zp }))
+		return 0;
 	if (w)
 		return w4_reject(d, w, "weight beside its weight_packed");
 	if (!s || !w4_shape(h, ws, shape))
@@ -149,10 +180,37 @@ static int w4_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 	return 0;
 }
 
+/* XSHARD: the companions whose weight_packed is not in this file are
+ * held and counted (their weight may be in another shard). */
+static void w4_orphans(const struct castfs_header *h, struct castfs_qsrc *q)
+{
+	static const char *const leaves[] = { "weight_scale", "weight_shape",
+					      "weight_zero_point" };
+	size_t mod;
+
+	for (size_t i = 0; i < h->ntensors; i++) {
+		const struct castfs_tensor *t = &h->tensors[i];
+
+		for (size_t k = 0; q->t[i].role == CASTFS_QR_PLAIN && k < 3;
+		     k++) {
+			if (!castfs_qsrc_leaf(t, leaves[k], &mod) ||
+			    castfs_qsrc_sibling(h, t, t->name_len - mod,
+						"weight_packed", NULL))
+				continue;
+			q->t[i].role = CASTFS_QR_SCALE;
+			q->nxshard++;
+		}
+	}
+}
+
 int castfs_qsrc_ctw4(const struct castfs_header *h, struct castfs_qsrc *q,
 		     struct castfs_diag *d)
 {
 	int rc = 0;
+
+	if ((q->flags & CASTFS_QSRC_XSHARD) &&
+	    (q->flags & (CASTFS_QSRC_W4SYM | CASTFS_QSRC_W4ASYM)))
+		w4_orphans(h, q);
 
 	for (size_t i = 0; !rc && i < h->ntensors; i++) {
 		const struct castfs_tensor *t = &h->tensors[i];

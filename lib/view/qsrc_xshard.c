@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/reader.h"
+#include "format/st_side.h"
 #include "view/qsrc_xshard.h"
 
 static bool has_suffix(const struct castfs_tensor *t, const char *suf,
@@ -38,23 +39,35 @@ static const struct castfs_tensor *find_join(const struct castfs_header *h,
 	return castfs_header_find(h, buf, base + alen);
 }
 
-/* If @t is a compressed-tensors FP4 companion of a U8 "M.weight_packed"
- * in @h ("M.weight_scale", "M.weight_global_scale",
- * "M.input_global_scale": qsrc_ct4.c), that weight; else NULL. */
+/* If @t is a compressed-tensors companion of a "M.weight_packed" in @h
+ * (U8 FP4: "M.weight_scale", "M.weight_global_scale",
+ * "M.input_global_scale", qsrc_ct4.c; I32 int4: "M.weight_scale",
+ * "M.weight_shape", "M.weight_zero_point", qsrc_ctw4.c), that weight;
+ * else NULL. */
 static const struct castfs_tensor *fp4_weight(const struct castfs_header *h,
 					      const struct castfs_tensor *t)
 {
-	static const char *const leaves[] = { ".weight_scale",
-					      ".weight_global_scale",
-					      ".input_global_scale" };
+	static const struct {
+		const char *leaf;
+		bool fp4, int4;
+	} leaves[] = {
+		{ ".weight_scale", true, true },
+		{ ".weight_global_scale", true, false },
+		{ ".input_global_scale", true, false },
+		{ ".weight_shape", false, true },
+		{ ".weight_zero_point", false, true },
+	};
 	const struct castfs_tensor *w;
 	size_t base;
 
 	for (size_t i = 0; i < sizeof(leaves) / sizeof(leaves[0]); i++) {
-		if (!has_suffix(t, leaves[i], &base))
+		if (!has_suffix(t, leaves[i].leaf, &base))
 			continue;
 		w = find_join(h, t, base, ".weight_packed");
-		return w && w->dtype == CASTFS_DTYPE_U8 ? w : NULL;
+		if (w && ((leaves[i].fp4 && w->dtype == CASTFS_DTYPE_U8) ||
+			  (leaves[i].int4 && w->dtype == CASTFS_DTYPE_I32)))
+			return w;
+		return NULL;
 	}
 	return NULL;
 }
@@ -150,12 +163,9 @@ int castfs_qsrc_xshard(const struct castfs_header *const *hs, size_t n,
 	struct castfs_header *h;
 	size_t m = 0;
 
+	(void)d;
 	if (k >= n || n > CASTFS_PART_MAX)
 		return -EINVAL;
-	if (hs[k]->side)
-		return castfs_diag_set(d, -ENOTSUP,
-				       "a 4-bit layout's side data: not "
-				       "served across shards");
 	for (size_t j = 0; j < n; j++)
 		for (size_t i = 0; i < hs[j]->ntensors; i++)
 			m += wanted(hs, n, k, j, &hs[j]->tensors[i]);
@@ -170,6 +180,13 @@ int castfs_qsrc_xshard(const struct castfs_header *const *hs, size_t n,
 	h->nmeta = hs[k]->nmeta;
 	h->meta = hs[k]->meta;
 	fill(hs, n, k, h);
+	/* int4 weights' true shapes: their weight_shape data, from the
+	 * shards that hold them. */
+	if (castfs_header_side_gather(
+		    h, (const struct castfs_header *const *)hs, n)) {
+		castfs_header_free(h);
+		return -ENOMEM;
+	}
 	*out = h;
 	return 0;
 }

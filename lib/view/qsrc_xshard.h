@@ -29,13 +29,16 @@
  * part j is shard j. Tensors keep the order of their shards, then of
  * their offsets. Names, shapes and metadata are borrowed from @hs (keep
  * every @hs[j] alive while the result is used); free the result with
- * castfs_header_free(). Shard @k must have no side data (bitsandbytes or
- * compressed-tensors 4-bit layouts are not served across shards yet).
+ * castfs_header_free(). The result carries a copy of the side data its
+ * tensors have in their shards (compressed-tensors int4 weight_shape:
+ * format/st_side.h), and compressed-tensors int4 companions
+ * ("M.weight_scale", "M.weight_shape", "M.weight_zero_point" of an I32
+ * "M.weight_packed") follow their weight like the scales above. @d is
+ * unused (kept for callers).
  *
  * Returns 0 with *@out set; -EINVAL when @k >= @n or @n is over
- * CASTFS_PART_MAX; -ENOTSUP when shard @k has side data (@d says so);
- * -ENOMEM. On error *@out is untouched. Pure function of @hs;
- * thread-safe.
+ * CASTFS_PART_MAX; -ENOMEM. On error *@out is untouched. Pure function
+ * of @hs; thread-safe.
  */
 int castfs_qsrc_xshard(const struct castfs_header *const *hs, size_t n,
 		       size_t k, struct castfs_header **out,

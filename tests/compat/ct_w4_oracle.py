@@ -3,7 +3,8 @@
 (scripts/setup-llmc): llm-compressor + compressed-tensors.
 
 python ct_w4_oracle.py JOBS.json prints one JSON line of results. Jobs:
-  quantize:   [[src_dir, out_dir, strategy], ...]  data-free oneshot of
+  quantize:   [[src_dir, out_dir, strategy(, shard)], ...]  data-free
+      oneshot of
       symmetric int4 weights ("group": groups of 128, W4A16's; "channel"),
       or asymmetric ones ("asym-group": llm-compressor's W4A16_ASYM
       preset; "asym-channel": the same per channel), lm_head ignored,
@@ -28,7 +29,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 
-def quantize(src, out, strategy):
+def quantize(src, out, strategy, shard=None):
     from llmcompressor import oneshot
     from llmcompressor.modifiers.quantization import QuantizationModifier
     asym = strategy.startswith("asym-")
@@ -46,7 +47,10 @@ def quantize(src, out, strategy):
             config_groups={"group_0": {"targets": ["Linear"], "weights": w}},
             ignore=["lm_head"])
     oneshot(model=m, recipe=mod)
-    m.save_pretrained(out, save_compressed=True)
+    if shard:  # transformers' sharder splits modules across shards
+        m.save_pretrained(out, save_compressed=True, max_shard_size=shard)
+    else:
+        m.save_pretrained(out, save_compressed=True)
     return True
 
 

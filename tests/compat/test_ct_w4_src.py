@@ -14,6 +14,10 @@
   (no missing or unexpected keys, no quantization_config), logits equal
   to the model built from the decompressor's weights; DIR.nf4/ is
   offered (its bytes: test_requant.py).
+- The asymmetric model saved in 100 KB shards (weight_packed, scale,
+  weight_shape and zero point of a module in different shards): every
+  DIR.bf16/fp16/fp32/ weight equals the decompressor's output of the whole
+  folder, DIR.bf16/ loads with from_pretrained.
 - A single file (symmetric and asymmetric): its bf16 view equal to the
   decompressor's, random ranges; the asymmetric file's nf4_nodq view is
   bitsandbytes' quantize_4bit of the decompressor's bf16 weights.
@@ -151,8 +155,14 @@ def setUpModule():
         d = os.path.join(src, "w4-" + s)
         jobs["quantize"].append([plain, d, s])
         jobs["decompress"].append([d, os.path.join(Env.root, s + ".ref")])
+    # asymmetric groups saved in 100 KB shards: modules straddle shards
+    jobs["quantize"].append([os.path.join(Env.root, "plain-asym-group"),
+                             os.path.join(src, "w4-sharded"), "asym-group",
+                             "100KB"])
+    jobs["decompress"].append([os.path.join(src, "w4-sharded"),
+                               os.path.join(Env.root, "sharded.ref")])
     run_oracle(jobs)
-    for s in STRATEGIES:
+    for s in list(STRATEGIES) + ["sharded"]:
         Env.ref[s] = load_file(os.path.join(Env.root, s + ".ref"))
     single = os.path.join(src, "single.safetensors")
     shutil.copy(os.path.join(src, "w4-channel", "model.safetensors"), single)
@@ -230,6 +240,56 @@ class ModelDir(unittest.TestCase):
                                                 plain(ids).logits))
                 del model
                 gc.collect()
+
+    def test_split_modules_served(self):
+        """A 100 KB-shard save (modules straddle shards: weight_packed,
+        weight_scale, weight_shape and weight_zero_point in different
+        files): each DIR.<view>/ shard holds its source shard's weights
+        dequantized with their companions from wherever they are, equal
+        to the decompressor's output of the whole folder."""
+        d = os.path.join(Env.mnt.source, "w4-sharded")
+        with open(os.path.join(d, "model.safetensors.index.json")) as f:
+            wm = json.load(f)["weight_map"]
+        comp = ("weight_scale", "weight_shape", "weight_zero_point")
+        split = [k for k in wm if k.endswith(".weight_packed") and any(
+            wm.get(k[:-len("packed")] + c[len("weight_"):], wm[k]) != wm[k]
+            for c in comp)]
+        self.assertTrue(split)  # the case is real
+        ref = Env.ref["sharded"]
+        deq = {k[:-len("_packed")] for k in wm if k.endswith("_packed")}
+        for v, dt in VIEWS.items():
+            with self.subTest(view=v):
+                view = Env.mnt.join("w4-sharded." + v)
+                with open(os.path.join(view,
+                                       "model.safetensors.index.json")) as f:
+                    vm = json.load(f)["weight_map"]
+                self.assertEqual(sorted(vm), sorted(ref))
+                for n in sorted(set(vm.values())):
+                    got = load_file(os.path.join(view, n))
+                    self.assertEqual(
+                        sorted(got),
+                        sorted(k[:-len("_packed")] if k.endswith("_packed")
+                               else k for k, s in wm.items() if s == n
+                               and k.rsplit(".", 1)[-1] not in comp), n)
+                    for k, t in got.items():
+                        if k not in deq:
+                            # a shard without int4 weights is cast like
+                            # any checkpoint (documented): kept as stored
+                            # or torch's cast of it
+                            self.assertIn(t.dtype, (ref[k].dtype, dt), k)
+                            self.assertTrue(torch.equal(
+                                bits(t), bits(ref[k].to(t.dtype))), k)
+                            continue
+                        want = ref[k].to(dt)
+                        self.assertEqual(t.dtype, want.dtype, k)
+                        self.assertTrue(torch.equal(bits(t), bits(want)),
+                                        k)
+        model, info = load_quiet(Env.mnt.join("w4-sharded.bf16"),
+                                 output_loading_info=True)
+        for k in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+            self.assertEqual(list(info.get(k, [])), [], k)
+        del model
+        gc.collect()
 
     def test_quantising_views_offered(self):
         """Views that quantise again are offered (their bytes:

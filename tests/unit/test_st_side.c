@@ -16,6 +16,7 @@
 #include "st_testutil.h"
 #include "unit.h"
 #include "view/qsrc.h"
+#include "view/qsrc_xshard.h"
 
 static const char state_nf4[] =
 	"{\"quant_type\": \"nf4\", \"blocksize\": 64, \"dtype\": "
@@ -342,6 +343,64 @@ START_TEST(test_qsrc_ctw4__lies_refused)
 }
 END_TEST
 
+/* An int4 module split across two shards: its weight_shape's data comes
+ * with it into the composite header, which then pairs it strictly. */
+START_TEST(test_st_side__gathered_across_shards)
+{
+	struct tu_st *b0 = tu_st_new(), *b1 = tu_st_new();
+	int64_t ws[2] = { 4, 64 };
+	struct castfs_header *h[2], *x;
+	struct castfs_diag d = { { 0 } };
+	struct castfs_qsrc q;
+	const uint8_t *p;
+	size_t len = 0;
+	int rc;
+
+	tu_st_add(b0, "l.weight_packed", "I32", SHAPE(4, 8), NULL);
+	tu_st_add(b0, "n.weight", "BF16", SHAPE(3), NULL);
+	tu_st_add(b1, "l.weight_scale", "BF16", SHAPE(4, 2), NULL);
+	tu_st_add(b1, "l.weight_shape", "I64", SHAPE(2), ws);
+	h[0] = parse_side(b0, 0, &rc);
+	ck_assert_int_eq(rc, 0);
+	h[1] = parse_side(b1, 0, &rc);
+	ck_assert_int_eq(rc, 0);
+	for (size_t k = 0; k < 2; k++) {
+		ck_assert_int_eq(castfs_qsrc_scan(h[k],
+						  CASTFS_QSRC_XSHARD |
+							  CASTFS_QSRC_W4SYM,
+						  &q, &d),
+				 0);
+		ck_assert_uint_gt(q.nxshard, 0);
+		castfs_qsrc_fini(&q);
+	}
+	ck_assert_int_eq(
+		castfs_qsrc_xshard((const struct castfs_header *const *)h, 2, 0,
+				   &x, NULL),
+		0);
+	ck_assert_uint_eq(x->ntensors, 4);
+	p = castfs_header_side(x, stt_find(x, "l.weight_shape"), &len);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_eq(len, 16);
+	ck_assert_mem_eq(p, (const uint8_t *)ws, 16);
+	ck_assert_int_eq(
+		castfs_qsrc_scan(x, CASTFS_QSRC_STRICT | CASTFS_QSRC_W4SYM, &q,
+				 &d),
+		0);
+	ck_assert_uint_eq(q.nctw4, 1);
+	castfs_qsrc_fini(&q);
+	castfs_header_free(x);
+	/* shard 1's output holds none of them */
+	ck_assert_int_eq(
+		castfs_qsrc_xshard((const struct castfs_header *const *)h, 2, 1,
+				   &x, NULL),
+		0);
+	ck_assert_uint_eq(x->ntensors, 0);
+	castfs_header_free(x);
+	castfs_header_free(h[0]);
+	castfs_header_free(h[1]);
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("st_side");
@@ -355,6 +414,7 @@ Suite *unit_suite(void)
 			    sizeof(lies) / sizeof(lies[0]));
 	tcase_add_test(tc, test_qsrc_ctw4__pairs);
 	tcase_add_test(tc, test_qsrc_ctw4__zero_points);
+	tcase_add_test(tc, test_st_side__gathered_across_shards);
 	tcase_add_loop_test(tc, test_qsrc_ctw4__lies_refused, 0,
 			    sizeof(w4_lies) / sizeof(w4_lies[0]));
 	suite_add_tcase(s, tc);
