@@ -210,7 +210,8 @@ static void print_scheme(const struct castfs_header *h,
 	} else if (qi->role == CASTFS_QR_CTW4) {
 		const struct castfs_tensor *s = &h->tensors[qi->scale];
 
-		printf(" int4 symmetric, groups of %" PRIu32 ", %s scale ",
+		printf(" int4 %s, groups of %" PRIu32 ", %s scale ",
+		       qi->zp ? "asymmetric (zero points)" : "symmetric",
 		       qi->bcols, castfs_dtype_name(s->dtype));
 		print_name(s->name, s->name_len);
 	}

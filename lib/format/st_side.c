@@ -155,6 +155,57 @@ const uint8_t *castfs_header_side(const struct castfs_header *h,
 	return s->bytes + s->ent[lo].off;
 }
 
+/* The side data, in its own shard, of tensor @i of composite @h. */
+static const uint8_t *gather_src(const struct castfs_header *h, size_t i,
+				 const struct castfs_header *const *hs,
+				 size_t n, size_t *len)
+{
+	const struct castfs_tensor *t = &h->tensors[i], *st;
+	uint64_t j = t->begin >> CASTFS_PART_SHIFT;
+
+	if (j >= n || !castfs_side_wanted(t))
+		return NULL;
+	st = castfs_header_find(hs[j], t->name, t->name_len);
+	return st ? castfs_header_side(hs[j], st, len) : NULL;
+}
+
+int castfs_header_side_gather(struct castfs_header *h,
+			      const struct castfs_header *const *hs, size_t n)
+{
+	struct castfs_side *s;
+	size_t cnt = 0, total = 0, len = 0;
+	const uint8_t *p;
+
+	for (size_t i = 0; i < h->ntensors; i++) {
+		if (gather_src(h, i, hs, n, &len)) {
+			cnt++;
+			total += len;
+		}
+	}
+	if (!cnt)
+		return 0;
+	s = calloc(1, sizeof(*s));
+	if (!s || !(s->ent = calloc(cnt, sizeof(*s->ent))) ||
+	    !(s->bytes = malloc(total))) {
+		castfs_side_free(s);
+		return -ENOMEM;
+	}
+	total = 0;
+	for (size_t i = 0; i < h->ntensors; i++) {
+		p = gather_src(h, i, hs, n, &len);
+		if (!p)
+			continue;
+		s->ent[s->n++] = (struct side_ent){ .tensor = (uint32_t)i,
+						    .off = (uint32_t)total,
+						    .len = (uint32_t)len };
+		memcpy(s->bytes + total, p, len);
+		total += len;
+	}
+	castfs_side_free(h->side);
+	h->side = s;
+	return 0;
+}
+
 void castfs_side_free(struct castfs_side *s)
 {
 	if (!s)

@@ -51,6 +51,17 @@ int castfs_header_read_side(struct castfs_header *h,
 const uint8_t *castfs_header_side(const struct castfs_header *h,
 				  const struct castfs_tensor *t, size_t *len);
 
+/*
+ * castfs_header_side_gather - attach to composite header @h (tensors whose
+ * offsets are castfs_part_off(j, byte of @hs[j]), as view/qsrc_xshard.h
+ * builds it) a copy of the side data each of its tensors has in its own
+ * shard @hs[j] (found by name). Call once, before @h is shared; @hs are
+ * only read. Returns 0 or -ENOMEM (@h unchanged). Thread-safe for
+ * distinct @h.
+ */
+int castfs_header_side_gather(struct castfs_header *h,
+			      const struct castfs_header *const *hs, size_t n);
+
 /* castfs_side_free - release side data; NULL is accepted. */
 void castfs_side_free(struct castfs_side *s);
 

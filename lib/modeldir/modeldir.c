@@ -124,7 +124,9 @@ int castfs_md_config_read(const char *json, size_t len,
  * transformers 5.24 _keep_in_fp32_modules entries that are Linear layers,
  * per model_type, as globs on tensor names. The loader skips a module if
  * its name starts with the entry up to a dot or ends with it
- * (should_convert_module), hence "X.*" and "*X.weight".
+ * (should_convert_module), hence "X.*" and "*X.weight". Also 2-D weights
+ * of modules that are not nn.Linear, which no quantizer replaces: gpt-oss's
+ * GptOssTopKRouter (its experts are 3-D, never quantised by castfs).
  */
 static const struct {
 	const char *model_type;
@@ -141,6 +143,7 @@ static const struct {
 	{ "mistral_large4", { "*indexer.weights_proj.weight" } },
 	{ "mistral_large4_text", { "*indexer.weights_proj.weight" } },
 	{ "axk2", { "*indexer.weights_proj.weight" } },
+	{ "gpt_oss", { "*mlp.router.weight" } },
 	{ "deepseek_v4",
 	  { "*self_attn.compressor.kv_proj.weight",
 	    "*self_attn.compressor.gate_proj.weight",

@@ -73,11 +73,12 @@ struct castfs_md_quant {
 	bool bnb_int8;
 	bool mxfp4; /* quant_method "mxfp4" (gpt-oss): dequantized too */
 	/* quant_method "bitsandbytes" with load_in_4bit: its nf4/fp4
-	 * weights are dequantized by the cast views only. */
+	 * weights are dequantized too. */
 	bool bnb_4bit;
-	/* compressed-tensors "pack-quantized" symmetric int4 (W4A16, group
-	 * or channel): dequantized by the cast views only. */
+	/* compressed-tensors "pack-quantized" int4 (W4A16[_ASYM], group
+	 * or channel): dequantized too. */
 	bool ct_w4;
+	bool ct_w4_asym; /* ct_w4 with symmetric false: zero points */
 	bool ct_fp8; /* compressed-tensors float-quantized FP8 weights
 		      * (tensor, channel, 128x128 block): dequantized too */
 	bool ct_fp4; /* compressed-tensors nvfp4-/mxfp4-pack-quantized:

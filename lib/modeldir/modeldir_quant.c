@@ -176,31 +176,35 @@ static bool ct_fp8(const cJSON *qc)
 	return n > 0;
 }
 
-/* Weights of symmetric static int4, per group or channel, no activation
- * ordering: what castfs dequantizes (qsrc_ctw4.c). */
-static bool ct_w4_weights(const cJSON *w)
+/* Weights of static int4, per group or channel, no activation ordering:
+ * what castfs dequantizes (qsrc_ctw4.c). *@asym: symmetric false (the
+ * decompressor then reads zero points; absent means true). */
+static bool ct_w4_weights(const cJSON *w, bool *asym)
 {
 	static const char *const strat[] = { "group", "channel", NULL };
 	static const char *const ty[] = { "int", NULL };
 	const cJSON *sym = cJSON_GetObjectItemCaseSensitive(w, "symmetric");
 	const cJSON *dyn = cJSON_GetObjectItemCaseSensitive(w, "dynamic");
 
+	*asym = cJSON_IsFalse(sym);
 	return cJSON_IsObject(w) && ct_num(w, "num_bits", 4) &&
 	       str_in(w, "strategy", strat) && str_in(w, "type", ty) &&
-	       !cJSON_IsFalse(sym) && !cJSON_IsTrue(dyn) &&
+	       (!sym || cJSON_IsBool(sym)) && !cJSON_IsTrue(dyn) &&
 	       ct_empty(w, "actorder");
 }
 
-/* compressed-tensors "pack-quantized" int4 weights (W4A16), nothing
- * else. */
-static bool ct_w4(const cJSON *qc)
+/* compressed-tensors "pack-quantized" int4 weights (W4A16, W4A16_ASYM),
+ * nothing else; *@asym: every group asymmetric (groups that disagree are
+ * refused: a file cannot say which group a weight belongs to). */
+static bool ct_w4(const cJSON *qc, bool *asym)
 {
 	static const char *const ct[] = { "compressed-tensors", NULL };
 	static const char *const fmt[] = { "pack-quantized", NULL };
 	const cJSON *groups =
 		cJSON_GetObjectItemCaseSensitive(qc, "config_groups");
 	const cJSON *g;
-	int n = 0;
+	int n = 0, nasym = 0;
+	bool a = false;
 
 	if (!str_in(qc, "quant_method", ct) || !str_in(qc, "format", fmt) ||
 	    !ct_empty(qc, "kv_cache_scheme") ||
@@ -211,14 +215,17 @@ static bool ct_w4(const cJSON *qc)
 		const cJSON *f = cJSON_GetObjectItemCaseSensitive(g, "format");
 
 		if (!cJSON_IsObject(g) || (f && !str_in(g, "format", fmt)) ||
-		    !ct_w4_weights(
-			    cJSON_GetObjectItemCaseSensitive(g, "weights")) ||
+		    !ct_w4_weights(cJSON_GetObjectItemCaseSensitive(g,
+								    "weights"),
+				   &a) ||
 		    !ct_empty(g, "input_activations") ||
 		    !ct_empty(g, "output_activations"))
 			return false;
 		n++;
+		nasym += a;
 	}
-	return n > 0;
+	*asym = n > 0 && nasym == n;
+	return n > 0 && (nasym == 0 || nasym == n);
 }
 
 static const cJSON *find_qc(const cJSON *root)
@@ -256,7 +263,7 @@ int castfs_md_quant_read(const char *json, size_t len,
 			     strcmp(m->valuestring, "mxfp4") == 0;
 		out->ct_fp8 = cJSON_IsObject(qc) && ct_fp8(qc);
 		out->ct_fp4 = cJSON_IsObject(qc) && castfs_md_ct_fp4(qc);
-		out->ct_w4 = cJSON_IsObject(qc) && ct_w4(qc);
+		out->ct_w4 = cJSON_IsObject(qc) && ct_w4(qc, &out->ct_w4_asym);
 		snprintf(out->method, sizeof(out->method), "%s",
 			 cJSON_IsString(m) ? m->valuestring : "?");
 	}

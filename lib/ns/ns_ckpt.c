@@ -241,7 +241,8 @@ static void ck_parse(struct castfs_ns *ns, struct ns_ckpt *ck, int fd,
 
 /*
  * Whether @dir has the index of sharded weights that lets a shard's FP8
- * scales be looked for in the other shards (ns_mdxshard.c).
+ * (or compressed-tensors FP4) scales be looked for in the other shards
+ * (ns_mdxshard.c).
  */
 static bool ck_dir_sharded(struct castfs_ns *ns, const char *dir)
 {
@@ -267,7 +268,11 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 	struct castfs_qsrc q;
 	char *dir = ns_parent_path(ck->path);
 	int rc = dir ? ns_ckpt_dir_quant(ns, dir, &mq) : -ENOMEM;
-	bool sharded = !rc && mq.fp8_block && ck_dir_sharded(ns, dir);
+	bool sharded = !rc && (mq.fp8_block || mq.ct_fp4 || mq.ct_w4) &&
+		       ck_dir_sharded(ns, dir);
+	unsigned w4 = !rc && mq.ct_w4 ? (mq.ct_w4_asym ? CASTFS_QSRC_W4ASYM :
+							 CASTFS_QSRC_W4SYM) :
+					0;
 
 	free(dir);
 	if (!rc && mq.quantized && !castfs_md_quant_dequantized(&mq))
@@ -281,7 +286,7 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 			.flags = (mq.fp8_block || mq.ct_fp8 || mq.ct_fp4 ?
 					  CASTFS_QSRC_STRICT :
 					  0) |
-				 (sharded ? CASTFS_QSRC_XSHARD : 0),
+				 (sharded ? CASTFS_QSRC_XSHARD : 0) | w4,
 			.brows = mq.block_rows,
 			.bcols = mq.block_cols,
 		};
@@ -292,9 +297,9 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 		ck->xshard = q.nxshard > 0;
 		ck->quant = q.nfp8 > 0 || q.nmxfp4 > 0 || q.nbnb4 > 0 ||
 			    q.nctw4 > 0 || ck->xshard;
-		ck->q4bit = q.nbnb4 > 0 || q.nctw4 > 0;
 		ck->qbrows = mq.block_rows;
 		ck->qbcols = mq.block_cols;
+		ck->qw4flags = w4;
 		castfs_qsrc_fini(&q);
 		return;
 	}

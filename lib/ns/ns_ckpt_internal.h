@@ -23,9 +23,6 @@ struct ns_ckpt {
 	char *path;
 	struct castfs_header *h; /* NULL when rejected */
 	bool quant; /* holds FP8 block weights (ns_ckpt_offers()) */
-	/* bnb 4-bit or ct int4 weights: stored as packed bytes, not as the
-	 * weights a quantising view sees (ns_mdjson.c reads its bf16 view) */
-	bool q4bit;
 	/* A shard of a sharded FP8 block folder with FP8 weights or scales
 	 * whose partner is in another shard: it has no single-file views;
 	 * its DIR.<view>/ file is planned with its siblings (ns_mdxshard.c). */
@@ -33,6 +30,9 @@ struct ns_ckpt {
 	/* The FP8 weight_block_size of its directory's config.json (0, 0:
 	 * none); its plans pair scales with it (ns_ckpt_qopts()). */
 	uint32_t qbrows, qbcols;
+	/* CASTFS_QSRC_W4SYM / W4ASYM from the same config.json, or 0: the
+	 * composite header of an xshard shard is scanned with them too. */
+	unsigned qw4flags;
 	/* A packed source's seek table (decoded reads go through it), or
 	 * NULL for a plain file; path is then the pack on disk. */
 	struct castfs_zst_index *zix;

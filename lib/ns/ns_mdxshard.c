@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * DIR.<view>/ files of an FP8 block shard whose scales cross shards
- * (level 5): the folder's index names every shard; each is held under
+ * DIR.<view>/ files of a shard whose quantized modules cross shards (FP8
+ * block scales, compressed-tensors FP4/int4 companions), and nvfp4 files
+ * of a model whose fused groups a shard boundary may cut (level 5): the
+ * folder's index names every shard; each is held under
  * the usual identity rules, the shard's composite header
  * (view/qsrc_xshard.h) is planned once per identity of every shard and
  * cached in the shard's checkpoint entry, and an open file reads every
@@ -49,7 +51,8 @@ static int xs_header(struct ns_ckpt *ck, const struct ns_md_xshard *x,
 		     struct castfs_header **out)
 {
 	const struct castfs_header **hs = calloc(x->s.n, sizeof(*hs));
-	struct castfs_qsrc_opts o = { .flags = CASTFS_QSRC_STRICT,
+	struct castfs_qsrc_opts o = { .flags = CASTFS_QSRC_STRICT |
+					       ck->qw4flags,
 				      .brows = ck->qbrows,
 				      .bcols = ck->qbcols };
 	struct castfs_qsrc q;

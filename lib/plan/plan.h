@@ -144,7 +144,11 @@ struct castfs_qtensor {
 	bool fp4_negzero; /* FP4 code 8 is -0.0 (bnb's C kernel) */
 	/* DEQ_W4: codes at src_off (rows of ceil(cols / 8) I32 words),
 	 * scales at scale_off ([rows][scols] of scale_dtype, one per bcols
-	 * elements of a row); products rounded to out_round. */
+	 * elements of a row); products rounded to out_round. With w4_zp,
+	 * the zero points at zp_off: [ceil(rows / 8)][scols] I32 words, the
+	 * one of (row r, group g) at bits 4 (r % 8) of word (r / 8, g). */
+	uint64_t zp_off;
+	bool w4_zp;
 };
 
 struct castfs_header;

@@ -51,6 +51,9 @@ struct castfs_qinfo {
 	uint32_t scale; /* FP8_BLOCK, MXFP4: index of its scale in h->tensors */
 	uint32_t brows, bcols; /* FP8_BLOCK: elements per scale (block) */
 	uint32_t gscale; /* NVFP4: index of its weight_global_scale */
+	/* CTW4: 1 + index of its packed weight_zero_point (asymmetric);
+	 * 0: symmetric */
+	uint32_t zp;
 };
 
 /*
@@ -109,13 +112,23 @@ struct castfs_qsrc {
  */
 #define CASTFS_QSRC_STRICT 1u
 /*
- * XSHARD (with STRICT, for a shard of a sharded FP8 block folder): an F8
- * weight without its scale, and a "*_scale_inv" / "*.scale" without its
- * weight, are counted in nxshard instead of refused: their partner may be
- * in another shard (view/qsrc_xshard.h). No view of such a header alone
+ * XSHARD (for a shard of a sharded FP8 block, compressed-tensors FP4 or
+ * int4 folder): an F8 weight without its scale, a "*_scale_inv" /
+ * "*.scale" without its weight, and a compressed-tensors packed weight
+ * without a companion (or a companion without its weight) are counted in
+ * nxshard instead of refused: their partner may be in another shard
+ * (view/qsrc_xshard.h). No view of such a header alone
  * may be served: it must be rescanned as its composite header.
  */
 #define CASTFS_QSRC_XSHARD 2u
+/*
+ * W4SYM / W4ASYM: the directory's config.json declares compressed-tensors
+ * pack-quantized int4 weights symmetric / asymmetric (symmetric: false),
+ * so every int4 weight must have no weight_zero_point / one: the
+ * decompressor reads the zero point by the config, not by the file.
+ */
+#define CASTFS_QSRC_W4SYM 4u
+#define CASTFS_QSRC_W4ASYM 8u
 
 /*
  * castfs_qsrc_scan - classify every tensor of @h (docs/FORMATS.md,

@@ -2,11 +2,16 @@
 /*
  * ComfyUI scaled fp8 sources (../shared/reference/QUANTIZED.md §6): an
  * F8_E4M3 "M.weight" with one F32 scale per tensor, dequantized as
- * ComfyUI's ops do, in the compute dtype (docs/FORMATS.md).
+ * ComfyUI's ops do, in the compute dtype (docs/FORMATS.md). Its layers are
+ * named by a "scaled_fp8" marker (legacy), by "M.comfy_quant" tensors, or
+ * by the header's "_quantization_metadata" (comfy/utils.py
+ * convert_old_quants).
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cjson/cJSON.h>
 
 #include "view/qsrc_internal.h"
 
@@ -137,23 +142,132 @@ static bool any_leaf(const struct castfs_header *h, const char *leaf)
 	return false;
 }
 
+/* Refuse layer @name (@len bytes) of the metadata for @why. */
+static int meta_reject(struct castfs_diag *d, const char *name, size_t len,
+		       const char *why)
+{
+	return castfs_diag_set(d, -ENOTSUP,
+			       "layer '%.*s' of _quantization_metadata: "
+			       "ComfyUI %s; castfs does not dequantize this "
+			       "layout: no views",
+			       (int)(len > 120 ? 120 : len), name, why);
+}
+
+/* The tensor "@layer.@leaf" of @h, or NULL (*@err: -ENOMEM). */
+static const struct castfs_tensor *layer_tensor(const struct castfs_header *h,
+						const char *layer, size_t len,
+						const char *leaf, int *err)
+{
+	size_t llen = strlen(leaf);
+	const struct castfs_tensor *t;
+	char *buf = malloc(len + 1 + llen + 1);
+
+	if (!buf) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	memcpy(buf, layer, len);
+	buf[len] = '.';
+	memcpy(buf + len + 1, leaf, llen + 1);
+	t = castfs_header_find(h, buf, len + 1 + llen);
+	free(buf);
+	return t;
+}
+
+/*
+ * One layer @l of the metadata's "layers": ComfyUI gives it a comfy_quant
+ * of its JSON value, so only a {"format": "float8_e4m3fn", ...} object
+ * with an F8_E4M3 weight and an F32 scalar weight_scale is dequantized.
+ */
+static int meta_layer(const struct castfs_header *h, struct castfs_qsrc *q,
+		      const cJSON *l, struct castfs_diag *d)
+{
+	const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(l, "format");
+	const char *name = l->string;
+	size_t len = strlen(name);
+	const struct castfs_tensor *w, *s;
+	int err = 0;
+
+	if (!cJSON_IsObject(l) || !cJSON_IsString(fmt))
+		return meta_reject(d, name, len,
+				   "layer without a \"format\" string");
+	if (strcmp(fmt->valuestring, "float8_e4m3fn"))
+		return castfs_diag_set(
+			d, -ENOTSUP,
+			"layer '%.*s' of _quantization_metadata: "
+			"ComfyUI format '%.40s' (only "
+			"float8_e4m3fn is dequantized): no views",
+			(int)(len > 120 ? 120 : len), name, fmt->valuestring);
+	w = layer_tensor(h, name, len, "weight", &err);
+	s = layer_tensor(h, name, len, "weight_scale", &err);
+	if (err)
+		return err;
+	if (!w || !s)
+		return meta_reject(d, name, len,
+				   "layer without its weight and "
+				   "weight_scale in this file");
+	if (q->t[w - h->tensors].role != CASTFS_QR_PLAIN)
+		return meta_reject(d, name, len, "layer named twice");
+	return comfy_pair(h, q, s, len + 1, &current, d);
+}
+
+/*
+ * The "_quantization_metadata" form: a JSON {"layers": {"<layer>": {...}}}
+ * in the header's __metadata__, which convert_old_quants turns into one
+ * "<layer>.comfy_quant" per entry (and then ignores any legacy marker).
+ */
+static int comfy_meta(const struct castfs_header *h, struct castfs_qsrc *q,
+		      const struct castfs_meta_kv *kv, struct castfs_diag *d)
+{
+	const char *end = NULL, *lim = kv->value + kv->value_len;
+	cJSON *o = cJSON_ParseWithLengthOpts(kv->value, kv->value_len, &end,
+					     false);
+	const cJSON *layers = cJSON_GetObjectItemCaseSensitive(o, "layers");
+	const cJSON *l;
+	int rc = 0;
+
+	/* json.loads allows only whitespace after the value. */
+	while (o && end < lim &&
+	       (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
+		end++;
+	if (!cJSON_IsObject(o) || end != lim || !cJSON_IsObject(layers))
+		rc = castfs_diag_set(d, -ENOTSUP,
+				     "_quantization_metadata that is not a "
+				     "JSON object with a \"layers\" object: "
+				     "ComfyUI refuses it; no views");
+	for (l = rc ? NULL : layers->child; l && !rc; l = l->next)
+		rc = meta_layer(h, q, l, d);
+	cJSON_Delete(o);
+	return rc;
+}
+
 int castfs_qsrc_comfy(const struct castfs_header *h, struct castfs_qsrc *q,
 		      struct castfs_diag *d)
 {
+	const struct castfs_meta_kv *meta =
+		castfs_header_meta(h, "_quantization_metadata");
 	const struct castfs_tensor *marker = legacy_marker(h);
 	const struct comfy_form *f = marker ? &legacy : &current;
 	size_t mod;
 	int rc = 0;
 
-	if (!marker && !any_leaf(h, "comfy_quant"))
+	if (!marker && !meta && !any_leaf(h, "comfy_quant"))
 		return 0;
+	/* With the metadata, convert_old_quants skips the legacy form: its
+	 * scale_weight would be left unread beside a plain fp8 cast. */
+	if (marker && meta)
+		return comfy_reject(d, marker,
+				    "marker beside _quantization_metadata");
+	if (meta)
+		rc = comfy_meta(h, q, meta, d);
 	if (marker)
 		mark(h, q, marker, CASTFS_QR_SCALE);
 	for (size_t i = 0; !rc && i < h->ntensors; i++) {
 		const struct castfs_tensor *t = &h->tensors[i];
 
-		if (!castfs_qsrc_leaf(t, f->scale, &mod))
-			continue;
+		if (!castfs_qsrc_leaf(t, f->scale, &mod) ||
+		    q->t[i].role != CASTFS_QR_PLAIN)
+			continue; /* not a scale, or paired by the metadata */
 		/* comfy_quant form: only layers that carry the marker. */
 		if (f->marker && !castfs_qsrc_sibling(h, t, t->name_len - mod,
 						      f->marker, NULL))

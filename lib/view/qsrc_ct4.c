@@ -120,14 +120,43 @@ static bool ct4_free(const struct castfs_header *h, const struct castfs_qsrc *q,
 	return q->t[t - h->tensors].role == CASTFS_QR_PLAIN;
 }
 
+/* Mark @t of @h, if any, as a tensor this header alone does not serve. */
+static void ct4_hold(const struct castfs_header *h, struct castfs_qsrc *q,
+		     const struct castfs_tensor *t)
+{
+	if (t && ct4_free(h, q, t))
+		q->t[t - h->tensors].role = CASTFS_QR_SCALE;
+}
+
+/*
+ * XSHARD: @m lacks a companion that may be in another shard of its
+ * folder (transformers' sharder splits a module by size). Counted in
+ * nxshard, so only the composite header (view/qsrc_xshard.h), scanned
+ * strictly, is ever served. Returns 1 when @m is not such a module.
+ */
+static int ct4_elsewhere(const struct castfs_header *h, struct castfs_qsrc *q,
+			 const struct ct4_mod *m)
+{
+	if (!(q->flags & CASTFS_QSRC_XSHARD) ||
+	    (m->s && (m->s->dtype != CASTFS_DTYPE_F8_E4M3 || m->g)))
+		return 1;
+	ct4_hold(h, q, m->w);
+	ct4_hold(h, q, m->s);
+	ct4_hold(h, q, m->ig);
+	q->nxshard++;
+	return 0;
+}
+
 /* Pair packed weight @m->w with its companions in @q. */
 static int ct4_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 		    const struct ct4_mod *m, struct castfs_diag *d)
 {
 	struct castfs_qinfo qi = { .role = CASTFS_QR_FP8_BLOCK, .brows = 1 };
 	uint32_t group = 0;
-	int rc;
+	int rc = ct4_elsewhere(h, q, m);
 
+	if (rc != 1)
+		return rc;
 	if (!m->s)
 		return ct4_reject(d, m->w,
 				  "packed weight without its weight_scale in "
@@ -180,8 +209,20 @@ int castfs_qsrc_ct4(const struct castfs_header *h, struct castfs_qsrc *q,
 	return rc ? rc : castfs_qsrc_ct4_orphans(h, q, false, d);
 }
 
+/*
+ * XSHARD: whether orphan @t (companion @k of ct4_orphans' leaves) may be
+ * an FP4 companion whose weight is in another shard: the global scales,
+ * or a weight_scale of an FP4 dtype (compressed-tensors FP8 scales are
+ * F32/BF16 and keep being refused here).
+ */
+static bool ct4_fp4_companion(const struct castfs_tensor *t, size_t k)
+{
+	return k < 2 || t->dtype == CASTFS_DTYPE_F8_E4M3 ||
+	       t->dtype == CASTFS_DTYPE_U8;
+}
+
 int castfs_qsrc_ct4_orphans(const struct castfs_header *h,
-			    const struct castfs_qsrc *q, bool strict,
+			    struct castfs_qsrc *q, bool strict,
 			    struct castfs_diag *d)
 {
 	/* The global scales belong to FP4 weights only; a weight_scale may
@@ -197,11 +238,18 @@ int castfs_qsrc_ct4_orphans(const struct castfs_header *h,
 		if (q->t[i].role != CASTFS_QR_PLAIN)
 			continue;
 		for (size_t k = 0; k < nleaves; k++) {
-			if (castfs_qsrc_leaf(t, leaves[k], &mod))
-				return ct4_reject(d, t,
-						  "companion whose weight is "
-						  "not in this file (a module "
-						  "split across shards)");
+			if (!castfs_qsrc_leaf(t, leaves[k], &mod))
+				continue;
+			if ((q->flags & CASTFS_QSRC_XSHARD) &&
+			    ct4_fp4_companion(t, k)) {
+				q->t[i].role = CASTFS_QR_SCALE;
+				q->nxshard++;
+				break;
+			}
+			return ct4_reject(d, t,
+					  "companion whose weight is not in "
+					  "this file (a module split across "
+					  "shards)");
 		}
 	}
 	return 0;

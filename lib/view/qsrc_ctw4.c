@@ -5,7 +5,9 @@
  * element i at bits 4i of its row's words, stored as code + 8), its
  * "M.weight_scale" [rows, groups] (BF16, F16 or F32; one group = the
  * row for the channel strategy) and "M.weight_shape" I64/I32 [2], whose
- * DATA (side data, format/st_side.h) holds the true [rows, cols]
+ * DATA (side data, format/st_side.h) holds the true [rows, cols]; an
+ * asymmetric weight (W4A16_ASYM) adds "M.weight_zero_point" I32
+ * [ceil(rows / 8), groups], its codes packed the same way along the rows
  * (docs/FORMATS.md, "compressed-tensors pack-quantized int4").
  */
 #include <errno.h>
@@ -80,6 +82,58 @@ static const char *w4_check(const struct castfs_tensor *w,
 	return NULL;
 }
 
+/*
+ * Why zero point @zp does not fit weight @w of true @shape with scale @s
+ * under @flags (a directory's W4SYM / W4ASYM); NULL when it does.
+ */
+static const char *w4_zp_check(const struct castfs_tensor *zp,
+			       const struct castfs_tensor *s,
+			       const uint64_t shape[2], unsigned flags)
+{
+	if (!zp && (flags & CASTFS_QSRC_W4ASYM))
+		return "weight without the weight_zero_point its "
+		       "config.json (symmetric: false) requires";
+	if (!zp)
+		return NULL;
+	if (flags & CASTFS_QSRC_W4SYM)
+		return "weight_zero_point of a weight its config.json "
+		       "declares symmetric";
+	if (zp->dtype != CASTFS_DTYPE_I32 || zp->ndim != 2 ||
+	    zp->shape[0] != shape[0] / 8 + (shape[0] % 8 != 0) ||
+	    zp->shape[1] != s->shape[1])
+		return "weight_zero_point that is not I32 [ceil(rows / 8), "
+		       "groups] (4-bit codes packed along the rows)";
+	return NULL;
+}
+
+/* Mark @t of @h, if any, as a tensor this header alone does not serve. */
+static void w4_hold(const struct castfs_header *h, struct castfs_qsrc *q,
+		    const struct castfs_tensor *t)
+{
+	if (t && q->t[t - h->tensors].role == CASTFS_QR_PLAIN)
+		q->t[t - h->tensors].role = CASTFS_QR_SCALE;
+}
+
+/*
+ * XSHARD: whether weight @t lacks a companion that may be in another
+ * shard (its scale, its weight_shape, or under W4ASYM its zero point);
+ * then it and its companions here are held and counted in nxshard (only
+ * the composite header, view/qsrc_xshard.h, is ever served).
+ */
+static bool w4_elsewhere(const struct castfs_header *h, struct castfs_qsrc *q,
+			 const struct castfs_tensor *t,
+			 const struct castfs_tensor *const c[3])
+{
+	if (!(q->flags & CASTFS_QSRC_XSHARD) ||
+	    (c[0] && c[1] && (c[2] || !(q->flags & CASTFS_QSRC_W4ASYM))))
+		return false;
+	w4_hold(h, q, t);
+	for (int i = 0; i < 3; i++)
+		w4_hold(h, q, c[i]);
+	q->nxshard++;
+	return true;
+}
+
 /* "M.weight_packed" @t: pair it with its scale and shape into @q. */
 static int w4_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 		   const struct castfs_tensor *t, struct castfs_diag *d)
@@ -98,10 +152,11 @@ static int w4_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 	w = castfs_qsrc_sibling(h, t, strip, "", &err);
 	if (err)
 		return err;
-	if (zp)
-		return w4_reject(d, zp, "asymmetric (zero points), not yet");
 	if (gi)
 		return w4_reject(d, gi, "activation ordering (g_idx)");
+	if (w4_elsewhere(h, q, t,
+			 (const struct castfs_tensor *const[3]){ s, ws, zp }))
+		return 0;
 	if (w)
 		return w4_reject(d, w, "weight beside its weight_packed");
 	if (!s || !w4_shape(h, ws, shape))
@@ -109,8 +164,14 @@ static int w4_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 				 "weight without its weight_scale or a "
 				 "readable I64/I32 [2] weight_shape");
 	why = w4_check(t, s, shape, &qi);
+	if (!why)
+		why = w4_zp_check(zp, s, shape, q->flags);
 	if (why)
 		return w4_reject(d, t, why);
+	if (zp) {
+		qi.zp = (uint32_t)(zp - h->tensors) + 1;
+		q->t[zp - h->tensors].role = CASTFS_QR_SCALE;
+	}
 	qi.scale = (uint32_t)(s - h->tensors);
 	q->t[t - h->tensors] = qi;
 	q->t[s - h->tensors].role = CASTFS_QR_SCALE;
@@ -119,10 +180,37 @@ static int w4_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 	return 0;
 }
 
+/* XSHARD: the companions whose weight_packed is not in this file are
+ * held and counted (their weight may be in another shard). */
+static void w4_orphans(const struct castfs_header *h, struct castfs_qsrc *q)
+{
+	static const char *const leaves[] = { "weight_scale", "weight_shape",
+					      "weight_zero_point" };
+	size_t mod;
+
+	for (size_t i = 0; i < h->ntensors; i++) {
+		const struct castfs_tensor *t = &h->tensors[i];
+
+		for (size_t k = 0; q->t[i].role == CASTFS_QR_PLAIN && k < 3;
+		     k++) {
+			if (!castfs_qsrc_leaf(t, leaves[k], &mod) ||
+			    castfs_qsrc_sibling(h, t, t->name_len - mod,
+						"weight_packed", NULL))
+				continue;
+			q->t[i].role = CASTFS_QR_SCALE;
+			q->nxshard++;
+		}
+	}
+}
+
 int castfs_qsrc_ctw4(const struct castfs_header *h, struct castfs_qsrc *q,
 		     struct castfs_diag *d)
 {
 	int rc = 0;
+
+	if ((q->flags & CASTFS_QSRC_XSHARD) &&
+	    (q->flags & (CASTFS_QSRC_W4SYM | CASTFS_QSRC_W4ASYM)))
+		w4_orphans(h, q);
 
 	for (size_t i = 0; !rc && i < h->ntensors; i++) {
 		const struct castfs_tensor *t = &h->tensors[i];

@@ -46,7 +46,9 @@ int castfs_qsrc_int8(const struct castfs_header *h, struct castfs_qsrc *q,
  * every U8 "M.weight_packed" [rows, cols / 2] with its "M.weight_scale"
  * (F8_E4M3 [rows, cols / 16] and F32 "M.weight_global_scale" [1]:
  * NVFP4; U8 [rows, cols / 32] and no global scale: MXFP4); an F32
- * "M.input_global_scale" [1] (an activation's) is dropped. Returns 0,
+ * "M.input_global_scale" [1] (an activation's) is dropped. With
+ * @q->flags' XSHARD, a weight whose scale (or NVFP4 global scale) is
+ * missing is counted in @q->nxshard (view/qsrc_xshard.h). Returns 0,
  * -ENOTSUP (a packed weight castfs does not dequantize exactly: @d says
  * which and why) or -ENOMEM. Thread-safe.
  */
@@ -59,10 +61,13 @@ int castfs_qsrc_ct4(const struct castfs_header *h, struct castfs_qsrc *q,
  * config.json declares a quantized layout: CASTFS_QSRC_STRICT) a
  * "weight_scale", that no weight of this file claimed in @q: its weight
  * lives in another shard, and alone it would be served as a plain tensor.
- * Returns 0 or -ENOTSUP (@d says which). Thread-safe.
+ * With @q->flags' XSHARD (a shard of an indexed folder), an FP4 companion
+ * (global scales, an F8_E4M3 or U8 weight_scale) is counted in
+ * @q->nxshard instead: its weight may be in another shard. Returns 0 or
+ * -ENOTSUP (@d says which). Thread-safe.
  */
 int castfs_qsrc_ct4_orphans(const struct castfs_header *h,
-			    const struct castfs_qsrc *q, bool strict,
+			    struct castfs_qsrc *q, bool strict,
 			    struct castfs_diag *d);
 
 /*
@@ -79,9 +84,11 @@ int castfs_qsrc_bnb4(const struct castfs_header *h, struct castfs_qsrc *q,
 /*
  * castfs_qsrc_ctw4 - pair the compressed-tensors pack-quantized int4
  * weights of @h in @q: an I32 "M.weight_packed" with its
- * "M.weight_scale" (per channel or group) and "M.weight_shape" (side
- * data). Returns 0, -ENOTSUP (zero points, g_idx, a shape or scale that
- * does not fit: @d says which) or -ENOMEM. Thread-safe.
+ * "M.weight_scale" (per channel or group), "M.weight_shape" (side
+ * data) and, asymmetric, "M.weight_zero_point" (I32 [ceil(rows / 8),
+ * groups]: packed along the rows). Returns 0, -ENOTSUP (g_idx, a zero
+ * point, shape or scale that does not fit, or against @q->flags'
+ * W4SYM/W4ASYM: @d says which) or -ENOMEM. Thread-safe.
  */
 int castfs_qsrc_ctw4(const struct castfs_header *h, struct castfs_qsrc *q,
 		     struct castfs_diag *d);

@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The composite header of one output shard of a sharded FP8 block model:
- * which tensors of which shard it reads (its own, and its weights' scales
- * from other shards) and where they are in the composite source.
+ * The composite header of one output shard of a sharded FP8 block (or
+ * compressed-tensors FP4) model: which tensors of which shard it reads
+ * (its own, and its weights' scales from other shards) and where they are
+ * in the composite source.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/reader.h"
+#include "format/st_side.h"
 #include "view/qsrc_xshard.h"
 
 static bool has_suffix(const struct castfs_tensor *t, const char *suf,
@@ -37,17 +39,53 @@ static const struct castfs_tensor *find_join(const struct castfs_header *h,
 	return castfs_header_find(h, buf, base + alen);
 }
 
+/* If @t is a compressed-tensors companion of a "M.weight_packed" in @h
+ * (U8 FP4: "M.weight_scale", "M.weight_global_scale",
+ * "M.input_global_scale", qsrc_ct4.c; I32 int4: "M.weight_scale",
+ * "M.weight_shape", "M.weight_zero_point", qsrc_ctw4.c), that weight;
+ * else NULL. */
+static const struct castfs_tensor *fp4_weight(const struct castfs_header *h,
+					      const struct castfs_tensor *t)
+{
+	static const struct {
+		const char *leaf;
+		bool fp4, int4;
+	} leaves[] = {
+		{ ".weight_scale", true, true },
+		{ ".weight_global_scale", true, false },
+		{ ".input_global_scale", true, false },
+		{ ".weight_shape", false, true },
+		{ ".weight_zero_point", false, true },
+	};
+	const struct castfs_tensor *w;
+	size_t base;
+
+	for (size_t i = 0; i < sizeof(leaves) / sizeof(leaves[0]); i++) {
+		if (!has_suffix(t, leaves[i].leaf, &base))
+			continue;
+		w = find_join(h, t, base, ".weight_packed");
+		if (w && ((leaves[i].fp4 && w->dtype == CASTFS_DTYPE_U8) ||
+			  (leaves[i].int4 && w->dtype == CASTFS_DTYPE_I32)))
+			return w;
+		return NULL;
+	}
+	return NULL;
+}
+
 /*
  * If @t is the FP8 scale of an F8 weight in @h, that weight; else NULL.
  * The names are the ones qsrc.c pairs: "P_scale_inv" for weight "P",
- * "M.scale" for F8 "M.weight".
+ * "M.scale" for F8 "M.weight"; and the companions of compressed-tensors
+ * FP4 packed weights (fp4_weight).
  */
 static const struct castfs_tensor *scale_weight(const struct castfs_header *h,
 						const struct castfs_tensor *t)
 {
-	const struct castfs_tensor *w = NULL;
+	const struct castfs_tensor *w = fp4_weight(h, t);
 	size_t base;
 
+	if (w)
+		return w;
 	if (has_suffix(t, "_scale_inv", &base))
 		w = find_join(h, t, base, "");
 	else if (has_suffix(t, ".scale", &base))
@@ -145,6 +183,13 @@ static int xs_build(const struct castfs_header *const *hs, size_t n, size_t k,
 	h->nmeta = meta->nmeta;
 	h->meta = meta->meta;
 	fill(hs, n, k, h);
+	/* int4 weights' true shapes: their weight_shape data, from the
+	 * shards that hold them. */
+	if (castfs_header_side_gather(
+		    h, (const struct castfs_header *const *)hs, n)) {
+		castfs_header_free(h);
+		return -ENOMEM;
+	}
 	*out = h;
 	return 0;
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * FP8 block weights whose scale sits in another shard of a model folder:
+ * FP8 block weights (and compressed-tensors FP4 packed weights) whose
+ * scale sits in another shard of a model folder:
  * the header one output shard is planned from, its tensors pointing into
  * a composite source (common/reader.h, castfs_multi_reader).
  */
@@ -15,8 +16,10 @@
 /*
  * castfs_qsrc_xshard - the header of shard @k of the @n shards @hs as a
  * view of it must see it when FP8 block scales cross shards
- * (transformers' save_pretrained splits by size, so "P_scale_inv" or
- * "M.scale" may land in another shard than its weight): shard @k's
+ * (transformers' save_pretrained splits by size, so "P_scale_inv",
+ * "M.scale", or a compressed-tensors FP4 "M.weight_scale" /
+ * "M.weight_global_scale" / "M.input_global_scale" may land in another
+ * shard than its weight): shard @k's
  * tensors, less the FP8 scales whose F8 weight is in another shard (they
  * belong to that shard's output), plus the FP8 scales of shard @k's F8
  * weights that lie in other shards. Every tensor's data offsets are
@@ -26,13 +29,16 @@
  * part j is shard j. Tensors keep the order of their shards, then of
  * their offsets. Names, shapes and metadata are borrowed from @hs (keep
  * every @hs[j] alive while the result is used); free the result with
- * castfs_header_free(). Shard @k must have no side data (bitsandbytes or
- * compressed-tensors 4-bit layouts are not served across shards yet).
+ * castfs_header_free(). The result carries a copy of the side data its
+ * tensors have in their shards (compressed-tensors int4 weight_shape:
+ * format/st_side.h), and compressed-tensors int4 companions
+ * ("M.weight_scale", "M.weight_shape", "M.weight_zero_point" of an I32
+ * "M.weight_packed") follow their weight like the scales above. @d is
+ * unused (kept for callers).
  *
  * Returns 0 with *@out set; -EINVAL when @k >= @n or @n is over
- * CASTFS_PART_MAX; -ENOTSUP when shard @k has side data (@d says so);
- * -ENOMEM. On error *@out is untouched. Pure function of @hs;
- * thread-safe.
+ * CASTFS_PART_MAX; -ENOMEM. On error *@out is untouched. Pure function
+ * of @hs; thread-safe.
  */
 int castfs_qsrc_xshard(const struct castfs_header *const *hs, size_t n,
 		       size_t k, struct castfs_header **out,

@@ -53,6 +53,7 @@ int castfs_view_copy_metadata(struct castfs_pb *pb,
 			      const struct castfs_header *h)
 {
 	static const char fmt_key[] = "format";
+	static const char comfy_key[] = "_quantization_metadata";
 	int rc;
 
 	if (!castfs_header_meta(h, fmt_key)) {
@@ -64,6 +65,12 @@ int castfs_view_copy_metadata(struct castfs_pb *pb,
 	for (size_t i = 0; i < h->nmeta; i++) {
 		const struct castfs_meta_kv *kv = &h->meta[i];
 
+		/* ComfyUI's list of quantized layers: every view dequantizes
+		 * them (or the file has none), and ComfyUI would look for
+		 * their scales (view/qsrc_comfy.c). */
+		if (kv->key_len == sizeof(comfy_key) - 1 &&
+		    !memcmp(kv->key, comfy_key, sizeof(comfy_key) - 1))
+			continue;
 		rc = castfs_pb_add_meta(pb, kv->key, kv->key_len, kv->value,
 					kv->value_len);
 		if (rc)

@@ -223,7 +223,8 @@ int castfs_view_add_copy(struct castfs_pb *pb, const struct castfs_header *h,
 /*
  * castfs_view_copy_metadata - add the source's __metadata__ to @pb, with
  * "format": "pt" first when the source has no "format" (transformers
- * refuses files without one). Returns 0 or -ENOMEM.
+ * refuses files without one), less ComfyUI's "_quantization_metadata"
+ * (a view holds no quantized ComfyUI layer). Returns 0 or -ENOMEM.
  */
 int castfs_view_copy_metadata(struct castfs_pb *pb,
 			      const struct castfs_header *h);

@@ -2,8 +2,8 @@
 /*
  * compressed-tensors pack-quantized int4 source weights in a view:
  * "M.weight" with its weight_shape, the decompressor's values (in the
- * scale's dtype) cast to the view's dtype (CASTFS_OP_DEQ_W4). Its scale
- * and shape tensors are left out by the caller. The views that quantise
+ * scale's dtype) cast to the view's dtype (CASTFS_OP_DEQ_W4). Its scale,
+ * shape and zero-point tensors are left out by the caller. The views that quantise
  * again quantise the bf16 view's values of a weight they convert
  * (castfs_view_requant) and keep the others as bf16.
  */
@@ -38,6 +38,10 @@ int castfs_view_add_ctw4(struct castfs_pb *pb, const struct castfs_view *v,
 	};
 	enum castfs_dtype dt = v->dtype;
 
+	if (qi->zp) { /* asymmetric: its packed zero points */
+		qt.w4_zp = true;
+		qt.zp_off = h->data_start + h->tensors[qi->zp - 1].begin;
+	}
 	if (v->kind != CASTFS_VIEW_CAST) {
 		/* The view's rules see the bf16 view's "M.weight". */
 		struct castfs_tensor wb = *w;

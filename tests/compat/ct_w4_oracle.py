@@ -3,10 +3,13 @@
 (scripts/setup-llmc): llm-compressor + compressed-tensors.
 
 python ct_w4_oracle.py JOBS.json prints one JSON line of results. Jobs:
-  quantize:   [[src_dir, out_dir, strategy], ...]  data-free oneshot of
+  quantize:   [[src_dir, out_dir, strategy(, shard)], ...]  data-free
+      oneshot of
       symmetric int4 weights ("group": groups of 128, W4A16's; "channel"),
-      lm_head ignored, save_pretrained(save_compressed=True): the
-      pack-quantized source castfs reads;
+      or asymmetric ones ("asym-group": llm-compressor's W4A16_ASYM
+      preset; "asym-channel": the same per channel), lm_head ignored,
+      save_pretrained(save_compressed=True): the pack-quantized source
+      castfs reads;
   decompress: [[ct_dir, out_file], ...]  every module of @ct_dir through
       compressed-tensors' own PackedQuantizationCompressor.decompress, the
       other tensors as stored, saved to @out_file: what DIR.<view>/ of the
@@ -26,18 +29,28 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 
-def quantize(src, out, strategy):
+def quantize(src, out, strategy, shard=None):
     from llmcompressor import oneshot
     from llmcompressor.modifiers.quantization import QuantizationModifier
-    w = {"num_bits": 4, "type": "int", "symmetric": True,
+    asym = strategy.startswith("asym-")
+    strategy = strategy[len("asym-"):] if asym else strategy
+    w = {"num_bits": 4, "type": "int", "symmetric": not asym,
          "dynamic": False, "strategy": strategy}
     if strategy == "group":
         w["group_size"] = 128
     m = AutoModelForCausalLM.from_pretrained(src, dtype="auto")
-    oneshot(model=m, recipe=QuantizationModifier(
-        config_groups={"group_0": {"targets": ["Linear"], "weights": w}},
-        ignore=["lm_head"]))
-    m.save_pretrained(out, save_compressed=True)
+    if asym and strategy == "group":
+        mod = QuantizationModifier(targets="Linear", scheme="W4A16_ASYM",
+                                   ignore=["lm_head"])
+    else:
+        mod = QuantizationModifier(
+            config_groups={"group_0": {"targets": ["Linear"], "weights": w}},
+            ignore=["lm_head"])
+    oneshot(model=m, recipe=mod)
+    if shard:  # transformers' sharder splits modules across shards
+        m.save_pretrained(out, save_compressed=True, max_shard_size=shard)
+    else:
+        m.save_pretrained(out, save_compressed=True)
     return True
 
 

@@ -27,8 +27,11 @@ transformers' own CPU dequantization of the source
 - A single file (no config.json) gets the same views; its nf4/fp4/int8
   views are those of the dequantized weights (bnb_ref.py); random ranges
   read the same bytes.
-- A sharded save whose modules straddle shards gets no views (castfs
-  pairs a weight with its scales only within one file) and a reason.
+- A sharded save whose modules straddle shards (a 100 KB shard size:
+  transformers' sharder puts a packed weight and its scales in different
+  shards): DIR.bf16/fp16/fp32/ equal the decompressor's output of the
+  whole folder, each output shard holding its source shard's tensors less
+  the companions, and DIR.bf16/ loads with from_pretrained.
 - Layouts castfs does not follow (asymmetric, g_idx, a missing or 0-d
   global scale, an E8M0-typed scale, a scale grid that does not fit, a
   config.json with another group size or activation order) get no views
@@ -164,7 +167,10 @@ def setUpModule():
         jobs["load"].append([d, os.path.join(Env.root, s + ".tf")])
     jobs["quantize"].append([plain, os.path.join(src, "ct-sharded"),
                              "NVFP4A16", "100KB"])
+    jobs["decompress"].append([os.path.join(src, "ct-sharded"),
+                               os.path.join(Env.root, "sharded.ref")])
     run_oracle(jobs)
+    Env.ref["sharded"] = load_file(os.path.join(Env.root, "sharded.ref"))
     Env.ref["crafted"] = load_file(os.path.join(Env.root, "crafted.ref"))
     for s in SCHEMES:
         Env.ref[s] = load_file(os.path.join(Env.root, s + ".ref"))
@@ -240,20 +246,48 @@ class ModelDir(unittest.TestCase):
                 del model
                 gc.collect()
 
-    def test_split_module_rejected(self):
+    def test_split_module_served(self):
         """A sharded save whose modules straddle shards (transformers'
-        sharder splits them): castfs pairs only within a file, so the
-        directory gets no views and each shard says why."""
-        names = os.listdir(Env.mnt.path)
-        self.assertNotIn("ct-sharded.bf16", names)
-        self.assertFalse(os.path.exists(Env.mnt.join("ct-sharded.bf16")))
-        rej = {k: v for k, v in rejected().items()
-               if k.startswith("ct-sharded/")}
-        self.assertTrue(rej)
-        for k, why in rej.items():
-            self.assertIn("compressed-tensors FP4", why, k)
-            self.assertTrue("in this file" in why or "split across shards"
-                            in why, why)
+        sharder splits them): each DIR.<view>/ shard dequantizes its
+        weights with their companions from whichever shard holds them."""
+        d = os.path.join(Env.mnt.source, "ct-sharded")
+        with open(os.path.join(d, "model.safetensors.index.json")) as f:
+            wm = json.load(f)["weight_map"]
+        split = [k for k in wm if k.endswith(".weight_packed") and any(
+            wm.get(k[:-len("packed")] + c, wm[k]) != wm[k]
+            for c in ("scale", "global_scale"))]
+        self.assertTrue(split)  # the case is real
+        self.assertNotIn("ct-sharded", rejected())
+        ref = Env.ref["sharded"]
+        deq = {k[:-len("_packed")] for k in wm if k.endswith("_packed")}
+        for v, dt in VIEWS.items():
+            with self.subTest(view=v):
+                view = Env.mnt.join("ct-sharded." + v)
+                with open(os.path.join(view,
+                                       "model.safetensors.index.json")) as f:
+                    vm = json.load(f)["weight_map"]
+                self.assertEqual(sorted(vm), sorted(ref))
+                for n in sorted(set(vm.values())):
+                    got = load_file(os.path.join(view, n))
+                    # the source shard's tensors less the companions
+                    self.assertEqual(
+                        sorted(got),
+                        sorted(k[:-len("_packed")] if k.endswith("_packed")
+                               else k for k, s in wm.items()
+                               if s == n and k.rsplit(".", 1)[-1] not in
+                               ("weight_scale", "weight_global_scale",
+                                "input_global_scale")), n)
+                    for k, t in got.items():
+                        want = ref[k].to(dt) if k in deq else ref[k]
+                        self.assertEqual(t.dtype, want.dtype, k)
+                        self.assertTrue(torch.equal(bits(t), bits(want)),
+                                        k)
+        model, info = load_quiet(Env.mnt.join("ct-sharded.bf16"),
+                                 output_loading_info=True)
+        for k in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+            self.assertEqual(list(info.get(k, [])), [], k)
+        del model
+        gc.collect()
 
     def test_bad_configs_rejected(self):
         rej = rejected()

@@ -5,16 +5,27 @@
 - Tiny Llamas made with transformers, quantized by llm-compressor (its
   venv, ct_w4_oracle.py) to symmetric int4 in groups of 128 (W4A16) and
   per channel (rows of 200 and 330 columns: code rows padded to whole
-  I32 words) and saved compressed: every DIR.bf16/fp16/fp32 weight equals
+  I32 words), and asymmetric (llm-compressor's W4A16_ASYM preset, and the
+  same per channel: 100- and 330-row weights, so the zero points, packed
+  along the rows, pad their last word) and saved compressed: every
+  DIR.bf16/fp16/fp32 weight equals
   compressed-tensors' own PackedQuantizationCompressor.decompress of the
   source, cast by torch; DIR.bf16/ loads with unmodified from_pretrained
   (no missing or unexpected keys, no quantization_config), logits equal
   to the model built from the decompressor's weights; DIR.nf4/ is
   offered (its bytes: test_requant.py).
-- A single file: its bf16 view equal to the decompressor's, random ranges.
-- Zero points, g_idx, a weight_shape that disagrees with the packed codes
-  and a missing weight_shape: no views and a reason; castfs info shows
-  the scheme.
+- The asymmetric model saved in 100 KB shards (weight_packed, scale,
+  weight_shape and zero point of a module in different shards): every
+  DIR.bf16/fp16/fp32/ weight equals the decompressor's output of the whole
+  folder, DIR.bf16/ loads with from_pretrained.
+- A single file (symmetric and asymmetric): its bf16 view equal to the
+  decompressor's, random ranges; the asymmetric file's nf4_nodq view is
+  bitsandbytes' quantize_4bit of the decompressor's bf16 weights.
+- Zero points of the wrong shape, g_idx, a weight_shape that disagrees
+  with the packed codes and a missing weight_shape: no views and a
+  reason; so, in a directory, for a weight without the zero point its
+  config.json's symmetric: false requires, and for a zero point where it
+  says symmetric. castfs info shows the scheme.
 """
 import gc
 import json
@@ -45,7 +56,8 @@ from test_ct import VENV_PY, tiny_llama  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # strategy -> (hidden, intermediate, head_dim) of its model
-STRATEGIES = {"group": (256, 384, 64), "channel": (200, 330, 50)}
+STRATEGIES = {"group": (256, 384, 64), "channel": (200, 330, 50),
+              "asym-group": (256, 384, 64), "asym-channel": (200, 330, 50)}
 VIEWS = {"bf16": torch.bfloat16, "fp16": torch.float16,
          "fp32": torch.float32}
 
@@ -88,9 +100,9 @@ def lies(src, single):
     packed = sd[mod + "weight_packed"]
     out = {}
     zp = dict(sd)
-    zp[mod + "weight_zero_point"] = torch.zeros(
-        (packed.shape[0] + 7) // 8, 1, dtype=torch.int32)
-    out["zero-point"] = (zp, "zero points")
+    zp[mod + "weight_zero_point"] = torch.zeros(  # not packed by rows
+        packed.shape[0], 1, dtype=torch.int32)
+    out["zero-point"] = (zp, "weight_zero_point that is not I32")
     gi = dict(sd)
     gi[mod + "weight_g_idx"] = torch.zeros(200, dtype=torch.int32)
     out["g-idx"] = (gi, "g_idx")
@@ -103,6 +115,29 @@ def lies(src, single):
     for name, (t, _) in out.items():
         save_file(t, os.path.join(src, "lie-%s.safetensors" % name))
     return {k: why for k, (_, why) in out.items()}
+
+
+def dir_lies(src):
+    """Directories whose shard disagrees with config.json's symmetric."""
+    out = {}
+    for name, base, why in (
+            ("lie-asym-nozp", "w4-asym-channel", "requires"),
+            ("lie-sym-zp", "w4-channel", "declares symmetric")):
+        d = os.path.join(src, name)
+        shutil.copytree(os.path.join(src, base), d)
+        f = os.path.join(d, "model.safetensors")
+        sd = load_file(f)
+        mod = "model.layers.1.mlp.up_proj."
+        if name == "lie-asym-nozp":
+            del sd[mod + "weight_zero_point"]
+        else:
+            rows = sd[mod + "weight_packed"].shape[0]
+            sd[mod + "weight_zero_point"] = torch.full(
+                ((rows + 7) // 8, 1), 0x88888888 - (1 << 32),
+                dtype=torch.int32)  # every zero point 0: still refused
+        save_file(sd, f, metadata={"format": "pt"})
+        out[name] = why
+    return out
 
 
 def setUpModule():
@@ -120,12 +155,21 @@ def setUpModule():
         d = os.path.join(src, "w4-" + s)
         jobs["quantize"].append([plain, d, s])
         jobs["decompress"].append([d, os.path.join(Env.root, s + ".ref")])
+    # asymmetric groups saved in 100 KB shards: modules straddle shards
+    jobs["quantize"].append([os.path.join(Env.root, "plain-asym-group"),
+                             os.path.join(src, "w4-sharded"), "asym-group",
+                             "100KB"])
+    jobs["decompress"].append([os.path.join(src, "w4-sharded"),
+                               os.path.join(Env.root, "sharded.ref")])
     run_oracle(jobs)
-    for s in STRATEGIES:
+    for s in list(STRATEGIES) + ["sharded"]:
         Env.ref[s] = load_file(os.path.join(Env.root, s + ".ref"))
     single = os.path.join(src, "single.safetensors")
     shutil.copy(os.path.join(src, "w4-channel", "model.safetensors"), single)
+    shutil.copy(os.path.join(src, "w4-asym-channel", "model.safetensors"),
+                os.path.join(src, "single-asym.safetensors"))
     Env.lies = lies(src, single)
+    Env.dir_lies = dir_lies(src)
     Env.mnt = tl.Mount(src)
 
 
@@ -152,6 +196,18 @@ class ModelDir(unittest.TestCase):
             deq = {k[:-len("_packed")] for k in src
                    if k.endswith(".weight_packed")}
             self.assertEqual(len(deq), 14)
+            zps = [t for k, t in src.items()
+                   if k.endswith(".weight_zero_point")]
+            self.assertEqual(len(zps), 14 if s.startswith("asym") else 0)
+            if zps:  # the zero points matter: not all stored as 8 (0)
+                nib = torch.cat([(z.view(-1, 1) >> torch.arange(0, 32, 4))
+                                 & 15 for z in zps])
+                self.assertGreater(int((nib != 8).sum()), nib.numel() // 4)
+                with open(os.path.join(Env.mnt.source, "w4-" + s,
+                                       "config.json")) as f:
+                    qc = json.load(f)["quantization_config"]
+                for g in qc["config_groups"].values():
+                    self.assertIs(g["weights"]["symmetric"], False)
             for v, dt in VIEWS.items():
                 with self.subTest(strategy=s, view=v):
                     view = Env.mnt.join("w4-%s.%s" % (s, v))
@@ -185,6 +241,56 @@ class ModelDir(unittest.TestCase):
                 del model
                 gc.collect()
 
+    def test_split_modules_served(self):
+        """A 100 KB-shard save (modules straddle shards: weight_packed,
+        weight_scale, weight_shape and weight_zero_point in different
+        files): each DIR.<view>/ shard holds its source shard's weights
+        dequantized with their companions from wherever they are, equal
+        to the decompressor's output of the whole folder."""
+        d = os.path.join(Env.mnt.source, "w4-sharded")
+        with open(os.path.join(d, "model.safetensors.index.json")) as f:
+            wm = json.load(f)["weight_map"]
+        comp = ("weight_scale", "weight_shape", "weight_zero_point")
+        split = [k for k in wm if k.endswith(".weight_packed") and any(
+            wm.get(k[:-len("packed")] + c[len("weight_"):], wm[k]) != wm[k]
+            for c in comp)]
+        self.assertTrue(split)  # the case is real
+        ref = Env.ref["sharded"]
+        deq = {k[:-len("_packed")] for k in wm if k.endswith("_packed")}
+        for v, dt in VIEWS.items():
+            with self.subTest(view=v):
+                view = Env.mnt.join("w4-sharded." + v)
+                with open(os.path.join(view,
+                                       "model.safetensors.index.json")) as f:
+                    vm = json.load(f)["weight_map"]
+                self.assertEqual(sorted(vm), sorted(ref))
+                for n in sorted(set(vm.values())):
+                    got = load_file(os.path.join(view, n))
+                    self.assertEqual(
+                        sorted(got),
+                        sorted(k[:-len("_packed")] if k.endswith("_packed")
+                               else k for k, s in wm.items() if s == n
+                               and k.rsplit(".", 1)[-1] not in comp), n)
+                    for k, t in got.items():
+                        if k not in deq:
+                            # a shard without int4 weights is cast like
+                            # any checkpoint (documented): kept as stored
+                            # or torch's cast of it
+                            self.assertIn(t.dtype, (ref[k].dtype, dt), k)
+                            self.assertTrue(torch.equal(
+                                bits(t), bits(ref[k].to(t.dtype))), k)
+                            continue
+                        want = ref[k].to(dt)
+                        self.assertEqual(t.dtype, want.dtype, k)
+                        self.assertTrue(torch.equal(bits(t), bits(want)),
+                                        k)
+        model, info = load_quiet(Env.mnt.join("w4-sharded.bf16"),
+                                 output_loading_info=True)
+        for k in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+            self.assertEqual(list(info.get(k, [])), [], k)
+        del model
+        gc.collect()
+
     def test_quantising_views_offered(self):
         """Views that quantise again are offered (their bytes:
         test_requant.py)."""
@@ -197,15 +303,53 @@ class ModelDir(unittest.TestCase):
 
 class SingleFile(unittest.TestCase):
     def test_single_file_view_and_ranges(self):
-        path = Env.mnt.join("single.bf16.safetensors")
-        got = load_file(path)
-        ref = Env.ref["channel"]
-        self.assertEqual(sorted(got), sorted(ref))
+        for name, s in (("single", "channel"),
+                        ("single-asym", "asym-channel")):
+            with self.subTest(file=name):
+                path = Env.mnt.join(name + ".bf16.safetensors")
+                got = load_file(path)
+                ref = Env.ref[s]
+                self.assertEqual(sorted(got), sorted(ref))
+                for k, t in ref.items():
+                    self.assertTrue(torch.equal(bits(got[k]), bits(t)), k)
+                with open(path, "rb") as f:
+                    whole = f.read()
+                tl.check_ranges(self, path, whole, random.Random(3),
+                                count=100)
+
+    def test_nf4_of_asymmetric(self):
+        """nf4_nodq of the asymmetric file: bitsandbytes' own
+        quantize_4bit of the decompressor's bf16 weight, every tensor it
+        leaves as the bf16 view has it."""
+        import bitsandbytes as bnb
+        got = load_file(Env.mnt.join("single-asym.nf4_nodq.safetensors"))
+        ref = Env.ref["asym-channel"]
+        state = ".quant_state.bitsandbytes__nf4"
+        n = 0
         for k, t in ref.items():
-            self.assertTrue(torch.equal(bits(got[k]), bits(t)), k)
-        with open(path, "rb") as f:
-            whole = f.read()
-        tl.check_ranges(self, path, whole, random.Random(3), count=100)
+            with self.subTest(tensor=k):
+                if k + state not in got:
+                    self.assertTrue(torch.equal(bits(got[k]), bits(t)), k)
+                    continue
+                q, st = bnb.functional.quantize_4bit(
+                    t, blocksize=64, quant_type="nf4",
+                    compress_statistics=False)
+                self.assertTrue(torch.equal(got[k], q), k)
+                self.assertTrue(torch.equal(bits(got[k + ".absmax"]),
+                                            bits(st.absmax)), k)
+                n += 1
+        self.assertEqual(n, 14)
+
+    def test_dir_lies_rejected(self):
+        names = os.listdir(Env.mnt.path)
+        with open(Env.mnt.join(".castfs", "rejected")) as f:
+            rej = {r["path"]: r["reason"] for r in json.load(f)}
+        for name, why in Env.dir_lies.items():
+            with self.subTest(lie=name):
+                self.assertNotIn(name + ".bf16", names)
+                reason = rej[name + "/model.safetensors"]
+                self.assertIn("up_proj", reason)
+                self.assertIn(why, reason)
 
     def test_lies_rejected(self):
         names = os.listdir(Env.mnt.path)
@@ -227,6 +371,13 @@ class SingleFile(unittest.TestCase):
                       "14 weights", r.stdout)
         self.assertIn("int4 symmetric, groups of 128, BF16 scale "
                       "model.layers.0.mlp.down_proj.weight_scale", r.stdout)
+        r = subprocess.run([tl.castfs_binary(), "info", os.path.join(
+            Env.mnt.source, "w4-asym-group", "model.safetensors")],
+            capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("int4 asymmetric (zero points), groups of 128, BF16 "
+                      "scale model.layers.0.mlp.down_proj.weight_scale",
+                      r.stdout)
 
 
 if __name__ == "__main__":

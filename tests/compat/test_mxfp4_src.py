@@ -13,6 +13,9 @@
   0xFF included): the bf16/fp16/fp32 views equal, bit for bit,
   transformers' convert_moe_packed_tensors(dtype=...) of the source; the
   fp8 view is torch's cast of the fp32 dequantization; the scales are gone.
+- DIR.nf4/ loads with from_pretrained and equals what transformers +
+  bitsandbytes make of DIR.bf16/ with BitsAndBytesConfig(load_in_4bit):
+  the attention projections quantised, experts and router kept bf16.
 - Misshapen MXFP4 gets no views and a reason; castfs info names the layout.
 """
 import gc
@@ -310,6 +313,51 @@ class ModelDir(unittest.TestCase):
         for k in ("gate_up_proj", "down_proj"):
             k = "model.layers.1.mlp.experts." + k
             self.assertTrue(torch.equal(bits(params[k]), bits(want[k])), k)
+
+    def test_nf4_is_what_transformers_quantises(self):
+        """DIR.nf4/ loads with from_pretrained and is the model transformers
+        + bitsandbytes make of DIR.bf16/ with BitsAndBytesConfig(
+        load_in_4bit, nf4, double quant): the same Linear4bit modules (the
+        attention projections: the 3-D experts are not Linear layers, and
+        neither is GptOssTopKRouter), each dequantizing to the same
+        weights, every other parameter and the logits equal."""
+        import bitsandbytes as bnb
+        from transformers import BitsAndBytesConfig
+        ours, info = load_quiet(Env.mnt.join("gptoss.nf4"),
+                                output_loading_info=True)
+        for k in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+            self.assertEqual(list(info.get(k, [])), [], k)
+        ref = load_quiet(Env.mnt.join("gptoss.bf16"),
+                         quantization_config=BitsAndBytesConfig(
+                             load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                             bnb_4bit_use_double_quant=True,
+                             bnb_4bit_compute_dtype=torch.bfloat16),
+                         dtype=torch.bfloat16)
+
+        def linear4(m):
+            return {n: x for n, x in m.named_modules()
+                    if isinstance(x, bnb.nn.Linear4bit)}
+        a, b = linear4(ours), linear4(ref)
+        self.assertEqual(sorted(a), sorted(b))
+        self.assertTrue(a and all(".self_attn." in n for n in a), sorted(a))
+        for n in a:
+            wa, wb = a[n].weight, b[n].weight
+            da = bnb.functional.dequantize_4bit(wa.data, wa.quant_state)
+            db = bnb.functional.dequantize_4bit(wb.data, wb.quant_state)
+            self.assertTrue(torch.equal(bits(da), bits(db)), n)
+        pa = {k: v for k, v in ours.named_parameters()
+              if k[:-len(".weight")] not in a}
+        pb = {k: v for k, v in ref.named_parameters()
+              if k[:-len(".weight")] not in b}
+        self.assertEqual(sorted(pa), sorted(pb))
+        for k in pa:
+            self.assertTrue(torch.equal(bits(pa[k].data), bits(pb[k].data)),
+                            k)
+        ids = torch.arange(20).reshape(1, 20)
+        with torch.no_grad():
+            self.assertTrue(torch.equal(ours(ids).logits, ref(ids).logits))
+        del ours, ref, a, b, pa, pb
+        gc.collect()
 
 
 if __name__ == "__main__":

@@ -168,11 +168,11 @@ def corpus():
                       "l.weight_scale": f8(8, 3),
                       "l.weight_global_scale": torch.ones(1)},
                      "compressed-tensors"),
-        # Asymmetric int4 (zero points; the symmetric layout is
-        # dequantized: test_ct_w4_src.py).
+        # Asymmetric int4 whose zero points are not packed along the rows
+        # (fitting ones are dequantized: test_ct_w4_src.py).
         "ct-int4": ({"l.weight_packed": torch.zeros(8, 4, dtype=torch.int32),
                      "l.weight_scale": torch.ones(8, 1).bfloat16(),
-                     "l.weight_zero_point": torch.zeros(1, 1,
+                     "l.weight_zero_point": torch.zeros(8, 1,
                                                         dtype=torch.int32),
                      "l.weight_shape": torch.tensor([8, 32])},
                     "compressed-tensors"),

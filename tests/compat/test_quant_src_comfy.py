@@ -2,8 +2,11 @@
 """ComfyUI scaled fp8 sources (docs/FORMATS.md, "ComfyUI scaled fp8").
 
 - The legacy form (a "scaled_fp8" marker, F8_E4M3 "M.weight" with an F32
-  "M.scale_weight", an optional "M.scale_input") and the comfy_quant form
-  ("M.weight_scale", "M.input_scale", a U8 "M.comfy_quant" JSON): the
+  "M.scale_weight", an optional "M.scale_input"), the comfy_quant form
+  ("M.weight_scale", "M.input_scale", a U8 "M.comfy_quant" JSON) and the
+  "_quantization_metadata" header form (its layers read as ComfyUI's
+  convert_old_quants and _load_quantized_module read them, re-typed
+  below, the key itself gone from every view): the
   bf16/fp16/fp32/fp8 views equal, byte for byte, safetensors.torch.save()
   of what ComfyUI computes for each weight: comfy-kitchen's eager
   dequantize_per_tensor_fp8 (and comfy/ops.py's legacy scaled_fp8_ops),
@@ -14,7 +17,9 @@
 - The nf4 view is bitsandbytes' quantisation of the bf16 dequantization
   (bnb_ref.py, checked against bitsandbytes in test_bnb.py).
 - ComfyUI layers castfs does not dequantize (e5m2 weights, per-row scales,
-  an fp8 weight without its scale) get no views and a reason.
+  an fp8 weight without its scale; in the metadata: other formats, a layer
+  without its tensors, JSON ComfyUI refuses, a legacy marker beside it)
+  get no views and a reason.
 - castfs info shows the layout; castfs convert writes the bf16 view.
 """
 import json
@@ -94,6 +99,68 @@ def current_file(g):
     return t
 
 
+def meta_file(g):
+    """The header form: the layers named only by __metadata__'s
+    _quantization_metadata, one of them with a comfy_quant tensor as well
+    (the metadata's entry replaces it), one with a comfy_quant tensor
+    only (ComfyUI keeps it)."""
+    t, layers = {}, {}
+    for name, shape, conf in (
+            ("model.diffusion_model.blocks.0.attn.to_q", (64, 48),
+             {"format": "float8_e4m3fn"}),
+            ("model.diffusion_model.blocks.0.attn.to_k", (33, 48),
+             {"format": "float8_e4m3fn",
+              "full_precision_matrix_mult": True}),
+            ("model.diffusion_model.blocks.1.ff.0", (96, 33),
+             {"format": "float8_e4m3fn"}),
+            ("model.diffusion_model.blocks.1.ff.2", (48, 96), None)):
+        q, s = comfy_quant(torch.randn(*shape, generator=g) * 0.7)
+        t[name + ".weight"] = q
+        t[name + ".weight_scale"] = s
+        t[name + ".bias"] = torch.randn(shape[0], generator=g).bfloat16()
+        if conf is not None:
+            layers[name] = conf
+    t["model.diffusion_model.blocks.0.attn.to_q.input_scale"] = \
+        torch.tensor(0.5)
+    t["model.diffusion_model.blocks.1.ff.0.comfy_quant"] = quant_json(True)
+    t["model.diffusion_model.blocks.1.ff.2.comfy_quant"] = quant_json()
+    t["model.diffusion_model.norm_out.weight"] = \
+        torch.randn(48, generator=g).bfloat16()
+    md = dict(MD)
+    md["_quantization_metadata"] = json.dumps({"format_version": "1.0",
+                                               "layers": layers})
+    return t, md
+
+
+def convert_old_quants(sd, metadata):
+    """comfy/utils.py convert_old_quants (ComfyUI, 2026), the metadata
+    branch, re-typed: each entry of _quantization_metadata["layers"]
+    becomes "<layer>.comfy_quant", the bytes of json.dumps(entry)."""
+    sd = dict(sd)
+    if "_quantization_metadata" in metadata:
+        qm = json.loads(metadata["_quantization_metadata"])
+        for k, v in qm["layers"].items():
+            sd["{}.comfy_quant".format(k)] = torch.tensor(
+                list(json.dumps(v).encode("utf-8")), dtype=torch.uint8)
+    return sd
+
+
+def comfy_load(sd, metadata, dtype):
+    """What ComfyUI's model holds: convert_old_quants, then per layer
+    comfy/ops.py _load_quantized_module (json.loads of its comfy_quant,
+    QUANT_ALGOS["float8_e4m3fn"], weight_scale and input_scale popped)
+    and comfy-kitchen's eager dequantize_per_tensor_fp8 (comfy_dequant)."""
+    out = convert_old_quants(sd, metadata)
+    for k in [k for k in out if k.endswith(".comfy_quant")]:
+        p = k[:-len("comfy_quant")]
+        conf = json.loads(out.pop(k).numpy().tobytes())
+        assert conf["format"] == "float8_e4m3fn", conf
+        w, s = out.pop(p + "weight"), out.pop(p + "weight_scale")
+        out.pop(p + "input_scale", None)
+        out[p + "weight"] = comfy_dequant(w, s.reshape(()), dtype)
+    return out
+
+
 def expected(src, dtype):
     out = {}
     for k, t in src.items():
@@ -114,10 +181,42 @@ def bits(t):
     return t.contiguous().view(torch.uint8)
 
 
+def qmeta(layers):
+    md = dict(MD)
+    md["_quantization_metadata"] = layers if isinstance(layers, str) else \
+        json.dumps({"layers": layers})
+    return md
+
+
+# The metadata of the refused files that have one.
+REFUSED_META = {
+    "comfy-meta-nvfp4": qmeta({"l": {"format": "nvfp4"}}),
+    "comfy-meta-e5m2": qmeta({"l": {"format": "float8_e5m2"}}),
+    "comfy-meta-string": qmeta({"l": "float8_e4m3fn"}),
+    "comfy-meta-ghost": qmeta({"l": {"format": "float8_e4m3fn"},
+                               "ghost": {"format": "float8_e4m3fn"}}),
+    "comfy-meta-json": qmeta('{"layers": {"l": {"format": '
+                             '"float8_e4m3fn"}}} x'),
+    "comfy-meta-marker": qmeta({"l": {"format": "float8_e4m3fn"}}),
+}
+
+
 def refused():
     g = torch.Generator().manual_seed(9)
     q, s = comfy_quant(torch.randn(16, 32, generator=g))
+    pair = {"l.weight": q, "l.weight_scale": s}
     return {
+        "comfy-meta-nvfp4": {
+            "l.weight": torch.randint(0, 255, (16, 16), dtype=torch.uint8),
+            "l.weight_scale": torch.ones(16, 2).to(F8),
+            "l.weight_scale_2": torch.tensor(1.0)},
+        "comfy-meta-e5m2": dict(pair),
+        "comfy-meta-string": dict(pair),
+        "comfy-meta-ghost": dict(pair),
+        "comfy-meta-json": dict(pair),
+        "comfy-meta-marker": {"scaled_fp8": torch.empty(0, dtype=F8),
+                              "l.weight": q, "l.scale_weight": s,
+                              "l.weight_scale": s.clone()},
         "comfy-e5m2": {"scaled_fp8": torch.empty(0, dtype=torch.float8_e5m2),
                        "l.weight": torch.randn(16, 32).to(torch.float8_e5m2),
                        "l.scale_weight": s},
@@ -134,6 +233,7 @@ class Env:
     root = None
     mnt = None
     files = {}
+    meta = None
 
 
 def setUpModule():
@@ -142,9 +242,11 @@ def setUpModule():
     os.mkdir(src)
     g = torch.Generator().manual_seed(4)
     Env.files = {"legacy": legacy_file(g), "current": current_file(g)}
+    Env.files["meta"], Env.meta = meta_file(g)
     Env.files.update(refused())
     for name, t in Env.files.items():
-        save_file(t, os.path.join(src, name + ".safetensors"), metadata=MD)
+        md = Env.meta if name == "meta" else REFUSED_META.get(name, MD)
+        save_file(t, os.path.join(src, name + ".safetensors"), metadata=md)
     Env.mnt = tl.Mount(src)
 
 
@@ -172,10 +274,13 @@ class Comfy(unittest.TestCase):
         self.assertGreater(differ, 0)
 
     def test_views_bit_exact(self):
-        for name in ("legacy", "current"):
+        for name in ("legacy", "current", "meta"):
             for v, dt in VIEWS.items():
                 with self.subTest(file=name, view=v):
-                    exp = expected(Env.files[name], dt)
+                    if name == "meta":
+                        exp = comfy_load(Env.files[name], Env.meta, dt)
+                    else:
+                        exp = expected(Env.files[name], dt)
                     want = save(exp, metadata=MD)
                     path = Env.mnt.join("%s.%s.safetensors" % (name, v))
                     got_t = load_file(path)
@@ -222,6 +327,12 @@ class CommandLine(unittest.TestCase):
         self.assertIn("quantized: ComfyUI scaled fp8, 2 weights", r.stdout)
         self.assertIn("comfy scaled fp8, F32 scale layers.0.proj.weight_scale",
                       r.stdout)
+
+    def test_info_metadata_form(self):
+        r = self.run_cli("info", os.path.join(Env.mnt.source,
+                                              "meta.safetensors"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("quantized: ComfyUI scaled fp8, 4 weights", r.stdout)
 
     def test_convert_bf16(self):
         out = os.path.join(Env.root, "legacy.bf16.safetensors")

@@ -564,6 +564,51 @@ START_TEST(test_qsrc__ct_fp8)
 }
 END_TEST
 
+/* compressed-tensors int4: symmetric or not, the same in every group. */
+START_TEST(test_md_quant__ct_w4_symmetry)
+{
+#define W4_GROUP(sym)                                                         \
+	"{\"targets\": [\"Linear\"], \"weights\": {\"num_bits\": 4, "         \
+	"\"type\": \"int\", \"strategy\": \"group\", \"group_size\": 128" sym \
+	"}}"
+#define W4_QC(groups)                                              \
+	"{\"quantization_config\": {\"quant_method\": "            \
+	"\"compressed-tensors\", \"format\": \"pack-quantized\", " \
+	"\"config_groups\": {" groups "}}}"
+	static const struct {
+		const char *qc;
+		bool w4, asym;
+	} cases[] = {
+		{ W4_QC("\"g\": " W4_GROUP("")), true, false },
+		{ W4_QC("\"g\": " W4_GROUP(", \"symmetric\": true")), true,
+		  false },
+		{ W4_QC("\"g\": " W4_GROUP(", \"symmetric\": false")), true,
+		  true },
+		{ W4_QC("\"a\": " W4_GROUP(", \"symmetric\": false") ", \"b\": " W4_GROUP(
+			  ", \"symmetric\": false")),
+		  true, true },
+		{ W4_QC("\"a\": " W4_GROUP(
+			  ", \"symmetric\": false") ", \"b\": " W4_GROUP("")),
+		  false, false },
+		{ W4_QC("\"g\": " W4_GROUP(", \"symmetric\": 0")), false,
+		  false },
+	};
+	struct castfs_md_quant mq;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ck_assert_int_eq(castfs_md_quant_read(cases[i].qc,
+						      strlen(cases[i].qc), &mq,
+						      NULL),
+				 0);
+		ck_assert_msg(mq.ct_w4 == cases[i].w4 &&
+				      mq.ct_w4_asym == cases[i].asym,
+			      "%s", cases[i].qc);
+	}
+#undef W4_QC
+#undef W4_GROUP
+}
+END_TEST
+
 /* compressed-tensors FP8: which quantization_configs castfs takes. */
 START_TEST(test_md_quant__ct_fp8)
 {
@@ -650,6 +695,7 @@ Suite *unit_suite(void)
 	tcase_add_loop_test(tc, test_deq__bnb_views_ranges, 0, 3);
 	tcase_add_test(tc, test_md_quant__read);
 	tcase_add_test(tc, test_qsrc__mxfp4);
+	tcase_add_test(tc, test_md_quant__ct_w4_symmetry);
 	tcase_add_test(tc, test_md_quant__ct_fp8);
 	tcase_add_test(tc, test_qsrc__ct_fp8);
 	tcase_add_loop_test(tc, test_md_quant__unquant, 0,

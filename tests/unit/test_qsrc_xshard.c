@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * FP8 block weights whose scale is in another shard (view/qsrc_xshard.c):
+ * FP8 block weights (and compressed-tensors FP4 modules) whose scale is
+ * in another shard (view/qsrc_xshard.c):
  * which tensors each output shard's composite header holds, and the bf16
  * view read through a composite source against a slow element-by-element
  * dequantization (OCP E4M3, fp32 product, RNE to bf16, fp8_slow.c).
@@ -310,6 +311,75 @@ START_TEST(test_xshard__orphan_scale)
 }
 END_TEST
 
+/* compressed-tensors FP4 modules split across two shards: each shard
+ * alone is refused (strict) or counts its partners (XSHARD); each
+ * composite header holds its packed weights and all their companions. */
+START_TEST(test_xshard__fp4_modules)
+{
+	static const char *const has[2][4] = {
+		{ "a.weight_packed", "a.weight_scale", "a.weight_global_scale",
+		  "a.input_global_scale" },
+		{ "b.weight_packed", "b.weight_scale", "b.weight_global_scale",
+		  NULL },
+	};
+	struct tu_st *b0 = tu_st_new(), *b1 = tu_st_new();
+	struct castfs_header *h[2], *x;
+	struct castfs_diag d = { { 0 } };
+	struct castfs_qsrc q;
+	uint8_t *f[2];
+	size_t len[2];
+
+	tu_st_add(b0, "a.weight_packed", "U8", SHAPE(4, 16), NULL);
+	tu_st_add(b0, "b.weight_scale", "F8_E4M3", SHAPE(4, 2), NULL);
+	tu_st_add(b0, "b.weight_global_scale", "F32", SHAPE(1), NULL);
+	tu_st_add(b1, "a.weight_scale", "F8_E4M3", SHAPE(4, 2), NULL);
+	tu_st_add(b1, "a.weight_global_scale", "F32", SHAPE(1), NULL);
+	tu_st_add(b1, "a.input_global_scale", "F32", SHAPE(1), NULL);
+	tu_st_add(b1, "b.weight_packed", "U8", SHAPE(4, 16), NULL);
+	f[0] = tu_st_build(b0, &len[0]);
+	f[1] = tu_st_build(b1, &len[1]);
+	tu_st_free(b0);
+	tu_st_free(b1);
+	for (size_t k = 0; k < 2; k++) {
+		h[k] = stt_parse_ok(f[k], len[k]);
+		d.msg[0] = '\0';
+		ck_assert_int_eq(castfs_qsrc_scan(h[k], CASTFS_QSRC_STRICT, &q,
+						  &d),
+				 -ENOTSUP);
+		ck_assert_ptr_nonnull(strstr(d.msg, "compressed-tensors FP4"));
+		ck_assert_int_eq(castfs_qsrc_scan(h[k],
+						  CASTFS_QSRC_STRICT |
+							  CASTFS_QSRC_XSHARD,
+						  &q, &d),
+				 0);
+		ck_assert_uint_gt(q.nxshard, 0);
+		ck_assert_uint_eq(q.nct4, 0);
+		castfs_qsrc_fini(&q);
+	}
+	for (size_t k = 0; k < 2; k++) {
+		size_t want = k ? 3 : 4;
+
+		ck_assert_int_eq(castfs_qsrc_xshard(
+					 (const struct castfs_header *const *)h,
+					 2, k, &x, NULL),
+				 0);
+		ck_assert_uint_eq(x->ntensors, want);
+		for (size_t i = 0; i < want; i++)
+			ck_assert_ptr_nonnull(castfs_header_find(
+				x, has[k][i], strlen(has[k][i])));
+		ck_assert_int_eq(
+			castfs_qsrc_scan(x, CASTFS_QSRC_STRICT, &q, NULL), 0);
+		ck_assert_uint_eq(q.nct4, 1);
+		castfs_qsrc_fini(&q);
+		castfs_header_free(x);
+	}
+	for (size_t k = 0; k < 2; k++) {
+		castfs_header_free(h[k]);
+		free(f[k]);
+	}
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("qsrc_xshard");
@@ -320,6 +390,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_xshard__all);
 	tcase_add_test(tc, test_xshard__bf16_reads);
 	tcase_add_test(tc, test_xshard__orphan_scale);
+	tcase_add_test(tc, test_xshard__fp4_modules);
 	suite_add_tcase(s, tc);
 	return s;
 }

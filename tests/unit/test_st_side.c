@@ -16,6 +16,7 @@
 #include "st_testutil.h"
 #include "unit.h"
 #include "view/qsrc.h"
+#include "view/qsrc_xshard.h"
 
 static const char state_nf4[] =
 	"{\"quant_type\": \"nf4\", \"blocksize\": 64, \"dtype\": "
@@ -261,13 +262,71 @@ static const struct {
 	int64_t cols;
 	const char *extra, *why;
 } w4_lies[] = {
-	{ 8, 2, 64, "weight_zero_point", "zero points" },
+	{ 8, 2, 64, "weight_zero_point", "weight_zero_point" }, /* [1, 1] */
 	{ 8, 2, 64, "weight_g_idx", "g_idx" },
 	{ 8, 2, 72, "", "weight_shape" },
 	{ 8, 2, 0, "", "weight_shape" },
 	{ 2, 1, 16, "", "fewer than 32" },
 	{ 8, 3, 64, "", "per channel or per group" },
 };
+
+/* ctw4(8, 2, 64) with an I32 zero point of @zrows x @zcols. */
+static struct castfs_header *ctw4_zp(uint64_t zrows, uint64_t zcols)
+{
+	struct tu_st *b = tu_st_new();
+	int64_t ws[2] = { 4, 64 };
+	int rc;
+
+	tu_st_add(b, "l.weight_packed", "I32", SHAPE(4, 8), NULL);
+	tu_st_add(b, "l.weight_scale", "BF16", SHAPE(4, 2), NULL);
+	tu_st_add(b, "l.weight_shape", "I64", SHAPE(2), ws);
+	tu_st_add(b, "l.weight_zero_point", "I32", SHAPE(zrows, zcols), NULL);
+	return parse_side(b, 0, &rc);
+}
+
+/* Asymmetric: the zero points [ceil(rows / 8), groups], packed along the
+ * rows, are paired and dropped; a directory's config.json decides whether
+ * a weight must have them. */
+START_TEST(test_qsrc_ctw4__zero_points)
+{
+	struct castfs_header *h = ctw4_zp(1, 2), *sym = ctw4(8, 2, 64, "");
+	struct castfs_diag d = { { 0 } };
+	const struct castfs_qinfo *qi;
+	const struct castfs_tensor *zp = stt_find(h, "l.weight_zero_point");
+	struct castfs_qsrc q;
+
+	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
+	qi = &q.t[stt_find(h, "l.weight_packed") - h->tensors];
+	ck_assert_uint_eq(qi->role, CASTFS_QR_CTW4);
+	ck_assert_uint_eq(qi->zp, (uint32_t)(zp - h->tensors) + 1);
+	ck_assert_uint_eq(q.t[zp - h->tensors].role, CASTFS_QR_SCALE);
+	castfs_qsrc_fini(&q);
+	ck_assert_int_eq(castfs_qsrc_scan(h, CASTFS_QSRC_W4ASYM, &q, &d), 0);
+	castfs_qsrc_fini(&q);
+	ck_assert_int_eq(castfs_qsrc_scan(h, CASTFS_QSRC_W4SYM, &q, &d),
+			 -ENOTSUP);
+	ck_assert_msg(strstr(d.msg, "declares symmetric"), "%s", d.msg);
+	d.msg[0] = '\0'; /* the first error's message is kept */
+	ck_assert_int_eq(castfs_qsrc_scan(sym, CASTFS_QSRC_W4ASYM, &q, &d),
+			 -ENOTSUP);
+	ck_assert_msg(strstr(d.msg, "requires"), "%s", d.msg);
+	ck_assert_int_eq(castfs_qsrc_scan(sym, CASTFS_QSRC_W4SYM, &q, &d), 0);
+	ck_assert_uint_eq(
+		q.t[stt_find(sym, "l.weight_packed") - sym->tensors].zp, 0);
+	castfs_qsrc_fini(&q);
+	castfs_header_free(h);
+	castfs_header_free(sym);
+	/* not packed along the rows, or one per row instead of per group */
+	h = ctw4_zp(4, 2);
+	d.msg[0] = '\0';
+	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), -ENOTSUP);
+	ck_assert_msg(strstr(d.msg, "weight_zero_point that"), "%s", d.msg);
+	castfs_header_free(h);
+	h = ctw4_zp(1, 1);
+	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), -ENOTSUP);
+	castfs_header_free(h);
+}
+END_TEST
 
 START_TEST(test_qsrc_ctw4__lies_refused)
 {
@@ -283,6 +342,64 @@ START_TEST(test_qsrc_ctw4__lies_refused)
 }
 END_TEST
 
+/* An int4 module split across two shards: its weight_shape's data comes
+ * with it into the composite header, which then pairs it strictly. */
+START_TEST(test_st_side__gathered_across_shards)
+{
+	struct tu_st *b0 = tu_st_new(), *b1 = tu_st_new();
+	int64_t ws[2] = { 4, 64 };
+	struct castfs_header *h[2], *x;
+	struct castfs_diag d = { { 0 } };
+	struct castfs_qsrc q;
+	const uint8_t *p;
+	size_t len = 0;
+	int rc;
+
+	tu_st_add(b0, "l.weight_packed", "I32", SHAPE(4, 8), NULL);
+	tu_st_add(b0, "n.weight", "BF16", SHAPE(3), NULL);
+	tu_st_add(b1, "l.weight_scale", "BF16", SHAPE(4, 2), NULL);
+	tu_st_add(b1, "l.weight_shape", "I64", SHAPE(2), ws);
+	h[0] = parse_side(b0, 0, &rc);
+	ck_assert_int_eq(rc, 0);
+	h[1] = parse_side(b1, 0, &rc);
+	ck_assert_int_eq(rc, 0);
+	for (size_t k = 0; k < 2; k++) {
+		ck_assert_int_eq(castfs_qsrc_scan(h[k],
+						  CASTFS_QSRC_XSHARD |
+							  CASTFS_QSRC_W4SYM,
+						  &q, &d),
+				 0);
+		ck_assert_uint_gt(q.nxshard, 0);
+		castfs_qsrc_fini(&q);
+	}
+	ck_assert_int_eq(
+		castfs_qsrc_xshard((const struct castfs_header *const *)h, 2, 0,
+				   &x, NULL),
+		0);
+	ck_assert_uint_eq(x->ntensors, 4);
+	p = castfs_header_side(x, stt_find(x, "l.weight_shape"), &len);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_eq(len, 16);
+	ck_assert_mem_eq(p, (const uint8_t *)ws, 16);
+	ck_assert_int_eq(
+		castfs_qsrc_scan(x, CASTFS_QSRC_STRICT | CASTFS_QSRC_W4SYM, &q,
+				 &d),
+		0);
+	ck_assert_uint_eq(q.nctw4, 1);
+	castfs_qsrc_fini(&q);
+	castfs_header_free(x);
+	/* shard 1's output holds none of them */
+	ck_assert_int_eq(
+		castfs_qsrc_xshard((const struct castfs_header *const *)h, 2, 1,
+				   &x, NULL),
+		0);
+	ck_assert_uint_eq(x->ntensors, 0);
+	castfs_header_free(x);
+	castfs_header_free(h[0]);
+	castfs_header_free(h[1]);
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("st_side");
@@ -295,6 +412,8 @@ Suite *unit_suite(void)
 	tcase_add_loop_test(tc, test_qsrc_bnb4__lies_refused, 0,
 			    sizeof(lies) / sizeof(lies[0]));
 	tcase_add_test(tc, test_qsrc_ctw4__pairs);
+	tcase_add_test(tc, test_qsrc_ctw4__zero_points);
+	tcase_add_test(tc, test_st_side__gathered_across_shards);
 	tcase_add_loop_test(tc, test_qsrc_ctw4__lies_refused, 0,
 			    sizeof(w4_lies) / sizeof(w4_lies[0]));
 	suite_add_tcase(s, tc);
