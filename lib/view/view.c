@@ -136,15 +136,16 @@ bool castfs_view_converts(const struct castfs_view *v,
 /* A quantized source: every view is computed from dequantized values. */
 static int plan_quantized(const struct castfs_view *v,
 			  const struct castfs_header *h,
-			  const struct castfs_qsrc *q, struct castfs_plan **out,
-			  struct castfs_diag *d)
+			  const struct castfs_qsrc *q,
+			  const struct castfs_qsrc_opts *o,
+			  struct castfs_plan **out, struct castfs_diag *d)
 {
 	if (!castfs_view_dequantizes(v))
 		return castfs_diag_set(d, -ENOTSUP,
 				       "view '%s' is not offered for a "
 				       "quantized source",
 				       v->name);
-	return castfs_view_plan_deq(v, h, q, out, d);
+	return castfs_view_plan_deq(v, h, q, o, out, d);
 }
 
 bool castfs_view_dequantizes(const struct castfs_view *v)
@@ -192,7 +193,7 @@ int castfs_view_plan_opts(const struct castfs_view *v,
 		return rc;
 	if ((q.nfp8 || q.nmxfp4 || q.nbnb4 || q.nctw4) &&
 	    v->kind != CASTFS_VIEW_GGUF) {
-		rc = plan_quantized(v, h, &q, out, d);
+		rc = plan_quantized(v, h, &q, &plan_o, out, d);
 		castfs_qsrc_fini(&q);
 		return rc;
 	}

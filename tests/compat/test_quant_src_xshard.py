@@ -12,6 +12,11 @@ their scales in different shards.
   scales (the layout of the dequantized model saved with the same split).
 - The requantising views' config.json names exactly the modules their
   shards keep unquantised.
+- DIR.nvfp4/ (whose fused groups gate/up, q/k/v the shards cut) holds
+  exactly the tensors, and a quantization_config compressed-tensors reads
+  as, llm-compressor's NVFP4A16 oneshot of the DeepSeek-dequantized bf16
+  model with no ignore beyond lm_head (ct_oracle.py; skipped without the
+  llm-compressor venv).
 - A shard alone has no single-file views (its scales are elsewhere).
 - A shard rewritten while a view file reading it is open fails the next
   read with an errno.
@@ -38,6 +43,7 @@ try:
         from transformers import AutoModelForCausalLM, Qwen3Config, \
             Qwen3ForCausalLM
         from transformers.utils import logging as hf_logging
+        from test_ct import VENV_PY, run_oracle, split_groups, tensors
 except ImportError as e:  # pragma: no cover
     print("SKIP: %s" % e)
     sys.exit(tl.SKIP)
@@ -241,12 +247,47 @@ class CrossShard(unittest.TestCase):
                 plain = {k[:-len(".weight")] for k in names
                          if k.endswith("proj.weight")} - quant
                 self.assertTrue(quant, view)
-                # nvfp4 keeps a fused group that a shard cuts unquantised
                 for m in sorted(k[:-len(".weight")] for k in crossing()):
-                    if view != "nvfp4":
-                        self.assertIn(m, quant, (view, "crossing", m))
+                    self.assertIn(m, quant, (view, "crossing", m))
+                # nvfp4 quantises a fused group that a shard cuts
+                for m in split_groups(os.path.join(Env.mnt.source,
+                                                   "qwen3-fp8")):
+                    self.assertIn(m, quant, (view, "cut group", m))
                 self.assertEqual(sorted(quant & skip), [], view)
                 self.assertEqual(sorted(plain - skip), [], view)
+
+    def test_nvfp4_equals_llm_compressor(self):
+        """Fused groups cut by a shard take one global scale over the
+        group's dequantized values, as llm-compressor gives on the
+        dequantized model."""
+        if not os.access(VENV_PY, os.X_OK):
+            self.skipTest("no llm-compressor venv")
+        src = os.path.join(Env.mnt.source, "qwen3-fp8")
+        self.assertTrue(split_groups(src))
+        sd = source_state()
+        deq = {k: deepseek_dequant(v, sd[k + "_scale_inv"], *BLOCK)
+               if k + "_scale_inv" in sd else v
+               for k, v in sd.items() if not k.endswith("_scale_inv")}
+        bf16 = os.path.join(Env.root, "deq-bf16")
+        os.makedirs(bf16)
+        with open(os.path.join(src, "config.json")) as f:
+            c = json.load(f)
+        c.pop("quantization_config")
+        c["dtype"] = "bfloat16"
+        with open(os.path.join(bf16, "config.json"), "w") as f:
+            json.dump(c, f, indent=2, sort_keys=True)
+        save_file(deq, os.path.join(bf16, "model.safetensors"),
+                  metadata={"format": "pt"})
+        ref = os.path.join(Env.root, "ref-nvfp4")
+        run_oracle({"quantize": [[bf16, ref, "NVFP4A16", []]]}, Env.root)
+        view = Env.mnt.join("qwen3-fp8.nvfp4")
+        got, want = tensors(view), tensors(ref)
+        self.assertEqual(sorted(got), sorted(want))
+        self.assertEqual([k for k in want if got[k] != want[k]], [])
+        job = [os.path.join(view, "config.json"),
+               os.path.join(ref, "config.json")]
+        r = run_oracle({"config": [job]}, Env.root)["config"][0]
+        self.assertTrue(r["equal"], json.dumps(r, indent=1))
 
     def test_no_single_file_views(self):
         name = Env.wmap[crossing()[0]]
