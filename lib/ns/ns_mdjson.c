@@ -389,7 +389,7 @@ static bool md_fuses_all(const struct castfs_view *v,
 	if (v->kind != CASTFS_VIEW_CT_NVFP4 || !ck->sharded || ck->n < 2)
 		return false;
 	for (size_t i = 0; i < ck->n; i++)
-		if (ck->ck[i]->xshard || !ns_md_xshard_wants(ck->ck[i], v))
+		if (!ns_md_xshard_wants(ck->ck[i], v))
 			return false;
 	return true;
 }

@@ -118,7 +118,9 @@ int ns_md_xshard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 	rc = xs_header(ck, x, &h);
 	if (rc)
 		return rc;
-	if (!ck->xshard) /* nvfp4: the fused siblings in every shard */
+	/* nvfp4: the fused siblings in every shard (of a quantized model:
+	 * in the bf16 view of every shard, view_deq.c) */
+	if (v->kind == CASTFS_VIEW_CT_NVFP4)
 		rc = xs_all(x, &all);
 	if (!rc)
 		rc = ns_md_plan_of(ns, ck, h, all, dep, v, keep, out);
@@ -129,7 +131,7 @@ int ns_md_xshard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 
 bool ns_md_xshard_wants(const struct ns_ckpt *ck, const struct castfs_view *v)
 {
-	return ck->xshard || (v->kind == CASTFS_VIEW_CT_NVFP4 && !ck->quant);
+	return ck->xshard || v->kind == CASTFS_VIEW_CT_NVFP4;
 }
 
 int ns_md_xshard_dep(struct castfs_ns *ns, const struct ns_ckpt *ck, int keep,

@@ -100,9 +100,10 @@ struct ns_md_xshard {
 /*
  * ns_md_xshard_wants - whether the DIR.<view>/ file of checkpoint @ck in
  * view @v reads other shards of its folder: FP8 block scales there
- * (ck->xshard), or nvfp4 of a model that is not quantized, whose fused
- * groups (gate/up, q/k/v) may be cut by a shard boundary and take one
- * global scale over the whole group. Pure function.
+ * (ck->xshard), or nvfp4, whose fused groups (gate/up, q/k/v) may be
+ * cut by a shard boundary and take one global scale over the whole group
+ * (of a quantized model: over the bf16 view of every shard). Pure
+ * function.
  */
 bool ns_md_xshard_wants(const struct ns_ckpt *ck, const struct castfs_view *v);
 

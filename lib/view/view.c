@@ -136,15 +136,46 @@ bool castfs_view_converts(const struct castfs_view *v,
 /* A quantized source: every view is computed from dequantized values. */
 static int plan_quantized(const struct castfs_view *v,
 			  const struct castfs_header *h,
-			  const struct castfs_qsrc *q, struct castfs_plan **out,
-			  struct castfs_diag *d)
+			  const struct castfs_qsrc *q,
+			  const struct castfs_qsrc_opts *o,
+			  struct castfs_plan **out, struct castfs_diag *d)
 {
 	if (!castfs_view_dequantizes(v))
 		return castfs_diag_set(d, -ENOTSUP,
 				       "view '%s' is not offered for a "
 				       "quantized source",
 				       v->name);
-	return castfs_view_plan_deq(v, h, q, out, d);
+	return castfs_view_plan_deq(v, h, q, o, out, d);
+}
+
+static bool qsrc_quantized(const struct castfs_qsrc *q)
+{
+	return q->nfp8 || q->nmxfp4 || q->nbnb4 || q->nctw4;
+}
+
+/*
+ * nvfp4 of a shard with no quantized weight in a quantized model's
+ * folder (one holding only norms and embeddings, or weights its source
+ * left unquantized): its fused siblings in other shards are quantized,
+ * so it is planned as a quantized source is, against the bf16 view of
+ * every shard, like its siblings and the folder's config.json. Sets
+ * *@yes; errors of castfs_qsrc_scan_opts().
+ */
+static int fuses_quantized(const struct castfs_view *v,
+			   const struct castfs_qsrc_opts *o, bool *yes)
+{
+	struct castfs_qsrc qa;
+	int rc;
+
+	*yes = false;
+	if (v->kind != CASTFS_VIEW_CT_NVFP4 || !v->fuse_h || v->deqfuse)
+		return 0;
+	rc = castfs_qsrc_scan_opts(v->fuse_h, o, &qa, NULL);
+	if (rc)
+		return rc;
+	*yes = qsrc_quantized(&qa);
+	castfs_qsrc_fini(&qa);
+	return 0;
 }
 
 bool castfs_view_dequantizes(const struct castfs_view *v)
@@ -181,6 +212,7 @@ int castfs_view_plan_opts(const struct castfs_view *v,
 	struct castfs_qsrc_opts plan_o = o ? *o :
 					     (struct castfs_qsrc_opts){ 0 };
 	struct castfs_qsrc q;
+	bool fq = false;
 	int rc;
 
 	/* The directory's layout was checked when the checkpoint loaded. */
@@ -190,9 +222,14 @@ int castfs_view_plan_opts(const struct castfs_view *v,
 	/* Never a silent mis-cast: quantized layouts are recognised first. */
 	if (rc)
 		return rc;
-	if ((q.nfp8 || q.nmxfp4 || q.nbnb4 || q.nctw4) &&
-	    v->kind != CASTFS_VIEW_GGUF) {
-		rc = plan_quantized(v, h, &q, out, d);
+	if (!qsrc_quantized(&q))
+		rc = fuses_quantized(v, &plan_o, &fq);
+	if (rc) {
+		castfs_qsrc_fini(&q);
+		return rc;
+	}
+	if ((qsrc_quantized(&q) || fq) && v->kind != CASTFS_VIEW_GGUF) {
+		rc = plan_quantized(v, h, &q, &plan_o, out, d);
 		castfs_qsrc_fini(&q);
 		return rc;
 	}

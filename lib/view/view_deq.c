@@ -235,19 +235,20 @@ static int plan_deq_build(const struct castfs_view *v,
 }
 
 /*
- * nvfp4: the global scale of a weight is over its fused siblings' values
- * as the bf16 view shows them, so the bf16 view is planned first and @v
- * (a copy pointing at it) finds each sibling, and how to read it, there.
+ * The bf16 view of @h (@q its scan) into @bp: of @v->fuse_h instead when
+ * set (a shard of an indexed folder: its fused siblings may sit in other
+ * shards, and their dequantizer records then point into the composite
+ * source, as the shard's own tensors do), scanned with @o.
  */
-static int plan_deq_nvfp4(const struct castfs_view *v,
-			  const struct castfs_header *h,
-			  const struct castfs_qsrc *q, struct castfs_plan **out,
-			  struct castfs_diag *d)
+static int plan_deq_bf16(const struct castfs_view *v,
+			 const struct castfs_header *h,
+			 const struct castfs_qsrc *q,
+			 const struct castfs_qsrc_opts *o,
+			 struct castfs_plan **bp, struct castfs_diag *d)
 {
-	struct castfs_view b = *v, n = *v;
-	struct castfs_deqfuse f = { 0 };
-	struct castfs_plan *bp = NULL;
-	struct castfs_header *hb = NULL;
+	struct castfs_qsrc_opts ao = o ? *o : (struct castfs_qsrc_opts){ 0 };
+	struct castfs_view b = *v;
+	struct castfs_qsrc qa;
 	int rc;
 
 	b.kind = CASTFS_VIEW_CAST;
@@ -255,7 +256,36 @@ static int plan_deq_nvfp4(const struct castfs_view *v,
 	b.cvt_flags = 0;
 	b.nrules = 0; /* the bf16 view: every tensor by the default rule */
 	b.rules = NULL;
-	rc = plan_deq_build(&b, h, q, &bp, d);
+	b.fuse_h = NULL;
+	if (!v->fuse_h)
+		return plan_deq_build(&b, h, q, bp, d);
+	ao.flags = 0; /* every shard was checked when it loaded */
+	rc = castfs_qsrc_scan_opts(v->fuse_h, &ao, &qa, d);
+	if (rc)
+		return rc;
+	rc = plan_deq_build(&b, v->fuse_h, &qa, bp, d);
+	castfs_qsrc_fini(&qa);
+	return rc;
+}
+
+/*
+ * nvfp4: the global scale of a weight is over its fused siblings' values
+ * as the bf16 view shows them, so the bf16 view is planned first and @v
+ * (a copy pointing at it) finds each sibling, and how to read it, there.
+ */
+static int plan_deq_nvfp4(const struct castfs_view *v,
+			  const struct castfs_header *h,
+			  const struct castfs_qsrc *q,
+			  const struct castfs_qsrc_opts *o,
+			  struct castfs_plan **out, struct castfs_diag *d)
+{
+	struct castfs_view n = *v;
+	struct castfs_deqfuse f = { 0 };
+	struct castfs_plan *bp = NULL;
+	struct castfs_header *hb = NULL;
+	int rc;
+
+	rc = plan_deq_bf16(v, h, q, o, &bp, d);
 	if (!rc)
 		rc = castfs_plan_header(bp, &hb, d);
 	if (!rc) {
@@ -271,10 +301,11 @@ static int plan_deq_nvfp4(const struct castfs_view *v,
 
 int castfs_view_plan_deq(const struct castfs_view *v,
 			 const struct castfs_header *h,
-			 const struct castfs_qsrc *q, struct castfs_plan **out,
-			 struct castfs_diag *d)
+			 const struct castfs_qsrc *q,
+			 const struct castfs_qsrc_opts *o,
+			 struct castfs_plan **out, struct castfs_diag *d)
 {
 	if (v->kind == CASTFS_VIEW_CT_NVFP4 && !v->deqfuse)
-		return plan_deq_nvfp4(v, h, q, out, d);
+		return plan_deq_nvfp4(v, h, q, o, out, d);
 	return plan_deq_build(v, h, q, out, d);
 }

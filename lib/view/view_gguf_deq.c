@@ -73,7 +73,7 @@ static int map_tensor(struct castfs_gguf_deq *g, size_t i,
 static int deq_build(const struct castfs_header *h, const struct castfs_qsrc *q,
 		     struct castfs_gguf_deq *g, struct castfs_diag *d)
 {
-	int rc = castfs_view_plan_deq(&bf16_view, h, q, &g->plan, d);
+	int rc = castfs_view_plan_deq(&bf16_view, h, q, NULL, &g->plan, d);
 
 	if (!rc)
 		rc = castfs_plan_header(g->plan, &g->h, d);

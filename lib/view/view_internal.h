@@ -36,12 +36,15 @@ int castfs_view_cast_add(struct castfs_pb *pb, const struct castfs_view *v,
  * dequantized and cast (cast views), or quantised from its BF16
  * dequantized values (bitsandbytes views; BF16 where the view keeps the
  * weight), its scale left out, every other tensor as the view makes it.
- * Errors of the builder.
+ * An nvfp4 @v with fuse_h (a shard of an indexed folder) finds its fused
+ * siblings in the bf16 view of fuse_h, scanned with @o (NULL: defaults).
+ * Errors of the builder and of castfs_qsrc_scan_opts().
  */
 int castfs_view_plan_deq(const struct castfs_view *v,
 			 const struct castfs_header *h,
-			 const struct castfs_qsrc *q, struct castfs_plan **out,
-			 struct castfs_diag *d);
+			 const struct castfs_qsrc *q,
+			 const struct castfs_qsrc_opts *o,
+			 struct castfs_plan **out, struct castfs_diag *d);
 
 /*
  * castfs_qsrc_mxfp4 - castfs_qsrc_scan()'s test of tensor @i of @h for a

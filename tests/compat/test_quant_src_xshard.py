@@ -12,6 +12,12 @@ their scales in different shards.
   scales (the layout of the dequantized model saved with the same split).
 - The requantising views' config.json names exactly the modules their
   shards keep unquantised.
+- DIR.nvfp4/ (whose fused groups gate/up, q/k/v the shards cut) holds
+  exactly the tensors, and a quantization_config compressed-tensors reads
+  as, llm-compressor's NVFP4A16 oneshot of the DeepSeek-dequantized bf16
+  model with no ignore beyond lm_head (ct_oracle.py; skipped without the
+  llm-compressor venv); so does that of a model whose bf16 up_proj sits
+  alone in a shard with no quantized weight (qwen3-fp8-mixed).
 - A shard alone has no single-file views (its scales are elsewhere).
 - A shard rewritten while a view file reading it is open fails the next
   read with an errno.
@@ -38,6 +44,7 @@ try:
         from transformers import AutoModelForCausalLM, Qwen3Config, \
             Qwen3ForCausalLM
         from transformers.utils import logging as hf_logging
+        from test_ct import VENV_PY, run_oracle, split_groups, tensors
 except ImportError as e:  # pragma: no cover
     print("SKIP: %s" % e)
     sys.exit(tl.SKIP)
@@ -104,6 +111,46 @@ def write_model(path):
     return split.tensor_to_filename
 
 
+def write_mixed(path):
+    """Qwen3 in the FP8 block layout whose layer-0 up_proj was left bf16
+    and saved alone in the second shard (a shard with no quantized weight,
+    its fused sibling gate_proj quantized in the first)."""
+    torch.manual_seed(8)
+    cfg = Qwen3Config(vocab_size=300, hidden_size=192, intermediate_size=320,
+                      num_hidden_layers=1, num_attention_heads=3,
+                      num_key_value_heads=1, head_dim=64,
+                      tie_word_embeddings=False)
+    model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
+    alone = "model.layers.0.mlp.up_proj.weight"
+    sd = {}
+    for k, t in model.state_dict().items():
+        if k == alone.replace("up_proj", "gate_proj"):
+            t = t * 4  # the group's absmax: up_proj's alone would differ
+        if k.endswith("proj.weight") and k != alone:
+            sd[k], sd[k + "_scale_inv"] = quant_fp8_block(t, *BLOCK)
+        else:
+            sd[k] = t.contiguous()
+    wmap = {k: "model-0000%d-of-00002.safetensors" % (2 if k == alone
+                                                       else 1)
+            for k in sd}
+    os.makedirs(path)
+    for fname in sorted(set(wmap.values())):
+        save_file({k: sd[k] for k in sd if wmap[k] == fname},
+                  os.path.join(path, fname), metadata={"format": "pt"})
+    total = sum(t.numel() * t.element_size() for t in sd.values())
+    with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": wmap},
+                  f, indent=2, sort_keys=True)
+    c = cfg.to_dict()
+    c["quantization_config"] = {
+        "activation_scheme": "dynamic", "fmt": "e4m3",
+        "quant_method": "fp8", "weight_block_size": list(BLOCK),
+        "modules_to_not_convert": ["model.layers.0.mlp.up_proj"]}
+    c["architectures"] = ["Qwen3ForCausalLM"]
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+
+
 class Env:
     root = None
     mnt = None
@@ -115,6 +162,7 @@ def setUpModule():
     src = os.path.join(Env.root, "src")
     os.mkdir(src)
     Env.wmap = write_model(os.path.join(src, "qwen3-fp8"))
+    write_mixed(os.path.join(src, "qwen3-fp8-mixed"))
     Env.mnt = tl.Mount(src)
 
 
@@ -241,12 +289,57 @@ class CrossShard(unittest.TestCase):
                 plain = {k[:-len(".weight")] for k in names
                          if k.endswith("proj.weight")} - quant
                 self.assertTrue(quant, view)
-                # nvfp4 keeps a fused group that a shard cuts unquantised
                 for m in sorted(k[:-len(".weight")] for k in crossing()):
-                    if view != "nvfp4":
-                        self.assertIn(m, quant, (view, "crossing", m))
+                    self.assertIn(m, quant, (view, "crossing", m))
+                # nvfp4 quantises a fused group that a shard cuts
+                for m in split_groups(os.path.join(Env.mnt.source,
+                                                   "qwen3-fp8")):
+                    self.assertIn(m, quant, (view, "cut group", m))
                 self.assertEqual(sorted(quant & skip), [], view)
                 self.assertEqual(sorted(plain - skip), [], view)
+
+    def test_nvfp4_equals_llm_compressor(self):
+        """Fused groups cut by a shard take one global scale over the
+        group's dequantized values, as llm-compressor gives on the
+        dequantized model; so does a group whose member in a shard with
+        no quantized weight is bf16 (qwen3-fp8-mixed)."""
+        if not os.access(VENV_PY, os.X_OK):
+            self.skipTest("no llm-compressor venv")
+        for name in ("qwen3-fp8", "qwen3-fp8-mixed"):
+            with self.subTest(model=name):
+                self.check_nvfp4(name)
+
+    def check_nvfp4(self, name):
+        src = os.path.join(Env.mnt.source, name)
+        self.assertTrue(split_groups(src))
+        with open(os.path.join(src, "model.safetensors.index.json")) as f:
+            shards = set(json.load(f)["weight_map"].values())
+        sd = {}
+        for shard in shards:
+            sd.update(load_file(os.path.join(src, shard)))
+        deq = {k: deepseek_dequant(v, sd[k + "_scale_inv"], *BLOCK)
+               if k + "_scale_inv" in sd else v
+               for k, v in sd.items() if not k.endswith("_scale_inv")}
+        bf16 = os.path.join(Env.root, "deq-" + name)
+        os.makedirs(bf16)
+        with open(os.path.join(src, "config.json")) as f:
+            c = json.load(f)
+        c.pop("quantization_config")
+        c["dtype"] = "bfloat16"
+        with open(os.path.join(bf16, "config.json"), "w") as f:
+            json.dump(c, f, indent=2, sort_keys=True)
+        save_file(deq, os.path.join(bf16, "model.safetensors"),
+                  metadata={"format": "pt"})
+        ref = os.path.join(Env.root, "ref-nvfp4-" + name)
+        run_oracle({"quantize": [[bf16, ref, "NVFP4A16", []]]}, Env.root)
+        view = Env.mnt.join(name + ".nvfp4")
+        got, want = tensors(view), tensors(ref)
+        self.assertEqual(sorted(got), sorted(want))
+        self.assertEqual([k for k in want if got[k] != want[k]], [])
+        job = [os.path.join(view, "config.json"),
+               os.path.join(ref, "config.json")]
+        r = run_oracle({"config": [job]}, Env.root)["config"][0]
+        self.assertTrue(r["equal"], json.dumps(r, indent=1))
 
     def test_no_single_file_views(self):
         name = Env.wmap[crossing()[0]]
