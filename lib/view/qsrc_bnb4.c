@@ -348,20 +348,25 @@ static int q4_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 	return 0;
 }
 
-/* Whether @t is "P" + a 4-bit companion leaf whose weight P is not in @h. */
+/* Whether @t is "P" + a 4-bit companion leaf whose weight P is not in @h
+ * or not paired with a quant_state here (its state is elsewhere). */
 static bool q4_orphan(const struct castfs_header *h,
+		      const struct castfs_qsrc *q,
 		      const struct castfs_tensor *t)
 {
 	static const char *const leaves[] = { ".absmax", ".quant_map",
 					      ".nested_absmax",
 					      ".nested_quant_map" };
+	const struct castfs_tensor *w;
 
 	for (size_t i = 0; i < sizeof(leaves) / sizeof(leaves[0]); i++) {
 		size_t n = strlen(leaves[i]);
 
-		if (t->name_len > n &&
-		    !memcmp(t->name + t->name_len - n, leaves[i], n))
-			return !castfs_header_find(h, t->name, t->name_len - n);
+		if (t->name_len <= n ||
+		    memcmp(t->name + t->name_len - n, leaves[i], n))
+			continue;
+		w = castfs_header_find(h, t->name, t->name_len - n);
+		return !w || q->t[w - h->tensors].role != CASTFS_QR_BNB4;
 	}
 	return false;
 }
@@ -385,7 +390,7 @@ static void q4_orphans(const struct castfs_header *h, struct castfs_qsrc *q)
 			      !memcmp(t->name + t->name_len - wn, wleaf, wn);
 
 		if (q->t[i].role != CASTFS_QR_PLAIN ||
-		    !(packed || q4_orphan(h, t)))
+		    !(packed || q4_orphan(h, q, t)))
 			continue;
 		q->t[i].role = CASTFS_QR_SCALE;
 		q->nxshard++;
