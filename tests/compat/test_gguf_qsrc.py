@@ -230,6 +230,15 @@ def cross_shards(src, name, wmap, weights):
     for f in ("config.json",) + TEXTS[1:]:
         shutil.copy(os.path.join(src, name + "-sharded", f), out)
     save(out, sd, xs)
+    # @name-lost: the same, one quant_state gone from every shard: the
+    # weight cannot be dequantized, so the folder gets no GGUF file
+    lost = os.path.join(src, name + "-lost")
+    os.makedirs(lost)
+    for f in ("config.json",) + TEXTS[1:]:
+        shutil.copy(os.path.join(out, f), lost)
+    gone = sorted(weights)[1] + ".quant_state.bitsandbytes__nf4"
+    save(lost, {k: v for k, v in sd.items() if k != gone},
+         {k: v for k, v in xs.items() if k != gone})
     return xs
 
 
@@ -385,6 +394,18 @@ class Fp8BlockGGUF(unittest.TestCase):
                     w[k] != w[k[:k.index(state)]]]
         self.assertTrue(crossing, "no quant_state away from its weight")
         self.check_equal("llama-nf4-xs", ref="llama-nf4-sharded-ref")
+
+    def test_bnb4_sharded_lost_state_refused(self):
+        """A sharded nf4 folder with a quant_state in no shard gets no
+        GGUF file and says why in /.castfs/refused."""
+        name = "llama-nf4-lost.q8_0.gguf"
+        with self.assertRaises(OSError):
+            os.stat(Env.mnt.join(name))
+        self.assertNotIn(name, os.listdir(Env.mnt.path))
+        with open(Env.mnt.join(".castfs", "refused")) as f:
+            why = [r["reason"] for r in json.load(f)
+                   if r["path"] == "llama-nf4-lost"]
+        self.assertTrue(why and "bitsandbytes 4-bit" in why[0], why)
 
     def test_bnb4_sharded_bf16_dir(self):
         """DIR.bf16/ of the re-split folder (each shard read through its
