@@ -28,6 +28,7 @@ llama.cpp (llama-cpp-python) for the q8_0 file of the Qwen3 FP8 folder,
 whose logits must be within test_gguf_llamacpp's tolerance of
 transformers' on the reference model, and gguf-py's GGUFReader for names.
 """
+import errno
 import json
 import os
 import shutil
@@ -406,6 +407,12 @@ class Fp8BlockGGUF(unittest.TestCase):
             why = [r["reason"] for r in json.load(f)
                    if r["path"] == "llama-nf4-lost"]
         self.assertTrue(why and "bitsandbytes 4-bit" in why[0], why)
+        # nor is its packed weight served as stored in DIR.bf16/
+        state = ".quant_state.bitsandbytes__nf4"
+        w = sorted(k[:k.index(state)] for k in Env.bnb4_xs if state in k)[1]
+        with self.assertRaises(OSError) as e:
+            read(Env.mnt.join("llama-nf4-lost.bf16", Env.bnb4_xs[w]))
+        self.assertEqual(e.exception.errno, errno.EOPNOTSUPP)
 
     def test_bnb4_sharded_bf16_dir(self):
         """DIR.bf16/ of the re-split folder (each shard read through its
