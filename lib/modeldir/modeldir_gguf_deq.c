@@ -28,13 +28,6 @@ void castfs_md_gguf_deq_fini(struct castfs_md_gguf_deq *q)
 }
 
 /*
- * Shard @k of a sharded folder: through its composite header, whose
- * offsets are the composite source's and which holds the FP8 scales,
- * compressed-tensors companions and bitsandbytes 4-bit quant_state /
- * absmax of its weights that lie in other shards, with their side data
- * (view/qsrc_xshard.h).
- */
-/*
  * Plain shard @k whose composite header @c dropped companions of weights
  * in other shards (they are read with those): @c with shard @k's own
  * offsets back, read as stored. A tensor of another shard in a plain
@@ -62,6 +55,13 @@ static int plain_rebase(const struct castfs_header *hk, size_t k,
 	return 0;
 }
 
+/*
+ * Shard @k of a sharded folder: through its composite header, whose
+ * offsets are the composite source's and which holds the FP8 scales,
+ * compressed-tensors companions and bitsandbytes 4-bit quant_state /
+ * absmax of its weights that lie in other shards, with their side data
+ * (view/qsrc_xshard.h).
+ */
 static int shard_deq(const struct castfs_md_gguf_src *s, size_t k,
 		     const struct castfs_qsrc_opts *o,
 		     struct castfs_md_gguf_deq *q, struct castfs_diag *d)
