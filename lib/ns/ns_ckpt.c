@@ -241,7 +241,8 @@ static void ck_parse(struct castfs_ns *ns, struct ns_ckpt *ck, int fd,
 
 /*
  * Whether @dir has the index of sharded weights that lets a shard's FP8
- * (or compressed-tensors FP4) scales be looked for in the other shards
+ * scales (compressed-tensors FP4/int4 companions, bitsandbytes 4-bit
+ * quant_state and absmax) be looked for in the other shards
  * (ns_mdxshard.c).
  */
 static bool ck_dir_sharded(struct castfs_ns *ns, const char *dir)
@@ -268,7 +269,8 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 	struct castfs_qsrc q;
 	char *dir = ns_parent_path(ck->path);
 	int rc = dir ? ns_ckpt_dir_quant(ns, dir, &mq) : -ENOMEM;
-	bool sharded = !rc && (mq.fp8_block || mq.ct_fp4 || mq.ct_w4) &&
+	bool sharded = !rc &&
+		       (mq.fp8_block || mq.ct_fp4 || mq.ct_w4 || mq.bnb_4bit) &&
 		       ck_dir_sharded(ns, dir);
 	unsigned w4 = !rc && mq.ct_w4 ? (mq.ct_w4_asym ? CASTFS_QSRC_W4ASYM :
 							 CASTFS_QSRC_W4SYM) :
@@ -286,7 +288,10 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 			.flags = (mq.fp8_block || mq.ct_fp8 || mq.ct_fp4 ?
 					  CASTFS_QSRC_STRICT :
 					  0) |
-				 (sharded ? CASTFS_QSRC_XSHARD : 0) | w4,
+				 (sharded ? CASTFS_QSRC_XSHARD : 0) |
+				 (sharded && mq.bnb_4bit ? CASTFS_QSRC_Q4XS :
+							   0) |
+				 w4,
 			.brows = mq.block_rows,
 			.bcols = mq.block_cols,
 		};

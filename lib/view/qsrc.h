@@ -129,6 +129,16 @@ struct castfs_qsrc {
  */
 #define CASTFS_QSRC_W4SYM 4u
 #define CASTFS_QSRC_W4ASYM 8u
+/*
+ * Q4XS (with XSHARD, for a shard of a sharded bitsandbytes load_in_4bit
+ * folder): a "*.quant_state.bitsandbytes__*" without its weight, a
+ * 4-bit weight whose absmax / quant_map / nested_* are not all here, a
+ * companion without its weight, and a U8 [n, 1] "*.weight" without a
+ * quant_state here (the packed shape bitsandbytes saves) are held and
+ * counted in nxshard instead of refused or served as stored: their
+ * partner may be in another shard (view/qsrc_xshard.h).
+ */
+#define CASTFS_QSRC_Q4XS 16u
 
 /*
  * castfs_qsrc_scan - classify every tensor of @h (docs/FORMATS.md,

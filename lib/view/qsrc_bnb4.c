@@ -258,6 +258,46 @@ static int state_type(const struct castfs_tensor *t, size_t *plen)
 	return -1;
 }
 
+/* Q4XS: hold @t (if any) of @h: only its composite header is served. */
+static void q4_hold(const struct castfs_header *h, struct castfs_qsrc *q,
+		    const struct castfs_tensor *t)
+{
+	if (t && q->t[t - h->tensors].role == CASTFS_QR_PLAIN)
+		q->t[t - h->tensors].role = CASTFS_QR_SCALE;
+}
+
+/*
+ * Q4XS: whether weight @w of quant_state @t (weight name @plen bytes of
+ * it, nested per @s) lacks a companion here; then @w, @t and the
+ * companions here are held and counted in nxshard.
+ */
+static bool q4_elsewhere(const struct castfs_header *h, struct castfs_qsrc *q,
+			 const struct castfs_tensor *w,
+			 const struct castfs_tensor *t, size_t plen,
+			 const struct castfs_q4src *s, int *err)
+{
+	static const char *const leaves[] = { ".absmax", ".quant_map",
+					      ".nested_absmax",
+					      ".nested_quant_map" };
+	const struct castfs_tensor *c[4];
+	bool missing = false;
+
+	if (!(q->flags & CASTFS_QSRC_Q4XS))
+		return false;
+	for (int i = 0; i < 4; i++) {
+		c[i] = comp(h, t->name, plen, leaves[i], err);
+		missing |= !c[i] && (i < 2 || s->nested);
+	}
+	if (*err || !missing)
+		return false;
+	q4_hold(h, q, w);
+	q4_hold(h, q, t);
+	for (int i = 0; i < 4; i++)
+		q4_hold(h, q, c[i]);
+	q->nxshard++;
+	return true;
+}
+
 /* Quant_state tensor @t: pair its weight into @q (its slot @s). */
 static int q4_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 		   const struct castfs_tensor *t, struct castfs_q4src *s,
@@ -272,6 +312,11 @@ static int q4_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 	if (type < 0)
 		return q4_reject(d, t, "quant_state of an unknown quant_type");
 	w = castfs_header_find(h, t->name, plen);
+	if (!w && (q->flags & CASTFS_QSRC_Q4XS)) {
+		q4_hold(h, q, t); /* its weight may be in another shard */
+		q->nxshard++;
+		return 0;
+	}
 	if (!w)
 		return q4_reject(d, t, "quant_state without its weight");
 	if (w->dtype != CASTFS_DTYPE_U8 || q->t[w - h->tensors].role)
@@ -286,7 +331,9 @@ static int q4_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 	why = state_parse(js, len, (enum castfs_qtype)type, s);
 	if (!why && w->nelems != s->nelems / 2 + s->nelems % 2)
 		why = "weight whose packed size is not its quant_state shape";
-	if (!why)
+	if (!why && q4_elsewhere(h, q, w, t, plen, s, &err))
+		return 0;
+	if (!why && !err)
 		why = q4_companions(h, q, t->name, plen, s, &err);
 	if (err)
 		return err;
@@ -301,8 +348,58 @@ static int q4_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 	return 0;
 }
 
-int castfs_qsrc_bnb4(const struct castfs_header *h, struct castfs_qsrc *q,
-		     struct castfs_diag *d)
+/* Whether @t is "P" + a 4-bit companion leaf whose weight P is not in @h
+ * or not paired with a quant_state here (its state is elsewhere). */
+static bool q4_orphan(const struct castfs_header *h,
+		      const struct castfs_qsrc *q,
+		      const struct castfs_tensor *t)
+{
+	static const char *const leaves[] = { ".absmax", ".quant_map",
+					      ".nested_absmax",
+					      ".nested_quant_map" };
+	const struct castfs_tensor *w;
+
+	for (size_t i = 0; i < sizeof(leaves) / sizeof(leaves[0]); i++) {
+		size_t n = strlen(leaves[i]);
+
+		if (t->name_len <= n ||
+		    memcmp(t->name + t->name_len - n, leaves[i], n))
+			continue;
+		w = castfs_header_find(h, t->name, t->name_len - n);
+		return !w || q->t[w - h->tensors].role != CASTFS_QR_BNB4;
+	}
+	return false;
+}
+
+/*
+ * Q4XS: after pairing, hold what may be half of a module in another
+ * shard: companions without their weight here, and U8 [n, 1] "*.weight"
+ * tensors (bitsandbytes' packed 4-bit shape) without a quant_state here.
+ * A weight that is truly plain U8 [n, 1] is thus never served from such
+ * a folder's shard alone: its composite header says what it is.
+ */
+static void q4_orphans(const struct castfs_header *h, struct castfs_qsrc *q)
+{
+	static const char wleaf[] = ".weight";
+	const size_t wn = sizeof(wleaf) - 1;
+
+	for (size_t i = 0; i < h->ntensors; i++) {
+		const struct castfs_tensor *t = &h->tensors[i];
+		bool packed = t->dtype == CASTFS_DTYPE_U8 && t->ndim == 2 &&
+			      t->shape[1] == 1 && t->name_len > wn &&
+			      !memcmp(t->name + t->name_len - wn, wleaf, wn);
+
+		if (q->t[i].role != CASTFS_QR_PLAIN ||
+		    !(packed || q4_orphan(h, q, t)))
+			continue;
+		q->t[i].role = CASTFS_QR_SCALE;
+		q->nxshard++;
+	}
+}
+
+/* Pair every quant_state of @h with its weight (q4_pair). */
+static int q4_pairs(const struct castfs_header *h, struct castfs_qsrc *q,
+		    struct castfs_diag *d)
 {
 	size_t n = 0;
 	int rc = 0;
@@ -326,5 +423,15 @@ int castfs_qsrc_bnb4(const struct castfs_header *h, struct castfs_qsrc *q,
 		    q->t[i].role == CASTFS_QR_PLAIN)
 			rc = q4_pair(h, q, t, &q->q4[q->nbnb4], d);
 	}
+	return rc;
+}
+
+int castfs_qsrc_bnb4(const struct castfs_header *h, struct castfs_qsrc *q,
+		     struct castfs_diag *d)
+{
+	int rc = q4_pairs(h, q, d);
+
+	if (!rc && (q->flags & CASTFS_QSRC_Q4XS))
+		q4_orphans(h, q);
 	return rc;
 }

@@ -72,11 +72,36 @@ static const struct castfs_tensor *fp4_weight(const struct castfs_header *h,
 	return NULL;
 }
 
+/* If @t is a bitsandbytes 4-bit companion of a U8 weight "P" in @h
+ * ("P.absmax", "P.quant_map", "P.nested_absmax", "P.nested_quant_map",
+ * "P.quant_state.bitsandbytes__<type>": qsrc_bnb4.c), that weight; else
+ * NULL. transformers' sharder splits them from their weight by size. */
+static const struct castfs_tensor *bnb4_weight(const struct castfs_header *h,
+					       const struct castfs_tensor *t)
+{
+	static const char *const leaves[] = { ".absmax", ".quant_map",
+					      ".nested_absmax",
+					      ".nested_quant_map" };
+	static const char state[] = ".quant_state.bitsandbytes__";
+	const struct castfs_tensor *w = NULL;
+	const char *k;
+	size_t base;
+
+	for (size_t i = 0; !w && i < sizeof(leaves) / sizeof(leaves[0]); i++)
+		if (has_suffix(t, leaves[i], &base))
+			w = find_join(h, t, base, "");
+	k = w ? NULL : memmem(t->name, t->name_len, state, sizeof(state) - 1);
+	if (k)
+		w = find_join(h, t, (size_t)(k - t->name), "");
+	return w && w->dtype == CASTFS_DTYPE_U8 ? w : NULL;
+}
+
 /*
  * If @t is the FP8 scale of an F8 weight in @h, that weight; else NULL.
  * The names are the ones qsrc.c pairs: "P_scale_inv" for weight "P",
  * "M.scale" for F8 "M.weight"; and the companions of compressed-tensors
- * FP4 packed weights (fp4_weight).
+ * FP4 packed weights (fp4_weight) and of bitsandbytes 4-bit weights
+ * (bnb4_weight).
  */
 static const struct castfs_tensor *scale_weight(const struct castfs_header *h,
 						const struct castfs_tensor *t)
@@ -84,6 +109,8 @@ static const struct castfs_tensor *scale_weight(const struct castfs_header *h,
 	const struct castfs_tensor *w = fp4_weight(h, t);
 	size_t base;
 
+	if (!w)
+		w = bnb4_weight(h, t);
 	if (w)
 		return w;
 	if (has_suffix(t, "_scale_inv", &base))

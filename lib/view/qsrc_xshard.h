@@ -33,8 +33,11 @@
  * tensors have in their shards (compressed-tensors int4 weight_shape:
  * format/st_side.h), and compressed-tensors int4 companions
  * ("M.weight_scale", "M.weight_shape", "M.weight_zero_point" of an I32
- * "M.weight_packed") follow their weight like the scales above. @d is
- * unused (kept for callers).
+ * "M.weight_packed") and bitsandbytes 4-bit companions ("P.absmax",
+ * "P.quant_map", "P.nested_absmax", "P.nested_quant_map",
+ * "P.quant_state.bitsandbytes__*" of a U8 weight "P", whose quant_state
+ * JSON comes along as side data) follow their weight like the scales
+ * above. @d is unused (kept for callers).
  *
  * Returns 0 with *@out set; -EINVAL when @k >= @n or @n is over
  * CASTFS_PART_MAX; -ENOMEM. On error *@out is untouched. Pure function

@@ -28,6 +28,7 @@ llama.cpp (llama-cpp-python) for the q8_0 file of the Qwen3 FP8 folder,
 whose logits must be within test_gguf_llamacpp's tolerance of
 transformers' on the reference model, and gguf-py's GGUFReader for names.
 """
+import errno
 import json
 import os
 import shutil
@@ -202,6 +203,44 @@ def bnb4_pair(base, src, name):
     assert weights and all(v.dtype == torch.bfloat16 for v in ref.values())
     copy_texts(base, os.path.join(src, name + "-ref"))
     save(os.path.join(src, name + "-ref"), ref)
+    # the sharded save's reference: the same bf16 model, each tensor in
+    # the shard of the tensor it comes from (GGUF orders by shard)
+    with open(os.path.join(src, name + "-sharded", INDEX)) as f:
+        wmap = json.load(f)["weight_map"]
+    copy_texts(base, os.path.join(src, name + "-sharded-ref"))
+    save(os.path.join(src, name + "-sharded-ref"), ref,
+         {k: wmap[k] for k in ref})
+    return wmap, cross_shards(src, name, wmap, weights)
+
+
+def cross_shards(src, name, wmap, weights):
+    """@name-xs: transformers' sharded save re-split so that every other
+    4-bit weight's quant_state, absmax and nested tensors lie in the next
+    shard (transformers 5 keeps a module together; an index may not)."""
+    shards = sorted(set(wmap.values()))
+    sd = {}
+    for f in shards:
+        sd.update(load_file(os.path.join(src, name + "-sharded", f)))
+    xs = dict(wmap)
+    for i, w in enumerate(sorted(weights)):
+        for k in sd:
+            if i % 2 and k.startswith(w + "."):
+                xs[k] = shards[(shards.index(wmap[w]) + 1) % len(shards)]
+    out = os.path.join(src, name + "-xs")
+    os.makedirs(out)
+    for f in ("config.json",) + TEXTS[1:]:
+        shutil.copy(os.path.join(src, name + "-sharded", f), out)
+    save(out, sd, xs)
+    # @name-lost: the same, one quant_state gone from every shard: the
+    # weight cannot be dequantized, so the folder gets no GGUF file
+    lost = os.path.join(src, name + "-lost")
+    os.makedirs(lost)
+    for f in ("config.json",) + TEXTS[1:]:
+        shutil.copy(os.path.join(out, f), lost)
+    gone = sorted(weights)[1] + ".quant_state.bitsandbytes__nf4"
+    save(lost, {k: v for k, v in sd.items() if k != gone},
+         {k: v for k, v in xs.items() if k != gone})
+    return xs
 
 
 def comfy_pair(src, name):
@@ -280,6 +319,8 @@ class Env:
     mnt = None
     qwen3 = None  # the fp32 base folder
     wmap = None
+    bnb4_wmap = None  # llama-nf4-sharded's weight_map
+    bnb4_xs = None  # llama-nf4-xs's
 
 
 def setUpModule():
@@ -295,7 +336,7 @@ def setUpModule():
     fp8_pair(llama, src, "llama-fp8-edge", (48, 40), True, deepseek_dequant)
     Env.wmap = fp8_pair(Env.qwen3, src, "qwen3-fp8-sharded", (32, 32),
                         False, transformers_dequant, shard=True)
-    bnb4_pair(llama, src, "llama-nf4")
+    Env.bnb4_wmap, Env.bnb4_xs = bnb4_pair(llama, src, "llama-nf4")
     int8_pair(Env.qwen3, src, "qwen3-int8")
     comfy_pair(src, "flux-scaled")
     gptoss_file(os.path.join(src, "gptoss.safetensors"))
@@ -316,11 +357,11 @@ def read(path):
 
 
 class Fp8BlockGGUF(unittest.TestCase):
-    def check_equal(self, name, views=VIEWS):
+    def check_equal(self, name, views=VIEWS, ref=None):
         for v in views:
             with self.subTest(model=name, view=v):
                 got = Env.mnt.join("%s.%s.gguf" % (name, v))
-                want = Env.mnt.join("%s-ref.%s.gguf" % (name, v))
+                want = Env.mnt.join("%s.%s.gguf" % (ref or name + "-ref", v))
                 size = os.stat(got).st_size
                 data = read(got)
                 self.assertEqual(len(data), size)
@@ -340,6 +381,57 @@ class Fp8BlockGGUF(unittest.TestCase):
 
     def test_bnb4(self):
         self.check_equal("llama-nf4")
+
+    def test_bnb4_sharded(self):
+        """The nf4 model saved by save_pretrained in 60 KB shards, and
+        re-split with the quant_state, absmax and nested tensors of every
+        other weight in another shard than the weight: each GGUF file is
+        the one of the bf16 reference sharded as the weights are."""
+        self.assertGreater(len(set(Env.bnb4_wmap.values())), 2)
+        self.check_equal("llama-nf4-sharded")
+        w = Env.bnb4_xs
+        state = ".quant_state.bitsandbytes__nf4"
+        crossing = [k for k in w if state in k and
+                    w[k] != w[k[:k.index(state)]]]
+        self.assertTrue(crossing, "no quant_state away from its weight")
+        self.check_equal("llama-nf4-xs", ref="llama-nf4-sharded-ref")
+
+    def test_bnb4_sharded_lost_state_refused(self):
+        """A sharded nf4 folder with a quant_state in no shard gets no
+        GGUF file and says why in /.castfs/refused."""
+        name = "llama-nf4-lost.q8_0.gguf"
+        with self.assertRaises(OSError):
+            os.stat(Env.mnt.join(name))
+        self.assertNotIn(name, os.listdir(Env.mnt.path))
+        with open(Env.mnt.join(".castfs", "refused")) as f:
+            why = [r["reason"] for r in json.load(f)
+                   if r["path"] == "llama-nf4-lost"]
+        self.assertTrue(why and "bitsandbytes 4-bit" in why[0], why)
+        # nor is its packed weight served as stored in DIR.bf16/
+        state = ".quant_state.bitsandbytes__nf4"
+        w = sorted(k[:k.index(state)] for k in Env.bnb4_xs if state in k)[1]
+        with self.assertRaises(OSError) as e:
+            read(Env.mnt.join("llama-nf4-lost.bf16", Env.bnb4_xs[w]))
+        self.assertEqual(e.exception.errno, errno.EOPNOTSUPP)
+
+    def test_bnb4_sharded_bf16_dir(self):
+        """DIR.bf16/ of the re-split folder (each shard read through its
+        composite header) holds bitsandbytes' dequantization, bit for
+        bit, and no quant_state, absmax or nested tensor."""
+        ref = {}
+        d = Env.mnt.join("llama-nf4-sharded-ref")
+        for f in os.listdir(d):
+            if f.endswith(".safetensors"):
+                ref.update(load_file(os.path.join(d, f)))
+        got = {}
+        d = Env.mnt.join("llama-nf4-xs.bf16")
+        for f in os.listdir(d):
+            if f.endswith(".safetensors"):
+                got.update(load_file(os.path.join(d, f)))
+        self.assertEqual(sorted(got), sorted(ref))
+        for k in ref:
+            self.assertTrue(torch.equal(got[k].view(torch.uint8),
+                                        ref[k].view(torch.uint8)), k)
 
     def test_llm_int8(self):
         self.check_equal("qwen3-int8")
@@ -361,19 +453,13 @@ class Fp8BlockGGUF(unittest.TestCase):
         self.assertFalse([n for n in types if "scale" in n])
 
     def test_not_offered(self):
-        """gpt-oss MXFP4 experts (no llama.cpp mapping) and a sharded 4-bit
-        folder (no composite header for its side data) get no GGUF file,
-        and say why (/.castfs/refused; castfs convert for a single file,
-        whose reason the daemon only logs)."""
-        for name in ("gptoss.q8_0.gguf", "llama-nf4-sharded.q8_0.gguf"):
-            with self.subTest(name=name):
-                with self.assertRaises(OSError):
-                    os.stat(Env.mnt.join(name))
-                self.assertNotIn(name, os.listdir(Env.mnt.path))
-        with open(Env.mnt.join(".castfs", "refused")) as f:
-            why = [r["reason"] for r in json.load(f)
-                   if r["path"] == "llama-nf4-sharded"]
-        self.assertTrue(why and "sharded 4-bit" in why[0], why)
+        """gpt-oss MXFP4 experts (no llama.cpp mapping) get no GGUF file,
+        and say why (castfs convert for a single file, whose reason the
+        daemon only logs)."""
+        name = "gptoss.q8_0.gguf"
+        with self.assertRaises(OSError):
+            os.stat(Env.mnt.join(name))
+        self.assertNotIn(name, os.listdir(Env.mnt.path))
         r = subprocess.run([tl.castfs_binary(), "convert",
                             os.path.join(Env.mnt.source, "gptoss.safetensors"),
                             "--view", "q8_0", "-o",

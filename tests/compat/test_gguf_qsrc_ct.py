@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
 """GGUF files of compressed-tensors sources (docs/FORMATS.md, "GGUF of a
 quantized source"): DIR.<q>.gguf of a folder llm-compressor quantized
-(FP8 per channel, float-quantized; int4 per channel, pack-quantized;
-NVFP4A16, nvfp4-pack-quantized)
+(FP8 per channel, float-quantized; int4 per channel, pack-quantized,
+also saved in 20 KB shards with modules split across them; NVFP4A16, nvfp4-pack-quantized)
 equals, byte for byte, DIR.<q>.gguf of the bf16 model that
 compressed-tensors' own decompressor gives (FloatQuantizationCompressor /
 PackedQuantizationCompressor / NVFP4PackedCompressor.decompress, run in
@@ -40,11 +40,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = {"qwen3-ct-fp8": ("ct_src_oracle.py", "channel"),
            "qwen3-ct-w4": ("ct_w4_oracle.py", "channel"),
            "qwen3-ct-nvfp4": ("ct4_src_oracle.py", "NVFP4A16")}
+# saved by the same llm-compressor run as qwen3-ct-w4, in small shards
+SHARDED, SHARD_SIZE = "qwen3-ct-w4-sharded", "20KB"
+INDEX = "model.safetensors.index.json"
 
 
 class Env:
     root = None
     mnt = None
+    wmap = None  # SHARDED's weight_map
 
 
 def run_oracle(script, jobs):
@@ -82,15 +86,56 @@ def setUpModule():
     base = bf16_base(Env.root)
     for name, (script, strategy) in SOURCES.items():
         out, deq = os.path.join(src, name), os.path.join(Env.root, name)
-        run_oracle(script, {"quantize": [[base, out, strategy]],
-                            "decompress": [[out, deq + ".ref"]]})
-        for f in TEXTS[1:]:
-            shutil.copy(os.path.join(base, f), out)
-        ref = {k: v.to(torch.bfloat16) if v.is_floating_point() else v
-               for k, v in load_file(deq + ".ref").items()}
-        copy_texts(base, os.path.join(src, name + "-ref"))
-        save(os.path.join(src, name + "-ref"), ref)
+        jobs = {"quantize": [[base, out, strategy]],
+                "decompress": [[out, deq + ".ref"]]}
+        if name + "-sharded" == SHARDED:
+            sh = os.path.join(src, SHARDED)
+            jobs["quantize"].append([base, sh, strategy, SHARD_SIZE])
+            jobs["decompress"].append([sh, os.path.join(Env.root, SHARDED)
+                                       + ".ref"])
+        run_oracle(script, jobs)
+        if len(jobs["quantize"]) > 1:
+            resplit(os.path.join(src, SHARDED))
+        for job in jobs["decompress"]:
+            ref_folder(base, job[0], job[1])
     Env.mnt = tl.Mount(src)
+
+
+def resplit(folder):
+    """Move weight_scale and weight_shape of every other int4 module to
+    the next shard (transformers 5 keeps a module in one shard; an index
+    need not), rewriting @folder's shards and index in place."""
+    with open(os.path.join(folder, INDEX)) as f:
+        w = json.load(f)["weight_map"]
+    shards = sorted(set(w.values()))
+    sd = {}
+    for f in shards:
+        sd.update(load_file(os.path.join(folder, f)))
+        os.remove(os.path.join(folder, f))
+    xs = dict(w)
+    packed = sorted(k for k in w if k.endswith(".weight_packed"))
+    for k in packed[1::2]:
+        nxt = shards[(shards.index(w[k]) + 1) % len(shards)]
+        for leaf in ("scale", "shape"):
+            xs[k[:-len("packed")] + leaf] = nxt
+    save(folder, sd, xs)
+
+
+def ref_folder(base, out, deq):
+    """@out-ref: the bf16 cast of decompressed @deq, sharded as @out's
+    weights are (GGUF orders tensors by shard)."""
+    for f in TEXTS[1:]:
+        shutil.copy(os.path.join(base, f), out)
+    ref = {k: v.to(torch.bfloat16) if v.is_floating_point() else v
+           for k, v in load_file(deq).items()}
+    wmap = None
+    if os.path.exists(os.path.join(out, INDEX)):
+        with open(os.path.join(out, INDEX)) as f:
+            w = json.load(f)["weight_map"]
+        wmap = {k: w[k] if k in w else w[k + "_packed"] for k in ref}
+        Env.wmap = w
+    copy_texts(base, out + "-ref")
+    save(out + "-ref", ref, wmap)
 
 
 def tearDownModule():
@@ -117,6 +162,23 @@ class CompressedTensorsGGUF(unittest.TestCase):
                     got = read(Env.mnt.join("%s.%s.gguf" % (name, v)))
                     want = read(Env.mnt.join("%s-ref.%s.gguf" % (name, v)))
                     self.assertTrue(got == want, "%s %s" % (name, v))
+
+    def test_sharded_int4(self):
+        """The int4 model saved in 20 KB shards, re-split so that every
+        other module's weight_scale and weight_shape lie in the next
+        shard: each GGUF file is the one of its decompressed bf16 model
+        (decompressed before the re-split), sharded as the weights are."""
+        w = Env.wmap
+        self.assertGreater(len(set(w.values())), 2)
+        split = [k for k in w if k.endswith(".weight_packed") and
+                 any(w.get(k[:-len("packed")] + leaf, w[k]) != w[k]
+                     for leaf in ("scale", "shape"))]
+        self.assertTrue(split, "no int4 module straddles shards")
+        for v in VIEWS:
+            with self.subTest(view=v):
+                got = read(Env.mnt.join("%s.%s.gguf" % (SHARDED, v)))
+                want = read(Env.mnt.join("%s-ref.%s.gguf" % (SHARDED, v)))
+                self.assertTrue(got == want, v)
 
 
 if __name__ == "__main__":

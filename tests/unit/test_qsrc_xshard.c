@@ -380,6 +380,91 @@ START_TEST(test_xshard__fp4_modules)
 }
 END_TEST
 
+/* Index of tensor @name of @h. */
+static size_t tensor_ix(const struct castfs_header *h, const char *name)
+{
+	const struct castfs_tensor *t =
+		castfs_header_find(h, name, strlen(name));
+
+	ck_assert_ptr_nonnull(t);
+	return (size_t)(t - h->tensors);
+}
+
+/* bitsandbytes 4-bit weights with their companions in the other shard:
+ * refused alone, held under Q4XS, and each composite holds its own
+ * weights' companions (the quant_state JSON is side data: not read
+ * here, the scan of a composite is tested by test_gguf_qsrc.py). */
+START_TEST(test_xshard__bnb4_modules)
+{
+	static const char *const has[2][5] = {
+		{ "a.weight", "a.weight.absmax", "a.weight.quant_map",
+		  "a.weight.quant_state.bitsandbytes__nf4", "n.weight" },
+		{ "b.weight", "b.weight.absmax", "b.weight.quant_map",
+		  "b.weight.quant_state.bitsandbytes__nf4", NULL },
+	};
+	struct tu_st *b0 = tu_st_new(), *b1 = tu_st_new();
+	struct castfs_header *h[2], *x;
+	struct castfs_diag d = { { 0 } };
+	struct castfs_qsrc q;
+	uint8_t *f[2];
+	size_t len[2];
+	int rc;
+
+	tu_st_add(b0, "a.weight", "U8", SHAPE(8, 1), NULL);
+	tu_st_add(b0, "b.weight.absmax", "F32", SHAPE(1), NULL);
+	tu_st_add(b0, "b.weight.quant_state.bitsandbytes__nf4", "U8", SHAPE(16),
+		  NULL);
+	tu_st_add(b0, "n.weight", "BF16", SHAPE(4), NULL);
+	tu_st_add(b1, "a.weight.absmax", "F32", SHAPE(1), NULL);
+	tu_st_add(b1, "a.weight.quant_map", "F32", SHAPE(16), NULL);
+	tu_st_add(b1, "a.weight.quant_state.bitsandbytes__nf4", "U8", SHAPE(16),
+		  NULL);
+	tu_st_add(b1, "b.weight", "U8", SHAPE(8, 1), NULL);
+	tu_st_add(b1, "b.weight.quant_map", "F32", SHAPE(16), NULL);
+	f[0] = tu_st_build(b0, &len[0]);
+	f[1] = tu_st_build(b1, &len[1]);
+	tu_st_free(b0);
+	tu_st_free(b1);
+	for (size_t k = 0; k < 2; k++) {
+		h[k] = stt_parse_ok(f[k], len[k]);
+		d.msg[0] = '\0';
+		ck_assert_int_eq(castfs_qsrc_scan(h[k], CASTFS_QSRC_XSHARD, &q,
+						  &d),
+				 -ENOTSUP);
+		ck_assert_ptr_nonnull(strstr(d.msg, "without its weight"));
+		d.msg[0] = '\0';
+		rc = castfs_qsrc_scan(
+			h[k], CASTFS_QSRC_XSHARD | CASTFS_QSRC_Q4XS, &q, &d);
+		ck_assert_msg(rc == 0, "%d %s", rc, d.msg);
+		ck_assert_uint_eq(q.nbnb4, 0);
+		/* every 4-bit tensor of the shard is held */
+		ck_assert_uint_eq(q.nxshard, k ? 5 : 3);
+		/* the packed weight is never served as stored */
+		ck_assert_int_ne(
+			q.t[tensor_ix(h[k], k ? "b.weight" : "a.weight")].role,
+			CASTFS_QR_PLAIN);
+		castfs_qsrc_fini(&q);
+	}
+	for (size_t k = 0; k < 2; k++) {
+		size_t want = k ? 4 : 5;
+
+		ck_assert_int_eq(castfs_qsrc_xshard(
+					 (const struct castfs_header *const *)h,
+					 2, k, &x, NULL),
+				 0);
+		ck_assert_uint_eq(x->ntensors, want);
+		for (size_t i = 0; i < want; i++)
+			ck_assert_ptr_nonnull(castfs_header_find(
+				x, has[k][i], strlen(has[k][i])));
+		castfs_header_free(x);
+	}
+	for (size_t k = 0; k < 2; k++) {
+		castfs_header_free(h[k]);
+		free(f[k]);
+	}
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("qsrc_xshard");
@@ -391,6 +476,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_xshard__bf16_reads);
 	tcase_add_test(tc, test_xshard__orphan_scale);
 	tcase_add_test(tc, test_xshard__fp4_modules);
+	tcase_add_test(tc, test_xshard__bnb4_modules);
 	suite_add_tcase(s, tc);
 	return s;
 }
