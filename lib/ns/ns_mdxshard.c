@@ -46,16 +46,13 @@ static int xs_read(struct castfs_ns *ns, const struct ns_ckpt *ck,
 	return -ENOENT; /* the index does not name this shard */
 }
 
-/* The composite header of shard @x->self, checked like a whole file. */
-static int xs_header(struct ns_ckpt *ck, const struct ns_md_xshard *x,
-		     struct castfs_header **out)
+/* The composite of the shards' headers in @x: of shard @x->self, or of
+ * them all (@all). Returns 0, -ENOENT (a shard rejected), -ENOMEM or the
+ * composite's error. */
+static int xs_compose(const struct ns_md_xshard *x, bool all,
+		      struct castfs_header **out)
 {
 	const struct castfs_header **hs = calloc(x->s.n, sizeof(*hs));
-	struct castfs_qsrc_opts o = { .flags = CASTFS_QSRC_STRICT |
-					       ck->qw4flags,
-				      .brows = ck->qbrows,
-				      .bcols = ck->qbcols };
-	struct castfs_qsrc q;
 	int rc = hs ? 0 : -ENOMEM;
 
 	for (size_t j = 0; !rc && j < x->s.n; j++) {
@@ -64,8 +61,23 @@ static int xs_header(struct ns_ckpt *ck, const struct ns_md_xshard *x,
 			rc = -ENOENT;
 	}
 	if (!rc)
-		rc = castfs_qsrc_xshard(hs, x->s.n, x->self, out, NULL);
+		rc = all ? castfs_qsrc_xshard_all(hs, x->s.n, out) :
+			   castfs_qsrc_xshard(hs, x->s.n, x->self, out, NULL);
 	free(hs);
+	return rc;
+}
+
+/* The composite header of shard @x->self, checked like a whole file. */
+static int xs_header(struct ns_ckpt *ck, const struct ns_md_xshard *x,
+		     struct castfs_header **out)
+{
+	struct castfs_qsrc_opts o = { .flags = CASTFS_QSRC_STRICT |
+					       ck->qw4flags,
+				      .brows = ck->qbrows,
+				      .bcols = ck->qbcols };
+	struct castfs_qsrc q;
+	int rc = xs_compose(x, false, out);
+
 	if (rc)
 		return rc;
 	/* Every weight must now have its scale and every scale its
@@ -77,23 +89,6 @@ static int xs_header(struct ns_ckpt *ck, const struct ns_md_xshard *x,
 	}
 	castfs_qsrc_fini(&q);
 	return 0;
-}
-
-/* Every tensor of the shards in @x in one header (parts as in xs_header). */
-static int xs_all(const struct ns_md_xshard *x, struct castfs_header **out)
-{
-	const struct castfs_header **hs = calloc(x->s.n, sizeof(*hs));
-	int rc = hs ? 0 : -ENOMEM;
-
-	for (size_t j = 0; !rc && j < x->s.n; j++) {
-		hs[j] = x->s.ck[j]->h;
-		if (!hs[j])
-			rc = -ENOENT;
-	}
-	if (!rc)
-		rc = castfs_qsrc_xshard_all(hs, x->s.n, out);
-	free(hs);
-	return rc;
 }
 
 int ns_md_xshard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
@@ -121,7 +116,7 @@ int ns_md_xshard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 	/* nvfp4: the fused siblings in every shard (of a quantized model:
 	 * in the bf16 view of every shard, view_deq.c) */
 	if (v->kind == CASTFS_VIEW_CT_NVFP4)
-		rc = xs_all(x, &all);
+		rc = xs_compose(x, true, &all);
 	if (!rc)
 		rc = ns_md_plan_of(ns, ck, h, all, dep, v, keep, out);
 	castfs_header_free(all);
