@@ -13,6 +13,7 @@
 
 #include "common/compiler.h"
 #include "plan/plan_internal.h"
+#include "quant/quant_round.h"
 
 /* Elements a cast of a packed source dequantizes per round: their fp32
  * values fill the scratch's first MiB; the dequantizer reads codes and
@@ -69,6 +70,18 @@ int castfs_deq_load(const struct castfs_plan *p,
 	/* n code bytes (at most), then the scale rows */
 	return castfs_fp8_dequant(src, dq, k, n, f, work, work + codes,
 				  wlen - codes);
+}
+
+int castfs_deq_load_bf16(const struct castfs_plan *p,
+			 const struct castfs_reader *src,
+			 const struct castfs_qtensor *q, uint64_t k, size_t n,
+			 float *f, uint8_t *work, size_t wlen)
+{
+	int rc = castfs_deq_load(p, src, q, k, n, f, work, wlen);
+
+	for (size_t i = 0; !rc && i < n; i++)
+		f[i] = castfs_qr_round(f[i], CASTFS_DTYPE_BF16);
+	return rc;
 }
 
 uint64_t castfs_deq_src_off(const struct castfs_plan *p,

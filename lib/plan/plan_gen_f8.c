@@ -75,10 +75,9 @@ static int deq_absmax(const struct castfs_read_env *env,
 	for (uint64_t i = 0; !rc && i < q->nelems; i += cap) {
 		size_t k = (size_t)CASTFS_MIN(cap, q->nelems - i);
 
-		rc = castfs_deq_load(env->plan, env->src, q, i, k, f32,
-				     env->s->buf + cap * 4, (size_t)cap * 2);
-		for (size_t j = 0; !rc && j < k; j++)
-			f32[j] = castfs_qr_round(f32[j], CASTFS_DTYPE_BF16);
+		rc = castfs_deq_load_bf16(env->plan, env->src, q, i, k, f32,
+					  env->s->buf + cap * 4,
+					  (size_t)cap * 2);
 		if (!rc)
 			m = castfs_ct_absmax_merge(m, castfs_ct_absmax(f32, k));
 	}

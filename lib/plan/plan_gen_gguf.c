@@ -33,13 +33,8 @@ static int deq_load_bf16(const struct castfs_read_env *env,
 {
 	uint8_t *work = (uint8_t *)(x + n);
 	size_t wlen = env->s->len - n * sizeof(float);
-	int rc = castfs_deq_load(env->plan, env->src, q, k, n, x, work, wlen);
-
-	if (rc)
-		return rc;
-	for (size_t i = 0; i < n; i++)
-		x[i] = castfs_qr_round(x[i], CASTFS_DTYPE_BF16);
-	return 0;
+	return castfs_deq_load_bf16(env->plan, env->src, q, k, n, x, work,
+				    wlen);
 }
 
 /* Blocks of a dequantized weight: the bf16 view's elements quantised. */

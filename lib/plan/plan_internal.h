@@ -142,6 +142,15 @@ int castfs_deq_load(const struct castfs_plan *p,
 		    const struct castfs_qtensor *q, uint64_t k, size_t n,
 		    float *f, uint8_t *work, size_t wlen);
 
+/* castfs_deq_load_bf16 - castfs_deq_load() with the values rounded to
+ * BF16 and kept as fp32: the elements the bf16 view serves, as the
+ * quantisers that read a dequantized weight (GGUF blocks, the absmax of
+ * a tensor-wide scale) see them. Same arguments and errors. */
+int castfs_deq_load_bf16(const struct castfs_plan *p,
+			 const struct castfs_reader *src,
+			 const struct castfs_qtensor *q, uint64_t k, size_t n,
+			 float *f, uint8_t *work, size_t wlen);
+
 /* castfs_deq_src_off - the source offset of element @k of @q
  * (castfs_qtensor_deq(@q)). */
 uint64_t castfs_deq_src_off(const struct castfs_plan *p,
