@@ -6,6 +6,7 @@ lib_libcastfs_a_SOURCES += \
 	lib/quant/quant_tables.c lib/quant/quant_dispatch.c \
 	lib/quant/quant_scalar.c lib/quant/quant_avx512.c \
 	lib/quant/quant_avx512_16.c lib/quant/quant_avx2.c \
+	lib/quant/quant_avx2_16.c \
 	lib/quant/quant_json.c lib/quant/quant_ct.h lib/quant/quant_ct.c \
 	lib/quant/quant_round.h \
 	lib/quant/quant_gguf.c lib/quant/quant_gguf.h \
