@@ -78,7 +78,6 @@ struct q4f_tables {
 	__m256 odd; /* mid[2r + 1], r < 8 (mid[15] is the +Inf sentinel) */
 	__m256 even; /* mid[2r] */
 	__m256i ord_lo, ord_hi;
-	bool identity; /* NF4: the code is the position */
 };
 
 static AVX2 void q4f_tables_init(struct q4f_tables *t, enum castfs_qtype qt)
@@ -99,7 +98,6 @@ static AVX2 void q4f_tables_init(struct q4f_tables *t, enum castfs_qtype qt)
 	t->ord_lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)ord));
 	t->ord_hi =
 		_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(ord + 8)));
-	t->identity = qt == CASTFS_Q_NF4;
 }
 
 /* tbl[idx] for idx in [0, 16): two 8-entry permutes and a blend on bit 3. */
@@ -119,7 +117,7 @@ static inline AVX2 __m256i lookup16(__m256i lo, __m256i hi, __m256i idx)
  * r = 4 b1 + 2 b2 (+ b3) as the index of the odd (even) midpoints.
  */
 static inline AVX2 __m256i q4f_codes8(__m256 v, __m256 scale,
-				      const struct q4f_tables *t)
+				      const struct q4f_tables *t, bool identity)
 {
 	__m256 s = _mm256_mul_ps(v, scale);
 	__m256 up1 = _mm256_cmp_ps(s, t->m7, _CMP_GT_OQ);
@@ -137,7 +135,7 @@ static inline AVX2 __m256i q4f_codes8(__m256 v, __m256 scale,
 	up4 = _mm256_cmp_ps(s, _mm256_permutevar8x32_ps(t->even, r),
 			    _CMP_GT_OQ);
 	r = _mm256_sub_epi32(_mm256_add_epi32(r, r), _mm256_castps_si256(up4));
-	return t->identity ? r : lookup16(t->ord_lo, t->ord_hi, r);
+	return identity ? r : lookup16(t->ord_lo, t->ord_hi, r);
 }
 
 /*
@@ -145,24 +143,28 @@ static inline AVX2 __m256i q4f_codes8(__m256 v, __m256 scale,
  * in the high nibble): even elements are the low halves of the lanes.
  */
 static inline AVX2 __m256i q4f_pairs16(const uint8_t *x, __m256 scale,
-				       const struct q4f_tables *t)
+				       const struct q4f_tables *t,
+				       bool identity)
 {
 	__m256i h = _mm256_loadu_si256((const __m256i *)(const void *)x);
 	__m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
 	__m256 odd = _mm256_castsi256_ps(
 		_mm256_and_si256(h, _mm256_set1_epi32((int)0xffff0000u)));
 
-	return _mm256_or_si256(_mm256_slli_epi32(q4f_codes8(even, scale, t), 4),
-			       q4f_codes8(odd, scale, t));
+	return _mm256_or_si256(
+		_mm256_slli_epi32(q4f_codes8(even, scale, t, identity), 4),
+		q4f_codes8(odd, scale, t, identity));
 }
 
 /* 64 finite BF16 elements into 32 bytes. */
 static inline AVX2 void q4f_block64(uint8_t *dst, const uint8_t *x,
-				    __m256 scale, const struct q4f_tables *t)
+				    __m256 scale, const struct q4f_tables *t,
+				    bool identity)
 {
-	__m256i a = q4f_pairs16(x, scale, t), b = q4f_pairs16(x + 32, scale, t);
-	__m256i c = q4f_pairs16(x + 64, scale, t);
-	__m256i d = q4f_pairs16(x + 96, scale, t);
+	__m256i a = q4f_pairs16(x, scale, t, identity);
+	__m256i b = q4f_pairs16(x + 32, scale, t, identity);
+	__m256i c = q4f_pairs16(x + 64, scale, t, identity);
+	__m256i d = q4f_pairs16(x + 96, scale, t, identity);
 	/* Per 128-bit half: the low 4 bytes of a, b, c, d, then the high. */
 	__m256i w = _mm256_packus_epi16(_mm256_packus_epi32(a, b),
 					_mm256_packus_epi32(c, d));
@@ -172,18 +174,21 @@ static inline AVX2 void q4f_block64(uint8_t *dst, const uint8_t *x,
 	_mm256_storeu_si256((__m256i *)(void *)dst, w);
 }
 
-AVX2 void castfs_q4_16_avx2(uint8_t *restrict dst, float *restrict amax,
-			    const void *restrict x, size_t n, size_t bs,
-			    enum castfs_qtype qt, bool f16)
+/*
+ * castfs_q_scale's rule, inlined: a call per block would clobber the
+ * search tables held in registers (the unit tests compare the codes).
+ */
+static inline float q4f_scale(float absmax)
 {
-	const uint8_t *p = x;
-	struct q4f_tables t;
+	return 1.0f / (absmax > 1e-38f ? absmax : 1e-38f);
+}
 
-	if (f16 || bs % 64) {
-		castfs_q4_16_avx2_any(dst, amax, x, n, bs, qt, f16);
-		return;
-	}
-	q4f_tables_init(&t, qt);
+/* The blocks of castfs_q4_16_avx2 for BF16 and blocksize % 64 == 0. */
+static inline AVX2 void q4f_blocks(uint8_t *restrict dst, float *restrict amax,
+				   const uint8_t *p, size_t n, size_t bs,
+				   enum castfs_qtype qt,
+				   const struct q4f_tables *t, bool identity)
+{
 	for (size_t b = 0; b < n; b += bs) {
 		size_t m = n - b < bs ? n - b : bs;
 		uint16_t bits = 0;
@@ -199,13 +204,31 @@ AVX2 void castfs_q4_16_avx2(uint8_t *restrict dst, float *restrict amax,
 			continue;
 		}
 		a = widen_bits(bits, false);
-		scale = _mm256_set1_ps(castfs_q_scale(a));
+		scale = _mm256_set1_ps(q4f_scale(a));
 		if (amax)
 			*amax++ = a;
 		for (size_t i = 0; i < m; i += 64)
 			q4f_block64(dst + (b + i) / 2, p + 2 * (b + i), scale,
-				    &t);
+				    t, identity);
 	}
+}
+
+AVX2 void castfs_q4_16_avx2(uint8_t *restrict dst, float *restrict amax,
+			    const void *restrict x, size_t n, size_t bs,
+			    enum castfs_qtype qt, bool f16)
+{
+	struct q4f_tables t;
+
+	if (f16 || bs % 64) {
+		castfs_q4_16_avx2_any(dst, amax, x, n, bs, qt, f16);
+		return;
+	}
+	q4f_tables_init(&t, qt);
+	/* Two instances: NF4 codes are positions, FP4 ones a lookup. */
+	if (qt == CASTFS_Q_NF4)
+		q4f_blocks(dst, amax, x, n, bs, qt, &t, true);
+	else
+		q4f_blocks(dst, amax, x, n, bs, qt, &t, false);
 }
 
 #endif
