@@ -5,13 +5,14 @@
  * of 64 elements with no NaN or Inf, and the general kernels of
  * quant_avx2.c for every other block. Bit-identical to quant_scalar.c.
  *
- * Why a fast path: in an nf4 read the code search was ~6.8 instructions
- * per element (callgrind, docs/BENCHMARKS.md). A block without NaN or Inf
- * needs no finiteness mask in its absmax (a plain max of the magnitude
- * bits, checked once against the non-finite bound) nor a NaN mask on its
- * scaled values; the last two search levels index 8-entry tables of the
- * odd and even midpoints with one permute each (instead of two permutes
- * and a blend); and a block's 32 code bytes are packed with one permute.
+ * Why a fast path: in an nf4 read, absmax and code search took ~6.8
+ * instructions per element (callgrind, docs/BENCHMARKS.md). A block
+ * without NaN or Inf needs no finiteness mask in its absmax (a plain max
+ * of the magnitude bits, checked once against the non-finite bound) nor a
+ * NaN mask on its scaled values; the last two search levels index
+ * 8-entry tables of the odd and even midpoints with one permute each
+ * (instead of two permutes and a blend); and a block's 32 code bytes are
+ * packed with one permute.
  */
 #include "common/bytes.h"
 #include "quant/quant_internal.h"
@@ -200,7 +201,8 @@ static inline AVX2 void q4f_blocks(uint8_t *restrict dst, float *restrict amax,
 			/* NaN, Inf or a short last block: one block. */
 			castfs_q4_16_avx2_any(dst + b / 2, amax, p + 2 * b, m,
 					      m, qt, false);
-			amax += amax != NULL;
+			if (amax)
+				amax++;
 			continue;
 		}
 		a = widen_bits(bits, false);
