@@ -234,6 +234,62 @@ START_TEST(test_zst_planes__edited_frames_fail)
 }
 END_TEST
 
+/*
+ * Differential: random edits (1-3 bytes) of a bf16 frame of each kind —
+ * noise (both planes raw blocks, used in place) and weights (a raw plane
+ * and a Huffman block) — decode with zst_decode_planes exactly when
+ * libzstd decodes them to the frame's size, and then to libzstd's bytes.
+ */
+START_TEST(test_zst_planes__edits_agree_with_libzstd)
+{
+	size_t n = 2048;
+	uint8_t *in = make_weights(n, 2, 21), *want = malloc(n),
+		*dst = malloc(n), *z;
+	struct zst_dctx *dc = zst_dctx_new();
+	const uint8_t *plane[ZST_MAX_PLANES];
+	uint32_t seed = 77u + (uint32_t)_i;
+	struct gframe g;
+	int decoded = 0;
+
+	for (size_t i = 0; _i == 0 && i < n; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		in[i] = (uint8_t)(seed >> 24);
+	}
+	gframe_make(&g, in, n, CASTFS_ZST_BF16);
+	ck_assert_uint_ge(decode_check(&g), (_i == 0 ? 2u : 1u));
+	z = malloc(g.zn);
+	for (int k = 0; k < 3000; k++) {
+		size_t ref, edits;
+		int rc;
+
+		memcpy(z, g.z, g.zn);
+		seed = seed * 1664525u + 1013904223u;
+		edits = 1 + (seed >> 30) % 3;
+		for (size_t e = 0; e < edits; e++) {
+			seed = seed * 1664525u + 1013904223u;
+			z[(seed >> 8) % g.zn] ^= (uint8_t)(1u << (seed & 7));
+		}
+		ref = ZSTD_decompress(want, n, z, g.zn);
+		rc = zst_decode_planes(dc, dst, n, z, g.zn, 2, plane);
+		if (ZSTD_isError(ref) || ref != n) {
+			ck_assert_msg(rc == -EIO, "edit %d: decoded", k);
+			continue;
+		}
+		ck_assert_msg(rc == 0, "edit %d: %d", k, rc);
+		decoded++;
+		ck_assert_mem_eq(plane[0], want, n / 2);
+		ck_assert_mem_eq(plane[1], want + n / 2, n / 2);
+	}
+	ck_assert_int_gt(decoded, 1000); /* edits of raw bytes decode */
+	zst_dctx_free(dc);
+	gframe_free(&g);
+	free(z);
+	free(dst);
+	free(want);
+	free(in);
+}
+END_TEST
+
 struct membuf {
 	uint8_t *p;
 	size_t n, cap;
@@ -368,6 +424,8 @@ Suite *unit_suite(void)
 	tcase_add_loop_test(tc, test_zst_planes__frames_decode_as_libzstd, 0,
 			    6);
 	tcase_add_loop_test(tc, test_zst_planes__edited_frames_fail, 0, 7);
+	tcase_add_loop_test(tc, test_zst_planes__edits_agree_with_libzstd, 0,
+			    2);
 	tcase_add_test(tc, test_zst_planes__corrupt_raw_plane_eio);
 	tcase_add_test(tc, test_zst_planes__ungroup_planes_equal_reference);
 	suite_add_tcase(s, tc);
