@@ -116,10 +116,14 @@ static void fill_special(float *x, unsigned kind, uint64_t *s)
 	}
 }
 
+/* Kinds block by block (odd @seed), or in runs of 8 blocks, so that the
+ * kernels' groups of blocks without NaN are reached too. */
 static void make_blocks(float *x, size_t nb, uint64_t seed)
 {
+	bool runs = !(seed & 1);
+
 	for (size_t b = 0; b < nb; b++) {
-		unsigned kind = (unsigned)(b % KINDS);
+		unsigned kind = (unsigned)((runs ? b / 8 : b) % KINDS);
 		float *xb = x + b * QK;
 
 		if (kind < 2)
@@ -131,14 +135,29 @@ static void make_blocks(float *x, size_t nb, uint64_t seed)
 	}
 }
 
-/* Every 16-bit pattern once, shuffled so blocks mix the specials. */
-static uint8_t *make16(void)
+/*
+ * NALL 16-bit values behind one byte (odd addresses): for @seed 0 every
+ * pattern once, shuffled so blocks mix the specials; otherwise weights
+ * around 0.02 and their halves (no NaN), a few runs of zeros.
+ */
+static uint8_t *make16(uint64_t seed, bool f16)
 {
 	uint8_t *x = malloc(2 * NALL + 1);
+	bool weights = seed != 0;
 
 	ck_assert_ptr_nonnull(x);
-	for (size_t i = 0; i < NALL; i++)
-		castfs_store_le16(x + 1 + 2 * i, (uint16_t)(i * 40503u));
+	for (size_t i = 0; i < NALL; i++) {
+		uint64_t r = tu_rand(&seed);
+		uint16_t h = (uint16_t)(i * 40503u); /* odd: a permutation */
+
+		if (weights)
+			h = (uint16_t)((f16 ? 0x2000 : 0x3c00) +
+				       (r >> 32) % 0x600) |
+			    (uint16_t)(r & 0x8000);
+		if (weights && (i / 256) % 17 == 3)
+			h = (uint16_t)(r & 0x8000);
+		castfs_store_le16(x + 1 + 2 * i, h);
+	}
 	return x;
 }
 
@@ -160,8 +179,7 @@ static void cmp_f32(qf32_fn f, qf32_fn ref, const float *x, size_t bytes,
 	f(b, x, NB);
 	for (size_t i = 0; i < NB; i++)
 		ck_assert_msg(!memcmp(a + i * bytes, b + i * bytes, bytes),
-			      "%s: block %zu (kind %zu) differs", what, i,
-			      i % KINDS);
+			      "%s: block %zu differs", what, i);
 	for (size_t n = 0; n <= 9; n++) {
 		memcpy(u + 1, x + 7 * QK, n * QK * sizeof(*u));
 		memset(a, 0xa5, len);
@@ -193,15 +211,17 @@ START_TEST(test_gguf_kernels__isa_f32_matches_scalar)
 }
 END_TEST
 
-/* Every BF16 / F16 pattern (at an odd address) through q8_0_16, q4_0_16. */
+/* Every BF16 / F16 pattern (at an odd address), then random weights,
+ * through q8_0_16 and q4_0_16. */
 START_TEST(test_gguf_kernels__isa16_matches_scalar)
 {
-	enum castfs_isa isa = (enum castfs_isa)(_i / 2);
+	enum castfs_isa isa = (enum castfs_isa)(_i / 4);
 	bool f16 = _i & 1;
 	const struct castfs_gguf_kernels *k = castfs_gguf_kernels_isa(isa);
 	const struct castfs_gguf_kernels *s = &castfs_gguf_scalar;
 	size_t nb = NALL / QK, len = nb * CASTFS_GGUF_Q8_0_BYTES;
-	uint8_t *x = make16(), *a = malloc(len), *b = malloc(len);
+	uint8_t *x = make16((uint64_t)(_i & 2), f16), *a = malloc(len),
+		*b = malloc(len);
 
 	ck_assert_ptr_nonnull(k);
 	ck_assert_ptr_nonnull(a);
@@ -229,7 +249,7 @@ START_TEST(test_gguf_kernels__scalar16_equals_f32_of_widening)
 		CASTFS_ISA_SCALAR, f16 ? CASTFS_DTYPE_F16 : CASTFS_DTYPE_BF16,
 		CASTFS_DTYPE_F32, 0);
 	size_t nb = NALL / QK, len = nb * CASTFS_GGUF_Q8_0_BYTES;
-	uint8_t *x = make16(), *a = malloc(len), *b = malloc(len);
+	uint8_t *x = make16(0, f16), *a = malloc(len), *b = malloc(len);
 	float *f = malloc(NALL * sizeof(*f));
 
 	ck_assert_ptr_nonnull(a);
@@ -282,7 +302,7 @@ Suite *unit_suite(void)
 		tc, test_gguf_kernels__scalar16_equals_f32_of_widening, 0, 2);
 	tcase_add_test(tc, test_gguf_kernels__fixtures_hit_the_rules);
 	unit_add_isa_loop(tc, test_gguf_kernels__isa_f32_matches_scalar, 1);
-	unit_add_isa_loop(tc, test_gguf_kernels__isa16_matches_scalar, 2);
+	unit_add_isa_loop(tc, test_gguf_kernels__isa16_matches_scalar, 4);
 	suite_add_tcase(s, tc);
 	return s;
 }
