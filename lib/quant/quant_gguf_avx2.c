@@ -319,21 +319,81 @@ static AVX2 void q8_0_avx2(uint8_t *restrict dst, const float *restrict x,
 	q8_0_run(dst, x, nblocks, SRC_F32);
 }
 
+static inline AVX2 void q4_0_one(uint8_t *dst, const struct blk *b)
+{
+	float f[QK];
+
+	if (!has_nan(b)) {
+		q4_0_vec(dst, b);
+		return;
+	}
+	spill(f, b);
+	castfs_gguf_q4_0(dst, f, 1);
+}
+
+/* q4_0_vec() of 8 blocks without NaN: d = max / -8 and id = 1 / d (0 when
+ * d is 0) per lane, fp16(d) by vcvtps2ph (see q8_0_x8()). */
+static AVX2 void q4_0_x8(uint8_t *dst, const struct blk b[8])
+{
+	float mx[8];
+	uint16_t h[8];
+	__m256 d, id;
+
+	for (int k = 0; k < 8; k++)
+		mx[k] = first_max(&b[k], block_amax(&b[k]));
+	d = _mm256_div_ps(_mm256_loadu_ps(mx), _mm256_set1_ps(-8.0f));
+	id = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), d),
+			   _mm256_cmp_ps(d, _mm256_setzero_ps(), _CMP_NEQ_OQ));
+	_mm_storeu_si128((__m128i *)h,
+			 _mm256_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT |
+						    _MM_FROUND_NO_EXC));
+	for (int k = 0; k < 8; k++) {
+		__m256 vid = _mm256_permutevar8x32_ps(id, _mm256_set1_epi32(k));
+		uint8_t *db = dst + k * CASTFS_GGUF_Q4_0_BYTES;
+		__m256i lo0 = q4_lanes(b[k].v[0], vid);
+		__m256i lo1 = q4_lanes(b[k].v[1], vid);
+		__m256i hi0 = q4_lanes(b[k].v[2], vid);
+		__m256i hi1 = q4_lanes(b[k].v[3], vid);
+
+		castfs_store_le16(db, h[k]);
+		store_low_bytes16(
+			db + 2, _mm256_or_si256(lo0, _mm256_slli_epi32(hi0, 4)),
+			_mm256_or_si256(lo1, _mm256_slli_epi32(hi1, 4)));
+	}
+}
+
+/* Q4_0 of @nblocks blocks: 8 at a time where none holds a NaN. */
+static inline AVX2 void q4_0_run(uint8_t *dst, const void *x, size_t nblocks,
+				 enum src src)
+{
+	const size_t bytes = CASTFS_GGUF_Q4_0_BYTES;
+	struct blk b[8];
+	size_t i = 0;
+
+	for (; i + 8 <= nblocks; i += 8) {
+		bool nan = false;
+
+		for (size_t k = 0; k < 8; k++) {
+			load_any(&b[k], x, i + k, src);
+			nan |= has_nan(&b[k]);
+		}
+		if (!nan) {
+			q4_0_x8(dst + i * bytes, b);
+			continue;
+		}
+		for (size_t k = 0; k < 8; k++)
+			q4_0_one(dst + (i + k) * bytes, &b[k]);
+	}
+	for (; i < nblocks; i++) {
+		load_any(&b[0], x, i, src);
+		q4_0_one(dst + i * bytes, &b[0]);
+	}
+}
+
 static AVX2 void q4_0_avx2(uint8_t *restrict dst, const float *restrict x,
 			   size_t nblocks)
 {
-	struct blk b;
-
-	for (size_t i = 0; i < nblocks; i++) {
-		const float *xb = x + i * QK;
-		uint8_t *db = dst + i * CASTFS_GGUF_Q4_0_BYTES;
-
-		load_f32(&b, xb);
-		if (has_nan(&b))
-			castfs_gguf_q4_0(db, xb, 1);
-		else
-			q4_0_vec(db, &b);
-	}
+	q4_0_run(dst, x, nblocks, SRC_F32);
 }
 
 static AVX2 void q8_0_16_avx2(uint8_t *restrict dst, const void *restrict x,
@@ -348,21 +408,10 @@ static AVX2 void q8_0_16_avx2(uint8_t *restrict dst, const void *restrict x,
 static AVX2 void q4_0_16_avx2(uint8_t *restrict dst, const void *restrict x,
 			      size_t nblocks, bool f16)
 {
-	const uint8_t *p = x;
-	float f[QK];
-	struct blk b;
-
-	for (size_t i = 0; i < nblocks; i++) {
-		uint8_t *db = dst + i * CASTFS_GGUF_Q4_0_BYTES;
-
-		load_16(&b, p + i * QK * 2, f16);
-		if (has_nan(&b)) {
-			spill(f, &b);
-			castfs_gguf_q4_0(db, f, 1);
-		} else {
-			q4_0_vec(db, &b);
-		}
-	}
+	if (f16)
+		q4_0_run(dst, x, nblocks, SRC_F16);
+	else
+		q4_0_run(dst, x, nblocks, SRC_BF16);
 }
 
 const struct castfs_gguf_kernels castfs_gguf_avx2 = {
