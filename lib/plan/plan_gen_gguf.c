@@ -2,7 +2,8 @@
 /*
  * The generator of GGUF quantised blocks: source elements of whole blocks
  * are read, widened to float32 and quantised by ggml's reference rules
- * (quant/quant_gguf.h, quant/quant_gguf_k.h). A block depends on its own
+ * (quant/quant_gguf.h, quant/quant_gguf_k.h); Q8_0 / Q4_0 of BF16 / F16
+ * sources widen inside the SIMD quantiser instead. A block depends on its own
  * elements only (32, or 256 for the K-quants), so any range is computed
  * alone. The elements of a quantized source's weight are those of its
  * bf16 view (castfs_deq_load() rounded to bf16), for the blocks and for
@@ -65,6 +66,30 @@ static int gguf_blocks_deq(const struct castfs_read_env *env,
 	return 0;
 }
 
+/*
+ * @n blocks of source elements @raw (of @q->src_dtype) quantised into
+ * @dst: BF16 and F16 straight into the Q8_0 / Q4_0 kernels, which widen in
+ * registers (the same bytes, one pass over memory fewer); otherwise
+ * widened into @x first.
+ */
+static int quantize_raw(const struct castfs_qtensor *q, uint8_t *dst,
+			const uint8_t *raw, float *x, size_t n)
+{
+	bool f16 = q->src_dtype == CASTFS_DTYPE_F16;
+	castfs_convert_fn widen;
+	int rc = -ENOTSUP;
+
+	if (f16 || q->src_dtype == CASTFS_DTYPE_BF16)
+		rc = castfs_gguf_quantize16(q->qtype, dst, raw, n, f16);
+	if (rc != -ENOTSUP)
+		return rc;
+	widen = castfs_convert_get(q->src_dtype, CASTFS_DTYPE_F32, 0);
+	if (!widen)
+		return -EIO; /* unreachable: checked by the caller */
+	widen(x, raw, n * q->blocksize);
+	return castfs_gguf_quantize(q->qtype, dst, x, n);
+}
+
 int castfs_gen_gguf_blocks(const struct castfs_read_env *env,
 			   const struct castfs_extent *e, uint64_t first,
 			   uint64_t count, uint8_t *dst)
@@ -94,8 +119,7 @@ int castfs_gen_gguf_blocks(const struct castfs_read_env *env,
 
 		if (rc)
 			return rc;
-		widen(x, raw, nel);
-		rc = castfs_gguf_quantize(q->qtype, dst, x, n);
+		rc = quantize_raw(q, dst, raw, x, n);
 		if (rc)
 			return rc;
 		dst += n * e->unit;

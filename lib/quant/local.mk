@@ -10,4 +10,6 @@ lib_libcastfs_a_SOURCES += \
 	lib/quant/quant_json.c lib/quant/quant_ct.h lib/quant/quant_ct.c \
 	lib/quant/quant_round.h \
 	lib/quant/quant_gguf.c lib/quant/quant_gguf.h \
+	lib/quant/quant_gguf_internal.h lib/quant/quant_gguf_dispatch.c \
+	lib/quant/quant_gguf_avx2.c \
 	lib/quant/quant_gguf_k.c lib/quant/quant_gguf_k.h
