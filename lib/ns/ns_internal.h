@@ -102,6 +102,7 @@ enum ns_ckpt_slot {
 	NS_CKPT_TREES, /* tensor trees (ns_tensors.c) */
 	NS_CKPT_MDPLANS, /* plans with a model's own rules (ns_mdplan.c) */
 	NS_CKPT_GGUF, /* DIR.<q>.gguf plans and refusals (ns_mdgguf.c) */
+	NS_CKPT_XFUSE, /* a sharded model's nvfp4 pre-plan (ns_mdxshard.c) */
 	NS_CKPT_SLOTS,
 };
 
