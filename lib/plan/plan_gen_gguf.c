@@ -38,32 +38,23 @@ static int deq_load_bf16(const struct castfs_read_env *env,
 				    wlen);
 }
 
-/* Blocks of a dequantized weight: the bf16 view's elements quantised. */
-static int gguf_blocks_deq(const struct castfs_read_env *env,
-			   const struct castfs_extent *e,
-			   const struct castfs_qtensor *q, uint64_t first,
-			   uint64_t count, uint8_t *dst)
+/* Quantises @n blocks from block @first of extent @e into @dst, with @x
+ * (the scratch behind it: chunk sizes keep it there) for the values. */
+typedef int (*gguf_chunk_fn)(const struct castfs_read_env *env,
+			     const struct castfs_extent *e,
+			     const struct castfs_qtensor *q, uint64_t first,
+			     size_t n, float *x, uint8_t *dst);
+
+/* A dequantized weight's blocks: the bf16 view's elements quantised. */
+static int chunk_deq(const struct castfs_read_env *env,
+		     const struct castfs_extent *e,
+		     const struct castfs_qtensor *q, uint64_t first, size_t n,
+		     float *x, uint8_t *dst)
 {
-	size_t qk = q->blocksize;
-	size_t chunk = qk ? env->s->len / 8 / qk : 0;
-	float *x = (float *)(void *)env->s->buf;
+	int rc = deq_load_bf16(env, q, castfs_gguf_deq_elem(q, e, first),
+			       n * q->blocksize, x);
 
-	if (!chunk || q->src_dtype != CASTFS_DTYPE_BF16)
-		return -EIO; /* unreachable: the plan made it so */
-	while (count) {
-		size_t n = (size_t)CASTFS_MIN(count, chunk);
-		int rc = deq_load_bf16(
-			env, q, castfs_gguf_deq_elem(q, e, first), n * qk, x);
-
-		if (!rc)
-			rc = castfs_gguf_quantize(q->qtype, dst, x, n);
-		if (rc)
-			return rc;
-		dst += n * e->unit;
-		first += n;
-		count -= n;
-	}
-	return 0;
+	return rc ? rc : castfs_gguf_quantize(q->qtype, dst, x, n);
 }
 
 /*
@@ -90,36 +81,36 @@ static int quantize_raw(const struct castfs_qtensor *q, uint8_t *dst,
 	return castfs_gguf_quantize(q->qtype, dst, x, n);
 }
 
-int castfs_gen_gguf_blocks(const struct castfs_read_env *env,
-			   const struct castfs_extent *e, uint64_t first,
-			   uint64_t count, uint8_t *dst)
+/* Stored elements, read behind @x and quantised. */
+static int chunk_src(const struct castfs_read_env *env,
+		     const struct castfs_extent *e,
+		     const struct castfs_qtensor *q, uint64_t first, size_t n,
+		     float *x, uint8_t *dst)
 {
-	const struct castfs_qtensor *q = &env->plan->qtensors[e->qt];
 	size_t in_sz = castfs_dtype_bits(q->src_dtype) / 8;
-	size_t qk = q->blocksize;
-	/* float32 values first, the source bytes behind them */
-	size_t per_block = qk * (sizeof(float) + in_sz);
-	size_t chunk = per_block ? env->s->len / per_block : 0;
-	castfs_convert_fn widen =
-		castfs_convert_get(q->src_dtype, CASTFS_DTYPE_F32, 0);
+	size_t nel = n * q->blocksize;
+	uint8_t *raw = (uint8_t *)(x + nel);
+	/* e->src_off is the extent's first element: a tensor with permuted
+	 * rows has one extent per row (modeldir_gguf.c) */
+	int rc = castfs_reader_read(env->src, raw, nel * in_sz,
+				    e->src_off + first * q->blocksize * in_sz);
 
-	if (castfs_qtensor_deq(q))
-		return gguf_blocks_deq(env, e, q, first, count, dst);
-	if (!widen || !chunk)
-		return -EIO;
+	return rc ? rc : quantize_raw(q, dst, raw, x, n);
+}
+
+/* Blocks [@first, @first + @count) of @e into @dst, @chunk at a time. */
+static int gguf_blocks(const struct castfs_read_env *env,
+		       const struct castfs_extent *e,
+		       const struct castfs_qtensor *q, uint64_t first,
+		       uint64_t count, uint8_t *dst, size_t chunk,
+		       gguf_chunk_fn fn)
+{
+	float *x = (float *)(void *)env->s->buf;
+
 	while (count) {
 		size_t n = (size_t)CASTFS_MIN(count, chunk);
-		size_t nel = n * qk;
-		float *x = (float *)(void *)env->s->buf;
-		uint8_t *raw = env->s->buf + nel * sizeof(float);
-		/* e->src_off is the extent's first element: a tensor with
-		 * permuted rows has one extent per row (modeldir_gguf.c) */
-		int rc = castfs_reader_read(env->src, raw, nel * in_sz,
-					    e->src_off + first * qk * in_sz);
+		int rc = fn(env, e, q, first, n, x, dst);
 
-		if (rc)
-			return rc;
-		rc = quantize_raw(q, dst, raw, x, n);
 		if (rc)
 			return rc;
 		dst += n * e->unit;
@@ -127,6 +118,31 @@ int castfs_gen_gguf_blocks(const struct castfs_read_env *env,
 		count -= n;
 	}
 	return 0;
+}
+
+int castfs_gen_gguf_blocks(const struct castfs_read_env *env,
+			   const struct castfs_extent *e, uint64_t first,
+			   uint64_t count, uint8_t *dst)
+{
+	const struct castfs_qtensor *q = &env->plan->qtensors[e->qt];
+	size_t in_sz = castfs_dtype_bits(q->src_dtype) / 8;
+	size_t qk = q->blocksize;
+	/* float32 values first, the source bytes (or a dequantizer's codes
+	 * and scales, deq_load_bf16()) behind them */
+	size_t per_block = qk * (sizeof(float) + in_sz);
+	size_t chunk;
+
+	if (castfs_qtensor_deq(q)) {
+		chunk = qk ? env->s->len / 8 / qk : 0;
+		if (!chunk || q->src_dtype != CASTFS_DTYPE_BF16)
+			return -EIO; /* unreachable: the plan made it so */
+		return gguf_blocks(env, e, q, first, count, dst, chunk,
+				   chunk_deq);
+	}
+	chunk = per_block ? env->s->len / per_block : 0;
+	if (!castfs_convert_get(q->src_dtype, CASTFS_DTYPE_F32, 0) || !chunk)
+		return -EIO;
+	return gguf_blocks(env, e, q, first, count, dst, chunk, chunk_src);
 }
 
 int castfs_gen_deq_bf16(const struct castfs_read_env *env,
