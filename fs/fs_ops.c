@@ -88,9 +88,23 @@ static void file_close_any(void *f)
 	castfs_file_close(f);
 }
 
+/*
+ * The object of a directory fh whose listing the kernel caches: none is
+ * made at OPENDIR, as the kernel asks for one (READDIR) only when its
+ * cached listing is missing or was dropped (fs_dircache.c); the first
+ * READDIR of the open makes it (dir_of()).
+ */
+static struct castfs_dir unlisted;
+
+static void dir_release(struct castfs_dir *d)
+{
+	if (d != &unlisted)
+		castfs_dir_free(d);
+}
+
 static void dir_free_any(void *d)
 {
-	castfs_dir_free(d);
+	dir_release(d);
 }
 
 int castfs_fs_handles_init(struct castfs_fs *fs)
@@ -344,23 +358,29 @@ static void castfs_op_opendir(fuse_req_t req, fuse_ino_t ino,
 			      struct fuse_file_info *fi)
 {
 	struct castfs_fs *fs = fs_of(req);
-	struct castfs_dir *dir;
-	int rc = castfs_ns_opendir(fs->ns, ino, &dir);
+	struct castfs_dir *dir = &unlisted;
+	int cached = castfs_ns_dir_cacheable(fs->ns, ino), rc = 0;
 
-	if (rc) {
-		reply_err(req, CASTFS_SOP_OPENDIR, rc);
+	if (cached == 0)
+		rc = castfs_ns_opendir(fs->ns, ino, &dir);
+	if (rc || cached < 0) {
+		reply_err(req, CASTFS_SOP_OPENDIR, rc ? rc : cached);
 		return;
 	}
 	fi->fh = castfs_fh_add(fs->dirs, dir);
 	if (!fi->fh) {
-		castfs_dir_free(dir);
+		dir_release(dir);
 		reply_err(req, CASTFS_SOP_OPENDIR, -ENOMEM);
 		return;
 	}
+	/* The kernel keeps the listing in the directory's page cache until
+	 * the namespace says it changed (castfs_fs_listing_changed()). */
+	fi->cache_readdir = cached > 0;
+	fi->keep_cache = cached > 0;
 	last_use_before_reply(dir);
 	castfs_stats_op(fs->stats, CASTFS_SOP_OPENDIR, 0);
 	if (fuse_reply_open(req, fi) == -ENOENT)
-		castfs_dir_free(castfs_fh_remove(fs->dirs, fi->fh));
+		dir_release(castfs_fh_remove(fs->dirs, fi->fh));
 }
 
 /* The listing of @fh; like file_of(), a previous daemon's fh is listed
@@ -368,17 +388,18 @@ static void castfs_op_opendir(fuse_req_t req, fuse_ino_t ino,
 static int dir_of(struct castfs_fs *fs, fuse_ino_t ino, uint64_t fh,
 		  struct castfs_dir **out)
 {
-	struct castfs_dir *d = castfs_fh_get(fs->dirs, fh), *got;
+	struct castfs_dir *was = castfs_fh_get(fs->dirs, fh), *d, *got;
 	int rc;
 
-	if (d) {
-		*out = d;
+	if (was && was != &unlisted) {
+		*out = was;
 		return 0;
 	}
 	rc = castfs_ns_opendir(fs->ns, ino, &d);
 	if (rc)
 		return rc;
-	got = castfs_fh_adopt(fs->dirs, fh, d);
+	got = was ? castfs_fh_swap(fs->dirs, fh, was, d) :
+		    castfs_fh_adopt(fs->dirs, fh, d);
 	if (got != d)
 		castfs_dir_free(d);
 	if (!got)
@@ -423,7 +444,7 @@ static void castfs_op_releasedir(fuse_req_t req, fuse_ino_t ino,
 
 	(void)ino;
 	replies_before_release(dir);
-	castfs_dir_free(dir);
+	dir_release(dir);
 	fuse_reply_err(req, 0);
 }
 
