@@ -58,6 +58,12 @@ void *castfs_fh_get(struct castfs_fh_table *t, uint64_t fh);
  * memory (the caller frees @obj). */
 void *castfs_fh_adopt(struct castfs_fh_table *t, uint64_t fh, void *obj);
 
+/* castfs_fh_swap - make @obj the object of @fh if it is still @old;
+ * returns the object @fh has now (@obj, or what another thread put there;
+ * NULL when @fh is gone). */
+void *castfs_fh_swap(struct castfs_fh_table *t, uint64_t fh, void *old,
+		     void *obj);
+
 /* castfs_fh_remove - take @fh out; returns its object (now the caller's)
  * or NULL when unknown. */
 void *castfs_fh_remove(struct castfs_fh_table *t, uint64_t fh);
@@ -99,6 +105,20 @@ char *castfs_mount_device(const char *mountpoint);
  * @mountpoint to @kb (the INIT reply can only lower it). Best effort:
  * without root nothing changes. */
 void castfs_fs_set_read_ahead(const char *mountpoint, unsigned kb);
+
+/*
+ * castfs_fs_listing_changed - castfs_ns_opts.listing_changed: drop the
+ * kernel's cached listing of directory @dir (fs_dircache.c). Inside a
+ * castfs_fs_listing_batch() of the calling thread, deferred to its end
+ * (once per directory); else sent at once. Thread-safe.
+ */
+void castfs_fs_listing_changed(void *ctx, uint64_t dir);
+
+/*
+ * castfs_fs_listing_batch - @begin: defer this thread's listing changes
+ * (the watcher, over one batch of events); !@begin: send them now.
+ */
+void castfs_fs_listing_batch(struct castfs_fs *fs, bool begin);
 
 /* The source watcher (fs_watch.c). */
 struct castfs_watch;

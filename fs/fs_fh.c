@@ -139,6 +139,22 @@ void *castfs_fh_adopt(struct castfs_fh_table *t, uint64_t fh, void *obj)
 	return got;
 }
 
+void *castfs_fh_swap(struct castfs_fh_table *t, uint64_t fh, void *old,
+		     void *obj)
+{
+	struct fh_ent *e;
+	void *got = NULL;
+
+	pthread_mutex_lock(&t->lock);
+	e = find_locked(t, fh);
+	if (e && e->obj == old)
+		e->obj = obj;
+	if (e)
+		got = e->obj;
+	pthread_mutex_unlock(&t->lock);
+	return got;
+}
+
 void *castfs_fh_remove(struct castfs_fh_table *t, uint64_t fh)
 {
 	struct fh_ent **pp, *e;

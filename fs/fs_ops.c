@@ -88,9 +88,23 @@ static void file_close_any(void *f)
 	castfs_file_close(f);
 }
 
+/*
+ * The object of a directory fh whose listing the kernel caches: none is
+ * made at OPENDIR, as the kernel asks for one (READDIR) only when its
+ * cached listing is missing or was dropped (fs_dircache.c); the first
+ * READDIR of the open makes it (dir_of()).
+ */
+static struct castfs_dir unlisted;
+
+static void dir_release(struct castfs_dir *d)
+{
+	if (d != &unlisted)
+		castfs_dir_free(d);
+}
+
 static void dir_free_any(void *d)
 {
-	castfs_dir_free(d);
+	dir_release(d);
 }
 
 int castfs_fs_handles_init(struct castfs_fs *fs)
@@ -151,6 +165,10 @@ static void castfs_op_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	/* Attributes with the listing, at its start and after lookups in
+	 * the directory only (castfs_op_readdirplus()). */
+	if (conn->capable & FUSE_CAP_READDIRPLUS)
+		conn->want |= FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO;
 	/* Splice did not pay off at 1 MiB requests (DESIGN.md section 4). */
 	conn->want &= ~(unsigned)(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
 				  FUSE_CAP_SPLICE_MOVE);
@@ -344,23 +362,29 @@ static void castfs_op_opendir(fuse_req_t req, fuse_ino_t ino,
 			      struct fuse_file_info *fi)
 {
 	struct castfs_fs *fs = fs_of(req);
-	struct castfs_dir *dir;
-	int rc = castfs_ns_opendir(fs->ns, ino, &dir);
+	struct castfs_dir *dir = &unlisted;
+	int cached = castfs_ns_dir_cacheable(fs->ns, ino), rc = 0;
 
-	if (rc) {
-		reply_err(req, CASTFS_SOP_OPENDIR, rc);
+	if (cached == 0)
+		rc = castfs_ns_opendir(fs->ns, ino, &dir);
+	if (rc || cached < 0) {
+		reply_err(req, CASTFS_SOP_OPENDIR, rc ? rc : cached);
 		return;
 	}
 	fi->fh = castfs_fh_add(fs->dirs, dir);
 	if (!fi->fh) {
-		castfs_dir_free(dir);
+		dir_release(dir);
 		reply_err(req, CASTFS_SOP_OPENDIR, -ENOMEM);
 		return;
 	}
+	/* The kernel keeps the listing in the directory's page cache until
+	 * the namespace says it changed (castfs_fs_listing_changed()). */
+	fi->cache_readdir = cached > 0;
+	fi->keep_cache = cached > 0;
 	last_use_before_reply(dir);
 	castfs_stats_op(fs->stats, CASTFS_SOP_OPENDIR, 0);
 	if (fuse_reply_open(req, fi) == -ENOENT)
-		castfs_dir_free(castfs_fh_remove(fs->dirs, fi->fh));
+		dir_release(castfs_fh_remove(fs->dirs, fi->fh));
 }
 
 /* The listing of @fh; like file_of(), a previous daemon's fh is listed
@@ -368,17 +392,18 @@ static void castfs_op_opendir(fuse_req_t req, fuse_ino_t ino,
 static int dir_of(struct castfs_fs *fs, fuse_ino_t ino, uint64_t fh,
 		  struct castfs_dir **out)
 {
-	struct castfs_dir *d = castfs_fh_get(fs->dirs, fh), *got;
+	struct castfs_dir *was = castfs_fh_get(fs->dirs, fh), *d, *got;
 	int rc;
 
-	if (d) {
-		*out = d;
+	if (was && was != &unlisted) {
+		*out = was;
 		return 0;
 	}
 	rc = castfs_ns_opendir(fs->ns, ino, &d);
 	if (rc)
 		return rc;
-	got = castfs_fh_adopt(fs->dirs, fh, d);
+	got = was ? castfs_fh_swap(fs->dirs, fh, was, d) :
+		    castfs_fh_adopt(fs->dirs, fh, d);
 	if (got != d)
 		castfs_dir_free(d);
 	if (!got)
@@ -416,6 +441,92 @@ static void castfs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 	fuse_reply_buf(req, t->out, pos);
 }
 
+/*
+ * One entry of a READDIRPLUS reply at @buf (@left bytes): a looked-up
+ * entry with its attributes if @lookup, else a plain one, as are "." and
+ * ".." (which the kernel never counts as a lookup) and an entry whose
+ * lookup failed (its own LOOKUP will say why). Returns the bytes it takes
+ * (more than @left: nothing written, nothing looked up); *@id the node
+ * looked up, or 0.
+ */
+static size_t add_plus(fuse_req_t req, char *buf, size_t left,
+		       fuse_ino_t parent, const struct castfs_dirent *de,
+		       off_t next, bool lookup, uint64_t *id)
+{
+	struct castfs_fs *fs = fs_of(req);
+	struct fuse_entry_param e = { .attr = { .st_ino = de->ino,
+						.st_mode = de->type } };
+	size_t need = fuse_add_direntry_plus(req, NULL, 0, de->name, &e, next);
+
+	*id = 0;
+	if (need > left)
+		return need;
+	if (lookup && strcmp(de->name, ".") && strcmp(de->name, "..") &&
+	    castfs_ns_lookup(fs->ns, parent, de->name, id, &e.attr) == 0) {
+		e.ino = *id;
+		e.generation = 1;
+		e.attr_timeout = fs->timeout;
+		e.entry_timeout = fs->timeout;
+	}
+	return fuse_add_direntry_plus(req, buf, left, de->name, &e, next);
+}
+
+/*
+ * A READDIR that gives each entry's attributes (and counts as its
+ * LOOKUP): `ls -l` of a directory never listed costs no LOOKUP round
+ * trip per entry. The kernel asks it (READDIRPLUS_AUTO) for the start of
+ * every listing and after lookups or stats in the directory since its
+ * last READDIR. The start is answered plain: a listing nobody stats
+ * (`ls -f`, os.listdir) then looks up nothing (no node, no plan built, no
+ * name the watcher must tell the kernel about), while `ls -l`, which
+ * stats each entry as it reads, looks up that first reply's entries and
+ * gets attributes with every later one.
+ */
+static void castfs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
+				  off_t off, struct fuse_file_info *fi)
+{
+	struct fs_thread *t = thread_get(fs_of(req));
+	struct castfs_dir *dir;
+	size_t pos = 0, nids = 0;
+	uint64_t *ids = NULL;
+	int rc = t ? dir_of(fs_of(req), ino, fi->fh, &dir) : -ENOMEM;
+
+	if (rc) {
+		reply_err(req, CASTFS_SOP_READDIR, rc);
+		return;
+	}
+	size = size < t->out_len ? size : t->out_len;
+	/* Each entry takes at least 160 bytes (fuse_direntplus, a name). */
+	ids = malloc((size / 128 + 1) * sizeof(*ids));
+	if (!ids) {
+		reply_err(req, CASTFS_SOP_READDIR, -ENOMEM);
+		return;
+	}
+	for (size_t i = (size_t)off; off >= 0 && i < dir->n; i++) {
+		uint64_t id;
+		size_t need = add_plus(req, t->out + pos, size - pos, ino,
+				       &dir->ents[i], (off_t)(i + 1), off > 0,
+				       &id);
+
+		if (need > size - pos)
+			break;
+		pos += need;
+		if (id)
+			ids[nids++] = id;
+		/* The reader is gone: what was looked up is still sent. */
+		if (fuse_req_interrupted(req))
+			break;
+	}
+	last_use_before_reply(dir);
+	castfs_stats_op(fs_of(req)->stats, CASTFS_SOP_READDIR, 0);
+	/* Not delivered (interrupted): the kernel counted none of them. */
+	if (fuse_reply_buf(req, t->out, pos) == -ENOENT) {
+		for (size_t i = 0; i < nids; i++)
+			castfs_ns_forget(fs_of(req)->ns, ids[i], 1);
+	}
+	free(ids);
+}
+
 static void castfs_op_releasedir(fuse_req_t req, fuse_ino_t ino,
 				 struct fuse_file_info *fi)
 {
@@ -423,7 +534,7 @@ static void castfs_op_releasedir(fuse_req_t req, fuse_ino_t ino,
 
 	(void)ino;
 	replies_before_release(dir);
-	castfs_dir_free(dir);
+	dir_release(dir);
 	fuse_reply_err(req, 0);
 }
 
@@ -606,6 +717,7 @@ const struct fuse_lowlevel_ops castfs_fs_ops = {
 	.release = castfs_op_release,
 	.opendir = castfs_op_opendir,
 	.readdir = castfs_op_readdir,
+	.readdirplus = castfs_op_readdirplus,
 	.releasedir = castfs_op_releasedir,
 	.statfs = castfs_op_statfs,
 	.getxattr = castfs_op_getxattr,

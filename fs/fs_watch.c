@@ -301,6 +301,7 @@ static void handle_batch(struct castfs_watch *w, const char *buf, ssize_t len)
 {
 	const char *p = buf;
 
+	castfs_fs_listing_batch(w->fs, true);
 	while (p < buf + len) {
 		const struct inotify_event *e =
 			(const struct inotify_event *)(const void *)p;
@@ -308,6 +309,7 @@ static void handle_batch(struct castfs_watch *w, const char *buf, ssize_t len)
 		handle_event(w, e);
 		p += sizeof(*e) + e->len;
 	}
+	castfs_fs_listing_batch(w->fs, false);
 	seen_clear(w);
 }
 

@@ -191,6 +191,8 @@ static int setup_ns(struct castfs_fs *fs, const struct options *o,
 		.zcache_bytes = (size_t)o->zcache_mb << 20,
 		.cache_bytes = (size_t)o->cache_mb << 20,
 		.successor = successor,
+		.listing_changed = castfs_fs_listing_changed,
+		.listing_ctx = fs,
 	};
 	struct castfs_diag d = { { 0 } };
 	char *config_json;

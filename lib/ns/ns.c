@@ -63,6 +63,8 @@ int castfs_ns_new(const struct castfs_ns_opts *o, struct castfs_ns **out,
 	ns->stats = o->stats;
 	ns->log = o->log;
 	ns->log_ctx = o->log_ctx;
+	ns->listing_changed = o->listing_changed;
+	ns->listing_ctx = o->listing_ctx;
 	ns->guard = o->guard;
 	ns->ck_budget = o->cache_bytes ? o->cache_bytes :
 					 CASTFS_CKPT_CACHE_DEFAULT;
@@ -393,12 +395,19 @@ struct seen_filter {
 	struct castfs_ns *ns;
 	void (*cb)(void *ctx, uint64_t parent, const char *name);
 	void *ctx;
+	uint64_t last_parent; /* whose listing was last reported changed */
 };
 
 static void seen_filter_cb(void *ctx, uint64_t parent, const char *name)
 {
 	struct seen_filter *f = ctx;
 
+	/* Every name reported is in @parent's listing, which changes even
+	 * when the kernel holds no dentry of the name (a new file). */
+	if (parent != f->last_parent) {
+		f->last_parent = parent;
+		ns_listing_changed(f->ns, parent);
+	}
 	/* A name no lookup answered has no dentry in the kernel: telling
 	 * it would cost a round trip into the kernel for nothing (most of
 	 * the names below, which a listing never shows, and every name of
@@ -459,6 +468,7 @@ void castfs_ns_invalidate_all(struct castfs_ns *ns,
 	struct ns_place *v;
 	ssize_t n = ns_node_places(ns, &v);
 
+	ns_listings_all_changed(ns);
 	if (n < 0)
 		return;
 	for (ssize_t i = 0; i < n; i++) {

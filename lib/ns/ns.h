@@ -68,6 +68,14 @@ struct castfs_ns_opts {
 	 * answered, so the change watcher tells it about every name, not
 	 * only those this daemon's lookups answered. */
 	bool successor;
+	/* Called with the id of a directory whose listing may have changed
+	 * (a source change the watcher reported through
+	 * castfs_ns_invalidate(), or a listed entry found not to be
+	 * servable), so that a listing the kernel caches is dropped. Called
+	 * from any thread, possibly inside a request, with no namespace lock
+	 * held; may be NULL. */
+	void (*listing_changed)(void *ctx, uint64_t dir);
+	void *listing_ctx;
 };
 
 /* The checkpoint cache's default budget (-o cache_mb). */
@@ -129,6 +137,16 @@ struct castfs_dir {
  * Returns 0, -ENOTDIR, -ESTALE, -ENOMEM, or the source's errno. */
 int castfs_ns_opendir(struct castfs_ns *ns, uint64_t id,
 		      struct castfs_dir **out);
+
+/*
+ * castfs_ns_dir_cacheable - whether the listing of directory @id may be
+ * cached by the kernel across opens: 1 for a source directory and a
+ * model-directory view (every change of their listing is reported through
+ * castfs_ns_opts.listing_changed), 0 for another directory (listed per
+ * open: /.castfs, tensor trees) or an id this daemon does not know yet.
+ * Returns -ENOTDIR for a file. Lists nothing. Thread-safe.
+ */
+int castfs_ns_dir_cacheable(struct castfs_ns *ns, uint64_t id);
 
 /* castfs_dir_free - release a listing (one owner's share of it); NULL is
  * accepted. Thread-safe for a shared listing. */

@@ -618,23 +618,46 @@ static int ck_plan_locked(struct castfs_ns *ns, struct ns_ckpt *ck, int idx,
 	return rc;
 }
 
+/* Source path @path's view turned out not to build: the listing of its
+ * directory, which showed the view and will not any more, changed. */
+static void ck_listing_changed(struct castfs_ns *ns, const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	struct ns_node dir = { .kind = NS_DIR };
+	char *d;
+
+	if (!slash) {
+		ns_listing_changed(ns, CASTFS_NS_ROOT_ID);
+		return;
+	}
+	d = strndup(path, (size_t)(slash - path));
+	if (d && ns_src_stat(ns, d, &dir.st) == 0)
+		ns_listing_changed(ns, ns_node_id(&dir));
+	free(d);
+}
+
 int ns_ckpt_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 		 const struct castfs_view *view, const struct castfs_plan **out,
 		 struct castfs_diag *d)
 {
 	int idx = ns_view_index(ns, view);
 	size_t built = 0;
+	bool learned;
 	int rc;
 
 	if (idx < 0 || (size_t)idx >= ck->nviews || !ck->h)
 		return -EINVAL;
 	pthread_mutex_lock(&ck->lock);
+	learned = !ck->plan_err[idx];
 	rc = ck_plan_locked(ns, ck, idx, view, &built, d);
+	learned = learned && ck->plan_err[idx];
 	if (!rc)
 		*out = ck->plans[idx];
 	pthread_mutex_unlock(&ck->lock);
 	if (built)
 		ns_ckpt_charge(ns, ck, built);
+	if (learned)
+		ck_listing_changed(ns, ck->path);
 	return rc;
 }
 

@@ -125,6 +125,9 @@ struct castfs_ns {
 	struct castfs_stats *stats;
 	void (*log)(void *ctx, const char *msg);
 	void *log_ctx;
+	/* castfs_ns_opts.listing_changed; ns_listing_changed(). */
+	void (*listing_changed)(void *ctx, uint64_t dir);
+	void *listing_ctx;
 	const struct castfs_source_guard *guard;
 	pthread_mutex_t lock; /* the node table */
 	/* Buckets (a power of two, at least NS_HASH_BUCKETS), doubled when
@@ -273,6 +276,20 @@ bool ns_err_transient(int err);
  * 0 stays 0. Pure; thread-safe.
  */
 int ns_err_unlisted(int err);
+
+/* ns_listing_changed - tell the daemon (castfs_ns_opts.listing_changed)
+ * that directory @dir may list something else now. Call it with no
+ * namespace lock held. */
+static inline void ns_listing_changed(struct castfs_ns *ns, uint64_t dir)
+{
+	if (ns->listing_changed)
+		ns->listing_changed(ns->listing_ctx, dir);
+}
+
+/* ns_listings_all_changed - ns_listing_changed() for every directory the
+ * kernel may cache a listing of (ns_dircache.c): after lost events, when
+ * what changed is not known. Takes the table lock; call without it. */
+void ns_listings_all_changed(struct castfs_ns *ns);
 
 /* ns_node_table_fini - free every node. */
 void ns_node_table_fini(struct castfs_ns *ns);

@@ -30,6 +30,14 @@ static struct castfs_views vs;
 static struct castfs_stats *st;
 static struct castfs_ns *ns;
 static int view_fail_logs; /* log lines about a view that failed */
+static int root_listing_changed; /* castfs_ns_opts.listing_changed(root) */
+
+static void count_listing(void *ctx, uint64_t dir)
+{
+	(void)ctx;
+	if (dir == 1) /* FUSE_ROOT_ID */
+		root_listing_changed++;
+}
 
 static void count_log(void *ctx, const char *msg)
 {
@@ -73,7 +81,8 @@ static void setup(void)
 {
 	struct castfs_ns_opts o = { .source = root,
 				    .views = &vs,
-				    .log = count_log };
+				    .log = count_log,
+				    .listing_changed = count_listing };
 	struct castfs_diag d = { { 0 } };
 
 	strcpy(root, "/tmp/castfs-nsb-XXXXXX");
@@ -197,9 +206,12 @@ START_TEST(test_ns_bounds__failed_view_kept_and_not_listed)
 	 * header (16 MB) does not. */
 	write_checkpoint("huge.safetensors", 200000);
 	ck_assert(listed("huge.nf4.safetensors"));
+	root_listing_changed = 0;
 	t0 = now_s();
 	ck_assert_int_eq(lookup("huge.nf4.safetensors"), -E2BIG);
 	first = now_s() - t0;
+	/* The listing that showed it changed: a kernel-cached one must go. */
+	ck_assert_int_eq(root_listing_changed, 1);
 	t0 = now_s();
 	ck_assert_int_eq(lookup("huge.nf4.safetensors"), -E2BIG);
 	second = now_s() - t0;
@@ -207,6 +219,7 @@ START_TEST(test_ns_bounds__failed_view_kept_and_not_listed)
 	ck_assert_msg(second < first / 10, "first %.3f s, again %.3f s", first,
 		      second);
 	ck_assert_int_eq(view_fail_logs, 1); /* logged once, when found */
+	ck_assert_int_eq(root_listing_changed, 1); /* told once too */
 	ck_assert(!listed("huge.nf4.safetensors"));
 	ck_assert(listed("huge.bf16.safetensors"));
 	ck_assert_int_eq(lookup("huge.fp8.safetensors"), 0);

@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Listings the kernel may cache (FOPEN_CACHE_DIR): which directories, and
+ * telling the daemon when one of them may list something else. A source
+ * directory's listing and a model-directory view's are functions of the
+ * source tree, whose every change the watcher reports
+ * (castfs_ns_invalidate()); other directories (/.castfs, tensor trees)
+ * are listed per open. docs/ARCHITECTURE.md, "The daemon".
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "ns/ns.h"
+#include "ns/ns_internal.h"
+
+static bool kind_cacheable(uint8_t kind)
+{
+	return kind == NS_DIR || kind == NS_MDIR;
+}
+
+int castfs_ns_dir_cacheable(struct castfs_ns *ns, uint64_t id)
+{
+	struct ns_node n;
+	bool dir, cacheable;
+
+	/* An id of a previous daemon (not in the table yet): listed the
+	 * usual way, which resolves it. */
+	if (ns_node_get(ns, id, &n))
+		return 0;
+	dir = S_ISDIR(n.st.st_mode) || n.kind == NS_CTL_DIR ||
+	      n.kind == NS_TDIR || n.kind == NS_MDIR;
+	cacheable = kind_cacheable(n.kind) && S_ISDIR(n.st.st_mode);
+	ns_node_put_copy(&n);
+	if (!dir)
+		return -ENOTDIR;
+	return cacheable ? 1 : 0;
+}
+
+/* Ids of every cacheable directory in the node table (the kernel may hold
+ * a listing of any of them, and of no other). */
+static ssize_t cacheable_ids(struct castfs_ns *ns, uint64_t **out)
+{
+	uint64_t *v = NULL;
+	size_t n = 0, cap = 0;
+
+	pthread_mutex_lock(&ns->lock);
+	for (size_t b = 0; b < ns->nbuckets; b++) {
+		for (struct ns_node *node = ns->nodes[b]; node;
+		     node = node->hnext) {
+			if (!kind_cacheable(node->kind))
+				continue;
+			if (n == cap) {
+				size_t ncap = cap * 2 + 64;
+				uint64_t *nv = realloc(v, ncap * sizeof(*nv));
+
+				if (!nv) {
+					pthread_mutex_unlock(&ns->lock);
+					free(v);
+					return -ENOMEM;
+				}
+				v = nv;
+				cap = ncap;
+			}
+			v[n++] = node->id;
+		}
+	}
+	pthread_mutex_unlock(&ns->lock);
+	*out = v;
+	return (ssize_t)n;
+}
+
+void ns_listings_all_changed(struct castfs_ns *ns)
+{
+	uint64_t *ids;
+	ssize_t n;
+
+	if (!ns->listing_changed)
+		return;
+	n = cacheable_ids(ns, &ids);
+	if (n < 0) {
+		/* Cannot say which: the root at least, as before caching. */
+		ns_listing_changed(ns, CASTFS_NS_ROOT_ID);
+		return;
+	}
+	for (ssize_t i = 0; i < n; i++)
+		ns_listing_changed(ns, ids[i]);
+	free(ids);
+}
