@@ -353,6 +353,31 @@ static int dir_id(struct castfs_ns *ns, const char *path, uint64_t *id)
 	return 0;
 }
 
+/* @buf = @a (@alen bytes) "." @b @c, or NULL when that does not fit.
+ * Not snprintf: this runs for every view of every changed file (a
+ * quarter of the watcher's CPU went to formatting). */
+static const char *name_cat(char *buf, size_t cap, const char *a, size_t alen,
+			    const char *b, const char *c)
+{
+	size_t bl = strlen(b), cl = strlen(c);
+
+	if (alen + 1 + bl + cl >= cap)
+		return NULL;
+	memcpy(buf, a, alen);
+	buf[alen] = '.';
+	memcpy(buf + alen + 1, b, bl);
+	memcpy(buf + alen + 1 + bl, c, cl + 1);
+	return buf;
+}
+
+/* Report @name through @cb unless it is NULL (too long to be a name). */
+static void report(void (*cb)(void *, uint64_t, const char *), void *ctx,
+		   uint64_t parent, const char *name)
+{
+	if (name)
+		cb(ctx, parent, name);
+}
+
 /* Every name under which the kernel may have cached something derived
  * from source entry @name of a directory. */
 static void invalidate_names(struct castfs_ns *ns, uint64_t parent,
@@ -364,26 +389,27 @@ static void invalidate_names(struct castfs_ns *ns, uint64_t parent,
 	char buf[600];
 
 	cb(ctx, parent, name);
-	snprintf(buf, sizeof(buf), "%s.tensors", name);
-	cb(ctx, parent, buf);
+	report(cb, ctx, parent,
+	       name_cat(buf, sizeof(buf), name, len, "tensors", ""));
 	stem = len > 12 && strcmp(name + len - 12, ".safetensors") == 0 ?
 		       len - 12 :
 		       0;
 	for (size_t i = 0; i < ns->views->n; i++) {
 		const char *v = ns->views->v[i].name;
 
-		snprintf(buf, sizeof(buf), "%s.%s", name, v);
-		cb(ctx, parent, buf); /* model-directory views */
+		/* model-directory views */
+		report(cb, ctx, parent,
+		       name_cat(buf, sizeof(buf), name, len, v, ""));
 		if (!stem)
 			continue;
-		snprintf(buf, sizeof(buf), "%.*s.%s%s", (int)stem, name, v,
-			 ns->views->v[i].kind == CASTFS_VIEW_GGUF ?
-				 "" :
-				 ".safetensors");
-		cb(ctx, parent, buf);
-		snprintf(buf, sizeof(buf), "%.*s.%s.safetensors.tensors",
-			 (int)stem, name, v);
-		cb(ctx, parent, buf);
+		report(cb, ctx, parent,
+		       name_cat(buf, sizeof(buf), name, stem, v,
+				ns->views->v[i].kind == CASTFS_VIEW_GGUF ?
+					"" :
+					".safetensors"));
+		report(cb, ctx, parent,
+		       name_cat(buf, sizeof(buf), name, stem, v,
+				".safetensors.tensors"));
 	}
 }
 
