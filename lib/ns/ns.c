@@ -476,6 +476,16 @@ void castfs_ns_invalidate(struct castfs_ns *ns, const char *rel,
 	invalidate_path(ns, rel, seen_filter_cb, &f);
 }
 
+/* Places by parent, then path (qsort). */
+static int place_cmp(const void *a, const void *b)
+{
+	const struct ns_place *x = a, *y = b;
+
+	if (x->parent != y->parent)
+		return x->parent < y->parent ? -1 : 1;
+	return strcmp(x->path, y->path);
+}
+
 void castfs_ns_invalidate_all(struct castfs_ns *ns,
 			      void (*cb)(void *ctx, uint64_t parent,
 					 const char *name),
@@ -486,9 +496,13 @@ void castfs_ns_invalidate_all(struct castfs_ns *ns,
 
 	if (n < 0)
 		return;
+	/* A file's views are nodes of one place: report its names once. */
+	qsort(v, (size_t)n, sizeof(*v), place_cmp);
 	for (ssize_t i = 0; i < n; i++) {
 		const char *slash = strrchr(v[i].path, '/');
 
+		if (i && place_cmp(&v[i - 1], &v[i]) == 0)
+			continue;
 		ns_ckpt_drop_path(ns, v[i].path);
 		/* The parent the kernel knows, not one found by stat: a
 		 * deleted directory cannot be stat'ed, yet its entry must go. */
@@ -496,8 +510,9 @@ void castfs_ns_invalidate_all(struct castfs_ns *ns,
 			invalidate_names(ns, v[i].parent,
 					 slash ? slash + 1 : v[i].path, cb,
 					 ctx);
-		free(v[i].path);
 	}
+	for (ssize_t i = 0; i < n; i++)
+		free(v[i].path);
 	free(v);
 }
 
