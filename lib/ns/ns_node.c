@@ -195,14 +195,16 @@ int ns_name_seen_init(struct castfs_ns *ns)
 	return ns->seen ? 0 : -ENOMEM;
 }
 
-/* The two bits of (@parent, @name): both halves of one 64-bit hash. */
+/* The two bits of (@parent, @name), in one 64-bit word (a blocked Bloom
+ * filter): a test costs one cache miss, not two, in a set larger than the
+ * caches; the watcher tests ~77 names per changed checkpoint. */
 static void seen_bits(uint64_t parent, const char *name, uint32_t b[2])
 {
 	uint64_t h = castfs_fnv1a(CASTFS_FNV_SEED, &parent, sizeof(parent));
 
 	h = castfs_mix64(castfs_fnv1a(h, name, strlen(name)));
 	b[0] = (uint32_t)h % NS_SEEN_BITS;
-	b[1] = (uint32_t)(h >> 32) % NS_SEEN_BITS;
+	b[1] = (b[0] & ~63u) | (uint32_t)(h >> 58);
 }
 
 static void seen_set(_Atomic uint64_t *seen, uint32_t b)
