@@ -330,7 +330,7 @@ static void take_event(struct castfs_watch *w, const struct inotify_event *e)
 static bool drain(struct castfs_watch *w)
 {
 	/* Aligned as the kernel's records need (inotify(7)). */
-	static _Thread_local char buf[65536]
+	char buf[65536]
 		__attribute__((aligned(__alignof__(struct inotify_event))));
 
 	for (;;) {

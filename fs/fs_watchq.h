@@ -11,9 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* At most this many paths wait; beyond, the caller treats the burst like
- * a lost-events overflow (one rescan instead of unbounded memory). */
-#define CASTFS_WATCHQ_MAX (1u << 20)
+/* At most this many paths wait (about 25 MB); beyond, the caller treats
+ * the burst like a lost-events overflow (one rescan instead of unbounded
+ * memory). */
+#define CASTFS_WATCHQ_MAX (1u << 18)
 
 struct castfs_watchq_item {
 	char *rel; /* source-relative path, owned by the queue */
