@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "fs.h"
+#include "fs_watchq.h"
 
 /* Directories watched at most (one inotify watch each). */
 #define WATCH_MAX_DIRS 65536u
@@ -29,8 +30,14 @@
 	(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_MODIFY | \
 	 IN_CLOSE_WRITE | IN_ATTRIB | IN_ONLYDIR)
 
-/* Changed paths of one batch of events already handled (deduplication). */
-#define WATCH_DEDUP 64u
+/* Paths handled between two drains of the inotify queue: small enough
+ * that the kernel's queue (16384 events by default) never fills while
+ * they are handled, large enough to amortise the read. */
+#define WATCH_CHUNK 256u
+
+/* Events that leave a file's bytes as they were: its names may only be
+ * expired (looked up again at the next use), not dropped (watch_notify). */
+#define WATCH_META_ONLY (IN_ATTRIB | IN_ISDIR)
 
 struct castfs_watch {
 	struct castfs_fs *fs;
@@ -43,8 +50,9 @@ struct castfs_watch {
 	size_t ndirs_cap;
 	size_t nwatched;
 	bool full_logged;
-	char *seen[WATCH_DEDUP];
-	size_t nseen;
+	bool overflow; /* events were lost since the last rescan */
+	bool no_expire; /* the kernel cannot expire an entry: drop it */
+	struct castfs_watchq q; /* changed paths not handled yet */
 };
 
 static void watch_log(struct castfs_watch *w, const char *msg)
@@ -206,26 +214,40 @@ static void inval_entry(void *ctx, uint64_t parent, const char *name)
 	fuse_lowlevel_notify_inval_entry(w->fs->se, parent, name, strlen(name));
 }
 
-/* Source path @rel changed: forget it, here and in the kernel. Paths
- * already handled in this batch of events are skipped. */
-static void changed(struct castfs_watch *w, const char *rel)
+/*
+ * Expire (parent, name) in the kernel: the next use of the name looks it
+ * up again, and drops the dentry then if the node id moved (it does when
+ * the mtime moved). Unlike inval_entry() nothing is evicted now, so no
+ * FORGET comes back per name. Only for changes that left the bytes as
+ * they were (watch_notify): an entry whose id stays would otherwise keep
+ * its page cache. A kernel without FUSE_EXPIRE_ONLY gets inval_entry().
+ */
+static void expire_entry(void *ctx, uint64_t parent, const char *name)
 {
-	char *copy;
+	struct castfs_watch *w = ctx;
+	int rc;
 
-	for (size_t i = 0; i < w->nseen; i++) {
-		if (strcmp(w->seen[i], rel) == 0)
+	if (atomic_load(&w->stopping))
+		return;
+	if (!w->no_expire) {
+		rc = fuse_lowlevel_notify_expire_entry(w->fs->se, parent, name,
+						       strlen(name),
+						       FUSE_LL_EXPIRE_ONLY);
+		if (rc != -ENOSYS)
 			return;
+		w->no_expire = true;
 	}
-	castfs_ns_invalidate(w->fs->ns, rel, inval_entry, w);
-	if (w->nseen < WATCH_DEDUP && (copy = strdup(rel)))
-		w->seen[w->nseen++] = copy;
+	inval_entry(ctx, parent, name);
 }
 
-static void seen_clear(struct castfs_watch *w)
+/* Source path @rel changed with inotify events @mask: forget it, here
+ * and in the kernel. */
+static void changed(struct castfs_watch *w, const char *rel, uint32_t mask)
 {
-	for (size_t i = 0; i < w->nseen; i++)
-		free(w->seen[i]);
-	w->nseen = 0;
+	bool meta_only = !(mask & ~(uint32_t)WATCH_META_ONLY);
+
+	castfs_ns_invalidate(w->fs->ns, rel,
+			     meta_only ? expire_entry : inval_entry, w);
 }
 
 /* Every entry of watched directory @rel changed. */
@@ -272,70 +294,104 @@ static void overflowed(struct castfs_watch *w)
 		castfs_ns_invalidate_all(w->fs->ns, inval_entry, w);
 }
 
-static void handle_event(struct castfs_watch *w, const struct inotify_event *e)
+/* Take in one event: watch a new directory at once (its own events
+ * would be missed meanwhile), queue a changed path for later. */
+static void take_event(struct castfs_watch *w, const struct inotify_event *e)
 {
 	const char *dir = dirs_get(w, e->wd);
-	char *rel;
 
 	if (e->mask & IN_Q_OVERFLOW) {
-		overflowed(w);
+		w->overflow = true;
 		return;
 	}
 	if (e->mask & IN_IGNORED) {
 		dirs_drop(w, e->wd); /* removed, or its filesystem unmounted */
 		return;
 	}
-	if (!dir || !e->len)
-		return; /* events on the watched directory itself */
-	if (asprintf(&rel, "%s%s%s", dir, dir[0] ? "/" : "", e->name) < 0)
-		return;
+	if (!dir || !e->len || w->overflow)
+		return; /* the directory itself; or all rescanned anyway */
 	/* A directory made or moved here: watch it (a moved one keeps its
 	 * watch descriptor, which then gets its new path). */
-	if ((e->mask & IN_ISDIR) && (e->mask & (IN_CREATE | IN_MOVED_TO)))
-		watch_tree(w, rel);
-	changed(w, rel);
-	free(rel);
+	if ((e->mask & IN_ISDIR) && (e->mask & (IN_CREATE | IN_MOVED_TO))) {
+		char *rel;
+
+		if (asprintf(&rel, "%s%s%s", dir, dir[0] ? "/" : "", e->name) >=
+		    0)
+			watch_tree(w, rel);
+		free(rel);
+	}
+	/* Too many waiting, or no memory for one more: rescan instead. */
+	if (castfs_watchq_add(&w->q, dir, e->name, e->mask) < 0)
+		w->overflow = true;
 }
 
-static void handle_batch(struct castfs_watch *w, const char *buf, ssize_t len)
+/* Read every event the kernel has queued (the fd does not block).
+ * Returns false when the fd failed for good. */
+static bool drain(struct castfs_watch *w)
 {
-	const char *p = buf;
+	/* Aligned as the kernel's records need (inotify(7)). */
+	char buf[65536]
+		__attribute__((aligned(__alignof__(struct inotify_event))));
 
+	for (;;) {
+		ssize_t n = read(w->ino_fd, buf, sizeof(buf));
+		const char *p = buf;
+
+		if (n < 0)
+			return errno == EAGAIN || errno == EINTR;
+		while (p < buf + n) {
+			const struct inotify_event *e =
+				(const struct inotify_event *)(const void *)p;
+
+			take_event(w, e);
+			p += sizeof(*e) + e->len;
+		}
+	}
+}
+
+/* Handle what was drained: a rescan after lost events, else up to
+ * WATCH_CHUNK queued paths. The listings they change are told to the
+ * kernel once the chunk is applied (castfs_fs_listing_batch()). Returns
+ * whether paths still wait. */
+static bool handle_some(struct castfs_watch *w)
+{
+	const struct castfs_watchq_item *it;
+	bool more = true;
+
+	if (w->overflow) {
+		castfs_watchq_clear(&w->q); /* the rescan covers them */
+		w->overflow = false;
+		overflowed(w);
+		return false;
+	}
 	castfs_fs_listing_batch(w->fs, true);
-	while (p < buf + len) {
-		const struct inotify_event *e =
-			(const struct inotify_event *)(const void *)p;
-
-		handle_event(w, e);
-		p += sizeof(*e) + e->len;
+	for (unsigned i = 0; more && i < WATCH_CHUNK; i++) {
+		if (atomic_load(&w->stopping) ||
+		    !(it = castfs_watchq_pop(&w->q)))
+			more = false;
+		else
+			changed(w, it->rel, it->mask);
 	}
 	castfs_fs_listing_batch(w->fs, false);
-	seen_clear(w);
+	return more;
 }
 
 static void *watch_main(void *arg)
 {
 	struct castfs_watch *w = arg;
-	/* Aligned as the kernel's records need (inotify(7)). */
-	char buf[65536]
-		__attribute__((aligned(__alignof__(struct inotify_event))));
 	struct pollfd p[2] = { { w->ino_fd, POLLIN, 0 },
 			       { w->stop_fd, POLLIN, 0 } };
+	bool busy = false;
 
+	/* Between chunks the fd is drained again, so that a long burst
+	 * waits in the (deduplicating) queue, not in the kernel's, which
+	 * would overflow and cost a rescan of everything. */
 	while (!atomic_load(&w->stopping)) {
-		ssize_t n;
-
-		if (poll(p, 2, -1) < 0 && errno != EINTR)
+		if (!busy && poll(p, 2, -1) < 0 && errno != EINTR)
 			break;
-		if (p[1].revents)
+		if (!drain(w))
 			break;
-		if (!(p[0].revents & POLLIN))
-			continue;
-		n = read(w->ino_fd, buf, sizeof(buf));
-		if (n > 0)
-			handle_batch(w, buf, n);
-		else if (n < 0 && errno != EAGAIN && errno != EINTR)
-			break;
+		busy = handle_some(w);
 	}
 	return NULL;
 }
@@ -347,7 +403,7 @@ static void watch_free(struct castfs_watch *w)
 	for (size_t i = 0; i < w->ndirs_cap; i++)
 		free(w->dirs[i]);
 	free(w->dirs);
-	seen_clear(w);
+	castfs_watchq_fini(&w->q);
 	if (w->ino_fd >= 0)
 		close(w->ino_fd);
 	if (w->stop_fd >= 0)

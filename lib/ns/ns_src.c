@@ -64,9 +64,13 @@ int ns_src_stat_in(struct castfs_ns *ns, const char *path, struct stat *st)
 
 int ns_src_stat(struct castfs_ns *ns, const char *path, struct stat *st)
 {
-	int fd = ns_src_open(ns, path, O_PATH | O_NOFOLLOW);
-	int rc = 0;
+	int fd, rc = 0;
 
+	/* The root itself: one call, not three (the watcher stats a
+	 * changed file's directory for each event). */
+	if (!path[0])
+		return fstat(ns->root_fd, st) < 0 ? -errno : 0;
+	fd = ns_src_open(ns, path, O_PATH | O_NOFOLLOW);
 	if (fd < 0)
 		return fd == -ELOOP ? -ENOENT : fd;
 	if (fstat(fd, st) < 0)

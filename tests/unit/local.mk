@@ -22,7 +22,8 @@ UNIT_TESTS = tests/unit/test_dtype tests/unit/test_st_header \
 	tests/unit/test_qsrc_ct4 tests/unit/test_qsrc_xshard \
 	tests/unit/test_gguf tests/unit/test_reader \
 	tests/unit/test_md_gguf_shards tests/unit/test_st_side \
-	tests/unit/test_gguf_deq tests/unit/test_gguf_kernels
+	tests/unit/test_gguf_deq tests/unit/test_gguf_kernels \
+	tests/unit/test_watchq
 check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS)
 
@@ -35,6 +36,11 @@ tests_unit_test_zst_planes_CFLAGS = $(UNIT_CFLAGS) $(ZSTD_CFLAGS)
 tests_unit_test_zst_planes_LDADD = $(UNIT_LDADD)
 
 # common/
+# fs/ (the daemon's own, FUSE-free helpers)
+tests_unit_test_watchq_SOURCES = tests/unit/test_watchq.c fs/fs_watchq.c \
+	fs/fs_watchq.h $(UNIT_MAIN)
+tests_unit_test_watchq_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_watchq_LDADD = $(UNIT_LDADD)
 tests_unit_test_escape_SOURCES = tests/unit/test_escape.c $(UNIT_MAIN)
 tests_unit_test_escape_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_escape_LDADD = $(UNIT_LDADD)
