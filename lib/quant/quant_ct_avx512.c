@@ -75,6 +75,8 @@ AVX512_INLINE __m512i ct_e4m3_16(__m512 q)
 AVX512_INLINE void ct_codes16(uint8_t *dst, const float *x, __mmask16 k,
 			      __m512 s, enum castfs_dtype dt, bool mul)
 {
+	__m512 hi = _mm512_set1_ps(CASTFS_CT_F8_MAX);
+	__m512 lo = _mm512_set1_ps(-CASTFS_CT_F8_MAX);
 	__m512 v = _mm512_maskz_loadu_ps(k, x), q;
 
 	/* A NaN x keeps its own NaN (see comfy_f8_q()). */
@@ -87,9 +89,9 @@ AVX512_INLINE void ct_codes16(uint8_t *dst, const float *x, __mmask16 k,
 	else
 		q = _mm512_add_ps(ct_round16(_mm512_div_ps(v, s), dt),
 				  _mm512_setzero_ps());
-	/* min/max return their second operand when either is NaN. */
-	q = _mm512_min_ps(_mm512_set1_ps(CASTFS_CT_F8_MAX), q);
-	q = _mm512_max_ps(_mm512_set1_ps(-CASTFS_CT_F8_MAX), q);
+	/* ct_clamp_f8()'s ordered comparisons: a NaN fails both. */
+	q = _mm512_mask_mov_ps(q, _mm512_cmp_ps_mask(q, hi, _CMP_GT_OQ), hi);
+	q = _mm512_mask_mov_ps(q, _mm512_cmp_ps_mask(q, lo, _CMP_LT_OQ), lo);
 	_mm512_mask_cvtepi32_storeu_epi8(dst, k, ct_e4m3_16(q));
 }
 
