@@ -237,14 +237,14 @@ float castfs_comfy_f8_scale(float absmax, enum castfs_dtype dt)
 
 /*
  * One value of castfs_comfy_f8_codes() before its E4M3 rounding (NaN
- * stays NaN). A NaN @x gives its own NaN even when @inv is NaN too: a
- * product of two NaNs is either one (IEEE 754), x86 gives its first
- * operand, and a compiler may swap the operands of x * inv; the SIMD
- * variants and torch's vectorised product multiply x first.
+ * stays NaN). A NaN @inv (a weight holding a NaN) gives its own NaN even
+ * where @x is a NaN too: IEEE 754 leaves open which of two NaNs a product
+ * returns and a compiler may swap x * inv's operands; torch's product
+ * (F32, F16 on x86) returns the scale's.
  */
 static inline float comfy_f8_q(float x, float inv, enum castfs_dtype dt)
 {
-	return ct_clamp_f8(castfs_qr_round(isnan(x) ? x : x * inv, dt));
+	return ct_clamp_f8(castfs_qr_round(isnan(inv) ? inv : x * inv, dt));
 }
 
 static void comfy_codes_scalar(uint8_t *dst, const float *x, size_t n,

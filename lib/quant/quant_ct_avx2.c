@@ -82,12 +82,12 @@ AVX2_INLINE __m256i ct_code8(const float *x, __m256 s, enum castfs_dtype dt,
 {
 	__m256 v = _mm256_loadu_ps(x), q;
 
-	/* A NaN x keeps its own NaN (see comfy_f8_q()): the compiler may
+	/* A NaN s gives its own NaN (see comfy_f8_q()): the compiler may
 	 * swap a product's operands, and x86 returns the first NaN. */
 	if (mul)
 		q = ct_round8(
-			_mm256_blendv_ps(_mm256_mul_ps(v, s), v,
-					 _mm256_cmp_ps(v, v, _CMP_UNORD_Q)),
+			_mm256_blendv_ps(_mm256_mul_ps(v, s), s,
+					 _mm256_cmp_ps(s, s, _CMP_UNORD_Q)),
 			dt);
 	else
 		q = _mm256_add_ps(ct_round8(_mm256_div_ps(v, s), dt),

@@ -79,12 +79,12 @@ AVX512_INLINE void ct_codes16(uint8_t *dst, const float *x, __mmask16 k,
 	__m512 lo = _mm512_set1_ps(-CASTFS_CT_F8_MAX);
 	__m512 v = _mm512_maskz_loadu_ps(k, x), q;
 
-	/* A NaN x keeps its own NaN (see comfy_f8_q()). */
+	/* A NaN s gives its own NaN (see comfy_f8_q()). */
 	if (mul)
 		q = ct_round16(_mm512_mask_mov_ps(
 				       _mm512_mul_ps(v, s),
-				       _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
-				       v),
+				       _mm512_cmp_ps_mask(s, s, _CMP_UNORD_Q),
+				       s),
 			       dt);
 	else
 		q = _mm512_add_ps(ct_round16(_mm512_div_ps(v, s), dt),

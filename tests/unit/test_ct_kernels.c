@@ -226,6 +226,11 @@ START_TEST(test_ct_kernels__scalar_edges)
 	/* An F16 NaN keeps its sign. */
 	s->f8_codes(c, x, 8, 1.0f, CASTFS_DTYPE_F16);
 	ck_assert_uint_eq(c[5], 0xff);
+	/* ComfyUI: a NaN inverse scale gives its NaN (0x7F), as torch's
+	 * x * inv does, whatever the element: -NaN included. */
+	s->comfy_codes(c, x, 8, NAN, CASTFS_DTYPE_F32);
+	ck_assert_uint_eq(c[0], 0x7f);
+	ck_assert_uint_eq(c[5], 0x7f);
 	ck_assert_uint_eq(castfs_f32_bits(s->absmax(x, 4)),
 			  castfs_f32_bits(1e30f));
 	ck_assert(isnan(s->absmax(x, 5)));
