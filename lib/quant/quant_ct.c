@@ -59,6 +59,30 @@ static float ct_absmax_scalar(const float *x, size_t n)
 	return m > 0x7f800000 ? NAN : castfs_f32_from_bits((uint32_t)m);
 }
 
+/* The same max over the 16-bit magnitudes; eight lanes, as above. */
+static float ct_absmax16_scalar(const void *x, size_t n, bool f16)
+{
+	const uint8_t *p = x;
+	uint32_t lane[8] = { 0 }, m = 0;
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		for (size_t k = 0; k < 8; k++) {
+			uint32_t a = castfs_load_le16(p + 2 * (i + k)) &
+				     0x7fffu;
+
+			lane[k] = a > lane[k] ? a : lane[k];
+		}
+	for (; i < n; i++) {
+		uint32_t a = castfs_load_le16(p + 2 * i) & 0x7fffu;
+
+		m = a > m ? a : m;
+	}
+	for (size_t k = 0; k < 8; k++)
+		m = lane[k] > m ? lane[k] : m;
+	return castfs_ct_from16(m, f16);
+}
+
 /* torch.finfo(dt).eps: what compressed-tensors puts for a zero scale. */
 static float ct_eps(enum castfs_dtype dt)
 {
@@ -277,6 +301,7 @@ static const struct castfs_ct_kernels ct_scalar = {
 	.f8_codes = ct_f8_codes_scalar,
 	.comfy_codes = comfy_codes_scalar,
 	.absmax = ct_absmax_scalar,
+	.absmax16 = ct_absmax16_scalar,
 };
 
 /* NULL: not built for this architecture. */
@@ -307,6 +332,11 @@ static const struct castfs_ct_kernels *ct_kernels(void)
 float castfs_ct_absmax(const float *x, size_t n)
 {
 	return ct_kernels()->absmax(x, n);
+}
+
+float castfs_ct_absmax16(const void *x, size_t n, bool f16)
+{
+	return ct_kernels()->absmax16(x, n, f16);
 }
 
 void castfs_ct_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,

@@ -31,6 +31,14 @@ bool castfs_ct_dtype_ok(enum castfs_dtype dt);
  */
 float castfs_ct_absmax(const float *x, size_t n);
 
+/*
+ * castfs_ct_absmax16 - castfs_ct_absmax() of @n little-endian BF16 (F16
+ * when @f16) values at @x (any alignment), read as they are: the same
+ * value as castfs_ct_absmax() of their float32 widening, which is exact
+ * and orders the magnitudes as their bits do. Thread-safe.
+ */
+float castfs_ct_absmax16(const void *x, size_t n, bool f16);
+
 /* castfs_ct_absmax_merge - the absmax of two parts (NaN-propagating). */
 float castfs_ct_absmax_merge(float a, float b);
 
@@ -134,8 +142,8 @@ void castfs_ct_store(uint8_t *dst, float v, enum castfs_dtype dt);
  * instruction set, each bit-identical to the scalar reference (every
  * element the same float32 operations in the same order; NaN, Inf, -0.0,
  * subnormals and saturation included): castfs_ct_f8_codes(), the loop of
- * castfs_comfy_f8_codes() given its inverse scale @inv, and
- * castfs_ct_absmax(). The public functions use the table chosen once for
+ * castfs_comfy_f8_codes() given its inverse scale @inv,
+ * castfs_ct_absmax() and castfs_ct_absmax16(). The public functions use the table chosen once for
  * this CPU (CASTFS_ISA overrides it, as for the cast kernels). Thread-safe;
  * no allocation; pointers of any alignment.
  */
@@ -145,6 +153,7 @@ struct castfs_ct_kernels {
 	void (*comfy_codes)(uint8_t *dst, const float *x, size_t n, float inv,
 			    enum castfs_dtype dt);
 	float (*absmax)(const float *x, size_t n);
+	float (*absmax16)(const void *x, size_t n, bool f16);
 };
 
 /*

@@ -186,9 +186,44 @@ static AVX2 float ct_absmax_avx2(const float *x, size_t n)
 	return m > 0x7f800000 ? NAN : castfs_f32_from_bits((uint32_t)m);
 }
 
+/* castfs_ct_absmax16(): an unsigned max of the 16-bit magnitudes. */
+AVX2 float castfs_ct_absmax16_avx2(const void *x, size_t n, bool f16)
+{
+	const uint8_t *p = x;
+	__m256i m0 = _mm256_setzero_si256(), m1 = m0;
+	__m256i abs = _mm256_set1_epi16(0x7fff);
+	__m128i h;
+	size_t i = 0;
+	uint32_t m;
+
+	for (; i + 32 <= n; i += 32) {
+		__m256i a = _mm256_loadu_si256(
+			(const __m256i *)(const void *)(p + 2 * i));
+		__m256i b = _mm256_loadu_si256(
+			(const __m256i *)(const void *)(p + 2 * i + 32));
+
+		m0 = _mm256_max_epu16(m0, _mm256_and_si256(a, abs));
+		m1 = _mm256_max_epu16(m1, _mm256_and_si256(b, abs));
+	}
+	m0 = _mm256_max_epu16(m0, m1);
+	h = _mm_max_epu16(_mm256_castsi256_si128(m0),
+			  _mm256_extracti128_si256(m0, 1));
+	h = _mm_max_epu16(h, _mm_shuffle_epi32(h, 0x4e));
+	h = _mm_max_epu16(h, _mm_shuffle_epi32(h, 0xb1));
+	h = _mm_max_epu16(h, _mm_srli_epi32(h, 16));
+	m = (uint32_t)_mm_cvtsi128_si32(h) & 0xffffu;
+	for (; i < n; i++) {
+		uint32_t a = castfs_load_le16(p + 2 * i) & 0x7fffu;
+
+		m = a > m ? a : m;
+	}
+	return castfs_ct_from16(m, f16);
+}
+
 const struct castfs_ct_kernels castfs_ct_avx2 = {
 	.f8_codes = ct_f8_codes_avx2,
 	.comfy_codes = comfy_codes_avx2,
 	.absmax = ct_absmax_avx2,
+	.absmax16 = castfs_ct_absmax16_avx2,
 };
 #endif

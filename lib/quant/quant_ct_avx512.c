@@ -161,5 +161,7 @@ const struct castfs_ct_kernels castfs_ct_avx512 = {
 	.f8_codes = ct_f8_codes_avx512,
 	.comfy_codes = comfy_codes_avx512,
 	.absmax = ct_absmax_avx512,
+	/* Memory-bound: the AVX2 loop (every AVX-512 CPU runs AVX2). */
+	.absmax16 = castfs_ct_absmax16_avx2,
 };
 #endif

@@ -6,7 +6,8 @@
  * widened (NaN, Inf, subnormals, -0.0), random float32 patterns, random
  * weights, values at the BF16 / F16 / E4M3 rounding ties and the clamp,
  * with zero, subnormal, huge, infinite and NaN scales, odd lengths and
- * unaligned pointers. An ISA the CPU lacks is reported as skipped.
+ * unaligned pointers; the absmax of 16-bit values read as they are against
+ * that of their widening. An ISA the CPU lacks is reported as skipped.
  */
 #include <check.h>
 #include <math.h>
@@ -175,6 +176,73 @@ START_TEST(test_ct_kernels__isa_matches_scalar)
 END_TEST
 
 /*
+ * absmax16 of @isa over 16-bit patterns (every one, shuffled; weights;
+ * zeros of both signs) at every length, aligned and at an odd byte
+ * address, equals the scalar absmax of the float32 widening.
+ */
+static void check_absmax16(enum castfs_isa isa, bool f16)
+{
+	const struct castfs_ct_kernels *k = castfs_ct_kernels_isa(isa);
+	const struct castfs_ct_kernels *s =
+		castfs_ct_kernels_isa(CASTFS_ISA_SCALAR);
+	castfs_convert_fn widen = castfs_convert_get_isa(
+		CASTFS_ISA_SCALAR, f16 ? CASTFS_DTYPE_F16 : CASTFS_DTYPE_BF16,
+		CASTFS_DTYPE_F32, 0);
+	uint8_t *raw = malloc(2 * NALL + 1);
+	float *f = malloc(NALL * sizeof(*f));
+	uint64_t seed = 7;
+
+	ck_assert_ptr_nonnull(k);
+	for (int set = 0; set < 3; set++) {
+		for (size_t i = 0; i < NALL; i++) {
+			uint64_t r = tu_rand(&seed);
+			uint16_t h = (uint16_t)(i * 40503u);
+
+			if (set == 1)
+				h = (uint16_t)((f16 ? 0x2000 : 0x3c00) +
+					       (r >> 32) % 0x600) |
+				    (uint16_t)(r & 0x8000);
+			else if (set == 2)
+				h = (uint16_t)(r & 0x8000);
+			castfs_store_le16(raw + 1 + 2 * i, h);
+		}
+		for (size_t l = 0; l < sizeof(lengths) / sizeof(*lengths);
+		     l++) {
+			size_t n = lengths[l];
+			float want, got;
+
+			memmove(raw, raw + 1, 2 * n);
+			widen(f, raw, n);
+			want = s->absmax(f, n);
+			got = k->absmax16(raw, n, f16);
+			ck_assert_msg(
+				castfs_f32_bits(got) == castfs_f32_bits(want),
+				"absmax16 %s f16 %d set %d n %zu: %a != %a",
+				castfs_isa_name(isa), (int)f16, set, n,
+				(double)got, (double)want);
+			memmove(raw + 1, raw, 2 * n);
+			got = k->absmax16(raw + 1, n, f16);
+			ck_assert_uint_eq(castfs_f32_bits(got),
+					  castfs_f32_bits(want));
+		}
+	}
+	free(f);
+	free(raw);
+}
+
+START_TEST(test_ct_kernels__scalar_absmax16)
+{
+	check_absmax16(CASTFS_ISA_SCALAR, _i);
+}
+END_TEST
+
+START_TEST(test_ct_kernels__isa_absmax16)
+{
+	check_absmax16((enum castfs_isa)(_i / 2), _i % 2);
+}
+END_TEST
+
+/*
  * The public functions (the ISA chosen once; per_isa.sh forces each)
  * give the scalar reference's bytes.
  */
@@ -246,6 +314,8 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_ct_kernels__scalar_edges);
 	tcase_add_loop_test(tc, test_ct_kernels__dispatch_matches_scalar, 0, 3);
 	unit_add_isa_loop(tc, test_ct_kernels__isa_matches_scalar, 3);
+	tcase_add_loop_test(tc, test_ct_kernels__scalar_absmax16, 0, 2);
+	unit_add_isa_loop(tc, test_ct_kernels__isa_absmax16, 2);
 	suite_add_tcase(s, tc);
 	return s;
 }
