@@ -79,6 +79,7 @@ int castfs_ns_new(const struct castfs_ns_opts *o, struct castfs_ns **out,
 	ns->dir_exts = dir_exts;
 	ns_tensors_init(ns);
 	ns_md_plans_init(ns);
+	ns_md_xshard_init(ns);
 	ns_mdgguf_init(ns);
 	rc = castfs_zcache_new(o->zcache_bytes ? o->zcache_bytes :
 						 CASTFS_ZCACHE_DEFAULT,

@@ -102,6 +102,7 @@ enum ns_ckpt_slot {
 	NS_CKPT_TREES, /* tensor trees (ns_tensors.c) */
 	NS_CKPT_MDPLANS, /* plans with a model's own rules (ns_mdplan.c) */
 	NS_CKPT_GGUF, /* DIR.<q>.gguf plans and refusals (ns_mdgguf.c) */
+	NS_CKPT_XFUSE, /* a sharded model's nvfp4 pre-plan (ns_mdxshard.c) */
 	NS_CKPT_SLOTS,
 };
 
@@ -262,6 +263,16 @@ ssize_t ns_node_places(struct castfs_ns *ns, struct ns_place **out);
  * retried by the next lookup, never cached as the file's outcome.
  */
 bool ns_err_transient(int err);
+
+/*
+ * ns_err_unlisted - the error a view's lookup, getattr and open answer
+ * when its build failed with @err, for views listed only where they
+ * build (GGUF files): a refusal (-EINVAL, -ENOTSUP, ...) is -ENOENT, like
+ * any name a listing does not show (the reason is in the log and
+ * /.castfs/); transient errors and -EIO (the source failed) are kept, and
+ * 0 stays 0. Pure; thread-safe.
+ */
+int ns_err_unlisted(int err);
 
 /* ns_node_table_fini - free every node. */
 void ns_node_table_fini(struct castfs_ns *ns);

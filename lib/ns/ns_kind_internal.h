@@ -144,6 +144,10 @@ void ns_gguf_shards_fini(struct castfs_ns *ns, struct ns_gguf_shards *s);
  * checkpoint (ns_mdplan.c). */
 void ns_md_plans_init(struct castfs_ns *ns);
 
+/* ns_md_xshard_init - register what the nvfp4 files of sharded models
+ * keep per folder in their first shard's checkpoint (ns_mdxshard.c). */
+void ns_md_xshard_init(struct castfs_ns *ns);
+
 /* ns_modeldir_init / ns_modeldir_fini - the model-directory JSON cache of
  * @ns. init returns 0 or -ENOMEM; fini accepts an ns without one. */
 int ns_modeldir_init(struct castfs_ns *ns);

@@ -441,8 +441,10 @@ static int hold_weights(struct castfs_ns *ns, const struct ns_node *n,
 /*
  * The checkpoint (held, in *@ck; the shards in r->sh) and the outcome of
  * node @n, if nothing it is made of moved since its lookup (else
- * -ESTALE). A folder that does not map is -EIO. On success the caller
- * frees r->owned, puts *@ck and finis r->sh.
+ * -ESTALE). A folder that does not map is -ENOENT: it is not listed, so
+ * its lookup finds nothing, like any name not listed (the reason is in
+ * the log and /.castfs/refused). On success the caller frees r->owned,
+ * puts *@ck and finis r->sh.
  */
 static int mdgguf_plan(struct castfs_ns *ns, const struct ns_node *n,
 		       struct ns_ckpt **ck, struct gguf_req *r)
@@ -464,7 +466,7 @@ static int mdgguf_plan(struct castfs_ns *ns, const struct ns_node *n,
 		ns_ckpt_put(ns, *ck);
 		ns_gguf_shards_fini(ns, &r->sh);
 	}
-	return ns_err_transient(rc) ? rc : rc ? -EIO : 0;
+	return ns_err_unlisted(rc);
 }
 
 /* Whether the folder of node @n maps (its plan builds): listings show

@@ -39,10 +39,10 @@ void ns_md_plans_init(struct castfs_ns *ns)
 }
 
 /* Caller holds ck->lock. The plan of header @h (@ck's, or the composite
- * of its shards, @dep) in view @v with keep set @keep; @fuse_h: where
+ * of its shards, @dep) in view @v with keep set @keep; @fuse: where
  * nvfp4 finds fused siblings (struct castfs_view), or NULL. */
 static int mdplan_build(struct ns_ckpt *ck, const struct castfs_header *h,
-			const struct castfs_header *fuse_h, uint64_t dep,
+			const struct ns_md_fuse *fuse, uint64_t dep,
 			const struct castfs_view *v, int keep,
 			const struct castfs_plan **out)
 {
@@ -59,7 +59,8 @@ static int mdplan_build(struct ns_ckpt *ck, const struct castfs_header *h,
 		return rc;
 	}
 	fv = keep ? mv.v : *v;
-	fv.fuse_h = fuse_h;
+	fv.fuse_h = fuse ? fuse->all : NULL;
+	fv.deqfuse = fuse ? fuse->deq : NULL;
 	rc = castfs_view_plan_opts(&fv, h, ns_ckpt_qopts(ck, &o), &p->plan,
 				   NULL);
 	if (keep)
@@ -78,9 +79,8 @@ static int mdplan_build(struct ns_ckpt *ck, const struct castfs_header *h,
 }
 
 int ns_md_plan_of(struct castfs_ns *ns, struct ns_ckpt *ck,
-		  const struct castfs_header *h,
-		  const struct castfs_header *fuse_h, uint64_t dep,
-		  const struct castfs_view *v, int keep,
+		  const struct castfs_header *h, const struct ns_md_fuse *fuse,
+		  uint64_t dep, const struct castfs_view *v, int keep,
 		  const struct castfs_plan **out)
 {
 	struct ns_mdplan *p;
@@ -98,7 +98,7 @@ int ns_md_plan_of(struct castfs_ns *ns, struct ns_ckpt *ck,
 	} else if (!h) {
 		rc = -ENOENT; /* not built, and no header to build it from */
 	} else {
-		rc = mdplan_build(ck, h, fuse_h, dep, v, keep, out);
+		rc = mdplan_build(ck, h, fuse, dep, v, keep, out);
 		if (!rc)
 			castfs_stats_count(ns->stats, CASTFS_SCTR_PLANS_BUILT,
 					   1);

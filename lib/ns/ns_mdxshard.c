@@ -7,7 +7,9 @@
  * the usual identity rules, the shard's composite header
  * (view/qsrc_xshard.h) is planned once per identity of every shard and
  * cached in the shard's checkpoint entry, and an open file reads every
- * shard as a part of one composite source (ns_file_new_parts()).
+ * shard as a part of one composite source (ns_file_new_parts()). What
+ * every shard's nvfp4 plan reads of the whole model (struct ns_md_fuse)
+ * is built once per identity of the shards, in the first shard's entry.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -19,6 +21,35 @@
 
 /* The index of sharded weights: the one whose shards a view reads. */
 static const char index_name[] = "model.safetensors.index.json";
+
+/* Whole-model parts kept per first shard; beyond, built per plan (a
+ * folder whose other shards keep changing must not grow it forever). */
+#define FUSE_ENTS_MAX 4
+
+static void fuse_free(struct ns_md_fuse *f)
+{
+	if (!f)
+		return;
+	castfs_view_deqfuse_free(f->deq);
+	castfs_header_free(f->all);
+	free(f);
+}
+
+/* Registered as the checkpoint cache's fini of NS_CKPT_XFUSE. */
+static void fuse_ents_fini(struct ns_ckpt *ck)
+{
+	struct ns_md_fuse *f;
+
+	while ((f = ck->slot[NS_CKPT_XFUSE])) {
+		ck->slot[NS_CKPT_XFUSE] = f->next;
+		fuse_free(f);
+	}
+}
+
+void ns_md_xshard_init(struct castfs_ns *ns)
+{
+	ns->ckpt_fini[NS_CKPT_XFUSE] = fuse_ents_fini;
+}
 
 /* Read the index of @ck's folder into @x->s; @x->self is @ck's shard. */
 static int xs_read(struct castfs_ns *ns, const struct ns_ckpt *ck,
@@ -67,6 +98,92 @@ static int xs_compose(const struct ns_md_xshard *x, bool all,
 	return rc;
 }
 
+/* The entry of @dep in @ck (under ck->lock) and the number of entries. */
+static struct ns_md_fuse *fuse_find(struct ns_ckpt *ck, uint64_t dep, size_t *n)
+{
+	struct ns_md_fuse *f;
+
+	*n = 0;
+	for (f = ck->slot[NS_CKPT_XFUSE]; f; f = f->next, (*n)++)
+		if (f->dep == dep)
+			return f;
+	return NULL;
+}
+
+/* Build the whole-model parts of the shards in @x for nvfp4 view @v. */
+static int fuse_build(struct castfs_ns *ns, const struct ns_md_xshard *x,
+		      const struct castfs_view *v, uint64_t dep,
+		      struct ns_md_fuse **out)
+{
+	struct ns_md_fuse *f = calloc(1, sizeof(*f));
+	struct castfs_qsrc_opts o;
+	struct castfs_view fv = *v;
+	int rc = f ? xs_compose(x, true, &f->all) : -ENOMEM;
+
+	if (!rc) {
+		fv.fuse_h = f->all;
+		fv.deqfuse = NULL;
+		rc = castfs_view_deqfuse_new(&fv, ns_ckpt_qopts(x->s.ck[0], &o),
+					     &f->deq, NULL);
+	}
+	if (rc) {
+		fuse_free(f);
+		return rc;
+	}
+	f->dep = dep;
+	castfs_stats_count(ns->stats, CASTFS_SCTR_XFUSE_BUILT, 1);
+	*out = f;
+	return 0;
+}
+
+/*
+ * The whole-model parts of the shards in @x (held) for nvfp4 view @v, kept
+ * in the first shard's entry, built on first need. *@owned is set when
+ * they could not be kept (the caller frees it with fuse_free()). Thread-
+ * safe: concurrent first builds may both run, and one result is kept.
+ */
+static int fuse_get(struct castfs_ns *ns, const struct ns_md_xshard *x,
+		    const struct castfs_view *v, const struct ns_md_fuse **out,
+		    struct ns_md_fuse **owned)
+{
+	struct ns_ckpt *ck0 = x->s.ck[0];
+	uint64_t dep = ns_gguf_shards_dep(&x->s, 0);
+	struct ns_md_fuse *f, *mine;
+	size_t n, cost = 0;
+	int rc;
+
+	*owned = NULL;
+	pthread_mutex_lock(&ck0->lock);
+	f = fuse_find(ck0, dep, &n);
+	pthread_mutex_unlock(&ck0->lock);
+	if (f) {
+		*out = f; /* never freed before ck0, which @x holds */
+		return 0;
+	}
+	rc = fuse_build(ns, x, v, dep, &mine);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&ck0->lock);
+	f = fuse_find(ck0, dep, &n);
+	if (!f && n < FUSE_ENTS_MAX) {
+		mine->next = ck0->slot[NS_CKPT_XFUSE];
+		ck0->slot[NS_CKPT_XFUSE] = f = mine;
+		cost = mine->deq ? ns_ckpt_plan_cost(
+					   castfs_view_deqfuse_plan(mine->deq),
+					   mine->all->header_len) :
+				   (size_t)mine->all->header_len;
+	} else if (!f) {
+		*owned = f = mine;
+	}
+	pthread_mutex_unlock(&ck0->lock);
+	if (f != mine)
+		fuse_free(mine); /* another build won */
+	if (cost)
+		ns_ckpt_charge(ns, ck0, cost);
+	*out = f;
+	return 0;
+}
+
 /* The composite header of shard @x->self, checked like a whole file. */
 static int xs_header(struct ns_ckpt *ck, const struct ns_md_xshard *x,
 		     struct castfs_header **out)
@@ -95,7 +212,9 @@ int ns_md_xshard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 		      const struct castfs_view *v, int keep,
 		      struct ns_md_xshard *x, const struct castfs_plan **out)
 {
-	struct castfs_header *h, *all = NULL;
+	const struct ns_md_fuse *fuse = NULL;
+	struct ns_md_fuse *owned = NULL;
+	struct castfs_header *h;
 	uint64_t dep;
 	int rc;
 
@@ -116,10 +235,10 @@ int ns_md_xshard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 	/* nvfp4: the fused siblings in every shard (of a quantized model:
 	 * in the bf16 view of every shard, view_deq.c) */
 	if (v->kind == CASTFS_VIEW_CT_NVFP4)
-		rc = xs_compose(x, true, &all);
+		rc = fuse_get(ns, x, v, &fuse, &owned);
 	if (!rc)
-		rc = ns_md_plan_of(ns, ck, h, all, dep, v, keep, out);
-	castfs_header_free(all);
+		rc = ns_md_plan_of(ns, ck, h, fuse, dep, v, keep, out);
+	fuse_free(owned);
 	castfs_header_free(h);
 	return rc;
 }

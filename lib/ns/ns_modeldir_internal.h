@@ -75,17 +75,28 @@ int ns_md_shard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 		     const struct castfs_view *v, int keep,
 		     const struct castfs_plan **out);
 
+/* What the nvfp4 file of every shard of a sharded model reads of the
+ * whole model, built once per identity of the shards and kept in the
+ * first shard's checkpoint entry (ns_mdxshard.c): every shard's tensors
+ * (the fuse_h of struct castfs_view) and, of a quantized model, their
+ * bf16 view (castfs_view_deqfuse_new()). */
+struct ns_md_fuse {
+	struct ns_md_fuse *next;
+	uint64_t dep; /* every shard's identity (ns_gguf_shards_dep()) */
+	struct castfs_header *all;
+	struct castfs_deqfuse *deq; /* NULL: no quantized weight */
+};
+
 /* ns_md_plan_of - the plan of @h in view @v with keep set @keep, cached
  * in @ck (which owns it) under (@v, @keep, @dep): @h is @ck's header (dep
  * 0) or the composite header of @ck's shard (dep: the identities of every
  * shard, ns_gguf_shards_dep()). @h NULL: only a cached plan (-ENOENT if
- * none). @fuse_h (borrowed for the call, or NULL): every shard's tensors,
- * where an nvfp4 view finds fused siblings (struct castfs_view). Returns
- * 0 or the builder's error. Takes @ck's lock. */
+ * none). @fuse (borrowed for the call, or NULL): the whole model, where
+ * an nvfp4 view finds fused siblings. Returns 0 or the builder's error.
+ * Takes @ck's lock. */
 int ns_md_plan_of(struct castfs_ns *ns, struct ns_ckpt *ck,
-		  const struct castfs_header *h,
-		  const struct castfs_header *fuse_h, uint64_t dep,
-		  const struct castfs_view *v, int keep,
+		  const struct castfs_header *h, const struct ns_md_fuse *fuse,
+		  uint64_t dep, const struct castfs_view *v, int keep,
 		  const struct castfs_plan **out);
 
 /* The shards a DIR.<view>/ file of an FP8 block shard whose scales cross

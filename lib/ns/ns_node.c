@@ -365,6 +365,13 @@ bool ns_err_transient(int err)
 	}
 }
 
+int ns_err_unlisted(int err)
+{
+	if (!err || err == -EIO || ns_err_transient(err))
+		return err;
+	return -ENOENT;
+}
+
 ssize_t ns_node_places(struct castfs_ns *ns, struct ns_place **out)
 {
 	struct ns_place *v = NULL;

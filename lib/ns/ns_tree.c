@@ -359,7 +359,8 @@ static int view_plan(struct castfs_ns *ns, const struct ns_node *n,
 				d.msg[0] ? d.msg : strerror(-rc));
 		ns_ckpt_put(ns, *ck);
 	}
-	return rc;
+	/* GGUF views are listed only where they build (gguf_maps). */
+	return n->view->kind == CASTFS_VIEW_GGUF ? ns_err_unlisted(rc) : rc;
 }
 
 static int view_getattr(struct castfs_ns *ns, const struct ns_node *n,

@@ -67,6 +67,7 @@ static const char *const sctr_names[CASTFS_SCTR_COUNT] = {
 	[CASTFS_SCTR_TEXTS_READ] = "texts_read",
 	[CASTFS_SCTR_INVAL_SENT] = "entry_invalidations",
 	[CASTFS_SCTR_INVAL_SKIPPED] = "entry_invalidations_skipped",
+	[CASTFS_SCTR_XFUSE_BUILT] = "shard_fuse_built",
 };
 
 int castfs_stats_new(size_t nviews, struct castfs_stats **out)

@@ -43,6 +43,10 @@ enum castfs_sctr {
 	 * did not because no lookup had answered them. */
 	CASTFS_SCTR_INVAL_SENT,
 	CASTFS_SCTR_INVAL_SKIPPED,
+	/* whole-model parts that the nvfp4 files of a sharded model share
+	 * (every shard's header; of a quantized model its bf16 plan): built
+	 * once per identity of the shards, not per shard */
+	CASTFS_SCTR_XFUSE_BUILT,
 	CASTFS_SCTR_COUNT,
 };
 

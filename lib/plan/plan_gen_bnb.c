@@ -160,6 +160,37 @@ struct q4_minmax {
 };
 
 /*
+ * Fold the absmax @a of blocks [@b, @b + @k) into @mm and the running
+ * @sum (block order). Block absmax are finite and >= +0, so plain
+ * compares give what fminf/fmaxf give; those were library calls here,
+ * about a third of the statistics pass's instructions (callgrind).
+ */
+static void q4_minmax_fold(const struct q4_minmax *mm, uint64_t b,
+			   const float *a, size_t k, double *sum)
+{
+	double s = *sum;
+
+	for (size_t i = 0, m; i < k; i += m, b += m) {
+		size_t g = (size_t)(b / CASTFS_Q_NESTED_BLOCK);
+		bool cont = b % CASTFS_Q_NESTED_BLOCK != 0;
+		float lo = cont ? mm->lo[g] : a[i],
+		      hi = cont ? mm->hi[g] : a[i];
+
+		m = (size_t)CASTFS_MIN((uint64_t)(k - i),
+				       CASTFS_Q_NESTED_BLOCK -
+					       b % CASTFS_Q_NESTED_BLOCK);
+		for (size_t j = i; j < i + m; j++) {
+			s += a[j];
+			lo = a[j] < lo ? a[j] : lo;
+			hi = a[j] > hi ? a[j] : hi;
+		}
+		mm->lo[g] = lo;
+		mm->hi[g] = hi;
+	}
+	*sum = s;
+}
+
+/*
  * One pass over @qt: the mean of all block absmax (summed in double, in
  * block order, so every ISA and thread count gives the same float) and
  * each nested block's extremes. fl32(a - offset) is monotonic in a, so the
@@ -183,15 +214,9 @@ static int q4_stats_pass(const struct castfs_read_env *env,
 			rc = -EINTR;
 		else
 			rc = q4_load_absmax(env, qt, &st, b, k);
-		for (size_t i = 0; !rc && i < k; i++, b++) {
-			size_t g = (size_t)(b / CASTFS_Q_NESTED_BLOCK);
-			bool cont = b % CASTFS_Q_NESTED_BLOCK != 0;
-			float a = st.amax[i];
-
-			sum += a;
-			mm->lo[g] = cont ? fminf(mm->lo[g], a) : a;
-			mm->hi[g] = cont ? fmaxf(mm->hi[g], a) : a;
-		}
+		if (!rc)
+			q4_minmax_fold(mm, b, st.amax, k, &sum);
+		b += k;
 	}
 	if (!rc)
 		*offset = (float)(sum / (double)nb);
@@ -436,6 +461,19 @@ int castfs_gen_q4_state(const struct castfs_read_env *env,
 	return 0;
 }
 
+/*
+ * castfs_q_absmax of @n (> 0) staged values by the ISA's absmax kernel
+ * (one block of @n): the same float, without the scalar loop that was
+ * ~70 % of an int8 read's instructions (callgrind).
+ */
+static float i8_absmax(const float *x, size_t n)
+{
+	float m = 0.0f;
+
+	castfs_quant_kernels_get()->absmax(&m, x, n, n);
+	return m;
+}
+
 /* The absmax of row @r (staged in chunks when it exceeds one). */
 static int i8_row_absmax(const struct castfs_read_env *env,
 			 const struct castfs_qtensor *qt,
@@ -450,7 +488,7 @@ static int i8_row_absmax(const struct castfs_read_env *env,
 
 		if (rc)
 			return rc;
-		m = fmaxf(m, castfs_q_absmax(st->f32, n));
+		m = fmaxf(m, i8_absmax(st->f32, n));
 		c += n;
 	}
 	*absmax = m;
@@ -474,7 +512,7 @@ static int i8_row_codes(const struct castfs_read_env *env,
 		rc = q_load(env, qt, st, r * qt->cols, (size_t)qt->cols);
 		if (rc)
 			return rc;
-		scale = castfs_i8_scale(castfs_q_absmax(st->f32, qt->cols));
+		scale = castfs_i8_scale(i8_absmax(st->f32, qt->cols));
 		k->i8(dst, st->f32 + first, (size_t)n, scale);
 		return 0;
 	}
@@ -508,7 +546,7 @@ static int i8_whole_rows(const struct castfs_read_env *env,
 
 	for (size_t i = 0; !rc && i < nr; i++) {
 		const float *x = st->f32 + i * cols;
-		float absmax = castfs_q_absmax(x, cols);
+		float absmax = i8_absmax(x, cols);
 
 		if (codes)
 			k->i8(codes + i * cols, x, cols,

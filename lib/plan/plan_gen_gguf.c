@@ -2,7 +2,8 @@
 /*
  * The generator of GGUF quantised blocks: source elements of whole blocks
  * are read, widened to float32 and quantised by ggml's reference rules
- * (quant/quant_gguf.h, quant/quant_gguf_k.h). A block depends on its own
+ * (quant/quant_gguf.h, quant/quant_gguf_k.h); Q8_0 / Q4_0 of BF16 / F16
+ * sources widen inside the SIMD quantiser instead. A block depends on its own
  * elements only (32, or 256 for the K-quants), so any range is computed
  * alone. The elements of a quantized source's weight are those of its
  * bf16 view (castfs_deq_load() rounded to bf16), for the blocks and for
@@ -37,25 +38,79 @@ static int deq_load_bf16(const struct castfs_read_env *env,
 				    wlen);
 }
 
-/* Blocks of a dequantized weight: the bf16 view's elements quantised. */
-static int gguf_blocks_deq(const struct castfs_read_env *env,
-			   const struct castfs_extent *e,
-			   const struct castfs_qtensor *q, uint64_t first,
-			   uint64_t count, uint8_t *dst)
+/* Quantises @n blocks from block @first of extent @e into @dst, with @x
+ * (the scratch behind it: chunk sizes keep it there) for the values. */
+typedef int (*gguf_chunk_fn)(const struct castfs_read_env *env,
+			     const struct castfs_extent *e,
+			     const struct castfs_qtensor *q, uint64_t first,
+			     size_t n, float *x, uint8_t *dst);
+
+/* A dequantized weight's blocks: the bf16 view's elements quantised. */
+static int chunk_deq(const struct castfs_read_env *env,
+		     const struct castfs_extent *e,
+		     const struct castfs_qtensor *q, uint64_t first, size_t n,
+		     float *x, uint8_t *dst)
 {
-	size_t qk = q->blocksize;
-	size_t chunk = qk ? env->s->len / 8 / qk : 0;
+	int rc = deq_load_bf16(env, q, castfs_gguf_deq_elem(q, e, first),
+			       n * q->blocksize, x);
+
+	return rc ? rc : castfs_gguf_quantize(q->qtype, dst, x, n);
+}
+
+/*
+ * @n blocks of source elements @raw (of @q->src_dtype) quantised into
+ * @dst: BF16 and F16 straight into the Q8_0 / Q4_0 kernels, which widen in
+ * registers (the same bytes, one pass over memory fewer); otherwise
+ * widened into @x first.
+ */
+static int quantize_raw(const struct castfs_qtensor *q, uint8_t *dst,
+			const uint8_t *raw, float *x, size_t n)
+{
+	bool f16 = q->src_dtype == CASTFS_DTYPE_F16;
+	castfs_convert_fn widen;
+	int rc = -ENOTSUP;
+
+	if (f16 || q->src_dtype == CASTFS_DTYPE_BF16)
+		rc = castfs_gguf_quantize16(q->qtype, dst, raw, n, f16);
+	if (rc != -ENOTSUP)
+		return rc;
+	widen = castfs_convert_get(q->src_dtype, CASTFS_DTYPE_F32, 0);
+	if (!widen)
+		return -EIO; /* unreachable: checked by the caller */
+	widen(x, raw, n * q->blocksize);
+	return castfs_gguf_quantize(q->qtype, dst, x, n);
+}
+
+/* Stored elements, read behind @x and quantised. */
+static int chunk_src(const struct castfs_read_env *env,
+		     const struct castfs_extent *e,
+		     const struct castfs_qtensor *q, uint64_t first, size_t n,
+		     float *x, uint8_t *dst)
+{
+	size_t in_sz = castfs_dtype_bits(q->src_dtype) / 8;
+	size_t nel = n * q->blocksize;
+	uint8_t *raw = (uint8_t *)(x + nel);
+	/* e->src_off is the extent's first element: a tensor with permuted
+	 * rows has one extent per row (modeldir_gguf.c) */
+	int rc = castfs_reader_read(env->src, raw, nel * in_sz,
+				    e->src_off + first * q->blocksize * in_sz);
+
+	return rc ? rc : quantize_raw(q, dst, raw, x, n);
+}
+
+/* Blocks [@first, @first + @count) of @e into @dst, @chunk at a time. */
+static int gguf_blocks(const struct castfs_read_env *env,
+		       const struct castfs_extent *e,
+		       const struct castfs_qtensor *q, uint64_t first,
+		       uint64_t count, uint8_t *dst, size_t chunk,
+		       gguf_chunk_fn fn)
+{
 	float *x = (float *)(void *)env->s->buf;
 
-	if (!chunk || q->src_dtype != CASTFS_DTYPE_BF16)
-		return -EIO; /* unreachable: the plan made it so */
 	while (count) {
 		size_t n = (size_t)CASTFS_MIN(count, chunk);
-		int rc = deq_load_bf16(
-			env, q, castfs_gguf_deq_elem(q, e, first), n * qk, x);
+		int rc = fn(env, e, q, first, n, x, dst);
 
-		if (!rc)
-			rc = castfs_gguf_quantize(q->qtype, dst, x, n);
 		if (rc)
 			return rc;
 		dst += n * e->unit;
@@ -72,37 +127,22 @@ int castfs_gen_gguf_blocks(const struct castfs_read_env *env,
 	const struct castfs_qtensor *q = &env->plan->qtensors[e->qt];
 	size_t in_sz = castfs_dtype_bits(q->src_dtype) / 8;
 	size_t qk = q->blocksize;
-	/* float32 values first, the source bytes behind them */
+	/* float32 values first, the source bytes (or a dequantizer's codes
+	 * and scales, deq_load_bf16()) behind them */
 	size_t per_block = qk * (sizeof(float) + in_sz);
-	size_t chunk = per_block ? env->s->len / per_block : 0;
-	castfs_convert_fn widen =
-		castfs_convert_get(q->src_dtype, CASTFS_DTYPE_F32, 0);
+	size_t chunk;
 
-	if (castfs_qtensor_deq(q))
-		return gguf_blocks_deq(env, e, q, first, count, dst);
-	if (!widen || !chunk)
-		return -EIO;
-	while (count) {
-		size_t n = (size_t)CASTFS_MIN(count, chunk);
-		size_t nel = n * qk;
-		float *x = (float *)(void *)env->s->buf;
-		uint8_t *raw = env->s->buf + nel * sizeof(float);
-		/* e->src_off is the extent's first element: a tensor with
-		 * permuted rows has one extent per row (modeldir_gguf.c) */
-		int rc = castfs_reader_read(env->src, raw, nel * in_sz,
-					    e->src_off + first * qk * in_sz);
-
-		if (rc)
-			return rc;
-		widen(x, raw, nel);
-		rc = castfs_gguf_quantize(q->qtype, dst, x, n);
-		if (rc)
-			return rc;
-		dst += n * e->unit;
-		first += n;
-		count -= n;
+	if (castfs_qtensor_deq(q)) {
+		chunk = qk ? env->s->len / 8 / qk : 0;
+		if (!chunk || q->src_dtype != CASTFS_DTYPE_BF16)
+			return -EIO; /* unreachable: the plan made it so */
+		return gguf_blocks(env, e, q, first, count, dst, chunk,
+				   chunk_deq);
 	}
-	return 0;
+	chunk = per_block ? env->s->len / per_block : 0;
+	if (!castfs_convert_get(q->src_dtype, CASTFS_DTYPE_F32, 0) || !chunk)
+		return -EIO;
+	return gguf_blocks(env, e, q, first, count, dst, chunk, chunk_src);
 }
 
 int castfs_gen_deq_bf16(const struct castfs_read_env *env,

@@ -269,8 +269,10 @@ static AVX2 uint16_t absmax16_bits(const uint8_t *x, size_t m, bool f16)
 	return best;
 }
 
-static AVX2 void absmax16_avx2(float *restrict amax, const void *restrict x,
-			       size_t n, size_t bs, bool f16)
+/* Every 16-bit block; castfs_absmax16_avx2 (quant_avx2_16.c) has the
+ * fast path and comes here for the rest. */
+AVX2 void castfs_absmax16_avx2_any(float *restrict amax, const void *restrict x,
+				   size_t n, size_t bs, bool f16)
 {
 	const uint8_t *p = x;
 
@@ -290,9 +292,11 @@ static inline AVX2 __m256 load8(const uint8_t *x, bool f16)
 		_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-static AVX2 void q4_16_avx2(uint8_t *restrict dst, float *restrict amax,
-			    const void *restrict x, size_t n, size_t bs,
-			    enum castfs_qtype qt, bool f16)
+/* Every 16-bit block; castfs_q4_16_avx2 (quant_avx2_16.c) has the fast
+ * path and comes here for the rest. */
+AVX2 void castfs_q4_16_avx2_any(uint8_t *restrict dst, float *restrict amax,
+				const void *restrict x, size_t n, size_t bs,
+				enum castfs_qtype qt, bool f16)
 {
 	const uint8_t *p = x;
 	struct q4_tables t;
@@ -394,8 +398,8 @@ const struct castfs_quant_kernels castfs_quant_avx2 = {
 	.absmax = absmax_avx2,
 	.q4 = q4_avx2,
 	.i8 = i8_avx2,
-	.absmax16 = absmax16_avx2,
-	.q4_16 = q4_16_avx2,
+	.absmax16 = castfs_absmax16_avx2,
+	.q4_16 = castfs_q4_16_avx2,
 	.q8 = q8_avx2,
 };
 

@@ -129,3 +129,46 @@ void castfs_gguf_q4_0(uint8_t *restrict dst, const float *restrict x,
 		q4_0_block(dst + b * CASTFS_GGUF_Q4_0_BYTES,
 			   x + b * CASTFS_GGUF_QK);
 }
+
+/* Block @b of 16-bit values @x widened exactly to float32 into @f, as the
+ * BF16/F16 -> F32 cast kernels do (a NaN stays a NaN of its sign). */
+static void widen_block(float *f, const void *x, size_t b, bool f16)
+{
+	const uint8_t *p = (const uint8_t *)x + b * CASTFS_GGUF_QK * 2;
+
+	for (unsigned j = 0; j < CASTFS_GGUF_QK; j++) {
+		uint16_t h = castfs_load_le16(p + 2 * j);
+
+		f[j] = f16 ? castfs_qr_f16_value(h) :
+			     castfs_f32_from_bits((uint32_t)h << 16);
+	}
+}
+
+static void q8_0_16_scalar(uint8_t *restrict dst, const void *restrict x,
+			   size_t nblocks, bool f16)
+{
+	float f[CASTFS_GGUF_QK];
+
+	for (size_t b = 0; b < nblocks; b++) {
+		widen_block(f, x, b, f16);
+		q8_0_block(dst + b * CASTFS_GGUF_Q8_0_BYTES, f);
+	}
+}
+
+static void q4_0_16_scalar(uint8_t *restrict dst, const void *restrict x,
+			   size_t nblocks, bool f16)
+{
+	float f[CASTFS_GGUF_QK];
+
+	for (size_t b = 0; b < nblocks; b++) {
+		widen_block(f, x, b, f16);
+		q4_0_block(dst + b * CASTFS_GGUF_Q4_0_BYTES, f);
+	}
+}
+
+const struct castfs_gguf_kernels castfs_gguf_scalar = {
+	.q8_0 = castfs_gguf_q8_0,
+	.q4_0 = castfs_gguf_q4_0,
+	.q8_0_16 = q8_0_16_scalar,
+	.q4_0_16 = q4_0_16_scalar,
+};

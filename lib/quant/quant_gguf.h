@@ -2,13 +2,18 @@
 /*
  * GGUF block quantisers (ggml's reference rules, docs/FORMATS.md "GGUF
  * views"): pure functions of one 32-element block at a time, so any range
- * of a tensor can be computed alone. Scalar; private to lib/.
+ * of a tensor can be computed alone. The scalar functions below are the
+ * reference; castfs_gguf_kernels_get() gives the SIMD variants chosen for
+ * this CPU, bit-identical to them. Private to lib/.
  */
 #ifndef CASTFS_QUANT_GGUF_H
 #define CASTFS_QUANT_GGUF_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "kernels/convert.h"
 
 /* Elements per Q8_0 / Q4_0 block (ggml QK8_0, QK4_0). */
 #define CASTFS_GGUF_QK 32u
@@ -42,5 +47,45 @@ void castfs_gguf_q4_0(uint8_t *restrict dst, const float *restrict x,
 /* castfs_gguf_fp16 - @f rounded to IEEE half, nearest even (overflow to
  * infinity, NaN to 0x7e00 as ggml_compute_fp32_to_fp16). */
 uint16_t castfs_gguf_fp16(float f);
+
+/*
+ * The Q8_0 / Q4_0 quantisers of one ISA (quant_gguf.c for scalar,
+ * quant_gguf_avx2.c), each entry bit-identical to the scalar reference
+ * above for every input (NaN, Inf, -0.0, subnormals, ties). Kernels cannot
+ * fail and accept unaligned pointers.
+ */
+struct castfs_gguf_kernels {
+	/* castfs_gguf_q8_0() / castfs_gguf_q4_0() of float32 values. */
+	void (*q8_0)(uint8_t *restrict dst, const float *restrict x,
+		     size_t nblocks);
+	void (*q4_0)(uint8_t *restrict dst, const float *restrict x,
+		     size_t nblocks);
+	/*
+	 * The same bytes from 32 * @nblocks little-endian BF16 (or F16 when
+	 * @f16) values @x, as the float32 ones of their exact widening
+	 * (castfs_convert_get(BF16/F16, F32)), without staging that widening:
+	 * most checkpoints are BF16.
+	 */
+	void (*q8_0_16)(uint8_t *restrict dst, const void *restrict x,
+			size_t nblocks, bool f16);
+	void (*q4_0_16)(uint8_t *restrict dst, const void *restrict x,
+			size_t nblocks, bool f16);
+};
+
+/* The scalar table (the reference the others are tested against). */
+extern const struct castfs_gguf_kernels castfs_gguf_scalar;
+
+/*
+ * castfs_gguf_kernels_get - the kernels of the ISA castfs_isa_selected()
+ * chose for this process (CASTFS_ISA overrides it). Never NULL.
+ * Thread-safe.
+ */
+const struct castfs_gguf_kernels *castfs_gguf_kernels_get(void);
+
+/*
+ * castfs_gguf_kernels_isa - the kernels of @isa, or NULL when @isa is not
+ * built in or this CPU cannot run it. For tests and benchmarks.
+ */
+const struct castfs_gguf_kernels *castfs_gguf_kernels_isa(enum castfs_isa isa);
 
 #endif

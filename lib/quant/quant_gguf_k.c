@@ -520,10 +520,10 @@ int castfs_gguf_quantize(unsigned qt, uint8_t *restrict dst,
 {
 	switch (qt) {
 	case CASTFS_Q_GGUF_Q8_0:
-		castfs_gguf_q8_0(dst, x, nblocks);
+		castfs_gguf_kernels_get()->q8_0(dst, x, nblocks);
 		return 0;
 	case CASTFS_Q_GGUF_Q4_0:
-		castfs_gguf_q4_0(dst, x, nblocks);
+		castfs_gguf_kernels_get()->q4_0(dst, x, nblocks);
 		return 0;
 	case CASTFS_Q_GGUF_Q5_0:
 		castfs_gguf_q5_0(dst, x, nblocks);
@@ -542,5 +542,22 @@ int castfs_gguf_quantize(unsigned qt, uint8_t *restrict dst,
 		return 0;
 	default:
 		return -EINVAL;
+	}
+}
+
+int castfs_gguf_quantize16(unsigned qt, uint8_t *restrict dst,
+			   const void *restrict x, size_t nblocks, bool f16)
+{
+	const struct castfs_gguf_kernels *k = castfs_gguf_kernels_get();
+
+	switch (qt) {
+	case CASTFS_Q_GGUF_Q8_0:
+		k->q8_0_16(dst, x, nblocks, f16);
+		return 0;
+	case CASTFS_Q_GGUF_Q4_0:
+		k->q4_0_16(dst, x, nblocks, f16);
+		return 0;
+	default:
+		return -ENOTSUP;
 	}
 }

@@ -9,6 +9,7 @@
 #ifndef CASTFS_QUANT_GGUF_K_H
 #define CASTFS_QUANT_GGUF_K_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -58,5 +59,15 @@ int castfs_gguf_block_qtype(enum castfs_ggml_type t);
  */
 int castfs_gguf_quantize(unsigned qt, uint8_t *restrict dst,
 			 const float *restrict x, size_t nblocks);
+
+/*
+ * castfs_gguf_quantize16 - castfs_gguf_quantize() straight from
+ * 32 * @nblocks little-endian BF16 (F16 when @f16) values @x, the same
+ * bytes as of their float32 widening, for the types that have such a
+ * kernel (Q8_0, Q4_0). Returns 0, or -ENOTSUP for any other @qt (the
+ * caller widens and calls castfs_gguf_quantize()). Pure; thread-safe.
+ */
+int castfs_gguf_quantize16(unsigned qt, uint8_t *restrict dst,
+			   const void *restrict x, size_t nblocks, bool f16);
 
 #endif

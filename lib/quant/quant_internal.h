@@ -57,6 +57,20 @@ void castfs_q4_16_avx512(uint8_t *restrict dst, float *restrict amax,
 			 enum castfs_qtype qt, bool f16);
 void castfs_q8_avx512(uint8_t *restrict dst, const float *restrict amax,
 		      size_t n, float offset, float scale);
+
+/* The AVX2 16-bit kernels: the entries of castfs_quant_avx2, with a fast
+ * path for finite BF16 blocks (quant_avx2_16.c), and the general ones
+ * for every block (quant_avx2.c) that the entries fall back to. */
+void castfs_absmax16_avx2(float *restrict amax, const void *restrict x,
+			  size_t n, size_t bs, bool f16);
+void castfs_q4_16_avx2(uint8_t *restrict dst, float *restrict amax,
+		       const void *restrict x, size_t n, size_t bs,
+		       enum castfs_qtype qt, bool f16);
+void castfs_absmax16_avx2_any(float *restrict amax, const void *restrict x,
+			      size_t n, size_t bs, bool f16);
+void castfs_q4_16_avx2_any(uint8_t *restrict dst, float *restrict amax,
+			   const void *restrict x, size_t n, size_t bs,
+			   enum castfs_qtype qt, bool f16);
 #endif
 
 #endif

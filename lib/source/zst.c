@@ -3,9 +3,12 @@
  * The codec: libzstd and xxHash behind 0/-errno wrappers. zstd's size_t
  * error codes appear in this file only (STYLE R3).
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+/* XXH64_state_t on the stack: a frame's planes are hashed in pieces. */
+#define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 /* For ZSTD_compressSequences (literal-only frames of grouped packs): in
  * libzstd's experimental section, exported by its shared library too. */
@@ -94,6 +97,185 @@ int zst_decode_frame(struct zst_dctx *dc, void *dst, size_t dsize,
 uint32_t zst_checksum(const void *buf, size_t n)
 {
 	return (uint32_t)XXH64(buf, n, 0);
+}
+
+uint32_t zst_checksum_planes(const uint8_t *const *plane, unsigned w,
+			     size_t count)
+{
+	XXH64_state_t st;
+
+	/* XXH64 streamed over the pieces equals XXH64 of their
+	 * concatenation, the bytes the seek table's checksum is of. */
+	XXH64_reset(&st, 0);
+	for (unsigned p = 0; p < w; p++)
+		XXH64_update(&st, plane[p], count);
+	return (uint32_t)XXH64_digest(&st);
+}
+
+/*
+ * Grouped frames parsed by castfs (RFC 8878, section 3.1.1): a frame of
+ * castfs pack --grouped holds each plane in its own blocks; a plane of raw
+ * bytes (a bf16 mantissa plane: sign and 7 mantissa bits, near-random) is
+ * one raw block of exactly the plane, used where it lies in the
+ * compressed buffer instead of zstd copying it out. Only frames whose
+ * compressed blocks hold literals alone (no sequence: they need no
+ * history, so a plane left in place cannot be missed) take this path;
+ * any other frame, well-formed or not, is decoded by zstd as a whole.
+ */
+enum { ZB_RAW, ZB_RLE, ZB_COMPRESSED, ZB_RESERVED };
+
+struct zblock {
+	const uint8_t *p; /* the block's content in the frame */
+	size_t size; /* Block_Size: content bytes, or RLE's decoded bytes */
+	unsigned type;
+	bool last;
+};
+
+/* The block at @at (before @end) of at most @bmax bytes into @b: true,
+ * or false when its header or content does not fit or is reserved. */
+static bool block_at(const uint8_t *at, const uint8_t *end, size_t bmax,
+		     struct zblock *b)
+{
+	uint32_t h;
+	size_t stored;
+
+	if (end - at < 3)
+		return false;
+	h = (uint32_t)at[0] | (uint32_t)at[1] << 8 | (uint32_t)at[2] << 16;
+	b->last = h & 1;
+	b->type = (h >> 1) & 3;
+	b->size = h >> 3;
+	b->p = at + 3;
+	stored = b->type == ZB_RLE ? 1 : b->size;
+	return b->type != ZB_RESERVED && b->size <= bmax &&
+	       stored <= (size_t)(end - b->p);
+}
+
+/* The size of the literals section at @p (its header and content). */
+static size_t literals_size(const uint8_t *p)
+{
+	unsigned type = p[0] & 3, sf = (p[0] >> 2) & 3;
+	uint32_t lhc = castfs_load_le32(p);
+
+	if (type <= 1) { /* Raw_Literals_Block, RLE_Literals_Block */
+		size_t hsz = sf == 1 ? 2 : sf == 3 ? 3 : 1;
+		size_t regen = sf == 1 ? (lhc & 0xFFFFu) >> 4 :
+			       sf == 3 ? (lhc & 0xFFFFFFu) >> 4 :
+					 (size_t)p[0] >> 3;
+
+		return hsz + (type == 0 ? regen : 1);
+	}
+	if (sf <= 1)
+		return 3 + ((lhc >> 14) & 0x3FFu);
+	if (sf == 2)
+		return 4 + (lhc >> 18);
+	return 5 + (lhc >> 22) + ((size_t)p[4] << 10);
+}
+
+/* Whether compressed block @b holds literals only: its literals section,
+ * then Number_of_Sequences 0 as its last byte. */
+static bool block_literals_only(const struct zblock *b)
+{
+	size_t lit;
+
+	if (b->size < 5) /* literals_size() reads 5 bytes */
+		return false;
+	lit = literals_size(b->p);
+	return lit + 1 == b->size && b->p[lit] == 0;
+}
+
+/* Decode @b to @dst + *@pos (at most @room bytes) and advance *@pos:
+ * true, or false when it does not fit or decode. */
+static bool block_decode(struct zst_dctx *dc, uint8_t *dst, size_t *pos,
+			 size_t room, const struct zblock *b)
+{
+	size_t got = b->size;
+
+	switch (b->type) {
+	case ZB_RAW:
+		if (got > room)
+			return false;
+		memcpy(dst + *pos, b->p, got);
+		break;
+	case ZB_RLE:
+		if (got > room)
+			return false;
+		memset(dst + *pos, b->p[0], got);
+		break;
+	default:
+		if (!block_literals_only(b))
+			return false;
+		got = ZSTD_decompressBlock((ZSTD_DCtx *)dc->z, dst + *pos, room,
+					   b->p, b->size);
+		if (ZSTD_isError(got))
+			return false;
+	}
+	*pos += got;
+	return true;
+}
+
+/* The frame header of @src if a grouped frame can be parsed here. */
+static bool planes_header(struct zst_dctx *dc, ZSTD_frameHeader *fh,
+			  size_t dsize, const void *src, size_t csize)
+{
+	return ZSTD_getFrameHeader(fh, src, csize) == 0 &&
+	       fh->frameType == ZSTD_frame && fh->frameContentSize == dsize &&
+	       !fh->dictID && !fh->checksumFlag && fh->headerSize <= csize &&
+	       fh->windowSize <= (1ull << ZSTD_WINDOWLOG_LIMIT_DEFAULT) &&
+	       !ZSTD_isError(ZSTD_decompressBegin((ZSTD_DCtx *)dc->z));
+}
+
+/* zst_decode_planes() by castfs's parser: 0, or -1 for "let zstd do it". */
+static int planes_direct(struct zst_dctx *dc, uint8_t *dst, size_t dsize,
+			 const uint8_t *src, size_t csize, unsigned w,
+			 const uint8_t **plane)
+{
+	const uint8_t *at, *end = src + csize;
+	size_t count = dsize / w, pos = 0;
+	ZSTD_frameHeader fh;
+	struct zblock b;
+
+	if (!planes_header(dc, &fh, dsize, src, csize))
+		return -1;
+	for (unsigned p = 0; p < w; p++)
+		plane[p] = dst + p * count;
+	for (at = src + fh.headerSize;;
+	     at = b.p + (b.type == ZB_RLE ? 1 : b.size)) {
+		size_t room = dsize - pos;
+
+		if (!block_at(at, end, fh.blockSizeMax, &b))
+			return -1;
+		if (room > fh.blockSizeMax)
+			room = fh.blockSizeMax;
+		if (b.type == ZB_RAW && b.size == count && pos % count == 0 &&
+		    pos < dsize) {
+			plane[pos / count] = b.p;
+			pos += count;
+		} else if (!block_decode(dc, dst, &pos, room, &b)) {
+			return -1;
+		}
+		if (b.last)
+			break;
+	}
+	return b.p + (b.type == ZB_RLE ? 1 : b.size) == end && pos == dsize ?
+		       0 :
+		       -1;
+}
+
+int zst_decode_planes(struct zst_dctx *dc, void *dst, size_t dsize,
+		      const void *src, size_t csize, unsigned w,
+		      const uint8_t **plane)
+{
+	size_t count = dsize / w;
+	int rc;
+
+	assert(w >= 1 && w <= ZST_MAX_PLANES && dsize % w == 0);
+	if (count && !planes_direct(dc, dst, dsize, src, csize, w, plane))
+		return 0;
+	rc = zst_decode_frame(dc, dst, dsize, src, csize);
+	for (unsigned p = 0; !rc && p < w; p++)
+		plane[p] = (const uint8_t *)dst + p * count;
+	return rc;
 }
 
 static bool cctx_set(ZSTD_CCtx *z, ZSTD_cParameter p, int v)

@@ -196,31 +196,54 @@ static enum castfs_zst_transform frame_xform(const struct castfs_zst_index *ix,
 }
 
 /*
- * Read, decode and verify frame @i of @ix into @dst (its decoded size). A
- * grouped frame decodes into @dc's second buffer and is un-grouped from
- * there straight into @dst: no copy of the planes.
+ * Decode and verify grouped frame @i (@csize bytes at @src, transform @t)
+ * and un-group it into @dst. The planes are decoded into @dc's second
+ * buffer, except a raw plane, which is read where it lies in @src: no
+ * copy of it before the un-grouping.
  */
+static int frame_ungroup_dc(const struct castfs_zst_index *ix, size_t i,
+			    struct zst_dctx *dc, const void *src, size_t csize,
+			    void *dst)
+{
+	size_t dsize = (size_t)(ix->doff[i + 1] - ix->doff[i]);
+	enum castfs_zst_transform t = frame_xform(ix, i);
+	unsigned w = zst_group_width(t);
+	const uint8_t *plane[ZST_MAX_PLANES];
+	void *planes = zst_dctx_ubuf(dc, dsize);
+	int rc;
+
+	if (!planes)
+		return -ENOMEM;
+	rc = zst_decode_planes(dc, planes, dsize, src, csize, w, plane);
+	/* The checksum is of the frame as stored (grouped). */
+	if (!rc && ix->sum &&
+	    zst_checksum_planes(plane, w, dsize / w) != ix->sum[i])
+		rc = -EIO;
+	if (!rc)
+		zst_ungroup_planes(dst, plane, dsize, t);
+	return rc;
+}
+
+/* Read, decode and verify frame @i of @ix into @dst (its decoded size). */
 static int frame_decode_dc(const struct castfs_zst_index *ix,
 			   const struct castfs_reader *raw, size_t i,
 			   struct zst_dctx *dc, void *dst)
 {
 	size_t csize = (size_t)(ix->coff[i + 1] - ix->coff[i]);
 	size_t dsize = (size_t)(ix->doff[i + 1] - ix->doff[i]);
-	enum castfs_zst_transform t = frame_xform(ix, i);
 	void *src = zst_dctx_buf(dc, csize);
-	void *planes = t == CASTFS_ZST_NONE ? dst : zst_dctx_ubuf(dc, dsize);
 	int rc;
 
-	if (!src || !planes)
+	if (!src)
 		return -ENOMEM;
 	rc = castfs_reader_read(raw, src, csize, ix->coff[i]);
-	if (!rc)
-		rc = zst_decode_frame(dc, planes, dsize, src, csize);
-	/* The checksum is of the frame as stored (grouped). */
-	if (!rc && ix->sum && zst_checksum(planes, dsize) != ix->sum[i])
+	if (rc)
+		return rc;
+	if (frame_xform(ix, i) != CASTFS_ZST_NONE)
+		return frame_ungroup_dc(ix, i, dc, src, csize, dst);
+	rc = zst_decode_frame(dc, dst, dsize, src, csize);
+	if (!rc && ix->sum && zst_checksum(dst, dsize) != ix->sum[i])
 		rc = -EIO;
-	if (!rc && t != CASTFS_ZST_NONE)
-		zst_ungroup(dst, planes, dsize, t);
 	return rc;
 }
 

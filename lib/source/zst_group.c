@@ -89,22 +89,22 @@ void zst_group(uint8_t *dst, const uint8_t *src, size_t n,
 	}
 }
 
-/* Any alignment, any width. */
-static void ungroup_any(uint8_t *dst, const uint8_t *src, size_t n,
+/* Any alignment, any width; plane p at @plane[p]. */
+static void ungroup_any(uint8_t *dst, const uint8_t *const *plane, size_t n,
 			enum castfs_zst_transform t)
 {
 	unsigned w = zst_group_width(t);
 	size_t count = n / w;
 
 	if (w == 1) {
-		memcpy(dst, src, n);
+		memcpy(dst, plane[0], n);
 		return;
 	}
 	for (size_t i = 0; i < count; i++) {
 		uint32_t v = 0;
 
 		for (unsigned p = 0; p < w; p++)
-			v |= (uint32_t)src[p * count + i] << (8 * p);
+			v |= (uint32_t)plane[p][i] << (8 * p);
 		if (w == 2)
 			castfs_store_le16(dst + 2 * i,
 					  t == CASTFS_ZST_BF16 ?
@@ -172,15 +172,14 @@ static size_t ungroup2_sse2(uint16_t *dst, const uint8_t *lo, const uint8_t *hi,
 	return i;
 }
 
-static size_t ungroup4_sse2(uint32_t *dst, const uint8_t *b, size_t count,
-			    bool f32)
+static size_t ungroup4_sse2(uint32_t *dst, const uint8_t *const *b,
+			    size_t count, bool f32)
 {
 	size_t i = 0;
 
 	for (; i + 16 <= count; i += 16) {
-		__m128i b0 = load16(b + i), b1 = load16(b + count + i);
-		__m128i b2 = load16(b + 2 * count + i);
-		__m128i b3 = load16(b + 3 * count + i);
+		__m128i b0 = load16(b[0] + i), b1 = load16(b[1] + i);
+		__m128i b2 = load16(b[2] + i), b3 = load16(b[3] + i);
 		__m128i l01 = _mm_unpacklo_epi8(b0, b1);
 		__m128i h01 = _mm_unpackhi_epi8(b0, b1);
 		__m128i l23 = _mm_unpacklo_epi8(b2, b3);
@@ -203,8 +202,8 @@ static size_t ungroup2_sse2(uint16_t *dst, const uint8_t *lo, const uint8_t *hi,
 	return 0;
 }
 
-static size_t ungroup4_sse2(uint32_t *dst, const uint8_t *b, size_t count,
-			    bool f32)
+static size_t ungroup4_sse2(uint32_t *dst, const uint8_t *const *b,
+			    size_t count, bool f32)
 {
 	(void)dst, (void)b, (void)count, (void)f32;
 	return 0;
@@ -224,8 +223,8 @@ static size_t ungroup2_vec(enum zst_isa isa, uint16_t *dst, const uint8_t *lo,
 	return 0;
 }
 
-static size_t ungroup4_vec(enum zst_isa isa, uint32_t *dst, const uint8_t *b,
-			   size_t count, bool f32)
+static size_t ungroup4_vec(enum zst_isa isa, uint32_t *dst,
+			   const uint8_t *const *b, size_t count, bool f32)
 {
 #if ZST_HAVE_X86
 	if (isa == ZST_ISA_AVX2)
@@ -250,10 +249,9 @@ static void ungroup2(enum zst_isa isa, uint16_t *restrict dst,
 }
 
 static void ungroup4(enum zst_isa isa, uint32_t *restrict dst,
-		     const uint8_t *restrict b, size_t count, bool f32)
+		     const uint8_t *const *b, size_t count, bool f32)
 {
-	const uint8_t *b0 = b, *b1 = b + count, *b2 = b + 2 * count,
-		      *b3 = b + 3 * count;
+	const uint8_t *b0 = b[0], *b1 = b[1], *b2 = b[2], *b3 = b[3];
 
 	for (size_t i = ungroup4_vec(isa, dst, b, count, f32); i < count; i++) {
 		uint32_t v = b0[i] | (uint32_t)b1[i] << 8 |
@@ -286,27 +284,52 @@ bool zst_isa_runs(enum zst_isa isa)
 	return false;
 }
 
-void zst_ungroup_isa(uint8_t *dst, const uint8_t *src, size_t n,
-		     enum castfs_zst_transform t, enum zst_isa isa)
+/* zst_ungroup_planes() with variant @isa. */
+static void ungroup_planes_isa(uint8_t *dst, const uint8_t *const *plane,
+			       size_t n, enum castfs_zst_transform t,
+			       enum zst_isa isa)
 {
 	unsigned w = zst_group_width(t);
 	size_t count = n / w;
 
 	if (isa == ZST_ISA_SCALAR) {
-		ungroup_any(dst, src, n, t);
+		ungroup_any(dst, plane, n, t);
 		return;
 	}
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 	/* Elements are stored little-endian, as this host's words are. */
 	if (w == 2 && ((uintptr_t)dst & 1) == 0)
-		ungroup2(isa, (uint16_t *)(void *)dst, src, src + count, count,
-			 t == CASTFS_ZST_BF16);
+		ungroup2(isa, (uint16_t *)(void *)dst, plane[0], plane[1],
+			 count, t == CASTFS_ZST_BF16);
 	else if (w == 4 && ((uintptr_t)dst & 3) == 0)
-		ungroup4(isa, (uint32_t *)(void *)dst, src, count,
+		ungroup4(isa, (uint32_t *)(void *)dst, plane, count,
 			 t == CASTFS_ZST_F32);
 	else
 #endif
-		ungroup_any(dst, src, n, t);
+		ungroup_any(dst, plane, n, t);
+}
+
+/* The planes of @n grouped bytes at @src, one after the other. */
+static void planes_of(const uint8_t *src, size_t n, unsigned w,
+		      const uint8_t **plane)
+{
+	for (unsigned p = 0; p < w; p++)
+		plane[p] = src + p * (n / w);
+}
+
+void zst_ungroup_isa(uint8_t *dst, const uint8_t *src, size_t n,
+		     enum castfs_zst_transform t, enum zst_isa isa)
+{
+	const uint8_t *plane[ZST_MAX_PLANES];
+
+	planes_of(src, n, zst_group_width(t), plane);
+	ungroup_planes_isa(dst, plane, n, t, isa);
+}
+
+void zst_ungroup_planes_isa(uint8_t *dst, const uint8_t *const *plane, size_t n,
+			    enum castfs_zst_transform t, enum zst_isa isa)
+{
+	ungroup_planes_isa(dst, plane, n, t, isa);
 }
 
 /* The variant zst_ungroup() runs, chosen once per process: the widest
@@ -334,4 +357,11 @@ void zst_ungroup(uint8_t *dst, const uint8_t *src, size_t n,
 {
 	pthread_once(&ungroup_once, ungroup_choose);
 	zst_ungroup_isa(dst, src, n, t, ungroup_isa);
+}
+
+void zst_ungroup_planes(uint8_t *dst, const uint8_t *const *plane, size_t n,
+			enum castfs_zst_transform t)
+{
+	pthread_once(&ungroup_once, ungroup_choose);
+	ungroup_planes_isa(dst, plane, n, t, ungroup_isa);
 }

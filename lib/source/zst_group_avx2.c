@@ -65,15 +65,14 @@ AVX2 size_t zst_ungroup2_avx2(uint16_t *dst, const uint8_t *lo,
 	return i;
 }
 
-AVX2 size_t zst_ungroup4_avx2(uint32_t *dst, const uint8_t *b, size_t count,
-			      bool f32)
+AVX2 size_t zst_ungroup4_avx2(uint32_t *dst, const uint8_t *const *b,
+			      size_t count, bool f32)
 {
 	size_t i = 0;
 
 	for (; i + 32 <= count; i += 32) {
-		__m256i b0 = load32(b + i), b1 = load32(b + count + i);
-		__m256i b2 = load32(b + 2 * count + i);
-		__m256i b3 = load32(b + 3 * count + i);
+		__m256i b0 = load32(b[0] + i), b1 = load32(b[1] + i);
+		__m256i b2 = load32(b[2] + i), b3 = load32(b[3] + i);
 		__m256i l01 = _mm256_unpacklo_epi8(b0, b1);
 		__m256i h01 = _mm256_unpackhi_epi8(b0, b1);
 		__m256i l23 = _mm256_unpacklo_epi8(b2, b3);

@@ -63,6 +63,35 @@ void *zst_dctx_buf(struct zst_dctx *dc, size_t n);
 int zst_decode_frame(struct zst_dctx *dc, void *dst, size_t dsize,
 		     const void *src, size_t csize);
 
+/* The most planes a grouped frame has (4-byte elements). */
+#define ZST_MAX_PLANES 4u
+
+/*
+ * zst_decode_planes - decode the one frame of @csize bytes at @src, the @w
+ * equal byte planes of a grouped frame (@dsize bytes in all, a multiple of
+ * @w), and point @plane[p] at plane p: into @dst (@dsize bytes), or, for a
+ * plane the frame stores raw as one block, into @src itself (no copy; valid
+ * while @src is). Frames castfs does not parse itself are decoded by zstd
+ * into @dst. Returns 0, or -EIO as zst_decode_frame(); @plane is then
+ * undefined and @dst clobbered.
+ */
+int zst_decode_planes(struct zst_dctx *dc, void *dst, size_t dsize,
+		      const void *src, size_t csize, unsigned w,
+		      const uint8_t **plane);
+
+/* zst_checksum_planes - zst_checksum() of the @w planes of @count bytes
+ * each at @plane, as if they were one buffer in order. */
+uint32_t zst_checksum_planes(const uint8_t *const *plane, unsigned w,
+			     size_t count);
+
+/*
+ * zst_ungroup_planes - zst_ungroup() of @n bytes whose planes (@n / width
+ * of @t bytes each) lie at @plane[0..width) rather than one after the
+ * other. Thread-safe.
+ */
+void zst_ungroup_planes(uint8_t *dst, const uint8_t *const *plane, size_t n,
+			enum castfs_zst_transform t);
+
 struct zst_cctx; /* a compressor context (zst.c) */
 
 /* zst_dctx_ubuf - @dc's second buffer, as zst_dctx_buf(). */
@@ -97,11 +126,16 @@ bool zst_isa_runs(enum zst_isa isa);
 void zst_ungroup_isa(uint8_t *dst, const uint8_t *src, size_t n,
 		     enum castfs_zst_transform t, enum zst_isa isa);
 
+/* zst_ungroup_planes_isa - zst_ungroup_planes() with variant @isa, which
+ * must run (tests). */
+void zst_ungroup_planes_isa(uint8_t *dst, const uint8_t *const *plane, size_t n,
+			    enum castfs_zst_transform t, enum zst_isa isa);
+
 /* The AVX2 loops (zst_group_avx2.c): the leading elements they un-grouped,
  * a multiple of 32; the caller does the rest. */
 size_t zst_ungroup2_avx2(uint16_t *dst, const uint8_t *lo, const uint8_t *hi,
 			 size_t count, bool bf16);
-size_t zst_ungroup4_avx2(uint32_t *dst, const uint8_t *b, size_t count,
+size_t zst_ungroup4_avx2(uint32_t *dst, const uint8_t *const *b, size_t count,
 			 bool f32);
 
 /*

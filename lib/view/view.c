@@ -148,7 +148,7 @@ static int plan_quantized(const struct castfs_view *v,
 	return castfs_view_plan_deq(v, h, q, o, out, d);
 }
 
-static bool qsrc_quantized(const struct castfs_qsrc *q)
+bool castfs_view_qsrc_quantized(const struct castfs_qsrc *q)
 {
 	return q->nfp8 || q->nmxfp4 || q->nbnb4 || q->nctw4;
 }
@@ -168,12 +168,17 @@ static int fuses_quantized(const struct castfs_view *v,
 	int rc;
 
 	*yes = false;
-	if (v->kind != CASTFS_VIEW_CT_NVFP4 || !v->fuse_h || v->deqfuse)
+	if (v->kind != CASTFS_VIEW_CT_NVFP4 || !v->fuse_h)
+		return 0;
+	/* A bf16 view of fuse_h given with it: fuse_h is quantized
+	 * (castfs_view_deqfuse_new() makes none otherwise). */
+	*yes = v->deqfuse != NULL;
+	if (v->deqfuse)
 		return 0;
 	rc = castfs_qsrc_scan_opts(v->fuse_h, o, &qa, NULL);
 	if (rc)
 		return rc;
-	*yes = qsrc_quantized(&qa);
+	*yes = castfs_view_qsrc_quantized(&qa);
 	castfs_qsrc_fini(&qa);
 	return 0;
 }
@@ -222,13 +227,14 @@ int castfs_view_plan_opts(const struct castfs_view *v,
 	/* Never a silent mis-cast: quantized layouts are recognised first. */
 	if (rc)
 		return rc;
-	if (!qsrc_quantized(&q))
+	if (!castfs_view_qsrc_quantized(&q))
 		rc = fuses_quantized(v, &plan_o, &fq);
 	if (rc) {
 		castfs_qsrc_fini(&q);
 		return rc;
 	}
-	if ((qsrc_quantized(&q) || fq) && v->kind != CASTFS_VIEW_GGUF) {
+	if ((castfs_view_qsrc_quantized(&q) || fq) &&
+	    v->kind != CASTFS_VIEW_GGUF) {
 		rc = plan_quantized(v, h, &q, &plan_o, out, d);
 		castfs_qsrc_fini(&q);
 		return rc;

@@ -136,6 +136,33 @@ int castfs_view_plan_opts(const struct castfs_view *v,
 			  const struct castfs_qsrc_opts *o,
 			  struct castfs_plan **out, struct castfs_diag *d);
 
+/*
+ * castfs_view_deqfuse_new - what the nvfp4 plans of every shard of a
+ * quantized sharded model share: the bf16 view (plan and header) of
+ * @v->fuse_h, every shard's tensors, in which each shard's build finds
+ * its fused siblings and how to read them. Built once per folder and set
+ * as the deqfuse of the view copies that plan the shards (with the same
+ * fuse_h), it spares each shard a whole-model bf16 plan; the plans are
+ * byte for byte those built without it. @v: an nvfp4 view with fuse_h;
+ * @o as castfs_view_plan_opts(). On success *@out is the caller's (free
+ * with castfs_view_deqfuse_free()), or NULL when fuse_h has no quantized
+ * weight (its shards then need none). Borrows @v->fuse_h only during the
+ * call. Returns 0, -EINVAL (not an nvfp4 view with fuse_h) or the
+ * builder's error (then *@out is untouched). Thread-safe.
+ */
+int castfs_view_deqfuse_new(const struct castfs_view *v,
+			    const struct castfs_qsrc_opts *o,
+			    struct castfs_deqfuse **out, struct castfs_diag *d);
+
+/* castfs_view_deqfuse_plan - the bf16 plan @f holds (to count the memory
+ * it keeps); borrowed until castfs_view_deqfuse_free(). */
+const struct castfs_plan *
+castfs_view_deqfuse_plan(const struct castfs_deqfuse *f);
+
+/* castfs_view_deqfuse_free - free what castfs_view_deqfuse_new() made;
+ * NULL is accepted. */
+void castfs_view_deqfuse_free(struct castfs_deqfuse *f);
+
 /* The set of views a mount knows: built-ins plus those of a config file. */
 struct castfs_views {
 	size_t n;

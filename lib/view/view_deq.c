@@ -7,6 +7,7 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <stdlib.h>
 
 #include "kernels/convert.h"
 #include "view/view_internal.h"
@@ -308,4 +309,81 @@ int castfs_view_plan_deq(const struct castfs_view *v,
 	if (v->kind == CASTFS_VIEW_CT_NVFP4 && !v->deqfuse)
 		return plan_deq_nvfp4(v, h, q, o, out, d);
 	return plan_deq_build(v, h, q, out, d);
+}
+
+/* A castfs_deqfuse that owns its parts (castfs_view_deqfuse_new()). */
+struct deqfuse_owned {
+	struct castfs_deqfuse f; /* first: the pointer handed out */
+	struct castfs_header *h;
+	struct castfs_plan *plan;
+};
+
+/* Whether @fuse_h, scanned with @o's block sizes, has a quantized weight. */
+static int fuse_quantized(const struct castfs_header *fuse_h,
+			  const struct castfs_qsrc_opts *o, bool *yes,
+			  struct castfs_diag *d)
+{
+	struct castfs_qsrc_opts ao = o ? *o : (struct castfs_qsrc_opts){ 0 };
+	struct castfs_qsrc qa;
+	int rc;
+
+	ao.flags = 0; /* every shard was checked when it loaded */
+	rc = castfs_qsrc_scan_opts(fuse_h, &ao, &qa, d);
+	if (rc)
+		return rc;
+	*yes = castfs_view_qsrc_quantized(&qa);
+	castfs_qsrc_fini(&qa);
+	return 0;
+}
+
+int castfs_view_deqfuse_new(const struct castfs_view *v,
+			    const struct castfs_qsrc_opts *o,
+			    struct castfs_deqfuse **out, struct castfs_diag *d)
+{
+	struct deqfuse_owned *f;
+	bool quantized = false;
+	int rc;
+
+	if (v->kind != CASTFS_VIEW_CT_NVFP4 || !v->fuse_h || v->deqfuse)
+		return castfs_diag_set(d, -EINVAL,
+				       "view '%s': no shards to fuse over",
+				       v->name);
+	rc = fuse_quantized(v->fuse_h, o, &quantized, d);
+	if (rc || !quantized) {
+		if (!rc)
+			*out = NULL;
+		return rc;
+	}
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	/* the pre-plan plan_deq_nvfp4() would build for each shard */
+	rc = plan_deq_bf16(v, v->fuse_h, NULL, o, &f->plan, d);
+	if (!rc)
+		rc = castfs_plan_header(f->plan, &f->h, d);
+	if (rc) {
+		castfs_view_deqfuse_free(&f->f);
+		return rc;
+	}
+	f->f.h = f->h;
+	f->f.plan = f->plan;
+	*out = &f->f;
+	return 0;
+}
+
+const struct castfs_plan *
+castfs_view_deqfuse_plan(const struct castfs_deqfuse *f)
+{
+	return f->plan;
+}
+
+void castfs_view_deqfuse_free(struct castfs_deqfuse *f)
+{
+	struct deqfuse_owned *o = (struct deqfuse_owned *)f;
+
+	if (!o)
+		return;
+	castfs_header_free(o->h);
+	castfs_plan_free(o->plan);
+	free(o);
 }

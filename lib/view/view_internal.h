@@ -30,6 +30,11 @@ int castfs_view_cast_add(struct castfs_pb *pb, const struct castfs_view *v,
 			 const struct castfs_header *h,
 			 const struct castfs_tensor *t, struct castfs_diag *d);
 
+/* castfs_view_qsrc_quantized - whether scan @q found a quantized weight
+ * (FP8 block, MXFP4, bitsandbytes 4-bit, compressed-tensors int4/FP4).
+ * Pure function. */
+bool castfs_view_qsrc_quantized(const struct castfs_qsrc *q);
+
 /*
  * castfs_view_plan_deq - the plan of view @v over a checkpoint with FP8
  * block weights (@q from castfs_qsrc_scan() of @h): each such weight

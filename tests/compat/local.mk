@@ -30,7 +30,7 @@ EXTRA_DIST += tests/compat/castfs_testlib.py $(COMPAT_TESTS) \
 	tests/compat/ldm_unet.py tests/compat/ct_oracle.py \
 	tests/compat/ggml_oracle.py tests/compat/ct_src_oracle.py \
 	tests/compat/ct4_src_oracle.py \
-	tests/compat/ct_w4_oracle.py \
+	tests/compat/ct_w4_oracle.py tests/compat/quant_src_common.py \
 	tests/compat/nfs_handle_client.py
 
 # Reliability tests under a real mount (docs/RELIABILITY.md).

@@ -40,9 +40,9 @@ try:
         from bitsandbytes.functional import QuantState, dequantize_4bit
         from bitsandbytes.utils import pack_dict_to_tensor
         from safetensors.torch import load_file, save_file
-        from transformers import AutoModelForCausalLM, BitsAndBytesConfig, \
-            LlamaConfig, LlamaForCausalLM
-        from transformers.utils import logging as hf_logging
+        from transformers import BitsAndBytesConfig, LlamaConfig, \
+            LlamaForCausalLM
+        from quant_src_common import bits, end_module, load_quiet
 except ImportError as e:  # pragma: no cover
     print("SKIP: %s" % e)
     sys.exit(tl.SKIP)
@@ -66,10 +66,6 @@ class Env:
     mnt = None
     singles = {}  # name -> state dict of the source file
     own = None  # castfs's own nf4 file
-
-
-def bits(t):
-    return t.contiguous().view(torch.uint8)
 
 
 def quantized(w, qtype, nested, bs, prefix):
@@ -184,26 +180,7 @@ def run_cli(*args):
 
 
 def tearDownModule():
-    gc.collect()
-    rc = Env.mnt.unmount() if Env.mnt else 0
-    if Env.root:
-        shutil.rmtree(Env.root, ignore_errors=True)
-    assert rc == 0, "castfs exited with %d" % rc
-
-
-def load_quiet(path, **kw):
-    hf_logging.set_verbosity_error()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return AutoModelForCausalLM.from_pretrained(path, **kw)
-
-
-def dir_tensors(d):
-    out = {}
-    for n in sorted(os.listdir(d)):
-        if n.endswith(".safetensors"):
-            out.update(load_file(os.path.join(d, n)))
-    return out
+    end_module(Env)
 
 
 class SingleFile(unittest.TestCase):

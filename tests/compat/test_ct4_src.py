@@ -56,17 +56,17 @@ try:
         warnings.simplefilter("ignore")
         import torch
         from safetensors.torch import load_file, save_file
-        from transformers import AutoModelForCausalLM
-        from transformers.utils import logging as hf_logging
         import bnb_ref
+        from quant_src_common import bits, dir_tensors, end_module, \
+            load_quiet, require_venv, run_oracle, shard_names, \
+            split_modules, weight_map
 except ImportError as e:  # pragma: no cover
     print("SKIP: %s" % e)
     sys.exit(tl.SKIP)
 
-from test_ct import VENV_PY, tensors, tiny_llama  # noqa: E402
+from test_ct import tensors, tiny_llama  # noqa: E402
 from test_ct import run_oracle as run_ct_oracle  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 SCHEMES = {"nvfp4": "NVFP4A16", "mxfp4": "MXFP4A16"}
 VIEWS = {"bf16": torch.bfloat16, "fp16": torch.float16,
          "fp32": torch.float32}
@@ -78,29 +78,6 @@ class Env:
     mnt = None
     ref = {}
     tf = {}
-
-
-def bits(t):
-    return t.contiguous().view(torch.uint8)
-
-
-def run_oracle(jobs):
-    path = os.path.join(Env.root, "jobs.json")
-    with open(path, "w") as f:
-        json.dump(jobs, f)
-    p = subprocess.run([VENV_PY, os.path.join(HERE, "ct4_src_oracle.py"),
-                        path], capture_output=True, text=True)
-    if p.returncode != 0:
-        raise AssertionError("ct4_src_oracle failed:\n" + p.stdout[-3000:] +
-                             p.stderr[-6000:])
-
-
-def dir_tensors(d):
-    out = {}
-    for n in sorted(os.listdir(d)):
-        if n.endswith(".safetensors"):
-            out.update(load_file(os.path.join(d, n)))
-    return out
 
 
 def corpus(src):
@@ -147,10 +124,7 @@ def bad_config(src, name, edit):
 
 
 def setUpModule():
-    if not os.path.exists(VENV_PY):
-        print("SKIP: no llm-compressor venv at %s (scripts/setup-llmc)"
-              % VENV_PY)
-        sys.exit(tl.SKIP)
+    require_venv()
     Env.root = tl.tempfile.mkdtemp(prefix="castfs-ct4src-")
     plain = os.path.join(Env.root, "plain")
     src = os.path.join(Env.root, "src")
@@ -169,7 +143,7 @@ def setUpModule():
                              "NVFP4A16", "100KB"])
     jobs["decompress"].append([os.path.join(src, "ct-sharded"),
                                os.path.join(Env.root, "sharded.ref")])
-    run_oracle(jobs)
+    run_oracle("ct4_src_oracle.py", jobs, Env.root)
     Env.ref["sharded"] = load_file(os.path.join(Env.root, "sharded.ref"))
     Env.ref["crafted"] = load_file(os.path.join(Env.root, "crafted.ref"))
     for s in SCHEMES:
@@ -184,18 +158,7 @@ def setUpModule():
 
 
 def tearDownModule():
-    gc.collect()
-    rc = Env.mnt.unmount() if Env.mnt else 0
-    if Env.root:
-        shutil.rmtree(Env.root, ignore_errors=True)
-    assert rc == 0, "castfs exited with %d" % rc
-
-
-def load_quiet(path, **kw):
-    hf_logging.set_verbosity_error()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return AutoModelForCausalLM.from_pretrained(path, **kw)
+    end_module(Env)
 
 
 def rejected():
@@ -250,12 +213,8 @@ class ModelDir(unittest.TestCase):
         """A sharded save whose modules straddle shards (transformers'
         sharder splits them): each DIR.<view>/ shard dequantizes its
         weights with their companions from whichever shard holds them."""
-        d = os.path.join(Env.mnt.source, "ct-sharded")
-        with open(os.path.join(d, "model.safetensors.index.json")) as f:
-            wm = json.load(f)["weight_map"]
-        split = [k for k in wm if k.endswith(".weight_packed") and any(
-            wm.get(k[:-len("packed")] + c, wm[k]) != wm[k]
-            for c in ("scale", "global_scale"))]
+        wm = weight_map(os.path.join(Env.mnt.source, "ct-sharded"))
+        split = split_modules(wm, ("scale", "global_scale"))
         self.assertTrue(split)  # the case is real
         self.assertNotIn("ct-sharded", rejected())
         ref = Env.ref["sharded"]
@@ -270,12 +229,8 @@ class ModelDir(unittest.TestCase):
                 for n in sorted(set(vm.values())):
                     got = load_file(os.path.join(view, n))
                     # the source shard's tensors less the companions
-                    self.assertEqual(
-                        sorted(got),
-                        sorted(k[:-len("_packed")] if k.endswith("_packed")
-                               else k for k, s in wm.items()
-                               if s == n and k.rsplit(".", 1)[-1] not in
-                               ("weight_scale", "weight_global_scale",
+                    self.assertEqual(sorted(got), shard_names(
+                        wm, n, ("weight_scale", "weight_global_scale",
                                 "input_global_scale")), n)
                     for k, t in got.items():
                         want = ref[k].to(dt) if k in deq else ref[k]

@@ -40,16 +40,15 @@ try:
         warnings.simplefilter("ignore")
         import torch
         from safetensors.torch import load_file, save_file
-        from transformers import AutoModelForCausalLM, LlamaConfig, \
-            LlamaForCausalLM
-        from transformers.utils import logging as hf_logging
+        from transformers import LlamaConfig, LlamaForCausalLM
+        from quant_src_common import bits, dir_tensors, end_module, \
+            load_quiet, require_venv, run_oracle
 except ImportError as e:  # pragma: no cover
     print("SKIP: %s" % e)
     sys.exit(tl.SKIP)
 
-from test_ct import VENV_PY, tiny_llama  # noqa: E402
+from test_ct import tiny_llama  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 STRATEGIES = ("tensor", "channel", "block")
 VIEWS = {"bf16": torch.bfloat16, "fp16": torch.float16,
          "fp32": torch.float32}
@@ -61,36 +60,8 @@ class Env:
     ref = {}
 
 
-def bits(t):
-    return t.contiguous().view(torch.uint8)
-
-
-def run_oracle(jobs):
-    path = os.path.join(Env.root, "jobs.json")
-    with open(path, "w") as f:
-        json.dump(jobs, f)
-    p = subprocess.run([VENV_PY, os.path.join(HERE, "ct_src_oracle.py"), path],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        raise AssertionError("ct_src_oracle failed:\n" + p.stdout[-3000:] +
-                             p.stderr[-6000:])
-    line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")][-1]
-    return json.loads(line[len("RESULT "):])
-
-
-def dir_tensors(d):
-    out = {}
-    for n in sorted(os.listdir(d)):
-        if n.endswith(".safetensors"):
-            out.update(load_file(os.path.join(d, n)))
-    return out
-
-
 def setUpModule():
-    if not os.path.exists(VENV_PY):
-        print("SKIP: no llm-compressor venv at %s (scripts/setup-llmc)"
-              % VENV_PY)
-        sys.exit(tl.SKIP)
+    require_venv()
     Env.root = tl.tempfile.mkdtemp(prefix="castfs-ctsrc-")
     plain = os.path.join(Env.root, "plain")
     src = os.path.join(Env.root, "src")
@@ -101,7 +72,7 @@ def setUpModule():
         d = os.path.join(src, "ct-" + s)
         jobs["quantize"].append([plain, d, s])
         jobs["decompress"].append([d, os.path.join(Env.root, s + ".ref")])
-    run_oracle(jobs)
+    run_oracle("ct_src_oracle.py", jobs, Env.root)
     for s in STRATEGIES:
         Env.ref[s] = load_file(os.path.join(Env.root, s + ".ref"))
     shutil.copy(os.path.join(src, "ct-channel", "model.safetensors"),
@@ -113,18 +84,7 @@ def setUpModule():
 
 
 def tearDownModule():
-    gc.collect()
-    rc = Env.mnt.unmount() if Env.mnt else 0
-    if Env.root:
-        shutil.rmtree(Env.root, ignore_errors=True)
-    assert rc == 0, "castfs exited with %d" % rc
-
-
-def load_quiet(path, **kw):
-    hf_logging.set_verbosity_error()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return AutoModelForCausalLM.from_pretrained(path, **kw)
+    end_module(Env)
 
 
 class ModelDir(unittest.TestCase):

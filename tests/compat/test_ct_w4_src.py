@@ -45,16 +45,16 @@ try:
         warnings.simplefilter("ignore")
         import torch
         from safetensors.torch import load_file, save_file
-        from transformers import AutoModelForCausalLM, LlamaConfig, \
-            LlamaForCausalLM
-        from transformers.utils import logging as hf_logging
+        from transformers import LlamaConfig, LlamaForCausalLM
+        from quant_src_common import bits, dir_tensors, end_module, \
+            load_quiet, require_venv, run_oracle, shard_names, \
+            split_modules, weight_map
 except ImportError as e:  # pragma: no cover
     print("SKIP: %s" % e)
     sys.exit(tl.SKIP)
 
-from test_ct import VENV_PY, tiny_llama  # noqa: E402
+from test_ct import tiny_llama  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 # strategy -> (hidden, intermediate, head_dim) of its model
 STRATEGIES = {"group": (256, 384, 64), "channel": (200, 330, 50),
               "asym-group": (256, 384, 64), "asym-channel": (200, 330, 50)}
@@ -66,31 +66,6 @@ class Env:
     root = None
     mnt = None
     ref = {}
-
-
-def bits(t):
-    return t.contiguous().view(torch.uint8)
-
-
-def run_oracle(jobs):
-    path = os.path.join(Env.root, "jobs.json")
-    with open(path, "w") as f:
-        json.dump(jobs, f)
-    p = subprocess.run([VENV_PY, os.path.join(HERE, "ct_w4_oracle.py"), path],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        raise AssertionError("ct_w4_oracle failed:\n" + p.stdout[-3000:] +
-                             p.stderr[-6000:])
-    line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")][-1]
-    return json.loads(line[len("RESULT "):])
-
-
-def dir_tensors(d):
-    out = {}
-    for n in sorted(os.listdir(d)):
-        if n.endswith(".safetensors"):
-            out.update(load_file(os.path.join(d, n)))
-    return out
 
 
 def lies(src, single):
@@ -141,10 +116,7 @@ def dir_lies(src):
 
 
 def setUpModule():
-    if not os.path.exists(VENV_PY):
-        print("SKIP: no llm-compressor venv at %s (scripts/setup-llmc)"
-              % VENV_PY)
-        sys.exit(tl.SKIP)
+    require_venv()
     Env.root = tl.tempfile.mkdtemp(prefix="castfs-ctw4src-")
     src = os.path.join(Env.root, "src")
     os.mkdir(src)
@@ -161,7 +133,7 @@ def setUpModule():
                              "100KB"])
     jobs["decompress"].append([os.path.join(src, "w4-sharded"),
                                os.path.join(Env.root, "sharded.ref")])
-    run_oracle(jobs)
+    run_oracle("ct_w4_oracle.py", jobs, Env.root)
     for s in list(STRATEGIES) + ["sharded"]:
         Env.ref[s] = load_file(os.path.join(Env.root, s + ".ref"))
     single = os.path.join(src, "single.safetensors")
@@ -174,18 +146,7 @@ def setUpModule():
 
 
 def tearDownModule():
-    gc.collect()
-    rc = Env.mnt.unmount() if Env.mnt else 0
-    if Env.root:
-        shutil.rmtree(Env.root, ignore_errors=True)
-    assert rc == 0, "castfs exited with %d" % rc
-
-
-def load_quiet(path, **kw):
-    hf_logging.set_verbosity_error()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return AutoModelForCausalLM.from_pretrained(path, **kw)
+    end_module(Env)
 
 
 class ModelDir(unittest.TestCase):
@@ -247,13 +208,9 @@ class ModelDir(unittest.TestCase):
         files): each DIR.<view>/ shard holds its source shard's weights
         dequantized with their companions from wherever they are, equal
         to the decompressor's output of the whole folder."""
-        d = os.path.join(Env.mnt.source, "w4-sharded")
-        with open(os.path.join(d, "model.safetensors.index.json")) as f:
-            wm = json.load(f)["weight_map"]
+        wm = weight_map(os.path.join(Env.mnt.source, "w4-sharded"))
         comp = ("weight_scale", "weight_shape", "weight_zero_point")
-        split = [k for k in wm if k.endswith(".weight_packed") and any(
-            wm.get(k[:-len("packed")] + c[len("weight_"):], wm[k]) != wm[k]
-            for c in comp)]
+        split = split_modules(wm, ("scale", "shape", "zero_point"))
         self.assertTrue(split)  # the case is real
         ref = Env.ref["sharded"]
         deq = {k[:-len("_packed")] for k in wm if k.endswith("_packed")}
@@ -266,11 +223,8 @@ class ModelDir(unittest.TestCase):
                 self.assertEqual(sorted(vm), sorted(ref))
                 for n in sorted(set(vm.values())):
                     got = load_file(os.path.join(view, n))
-                    self.assertEqual(
-                        sorted(got),
-                        sorted(k[:-len("_packed")] if k.endswith("_packed")
-                               else k for k, s in wm.items() if s == n
-                               and k.rsplit(".", 1)[-1] not in comp), n)
+                    self.assertEqual(sorted(got), shard_names(wm, n, comp),
+                                     n)
                     for k, t in got.items():
                         if k not in deq:
                             # a shard without int4 weights is cast like

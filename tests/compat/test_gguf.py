@@ -11,6 +11,7 @@ written here from that page, not from castfs. A reader that follows
 ComfyUI-GGUF's loader (architecture list, orig_shape, dequantization per
 use) restores every tensor within its type's bound of the source.
 """
+import errno
 import mmap
 import os
 import random
@@ -267,9 +268,16 @@ class GGUFViews(unittest.TestCase):
             self.assertNotIn("unknown.q8_0.gguf", names)
             self.assertNotIn("flux_bf16.q4_0.gguf", names)
 
+    def assert_no_such_file(self, path):
+        """A GGUF name castfs refuses is not listed, so its lookup answers
+        ENOENT like any other name not there (the reason is in the log)."""
+        for op in (os.stat, lambda p: open(p, "rb").close()):
+            with self.assertRaises(OSError) as cm:
+                op(path)
+            self.assertEqual(cm.exception.errno, errno.ENOENT, path)
+
     def test_unknown_architecture_has_no_view(self):
-        with self.assertRaises(OSError):
-            open(self.path("unknown", "q8_0"), "rb").close()
+        self.assert_no_such_file(self.path("unknown", "q8_0"))
         self.assertFalse(os.path.exists(self.mount.join(
             "flux_bf16.q8_0.safetensors")))
         self.assertFalse(os.path.exists(self.mount.join("flux_bf16.q8_0")))
@@ -279,7 +287,7 @@ class GGUFViews(unittest.TestCase):
         (docs/FORMATS.md): a lookup fails rather than guess the image-model
         mix of ComfyUI-GGUF's patched llama-quantize."""
         for view in ("q4_k_m", "q5_k_m", "q6_k"):
-            self.assertFalse(os.path.exists(self.path("flux_bf16", view)))
+            self.assert_no_such_file(self.path("flux_bf16", view))
         self.assertIn("K-quant mixes are built for model folders only",
                       self.mount.output())
 

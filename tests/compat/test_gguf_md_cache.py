@@ -8,6 +8,7 @@ watcher), and a folder castfs cannot map is listed with its reason in
 Oracles: gguf-py's GGUFReader for what the file holds, and the edited
 JSON files themselves (json.load) for what it must hold after an edit.
 """
+import errno
 import json
 import os
 import shutil
@@ -133,8 +134,11 @@ class GGUFCache(unittest.TestCase):
             self.assertIn("fine.q8_0.gguf", os.listdir(m.path))
             for bad in ("gpt2like", "notok"):
                 self.assertNotIn(bad + ".q8_0.gguf", os.listdir(m.path))
-                with self.assertRaises(OSError):
-                    open(m.join(bad + ".q8_0.gguf"), "rb").close()
+                # not listed, so not found: ENOENT like any absent name
+                for op in (os.stat, lambda p: open(p, "rb").close()):
+                    with self.assertRaises(OSError) as cm:
+                        op(m.join(bad + ".q8_0.gguf"))
+                    self.assertEqual(cm.exception.errno, errno.ENOENT, bad)
                 # every GGUF view of the mount, with the folder's reason
                 self.assertIn("q8_0.gguf", got[bad]["views"])
                 self.assertIn("f16.gguf", got[bad]["views"])

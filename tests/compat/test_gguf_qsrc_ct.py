@@ -14,7 +14,6 @@ Exits 77 without the llm-compressor venv (scripts/setup-llmc).
 import json
 import os
 import shutil
-import subprocess
 import sys
 import unittest
 import warnings
@@ -28,38 +27,26 @@ try:
         import torch
         from safetensors.torch import load_file
         from transformers import AutoModelForCausalLM
-        from test_ct import VENV_PY
+        from quant_src_common import INDEX, end_module, require_venv, \
+            run_oracle, split_modules, weight_map
         from test_gguf_llm import make_model
         from test_gguf_qsrc import TEXTS, VIEWS, copy_texts, read, save
 except ImportError as e:  # pragma: no cover
     print("SKIP: %s" % e)
     sys.exit(tl.SKIP)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 # name -> (oracle script, strategy)
 SOURCES = {"qwen3-ct-fp8": ("ct_src_oracle.py", "channel"),
            "qwen3-ct-w4": ("ct_w4_oracle.py", "channel"),
            "qwen3-ct-nvfp4": ("ct4_src_oracle.py", "NVFP4A16")}
 # saved by the same llm-compressor run as qwen3-ct-w4, in small shards
 SHARDED, SHARD_SIZE = "qwen3-ct-w4-sharded", "20KB"
-INDEX = "model.safetensors.index.json"
 
 
 class Env:
     root = None
     mnt = None
     wmap = None  # SHARDED's weight_map
-
-
-def run_oracle(script, jobs):
-    path = os.path.join(Env.root, script + ".json")
-    with open(path, "w") as f:
-        json.dump(jobs, f)
-    p = subprocess.run([VENV_PY, os.path.join(HERE, script), path],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        raise AssertionError("%s failed:\n%s%s" % (script, p.stdout[-3000:],
-                                                   p.stderr[-6000:]))
 
 
 def bf16_base(root):
@@ -76,10 +63,7 @@ def bf16_base(root):
 
 
 def setUpModule():
-    if not os.path.exists(VENV_PY):
-        print("SKIP: no llm-compressor venv at %s (scripts/setup-llmc)"
-              % VENV_PY)
-        sys.exit(tl.SKIP)
+    require_venv()
     Env.root = tl.tempfile.mkdtemp(prefix="castfs-gguf-qsrc-ct-")
     src = os.path.join(Env.root, "src")
     os.mkdir(src)
@@ -93,7 +77,7 @@ def setUpModule():
             jobs["quantize"].append([base, sh, strategy, SHARD_SIZE])
             jobs["decompress"].append([sh, os.path.join(Env.root, SHARDED)
                                        + ".ref"])
-        run_oracle(script, jobs)
+        run_oracle(script, jobs, Env.root)
         if len(jobs["quantize"]) > 1:
             resplit(os.path.join(src, SHARDED))
         for job in jobs["decompress"]:
@@ -105,8 +89,7 @@ def resplit(folder):
     """Move weight_scale and weight_shape of every other int4 module to
     the next shard (transformers 5 keeps a module in one shard; an index
     need not), rewriting @folder's shards and index in place."""
-    with open(os.path.join(folder, INDEX)) as f:
-        w = json.load(f)["weight_map"]
+    w = weight_map(folder)
     shards = sorted(set(w.values()))
     sd = {}
     for f in shards:
@@ -130,8 +113,7 @@ def ref_folder(base, out, deq):
            for k, v in load_file(deq).items()}
     wmap = None
     if os.path.exists(os.path.join(out, INDEX)):
-        with open(os.path.join(out, INDEX)) as f:
-            w = json.load(f)["weight_map"]
+        w = weight_map(out)
         wmap = {k: w[k] if k in w else w[k + "_packed"] for k in ref}
         Env.wmap = w
     copy_texts(base, out + "-ref")
@@ -139,10 +121,7 @@ def ref_folder(base, out, deq):
 
 
 def tearDownModule():
-    rc = Env.mnt.unmount() if Env.mnt else 0
-    if Env.root:
-        shutil.rmtree(Env.root, ignore_errors=True)
-    assert rc == 0, "castfs exited with %d" % rc
+    end_module(Env)
 
 
 class CompressedTensorsGGUF(unittest.TestCase):
@@ -170,9 +149,7 @@ class CompressedTensorsGGUF(unittest.TestCase):
         (decompressed before the re-split), sharded as the weights are."""
         w = Env.wmap
         self.assertGreater(len(set(w.values())), 2)
-        split = [k for k in w if k.endswith(".weight_packed") and
-                 any(w.get(k[:-len("packed")] + leaf, w[k]) != w[k]
-                     for leaf in ("scale", "shape"))]
+        split = split_modules(w, ("scale", "shape"))
         self.assertTrue(split, "no int4 module straddles shards")
         for v in VIEWS:
             with self.subTest(view=v):

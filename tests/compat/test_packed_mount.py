@@ -85,6 +85,9 @@ class PackedMount(unittest.TestCase):
                                    capture_output=True, check=True).stdout)
         cls.corrupt_range = cls.damage(os.path.join(s, "corrupt.safetensors.zst"),
                                        os.path.join(s, "lying.safetensors.zst"))
+        shutil.copy(os.path.join(s, "g.safetensors.zstg"),
+                    os.path.join(s, "graw.safetensors.zstg"))
+        cls.graw_range = cls.damage_raw_plane(os.path.join(s, "graw.safetensors.zstg"))
         cls.before = {f: read(os.path.join(s, f)) for f in os.listdir(s)}
         cls.mnt = tl.Mount(s)
         with open(cls.mnt.join(".castfs", "config")) as f:
@@ -107,6 +110,30 @@ class PackedMount(unittest.TestCase):
         with open(lying, "wb") as f:
             f.write(data)
         return doff, doff + frames[-2][1]
+
+    @staticmethod
+    def damage_raw_plane(path):
+        """Flip a byte inside the first frame of @path whose first plane is
+        stored as one raw zstd block (RFC 8878: the frame header, then
+        3-byte block headers), which castfs reads in place; its decoded
+        range is returned."""
+        frames, _ = seek_table(path)
+        data = bytearray(read(path))
+        coff = doff = 0
+        for csize, dsize, _ in frames:
+            fhd = data[coff + 4]
+            single = (fhd >> 5) & 1
+            at = (coff + 5 + (0 if single else 1) + (0, 1, 2, 4)[fhd & 3]
+                  + (single, 2, 4, 8)[fhd >> 6])
+            h = int.from_bytes(data[at:at + 3], "little")
+            if dsize and (h >> 1) & 3 == 0 and h >> 3 == dsize // 2:
+                data[at + 3 + 100] ^= 0x08
+                with open(path, "wb") as f:
+                    f.write(data)
+                return doff, doff + dsize
+            coff += csize
+            doff += dsize
+        raise AssertionError("no raw plane in " + path)
 
     @classmethod
     def tearDownClass(cls):
@@ -254,6 +281,27 @@ class PackedMount(unittest.TestCase):
         self.assertLessEqual(zst["cached_bytes"], 16 << 20)
         # the daemon still serves its neighbours
         self.assertEqual(read(self.m("p.safetensors")), orig)
+
+    def test_corrupt_raw_plane_fails_its_range_only(self):
+        """A grouped pack's raw plane is read where it lies in the frame,
+        and still checked: a byte changed there fails that frame's range
+        with EIO (the fp8 view of its tensor too), the rest reads."""
+        lo, hi = self.graw_range
+        orig = read(os.path.join(self.src, "u.safetensors"))
+        fd = os.open(self.m("graw.safetensors"), os.O_RDONLY)
+        try:
+            with self.assertRaises(OSError) as cm:
+                os.pread(fd, 100, lo + 10)
+            self.assertEqual(cm.exception.errno, errno.EIO)
+            # whole pages only: a page holding a byte of the frame fails
+            before, after = lo & ~4095, (hi + 4095) & ~4095
+            self.assertEqual(os.pread(fd, before, 0), orig[:before])
+            self.assertEqual(os.pread(fd, 4096, after), orig[after:after + 4096])
+        finally:
+            os.close(fd)
+        with self.assertRaises(OSError) as cm:
+            read(self.m("graw.fp8.safetensors"))
+        self.assertEqual(cm.exception.errno, errno.EIO)
 
     def test_zz_source_untouched(self):
         after = {f: read(os.path.join(self.src, f)) for f in os.listdir(self.src)}

@@ -264,6 +264,31 @@ class CrossShard(unittest.TestCase):
                 self.assertEqual(f.read(64), head)
         self.assertEqual(texts_read(), before)
 
+    def test_nvfp4_preplan_once(self):
+        """Every shard's DIR.nvfp4/ file finds its fused siblings in the
+        bf16 view of the whole model: that pre-plan is built once per
+        identity of the shards and shared, not once per shard
+        (shard_fuse_built in /.castfs/stats), and a second mount serves the
+        same bytes."""
+        src = Env.mnt.source
+        shards = sorted(set(Env.wmap.values()))
+        self.assertGreaterEqual(len(shards), 3)
+        with tl.Mount(src) as m:
+            view = m.join("qwen3-fp8.nvfp4")
+            for shard in shards:
+                with open(os.path.join(view, shard), "rb") as f:
+                    got = f.read()
+                with open(os.path.join(Env.mnt.join("qwen3-fp8.nvfp4"),
+                                       shard), "rb") as f:
+                    self.assertEqual(got, f.read(), shard)
+            os.listdir(view)
+            with open(os.path.join(view, "config.json"), "rb") as f:
+                f.read()
+            with open(m.join(".castfs", "stats")) as f:
+                st = json.load(f)
+            self.assertEqual(st["shard_fuse_built"], 1, st)
+            self.assertGreaterEqual(st["plans_built"], len(shards))
+
     def test_config_names_what_shards_hold(self):
         """A requantising DIR.<view>/'s quantization_config agrees with its
         shards: a module whose weight the view quantises (its scale in

@@ -26,7 +26,6 @@ Oracles, all outside castfs:
 import gc
 import json
 import os
-import shutil
 import sys
 import unittest
 import warnings
@@ -45,7 +44,7 @@ try:
             make_single, reference
         from test_ct import VENV_PY, run_oracle, split_groups, tensors, \
             tiny_llama
-        import test_ct_w4_src
+        import quant_src_common as qsc
 except ImportError as e:  # pragma: no cover
     print("SKIP: %s" % e)
     sys.exit(tl.SKIP)
@@ -64,14 +63,6 @@ class Env:
     mnt = None
     singles = {}
     ref = None  # the llm-compressor outputs, per source and view
-
-
-def dir_tensors(d):
-    out = {}
-    for n in sorted(os.listdir(d)):
-        if n.endswith(".safetensors"):
-            out.update(load_file(os.path.join(d, n)))
-    return out
 
 
 def bf16_model(src, sd, out):
@@ -98,16 +89,15 @@ def setUpModule():
             os.path.join(src, name + ".safetensors"), *args, seed=20 + i)
     make_model(os.path.join(Env.root, "plain"), os.path.join(src, "bnb"))
     deq = {}
-    deq["bnb"] = reference(dir_tensors(os.path.join(src, "bnb")),
+    deq["bnb"] = reference(qsc.dir_tensors(os.path.join(src, "bnb")),
                            torch.bfloat16)
     if os.access(VENV_PY, os.X_OK):
         plain = os.path.join(Env.root, "plain-w4")
         tiny_llama(plain, torch.bfloat16, 256, 384, 64, 7)
-        test_ct_w4_src.Env.root = Env.root
-        test_ct_w4_src.run_oracle({
+        qsc.run_oracle("ct_w4_oracle.py", {
             "quantize": [[plain, os.path.join(src, "w4"), "group"]],
             "decompress": [[os.path.join(src, "w4"),
-                            os.path.join(Env.root, "w4.ref")]]})
+                            os.path.join(Env.root, "w4.ref")]]}, Env.root)
         deq["w4"] = {k: v.to(torch.bfloat16) if v.is_floating_point() else v
                      for k, v in load_file(
                          os.path.join(Env.root, "w4.ref")).items()}
@@ -125,11 +115,7 @@ def setUpModule():
 
 
 def tearDownModule():
-    gc.collect()
-    rc = Env.mnt.unmount() if Env.mnt else 0
-    if Env.root:
-        shutil.rmtree(Env.root, ignore_errors=True)
-    assert rc == 0, "castfs exited with %d" % rc
+    qsc.end_module(Env)
 
 
 class BnbViewsOfBnb4(unittest.TestCase):

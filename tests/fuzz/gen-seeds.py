@@ -141,6 +141,46 @@ def convert_seeds():
                 + payload
 
 
+def gguf_quant_seeds():
+    """[mode] + elements for every quantiser, source type and offset:
+    random weights, ties (d = 1), zeros, NaN / Inf, subnormals; 9 blocks
+    (one group of 8 and a tail) or 17."""
+    rng = random.Random(16)
+
+    def f32_block(kind):
+        x = [rng.uniform(-1, 1) * 2.0 ** rng.randrange(-30, 30)
+             for _ in range(32)]
+        if kind == 1:
+            x = [k + 0.5 for k in range(-16, 16)]
+            x[5] = 127.0
+        elif kind == 2:
+            x = [0.0] * 32
+        elif kind == 3:
+            x[rng.randrange(32)] = float("nan")
+        elif kind == 4:
+            x[rng.randrange(32)] = float("inf")
+        elif kind == 5:
+            x = [rng.uniform(-1, 1) * 2.0 ** -140 for _ in range(32)]
+        return b"".join(struct.pack("<f", v) for v in x)
+
+    for mode in range(8):
+        for nb in (9, 17):
+            kinds = [rng.randrange(6) if nb == 17 else 0
+                     for _ in range(nb)]
+            data = b"".join(f32_block(k) for k in kinds)
+            src = (mode >> 1) & 3
+            if src in (1, 2):  # 16-bit: the top half (bf16) or a half
+                vals = struct.unpack("<%df" % (nb * 32), data)
+                if src == 1:
+                    data = b"".join(struct.pack("<I", struct.unpack(
+                        "<I", struct.pack("<f", v))[0])[2:] for v in vals)
+                else:
+                    data = b"".join(struct.pack("<e", max(-65504.0, min(
+                        65504.0, v)) if v == v else v) for v in vals)
+            m = mode | ((mode * 3) & 7) << 3 | (mode & 3) << 6
+            yield "q%d_%d" % (mode, nb), bytes([m]) + data
+
+
 def write(top, target, seeds):
     d = os.path.join(top, "tests", "fuzz", target + ".in")
     os.makedirs(d, exist_ok=True)
@@ -159,6 +199,7 @@ def main():
     write(top, "fuzz_recipe", recipe_seeds())
     write(top, "fuzz_plan_read", plan_seeds())
     write(top, "fuzz_convert", convert_seeds())
+    write(top, "fuzz_gguf_quant", gguf_quant_seeds())
 
 
 if __name__ == "__main__":

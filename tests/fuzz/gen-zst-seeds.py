@@ -69,6 +69,22 @@ def seeds(castfs):
                             "--frame-size", "256", p], check=True)
             with open(p + ".zstg", "rb") as f:
                 out["seed-castfs-grouped"] = f.read()
+            # Noise bf16: each plane of a 1 KiB frame is one raw block,
+            # which the reader uses where it lies (FORMATS.md, "How castfs
+            # reads a grouped frame"); then a byte of one changed.
+            noise = bytes(rng.getrandbits(8) for _ in range(2048))
+            hdr = b'{"a":{"dtype":"BF16","shape":[1024],"data_offsets":[0,2048]}}'
+            hdr += b" " * (-len(hdr) % 8)
+            with open(p, "wb") as f:
+                f.write(struct.pack("<Q", len(hdr)) + hdr + noise)
+            subprocess.run([castfs, "pack", "--no-progress", "--grouped", "--force",
+                            "--frame-size", "1024", p], check=True)
+            with open(p + ".zstg", "rb") as f:
+                raw = f.read()
+            out["seed-castfs-grouped-raw"] = raw
+            bad_raw = bytearray(raw)
+            bad_raw[len(raw) // 2] ^= 0x10
+            out["seed-castfs-grouped-raw-corrupt"] = bytes(bad_raw)
         out["seed-castfs-pack"] = packed
         sums = bytearray(packed)
         sums[-9 - 12 + 8] ^= 1  # the last frame's checksum

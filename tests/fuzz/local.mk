@@ -8,7 +8,7 @@
 
 FUZZ_TARGETS = tests/fuzz/fuzz_st_header tests/fuzz/fuzz_recipe \
 	tests/fuzz/fuzz_plan_read tests/fuzz/fuzz_convert tests/fuzz/fuzz_zst \
-	tests/fuzz/fuzz_gguf_read
+	tests/fuzz/fuzz_gguf_read tests/fuzz/fuzz_gguf_quant
 FUZZ_COMMON = tests/fuzz/fuzz.h
 FUZZ_LIBS = $(LIBCASTFS_LIBS)
 if FUZZING
@@ -65,8 +65,15 @@ tests_fuzz_fuzz_gguf_read_CFLAGS = $(AM_CFLAGS) \
 tests_fuzz_fuzz_gguf_read_LDFLAGS = $(FUZZ_ENGINE_FLAGS)
 tests_fuzz_fuzz_gguf_read_LDADD = $(FUZZ_LIBS)
 
+tests_fuzz_fuzz_gguf_quant_SOURCES = tests/fuzz/fuzz_gguf_quant.c \
+	$(FUZZ_COMMON) $(FUZZ_DRIVER)
+tests_fuzz_fuzz_gguf_quant_CFLAGS = $(AM_CFLAGS) \
+	-DFUZZ_NAME='"fuzz_gguf_quant"'
+tests_fuzz_fuzz_gguf_quant_LDFLAGS = $(FUZZ_ENGINE_FLAGS)
+tests_fuzz_fuzz_gguf_quant_LDADD = $(FUZZ_LIBS)
+
 EXTRA_DIST += tests/fuzz/replay.c tests/fuzz/gen-seeds.py \
 	tests/fuzz/gen-zst-seeds.py tests/fuzz/fuzz_zst.in \
 	tests/fuzz/fuzz_st_header.in tests/fuzz/fuzz_recipe.in \
 	tests/fuzz/fuzz_plan_read.in tests/fuzz/fuzz_convert.in \
-	tests/fuzz/fuzz_gguf_read.in
+	tests/fuzz/fuzz_gguf_read.in tests/fuzz/fuzz_gguf_quant.in

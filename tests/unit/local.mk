@@ -17,11 +17,13 @@ UNIT_TESTS = tests/unit/test_dtype tests/unit/test_st_header \
 	tests/unit/test_ct_plan tests/unit/test_quant_round \
 	tests/unit/test_recipe tests/unit/test_tensor_tree \
 	tests/unit/test_modeldir tests/unit/test_ns tests/unit/test_zst \
+	tests/unit/test_zst_planes \
 	tests/unit/test_qsrc tests/unit/test_ns_bounds tests/unit/test_escape \
 	tests/unit/test_qsrc_ct4 tests/unit/test_qsrc_xshard \
 	tests/unit/test_gguf tests/unit/test_reader \
 	tests/unit/test_md_gguf_shards tests/unit/test_st_side \
-	tests/unit/test_gguf_deq tests/unit/test_ct_kernels
+	tests/unit/test_gguf_deq tests/unit/test_gguf_kernels \
+	tests/unit/test_ct_kernels
 check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS)
 
@@ -29,6 +31,9 @@ TESTS += $(UNIT_TESTS)
 tests_unit_test_zst_SOURCES = tests/unit/test_zst.c $(UNIT_MAIN)
 tests_unit_test_zst_CFLAGS = $(UNIT_CFLAGS) $(ZSTD_CFLAGS)
 tests_unit_test_zst_LDADD = $(UNIT_LDADD)
+tests_unit_test_zst_planes_SOURCES = tests/unit/test_zst_planes.c $(UNIT_MAIN)
+tests_unit_test_zst_planes_CFLAGS = $(UNIT_CFLAGS) $(ZSTD_CFLAGS)
+tests_unit_test_zst_planes_LDADD = $(UNIT_LDADD)
 
 # common/
 tests_unit_test_escape_SOURCES = tests/unit/test_escape.c $(UNIT_MAIN)
@@ -80,6 +85,10 @@ tests_unit_test_ct_kernels_LDADD = $(UNIT_LDADD)
 tests_unit_test_gguf_SOURCES = tests/unit/test_gguf.c $(UNIT_MAIN)
 tests_unit_test_gguf_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_gguf_LDADD = $(UNIT_LDADD)
+tests_unit_test_gguf_kernels_SOURCES = tests/unit/test_gguf_kernels.c \
+	$(TESTUTIL_SOURCES) $(UNIT_MAIN)
+tests_unit_test_gguf_kernels_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_gguf_kernels_LDADD = $(UNIT_LDADD)
 tests_unit_test_quant_kernels_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_quant_kernels_LDADD = $(UNIT_LDADD)
 

@@ -144,6 +144,103 @@ START_TEST(test_quant_kernels__isa16_matches_scalar)
 }
 END_TEST
 
+/* @v as F16 bits (rounded by the scalar converter). */
+static uint16_t narrow_f16(float v)
+{
+	castfs_convert_fn cvt = castfs_convert_get_isa(
+		CASTFS_ISA_SCALAR, CASTFS_DTYPE_F32, CASTFS_DTYPE_F16, 0);
+	uint8_t b[2];
+
+	cvt(b, &v, 1);
+	return castfs_load_le16(b);
+}
+
+/*
+ * Weight-like BF16 or F16 blocks of 64: mostly finite values around 0.02
+ * (the SIMD fast path), and per kind of block one NaN, one +-Inf, all
+ * zeros of both signs, subnormals, or values on both sides of every
+ * midpoint with absmax 1 (scale 1, so s is the value itself).
+ */
+static uint8_t *make_weights(size_t n, uint64_t seed, bool f16)
+{
+	uint8_t *x = malloc(2 * n + 1);
+	const float *mid = castfs_q4_mids[CASTFS_Q_NF4].f;
+
+	ck_assert_ptr_nonnull(x);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t r = tu_rand(&seed);
+		float u = (float)((r >> 40) & 0xffff) / 65536.0f - 0.5f;
+		float v = u * 0.08f;
+		size_t kind = (i / 64) % 11, j = i % 64;
+		uint16_t h;
+
+		if (kind == 1)
+			v = j == 0 ? 1.0f :
+				     (r & 1 ? -1.0f : 1.0f) * mid[j % 15];
+		else if (kind == 7)
+			v = r & 1 ? -0.0f : 0.0f;
+		else if (kind == 9)
+			v = u * 1e-40f;
+		h = f16 ? narrow_f16(v) : (uint16_t)(castfs_f32_bits(v) >> 16);
+		if (kind == 1 && j > 0)
+			h = (uint16_t)(h + (r >> 8) % 3 - 1); /* around mid */
+		if (kind == 3 && j == (r >> 20) % 64)
+			h = f16 ? 0x7e00 : 0x7fc0;
+		if (kind == 5 && j == (r >> 20) % 64)
+			h = (uint16_t)((f16 ? 0x7c00 : 0x7f80) | (r & 0x8000));
+		castfs_store_le16(x + 2 * i, h);
+	}
+	return x;
+}
+
+/* The fast path of finite blocks and its fallbacks, against the scalar. */
+START_TEST(test_quant_kernels__isa16_weight_blocks)
+{
+	enum castfs_isa isa = (enum castfs_isa)(_i / 2);
+	bool f16 = _i & 1;
+	const struct castfs_quant_kernels *k = castfs_quant_kernels_isa(isa);
+	const struct castfs_quant_kernels *s =
+		castfs_quant_kernels_isa(CASTFS_ISA_SCALAR);
+	static const size_t ns[] = { 64, 128, 64 * 37 + 40, 64 * 11 * 9,
+				     4096 * 3 + 64 * 5 };
+	size_t nmax = 4096 * 3 + 64 * 5;
+	uint8_t *c1 = malloc(nmax), *c2 = malloc(nmax);
+	float *a1 = malloc(nmax * sizeof(float)),
+	      *a2 = malloc(nmax * sizeof(float));
+
+	ck_assert_ptr_nonnull(k);
+	for (size_t b = 0; b < sizeof(blocksizes) / sizeof(*blocksizes); b++) {
+		for (size_t l = 0; l < sizeof(ns) / sizeof(*ns); l++) {
+			size_t n = ns[l], bs = blocksizes[b];
+			size_t nb = (n + bs - 1) / bs;
+			uint8_t *x = make_weights(n, n + bs, f16);
+
+			s->absmax16(a1, x, n, bs, f16);
+			k->absmax16(a2, x, n, bs, f16);
+			ck_assert_int_eq(memcmp(a1, a2, nb * 4), 0);
+			for (size_t q = 0; q < 2; q++) {
+				memset(c1, 0xaa, nmax);
+				memset(c2, 0x55, nmax);
+				memset(a2, 0x55, nmax * sizeof(float));
+				s->q4_16(c1, NULL, x, n, bs, qtypes[q], f16);
+				k->q4_16(c2, a2, x, n, bs, qtypes[q], f16);
+				ck_assert_msg(memcmp(c1, c2, (n + 1) / 2) == 0,
+					      "%s q4_16 n=%zu bs=%zu qt=%zu "
+					      "f16=%d",
+					      castfs_isa_name(isa), n, bs, q,
+					      f16);
+				ck_assert_int_eq(memcmp(a1, a2, nb * 4), 0);
+			}
+			free(x);
+		}
+	}
+	free(c1);
+	free(c2);
+	free(a1);
+	free(a2);
+}
+END_TEST
+
 /* Block absmax minus an offset: ties on midpoints, NaN, huge scales. */
 static void make_amax(float *a, size_t n, uint64_t seed)
 {
@@ -255,6 +352,7 @@ Suite *unit_suite(void)
 		tc, test_quant_kernels__scalar16_equals_scalar_f32, 0,
 		2 * (int)(sizeof(blocksizes) / sizeof(*blocksizes)));
 	unit_add_isa_loop(tc, test_quant_kernels__isa16_matches_scalar, 2);
+	unit_add_isa_loop(tc, test_quant_kernels__isa16_weight_blocks, 2);
 	unit_add_isa_loop(tc, test_quant_kernels__q8_matches_scalar, 1);
 	tcase_add_test(tc, test_quant_kernels__q8_mids_follow_the_rule);
 	tcase_add_test(tc, test_quant_kernels__q8_tree_layout);
