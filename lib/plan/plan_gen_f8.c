@@ -108,10 +108,18 @@ static int fp4_absmax(const struct castfs_read_env *env,
 		size_t k = (size_t)CASTFS_MIN(cap, n - i);
 
 		rc = castfs_reader_read(env->src, raw, k * sz, off + i * sz);
-		if (!rc && to_f32)
+		if (rc)
+			break;
+		/* BF16/F16 stay as they are (castfs_ct_absmax16). */
+		if (dt == CASTFS_DTYPE_BF16 || dt == CASTFS_DTYPE_F16) {
+			m = castfs_ct_absmax_merge(
+				m, castfs_ct_absmax16(raw, k,
+						      dt == CASTFS_DTYPE_F16));
+			continue;
+		}
+		if (to_f32)
 			to_f32(f32, raw, k);
-		if (!rc)
-			m = castfs_ct_absmax_merge(m, castfs_ct_absmax(f32, k));
+		m = castfs_ct_absmax_merge(m, castfs_ct_absmax(f32, k));
 	}
 	*out = m;
 	return rc;
@@ -274,13 +282,67 @@ static int f8_tile_read(const struct castfs_read_env *env,
 	return rc;
 }
 
-/* Load tile @t and compute the scale of each of its blocks. */
-static int f8_tile_load(const struct castfs_read_env *env,
-			const struct castfs_qtensor *q,
-			const struct f8_stage *st, struct f8_tile *t)
+/*
+ * Whether a tile whose scales alone are needed may stay in the source's
+ * 16-bit bits (castfs_ct_absmax16): a BF16/F16 weight read as it is.
+ */
+static bool f8_raw16(const struct castfs_qtensor *q, const struct f8_stage *st)
+{
+	return !castfs_qtensor_deq(q) && st->src_sz == 2 && st->to_f32;
+}
+
+/* Read the tile's elements unconverted into st->raw, row-major as
+ * f8_tile_read() stages them (f8_raw16() tensors only). */
+static int f8_tile_read16(const struct castfs_read_env *env,
+			  const struct castfs_qtensor *q,
+			  const struct f8_stage *st, const struct f8_tile *t)
+{
+	uint64_t w = t->c1 - t->c0, nr = t->r1 - t->r0;
+	int rc = 0;
+
+	if (w == q->cols)
+		return castfs_reader_read(env->src, st->raw, nr * w * 2,
+					  q->src_off + t->r0 * w * 2);
+	for (uint64_t i = 0; !rc && i < nr; i++)
+		rc = castfs_reader_read(
+			env->src, st->raw + i * w * 2, w * 2,
+			q->src_off + ((t->r0 + i) * q->cols + t->c0) * 2);
+	return rc;
+}
+
+/* The absmax of @n staged elements from element @k of the tile. */
+static float f8_stage_absmax(const struct f8_stage *st, bool raw16, uint64_t k,
+			     size_t n)
+{
+	if (raw16)
+		return castfs_ct_absmax16(st->raw + k * 2, n,
+					  st->dt == CASTFS_DTYPE_F16);
+	return castfs_ct_absmax(st->f32 + k, n);
+}
+
+static float f8_block_scale(const struct castfs_qtensor *q,
+			    const struct f8_stage *st, float absmax)
+{
+	if (q->qtype == CASTFS_Q_NVFP4)
+		return castfs_ct_nvfp4_scale(absmax, st->gs, st->dt);
+	if (q->qtype == CASTFS_Q_W4)
+		return castfs_ct_i4_scale(absmax, st->dt);
+	return castfs_ct_f8_scale(absmax, st->dt);
+}
+
+/*
+ * Load tile @t and compute the scale of each of its blocks. With
+ * @scales_only, a BF16/F16 tile stays unconverted (no float32 for codes).
+ */
+static int f8_tile_load_as(const struct castfs_read_env *env,
+			   const struct castfs_qtensor *q,
+			   const struct f8_stage *st, struct f8_tile *t,
+			   bool scales_only)
 {
 	uint64_t w = t->c1 - t->c0;
-	int rc = f8_tile_read(env, q, st, t);
+	bool raw16 = scales_only && f8_raw16(q, st);
+	int rc = raw16 ? f8_tile_read16(env, q, st, t) :
+			 f8_tile_read(env, q, st, t);
 
 	for (uint64_t i = 0; !rc && i < t->nbr; i++) {
 		uint64_t ra = (t->br + i) * q->blk_rows;
@@ -293,20 +355,20 @@ static int f8_tile_load(const struct castfs_read_env *env,
 
 			for (uint64_t r = ra; r < rb; r++)
 				m = castfs_ct_absmax_merge(
-					m,
-					castfs_ct_absmax(
-						st->f32 + (r - t->r0) * w + ca,
-						(size_t)n));
-			t->scale[i * t->nbc + j] =
-				q->qtype == CASTFS_Q_NVFP4 ?
-					castfs_ct_nvfp4_scale(m, st->gs,
-							      st->dt) :
-				q->qtype == CASTFS_Q_W4 ?
-					castfs_ct_i4_scale(m, st->dt) :
-					castfs_ct_f8_scale(m, st->dt);
+					m, f8_stage_absmax(st, raw16,
+							   (r - t->r0) * w + ca,
+							   (size_t)n));
+			t->scale[i * t->nbc + j] = f8_block_scale(q, st, m);
 		}
 	}
 	return rc;
+}
+
+static int f8_tile_load(const struct castfs_read_env *env,
+			const struct castfs_qtensor *q,
+			const struct f8_stage *st, struct f8_tile *t)
+{
+	return f8_tile_load_as(env, q, st, t, false);
 }
 
 /* Elements per chunk of packed int4 codes (stack buffer). */
@@ -507,7 +569,7 @@ int castfs_gen_ct_scale(const struct castfs_read_env *env,
 
 		f8_tile_pick(q, &st, first / all, bc ? 1 : count / all, bc,
 			     CASTFS_MIN(count, all - bc), &t);
-		rc = f8_tile_load(env, q, &st, &t);
+		rc = f8_tile_load_as(env, q, &st, &t, true);
 		for (uint64_t i = 0; !rc && i < t.nbr * t.nbc; i++) {
 			ct_scale_store(dst, t.scale[i], q, st.dt);
 			dst += e->unit;

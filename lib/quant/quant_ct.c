@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * compressed-tensors scaled-FP8 math, scalar. Roundings are the cast
- * kernels' algorithms inlined (quant/quant_round.h), bit-exact with torch's
- * tensor.to(dtype): no kernel call per element or per scale; the E4M3
- * narrowing of a chunk of codes stays with the SIMD cast kernel.
+ * compressed-tensors scaled-FP8 math: the scalar reference, and the choice
+ * of its per-ISA loops (quant_ct_avx2.c, quant_ct_avx512.c). Roundings are
+ * the cast kernels' algorithms inlined (quant/quant_round.h), bit-exact with
+ * torch's tensor.to(dtype); the scalar E4M3 narrowing of a chunk of codes
+ * stays with the SIMD cast kernel.
  */
 #include <math.h>
 #include <stdint.h>
@@ -11,6 +12,7 @@
 #include "common/bytes.h"
 #include "kernels/convert.h"
 #include "quant/quant_ct.h"
+#include "quant/quant_ct_internal.h"
 #include "quant/quant_round.h"
 
 /* Elements per E4M3 kernel call: the stack buffer's size. */
@@ -29,7 +31,7 @@ float castfs_ct_absmax_merge(float a, float b)
 	return a > b ? a : b;
 }
 
-float castfs_ct_absmax(const float *x, size_t n)
+static float ct_absmax_scalar(const float *x, size_t n)
 {
 	int32_t lane[8] = { 0 }, m = 0;
 	size_t i = 0;
@@ -55,6 +57,30 @@ float castfs_ct_absmax(const float *x, size_t n)
 	for (size_t k = 0; k < 8; k++)
 		m = lane[k] > m ? lane[k] : m;
 	return m > 0x7f800000 ? NAN : castfs_f32_from_bits((uint32_t)m);
+}
+
+/* The same max over the 16-bit magnitudes; eight lanes, as above. */
+static float ct_absmax16_scalar(const void *x, size_t n, bool f16)
+{
+	const uint8_t *p = x;
+	uint32_t lane[8] = { 0 }, m = 0;
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		for (size_t k = 0; k < 8; k++) {
+			uint32_t a = castfs_load_le16(p + 2 * (i + k)) &
+				     0x7fffu;
+
+			lane[k] = a > lane[k] ? a : lane[k];
+		}
+	for (; i < n; i++) {
+		uint32_t a = castfs_load_le16(p + 2 * i) & 0x7fffu;
+
+		m = a > m ? a : m;
+	}
+	for (size_t k = 0; k < 8; k++)
+		m = lane[k] > m ? lane[k] : m;
+	return castfs_ct_from16(m, f16);
 }
 
 /* torch.finfo(dt).eps: what compressed-tensors puts for a zero scale. */
@@ -98,8 +124,8 @@ static inline float ct_f8_q(float x, float scale, enum castfs_dtype dt)
  * element, then the E4M3 narrowing of the chunk by the SIMD cast kernel
  * (non-saturating; nothing left is out of range but NaN).
  */
-void castfs_ct_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
-			enum castfs_dtype dt)
+static void ct_f8_codes_scalar(uint8_t *dst, const float *x, size_t n,
+			       float scale, enum castfs_dtype dt)
 {
 	castfs_convert_fn to_f8 =
 		castfs_convert_get(CASTFS_DTYPE_F32, CASTFS_DTYPE_F8_E4M3, 0);
@@ -233,19 +259,24 @@ float castfs_comfy_f8_scale(float absmax, enum castfs_dtype dt)
 	return s == 0.0f ? 1.0f : s;
 }
 
-/* One value of castfs_comfy_f8_codes() before its E4M3 rounding (NaN
- * stays NaN). */
+/*
+ * One value of castfs_comfy_f8_codes() before its E4M3 rounding (NaN
+ * stays NaN). A NaN @inv (a weight holding a NaN) gives its own NaN even
+ * where @x is a NaN too: IEEE 754 leaves open which of two NaNs a product
+ * returns and a compiler may swap x * inv's operands; torch's product
+ * (F32, F16 on x86) returns the scale's.
+ */
 static inline float comfy_f8_q(float x, float inv, enum castfs_dtype dt)
 {
-	return ct_clamp_f8(castfs_qr_round(x * inv, dt));
+	return ct_clamp_f8(castfs_qr_round(isnan(inv) ? inv : x * inv, dt));
 }
 
-void castfs_comfy_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
-			   enum castfs_dtype dt)
+static void comfy_codes_scalar(uint8_t *dst, const float *x, size_t n,
+			       float inv, enum castfs_dtype dt)
 {
 	castfs_convert_fn to_f8 =
 		castfs_convert_get(CASTFS_DTYPE_F32, CASTFS_DTYPE_F8_E4M3, 0);
-	float inv = castfs_qr_round(1.0f / scale, dt), q[CT_CHUNK];
+	float q[CT_CHUNK];
 
 	for (size_t i = 0; i < n; i += CT_CHUNK) {
 		size_t m = n - i < CT_CHUNK ? n - i : CT_CHUNK;
@@ -264,6 +295,61 @@ void castfs_comfy_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
 						  CASTFS_DTYPE_F32);
 		to_f8(dst + i, q, m);
 	}
+}
+
+static const struct castfs_ct_kernels ct_scalar = {
+	.f8_codes = ct_f8_codes_scalar,
+	.comfy_codes = comfy_codes_scalar,
+	.absmax = ct_absmax_scalar,
+	.absmax16 = ct_absmax16_scalar,
+};
+
+/* NULL: not built for this architecture. */
+static const struct castfs_ct_kernels *const ct_tables[CASTFS_ISA_COUNT] = {
+	[CASTFS_ISA_SCALAR] = &ct_scalar,
+#if CASTFS_HAVE_X86_QUANT
+	[CASTFS_ISA_AVX2] = &castfs_ct_avx2,
+	[CASTFS_ISA_AVX512] = &castfs_ct_avx512,
+#endif
+};
+
+const struct castfs_ct_kernels *castfs_ct_kernels_isa(enum castfs_isa isa)
+{
+	if (!castfs_isa_available(isa))
+		return NULL;
+	return ct_tables[isa];
+}
+
+/* The loops of the ISA castfs_isa_selected() chose once. */
+static const struct castfs_ct_kernels *ct_kernels(void)
+{
+	const struct castfs_ct_kernels *k =
+		castfs_ct_kernels_isa(castfs_isa_selected());
+
+	return k ? k : &ct_scalar;
+}
+
+float castfs_ct_absmax(const float *x, size_t n)
+{
+	return ct_kernels()->absmax(x, n);
+}
+
+float castfs_ct_absmax16(const void *x, size_t n, bool f16)
+{
+	return ct_kernels()->absmax16(x, n, f16);
+}
+
+void castfs_ct_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
+			enum castfs_dtype dt)
+{
+	ct_kernels()->f8_codes(dst, x, n, scale, dt);
+}
+
+void castfs_comfy_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
+			   enum castfs_dtype dt)
+{
+	ct_kernels()->comfy_codes(dst, x, n, castfs_qr_round(1.0f / scale, dt),
+				  dt);
 }
 
 void castfs_ct_store(uint8_t *dst, float v, enum castfs_dtype dt)

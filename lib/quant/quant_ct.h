@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "format/dtype.h"
+#include "kernels/convert.h"
 
 /* The largest finite F8_E4M3 value: the range a scale maps absmax onto. */
 #define CASTFS_CT_F8_MAX 448.0f
@@ -29,6 +30,14 @@ bool castfs_ct_dtype_ok(enum castfs_dtype dt);
  * NaN when any element is NaN (+Inf counts as a value). 0.0 for @n == 0.
  */
 float castfs_ct_absmax(const float *x, size_t n);
+
+/*
+ * castfs_ct_absmax16 - castfs_ct_absmax() of @n little-endian BF16 (F16
+ * when @f16) values at @x (any alignment), read as they are: the same
+ * value as castfs_ct_absmax() of their float32 widening, which is exact
+ * and orders the magnitudes as their bits do. Thread-safe.
+ */
+float castfs_ct_absmax16(const void *x, size_t n, bool f16);
 
 /* castfs_ct_absmax_merge - the absmax of two parts (NaN-propagating). */
 float castfs_ct_absmax_merge(float a, float b);
@@ -127,5 +136,31 @@ void castfs_comfy_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
  * castfs_ct_dtype_ok()) as the little-endian bytes of @dt into @dst.
  */
 void castfs_ct_store(uint8_t *dst, float v, enum castfs_dtype dt);
+
+/*
+ * struct castfs_ct_kernels - the loops of the scaled-fp8 views of one
+ * instruction set, each bit-identical to the scalar reference (every
+ * element the same float32 operations in the same order; NaN, Inf, -0.0,
+ * subnormals and saturation included): castfs_ct_f8_codes(), the loop of
+ * castfs_comfy_f8_codes() given its inverse scale @inv,
+ * castfs_ct_absmax() and castfs_ct_absmax16(). The public functions use the table chosen once for
+ * this CPU (CASTFS_ISA overrides it, as for the cast kernels). Thread-safe;
+ * no allocation; pointers of any alignment.
+ */
+struct castfs_ct_kernels {
+	void (*f8_codes)(uint8_t *dst, const float *x, size_t n, float scale,
+			 enum castfs_dtype dt);
+	void (*comfy_codes)(uint8_t *dst, const float *x, size_t n, float inv,
+			    enum castfs_dtype dt);
+	float (*absmax)(const float *x, size_t n);
+	float (*absmax16)(const void *x, size_t n, bool f16);
+};
+
+/*
+ * castfs_ct_kernels_isa - the loops of @isa, or NULL when @isa is not built
+ * in or this CPU cannot run it; CASTFS_ISA_SCALAR gives the reference. For
+ * tests and benchmarks. The table is static: never freed.
+ */
+const struct castfs_ct_kernels *castfs_ct_kernels_isa(enum castfs_isa isa);
 
 #endif

@@ -23,7 +23,7 @@ UNIT_TESTS = tests/unit/test_dtype tests/unit/test_st_header \
 	tests/unit/test_gguf tests/unit/test_reader \
 	tests/unit/test_md_gguf_shards tests/unit/test_st_side \
 	tests/unit/test_gguf_deq tests/unit/test_gguf_kernels \
-	tests/unit/test_watchq
+	tests/unit/test_watchq tests/unit/test_ct_kernels
 check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS)
 
@@ -83,6 +83,10 @@ tests_unit_test_quant_round_SOURCES = tests/unit/test_quant_round.c \
 	$(TESTUTIL_SOURCES) $(UNIT_MAIN)
 tests_unit_test_quant_round_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_quant_round_LDADD = $(UNIT_LDADD)
+tests_unit_test_ct_kernels_SOURCES = tests/unit/test_ct_kernels.c \
+	$(TESTUTIL_SOURCES) $(UNIT_MAIN)
+tests_unit_test_ct_kernels_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_ct_kernels_LDADD = $(UNIT_LDADD)
 tests_unit_test_gguf_SOURCES = tests/unit/test_gguf.c $(UNIT_MAIN)
 tests_unit_test_gguf_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_gguf_LDADD = $(UNIT_LDADD)

@@ -20,7 +20,8 @@ esac
 bin=${top_builddir:-.}/tests/unit
 ran=0
 skipped=0
-for t in test_kernels test_plan test_quant test_quant_kernels; do
+for t in test_kernels test_plan test_quant test_quant_kernels \
+	test_ct_kernels; do
 	[ -x "$bin/$t" ] || { echo "FAIL: $bin/$t not built"; exit 1; }
 	rc=0
 	CASTFS_ISA=$isa CK_VERBOSITY=minimal "$bin/$t" || rc=$?
