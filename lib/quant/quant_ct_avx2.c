@@ -187,7 +187,7 @@ static AVX2 float ct_absmax_avx2(const float *x, size_t n)
 }
 
 /* castfs_ct_absmax16(): an unsigned max of the 16-bit magnitudes. */
-AVX2 float castfs_ct_absmax16_avx2(const void *x, size_t n, bool f16)
+static AVX2 float ct_absmax16_avx2(const void *x, size_t n, bool f16)
 {
 	const uint8_t *p = x;
 	__m256i m0 = _mm256_setzero_si256(), m1 = m0;
@@ -224,6 +224,6 @@ const struct castfs_ct_kernels castfs_ct_avx2 = {
 	.f8_codes = ct_f8_codes_avx2,
 	.comfy_codes = comfy_codes_avx2,
 	.absmax = ct_absmax_avx2,
-	.absmax16 = castfs_ct_absmax16_avx2,
+	.absmax16 = ct_absmax16_avx2,
 };
 #endif
