@@ -14,6 +14,8 @@
 #if CASTFS_HAVE_X86_QUANT
 #include <immintrin.h>
 
+#include "quant/quant_avx2_util.h"
+
 #define AVX2 __attribute__((target("avx2,f16c,fma")))
 
 /* ---- float32 sources ---- */
@@ -28,16 +30,6 @@ static inline AVX2 __m256 absmax_step(__m256 acc, __m256 x)
 	return _mm256_max_ps(acc, _mm256_and_ps(a, finite));
 }
 
-static inline AVX2 float hmax(__m256 v)
-{
-	__m128 m = _mm_max_ps(_mm256_castps256_ps128(v),
-			      _mm256_extractf128_ps(v, 1));
-
-	m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-	m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
-	return _mm_cvtss_f32(m);
-}
-
 static AVX2 float absmax_block(const float *x, size_t m)
 {
 	__m256 acc = _mm256_setzero_ps();
@@ -45,7 +37,7 @@ static AVX2 float absmax_block(const float *x, size_t m)
 
 	for (i = 0; i + 8 <= m; i += 8)
 		acc = absmax_step(acc, _mm256_loadu_ps(x + i));
-	return fmaxf(hmax(acc), castfs_q_absmax(x + i, m - i));
+	return fmaxf(castfs_q_hmax8(acc), castfs_q_absmax(x + i, m - i));
 }
 
 static AVX2 void absmax_avx2(float *restrict amax, const float *restrict x,

@@ -16,6 +16,8 @@
 #if CASTFS_HAVE_X86_QUANT
 #include <immintrin.h>
 
+#include "quant/quant_avx2_util.h"
+
 /* No "fma": x * id + 8.5 must stay two roundings (and see keep()). */
 #define AVX2 __attribute__((target("avx2,f16c")))
 
@@ -64,23 +66,13 @@ static inline AVX2 bool has_nan(const struct blk *b)
 	return _mm256_movemask_ps(u) != 0;
 }
 
-static inline AVX2 float hmax(__m256 v)
-{
-	__m128 m = _mm_max_ps(_mm256_castps256_ps128(v),
-			      _mm256_extractf128_ps(v, 1));
-
-	m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-	m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
-	return _mm_cvtss_f32(m);
-}
-
 /* Largest |x| of a block without NaN: max is exact in any order. */
 static inline AVX2 float block_amax(const struct blk *b)
 {
 	__m256 m = _mm256_max_ps(_mm256_max_ps(vabs(b->v[0]), vabs(b->v[1])),
 				 _mm256_max_ps(vabs(b->v[2]), vabs(b->v[3])));
 
-	return hmax(m);
+	return castfs_q_hmax8(m);
 }
 
 /*
@@ -285,40 +277,6 @@ static AVX2 void q8_0_x8(uint8_t *dst, const struct blk b[8])
 	}
 }
 
-/* Q8_0 of @nblocks blocks: 8 at a time where none holds a NaN. */
-static inline AVX2 void q8_0_run(uint8_t *dst, const void *x, size_t nblocks,
-				 enum src src)
-{
-	const size_t bytes = CASTFS_GGUF_Q8_0_BYTES;
-	struct blk b[8];
-	size_t i = 0;
-
-	for (; i + 8 <= nblocks; i += 8) {
-		bool nan = false;
-
-		for (size_t k = 0; k < 8; k++) {
-			load_any(&b[k], x, i + k, src);
-			nan |= has_nan(&b[k]);
-		}
-		if (!nan) {
-			q8_0_x8(dst + i * bytes, b);
-			continue;
-		}
-		for (size_t k = 0; k < 8; k++)
-			q8_0_one(dst + (i + k) * bytes, &b[k]);
-	}
-	for (; i < nblocks; i++) {
-		load_any(&b[0], x, i, src);
-		q8_0_one(dst + i * bytes, &b[0]);
-	}
-}
-
-static AVX2 void q8_0_avx2(uint8_t *restrict dst, const float *restrict x,
-			   size_t nblocks)
-{
-	q8_0_run(dst, x, nblocks, SRC_F32);
-}
-
 static inline AVX2 void q4_0_one(uint8_t *dst, const struct blk *b)
 {
 	float f[QK];
@@ -362,11 +320,20 @@ static AVX2 void q4_0_x8(uint8_t *dst, const struct blk b[8])
 	}
 }
 
-/* Q4_0 of @nblocks blocks: 8 at a time where none holds a NaN. */
-static inline AVX2 void q4_0_run(uint8_t *dst, const void *x, size_t nblocks,
-				 enum src src)
+enum gq { GQ_Q8_0, GQ_Q4_0 };
+
+/* @nblocks blocks of type @t: 8 at a time where none holds a NaN. @t and
+ * @src are constants in every caller, so each use compiles to its own
+ * loop without a branch on them. */
+static inline AVX2 void blocks_run(uint8_t *dst, const void *x, size_t nblocks,
+				   enum src src, enum gq t)
 {
-	const size_t bytes = CASTFS_GGUF_Q4_0_BYTES;
+	const size_t bytes = t == GQ_Q8_0 ? CASTFS_GGUF_Q8_0_BYTES :
+					    CASTFS_GGUF_Q4_0_BYTES;
+	void (*x8)(uint8_t *, const struct blk *) = t == GQ_Q8_0 ? q8_0_x8 :
+								   q4_0_x8;
+	void (*one)(uint8_t *, const struct blk *) = t == GQ_Q8_0 ? q8_0_one :
+								    q4_0_one;
 	struct blk b[8];
 	size_t i = 0;
 
@@ -378,40 +345,46 @@ static inline AVX2 void q4_0_run(uint8_t *dst, const void *x, size_t nblocks,
 			nan |= has_nan(&b[k]);
 		}
 		if (!nan) {
-			q4_0_x8(dst + i * bytes, b);
+			x8(dst + i * bytes, b);
 			continue;
 		}
 		for (size_t k = 0; k < 8; k++)
-			q4_0_one(dst + (i + k) * bytes, &b[k]);
+			one(dst + (i + k) * bytes, &b[k]);
 	}
 	for (; i < nblocks; i++) {
 		load_any(&b[0], x, i, src);
-		q4_0_one(dst + i * bytes, &b[0]);
+		one(dst + i * bytes, &b[0]);
 	}
+}
+
+static AVX2 void q8_0_avx2(uint8_t *restrict dst, const float *restrict x,
+			   size_t nblocks)
+{
+	blocks_run(dst, x, nblocks, SRC_F32, GQ_Q8_0);
 }
 
 static AVX2 void q4_0_avx2(uint8_t *restrict dst, const float *restrict x,
 			   size_t nblocks)
 {
-	q4_0_run(dst, x, nblocks, SRC_F32);
+	blocks_run(dst, x, nblocks, SRC_F32, GQ_Q4_0);
 }
 
 static AVX2 void q8_0_16_avx2(uint8_t *restrict dst, const void *restrict x,
 			      size_t nblocks, bool f16)
 {
 	if (f16)
-		q8_0_run(dst, x, nblocks, SRC_F16);
+		blocks_run(dst, x, nblocks, SRC_F16, GQ_Q8_0);
 	else
-		q8_0_run(dst, x, nblocks, SRC_BF16);
+		blocks_run(dst, x, nblocks, SRC_BF16, GQ_Q8_0);
 }
 
 static AVX2 void q4_0_16_avx2(uint8_t *restrict dst, const void *restrict x,
 			      size_t nblocks, bool f16)
 {
 	if (f16)
-		q4_0_run(dst, x, nblocks, SRC_F16);
+		blocks_run(dst, x, nblocks, SRC_F16, GQ_Q4_0);
 	else
-		q4_0_run(dst, x, nblocks, SRC_BF16);
+		blocks_run(dst, x, nblocks, SRC_BF16, GQ_Q4_0);
 }
 
 const struct castfs_gguf_kernels castfs_gguf_avx2 = {
