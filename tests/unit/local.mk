@@ -2,7 +2,7 @@
 # Unit tests (Check): one binary per lib module. Each links the shared
 # runner (check_main.c) and defines unit_suite().
 
-UNIT_MAIN = tests/unit/check_main.c tests/unit/unit.h
+UNIT_MAIN = tests/unit/check_main.c tests/unit/unit.h tests/unit/unit_membuf.h
 TESTUTIL_SOURCES = tests/unit/testutil.c tests/unit/testutil.h
 ST_TESTUTIL_SOURCES = tests/unit/st_testutil.c tests/unit/st_testutil.h \
 	$(TESTUTIL_SOURCES)

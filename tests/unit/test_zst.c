@@ -15,25 +15,7 @@
 #include "source/zst.h"
 #include "source/zst_internal.h"
 #include "unit.h"
-
-struct membuf {
-	uint8_t *p;
-	size_t n, cap;
-};
-
-static int mem_write(void *ctx, const void *buf, size_t n)
-{
-	struct membuf *m = ctx;
-
-	if (m->n + n > m->cap) {
-		m->cap = (m->n + n) * 2;
-		m->p = realloc(m->p, m->cap);
-		ck_assert_ptr_nonnull(m->p);
-	}
-	memcpy(m->p + m->n, buf, n);
-	m->n += n;
-	return 0;
-}
+#include "unit_membuf.h"
 
 /* Weight-like bytes: a smooth ramp with noise, so frames compress a bit. */
 static uint8_t *make_input(size_t n, unsigned seed)

@@ -19,6 +19,7 @@
 #include "source/zst.h"
 #include "source/zst_internal.h"
 #include "unit.h"
+#include "unit_membuf.h"
 
 /* @n bytes of bf16 weights (@w 2) or fp32 weights (@w 4), roughly
  * N(0, 0.02): a sum of four uniforms from an LCG. */
@@ -289,25 +290,6 @@ START_TEST(test_zst_planes__edits_agree_with_libzstd)
 	free(in);
 }
 END_TEST
-
-struct membuf {
-	uint8_t *p;
-	size_t n, cap;
-};
-
-static int mem_write(void *ctx, const void *buf, size_t n)
-{
-	struct membuf *m = ctx;
-
-	if (m->n + n > m->cap) {
-		m->cap = (m->n + n) * 2;
-		m->p = realloc(m->p, m->cap);
-		ck_assert_ptr_nonnull(m->p);
-	}
-	memcpy(m->p + m->n, buf, n);
-	m->n += n;
-	return 0;
-}
 
 /*
  * Through the reader: a grouped pack with checksums whose second frame
