@@ -126,19 +126,26 @@ static inline AVX2 void store_low_bytes16(uint8_t *dst, __m256i r0, __m256i r1)
 	_mm_storeu_si128((__m128i *)dst, _mm256_castsi256_si128(p));
 }
 
+/* The 32 Q8_0 codes of block @b at @dst: round(x * id), id in every lane
+ * of @vid. */
+static inline AVX2 void q8_codes(uint8_t *dst, const struct blk *b, __m256 vid)
+{
+	__m256i r[4];
+
+	for (int k = 0; k < 4; k++)
+		r[k] = roundf_lanes(_mm256_mul_ps(b->v[k], vid));
+	store_low_bytes32(dst, r);
+}
+
 /* q8_0_block() of a block without NaN. */
 static AVX2 void q8_0_vec(uint8_t *dst, const struct blk *b)
 {
 	float amax = block_amax(b);
 	float d = amax / 127.0f;
 	float id = d != 0.0f ? 1.0f / d : 0.0f;
-	__m256 vid = _mm256_set1_ps(id);
-	__m256i r[4];
 
 	castfs_store_le16(dst, castfs_gguf_fp16(d));
-	for (int k = 0; k < 4; k++)
-		r[k] = roundf_lanes(_mm256_mul_ps(b->v[k], vid));
-	store_low_bytes32(dst + 2, r);
+	q8_codes(dst + 2, b, _mm256_set1_ps(id));
 }
 
 /*
@@ -177,19 +184,25 @@ static inline AVX2 float first_max(const struct blk *b, float amax)
 	return v[__builtin_ctz(hit)];
 }
 
+/* The 16 bytes of Q4_0 codes of block @b at @dst (element j in the low
+ * nibble, j + 16 in the high one), id in every lane of @vid. */
+static inline AVX2 void q4_codes(uint8_t *dst, const struct blk *b, __m256 vid)
+{
+	__m256i lo0 = q4_lanes(b->v[0], vid), lo1 = q4_lanes(b->v[1], vid);
+	__m256i hi0 = q4_lanes(b->v[2], vid), hi1 = q4_lanes(b->v[3], vid);
+
+	store_low_bytes16(dst, _mm256_or_si256(lo0, _mm256_slli_epi32(hi0, 4)),
+			  _mm256_or_si256(lo1, _mm256_slli_epi32(hi1, 4)));
+}
+
 /* q4_0_block() of a block without NaN. */
 static AVX2 void q4_0_vec(uint8_t *dst, const struct blk *b)
 {
 	volatile float d = first_max(b, block_amax(b)) / -8.0f;
 	float id = d != 0.0f ? 1.0f / d : 0.0f;
-	__m256 vid = _mm256_set1_ps(id);
-	__m256i lo0 = q4_lanes(b->v[0], vid), lo1 = q4_lanes(b->v[1], vid);
-	__m256i hi0 = q4_lanes(b->v[2], vid), hi1 = q4_lanes(b->v[3], vid);
 
 	castfs_store_le16(dst, castfs_gguf_fp16(d));
-	store_low_bytes16(dst + 2,
-			  _mm256_or_si256(lo0, _mm256_slli_epi32(hi0, 4)),
-			  _mm256_or_si256(lo1, _mm256_slli_epi32(hi1, 4)));
+	q4_codes(dst + 2, b, _mm256_set1_ps(id));
 }
 
 /* Where a block's values come from. */
@@ -209,18 +222,6 @@ static inline AVX2 void spill(float *f, const struct blk *b)
 {
 	for (int k = 0; k < 4; k++)
 		_mm256_storeu_ps(f + 8 * k, b->v[k]);
-}
-
-static inline AVX2 void q8_0_one(uint8_t *dst, const struct blk *b)
-{
-	float f[QK];
-
-	if (!has_nan(b)) {
-		q8_0_vec(dst, b);
-		return;
-	}
-	spill(f, b);
-	castfs_gguf_q8_0(dst, f, 1);
 }
 
 /* Lane k: the max of the 8 lanes of m[k] (values without NaN). */
@@ -245,6 +246,30 @@ static inline AVX2 __m256 hmax8(const __m256 m[8])
 }
 
 /*
+ * d = @num / @div, id = 1 / d (0 when d is 0) per lane, and fp16(d) into
+ * @h by vcvtps2ph, which rounds to nearest even exactly as
+ * castfs_gguf_fp16() for every value but NaN (test_gguf checks it; d is
+ * never NaN here). Returns id.
+ */
+static inline AVX2 __m256 scales_x8(__m256 num, float div, uint16_t h[8])
+{
+	__m256 d = _mm256_div_ps(num, _mm256_set1_ps(div));
+
+	_mm_storeu_si128((__m128i *)h,
+			 _mm256_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT |
+						    _MM_FROUND_NO_EXC));
+	return _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), d),
+			     _mm256_cmp_ps(d, _mm256_setzero_ps(),
+					   _CMP_NEQ_OQ));
+}
+
+/* Lane @k of @v in every lane. */
+static inline AVX2 __m256 lane(__m256 v, int k)
+{
+	return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(k));
+}
+
+/*
  * q8_0_vec() of 8 blocks without NaN at once: the same d = amax / 127
  * and id = 1 / d (0 when d is 0) per lane, and fp16(d) by vcvtps2ph, which
  * rounds to nearest even exactly as castfs_gguf_fp16() for every value but
@@ -252,41 +277,20 @@ static inline AVX2 __m256 hmax8(const __m256 m[8])
  */
 static AVX2 void q8_0_x8(uint8_t *dst, const struct blk b[8])
 {
-	__m256 m[8], d, id;
+	__m256 m[8], id;
 	uint16_t h[8];
 
 	for (int k = 0; k < 8; k++)
 		m[k] = _mm256_max_ps(
 			_mm256_max_ps(vabs(b[k].v[0]), vabs(b[k].v[1])),
 			_mm256_max_ps(vabs(b[k].v[2]), vabs(b[k].v[3])));
-	d = _mm256_div_ps(hmax8(m), _mm256_set1_ps(127.0f));
-	id = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), d),
-			   _mm256_cmp_ps(d, _mm256_setzero_ps(), _CMP_NEQ_OQ));
-	_mm_storeu_si128((__m128i *)h,
-			 _mm256_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT |
-						    _MM_FROUND_NO_EXC));
+	id = scales_x8(hmax8(m), 127.0f, h);
 	for (int k = 0; k < 8; k++) {
-		__m256 vid = _mm256_permutevar8x32_ps(id, _mm256_set1_epi32(k));
 		uint8_t *db = dst + k * CASTFS_GGUF_Q8_0_BYTES;
-		__m256i r[4];
 
 		castfs_store_le16(db, h[k]);
-		for (int j = 0; j < 4; j++)
-			r[j] = roundf_lanes(_mm256_mul_ps(b[k].v[j], vid));
-		store_low_bytes32(db + 2, r);
+		q8_codes(db + 2, &b[k], lane(id, k));
 	}
-}
-
-static inline AVX2 void q4_0_one(uint8_t *dst, const struct blk *b)
-{
-	float f[QK];
-
-	if (!has_nan(b)) {
-		q4_0_vec(dst, b);
-		return;
-	}
-	spill(f, b);
-	castfs_gguf_q4_0(dst, f, 1);
 }
 
 /* q4_0_vec() of 8 blocks without NaN: d = max / -8 and id = 1 / d (0 when
@@ -295,32 +299,37 @@ static AVX2 void q4_0_x8(uint8_t *dst, const struct blk b[8])
 {
 	float mx[8];
 	uint16_t h[8];
-	__m256 d, id;
+	__m256 id;
 
 	for (int k = 0; k < 8; k++)
 		mx[k] = first_max(&b[k], block_amax(&b[k]));
-	d = _mm256_div_ps(_mm256_loadu_ps(mx), _mm256_set1_ps(-8.0f));
-	id = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), d),
-			   _mm256_cmp_ps(d, _mm256_setzero_ps(), _CMP_NEQ_OQ));
-	_mm_storeu_si128((__m128i *)h,
-			 _mm256_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT |
-						    _MM_FROUND_NO_EXC));
+	id = scales_x8(_mm256_loadu_ps(mx), -8.0f, h);
 	for (int k = 0; k < 8; k++) {
-		__m256 vid = _mm256_permutevar8x32_ps(id, _mm256_set1_epi32(k));
 		uint8_t *db = dst + k * CASTFS_GGUF_Q4_0_BYTES;
-		__m256i lo0 = q4_lanes(b[k].v[0], vid);
-		__m256i lo1 = q4_lanes(b[k].v[1], vid);
-		__m256i hi0 = q4_lanes(b[k].v[2], vid);
-		__m256i hi1 = q4_lanes(b[k].v[3], vid);
 
 		castfs_store_le16(db, h[k]);
-		store_low_bytes16(
-			db + 2, _mm256_or_si256(lo0, _mm256_slli_epi32(hi0, 4)),
-			_mm256_or_si256(lo1, _mm256_slli_epi32(hi1, 4)));
+		q4_codes(db + 2, &b[k], lane(id, k));
 	}
 }
 
 enum gq { GQ_Q8_0, GQ_Q4_0 };
+
+/* One block: @vec where it holds no NaN, else the scalar code @scalar on
+ * the widened values (see the file's comment). */
+static inline AVX2 void block_one(uint8_t *dst, const struct blk *b,
+				  void (*vec)(uint8_t *, const struct blk *),
+				  void (*scalar)(uint8_t *, const float *,
+						 size_t))
+{
+	float f[QK];
+
+	if (!has_nan(b)) {
+		vec(dst, b);
+		return;
+	}
+	spill(f, b);
+	scalar(dst, f, 1);
+}
 
 /* @nblocks blocks of type @t: 8 at a time where none holds a NaN. @t and
  * @src are constants in every caller, so each use compiles to its own
@@ -332,8 +341,10 @@ static inline AVX2 void blocks_run(uint8_t *dst, const void *x, size_t nblocks,
 					    CASTFS_GGUF_Q4_0_BYTES;
 	void (*x8)(uint8_t *, const struct blk *) = t == GQ_Q8_0 ? q8_0_x8 :
 								   q4_0_x8;
-	void (*one)(uint8_t *, const struct blk *) = t == GQ_Q8_0 ? q8_0_one :
-								    q4_0_one;
+	void (*vec)(uint8_t *, const struct blk *) = t == GQ_Q8_0 ? q8_0_vec :
+								    q4_0_vec;
+	void (*scalar)(uint8_t *, const float *, size_t) =
+		t == GQ_Q8_0 ? castfs_gguf_q8_0 : castfs_gguf_q4_0;
 	struct blk b[8];
 	size_t i = 0;
 
@@ -349,11 +360,11 @@ static inline AVX2 void blocks_run(uint8_t *dst, const void *x, size_t nblocks,
 			continue;
 		}
 		for (size_t k = 0; k < 8; k++)
-			one(dst + (i + k) * bytes, &b[k]);
+			block_one(dst + (i + k) * bytes, &b[k], vec, scalar);
 	}
 	for (; i < nblocks; i++) {
 		load_any(&b[0], x, i, src);
-		one(dst + i * bytes, &b[0]);
+		block_one(dst + i * bytes, &b[0], vec, scalar);
 	}
 }
 
