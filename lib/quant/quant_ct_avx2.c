@@ -132,27 +132,29 @@ AVX2_INLINE void ct_loop(uint8_t *dst, const float *x, size_t n, float s,
 	}
 }
 
+/* ct_loop() with the weight dtype @dt a constant: one loop per dtype,
+ * so that the rounding's branch leaves the loop. */
+static inline AVX2 void ct_by_dtype(uint8_t *dst, const float *x, size_t n,
+				    float s, enum castfs_dtype dt, bool mul)
+{
+	if (dt == CASTFS_DTYPE_BF16)
+		ct_loop(dst, x, n, s, CASTFS_DTYPE_BF16, mul);
+	else if (dt == CASTFS_DTYPE_F16)
+		ct_loop(dst, x, n, s, CASTFS_DTYPE_F16, mul);
+	else
+		ct_loop(dst, x, n, s, CASTFS_DTYPE_F32, mul);
+}
+
 static AVX2 void ct_f8_codes_avx2(uint8_t *dst, const float *x, size_t n,
 				  float scale, enum castfs_dtype dt)
 {
-	/* One loop per dtype: the rounding's branch leaves the loop. */
-	if (dt == CASTFS_DTYPE_BF16)
-		ct_loop(dst, x, n, scale, CASTFS_DTYPE_BF16, false);
-	else if (dt == CASTFS_DTYPE_F16)
-		ct_loop(dst, x, n, scale, CASTFS_DTYPE_F16, false);
-	else
-		ct_loop(dst, x, n, scale, CASTFS_DTYPE_F32, false);
+	ct_by_dtype(dst, x, n, scale, dt, false);
 }
 
 static AVX2 void comfy_codes_avx2(uint8_t *dst, const float *x, size_t n,
 				  float inv, enum castfs_dtype dt)
 {
-	if (dt == CASTFS_DTYPE_BF16)
-		ct_loop(dst, x, n, inv, CASTFS_DTYPE_BF16, true);
-	else if (dt == CASTFS_DTYPE_F16)
-		ct_loop(dst, x, n, inv, CASTFS_DTYPE_F16, true);
-	else
-		ct_loop(dst, x, n, inv, CASTFS_DTYPE_F32, true);
+	ct_by_dtype(dst, x, n, inv, dt, true);
 }
 
 /* castfs_ct_absmax(): the same integer max of |x|'s bits, 16 per step. */

@@ -144,26 +144,30 @@ static void widen_block(float *f, const void *x, size_t b, bool f16)
 	}
 }
 
-static void q8_0_16_scalar(uint8_t *restrict dst, const void *restrict x,
-			   size_t nblocks, bool f16)
+/* @nblocks blocks of 16-bit values widened one block at a time and
+ * quantised by @block into @bytes each. */
+static void run16(uint8_t *restrict dst, const void *restrict x, size_t nblocks,
+		  bool f16, size_t bytes,
+		  void (*block)(uint8_t *, const float *))
 {
 	float f[CASTFS_GGUF_QK];
 
 	for (size_t b = 0; b < nblocks; b++) {
 		widen_block(f, x, b, f16);
-		q8_0_block(dst + b * CASTFS_GGUF_Q8_0_BYTES, f);
+		block(dst + b * bytes, f);
 	}
+}
+
+static void q8_0_16_scalar(uint8_t *restrict dst, const void *restrict x,
+			   size_t nblocks, bool f16)
+{
+	run16(dst, x, nblocks, f16, CASTFS_GGUF_Q8_0_BYTES, q8_0_block);
 }
 
 static void q4_0_16_scalar(uint8_t *restrict dst, const void *restrict x,
 			   size_t nblocks, bool f16)
 {
-	float f[CASTFS_GGUF_QK];
-
-	for (size_t b = 0; b < nblocks; b++) {
-		widen_block(f, x, b, f16);
-		q4_0_block(dst + b * CASTFS_GGUF_Q4_0_BYTES, f);
-	}
+	run16(dst, x, nblocks, f16, CASTFS_GGUF_Q4_0_BYTES, q4_0_block);
 }
 
 const struct castfs_gguf_kernels castfs_gguf_scalar = {
