@@ -488,7 +488,10 @@ static void castfs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 	struct fs_thread *t = thread_get(fs_of(req));
 	struct castfs_dir *dir;
 	size_t pos = 0, nids = 0;
-	uint64_t *ids = NULL;
+	/* The nodes this reply looked up, to forget if it is not delivered;
+	 * a reply holds at most this many (the kernel asks again for the
+	 * rest), so nothing is allocated per request. */
+	uint64_t ids[256];
 	int rc = t ? dir_of(fs_of(req), ino, fi->fh, &dir) : -ENOMEM;
 
 	if (rc) {
@@ -496,13 +499,8 @@ static void castfs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 		return;
 	}
 	size = size < t->out_len ? size : t->out_len;
-	/* Each entry takes at least 160 bytes (fuse_direntplus, a name). */
-	ids = malloc((size / 128 + 1) * sizeof(*ids));
-	if (!ids) {
-		reply_err(req, CASTFS_SOP_READDIR, -ENOMEM);
-		return;
-	}
-	for (size_t i = (size_t)off; off >= 0 && i < dir->n; i++) {
+	for (size_t i = (size_t)off;
+	     off >= 0 && i < dir->n && nids < CASTFS_ARRAY_SIZE(ids); i++) {
 		uint64_t id;
 		size_t need = add_plus(req, t->out + pos, size - pos, ino,
 				       &dir->ents[i], (off_t)(i + 1), off > 0,
@@ -524,7 +522,6 @@ static void castfs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 		for (size_t i = 0; i < nids; i++)
 			castfs_ns_forget(fs_of(req)->ns, ids[i], 1);
 	}
-	free(ids);
 }
 
 static void castfs_op_releasedir(fuse_req_t req, fuse_ino_t ino,
