@@ -40,6 +40,7 @@ struct push_stream {
 struct castfs_push {
 	struct castfs_fs *fs;
 	uint64_t ahead;
+	uint64_t skip; /* the mount's read-ahead window */
 	pthread_t thread;
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
@@ -99,8 +100,11 @@ static void stream_read(struct castfs_push *p, struct push_stream *s,
 	}
 	if (end > s->read_end)
 		s->read_end = end;
+	/* The reader is past what was pushed: the kernel's own read-ahead
+	 * has asked for the next window already; pushing it would only wait
+	 * for its pages and copy the same bytes again. */
 	if (end > s->pushed)
-		s->pushed = end;
+		s->pushed = end + p->skip;
 	s->target = s->read_end + p->ahead;
 	if (s->target > s->size)
 		s->target = s->size;
@@ -259,6 +263,9 @@ int castfs_push_start(struct castfs_fs *fs, unsigned ahead_kb,
 		return -ENOMEM;
 	p->fs = fs;
 	p->ahead = (uint64_t)ahead_kb << 10;
+	p->skip = getenv("CASTFS_PUSH_SKIP_KB") ?
+			  (uint64_t)atoi(getenv("CASTFS_PUSH_SKIP_KB")) << 10 :
+			  (uint64_t)fs->read_ahead_kb << 10;
 	p->buf = malloc(PUSH_CHUNK);
 	if (!p->buf || castfs_scratch_init(&p->s))
 		goto out_free;
