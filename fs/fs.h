@@ -26,7 +26,6 @@ struct castfs_fs {
 	 * round trip: `ls -l` asks two per entry. */
 	bool noxattr;
 	bool debug;
-	struct castfs_push *push; /* -o push_kb: NULL when off (fs_push.c) */
 };
 
 /*
@@ -120,33 +119,6 @@ void castfs_fs_listing_changed(void *ctx, uint64_t dir);
  * (the watcher, over one batch of events); !@begin: send them now.
  */
 void castfs_fs_listing_batch(struct castfs_fs *fs, bool begin);
-
-/*
- * Push-ahead (fs_push.c; docs/ARCHITECTURE.md, "Push-ahead"): a thread
- * that converts the bytes ahead of a sequential reader and stores them in
- * the kernel's page cache. Every function is thread-safe.
- */
-struct castfs_push;
-
-/* castfs_push_start - start the thread; it keeps up to @ahead_kb KiB
- * stored ahead of each sequential reader. Call once fs->se is mounted.
- * Returns 0 (*@out set), -ENOMEM or a pthread_create error. */
-int castfs_push_start(struct castfs_fs *fs, unsigned ahead_kb,
-		      struct castfs_push **out);
-
-/* castfs_push_hint - the read of [@off, @off + @n) of open @fh (node @ino,
- * @size bytes) was answered. Touches no open file: callable after the
- * reply. @p NULL: nothing. */
-void castfs_push_hint(struct castfs_push *p, uint64_t ino, uint64_t fh,
-		      uint64_t off, size_t n, uint64_t size);
-
-/* castfs_push_forget - @fh was released: stop pushing for it. */
-void castfs_push_forget(struct castfs_push *p, uint64_t fh);
-
-/* castfs_push_stop - stop the thread and free @p (NULL is accepted).
- * Returns 0, or -EBUSY when the thread is stuck in a store (left to it,
- * like castfs_watch_stop()). */
-int castfs_push_stop(struct castfs_push *p);
 
 /* The source watcher (fs_watch.c). */
 struct castfs_watch;

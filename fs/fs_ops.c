@@ -316,8 +316,6 @@ static void castfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 {
 	struct fs_thread *t = thread_get(fs_of(req));
 	struct castfs_file *f;
-	uint64_t fsize;
-	bool pushable;
 	char *buf;
 	ssize_t n;
 	int rc;
@@ -335,8 +333,6 @@ static void castfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 	t->req = req;
 	n = castfs_file_read(f, &t->s, buf, size, (uint64_t)off);
 	t->req = NULL;
-	fsize = castfs_file_size(f);
-	pushable = !castfs_file_direct_io(f);
 	last_use_before_reply(f);
 	if (n < 0) {
 		reply_err(req, CASTFS_SOP_READ, (int)n);
@@ -346,9 +342,6 @@ static void castfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 	}
 	if (buf != t->out)
 		free(buf);
-	if (n > 0 && pushable)
-		castfs_push_hint(t->fs->push, ino, fi->fh, (uint64_t)off,
-				 (size_t)n, fsize);
 }
 
 static void castfs_op_release(fuse_req_t req, fuse_ino_t ino,
@@ -360,7 +353,6 @@ static void castfs_op_release(fuse_req_t req, fuse_ino_t ino,
 	/* Unknown to this daemon (opened by the previous one, never read
 	 * since): nothing to release. */
 	replies_before_release(f);
-	castfs_push_forget(fs_of(req)->push, fi->fh);
 	castfs_file_close(f);
 	castfs_stats_op(fs_of(req)->stats, CASTFS_SOP_RELEASE, 0);
 	fuse_reply_err(req, 0);

@@ -29,7 +29,6 @@ struct options {
 	int version;
 	int nosupervise;
 	int noxattr;
-	unsigned push_kb;
 	const char *mnt_arg; /* the argv element naming the mount point */
 };
 
@@ -49,7 +48,6 @@ static const struct fuse_opt option_spec[] = {
 	OPT("cache_mb=%u", cache_mb),
 	OPT("nosupervise", nosupervise),
 	OPT("noxattr", noxattr),
-	OPT("push_kb=%u", push_kb),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -119,8 +117,6 @@ static void usage(const char *prog)
 	       "    -o noxattr             no extended attributes (user.castfs.*):\n"
 	       "                           the kernel stops asking, which halves\n"
 	       "                           the requests of `ls -l`\n"
-	       "    -o push_kb=N           store N KiB ahead of each sequential\n"
-	       "                           reader in the page cache (0: off)\n"
 	       "    -h, --help             this help\n"
 	       "    -V, --version          the version\n\n",
 	       prog, prog, prog, prog, prog, prog);
@@ -297,8 +293,6 @@ static int mount_and_serve(struct castfs_fs *fs, struct fuse_args *args,
 	 * still show once the entry and attribute timeouts expire. */
 	if (castfs_watch_start(fs, o->source, &watch))
 		castfs_fs_log(fs, "cannot watch the source for changes");
-	if (o->push_kb && castfs_push_start(fs, o->push_kb, &fs->push))
-		castfs_fs_log(fs, "cannot start the push-ahead thread");
 	if (child)
 		castfs_sv_child_ready(child);
 	rc = run_loop(fs, cmd, o);
@@ -306,7 +300,7 @@ static int mount_and_serve(struct castfs_fs *fs, struct fuse_args *args,
 	 * supervisor a clean stop, which ends the mount, never a crash to
 	 * restart (Ctrl-C reaches both processes). */
 	rc = rc < 0 || (rc > 0 && !child) ? 1 : 0;
-	if (castfs_push_stop(fs->push) | castfs_watch_stop(watch)) {
+	if (castfs_watch_stop(watch)) {
 		/* The watcher still uses the session and the namespace:
 		 * unmount (which frees it) and leave without freeing them. */
 		fuse_session_unmount(fs->se);

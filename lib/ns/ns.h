@@ -170,14 +170,6 @@ int castfs_ns_open(struct castfs_ns *ns, uint64_t id, struct castfs_file **out);
 ssize_t castfs_file_read(struct castfs_file *f, struct castfs_scratch *s,
 			 void *buf, size_t len, uint64_t off);
 
-/*
- * castfs_file_check - whether every byte castfs_file_read() returned for
- * @f so far is still of the version @f opened: 0, or -EIO once a writer
- * of its source was reported (lease) or its size or mtime moved (no
- * lease), or fstat's errno. Reads nothing. Thread-safe.
- */
-int castfs_file_check(struct castfs_file *f);
-
 /* castfs_file_size - the size the file was opened with. */
 uint64_t castfs_file_size(const struct castfs_file *f);
 

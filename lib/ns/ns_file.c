@@ -446,13 +446,6 @@ ssize_t castfs_file_read(struct castfs_file *f, struct castfs_scratch *s,
 	return n;
 }
 
-int castfs_file_check(struct castfs_file *f)
-{
-	if (!guards_enter(f) || !guards_leave(f))
-		return stale(f);
-	return sources_check(f);
-}
-
 uint64_t castfs_file_size(const struct castfs_file *f)
 {
 	return f->size;
