@@ -49,8 +49,12 @@ AVX2_INLINE __m256 ct_round8(__m256 v, enum castfs_dtype dt)
 				_mm256_castsi256_ps(set1u(0x7fc00000u)), nan);
 }
 
-/* castfs_qr_e4m3() of 8 lanes, one code per 32-bit lane. */
-AVX2_INLINE __m256i ct_e4m3_8(__m256 q)
+/*
+ * castfs_qr_e4m3() of 8 lanes, one code per 32-bit lane; with @nan_free
+ * (no lane is NaN or beyond +-448, or the caller sets those lanes after),
+ * without the NaN step.
+ */
+AVX2_INLINE __m256i ct_e4m3_8(__m256 q, bool nan_free)
 {
 	__m256i u = _mm256_castps_si256(q);
 	__m256i sign = _mm256_and_si256(u, set1u(0x80000000u));
@@ -68,9 +72,32 @@ AVX2_INLINE __m256i ct_e4m3_8(__m256 q)
 	nrm = _mm256_srli_epi32(nrm, 20);
 	r = _mm256_blendv_epi8(nrm, sub,
 			       _mm256_cmpgt_epi32(set1u(121u << 23), a));
-	r = _mm256_blendv_epi8(r, set1u(0x7f),
-			       _mm256_cmpgt_epi32(a, set1u((1087u << 20) - 1)));
+	if (!nan_free)
+		r = _mm256_blendv_epi8(
+			r, set1u(0x7f),
+			_mm256_cmpgt_epi32(a, set1u((1087u << 20) - 1)));
 	return _mm256_or_si256(r, _mm256_srli_epi32(sign, 24));
+}
+
+/*
+ * ct_code8() of a BF16 weight, given the quotient (or product) @q: its
+ * BF16 rounding makes every NaN +NaN, code 0x7F whatever else happens, so
+ * the rounding and the narrowing skip their NaN steps (a NaN's bits may
+ * carry into anything there) and one blend sets those lanes at the end.
+ */
+AVX2_INLINE __m256i ct_code8_bf16(__m256 q, bool mul)
+{
+	__m256i u = _mm256_castps_si256(q), r;
+	__m256i nan = _mm256_castps_si256(_mm256_cmp_ps(q, q, _CMP_UNORD_Q));
+
+	r = _mm256_and_si256(_mm256_srli_epi32(u, 16), set1u(1));
+	r = _mm256_add_epi32(_mm256_add_epi32(u, set1u(0x7fff)), r);
+	q = _mm256_castsi256_ps(_mm256_and_si256(r, set1u(0xffff0000u)));
+	if (!mul)
+		q = _mm256_add_ps(q, _mm256_setzero_ps());
+	q = _mm256_min_ps(_mm256_set1_ps(CASTFS_CT_F8_MAX), q);
+	q = _mm256_max_ps(_mm256_set1_ps(-CASTFS_CT_F8_MAX), q);
+	return _mm256_blendv_epi8(ct_e4m3_8(q, true), set1u(0x7f), nan);
 }
 
 /*
@@ -82,6 +109,10 @@ AVX2_INLINE __m256i ct_code8(__m256 v, __m256 s, enum castfs_dtype dt, bool mul)
 {
 	__m256 q;
 
+	/* A NaN product is code 0x7F for BF16 whichever NaN it is. */
+	if (dt == CASTFS_DTYPE_BF16)
+		return ct_code8_bf16(
+			mul ? _mm256_mul_ps(v, s) : _mm256_div_ps(v, s), mul);
 	/* A NaN s gives its own NaN (see comfy_f8_q()): the compiler may
 	 * swap a product's operands, and x86 returns the first NaN. */
 	if (mul)
@@ -94,7 +125,7 @@ AVX2_INLINE __m256i ct_code8(__m256 v, __m256 s, enum castfs_dtype dt, bool mul)
 				  _mm256_setzero_ps());
 	q = _mm256_min_ps(_mm256_set1_ps(CASTFS_CT_F8_MAX), q);
 	q = _mm256_max_ps(_mm256_set1_ps(-CASTFS_CT_F8_MAX), q);
-	return ct_e4m3_8(q);
+	return ct_e4m3_8(q, false);
 }
 
 /* Four lanes of 8 codes (each < 256) stored as 32 bytes in order. */
