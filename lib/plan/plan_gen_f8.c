@@ -38,6 +38,7 @@ struct f8_stage {
 struct f8_tile {
 	uint64_t br, nbr, bc, nbc;
 	uint64_t r0, r1, c0, c1;
+	bool raw16; /* elements left in st->raw as 16-bit (f8_codes16()) */
 	float scale[F8_TILE_MAX];
 };
 
@@ -291,6 +292,17 @@ static bool f8_raw16(const struct castfs_qtensor *q, const struct f8_stage *st)
 	return !castfs_qtensor_deq(q) && st->src_sz == 2 && st->to_f32;
 }
 
+/*
+ * Whether the codes of a tile may come from its 16-bit bits too
+ * (castfs_ct_f8_codes16(): widened in registers): the FP8 views'.
+ */
+static bool f8_codes16(const struct castfs_qtensor *q,
+		       const struct f8_stage *st)
+{
+	return f8_raw16(q, st) && q->qtype != CASTFS_Q_NVFP4 &&
+	       q->qtype != CASTFS_Q_W4;
+}
+
 /* Read the tile's elements unconverted into st->raw, row-major as
  * f8_tile_read() stages them (f8_raw16() tensors only). */
 static int f8_tile_read16(const struct castfs_read_env *env,
@@ -332,7 +344,8 @@ static float f8_block_scale(const struct castfs_qtensor *q,
 
 /*
  * Load tile @t and compute the scale of each of its blocks. With
- * @scales_only, a BF16/F16 tile stays unconverted (no float32 for codes).
+ * @scales_only, or when its codes can use them so (f8_codes16()), a
+ * BF16/F16 tile stays unconverted (t->raw16).
  */
 static int f8_tile_load_as(const struct castfs_read_env *env,
 			   const struct castfs_qtensor *q,
@@ -340,10 +353,11 @@ static int f8_tile_load_as(const struct castfs_read_env *env,
 			   bool scales_only)
 {
 	uint64_t w = t->c1 - t->c0;
-	bool raw16 = scales_only && f8_raw16(q, st);
+	bool raw16 = scales_only ? f8_raw16(q, st) : f8_codes16(q, st);
 	int rc = raw16 ? f8_tile_read16(env, q, st, t) :
 			 f8_tile_read(env, q, st, t);
 
+	t->raw16 = raw16;
 	for (uint64_t i = 0; !rc && i < t->nbr; i++) {
 		uint64_t ra = (t->br + i) * q->blk_rows;
 		uint64_t rb = CASTFS_MIN(q->rows, ra + q->blk_rows);
@@ -420,10 +434,15 @@ static void f8_tile_codes(const struct castfs_qtensor *q,
 				t->scale[(r / q->blk_rows - t->br) * t->nbc +
 					 (b - t->bc)];
 
-			const float *x =
-				st->f32 + (r - t->r0) * w + (c - t->c0);
+			uint64_t k = (r - t->r0) * w + (c - t->c0);
+			const float *x = st->f32 + k;
 
-			if (q->qtype == CASTFS_Q_NVFP4)
+			if (t->raw16)
+				castfs_ct_f8_codes16(dst + (e0 - base),
+						     st->raw + k * 2,
+						     (size_t)(s1 - e0), scale,
+						     st->dt);
+			else if (q->qtype == CASTFS_Q_NVFP4)
 				castfs_ct_fp4_pack(dst + (e0 - base) / 2, x,
 						   (size_t)(s1 - e0), scale,
 						   st->gs);

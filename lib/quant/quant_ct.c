@@ -297,8 +297,34 @@ static void comfy_codes_scalar(uint8_t *dst, const float *x, size_t n,
 	}
 }
 
+/*
+ * castfs_ct_f8_codes16() by its definition: each chunk widened exactly
+ * into a buffer (BF16 by a shift, F16 by its value), then the float32
+ * loop above. The reference the SIMD loops are held to.
+ */
+static void ct_f8_codes16_scalar(uint8_t *dst, const void *x, size_t n,
+				 float scale, enum castfs_dtype dt)
+{
+	const uint8_t *p = x;
+	float f[CT_CHUNK];
+
+	for (size_t i = 0; i < n; i += CT_CHUNK) {
+		size_t m = n - i < CT_CHUNK ? n - i : CT_CHUNK;
+
+		for (size_t j = 0; j < m; j++) {
+			uint16_t v = castfs_load_le16(p + 2 * (i + j));
+
+			f[j] = dt == CASTFS_DTYPE_F16 ?
+				       castfs_qr_f16_value(v) :
+				       castfs_f32_from_bits((uint32_t)v << 16);
+		}
+		ct_f8_codes_scalar(dst + i, f, m, scale, dt);
+	}
+}
+
 static const struct castfs_ct_kernels ct_scalar = {
 	.f8_codes = ct_f8_codes_scalar,
+	.f8_codes16 = ct_f8_codes16_scalar,
 	.comfy_codes = comfy_codes_scalar,
 	.absmax = ct_absmax_scalar,
 	.absmax16 = ct_absmax16_scalar,
@@ -346,6 +372,12 @@ void castfs_ct_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
 			enum castfs_dtype dt)
 {
 	ct_kernels()->f8_codes(dst, x, n, scale, dt);
+}
+
+void castfs_ct_f8_codes16(uint8_t *dst, const void *x, size_t n, float scale,
+			  enum castfs_dtype dt)
+{
+	ct_kernels()->f8_codes16(dst, x, n, scale, dt);
 }
 
 void castfs_comfy_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,

@@ -60,6 +60,15 @@ float castfs_ct_f8_scale(float absmax, enum castfs_dtype dt);
 void castfs_ct_f8_codes(uint8_t *dst, const float *x, size_t n, float scale,
 			enum castfs_dtype dt);
 
+/*
+ * castfs_ct_f8_codes16 - castfs_ct_f8_codes() of @n little-endian values
+ * of @dt (CASTFS_DTYPE_BF16 or CASTFS_DTYPE_F16, the weight's own dtype)
+ * at @x, any alignment: the same bytes as widening them to float32 first,
+ * without the float32 buffer. Thread-safe; no allocation.
+ */
+void castfs_ct_f8_codes16(uint8_t *dst, const void *x, size_t n, float scale,
+			  enum castfs_dtype dt);
+
 /* The int4 range [-8, 7] a symmetric scale maps absmax onto (15 / 2). */
 #define CASTFS_CT_I4_HALF_RANGE 7.5f
 
@@ -141,7 +150,8 @@ void castfs_ct_store(uint8_t *dst, float v, enum castfs_dtype dt);
  * struct castfs_ct_kernels - the loops of the scaled-fp8 views of one
  * instruction set, each bit-identical to the scalar reference (every
  * element the same float32 operations in the same order; NaN, Inf, -0.0,
- * subnormals and saturation included): castfs_ct_f8_codes(), the loop of
+ * subnormals and saturation included): castfs_ct_f8_codes(),
+ * castfs_ct_f8_codes16(), the loop of
  * castfs_comfy_f8_codes() given its inverse scale @inv,
  * castfs_ct_absmax() and castfs_ct_absmax16(). The public functions use the table chosen once for
  * this CPU (CASTFS_ISA overrides it, as for the cast kernels). Thread-safe;
@@ -150,6 +160,8 @@ void castfs_ct_store(uint8_t *dst, float v, enum castfs_dtype dt);
 struct castfs_ct_kernels {
 	void (*f8_codes)(uint8_t *dst, const float *x, size_t n, float scale,
 			 enum castfs_dtype dt);
+	void (*f8_codes16)(uint8_t *dst, const void *x, size_t n, float scale,
+			   enum castfs_dtype dt);
 	void (*comfy_codes)(uint8_t *dst, const float *x, size_t n, float inv,
 			    enum castfs_dtype dt);
 	float (*absmax)(const float *x, size_t n);

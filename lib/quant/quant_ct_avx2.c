@@ -3,7 +3,8 @@
  * AVX2 loops of the scaled-fp8 views (quant_ct.c's castfs_ct_kernels):
  * 8 lanes per step, each lane the scalar reference's float32 operations
  * in its order (an IEEE division or product, the dtype rounding, the zero
- * point, a NaN-keeping clamp) and the E4M3 narrowing of convert_scalar.c.
+ * point, a NaN-keeping clamp) and the E4M3 narrowing of convert_scalar.c;
+ * 16-bit weights are widened in registers (ct_widen8), not in a buffer.
  */
 #include <math.h>
 #include <string.h>
@@ -48,8 +49,12 @@ AVX2_INLINE __m256 ct_round8(__m256 v, enum castfs_dtype dt)
 				_mm256_castsi256_ps(set1u(0x7fc00000u)), nan);
 }
 
-/* castfs_qr_e4m3() of 8 lanes, one code per 32-bit lane. */
-AVX2_INLINE __m256i ct_e4m3_8(__m256 q)
+/*
+ * castfs_qr_e4m3() of 8 lanes, one code per 32-bit lane; with @nan_free
+ * (no lane is NaN or beyond +-448, or the caller sets those lanes after),
+ * without the NaN step.
+ */
+AVX2_INLINE __m256i ct_e4m3_8(__m256 q, bool nan_free)
 {
 	__m256i u = _mm256_castps_si256(q);
 	__m256i sign = _mm256_and_si256(u, set1u(0x80000000u));
@@ -67,9 +72,32 @@ AVX2_INLINE __m256i ct_e4m3_8(__m256 q)
 	nrm = _mm256_srli_epi32(nrm, 20);
 	r = _mm256_blendv_epi8(nrm, sub,
 			       _mm256_cmpgt_epi32(set1u(121u << 23), a));
-	r = _mm256_blendv_epi8(r, set1u(0x7f),
-			       _mm256_cmpgt_epi32(a, set1u((1087u << 20) - 1)));
+	if (!nan_free)
+		r = _mm256_blendv_epi8(
+			r, set1u(0x7f),
+			_mm256_cmpgt_epi32(a, set1u((1087u << 20) - 1)));
 	return _mm256_or_si256(r, _mm256_srli_epi32(sign, 24));
+}
+
+/*
+ * ct_code8() of a BF16 weight, given the quotient (or product) @q: its
+ * BF16 rounding makes every NaN +NaN, code 0x7F whatever else happens, so
+ * the rounding and the narrowing skip their NaN steps (a NaN's bits may
+ * carry into anything there) and one blend sets those lanes at the end.
+ */
+AVX2_INLINE __m256i ct_code8_bf16(__m256 q, bool mul)
+{
+	__m256i u = _mm256_castps_si256(q), r;
+	__m256i nan = _mm256_castps_si256(_mm256_cmp_ps(q, q, _CMP_UNORD_Q));
+
+	r = _mm256_and_si256(_mm256_srli_epi32(u, 16), set1u(1));
+	r = _mm256_add_epi32(_mm256_add_epi32(u, set1u(0x7fff)), r);
+	q = _mm256_castsi256_ps(_mm256_and_si256(r, set1u(0xffff0000u)));
+	if (!mul)
+		q = _mm256_add_ps(q, _mm256_setzero_ps());
+	q = _mm256_min_ps(_mm256_set1_ps(CASTFS_CT_F8_MAX), q);
+	q = _mm256_max_ps(_mm256_set1_ps(-CASTFS_CT_F8_MAX), q);
+	return _mm256_blendv_epi8(ct_e4m3_8(q, true), set1u(0x7f), nan);
 }
 
 /*
@@ -77,11 +105,14 @@ AVX2_INLINE __m256i ct_e4m3_8(__m256 q)
  * with @mul, comfy_f8_q() (x * s, rounded), clamped to +-448 with NaN
  * kept: min/max return their second operand when either is NaN.
  */
-AVX2_INLINE __m256i ct_code8(const float *x, __m256 s, enum castfs_dtype dt,
-			     bool mul)
+AVX2_INLINE __m256i ct_code8(__m256 v, __m256 s, enum castfs_dtype dt, bool mul)
 {
-	__m256 v = _mm256_loadu_ps(x), q;
+	__m256 q;
 
+	/* A NaN product is code 0x7F for BF16 whichever NaN it is. */
+	if (dt == CASTFS_DTYPE_BF16)
+		return ct_code8_bf16(
+			mul ? _mm256_mul_ps(v, s) : _mm256_div_ps(v, s), mul);
 	/* A NaN s gives its own NaN (see comfy_f8_q()): the compiler may
 	 * swap a product's operands, and x86 returns the first NaN. */
 	if (mul)
@@ -94,23 +125,30 @@ AVX2_INLINE __m256i ct_code8(const float *x, __m256 s, enum castfs_dtype dt,
 				  _mm256_setzero_ps());
 	q = _mm256_min_ps(_mm256_set1_ps(CASTFS_CT_F8_MAX), q);
 	q = _mm256_max_ps(_mm256_set1_ps(-CASTFS_CT_F8_MAX), q);
-	return ct_e4m3_8(q);
+	return ct_e4m3_8(q, false);
 }
 
-/* 32 codes: four lanes of codes (each < 256) packed to bytes in order. */
-AVX2_INLINE void ct_codes32(uint8_t *dst, const float *x, __m256 s,
-			    enum castfs_dtype dt, bool mul)
+/* Four lanes of 8 codes (each < 256) stored as 32 bytes in order. */
+AVX2_INLINE void ct_store32(uint8_t *dst, __m256i a, __m256i b, __m256i c,
+			    __m256i d)
 {
-	__m256i ab = _mm256_packus_epi32(ct_code8(x, s, dt, mul),
-					 ct_code8(x + 8, s, dt, mul));
-	__m256i cd = _mm256_packus_epi32(ct_code8(x + 16, s, dt, mul),
-					 ct_code8(x + 24, s, dt, mul));
-	__m256i r = _mm256_packus_epi16(ab, cd);
+	__m256i r = _mm256_packus_epi16(_mm256_packus_epi32(a, b),
+					_mm256_packus_epi32(c, d));
 
 	/* The packs interleave the 128-bit halves: 4-byte groups 0 4 1 5.. */
 	r = _mm256_permutevar8x32_epi32(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6,
 							     3, 7));
 	_mm256_storeu_si256((__m256i *)(void *)dst, r);
+}
+
+/* 32 codes of float32 elements. */
+AVX2_INLINE void ct_codes32(uint8_t *dst, const float *x, __m256 s,
+			    enum castfs_dtype dt, bool mul)
+{
+	ct_store32(dst, ct_code8(_mm256_loadu_ps(x), s, dt, mul),
+		   ct_code8(_mm256_loadu_ps(x + 8), s, dt, mul),
+		   ct_code8(_mm256_loadu_ps(x + 16), s, dt, mul),
+		   ct_code8(_mm256_loadu_ps(x + 24), s, dt, mul));
 }
 
 /* The codes of @x[0..@n): the tail through a zero-padded bounce. */
@@ -143,6 +181,60 @@ static inline AVX2 void ct_by_dtype(uint8_t *dst, const float *x, size_t n,
 		ct_loop(dst, x, n, s, CASTFS_DTYPE_F16, mul);
 	else
 		ct_loop(dst, x, n, s, CASTFS_DTYPE_F32, mul);
+}
+
+/*
+ * 8 little-endian BF16 (F16 when @dt is) values at @p widened to float32
+ * in registers, exactly: BF16 by a shift, F16 by F16C (subnormals exact;
+ * a NaN stays a NaN of its sign, all that its code depends on).
+ */
+AVX2_INLINE __m256 ct_widen8(const uint8_t *p, enum castfs_dtype dt)
+{
+	__m128i h = _mm_loadu_si128((const __m128i *)(const void *)p);
+
+	if (dt == CASTFS_DTYPE_F16)
+		return _mm256_cvtph_ps(h);
+	return _mm256_castsi256_ps(
+		_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* 32 codes of 16-bit elements at @p (64 bytes). */
+AVX2_INLINE void ct_codes32_16(uint8_t *dst, const uint8_t *p, __m256 s,
+			       enum castfs_dtype dt)
+{
+	ct_store32(dst, ct_code8(ct_widen8(p, dt), s, dt, false),
+		   ct_code8(ct_widen8(p + 16, dt), s, dt, false),
+		   ct_code8(ct_widen8(p + 32, dt), s, dt, false),
+		   ct_code8(ct_widen8(p + 48, dt), s, dt, false));
+}
+
+/* ct_loop() of 16-bit elements: the tail through a zero-padded bounce. */
+AVX2_INLINE void ct_loop16(uint8_t *dst, const uint8_t *p, size_t n, float s,
+			   enum castfs_dtype dt)
+{
+	__m256 sv = _mm256_set1_ps(s);
+	size_t i = 0;
+
+	for (; i + 32 <= n; i += 32)
+		ct_codes32_16(dst + i, p + 2 * i, sv, dt);
+	if (i < n) {
+		uint8_t t[64] = { 0 };
+		uint8_t o[32];
+
+		memcpy(t, p + 2 * i, (n - i) * 2);
+		ct_codes32_16(o, t, sv, dt);
+		memcpy(dst + i, o, n - i);
+	}
+}
+
+/* castfs_ct_f8_codes16(): one loop per dtype, as ct_by_dtype(). */
+static AVX2 void ct_f8_codes16_avx2(uint8_t *dst, const void *x, size_t n,
+				    float scale, enum castfs_dtype dt)
+{
+	if (dt == CASTFS_DTYPE_F16)
+		ct_loop16(dst, x, n, scale, CASTFS_DTYPE_F16);
+	else
+		ct_loop16(dst, x, n, scale, CASTFS_DTYPE_BF16);
 }
 
 static AVX2 void ct_f8_codes_avx2(uint8_t *dst, const float *x, size_t n,
@@ -224,6 +316,7 @@ static AVX2 float ct_absmax16_avx2(const void *x, size_t n, bool f16)
 
 const struct castfs_ct_kernels castfs_ct_avx2 = {
 	.f8_codes = ct_f8_codes_avx2,
+	.f8_codes16 = ct_f8_codes16_avx2,
 	.comfy_codes = comfy_codes_avx2,
 	.absmax = ct_absmax_avx2,
 	.absmax16 = ct_absmax16_avx2,

@@ -6,8 +6,8 @@
  * widened (NaN, Inf, subnormals, -0.0), random float32 patterns, random
  * weights, values at the BF16 / F16 / E4M3 rounding ties and the clamp,
  * with zero, subnormal, huge, infinite and NaN scales, odd lengths and
- * unaligned pointers; the absmax of 16-bit values read as they are against
- * that of their widening. An ISA the CPU lacks is reported as skipped.
+ * unaligned pointers; the absmax and the codes of 16-bit values read as
+ * they are against those of their widening. An ISA the CPU lacks is reported as skipped.
  */
 #include <check.h>
 #include <math.h>
@@ -230,6 +230,80 @@ static void check_absmax16(enum castfs_isa isa, bool f16)
 	free(raw);
 }
 
+/* The 16-bit pattern @i of set @set (as check_absmax16()'s sets). */
+static uint16_t set16(int set, size_t i, bool f16, uint64_t *seed)
+{
+	uint64_t r = tu_rand(seed);
+
+	if (set == 1)
+		return (uint16_t)((f16 ? 0x2000 : 0x3c00) + (r >> 32) % 0x600) |
+		       (uint16_t)(r & 0x8000);
+	if (set == 2)
+		return (uint16_t)(r & 0x8000);
+	return (uint16_t)(i * 40503u);
+}
+
+/*
+ * f8_codes16 of @isa (the scalar one included) over 16-bit patterns at
+ * every scale and length, aligned and at an odd byte address, equals the
+ * scalar f8_codes of their float32 widening (the scalar kernel's).
+ */
+static void check_codes16(enum castfs_isa isa, bool f16)
+{
+	const struct castfs_ct_kernels *k = castfs_ct_kernels_isa(isa);
+	const struct castfs_ct_kernels *s =
+		castfs_ct_kernels_isa(CASTFS_ISA_SCALAR);
+	enum castfs_dtype dt = f16 ? CASTFS_DTYPE_F16 : CASTFS_DTYPE_BF16;
+	castfs_convert_fn widen = castfs_convert_get_isa(CASTFS_ISA_SCALAR, dt,
+							 CASTFS_DTYPE_F32, 0);
+	uint8_t *raw = malloc(2 * NALL + 1);
+	float *f = malloc(NALL * sizeof(*f));
+	static uint8_t c1[NALL + 1], c2[NALL + 1];
+	uint64_t seed = 11;
+
+	ck_assert_ptr_nonnull(k);
+	for (int set = 0; set < 3; set++) {
+		for (size_t i = 0; i < NALL; i++)
+			castfs_store_le16(raw + 1 + 2 * i,
+					  set16(set, i, f16, &seed));
+		widen(f, raw + 1, NALL);
+		for (size_t sc = 0; sc < NSCALES; sc++)
+			for (size_t l = 0;
+			     l < sizeof(lengths) / sizeof(*lengths); l++) {
+				size_t n = lengths[l];
+				float scale = scale_at(sc, dt);
+
+				memset(c1, 0xAA, n + 1);
+				memset(c2, 0xAA, n + 1);
+				s->f8_codes(c2, f, n, scale, dt);
+				k->f8_codes16(c1, raw + 1, n, scale, dt);
+				ck_assert_msg(memcmp(c1, c2, n + 1) == 0,
+					      "codes16 %s f16 %d set %d n %zu "
+					      "scale %a",
+					      castfs_isa_name(isa), (int)f16,
+					      set, n, (double)scale);
+				memmove(raw, raw + 1, 2 * n);
+				k->f8_codes16(c1, raw, n, scale, dt);
+				memmove(raw + 1, raw, 2 * n);
+				ck_assert_int_eq(memcmp(c1, c2, n + 1), 0);
+			}
+	}
+	free(f);
+	free(raw);
+}
+
+START_TEST(test_ct_kernels__scalar_codes16)
+{
+	check_codes16(CASTFS_ISA_SCALAR, _i);
+}
+END_TEST
+
+START_TEST(test_ct_kernels__isa_codes16)
+{
+	check_codes16((enum castfs_isa)(_i / 2), _i % 2);
+}
+END_TEST
+
 START_TEST(test_ct_kernels__scalar_absmax16)
 {
 	check_absmax16(CASTFS_ISA_SCALAR, _i);
@@ -267,6 +341,15 @@ START_TEST(test_ct_kernels__dispatch_matches_scalar)
 	}
 	ck_assert_uint_eq(castfs_f32_bits(castfs_ct_absmax(x, NALL)),
 			  castfs_f32_bits(s->absmax(x, NALL)));
+	if (dt != CASTFS_DTYPE_F32) {
+		static uint8_t raw[2 * NALL];
+
+		for (size_t i = 0; i < NALL; i++)
+			castfs_store_le16(raw + 2 * i, (uint16_t)(i * 40503u));
+		castfs_ct_f8_codes16(c1, raw, NALL, scale_at(3, dt), dt);
+		s->f8_codes16(c2, raw, NALL, scale_at(3, dt), dt);
+		ck_assert_int_eq(memcmp(c1, c2, NALL), 0);
+	}
 	free(x);
 }
 END_TEST
@@ -316,6 +399,8 @@ Suite *unit_suite(void)
 	unit_add_isa_loop(tc, test_ct_kernels__isa_matches_scalar, 3);
 	tcase_add_loop_test(tc, test_ct_kernels__scalar_absmax16, 0, 2);
 	unit_add_isa_loop(tc, test_ct_kernels__isa_absmax16, 2);
+	tcase_add_loop_test(tc, test_ct_kernels__scalar_codes16, 0, 2);
+	unit_add_isa_loop(tc, test_ct_kernels__isa_codes16, 2);
 	suite_add_tcase(s, tc);
 	return s;
 }
