@@ -40,6 +40,7 @@ void castfs_fd_reader_init(struct castfs_fd_reader *fr, int fd)
 {
 	fr->r.pread = fd_pread;
 	fr->r.ctx = fr;
+	fr->r.visit = NULL;
 	fr->fd = fd;
 }
 
@@ -62,6 +63,7 @@ void castfs_mem_reader_init(struct castfs_mem_reader *mr, const void *data,
 {
 	mr->r.pread = mem_pread;
 	mr->r.ctx = mr;
+	mr->r.visit = NULL;
 	mr->data = data;
 	mr->len = len;
 }
@@ -86,6 +88,7 @@ void castfs_multi_reader_init(struct castfs_multi_reader *mr,
 {
 	mr->r.pread = multi_pread;
 	mr->r.ctx = mr;
+	mr->r.visit = NULL;
 	mr->parts = parts;
 	mr->n = n;
 }
