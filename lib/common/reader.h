@@ -95,7 +95,8 @@ struct castfs_multi_reader {
  * castfs_multi_reader_init - a reader over the @n readers @parts (borrowed:
  * they and the array must outlive @mr). A read of a part that does not
  * exist, or one that crosses the end of a part's offset space, is -EIO
- * (a plan never asks for one). Thread-safe if the parts are.
+ * (a plan never asks for one). A visit goes to the part's visit op
+ * (-ENOTSUP when it has none). Thread-safe if the parts are.
  */
 void castfs_multi_reader_init(struct castfs_multi_reader *mr,
 			      const struct castfs_reader *const *parts,
