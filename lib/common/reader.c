@@ -40,6 +40,7 @@ void castfs_fd_reader_init(struct castfs_fd_reader *fr, int fd)
 {
 	fr->r.pread = fd_pread;
 	fr->r.ctx = fr;
+	fr->r.visit = NULL;
 	fr->fd = fd;
 }
 
@@ -62,6 +63,7 @@ void castfs_mem_reader_init(struct castfs_mem_reader *mr, const void *data,
 {
 	mr->r.pread = mem_pread;
 	mr->r.ctx = mr;
+	mr->r.visit = NULL;
 	mr->data = data;
 	mr->len = len;
 }
@@ -80,12 +82,29 @@ static ssize_t multi_pread(void *ctx, void *buf, size_t n, uint64_t off)
 	return p->pread(p->ctx, buf, n, in);
 }
 
+/* A visit goes to the part's own visit op: the shards of a model folder
+ * may be grouped packs. */
+static int multi_visit(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
+		       void *arg)
+{
+	const struct castfs_multi_reader *mr = ctx;
+	uint64_t k = off >> CASTFS_PART_SHIFT;
+	uint64_t in = off & ((UINT64_C(1) << CASTFS_PART_SHIFT) - 1);
+	const struct castfs_reader *p;
+
+	if (k >= mr->n || n > (UINT64_C(1) << CASTFS_PART_SHIFT) - in)
+		return -EIO;
+	p = mr->parts[k];
+	return p->visit ? p->visit(p->ctx, in, n, fn, arg) : -ENOTSUP;
+}
+
 void castfs_multi_reader_init(struct castfs_multi_reader *mr,
 			      const struct castfs_reader *const *parts,
 			      size_t n)
 {
 	mr->r.pread = multi_pread;
 	mr->r.ctx = mr;
+	mr->r.visit = multi_visit;
 	mr->parts = parts;
 	mr->n = n;
 }

@@ -10,6 +10,22 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/*
+ * A piece of source bytes handed to a visitor (castfs_reader.visit): @n
+ * bytes at @bytes, or, when @sm is not NULL, @n / 2 bf16 elements stored
+ * as two byte planes (a grouped pack's frame, lib/source/zst_group.c):
+ * @sm[k] is element k's sign and 7 mantissa bits (s|mmmmmmm), @ex[k] its
+ * 8 exponent bits. The bytes are borrowed for the call only.
+ */
+struct castfs_piece {
+	const uint8_t *bytes;
+	const uint8_t *sm;
+	const uint8_t *ex;
+	size_t n;
+};
+
+typedef int (*castfs_visit_fn)(void *arg, const struct castfs_piece *p);
+
 struct castfs_reader {
 	/*
 	 * Read exactly @n bytes at @off into @buf. Returns @n, or a negative
@@ -19,6 +35,16 @@ struct castfs_reader {
 	 */
 	ssize_t (*pread)(void *ctx, void *buf, size_t n, uint64_t off);
 	void *ctx;
+	/*
+	 * Optional (NULL: not offered). Hand the @n bytes at @off (@n even,
+	 * bf16 elements) to @fn as pieces, in order, without copying them
+	 * where the reader can (a grouped pack's bf16 frame as its planes).
+	 * Returns 0, @fn's or the read's negative errno (pieces before it
+	 * were handed), or -ENOTSUP, having handed nothing, when the reader
+	 * declines this range (read it with pread then).
+	 */
+	int (*visit)(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
+		     void *arg);
 };
 
 /* castfs_reader_read - call @r->pread; map short reads to -EIO. */
@@ -69,7 +95,8 @@ struct castfs_multi_reader {
  * castfs_multi_reader_init - a reader over the @n readers @parts (borrowed:
  * they and the array must outlive @mr). A read of a part that does not
  * exist, or one that crosses the end of a part's offset space, is -EIO
- * (a plan never asks for one). Thread-safe if the parts are.
+ * (a plan never asks for one). A visit goes to the part's visit op
+ * (-ENOTSUP when it has none). Thread-safe if the parts are.
  */
 void castfs_multi_reader_init(struct castfs_multi_reader *mr,
 			      const struct castfs_reader *const *parts,

@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "format/dtype.h"
 
@@ -60,6 +61,35 @@ castfs_convert_fn castfs_convert_get(enum castfs_dtype from,
 castfs_convert_fn castfs_convert_get_isa(enum castfs_isa isa,
 					 enum castfs_dtype from,
 					 enum castfs_dtype to, unsigned flags);
+
+/*
+ * A cast of bf16 elements stored as a grouped pack's two byte planes
+ * (struct castfs_piece): @sm[k] holds element k's sign and 7 mantissa
+ * bits, @ex[k] its exponent. Writes exactly what the castfs_convert_fn of
+ * the same pair writes for the un-grouped bf16 elements. Cannot fail;
+ * accepts unaligned pointers; thread-safe.
+ */
+typedef void (*castfs_convert_planes_fn)(void *restrict dst,
+					 const uint8_t *restrict sm,
+					 const uint8_t *restrict ex, size_t n);
+
+/*
+ * castfs_convert_planes_get - the planes kernel bf16 -> @to with @flags, of
+ * the ISA castfs_convert_get() uses (or the best one below it that has
+ * one); NULL for pairs without one (only F8_E4M3 has one, with or without
+ * CASTFS_CVT_SATURATE). Thread-safe.
+ */
+castfs_convert_planes_fn castfs_convert_planes_get(enum castfs_dtype to,
+						   unsigned flags);
+
+/*
+ * castfs_convert_planes_get_isa - the same for an explicit @isa; NULL also
+ * when that ISA has no planes kernel of its own or does not run here. For
+ * tests that hold each variant to the scalar reference.
+ */
+castfs_convert_planes_fn castfs_convert_planes_get_isa(enum castfs_isa isa,
+						       enum castfs_dtype to,
+						       unsigned flags);
 
 /*
  * castfs_isa_selected - the ISA used by castfs_convert_get(): the best one

@@ -209,4 +209,38 @@ static inline AVX2 void narrow_e5m2_sat(void *p, __m256i u)
 #define CVT_TABLE castfs_cvt_avx2
 #include "kernels/convert_table.h"
 
+/* Eight bf16 elements from a grouped frame's planes, as float32 bits. */
+static inline AVX2 __m256i widen_bf16_planes(const uint8_t *sm,
+					     const uint8_t *ex)
+{
+	__m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)sm));
+	__m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)ex));
+	__m256i sign = _mm256_slli_epi32(_mm256_and_si256(s, set1(0x80)), 24);
+	__m256i mant = _mm256_slli_epi32(_mm256_and_si256(s, set1(0x7f)), 16);
+
+	return _mm256_or_si256(_mm256_or_si256(sign, mant),
+			       _mm256_slli_epi32(e, 23));
+}
+
+/* The un-grouping fused into the cast: no bf16 buffer between them. */
+#define PLANES_KERNEL(to, sat)                                                 \
+	static AVX2 void cvtp_bf16_##to(void *restrict dst,                    \
+					const uint8_t *restrict sm,            \
+					const uint8_t *restrict ex, size_t n)  \
+	{                                                                      \
+		uint8_t *d = dst;                                              \
+		size_t i;                                                      \
+                                                                               \
+		for (i = 0; i + STEP <= n; i += STEP)                          \
+			narrow_##to(d + i, widen_bf16_planes(sm + i, ex + i)); \
+		if (i < n)                                                     \
+			castfs_cvtp_scalar[sat](d + i, sm + i, ex + i, n - i); \
+	}
+
+PLANES_KERNEL(e4m3, 0)
+PLANES_KERNEL(e4m3_sat, 1)
+
+const castfs_convert_planes_fn castfs_cvtp_avx2[2] = { cvtp_bf16_e4m3,
+						       cvtp_bf16_e4m3_sat };
+
 #endif

@@ -40,6 +40,13 @@ extern const struct castfs_cvt_table castfs_cvt_avx2;
 extern const struct castfs_cvt_table castfs_cvt_avx512;
 #endif
 
+/* The planes kernels (bf16 -> E4M3), indexed by saturation; the scalar
+ * one is the reference. */
+extern const castfs_convert_planes_fn castfs_cvtp_scalar[2];
+#if CASTFS_HAVE_X86_KERNELS
+extern const castfs_convert_planes_fn castfs_cvtp_avx2[2];
+#endif
+
 /* Bits of castfs_cpu_detect(). */
 enum {
 	CASTFS_CPU_AVX2 = 1u << 0, /* AVX2, F16C, FMA, OS saves ymm */

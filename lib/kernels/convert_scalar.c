@@ -298,3 +298,28 @@ const struct castfs_cvt_table castfs_cvt_scalar = {
 	},
 };
 /* clang-format on */
+
+/* bf16 bits from a grouped frame's planes (lib/source/zst_group.c). */
+static uint16_t bf16_of_planes(uint8_t sm, uint8_t ex)
+{
+	return (uint16_t)(((sm & 0x80u) << 8) | ((unsigned)ex << 7) |
+			  (sm & 0x7Fu));
+}
+
+#define PLANES_KERNEL(to)                                                  \
+	static void cvtp_bf16_##to(void *restrict dst,                     \
+				   const uint8_t *restrict sm,             \
+				   const uint8_t *restrict ex, size_t n)   \
+	{                                                                  \
+		uint8_t *d = dst;                                          \
+                                                                           \
+		for (size_t i = 0; i < n; i++)                             \
+			d[i] = narrow_##to(                                \
+				widen_bf16(bf16_of_planes(sm[i], ex[i]))); \
+	}
+
+PLANES_KERNEL(e4m3)
+PLANES_KERNEL(e4m3_sat)
+
+const castfs_convert_planes_fn castfs_cvtp_scalar[2] = { cvtp_bf16_e4m3,
+							 cvtp_bf16_e4m3_sat };

@@ -139,3 +139,35 @@ enum castfs_isa castfs_isa_from_name(const char *name)
 	}
 	return CASTFS_ISA_COUNT;
 }
+
+/* The planes kernels per ISA (NULL: none of its own). */
+static const castfs_convert_planes_fn *const isa_planes[CASTFS_ISA_COUNT] = {
+	[CASTFS_ISA_SCALAR] = castfs_cvtp_scalar,
+#if CASTFS_HAVE_X86_KERNELS
+	[CASTFS_ISA_AVX2] = castfs_cvtp_avx2,
+#endif
+};
+
+castfs_convert_planes_fn castfs_convert_planes_get_isa(enum castfs_isa isa,
+						       enum castfs_dtype to,
+						       unsigned flags)
+{
+	unsigned sat = (flags & CASTFS_CVT_SATURATE) ? 1 : 0;
+
+	if (!castfs_isa_available(isa) || to != CASTFS_DTYPE_F8_E4M3 ||
+	    (flags & ~CASTFS_CVT_SATURATE) || !isa_planes[isa])
+		return NULL;
+	return isa_planes[isa][sat];
+}
+
+castfs_convert_planes_fn castfs_convert_planes_get(enum castfs_dtype to,
+						   unsigned flags)
+{
+	castfs_convert_planes_fn fn = NULL;
+
+	/* An ISA without planes kernels of its own uses the best below it. */
+	for (int isa = (int)castfs_isa_selected(); isa >= 0 && !fn; isa--)
+		fn = castfs_convert_planes_get_isa((enum castfs_isa)isa, to,
+						   flags);
+	return fn;
+}

@@ -38,4 +38,5 @@ void castfs_plan_layer_init(struct castfs_plan_layer *l,
 	l->src = src;
 	l->r.pread = layer_pread;
 	l->r.ctx = l;
+	l->r.visit = NULL;
 }

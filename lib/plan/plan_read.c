@@ -50,12 +50,57 @@ static int gen_copy(const struct castfs_read_env *env,
 				  e->src_off + first);
 }
 
+/* A cast fed by a reader's visit op: where its output goes next. */
+struct cast_visit {
+	const struct castfs_extent *e;
+	castfs_convert_planes_fn cvtp;
+	uint8_t *dst;
+};
+
+static int cast_piece(void *arg, const struct castfs_piece *p)
+{
+	struct cast_visit *v = arg;
+	size_t count = p->n / 2;
+
+	if (p->sm)
+		v->cvtp(v->dst, p->sm, p->ex, count);
+	else
+		v->e->cvt(v->dst, p->bytes, count);
+	v->dst += count * v->e->unit;
+	return 0;
+}
+
+/*
+ * A bf16 cast from a reader that hands its bytes over as they lie (a
+ * grouped pack: a frame's planes cast without un-grouping them first, no
+ * copy of cached frames). -ENOTSUP when the reader or the pair has no
+ * such path; nothing is written then.
+ */
+static int gen_cast_visit(const struct castfs_read_env *env,
+			  const struct castfs_extent *e, uint64_t first,
+			  uint64_t count, uint8_t *dst)
+{
+	struct cast_visit v = { .e = e, .dst = dst };
+
+	if (!env->src->visit || e->src_dtype != CASTFS_DTYPE_BF16)
+		return -ENOTSUP;
+	v.cvtp = castfs_convert_planes_get(e->dst_dtype, e->flags);
+	if (!v.cvtp)
+		return -ENOTSUP;
+	return env->src->visit(env->src->ctx, e->src_off + first * 2,
+			       (size_t)count * 2, cast_piece, &v);
+}
+
 static int gen_cast(const struct castfs_read_env *env,
 		    const struct castfs_extent *e, uint64_t first,
 		    uint64_t count, uint8_t *dst)
 {
 	size_t in_sz = castfs_dtype_bits(e->src_dtype) / 8;
 	size_t chunk = env->s->len / in_sz;
+	int visited = gen_cast_visit(env, e, first, count, dst);
+
+	if (visited != -ENOTSUP)
+		return visited;
 
 	while (count) {
 		size_t n = (size_t)CASTFS_MIN(count, chunk);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/compiler.h"
 #include "source/zst_internal.h"
 
 #define ZC_BUCKETS 1024u
@@ -196,19 +197,17 @@ static enum castfs_zst_transform frame_xform(const struct castfs_zst_index *ix,
 }
 
 /*
- * Decode and verify grouped frame @i (@csize bytes at @src, transform @t)
- * and un-group it into @dst. The planes are decoded into @dc's second
- * buffer, except a raw plane, which is read where it lies in @src: no
- * copy of it before the un-grouping.
+ * Decode and verify grouped frame @i (@csize bytes at @src) into its
+ * planes, pointed at by @plane: into @dc's second buffer, except a raw
+ * plane, which is read where it lies in @src (no copy of it). Valid until
+ * the next use of @dc.
  */
-static int frame_ungroup_dc(const struct castfs_zst_index *ix, size_t i,
-			    struct zst_dctx *dc, const void *src, size_t csize,
-			    void *dst)
+static int frame_planes_dc(const struct castfs_zst_index *ix, size_t i,
+			   struct zst_dctx *dc, const void *src, size_t csize,
+			   const uint8_t **plane)
 {
 	size_t dsize = (size_t)(ix->doff[i + 1] - ix->doff[i]);
-	enum castfs_zst_transform t = frame_xform(ix, i);
-	unsigned w = zst_group_width(t);
-	const uint8_t *plane[ZST_MAX_PLANES];
+	unsigned w = zst_group_width(frame_xform(ix, i));
 	void *planes = zst_dctx_ubuf(dc, dsize);
 	int rc;
 
@@ -219,8 +218,20 @@ static int frame_ungroup_dc(const struct castfs_zst_index *ix, size_t i,
 	if (!rc && ix->sum &&
 	    zst_checksum_planes(plane, w, dsize / w) != ix->sum[i])
 		rc = -EIO;
+	return rc;
+}
+
+/* Decode and verify grouped frame @i and un-group it into @dst. */
+static int frame_ungroup_dc(const struct castfs_zst_index *ix, size_t i,
+			    struct zst_dctx *dc, const void *src, size_t csize,
+			    void *dst)
+{
+	size_t dsize = (size_t)(ix->doff[i + 1] - ix->doff[i]);
+	const uint8_t *plane[ZST_MAX_PLANES];
+	int rc = frame_planes_dc(ix, i, dc, src, csize, plane);
+
 	if (!rc)
-		zst_ungroup_planes(dst, plane, dsize, t);
+		zst_ungroup_planes(dst, plane, dsize, frame_xform(ix, i));
 	return rc;
 }
 
@@ -247,6 +258,19 @@ static int frame_decode_dc(const struct castfs_zst_index *ix,
 	return rc;
 }
 
+/* Count a decode of frame @i that returned @rc in the cache's stats. */
+static void count_decode(const struct castfs_zst_index *ix, size_t i, int rc)
+{
+	struct castfs_zcache *c = ix->cache;
+
+	atomic_fetch_add(&c->misses, 1);
+	if (rc)
+		atomic_fetch_add(&c->errors, 1);
+	else
+		atomic_fetch_add(&c->bytes,
+				 (size_t)(ix->doff[i + 1] - ix->doff[i]));
+}
+
 /* frame_decode_dc() with a pooled context, counted in the cache's stats. */
 static int frame_decode(const struct castfs_zst_index *ix,
 			const struct castfs_reader *raw, size_t i, void *dst)
@@ -259,12 +283,38 @@ static int frame_decode(const struct castfs_zst_index *ix,
 		rc = frame_decode_dc(ix, raw, i, dc, dst);
 		pool_give(c, dc);
 	}
-	atomic_fetch_add(&c->misses, 1);
-	if (rc)
-		atomic_fetch_add(&c->errors, 1);
-	else
-		atomic_fetch_add(&c->bytes,
-				 (size_t)(ix->doff[i + 1] - ix->doff[i]));
+	count_decode(ix, i, rc);
+	return rc;
+}
+
+/*
+ * Read, decode and verify grouped bf16 frame @i of @ix and hand its planes
+ * to @fn: the un-grouping is left to the visitor (a fused cast). The
+ * context, whose buffers the planes are, is held until @fn returns.
+ */
+static int frame_visit_planes(const struct castfs_zst_index *ix,
+			      const struct castfs_reader *raw, size_t i,
+			      castfs_visit_fn fn, void *arg)
+{
+	size_t csize = (size_t)(ix->coff[i + 1] - ix->coff[i]);
+	struct castfs_piece p = { .n = (size_t)(ix->doff[i + 1] -
+						ix->doff[i]) };
+	struct zst_dctx *dc = pool_take(ix->cache);
+	const uint8_t *plane[ZST_MAX_PLANES];
+	void *src = dc ? zst_dctx_buf(dc, csize) : NULL;
+	int rc = src ? castfs_reader_read(raw, src, csize, ix->coff[i]) :
+		       -ENOMEM;
+
+	if (!rc)
+		rc = frame_planes_dc(ix, i, dc, src, csize, plane);
+	count_decode(ix, i, rc);
+	if (!rc) {
+		p.sm = plane[0];
+		p.ex = plane[1];
+		rc = fn(arg, &p);
+	}
+	if (dc)
+		pool_give(ix->cache, dc);
 	return rc;
 }
 
@@ -392,6 +442,76 @@ static int frame_copy(const struct castfs_zst_index *ix,
 	return 0;
 }
 
+/*
+ * Hand bytes [@in, @in + @n) of frame @i to @fn: a whole bf16 frame not
+ * cached as its planes, anything else from the cache (a cut frame is
+ * decoded into it, as for pread), without a copy.
+ */
+static int frame_visit(const struct castfs_zst_index *ix,
+		       const struct castfs_reader *raw, size_t i, size_t in,
+		       size_t n, castfs_visit_fn fn, void *arg)
+{
+	struct zst_frame *f = zc_lookup(ix->cache, ix->id, i);
+	int rc;
+
+	if (!f && frame_xform(ix, i) == CASTFS_ZST_BF16 && in == 0 &&
+	    n == ix->doff[i + 1] - ix->doff[i])
+		return frame_visit_planes(ix, raw, i, fn, arg);
+	if (!f) {
+		rc = frame_get(ix, raw, i, &f);
+		if (rc)
+			return rc;
+	}
+	rc = fn(arg, &(struct castfs_piece){ .bytes = f->data + in, .n = n });
+	zc_release(ix->cache, f);
+	return rc;
+}
+
+/*
+ * Whether every frame boundary in [@off, @off + @n) lies an even number
+ * of bytes from @off: each piece is then whole bf16 elements, and a
+ * frame's planes start at an element. Packs castfs writes always do.
+ */
+static bool visit_even(const struct castfs_zst_index *ix, uint64_t off,
+		       size_t n)
+{
+	if (n % 2)
+		return false;
+	for (size_t i = frame_of(ix, off); i < ix->nframes; i++) {
+		if (ix->doff[i] >= off + n)
+			break;
+		if ((ix->doff[i] ^ off) & 1)
+			return false;
+	}
+	return true;
+}
+
+static int zr_visit(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
+		    void *arg)
+{
+	const struct castfs_zst_reader *zr = ctx;
+	const struct castfs_zst_index *ix = zr->ix;
+	uint64_t total = castfs_zst_index_size(ix);
+
+	if (off > total || n > total - off || !visit_even(ix, off, n))
+		return -ENOTSUP;
+	for (size_t i = frame_of(ix, off), done = 0; done < n; i++) {
+		uint64_t at = off + done;
+		size_t in = (size_t)(at - ix->doff[i]);
+		size_t take =
+			(size_t)CASTFS_MIN(ix->doff[i + 1] - at, n - done);
+		int rc;
+
+		if (take == 0)
+			continue; /* an empty (skippable) frame */
+		rc = frame_visit(ix, zr->raw, i, in, take, fn, arg);
+		if (rc)
+			return rc;
+		done += take;
+	}
+	return 0;
+}
+
 static ssize_t zr_pread(void *ctx, void *buf, size_t n, uint64_t off)
 {
 	const struct castfs_zst_reader *zr = ctx;
@@ -434,6 +554,7 @@ void castfs_zst_reader_init(struct castfs_zst_reader *zr,
 {
 	zr->r.pread = zr_pread;
 	zr->r.ctx = zr;
+	zr->r.visit = ix->xform ? zr_visit : NULL;
 	zr->ix = ix;
 	zr->raw = raw;
 }

@@ -56,3 +56,6 @@ castfs-relink: $(fs_castfs_OBJECTS) $(fs_castfs_DEPENDENCIES)
 		$(LDFLAGS) -Wl,--build-id=0x$(RELINK_ID) -o $(RELINK_OUT) \
 		$(fs_castfs_OBJECTS) $(fs_castfs_LDADD) $(LIBS)
 .PHONY: castfs-relink
+
+# A sharded model of grouped packs: the composite reader forwards visit.
+COMPAT_TESTS += tests/compat/test_packed_shards_grouped.py

@@ -162,3 +162,14 @@ EXTRA_DIST += scripts/gen-malformed.py tests/data/malformed
 TESTS += scripts/check-layering.sh tests/unit/test_layering.sh
 EXTRA_DIST += scripts/check-layering.sh scripts/format.sh .clang-format \
 	tests/unit/test_layering.sh
+
+# The bf16 planes of grouped packs: the fused cast kernels (kernels/) and
+# the zst reader's visit op (source/).
+UNIT_TESTS += tests/unit/test_kernels_planes tests/unit/test_zst_visit
+tests_unit_test_kernels_planes_SOURCES = tests/unit/test_kernels_planes.c \
+	$(UNIT_MAIN)
+tests_unit_test_kernels_planes_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_kernels_planes_LDADD = $(UNIT_LDADD)
+tests_unit_test_zst_visit_SOURCES = tests/unit/test_zst_visit.c $(UNIT_MAIN)
+tests_unit_test_zst_visit_CFLAGS = $(UNIT_CFLAGS) $(ZSTD_CFLAGS)
+tests_unit_test_zst_visit_LDADD = $(UNIT_LDADD)

@@ -56,6 +56,61 @@ START_TEST(test_reader__no_such_part)
 }
 END_TEST
 
+/* A part with a visit op: hands its bytes as one piece, recording where. */
+struct vpart {
+	struct castfs_mem_reader m;
+	uint64_t off;
+	size_t n;
+};
+
+static int vpart_visit(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
+		       void *arg)
+{
+	struct vpart *v = ctx;
+	struct castfs_piece p = { .bytes = v->m.data + off, .n = n };
+
+	v->off = off;
+	v->n = n;
+	return fn(arg, &p);
+}
+
+static int keep_piece(void *arg, const struct castfs_piece *p)
+{
+	memcpy(arg, p->bytes, p->n);
+	return 0;
+}
+
+/* A visit goes to its part's visit op at the part's own offset; a part
+ * without one declines; a part that does not exist fails. */
+START_TEST(test_reader__visit_by_part)
+{
+	struct castfs_mem_reader a;
+	struct vpart b = { .off = 99 };
+	const struct castfs_reader *parts[2] = { &a.r, &b.m.r };
+	struct castfs_multi_reader mr;
+	char buf[16] = { 0 };
+
+	castfs_mem_reader_init(&a, one, sizeof(one) - 1);
+	castfs_mem_reader_init(&b.m, two, sizeof(two) - 1);
+	b.m.r.ctx = &b;
+	b.m.r.visit = vpart_visit;
+	castfs_multi_reader_init(&mr, parts, 2);
+	ck_assert_ptr_nonnull(mr.r.visit);
+	ck_assert_int_eq(mr.r.visit(mr.r.ctx, castfs_part_off(1, 2), 6,
+				    keep_piece, buf),
+			 0);
+	ck_assert_uint_eq(b.off, 2);
+	ck_assert_uint_eq(b.n, 6);
+	ck_assert_mem_eq(buf, "RT TWO", 6);
+	ck_assert_int_eq(mr.r.visit(mr.r.ctx, castfs_part_off(0, 0), 2,
+				    keep_piece, buf),
+			 -ENOTSUP);
+	ck_assert_int_eq(mr.r.visit(mr.r.ctx, castfs_part_off(2, 0), 2,
+				    keep_piece, buf),
+			 -EIO);
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("reader");
@@ -63,6 +118,7 @@ Suite *unit_suite(void)
 
 	tcase_add_test(tc, test_reader__parts_by_offset);
 	tcase_add_test(tc, test_reader__no_such_part);
+	tcase_add_test(tc, test_reader__visit_by_part);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1,0 +1,90 @@
+# SPDX-License-Identifier: MIT
+"""A sharded model whose shards are grouped packs (`castfs pack --grouped`):
+each shard of DIR.fp8/ is cast from its pack's bf16 frames as planes (the
+grouped reader's visit op and the fused cast; the composite reader's
+forwarding of visit is tested in tests/unit/test_reader.c). Oracle:
+torch's cast to float8_e4m3fn of the original weights (every F8_E4M3
+tensor of the view), and the view's files equal those of the same model
+left uncompressed.
+"""
+import os
+import shutil
+import subprocess
+import unittest
+
+import torch
+from safetensors.torch import load_file
+
+import castfs_testlib as tl
+
+
+def castfs(*args):
+    return subprocess.run([tl.castfs_binary()] + list(args), capture_output=True, text=True)
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+@unittest.skipUnless(tl.fuse_usable(), "FUSE not usable")
+class GroupedShards(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        from transformers import LlamaConfig, LlamaForCausalLM
+        cls.ctx = tl.tempdir()
+        cls.src = cls.ctx.__enter__()
+        cfg = LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256,
+                          num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=4, max_position_embeddings=64)
+        torch.manual_seed(1)
+        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+        plain = os.path.join(cls.src, "plain")
+        model.save_pretrained(plain, max_shard_size="200KB")
+        cls.want = {}
+        for n in os.listdir(plain):
+            if n.endswith(".safetensors"):
+                cls.want.update(load_file(os.path.join(plain, n)))
+        shutil.copytree(plain, os.path.join(cls.src, "packed"))
+        r = castfs("pack", "--no-progress", "--remove", "--grouped", "--frame-size", "32K",
+                   os.path.join(cls.src, "packed") + "/")
+        assert r.returncode == 0, r.stderr
+        cls.mnt = tl.Mount(cls.src)
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.mnt.unmount()
+        cls.ctx.__exit__(None, None, None)
+        assert rc == 0, "castfs exited with %d" % rc
+
+    def test_shards_are_grouped_packs(self):
+        names = os.listdir(os.path.join(self.src, "packed"))
+        self.assertGreater(sum(n.endswith(".safetensors.zstg") for n in names), 1)
+        self.assertFalse(any(n.endswith(".safetensors") for n in names))
+
+    def test_fp8_dir_equals_torch(self):
+        packed = self.mnt.join("packed.fp8")
+        cast = 0
+        for n in sorted(os.listdir(packed)):
+            if not n.endswith(".safetensors"):
+                continue
+            got = load_file(os.path.join(packed, n))
+            for k, v in got.items():
+                if v.dtype != torch.float8_e4m3fn:
+                    continue
+                want = self.want[k].to(torch.float8_e4m3fn)
+                self.assertTrue(torch.equal(v.view(torch.uint8), want.view(torch.uint8)), k)
+                cast += 1
+        self.assertGreater(cast, 4)
+
+    def test_fp8_dir_equals_uncompressed(self):
+        plain = self.mnt.join("plain.fp8")
+        packed = self.mnt.join("packed.fp8")
+        self.assertEqual(sorted(os.listdir(packed)), sorted(os.listdir(plain)))
+        for n in os.listdir(plain):
+            if os.path.isfile(os.path.join(plain, n)):
+                self.assertEqual(read(os.path.join(packed, n)), read(os.path.join(plain, n)), n)
+
+
+if __name__ == "__main__":
+    tl.main()

@@ -1,0 +1,244 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lib/source: the visit op of a grouped pack's reader, which hands a bf16
+ * frame over as its two planes. The pieces, un-grouped here by the bf16
+ * bit layout itself (not castfs's un-grouping), must give back the packed
+ * input; a corrupt frame fails its range with -EIO and its neighbours
+ * still read.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bytes.h"
+#include "source/zst.h"
+#include "unit.h"
+#include "unit_membuf.h"
+
+#define HDR 96u /* a stand-in header, stored untransformed */
+#define BF16_LEN 70000u /* then bf16 elements, frames of 8192 bytes */
+#define N_IN (HDR + BF16_LEN + 3000u) /* and a plain tail */
+#define FRAME 8192u
+
+static uint8_t *make_input(unsigned seed)
+{
+	uint8_t *p = malloc(N_IN);
+
+	srand(seed);
+	for (size_t i = 0; i < N_IN; i++)
+		p[i] = (uint8_t)((i & 1) ? 0x3C ^ (rand() & 1) : rand());
+	return p;
+}
+
+/* A grouped pack of @in (checksums on) into @m. */
+static void pack_grouped(const uint8_t *in, struct membuf *m)
+{
+	uint64_t cuts[] = { HDR, HDR + BF16_LEN };
+	uint8_t tr[] = { CASTFS_ZST_BF16, CASTFS_ZST_NONE };
+	struct castfs_mem_reader mr;
+	struct castfs_writer w = { mem_write, m };
+	struct castfs_zst_pack_opts o = { .frame_size = FRAME,
+					  .level = 1,
+					  .checksums = true,
+					  .cuts = cuts,
+					  .ncuts = 2,
+					  .cut_transforms = tr };
+
+	memset(m, 0, sizeof(*m));
+	castfs_mem_reader_init(&mr, in, N_IN);
+	ck_assert_int_eq(castfs_zst_pack(&mr.r, N_IN, &o, &w, NULL), 0);
+}
+
+/* Pieces put back together; planes un-grouped by the bf16 layout. */
+struct sink {
+	uint8_t *out;
+	size_t at;
+	unsigned planes, bytes;
+};
+
+static int collect(void *arg, const struct castfs_piece *p)
+{
+	struct sink *s = arg;
+
+	ck_assert_uint_eq(p->n % 2, 0);
+	if (!p->sm) {
+		memcpy(s->out + s->at, p->bytes, p->n);
+		s->bytes++;
+	} else {
+		for (size_t k = 0; k < p->n / 2; k++) {
+			uint16_t v = (uint16_t)(((p->sm[k] & 0x80u) << 8) |
+						((unsigned)p->ex[k] << 7) |
+						(p->sm[k] & 0x7Fu));
+
+			castfs_store_le16(s->out + s->at + 2 * k, v);
+		}
+		s->planes++;
+	}
+	s->at += p->n;
+	return 0;
+}
+
+struct fixture {
+	uint8_t *in;
+	struct membuf m;
+	struct castfs_zcache *c;
+	struct castfs_zst_index *ix;
+	struct castfs_mem_reader mr;
+	struct castfs_zst_reader zr;
+};
+
+static void open_pack(struct fixture *f, size_t cache)
+{
+	ck_assert_int_eq(castfs_zcache_new(cache, &f->c), 0);
+	castfs_mem_reader_init(&f->mr, f->m.p, f->m.n);
+	ck_assert_int_eq(
+		castfs_zst_index_read(&f->mr.r, f->m.n, f->c, &f->ix, NULL), 0);
+	castfs_zst_reader_init(&f->zr, f->ix, &f->mr.r);
+	ck_assert_ptr_nonnull(f->zr.r.visit);
+}
+
+static void close_pack(struct fixture *f)
+{
+	castfs_zst_index_free(f->ix);
+	castfs_zcache_free(f->c);
+	free(f->m.p);
+	free(f->in);
+}
+
+static int visit(struct fixture *f, uint64_t off, size_t n, struct sink *s)
+{
+	memset(s, 0, sizeof(*s));
+	s->out = malloc(n + 1);
+	return f->zr.r.visit(f->zr.r.ctx, off, n, collect, s);
+}
+
+/* Loop: 0 a cache too small to keep a frame, 1 one that keeps them all. */
+START_TEST(test_zst_visit__pieces_give_the_input)
+{
+	struct fixture f = { .in = make_input(3) };
+	struct sink s;
+	unsigned seed = 7, planes = 0;
+
+	pack_grouped(f.in, &f.m);
+	open_pack(&f, _i ? 1u << 20 : 1);
+	ck_assert_int_eq(visit(&f, 0, N_IN & ~1u, &s), 0);
+	ck_assert_mem_eq(s.out, f.in, N_IN & ~1u);
+	ck_assert_uint_ge(s.planes, BF16_LEN / FRAME);
+	free(s.out);
+	for (int k = 0; k < 300; k++) {
+		size_t off = 2 * ((size_t)rand_r(&seed) % (N_IN / 2));
+		size_t n = 2 * ((size_t)rand_r(&seed) % (3 * FRAME / 2));
+
+		if (n > (N_IN & ~1u) - off)
+			n = (N_IN & ~1u) - off;
+		ck_assert_int_eq(visit(&f, off, n, &s), 0);
+		ck_assert_uint_eq(s.at, n);
+		ck_assert_mem_eq(s.out, f.in + off, n);
+		planes += s.planes;
+		free(s.out);
+	}
+	/* Whole bf16 frames were handed as planes, unless cached. */
+	if (!_i)
+		ck_assert_uint_gt(planes, 0);
+	close_pack(&f);
+}
+END_TEST
+
+/* Odd offsets or lengths are declined before anything is handed over;
+ * a standard pack offers no visit op at all. */
+START_TEST(test_zst_visit__declines_odd_ranges)
+{
+	struct fixture f = { .in = make_input(4) };
+	struct sink s;
+
+	pack_grouped(f.in, &f.m);
+	open_pack(&f, 1u << 20);
+	ck_assert_int_eq(visit(&f, HDR + 1, 100, &s), -ENOTSUP);
+	ck_assert_uint_eq(s.at, 0);
+	free(s.out);
+	ck_assert_int_eq(visit(&f, HDR, 101, &s), -ENOTSUP);
+	ck_assert_uint_eq(s.at, 0);
+	free(s.out);
+	ck_assert_int_eq(visit(&f, N_IN - 2, 4, &s), -ENOTSUP);
+	free(s.out);
+	castfs_zst_index_free(f.ix);
+	free(f.m.p);
+	{
+		struct castfs_mem_reader mr;
+		struct castfs_writer w = { mem_write, &f.m };
+		struct castfs_zst_pack_opts o = { .frame_size = FRAME,
+						  .level = 1 };
+
+		memset(&f.m, 0, sizeof(f.m));
+		castfs_mem_reader_init(&mr, f.in, N_IN);
+		ck_assert_int_eq(castfs_zst_pack(&mr.r, N_IN, &o, &w, NULL), 0);
+		castfs_mem_reader_init(&f.mr, f.m.p, f.m.n);
+		ck_assert_int_eq(castfs_zst_index_read(&f.mr.r, f.m.n, f.c,
+						       &f.ix, NULL),
+				 0);
+		castfs_zst_reader_init(&f.zr, f.ix, &f.mr.r);
+		ck_assert_ptr_null(f.zr.r.visit);
+	}
+	close_pack(&f);
+}
+END_TEST
+
+/* The compressed offset of frame @k, from the seek table. */
+static size_t frame_coff(const struct membuf *m, size_t k)
+{
+	size_t nf = castfs_load_le32(m->p + m->n - 9);
+	size_t at = m->n - 9 - nf * 12, off = 0;
+
+	for (size_t i = 0; i < k; i++)
+		off += castfs_load_le32(m->p + at + 12 * i);
+	return off;
+}
+
+/*
+ * A byte changed in the middle of bf16 frame 3 (frame 0 is the header):
+ * a range over it fails with -EIO, whole or cut, cached or not; the
+ * frames beside it still give the input.
+ */
+START_TEST(test_zst_visit__bad_frame_fails_its_range_only)
+{
+	struct fixture f = { .in = make_input(5) };
+	size_t bad = HDR + 2 * FRAME; /* frame 3's decoded offset */
+	size_t c0, c1;
+	struct sink s;
+
+	pack_grouped(f.in, &f.m);
+	c0 = frame_coff(&f.m, 3);
+	c1 = frame_coff(&f.m, 4);
+	f.m.p[c0 + (c1 - c0) / 2] ^= 0x10;
+	open_pack(&f, _i ? 1u << 20 : 1);
+	ck_assert_int_eq(visit(&f, bad, FRAME, &s), -EIO);
+	free(s.out);
+	ck_assert_int_eq(visit(&f, bad - FRAME, 3 * FRAME, &s), -EIO);
+	ck_assert_uint_eq(s.at, FRAME); /* the frame before it was handed */
+	ck_assert_mem_eq(s.out, f.in + bad - FRAME, FRAME);
+	free(s.out);
+	ck_assert_int_eq(visit(&f, bad + 100, 200, &s), -EIO);
+	free(s.out);
+	ck_assert_int_eq(visit(&f, bad - FRAME, FRAME, &s), 0);
+	ck_assert_mem_eq(s.out, f.in + bad - FRAME, FRAME);
+	free(s.out);
+	ck_assert_int_eq(visit(&f, bad + FRAME, FRAME, &s), 0);
+	ck_assert_mem_eq(s.out, f.in + bad + FRAME, FRAME);
+	free(s.out);
+	close_pack(&f);
+}
+END_TEST
+
+Suite *unit_suite(void)
+{
+	Suite *s = suite_create("zst_visit");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_loop_test(tc, test_zst_visit__pieces_give_the_input, 0, 2);
+	tcase_add_test(tc, test_zst_visit__declines_odd_ranges);
+	tcase_add_loop_test(tc, test_zst_visit__bad_frame_fails_its_range_only,
+			    0, 2);
+	suite_add_tcase(s, tc);
+	return s;
+}
