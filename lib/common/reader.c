@@ -68,18 +68,26 @@ void castfs_mem_reader_init(struct castfs_mem_reader *mr, const void *data,
 	mr->len = len;
 }
 
+/* The part holding [@off, @off + @n) and the offset in it; NULL when the
+ * range is not inside one part (every extent lies inside one tensor, hence
+ * inside one part, so that is a lie of the caller's). */
+static const struct castfs_reader *part_of(const struct castfs_multi_reader *mr,
+					   uint64_t off, size_t n, uint64_t *in)
+{
+	uint64_t k = off >> CASTFS_PART_SHIFT;
+
+	*in = off & ((UINT64_C(1) << CASTFS_PART_SHIFT) - 1);
+	if (k >= mr->n || n > (UINT64_C(1) << CASTFS_PART_SHIFT) - *in)
+		return NULL;
+	return mr->parts[k];
+}
+
 static ssize_t multi_pread(void *ctx, void *buf, size_t n, uint64_t off)
 {
-	const struct castfs_multi_reader *mr = ctx;
-	uint64_t k = off >> CASTFS_PART_SHIFT;
-	uint64_t in = off & ((UINT64_C(1) << CASTFS_PART_SHIFT) - 1);
-	const struct castfs_reader *p;
+	uint64_t in;
+	const struct castfs_reader *p = part_of(ctx, off, n, &in);
 
-	/* every extent lies inside one tensor, hence inside one part */
-	if (k >= mr->n || n > (UINT64_C(1) << CASTFS_PART_SHIFT) - in)
-		return -EIO;
-	p = mr->parts[k];
-	return p->pread(p->ctx, buf, n, in);
+	return p ? p->pread(p->ctx, buf, n, in) : -EIO;
 }
 
 /* A visit goes to the part's own visit op: the shards of a model folder
@@ -87,14 +95,11 @@ static ssize_t multi_pread(void *ctx, void *buf, size_t n, uint64_t off)
 static int multi_visit(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
 		       void *arg)
 {
-	const struct castfs_multi_reader *mr = ctx;
-	uint64_t k = off >> CASTFS_PART_SHIFT;
-	uint64_t in = off & ((UINT64_C(1) << CASTFS_PART_SHIFT) - 1);
-	const struct castfs_reader *p;
+	uint64_t in;
+	const struct castfs_reader *p = part_of(ctx, off, n, &in);
 
-	if (k >= mr->n || n > (UINT64_C(1) << CASTFS_PART_SHIFT) - in)
+	if (!p)
 		return -EIO;
-	p = mr->parts[k];
 	return p->visit ? p->visit(p->ctx, in, n, fn, arg) : -ENOTSUP;
 }
 

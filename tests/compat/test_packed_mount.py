@@ -49,6 +49,24 @@ def read(path):
         return f.read()
 
 
+def packed_llama(src, seed, *pack_flags):
+    """A tiny sharded bf16 Llama saved by transformers as @src/plain and
+    packed in place of each shard as @src/packed (`castfs pack DIR/`)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256,
+                      num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=4, max_position_embeddings=64)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    plain = os.path.join(src, "plain")
+    model.save_pretrained(plain, max_shard_size="200KB")
+    shutil.copytree(plain, os.path.join(src, "packed"))
+    r = castfs("pack", "--no-progress", "--remove", *pack_flags, "--frame-size", "32K",
+               os.path.join(src, "packed") + "/")
+    assert r.returncode == 0, r.stderr
+    return plain
+
+
 class PackedMount(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -316,19 +334,9 @@ class PackedModelDir(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        from transformers import LlamaConfig, LlamaForCausalLM
         cls.ctx = tl.tempdir()
         cls.src = cls.ctx.__enter__()
-        cfg = LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256,
-                          num_hidden_layers=2, num_attention_heads=4,
-                          num_key_value_heads=4, max_position_embeddings=64)
-        torch.manual_seed(0)
-        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
-        model.save_pretrained(os.path.join(cls.src, "plain"), max_shard_size="200KB")
-        shutil.copytree(os.path.join(cls.src, "plain"), os.path.join(cls.src, "packed"))
-        r = castfs("pack", "--no-progress", "--remove", "--frame-size", "32K",
-                   os.path.join(cls.src, "packed") + "/")
-        assert r.returncode == 0, r.stderr
+        packed_llama(cls.src, 0)
         cls.mnt = tl.Mount(cls.src)
 
     @classmethod

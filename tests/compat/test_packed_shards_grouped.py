@@ -8,47 +8,26 @@ tensor of the view), and the view's files equal those of the same model
 left uncompressed.
 """
 import os
-import shutil
-import subprocess
 import unittest
 
 import torch
 from safetensors.torch import load_file
 
 import castfs_testlib as tl
-
-
-def castfs(*args):
-    return subprocess.run([tl.castfs_binary()] + list(args), capture_output=True, text=True)
-
-
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
+from test_packed_mount import packed_llama, read
 
 
 @unittest.skipUnless(tl.fuse_usable(), "FUSE not usable")
 class GroupedShards(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        from transformers import LlamaConfig, LlamaForCausalLM
         cls.ctx = tl.tempdir()
         cls.src = cls.ctx.__enter__()
-        cfg = LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256,
-                          num_hidden_layers=2, num_attention_heads=4,
-                          num_key_value_heads=4, max_position_embeddings=64)
-        torch.manual_seed(1)
-        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
-        plain = os.path.join(cls.src, "plain")
-        model.save_pretrained(plain, max_shard_size="200KB")
+        plain = packed_llama(cls.src, 1, "--grouped")
         cls.want = {}
         for n in os.listdir(plain):
             if n.endswith(".safetensors"):
                 cls.want.update(load_file(os.path.join(plain, n)))
-        shutil.copytree(plain, os.path.join(cls.src, "packed"))
-        r = castfs("pack", "--no-progress", "--remove", "--grouped", "--frame-size", "32K",
-                   os.path.join(cls.src, "packed") + "/")
-        assert r.returncode == 0, r.stderr
         cls.mnt = tl.Mount(cls.src)
 
     @classmethod
