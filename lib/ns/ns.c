@@ -314,8 +314,18 @@ ssize_t castfs_ns_getxattr(struct castfs_ns *ns, uint64_t id, const char *name,
 			   char *buf, size_t len)
 {
 	struct ns_node n;
-	ssize_t rc = node_get(ns, id, &n);
+	ssize_t rc;
 
+	/*
+	 * castfs has a handler for the user. namespace only. -EOPNOTSUPP for
+	 * the others is what the VFS answers for a prefix no handler claims,
+	 * and ls -l caches it per device (coreutils errno_unsupported), so its
+	 * security.selinux and ACL probes stop after the first entry; -ENODATA
+	 * cost one round trip per entry and probe.
+	 */
+	if (strncmp(name, "user.", 5) != 0)
+		return -EOPNOTSUPP;
+	rc = node_get(ns, id, &n);
 	if (rc)
 		return rc;
 	rc = ops_of(&n)->getxattr ?
