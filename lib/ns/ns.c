@@ -314,8 +314,18 @@ ssize_t castfs_ns_getxattr(struct castfs_ns *ns, uint64_t id, const char *name,
 			   char *buf, size_t len)
 {
 	struct ns_node n;
-	ssize_t rc = node_get(ns, id, &n);
+	ssize_t rc;
 
+	/*
+	 * castfs has a handler for the user. namespace only. -EOPNOTSUPP for
+	 * the others is what the VFS answers for a prefix no handler claims,
+	 * and ls -l caches it per device (coreutils errno_unsupported), so its
+	 * security.selinux and ACL probes stop after the first entry; -ENODATA
+	 * cost one round trip per entry and probe.
+	 */
+	if (strncmp(name, "user.", 5) != 0)
+		return -EOPNOTSUPP;
+	rc = node_get(ns, id, &n);
 	if (rc)
 		return rc;
 	rc = ops_of(&n)->getxattr ?
@@ -416,17 +426,48 @@ static void invalidate_names(struct castfs_ns *ns, uint64_t parent,
 	}
 }
 
+/* Names a batch of the seen filter holds: a changed checkpoint's ~77
+ * candidates fit, so their tests wait on memory together. */
+#define SEEN_BATCH 128
+#define SEEN_BATCH_BYTES 8192
+
 /* The caller's callback, behind the set of names lookups answered. */
 struct seen_filter {
 	struct castfs_ns *ns;
 	void (*cb)(void *ctx, uint64_t parent, const char *name);
 	void *ctx;
 	uint64_t last_parent; /* whose listing was last reported changed */
+	size_t n, used; /* names batched; bytes of @names used */
+	uint64_t parent[SEEN_BATCH];
+	uint32_t bits[SEEN_BATCH][2];
+	uint16_t off[SEEN_BATCH];
+	char names[SEEN_BATCH_BYTES];
 };
+
+/* Test every batched name, in order, and pass on the ones a lookup may
+ * have answered. A name no lookup answered has no dentry in the kernel:
+ * telling it would cost a round trip into the kernel for nothing (most
+ * candidates, which a listing never shows, and every name of a
+ * checkpoint nobody looked up). */
+static void seen_filter_flush(struct seen_filter *f)
+{
+	for (size_t i = 0; i < f->n; i++) {
+		if (!ns_name_seen_bits(f->ns, f->bits[i])) {
+			castfs_stats_count(f->ns->stats,
+					   CASTFS_SCTR_INVAL_SKIPPED, 1);
+			continue;
+		}
+		castfs_stats_count(f->ns->stats, CASTFS_SCTR_INVAL_SENT, 1);
+		f->cb(f->ctx, f->parent[i], f->names + f->off[i]);
+	}
+	f->n = 0;
+	f->used = 0;
+}
 
 static void seen_filter_cb(void *ctx, uint64_t parent, const char *name)
 {
 	struct seen_filter *f = ctx;
+	size_t len = strlen(name) + 1;
 
 	/* Every name reported is in @parent's listing, which changes even
 	 * when the kernel holds no dentry of the name (a new file). */
@@ -434,16 +475,18 @@ static void seen_filter_cb(void *ctx, uint64_t parent, const char *name)
 		f->last_parent = parent;
 		ns_listing_changed(f->ns, parent);
 	}
-	/* A name no lookup answered has no dentry in the kernel: telling
-	 * it would cost a round trip into the kernel for nothing (most of
-	 * the names below, which a listing never shows, and every name of
-	 * a checkpoint nobody looked up). */
-	if (!ns_name_seen(f->ns, parent, name)) {
-		castfs_stats_count(f->ns->stats, CASTFS_SCTR_INVAL_SKIPPED, 1);
+	if (f->n == SEEN_BATCH || f->used + len > sizeof(f->names))
+		seen_filter_flush(f);
+	if (len > sizeof(f->names)) {
+		if (ns_name_seen(f->ns, parent, name))
+			f->cb(f->ctx, parent, name);
 		return;
 	}
-	castfs_stats_count(f->ns->stats, CASTFS_SCTR_INVAL_SENT, 1);
-	f->cb(f->ctx, parent, name);
+	ns_name_seen_hash(f->ns, parent, name, f->bits[f->n]);
+	memcpy(f->names + f->used, name, len);
+	f->parent[f->n] = parent;
+	f->off[f->n++] = (uint16_t)f->used;
+	f->used += len;
 }
 
 /* Forget source path @rel; report the names that depend on it to @cb. */
@@ -484,6 +527,7 @@ void castfs_ns_invalidate(struct castfs_ns *ns, const char *rel,
 	struct seen_filter f = { .ns = ns, .cb = cb, .ctx = ctx };
 
 	invalidate_path(ns, rel, seen_filter_cb, &f);
+	seen_filter_flush(&f);
 }
 
 /* Places by parent, then path (qsort). */

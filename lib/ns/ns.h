@@ -188,8 +188,10 @@ void castfs_file_close(struct castfs_file *f);
 
 /*
  * castfs_ns_getxattr - value of extended attribute @name of @id into @buf
- * (@len 0: only the size). Returns the value's length, -ENODATA, -ERANGE
- * (buffer too small), -ESTALE.
+ * (@len 0: only the size). Returns the value's length, -EOPNOTSUPP for a
+ * name outside the user. namespace (checked before @id, so any id gets it),
+ * -ENODATA for an unknown user. name, -ERANGE (buffer too small), -ESTALE.
+ * Thread-safe.
  */
 ssize_t castfs_ns_getxattr(struct castfs_ns *ns, uint64_t id, const char *name,
 			   char *buf, size_t len);

@@ -234,9 +234,24 @@ bool ns_name_seen(const struct castfs_ns *ns, uint64_t parent, const char *name)
 {
 	uint32_t b[2];
 
+	ns_name_seen_hash(ns, parent, name, b);
+	return ns_name_seen_bits(ns, b);
+}
+
+void ns_name_seen_hash(const struct castfs_ns *ns, uint64_t parent,
+		       const char *name, uint32_t b[2])
+{
+	seen_bits(parent, name, b);
+	/* Both bits are in this word: the test that follows waits on one
+	 * line, loaded while other names are hashed. */
+	if (ns->seen)
+		__builtin_prefetch(&ns->seen[b[0] / 64]);
+}
+
+bool ns_name_seen_bits(const struct castfs_ns *ns, const uint32_t b[2])
+{
 	if (!ns->seen)
 		return true;
-	seen_bits(parent, name, b);
 	return seen_test(ns->seen, b[0]) && seen_test(ns->seen, b[1]);
 }
 

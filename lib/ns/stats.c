@@ -103,9 +103,10 @@ void castfs_stats_op(struct castfs_stats *st, enum castfs_sop op, int rc)
 	if (!st || (unsigned)op >= CASTFS_SOP_COUNT)
 		return;
 	add(&st->ops[op], 1);
-	/* "No such attribute" is how getxattr answers every ls -l probe of
-	 * security.selinux or the ACLs: an answer, not an error. */
-	if (rc >= 0 || (op == CASTFS_SOP_GETXATTR && rc == -ENODATA))
+	/* "No such attribute" and "no such namespace" (security.selinux, the
+	 * ACLs: ls -l probes them) are answers of getxattr, not errors. */
+	if (rc >= 0 || (op == CASTFS_SOP_GETXATTR &&
+			(rc == -ENODATA || rc == -EOPNOTSUPP)))
 		return;
 	add(&st->errors[op], 1);
 	add(&st->by_errno[-rc < STATS_ERRNOS ? -rc : STATS_ERRNOS], 1);
@@ -478,9 +479,10 @@ static void prom_ops(struct castfs_strbuf *b, const struct castfs_stats *st)
 	for (int i = 0; i < CASTFS_SOP_COUNT; i++)
 		prom_u64(b, "castfs_requests_total", "op", sop_names[i],
 			 get(&st->ops[i]));
-	prom_family(b, "castfs_request_errors_total", "counter",
-		    "FUSE requests answered with an error, per operation "
-		    "(getxattr's ENODATA is an answer, not an error).");
+	prom_family(
+		b, "castfs_request_errors_total", "counter",
+		"FUSE requests answered with an error, per operation "
+		"(getxattr's ENODATA and EOPNOTSUPP are answers, not errors).");
 	for (int i = 0; i < CASTFS_SOP_COUNT; i++)
 		prom_u64(b, "castfs_request_errors_total", "op", sop_names[i],
 			 get(&st->errors[i]));

@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: MIT
 """-o noxattr (docs/MOUNTING.md): getxattr and listxattr answer ENOSYS
 once, after which the kernel answers every extended-attribute call on the
-mount itself, so `ls -l` costs no getxattr round trip per entry. Without
-it the user.castfs.* attributes are served (docs/TENSOR_TREE.md). The
+mount itself. Without it the user.castfs.* attributes are served
+(docs/TENSOR_TREE.md) and every other namespace answers EOPNOTSUPP, which
+`ls -l` caches per device, so it costs no getxattr round trip per entry
+either way. The
 oracle is the kernel: the calls' errno and the requests the daemon counts
 in /.castfs/stats."""
 import errno
@@ -24,6 +26,11 @@ def getxattr_requests(m):
         return json.load(f)["requests"]["getxattr"]
 
 
+def getxattr_errors(m):
+    with open(m.join(".castfs", "stats")) as f:
+        return json.load(f)["errors"]["getxattr"]
+
+
 class TestNoXattr(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -43,14 +50,37 @@ class TestNoXattr(unittest.TestCase):
         subprocess.run(["ls", "-l", m.path], check=True,
                        stdout=subprocess.DEVNULL)
 
-    def test_default_serves_attributes_and_ls_asks_per_entry(self):
+    def test_default_serves_attributes_and_ls_asks_once(self):
+        """Names outside user. get EOPNOTSUPP, which ls caches per device
+        (coreutils errno_unsupported): an `ls -l` of N * 10 entries asks
+        security.selinux and system.posix_acl_access once each, not per
+        entry (with ENODATA it asked 2 * N * 10 times)."""
         with tl.Mount(self.src) as m:
             self.assertEqual(
                 os.getxattr(m.join("c000.fp8.safetensors"),
                             "user.castfs.view"), b"fp8")
+            out = subprocess.run(
+                ["getfattr", "--absolute-names", "-n", "user.castfs.view",
+                 m.join("c000.fp8.safetensors")],
+                check=True, capture_output=True, text=True).stdout
+            self.assertIn('user.castfs.view="fp8"', out)
+            for name in ("security.selinux", "system.posix_acl_access",
+                         "trusted.x", "castfs.view"):
+                with self.assertRaises(OSError) as e:
+                    os.getxattr(m.join("c000.fp8.safetensors"), name)
+                self.assertEqual(e.exception.errno, errno.EOPNOTSUPP, name)
+            with self.assertRaises(OSError) as e:
+                os.getxattr(m.join("c000.fp8.safetensors"), "user.nope")
+            self.assertEqual(e.exception.errno, errno.ENODATA)
+            entries = len(os.listdir(m.path))
+            self.assertGreaterEqual(entries, N * 2)
             before = getxattr_requests(m)
+            errors = getxattr_errors(m)
             self.ls_l(m)
-            self.assertGreaterEqual(getxattr_requests(m) - before, N)
+            self.ls_l(m)
+            # One selinux and one ACL probe per ls, for the whole listing.
+            self.assertLessEqual(getxattr_requests(m) - before, 4)
+            self.assertEqual(getxattr_errors(m), errors)
 
     def test_noxattr_stops_the_round_trips(self):
         with tl.Mount(self.src, options=["noxattr"]) as m:

@@ -7,7 +7,9 @@ returned is a lookup for the daemon as for the kernel:
 - `ls -l` of a directory of 300 checkpoints (3,000 names with their
   views) answers only the first reply's by LOOKUP (/.castfs/stats), and each
   size it prints is right: a source file's is the source's (os.stat
-  beside the mount), a view's is the length of its bytes read back;
+  beside the mount), a view's is the length of its bytes read back; a
+  second `ls -l` sends no LOOKUP, GETATTR or READDIR and at most two
+  getxattr (not two per entry);
 - checkpoints whose names only READDIRPLUS gave the kernel follow a
   rewrite (the watcher tells the kernel only about names a lookup of this
   daemon answered: without counting the entry, the old size stays a day);
@@ -98,6 +100,7 @@ class TestReaddirplus(unittest.TestCase):
             view = rc.view_name(name(i)[:-12], "fp8")
             with open(m.join("sub", view), "rb") as f:
                 self.assertEqual(sizes[view], len(f.read()))
+        self.warm_ls_l_asks_nothing(m, sizes)
         # Rewritten: most came with READDIRPLUS (all but the first
         # reply's entries), never looked up.
         for i in range(0, N, 10):
@@ -107,6 +110,18 @@ class TestReaddirplus(unittest.TestCase):
             want = os.stat(os.path.join(self.sub, name(i))).st_size
             rc.poll(lambda: os.stat(m.join("sub", name(i))).st_size == want,
                     SETTLE, "%s to show its new size" % name(i))
+
+    def warm_ls_l_asks_nothing(self, m, sizes):
+        """A warm `ls -l` is answered by the kernel: the listing (cached),
+        every entry's attributes, and the xattr probes, which ls stops
+        after the first EOPNOTSUPP (docs/MOUNTING.md, "Extended
+        attributes"). Only OPENDIR and the two probes reach the daemon."""
+        ops = ("lookup", "getattr", "readdir", "getxattr", "listxattr")
+        before = {op: requests(m, op) for op in ops}
+        self.assertEqual(ls_l(m.join("sub")), sizes)
+        asked = {op: requests(m, op) - before[op] for op in ops}
+        self.assertLessEqual(asked.pop("getxattr"), 2, asked)
+        self.assertEqual(asked, dict.fromkeys(asked, 0))
 
     def forgotten(self, m, base):
         if os.geteuid() != 0:

@@ -315,6 +315,36 @@ START_TEST(test_ns__headers_parsed_once)
 }
 END_TEST
 
+/* ls -l stops probing a device after EOPNOTSUPP, not after ENODATA
+ * (docs/MOUNTING.md, "Extended attributes"). */
+START_TEST(test_ns__xattr_outside_user_is_not_supported)
+{
+	static const char *const others[] = { "security.selinux",
+					      "system.posix_acl_access",
+					      "system.posix_acl_default",
+					      "trusted.x", "castfs.view" };
+	char buf[64];
+	uint64_t id;
+
+	ck_assert_int_eq(lookup("a.fp8.safetensors", &id, NULL), 0);
+	ck_assert_int_eq(castfs_ns_getxattr(ns, id, "user.castfs.view", buf,
+					    sizeof(buf)),
+			 3);
+	ck_assert_mem_eq(buf, "fp8", 3);
+	ck_assert_int_eq(castfs_ns_getxattr(ns, id, "user.nope", buf,
+					    sizeof(buf)),
+			 -ENODATA);
+	for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+		ck_assert_int_eq(castfs_ns_getxattr(ns, id, others[i], buf,
+						    sizeof(buf)),
+				 -EOPNOTSUPP);
+		ck_assert_int_eq(castfs_ns_getxattr(ns, CASTFS_NS_ROOT_ID,
+						    others[i], NULL, 0),
+				 -EOPNOTSUPP);
+	}
+}
+END_TEST
+
 START_TEST(test_ns__stats_histogram_of_read_sizes)
 {
 	static const size_t lens[] = { 1,      4096,	 4097,
@@ -385,6 +415,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_ns__rejected_listed_with_reason);
 	tcase_add_test(tc, test_ns__headers_parsed_once);
 	tcase_add_test(tc, test_ns__forgotten_and_unknown_ids_resolve);
+	tcase_add_test(tc, test_ns__xattr_outside_user_is_not_supported);
 	tcase_add_test(tc, test_ns__stats_histogram_of_read_sizes);
 	suite_add_tcase(s, tc);
 	return s;
