@@ -2,7 +2,7 @@
 """The watcher's and the leases' documented fallbacks (docs/RELIABILITY.md
 "How changes are detected"), each in a real mount:
 
-- an inotify queue overflow invalidates every entry: the daemon is stopped
+- an inotify queue overflow rescans every directory: the daemon is stopped
   (SIGSTOP) while more events than its queue holds arrive and then the
   source is replaced by rename, a new one made, a file and a directory
   deleted (those events are lost); after SIGCONT the replaced and the new
@@ -11,6 +11,10 @@
   small by lowering fs.inotify.max_queued_events (root) only while the
   daemon creates its inotify instance, and restored at once (the limit is
   read when an instance is created).
+- the rescan after an overflow costs what changed: in a listed directory
+  of held checkpoints only the changed names are invalidated (counted in
+  /.castfs/stats), and each kind of change shows, byte for byte (class
+  Rescan).
 - the watch cap: a source of more than 65536 directories is watched up
   to the cap (logged); a change beyond it shows once the entry timeout
   expires, a change within it at once.
