@@ -35,6 +35,9 @@
  * they are handled, large enough to amortise the read. */
 #define WATCH_CHUNK 256u
 
+/* The longest the watcher sleeps between two reads of an idle fd. */
+#define WATCH_CALM_MS 1000
+
 /* Events that leave a file's bytes as they were: its names may only be
  * expired (looked up again at the next use), not dropped (watch_notify). */
 #define WATCH_META_ONLY (IN_ATTRIB | IN_ISDIR)
@@ -51,6 +54,12 @@ struct castfs_watch {
 	size_t nwatched;
 	bool full_logged;
 	bool overflow; /* events were lost since the last rescan */
+	/* CLOCK_MONOTONIC ns before the last read that found the inotify
+	 * queue empty: every change made before it was read. */
+	int64_t calm_ns;
+	/* calm_ns when events began to be lost: directory snapshots taken
+	 * before it are trusted by the rescan (castfs_ns_rescan()). */
+	int64_t loss_since;
 	bool no_expire; /* the kernel cannot expire an entry: drop it */
 	struct castfs_watchq q; /* changed paths not handled yet */
 };
@@ -250,48 +259,25 @@ static void changed(struct castfs_watch *w, const char *rel, uint32_t mask)
 			     meta_only ? expire_entry : inval_entry, w);
 }
 
-/* Every entry of watched directory @rel changed. */
-static void changed_all_in(struct castfs_watch *w, const char *rel)
-{
-	int fd = open_dir(w, rel, O_RDONLY | O_NOFOLLOW);
-	struct dirent *de;
-	DIR *dp;
-
-	if (fd < 0 || !(dp = fdopendir(fd))) {
-		if (fd >= 0)
-			close(fd);
-		return;
-	}
-	while ((de = readdir(dp)) && !atomic_load(&w->stopping)) {
-		char *p;
-
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		if (asprintf(&p, "%s%s%s", rel, rel[0] ? "/" : "", de->d_name) <
-		    0)
-			break;
-		castfs_ns_invalidate(w->fs->ns, p, inval_entry, w);
-		free(p);
-	}
-	closedir(dp);
-}
-
-/* Events were lost: invalidate every entry of every watched directory,
- * then every name the kernel may still hold (a deleted source is in no
- * listing any more), and watch the directories made meanwhile. */
+/* Events were lost: watch the directories made meanwhile, compare every
+ * watched directory with what its last listing found and invalidate what
+ * differs (every entry where there is no such snapshot), then every name
+ * the kernel may still hold that no rescanned directory has any more (a
+ * deleted source is in no listing). */
 static void overflowed(struct castfs_watch *w)
 {
-	watch_log(w, "inotify queue overflowed: invalidating every entry");
+	watch_log(w, "inotify queue overflowed: rescanning every directory");
 	watch_tree(w, "");
-	for (size_t wd = 0; wd < w->ndirs_cap; wd++) {
-		char *rel = w->dirs[wd] ? strdup(w->dirs[wd]) : NULL;
+	castfs_ns_rescan(w->fs->ns, w->dirs, w->ndirs_cap, w->loss_since,
+			 &w->stopping, inval_entry, w);
+}
 
-		if (rel)
-			changed_all_in(w, rel);
-		free(rel);
-	}
-	if (!atomic_load(&w->stopping))
-		castfs_ns_invalidate_all(w->fs->ns, inval_entry, w);
+/* Events are being lost from now on (the kernel's queue or ours). */
+static void lost(struct castfs_watch *w)
+{
+	if (!w->overflow)
+		w->loss_since = w->calm_ns;
+	w->overflow = true;
 }
 
 /* Take in one event: watch a new directory at once (its own events
@@ -301,7 +287,7 @@ static void take_event(struct castfs_watch *w, const struct inotify_event *e)
 	const char *dir = dirs_get(w, e->wd);
 
 	if (e->mask & IN_Q_OVERFLOW) {
-		w->overflow = true;
+		lost(w);
 		return;
 	}
 	if (e->mask & IN_IGNORED) {
@@ -322,7 +308,15 @@ static void take_event(struct castfs_watch *w, const struct inotify_event *e)
 	}
 	/* Too many waiting, or no memory for one more: rescan instead. */
 	if (castfs_watchq_add(&w->q, dir, e->name, e->mask) < 0)
-		w->overflow = true;
+		lost(w);
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* Read every event the kernel has queued (the fd does not block).
@@ -334,9 +328,12 @@ static bool drain(struct castfs_watch *w)
 		__attribute__((aligned(__alignof__(struct inotify_event))));
 
 	for (;;) {
+		int64_t before = now_ns();
 		ssize_t n = read(w->ino_fd, buf, sizeof(buf));
 		const char *p = buf;
 
+		if (n < 0 && errno == EAGAIN)
+			w->calm_ns = before;
 		if (n < 0)
 			return errno == EAGAIN || errno == EINTR;
 		while (p < buf + n) {
@@ -359,10 +356,11 @@ static bool handle_some(struct castfs_watch *w)
 	bool more = true;
 
 	if (w->overflow) {
-		castfs_watchq_clear(&w->q); /* the rescan covers them */
+		/* The paths that wait stay: a snapshot taken after such a
+		 * change already shows it, so the rescan would not. */
 		w->overflow = false;
 		overflowed(w);
-		return false;
+		return w->q.head < w->q.n;
 	}
 	castfs_fs_listing_batch(w->fs, true);
 	for (unsigned i = 0; more && i < WATCH_CHUNK; i++) {
@@ -387,7 +385,10 @@ static void *watch_main(void *arg)
 	 * waits in the (deduplicating) queue, not in the kernel's, which
 	 * would overflow and cost a rescan of everything. */
 	while (!atomic_load(&w->stopping)) {
-		if (!busy && poll(p, 2, -1) < 0 && errno != EINTR)
+		/* Idle, the fd is read at least once a second anyway: so
+		 * that a directory snapshot taken in a quiet moment counts
+		 * as taken before the next loss (calm_ns). */
+		if (!busy && poll(p, 2, WATCH_CALM_MS) < 0 && errno != EINTR)
 			break;
 		if (!drain(w))
 			break;

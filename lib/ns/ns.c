@@ -98,6 +98,8 @@ int castfs_ns_new(const struct castfs_ns_opts *o, struct castfs_ns **out,
 		rc = ns_name_seen_init(ns);
 	if (!rc)
 		rc = ns_modeldir_init(ns);
+	if (!rc)
+		rc = ns_snaps_init(ns);
 	if (!rc && ns->stats)
 		castfs_stats_set_zcache(ns->stats, ns->zcache);
 	if (rc)
@@ -118,6 +120,7 @@ void castfs_ns_free(struct castfs_ns *ns)
 	ns_ckpt_cache_fini(ns);
 	ns_modeldir_fini(ns);
 	ns_gguf_shards_cache_fini(ns);
+	ns_snaps_fini(ns);
 	castfs_zcache_free(ns->zcache); /* after the checkpoints' indexes */
 	if (ns->root_fd >= 0)
 		close(ns->root_fd);
@@ -565,6 +568,33 @@ void castfs_ns_invalidate_all(struct castfs_ns *ns,
 			invalidate_names(ns, v[i].parent,
 					 slash ? slash + 1 : v[i].path, cb,
 					 ctx);
+	}
+	for (ssize_t i = 0; i < n; i++)
+		free(v[i].path);
+	free(v);
+}
+
+void castfs_ns_invalidate_held(
+	struct castfs_ns *ns, bool (*keep)(void *kctx, const char *path),
+	void *kctx, void (*cb)(void *ctx, uint64_t parent, const char *name),
+	void *ctx)
+{
+	struct seen_filter f = { .ns = ns, .cb = cb, .ctx = ctx };
+	struct ns_place *v;
+	ssize_t n = ns_node_places(ns, &v);
+
+	if (n < 0)
+		return;
+	qsort(v, (size_t)n, sizeof(*v), place_cmp);
+	for (ssize_t i = 0; i < n; i++) {
+		const char *slash = strrchr(v[i].path, '/');
+
+		if ((i && place_cmp(&v[i - 1], &v[i]) == 0) || !v[i].path[0] ||
+		    keep(kctx, v[i].path))
+			continue;
+		ns_ckpt_drop_path(ns, v[i].path);
+		invalidate_names(ns, v[i].parent, slash ? slash + 1 : v[i].path,
+				 seen_filter_cb, &f);
 	}
 	for (ssize_t i = 0; i < n; i++)
 		free(v[i].path);

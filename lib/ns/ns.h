@@ -225,4 +225,39 @@ void castfs_ns_invalidate_all(struct castfs_ns *ns,
 					 const char *name),
 			      void *ctx);
 
+/*
+ * castfs_ns_invalidate_held - castfs_ns_invalidate_all() for the nodes
+ * whose source path @keep (called without locks) does not vouch for:
+ * their cached parse is dropped and their names reported through @cb,
+ * behind the set of names lookups answered, each name's directory
+ * listing reported changed. Listings of other directories are left as
+ * they are. Thread-safe.
+ */
+void castfs_ns_invalidate_held(
+	struct castfs_ns *ns, bool (*keep)(void *kctx, const char *path),
+	void *kctx, void (*cb)(void *ctx, uint64_t parent, const char *name),
+	void *ctx);
+
+/*
+ * castfs_ns_rescan - after change events were lost since @since
+ * (CLOCK_MONOTONIC nanoseconds, no later than the loss began): read
+ * each of the @n source directories @dirs again (NULL entries are
+ * skipped) and report through @cb, like castfs_ns_invalidate(), only the
+ * entries whose identity (type, device, inode; and for all but
+ * directories size, mtime, ctime) differs from what the directory's
+ * last listing found, or that are new; a directory with no such
+ * snapshot (never listed, listed since @since, over the snapshots'
+ * memory bound) has every entry reported. Then every name the kernel
+ * may hold that is not vouched for (gone, or in a directory not
+ * rescanned) is reported as castfs_ns_invalidate_all() would. Stops
+ * early when *@stop becomes true. Counts in /.castfs/stats
+ * (rescan_entries_compared, rescan_entries_reported,
+ * rescan_dirs_whole). Called without locks held (@cb may block in the
+ * kernel). Thread-safe.
+ */
+void castfs_ns_rescan(struct castfs_ns *ns, char *const *dirs, size_t n,
+		      int64_t since, const atomic_bool *stop,
+		      void (*cb)(void *ctx, uint64_t parent, const char *name),
+		      void *ctx);
+
 #endif

@@ -187,6 +187,8 @@ struct castfs_ns {
 	void (*ckpt_fini[NS_CKPT_SLOTS])(struct ns_ckpt *ck);
 	/* The names a source directory shows besides its entries. */
 	const struct ns_dir_ext *const *dir_exts;
+	/* What each listed source directory held (ns_snap.c). */
+	struct ns_snaps *snaps;
 };
 
 /* ---- node ids and the node table ---- */

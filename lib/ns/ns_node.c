@@ -265,6 +265,28 @@ static void node_ref_locked(struct castfs_ns *ns, struct ns_node *n)
 	}
 }
 
+/*
+ * The identity of node @n was just found at @desc's path: a file renamed
+ * over another keeps its identity, hence its id, and the path @n had may
+ * be gone, so @n follows the path a lookup resolved last (a hard link's
+ * other path serves the same bytes). Caller holds ns->lock.
+ */
+static void node_move_locked(struct castfs_ns *ns, struct ns_node *n,
+			     struct ns_node *desc)
+{
+	char *old = n->path;
+
+	if (!desc->path || strcmp(old, desc->path) == 0)
+		return;
+	if (n->nlookup) {
+		atomic_fetch_sub(live_slot(ns, old), 1);
+		atomic_fetch_add(live_slot(ns, desc->path), 1);
+	}
+	n->path = desc->path;
+	n->parent = desc->parent;
+	desc->path = old; /* freed by the caller's ns_node_put_copy() */
+}
+
 int ns_node_intern(struct castfs_ns *ns, struct ns_node *desc, uint64_t *id)
 {
 	struct ns_node *n;
@@ -273,6 +295,7 @@ int ns_node_intern(struct castfs_ns *ns, struct ns_node *desc, uint64_t *id)
 	pthread_mutex_lock(&ns->lock);
 	n = node_find_locked(ns, desc->id);
 	if (n) {
+		node_move_locked(ns, n, desc);
 		node_ref_locked(ns, n);
 		pthread_mutex_unlock(&ns->lock);
 		ns_node_put_copy(desc);

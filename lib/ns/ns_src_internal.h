@@ -125,4 +125,55 @@ int ns_mdtext_get_at(struct castfs_ns *ns, struct ns_mdtext *c,
  * (a rewrite that kept size and mtime). Thread-safe. */
 void ns_mdtext_forget(struct ns_mdtext *c, const char *path);
 
+/* ---- directory snapshots, for the rescan after lost events
+ * (ns_snap.c) ---- */
+
+/* Entries kept in all snapshots together (16 bytes each: 16 MiB). A
+ * listing that would pass it keeps no snapshot; its directory is then
+ * rescanned whole. */
+#define NS_SNAP_MAX_ENTRIES (1u << 20)
+
+struct ns_snap;
+
+/* ns_snaps_init / ns_snaps_fini - the mount's snapshot table. init
+ * returns 0 or -ENOMEM; without it no snapshot is kept. */
+int ns_snaps_init(struct castfs_ns *ns);
+void ns_snaps_fini(struct castfs_ns *ns);
+
+/* ns_snap_now - CLOCK_MONOTONIC in nanoseconds (snapshot stamps). */
+int64_t ns_snap_now(void);
+
+/*
+ * ns_snap_begin - start the snapshot of source directory @dir (stamped
+ * now: call it before the directory is read). Returns NULL without
+ * memory or table (nothing is kept then). ns_snap_add() adds an entry
+ * (@st as fstatat gave it; a failure marks the snapshot not to be kept);
+ * ns_snap_commit() puts it in place of @dir's snapshot and takes
+ * ownership; ns_snap_abort() drops it. NULL is accepted by all three.
+ * One thread builds one snapshot; commit is thread-safe.
+ */
+struct ns_snap *ns_snap_begin(struct castfs_ns *ns, const char *dir);
+void ns_snap_add(struct ns_snap *s, const char *name, const struct stat *st);
+void ns_snap_commit(struct castfs_ns *ns, struct ns_snap *s);
+void ns_snap_abort(struct ns_snap *s);
+
+/* ns_snap_has - whether @dir's snapshot holds @name (false when the
+ * directory has none, or another name shares @name's hash). Thread-safe. */
+bool ns_snap_has(struct castfs_ns *ns, const char *dir, const char *name);
+
+/*
+ * ns_snap_rescan - read source directory @dir again (readdir and one
+ * fstatat per entry), make that its snapshot, and report through
+ * @changed each entry name that its previous snapshot lacks or holds
+ * with another identity; with no previous snapshot, or one stamped at
+ * or after @since (CLOCK_MONOTONIC ns: when events may have begun to be
+ * lost), every entry. When the set of names changed, the directory's
+ * listing is reported changed (ns_listing_changed()). Counts in stats.
+ * Returns 0 (compared), 1 (every entry reported), or -errno when @dir
+ * cannot be read (nothing reported). @changed is called with no lock
+ * held. Thread-safe.
+ */
+int ns_snap_rescan(struct castfs_ns *ns, const char *dir, int64_t since,
+		   void (*changed)(void *ctx, const char *name), void *ctx);
+
 #endif

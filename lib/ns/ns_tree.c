@@ -194,12 +194,14 @@ static int list_virtual(struct castfs_ns *ns, const struct ns_node *dir,
  * that `ls -i` and stat(2) agree. Returns 0 for entries castfs does not
  * mirror (FIFOs, sockets, devices) or that vanished.
  */
-static mode_t dirent_node(int dfd, const struct dirent *de, uint64_t *ino)
+static mode_t dirent_node(int dfd, const struct dirent *de, uint64_t *ino,
+			  struct ns_snap *snap)
 {
 	struct ns_node n = { .kind = NS_FILE };
 
 	if (fstatat(dfd, de->d_name, &n.st, AT_SYMLINK_NOFOLLOW) < 0)
 		return 0;
+	ns_snap_add(snap, de->d_name, &n.st); /* what the rescan compares */
 	switch (n.st.st_mode & S_IFMT) {
 	case S_IFDIR:
 		n.kind = NS_DIR;
@@ -217,7 +219,8 @@ static mode_t dirent_node(int dfd, const struct dirent *de, uint64_t *ino)
 }
 
 /* Source entries first, so that a real file shadows a virtual name. */
-static int list_source(DIR *dp, struct ns_list *l, size_t *nsrc)
+static int list_source(DIR *dp, struct ns_list *l, size_t *nsrc,
+		       struct ns_snap *snap)
 {
 	struct dirent *de;
 	int rc = 0;
@@ -228,7 +231,7 @@ static int list_source(DIR *dp, struct ns_list *l, size_t *nsrc)
 
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
-		t = dirent_node(dirfd(dp), de, &ino);
+		t = dirent_node(dirfd(dp), de, &ino, snap);
 		if (t)
 			rc = ns_list_add(l, de->d_name, strlen(de->d_name), t,
 					 ino);
@@ -243,6 +246,7 @@ static int dir_list(struct castfs_ns *ns, const struct ns_node *dir,
 		    struct ns_list *l)
 {
 	size_t first = l->dir->n, nsrc;
+	struct ns_snap *snap;
 	DIR *dp;
 	int fd, rc;
 
@@ -254,8 +258,13 @@ static int dir_list(struct castfs_ns *ns, const struct ns_node *dir,
 		close(fd);
 		return -errno;
 	}
-	rc = list_source(dp, l, &nsrc);
+	snap = ns_snap_begin(ns, dir->path); /* before the directory is read */
+	rc = list_source(dp, l, &nsrc, snap);
 	closedir(dp);
+	if (rc)
+		ns_snap_abort(snap);
+	else
+		ns_snap_commit(ns, snap);
 	for (size_t i = first; !rc && i < nsrc; i++) {
 		char *name;
 

@@ -68,6 +68,9 @@ static const char *const sctr_names[CASTFS_SCTR_COUNT] = {
 	[CASTFS_SCTR_INVAL_SENT] = "entry_invalidations",
 	[CASTFS_SCTR_INVAL_SKIPPED] = "entry_invalidations_skipped",
 	[CASTFS_SCTR_XFUSE_BUILT] = "shard_fuse_built",
+	[CASTFS_SCTR_RESCAN_COMPARED] = "rescan_entries_compared",
+	[CASTFS_SCTR_RESCAN_REPORTED] = "rescan_entries_reported",
+	[CASTFS_SCTR_RESCAN_WHOLE] = "rescan_dirs_whole",
 };
 
 int castfs_stats_new(size_t nviews, struct castfs_stats **out)

@@ -47,6 +47,12 @@ enum castfs_sctr {
 	 * (every shard's header; of a quantized model its bf16 plan): built
 	 * once per identity of the shards, not per shard */
 	CASTFS_SCTR_XFUSE_BUILT,
+	/* The rescan after lost change events: entries compared with a
+	 * directory's snapshot, names it reported changed (new, or another
+	 * identity), and directories rescanned whole (no usable snapshot). */
+	CASTFS_SCTR_RESCAN_COMPARED,
+	CASTFS_SCTR_RESCAN_REPORTED,
+	CASTFS_SCTR_RESCAN_WHOLE,
 	CASTFS_SCTR_COUNT,
 };
 

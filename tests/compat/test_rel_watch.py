@@ -2,7 +2,7 @@
 """The watcher's and the leases' documented fallbacks (docs/RELIABILITY.md
 "How changes are detected"), each in a real mount:
 
-- an inotify queue overflow invalidates every entry: the daemon is stopped
+- an inotify queue overflow rescans every directory: the daemon is stopped
   (SIGSTOP) while more events than its queue holds arrive and then the
   source is replaced by rename, a new one made, a file and a directory
   deleted (those events are lost); after SIGCONT the replaced and the new
@@ -11,6 +11,10 @@
   small by lowering fs.inotify.max_queued_events (root) only while the
   daemon creates its inotify instance, and restored at once (the limit is
   read when an instance is created).
+- the rescan after an overflow costs what changed: in a listed directory
+  of held checkpoints only the changed names are invalidated (counted in
+  /.castfs/stats), and each kind of change shows, byte for byte (class
+  Rescan).
 - the watch cap: a source of more than 65536 directories is watched up
   to the cap (logged); a change beyond it shows once the entry timeout
   expires, a change within it at once.
@@ -19,12 +23,16 @@
   size fails the next read of an open file with EIO (the fstat fallback).
 """
 import errno
+import json
 import os
 import signal
 import subprocess
 import tempfile
 import time
 import unittest
+
+import torch
+from safetensors.torch import save, save_file
 
 import castfs_testlib as tl
 import rel_common as rc
@@ -133,6 +141,131 @@ class Overflow(unittest.TestCase):
                 self.assertIn("junk63", os.listdir(mount.path))
             finally:
                 mount.close()
+
+
+def tiny(seed, rows=4):
+    """A small checkpoint's tensors (random normal float32)."""
+    g = torch.Generator().manual_seed(seed)
+    return {"w": torch.randn(rows, 8, generator=g)}
+
+
+def stats(mount):
+    with open(mount.join(".castfs", "stats")) as f:
+        return json.load(f)
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class Rescan(unittest.TestCase):
+    """After lost events the rescan compares each directory with what its
+    listing found: of N held checkpoints where k changed, only those k
+    are invalidated (the whole-directory rescan sent every held name),
+    and each kind of change shows: a file replaced by rename (new size),
+    one rewritten in place with its size and mtime put back (only its
+    ctime moved), one renamed over another with the same size and mtime
+    (only inode and ctime differ), a new file, a deleted one. Oracle: the
+    safetensors writer on torch's casts (rc.view_bytes)."""
+    N = 120
+
+    def test_rescan_reports_only_what_changed(self):
+        if os.geteuid() != 0 or not os.access(QUEUE, os.W_OK):
+            raise unittest.SkipTest("needs root to lower %s" % QUEUE)
+        with tl.tempdir() as src:
+            def f(i):
+                return os.path.join(src, "f%03d.safetensors" % i)
+            orig = {}
+            for i in range(self.N):
+                orig[i] = tiny(i)
+                save_file(orig[i], f(i))
+            for j in ("junk0", "junk1"):
+                with open(os.path.join(src, j), "w") as fp:
+                    fp.write("x")
+            with open(QUEUE) as fp:
+                saved = fp.read().strip()
+            try:
+                with open(QUEUE, "w") as fp:
+                    fp.write("16")
+                mount = tl.Mount(src)
+                rc.poll(lambda: inotify_holder(mount.proc.pid) is not None,
+                        30, "the watcher's inotify instance")
+                daemon = inotify_holder(mount.proc.pid)
+            finally:
+                with open(QUEUE, "w") as fp:
+                    fp.write(saved)
+            try:
+                self.check(mount, daemon, src, f, orig)
+            finally:
+                mount.close()
+
+    def check(self, mount, daemon, src, f, orig):
+        def view(i):
+            return mount.join("f%03d.fp16.safetensors" % i)
+        names = os.listdir(mount.path)  # the snapshot the rescan uses
+        self.assertIn("f000.fp16.safetensors", names)
+        # The kernel holds every file and its view, with their bytes.
+        for i in range(self.N):
+            os.stat(mount.join("f%03d.safetensors" % i))
+            self.assertEqual(read(view(i)), rc.view_bytes(orig[i], "fp16"))
+        new_view = mount.join("n.fp16.safetensors")
+        self.assertFalse(exists(new_view))
+        # The watcher reads its idle queue at least once a second; a
+        # snapshot counts once such a read follows it (with room for a
+        # loaded machine: a miss would rescan the directory whole).
+        time.sleep(3.0)
+        before = stats(mount)
+        os.kill(daemon, signal.SIGSTOP)
+        try:
+            for i in range(64):  # several times the queue, two names
+                with open(os.path.join(src, "junk%d" % (i % 2)), "w") as fp:
+                    fp.write("y" * i)
+            replaced = tiny(1000, rows=9)
+            save_file(replaced, f(0) + ".tmp")
+            os.rename(f(0) + ".tmp", f(0))
+            # In place, same size, mtime put back: only the ctime moves.
+            inplace = tiny(1001)
+            st = os.stat(f(1))
+            data = save(inplace)
+            self.assertEqual(len(data), st.st_size)
+            with open(f(1), "r+b") as fp:
+                fp.write(data)
+            os.utime(f(1), ns=(st.st_atime_ns, st.st_mtime_ns))
+            # f004 over f003: same size, f003's mtime: only the inode
+            # (and the ctime) tell them apart.
+            st = os.stat(f(3))
+            os.utime(f(4), ns=(st.st_atime_ns, st.st_mtime_ns))
+            os.rename(f(4), f(3))
+            added = tiny(1002)
+            save_file(added, os.path.join(src, "n.safetensors"))
+            os.unlink(f(2))
+        finally:
+            os.kill(daemon, signal.SIGCONT)
+        rc.poll(lambda: exists(new_view) and
+                os.stat(view(0)).st_size ==
+                len(rc.view_bytes(replaced, "fp16")), SETTLE,
+                "the new and the replaced file to show after the overflow")
+        rc.poll(lambda: not exists(view(2)) and not exists(view(4)), SETTLE,
+                "the deleted and the renamed-away file to go")
+        self.assertIn("inotify queue overflowed", mount.output())
+        self.assertEqual(read(view(0)), rc.view_bytes(replaced, "fp16"))
+        self.assertEqual(read(view(1)), rc.view_bytes(inplace, "fp16"))
+        self.assertEqual(read(view(3)), rc.view_bytes(orig[4], "fp16"))
+        self.assertEqual(read(new_view), rc.view_bytes(added, "fp16"))
+        self.assertEqual(read(view(5)), rc.view_bytes(orig[5], "fp16"))
+        after = stats(mount)
+        sent = after["entry_invalidations"] - before["entry_invalidations"]
+        # Changed: f000, f001, f003 (+ new n, junk0, junk1); gone: f002,
+        # f004. The whole-directory rescan sent at least 2 per held
+        # checkpoint (the file and its view): 240 here.
+        self.assertLess(sent, 60, (before, after))
+        self.assertGreaterEqual(
+            after["rescan_entries_compared"] -
+            before["rescan_entries_compared"], self.N)
+        self.assertLessEqual(
+            after["rescan_entries_reported"] -
+            before["rescan_entries_reported"], 10, (before, after))
 
 
 class WatchCap(unittest.TestCase):

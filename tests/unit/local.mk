@@ -23,7 +23,8 @@ UNIT_TESTS = tests/unit/test_dtype tests/unit/test_st_header \
 	tests/unit/test_gguf tests/unit/test_reader \
 	tests/unit/test_md_gguf_shards tests/unit/test_st_side \
 	tests/unit/test_gguf_deq tests/unit/test_gguf_kernels \
-	tests/unit/test_watchq tests/unit/test_ct_kernels
+	tests/unit/test_watchq tests/unit/test_ct_kernels \
+	tests/unit/test_ns_rescan
 check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS)
 
@@ -145,6 +146,10 @@ tests_unit_test_ns_bounds_SOURCES = tests/unit/test_ns_bounds.c \
 	$(TESTUTIL_SOURCES) $(UNIT_MAIN)
 tests_unit_test_ns_bounds_CFLAGS = $(UNIT_CFLAGS)
 tests_unit_test_ns_bounds_LDADD = $(UNIT_LDADD)
+tests_unit_test_ns_rescan_SOURCES = tests/unit/test_ns_rescan.c \
+	$(TESTUTIL_SOURCES) $(UNIT_MAIN)
+tests_unit_test_ns_rescan_CFLAGS = $(UNIT_CFLAGS)
+tests_unit_test_ns_rescan_LDADD = $(UNIT_LDADD)
 
 # The kernel-dependent suites again, once per ISA: each program passes, or
 # exits 77 (SKIP) where the CPU or build lacks its ISA.
