@@ -1,0 +1,141 @@
+# SPDX-License-Identifier: MIT
+"""Tensor-tree listings cached by the kernel, and failed views unlisted
+(issue 17; docs/TENSOR_TREE.md "Listings", docs/RELIABILITY.md).
+
+- A directory of a tensor tree (X.safetensors.tensors/ and the same of a
+  view) is listed by the daemon once: a second listing is answered by the
+  kernel (FOPEN_CACHE_DIR), which /.castfs/stats shows (no READDIR).
+- A rewrite in place that changes the tensor names but keeps the file's
+  size and mtime keeps the tree directories' node ids (they hash the
+  source's identity), so only the daemon dropping the kernel's cached
+  listings when the watcher reports the change makes the next listing
+  show the new names: without it the polls below time out.
+- A view whose build fails (nf4 of a file with 200,000 tensors: its header
+  would pass the 100 MB cap) is not listed, and its name answers ENOENT
+  to stat and open like any name a listing does not show, the first time
+  too (it used to answer E2BIG).
+
+The oracles are the tensor names the safetensors library wrote (split at
+dots as docs/TENSOR_TREE.md says, checked by name here) and the
+source directory's listing."""
+import errno
+import json
+import os
+import unittest
+
+import torch
+from safetensors.torch import save_file
+
+import castfs_testlib as tl
+import rel_common as rc
+
+SETTLE = 20.0  # seconds the watcher may take on a loaded machine
+
+
+def requests(m, op):
+    with open(m.join(".castfs", "stats")) as f:
+        st = json.load(f)
+    return st.get("requests", st)[op]
+
+
+def listing(m, *p):
+    return set(os.listdir(m.join(*p)))
+
+
+def leaves(stem):
+    return {stem + s for s in (".info", ".npy", ".raw")}
+
+
+def write_pair(path, second):
+    """Tensors "x.<second>" and "y.w": the same sizes and name lengths
+    whatever @second (one letter), so the same file size."""
+    save_file({"x." + second: torch.arange(4, dtype=torch.float32),
+               "y.w": torch.ones(2, dtype=torch.float16)}, path)
+
+
+class TestTreeDirCache(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tl.tempdir()
+        self.src = self.tmp.__enter__()
+
+    def tearDown(self):
+        self.tmp.__exit__(None, None, None)
+
+    def cached(self, m, *p):
+        """List @p twice: the second listing must come from the kernel."""
+        first = listing(m, *p)
+        before = requests(m, "readdir")
+        self.assertEqual(listing(m, *p), first)
+        self.assertEqual(requests(m, "readdir"), before,
+                         "the second listing of %s was read from the "
+                         "daemon" % "/".join(p))
+        return first
+
+    def test_listed_once_and_dropped_on_rewrite_in_place(self):
+        path = os.path.join(self.src, "m.safetensors")
+        write_pair(path, "a")
+        with tl.Mount(self.src) as m:
+            trees = ("m.safetensors.tensors", "m.fp16.safetensors.tensors")
+            for t in trees:
+                self.assertLessEqual({"x", "y"}, self.cached(m, t))
+                self.assertEqual(self.cached(m, t, "x"), leaves("a"))
+                self.assertEqual(self.cached(m, t, "y"), leaves("w"))
+            # Many listings, one READDIR between them all: none.
+            before = requests(m, "readdir")
+            for _ in range(20):
+                for t in trees:
+                    listing(m, t, "x")
+            self.assertEqual(requests(m, "readdir"), before)
+
+            # The same size and mtime, other names: in place.
+            old = os.stat(path)
+            write_pair(path + ".tmp", "b")
+            with open(path + ".tmp", "rb") as f:
+                data = f.read()
+            os.unlink(path + ".tmp")
+            self.assertEqual(len(data), old.st_size)
+            with open(path, "r+b") as f:
+                f.write(data)
+            os.utime(path, ns=(old.st_atime_ns, old.st_mtime_ns))
+            now = os.stat(path)
+            self.assertEqual((now.st_ino, now.st_size, now.st_mtime_ns),
+                             (old.st_ino, old.st_size, old.st_mtime_ns))
+            for t in trees:
+                rc.poll(lambda: listing(m, t, "x") == leaves("b"), SETTLE,
+                        "%s/x to list the new tensor" % t)
+                # ... and is cached again.
+                self.assertEqual(self.cached(m, t, "x"), leaves("b"))
+                self.assertEqual(self.cached(m, t, "y"), leaves("w"))
+
+    def test_failed_view_answers_enoent(self):
+        path = os.path.join(self.src, "huge.safetensors")
+        # 200,000 tensors: the nf4 view's header would be about 109 MB,
+        # past the 100 MB cap; the source's own is 16 MB.
+        save_file({"t%06d.weight" % i: torch.zeros((1, 64),
+                                                   dtype=torch.bfloat16)
+                   for i in range(200000)}, path)
+        name = "huge.nf4.safetensors"
+        with tl.Mount(self.src) as m:
+            names = listing(m)
+            self.assertIn("huge.safetensors", names)
+            self.assertIn("huge.bf16.safetensors", names)
+            if name not in names:
+                self.skipTest("nf4 is not a listed view of this mount")
+            # The first use learns that it cannot be built.
+            for use in (os.stat, lambda p: open(p, "rb").close()):
+                with self.assertRaises(OSError) as cm:
+                    use(m.join(name))
+                self.assertEqual(cm.exception.errno, errno.ENOENT,
+                                 os.strerror(cm.exception.errno))
+            rc.poll(lambda: name not in listing(m), SETTLE,
+                    "the listing to drop %s" % name)
+            self.assertEqual(listing(m), names - {name})
+            with self.assertRaises(FileNotFoundError):
+                os.stat(m.join(name))
+            # Its neighbours are served.
+            self.assertGreater(os.stat(m.join("huge.bf16.safetensors"))
+                               .st_size, 0)
+
+
+if __name__ == "__main__":
+    tl.main()
