@@ -7,7 +7,8 @@
   kernel (FOPEN_CACHE_DIR), which /.castfs/stats shows (no READDIR).
 - A rewrite in place that changes the tensor names but keeps the file's
   size and mtime keeps the tree directories' node ids (they hash the
-  source's identity), so only the daemon dropping the kernel's cached
+  source's identity), so while a process holds a directory (open, or as
+  its cwd: its inode stays) only the daemon dropping the kernel's cached
   listings when the watcher reports the change makes the next listing
   show the new names: without it the polls below time out.
 - A view whose build fails (nf4 of a file with 200,000 tensors: its header
@@ -87,25 +88,46 @@ class TestTreeDirCache(unittest.TestCase):
                     listing(m, t, "x")
             self.assertEqual(requests(m, "readdir"), before)
 
-            # The same size and mtime, other names: in place.
-            old = os.stat(path)
-            write_pair(path + ".tmp", "b")
-            with open(path + ".tmp", "rb") as f:
-                data = f.read()
-            os.unlink(path + ".tmp")
-            self.assertEqual(len(data), old.st_size)
-            with open(path, "r+b") as f:
-                f.write(data)
-            os.utime(path, ns=(old.st_atime_ns, old.st_mtime_ns))
-            now = os.stat(path)
-            self.assertEqual((now.st_ino, now.st_size, now.st_mtime_ns),
-                             (old.st_ino, old.st_size, old.st_mtime_ns))
-            for t in trees:
-                rc.poll(lambda: listing(m, t, "x") == leaves("b"), SETTLE,
-                        "%s/x to list the new tensor" % t)
-                # ... and is cached again.
-                self.assertEqual(self.cached(m, t, "x"), leaves("b"))
-                self.assertEqual(self.cached(m, t, "y"), leaves("w"))
+            # Held open, as a shell's cwd holds it: the kernel keeps the
+            # directories' inodes, with their cached listings, after the
+            # watcher dropped the tree's name (an inode nobody holds is
+            # forgotten with its listing, and would pass without the
+            # daemon dropping the listing).
+            held = [os.open(m.join(t, *sub), os.O_RDONLY | os.O_DIRECTORY)
+                    for t in trees for sub in ((), ("x",), ("y",))]
+            try:
+                self.rewrite_seen(m, path, trees, held)
+            finally:
+                for fd in held:
+                    os.close(fd)
+
+    def rewrite_seen(self, m, path, trees, held):
+        """Rewrite @path in place with other names and the same size
+        and mtime; the listings of @trees (directories @held) follow."""
+        # The same size and mtime, other names: in place.
+        old = os.stat(path)
+        write_pair(path + ".tmp", "b")
+        with open(path + ".tmp", "rb") as f:
+            data = f.read()
+        os.unlink(path + ".tmp")
+        self.assertEqual(len(data), old.st_size)
+        with open(path, "r+b") as f:
+            f.write(data)
+        os.utime(path, ns=(old.st_atime_ns, old.st_mtime_ns))
+        now = os.stat(path)
+        self.assertEqual((now.st_ino, now.st_size, now.st_mtime_ns),
+                         (old.st_ino, old.st_size, old.st_mtime_ns))
+        for i, t in enumerate(trees):
+            rc.poll(lambda: listing(m, t, "x") == leaves("b"), SETTLE,
+                    "%s/x to list the new tensor" % t)
+            # The same directory (the same node id), as held.
+            self.assertEqual(os.stat(m.join(t, "x")).st_ino,
+                             os.fstat(held[3 * i + 1]).st_ino)
+            self.assertEqual(set(os.listdir(held[3 * i + 1])),
+                             leaves("b"))
+            # ... and is cached again.
+            self.assertEqual(self.cached(m, t, "x"), leaves("b"))
+            self.assertEqual(self.cached(m, t, "y"), leaves("w"))
 
     def test_failed_view_answers_enoent(self):
         path = os.path.join(self.src, "huge.safetensors")
