@@ -285,7 +285,8 @@ bool ns_err_transient(int err);
 /*
  * ns_err_unlisted - the error a view's lookup, getattr and open answer
  * when its build failed with @err, for views listed only where they
- * build (GGUF files): a refusal (-EINVAL, -ENOTSUP, ...) is -ENOENT, like
+ * build (every single-file view, GGUF files, DIR.<q>.gguf): a refusal
+ * (-EINVAL, -ENOTSUP, -E2BIG, ...) is -ENOENT, like
  * any name a listing does not show (the reason is in the log and
  * /.castfs/); transient errors and -EIO (the source failed) are kept, and
  * 0 stays 0. Pure; thread-safe.
