@@ -33,9 +33,13 @@ import rel_common as rc
 SETTLE = 20.0  # seconds the watcher may take on a loaded machine
 
 
-def requests(m, op):
+def stats(m):
     with open(m.join(".castfs", "stats")) as f:
-        st = json.load(f)
+        return json.load(f)
+
+
+def requests(m, op):
+    st = stats(m)
     return st.get("requests", st)[op]
 
 
@@ -128,6 +132,39 @@ class TestTreeDirCache(unittest.TestCase):
             # ... and is cached again.
             self.assertEqual(self.cached(m, t, "x"), leaves("b"))
             self.assertEqual(self.cached(m, t, "y"), leaves("w"))
+
+    def test_evicted_header_lists_the_same(self):
+        """A listing read again after the checkpoint's cache entry was
+        evicted (a 1 MB budget, two files of 1.5 MB headers, evicted
+        once the kernel forgot their trees' nodes) has the same
+        names and inode numbers as the one the kernel kept: its ids hash
+        the identity, not the parse."""
+        names = {}
+        for stem in ("a", "b"):
+            names[stem] = {"%s%05d.w" % (stem, i) for i in range(20000)}
+            save_file({n: torch.zeros(2, dtype=torch.float16)
+                       for n in names[stem]},
+                      os.path.join(self.src, stem + ".safetensors"))
+        with tl.Mount(self.src, options=["cache_mb=1"]) as m:
+            def entries(t):
+                with os.scandir(m.join(t)) as it:
+                    return {(e.name, e.inode()) for e in it}
+            first = entries("a.safetensors.tensors")
+            self.assertEqual({n for n, _ in first},
+                             {n.split(".")[0] for n in names["a"]} |
+                             {"__metadata__.json"})
+            self.cached(m, "a.safetensors.tensors")
+            self.assertEqual(entries("b.safetensors.tensors") and
+                             entries("a.safetensors.tensors"), first)
+            parsed = stats(m)["headers_parsed"]
+            # The kernel forgets the trees' nodes (then the entries, past
+            # the budget, are evicted) and its copies of the listings;
+            # the daemon lists again from a header it parses again.
+            tl.drop_caches(3)
+            before = requests(m, "readdir")
+            self.assertEqual(entries("a.safetensors.tensors"), first)
+            self.assertGreater(requests(m, "readdir"), before)
+            self.assertGreater(stats(m)["headers_parsed"], parsed)
 
     def test_failed_view_answers_enoent(self):
         path = os.path.join(self.src, "huge.safetensors")
