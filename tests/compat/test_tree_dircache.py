@@ -10,7 +10,11 @@
   source's identity), so while a process holds a directory (open, or as
   its cwd: its inode stays) only the daemon dropping the kernel's cached
   listings when the watcher reports the change makes the next listing
-  show the new names: without it the polls below time out.
+  show the new names: without it the polls below time out (checked,
+  four runs of four). The same through a hard link (per-path trees of
+  one file, matched by dev and ino).
+- A tree listed again after its checkpoint's cache entry was evicted
+  lists the same names and inode numbers.
 - A view whose build fails (nf4 of a file with 200,000 tensors: its header
   would pass the 100 MB cap) is not listed, and its name answers ENOENT
   to stat and open like any name a listing does not show, the first time
@@ -79,7 +83,10 @@ class TestTreeDirCache(unittest.TestCase):
     def test_listed_once_and_dropped_on_rewrite_in_place(self):
         path = os.path.join(self.src, "m.safetensors")
         write_pair(path, "a")
-        with tl.Mount(self.src) as m:
+        # No test of the run drops the kernel's caches meanwhile: that
+        # would drop the kept listings too, and the rewrite case could
+        # pass without the daemon's word.
+        with tl.Mount(self.src) as m, tl.caches_kept():
             trees = ("m.safetensors.tensors", "m.fp16.safetensors.tensors")
             for t in trees:
                 self.assertLessEqual({"x", "y"}, self.cached(m, t))
@@ -121,17 +128,46 @@ class TestTreeDirCache(unittest.TestCase):
         now = os.stat(path)
         self.assertEqual((now.st_ino, now.st_size, now.st_mtime_ns),
                          (old.st_ino, old.st_size, old.st_mtime_ns))
+        # Listed through the held directories, their first read now: no
+        # lookup, so nothing but the daemon's word can make the kernel
+        # drop the listing it keeps for their inodes.
         for i, t in enumerate(trees):
-            rc.poll(lambda: listing(m, t, "x") == leaves("b"), SETTLE,
+            fd = held[3 * i + 1]
+            rc.poll(lambda: set(os.listdir(fd)) == leaves("b"), SETTLE,
                     "%s/x to list the new tensor" % t)
+        for i, t in enumerate(trees):
+            self.assertEqual(listing(m, t, "x"), leaves("b"))
             # The same directory (the same node id), as held.
             self.assertEqual(os.stat(m.join(t, "x")).st_ino,
                              os.fstat(held[3 * i + 1]).st_ino)
-            self.assertEqual(set(os.listdir(held[3 * i + 1])),
-                             leaves("b"))
             # ... and is cached again.
             self.assertEqual(self.cached(m, t, "x"), leaves("b"))
             self.assertEqual(self.cached(m, t, "y"), leaves("w"))
+
+    def test_hard_link_trees_follow_a_rewrite(self):
+        """Two hard links of one file have two trees (per-path ids); a
+        rewrite in place through one of them drops the kernel's listings
+        of both (matched by dev and ino)."""
+        path = os.path.join(self.src, "m.safetensors")
+        write_pair(path, "a")
+        os.link(path, os.path.join(self.src, "l.safetensors"))
+        # No test of the run drops the kernel's caches meanwhile: that
+        # would drop the kept listings too, and the rewrite case could
+        # pass without the daemon's word.
+        with tl.Mount(self.src) as m, tl.caches_kept():
+            trees = ("m.safetensors.tensors", "l.safetensors.tensors")
+            ids = set()
+            for t in trees:
+                self.assertEqual(self.cached(m, t, "x"), leaves("a"))
+                ids.add(os.stat(m.join(t, "x")).st_ino)
+            self.assertEqual(len(ids), 2)
+            held = [os.open(m.join(t, *sub), os.O_RDONLY | os.O_DIRECTORY)
+                    for t in trees for sub in ((), ("x",), ("y",))]
+            try:
+                self.rewrite_seen(m, path, trees, held)
+            finally:
+                for fd in held:
+                    os.close(fd)
 
     def test_evicted_header_lists_the_same(self):
         """A listing read again after the checkpoint's cache entry was
