@@ -501,8 +501,13 @@ static void invalidate_path(struct castfs_ns *ns, const char *rel,
 	const char *slash = strrchr(rel, '/');
 	char *dir = strndup(rel, slash ? (size_t)(slash - rel) : 0);
 	uint64_t parent;
+	struct stat st;
 
 	ns_ckpt_drop_path(ns, rel);
+	/* Its tensor trees list its header, which may have changed with the
+	 * size and mtime their ids hash kept (a rewrite in place). */
+	if (ns_src_stat_in(ns, rel, &st) == 0)
+		ns_tree_listings_changed(ns, &st);
 	if (!dir)
 		return;
 	if (strcmp(slash ? slash + 1 : rel, "config.json") == 0)

@@ -140,10 +140,11 @@ int castfs_ns_opendir(struct castfs_ns *ns, uint64_t id,
 
 /*
  * castfs_ns_dir_cacheable - whether the listing of directory @id may be
- * cached by the kernel across opens: 1 for a source directory and a
- * model-directory view (every change of their listing is reported through
- * castfs_ns_opts.listing_changed), 0 for another directory (listed per
- * open: /.castfs, tensor trees) or an id this daemon does not know yet.
+ * cached by the kernel across opens: 1 for a source directory, a
+ * model-directory view and a tensor tree's directory (every change of
+ * their listing is reported through castfs_ns_opts.listing_changed), 0
+ * for another directory (listed per open: /.castfs) or an id this daemon
+ * does not know yet.
  * Returns -ENOTDIR for a file. Lists nothing. Thread-safe.
  */
 int castfs_ns_dir_cacheable(struct castfs_ns *ns, uint64_t id);

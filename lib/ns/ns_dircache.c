@@ -4,8 +4,11 @@
  * telling the daemon when one of them may list something else. A source
  * directory's listing and a model-directory view's are functions of the
  * source tree, whose every change the watcher reports
- * (castfs_ns_invalidate()); other directories (/.castfs, tensor trees)
- * are listed per open. docs/ARCHITECTURE.md, "The daemon".
+ * (castfs_ns_invalidate()); a tensor tree's directory's is a function of
+ * its checkpoint's header, whose change the watcher reports too, even an
+ * in-place rewrite that keeps the size and mtime the tree's ids hash
+ * (ns_tree_listings_changed()). /.castfs is listed per open.
+ * docs/ARCHITECTURE.md, "The daemon".
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -15,7 +18,7 @@
 
 static bool kind_cacheable(uint8_t kind)
 {
-	return kind == NS_DIR || kind == NS_MDIR;
+	return kind == NS_DIR || kind == NS_MDIR || kind == NS_TDIR;
 }
 
 int castfs_ns_dir_cacheable(struct castfs_ns *ns, uint64_t id)
@@ -29,16 +32,30 @@ int castfs_ns_dir_cacheable(struct castfs_ns *ns, uint64_t id)
 		return 0;
 	dir = S_ISDIR(n.st.st_mode) || n.kind == NS_CTL_DIR ||
 	      n.kind == NS_TDIR || n.kind == NS_MDIR;
-	cacheable = kind_cacheable(n.kind) && S_ISDIR(n.st.st_mode);
+	/* A tree directory's st is its checkpoint's (a regular file). */
+	cacheable = kind_cacheable(n.kind) &&
+		    (S_ISDIR(n.st.st_mode) || n.kind == NS_TDIR);
 	ns_node_put_copy(&n);
 	if (!dir)
 		return -ENOTDIR;
 	return cacheable ? 1 : 0;
 }
 
+/* Whether @node is one of those cacheable_ids() collects: with @st, the
+ * tree directories the kernel holds of identity @st's file. */
+static bool id_wanted(const struct ns_node *node, const struct stat *st)
+{
+	if (!st)
+		return kind_cacheable(node->kind);
+	return node->kind == NS_TDIR && node->nlookup &&
+	       node->st.st_dev == st->st_dev && node->st.st_ino == st->st_ino;
+}
+
 /* Ids of every cacheable directory in the node table (the kernel may hold
- * a listing of any of them, and of no other). */
-static ssize_t cacheable_ids(struct castfs_ns *ns, uint64_t **out)
+ * a listing of any of them, and of no other), or with @st only the tree
+ * directories of @st's file. */
+static ssize_t cacheable_ids(struct castfs_ns *ns, const struct stat *st,
+			     uint64_t **out)
 {
 	uint64_t *v = NULL;
 	size_t n = 0, cap = 0;
@@ -47,7 +64,7 @@ static ssize_t cacheable_ids(struct castfs_ns *ns, uint64_t **out)
 	for (size_t b = 0; b < ns->nbuckets; b++) {
 		for (struct ns_node *node = ns->nodes[b]; node;
 		     node = node->hnext) {
-			if (!kind_cacheable(node->kind))
+			if (!id_wanted(node, st))
 				continue;
 			if (n == cap) {
 				size_t ncap = cap * 2 + 64;
@@ -76,10 +93,28 @@ void ns_listings_all_changed(struct castfs_ns *ns)
 
 	if (!ns->listing_changed)
 		return;
-	n = cacheable_ids(ns, &ids);
+	n = cacheable_ids(ns, NULL, &ids);
 	if (n < 0) {
 		/* Cannot say which: the root at least, as before caching. */
 		ns_listing_changed(ns, CASTFS_NS_ROOT_ID);
+		return;
+	}
+	for (ssize_t i = 0; i < n; i++)
+		ns_listing_changed(ns, ids[i]);
+	free(ids);
+}
+
+void ns_tree_listings_changed(struct castfs_ns *ns, const struct stat *st)
+{
+	uint64_t *ids;
+	ssize_t n;
+
+	if (!ns->listing_changed || !ns_node_tree_live(ns, st))
+		return;
+	n = cacheable_ids(ns, st, &ids);
+	if (n < 0) {
+		/* Cannot say which: every listing, as after lost events. */
+		ns_listings_all_changed(ns);
 		return;
 	}
 	for (ssize_t i = 0; i < n; i++)

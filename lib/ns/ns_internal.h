@@ -144,6 +144,11 @@ struct castfs_ns {
 	/* Per hash slot of a source path, the nodes with nlookup > 0 that
 	 * have it (NS_LIVE_SLOTS; ns_node_path_live()). */
 	_Atomic uint32_t *live;
+	/* The same for tensor-tree directories (NS_TDIR) by the (dev, ino)
+	 * of their checkpoint, and how many there are in all: the kernel
+	 * may cache the listing of each (ns_node_tree_live()). */
+	_Atomic uint32_t *tlive;
+	_Atomic size_t ntlive;
 	/* Every (directory, name) a lookup answered, by hash, never
 	 * cleared: a name not in it has no dentry in the kernel, so the
 	 * watcher tells the kernel nothing about it (ns_name_seen()). NULL
@@ -227,6 +232,12 @@ char *ns_node_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup);
  * go of caches early. Lock-free; thread-safe. */
 bool ns_node_path_live(const struct castfs_ns *ns, const char *path);
 
+/* ns_node_tree_live - false when the kernel holds no tensor-tree
+ * directory (NS_TDIR node) of the checkpoint of identity @st (its dev and
+ * ino), so holds no cached listing of one; may say true for one it does
+ * not hold (per hash slot, like ns_node_path_live()). Lock-free. */
+bool ns_node_tree_live(const struct castfs_ns *ns, const struct stat *st);
+
 /* ns_name_seen_init - start the set of answered names (empty). Returns 0
  * or -ENOMEM. Without it ns_name_seen() is always true. */
 int ns_name_seen_init(struct castfs_ns *ns);
@@ -284,7 +295,8 @@ bool ns_err_transient(int err);
 /*
  * ns_err_unlisted - the error a view's lookup, getattr and open answer
  * when its build failed with @err, for views listed only where they
- * build (GGUF files): a refusal (-EINVAL, -ENOTSUP, ...) is -ENOENT, like
+ * build (every single-file view, GGUF files, DIR.<q>.gguf): a refusal
+ * (-EINVAL, -ENOTSUP, -E2BIG, ...) is -ENOENT, like
  * any name a listing does not show (the reason is in the log and
  * /.castfs/); transient errors and -EIO (the source failed) are kept, and
  * 0 stays 0. Pure; thread-safe.
@@ -304,6 +316,15 @@ static inline void ns_listing_changed(struct castfs_ns *ns, uint64_t dir)
  * kernel may cache a listing of (ns_dircache.c): after lost events, when
  * what changed is not known. Takes the table lock; call without it. */
 void ns_listings_all_changed(struct castfs_ns *ns);
+
+/* ns_tree_listings_changed - ns_listing_changed() for every tensor-tree
+ * directory the kernel holds of the checkpoint of identity @st (dev and
+ * ino: every path it was reached by, hard links and HF-cache links too):
+ * after the watcher saw the file change, which may keep its size and
+ * mtime, hence the directories' ids. Costs nothing when the kernel holds
+ * no tree of it (ns_node_tree_live()), else a walk of the node table.
+ * Takes the table lock; call without it. */
+void ns_tree_listings_changed(struct castfs_ns *ns, const struct stat *st);
 
 /* ns_node_table_fini - free every node. */
 void ns_node_table_fini(struct castfs_ns *ns);

@@ -188,6 +188,39 @@ bool ns_node_path_live(const struct castfs_ns *ns, const char *path)
 	return ns->live && atomic_load(live_slot(ns, path)) != 0;
 }
 
+static _Atomic uint32_t *tree_slot(const struct castfs_ns *ns,
+				   const struct stat *st)
+{
+	uint64_t h = hash_u64(CASTFS_FNV_SEED, (uint64_t)st->st_dev);
+
+	h = hash_u64(h, (uint64_t)st->st_ino);
+	return &ns->tlive[castfs_mix64(h) % NS_LIVE_SLOTS];
+}
+
+bool ns_node_tree_live(const struct castfs_ns *ns, const struct stat *st)
+{
+	return ns->tlive && atomic_load(&ns->ntlive) != 0 &&
+	       atomic_load(tree_slot(ns, st)) != 0;
+}
+
+/* Node @n became held by the kernel: count it where ns_node_path_live()
+ * and ns_node_tree_live() look. */
+static void live_count(struct castfs_ns *ns, const struct ns_node *n)
+{
+	atomic_fetch_add(live_slot(ns, n->path), 1);
+	if (n->kind != NS_TDIR)
+		return;
+	atomic_fetch_add(tree_slot(ns, &n->st), 1);
+	atomic_fetch_add(&ns->ntlive, 1);
+}
+
+/* Tree directory @n is no longer held by the kernel. */
+static void tree_forget(struct castfs_ns *ns, const struct ns_node *n)
+{
+	atomic_fetch_sub(tree_slot(ns, &n->st), 1);
+	atomic_fetch_sub(&ns->ntlive, 1);
+}
+
 int ns_name_seen_init(struct castfs_ns *ns)
 {
 	/* Pages the lookups never touch are never given memory. */
@@ -261,7 +294,7 @@ static void node_ref_locked(struct castfs_ns *ns, struct ns_node *n)
 {
 	if (n->nlookup++ == 0) {
 		ns->nforgotten--;
-		atomic_fetch_add(live_slot(ns, n->path), 1);
+		live_count(ns, n);
 	}
 }
 
@@ -310,7 +343,7 @@ int ns_node_intern(struct castfs_ns *ns, struct ns_node *desc, uint64_t *id)
 	}
 	*n = *desc;
 	n->nlookup = 1;
-	atomic_fetch_add(live_slot(ns, n->path), 1);
+	live_count(ns, n);
 	n->hnext = *bucket(ns, n->id);
 	*bucket(ns, n->id) = n;
 	ns->nnodes++;
@@ -371,6 +404,8 @@ char *ns_node_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup)
 	n = node_find_locked(ns, id);
 	if (n && n->nlookup) {
 		n->nlookup = n->nlookup > nlookup ? n->nlookup - nlookup : 0;
+		if (n->nlookup == 0 && n->kind == NS_TDIR)
+			tree_forget(ns, n);
 		if (n->nlookup == 0 &&
 		    atomic_fetch_sub(live_slot(ns, n->path), 1) == 1)
 			idle = strdup(n->path);
@@ -462,7 +497,8 @@ int ns_node_add_root(struct castfs_ns *ns, struct castfs_diag *d)
 
 	ns->nodes = calloc(NS_HASH_BUCKETS, sizeof(*ns->nodes));
 	ns->live = calloc(NS_LIVE_SLOTS, sizeof(*ns->live));
-	if (!ns->nodes || !ns->live)
+	ns->tlive = calloc(NS_LIVE_SLOTS, sizeof(*ns->tlive));
+	if (!ns->nodes || !ns->live || !ns->tlive)
 		return -ENOMEM;
 	ns->nbuckets = NS_HASH_BUCKETS;
 	root = calloc(1, sizeof(*root));
@@ -505,6 +541,8 @@ void ns_node_table_fini(struct castfs_ns *ns)
 	ns->nodes = NULL;
 	free(ns->live);
 	ns->live = NULL;
+	free(ns->tlive);
+	ns->tlive = NULL;
 	free(ns->seen);
 	ns->seen = NULL;
 	ns->nbuckets = 0;

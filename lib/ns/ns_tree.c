@@ -368,8 +368,12 @@ static int view_plan(struct castfs_ns *ns, const struct ns_node *n,
 				d.msg[0] ? d.msg : strerror(-rc));
 		ns_ckpt_put(ns, *ck);
 	}
-	/* GGUF views are listed only where they build (gguf_maps). */
-	return n->view->kind == CASTFS_VIEW_GGUF ? ns_err_unlisted(rc) : rc;
+	/* A view is listed only where it builds (list_views; GGUF views
+	 * where they map, gguf_maps): once its build failed its name
+	 * answers like any name a listing does not show, the first time
+	 * too (the listing that showed it was dropped when the failure was
+	 * learned). The reason is in the log. */
+	return ns_err_unlisted(rc);
 }
 
 static int view_getattr(struct castfs_ns *ns, const struct ns_node *n,

@@ -1,0 +1,236 @@
+# SPDX-License-Identifier: MIT
+"""Tensor-tree listings cached by the kernel, and failed views unlisted
+(issue 17; docs/TENSOR_TREE.md "Listings", docs/RELIABILITY.md).
+
+- A directory of a tensor tree (X.safetensors.tensors/ and the same of a
+  view) is listed by the daemon once: a second listing is answered by the
+  kernel (FOPEN_CACHE_DIR), which /.castfs/stats shows (no READDIR).
+- A rewrite in place that changes the tensor names but keeps the file's
+  size and mtime keeps the tree directories' node ids (they hash the
+  source's identity), so while a process holds a directory (open, or as
+  its cwd: its inode stays) only the daemon dropping the kernel's cached
+  listings when the watcher reports the change makes the next listing
+  show the new names: without it the polls below time out (checked,
+  four runs of four). The same through a hard link (per-path trees of
+  one file, matched by dev and ino).
+- A tree listed again after its checkpoint's cache entry was evicted
+  lists the same names and inode numbers.
+- A view whose build fails (nf4 of a file with 200,000 tensors: its header
+  would pass the 100 MB cap) is not listed, and its name answers ENOENT
+  to stat and open like any name a listing does not show, the first time
+  too (it used to answer E2BIG).
+
+The oracles are the tensor names the safetensors library wrote (split at
+dots as docs/TENSOR_TREE.md says, checked by name here) and the
+source directory's listing."""
+import errno
+import json
+import os
+import unittest
+
+import torch
+from safetensors.torch import save_file
+
+import castfs_testlib as tl
+import rel_common as rc
+
+SETTLE = 20.0  # seconds the watcher may take on a loaded machine
+
+
+def stats(m):
+    with open(m.join(".castfs", "stats")) as f:
+        return json.load(f)
+
+
+def requests(m, op):
+    st = stats(m)
+    return st.get("requests", st)[op]
+
+
+def listing(m, *p):
+    return set(os.listdir(m.join(*p)))
+
+
+def leaves(stem):
+    return {stem + s for s in (".info", ".npy", ".raw")}
+
+
+def write_pair(path, second):
+    """Tensors "x.<second>" and "y.w": the same sizes and name lengths
+    whatever @second (one letter), so the same file size."""
+    save_file({"x." + second: torch.arange(4, dtype=torch.float32),
+               "y.w": torch.ones(2, dtype=torch.float16)}, path)
+
+
+class TestTreeDirCache(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tl.tempdir()
+        self.src = self.tmp.__enter__()
+
+    def tearDown(self):
+        self.tmp.__exit__(None, None, None)
+
+    def cached(self, m, *p):
+        """List @p twice: the second listing must come from the kernel."""
+        first = listing(m, *p)
+        before = requests(m, "readdir")
+        self.assertEqual(listing(m, *p), first)
+        self.assertEqual(requests(m, "readdir"), before,
+                         "the second listing of %s was read from the "
+                         "daemon" % "/".join(p))
+        return first
+
+    def test_listed_once_and_dropped_on_rewrite_in_place(self):
+        path = os.path.join(self.src, "m.safetensors")
+        write_pair(path, "a")
+        # No test of the run drops the kernel's caches meanwhile: that
+        # would drop the kept listings too, and the rewrite case could
+        # pass without the daemon's word.
+        with tl.Mount(self.src) as m, tl.caches_kept():
+            trees = ("m.safetensors.tensors", "m.fp16.safetensors.tensors")
+            for t in trees:
+                self.assertLessEqual({"x", "y"}, self.cached(m, t))
+                self.assertEqual(self.cached(m, t, "x"), leaves("a"))
+                self.assertEqual(self.cached(m, t, "y"), leaves("w"))
+            # Many listings, one READDIR between them all: none.
+            before = requests(m, "readdir")
+            for _ in range(20):
+                for t in trees:
+                    listing(m, t, "x")
+            self.assertEqual(requests(m, "readdir"), before)
+
+            # Held open, as a shell's cwd holds it: the kernel keeps the
+            # directories' inodes, with their cached listings, after the
+            # watcher dropped the tree's name (an inode nobody holds is
+            # forgotten with its listing, and would pass without the
+            # daemon dropping the listing).
+            held = [os.open(m.join(t, *sub), os.O_RDONLY | os.O_DIRECTORY)
+                    for t in trees for sub in ((), ("x",), ("y",))]
+            try:
+                self.rewrite_seen(m, path, trees, held)
+            finally:
+                for fd in held:
+                    os.close(fd)
+
+    def rewrite_seen(self, m, path, trees, held):
+        """Rewrite @path in place with other names and the same size
+        and mtime; the listings of @trees (directories @held) follow."""
+        # The same size and mtime, other names: in place.
+        old = os.stat(path)
+        write_pair(path + ".tmp", "b")
+        with open(path + ".tmp", "rb") as f:
+            data = f.read()
+        os.unlink(path + ".tmp")
+        self.assertEqual(len(data), old.st_size)
+        with open(path, "r+b") as f:
+            f.write(data)
+        os.utime(path, ns=(old.st_atime_ns, old.st_mtime_ns))
+        now = os.stat(path)
+        self.assertEqual((now.st_ino, now.st_size, now.st_mtime_ns),
+                         (old.st_ino, old.st_size, old.st_mtime_ns))
+        # Listed through the held directories, their first read now: no
+        # lookup, so nothing but the daemon's word can make the kernel
+        # drop the listing it keeps for their inodes.
+        for i, t in enumerate(trees):
+            fd = held[3 * i + 1]
+            rc.poll(lambda: set(os.listdir(fd)) == leaves("b"), SETTLE,
+                    "%s/x to list the new tensor" % t)
+        for i, t in enumerate(trees):
+            self.assertEqual(listing(m, t, "x"), leaves("b"))
+            # The same directory (the same node id), as held.
+            self.assertEqual(os.stat(m.join(t, "x")).st_ino,
+                             os.fstat(held[3 * i + 1]).st_ino)
+            # ... and is cached again.
+            self.assertEqual(self.cached(m, t, "x"), leaves("b"))
+            self.assertEqual(self.cached(m, t, "y"), leaves("w"))
+
+    def test_hard_link_trees_follow_a_rewrite(self):
+        """Two hard links of one file have two trees (per-path ids); a
+        rewrite in place through one of them drops the kernel's listings
+        of both (matched by dev and ino)."""
+        path = os.path.join(self.src, "m.safetensors")
+        write_pair(path, "a")
+        os.link(path, os.path.join(self.src, "l.safetensors"))
+        # No test of the run drops the kernel's caches meanwhile: that
+        # would drop the kept listings too, and the rewrite case could
+        # pass without the daemon's word.
+        with tl.Mount(self.src) as m, tl.caches_kept():
+            trees = ("m.safetensors.tensors", "l.safetensors.tensors")
+            ids = set()
+            for t in trees:
+                self.assertEqual(self.cached(m, t, "x"), leaves("a"))
+                ids.add(os.stat(m.join(t, "x")).st_ino)
+            self.assertEqual(len(ids), 2)
+            held = [os.open(m.join(t, *sub), os.O_RDONLY | os.O_DIRECTORY)
+                    for t in trees for sub in ((), ("x",), ("y",))]
+            try:
+                self.rewrite_seen(m, path, trees, held)
+            finally:
+                for fd in held:
+                    os.close(fd)
+
+    def test_evicted_header_lists_the_same(self):
+        """A listing read again after the checkpoint's cache entry was
+        evicted (a 1 MB budget, two files of 1.5 MB headers, evicted
+        once the kernel forgot their trees' nodes) has the same
+        names and inode numbers as the one the kernel kept: its ids hash
+        the identity, not the parse."""
+        names = {}
+        for stem in ("a", "b"):
+            names[stem] = {"%s%05d.w" % (stem, i) for i in range(20000)}
+            save_file({n: torch.zeros(2, dtype=torch.float16)
+                       for n in names[stem]},
+                      os.path.join(self.src, stem + ".safetensors"))
+        with tl.Mount(self.src, options=["cache_mb=1"]) as m:
+            def entries(t):
+                with os.scandir(m.join(t)) as it:
+                    return {(e.name, e.inode()) for e in it}
+            first = entries("a.safetensors.tensors")
+            self.assertEqual({n for n, _ in first},
+                             {n.split(".")[0] for n in names["a"]} |
+                             {"__metadata__.json"})
+            self.cached(m, "a.safetensors.tensors")
+            self.assertEqual(entries("b.safetensors.tensors") and
+                             entries("a.safetensors.tensors"), first)
+            parsed = stats(m)["headers_parsed"]
+            # The kernel forgets the trees' nodes (then the entries, past
+            # the budget, are evicted) and its copies of the listings;
+            # the daemon lists again from a header it parses again.
+            tl.drop_caches(3)
+            before = requests(m, "readdir")
+            self.assertEqual(entries("a.safetensors.tensors"), first)
+            self.assertGreater(requests(m, "readdir"), before)
+            self.assertGreater(stats(m)["headers_parsed"], parsed)
+
+    def test_failed_view_answers_enoent(self):
+        path = os.path.join(self.src, "huge.safetensors")
+        # 200,000 tensors: the nf4 view's header would be about 109 MB,
+        # past the 100 MB cap; the source's own is 16 MB.
+        save_file({"t%06d.weight" % i: torch.zeros((1, 64),
+                                                   dtype=torch.bfloat16)
+                   for i in range(200000)}, path)
+        name = "huge.nf4.safetensors"
+        with tl.Mount(self.src) as m:
+            names = listing(m)
+            self.assertIn("huge.safetensors", names)
+            self.assertIn("huge.bf16.safetensors", names)
+            if name not in names:
+                self.skipTest("nf4 is not a listed view of this mount")
+            # The first use learns that it cannot be built.
+            for use in (os.stat, lambda p: open(p, "rb").close()):
+                with self.assertRaises(OSError) as cm:
+                    use(m.join(name))
+                self.assertEqual(cm.exception.errno, errno.ENOENT,
+                                 os.strerror(cm.exception.errno))
+            rc.poll(lambda: name not in listing(m), SETTLE,
+                    "the listing to drop %s" % name)
+            self.assertEqual(listing(m), names - {name})
+            with self.assertRaises(FileNotFoundError):
+                os.stat(m.join(name))
+            # Its neighbours are served.
+            self.assertGreater(os.stat(m.join("huge.bf16.safetensors"))
+                               .st_size, 0)
+
+
+if __name__ == "__main__":
+    tl.main()
