@@ -721,6 +721,70 @@ char *ns_ckpt_rejected_json(struct castfs_ns *ns)
 	return out;
 }
 
+/* {"path", "views", "reason"} per errno of @ck's views that cannot be
+ * built; caller holds ck_lock. */
+static int view_refusals_add(struct castfs_ns *ns, cJSON *arr,
+			     struct ns_ckpt *ck)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&ck->lock);
+	for (size_t i = 0; !rc && i < ck->nviews; i++) {
+		int err = ck->plan_err[i];
+		char why[160], *path;
+		cJSON *o, *views;
+		bool seen = false;
+
+		for (size_t j = 0; j < i; j++)
+			seen = seen || ck->plan_err[j] == err;
+		if (!err || seen)
+			continue; /* one object per errno, listing its views */
+		snprintf(why, sizeof(why),
+			 "the view cannot be built: %s (the daemon log "
+			 "says why)",
+			 strerror(-err));
+		path = castfs_escape(ck->path, strlen(ck->path));
+		o = cJSON_CreateObject();
+		rc = -ENOMEM;
+		if (path && o && cJSON_AddStringToObject(o, "path", path) &&
+		    (views = cJSON_AddArrayToObject(o, "views")) &&
+		    cJSON_AddStringToObject(o, "reason", why)) {
+			rc = 0;
+			for (size_t j = i; !rc && j < ck->nviews; j++) {
+				if (ck->plan_err[j] == err &&
+				    !cJSON_AddItemToArray(
+					    views,
+					    cJSON_CreateString(
+						    ns->views->v[j].name)))
+					rc = -ENOMEM;
+			}
+		}
+		free(path);
+		if (!rc)
+			cJSON_AddItemToArray(arr, o);
+		else
+			cJSON_Delete(o);
+	}
+	pthread_mutex_unlock(&ck->lock);
+	return rc;
+}
+
+int ns_ckpt_view_refusals(struct castfs_ns *ns, cJSON *arr)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&ns->ck_lock);
+	for (size_t i = 0; !rc && i < ns->ck_nbuckets; i++) {
+		for (struct ns_ckpt *ck = ns->ckpts[i]; !rc && ck;
+		     ck = ck->hnext) {
+			if (!ck->loading && ck->h)
+				rc = view_refusals_add(ns, arr, ck);
+		}
+	}
+	pthread_mutex_unlock(&ns->ck_lock);
+	return rc;
+}
+
 void ns_ckpt_drop_path(struct castfs_ns *ns, const char *path)
 {
 	struct ns_ckpt **pp, *ck;

@@ -108,6 +108,15 @@ int ns_ckpt_valid(struct castfs_ns *ns, const char *path, struct stat *st,
  * files still present: [{"path":..., "error":..., "reason":...}]. */
 char *ns_ckpt_rejected_json(struct castfs_ns *ns);
 
+/* ns_ckpt_view_refusals - append to JSON array @arr one {"path", "views",
+ * "reason"} per checkpoint in the cache and errno of its single-file views
+ * whose plan could not be built (those names are not listed and answer
+ * ENOENT: /.castfs/refused says why). A checkpoint the cache evicted shows
+ * again once its views are next asked for. Returns 0 or -ENOMEM (@arr
+ * then holds what was added). Thread-safe. */
+struct cJSON;
+int ns_ckpt_view_refusals(struct castfs_ns *ns, struct cJSON *arr);
+
 /* ns_ckpt_drop_path - forget cache entries of @path (source changed). */
 void ns_ckpt_drop_path(struct castfs_ns *ns, const char *path);
 

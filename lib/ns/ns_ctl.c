@@ -246,6 +246,7 @@ static char *ctl_refused(struct castfs_ns *ns)
 	if (!arr)
 		return NULL;
 	refused_dir(ns, "", 0, &budget, arr);
+	ns_ckpt_view_refusals(ns, arr); /* on -ENOMEM: what it has */
 	out = cJSON_Print(arr);
 	cJSON_Delete(arr);
 	return out;

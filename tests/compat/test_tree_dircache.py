@@ -227,6 +227,15 @@ class TestTreeDirCache(unittest.TestCase):
             self.assertEqual(listing(m), names - {name})
             with self.assertRaises(FileNotFoundError):
                 os.stat(m.join(name))
+            # Not silently: /.castfs/refused names the file, the view and
+            # the errno (E2BIG: the header would pass the cap).
+            with open(m.join(".castfs", "refused")) as f:
+                refused = json.load(f)
+            mine = [r for r in refused if r["path"] == "huge.safetensors"]
+            self.assertEqual(len(mine), 1, refused)
+            self.assertIn("nf4", mine[0]["views"])
+            self.assertNotIn("bf16", mine[0]["views"])
+            self.assertIn(os.strerror(errno.E2BIG), mine[0]["reason"])
             # Its neighbours are served.
             self.assertGreater(os.stat(m.join("huge.bf16.safetensors"))
                                .st_size, 0)
