@@ -46,11 +46,12 @@ def listing(m, *p):
     return set(os.listdir(m.join(*p)))
 
 
-class TestDirCache(unittest.TestCase):
+class ListingCase(unittest.TestCase):
+    """A source directory per test, and listings checked to be kept."""
+
     def setUp(self):
         self.tmp = tl.tempdir()
         self.src = self.tmp.__enter__()
-        write(os.path.join(self.src, "a.safetensors"), blob())
 
     def tearDown(self):
         self.tmp.__exit__(None, None, None)
@@ -61,8 +62,15 @@ class TestDirCache(unittest.TestCase):
         before = requests(m, "readdir")
         self.assertEqual(listing(m, *p), first)
         self.assertEqual(requests(m, "readdir"), before,
-                         "the second listing was read from the daemon")
+                         "the second listing of %s was read from the "
+                         "daemon" % "/".join(p))
         return first
+
+
+class TestDirCache(ListingCase):
+    def setUp(self):
+        super().setUp()
+        write(os.path.join(self.src, "a.safetensors"), blob())
 
     def shows(self, m, want, gone=(), *p):
         """The next listing of @p holds every name of @want and none of

@@ -327,16 +327,16 @@ class PackedMount(unittest.TestCase):
 
 
 
-class PackedModelDir(unittest.TestCase):
-    """A sharded transformers model whose shards are all packed gets
-    DIR.<view>/ whose files equal those of the same model uncompressed,
-    and from_pretrained of DIR.nf4 loads the same weights."""
+class PackedLlamaCase(unittest.TestCase):
+    """A mount of packed_llama(SEED, *PACK_FLAGS) beside its plain
+    copy; cls.plain is the plain folder."""
+    SEED, PACK_FLAGS = 0, ()
 
     @classmethod
     def setUpClass(cls):
         cls.ctx = tl.tempdir()
         cls.src = cls.ctx.__enter__()
-        packed_llama(cls.src, 0)
+        cls.plain = packed_llama(cls.src, cls.SEED, *cls.PACK_FLAGS)
         cls.mnt = tl.Mount(cls.src)
 
     @classmethod
@@ -344,6 +344,12 @@ class PackedModelDir(unittest.TestCase):
         rc = cls.mnt.unmount()
         cls.ctx.__exit__(None, None, None)
         assert rc == 0, "castfs exited with %d" % rc
+
+
+class PackedModelDir(PackedLlamaCase):
+    """A sharded transformers model whose shards are all packed gets
+    DIR.<view>/ whose files equal those of the same model uncompressed,
+    and from_pretrained of DIR.nf4 loads the same weights."""
 
     def test_shards_are_packed(self):
         names = os.listdir(os.path.join(self.src, "packed"))

@@ -14,27 +14,20 @@ import torch
 from safetensors.torch import load_file
 
 import castfs_testlib as tl
-from test_packed_mount import packed_llama, read
+from test_packed_mount import PackedLlamaCase, read
 
 
 @unittest.skipUnless(tl.fuse_usable(), "FUSE not usable")
-class GroupedShards(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.ctx = tl.tempdir()
-        cls.src = cls.ctx.__enter__()
-        plain = packed_llama(cls.src, 1, "--grouped")
-        cls.want = {}
-        for n in os.listdir(plain):
-            if n.endswith(".safetensors"):
-                cls.want.update(load_file(os.path.join(plain, n)))
-        cls.mnt = tl.Mount(cls.src)
+class GroupedShards(PackedLlamaCase):
+    SEED, PACK_FLAGS = 1, ("--grouped",)
 
     @classmethod
-    def tearDownClass(cls):
-        rc = cls.mnt.unmount()
-        cls.ctx.__exit__(None, None, None)
-        assert rc == 0, "castfs exited with %d" % rc
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.want = {}
+        for n in os.listdir(cls.plain):
+            if n.endswith(".safetensors"):
+                cls.want.update(load_file(os.path.join(cls.plain, n)))
 
     def test_shards_are_grouped_packs(self):
         names = os.listdir(os.path.join(self.src, "packed"))

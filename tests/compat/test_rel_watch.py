@@ -69,6 +69,24 @@ def inotify_holder(pid):
     return None
 
 
+def small_queue_mount(src):
+    """A mount of @src whose watcher's inotify queue holds 16 events
+    (the limit is read when the instance is made, then put back); the
+    mount and the pid of the process holding the watcher."""
+    with open(QUEUE) as f:
+        saved = f.read().strip()
+    try:
+        with open(QUEUE, "w") as f:
+            f.write("16")
+        mount = tl.Mount(src)
+        rc.poll(lambda: inotify_holder(mount.proc.pid) is not None,
+                30, "the watcher's inotify instance")
+        return mount, inotify_holder(mount.proc.pid)
+    finally:
+        with open(QUEUE, "w") as f:
+            f.write(saved)
+
+
 def exists(path):
     try:
         os.stat(path)
@@ -88,19 +106,7 @@ class Overflow(unittest.TestCase):
             rc.write_ckpt(gone, seed=4)
             os.mkdir(os.path.join(src, "sub"))
             rc.write_ckpt(os.path.join(src, "sub", "e.safetensors"), seed=5)
-            with open(QUEUE) as f:
-                saved = f.read().strip()
-            daemon = None
-            try:
-                with open(QUEUE, "w") as f:
-                    f.write("16")
-                mount = tl.Mount(src)
-                rc.poll(lambda: inotify_holder(mount.proc.pid) is not None,
-                        30, "the watcher's inotify instance")
-                daemon = inotify_holder(mount.proc.pid)
-            finally:
-                with open(QUEUE, "w") as f:
-                    f.write(saved)
+            mount, daemon = small_queue_mount(src)
             try:
                 view = mount.join(rc.view_name("c", "fp16"))
                 new_view = mount.join(rc.view_name("n", "fp16"))
@@ -183,18 +189,7 @@ class Rescan(unittest.TestCase):
             for j in ("junk0", "junk1"):
                 with open(os.path.join(src, j), "w") as fp:
                     fp.write("x")
-            with open(QUEUE) as fp:
-                saved = fp.read().strip()
-            try:
-                with open(QUEUE, "w") as fp:
-                    fp.write("16")
-                mount = tl.Mount(src)
-                rc.poll(lambda: inotify_holder(mount.proc.pid) is not None,
-                        30, "the watcher's inotify instance")
-                daemon = inotify_holder(mount.proc.pid)
-            finally:
-                with open(QUEUE, "w") as fp:
-                    fp.write(saved)
+            mount, daemon = small_queue_mount(src)
             try:
                 self.check(mount, daemon, src, f, orig)
             finally:

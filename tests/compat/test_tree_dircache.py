@@ -26,13 +26,13 @@ source directory's listing."""
 import errno
 import json
 import os
-import unittest
 
 import torch
 from safetensors.torch import save_file
 
 import castfs_testlib as tl
 import rel_common as rc
+from test_dircache import ListingCase, listing, requests
 
 SETTLE = 20.0  # seconds the watcher may take on a loaded machine
 
@@ -40,15 +40,6 @@ SETTLE = 20.0  # seconds the watcher may take on a loaded machine
 def stats(m):
     with open(m.join(".castfs", "stats")) as f:
         return json.load(f)
-
-
-def requests(m, op):
-    st = stats(m)
-    return st.get("requests", st)[op]
-
-
-def listing(m, *p):
-    return set(os.listdir(m.join(*p)))
 
 
 def leaves(stem):
@@ -62,23 +53,7 @@ def write_pair(path, second):
                "y.w": torch.ones(2, dtype=torch.float16)}, path)
 
 
-class TestTreeDirCache(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tl.tempdir()
-        self.src = self.tmp.__enter__()
-
-    def tearDown(self):
-        self.tmp.__exit__(None, None, None)
-
-    def cached(self, m, *p):
-        """List @p twice: the second listing must come from the kernel."""
-        first = listing(m, *p)
-        before = requests(m, "readdir")
-        self.assertEqual(listing(m, *p), first)
-        self.assertEqual(requests(m, "readdir"), before,
-                         "the second listing of %s was read from the "
-                         "daemon" % "/".join(p))
-        return first
+class TestTreeDirCache(ListingCase):
 
     def test_listed_once_and_dropped_on_rewrite_in_place(self):
         path = os.path.join(self.src, "m.safetensors")
@@ -104,13 +79,17 @@ class TestTreeDirCache(unittest.TestCase):
             # watcher dropped the tree's name (an inode nobody holds is
             # forgotten with its listing, and would pass without the
             # daemon dropping the listing).
-            held = [os.open(m.join(t, *sub), os.O_RDONLY | os.O_DIRECTORY)
-                    for t in trees for sub in ((), ("x",), ("y",))]
-            try:
-                self.rewrite_seen(m, path, trees, held)
-            finally:
-                for fd in held:
-                    os.close(fd)
+            self.rewrite_seen_held(m, path, trees)
+
+    def rewrite_seen_held(self, m, path, trees):
+        """rewrite_seen() with @trees and their x/, y/ held open."""
+        held = [os.open(m.join(t, *sub), os.O_RDONLY | os.O_DIRECTORY)
+                for t in trees for sub in ((), ("x",), ("y",))]
+        try:
+            self.rewrite_seen(m, path, trees, held)
+        finally:
+            for fd in held:
+                os.close(fd)
 
     def rewrite_seen(self, m, path, trees, held):
         """Rewrite @path in place with other names and the same size
@@ -161,13 +140,7 @@ class TestTreeDirCache(unittest.TestCase):
                 self.assertEqual(self.cached(m, t, "x"), leaves("a"))
                 ids.add(os.stat(m.join(t, "x")).st_ino)
             self.assertEqual(len(ids), 2)
-            held = [os.open(m.join(t, *sub), os.O_RDONLY | os.O_DIRECTORY)
-                    for t in trees for sub in ((), ("x",), ("y",))]
-            try:
-                self.rewrite_seen(m, path, trees, held)
-            finally:
-                for fd in held:
-                    os.close(fd)
+            self.rewrite_seen_held(m, path, trees)
 
     def test_evicted_header_lists_the_same(self):
         """A listing read again after the checkpoint's cache entry was
