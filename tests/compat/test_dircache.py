@@ -83,7 +83,7 @@ class TestDirCache(ListingCase):
 
     def test_source_directory(self):
         src = self.src
-        with tl.Mount(src) as m:
+        with tl.Mount(src) as m, tl.caches_kept():
             names = self.cached(m)
             self.assertIn("a.safetensors", names)
             self.assertIn("a.fp8.safetensors", names)
@@ -110,7 +110,7 @@ class TestDirCache(ListingCase):
         write(os.path.join(d, "model.safetensors"), blob())
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump({"model_type": "llama", "torch_dtype": "float32"}, f)
-        with tl.Mount(self.src) as m:
+        with tl.Mount(self.src) as m, tl.caches_kept():
             self.assertIn("m.bf16", self.cached(m))
             self.assertEqual(self.cached(m, "m.bf16"),
                              {"config.json", "model.safetensors"})
