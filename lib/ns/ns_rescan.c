@@ -56,7 +56,7 @@ static bool vouched(void *c, const char *path)
 	char *dir;
 	bool has;
 
-	if (!bsearch(&h, r->done, r->ndone, sizeof(h), u64_cmp))
+	if (!r->ndone || !bsearch(&h, r->done, r->ndone, sizeof(h), u64_cmp))
 		return false;
 	dir = strndup(path, dlen);
 	if (!dir)

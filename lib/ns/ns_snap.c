@@ -190,6 +190,8 @@ static int ent_cmp(const void *a, const void *b)
 /* Sort by name hash; names sharing a hash lose their identity (0). */
 static void snap_sort(struct ns_snap *s)
 {
+	if (s->n == 0)
+		return; /* s->e may be NULL: not for qsort() */
 	qsort(s->e, s->n, sizeof(*s->e), ent_cmp);
 	for (size_t i = 1; i < s->n; i++) {
 		if (s->e[i].name == s->e[i - 1].name)
@@ -250,6 +252,8 @@ static const struct snap_ent *snap_find(const struct ns_snap *s, uint64_t h)
 {
 	struct snap_ent key = { .name = h };
 
+	if (s->n == 0)
+		return NULL; /* s->e may be NULL: not for bsearch() */
 	return bsearch(&key, s->e, s->n, sizeof(*s->e), ent_cmp);
 }
 
@@ -310,10 +314,15 @@ static int snap_read(struct castfs_ns *ns, struct ns_snap *s, uint64_t *id)
 /* Sort @s's entries and their names together (by name hash). */
 static void snap_sort_named(struct ns_snap *s)
 {
-	size_t *ix = malloc(s->n * sizeof(*ix) + 1);
-	struct snap_ent *e = malloc(s->n * sizeof(*e) + 1);
-	char **nm = malloc(s->n * sizeof(*nm) + 1);
+	size_t *ix;
+	struct snap_ent *e;
+	char **nm;
 
+	if (s->n == 0)
+		return; /* nothing to sort; s->e may be NULL */
+	ix = malloc(s->n * sizeof(*ix));
+	e = malloc(s->n * sizeof(*e));
+	nm = malloc(s->n * sizeof(*nm));
 	if (!ix || !e || !nm) {
 		/* Unsorted: no lookup finds anything, so every name is
 		 * reported and the snapshot is not kept. */
@@ -375,7 +384,8 @@ static int snap_install(struct castfs_ns *ns, struct ns_snap *now,
 		snap_free(now);
 		return -ENOMEM;
 	}
-	memcpy(mine->e, now->e, now->n * sizeof(*mine->e));
+	if (now->n) /* now->e may be NULL when empty */
+		memcpy(mine->e, now->e, now->n * sizeof(*mine->e));
 	*old = snap_swap(ns, now);
 	if (*old && (*old)->stamp >= since) {
 		/* Taken after the lost events began: a change it already
