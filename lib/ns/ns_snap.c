@@ -261,6 +261,7 @@ bool ns_snap_has(struct castfs_ns *ns, const char *dir, const char *name)
 {
 	const struct snap_ent *e = NULL;
 	struct ns_snap *s;
+	bool has;
 
 	if (!ns->snaps)
 		return false;
@@ -268,8 +269,10 @@ bool ns_snap_has(struct castfs_ns *ns, const char *dir, const char *name)
 	s = *slot_of(ns->snaps, hash_str(dir), dir);
 	if (s)
 		e = snap_find(s, hash_str(name));
+	/* Under the lock: a listing may replace and free @s at once. */
+	has = e && e->id;
 	pthread_mutex_unlock(&ns->snaps->lock);
-	return e && e->id;
+	return has;
 }
 
 /* Read directory @s->dir afresh into @s, names kept; its node id into
