@@ -235,6 +235,19 @@ static int frame_ungroup_dc(const struct castfs_zst_index *ix, size_t i,
 	return rc;
 }
 
+/* Read frame @i's compressed bytes into @dc's input buffer, at *@src. */
+static int frame_read_dc(const struct castfs_zst_index *ix,
+			 const struct castfs_reader *raw, size_t i,
+			 struct zst_dctx *dc, void **src)
+{
+	size_t csize = (size_t)(ix->coff[i + 1] - ix->coff[i]);
+
+	*src = zst_dctx_buf(dc, csize);
+	if (!*src)
+		return -ENOMEM;
+	return castfs_reader_read(raw, *src, csize, ix->coff[i]);
+}
+
 /* Read, decode and verify frame @i of @ix into @dst (its decoded size). */
 static int frame_decode_dc(const struct castfs_zst_index *ix,
 			   const struct castfs_reader *raw, size_t i,
@@ -242,12 +255,9 @@ static int frame_decode_dc(const struct castfs_zst_index *ix,
 {
 	size_t csize = (size_t)(ix->coff[i + 1] - ix->coff[i]);
 	size_t dsize = (size_t)(ix->doff[i + 1] - ix->doff[i]);
-	void *src = zst_dctx_buf(dc, csize);
-	int rc;
+	void *src;
+	int rc = frame_read_dc(ix, raw, i, dc, &src);
 
-	if (!src)
-		return -ENOMEM;
-	rc = castfs_reader_read(raw, src, csize, ix->coff[i]);
 	if (rc)
 		return rc;
 	if (frame_xform(ix, i) != CASTFS_ZST_NONE)
@@ -301,9 +311,8 @@ static int frame_visit_planes(const struct castfs_zst_index *ix,
 						ix->doff[i]) };
 	struct zst_dctx *dc = pool_take(ix->cache);
 	const uint8_t *plane[ZST_MAX_PLANES];
-	void *src = dc ? zst_dctx_buf(dc, csize) : NULL;
-	int rc = src ? castfs_reader_read(raw, src, csize, ix->coff[i]) :
-		       -ENOMEM;
+	void *src = NULL;
+	int rc = dc ? frame_read_dc(ix, raw, i, dc, &src) : -ENOMEM;
 
 	if (!rc)
 		rc = frame_planes_dc(ix, i, dc, src, csize, plane);
