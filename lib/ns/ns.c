@@ -601,6 +601,7 @@ void castfs_ns_invalidate_held(
 		invalidate_names(ns, v[i].parent, slash ? slash + 1 : v[i].path,
 				 seen_filter_cb, &f);
 	}
+	seen_filter_flush(&f); /* the last batch of names */
 	for (ssize_t i = 0; i < n; i++)
 		free(v[i].path);
 	free(v);
