@@ -548,37 +548,6 @@ static int place_cmp(const void *a, const void *b)
 	return strcmp(x->path, y->path);
 }
 
-void castfs_ns_invalidate_all(struct castfs_ns *ns,
-			      void (*cb)(void *ctx, uint64_t parent,
-					 const char *name),
-			      void *ctx)
-{
-	struct ns_place *v;
-	ssize_t n = ns_node_places(ns, &v);
-
-	ns_listings_all_changed(ns);
-	if (n < 0)
-		return;
-	/* A file's views are nodes of one place: report its names once. */
-	qsort(v, (size_t)n, sizeof(*v), place_cmp);
-	for (ssize_t i = 0; i < n; i++) {
-		const char *slash = strrchr(v[i].path, '/');
-
-		if (i && place_cmp(&v[i - 1], &v[i]) == 0)
-			continue;
-		ns_ckpt_drop_path(ns, v[i].path);
-		/* The parent the kernel knows, not one found by stat: a
-		 * deleted directory cannot be stat'ed, yet its entry must go. */
-		if (v[i].path[0])
-			invalidate_names(ns, v[i].parent,
-					 slash ? slash + 1 : v[i].path, cb,
-					 ctx);
-	}
-	for (ssize_t i = 0; i < n; i++)
-		free(v[i].path);
-	free(v);
-}
-
 void castfs_ns_invalidate_held(
 	struct castfs_ns *ns, bool (*keep)(void *kctx, const char *path),
 	void *kctx, void (*cb)(void *ctx, uint64_t parent, const char *name),

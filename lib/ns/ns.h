@@ -215,21 +215,11 @@ void castfs_ns_invalidate(struct castfs_ns *ns, const char *rel,
 			  void *ctx);
 
 /*
- * castfs_ns_invalidate_all - after change events were lost: forget the
- * cached parse of every source a node refers to, and report through @cb
- * every (parent id, name) the kernel may hold, deleted sources included
- * (their directory cannot be listed or stat'ed any more). Called without
- * locks held (@cb may block in the kernel). Thread-safe.
- */
-void castfs_ns_invalidate_all(struct castfs_ns *ns,
-			      void (*cb)(void *ctx, uint64_t parent,
-					 const char *name),
-			      void *ctx);
-
-/*
- * castfs_ns_invalidate_held - castfs_ns_invalidate_all() for the nodes
- * whose source path @keep (called without locks) does not vouch for:
- * their cached parse is dropped and their names reported through @cb,
+ * castfs_ns_invalidate_held - after change events were lost: for every
+ * node whose source path @keep (called without locks) does not vouch for
+ * (deleted sources included: their directory cannot be listed or stat'ed
+ * any more), the cached parse is dropped and the names reported through
+ * @cb (as (parent id, name), the parent the kernel knows),
  * behind the set of names lookups answered, each name's directory
  * listing reported changed. Listings of other directories are left as
  * they are. Thread-safe.
@@ -250,7 +240,7 @@ void castfs_ns_invalidate_held(
  * snapshot (never listed, listed since @since, over the snapshots'
  * memory bound) has every entry reported. Then every name the kernel
  * may hold that is not vouched for (gone, or in a directory not
- * rescanned) is reported as castfs_ns_invalidate_all() would. Stops
+ * rescanned) is reported (castfs_ns_invalidate_held()). Stops
  * early when *@stop becomes true. Counts in /.castfs/stats
  * (rescan_entries_compared, rescan_entries_reported,
  * rescan_dirs_whole). Called without locks held (@cb may block in the
