@@ -250,7 +250,7 @@ static ssize_t no_source(void *ctx, void *buf, size_t n, uint64_t off)
 	return -EIO; /* a plan of memory only never reads its source */
 }
 
-static const struct castfs_reader null_reader = { no_source, NULL, NULL };
+static const struct castfs_reader null_reader = { no_source, NULL, NULL, NULL };
 
 /* A writer came: whatever was read may mix two versions. */
 static int stale(struct castfs_file *f)
