@@ -96,6 +96,10 @@ static int open_source(struct castfs_ns *ns, const char *path,
 	f->fd = fd;
 	f->ident = *ident;
 	castfs_fd_reader_init(&f->fr, fd);
+	/* Under a lease no writer can shorten the file while a read is in
+	 * flight: the source may be read through a mapping. */
+	if (f->guarded)
+		castfs_fd_reader_map(&f->fr);
 	f->src = &f->fr.r;
 	if (zix) {
 		castfs_zst_reader_init(&f->zr, zix, &f->fr.r);
