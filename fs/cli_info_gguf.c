@@ -188,7 +188,7 @@ static ssize_t plan_pread(void *ctx, void *buf, size_t n, uint64_t off)
 int cli_info_gguf_plan(const char *shown, const struct castfs_plan *plan,
 		       const struct castfs_reader *src)
 {
-	struct plan_reader pr = { .r = { plan_pread, &pr, NULL },
+	struct plan_reader pr = { .r = { plan_pread, &pr, NULL, NULL },
 				  .plan = plan,
 				  .src = src };
 	struct castfs_diag d = { { 0 } };

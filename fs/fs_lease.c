@@ -19,6 +19,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "common/fault.h"
 #include "fs.h"
 
 enum { LEASE_NONE, LEASE_HELD, LEASE_BROKEN };
@@ -121,6 +122,31 @@ static const struct castfs_source_guard lease_guard = {
 	.unwatch = lease_unwatch,
 };
 
+/*
+ * A leased source may be read through a mapping (castfs_fd_reader_map);
+ * a page the kernel cannot supply there (an I/O error, or a lease that
+ * ran out while a read was in flight) ends that read with EIO. Any other
+ * SIGBUS is a bug: the default action then, from the same instruction.
+ */
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+	(void)uc;
+	if (castfs_fault_escape(si->si_addr))
+		return; /* not reached: escape unwinds */
+	signal(sig, SIG_DFL);
+}
+
+static int fault_route(void)
+{
+	/* SA_NODEFER: escaping unwinds the handler without restoring the
+	 * mask, so SIGBUS must not be blocked while it runs. */
+	struct sigaction sa = { .sa_sigaction = on_sigbus,
+				.sa_flags = SA_SIGINFO | SA_NODEFER };
+
+	sigemptyset(&sa.sa_mask);
+	return sigaction(SIGBUS, &sa, NULL);
+}
+
 const struct castfs_source_guard *castfs_fs_lease_init(void)
 {
 	struct sigaction sa = { .sa_sigaction = on_lease_break,
@@ -134,7 +160,7 @@ const struct castfs_source_guard *castfs_fs_lease_init(void)
 	if (!slots)
 		return NULL;
 	sigemptyset(&sa.sa_mask);
-	if (sigaction(lease_signal(), &sa, NULL) < 0) {
+	if (sigaction(lease_signal(), &sa, NULL) < 0 || fault_route() < 0) {
 		free(slots);
 		slots = NULL;
 		return NULL;

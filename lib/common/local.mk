@@ -9,4 +9,5 @@ lib_libcastfs_a_SOURCES = \
 	lib/common/err.c lib/common/err.h lib/common/escape.c \
 	lib/common/escape.h lib/common/hash.h \
 	lib/common/strbuf.c lib/common/strbuf.h \
-	lib/common/reader.c lib/common/reader.h
+	lib/common/reader.c lib/common/reader.h \
+	lib/common/fault.c lib/common/fault.h

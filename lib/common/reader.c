@@ -1,10 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /* fd-, memory-backed and composite implementations of struct castfs_reader. */
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/fault.h"
 #include "common/reader.h"
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
 
 int castfs_reader_read(const struct castfs_reader *r, void *buf, size_t n,
 		       uint64_t off)
@@ -41,7 +49,63 @@ void castfs_fd_reader_init(struct castfs_fd_reader *fr, int fd)
 	fr->r.pread = fd_pread;
 	fr->r.ctx = fr;
 	fr->r.visit = NULL;
+	fr->r.map = NULL;
 	fr->fd = fd;
+}
+
+/* Set once a kernel refuses MADV_POPULATE_READ: mapping is then no gain. */
+static atomic_bool populate_unsupported;
+
+struct map_call {
+	castfs_visit_fn fn;
+	void *arg;
+	struct castfs_piece piece;
+};
+
+static int map_call_run(void *arg)
+{
+	struct map_call *c = arg;
+
+	return c->fn(c->arg, &c->piece);
+}
+
+static int fd_map(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
+		  void *arg)
+{
+	const struct castfs_fd_reader *fr = ctx;
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t lo = off & ~(page - 1);
+	size_t len = (size_t)(off + n - lo);
+	struct map_call c = { .fn = fn, .arg = arg };
+	uint8_t *p;
+	int rc;
+
+	if (n < CASTFS_MAP_MIN || atomic_load(&populate_unsupported))
+		return -ENOTSUP;
+	p = mmap(NULL, len, PROT_READ, MAP_SHARED, fr->fd, (off_t)lo);
+	if (p == MAP_FAILED)
+		return -ENOTSUP; /* pread will say what is wrong, if anything */
+	/*
+	 * One system call maps every page (instead of a fault per 64 KiB),
+	 * and a page that cannot be read fails here, not as a SIGBUS: pread
+	 * then reports the error.
+	 */
+	if (madvise(p, len, MADV_POPULATE_READ) < 0) {
+		if (errno == EINVAL)
+			atomic_store(&populate_unsupported, true);
+		munmap(p, len);
+		return -ENOTSUP;
+	}
+	c.piece.bytes = p + (off - lo);
+	c.piece.n = n;
+	rc = castfs_fault_call(p, len, map_call_run, &c);
+	munmap(p, len);
+	return rc;
+}
+
+void castfs_fd_reader_map(struct castfs_fd_reader *fr)
+{
+	fr->r.map = fd_map;
 }
 
 static ssize_t mem_pread(void *ctx, void *buf, size_t n, uint64_t off)
@@ -64,6 +128,7 @@ void castfs_mem_reader_init(struct castfs_mem_reader *mr, const void *data,
 	mr->r.pread = mem_pread;
 	mr->r.ctx = mr;
 	mr->r.visit = NULL;
+	mr->r.map = NULL;
 	mr->data = data;
 	mr->len = len;
 }
@@ -103,6 +168,18 @@ static int multi_visit(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
 	return p->visit ? p->visit(p->ctx, in, n, fn, arg) : -ENOTSUP;
 }
 
+/* A mapping too: the part's own op. */
+static int multi_map(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
+		     void *arg)
+{
+	uint64_t in;
+	const struct castfs_reader *p = part_of(ctx, off, n, &in);
+
+	if (!p)
+		return -EIO;
+	return p->map ? p->map(p->ctx, in, n, fn, arg) : -ENOTSUP;
+}
+
 void castfs_multi_reader_init(struct castfs_multi_reader *mr,
 			      const struct castfs_reader *const *parts,
 			      size_t n)
@@ -110,6 +187,7 @@ void castfs_multi_reader_init(struct castfs_multi_reader *mr,
 	mr->r.pread = multi_pread;
 	mr->r.ctx = mr;
 	mr->r.visit = multi_visit;
+	mr->r.map = multi_map;
 	mr->parts = parts;
 	mr->n = n;
 }

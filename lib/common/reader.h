@@ -45,6 +45,16 @@ struct castfs_reader {
 	 */
 	int (*visit)(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
 		     void *arg);
+	/*
+	 * Optional (NULL: not offered). Hand the @n bytes at @off to @fn as
+	 * one piece of plain bytes where they lie (a mapping of the source),
+	 * saving the copy a pread makes. Returns @fn's result; -EIO when a
+	 * byte of the range could not be read (@fn may have been abandoned
+	 * part-way: its output is garbage then); -ENOTSUP, having called
+	 * nothing, when the reader declines the range.
+	 */
+	int (*map)(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
+		   void *arg);
 };
 
 /* castfs_reader_read - call @r->pread; map short reads to -EIO. */
@@ -61,6 +71,20 @@ struct castfs_fd_reader {
 };
 
 void castfs_fd_reader_init(struct castfs_fd_reader *fr, int fd);
+
+/* Ranges at least this long are worth a mapping (castfs_fd_reader_map). */
+#define CASTFS_MAP_MIN (64u << 10)
+
+/*
+ * castfs_fd_reader_map - offer the map op on @fr: ranges of at least
+ * CASTFS_MAP_MIN bytes are mapped for the call (mmap, populated in one
+ * system call, unmapped after, so the daemon's RSS does not grow with the
+ * source), under castfs_fault_call(). Only for a file that nobody can
+ * shorten while a read is in flight (a read lease held across each read):
+ * a page that still cannot be read is -EIO, not a crash, once the
+ * process routes SIGBUS to castfs_fault_escape().
+ */
+void castfs_fd_reader_map(struct castfs_fd_reader *fr);
 
 /* A reader over caller-owned memory of @len bytes; for tests and fuzzers. */
 struct castfs_mem_reader {

@@ -7,6 +7,10 @@
  */
 #define T(x) CASTFS_CVT_##x
 
+#ifndef CVT_PF_DIST
+#define CVT_PF_DIST 1024
+#endif
+
 /*
  * cvt_<from>_<to>: @sb/@db are element sizes in bits, @S/@D/@sat the scalar
  * table entry that finishes the last n % STEP elements.
@@ -19,9 +23,11 @@
 		uint8_t *d = dst;                                           \
 		size_t i;                                                   \
                                                                             \
-		for (i = 0; i + STEP <= n; i += STEP)                       \
+		for (i = 0; i + STEP <= n; i += STEP) {                     \
+			__builtin_prefetch(s + i * (sb / 8) + CVT_PF_DIST); \
 			narrow_##to(d + i * (db / 8),                       \
 				    widen_##from(s + i * (sb / 8)));        \
+		}                                                           \
 		if (i < n)                                                  \
 			castfs_cvt_scalar.fn[T(S)][T(D)][sat](              \
 				d + i * (db / 8), s + i * (sb / 8), n - i); \

@@ -96,6 +96,10 @@ static int open_source(struct castfs_ns *ns, const char *path,
 	f->fd = fd;
 	f->ident = *ident;
 	castfs_fd_reader_init(&f->fr, fd);
+	/* Under a lease no writer can shorten the file while a read is in
+	 * flight: the source may be read through a mapping. */
+	if (f->guarded)
+		castfs_fd_reader_map(&f->fr);
 	f->src = &f->fr.r;
 	if (zix) {
 		castfs_zst_reader_init(&f->zr, zix, &f->fr.r);
@@ -250,7 +254,7 @@ static ssize_t no_source(void *ctx, void *buf, size_t n, uint64_t off)
 	return -EIO; /* a plan of memory only never reads its source */
 }
 
-static const struct castfs_reader null_reader = { no_source, NULL, NULL };
+static const struct castfs_reader null_reader = { no_source, NULL, NULL, NULL };
 
 /* A writer came: whatever was read may mix two versions. */
 static int stale(struct castfs_file *f)

@@ -335,39 +335,95 @@ static bool qc_wanted(const struct castfs_read_env *env,
 }
 
 /* Q4_CODES: a unit is one block's blocksize / 2 bytes. */
+/* The 4-bit codes of elements [elem, end) of a tensor, chunk by chunk. */
+struct q4_codes {
+	const struct castfs_read_env *env;
+	const struct castfs_extent *e;
+	const struct castfs_qtensor *qt;
+	struct q_stage *st;
+	bool keep; /* the .absmax bytes go to the qcache on the way */
+	uint64_t elem, end;
+	uint8_t *dst;
+};
+
+/* One chunk of @n elements whose source is at @raw (BF16/F16 as stored,
+ * or st->f32) into c->dst. */
+static void q4_codes_chunk(struct q4_codes *c, const uint8_t *raw, size_t n)
+{
+	const struct castfs_quant_kernels *k = castfs_quant_kernels_get();
+	const struct castfs_qtensor *qt = c->qt;
+	size_t nb = (n + qt->blocksize - 1) / qt->blocksize;
+
+	if (c->st->raw16)
+		k->q4_16(c->dst, c->keep ? c->st->amax : NULL, raw, n,
+			 qt->blocksize, (enum castfs_qtype)qt->qtype,
+			 c->st->f16);
+	if (c->keep) /* st.half is free in 4-bit reads */
+		qc_save(c->env, c->e, c->elem / qt->blocksize, c->st->amax, nb,
+			c->st->half);
+	if (!c->st->raw16)
+		k->q4(c->dst, c->st->f32, n, qt->blocksize,
+		      (enum castfs_qtype)qt->qtype);
+	c->dst += (n + 1) / 2;
+	c->elem += n;
+}
+
+/*
+ * The whole range from a mapping of the source (castfs_reader.map): the
+ * kernels read the stored BF16/F16 where it lies, no pread copy. Runs
+ * under the reader's fault guard: nothing here may hold a lock while it
+ * touches the piece (qc_save's lock is taken between touches).
+ */
+static int q4_codes_mapped(void *arg, const struct castfs_piece *p)
+{
+	struct q4_codes *c = arg;
+	const uint8_t *raw = p->bytes;
+
+	while (c->elem < c->end) {
+		size_t n = (size_t)CASTFS_MIN(c->end - c->elem,
+					      (uint64_t)c->st->cap);
+
+		q4_codes_chunk(c, raw, n);
+		raw += n * c->st->src_sz;
+	}
+	return 0;
+}
+
 int castfs_gen_q4_codes(const struct castfs_read_env *env,
 			const struct castfs_extent *e, uint64_t first,
 			uint64_t count, uint8_t *dst)
 {
 	const struct castfs_qtensor *qt = q_tensor(env, e);
-	const struct castfs_quant_kernels *k = castfs_quant_kernels_get();
-	uint64_t elem = first * qt->blocksize;
-	uint64_t end = CASTFS_MIN(qt->nelems, (first + count) * qt->blocksize);
 	struct q_stage st;
+	struct q4_codes c = { .env = env,
+			      .e = e,
+			      .qt = qt,
+			      .st = &st,
+			      .elem = first * qt->blocksize,
+			      .dst = dst };
 	int rc = q_stage_init(&st, env, qt, false, qt->blocksize);
-	bool keep = !rc && qc_wanted(env, e, &st);
 
-	while (!rc && elem < end) {
-		size_t n = (size_t)CASTFS_MIN(end - elem, (uint64_t)st.cap);
-		size_t nb = (n + qt->blocksize - 1) / qt->blocksize;
-
-		rc = q_load(env, qt, &st, elem, n);
-		if (rc)
-			break;
-		if (st.raw16)
-			k->q4_16(dst, keep ? st.amax : NULL, st.raw, n,
-				 qt->blocksize, (enum castfs_qtype)qt->qtype,
-				 st.f16);
-		if (keep) /* st.half is free in 4-bit reads */
-			qc_save(env, e, elem / qt->blocksize, st.amax, nb,
-				st.half);
-		if (!st.raw16)
-			k->q4(dst, st.f32, n, qt->blocksize,
-			      (enum castfs_qtype)qt->qtype);
-		dst += (n + 1) / 2;
-		elem += n;
+	if (rc)
+		return rc;
+	c.end = CASTFS_MIN(qt->nelems, (first + count) * qt->blocksize);
+	c.keep = qc_wanted(env, e, &st);
+	if (st.raw16 && !castfs_qtensor_deq(qt) && env->src->map) {
+		rc = env->src->map(env->src->ctx,
+				   qt->src_off + c.elem * st.src_sz,
+				   (size_t)(c.end - c.elem) * st.src_sz,
+				   q4_codes_mapped, &c);
+		if (rc != -ENOTSUP)
+			return rc;
 	}
-	return rc;
+	while (c.elem < c.end) {
+		size_t n = (size_t)CASTFS_MIN(c.end - c.elem, (uint64_t)st.cap);
+
+		rc = q_load(env, qt, &st, c.elem, n);
+		if (rc)
+			return rc;
+		q4_codes_chunk(&c, st.raw, n);
+	}
+	return 0;
 }
 
 /* Q4_ABSMAX: a unit is one block's float32 absmax. */

@@ -39,4 +39,5 @@ void castfs_plan_layer_init(struct castfs_plan_layer *l,
 	l->r.pread = layer_pread;
 	l->r.ctx = l;
 	l->r.visit = NULL;
+	l->r.map = NULL;
 }

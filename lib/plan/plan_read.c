@@ -91,22 +91,41 @@ static int gen_cast_visit(const struct castfs_read_env *env,
 			       (size_t)count * 2, cast_piece, &v);
 }
 
+/* A cast from the source's bytes where they lie (a mapped source). */
+static int cast_mapped(void *arg, const struct castfs_piece *p)
+{
+	struct cast_visit *v = arg;
+
+	v->e->cvt(v->dst, p->bytes,
+		  p->n / (castfs_dtype_bits(v->e->src_dtype) / 8));
+	return 0;
+}
+
 static int gen_cast(const struct castfs_read_env *env,
 		    const struct castfs_extent *e, uint64_t first,
 		    uint64_t count, uint8_t *dst)
 {
 	size_t in_sz = castfs_dtype_bits(e->src_dtype) / 8;
 	size_t chunk = env->s->len / in_sz;
-	int visited = gen_cast_visit(env, e, first, count, dst);
+	struct cast_visit v = { .e = e, .dst = dst };
+	int rc = gen_cast_visit(env, e, first, count, dst);
 
-	if (visited != -ENOTSUP)
-		return visited;
+	if (rc != -ENOTSUP)
+		return rc;
+	/* Mapped, the source is read once, by the cast itself: no pread
+	 * copy into the scratch and no second pass over it. */
+	if (env->src->map) {
+		rc = env->src->map(env->src->ctx, e->src_off + first * in_sz,
+				   (size_t)count * in_sz, cast_mapped, &v);
+		if (rc != -ENOTSUP)
+			return rc;
+	}
 
 	while (count) {
 		size_t n = (size_t)CASTFS_MIN(count, chunk);
-		int rc = castfs_reader_read(env->src, env->s->buf, n * in_sz,
-					    e->src_off + first * in_sz);
 
+		rc = castfs_reader_read(env->src, env->s->buf, n * in_sz,
+					e->src_off + first * in_sz);
 		if (rc)
 			return rc;
 		e->cvt(dst, env->s->buf, n);

@@ -564,6 +564,7 @@ void castfs_zst_reader_init(struct castfs_zst_reader *zr,
 	zr->r.pread = zr_pread;
 	zr->r.ctx = zr;
 	zr->r.visit = ix->xform ? zr_visit : NULL;
+	zr->r.map = NULL;
 	zr->ix = ix;
 	zr->raw = raw;
 }

@@ -38,6 +38,7 @@ REL_TESTS = tests/compat/test_rel_malformed.py \
 	tests/compat/test_rel_containment.py tests/compat/test_rel_changes.py \
 	tests/compat/test_rel_stress.py tests/compat/test_rel_faults.py \
 	tests/compat/test_rel_lease.py tests/compat/test_restart.py \
+	tests/compat/test_rel_mapped.py \
 	tests/compat/test_scale.py tests/compat/test_names.py \
 	tests/compat/test_rel_watch.py tests/compat/test_cache_budget.py \
 	tests/compat/test_stop.py tests/compat/test_gen_shared.py \

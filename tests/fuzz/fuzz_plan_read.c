@@ -97,8 +97,8 @@ static void check_plan(const struct castfs_view *v,
 {
 	const uint8_t *ranges = pre + PREFIX;
 	struct flaky good = { file, file_len, UINT64_MAX }, bad = good;
-	struct castfs_reader gr = { flaky_pread, &good, NULL };
-	struct castfs_reader br = { flaky_pread, &bad, NULL };
+	struct castfs_reader gr = { flaky_pread, &good, NULL, NULL };
+	struct castfs_reader br = { flaky_pread, &bad, NULL, NULL };
 	struct castfs_plan *p = NULL;
 	uint8_t *whole;
 	int rc = castfs_view_plan(v, h, &p, NULL);

@@ -397,7 +397,7 @@ static ssize_t failing_pread(void *ctx, void *buf, size_t n, uint64_t off)
 
 START_TEST(test_plan__source_errors_propagate)
 {
-	struct castfs_reader bad = { failing_pread, NULL, NULL };
+	struct castfs_reader bad = { failing_pread, NULL, NULL, NULL };
 	struct castfs_diag d = { { 0 } };
 	struct castfs_plan *p;
 	uint8_t buf[64];

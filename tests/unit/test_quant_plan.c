@@ -395,7 +395,7 @@ START_TEST(test_quant__stats_errors_propagate_and_retry)
 {
 	const char *v = _i ? "fp4" : "nf4";
 	struct castfs_plan *p = tu_fixture_plan(&fx, v);
-	struct flaky f = { { flaky_pread, &f, NULL }, 0 };
+	struct flaky f = { { flaky_pread, &f, NULL, NULL }, 0 };
 	struct castfs_diag d = { { 0 } };
 	const struct castfs_tensor *t;
 	struct castfs_header *h;

@@ -3,13 +3,20 @@
  * common/reader: the composite reader of a sharded source. Each part is a
  * memory reader over its own buffer; a read at castfs_part_off(k, off)
  * must give part k's bytes at off, and a read of a part that does not
- * exist or across a part's offset space must fail, never wrap.
+ * exist or across a part's offset space must fail, never wrap. The fd
+ * reader's map op against the bytes the test wrote, and a file shortened
+ * under its mapping (SIGBUS) against the -EIO castfs_fault_call promises.
  */
 #include <check.h>
 #include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "common/fault.h"
 #include "common/reader.h"
 #include "unit.h"
 
@@ -111,6 +118,182 @@ START_TEST(test_reader__visit_by_part)
 }
 END_TEST
 
+/* ---- the map op of the fd reader (a mapped source) ---- */
+
+#define MAP_FILE_LEN (1u << 20)
+
+/* A temporary file of MAP_FILE_LEN bytes, byte i = (i * 7 + i / 4099). */
+static int map_file(uint8_t **want)
+{
+	char path[] = "/tmp/castfs-test-map-XXXXXX";
+	int fd = mkstemp(path);
+	uint8_t *b = malloc(MAP_FILE_LEN);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_ptr_nonnull(b);
+	unlink(path);
+	for (size_t i = 0; i < MAP_FILE_LEN; i++)
+		b[i] = (uint8_t)(i * 7 + i / 4099);
+	ck_assert_int_eq(pwrite(fd, b, MAP_FILE_LEN, 0), MAP_FILE_LEN);
+	*want = b;
+	return fd;
+}
+
+struct map_seen {
+	int calls;
+	uint8_t *copy;
+	size_t n;
+	int truncate_fd; /* >= 0: shorten this file, then touch the piece */
+};
+
+static int map_keep(void *arg, const struct castfs_piece *p)
+{
+	struct map_seen *m = arg;
+	volatile uint8_t sink = 0;
+
+	m->calls++;
+	ck_assert_ptr_null(p->sm);
+	if (m->truncate_fd >= 0) {
+		ck_assert_int_eq(ftruncate(m->truncate_fd, 0), 0);
+		for (size_t i = 0; i < p->n; i += 4096)
+			sink ^= p->bytes[i];
+		(void)sink;
+		return 0; /* not reached: the first touch faults */
+	}
+	m->copy = malloc(p->n);
+	ck_assert_ptr_nonnull(m->copy);
+	memcpy(m->copy, p->bytes, p->n);
+	m->n = p->n;
+	return 0;
+}
+
+static void on_bus(int sig, siginfo_t *si, void *uc)
+{
+	(void)uc;
+	if (!castfs_fault_escape(si->si_addr))
+		signal(sig, SIG_DFL);
+}
+
+static void route_sigbus(void)
+{
+	struct sigaction sa = { .sa_sigaction = on_bus,
+				.sa_flags = SA_SIGINFO | SA_NODEFER };
+
+	sigemptyset(&sa.sa_mask);
+	ck_assert_int_eq(sigaction(SIGBUS, &sa, NULL), 0);
+}
+
+/* Without castfs_fd_reader_map() nothing is mapped. */
+START_TEST(test_reader__map_not_offered)
+{
+	struct castfs_fd_reader fr;
+
+	castfs_fd_reader_init(&fr, 0);
+	ck_assert_ptr_null(fr.r.map);
+}
+END_TEST
+
+/* A mapped range hands over exactly the file's bytes, at any offset. */
+START_TEST(test_reader__map_bytes)
+{
+	static const uint64_t offs[] = { 0, 1, 4095, 4096, 65537, 300001 };
+	static const size_t lens[] = { CASTFS_MAP_MIN, CASTFS_MAP_MIN + 3,
+				       (MAP_FILE_LEN / 2) + 12345 };
+	struct castfs_fd_reader fr;
+	uint8_t *want;
+	int fd = map_file(&want);
+
+	castfs_fd_reader_init(&fr, fd);
+	castfs_fd_reader_map(&fr);
+	for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++)
+		for (size_t j = 0; j < sizeof(lens) / sizeof(lens[0]); j++) {
+			struct map_seen m = { .truncate_fd = -1 };
+
+			ck_assert_int_eq(fr.r.map(fr.r.ctx, offs[i], lens[j],
+						  map_keep, &m),
+					 0);
+			ck_assert_int_eq(m.calls, 1);
+			ck_assert_uint_eq(m.n, lens[j]);
+			ck_assert_mem_eq(m.copy, want + offs[i], lens[j]);
+			free(m.copy);
+		}
+	free(want);
+	close(fd);
+}
+END_TEST
+
+/* Short ranges and ranges past the end are declined, nothing called:
+ * pread serves (or fails) them. */
+START_TEST(test_reader__map_declines)
+{
+	struct castfs_fd_reader fr;
+	struct map_seen m = { .truncate_fd = -1 };
+	uint8_t *want;
+	int fd = map_file(&want);
+
+	castfs_fd_reader_init(&fr, fd);
+	castfs_fd_reader_map(&fr);
+	ck_assert_int_eq(fr.r.map(fr.r.ctx, 0, CASTFS_MAP_MIN - 1, map_keep,
+				  &m),
+			 -ENOTSUP);
+	ck_assert_int_eq(fr.r.map(fr.r.ctx, MAP_FILE_LEN - 4096, CASTFS_MAP_MIN,
+				  map_keep, &m),
+			 -ENOTSUP);
+	ck_assert_int_eq(m.calls, 0);
+	free(want);
+	close(fd);
+}
+END_TEST
+
+/* A file shortened under the mapping: the touch raises SIGBUS, the call
+ * ends with -EIO, and the process goes on (a second read says EOF). */
+START_TEST(test_reader__map_fault_is_eio)
+{
+	struct castfs_fd_reader fr;
+	struct map_seen m;
+	uint8_t *want, byte;
+	int fd = map_file(&want);
+
+	route_sigbus();
+	castfs_fd_reader_init(&fr, fd);
+	castfs_fd_reader_map(&fr);
+	m = (struct map_seen){ .truncate_fd = fd };
+	ck_assert_int_eq(fr.r.map(fr.r.ctx, 8192, 256u << 10, map_keep, &m),
+			 -EIO);
+	ck_assert_int_eq(m.calls, 1);
+	ck_assert_int_eq(pread(fd, &byte, 1, 0), 0);
+	/* and the guard is gone: a second fault in a new call is caught too */
+	ck_assert_int_eq(pwrite(fd, want, MAP_FILE_LEN, 0), MAP_FILE_LEN);
+	m = (struct map_seen){ .truncate_fd = fd };
+	ck_assert_int_eq(fr.r.map(fr.r.ctx, 0, 128u << 10, map_keep, &m), -EIO);
+	free(want);
+	close(fd);
+}
+END_TEST
+
+static int escape_outside(void *arg)
+{
+	static const char elsewhere[8];
+
+	/* an address outside the guarded range is someone else's fault */
+	*(bool *)arg = castfs_fault_escape(elsewhere);
+	return 7;
+}
+
+START_TEST(test_reader__fault_escape_only_in_range)
+{
+	char range[64] = { 0 };
+	bool escaped = true;
+
+	ck_assert_int_eq(castfs_fault_call(range, sizeof(range), escape_outside,
+					   &escaped),
+			 7);
+	ck_assert(!escaped);
+	/* no guarded call at all */
+	ck_assert(!castfs_fault_escape(range));
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("reader");
@@ -119,6 +302,13 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_reader__parts_by_offset);
 	tcase_add_test(tc, test_reader__no_such_part);
 	tcase_add_test(tc, test_reader__visit_by_part);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("map");
+	tcase_add_test(tc, test_reader__map_not_offered);
+	tcase_add_test(tc, test_reader__map_bytes);
+	tcase_add_test(tc, test_reader__map_declines);
+	tcase_add_test(tc, test_reader__map_fault_is_eio);
+	tcase_add_test(tc, test_reader__fault_escape_only_in_range);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -245,7 +245,7 @@ static ssize_t big_pread(void *ctx, void *buf, size_t n, uint64_t off)
 
 START_TEST(test_st_header__header_over_100mb)
 {
-	struct big_reader br = { .r = { big_pread, &br, NULL } };
+	struct big_reader br = { .r = { big_pread, &br, NULL, NULL } };
 	struct castfs_diag d = { { 0 } };
 	struct castfs_header *h = NULL;
 	size_t len;
