@@ -3,7 +3,8 @@
 # the scalar reference and per-ISA kernels, and the quant_state JSON.
 lib_libcastfs_a_SOURCES += \
 	lib/quant/quant.h lib/quant/quant_internal.h lib/quant/quant_table.h \
-	lib/quant/quant_tables.c lib/quant/quant_dispatch.c \
+	lib/quant/quant_tables.c lib/quant/quant_q4_thresh.c \
+	lib/quant/quant_dispatch.c \
 	lib/quant/quant_scalar.c lib/quant/quant_avx512.c \
 	lib/quant/quant_avx512_16.c lib/quant/quant_avx2.c \
 	lib/quant/quant_avx2_16.c \

@@ -31,6 +31,19 @@ static inline AVX512 float widen1(uint16_t h, bool f16)
 	return f16 ? _cvtsh_ss(h) : castfs_f32_from_bits((uint32_t)h << 16);
 }
 
+/* The largest of the 32 unsigned 16-bit lanes of @acc. */
+static inline AVX512 uint16_t hmax_epu16(__m512i acc)
+{
+	__m256i a2 = _mm256_max_epu16(_mm512_castsi512_si256(acc),
+				      _mm512_extracti64x4_epi64(acc, 1));
+	__m128i a1 = _mm_max_epu16(_mm256_castsi256_si128(a2),
+				   _mm256_extracti128_si256(a2, 1));
+
+	/* The max of eight as the min of their complements (phminposuw). */
+	a1 = _mm_minpos_epu16(_mm_xor_si128(a1, _mm_set1_epi16(-1)));
+	return (uint16_t)~_mm_extract_epi16(a1, 0);
+}
+
 /* Largest finite magnitude of @m 16-bit floats, as magnitude bits. */
 static inline AVX512 uint16_t absmax16_bits(const uint8_t *x, size_t m,
 					    bool f16)
@@ -38,8 +51,6 @@ static inline AVX512 uint16_t absmax16_bits(const uint8_t *x, size_t m,
 	const __m512i lim = _mm512_set1_epi16((short)nonfinite16(f16));
 	const __m512i mag = _mm512_set1_epi16(0x7fff);
 	__m512i acc = _mm512_setzero_si512();
-	__m256i a2;
-	__m128i a1;
 	size_t i;
 
 	for (i = 0; i < m; i += 32) {
@@ -51,13 +62,7 @@ static inline AVX512 uint16_t absmax16_bits(const uint8_t *x, size_t m,
 		k &= _mm512_cmplt_epu16_mask(v, lim);
 		acc = _mm512_mask_max_epu16(acc, k, acc, v);
 	}
-	a2 = _mm256_max_epu16(_mm512_castsi512_si256(acc),
-			      _mm512_extracti64x4_epi64(acc, 1));
-	a1 = _mm_max_epu16(_mm256_castsi256_si128(a2),
-			   _mm256_extracti128_si256(a2, 1));
-	/* The max of eight as the min of their complements (phminposuw). */
-	a1 = _mm_minpos_epu16(_mm_xor_si128(a1, _mm_set1_epi16(-1)));
-	return (uint16_t)~_mm_extract_epi16(a1, 0);
+	return hmax_epu16(acc);
 }
 
 AVX512 void castfs_absmax16_avx512(float *restrict amax, const void *restrict x,
@@ -176,29 +181,159 @@ static AVX512 void q4_tail(uint8_t *dst, const uint8_t *x, size_t i, size_t m,
 	castfs_q4_encode_block(dst + i / 2, t, m - i, sc, qt);
 }
 
+/*
+ * The threshold path of BF16 blocks (castfs_q4_thresh in quant_table.h):
+ * a block absmax whose exponent field lies in [Q4T_EMIN, Q4T_EMAX] keeps
+ * 1 / absmax, the thresholds and their neighbours normal floats, so the
+ * table row of its 7 mantissa bits, shifted by its exponent, gives exact
+ * thresholds. The upper bound also keeps FP4's zero midpoint at +0: below
+ * 2^17 the smallest positive BF16 times 1 / absmax does not round to 0.
+ * test_quant_kernels checks every absmax at both sides of every threshold.
+ */
+#define Q4T_EMIN 16
+#define Q4T_EMAX 143
+
+/* A BF16 pattern as a signed 16-bit key in the order of its value
+ * (-0 just below +0): negative patterns reversed by flipping the
+ * magnitude bits. */
+static inline AVX512 __m512i bf16_key(__m512i h)
+{
+	return _mm512_ternarylogic_epi32(h, _mm512_srai_epi16(h, 15),
+					 _mm512_set1_epi16(0x7fff), 0x78);
+}
+
+/* One block's thresholds as keys, t[k] in lane k (low 16 lanes), and the
+ * search levels' operands taken from them. */
+struct q4t_block {
+	__m512i t, t1, t3, t7, t11;
+};
+
+static inline AVX512 void q4t_block_init(struct q4t_block *b, uint16_t amax,
+					 enum castfs_qtype qt)
+{
+	__m256i row = _mm256_loadu_si256((
+		const __m256i *)(const void *)castfs_q4_thresh[qt][amax & 0x7f]);
+	__m256i sh = _mm256_set1_epi16((short)((amax & 0x7f80) - 0x3f80));
+	/* A zero threshold (FP4's midpoint 0) does not scale. */
+	__mmask16 nz = _mm256_test_epi16_mask(row, _mm256_set1_epi16(0x7fff));
+	__m256i tb = _mm256_mask_add_epi16(row, nz, row, sh);
+	__m256i t = _mm256_ternarylogic_epi32(tb, _mm256_srai_epi16(tb, 15),
+					      _mm256_set1_epi16(0x7fff), 0x78);
+
+	b->t = _mm512_zextsi256_si512(t);
+	b->t1 = _mm512_permutexvar_epi16(
+		_mm512_setr_epi32(0x00020001, 0x00040003, 0x00060005,
+				  0x00080007, 0x000a0009, 0x000c000b,
+				  0x000e000d, 0x000e000e, 0, 0, 0, 0, 0, 0, 0,
+				  0),
+		b->t);
+	b->t3 = _mm512_permutexvar_epi16(_mm512_set1_epi16(3), b->t);
+	b->t7 = _mm512_permutexvar_epi16(_mm512_set1_epi16(7), b->t);
+	b->t11 = _mm512_permutexvar_epi16(_mm512_set1_epi16(11), b->t);
+}
+
+/*
+ * The 32 codes of 32 BF16 elements at @x, as bytes at @dst (even element
+ * in the high nibble): quant_scalar.c's binary search over the key
+ * compared with the block's thresholds, 32 lanes at a time.
+ */
+static inline AVX512 void q4t_32(uint8_t *dst, const uint8_t *x,
+				 const struct q4t_block *b, __m512i order,
+				 bool identity)
+{
+	__m512i k = bf16_key(_mm512_loadu_si512(x));
+	__mmask32 up = _mm512_cmpgt_epi16_mask(k, b->t7);
+	__m512i p = _mm512_maskz_mov_epi16(up, _mm512_set1_epi16(8));
+	__m512i m = _mm512_mask_blend_epi16(up, b->t3, b->t11);
+
+	up = _mm512_cmpgt_epi16_mask(k, m);
+	p = _mm512_mask_add_epi16(p, up, p, _mm512_set1_epi16(4));
+	up = _mm512_cmpgt_epi16_mask(k, _mm512_permutexvar_epi16(p, b->t1));
+	p = _mm512_mask_add_epi16(p, up, p, _mm512_set1_epi16(2));
+	up = _mm512_cmpgt_epi16_mask(k, _mm512_permutexvar_epi16(p, b->t));
+	p = _mm512_mask_add_epi16(p, up, p, _mm512_set1_epi16(1));
+	if (!identity)
+		p = _mm512_permutexvar_epi16(p, order);
+	/* Each 32-bit lane: even code * 16 + odd code, one byte. */
+	p = _mm512_madd_epi16(p, _mm512_set1_epi32(0x00010010));
+	_mm_storeu_si128((__m128i *)(void *)dst, _mm512_cvtepi32_epi8(p));
+}
+
+/* The largest magnitude bits of @m (a multiple of 32) BF16 elements,
+ * Inf and NaN included. */
+static inline AVX512 uint16_t maxmag_bf16(const uint8_t *x, size_t m)
+{
+	const __m512i mag = _mm512_set1_epi16(0x7fff);
+	__m512i acc = _mm512_setzero_si512();
+
+	for (size_t i = 0; i < m; i += 32)
+		acc = _mm512_max_epu16(
+			acc,
+			_mm512_and_si512(_mm512_loadu_si512(x + 2 * i), mag));
+	return hmax_epu16(acc);
+}
+
+/*
+ * The codes of the BF16 block of @m elements at @x (bs a multiple of 32) by
+ * the threshold path, and its absmax at *@amax (when not NULL); false, and
+ * nothing written, when its absmax is outside that path's range (zero,
+ * tiny, huge, Inf or NaN in the block).
+ */
+static inline AVX512 bool q4t_block(uint8_t *dst, float *amax, const uint8_t *x,
+				    size_t m, enum castfs_qtype qt,
+				    __m512i order)
+{
+	uint16_t a = maxmag_bf16(x, m);
+	unsigned e = (unsigned)a >> 7;
+	struct q4t_block b;
+
+	if (e < Q4T_EMIN || e > Q4T_EMAX)
+		return false;
+	if (amax)
+		*amax = widen1(a, false);
+	q4t_block_init(&b, a, qt);
+	for (size_t i = 0; i < m; i += 32)
+		q4t_32(dst + i / 2, x + 2 * i, &b, order, qt == CASTFS_Q_NF4);
+	return true;
+}
+
+/* One block by the float32 search: any source, length and absmax. */
+static AVX512 void q4_block_f32(uint8_t *dst, float *amax, const uint8_t *p,
+				size_t m, const struct q4_tables *t,
+				enum castfs_qtype qt, bool f16)
+{
+	float a = widen1(absmax16_bits(p, m, f16), f16);
+	float sc = castfs_q_scale(a);
+	__m512 scale = _mm512_set1_ps(sc);
+	size_t i = 0;
+
+	if (amax)
+		*amax = a;
+	for (; !f16 && i + 32 <= m; i += 32)
+		q4_32_bf16(dst + i / 2, p + 2 * i, scale, t);
+	for (; i + 16 <= m; i += 16)
+		q4_16(dst + i / 2, load16(p + 2 * i, f16), scale, t);
+	if (i < m)
+		q4_tail(dst, p, i, m, sc, qt, f16);
+}
+
 AVX512 void castfs_q4_16_avx512(uint8_t *restrict dst, float *restrict amax,
 				const void *restrict x, size_t n, size_t bs,
 				enum castfs_qtype qt, bool f16)
 {
 	const uint8_t *p = x;
+	const __m512i order =
+		_mm512_cvtepu8_epi16(_mm256_zextsi128_si256(_mm_loadu_si128(
+			(const __m128i *)(const void *)castfs_q4_order[qt])));
 	struct q4_tables t;
 
 	q4_tables_init(&t, qt);
 	for (size_t b = 0; b < n; b += bs, p += 2 * bs, dst += bs / 2) {
-		size_t m = n - b < bs ? n - b : bs, i = 0;
-		float a = widen1(absmax16_bits(p, m, f16), f16);
-		float sc = castfs_q_scale(a);
-		__m512 scale = _mm512_set1_ps(sc);
+		size_t m = n - b < bs ? n - b : bs;
+		float *a = amax ? amax++ : NULL;
 
-		if (amax)
-			*amax++ = a;
-
-		for (; !f16 && i + 32 <= m; i += 32)
-			q4_32_bf16(dst + i / 2, p + 2 * i, scale, &t);
-		for (; i + 16 <= m; i += 16)
-			q4_16(dst + i / 2, load16(p + 2 * i, f16), scale, &t);
-		if (i < m)
-			q4_tail(dst, p, i, m, sc, qt, f16);
+		if (f16 || m % 32 != 0 || !q4t_block(dst, a, p, m, qt, order))
+			q4_block_f32(dst, a, p, m, &t, qt, f16);
 	}
 }
 

@@ -3,7 +3,8 @@
  * Quantiser kernels of 16-bit sources and of double quantisation: every
  * ISA's absmax16, q4_16 and q8 against the scalar reference, bit for bit,
  * over every BF16 and F16 pattern (NaN, Inf, subnormals, zeros) and random
- * blocks; the scalar 16-bit kernels against the float32 ones they stand
+ * blocks, and every BF16 block absmax at both sides of every code
+ * threshold; the scalar 16-bit kernels against the float32 ones they stand
  * for; the precomputed dynamic-map midpoints against their rule.
  */
 #include <check.h>
@@ -241,6 +242,115 @@ START_TEST(test_quant_kernels__isa16_weight_blocks)
 }
 END_TEST
 
+/* The order key of BF16 bits @h (value order, -0 just below +0) and back. */
+static int bf16_key(uint16_t h)
+{
+	return h & 0x8000 ? -1 - (h & 0x7fff) : h;
+}
+
+static uint16_t bf16_of_key(int k)
+{
+	return (uint16_t)(k < 0 ? 0x8000 | (-1 - k) : k);
+}
+
+/* The scalar quantiser's position (0..15) of BF16 key @k among the sorted
+ * codes of @qt, for @scale. */
+static int scalar_pos(int k, float scale, enum castfs_qtype qt)
+{
+	float x = castfs_f32_from_bits((uint32_t)bf16_of_key(k) << 16);
+	uint8_t c = castfs_q4_code(x, scale, qt);
+	int p = 0;
+
+	while (castfs_q4_order[qt][p] != c)
+		p++;
+	return p;
+}
+
+/* The largest key in [@lo, @hi] whose position is <= @pos (@lo - 1 if
+ * none): the scalar threshold, found by bisection (positions ascend). */
+static int scalar_thresh(int lo, int hi, int pos, float scale,
+			 enum castfs_qtype qt)
+{
+	int l = lo - 1,
+	    h = hi; /* pos(l) <= pos (or l < lo); answer in [l, h] */
+
+	if (scalar_pos(hi, scale, qt) <= pos)
+		return hi;
+	while (h - l > 1) {
+		int c = l + (h - l) / 2;
+
+		if (scalar_pos(c, scale, qt) <= pos)
+			l = c;
+		else
+			h = c;
+	}
+	return l;
+}
+
+/*
+ * One 64-element BF16 block of absmax bits @a: a, -a, +0, -0, and for each
+ * of the 15 scalar thresholds T (keys) T - 1, T, T + 1 and T + 2, clamped
+ * to [-a, a].
+ */
+static void thresh_block(uint8_t *x, uint16_t a, enum castfs_qtype qt)
+{
+	float scale = castfs_q_scale(castfs_f32_from_bits((uint32_t)a << 16));
+	int lo = bf16_key((uint16_t)(0x8000 | a)), hi = a;
+	uint16_t h[64] = { a, (uint16_t)(0x8000 | a), 0, 0x8000 };
+
+	for (int k = 0; k < 15; k++) {
+		int t = scalar_thresh(lo, hi, k, scale, qt);
+
+		for (int d = 0; d < 4; d++) {
+			int v = t - 1 + d;
+
+			v = v < lo ? lo : v > hi ? hi : v;
+			h[4 + 4 * k + d] = bf16_of_key(v);
+		}
+	}
+	for (int i = 0; i < 64; i++)
+		castfs_store_le16(x + 2 * i, h[i]);
+}
+
+/*
+ * Every BF16 value that can be a block absmax (0 to the largest finite),
+ * each in a block holding both sides of every threshold of the scalar
+ * quantiser: codes and absmax of each ISA equal the scalar ones. Codes
+ * are step functions of the value, so agreeing on both sides of every
+ * scalar step means agreeing on every value of the block's range; this
+ * holds the AVX-512 threshold table (castfs_q4_thresh) and its exponent
+ * shift exact for every absmax, and the range where they apply.
+ */
+START_TEST(test_quant_kernels__isa16_every_absmax_threshold)
+{
+	enum castfs_isa isa = (enum castfs_isa)(_i / 2);
+	enum castfs_qtype qt = qtypes[_i & 1];
+	const struct castfs_quant_kernels *k = castfs_quant_kernels_isa(isa);
+	const struct castfs_quant_kernels *s =
+		castfs_quant_kernels_isa(CASTFS_ISA_SCALAR);
+	size_t nb = 0x7f80, n = 64 * nb;
+	uint8_t *x = malloc(2 * n), *c1 = malloc(n / 2), *c2 = malloc(n / 2);
+	float *a1 = malloc(nb * sizeof(float)),
+	      *a2 = malloc(nb * sizeof(float));
+
+	ck_assert_ptr_nonnull(k);
+	for (size_t a = 0; a < nb; a++)
+		thresh_block(x + 128 * a, (uint16_t)a, qt);
+	s->q4_16(c1, a1, x, n, 64, qt, false);
+	k->q4_16(c2, a2, x, n, 64, qt, false);
+	for (size_t b = 0; b < nb; b++)
+		ck_assert_msg(memcmp(c1 + 32 * b, c2 + 32 * b, 32) == 0 &&
+				      memcmp(a1 + b, a2 + b, 4) == 0,
+			      "%s qt=%d absmax 0x%04zx", castfs_isa_name(isa),
+			      (int)qt, b);
+	free(x);
+	free(c1);
+	free(c2);
+	free(a1);
+	free(a2);
+}
+END_TEST
+
 /* Block absmax minus an offset: ties on midpoints, NaN, huge scales. */
 static void make_amax(float *a, size_t n, uint64_t seed)
 {
@@ -353,6 +463,8 @@ Suite *unit_suite(void)
 		2 * (int)(sizeof(blocksizes) / sizeof(*blocksizes)));
 	unit_add_isa_loop(tc, test_quant_kernels__isa16_matches_scalar, 2);
 	unit_add_isa_loop(tc, test_quant_kernels__isa16_weight_blocks, 2);
+	unit_add_isa_loop(tc, test_quant_kernels__isa16_every_absmax_threshold,
+			  2);
 	unit_add_isa_loop(tc, test_quant_kernels__q8_matches_scalar, 1);
 	tcase_add_test(tc, test_quant_kernels__q8_mids_follow_the_rule);
 	tcase_add_test(tc, test_quant_kernels__q8_tree_layout);
