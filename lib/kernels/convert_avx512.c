@@ -199,4 +199,39 @@ static inline AVX512 void narrow_e5m2_sat(void *p, __m512i u)
 #define CVT_TABLE castfs_cvt_avx512
 #include "kernels/convert_table.h"
 
+/* Sixteen bf16 elements from a grouped frame's planes, as float32 bits. */
+static inline AVX512 __m512i widen_bf16_planes(const uint8_t *sm,
+					       const uint8_t *ex)
+{
+	__m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)sm));
+	__m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)ex));
+	__m512i sign = _mm512_slli_epi32(_mm512_and_si512(s, set1(0x80)), 24);
+	__m512i mant = _mm512_slli_epi32(_mm512_and_si512(s, set1(0x7f)), 16);
+
+	return _mm512_or_si512(_mm512_or_si512(sign, mant),
+			       _mm512_slli_epi32(e, 23));
+}
+
+/* The un-grouping fused into the cast, as in convert_avx2.c. */
+#define PLANES_KERNEL(to, sat)                                                 \
+	static AVX512 void cvtp_bf16_##to(void *restrict dst,                  \
+					  const uint8_t *restrict sm,          \
+					  const uint8_t *restrict ex,          \
+					  size_t n)                            \
+	{                                                                      \
+		uint8_t *d = dst;                                              \
+		size_t i;                                                      \
+                                                                               \
+		for (i = 0; i + STEP <= n; i += STEP)                          \
+			narrow_##to(d + i, widen_bf16_planes(sm + i, ex + i)); \
+		if (i < n)                                                     \
+			castfs_cvtp_scalar[sat](d + i, sm + i, ex + i, n - i); \
+	}
+
+PLANES_KERNEL(e4m3, 0)
+PLANES_KERNEL(e4m3_sat, 1)
+
+const castfs_convert_planes_fn castfs_cvtp_avx512[2] = { cvtp_bf16_e4m3,
+							 cvtp_bf16_e4m3_sat };
+
 #endif

@@ -45,6 +45,7 @@ extern const struct castfs_cvt_table castfs_cvt_avx512;
 extern const castfs_convert_planes_fn castfs_cvtp_scalar[2];
 #if CASTFS_HAVE_X86_KERNELS
 extern const castfs_convert_planes_fn castfs_cvtp_avx2[2];
+extern const castfs_convert_planes_fn castfs_cvtp_avx512[2];
 #endif
 
 /* Bits of castfs_cpu_detect(). */

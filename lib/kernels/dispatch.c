@@ -145,6 +145,7 @@ static const castfs_convert_planes_fn *const isa_planes[CASTFS_ISA_COUNT] = {
 	[CASTFS_ISA_SCALAR] = castfs_cvtp_scalar,
 #if CASTFS_HAVE_X86_KERNELS
 	[CASTFS_ISA_AVX2] = castfs_cvtp_avx2,
+	[CASTFS_ISA_AVX512] = castfs_cvtp_avx512,
 #endif
 };
 

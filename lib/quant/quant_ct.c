@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * compressed-tensors scaled-FP8 math: the scalar reference, and the choice
- * of its per-ISA loops (quant_ct_avx2.c; AVX-512 CPUs run it too). Roundings are
+ * of its per-ISA loops (quant_ct_avx2.c, quant_ct_avx512.c). Roundings are
  * the cast kernels' algorithms inlined (quant/quant_round.h), bit-exact with
  * torch's tensor.to(dtype); the scalar E4M3 narrowing of a chunk of codes
  * stays with the SIMD cast kernel.
@@ -335,10 +335,7 @@ static const struct castfs_ct_kernels *const ct_tables[CASTFS_ISA_COUNT] = {
 	[CASTFS_ISA_SCALAR] = &ct_scalar,
 #if CASTFS_HAVE_X86_QUANT
 	[CASTFS_ISA_AVX2] = &castfs_ct_avx2,
-	/* The AVX-512 loops written with the AVX2 ones were never run (no
-	 * AVX-512 machine was at hand): an AVX-512 CPU runs the AVX2 loops,
-	 * which test_ct_kernels holds to the scalar ones. */
-	[CASTFS_ISA_AVX512] = &castfs_ct_avx2,
+	[CASTFS_ISA_AVX512] = &castfs_ct_avx512,
 #endif
 };
 

@@ -6,16 +6,12 @@
  */
 #include "quant/quant_gguf_internal.h"
 
-/*
- * NULL: no kernels of that ISA; the scalar ones are used instead. AVX-512
- * runs the AVX2 kernels (every AVX-512 CPU castfs selects has AVX2 and
- * F16C): a 512-bit variant is not written yet (docs/BENCHMARKS.md).
- */
+/* NULL: no kernels of that ISA; the scalar ones are used instead. */
 static const struct castfs_gguf_kernels *const gguf_tables[CASTFS_ISA_COUNT] = {
 	[CASTFS_ISA_SCALAR] = &castfs_gguf_scalar,
 #if CASTFS_HAVE_X86_QUANT
 	[CASTFS_ISA_AVX2] = &castfs_gguf_avx2,
-	[CASTFS_ISA_AVX512] = &castfs_gguf_avx2,
+	[CASTFS_ISA_AVX512] = &castfs_gguf_avx512,
 #endif
 };
 

@@ -11,6 +11,7 @@
 
 #if CASTFS_HAVE_X86_QUANT
 extern const struct castfs_gguf_kernels castfs_gguf_avx2;
+extern const struct castfs_gguf_kernels castfs_gguf_avx512;
 #endif
 
 #endif

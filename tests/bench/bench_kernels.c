@@ -11,7 +11,11 @@
  * PAIRs only the pairs views use are measured, then the quantiser kernels
  * (-q: only those): 4-bit codes of BF16 and F32 blocks of 64 (absmax
  * included), block absmax, int8 codes, and the double quantisation of
- * block absmax values (GB/s of the absmax values read).
+ * block absmax values (GB/s of the absmax values read); then (-c: only
+ * those) the scaled-fp8 loops of compressed-tensors and ComfyUI: E4M3
+ * codes of BF16 / F16 bytes and of float32, row absmax, and the GGUF
+ * Q8_0 / Q4_0 quantisers. The planes kernels (BF16>F8_E4M3 of a grouped
+ * pack's frames) run with the view pairs and with -c.
  */
 #include <errno.h>
 #include <math.h>
@@ -24,6 +28,8 @@
 
 #include "kernels/convert.h"
 #include "quant/quant.h"
+#include "quant/quant_ct.h"
+#include "quant/quant_gguf.h"
 
 struct opts {
 	size_t bytes;
@@ -31,6 +37,7 @@ struct opts {
 	int repeats;
 	int all;
 	int quant_only;
+	int ct_only;
 };
 
 struct pair {
@@ -219,6 +226,71 @@ static int bench_pair(const struct pair *p, const struct opts *o, double mc)
 	return 0;
 }
 
+/* ---- the planes kernels (a grouped pack's bf16 frames) ---- */
+
+struct prun {
+	castfs_convert_planes_fn fn;
+	void *dst;
+	const uint8_t *sm, *ex;
+	size_t n;
+};
+
+static void run_planes(void *ctx)
+{
+	struct prun *r = ctx;
+
+	r->fn(r->dst, r->sm, r->ex, r->n);
+	__asm__ volatile("" ::: "memory");
+}
+
+/* BF16>F8_E4M3 from the two planes, one row per ISA with a kernel of its
+ * own; GB/s of the bf16 elements' 2 bytes. */
+static int bench_planes(const struct opts *o, double mc)
+{
+	size_t n = o->bytes / 2;
+	uint8_t *bf = make_source(CASTFS_DTYPE_BF16, n);
+	uint8_t *sm = malloc(n), *ex = malloc(n), *dst = malloc(n);
+
+	if (!bf || !sm || !ex || !dst) {
+		free(bf);
+		free(sm);
+		free(ex);
+		free(dst);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		uint16_t v = (uint16_t)(bf[2 * i] | bf[2 * i + 1] << 8);
+
+		sm[i] = (uint8_t)(((v >> 8) & 0x80u) | (v & 0x7fu));
+		ex[i] = (uint8_t)(v >> 7);
+	}
+	for (unsigned sat = 0; sat < 2; sat++) {
+		for (int isa = 0; isa < CASTFS_ISA_COUNT; isa++) {
+			struct prun r = {
+				.dst = dst, .sm = sm, .ex = ex, .n = n
+			};
+			double calls, gbs;
+
+			r.fn = castfs_convert_planes_get_isa(
+				(enum castfs_isa)isa, CASTFS_DTYPE_F8_E4M3,
+				sat ? CASTFS_CVT_SATURATE : 0);
+			if (!r.fn)
+				continue;
+			calls = rate(run_planes, &r, o);
+			gbs = calls * (double)(2 * n) / 1e9;
+			printf("%-22s %-7s %8.2f %8.2f %8.2f %7.2f\n",
+			       sat ? "planes>F8_E4M3:sat" : "planes>F8_E4M3",
+			       castfs_isa_name((enum castfs_isa)isa), gbs,
+			       gbs / 2, calls * (double)n / 1e9, gbs / mc);
+		}
+	}
+	free(bf);
+	free(sm);
+	free(ex);
+	free(dst);
+	return 0;
+}
+
 /* ---- quantisers ---- */
 
 enum qkind {
@@ -323,6 +395,188 @@ static int bench_quant(const struct opts *o, double mc)
 	return 0;
 }
 
+/* ---- scaled-fp8 loops (compressed-tensors, ComfyUI) ---- */
+
+enum ckind {
+	C_CODES16_BF16,
+	C_CODES16_F16,
+	C_CODES_F32,
+	C_COMFY_F32,
+	C_ABSMAX16_BF16,
+	C_ABSMAX_F32,
+	C_NKINDS
+};
+
+static const char *const cnames[C_NKINDS] = {
+	[C_CODES16_BF16] = "ct codes BF16",
+	[C_CODES16_F16] = "ct codes F16",
+	[C_CODES_F32] = "ct codes F32 (bf16)",
+	[C_COMFY_F32] = "comfy codes F32 (bf16)",
+	[C_ABSMAX16_BF16] = "ct absmax BF16",
+	[C_ABSMAX_F32] = "ct absmax F32",
+};
+
+struct crun {
+	const struct castfs_ct_kernels *k;
+	enum ckind kind;
+	void *dst;
+	const void *src;
+	size_t n; /* elements */
+	float out;
+};
+
+static void run_ct(void *ctx)
+{
+	struct crun *r = ctx;
+	const float scale = 0x1p-12f; /* a BF16 / F16 value, ~0.02 / 448 */
+
+	switch (r->kind) {
+	case C_CODES16_BF16:
+		r->k->f8_codes16(r->dst, r->src, r->n, scale,
+				 CASTFS_DTYPE_BF16);
+		break;
+	case C_CODES16_F16:
+		r->k->f8_codes16(r->dst, r->src, r->n, scale, CASTFS_DTYPE_F16);
+		break;
+	case C_CODES_F32:
+		r->k->f8_codes(r->dst, r->src, r->n, scale, CASTFS_DTYPE_BF16);
+		break;
+	case C_COMFY_F32:
+		r->k->comfy_codes(r->dst, r->src, r->n, 1.0f / scale,
+				  CASTFS_DTYPE_BF16);
+		break;
+	case C_ABSMAX16_BF16:
+		r->out = r->k->absmax16(r->src, r->n, false);
+		break;
+	case C_ABSMAX_F32:
+		r->out = r->k->absmax(r->src, r->n);
+		break;
+	case C_NKINDS:
+		break;
+	}
+	__asm__ volatile("" ::: "memory");
+}
+
+static const void *ct_source(enum ckind kind, const void *bf, const void *f16,
+			     const void *f32)
+{
+	if (kind == C_CODES16_BF16 || kind == C_ABSMAX16_BF16)
+		return bf;
+	return kind == C_CODES16_F16 ? f16 : f32;
+}
+
+/* One row per kind and ISA; GB/s of source bytes read. */
+static int bench_ct(const struct opts *o, double mc)
+{
+	size_t nf = o->bytes / 4, nb = o->bytes / 2;
+	void *bf = make_source(CASTFS_DTYPE_BF16, nb);
+	void *f16 = make_source(CASTFS_DTYPE_F16, nb);
+	void *f32 = make_source(CASTFS_DTYPE_F32, nf);
+	void *dst = malloc(nb);
+	int rc = -1;
+
+	if (!bf || !f16 || !f32 || !dst)
+		goto out;
+	for (int kind = 0; kind < C_NKINDS; kind++) {
+		const void *src = ct_source((enum ckind)kind, bf, f16, f32);
+		size_t n = src == f32 ? nf : nb;
+
+		for (int isa = 0; isa < CASTFS_ISA_COUNT; isa++) {
+			struct crun r = { .kind = (enum ckind)kind,
+					  .dst = dst,
+					  .src = src,
+					  .n = n };
+			double calls, gbs;
+
+			r.k = castfs_ct_kernels_isa((enum castfs_isa)isa);
+			if (!r.k)
+				continue;
+			calls = rate(run_ct, &r, o);
+			gbs = calls * (double)o->bytes / 1e9;
+			printf("%-22s %-7s %8.2f %8s %8.2f %7.2f\n",
+			       cnames[kind],
+			       castfs_isa_name((enum castfs_isa)isa), gbs, "-",
+			       calls * (double)n / 1e9, gbs / mc);
+		}
+	}
+	rc = 0;
+out:
+	free(bf);
+	free(f16);
+	free(f32);
+	free(dst);
+	return rc;
+}
+
+/* ---- GGUF Q8_0 / Q4_0 ---- */
+
+struct grun {
+	const struct castfs_gguf_kernels *k;
+	bool q4, f32;
+	void *dst;
+	const void *src;
+	size_t nblocks;
+};
+
+static void run_gguf(void *ctx)
+{
+	struct grun *r = ctx;
+
+	if (r->f32 && r->q4)
+		r->k->q4_0(r->dst, r->src, r->nblocks);
+	else if (r->f32)
+		r->k->q8_0(r->dst, r->src, r->nblocks);
+	else if (r->q4)
+		r->k->q4_0_16(r->dst, r->src, r->nblocks, false);
+	else
+		r->k->q8_0_16(r->dst, r->src, r->nblocks, false);
+	__asm__ volatile("" ::: "memory");
+}
+
+/* Q8_0 and Q4_0 of BF16 bytes and of float32, one row per ISA; GB/s of
+ * source bytes read. */
+static int bench_gguf(const struct opts *o, double mc)
+{
+	static const char *const names[4] = { "q8_0 BF16", "q4_0 BF16",
+					      "q8_0 F32", "q4_0 F32" };
+	size_t nb = o->bytes / 2, nf = o->bytes / 4;
+	void *bf = make_source(CASTFS_DTYPE_BF16, nb);
+	void *f32 = make_source(CASTFS_DTYPE_F32, nf);
+	void *dst = malloc(nb + nb / 8);
+
+	if (!bf || !f32 || !dst) {
+		free(bf);
+		free(f32);
+		free(dst);
+		return -1;
+	}
+	for (int kind = 0; kind < 4; kind++) {
+		for (int isa = 0; isa < CASTFS_ISA_COUNT; isa++) {
+			struct grun r = { .q4 = kind & 1,
+					  .f32 = kind >= 2,
+					  .dst = dst,
+					  .src = kind >= 2 ? f32 : bf };
+			size_t n = kind >= 2 ? nf : nb;
+			double calls, gbs;
+
+			r.nblocks = n / CASTFS_GGUF_QK;
+			r.k = castfs_gguf_kernels_isa((enum castfs_isa)isa);
+			if (!r.k)
+				continue;
+			calls = rate(run_gguf, &r, o);
+			gbs = calls * (double)o->bytes / 1e9;
+			printf("%-22s %-7s %8.2f %8s %8.2f %7.2f\n",
+			       names[kind],
+			       castfs_isa_name((enum castfs_isa)isa), gbs, "-",
+			       calls * (double)n / 1e9, gbs / mc);
+		}
+	}
+	free(bf);
+	free(f32);
+	free(dst);
+	return 0;
+}
+
 static int parse_pair(const char *s, struct pair *p)
 {
 	char buf[64], *gt, *colon;
@@ -390,7 +644,7 @@ static int bench_all(const struct opts *o, double mc)
 static void usage(const char *prog)
 {
 	fprintf(stderr,
-		"usage: %s [-s BYTES] [-t SECONDS] [-r REPEATS] [-a|-q] "
+		"usage: %s [-s BYTES] [-t SECONDS] [-r REPEATS] [-a|-q|-c] "
 		"[FROM>TO[:sat]...]\n",
 		prog);
 }
@@ -401,7 +655,7 @@ int main(int argc, char **argv)
 	double mc;
 	int c, rc = 0;
 
-	while ((c = getopt(argc, argv, "s:t:r:aqh")) != -1) {
+	while ((c = getopt(argc, argv, "s:t:r:aqch")) != -1) {
 		switch (c) {
 		case 's':
 			o.bytes = strtoull(optarg, NULL, 0);
@@ -417,6 +671,9 @@ int main(int argc, char **argv)
 			break;
 		case 'q':
 			o.quant_only = 1;
+			break;
+		case 'c':
+			o.ct_only = 1;
 			break;
 		default:
 			usage(argv[0]);
@@ -448,12 +705,19 @@ int main(int argc, char **argv)
 	}
 	if (optind == argc && o.all)
 		rc = bench_all(&o, mc);
-	for (size_t i = 0; optind == argc && !o.all && !o.quant_only && !rc &&
-			   i < sizeof(view_pairs) / sizeof(view_pairs[0]);
+	for (size_t i = 0;
+	     optind == argc && !o.all && !o.quant_only && !o.ct_only && !rc &&
+	     i < sizeof(view_pairs) / sizeof(view_pairs[0]);
 	     i++)
 		rc = bench_pair(&view_pairs[i], &o, mc);
-	if (optind == argc && !rc)
+	if (optind == argc && !o.all && !o.quant_only && !rc)
+		rc = bench_planes(&o, mc);
+	if (optind == argc && !o.ct_only && !rc)
 		rc = bench_quant(&o, mc);
+	if (optind == argc && !o.quant_only && !rc)
+		rc = bench_ct(&o, mc);
+	if (optind == argc && !o.quant_only && !rc)
+		rc = bench_gguf(&o, mc);
 	if (rc)
 		fprintf(stderr, "out of memory\n");
 	return rc ? 1 : 0;

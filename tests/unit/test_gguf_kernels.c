@@ -4,7 +4,7 @@
  * this CPU runs against the scalar reference, bit for bit, over random
  * blocks and blocks built to hit each rule (ties at .5, zeros and -0.0,
  * NaN / Inf anywhere, huge and subnormal values, equal |max| of both
- * signs), every block count up to 9 at unaligned addresses, and every BF16
+ * signs), every block count up to 17 at unaligned addresses, and every BF16
  * and F16 pattern through the 16-bit entries; the scalar 16-bit entries
  * against the float32 ones on the cast kernels' widening. The bytes of the
  * scalar code itself are checked against ggml's reference quantizers in
@@ -116,14 +116,15 @@ static void fill_special(float *x, unsigned kind, uint64_t *s)
 	}
 }
 
-/* Kinds block by block (odd @seed), or in runs of 8 blocks, so that the
- * kernels' groups of blocks without NaN are reached too. */
+/* Kinds block by block (odd @seed), or in runs of 16 blocks, so that the
+ * kernels' groups of blocks without NaN (8 in AVX2, 16 in AVX-512) are
+ * reached too. */
 static void make_blocks(float *x, size_t nb, uint64_t seed)
 {
 	bool runs = !(seed & 1);
 
 	for (size_t b = 0; b < nb; b++) {
-		unsigned kind = (unsigned)((runs ? b / 8 : b) % KINDS);
+		unsigned kind = (unsigned)((runs ? b / 16 : b) % KINDS);
 		float *xb = x + b * QK;
 
 		if (kind < 2)
@@ -163,14 +164,15 @@ static uint8_t *make16(uint64_t seed, bool f16)
 
 typedef void (*qf32_fn)(uint8_t *restrict, const float *restrict, size_t);
 
-/* One quantiser of @k against scalar over @x and over 0..9 blocks at
- * an unaligned address (output unaligned too). */
+/* One quantiser of @k against scalar over @x and over 0..17 blocks (every
+ * tail of the AVX-512 groups of 16) at an unaligned address (output
+ * unaligned too). */
 static void cmp_f32(qf32_fn f, qf32_fn ref, const float *x, size_t bytes,
 		    const char *what)
 {
 	size_t len = NB * bytes + 1;
 	uint8_t *a = malloc(len), *b = malloc(len);
-	float *u = malloc((10 * QK + 1) * sizeof(*u));
+	float *u = malloc((18 * QK + 1) * sizeof(*u));
 
 	ck_assert_ptr_nonnull(a);
 	ck_assert_ptr_nonnull(b);
@@ -180,7 +182,7 @@ static void cmp_f32(qf32_fn f, qf32_fn ref, const float *x, size_t bytes,
 	for (size_t i = 0; i < NB; i++)
 		ck_assert_msg(!memcmp(a + i * bytes, b + i * bytes, bytes),
 			      "%s: block %zu differs", what, i);
-	for (size_t n = 0; n <= 9; n++) {
+	for (size_t n = 0; n <= 17; n++) {
 		memcpy(u + 1, x + 7 * QK, n * QK * sizeof(*u));
 		memset(a, 0xa5, len);
 		memset(b, 0xa5, len);

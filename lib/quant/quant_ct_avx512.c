@@ -1,0 +1,301 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * AVX-512 loops of the scaled-fp8 views (quant_ct.c's castfs_ct_kernels):
+ * quant_ct_avx2.c's lanes, 16 per register and 64 per step, the tail by
+ * masked loads and stores. AVX-512 F/BW/VL only, what the dispatcher checks.
+ */
+#include <math.h>
+
+#include "common/bytes.h"
+#include "quant/quant_ct_internal.h"
+
+#if CASTFS_HAVE_X86_QUANT
+#include <immintrin.h>
+
+/*
+ * GCC 12's _mm512_undefined_*() initialise a variable with itself, which
+ * -Winit-self reports as (maybe-)uninitialized (GCC PR 105593, fixed in 13).
+ */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+/* No "fma": nothing here may be contracted (quant_internal.h). */
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c")))
+#define AVX512_INLINE static inline __attribute__((always_inline)) AVX512
+
+static inline AVX512 __m512i set1u(uint32_t v)
+{
+	return _mm512_set1_epi32((int)v);
+}
+
+/* The lanes of a tail of @left elements (all 16 from 16 up). */
+static inline __mmask16 ct_mask16(size_t left)
+{
+	return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+}
+
+/* castfs_qr_e4m3() of 16 lanes, as ct_e4m3_8() in quant_ct_avx2.c. */
+AVX512_INLINE __m512i ct_e4m3_16(__m512 q, bool nan_free)
+{
+	__m512i u = _mm512_castps_si512(q);
+	__m512i sign = _mm512_and_si512(u, set1u(0x80000000u));
+	__m512i a = _mm512_xor_si512(u, sign);
+	__m512i sub = _mm512_castps_si512(
+		_mm512_add_ps(_mm512_castsi512_ps(a),
+			      _mm512_castsi512_ps(set1u(141u << 23))));
+	__m512i odd = _mm512_and_si512(_mm512_srli_epi32(a, 20), set1u(1));
+	__m512i r =
+		_mm512_add_epi32(_mm512_add_epi32(a, odd),
+				 set1u(((uint32_t)(7 - 127) << 23) + 0x7ffffu));
+
+	r = _mm512_srli_epi32(r, 20);
+	sub = _mm512_sub_epi32(sub, set1u(141u << 23));
+	r = _mm512_mask_mov_epi32(
+		r, _mm512_cmplt_epi32_mask(a, set1u(121u << 23)), sub);
+	if (!nan_free)
+		r = _mm512_mask_mov_epi32(
+			r, _mm512_cmpge_epi32_mask(a, set1u(1087u << 20)),
+			set1u(0x7f));
+	return _mm512_or_si512(r, _mm512_srli_epi32(sign, 24));
+}
+
+/* ct_code8_bf16() of 16 lanes: every NaN quotient is code 0x7F. */
+AVX512_INLINE __m512i ct_code16_bf16(__m512 q, bool mul)
+{
+	__m512i u = _mm512_castps_si512(q), r;
+	__mmask16 nan = _mm512_cmp_ps_mask(q, q, _CMP_UNORD_Q);
+
+	r = _mm512_and_si512(_mm512_srli_epi32(u, 16), set1u(1));
+	r = _mm512_add_epi32(_mm512_add_epi32(u, set1u(0x7fff)), r);
+	q = _mm512_castsi512_ps(_mm512_and_si512(r, set1u(0xffff0000u)));
+	if (!mul)
+		q = _mm512_add_ps(q, _mm512_setzero_ps());
+	q = _mm512_min_ps(_mm512_set1_ps(CASTFS_CT_F8_MAX), q);
+	q = _mm512_max_ps(_mm512_set1_ps(-CASTFS_CT_F8_MAX), q);
+	return _mm512_mask_mov_epi32(ct_e4m3_16(q, true), nan, set1u(0x7f));
+}
+
+/* castfs_qr_round() of 16 lanes to F16 (F16C's rounding, as ct_round8()),
+ * or of F32 (nothing to do). */
+AVX512_INLINE __m512 ct_round16(__m512 v, enum castfs_dtype dt)
+{
+	if (dt == CASTFS_DTYPE_F16)
+		return _mm512_cvtph_ps(
+			_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+	return v;
+}
+
+/* The E4M3 codes of 16 elements, as ct_code8() in quant_ct_avx2.c. */
+AVX512_INLINE __m512i ct_code16(__m512 v, __m512 s, enum castfs_dtype dt,
+				bool mul)
+{
+	__m512 q;
+
+	if (dt == CASTFS_DTYPE_BF16)
+		return ct_code16_bf16(
+			mul ? _mm512_mul_ps(v, s) : _mm512_div_ps(v, s), mul);
+	/* A NaN s gives its own NaN (see comfy_f8_q()). */
+	if (mul)
+		q = ct_round16(_mm512_mask_mov_ps(
+				       _mm512_mul_ps(v, s),
+				       _mm512_cmp_ps_mask(s, s, _CMP_UNORD_Q),
+				       s),
+			       dt);
+	else
+		q = _mm512_add_ps(ct_round16(_mm512_div_ps(v, s), dt),
+				  _mm512_setzero_ps());
+	q = _mm512_min_ps(_mm512_set1_ps(CASTFS_CT_F8_MAX), q);
+	q = _mm512_max_ps(_mm512_set1_ps(-CASTFS_CT_F8_MAX), q);
+	return ct_e4m3_16(q, false);
+}
+
+/* Four registers of 16 codes (each < 256) stored as 64 bytes in order. */
+AVX512_INLINE void ct_store64(uint8_t *dst, __m512i a, __m512i b, __m512i c,
+			      __m512i d)
+{
+	__m512i r = _mm512_packus_epi16(_mm512_packus_epi32(a, b),
+					_mm512_packus_epi32(c, d));
+
+	/* The packs work per 128-bit lane: lane k holds 4 codes of a, of
+	 * b, of c, of d, each from their 4k-th on. */
+	r = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13,
+						       2, 6, 10, 14, 3, 7, 11,
+						       15),
+				     r);
+	_mm512_storeu_si512(dst, r);
+}
+
+/* The codes of float32 @x[0..@n). */
+AVX512_INLINE void ct_loop(uint8_t *dst, const float *x, size_t n, float s,
+			   enum castfs_dtype dt, bool mul)
+{
+	__m512 sv = _mm512_set1_ps(s);
+	size_t i = 0;
+
+	for (; i + 64 <= n; i += 64)
+		ct_store64(dst + i,
+			   ct_code16(_mm512_loadu_ps(x + i), sv, dt, mul),
+			   ct_code16(_mm512_loadu_ps(x + i + 16), sv, dt, mul),
+			   ct_code16(_mm512_loadu_ps(x + i + 32), sv, dt, mul),
+			   ct_code16(_mm512_loadu_ps(x + i + 48), sv, dt, mul));
+	for (; i < n; i += 16) {
+		__mmask16 k = ct_mask16(n - i);
+
+		_mm512_mask_cvtepi32_storeu_epi8(
+			dst + i, k,
+			ct_code16(_mm512_maskz_loadu_ps(k, x + i), sv, dt,
+				  mul));
+	}
+}
+
+/* ct_loop() with the weight dtype @dt a constant: one loop per dtype,
+ * so that the rounding's branch leaves the loop. */
+static inline AVX512 void ct_by_dtype(uint8_t *dst, const float *x, size_t n,
+				      float s, enum castfs_dtype dt, bool mul)
+{
+	if (dt == CASTFS_DTYPE_BF16)
+		ct_loop(dst, x, n, s, CASTFS_DTYPE_BF16, mul);
+	else if (dt == CASTFS_DTYPE_F16)
+		ct_loop(dst, x, n, s, CASTFS_DTYPE_F16, mul);
+	else
+		ct_loop(dst, x, n, s, CASTFS_DTYPE_F32, mul);
+}
+
+/* 16 BF16 (F16 when @dt is) values widened to float32, exactly, as
+ * ct_widen8() in quant_ct_avx2.c. */
+AVX512_INLINE __m512 ct_widen16(__m256i h, enum castfs_dtype dt)
+{
+	if (dt == CASTFS_DTYPE_F16)
+		return _mm512_cvtph_ps(h);
+	return _mm512_castsi512_ps(
+		_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* 16 codes of the 16-bit elements at @p (32 bytes). */
+AVX512_INLINE __m512i ct_code16_at(const uint8_t *p, __m512 s,
+				   enum castfs_dtype dt)
+{
+	__m256i h = _mm256_loadu_si256((const __m256i *)(const void *)p);
+
+	return ct_code16(ct_widen16(h, dt), s, dt, false);
+}
+
+/* ct_loop() of 16-bit elements. */
+AVX512_INLINE void ct_loop16(uint8_t *dst, const uint8_t *p, size_t n, float s,
+			     enum castfs_dtype dt)
+{
+	__m512 sv = _mm512_set1_ps(s);
+	size_t i = 0;
+
+	for (; i + 64 <= n; i += 64)
+		ct_store64(dst + i, ct_code16_at(p + 2 * i, sv, dt),
+			   ct_code16_at(p + 2 * i + 32, sv, dt),
+			   ct_code16_at(p + 2 * i + 64, sv, dt),
+			   ct_code16_at(p + 2 * i + 96, sv, dt));
+	for (; i < n; i += 16) {
+		__mmask16 k = ct_mask16(n - i);
+		__m256i h = _mm256_maskz_loadu_epi16(k, p + 2 * i);
+
+		_mm512_mask_cvtepi32_storeu_epi8(dst + i, k,
+						 ct_code16(ct_widen16(h, dt),
+							   sv, dt, false));
+	}
+}
+
+/* castfs_ct_f8_codes16(): one loop per dtype, as ct_by_dtype(). */
+static AVX512 void ct_f8_codes16_avx512(uint8_t *dst, const void *x, size_t n,
+					float scale, enum castfs_dtype dt)
+{
+	if (dt == CASTFS_DTYPE_F16)
+		ct_loop16(dst, x, n, scale, CASTFS_DTYPE_F16);
+	else
+		ct_loop16(dst, x, n, scale, CASTFS_DTYPE_BF16);
+}
+
+static AVX512 void ct_f8_codes_avx512(uint8_t *dst, const float *x, size_t n,
+				      float scale, enum castfs_dtype dt)
+{
+	ct_by_dtype(dst, x, n, scale, dt, false);
+}
+
+static AVX512 void comfy_codes_avx512(uint8_t *dst, const float *x, size_t n,
+				      float inv, enum castfs_dtype dt)
+{
+	ct_by_dtype(dst, x, n, inv, dt, true);
+}
+
+/* castfs_ct_absmax(): the same integer max of |x|'s bits, 32 per step. */
+static AVX512 float ct_absmax_avx512(const float *x, size_t n)
+{
+	__m512i m0 = _mm512_setzero_si512(), m1 = m0, abs = set1u(0x7fffffffu);
+	size_t i = 0;
+	int32_t m;
+
+	for (; i + 32 <= n; i += 32) {
+		m0 = _mm512_max_epi32(
+			m0, _mm512_and_si512(_mm512_loadu_si512(x + i), abs));
+		m1 = _mm512_max_epi32(
+			m1,
+			_mm512_and_si512(_mm512_loadu_si512(x + i + 16), abs));
+	}
+	for (; i < n; i += 16)
+		m0 = _mm512_max_epi32(
+			m0, _mm512_and_si512(_mm512_maskz_loadu_epi32(
+						     ct_mask16(n - i), x + i),
+					     abs));
+	m = _mm512_reduce_max_epi32(_mm512_max_epi32(m0, m1));
+	return m > 0x7f800000 ? NAN : castfs_f32_from_bits((uint32_t)m);
+}
+
+/* The largest of the 32 unsigned 16-bit lanes of @v. */
+static inline AVX512 uint32_t max_epu16(__m512i v)
+{
+	__m256i h = _mm256_max_epu16(_mm512_castsi512_si256(v),
+				     _mm512_extracti64x4_epi64(v, 1));
+	__m128i l = _mm_max_epu16(_mm256_castsi256_si128(h),
+				  _mm256_extracti128_si256(h, 1));
+
+	l = _mm_max_epu16(l, _mm_shuffle_epi32(l, 0x4e));
+	l = _mm_max_epu16(l, _mm_shuffle_epi32(l, 0xb1));
+	l = _mm_max_epu16(l, _mm_srli_epi32(l, 16));
+	return (uint32_t)_mm_cvtsi128_si32(l) & 0xffffu;
+}
+
+/* castfs_ct_absmax16(): an unsigned max of the 16-bit magnitudes. */
+static AVX512 float ct_absmax16_avx512(const void *x, size_t n, bool f16)
+{
+	const uint8_t *p = x;
+	__m512i m0 = _mm512_setzero_si512(), m1 = m0;
+	__m512i abs = _mm512_set1_epi16(0x7fff);
+	size_t i = 0;
+
+	for (; i + 64 <= n; i += 64) {
+		m0 = _mm512_max_epu16(
+			m0,
+			_mm512_and_si512(_mm512_loadu_si512(p + 2 * i), abs));
+		m1 = _mm512_max_epu16(
+			m1, _mm512_and_si512(_mm512_loadu_si512(p + 2 * i + 64),
+					     abs));
+	}
+	for (; i < n; i += 32) {
+		__mmask32 k = n - i >= 32 ? (__mmask32)0xffffffffu :
+					    (__mmask32)((1u << (n - i)) - 1u);
+
+		m0 = _mm512_max_epu16(
+			m0,
+			_mm512_and_si512(_mm512_maskz_loadu_epi16(k, p + 2 * i),
+					 abs));
+	}
+	return castfs_ct_from16(max_epu16(_mm512_max_epu16(m0, m1)), f16);
+}
+
+const struct castfs_ct_kernels castfs_ct_avx512 = {
+	.f8_codes = ct_f8_codes_avx512,
+	.f8_codes16 = ct_f8_codes16_avx512,
+	.comfy_codes = comfy_codes_avx512,
+	.absmax = ct_absmax_avx512,
+	.absmax16 = ct_absmax16_avx512,
+};
+#endif
