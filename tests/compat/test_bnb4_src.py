@@ -6,8 +6,9 @@
   (load_in_4bit, nf4, double quantisation) and written by save_pretrained
   in two shards with an index: DIR.bf16/ loads with unmodified
   from_pretrained (no missing or unexpected keys, no quantization_config),
-  every weight equals bitsandbytes' own dequantize_4bit of the source
-  (loaded from the source folder by transformers), logits equal;
+  every weight equals bitsandbytes' own pure-torch dequantize_4bit of the
+  source (loaded from the source folder by transformers; its C++ CPU
+  kernel misreads these 96-wide weights on AVX-512 CPUs), logits equal;
   DIR.nf4/ is offered (its bytes: test_requant.py).
 - Single files written with bnb's own QuantState.as_dict(packed=True) (what
   save_pretrained writes per weight) for nf4/fp4, with and without double
@@ -37,7 +38,11 @@ try:
         warnings.simplefilter("ignore")
         import torch
         import bitsandbytes as bnb
-        from bitsandbytes.functional import QuantState, dequantize_4bit
+        from bitsandbytes.functional import QuantState, dequantize_4bit, \
+            dequantize_blockwise
+        from bitsandbytes.backends.default.ops import \
+            _dequantize_4bit_compute
+        from bitsandbytes.backends.utils import _get_4bit_code
         from bitsandbytes.utils import pack_dict_to_tensor
         from safetensors.torch import load_file, save_file
         from transformers import BitsAndBytesConfig, LlamaConfig, \
@@ -129,6 +134,22 @@ def lying(path, how):
                   "nested_offset": 0.5})
         sd[key] = pack_dict_to_tensor(d)
     save_file(sd, path)
+
+
+def bnb_torch_dequantize(A, qs):
+    """bitsandbytes' own pure-torch dequantize_4bit (the fallback its CPU
+    backend takes for odd last dimensions), absmax as dequantize_4bit
+    makes it. Its C++ CPU kernel misreads weights whose last dimension is
+    a multiple of 32 but not of the blocksize (docs/FORMATS.md, "Loader
+    caveat") on some CPUs (AVX-512: native != this for [96, 96]), as this
+    Llama's 96-wide projections are; this one is the same on every CPU."""
+    absmax = qs.absmax
+    if qs.nested:
+        absmax = dequantize_blockwise(qs.absmax, qs.state2) + qs.offset
+    return _dequantize_4bit_compute(
+        A.view(torch.uint8).reshape(-1), absmax.float(),
+        _get_4bit_code(qs.quant_type, A.device), qs.blocksize, qs.shape,
+        qs.dtype)
 
 
 def make_model(plain, dst):
@@ -270,7 +291,7 @@ class ModelDir(unittest.TestCase):
         ref = {}
         for name, mod in src.named_modules():
             if isinstance(mod, bnb.nn.Linear4bit):
-                ref[name + ".weight"] = dequantize_4bit(
+                ref[name + ".weight"] = bnb_torch_dequantize(
                     mod.weight.data, mod.weight.quant_state)
         self.assertEqual(len(ref), 14)
         got = dict(model.named_parameters())
