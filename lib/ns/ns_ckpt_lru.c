@@ -19,6 +19,9 @@
 #define TRIM_MIN_BYTES (1u << 20)
 /* Entries one trim looks at: it costs a put at most this much. */
 #define TRIM_SCAN 64u
+/* After a pass that found nothing to evict, the cache grows by this
+ * fraction of its budget (1/16) before the next pass. */
+#define TRIM_SLACK 16u
 /* A tensor's statistics slot in a plan (struct castfs_qstats is private
  * to plan/): its lock and state, before any statistics are kept. */
 #define QSTATS_BYTES 64u
@@ -52,9 +55,18 @@ void ns_ckpt_usage(struct castfs_ns *ns, size_t *entries, size_t *bytes)
 	pthread_mutex_unlock(&ns->ck_lock);
 }
 
-bool ns_ckpt_over_budget(const struct castfs_ns *ns)
+static bool past_budget(const struct castfs_ns *ns)
 {
 	return atomic_load(&ns->ck_bytes) > ns->ck_budget;
+}
+
+bool ns_ckpt_over_budget(const struct castfs_ns *ns)
+{
+	size_t bytes = atomic_load(&ns->ck_bytes);
+
+	return bytes > ns->ck_budget &&
+	       bytes > atomic_load_explicit(&ns->ck_trim_floor,
+					    memory_order_relaxed);
 }
 
 void ns_ckpt_lru_del_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
@@ -227,6 +239,21 @@ static void free_dead(struct castfs_ns *ns, struct ns_ckpt *dead, size_t freed)
 		malloc_trim(0);
 }
 
+/* Caller holds ck_lock. After a pass of @seen entries: one that looked
+ * at its whole bound and still left the cache over its budget found the
+ * cold end held (nodes the kernel keeps, open files), and the next put
+ * would find the same; trims wait until the cache grows by TRIM_SLACK
+ * more of its budget, so a listing of 100,000 held checkpoints does not
+ * walk 64 entries per request. */
+static void trim_backoff_locked(struct castfs_ns *ns, size_t seen)
+{
+	size_t floor = 0;
+
+	if (seen > TRIM_SCAN && past_budget(ns))
+		floor = atomic_load(&ns->ck_bytes) + ns->ck_budget / TRIM_SLACK;
+	atomic_store_explicit(&ns->ck_trim_floor, floor, memory_order_relaxed);
+}
+
 void ns_ckpt_trim(struct castfs_ns *ns)
 {
 	struct ns_ckpt *dead = NULL, *ck;
@@ -238,15 +265,18 @@ void ns_ckpt_trim(struct castfs_ns *ns)
 	 * the kernel forgets it, not parsed again by every listing. An entry
 	 * in use goes to the hot end, so that the next trim finds the unused
 	 * ones first; a pass is bounded (TRIM_SCAN) because a cache whose
-	 * entries are all in use may stay over its budget, and every put
-	 * then tries again. */
-	while ((ck = ns->ck_lru_tail) && ck != ns->ck_lru &&
-	       ns_ckpt_over_budget(ns) && seen++ < TRIM_SCAN) {
+	 * entries are all in use may stay over its budget, and one that
+	 * finds no room holds the next ones off (trim_backoff_locked). */
+	while ((ck = ns->ck_lru_tail) && ck != ns->ck_lru && past_budget(ns) &&
+	       seen++ < TRIM_SCAN) {
 		if (evictable_locked(ns, ck))
 			evict_locked(ns, ck, &dead, &freed);
 		else
 			ns_ckpt_lru_touch_locked(ns, ck);
 	}
+	castfs_stats_count(ns->stats, CASTFS_SCTR_CACHE_TRIM_SCANNED,
+			   seen > TRIM_SCAN ? TRIM_SCAN : seen);
+	trim_backoff_locked(ns, seen);
 	pthread_mutex_unlock(&ns->ck_lock);
 	free_dead(ns, dead, freed);
 }

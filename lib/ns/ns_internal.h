@@ -181,6 +181,10 @@ struct castfs_ns {
 	 * identity (ns_mdgguf_shards.c). */
 	struct ns_mdtext *shard_ix;
 	size_t ck_budget;
+	/* No trim below this many bytes: the last pass found the cold end
+	 * of the list held (ns_ckpt_lru.c, trim_backoff_locked); 0 when it
+	 * did not. */
+	_Atomic size_t ck_trim_floor;
 	/* Views known not to build, of evicted entries (ns_ckpt_lru.c): so
 	 * that an entry parsed again neither rebuilds nor lists them. Under
 	 * ck_lock; at most NS_CKFAIL_MAX, then all dropped. */

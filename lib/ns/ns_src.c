@@ -70,6 +70,13 @@ int ns_src_stat(struct castfs_ns *ns, const char *path, struct stat *st)
 	 * changed file's directory for each event). */
 	if (!path[0])
 		return fstat(ns->root_fd, st) < 0 ? -errno : 0;
+	/* A name right under the root: one call, not three (a lookup stats
+	 * its entry twice). Without a slash or a dot name, and not
+	 * following the name itself, it cannot leave the root either. */
+	if (!strchr(path, '/') && strcmp(path, ".") && strcmp(path, ".."))
+		return fstatat(ns->root_fd, path, st, AT_SYMLINK_NOFOLLOW) < 0 ?
+			       -errno :
+			       0;
 	fd = ns_src_open(ns, path, O_PATH | O_NOFOLLOW);
 	if (fd < 0)
 		return fd == -ELOOP ? -ENOENT : fd;

@@ -53,6 +53,8 @@ enum castfs_sctr {
 	CASTFS_SCTR_RESCAN_COMPARED,
 	CASTFS_SCTR_RESCAN_REPORTED,
 	CASTFS_SCTR_RESCAN_WHOLE,
+	/* Checkpoint-cache entries the budget's trims looked at. */
+	CASTFS_SCTR_CACHE_TRIM_SCANNED,
 	CASTFS_SCTR_COUNT,
 };
 

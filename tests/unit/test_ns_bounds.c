@@ -280,6 +280,49 @@ START_TEST(test_ns_bounds__cache_budget_and_forget)
 }
 END_TEST
 
+/* Look up view @view of checkpoints c0000..c@n, each held (nlookup). */
+static void lookup_views(int n, const char *view)
+{
+	char name[48];
+
+	for (int i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "c%04d.%s.safetensors", i, view);
+		ck_assert_int_eq(lookup(name), 0);
+	}
+}
+
+/*
+ * Past its budget with every entry held by a node the kernel keeps (what
+ * `ls -l` of a big directory leaves), a trim that finds nothing to evict
+ * holds the next ones off until the cache grows by a sixteenth of its
+ * budget: requests do not each walk 64 held entries (they did, three
+ * times per view looked up).
+ */
+START_TEST(test_ns_bounds__held_cache_not_walked_per_request)
+{
+	char name[32];
+	uint64_t before, walked, p;
+	int n = 400;
+
+	for (int i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "c%04d.safetensors", i);
+		write_checkpoint(name, 1);
+	}
+	remount((size_t)64 << 10);
+	p = parsed();
+	lookup_views(n, "bf16");
+	ck_assert_uint_gt(atomic_load(&ns->ck_bytes), ns->ck_budget);
+	/* The same names again: plans cached, the cache no larger, two
+	 * puts per lookup over the budget. */
+	before = castfs_stats_get(st, CASTFS_SCTR_CACHE_TRIM_SCANNED);
+	lookup_views(n, "bf16");
+	walked = castfs_stats_get(st, CASTFS_SCTR_CACHE_TRIM_SCANNED) - before;
+	ck_assert_uint_le(walked, 2 * 64);
+	/* Held entries are never evicted: each was parsed once. */
+	ck_assert_uint_eq(parsed(), p + (uint64_t)n);
+}
+END_TEST
+
 START_TEST(test_ns_bounds__node_table_grows)
 {
 	struct castfs_dir *dir;
@@ -368,6 +411,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_ns_bounds__node_table_grows);
 	tcase_add_test(tc, test_ns_bounds__checkpoint_cache_grows);
 	tcase_add_test(tc, test_ns_bounds__cache_budget_and_forget);
+	tcase_add_test(tc, test_ns_bounds__held_cache_not_walked_per_request);
 	suite_add_tcase(s, tc);
 	return s;
 }
