@@ -72,6 +72,16 @@ static void put(const char *name, const char *text)
 	tu_write_file(root, name, text, strlen(text));
 }
 
+/* Look @name up in the root, so that a node holds it. */
+static void hold(const char *name)
+{
+	struct stat sb;
+	uint64_t id;
+
+	ck_assert_int_eq(
+		castfs_ns_lookup(ns, CASTFS_NS_ROOT_ID, name, &id, &sb), 0);
+}
+
 static void setup(void)
 {
 	/* A successor reports every name: nothing here is looked up. */
@@ -179,6 +189,41 @@ START_TEST(test_ns_rescan__untrusted_or_missing_snapshot_reports_all)
 }
 END_TEST
 
+START_TEST(test_ns_rescan__every_held_name_gone_is_reported)
+{
+	char name[32], path[128], *want[1024];
+	size_t nwant;
+
+	/* Three held files, ~77 candidate names each, tested against the
+	 * seen-name set 128 at a time: the last batch must go out too. The
+	 * names a change event of each file reports are the ones to go. */
+	for (int i = 0; i < 3; i++) {
+		snprintf(name, sizeof(name), "h%d.safetensors", i);
+		put(name, "hhhh");
+	}
+	list_root();
+	for (int i = 0; i < 3; i++) {
+		snprintf(name, sizeof(name), "h%d.safetensors", i);
+		hold(name);
+		castfs_ns_invalidate(ns, name, record, NULL);
+	}
+	ck_assert_uint_gt(nseen, 128);
+	ck_assert_uint_le(nseen, 1024);
+	for (nwant = 0; nwant < nseen; nwant++)
+		want[nwant] = strdup(seen[nwant]);
+	forget_reports();
+	for (int i = 0; i < 3; i++) {
+		snprintf(path, sizeof(path), "%s/h%d.safetensors", root, i);
+		ck_assert_int_eq(unlink(path), 0);
+	}
+	rescan(now_ns());
+	for (size_t i = 0; i < nwant; i++) {
+		ck_assert_msg(reported(want[i]), "%s", want[i]);
+		free(want[i]);
+	}
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("ns_rescan");
@@ -188,6 +233,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_ns_rescan__reports_only_what_changed);
 	tcase_add_test(
 		tc, test_ns_rescan__untrusted_or_missing_snapshot_reports_all);
+	tcase_add_test(tc, test_ns_rescan__every_held_name_gone_is_reported);
 	suite_add_tcase(s, tc);
 	return s;
 }
