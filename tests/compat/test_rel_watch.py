@@ -15,7 +15,8 @@
   of held checkpoints only the changed names are invalidated (counted in
   /.castfs/stats), and each kind of change shows, byte for byte (class
   Rescan); held names of files deleted meanwhile all go, past the
-  128-name batches of the seen-name test (class RescanHeld).
+  128-name batches of the seen-name test (class RescanHeld); a packed
+  source is compared like a plain one (class RescanPacked).
 - the watch cap: a source of more than 65536 directories is watched up
   to the cap (logged); a change beyond it shows once the entry timeout
   expires, a change within it at once.
@@ -352,6 +353,64 @@ class RescanHeld(unittest.TestCase):
         for i in range(self.gone, self.N):
             self.assertEqual(read(mount.join(self.names(i)[1])),
                              rc.view_bytes(orig[i], "fp16"))
+
+
+class RescanPacked(unittest.TestCase):
+    """A packed source (X.safetensors.zst, shown as X.safetensors) is
+    compared by the rescan like a plain one: of N held packs one replaced
+    while events were lost, only that one is invalidated (before, every
+    held pack was: its shown name is in no directory), and it shows its
+    new bytes. Oracle: torch's casts through the safetensors writer."""
+    N = 60
+
+    def test_rescan_compares_packs(self):
+        needs_queue_root()
+        with tl.tempdir() as src, tl.tempdir() as work:
+            orig = {}
+            for i in range(self.N):
+                orig[i] = tiny(i)
+                save_file(orig[i], os.path.join(src, "p%03d.safetensors" % i))
+            self.pack(src + "/")
+            replaced = tiny(1000, rows=9)
+            save_file(replaced, os.path.join(work, "r.safetensors"))
+            self.pack(os.path.join(work, "r.safetensors"))
+            mount, daemon = small_queue_mount(src)
+            try:
+                self.check(mount, daemon, src, work, orig, replaced)
+            finally:
+                mount.close()
+
+    def pack(self, what):
+        r = subprocess.run([tl.castfs_binary(), "pack", "--no-progress",
+                            "--remove", what], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def check(self, mount, daemon, src, work, orig, replaced):
+        def view(i):
+            return mount.join("p%03d.fp16.safetensors" % i)
+        listed = os.listdir(mount.path)
+        self.assertIn("p000.safetensors", listed)  # the pack, as shown
+        for i in range(self.N):
+            os.stat(mount.join("p%03d.safetensors" % i))
+            self.assertEqual(read(view(i)), rc.view_bytes(orig[i], "fp16"))
+        time.sleep(3.0)  # a snapshot the rescan trusts (class Rescan)
+        before = stats(mount)
+        zst = os.path.join(src, "p000.safetensors.zst")
+        overflow(daemon, src, lambda: os.rename(
+            os.path.join(work, "r.safetensors.zst"), zst))
+        want = rc.view_bytes(replaced, "fp16")
+        rc.poll(lambda: os.stat(view(0)).st_size == len(want), SETTLE,
+                "the replaced pack to show after the overflow")
+        self.assertIn("inotify queue overflowed", mount.output())
+        self.assertEqual(read(view(0)), want)
+        for i in range(1, self.N):
+            self.assertEqual(read(view(i)), rc.view_bytes(orig[i], "fp16"))
+        after = stats(mount)
+        sent = after["entry_invalidations"] - before["entry_invalidations"]
+        print("packs: %d kernel notifications after the overflow" % sent)
+        # Changed: p000 (+ junk0, junk1). Every held pack invalidated
+        # would be at least 2 per pack (the file and its view): 120.
+        self.assertLess(sent, 30, (before, after))
 
 
 class WatchCap(unittest.TestCase):
