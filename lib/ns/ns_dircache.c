@@ -11,6 +11,7 @@
  * docs/ARCHITECTURE.md, "The daemon".
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "ns/ns.h"
@@ -104,6 +105,89 @@ void ns_listings_all_changed(struct castfs_ns *ns)
 	free(ids);
 }
 
+/* The held tree directories of each slot: ids, a swap-removed array. */
+struct ns_tids {
+	uint64_t *v;
+	uint32_t n, cap;
+};
+
+void ns_tids_add(struct castfs_ns *ns, size_t slot, uint64_t id)
+{
+	struct ns_tids *t;
+
+	if (!ns->tids_broken && !ns->tids)
+		ns->tids = calloc(NS_LIVE_SLOTS, sizeof(*ns->tids));
+	if (!ns->tids) {
+		ns->tids_broken = true;
+		return;
+	}
+	t = &ns->tids[slot];
+	if (t->n == t->cap) {
+		uint32_t cap = t->cap * 2 + 4;
+		uint64_t *v = realloc(t->v, cap * sizeof(*v));
+
+		if (!v) {
+			ns->tids_broken = true; /* the walk, from now on */
+			return;
+		}
+		t->v = v;
+		t->cap = cap;
+	}
+	t->v[t->n++] = id;
+}
+
+void ns_tids_del(struct castfs_ns *ns, size_t slot, uint64_t id)
+{
+	struct ns_tids *t;
+
+	if (!ns->tids)
+		return;
+	t = &ns->tids[slot];
+	for (uint32_t i = 0; i < t->n; i++) {
+		if (t->v[i] == id) {
+			t->v[i] = t->v[--t->n];
+			return;
+		}
+	}
+}
+
+void ns_tids_fini(struct castfs_ns *ns)
+{
+	for (size_t i = 0; ns->tids && i < NS_LIVE_SLOTS; i++)
+		free(ns->tids[i].v);
+	free(ns->tids);
+	ns->tids = NULL;
+}
+
+/* cacheable_ids() of @st's tree directories from their slot's ids:
+ * -EAGAIN when there is no index to trust (walk the table then). */
+static ssize_t slot_ids(struct castfs_ns *ns, const struct stat *st,
+			uint64_t **out)
+{
+	const struct ns_tids *t;
+	uint64_t *v;
+	size_t n = 0;
+
+	pthread_mutex_lock(&ns->lock);
+	if (ns->tids_broken || !ns->tids) {
+		pthread_mutex_unlock(&ns->lock);
+		return -EAGAIN;
+	}
+	t = &ns->tids[ns_node_tree_slot(ns, st)];
+	v = malloc((t->n + 1) * sizeof(*v));
+	for (uint32_t i = 0; v && i < t->n; i++) {
+		const struct ns_node *node = ns_node_find_locked(ns, t->v[i]);
+
+		if (node && id_wanted(node, st))
+			v[n++] = node->id;
+	}
+	pthread_mutex_unlock(&ns->lock);
+	if (!v)
+		return -ENOMEM;
+	*out = v;
+	return (ssize_t)n;
+}
+
 void ns_tree_listings_changed(struct castfs_ns *ns, const struct stat *st)
 {
 	uint64_t *ids;
@@ -111,7 +195,9 @@ void ns_tree_listings_changed(struct castfs_ns *ns, const struct stat *st)
 
 	if (!ns->listing_changed || !ns_node_tree_live(ns, st))
 		return;
-	n = cacheable_ids(ns, st, &ids);
+	n = slot_ids(ns, st, &ids);
+	if (n == -EAGAIN)
+		n = cacheable_ids(ns, st, &ids);
 	if (n < 0) {
 		/* Cannot say which: every listing, as after lost events. */
 		ns_listings_all_changed(ns);

@@ -149,6 +149,12 @@ struct castfs_ns {
 	 * may cache the listing of each (ns_node_tree_live()). */
 	_Atomic uint32_t *tlive;
 	_Atomic size_t ntlive;
+	/* Their ids, per slot of @tlive (ns_dircache.c), so that a changed
+	 * file's are found without walking the node table; NULL until the
+	 * first. Once an id could not be kept (no memory) @tids_broken is
+	 * set and the table is walked. Under @lock. */
+	struct ns_tids *tids;
+	bool tids_broken;
 	/* Every (directory, name) a lookup answered, by hash, never
 	 * cleared: a name not in it has no dentry in the kernel, so the
 	 * watcher tells the kernel nothing about it (ns_name_seen()). NULL
@@ -321,13 +327,26 @@ static inline void ns_listing_changed(struct castfs_ns *ns, uint64_t dir)
  * what changed is not known. Takes the table lock; call without it. */
 void ns_listings_all_changed(struct castfs_ns *ns);
 
+/* ns_node_find_locked - the node of @id, or NULL. Caller holds ns->lock. */
+struct ns_node *ns_node_find_locked(struct castfs_ns *ns, uint64_t id);
+
+/* ns_node_tree_slot - the slot of ns->tlive of the checkpoint of @st. */
+size_t ns_node_tree_slot(const struct castfs_ns *ns, const struct stat *st);
+
+/* ns_tids_add / ns_tids_del - tree directory @id in slot @slot (of
+ * ns->tlive) became held by the kernel / is no longer; ns_tids_fini -
+ * free the index. Caller holds ns->lock (fini: no other thread). */
+void ns_tids_add(struct castfs_ns *ns, size_t slot, uint64_t id);
+void ns_tids_del(struct castfs_ns *ns, size_t slot, uint64_t id);
+void ns_tids_fini(struct castfs_ns *ns);
+
 /* ns_tree_listings_changed - ns_listing_changed() for every tensor-tree
  * directory the kernel holds of the checkpoint of identity @st (dev and
  * ino: every path it was reached by, hard links and HF-cache links too):
  * after the watcher saw the file change, which may keep its size and
  * mtime, hence the directories' ids. Costs nothing when the kernel holds
- * no tree of it (ns_node_tree_live()), else a walk of the node table.
- * Takes the table lock; call without it. */
+ * no tree of it (ns_node_tree_live()), else a look at the ids of its
+ * slot (ns_tids_add()). Takes the table lock; call without it. */
 void ns_tree_listings_changed(struct castfs_ns *ns, const struct stat *st);
 
 /* ns_node_table_fini - free every node. */

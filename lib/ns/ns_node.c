@@ -136,6 +136,11 @@ static struct ns_node *node_find_locked(struct castfs_ns *ns, uint64_t id)
 	return NULL;
 }
 
+struct ns_node *ns_node_find_locked(struct castfs_ns *ns, uint64_t id)
+{
+	return node_find_locked(ns, id);
+}
+
 static void node_free(struct ns_node *n)
 {
 	if (!n)
@@ -188,13 +193,19 @@ bool ns_node_path_live(const struct castfs_ns *ns, const char *path)
 	return ns->live && atomic_load(live_slot(ns, path)) != 0;
 }
 
-static _Atomic uint32_t *tree_slot(const struct castfs_ns *ns,
-				   const struct stat *st)
+size_t ns_node_tree_slot(const struct castfs_ns *ns, const struct stat *st)
 {
 	uint64_t h = hash_u64(CASTFS_FNV_SEED, (uint64_t)st->st_dev);
 
+	(void)ns;
 	h = hash_u64(h, (uint64_t)st->st_ino);
-	return &ns->tlive[castfs_mix64(h) % NS_LIVE_SLOTS];
+	return castfs_mix64(h) % NS_LIVE_SLOTS;
+}
+
+static _Atomic uint32_t *tree_slot(const struct castfs_ns *ns,
+				   const struct stat *st)
+{
+	return &ns->tlive[ns_node_tree_slot(ns, st)];
 }
 
 bool ns_node_tree_live(const struct castfs_ns *ns, const struct stat *st)
@@ -212,6 +223,7 @@ static void live_count(struct castfs_ns *ns, const struct ns_node *n)
 		return;
 	atomic_fetch_add(tree_slot(ns, &n->st), 1);
 	atomic_fetch_add(&ns->ntlive, 1);
+	ns_tids_add(ns, ns_node_tree_slot(ns, &n->st), n->id);
 }
 
 /* Tree directory @n is no longer held by the kernel. */
@@ -219,6 +231,7 @@ static void tree_forget(struct castfs_ns *ns, const struct ns_node *n)
 {
 	atomic_fetch_sub(tree_slot(ns, &n->st), 1);
 	atomic_fetch_sub(&ns->ntlive, 1);
+	ns_tids_del(ns, ns_node_tree_slot(ns, &n->st), n->id);
 }
 
 int ns_name_seen_init(struct castfs_ns *ns)
@@ -543,6 +556,7 @@ void ns_node_table_fini(struct castfs_ns *ns)
 	ns->live = NULL;
 	free(ns->tlive);
 	ns->tlive = NULL;
+	ns_tids_fini(ns);
 	free(ns->seen);
 	ns->seen = NULL;
 	ns->nbuckets = 0;

@@ -81,3 +81,20 @@ const char *ns_packed_shown(int dfd, const char *name, char *buf, size_t len)
 		return name;
 	return buf;
 }
+
+bool ns_packed_stands_in(int dfd, const char *name, char *buf, size_t len)
+{
+	size_t n = strlen(name) - ns_packed_ext_len(name);
+	struct stat st;
+
+	if (!ns_packed_name(name) || n + sizeof(".zst") > len)
+		return false;
+	memcpy(buf, name, n);
+	strcpy(buf + n, pack_exts[0]);
+	/* A standard pack beside a grouped one is the one looked up. */
+	if (ns_packed_ext_len(name) != strlen(pack_exts[0]) &&
+	    fstatat(dfd, buf, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		return false;
+	buf[n] = '\0';
+	return fstatat(dfd, buf, &st, AT_SYMLINK_NOFOLLOW) != 0;
+}

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,17 +168,33 @@ static bool snap_grow(struct ns_snap *s, bool names)
 	return true;
 }
 
-void ns_snap_add(struct ns_snap *s, const char *name, const struct stat *st)
+static void snap_put(struct ns_snap *s, uint64_t name, uint64_t id)
 {
-	if (!s || s->broken)
+	if (s->broken)
 		return;
 	if (!snap_grow(s, false)) {
 		s->broken = true;
 		return;
 	}
-	s->e[s->n].name = hash_str(name);
-	s->e[s->n].id = ident_hash(st);
+	s->e[s->n].name = name;
+	s->e[s->n].id = id;
 	s->n++;
+}
+
+void ns_snap_add(struct ns_snap *s, int dfd, const char *name,
+		 const struct stat *st)
+{
+	char shown[NAME_MAX + 1];
+	uint64_t id;
+
+	if (!s)
+		return;
+	id = ident_hash(st);
+	snap_put(s, hash_str(name), id);
+	/* Lookups hold a pack under the name it is shown as: its identity
+	 * vouches for that name too. */
+	if (ns_packed_stands_in(dfd, name, shown, sizeof(shown)))
+		snap_put(s, hash_str(shown), id);
 }
 
 static int ent_cmp(const void *a, const void *b)
@@ -275,6 +292,33 @@ bool ns_snap_has(struct castfs_ns *ns, const char *dir, const char *name)
 	return has;
 }
 
+/* Add entry @name with identity @id under name hash @h (the hash of
+ * @name, or for a pack of the name it is shown as). */
+static int snap_put_named(struct ns_snap *s, uint64_t h, const char *name,
+			  uint64_t id)
+{
+	if (!snap_grow(s, true) || !(s->names[s->n] = strdup(name)))
+		return -ENOMEM;
+	s->e[s->n].name = h;
+	s->e[s->n].id = id;
+	s->n++;
+	return 0;
+}
+
+/* Entry @name of directory @dfd, and the name a pack is shown as, which
+ * keeps the pack's name (to report) under the shown name's hash. */
+static int snap_read_ent(struct ns_snap *s, int dfd, const char *name,
+			 const struct stat *st)
+{
+	char shown[NAME_MAX + 1];
+	uint64_t id = ident_hash(st);
+	int rc = snap_put_named(s, hash_str(name), name, id);
+
+	if (!rc && ns_packed_stands_in(dfd, name, shown, sizeof(shown)))
+		rc = snap_put_named(s, hash_str(shown), name, id);
+	return rc;
+}
+
 /* Read directory @s->dir afresh into @s, names kept; its node id into
  * *@id. Returns 0 or -errno (gone, unreadable, no memory). */
 static int snap_read(struct castfs_ns *ns, struct ns_snap *s, uint64_t *id)
@@ -299,14 +343,7 @@ static int snap_read(struct castfs_ns *ns, struct ns_snap *s, uint64_t *id)
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
 		    fstatat(dirfd(dp), de->d_name, &st, AT_SYMLINK_NOFOLLOW))
 			continue; /* vanished meanwhile: not in the listing */
-		if (!snap_grow(s, true) ||
-		    !(s->names[s->n] = strdup(de->d_name)))
-			rc = -ENOMEM;
-		else {
-			s->e[s->n].name = hash_str(de->d_name);
-			s->e[s->n].id = ident_hash(&st);
-			s->n++;
-		}
+		rc = snap_read_ent(s, dirfd(dp), de->d_name, &st);
 	}
 	if (!rc && errno)
 		rc = -errno;
@@ -349,6 +386,30 @@ out:
 	free(nm);
 }
 
+/* Whether entry @h of @now is new or moved since @old. */
+static bool ent_moved(const struct ns_snap *old, const struct ns_snap *now,
+		      uint64_t h)
+{
+	const struct snap_ent *o = old && !now->broken ? snap_find(old, h) :
+							 NULL;
+	const struct snap_ent *e = snap_find(now, h);
+
+	return !o || !o->id || !e || o->id != e->id;
+}
+
+/* Entry @i of @now is a pack's shown name (it keeps the pack's name)
+ * whose pack entry moved too: reporting the pack reports it. */
+static bool shown_of_moved_pack(const struct ns_snap *old,
+				const struct ns_snap *now, size_t i)
+{
+	uint64_t pack;
+
+	if (!ns_packed_name(now->names[i]))
+		return false;
+	pack = hash_str(now->names[i]);
+	return pack != now->e[i].name && ent_moved(old, now, pack);
+}
+
 /* Report the entries of @now that @old lacks or has with another
  * identity (all of them when @old is NULL). Returns how many. */
 static size_t snap_diff(const struct ns_snap *old, const struct ns_snap *now,
@@ -363,7 +424,8 @@ static size_t snap_diff(const struct ns_snap *old, const struct ns_snap *now,
 					      NULL;
 
 		found += o != NULL;
-		if (o && o->id && o->id == now->e[i].id)
+		if ((o && o->id && o->id == now->e[i].id) ||
+		    shown_of_moved_pack(old, now, i))
 			continue;
 		changed(ctx, now->names[i]);
 		reported++;

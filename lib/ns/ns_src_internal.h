@@ -78,6 +78,15 @@ int ns_packed_find(struct castfs_ns *ns, const char *path, char **packed,
 const char *ns_packed_shown(int dfd, const char *name, char *buf, size_t len);
 
 /*
+ * ns_packed_stands_in - whether entry @name of directory @dfd is the pack
+ * a lookup of "X.safetensors" opens (ns_packed_find's rule: no plain
+ * X.safetensors beside it, and for "X.safetensors.zstg" no
+ * "X.safetensors.zst"); then "X.safetensors" is in @buf (@len bytes).
+ * Does not check that the pack is usable.
+ */
+bool ns_packed_stands_in(int dfd, const char *name, char *buf, size_t len);
+
+/*
  * A small source text read and parsed once per identity of the file
  * (ns_mdtext.c, level 2: the checkpoint cache and the model-directory
  * kinds both keep texts in one): results kept by path and identity, at most 4096 files
@@ -146,14 +155,17 @@ int64_t ns_snap_now(void);
 /*
  * ns_snap_begin - start the snapshot of source directory @dir (stamped
  * now: call it before the directory is read). Returns NULL without
- * memory or table (nothing is kept then). ns_snap_add() adds an entry
- * (@st as fstatat gave it; a failure marks the snapshot not to be kept);
+ * memory or table (nothing is kept then). ns_snap_add() adds entry
+ * @name of directory @dfd (@st as fstatat gave it; a failure marks the
+ * snapshot not to be kept), and for a pack that stands in for
+ * X.safetensors also X.safetensors with the pack's identity;
  * ns_snap_commit() puts it in place of @dir's snapshot and takes
  * ownership; ns_snap_abort() drops it. NULL is accepted by all three.
  * One thread builds one snapshot; commit is thread-safe.
  */
 struct ns_snap *ns_snap_begin(struct castfs_ns *ns, const char *dir);
-void ns_snap_add(struct ns_snap *s, const char *name, const struct stat *st);
+void ns_snap_add(struct ns_snap *s, int dfd, const char *name,
+		 const struct stat *st);
 void ns_snap_commit(struct castfs_ns *ns, struct ns_snap *s);
 void ns_snap_abort(struct ns_snap *s);
 

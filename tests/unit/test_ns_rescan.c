@@ -17,7 +17,9 @@
 
 #include "ns/ns.h"
 #include "ns/stats.h"
+#include "source/zst.h"
 #include "testutil.h"
+#include "unit_membuf.h"
 #include "view/view.h"
 #include "unit.h"
 
@@ -70,6 +72,41 @@ static int64_t now_ns(void)
 static void put(const char *name, const char *text)
 {
 	tu_write_file(root, name, text, strlen(text));
+}
+
+/* A one-tensor checkpoint packed (seekable zstd) as @name, its values
+ * all @tag: another tag, another pack of the same size. */
+static void put_pack(const char *name, uint8_t tag)
+{
+	struct tu_st *b = tu_st_new();
+	uint64_t shape[] = { 4 };
+	uint8_t data[16];
+	struct castfs_mem_reader mr;
+	struct membuf m = { 0 };
+	struct castfs_writer w = { mem_write, &m };
+	struct castfs_zst_pack_opts o = { .frame_size = 4096, .level = 1 };
+	uint8_t *file;
+	size_t len;
+
+	memset(data, tag, sizeof(data));
+	tu_st_add(b, "w", "F32", 1, shape, data);
+	file = tu_st_build(b, &len);
+	castfs_mem_reader_init(&mr, file, len);
+	ck_assert_int_eq(castfs_zst_pack(&mr.r, len, &o, &w, NULL), 0);
+	tu_write_file(root, name, m.p, m.n);
+	free(m.p);
+	free(file);
+	tu_st_free(b);
+}
+
+/* Look @name up in the root, so that a node holds it. */
+static void hold(const char *name)
+{
+	struct stat sb;
+	uint64_t id;
+
+	ck_assert_int_eq(
+		castfs_ns_lookup(ns, CASTFS_NS_ROOT_ID, name, &id, &sb), 0);
 }
 
 static void setup(void)
@@ -179,6 +216,78 @@ START_TEST(test_ns_rescan__untrusted_or_missing_snapshot_reports_all)
 }
 END_TEST
 
+START_TEST(test_ns_rescan__every_held_name_gone_is_reported)
+{
+	char name[32], path[128], *want[1024];
+	size_t nwant;
+
+	/* Three held files, ~77 candidate names each, tested against the
+	 * seen-name set 128 at a time: the last batch must go out too. The
+	 * names a change event of each file reports are the ones to go. */
+	for (int i = 0; i < 3; i++) {
+		snprintf(name, sizeof(name), "h%d.safetensors", i);
+		put(name, "hhhh");
+	}
+	list_root();
+	for (int i = 0; i < 3; i++) {
+		snprintf(name, sizeof(name), "h%d.safetensors", i);
+		hold(name);
+		castfs_ns_invalidate(ns, name, record, NULL);
+	}
+	ck_assert_uint_gt(nseen, 128);
+	ck_assert_uint_le(nseen, 1024);
+	for (nwant = 0; nwant < nseen; nwant++)
+		want[nwant] = strdup(seen[nwant]);
+	forget_reports();
+	for (int i = 0; i < 3; i++) {
+		snprintf(path, sizeof(path), "%s/h%d.safetensors", root, i);
+		ck_assert_int_eq(unlink(path), 0);
+	}
+	rescan(now_ns());
+	for (size_t i = 0; i < nwant; i++) {
+		ck_assert_msg(reported(want[i]), "%s", want[i]);
+		free(want[i]);
+	}
+}
+END_TEST
+
+START_TEST(test_ns_rescan__pack_vouches_for_its_shown_name)
+{
+	put_pack("p.safetensors.zst", 1);
+	put_pack("q.safetensors.zst", 2);
+	list_root();
+	hold("p.safetensors"); /* the name a pack is looked up by */
+	hold("q.safetensors");
+	usleep(20000);
+	put_pack("q.safetensors.zst", 3);
+	rescan(now_ns());
+	ck_assert(!reported("p.safetensors")); /* unchanged */
+	ck_assert(!reported("p.safetensors.zst"));
+	ck_assert(reported("q.safetensors")); /* through its pack */
+	/* q's pack once: its shown name rides on it. */
+	ck_assert_uint_eq(castfs_stats_get(st, CASTFS_SCTR_RESCAN_REPORTED), 1);
+}
+END_TEST
+
+START_TEST(test_ns_rescan__shown_name_moves_to_another_pack)
+{
+	char path[128];
+
+	/* A standard pack is looked up before a grouped one of the same
+	 * checkpoint; with it gone, the name shows the grouped one, whose
+	 * own entry did not change. */
+	put_pack("p.safetensors.zst", 1);
+	put_pack("p.safetensors.zstg", 1);
+	list_root();
+	hold("p.safetensors");
+	snprintf(path, sizeof(path), "%s/p.safetensors.zst", root);
+	ck_assert_int_eq(unlink(path), 0);
+	rescan(now_ns());
+	ck_assert(reported("p.safetensors"));
+	ck_assert_uint_eq(castfs_stats_get(st, CASTFS_SCTR_RESCAN_REPORTED), 1);
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("ns_rescan");
@@ -188,6 +297,9 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_ns_rescan__reports_only_what_changed);
 	tcase_add_test(
 		tc, test_ns_rescan__untrusted_or_missing_snapshot_reports_all);
+	tcase_add_test(tc, test_ns_rescan__every_held_name_gone_is_reported);
+	tcase_add_test(tc, test_ns_rescan__pack_vouches_for_its_shown_name);
+	tcase_add_test(tc, test_ns_rescan__shown_name_moves_to_another_pack);
 	suite_add_tcase(s, tc);
 	return s;
 }
