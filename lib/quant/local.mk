@@ -12,6 +12,7 @@ lib_libcastfs_a_SOURCES += \
 	lib/quant/quant_ct_internal.h lib/quant/quant_ct_avx2.c \
 	lib/quant/quant_ct_avx512.c \
 	lib/quant/quant_round.h lib/quant/quant_avx2_util.h \
+	lib/quant/quant_avx512_util.h \
 	lib/quant/quant_gguf.c lib/quant/quant_gguf.h \
 	lib/quant/quant_gguf_internal.h lib/quant/quant_gguf_dispatch.c \
 	lib/quant/quant_gguf_avx2.c lib/quant/quant_gguf_avx512.c \

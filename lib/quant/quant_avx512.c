@@ -10,16 +10,7 @@
 #include "quant/quant_internal.h"
 
 #if CASTFS_HAVE_X86_QUANT
-#include <immintrin.h>
-
-/*
- * GCC 12's _mm512_undefined_*() initialise a variable with itself, which
- * -Winit-self reports as (maybe-)uninitialized (GCC PR 105593, fixed in 13).
- */
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "quant/quant_avx512_util.h"
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 

@@ -10,12 +10,7 @@
 #include "quant/quant_internal.h"
 
 #if CASTFS_HAVE_X86_QUANT
-#include <immintrin.h>
-
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "quant/quant_avx512_util.h"
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
 

@@ -10,19 +10,10 @@
 #include "quant/quant_ct_internal.h"
 
 #if CASTFS_HAVE_X86_QUANT
-#include <immintrin.h>
-
-/*
- * GCC 12's _mm512_undefined_*() initialise a variable with itself, which
- * -Winit-self reports as (maybe-)uninitialized (GCC PR 105593, fixed in 13).
- */
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "quant/quant_avx512_util.h"
 
 /* No "fma": nothing here may be contracted (quant_internal.h). */
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c")))
+#define AVX512 CASTFS_Q_AVX512_WIDE
 #define AVX512_INLINE static inline __attribute__((always_inline)) AVX512
 
 static inline AVX512 __m512i set1u(uint32_t v)

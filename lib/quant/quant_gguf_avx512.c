@@ -14,19 +14,10 @@
 #include "quant/quant_internal.h"
 
 #if CASTFS_HAVE_X86_QUANT
-#include <immintrin.h>
-
-/*
- * GCC 12's _mm512_undefined_*() initialise a variable with itself, which
- * -Winit-self reports as (maybe-)uninitialized (GCC PR 105593, fixed in 13).
- */
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "quant/quant_avx512_util.h"
 
 /* No "fma": x * id + 8.5 must stay two roundings (and see keep()). */
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c")))
+#define AVX512 CASTFS_Q_AVX512_WIDE
 
 #define QK CASTFS_GGUF_QK
 #define GROUP 16 /* blocks whose scales are computed together */
