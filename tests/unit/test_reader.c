@@ -118,6 +118,38 @@ START_TEST(test_reader__visit_by_part)
 }
 END_TEST
 
+/* The map op goes to its part the same way, and not to its visit op. */
+START_TEST(test_reader__map_by_part)
+{
+	struct castfs_mem_reader a;
+	struct vpart b = { .off = 99 };
+	const struct castfs_reader *parts[2] = { &a.r, &b.m.r };
+	struct castfs_multi_reader mr;
+	char buf[16] = { 0 };
+
+	castfs_mem_reader_init(&a, one, sizeof(one) - 1);
+	castfs_mem_reader_init(&b.m, two, sizeof(two) - 1);
+	b.m.r.ctx = &b;
+	b.m.r.map = vpart_visit;
+	castfs_multi_reader_init(&mr, parts, 2);
+	ck_assert_int_eq(mr.r.visit(mr.r.ctx, castfs_part_off(1, 2), 6,
+				    keep_piece, buf),
+			 -ENOTSUP);
+	ck_assert_int_eq(mr.r.map(mr.r.ctx, castfs_part_off(1, 3), 5,
+				  keep_piece, buf),
+			 0);
+	ck_assert_uint_eq(b.off, 3);
+	ck_assert_uint_eq(b.n, 5);
+	ck_assert_mem_eq(buf, "T TWO", 5);
+	ck_assert_int_eq(mr.r.map(mr.r.ctx, castfs_part_off(0, 0), 2,
+				  keep_piece, buf),
+			 -ENOTSUP);
+	ck_assert_int_eq(mr.r.map(mr.r.ctx, castfs_part_off(2, 0), 2,
+				  keep_piece, buf),
+			 -EIO);
+}
+END_TEST
+
 /* ---- the map op of the fd reader (a mapped source) ---- */
 
 #define MAP_FILE_LEN (1u << 20)
@@ -302,6 +334,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_reader__parts_by_offset);
 	tcase_add_test(tc, test_reader__no_such_part);
 	tcase_add_test(tc, test_reader__visit_by_part);
+	tcase_add_test(tc, test_reader__map_by_part);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("map");
 	tcase_add_test(tc, test_reader__map_not_offered);
