@@ -6,9 +6,9 @@
   (load_in_4bit, nf4, double quantisation) and written by save_pretrained
   in two shards with an index: DIR.bf16/ loads with unmodified
   from_pretrained (no missing or unexpected keys, no quantization_config),
-  every weight equals bitsandbytes' own pure-torch dequantize_4bit of the
-  source (loaded from the source folder by transformers; its C++ CPU
-  kernel misreads these 96-wide weights on AVX-512 CPUs), logits equal;
+  every weight equals bitsandbytes' dequantize_4bit of the source
+  (bnb_dequantize: its pure-torch implementation, the same on every CPU;
+  loaded from the source folder by transformers), logits equal;
   DIR.nf4/ is offered (its bytes: test_requant.py).
 - Single files written with bnb's own QuantState.as_dict(packed=True) (what
   save_pretrained writes per weight) for nf4/fp4, with and without double
@@ -38,7 +38,7 @@ try:
         warnings.simplefilter("ignore")
         import torch
         import bitsandbytes as bnb
-        from bitsandbytes.functional import QuantState, dequantize_4bit, \
+        from bitsandbytes.functional import QuantState, \
             dequantize_blockwise
         from bitsandbytes.backends.default.ops import \
             _dequantize_4bit_compute
@@ -96,15 +96,15 @@ def make_single(path, qtype, nested, bs, dtype, shapes, seed):
 
 
 def reference(sd, dtype):
-    """bitsandbytes' dequantize_4bit of every 4-bit weight, then .to(dtype);
-    other tensors as stored."""
+    """bitsandbytes' dequantize_4bit of every 4-bit weight (bnb_dequantize),
+    then .to(dtype); other tensors as stored."""
     out = {}
     weights = [k[:k.index(STATE)] for k in sd if STATE in k]
     for w in weights:
         comp = {k[len(w) + 1:]: v for k, v in sd.items()
                 if k.startswith(w + ".")}
         qs = QuantState.from_dict(comp, device="cpu")
-        out[w] = dequantize_4bit(sd[w], qs).to(dtype)
+        out[w] = bnb_dequantize(sd[w], qs).to(dtype)
     for k, v in sd.items():
         if k not in out and not any(k.startswith(w + ".") for w in weights):
             out[k] = v
@@ -136,25 +136,34 @@ def lying(path, how):
     save_file(sd, path)
 
 
-def bnb_torch_dequantize(A, qs):
-    """bitsandbytes' own pure-torch dequantize_4bit (the fallback its CPU
-    backend takes for odd last dimensions), absmax as dequantize_4bit
-    makes it. Its C++ CPU kernel misreads weights whose last dimension is
-    a multiple of 32 but not of the blocksize (docs/FORMATS.md, "Loader
-    caveat") on some CPUs (AVX-512: native != this for [96, 96]), as this
-    Llama's 96-wide projections are; this one is the same on every CPU."""
+def bnb_dequantize(A, qs):
+    """bitsandbytes' dequantize_4bit, the same on every CPU: its pure-torch
+    implementation (the fallback its CPU backend takes for odd last
+    dimensions), absmax as dequantize_4bit makes it, and FP4 code 8 as its
+    C++ kernel decodes it (-0.0; docs/FORMATS.md, "Value") where that kernel
+    would run. The C++ kernel itself is not the oracle: on AVX-512 CPUs it
+    misreads weights whose last dimension is a multiple of 32 but not of
+    the blocksize (FORMATS.md, "Loader caveat"; [96, 96] for one), and its
+    results differ between machines."""
     absmax = qs.absmax
     if qs.nested:
         absmax = dequantize_blockwise(qs.absmax, qs.state2) + qs.offset
-    return _dequantize_4bit_compute(
-        A.view(torch.uint8).reshape(-1), absmax.float(),
-        _get_4bit_code(qs.quant_type, A.device), qs.blocksize, qs.shape,
-        qs.dtype)
+    a = A.view(torch.uint8).reshape(-1)
+    out = _dequantize_4bit_compute(
+        a, absmax.float(), _get_4bit_code(qs.quant_type, A.device),
+        qs.blocksize, qs.shape, qs.dtype)
+    if qs.quant_type == "fp4" and qs.shape[-1] % 2 == 0:
+        n = out.numel()
+        codes = torch.stack([a >> 4, a & 15], 1).reshape(-1)[:n]
+        flat = out.reshape(-1).clone()
+        flat[codes == 8] = -0.0
+        out = flat.reshape(out.shape)
+    return out
 
 
 def make_model(plain, dst):
     torch.manual_seed(11)
-    cfg = LlamaConfig(vocab_size=97, hidden_size=96, intermediate_size=200,
+    cfg = LlamaConfig(vocab_size=97, hidden_size=128, intermediate_size=256,
                       num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, max_position_embeddings=64)
     LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(plain)
@@ -291,7 +300,7 @@ class ModelDir(unittest.TestCase):
         ref = {}
         for name, mod in src.named_modules():
             if isinstance(mod, bnb.nn.Linear4bit):
-                ref[name + ".weight"] = bnb_torch_dequantize(
+                ref[name + ".weight"] = bnb_dequantize(
                     mod.weight.data, mod.weight.quant_state)
         self.assertEqual(len(ref), 14)
         got = dict(model.named_parameters())
