@@ -24,6 +24,12 @@ int castfs_reader_read(const struct castfs_reader *r, void *buf, size_t n,
 	return (size_t)got == n ? 0 : -EIO;
 }
 
+int castfs_reader_map(const struct castfs_reader *r, uint64_t off, size_t n,
+		      castfs_visit_fn fn, void *arg)
+{
+	return r->map ? r->map(r->ctx, off, n, fn, arg) : -ENOTSUP;
+}
+
 static ssize_t fd_pread(void *ctx, void *buf, size_t n, uint64_t off)
 {
 	const struct castfs_fd_reader *fr = ctx;

@@ -57,6 +57,11 @@ struct castfs_reader {
 		   void *arg);
 };
 
+/* castfs_reader_map - call @r->map; -ENOTSUP (nothing called) when @r
+ * offers none. */
+int castfs_reader_map(const struct castfs_reader *r, uint64_t off, size_t n,
+		      castfs_visit_fn fn, void *arg);
+
 /* castfs_reader_read - call @r->pread; map short reads to -EIO. */
 int castfs_reader_read(const struct castfs_reader *r, void *buf, size_t n,
 		       uint64_t off);

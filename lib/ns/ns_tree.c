@@ -201,8 +201,8 @@ static mode_t dirent_node(int dfd, const struct dirent *de, uint64_t *ino,
 
 	if (fstatat(dfd, de->d_name, &n.st, AT_SYMLINK_NOFOLLOW) < 0)
 		return 0;
-	ns_snap_add(snap, dfd, de->d_name,
-		    &n.st); /* what the rescan compares */
+	/* what the rescan compares */
+	ns_snap_add(snap, dfd, de->d_name, &n.st);
 	switch (n.st.st_mode & S_IFMT) {
 	case S_IFDIR:
 		n.kind = NS_DIR;

@@ -334,7 +334,6 @@ static bool qc_wanted(const struct castfs_read_env *env,
 			       __ATOMIC_ACQUIRE);
 }
 
-/* Q4_CODES: a unit is one block's blocksize / 2 bytes. */
 /* The 4-bit codes of elements [elem, end) of a tensor, chunk by chunk. */
 struct q4_codes {
 	const struct castfs_read_env *env;
@@ -389,6 +388,7 @@ static int q4_codes_mapped(void *arg, const struct castfs_piece *p)
 	return 0;
 }
 
+/* Q4_CODES: a unit is one block's blocksize / 2 bytes. */
 int castfs_gen_q4_codes(const struct castfs_read_env *env,
 			const struct castfs_extent *e, uint64_t first,
 			uint64_t count, uint8_t *dst)
@@ -407,11 +407,11 @@ int castfs_gen_q4_codes(const struct castfs_read_env *env,
 		return rc;
 	c.end = CASTFS_MIN(qt->nelems, (first + count) * qt->blocksize);
 	c.keep = qc_wanted(env, e, &st);
-	if (st.raw16 && !castfs_qtensor_deq(qt) && env->src->map) {
-		rc = env->src->map(env->src->ctx,
-				   qt->src_off + c.elem * st.src_sz,
-				   (size_t)(c.end - c.elem) * st.src_sz,
-				   q4_codes_mapped, &c);
+	if (st.raw16 && !castfs_qtensor_deq(qt)) {
+		rc = castfs_reader_map(env->src,
+				       qt->src_off + c.elem * st.src_sz,
+				       (size_t)(c.end - c.elem) * st.src_sz,
+				       q4_codes_mapped, &c);
 		if (rc != -ENOTSUP)
 			return rc;
 	}

@@ -114,12 +114,10 @@ static int gen_cast(const struct castfs_read_env *env,
 		return rc;
 	/* Mapped, the source is read once, by the cast itself: no pread
 	 * copy into the scratch and no second pass over it. */
-	if (env->src->map) {
-		rc = env->src->map(env->src->ctx, e->src_off + first * in_sz,
-				   (size_t)count * in_sz, cast_mapped, &v);
-		if (rc != -ENOTSUP)
-			return rc;
-	}
+	rc = castfs_reader_map(env->src, e->src_off + first * in_sz,
+			       (size_t)count * in_sz, cast_mapped, &v);
+	if (rc != -ENOTSUP)
+		return rc;
 
 	while (count) {
 		size_t n = (size_t)CASTFS_MIN(count, chunk);
