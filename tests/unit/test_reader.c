@@ -87,32 +87,47 @@ static int keep_piece(void *arg, const struct castfs_piece *p)
 	return 0;
 }
 
+/* A composite of a plain part and a part @b whose ops the test sets. */
+struct two_parts {
+	struct castfs_mem_reader a;
+	struct vpart b;
+	const struct castfs_reader *parts[2];
+	struct castfs_multi_reader mr;
+};
+
+static struct vpart *two_parts_init(struct two_parts *t)
+{
+	castfs_mem_reader_init(&t->a, one, sizeof(one) - 1);
+	castfs_mem_reader_init(&t->b.m, two, sizeof(two) - 1);
+	t->b.m.r.ctx = &t->b;
+	t->b.off = 99;
+	t->parts[0] = &t->a.r;
+	t->parts[1] = &t->b.m.r;
+	castfs_multi_reader_init(&t->mr, t->parts, 2);
+	return &t->b;
+}
+
 /* A visit goes to its part's visit op at the part's own offset; a part
  * without one declines; a part that does not exist fails. */
 START_TEST(test_reader__visit_by_part)
 {
-	struct castfs_mem_reader a;
-	struct vpart b = { .off = 99 };
-	const struct castfs_reader *parts[2] = { &a.r, &b.m.r };
-	struct castfs_multi_reader mr;
+	struct two_parts t;
+	struct vpart *b = two_parts_init(&t);
+	struct castfs_multi_reader *m = &t.mr;
 	char buf[16] = { 0 };
 
-	castfs_mem_reader_init(&a, one, sizeof(one) - 1);
-	castfs_mem_reader_init(&b.m, two, sizeof(two) - 1);
-	b.m.r.ctx = &b;
-	b.m.r.visit = vpart_visit;
-	castfs_multi_reader_init(&mr, parts, 2);
-	ck_assert_ptr_nonnull(mr.r.visit);
-	ck_assert_int_eq(mr.r.visit(mr.r.ctx, castfs_part_off(1, 2), 6,
+	b->m.r.visit = vpart_visit;
+	ck_assert_ptr_nonnull(m->r.visit);
+	ck_assert_int_eq(m->r.visit(m->r.ctx, castfs_part_off(1, 2), 6,
 				    keep_piece, buf),
 			 0);
-	ck_assert_uint_eq(b.off, 2);
-	ck_assert_uint_eq(b.n, 6);
+	ck_assert_uint_eq(b->off, 2);
+	ck_assert_uint_eq(b->n, 6);
 	ck_assert_mem_eq(buf, "RT TWO", 6);
-	ck_assert_int_eq(mr.r.visit(mr.r.ctx, castfs_part_off(0, 0), 2,
+	ck_assert_int_eq(m->r.visit(m->r.ctx, castfs_part_off(0, 0), 2,
 				    keep_piece, buf),
 			 -ENOTSUP);
-	ck_assert_int_eq(mr.r.visit(mr.r.ctx, castfs_part_off(2, 0), 2,
+	ck_assert_int_eq(m->r.visit(m->r.ctx, castfs_part_off(2, 0), 2,
 				    keep_piece, buf),
 			 -EIO);
 }
@@ -121,30 +136,25 @@ END_TEST
 /* The map op goes to its part the same way, and not to its visit op. */
 START_TEST(test_reader__map_by_part)
 {
-	struct castfs_mem_reader a;
-	struct vpart b = { .off = 99 };
-	const struct castfs_reader *parts[2] = { &a.r, &b.m.r };
-	struct castfs_multi_reader mr;
+	struct two_parts t;
+	struct vpart *b = two_parts_init(&t);
+	struct castfs_multi_reader *m = &t.mr;
 	char buf[16] = { 0 };
 
-	castfs_mem_reader_init(&a, one, sizeof(one) - 1);
-	castfs_mem_reader_init(&b.m, two, sizeof(two) - 1);
-	b.m.r.ctx = &b;
-	b.m.r.map = vpart_visit;
-	castfs_multi_reader_init(&mr, parts, 2);
-	ck_assert_int_eq(mr.r.visit(mr.r.ctx, castfs_part_off(1, 2), 6,
+	b->m.r.map = vpart_visit;
+	ck_assert_int_eq(m->r.visit(m->r.ctx, castfs_part_off(1, 2), 6,
 				    keep_piece, buf),
 			 -ENOTSUP);
-	ck_assert_int_eq(mr.r.map(mr.r.ctx, castfs_part_off(1, 3), 5,
+	ck_assert_int_eq(m->r.map(m->r.ctx, castfs_part_off(1, 3), 5,
 				  keep_piece, buf),
 			 0);
-	ck_assert_uint_eq(b.off, 3);
-	ck_assert_uint_eq(b.n, 5);
+	ck_assert_uint_eq(b->off, 3);
+	ck_assert_uint_eq(b->n, 5);
 	ck_assert_mem_eq(buf, "T TWO", 5);
-	ck_assert_int_eq(mr.r.map(mr.r.ctx, castfs_part_off(0, 0), 2,
+	ck_assert_int_eq(m->r.map(m->r.ctx, castfs_part_off(0, 0), 2,
 				  keep_piece, buf),
 			 -ENOTSUP);
-	ck_assert_int_eq(mr.r.map(mr.r.ctx, castfs_part_off(2, 0), 2,
+	ck_assert_int_eq(m->r.map(m->r.ctx, castfs_part_off(2, 0), 2,
 				  keep_piece, buf),
 			 -EIO);
 }
