@@ -16,4 +16,5 @@ lib_libcastfs_a_SOURCES += \
 	lib/quant/quant_gguf.c lib/quant/quant_gguf.h \
 	lib/quant/quant_gguf_internal.h lib/quant/quant_gguf_dispatch.c \
 	lib/quant/quant_gguf_avx2.c lib/quant/quant_gguf_avx512.c \
+	lib/quant/quant_gguf_driver.h \
 	lib/quant/quant_gguf_k.c lib/quant/quant_gguf_k.h

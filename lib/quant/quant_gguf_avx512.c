@@ -254,97 +254,19 @@ static AVX512 void q4_0_x16(uint8_t *dst, const struct blk b[GROUP])
 	}
 }
 
-enum gq { GQ_Q8_0, GQ_Q4_0 };
-
-/* One block: @vec where it holds no NaN, else the scalar code @scalar on
- * the widened values. */
-static inline AVX512 void block_one(uint8_t *dst, const struct blk *b,
-				    void (*vec)(uint8_t *, const struct blk *),
-				    void (*scalar)(uint8_t *, const float *,
-						   size_t))
+/* The block's 32 values as float32, for the scalar code. */
+static inline AVX512 void spill(float *f, const struct blk *b)
 {
-	float f[QK];
-
-	if (!has_nan(b)) {
-		vec(dst, b);
-		return;
-	}
 	_mm512_storeu_ps(f, b->v[0]);
 	_mm512_storeu_ps(f + 16, b->v[1]);
-	scalar(dst, f, 1);
 }
 
-/* @nblocks blocks of type @t: 16 at a time where none holds a NaN. @t and
- * @src are constants in every caller (one loop each, no branch on them). */
-static inline AVX512 void blocks_run(uint8_t *dst, const void *x,
-				     size_t nblocks, enum src src, enum gq t)
-{
-	const size_t bytes = t == GQ_Q8_0 ? CASTFS_GGUF_Q8_0_BYTES :
-					    CASTFS_GGUF_Q4_0_BYTES;
-	void (*x16)(uint8_t *, const struct blk *) = t == GQ_Q8_0 ? q8_0_x16 :
-								    q4_0_x16;
-	void (*vec)(uint8_t *, const struct blk *) = t == GQ_Q8_0 ? q8_0_vec :
-								    q4_0_vec;
-	void (*scalar)(uint8_t *, const float *, size_t) =
-		t == GQ_Q8_0 ? castfs_gguf_q8_0 : castfs_gguf_q4_0;
-	struct blk b[GROUP];
-	size_t i = 0;
-
-	for (; i + GROUP <= nblocks; i += GROUP) {
-		bool nan = false;
-
-		for (size_t k = 0; k < GROUP; k++) {
-			load_any(&b[k], x, i + k, src);
-			nan |= has_nan(&b[k]);
-		}
-		if (!nan) {
-			x16(dst + i * bytes, b);
-			continue;
-		}
-		for (size_t k = 0; k < GROUP; k++)
-			block_one(dst + (i + k) * bytes, &b[k], vec, scalar);
-	}
-	for (; i < nblocks; i++) {
-		load_any(&b[0], x, i, src);
-		block_one(dst + i * bytes, &b[0], vec, scalar);
-	}
-}
-
-static AVX512 void q8_0_avx512(uint8_t *restrict dst, const float *restrict x,
-			       size_t nblocks)
-{
-	blocks_run(dst, x, nblocks, SRC_F32, GQ_Q8_0);
-}
-
-static AVX512 void q4_0_avx512(uint8_t *restrict dst, const float *restrict x,
-			       size_t nblocks)
-{
-	blocks_run(dst, x, nblocks, SRC_F32, GQ_Q4_0);
-}
-
-static AVX512 void q8_0_16_avx512(uint8_t *restrict dst, const void *restrict x,
-				  size_t nblocks, bool f16)
-{
-	if (f16)
-		blocks_run(dst, x, nblocks, SRC_F16, GQ_Q8_0);
-	else
-		blocks_run(dst, x, nblocks, SRC_BF16, GQ_Q8_0);
-}
-
-static AVX512 void q4_0_16_avx512(uint8_t *restrict dst, const void *restrict x,
-				  size_t nblocks, bool f16)
-{
-	if (f16)
-		blocks_run(dst, x, nblocks, SRC_F16, GQ_Q4_0);
-	else
-		blocks_run(dst, x, nblocks, SRC_BF16, GQ_Q4_0);
-}
-
-const struct castfs_gguf_kernels castfs_gguf_avx512 = {
-	.q8_0 = q8_0_avx512,
-	.q4_0 = q4_0_avx512,
-	.q8_0_16 = q8_0_16_avx512,
-	.q4_0_16 = q4_0_16_avx512,
-};
+#define GQD_ISA AVX512
+#define GQD_GROUP GROUP
+#define GQD_Q8_N q8_0_x16
+#define GQD_Q4_N q4_0_x16
+#define GQD_FN(name) name##_avx512
+#define GQD_KERNELS castfs_gguf_avx512
+#include "quant/quant_gguf_driver.h"
 
 #endif
