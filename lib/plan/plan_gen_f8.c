@@ -322,13 +322,12 @@ static int f8_tile_read16(const struct castfs_read_env *env,
 	return rc;
 }
 
-/* The absmax of @n elements from element @k of the tile: its 16-bit bits
- * at @raw16 when not NULL, else its float32 values in st->f32. */
-static float f8_stage_absmax(const struct f8_stage *st, const uint8_t *raw16,
-			     uint64_t k, size_t n)
+/* The absmax of @n staged elements from element @k of the tile. */
+static float f8_stage_absmax(const struct f8_stage *st, bool raw16, uint64_t k,
+			     size_t n)
 {
 	if (raw16)
-		return castfs_ct_absmax16(raw16 + k * 2, n,
+		return castfs_ct_absmax16(st->raw + k * 2, n,
 					  st->dt == CASTFS_DTYPE_F16);
 	return castfs_ct_absmax(st->f32 + k, n);
 }
@@ -344,16 +343,22 @@ static float f8_block_scale(const struct castfs_qtensor *q,
 }
 
 /*
- * The scale of each block of tile @t from its elements, staged row-major:
- * 16-bit bits at @raw16 when not NULL, else float32 in st->f32.
+ * Load tile @t and compute the scale of each of its blocks. With
+ * @scales_only, or when its codes can use them so (f8_codes16()), a
+ * BF16/F16 tile stays unconverted (t->raw16).
  */
-static void f8_tile_scales(const struct castfs_qtensor *q,
+static int f8_tile_load_as(const struct castfs_read_env *env,
+			   const struct castfs_qtensor *q,
 			   const struct f8_stage *st, struct f8_tile *t,
-			   const uint8_t *raw16)
+			   bool scales_only)
 {
 	uint64_t w = t->c1 - t->c0;
+	bool raw16 = scales_only ? f8_raw16(q, st) : f8_codes16(q, st);
+	int rc = raw16 ? f8_tile_read16(env, q, st, t) :
+			 f8_tile_read(env, q, st, t);
 
-	for (uint64_t i = 0; i < t->nbr; i++) {
+	t->raw16 = raw16;
+	for (uint64_t i = 0; !rc && i < t->nbr; i++) {
 		uint64_t ra = (t->br + i) * q->blk_rows;
 		uint64_t rb = CASTFS_MIN(q->rows, ra + q->blk_rows);
 
@@ -370,65 +375,6 @@ static void f8_tile_scales(const struct castfs_qtensor *q,
 			t->scale[i * t->nbc + j] = f8_block_scale(q, st, m);
 		}
 	}
-}
-
-struct f8_mapped {
-	const struct castfs_qtensor *q;
-	const struct f8_stage *st;
-	struct f8_tile *t;
-};
-
-static int f8_scales_mapped(void *arg, const struct castfs_piece *p)
-{
-	struct f8_mapped *m = arg;
-
-	f8_tile_scales(m->q, m->st, m->t, p->bytes);
-	return 0;
-}
-
-/*
- * The scales of a tile of whole rows of a BF16/F16 weight straight from a
- * mapping of the source, as gen_cast reads it: a scale needs each element
- * once, so the pread copy into the scratch would be the pass's largest
- * cost. -ENOTSUP, nothing done, when the reader declines the range.
- */
-static int f8_tile_scales_map(const struct castfs_read_env *env,
-			      const struct castfs_qtensor *q,
-			      const struct f8_stage *st, struct f8_tile *t)
-{
-	struct f8_mapped m = { .q = q, .st = st, .t = t };
-	uint64_t w = t->c1 - t->c0;
-
-	if (w != q->cols)
-		return -ENOTSUP;
-	return castfs_reader_map(env->src, q->src_off + t->r0 * w * 2,
-				 (size_t)((t->r1 - t->r0) * w * 2),
-				 f8_scales_mapped, &m);
-}
-
-/*
- * Load tile @t and compute the scale of each of its blocks. With
- * @scales_only, or when its codes can use them so (f8_codes16()), a
- * BF16/F16 tile stays unconverted (t->raw16); scales alone of such a
- * tile come from a mapping of the source where the reader offers one.
- */
-static int f8_tile_load_as(const struct castfs_read_env *env,
-			   const struct castfs_qtensor *q,
-			   const struct f8_stage *st, struct f8_tile *t,
-			   bool scales_only)
-{
-	bool raw16 = scales_only ? f8_raw16(q, st) : f8_codes16(q, st);
-	int rc = -ENOTSUP;
-
-	t->raw16 = raw16;
-	if (scales_only && raw16)
-		rc = f8_tile_scales_map(env, q, st, t);
-	if (rc != -ENOTSUP)
-		return rc;
-	rc = raw16 ? f8_tile_read16(env, q, st, t) :
-		     f8_tile_read(env, q, st, t);
-	if (!rc)
-		f8_tile_scales(q, st, t, raw16 ? st->raw : NULL);
 	return rc;
 }
 
