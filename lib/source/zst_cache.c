@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "common/compiler.h"
-#include "common/fault.h"
 #include "source/zst_internal.h"
 
 #define ZC_BUCKETS 1024u
@@ -236,15 +235,31 @@ static int frame_ungroup_dc(const struct castfs_zst_index *ix, size_t i,
 	return rc;
 }
 
-/* Decode and verify frame @i of @ix (@csize bytes at @src) into @dst (its
- * decoded size), un-grouped. */
-static int frame_decode_dc(const struct castfs_zst_index *ix, size_t i,
-			   struct zst_dctx *dc, const void *src, size_t csize,
-			   void *dst)
+/* Read frame @i's compressed bytes into @dc's input buffer, at *@src. */
+static int frame_read_dc(const struct castfs_zst_index *ix,
+			 const struct castfs_reader *raw, size_t i,
+			 struct zst_dctx *dc, void **src)
 {
-	size_t dsize = (size_t)(ix->doff[i + 1] - ix->doff[i]);
-	int rc;
+	size_t csize = (size_t)(ix->coff[i + 1] - ix->coff[i]);
 
+	*src = zst_dctx_buf(dc, csize);
+	if (!*src)
+		return -ENOMEM;
+	return castfs_reader_read(raw, *src, csize, ix->coff[i]);
+}
+
+/* Read, decode and verify frame @i of @ix into @dst (its decoded size). */
+static int frame_decode_dc(const struct castfs_zst_index *ix,
+			   const struct castfs_reader *raw, size_t i,
+			   struct zst_dctx *dc, void *dst)
+{
+	size_t csize = (size_t)(ix->coff[i + 1] - ix->coff[i]);
+	size_t dsize = (size_t)(ix->doff[i + 1] - ix->doff[i]);
+	void *src;
+	int rc = frame_read_dc(ix, raw, i, dc, &src);
+
+	if (rc)
+		return rc;
 	if (frame_xform(ix, i) != CASTFS_ZST_NONE)
 		return frame_ungroup_dc(ix, i, dc, src, csize, dst);
 	rc = zst_decode_frame(dc, dst, dsize, src, csize);
@@ -266,169 +281,49 @@ static void count_decode(const struct castfs_zst_index *ix, size_t i, int rc)
 				 (size_t)(ix->doff[i + 1] - ix->doff[i]));
 }
 
-/*
- * Where the frames of one read or visit find their compressed bytes: in a
- * mapping of the raw source (@map: @len bytes from raw offset @base on,
- * touched only under castfs_fault_call()), or, @map NULL, pread into a
- * decoder context's buffer.
- */
-struct zsrc {
-	const struct castfs_zst_index *ix;
-	const struct castfs_reader *raw;
-	const uint8_t *map;
-	size_t len;
-	uint64_t base;
-};
-
-/* @fn(@arg), guarded when @s is a mapping: a page that cannot be read
- * abandons @fn and gives -EIO. @fn must leave nothing to undo then. */
-static int zsrc_call(const struct zsrc *s, int (*fn)(void *), void *arg)
+/* frame_decode_dc() with a pooled context, counted in the cache's stats. */
+static int frame_decode(const struct castfs_zst_index *ix,
+			const struct castfs_reader *raw, size_t i, void *dst)
 {
-	return s->map ? castfs_fault_call(s->map, s->len, fn, arg) : fn(arg);
-}
-
-/* Frame @i's compressed bytes, at *@src: where they are mapped, else read
- * into @dc's input buffer. */
-static int frame_src(const struct zsrc *s, size_t i, struct zst_dctx *dc,
-		     const void **src)
-{
-	const struct castfs_zst_index *ix = s->ix;
-	size_t csize = (size_t)(ix->coff[i + 1] - ix->coff[i]);
-	void *buf;
-
-	if (s->map) {
-		*src = s->map + (ix->coff[i] - s->base);
-		return 0;
-	}
-	buf = zst_dctx_buf(dc, csize);
-	if (!buf)
-		return -ENOMEM;
-	*src = buf;
-	return castfs_reader_read(s->raw, buf, csize, ix->coff[i]);
-}
-
-/*
- * Whether the cache keeps frame @i as its planes rather than un-grouped:
- * a bf16 frame, which a visit casts from its planes (a sub-range of a
- * plane is a sub-range of elements) and a pread un-groups on copy-out.
- */
-static bool frame_planar(const struct castfs_zst_index *ix, size_t i)
-{
-	return frame_xform(ix, i) == CASTFS_ZST_BF16;
-}
-
-/*
- * One decode of frame @i with context @dc: un-grouped into @dst, or, @dst
- * NULL, into its planes at @plane (in @dc's buffers or the compressed
- * bytes), then copied one after the other to @keep when that is set.
- */
-struct zjob {
-	const struct zsrc *s;
-	size_t i;
-	struct zst_dctx *dc;
-	void *dst;
-	uint8_t *keep;
-	const uint8_t *plane[ZST_MAX_PLANES];
-};
-
-static int zjob_run(void *arg)
-{
-	struct zjob *j = arg;
-	const struct castfs_zst_index *ix = j->s->ix;
-	size_t csize = (size_t)(ix->coff[j->i + 1] - ix->coff[j->i]);
-	size_t dsize = (size_t)(ix->doff[j->i + 1] - ix->doff[j->i]);
-	unsigned w = zst_group_width(frame_xform(ix, j->i));
-	const void *src;
-	int rc = frame_src(j->s, j->i, j->dc, &src);
-
-	if (rc)
-		return rc;
-	if (j->dst)
-		return frame_decode_dc(ix, j->i, j->dc, src, csize, j->dst);
-	rc = frame_planes_dc(ix, j->i, j->dc, src, csize, j->plane);
-	for (unsigned p = 0; !rc && j->keep && p < w; p++)
-		memcpy(j->keep + p * (dsize / w), j->plane[p], dsize / w);
-	return rc;
-}
-
-/* Run @j with a pooled context, counted in the cache's stats. A context
- * whose decode failed may have been abandoned mid-way: it is not reused. */
-static int zjob_pooled(struct zjob *j)
-{
-	struct castfs_zcache *c = j->s->ix->cache;
+	struct castfs_zcache *c = ix->cache;
+	struct zst_dctx *dc = pool_take(c);
 	int rc = -ENOMEM;
 
-	j->dc = pool_take(c);
-	if (j->dc) {
-		rc = zsrc_call(j->s, zjob_run, j);
-		if (rc)
-			zst_dctx_free(j->dc);
-		else
-			pool_give(c, j->dc);
+	if (dc) {
+		rc = frame_decode_dc(ix, raw, i, dc, dst);
+		pool_give(c, dc);
 	}
-	count_decode(j->s->ix, j->i, rc);
+	count_decode(ix, i, rc);
 	return rc;
 }
 
-/* Frame @i un-grouped into @dst (its decoded size). */
-static int frame_decode(const struct zsrc *s, size_t i, void *dst)
-{
-	struct zjob j = { .s = s, .i = i, .dst = dst };
-
-	return zjob_pooled(&j);
-}
-
-/* Frame @i as the cache keeps it (frame_planar()) into @data. */
-static int frame_fill(const struct zsrc *s, size_t i, uint8_t *data)
-{
-	struct zjob j = { .s = s, .i = i, .keep = data };
-
-	if (!frame_planar(s->ix, i))
-		j.dst = data;
-	return zjob_pooled(&j);
-}
-
-/* A visitor's call on a piece that may lie in the mapping. */
-struct zhand {
-	castfs_visit_fn fn;
-	void *arg;
-	struct castfs_piece p;
-};
-
-static int zhand_run(void *arg)
-{
-	struct zhand *h = arg;
-
-	return h->fn(h->arg, &h->p);
-}
-
 /*
- * Decode and verify grouped bf16 frame @i and hand its planes to @fn: the
- * un-grouping is left to the visitor (a fused cast). The context, whose
- * buffers the planes are, is held until @fn returns; a raw plane lies in
- * the compressed bytes, so @fn runs guarded as the decode does.
+ * Read, decode and verify grouped bf16 frame @i of @ix and hand its planes
+ * to @fn: the un-grouping is left to the visitor (a fused cast). The
+ * context, whose buffers the planes are, is held until @fn returns.
  */
-static int frame_visit_planes(const struct zsrc *s, size_t i,
+static int frame_visit_planes(const struct castfs_zst_index *ix,
+			      const struct castfs_reader *raw, size_t i,
 			      castfs_visit_fn fn, void *arg)
 {
-	const struct castfs_zst_index *ix = s->ix;
-	struct zhand h = { .fn = fn, .arg = arg };
-	struct zjob j = { .s = s, .i = i };
-	int rc;
+	size_t csize = (size_t)(ix->coff[i + 1] - ix->coff[i]);
+	struct castfs_piece p = { .n = (size_t)(ix->doff[i + 1] -
+						ix->doff[i]) };
+	struct zst_dctx *dc = pool_take(ix->cache);
+	const uint8_t *plane[ZST_MAX_PLANES];
+	void *src = NULL;
+	int rc = dc ? frame_read_dc(ix, raw, i, dc, &src) : -ENOMEM;
 
-	h.p.n = (size_t)(ix->doff[i + 1] - ix->doff[i]);
-	j.dc = pool_take(ix->cache);
-	rc = j.dc ? zsrc_call(s, zjob_run, &j) : -ENOMEM;
+	if (!rc)
+		rc = frame_planes_dc(ix, i, dc, src, csize, plane);
 	count_decode(ix, i, rc);
 	if (!rc) {
-		h.p.sm = j.plane[0];
-		h.p.ex = j.plane[1];
-		rc = zsrc_call(s, zhand_run, &h);
+		p.sm = plane[0];
+		p.ex = plane[1];
+		rc = fn(arg, &p);
 	}
-	if (j.dc && rc)
-		zst_dctx_free(j.dc);
-	else if (j.dc)
-		pool_give(ix->cache, j.dc);
+	if (dc)
+		pool_give(ix->cache, dc);
 	return rc;
 }
 
@@ -475,11 +370,12 @@ static struct zst_frame *zc_pending_locked(const struct castfs_zst_index *ix,
 	return f;
 }
 
-/* Frame @i of @s's index, referenced: cached, being decoded by another
- * thread (then waited for), or decoded now. */
-static int frame_get(const struct zsrc *s, size_t i, struct zst_frame **out)
+/* Frame @i of @ix, referenced: cached, being decoded by another thread
+ * (then waited for), or decoded now. */
+static int frame_get(const struct castfs_zst_index *ix,
+		     const struct castfs_reader *raw, size_t i,
+		     struct zst_frame **out)
 {
-	const struct castfs_zst_index *ix = s->ix;
 	struct castfs_zcache *c = ix->cache;
 	struct zst_frame *f;
 	int rc;
@@ -497,7 +393,7 @@ static int frame_get(const struct zsrc *s, size_t i, struct zst_frame **out)
 	pthread_mutex_unlock(&c->lock);
 	if (!f)
 		return -ENOMEM;
-	rc = frame_fill(s, i, f->data);
+	rc = frame_decode(ix, raw, i, f->data);
 	pthread_mutex_lock(&c->lock);
 	f->state = rc ? rc : 1;
 	if (rc && f->cached)
@@ -529,67 +425,11 @@ static size_t frame_of(const struct castfs_zst_index *ix, uint64_t off)
 	return lo;
 }
 
-/* Element @k of a cached planar frame (@w planes of @count bytes at
- * @data), un-grouped into @el. */
-static void planes_elem(uint8_t *el, const uint8_t *data, size_t count,
-			unsigned w, size_t k, enum castfs_zst_transform t)
-{
-	const uint8_t *pl[ZST_MAX_PLANES];
-
-	for (unsigned p = 0; p < w; p++)
-		pl[p] = data + p * count + k;
-	zst_ungroup_planes(el, pl, w, t);
-}
-
-/*
- * Bytes [@in, @in + @n) (@n > 0) of cached planar frame @i, at @data,
- * un-grouped into @dst: whole elements straight from the planes, a cut
- * element at either end through @el.
- */
-static void planes_copy(const struct castfs_zst_index *ix, size_t i,
-			const uint8_t *data, uint8_t *dst, size_t in, size_t n)
-{
-	enum castfs_zst_transform t = frame_xform(ix, i);
-	unsigned w = zst_group_width(t);
-	size_t count = (size_t)(ix->doff[i + 1] - ix->doff[i]) / w;
-	size_t k = in / w, skip = in % w, whole;
-	const uint8_t *pl[ZST_MAX_PLANES];
-	uint8_t el[ZST_MAX_PLANES];
-
-	if (skip) {
-		size_t take = CASTFS_MIN(w - skip, n);
-
-		planes_elem(el, data, count, w, k++, t);
-		memcpy(dst, el + skip, take);
-		dst += take;
-		n -= take;
-	}
-	whole = n / w;
-	for (unsigned p = 0; p < w; p++)
-		pl[p] = data + p * count + k;
-	zst_ungroup_planes(dst, pl, whole * w, t);
-	if (n % w) {
-		planes_elem(el, data, count, w, k + whole, t);
-		memcpy(dst + whole * w, el, n % w);
-	}
-}
-
-/* Copy bytes [@in, @in + @n) of cached frame @f (frame @i) to @dst. */
-static void cached_copy(const struct castfs_zst_index *ix, size_t i,
-			const struct zst_frame *f, uint8_t *dst, size_t in,
-			size_t n)
-{
-	if (frame_planar(ix, i))
-		planes_copy(ix, i, f->data, dst, in, n);
-	else
-		memcpy(dst, f->data + in, n);
-}
-
 /* Copy @n bytes at @in of frame @i to @dst, decoding whole frames direct. */
-static int frame_copy(const struct zsrc *s, size_t i, void *dst, size_t in,
-		      size_t n)
+static int frame_copy(const struct castfs_zst_index *ix,
+		      const struct castfs_reader *raw, size_t i, void *dst,
+		      size_t in, size_t n)
 {
-	const struct castfs_zst_index *ix = s->ix;
 	struct zst_frame *f;
 	int rc;
 
@@ -598,46 +438,40 @@ static int frame_copy(const struct zsrc *s, size_t i, void *dst, size_t in,
 	if (in == 0 && n == ix->doff[i + 1] - ix->doff[i]) {
 		f = zc_lookup(ix->cache, ix->id, i);
 		if (!f)
-			return frame_decode(s, i, dst);
-	} else {
-		rc = frame_get(s, i, &f);
-		if (rc)
-			return rc;
+			return frame_decode(ix, raw, i, dst);
+		memcpy(dst, f->data, n);
+		zc_release(ix->cache, f);
+		return 0;
 	}
-	cached_copy(ix, i, f, dst, in, n);
+	rc = frame_get(ix, raw, i, &f);
+	if (rc)
+		return rc;
+	memcpy(dst, f->data + in, n);
 	zc_release(ix->cache, f);
 	return 0;
 }
 
 /*
  * Hand bytes [@in, @in + @n) of frame @i to @fn: a whole bf16 frame not
- * cached as its planes straight from the decode, anything else from the
- * cache (a cut frame is decoded into it, as for pread), without a copy: a
- * bf16 frame as the planes of the elements asked (@in is even).
+ * cached as its planes, anything else from the cache (a cut frame is
+ * decoded into it, as for pread), without a copy.
  */
-static int frame_visit(const struct zsrc *s, size_t i, size_t in, size_t n,
-		       castfs_visit_fn fn, void *arg)
+static int frame_visit(const struct castfs_zst_index *ix,
+		       const struct castfs_reader *raw, size_t i, size_t in,
+		       size_t n, castfs_visit_fn fn, void *arg)
 {
-	const struct castfs_zst_index *ix = s->ix;
-	size_t dsize = (size_t)(ix->doff[i + 1] - ix->doff[i]);
 	struct zst_frame *f = zc_lookup(ix->cache, ix->id, i);
-	struct castfs_piece p = { .n = n };
 	int rc;
 
-	if (!f && frame_planar(ix, i) && in == 0 && n == dsize)
-		return frame_visit_planes(s, i, fn, arg);
+	if (!f && frame_xform(ix, i) == CASTFS_ZST_BF16 && in == 0 &&
+	    n == ix->doff[i + 1] - ix->doff[i])
+		return frame_visit_planes(ix, raw, i, fn, arg);
 	if (!f) {
-		rc = frame_get(s, i, &f);
+		rc = frame_get(ix, raw, i, &f);
 		if (rc)
 			return rc;
 	}
-	if (frame_planar(ix, i)) {
-		p.sm = f->data + in / 2;
-		p.ex = f->data + dsize / 2 + in / 2;
-	} else {
-		p.bytes = f->data + in;
-	}
-	rc = fn(arg, &p);
+	rc = fn(arg, &(struct castfs_piece){ .bytes = f->data + in, .n = n });
 	zc_release(ix->cache, f);
 	return rc;
 }
@@ -661,34 +495,25 @@ static bool visit_even(const struct castfs_zst_index *ix, uint64_t off,
 	return true;
 }
 
-/* A walk over the frames of decoded bytes [@off, @off + @n): a visit
- * (@fn set) or a copy into @buf. */
-struct zwalk {
-	struct zsrc s;
-	uint64_t off;
-	size_t n;
-	castfs_visit_fn fn;
-	void *arg;
-	uint8_t *buf;
-};
-
-static int zwalk_run(struct zwalk *w)
+static int zr_visit(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
+		    void *arg)
 {
-	const struct castfs_zst_index *ix = w->s.ix;
+	const struct castfs_zst_reader *zr = ctx;
+	const struct castfs_zst_index *ix = zr->ix;
+	uint64_t total = castfs_zst_index_size(ix);
 
-	for (size_t i = frame_of(ix, w->off), done = 0; done < w->n; i++) {
-		uint64_t at = w->off + done;
+	if (off > total || n > total - off || !visit_even(ix, off, n))
+		return -ENOTSUP;
+	for (size_t i = frame_of(ix, off), done = 0; done < n; i++) {
+		uint64_t at = off + done;
 		size_t in = (size_t)(at - ix->doff[i]);
 		size_t take =
-			(size_t)CASTFS_MIN(ix->doff[i + 1] - at, w->n - done);
+			(size_t)CASTFS_MIN(ix->doff[i + 1] - at, n - done);
 		int rc;
 
 		if (take == 0)
 			continue; /* an empty (skippable) frame */
-		if (w->fn)
-			rc = frame_visit(&w->s, i, in, take, w->fn, w->arg);
-		else
-			rc = frame_copy(&w->s, i, w->buf + done, in, take);
+		rc = frame_visit(ix, zr->raw, i, in, take, fn, arg);
 		if (rc)
 			return rc;
 		done += take;
@@ -696,70 +521,33 @@ static int zwalk_run(struct zwalk *w)
 	return 0;
 }
 
-static int zwalk_mapped(void *arg, const struct castfs_piece *p)
-{
-	struct zwalk *w = arg;
-
-	w->s.map = p->bytes;
-	w->s.len = p->n;
-	return zwalk_run(w);
-}
-
-/*
- * Walk @w (@n > 0), decoding from one mapping of all its frames' compressed
- * bytes when the raw source offers one (no copy of them into a buffer),
- * else from pread. Each touch of the mapping is guarded on its own
- * (zsrc_call), so nothing of the walk's is abandoned by a bad page.
- */
-static int zwalk(struct zwalk *w)
-{
-	const struct castfs_zst_index *ix = w->s.ix;
-	size_t first = frame_of(ix, w->off);
-	size_t last = frame_of(ix, w->off + w->n - 1);
-	int rc;
-
-	w->s.base = ix->coff[first];
-	rc = castfs_reader_map(w->s.raw, w->s.base,
-			       (size_t)(ix->coff[last + 1] - w->s.base),
-			       zwalk_mapped, w);
-	if (rc != -ENOTSUP)
-		return rc;
-	w->s.map = NULL;
-	return zwalk_run(w);
-}
-
-static int zr_visit(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
-		    void *arg)
-{
-	const struct castfs_zst_reader *zr = ctx;
-	const struct castfs_zst_index *ix = zr->ix;
-	uint64_t total = castfs_zst_index_size(ix);
-	struct zwalk w = { .s = { .ix = ix, .raw = zr->raw },
-			   .off = off,
-			   .n = n,
-			   .fn = fn,
-			   .arg = arg };
-
-	if (off > total || n > total - off || !visit_even(ix, off, n))
-		return -ENOTSUP;
-	return n ? zwalk(&w) : 0;
-}
-
 static ssize_t zr_pread(void *ctx, void *buf, size_t n, uint64_t off)
 {
 	const struct castfs_zst_reader *zr = ctx;
 	const struct castfs_zst_index *ix = zr->ix;
 	uint64_t total = castfs_zst_index_size(ix);
-	struct zwalk w = { .s = { .ix = ix, .raw = zr->raw },
-			   .off = off,
-			   .buf = buf };
-	int rc;
+	size_t done = 0;
 
-	if (off >= total || n == 0)
+	if (off >= total)
 		return 0;
-	w.n = (size_t)CASTFS_MIN((uint64_t)n, total - off);
-	rc = zwalk(&w);
-	return rc ? rc : (ssize_t)w.n;
+	if (n > total - off)
+		n = (size_t)(total - off);
+	for (size_t i = frame_of(ix, off); done < n; i++) {
+		uint64_t at = off + done;
+		size_t in = (size_t)(at - ix->doff[i]);
+		size_t take = (size_t)(ix->doff[i + 1] - at);
+		int rc;
+
+		if (take == 0)
+			continue; /* an empty (skippable) frame */
+		if (take > n - done)
+			take = n - done;
+		rc = frame_copy(ix, zr->raw, i, (char *)buf + done, in, take);
+		if (rc)
+			return rc;
+		done += take;
+	}
+	return (ssize_t)done;
 }
 
 uint64_t castfs_zst_raw_off(const struct castfs_zst_index *ix, uint64_t off)

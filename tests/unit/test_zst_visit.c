@@ -232,7 +232,8 @@ END_TEST
 
 /*
  * A memory source that offers the map op as a leased file does: the
- * bytes handed where they lie. Counts its calls.
+ * bytes handed where they lie. Counts its calls (the pack's reader reads
+ * compressed bytes with pread today: a mapping measured no faster).
  */
 struct mapped_mem {
 	struct castfs_mem_reader mr;
@@ -306,8 +307,6 @@ START_TEST(test_zst_visit__cut_frames_read_at_any_offset)
 	}
 	pread_ok(&f, HDR + FRAME - 1, 2); /* one byte of two frames each */
 	pread_ok(&f, 0, N_IN);
-	if (_i)
-		ck_assert_uint_gt(mm.maps, 0);
 	close_pack(&f);
 }
 END_TEST
@@ -343,7 +342,6 @@ START_TEST(test_zst_visit__mapped_bad_frame_fails_every_range_over_it)
 	ck_assert_int_eq(visit(&f, bad + FRAME, FRAME, &s), 0);
 	ck_assert_mem_eq(s.out, f.in + bad + FRAME, FRAME);
 	free(s.out);
-	ck_assert_uint_gt(mm.maps, 0);
 	close_pack(&f);
 }
 END_TEST
