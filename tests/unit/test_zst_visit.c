@@ -230,6 +230,122 @@ START_TEST(test_zst_visit__bad_frame_fails_its_range_only)
 }
 END_TEST
 
+/*
+ * A memory source that offers the map op as a leased file does: the
+ * bytes handed where they lie. Counts its calls (the pack's reader reads
+ * compressed bytes with pread today: a mapping measured no faster).
+ */
+struct mapped_mem {
+	struct castfs_mem_reader mr;
+	unsigned maps;
+};
+
+static int mapped_map(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
+		      void *arg)
+{
+	struct mapped_mem *mm = ctx;
+
+	mm->maps++;
+	ck_assert_uint_le(off + n, mm->mr.len);
+	return fn(arg,
+		  &(struct castfs_piece){ .bytes = mm->mr.data + off, .n = n });
+}
+
+/* The reader @f opens over its pack, through @mm's map op. */
+static void open_mapped(struct fixture *f, struct mapped_mem *mm, size_t cache)
+{
+	open_pack(f, cache);
+	castfs_mem_reader_init(&mm->mr, f->m.p, f->m.n);
+	mm->mr.r.ctx = mm;
+	mm->mr.r.pread = f->mr.r.pread;
+	mm->mr.r.map = mapped_map;
+	mm->maps = 0;
+	castfs_zst_reader_init(&f->zr, f->ix, &mm->mr.r);
+}
+
+/* pread of @n bytes at @off through @f's reader equals the input. */
+static void pread_ok(struct fixture *f, uint64_t off, size_t n)
+{
+	uint8_t *buf = malloc(n + 1);
+
+	ck_assert_int_eq(f->zr.r.pread(f->zr.r.ctx, buf, n, off), (ssize_t)n);
+	ck_assert_mem_eq(buf, f->in + off, n);
+	free(buf);
+}
+
+/*
+ * Frames cut by a range go through the cache: a visit that cuts bf16
+ * frames, then visits and preads (at odd offsets and lengths, a cut
+ * element at either end) inside the frames it cached, give the input.
+ * Loop: 0 pread source, 1 a source with the map op.
+ */
+START_TEST(test_zst_visit__cut_frames_read_at_any_offset)
+{
+	struct fixture f = { .in = make_input(6) };
+	struct mapped_mem mm;
+	size_t at = HDR + FRAME / 2 + 10; /* cuts frames 1 and 3 */
+	struct sink s;
+
+	pack_grouped(f.in, &f.m);
+	if (_i)
+		open_mapped(&f, &mm, 1u << 20);
+	else
+		open_pack(&f, 1u << 20);
+	ck_assert_int_eq(visit(&f, at, 2 * FRAME, &s), 0);
+	ck_assert_mem_eq(s.out, f.in + at, 2 * FRAME);
+	free(s.out);
+	for (size_t k = 0; k < 64; k++) {
+		size_t off = HDR + 1 + 37 * k, n = 1 + (k * 131) % 700;
+
+		pread_ok(&f, off, n);
+		pread_ok(&f, at + 2 * FRAME - n, n);
+		ck_assert_int_eq(visit(&f, (off + 1) & ~(size_t)1, n & ~1u, &s),
+				 0);
+		ck_assert_mem_eq(s.out, f.in + ((off + 1) & ~(size_t)1),
+				 n & ~1u);
+		free(s.out);
+	}
+	pread_ok(&f, HDR + FRAME - 1, 2); /* one byte of two frames each */
+	pread_ok(&f, 0, N_IN);
+	close_pack(&f);
+}
+END_TEST
+
+/*
+ * A frame corrupt in the middle of a mapped pack: every range over it,
+ * visited or read, fails with -EIO, and its neighbours are exact.
+ */
+START_TEST(test_zst_visit__mapped_bad_frame_fails_every_range_over_it)
+{
+	struct fixture f = { .in = make_input(8) };
+	size_t bad = HDR + 2 * FRAME, c0, c1;
+	struct mapped_mem mm;
+	uint8_t buf[3 * FRAME];
+	struct sink s;
+
+	pack_grouped(f.in, &f.m);
+	c0 = frame_coff(&f.m, 3);
+	c1 = frame_coff(&f.m, 4);
+	f.m.p[c0 + (c1 - c0) / 2] ^= 0x10;
+	open_mapped(&f, &mm, 1u << 20);
+	for (size_t k = 0; k < 40; k++) {
+		size_t off = bad - FRAME + 2 * (k * 97 % FRAME);
+		size_t n = FRAME + 2 + 2 * (k * 61 % (FRAME / 2));
+
+		ck_assert_int_eq(visit(&f, off, n, &s), -EIO);
+		free(s.out);
+		ck_assert_int_eq(f.zr.r.pread(f.zr.r.ctx, buf, n + 1, off + 1),
+				 -EIO);
+	}
+	pread_ok(&f, bad - FRAME, FRAME);
+	pread_ok(&f, bad + FRAME, FRAME);
+	ck_assert_int_eq(visit(&f, bad + FRAME, FRAME, &s), 0);
+	ck_assert_mem_eq(s.out, f.in + bad + FRAME, FRAME);
+	free(s.out);
+	close_pack(&f);
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("zst_visit");
@@ -239,6 +355,10 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_zst_visit__declines_odd_ranges);
 	tcase_add_loop_test(tc, test_zst_visit__bad_frame_fails_its_range_only,
 			    0, 2);
+	tcase_add_loop_test(tc, test_zst_visit__cut_frames_read_at_any_offset,
+			    0, 2);
+	tcase_add_test(
+		tc, test_zst_visit__mapped_bad_frame_fails_every_range_over_it);
 	suite_add_tcase(s, tc);
 	return s;
 }
