@@ -462,11 +462,19 @@ int castfs_gen_q4_qabsmax(const struct castfs_read_env *env,
 		return 0;
 	if (!rc)
 		rc = q_stage_init(&st, env, qt, false, qt->blocksize);
+	/*
+	 * Chunk by chunk, each from the cache when all there: a reader's
+	 * read-ahead can ask for a tensor's .absmax while the last codes
+	 * request is still running on another thread, and then only that
+	 * request's blocks are missing, not the whole tensor's.
+	 */
 	while (!rc && count) {
 		size_t k = (size_t)CASTFS_MIN(count, st.cap / qt->blocksize);
+		bool hit = qc_take(env, e, first, k, dst);
 
-		rc = q4_load_absmax(env, qt, &st, first, k);
-		if (!rc)
+		if (!hit)
+			rc = q4_load_absmax(env, qt, &st, first, k);
+		if (!hit && !rc)
 			q4_qabsmax_codes(qs, first, st.amax, k, dst);
 		dst += k;
 		first += k;

@@ -228,15 +228,15 @@ static inline AVX512 void q4t_block_init(struct q4t_block *b, uint16_t amax,
 }
 
 /*
- * The 32 codes of 32 BF16 elements at @x, as bytes at @dst (even element
+ * The 32 codes of the 32 BF16 elements @h, as bytes at @dst (even element
  * in the high nibble): quant_scalar.c's binary search over the key
  * compared with the block's thresholds, 32 lanes at a time.
  */
-static inline AVX512 void q4t_32(uint8_t *dst, const uint8_t *x,
+static inline AVX512 void q4t_32(uint8_t *dst, __m512i h,
 				 const struct q4t_block *b, __m512i order,
 				 bool identity)
 {
-	__m512i k = bf16_key(_mm512_loadu_si512(x));
+	__m512i k = bf16_key(h);
 	__mmask32 up = _mm512_cmpgt_epi16_mask(k, b->t7);
 	__m512i p = _mm512_maskz_mov_epi16(up, _mm512_set1_epi16(8));
 	__m512i m = _mm512_mask_blend_epi16(up, b->t3, b->t11);
@@ -254,6 +254,13 @@ static inline AVX512 void q4t_32(uint8_t *dst, const uint8_t *x,
 	_mm_storeu_si128((__m128i *)(void *)dst, _mm512_cvtepi32_epi8(p));
 }
 
+/*
+ * How far ahead of a block the source is prefetched, in bytes: read from a
+ * mapping it is a run of 4 KiB pages, and the hardware prefetcher stops at
+ * each page's end (the cast kernels' CVT_PF_DIST, measured the same way).
+ */
+#define Q4_PF_DIST 1024
+
 /* The largest magnitude bits of @m (a multiple of 32) BF16 elements,
  * Inf and NaN included. */
 static inline AVX512 uint16_t maxmag_bf16(const uint8_t *x, size_t m)
@@ -261,10 +268,12 @@ static inline AVX512 uint16_t maxmag_bf16(const uint8_t *x, size_t m)
 	const __m512i mag = _mm512_set1_epi16(0x7fff);
 	__m512i acc = _mm512_setzero_si512();
 
-	for (size_t i = 0; i < m; i += 32)
+	for (size_t i = 0; i < m; i += 32) {
+		__builtin_prefetch(x + 2 * i + Q4_PF_DIST);
 		acc = _mm512_max_epu16(
 			acc,
 			_mm512_and_si512(_mm512_loadu_si512(x + 2 * i), mag));
+	}
 	return hmax_epu16(acc);
 }
 
@@ -274,9 +283,9 @@ static inline AVX512 uint16_t maxmag_bf16(const uint8_t *x, size_t m)
  * nothing written, when its absmax is outside that path's range (zero,
  * tiny, huge, Inf or NaN in the block).
  */
-static inline AVX512 bool q4t_block(uint8_t *dst, float *amax, const uint8_t *x,
-				    size_t m, enum castfs_qtype qt,
-				    __m512i order)
+static inline __attribute__((always_inline)) AVX512 bool
+q4t_block(uint8_t *dst, float *amax, const uint8_t *x, size_t m,
+	  enum castfs_qtype qt, __m512i order)
 {
 	uint16_t a = maxmag_bf16(x, m);
 	unsigned e = (unsigned)a >> 7;
@@ -288,7 +297,8 @@ static inline AVX512 bool q4t_block(uint8_t *dst, float *amax, const uint8_t *x,
 		*amax = widen1(a, false);
 	q4t_block_init(&b, a, qt);
 	for (size_t i = 0; i < m; i += 32)
-		q4t_32(dst + i / 2, x + 2 * i, &b, order, qt == CASTFS_Q_NF4);
+		q4t_32(dst + i / 2, _mm512_loadu_si512(x + 2 * i), &b, order,
+		       qt == CASTFS_Q_NF4);
 	return true;
 }
 
@@ -312,6 +322,110 @@ static AVX512 void q4_block_f32(uint8_t *dst, float *amax, const uint8_t *p,
 		q4_tail(dst, p, i, m, sc, qt, f16);
 }
 
+/*
+ * The magnitude maxima (Inf and NaN included) of the four 64-element blocks
+ * in @v[0..7], one per 128-bit lane in its lowest word: maxima of pairs of
+ * lanes across the blocks first, so the four reductions share their steps.
+ */
+static inline AVX512 __m512i maxmag4_64(const __m512i v[8])
+{
+	const __m512i mag = _mm512_set1_epi16(0x7fff);
+	__m512i m[4], a, c, d;
+
+	for (int i = 0; i < 4; i++)
+		m[i] = _mm512_max_epu16(_mm512_and_si512(v[2 * i], mag),
+					_mm512_and_si512(v[2 * i + 1], mag));
+	/* Lanes 0-1: block 0 (or 2), lanes 2-3: block 1 (or 3). */
+	a = _mm512_max_epu16(_mm512_shuffle_i64x2(m[0], m[1], 0x44),
+			     _mm512_shuffle_i64x2(m[0], m[1], 0xee));
+	c = _mm512_max_epu16(_mm512_shuffle_i64x2(m[2], m[3], 0x44),
+			     _mm512_shuffle_i64x2(m[2], m[3], 0xee));
+	/* Lane i: block i. */
+	d = _mm512_max_epu16(_mm512_shuffle_i64x2(a, c, 0x88),
+			     _mm512_shuffle_i64x2(a, c, 0xdd));
+	d = _mm512_max_epu16(d, _mm512_shuffle_epi32(d, 0x4e));
+	d = _mm512_max_epu16(d, _mm512_shuffle_epi32(d, 0xb1));
+	return _mm512_max_epu16(d, _mm512_srli_epi32(d, 16));
+}
+
+/* Whether each lowest word of the four lanes of @a lies in the threshold
+ * path's range. */
+static inline AVX512 bool q4t_range4(__m512i a)
+{
+	__m512i e = _mm512_srli_epi32(
+		_mm512_and_si512(a, _mm512_set1_epi32(0xffff)), 7);
+	__mmask16 ok = _mm512_cmp_epu32_mask(
+		_mm512_sub_epi32(e, _mm512_set1_epi32(Q4T_EMIN)),
+		_mm512_set1_epi32(Q4T_EMAX - Q4T_EMIN), _MM_CMPINT_LE);
+
+	return (ok & 0x1111) == 0x1111;
+}
+
+/*
+ * Four 64-element BF16 blocks at @x by the threshold path, their absmax at
+ * @amax (when not NULL); false, and nothing written, when one of them is
+ * outside its range. Each element is loaded once for the absmax and the
+ * codes, and the four absmax reductions are one.
+ */
+static inline __attribute__((always_inline)) AVX512 bool
+q4t_four64(uint8_t *dst, float *amax, const uint8_t *x, enum castfs_qtype qt,
+	   __m512i order)
+{
+	__m512i v[8], a;
+	uint16_t w[32];
+
+	for (int i = 0; i < 8; i++) {
+		__builtin_prefetch(x + 64 * i + Q4_PF_DIST);
+		v[i] = _mm512_loadu_si512(x + 64 * i);
+	}
+	a = maxmag4_64(v);
+	if (!q4t_range4(a))
+		return false;
+	_mm512_storeu_si512(w, a);
+	for (int i = 0; i < 4; i++) {
+		struct q4t_block b;
+
+		q4t_block_init(&b, w[8 * i], qt);
+		if (amax)
+			amax[i] = widen1(w[8 * i], false);
+		q4t_32(dst + 32 * i, v[2 * i], &b, order, qt == CASTFS_Q_NF4);
+		q4t_32(dst + 32 * i + 16, v[2 * i + 1], &b, order,
+		       qt == CASTFS_Q_NF4);
+	}
+	return true;
+}
+
+/*
+ * Whole blocks of BF16 from the start of @x (@n elements) by the threshold
+ * path, until a block that path cannot take; returns the number of
+ * elements done. Not inlined, so that its loop holds no call: a call (the
+ * float32 path) clobbers every vector register, and the compiler then
+ * reloaded the constants and the tables in every block.
+ */
+static __attribute__((noinline)) AVX512 size_t
+q4t_run(uint8_t *dst, float *amax, const uint8_t *x, size_t n, size_t bs,
+	enum castfs_qtype qt, __m512i order)
+{
+	size_t b = 0;
+
+	/* Blocks of 64 (bitsandbytes' default) four at a time. */
+	for (; bs == 64 && n - b >= 256; b += 256, x += 512, dst += 128) {
+		if (!q4t_four64(dst, amax, x, qt, order))
+			break;
+		if (amax)
+			amax += 4;
+	}
+	for (; b < n; b += bs, x += 2 * bs, dst += bs / 2) {
+		size_t m = n - b < bs ? n - b : bs;
+
+		if (m % 32 != 0 || !q4t_block(dst, amax, x, m, qt, order))
+			break;
+		if (amax)
+			amax++;
+	}
+	return b < n ? b : n;
+}
+
 AVX512 void castfs_q4_16_avx512(uint8_t *restrict dst, float *restrict amax,
 				const void *restrict x, size_t n, size_t bs,
 				enum castfs_qtype qt, bool f16)
@@ -321,14 +435,24 @@ AVX512 void castfs_q4_16_avx512(uint8_t *restrict dst, float *restrict amax,
 		_mm512_cvtepu8_epi16(_mm256_zextsi128_si256(_mm_loadu_si128(
 			(const __m128i *)(const void *)castfs_q4_order[qt])));
 	struct q4_tables t;
+	size_t b = 0;
 
 	q4_tables_init(&t, qt);
-	for (size_t b = 0; b < n; b += bs, p += 2 * bs, dst += bs / 2) {
-		size_t m = n - b < bs ? n - b : bs;
-		float *a = amax ? amax++ : NULL;
+	while (b < n) {
+		size_t d = f16 ? 0 :
+				 q4t_run(dst, amax, p, n - b, bs, qt, order);
+		size_t m;
 
-		if (f16 || m % 32 != 0 || !q4t_block(dst, a, p, m, qt, order))
-			q4_block_f32(dst, a, p, m, &t, qt, f16);
+		b += d, p += 2 * d, dst += d / 2;
+		if (amax)
+			amax += d / bs;
+		if (b >= n)
+			break;
+		m = n - b < bs ? n - b : bs;
+		q4_block_f32(dst, amax, p, m, &t, qt, f16);
+		b += m, p += 2 * m, dst += m / 2;
+		if (amax)
+			amax++;
 	}
 }
 

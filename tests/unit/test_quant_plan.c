@@ -373,6 +373,46 @@ START_TEST(test_quant__concurrent_first_reads_agree)
 }
 END_TEST
 
+/* @len bytes of @p at @off (view offsets) with scratch @s, as a full read. */
+static void read_at(struct castfs_plan *p, struct castfs_scratch *s,
+		    uint8_t *dst, size_t len, uint64_t off)
+{
+	ck_assert_int_eq(castfs_plan_read(p, &fx.mr.r, s, dst, len, off),
+			 (ssize_t)len);
+}
+
+/*
+ * A weight's .absmax read when only part of its blocks' codes were read
+ * (a read-ahead's request still running elsewhere): the chunks found in the
+ * absmax cache and those computed again make the bytes of a full read.
+ */
+START_TEST(test_quant__absmax_partly_cached_equals_full_read)
+{
+	struct castfs_plan *p = tu_fixture_plan(&fx, "nf4");
+	uint8_t *hb, *all = tu_fixture_read_all(&fx, p, &fx.s);
+	struct castfs_header *h = view_header("nf4", &hb);
+	const struct castfs_tensor *w = find(h, Q), *a = find(h, Q ".absmax");
+	/* 9 bytes per element: chunks of 2048 elements, 32 blocks. */
+	struct castfs_scratch small = {
+		.buf = malloc(18432 + 64 + CASTFS_BOUNCE_LEN), .len = 18432 + 64
+	};
+	uint8_t got[100], codes[48 * 32];
+
+	small.bounce = small.buf + small.len;
+	ck_assert_uint_eq(a->end - a->begin, sizeof(got)); /* 100 blocks */
+	/* Codes of blocks 0-47 only: chunk 0 cached, chunk 1 half. */
+	read_at(p, &fx.s, codes, sizeof(codes), h->data_start + w->begin);
+	read_at(p, &small, got, sizeof(got), h->data_start + a->begin);
+	ck_assert_int_eq(
+		memcmp(got, all + h->data_start + a->begin, sizeof(got)), 0);
+	free(small.buf);
+	castfs_header_free(h);
+	free(hb);
+	free(all);
+	castfs_plan_free(p);
+}
+END_TEST
+
 /* A reader that fails after @budget bytes. */
 struct flaky {
 	struct castfs_reader r;
@@ -463,6 +503,7 @@ TCase *quant_plan_tcase(void)
 			    (int)(sizeof(bnb_views) / sizeof(bnb_views[0])));
 	tcase_add_test(plan, test_quant__double_quant_known_values);
 	tcase_add_test(plan, test_quant__concurrent_first_reads_agree);
+	tcase_add_test(plan, test_quant__absmax_partly_cached_equals_full_read);
 	tcase_add_loop_test(plan, test_quant__stats_errors_propagate_and_retry,
 			    0, 2);
 	tcase_add_test(plan, test_quant__rules_override_default);
