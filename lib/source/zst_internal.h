@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "common/bytes.h"
 #include "source/zst.h"
 
 #define ZST_SKIPPABLE_MAGIC 0x184D2A5Eu /* the seek table's frame */
@@ -215,6 +216,34 @@ bool zst_tier_isa_runs(enum zst_tier_isa isa);
 void zst_tier_expand_isa(uint8_t *out, const uint8_t *codes, size_t n,
 			 unsigned w, const uint8_t *map, const uint8_t *next,
 			 enum zst_tier_isa isa);
+/*
+ * zst_tier_escapes_isa - the escapes among the codes of @w bits in the
+ * @len bytes at @p (padding bits zero), with variant @isa (which must
+ * run). zst_tier_escape_bits() - the escapes of the 8 bytes at @p + @at
+ * (fewer at the end), one bit each: the shared step of the variants.
+ */
+size_t zst_tier_escapes_isa(const uint8_t *p, size_t len, unsigned w,
+			    enum zst_tier_isa isa);
+static inline uint64_t zst_tier_escape_bits(const uint8_t *p, size_t len,
+					    unsigned w, size_t at)
+{
+	static const uint64_t low[5] = { 0, ~0ull, 0x5555555555555555ull, 0,
+					 0x1111111111111111ull };
+	uint64_t x = 0;
+
+	if (len - at >= 8)
+		x = castfs_load_le64(p + at);
+	else
+		for (size_t b = 0; at + b < len; b++)
+			x |= (uint64_t)p[at + b] << (8 * b);
+	/* A code's lowest bit stays set when all its bits are. */
+	if (w >= 2)
+		x &= x >> 1;
+	if (w == 4)
+		x &= x >> 2;
+	return x & low[w];
+}
+size_t zst_tier_escapes_avx512(const uint8_t *p, size_t len, unsigned w);
 void zst_tier_expand_scalar(uint8_t *out, const uint8_t *codes, size_t n,
 			    unsigned w, const uint8_t *map,
 			    const uint8_t *next);

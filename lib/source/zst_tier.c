@@ -28,6 +28,20 @@ struct tier_frame {
 	const uint8_t *sm; /* the sign+mantissa plane */
 };
 
+/* The variant decodes run, chosen once (CASTFS_ISA=scalar: the
+ * reference, as for the kernels and un-grouping). */
+static enum zst_tier_isa tier_isa = ZST_TIER_SCALAR;
+static pthread_once_t tier_once = PTHREAD_ONCE_INIT;
+
+static void tier_choose(void)
+{
+	const char *env = getenv("CASTFS_ISA");
+
+	if ((!env || strcmp(env, "scalar")) &&
+	    zst_tier_isa_runs(ZST_TIER_AVX512))
+		tier_isa = ZST_TIER_AVX512;
+}
+
 static bool width_ok(unsigned w)
 {
 	return w == 1 || w == 2 || w == 4;
@@ -47,24 +61,14 @@ static size_t stream_bytes(size_t n, unsigned w)
 	return (n * w + 7) / 8;
 }
 
-/* Codes equal to the escape (all @w bits set) in @len bytes at @p. */
-static size_t escapes_count(const uint8_t *p, size_t len, unsigned w)
+/* The reference: popcount may be a call where the build has no POPCNT. */
+static size_t escapes_count_scalar(const uint8_t *p, size_t len, unsigned w)
 {
-	static const uint64_t low[5] = { 0, ~0ull, 0x5555555555555555ull, 0,
-					 0x1111111111111111ull };
 	size_t e = 0;
 
-	for (size_t at = 0; at < len; at += 8) {
-		uint64_t x = 0;
-
-		for (size_t b = 0; b < 8 && at + b < len; b++)
-			x |= (uint64_t)p[at + b] << (8 * b);
-		if (w >= 2)
-			x &= x >> 1;
-		if (w == 4)
-			x &= x >> 2;
-		e += (size_t)__builtin_popcountll(x & low[w]);
-	}
+	for (size_t at = 0; at < len; at += 8)
+		e += (size_t)__builtin_popcountll(
+			zst_tier_escape_bits(p, len, w, at));
 	return e;
 }
 
@@ -132,7 +136,8 @@ static bool streams_parse(struct tier_frame *f, const uint8_t *p, size_t m)
 		if (f->len[k] != stream_bytes(f->n[k], f->w[k]) ||
 		    !padding_zero(f, k))
 			return false;
-		f->n[k + 1] = escapes_count(f->stream[k], f->len[k], f->w[k]);
+		f->n[k + 1] = zst_tier_escapes_isa(f->stream[k], f->len[k],
+						   f->w[k], tier_isa);
 	}
 	return false;
 }
@@ -166,6 +171,17 @@ void zst_tier_expand_scalar(uint8_t *out, const uint8_t *codes, size_t n,
 	}
 }
 
+size_t zst_tier_escapes_isa(const uint8_t *p, size_t len, unsigned w,
+			    enum zst_tier_isa isa)
+{
+#if ZST_HAVE_X86
+	if (isa == ZST_TIER_AVX512)
+		return zst_tier_escapes_avx512(p, len, w);
+#endif
+	(void)isa;
+	return escapes_count_scalar(p, len, w);
+}
+
 bool zst_tier_isa_runs(enum zst_tier_isa isa)
 {
 	if (isa == ZST_TIER_SCALAR)
@@ -192,20 +208,6 @@ void zst_tier_expand_isa(uint8_t *out, const uint8_t *codes, size_t n,
 	zst_tier_expand_scalar(out, codes, n, w, map, next);
 }
 
-/* The variant decodes run, chosen once (CASTFS_ISA=scalar: the
- * reference, as for the kernels and un-grouping). */
-static enum zst_tier_isa tier_isa = ZST_TIER_SCALAR;
-static pthread_once_t tier_once = PTHREAD_ONCE_INIT;
-
-static void tier_choose(void)
-{
-	const char *env = getenv("CASTFS_ISA");
-
-	if ((!env || strcmp(env, "scalar")) &&
-	    zst_tier_isa_runs(ZST_TIER_AVX512))
-		tier_isa = ZST_TIER_AVX512;
-}
-
 /*
  * Tiers from the last back: tier k's output is read by tier k - 1, so
  * outputs alternate between the exponent plane's place (@dst + count,
@@ -217,11 +219,13 @@ int zst_tier_decode(uint8_t *dst, size_t dsize, const uint8_t *src,
 {
 	struct tier_frame f;
 	const uint8_t *next, *table;
-	int rc = frame_parse(&f, dsize, src, csize);
+	int rc;
+
+	pthread_once(&tier_once, tier_choose);
+	rc = frame_parse(&f, dsize, src, csize);
 
 	if (rc)
 		return rc;
-	pthread_once(&tier_once, tier_choose);
 	next = f.stream[f.nt];
 	table = f.table + zst_tier_ranks(f.nt, f.w);
 	for (unsigned k = f.nt; k-- > 0;) {

@@ -32,6 +32,17 @@ AVX512 static void unpack_ctl(unsigned w, __m512i *spread, __m512i *shift)
 	*shift = _mm512_loadu_si512(h);
 }
 
+/* The reference's loop, with the POPCNT instruction. */
+AVX512 size_t zst_tier_escapes_avx512(const uint8_t *p, size_t len, unsigned w)
+{
+	size_t e = 0;
+
+	for (size_t at = 0; at < len; at += 8)
+		e += (size_t)__builtin_popcountll(
+			zst_tier_escape_bits(p, len, w, at));
+	return e;
+}
+
 AVX512 void zst_tier_expand_avx512(uint8_t *out, const uint8_t *codes, size_t n,
 				   unsigned w, const uint8_t *map,
 				   const uint8_t *next)
