@@ -189,7 +189,8 @@ bool zst_tier_isa_runs(enum zst_tier_isa isa)
 #if ZST_HAVE_X86
 	return isa == ZST_TIER_AVX512 && __builtin_cpu_supports("avx512bw") &&
 	       __builtin_cpu_supports("avx512vbmi") &&
-	       __builtin_cpu_supports("avx512vbmi2");
+	       __builtin_cpu_supports("avx512vbmi2") &&
+	       __builtin_cpu_supports("avx512vpopcntdq");
 #else
 	return false;
 #endif

@@ -3,7 +3,7 @@
  * One tier of a tiered frame with AVX-512 VBMI/VBMI2, 64 codes a step:
  * vpermb + vpmultishiftqb unpack the fixed-width codes to bytes, vpermb
  * maps them through the tier's ranks, vpexpandb fills the escapes in
- * order from the next tier. Compiled with a target attribute and called
+ * order from the next tier; VPOPCNTQ counts escapes. Compiled with a target attribute and called
  * only where the CPU has these (zst_tier.c chooses once).
  */
 #include <string.h>
@@ -13,9 +13,9 @@
 #if ZST_HAVE_X86
 #include <immintrin.h>
 
-#define AVX512          \
-	__attribute__(( \
-		target("avx512f,avx512bw,avx512vbmi,avx512vbmi2,popcnt")))
+#define AVX512                                                           \
+	__attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vbmi2," \
+			      "avx512vpopcntdq,popcnt")))
 
 /* Byte q*8 + b of the result: code 8q + b of a step, once
  * vpmultishiftqb has shifted byte b of qword q by b*w bits. The step's
@@ -32,12 +32,35 @@ AVX512 static void unpack_ctl(unsigned w, __m512i *spread, __m512i *shift)
 	*shift = _mm512_loadu_si512(h);
 }
 
-/* The reference's loop, with the POPCNT instruction. */
+/* The reference's step on 64 bytes at a time, VPOPCNTQ counting. */
 AVX512 size_t zst_tier_escapes_avx512(const uint8_t *p, size_t len, unsigned w)
 {
-	size_t e = 0;
+	__m512i acc = _mm512_setzero_si512();
+	__m512i low = _mm512_set1_epi64((long long)zst_tier_escape_bits(
+		(const uint8_t[8]){ 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+				    0xFF },
+		8, w, 0));
+	uint64_t lane[8];
+	size_t at = 0, e;
 
-	for (size_t at = 0; at < len; at += 8)
+	for (; len - at >= 64; at += 64) {
+		__m512i x = _mm512_loadu_si512(p + at);
+
+		if (w >= 2)
+			x = _mm512_and_si512(x, _mm512_maskz_srli_epi64(0xFF, x,
+									1));
+		if (w == 4)
+			x = _mm512_and_si512(x, _mm512_maskz_srli_epi64(0xFF, x,
+									2));
+		acc = _mm512_add_epi64(
+			acc, _mm512_popcnt_epi64(_mm512_and_si512(x, low)));
+	}
+	/* Not _mm512_reduce_add_epi64: GCC 12 warns in it (undefined). */
+	_mm512_storeu_si512(lane, acc);
+	e = 0;
+	for (int k = 0; k < 8; k++)
+		e += (size_t)lane[k];
+	for (; at < len; at += 8)
 		e += (size_t)__builtin_popcountll(
 			zst_tier_escape_bits(p, len, w, at));
 	return e;
