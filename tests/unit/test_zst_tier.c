@@ -189,6 +189,20 @@ static size_t frame_edit(uint8_t *z, size_t zn, unsigned k)
 	case 8: /* a trailing byte, the size field agreeing */
 		castfs_store_le32(z + 4, castfs_load_le32(z + 4) + 1);
 		return zn + 1;
+	case 10: /* a byte moved from stream 2 to stream 1: same total */
+		castfs_store_le32(z + F_LEN, castfs_load_le32(z + F_LEN) + 1);
+		castfs_store_le32(z + F_LEN + 4,
+				  castfs_load_le32(z + F_LEN + 4) - 1);
+		return zn;
+	case 11: { /* a zero byte (no escape) appended to stream 1 */
+		size_t end = s0 + castfs_load_le32(z + F_LEN);
+
+		memmove(z + end + 1, z + end, zn - end);
+		z[end] = 0;
+		castfs_store_le32(z + F_LEN, castfs_load_le32(z + F_LEN) + 1);
+		castfs_store_le32(z + 4, castfs_load_le32(z + 4) + 1);
+		return zn + 1;
+	}
 	case 9: /* a zstd frame's magic */
 		castfs_store_le32(z, 0xFD2FB528u);
 		return zn;
@@ -341,7 +355,7 @@ Suite *unit_suite(void)
 				tc, test_zst_tier__expand_isas_equal_scalar,
 				isa, isa + 1);
 	tcase_add_test(tc, test_zst_tier__frames_round_trip);
-	tcase_add_loop_test(tc, test_zst_tier__hostile_frames_rejected, 0, 11);
+	tcase_add_loop_test(tc, test_zst_tier__hostile_frames_rejected, 0, 13);
 	tcase_add_test(tc, test_zst_tier__grouped_pack_uses_tiers);
 	suite_add_tcase(s, tc);
 	return s;
