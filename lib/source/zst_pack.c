@@ -91,7 +91,8 @@ static size_t piece_tier(struct pack_state *ps, size_t n, size_t got,
 }
 
 /* Compress @n bytes of ps->in stored as *@t (which a bf16 frame may turn
- * into CASTFS_ZST_BF16_TIERED); the bytes stored to *@kept. */
+ * into CASTFS_ZST_BF16_TIERED); the bytes the checksum is of to *@kept:
+ * the planes, or a tiered frame itself (FORMATS.md). */
 static size_t piece_encode(struct pack_state *ps, size_t n,
 			   enum castfs_zst_transform *t, const uint8_t **kept)
 {
@@ -107,6 +108,8 @@ static size_t piece_encode(struct pack_state *ps, size_t n,
 	got = zst_encode_planes(ps->cc, ps->out, ps->out_cap, ps->planes, n, w);
 	if (got && *t == CASTFS_ZST_BF16 && ps->tier)
 		got = piece_tier(ps, n, got, t);
+	if (*t == CASTFS_ZST_BF16_TIERED)
+		*kept = ps->out;
 	return got;
 }
 
@@ -133,7 +136,12 @@ static int pack_piece(struct pack_state *ps, const struct castfs_reader *src,
 		return castfs_diag_set(d, rc, "writing the pack");
 	/* The checksum is of the frame as stored, as the format defines. */
 	rc = table_add(ps, (uint32_t)got, (uint32_t)n,
-		       ps->o->checksums ? zst_checksum(kept, n) : 0, t);
+		       ps->o->checksums ?
+			       zst_checksum(kept, t == CASTFS_ZST_BF16_TIERED ?
+							  got :
+							  n) :
+			       0,
+		       t);
 	if (rc)
 		return castfs_diag_set(d, rc, "too many frames");
 	ps->in_done += n;

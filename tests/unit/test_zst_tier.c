@@ -303,8 +303,8 @@ static size_t frame_off(const struct membuf *m, size_t i)
 /*
  * A grouped pack of bf16 weights is tier-coded (so this cannot pass on
  * zstd frames), keeps the ratio goal (1.47) and reads back as its input;
- * a frame edited to width 3 fails its range with -EIO, counted, while
- * its neighbours read back.
+ * a frame edited to width 3 and one with a flipped mantissa byte fail
+ * their ranges with -EIO, counted, while their neighbours read back.
  */
 START_TEST(test_zst_tier__grouped_pack_uses_tiers)
 {
@@ -323,6 +323,9 @@ START_TEST(test_zst_tier__grouped_pack_uses_tiers)
 	ck_assert_msg((double)n / (double)m.n >= 1.47, "ratio %.3f",
 		      (double)n / (double)m.n);
 	m.p[frame_off(&m, 2) + F_W] = 3;
+	/* A raw sign+mantissa byte: any value decodes; the checksum (of
+	 * the frame as stored) must catch it. */
+	m.p[frame_off(&m, 5) - 5] ^= 0x10;
 	ck_assert_int_eq(castfs_zcache_new(0, &c), 0);
 	castfs_mem_reader_init(&mr, m.p, m.n);
 	ck_assert_int_eq(castfs_zst_index_read(&mr.r, m.n, c, &ix, NULL), 0);
@@ -330,11 +333,11 @@ START_TEST(test_zst_tier__grouped_pack_uses_tiers)
 	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, fs, 64), 0);
 	ck_assert_mem_eq(buf, in + 64, fs);
 	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, 10, 64 + fs + 7), -EIO);
-	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, 2 * fs, 64 + 2 * fs),
-			 0);
-	ck_assert_mem_eq(buf, in + 64 + 2 * fs, 2 * fs);
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, fs, 64 + 2 * fs), 0);
+	ck_assert_mem_eq(buf, in + 64 + 2 * fs, fs);
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, fs, 64 + 3 * fs), -EIO);
 	castfs_zcache_stats_get(c, &st);
-	ck_assert_uint_eq(st.errors, 1);
+	ck_assert_uint_eq(st.errors, 2);
 	castfs_zst_index_free(ix);
 	castfs_zcache_free(c);
 	free(m.p);
