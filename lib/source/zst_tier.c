@@ -28,8 +28,9 @@ struct tier_frame {
 	const uint8_t *sm; /* the sign+mantissa plane */
 };
 
-/* The variant decodes run, chosen once (CASTFS_ISA=scalar: the
- * reference, as for the kernels and un-grouping). */
+/* The variant decodes run, chosen once: CASTFS_ISA naming another ISA
+ * than avx512 (scalar, avx2: tests, triage) gets the reference, as a
+ * CPU without AVX-512 VBMI2 would. */
 static enum zst_tier_isa tier_isa = ZST_TIER_SCALAR;
 static pthread_once_t tier_once = PTHREAD_ONCE_INIT;
 
@@ -37,7 +38,7 @@ static void tier_choose(void)
 {
 	const char *env = getenv("CASTFS_ISA");
 
-	if ((!env || strcmp(env, "scalar")) &&
+	if ((!env || !*env || !strcmp(env, "avx512")) &&
 	    zst_tier_isa_runs(ZST_TIER_AVX512))
 		tier_isa = ZST_TIER_AVX512;
 }
@@ -158,16 +159,52 @@ static int frame_parse(struct tier_frame *f, size_t dsize, const uint8_t *src,
 	return 0;
 }
 
+/* The codes of the whole bytes at @codes (the first @n codes' worth)
+ * mapped through @lut, 8 / @w output bytes per code byte by a table of
+ * every code byte built first; the codes done. */
+static size_t map_bytes(uint8_t *out, const uint8_t *codes, size_t n,
+			unsigned w, const uint8_t *lut)
+{
+	unsigned per = 8 / w, esc = (1u << w) - 1;
+	size_t nb = n / per;
+	uint8_t t[256][8];
+
+	if (nb < 1024) /* the table costs 256 code bytes' worth */
+		return 0;
+	for (unsigned v = 0; v < 256; v++)
+		for (unsigned k = 0; k < per; k++)
+			t[v][k] = lut[(v >> (k * w)) & esc];
+	for (size_t b = 0; b < nb; b++)
+		memcpy(out + b * per, t[codes[b]], per);
+	return nb * per;
+}
+
+/*
+ * Two passes, without a branch per code (escapes are a third of tier 1's
+ * codes, unpredictable: a branch each made this loop 80 % of a read):
+ * every code through the map, then the escapes' bytes put in place, the
+ * escapes found a word at a time as zst_tier_escapes_isa() counts them.
+ */
 void zst_tier_expand_scalar(uint8_t *out, const uint8_t *codes, size_t n,
 			    unsigned w, const uint8_t *map, const uint8_t *next)
 {
-	unsigned esc = (1u << w) - 1, per = 8 / w;
-	size_t j = 0;
+	unsigned esc = (1u << w) - 1, lg = w >> 1; /* log2 of 1, 2, 4 */
+	size_t i = 0, j = 0, bits = n * w, len = (bits + 7) / 8;
+	uint8_t lut[16] = { 0 };
 
-	for (size_t i = 0; i < n; i++) {
-		unsigned c = (codes[i / per] >> (w * (i % per))) & esc;
+	memcpy(lut, map, esc);
+	i = map_bytes(out, codes, n, w, lut);
+	for (const uint8_t *b = codes + i * w / 8; i < n; b++)
+		for (unsigned s = 0; s < 8 && i < n; s += w, i++)
+			out[i] = lut[(*b >> s) & esc];
+	for (size_t at = 0; at < len; at += 8) {
+		uint64_t m = zst_tier_escape_bits(codes, len, w, at);
 
-		out[i] = c == esc ? next[j++] : map[c];
+		if (bits - 8 * at < 64) /* not the bits after the last code */
+			m &= (1ull << (bits - 8 * at)) - 1;
+		for (; m; m &= m - 1)
+			out[(8 * at + (size_t)__builtin_ctzll(m)) >> lg] =
+				next[j++];
 	}
 }
 
