@@ -66,6 +66,7 @@ enum castfs_zst_transform {
 	CASTFS_ZST_BF16,
 	CASTFS_ZST_PLANES4, /* 4-byte elements other than fp32 */
 	CASTFS_ZST_F32,
+	CASTFS_ZST_BF16_TIERED, /* bf16 as above, its exponent tier-coded */
 	CASTFS_ZST_TRANSFORM_COUNT,
 };
 

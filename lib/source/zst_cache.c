@@ -207,16 +207,22 @@ static int frame_planes_dc(const struct castfs_zst_index *ix, size_t i,
 			   const uint8_t **plane)
 {
 	size_t dsize = (size_t)(ix->doff[i + 1] - ix->doff[i]);
-	unsigned w = zst_group_width(frame_xform(ix, i));
+	enum castfs_zst_transform t = frame_xform(ix, i);
+	unsigned w = zst_group_width(t);
 	void *planes = zst_dctx_ubuf(dc, dsize);
 	int rc;
 
 	if (!planes)
 		return -ENOMEM;
-	rc = zst_decode_planes(dc, planes, dsize, src, csize, w, plane);
-	/* The checksum is of the frame as stored (grouped). */
+	rc = t == CASTFS_ZST_BF16_TIERED ?
+		     zst_tier_decode(planes, dsize, src, csize, plane) :
+		     zst_decode_planes(dc, planes, dsize, src, csize, w, plane);
+	/* The checksum is of the frame as stored (grouped); of a tiered
+	 * frame, its own bytes: a third fewer to hash. */
 	if (!rc && ix->sum &&
-	    zst_checksum_planes(plane, w, dsize / w) != ix->sum[i])
+	    (t == CASTFS_ZST_BF16_TIERED ?
+		     zst_checksum(src, csize) :
+		     zst_checksum_planes(plane, w, dsize / w)) != ix->sum[i])
 		rc = -EIO;
 	return rc;
 }
@@ -463,7 +469,7 @@ static int frame_visit(const struct castfs_zst_index *ix,
 	struct zst_frame *f = zc_lookup(ix->cache, ix->id, i);
 	int rc;
 
-	if (!f && frame_xform(ix, i) == CASTFS_ZST_BF16 && in == 0 &&
+	if (!f && zst_xform_bf16(frame_xform(ix, i)) && in == 0 &&
 	    n == ix->doff[i + 1] - ix->doff[i])
 		return frame_visit_planes(ix, raw, i, fn, arg);
 	if (!f) {

@@ -20,6 +20,7 @@ unsigned zst_group_width(enum castfs_zst_transform t)
 	switch (t) {
 	case CASTFS_ZST_PLANES2:
 	case CASTFS_ZST_BF16:
+	case CASTFS_ZST_BF16_TIERED:
 		return 2;
 	case CASTFS_ZST_PLANES4:
 	case CASTFS_ZST_F32:
@@ -64,7 +65,7 @@ static uint32_t elem_load(const uint8_t *src, size_t i, unsigned w,
 	if (w == 2) {
 		uint16_t v = castfs_load_le16(src + 2 * i);
 
-		return t == CASTFS_ZST_BF16 ? bf16_align(v) : v;
+		return zst_xform_bf16(t) ? bf16_align(v) : v;
 	}
 	uint32_t v = castfs_load_le32(src + 4 * i);
 
@@ -107,7 +108,7 @@ static void ungroup_any(uint8_t *dst, const uint8_t *const *plane, size_t n,
 			v |= (uint32_t)plane[p][i] << (8 * p);
 		if (w == 2)
 			castfs_store_le16(dst + 2 * i,
-					  t == CASTFS_ZST_BF16 ?
+					  zst_xform_bf16(t) ?
 						  bf16_unalign((uint16_t)v) :
 						  (uint16_t)v);
 		else
@@ -300,7 +301,7 @@ static void ungroup_planes_isa(uint8_t *dst, const uint8_t *const *plane,
 	/* Elements are stored little-endian, as this host's words are. */
 	if (w == 2 && ((uintptr_t)dst & 1) == 0)
 		ungroup2(isa, (uint16_t *)(void *)dst, plane[0], plane[1],
-			 count, t == CASTFS_ZST_BF16);
+			 count, zst_xform_bf16(t));
 	else if (w == 4 && ((uintptr_t)dst & 3) == 0)
 		ungroup4(isa, (uint32_t *)(void *)dst, plane, count,
 			 t == CASTFS_ZST_F32);

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "common/bytes.h"
 #include "source/zst.h"
 
 #define ZST_SKIPPABLE_MAGIC 0x184D2A5Eu /* the seek table's frame */
@@ -166,6 +167,96 @@ size_t zst_bound(size_t n);
  */
 size_t zst_encode_frame(struct zst_cctx *cc, void *dst, size_t cap,
 			const void *src, size_t n);
+
+/*
+ * Tiered bf16 frames (zst_tier.c, FORMATS.md): a skippable frame of
+ * ZST_TIER_MAGIC holding the exponent plane in up to ZST_TIER_MAX tiers
+ * of fixed-width rank codes and the sign+mantissa plane raw.
+ */
+#define ZST_TIER_MAGIC 0x184D2A58u
+#define ZST_TIER_MAX 3u
+
+/* zst_tier_ranks - the ranks @nt tiers of widths @w hold (each 2^w - 1). */
+unsigned zst_tier_ranks(unsigned nt, const unsigned *w);
+
+/*
+ * zst_tier_encode - the tiered frame of the @count bf16 elements whose
+ * planes (sign+mantissa, then exponent: zst_group()'s order) are at
+ * @planes, into @dst (@cap bytes), with the widths that make it smallest.
+ * Returns its size, or 0 when it does not fit @cap or @count is 0 or too
+ * large for the header. Thread-safe.
+ */
+size_t zst_tier_encode(void *dst, size_t cap, const uint8_t *planes,
+		       size_t count);
+
+/*
+ * zst_tier_decode - decode the tiered frame of @csize bytes at @src into
+ * the 2 planes of @dsize bytes: @plane[0] the sign+mantissa plane where it
+ * lies in @src (valid while @src is), @plane[1] the exponent plane at
+ * @dst + @dsize / 2; the first half of @dst is scratch. Returns 0, or
+ * -EIO when the frame is not exactly one legal tiered frame of @dsize
+ * bytes (@dst clobbered). Thread-safe.
+ */
+int zst_tier_decode(uint8_t *dst, size_t dsize, const uint8_t *src,
+		    size_t csize, const uint8_t **plane);
+
+/* The tier decoders: the scalar reference and AVX-512 VBMI2. */
+enum zst_tier_isa { ZST_TIER_SCALAR, ZST_TIER_AVX512 };
+
+/* zst_tier_isa_runs - whether @isa is built and this CPU runs it. */
+bool zst_tier_isa_runs(enum zst_tier_isa isa);
+
+/*
+ * zst_tier_expand_isa - one tier with variant @isa (which must run): the
+ * @n codes of @w bits (1, 2 or 4) packed LSB-first at @codes to bytes at
+ * @out, code c < 2^w - 1 as @map[c], each escape (2^w - 1) as the next
+ * byte of @next, in order. @next must hold one byte per escape. Reads at
+ * most ceil(@n * @w / 8) bytes of @codes.
+ */
+void zst_tier_expand_isa(uint8_t *out, const uint8_t *codes, size_t n,
+			 unsigned w, const uint8_t *map, const uint8_t *next,
+			 enum zst_tier_isa isa);
+/*
+ * zst_tier_escapes_isa - the escapes among the codes of @w bits in the
+ * @len bytes at @p (padding bits zero), with variant @isa (which must
+ * run). zst_tier_escape_bits() - the escapes of the 8 bytes at @p + @at
+ * (fewer at the end), one bit each: the shared step of the variants.
+ */
+size_t zst_tier_escapes_isa(const uint8_t *p, size_t len, unsigned w,
+			    enum zst_tier_isa isa);
+static inline uint64_t zst_tier_escape_bits(const uint8_t *p, size_t len,
+					    unsigned w, size_t at)
+{
+	static const uint64_t low[5] = { 0, ~0ull, 0x5555555555555555ull, 0,
+					 0x1111111111111111ull };
+	uint64_t x = 0;
+
+	if (len - at >= 8)
+		x = castfs_load_le64(p + at);
+	else
+		for (size_t b = 0; at + b < len; b++)
+			x |= (uint64_t)p[at + b] << (8 * b);
+	/* A code's lowest bit stays set when all its bits are. */
+	if (w >= 2)
+		x &= x >> 1;
+	if (w == 4)
+		x &= x >> 2;
+	return x & low[w];
+}
+size_t zst_tier_escapes_avx512(const uint8_t *p, size_t len, unsigned w);
+void zst_tier_expand_scalar(uint8_t *out, const uint8_t *codes, size_t n,
+			    unsigned w, const uint8_t *map,
+			    const uint8_t *next);
+void zst_tier_expand_avx512(uint8_t *out, const uint8_t *codes, size_t n,
+			    unsigned w, const uint8_t *map,
+			    const uint8_t *next);
+
+/* zst_xform_bf16 - whether frames of @t hold bf16 planes (exponent
+ * aligned), whichever way they are coded. */
+static inline bool zst_xform_bf16(enum castfs_zst_transform t)
+{
+	return t == CASTFS_ZST_BF16 || t == CASTFS_ZST_BF16_TIERED;
+}
 
 /* zcache internals used by the reader (zst_cache.c). */
 struct zst_frame;

@@ -85,6 +85,27 @@ def seeds(castfs):
             bad_raw = bytearray(raw)
             bad_raw[len(raw) // 2] ^= 0x10
             out["seed-castfs-grouped-raw-corrupt"] = bytes(bad_raw)
+            # Weights-like bf16 (exponents 118..124, skewed): the packer
+            # codes such frames tiered (FORMATS.md, "Tiered bf16 frames");
+            # then a byte of the rank codes changed.
+            w = bytearray()
+            for _ in range(2048):
+                e = 121 + min(3, max(-3, round(rng.gauss(0, 1.2))))
+                v = (rng.getrandbits(1) << 15) | (e << 7) | rng.getrandbits(7)
+                w += struct.pack("<H", v)
+            hdr = b'{"a":{"dtype":"BF16","shape":[2048],"data_offsets":[0,4096]}}'
+            hdr += b" " * (-len(hdr) % 8)
+            with open(p, "wb") as f:
+                f.write(struct.pack("<Q", len(hdr)) + hdr + bytes(w))
+            subprocess.run([castfs, "pack", "--no-progress", "--grouped", "--force",
+                            "--frame-size", "2048", p], check=True)
+            with open(p + ".zstg", "rb") as f:
+                tiered = f.read()
+            out["seed-castfs-grouped-tiered"] = tiered
+            at = tiered.find(struct.pack("<I", 0x184D2A58))
+            bad_t = bytearray(tiered)
+            bad_t[at + 8 + 24 + 20] ^= 0x04
+            out["seed-castfs-grouped-tiered-corrupt"] = bytes(bad_t)
         out["seed-castfs-pack"] = packed
         sums = bytearray(packed)
         sums[-9 - 12 + 8] ^= 1  # the last frame's checksum

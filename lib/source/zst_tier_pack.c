@@ -1,0 +1,181 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The writer of tiered bf16 frames (zst_tier.c reads them): ranks the
+ * exponents by count, picks the tier widths that give the fewest bytes
+ * and writes the rank codes, tier by tier.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bytes.h"
+#include "source/zst_internal.h"
+
+#define TIER_HDR 24u
+
+struct tier_plan {
+	unsigned nt;
+	unsigned w[ZST_TIER_MAX];
+	size_t n[ZST_TIER_MAX + 1];
+	size_t size; /* the whole frame's bytes */
+};
+
+struct tier_rank {
+	uint8_t sym[256]; /* by rank: count desc, then value asc */
+	uint8_t of[256]; /* the rank of each byte value */
+	size_t cum[257]; /* cum[r]: elements whose rank is below r */
+};
+
+static int rank_cmp(const void *a, const void *b, void *hist)
+{
+	const size_t *h = hist;
+	uint8_t x = *(const uint8_t *)a, y = *(const uint8_t *)b;
+
+	if (h[x] != h[y])
+		return h[x] > h[y] ? -1 : 1;
+	return (int)x - (int)y;
+}
+
+static void ranks_of(struct tier_rank *rk, const uint8_t *ex, size_t count)
+{
+	size_t hist[256] = { 0 };
+
+	for (size_t i = 0; i < count; i++)
+		hist[ex[i]]++;
+	for (unsigned v = 0; v < 256; v++)
+		rk->sym[v] = (uint8_t)v;
+	qsort_r(rk->sym, 256, 1, rank_cmp, hist);
+	rk->cum[0] = 0;
+	for (unsigned r = 0; r < 256; r++) {
+		rk->of[rk->sym[r]] = (uint8_t)r;
+		rk->cum[r + 1] = rk->cum[r] + hist[rk->sym[r]];
+	}
+}
+
+/* The frame's size with widths @p->w[0..nt), filling @p->n. */
+static size_t plan_size(struct tier_plan *p, const struct tier_rank *rk,
+			size_t count)
+{
+	size_t size = ZST_SKIPPABLE_HEADER + TIER_HDR + count;
+	unsigned base = 0;
+
+	p->n[0] = count;
+	for (unsigned k = 0; k < p->nt; k++) {
+		size += (p->n[k] * p->w[k] + 7) / 8;
+		base += (1u << p->w[k]) - 1;
+		p->n[k + 1] = count - rk->cum[base < 256 ? base : 256];
+	}
+	p->size = size + p->n[p->nt] + zst_tier_ranks(p->nt, p->w);
+	return p->size;
+}
+
+/* The fewest bytes over every choice of 1..3 widths in {1, 2, 4}. */
+static void plan_best(struct tier_plan *best, const struct tier_rank *rk,
+		      size_t count)
+{
+	static const unsigned wv[3] = { 1, 2, 4 };
+	struct tier_plan p;
+
+	best->size = 0;
+	for (unsigned nt = 1; nt <= ZST_TIER_MAX; nt++) {
+		unsigned combos = nt == 1 ? 3 : nt == 2 ? 9 : 27;
+
+		for (unsigned c = 0; c < combos; c++) {
+			p.nt = nt;
+			for (unsigned k = 0, x = c; k < nt; k++, x /= 3)
+				p.w[k] = wv[x % 3];
+			plan_size(&p, rk, count);
+			if (!best->size || p.size < best->size)
+				*best = p;
+		}
+	}
+}
+
+struct bitw {
+	uint8_t *p;
+	size_t bit;
+};
+
+static void bits_put(struct bitw *b, unsigned code, unsigned w)
+{
+	b->p[b->bit / 8] |= (uint8_t)(code << (b->bit % 8));
+	b->bit += w;
+}
+
+/* Every exponent's codes: tier by tier until its rank is in one, or
+ * the raw byte after escaping every tier. */
+static void codes_write(struct bitw *bw, uint8_t *raw,
+			const struct tier_plan *p, const struct tier_rank *rk,
+			const uint8_t *ex, size_t count)
+{
+	size_t j = 0;
+
+	for (size_t i = 0; i < count; i++) {
+		unsigned r = rk->of[ex[i]], base = 0, k;
+
+		for (k = 0; k < p->nt; k++) {
+			unsigned esc = (1u << p->w[k]) - 1;
+
+			if (r < base + esc) {
+				bits_put(&bw[k], r - base, p->w[k]);
+				break;
+			}
+			bits_put(&bw[k], esc, p->w[k]);
+			base += esc;
+		}
+		if (k == p->nt)
+			raw[j++] = ex[i];
+	}
+}
+
+static uint8_t *header_write(uint8_t *d, const struct tier_plan *p,
+			     size_t count)
+{
+	castfs_store_le32(d, ZST_TIER_MAGIC);
+	castfs_store_le32(d + 4, (uint32_t)(p->size - ZST_SKIPPABLE_HEADER));
+	d += ZST_SKIPPABLE_HEADER;
+	memset(d, 0, TIER_HDR);
+	castfs_store_le32(d, (uint32_t)count);
+	d[4] = (uint8_t)p->nt;
+	for (unsigned k = 0; k <= p->nt; k++) {
+		size_t len = k < p->nt ? (p->n[k] * p->w[k] + 7) / 8 : p->n[k];
+
+		if (k < p->nt)
+			d[5 + k] = (uint8_t)p->w[k];
+		castfs_store_le32(d + 8 + 4 * k, (uint32_t)len);
+	}
+	return d + TIER_HDR;
+}
+
+size_t zst_tier_encode(void *dst, size_t cap, const uint8_t *planes,
+		       size_t count)
+{
+	const uint8_t *ex = planes + count;
+	struct bitw bw[ZST_TIER_MAX];
+	struct tier_rank rk;
+	struct tier_plan p;
+	uint8_t *d;
+	unsigned r;
+
+	if (!count || count > UINT32_MAX / 4)
+		return 0;
+	ranks_of(&rk, ex, count);
+	plan_best(&p, &rk, count);
+	if (p.size > cap)
+		return 0;
+	d = header_write(dst, &p, count);
+	r = zst_tier_ranks(p.nt, p.w);
+	/* Ranks past the last value present hold the absent values in
+	 * ascending order: the table stays distinct. */
+	memcpy(d, rk.sym, r);
+	d += r;
+	for (unsigned k = 0; k < p.nt; k++) {
+		size_t len = (p.n[k] * p.w[k] + 7) / 8;
+
+		memset(d, 0, len);
+		bw[k] = (struct bitw){ d, 0 };
+		d += len;
+	}
+	codes_write(bw, d, &p, &rk, ex, count);
+	memcpy(d + p.n[p.nt], planes, count);
+	return p.size;
+}

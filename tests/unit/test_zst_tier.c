@@ -1,0 +1,365 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lib/source: tiered bf16 frames (zst_tier.c). Every tier decoder this
+ * CPU runs equals the scalar reference on random and adversarial codes;
+ * frames decode to the planes they were made of (the input is the
+ * oracle); hostile frames (valid ones edited) fail with -EIO; and a
+ * grouped pack of bf16 weights uses them and reads back as its input.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bytes.h"
+#include "source/zst.h"
+#include "source/zst_internal.h"
+#include "unit.h"
+#include "unit_membuf.h"
+
+static uint32_t lcg(uint32_t *s)
+{
+	*s = *s * 1664525u + 1013904223u;
+	return *s >> 8;
+}
+
+/* Codes of @n elements: 0 random, 1 all escapes, 2 no escape, 3 one
+ * escape in 61, the rest one code. */
+static void codes_fill(uint8_t *c, size_t len, unsigned kind, uint32_t *s)
+{
+	for (size_t i = 0; i < len; i++) {
+		uint8_t b = (uint8_t)lcg(s);
+
+		c[i] = kind == 0 ? b : kind == 1 ? 0xFF : kind == 2 ? 0 : b;
+		if (kind == 3)
+			c[i] = i % 61 ? 0x00 : 0xFF;
+	}
+}
+
+/*
+ * The vector decoder against the reference for widths 1, 2, 4, counts
+ * around its 64-code steps and buffers at odd addresses; bytes past the
+ * @n outputs must be left alone.
+ */
+START_TEST(test_zst_tier__expand_isas_equal_scalar)
+{
+	static const size_t counts[] = { 0,  1,	  7,   63,  64,
+					 65, 127, 128, 999, 4099 };
+	static const unsigned widths[] = { 1, 2, 4 };
+	enum zst_tier_isa isa = (enum zst_tier_isa)_i;
+	size_t cap = 4200;
+	uint8_t *codes = malloc(cap), *next = malloc(cap);
+	uint8_t *want = malloc(cap + 64), *got = malloc(cap + 64), map[16];
+	uint32_t s = 3;
+
+	ck_assert(zst_tier_isa_runs(isa));
+	for (size_t i = 0; i < cap; i++)
+		next[i] = (uint8_t)lcg(&s);
+	for (unsigned m = 0; m < 16; m++)
+		map[m] = (uint8_t)(0xC0 + m);
+	for (unsigned a = 0; a < 3; a++)
+		for (unsigned kind = 0; kind < 4; kind++)
+			for (size_t c = 0; c < sizeof(counts) / sizeof(*counts);
+			     c++) {
+				size_t n = counts[c], at = c % 5;
+				size_t len = (n * widths[a] + 7) / 8;
+
+				codes_fill(codes + at, len, kind, &s);
+				memset(want, 0x5A, cap + 64);
+				memset(got, 0x5A, cap + 64);
+				zst_tier_expand_isa(want + at, codes + at, n,
+						    widths[a], map, next + 3,
+						    ZST_TIER_SCALAR);
+				zst_tier_expand_isa(got + at, codes + at, n,
+						    widths[a], map, next + 3,
+						    isa);
+				ck_assert_mem_eq(got, want, cap + 64);
+				ck_assert_uint_eq(
+					zst_tier_escapes_isa(codes + at, len,
+							     widths[a], isa),
+					zst_tier_escapes_isa(codes + at, len,
+							     widths[a],
+							     ZST_TIER_SCALAR));
+			}
+	free(codes);
+	free(next);
+	free(want);
+	free(got);
+}
+END_TEST
+
+/* Planes of @count bf16 elements whose exponents are: 0 one value, 1 all
+ * 256 values evenly, 2 N(0, 0.02)-like (a sum of uniforms), 3 a few
+ * hundred of 40 values then all 256 once each. */
+static uint8_t *planes_make(size_t count, unsigned kind, uint32_t s)
+{
+	uint8_t *p = malloc(2 * count);
+
+	for (size_t i = 0; i < count; i++) {
+		uint32_t r = lcg(&s);
+		uint8_t e = 121;
+
+		p[i] = (uint8_t)r;
+		if (kind == 1)
+			e = (uint8_t)(r >> 8);
+		else if (kind == 2)
+			e = (uint8_t)(118 + (r % 5) + ((r >> 4) % 5) -
+				      ((r >> 9) % 3));
+		else if (kind == 3)
+			e = i < 256 ? (uint8_t)i : (uint8_t)(100 + r % 40);
+		p[count + i] = e;
+	}
+	return p;
+}
+
+static size_t tier_frame(uint8_t **z, const uint8_t *planes, size_t count)
+{
+	size_t cap = 4 * count + 512, got;
+
+	*z = malloc(cap);
+	got = zst_tier_encode(*z, cap, planes, count);
+	ck_assert_uint_gt(got, 0);
+	return got;
+}
+
+/* Frames decode to the planes they were made of: the sign+mantissa
+ * plane in place in the frame, the exponent plane in the buffer. */
+START_TEST(test_zst_tier__frames_round_trip)
+{
+	static const size_t counts[] = { 1, 63, 1001, 65536 };
+
+	for (unsigned kind = 0; kind < 4; kind++)
+		for (size_t c = 0; c < 4; c++) {
+			size_t count = counts[c];
+			uint8_t *in = planes_make(count, kind, 17 + kind), *z;
+			uint8_t *dst = malloc(2 * count);
+			const uint8_t *plane[2];
+			size_t zn = tier_frame(&z, in, count);
+
+			ck_assert_int_eq(zst_tier_decode(dst, 2 * count, z, zn,
+							 plane),
+					 0);
+			ck_assert_ptr_eq(plane[0], z + zn - count);
+			ck_assert_mem_eq(plane[0], in, count);
+			ck_assert_mem_eq(plane[1], in + count, count);
+			free(in);
+			free(z);
+			free(dst);
+		}
+}
+END_TEST
+
+/* Offsets in a frame: the payload's header fields. */
+#define F_NT 12u
+#define F_W 13u
+#define F_LEN 16u
+#define F_TABLE 32u
+
+/* Frame @z (@zn bytes) with one edit @k; the size it now has. */
+static size_t frame_edit(uint8_t *z, size_t zn, unsigned k)
+{
+	size_t s0 = F_TABLE +
+		    zst_tier_ranks(z[F_NT], (unsigned[]){ z[F_W], z[F_W + 1],
+							  z[F_W + 2] });
+
+	switch (k) {
+	case 0: /* truncated by a byte */
+		return zn - 1;
+	case 1: /* truncated, the frame's size field agreeing */
+		castfs_store_le32(z + 4, castfs_load_le32(z + 4) - 1);
+		return zn - 1;
+	case 2: /* stream 1's length off by one */
+		castfs_store_le32(z + F_LEN, castfs_load_le32(z + F_LEN) + 1);
+		return zn;
+	case 3: /* too many escapes: stream 2 is too short for them */
+		memset(z + s0, 0xFF, castfs_load_le32(z + F_LEN) - 1);
+		return zn;
+	case 4: /* a symbol twice in the table */
+		z[F_TABLE + 1] = z[F_TABLE];
+		return zn;
+	case 5: /* width 3 */
+		z[F_W] = 3;
+		return zn;
+	case 6: /* no tier; then four */
+		z[F_NT] = 0;
+		return zn;
+	case 7:
+		z[F_NT] = 4;
+		return zn;
+	case 8: /* a trailing byte, the size field agreeing */
+		castfs_store_le32(z + 4, castfs_load_le32(z + 4) + 1);
+		return zn + 1;
+	case 10: /* a byte moved from stream 2 to stream 1: same total */
+		castfs_store_le32(z + F_LEN, castfs_load_le32(z + F_LEN) + 1);
+		castfs_store_le32(z + F_LEN + 4,
+				  castfs_load_le32(z + F_LEN + 4) - 1);
+		return zn;
+	case 11: { /* a zero byte (no escape) appended to stream 1 */
+		size_t end = s0 + castfs_load_le32(z + F_LEN);
+
+		memmove(z + end + 1, z + end, zn - end);
+		z[end] = 0;
+		castfs_store_le32(z + F_LEN, castfs_load_le32(z + F_LEN) + 1);
+		castfs_store_le32(z + 4, castfs_load_le32(z + 4) + 1);
+		return zn + 1;
+	}
+	case 9: /* a zstd frame's magic */
+		castfs_store_le32(z, 0xFD2FB528u);
+		return zn;
+	default: /* the padding after stream 1's last code */
+		z[s0 + castfs_load_le32(z + F_LEN) - 1] |= 0x80;
+		return zn;
+	}
+}
+
+START_TEST(test_zst_tier__hostile_frames_rejected)
+{
+	size_t count = 1001; /* 2-bit codes leave padding */
+	uint8_t *in = planes_make(count, 2, 5), *z;
+	uint8_t *dst = malloc(2 * count + 2);
+	const uint8_t *plane[2];
+	size_t zn = tier_frame(&z, in, count);
+	uint8_t *e = malloc(zn + 1);
+
+	/* The frame the edits assume: two ranks or more, and stream 1
+	 * neither all escapes nor none. */
+	ck_assert_uint_ge(
+		zst_tier_ranks(z[F_NT],
+			       (unsigned[]){ z[F_W], z[F_W + 1], z[F_W + 2] }),
+		2);
+	memcpy(e, z, zn);
+	ck_assert_int_eq(zst_tier_decode(dst, 2 * count, e, zn, plane), 0);
+	ck_assert_int_eq(zst_tier_decode(dst, 2 * count + 2, e, zn, plane),
+			 -EIO);
+	memcpy(e, z, zn);
+	e[zn] = 0;
+	ck_assert_int_eq(zst_tier_decode(dst, 2 * count, e,
+					 frame_edit(e, zn, (unsigned)_i),
+					 plane),
+			 -EIO);
+	free(in);
+	free(z);
+	free(e);
+	free(dst);
+}
+END_TEST
+
+/* bf16 weights, roughly N(0, 0.02), after a 64-byte header. */
+static uint8_t *weights_make(size_t n)
+{
+	uint8_t *p = calloc(1, n);
+	uint32_t s = 9;
+
+	for (size_t i = 64; i + 1 < n; i += 2) {
+		float x = -2.0f;
+		uint32_t bits;
+
+		for (int k = 0; k < 4; k++)
+			x += (float)lcg(&s) / (float)(1u << 24);
+		x *= 0.02f * 1.7320508f;
+		memcpy(&bits, &x, 4);
+		castfs_store_le16(p + i, (uint16_t)(bits >> 16));
+	}
+	return p;
+}
+
+static void pack_grouped(const uint8_t *in, size_t n, struct membuf *m)
+{
+	uint64_t cuts[] = { 64 };
+	uint8_t tr[] = { CASTFS_ZST_BF16 };
+	struct castfs_zst_pack_opts o = { .frame_size = 256 << 10,
+					  .level = 1,
+					  .checksums = true,
+					  .cuts = cuts,
+					  .ncuts = 1,
+					  .cut_transforms = tr };
+	struct castfs_mem_reader mr;
+	struct castfs_writer w = { mem_write, m };
+
+	castfs_mem_reader_init(&mr, in, n);
+	ck_assert_int_eq(castfs_zst_pack(&mr.r, n, &o, &w, NULL), 0);
+}
+
+/* The marker's transform byte of frame @i of pack @m. */
+static uint8_t marker_xform(const struct membuf *m, size_t i)
+{
+	size_t nf = castfs_load_le32(m->p + m->n - 9);
+	size_t table = m->n - 9 - nf * 12 - 8;
+
+	return m->p[table - nf + i];
+}
+
+/* The compressed offset of frame @i (entries of 12 bytes). */
+static size_t frame_off(const struct membuf *m, size_t i)
+{
+	size_t nf = castfs_load_le32(m->p + m->n - 9), off = 0;
+	const uint8_t *e = m->p + m->n - 9 - nf * 12;
+
+	for (size_t k = 0; k < i; k++)
+		off += castfs_load_le32(e + 12 * k);
+	return off;
+}
+
+/*
+ * A grouped pack of bf16 weights is tier-coded (so this cannot pass on
+ * zstd frames), keeps the ratio goal (1.47) and reads back as its input;
+ * a frame edited to width 3 and one with a flipped mantissa byte fail
+ * their ranges with -EIO, counted, while their neighbours read back.
+ */
+START_TEST(test_zst_tier__grouped_pack_uses_tiers)
+{
+	size_t n = (1u << 20) + 64, fs = 256 << 10;
+	uint8_t *in = weights_make(n), *buf = malloc(n);
+	struct castfs_mem_reader mr;
+	struct castfs_zst_reader zr;
+	struct castfs_zcache *c;
+	struct castfs_zst_index *ix;
+	struct castfs_zcache_stats st;
+	struct membuf m = { 0 };
+
+	pack_grouped(in, n, &m);
+	for (size_t i = 1; i <= 4; i++)
+		ck_assert_uint_eq(marker_xform(&m, i), CASTFS_ZST_BF16_TIERED);
+	ck_assert_msg((double)n / (double)m.n >= 1.47, "ratio %.3f",
+		      (double)n / (double)m.n);
+	m.p[frame_off(&m, 2) + F_W] = 3;
+	/* A raw sign+mantissa byte: any value decodes; the checksum (of
+	 * the frame as stored) must catch it. */
+	m.p[frame_off(&m, 5) - 5] ^= 0x10;
+	ck_assert_int_eq(castfs_zcache_new(0, &c), 0);
+	castfs_mem_reader_init(&mr, m.p, m.n);
+	ck_assert_int_eq(castfs_zst_index_read(&mr.r, m.n, c, &ix, NULL), 0);
+	castfs_zst_reader_init(&zr, ix, &mr.r);
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, fs, 64), 0);
+	ck_assert_mem_eq(buf, in + 64, fs);
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, 10, 64 + fs + 7), -EIO);
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, fs, 64 + 2 * fs), 0);
+	ck_assert_mem_eq(buf, in + 64 + 2 * fs, fs);
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, fs, 64 + 3 * fs), -EIO);
+	castfs_zcache_stats_get(c, &st);
+	ck_assert_uint_eq(st.errors, 2);
+	castfs_zst_index_free(ix);
+	castfs_zcache_free(c);
+	free(m.p);
+	free(buf);
+	free(in);
+}
+END_TEST
+
+Suite *unit_suite(void)
+{
+	Suite *s = suite_create("zst_tier");
+	TCase *tc = tcase_create("zst_tier");
+
+	/* The variants this CPU runs; the scalar one checks the harness. */
+	for (int isa = ZST_TIER_SCALAR; isa <= ZST_TIER_AVX512; isa++)
+		if (zst_tier_isa_runs((enum zst_tier_isa)isa))
+			tcase_add_loop_test(
+				tc, test_zst_tier__expand_isas_equal_scalar,
+				isa, isa + 1);
+	tcase_add_test(tc, test_zst_tier__frames_round_trip);
+	tcase_add_loop_test(tc, test_zst_tier__hostile_frames_rejected, 0, 13);
+	tcase_add_test(tc, test_zst_tier__grouped_pack_uses_tiers);
+	suite_add_tcase(s, tc);
+	return s;
+}
