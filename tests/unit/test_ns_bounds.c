@@ -399,7 +399,7 @@ END_TEST
 
 /* Node @i of a path of its own, held by the kernel (nlookup 1); no file
  * behind it: the set of held paths is fed by the node table alone. */
-static uint64_t hold_path(size_t i)
+static uint64_t hold_node(size_t i, ino_t ino)
 {
 	struct ns_node d = { .kind = NS_FILE, .parent = CASTFS_NS_ROOT_ID };
 	char p[32];
@@ -409,9 +409,14 @@ static uint64_t hold_path(size_t i)
 	d.path = strdup(p);
 	ck_assert_ptr_nonnull(d.path);
 	d.st.st_mode = S_IFREG | 0644;
-	d.st.st_ino = (ino_t)(1000000 + i);
+	d.st.st_ino = ino;
 	ck_assert_int_eq(ns_node_intern(ns, &d, &id), 0);
 	return id;
+}
+
+static uint64_t hold_path(size_t i)
+{
+	return hold_node(i, (ino_t)(1000000 + i));
 }
 
 static bool path_held(size_t i)
@@ -431,15 +436,15 @@ static bool path_held(size_t i)
 START_TEST(test_ns_bounds__held_paths_exact_past_65536)
 {
 	enum { N = 100000 };
-	uint64_t *ids = calloc(N, sizeof(*ids));
+	uint64_t *ids = calloc(N, sizeof(*ids)), other;
 	size_t idle = 0;
+	char *path;
 
 	ck_assert_ptr_nonnull(ids);
 	for (size_t i = 0; i < N; i++)
 		ids[i] = hold_path(i);
 	for (size_t i = 0; i < N; i += 4) {
-		char *path = ns_node_forget(ns, ids[i], 1);
-
+		path = ns_node_forget(ns, ids[i], 1);
 		idle += path != NULL;
 		free(path);
 	}
@@ -450,6 +455,18 @@ START_TEST(test_ns_bounds__held_paths_exact_past_65536)
 	ck_assert_uint_eq(hold_path(1), ids[1]);
 	free(ns_node_forget(ns, ids[1], 1));
 	ck_assert(path_held(1));
+	/* Two nodes of one path (a view beside its file, another identity
+	 * after a rename): idle only when the second goes. */
+	other = hold_node(1, 1);
+	ck_assert_ptr_null(ns_node_forget(ns, other, 1));
+	ck_assert(path_held(1));
+	other = hold_node(1, 1);
+	ck_assert_ptr_null(ns_node_forget(ns, ids[1], 1));
+	path = ns_node_forget(ns, other, 1);
+	ck_assert_str_eq(path, "held/p000001");
+	free(path);
+	ck_assert(!path_held(1));
+	ids[1] = hold_path(1);
 	/* All released (the set shrinks), then one held again. */
 	for (size_t i = 0; i < N; i++)
 		free(ns_node_forget(ns, ids[i], 1));
