@@ -47,9 +47,6 @@ struct ns_node {
 	uint64_t parent; /* the directory it was looked up in */
 	uint64_t nlookup;
 	struct ns_node *hnext;
-	/* The next node of the held set's chain (ns_live.c) while nlookup
-	 * > 0. */
-	struct ns_node *lnext;
 	uint8_t kind; /* enum ns_kind */
 	uint32_t aux; /* kind-specific */
 	const struct castfs_view *view; /* views, tensor trees of views, MDIR */
@@ -240,21 +237,20 @@ bool ns_node_ref(struct castfs_ns *ns, uint64_t id);
 char *ns_node_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup);
 
 /* ns_node_path_live - whether a node the kernel holds (nlookup > 0) has
- * source path @path, exactly. Takes a leaf lock; thread-safe. */
+ * source path @path, exactly (true for every path only after an entry
+ * could not be allocated). Takes a leaf lock; thread-safe. */
 bool ns_node_path_live(const struct castfs_ns *ns, const char *path);
 
-/* ns_live_new / ns_live_free - the exact set of held nodes by source
- * path (ns_live.c): new returns NULL without memory; free accepts NULL
- * and leaves the nodes alone. ns_live_add - node @n (not in the set)
- * became held; ns_live_del - @n (in the set) no longer is: true when no
- * node left in the set has its path. ns_live_has - whether a node in the
- * set has @path. @n->path must not change while @n is in the set. Add and
- * del are called under ns->lock; all take a leaf lock of the set's own,
- * so has() is thread-safe without ns->lock. */
+/* ns_live_new / ns_live_free - the exact set of held source paths with
+ * their counts (ns_live.c): new returns NULL without memory; free accepts
+ * NULL. ns_live_add - one more holder of @path (without memory the set
+ * answers true for every path from then on). ns_live_sub - one fewer;
+ * true when that was the last one. ns_live_has - whether @path has a
+ * holder. All thread-safe (a leaf lock). */
 struct ns_live *ns_live_new(void);
 void ns_live_free(struct ns_live *l);
-void ns_live_add(struct ns_live *l, struct ns_node *n);
-bool ns_live_del(struct ns_live *l, struct ns_node *n);
+void ns_live_add(struct ns_live *l, const char *path);
+bool ns_live_sub(struct ns_live *l, const char *path);
 bool ns_live_has(struct ns_live *l, const char *path);
 
 /* ns_node_tree_live - false when the kernel holds no tensor-tree

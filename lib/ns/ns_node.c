@@ -163,7 +163,6 @@ int ns_node_get(struct castfs_ns *ns, uint64_t id, struct ns_node *out)
 	}
 	*out = *n;
 	out->hnext = NULL;
-	out->lnext = NULL;
 	out->path = strdup(n->path);
 	out->sub = n->sub ? strdup(n->sub) : NULL;
 	if (!out->path || (n->sub && !out->sub)) {
@@ -210,9 +209,9 @@ bool ns_node_tree_live(const struct castfs_ns *ns, const struct stat *st)
 
 /* Node @n became held by the kernel: count it where ns_node_path_live()
  * and ns_node_tree_live() look. */
-static void live_count(struct castfs_ns *ns, struct ns_node *n)
+static void live_count(struct castfs_ns *ns, const struct ns_node *n)
 {
-	ns_live_add(ns->live, n);
+	ns_live_add(ns->live, n->path);
 	if (n->kind != NS_TDIR)
 		return;
 	atomic_fetch_add(tree_slot(ns, &n->st), 1);
@@ -318,13 +317,12 @@ static void node_move_locked(struct castfs_ns *ns, struct ns_node *n,
 
 	if (!desc->path || strcmp(old, desc->path) == 0)
 		return;
-	if (n->nlookup)
-		ns_live_del(ns->live,
-			    n); /* held again below, at its new path */
+	if (n->nlookup) {
+		ns_live_sub(ns->live, old);
+		ns_live_add(ns->live, desc->path);
+	}
 	n->path = desc->path;
 	n->parent = desc->parent;
-	if (n->nlookup)
-		ns_live_add(ns->live, n);
 	desc->path = old; /* freed by the caller's ns_node_put_copy() */
 }
 
@@ -414,7 +412,7 @@ char *ns_node_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup)
 		n->nlookup = n->nlookup > nlookup ? n->nlookup - nlookup : 0;
 		if (n->nlookup == 0 && n->kind == NS_TDIR)
 			tree_forget(ns, n);
-		if (n->nlookup == 0 && ns_live_del(ns->live, n))
+		if (n->nlookup == 0 && ns_live_sub(ns->live, n->path))
 			idle = strdup(n->path);
 		if (n->nlookup == 0 && ++ns->nforgotten > NS_FORGOTTEN_MAX)
 			sweep_forgotten_locked(ns);
