@@ -109,10 +109,15 @@ class PackChoice(unittest.TestCase):
         name = NAMES[0]
         self.check_shown(name, self.a, self.a_bytes, ".zstg")
         os.remove(os.path.join(self.src, name + ".safetensors.zst"))
+        # The watcher tells the kernel about the name and about the
+        # listing separately: wait (bounded) until both have moved on.
+        shown = name + ".safetensors"
         deadline = time.time() + 10
         while time.time() < deadline:
             try:
-                if read(self.m(name + ".safetensors")) == self.b_bytes:
+                listed = {e.name: e.inode() for e in os.scandir(self.m())}
+                if read(self.m(shown)) == self.b_bytes and \
+                        listed.get(shown) == os.stat(self.m(shown)).st_ino:
                     break
             except OSError:
                 pass
