@@ -8,6 +8,7 @@ other take over (the watcher). The bytes are checked against the files
 safetensors wrote, the values with safetensors' loader against torch.
 """
 import gc
+import json
 import os
 import shutil
 import subprocess
@@ -65,6 +66,14 @@ class PackChoice(unittest.TestCase):
             for key, ext in (order if i % 2 == 0 else order[::-1]):
                 shutil.copy(packs[key], os.path.join(cls.src, name + ".safetensors" + ext))
         cls.zstg_bytes = read(packs["b"])
+        # A model folder: its DIR.<view>/ lists the folder by the same rule.
+        llama = os.path.join(cls.src, "llama")
+        os.mkdir(llama)
+        with open(os.path.join(llama, "config.json"), "w") as f:
+            json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                       "torch_dtype": "bfloat16"}, f)
+        for key, ext in (("b", ".zstg"), ("a", ".zst")):
+            shutil.copy(packs[key], os.path.join(llama, "model.safetensors" + ext))
         cls.mnt = tl.Mount(cls.src)
 
     @classmethod
@@ -104,6 +113,18 @@ class PackChoice(unittest.TestCase):
         for name in NAMES[1:]:
             with self.subTest(name=name):
                 self.check_shown(name, self.a, self.a_bytes, ".zstg")
+
+    def test_model_folder_views_follow_the_rule(self):
+        names = os.listdir(self.m("llama"))
+        self.assertEqual(names.count("model.safetensors"), 1, names)
+        self.assertNotIn("model.safetensors.zst", names)
+        self.assertEqual(read(self.m("llama", "model.safetensors")), self.a_bytes)
+        names = os.listdir(self.m("llama.fp32"))
+        self.assertEqual(names.count("model.safetensors"), 1, names)
+        got = load_file(self.m("llama.fp32", "model.safetensors"))
+        self.assertEqual(sorted(got), sorted(self.a))
+        for k, t in self.a.items():
+            self.assertTrue(torch.equal(got[k], t.float()), k)
 
     def test_deleting_the_winner_lets_the_other_in(self):
         name = NAMES[0]
