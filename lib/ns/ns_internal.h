@@ -109,7 +109,7 @@ enum ns_ckpt_slot {
 #define NS_HASH_BUCKETS 4096u
 /* Remembered failures of evicted checkpoint entries, at most. */
 #define NS_CKFAIL_MAX 4096u
-/* Slots counting the nodes the kernel holds per source path (by hash). */
+/* Slots counting the tensor-tree directories the kernel holds (by hash). */
 #define NS_LIVE_SLOTS 65536u
 /* Forgotten nodes kept for NFS handles before they are all freed. */
 #define NS_FORGOTTEN_MAX 32768u
@@ -141,9 +141,9 @@ struct castfs_ns {
 	size_t nbuckets;
 	size_t nnodes;
 	size_t nforgotten; /* nodes with nlookup 0 still in the table */
-	/* Per hash slot of a source path, the nodes with nlookup > 0 that
-	 * have it (NS_LIVE_SLOTS; ns_node_path_live()). */
-	_Atomic uint32_t *live;
+	/* Per source path, the nodes with nlookup > 0 that have it, exactly
+	 * (ns_live.c; ns_node_path_live()). */
+	struct ns_live *live;
 	/* The same for tensor-tree directories (NS_TDIR) by the (dev, ino)
 	 * of their checkpoint, and how many there are in all: the kernel
 	 * may cache the listing of each (ns_node_tree_live()). */
@@ -236,16 +236,28 @@ bool ns_node_ref(struct castfs_ns *ns, uint64_t id);
  * it caches for it; NULL otherwise (or on -ENOMEM). Thread-safe. */
 char *ns_node_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup);
 
-/* ns_node_path_live - false when no node the kernel holds (nlookup > 0)
- * has source path @path. May say true for a path none holds (counts are
- * kept per hash slot, NS_LIVE_SLOTS of them): callers use it only to let
- * go of caches early. Lock-free; thread-safe. */
+/* ns_node_path_live - whether a node the kernel holds (nlookup > 0) has
+ * source path @path, exactly (true for every path only after an entry
+ * could not be allocated). Takes a leaf lock; thread-safe. */
 bool ns_node_path_live(const struct castfs_ns *ns, const char *path);
+
+/* ns_live_new / ns_live_free - the exact set of held source paths with
+ * their counts (ns_live.c): new returns NULL without memory; free accepts
+ * NULL. ns_live_add - one more holder of @path (without memory the set
+ * answers true for every path from then on). ns_live_sub - one fewer;
+ * true when that was the last one. ns_live_has - whether @path has a
+ * holder. All thread-safe (a leaf lock). */
+struct ns_live *ns_live_new(void);
+void ns_live_free(struct ns_live *l);
+void ns_live_add(struct ns_live *l, const char *path);
+bool ns_live_sub(struct ns_live *l, const char *path);
+bool ns_live_has(struct ns_live *l, const char *path);
 
 /* ns_node_tree_live - false when the kernel holds no tensor-tree
  * directory (NS_TDIR node) of the checkpoint of identity @st (its dev and
  * ino), so holds no cached listing of one; may say true for one it does
- * not hold (per hash slot, like ns_node_path_live()). Lock-free. */
+ * not hold (counts are kept per hash slot, NS_LIVE_SLOTS of them: a
+ * false true costs one listing notification). Lock-free. */
 bool ns_node_tree_live(const struct castfs_ns *ns, const struct stat *st);
 
 /* ns_name_seen_init - start the set of answered names (empty). Returns 0

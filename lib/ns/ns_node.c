@@ -181,16 +181,9 @@ void ns_node_put_copy(struct ns_node *n)
 	free(n->sub);
 }
 
-static _Atomic uint32_t *live_slot(const struct castfs_ns *ns, const char *path)
-{
-	uint64_t h = castfs_fnv1a(CASTFS_FNV_SEED, path, strlen(path));
-
-	return &ns->live[castfs_mix64(h) % NS_LIVE_SLOTS];
-}
-
 bool ns_node_path_live(const struct castfs_ns *ns, const char *path)
 {
-	return ns->live && atomic_load(live_slot(ns, path)) != 0;
+	return ns->live && ns_live_has(ns->live, path);
 }
 
 size_t ns_node_tree_slot(const struct castfs_ns *ns, const struct stat *st)
@@ -218,7 +211,7 @@ bool ns_node_tree_live(const struct castfs_ns *ns, const struct stat *st)
  * and ns_node_tree_live() look. */
 static void live_count(struct castfs_ns *ns, const struct ns_node *n)
 {
-	atomic_fetch_add(live_slot(ns, n->path), 1);
+	ns_live_add(ns->live, n->path);
 	if (n->kind != NS_TDIR)
 		return;
 	atomic_fetch_add(tree_slot(ns, &n->st), 1);
@@ -325,8 +318,8 @@ static void node_move_locked(struct castfs_ns *ns, struct ns_node *n,
 	if (!desc->path || strcmp(old, desc->path) == 0)
 		return;
 	if (n->nlookup) {
-		atomic_fetch_sub(live_slot(ns, old), 1);
-		atomic_fetch_add(live_slot(ns, desc->path), 1);
+		ns_live_sub(ns->live, old);
+		ns_live_add(ns->live, desc->path);
 	}
 	n->path = desc->path;
 	n->parent = desc->parent;
@@ -419,8 +412,7 @@ char *ns_node_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup)
 		n->nlookup = n->nlookup > nlookup ? n->nlookup - nlookup : 0;
 		if (n->nlookup == 0 && n->kind == NS_TDIR)
 			tree_forget(ns, n);
-		if (n->nlookup == 0 &&
-		    atomic_fetch_sub(live_slot(ns, n->path), 1) == 1)
+		if (n->nlookup == 0 && ns_live_sub(ns->live, n->path))
 			idle = strdup(n->path);
 		if (n->nlookup == 0 && ++ns->nforgotten > NS_FORGOTTEN_MAX)
 			sweep_forgotten_locked(ns);
@@ -509,7 +501,7 @@ int ns_node_add_root(struct castfs_ns *ns, struct castfs_diag *d)
 	struct ns_node *root;
 
 	ns->nodes = calloc(NS_HASH_BUCKETS, sizeof(*ns->nodes));
-	ns->live = calloc(NS_LIVE_SLOTS, sizeof(*ns->live));
+	ns->live = ns_live_new();
 	ns->tlive = calloc(NS_LIVE_SLOTS, sizeof(*ns->tlive));
 	if (!ns->nodes || !ns->live || !ns->tlive)
 		return -ENOMEM;
@@ -552,7 +544,7 @@ void ns_node_table_fini(struct castfs_ns *ns)
 	}
 	free(ns->nodes);
 	ns->nodes = NULL;
-	free(ns->live);
+	ns_live_free(ns->live);
 	ns->live = NULL;
 	free(ns->tlive);
 	ns->tlive = NULL;

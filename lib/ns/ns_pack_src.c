@@ -69,17 +69,7 @@ int ns_packed_find(struct castfs_ns *ns, const char *path, char **packed,
 
 const char *ns_packed_shown(int dfd, const char *name, char *buf, size_t len)
 {
-	size_t n = strlen(name) - ns_packed_ext_len(name);
-	struct stat st;
-
-	if (!ns_packed_name(name) || n >= len)
-		return name;
-	memcpy(buf, name, n);
-	buf[n] = '\0';
-	/* A plain X.safetensors wins over its pack. */
-	if (fstatat(dfd, buf, &st, AT_SYMLINK_NOFOLLOW) == 0)
-		return name;
-	return buf;
+	return ns_packed_stands_in(dfd, name, buf, len) ? buf : name;
 }
 
 bool ns_packed_stands_in(int dfd, const char *name, char *buf, size_t len)

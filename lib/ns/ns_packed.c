@@ -4,7 +4,9 @@
  * is shown as X.safetensors, its original bytes, and gets every view and
  * tensor tree through the checkpoint cache, which reads it through the
  * seek table. Node paths keep the shown name "dir/X.safetensors"; the
- * checkpoint's path is the file on disk.
+ * checkpoint's path is the file on disk. One rule picks the file behind
+ * X.safetensors everywhere: the plain file, else X.safetensors.zst, else
+ * X.safetensors.zstg (ns_packed_find()); a loser is shown as itself.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -77,7 +79,11 @@ static int packed_show(struct castfs_ns *ns, const struct ns_node *dir,
 	free(path);
 	if (rc)
 		return rc == -ENOMEM ? rc : 0; /* rejected: shown as itself */
-	if (ck->zix) {
+	/* The checkpoint is the pack a lookup of the shown name opens
+	 * (ns_packed_find(): .zst before .zstg); any other pack of that
+	 * name is shown as itself. */
+	if (ck->zix &&
+	    ns_packed_ext_len(ck->path) == ns_packed_ext_len(e->name)) {
 		e = &l->dir->ents[i];
 		e->name[shown] = '\0';
 		e->type = S_IFREG;

@@ -168,17 +168,25 @@ static bool snap_grow(struct ns_snap *s, bool names)
 	return true;
 }
 
-static void snap_put(struct ns_snap *s, uint64_t name, uint64_t id)
+/*
+ * Add an entry with identity @id under name hash @h (the hash of the
+ * entry's name, or for a pack of the name it is shown as); with @name (a
+ * rescan's snapshot, which keeps names to report) a copy of @name too.
+ * Returns 0, or -ENOMEM (no memory, or past NS_SNAP_MAX_ENTRIES) and @s
+ * is then broken: not to be kept.
+ */
+static int snap_put(struct ns_snap *s, uint64_t h, const char *name,
+		    uint64_t id)
 {
-	if (s->broken)
-		return;
-	if (!snap_grow(s, false)) {
+	if (s->broken || !snap_grow(s, name != NULL) ||
+	    (name && !(s->names[s->n] = strdup(name)))) {
 		s->broken = true;
-		return;
+		return -ENOMEM;
 	}
-	s->e[s->n].name = name;
+	s->e[s->n].name = h;
 	s->e[s->n].id = id;
 	s->n++;
+	return 0;
 }
 
 void ns_snap_add(struct ns_snap *s, int dfd, const char *name,
@@ -190,11 +198,13 @@ void ns_snap_add(struct ns_snap *s, int dfd, const char *name,
 	if (!s)
 		return;
 	id = ident_hash(st);
-	snap_put(s, hash_str(name), id);
+	/* A listing's snapshot keeps no names; one that failed is broken,
+	 * which is all the listing needs to know. */
+	(void)snap_put(s, hash_str(name), NULL, id);
 	/* Lookups hold a pack under the name it is shown as: its identity
 	 * vouches for that name too. */
 	if (ns_packed_stands_in(dfd, name, shown, sizeof(shown)))
-		snap_put(s, hash_str(shown), id);
+		(void)snap_put(s, hash_str(shown), NULL, id);
 }
 
 static int ent_cmp(const void *a, const void *b)
@@ -292,19 +302,6 @@ bool ns_snap_has(struct castfs_ns *ns, const char *dir, const char *name)
 	return has;
 }
 
-/* Add entry @name with identity @id under name hash @h (the hash of
- * @name, or for a pack of the name it is shown as). */
-static int snap_put_named(struct ns_snap *s, uint64_t h, const char *name,
-			  uint64_t id)
-{
-	if (!snap_grow(s, true) || !(s->names[s->n] = strdup(name)))
-		return -ENOMEM;
-	s->e[s->n].name = h;
-	s->e[s->n].id = id;
-	s->n++;
-	return 0;
-}
-
 /* Entry @name of directory @dfd, and the name a pack is shown as, which
  * keeps the pack's name (to report) under the shown name's hash. */
 static int snap_read_ent(struct ns_snap *s, int dfd, const char *name,
@@ -312,10 +309,10 @@ static int snap_read_ent(struct ns_snap *s, int dfd, const char *name,
 {
 	char shown[NAME_MAX + 1];
 	uint64_t id = ident_hash(st);
-	int rc = snap_put_named(s, hash_str(name), name, id);
+	int rc = snap_put(s, hash_str(name), name, id);
 
 	if (!rc && ns_packed_stands_in(dfd, name, shown, sizeof(shown)))
-		rc = snap_put_named(s, hash_str(shown), name, id);
+		rc = snap_put(s, hash_str(shown), name, id);
 	return rc;
 }
 

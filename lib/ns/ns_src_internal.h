@@ -71,9 +71,9 @@ int ns_packed_find(struct castfs_ns *ns, const char *path, char **packed,
 
 /*
  * ns_packed_shown - the name entry @name of directory @dfd is shown under:
- * "X.safetensors" (in @buf, @len bytes) for "X.safetensors.zst" when no
- * plain X.safetensors is beside it, else @name itself. Does not check
- * that the pack is usable.
+ * "X.safetensors" (in @buf, @len bytes) for the pack that stands in for
+ * it (ns_packed_stands_in()), else @name itself. Does not check that the
+ * pack is usable.
  */
 const char *ns_packed_shown(int dfd, const char *name, char *buf, size_t len);
 

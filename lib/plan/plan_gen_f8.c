@@ -76,6 +76,8 @@ static int deq_absmax(const struct castfs_read_env *env,
 	for (uint64_t i = 0; !rc && i < q->nelems; i += cap) {
 		size_t k = (size_t)CASTFS_MIN(cap, q->nelems - i);
 
+		if (castfs_scratch_cancelled(env->s))
+			return -EINTR; /* see fp4_absmax() */
 		rc = castfs_deq_load_bf16(env->plan, env->src, q, i, k, f32,
 					  env->s->buf + cap * 4,
 					  (size_t)cap * 2);
@@ -108,6 +110,11 @@ static int fp4_absmax(const struct castfs_read_env *env,
 	for (uint64_t i = 0; !rc && i < n; i += cap) {
 		size_t k = (size_t)CASTFS_MIN(cap, n - i);
 
+		/* A 2 TiB tensor takes minutes: the daemon may be stopping
+		 * or the reader gone (docs/RELIABILITY.md); nothing is kept,
+		 * the next read starts the pass again. */
+		if (castfs_scratch_cancelled(env->s))
+			return -EINTR;
 		rc = castfs_reader_read(env->src, raw, k * sz, off + i * sz);
 		if (rc)
 			break;
@@ -161,7 +168,7 @@ static int fp4_gscale(const struct castfs_read_env *env, uint32_t idx,
 
 		pthread_mutex_lock(&qs->lock);
 		for (uint8_t i = 0; !qs->ready && !rc && i < q->nfuse; i++) {
-			float a;
+			float a = 0.0f;
 
 			rc = q->fuse_op[i] ? fuse_deq_absmax(env, q, i, &a) :
 					     fp4_absmax(env, q, q->fuse_off[i],

@@ -3,9 +3,10 @@
 while a read is inside a pass over a whole tensor (docs/RELIABILITY.md,
 "Scale and resource bounds"). The nf4 view's double-quantisation
 statistics of a 1 TiB BF16 weight take one pass over all of it (minutes
-here); the weight is a sparse file (truncate), so the pass is real work
-and costs no disk. Before, the daemon kept computing and did not exit
-(20 s and more); other requests are answered meanwhile."""
+here), and so do the nvfp4 view's global scale and the fp8_scaled view's
+per-tensor scale; the weight is a sparse file (truncate), so the pass is
+real work and costs no disk. Before, the daemon kept computing and did not
+exit (20 s and more); other requests are answered meanwhile."""
 import json
 import os
 import shutil
@@ -73,20 +74,22 @@ def tearDownModule():
 
 
 class TestStop(unittest.TestCase):
-    def stop_during_pass(self, options):
+    def stop_during_pass(self, options, view_name="nf4"):
         m = tl.Mount(Env.src, options=options)
         reader = None
         try:
             server = m.proc.pid
             daemon = server if "nosupervise" in options else \
                 children(server)[0]
-            view = m.join("big.nf4.safetensors")
-            # Any read of the view's first page reaches the statistics
-            # (the read-ahead covers the data after the header).
+            view = m.join("big.%s.safetensors" % view_name)
+            # Any read of the nf4 view's first page reaches the
+            # statistics (the read-ahead covers the data after the
+            # header); every code of the others needs their scale.
             reader = subprocess.Popen(
                 [sys.executable, "-c",
                  "import os; fd = os.open(%r, os.O_RDONLY); "
-                 "os.pread(fd, 8, 0)" % view],
+                 "os.pread(fd, 8, 0 if %r == 'nf4' else "
+                 "os.fstat(fd).st_size // 2)" % (view, view_name)],
                 stderr=subprocess.DEVNULL)
             before = cpu_s(daemon)
             deadline = time.time() + 30
@@ -106,8 +109,8 @@ class TestStop(unittest.TestCase):
             while alive(daemon) and time.time() - t < 20:
                 time.sleep(0.02)
             took = time.time() - t
-            sys.stderr.write("%s: stopped %.2f s after SIGTERM\n"
-                             % (options, took))
+            sys.stderr.write("%s %s: stopped %.2f s after SIGTERM\n"
+                             % (view_name, options, took))
             self.assertFalse(alive(daemon))
             self.assertLess(took, STOP_BOUND_S)
         finally:
@@ -127,6 +130,13 @@ class TestStop(unittest.TestCase):
 
     def test_sigterm_supervised(self):
         self.stop_during_pass([])
+
+    def test_sigterm_in_tensor_wide_scales(self):
+        # NVFP4's global scale, ComfyUI fp8's per-tensor scale
+        # (plan_gen_f8.c, fp4_gscale()).
+        for view in ("nvfp4", "fp8_scaled"):
+            with self.subTest(view=view):
+                self.stop_during_pass(["nosupervise"], view)
 
 
 if __name__ == "__main__":

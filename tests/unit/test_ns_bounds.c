@@ -4,8 +4,8 @@
  * never kept as a rejection, concurrent first lookups of one checkpoint
  * share one parse, a view that cannot be built is remembered (not
  * rebuilt per lookup) and no longer listed, the node table grows with
- * its nodes, and the checkpoint cache keeps to its budget and lets go of
- * what the kernel forgot.
+ * its nodes, the checkpoint cache keeps to its budget and lets go of
+ * what the kernel forgot, and the set of held paths is exact at any size.
  */
 #include <check.h>
 #include <errno.h>
@@ -20,6 +20,7 @@
 
 #include "ns/ns.h"
 #include "ns/ns_ckpt_internal.h" /* ns_ckpt_get: the parse, without a stat */
+#include "ns/ns_internal.h" /* ns_node_intern: nodes without files */
 #include "ns/stats.h"
 #include "testutil.h"
 #include "view/view.h"
@@ -396,6 +397,87 @@ START_TEST(test_ns_bounds__checkpoint_cache_grows)
 }
 END_TEST
 
+/* Node @i of a path of its own, held by the kernel (nlookup 1); no file
+ * behind it: the set of held paths is fed by the node table alone. */
+static uint64_t hold_node(size_t i, ino_t ino)
+{
+	struct ns_node d = { .kind = NS_FILE, .parent = CASTFS_NS_ROOT_ID };
+	char p[32];
+	uint64_t id;
+
+	snprintf(p, sizeof(p), "held/p%06zu", i);
+	d.path = strdup(p);
+	ck_assert_ptr_nonnull(d.path);
+	d.st.st_mode = S_IFREG | 0644;
+	d.st.st_ino = ino;
+	ck_assert_int_eq(ns_node_intern(ns, &d, &id), 0);
+	return id;
+}
+
+static uint64_t hold_path(size_t i)
+{
+	return hold_node(i, (ino_t)(1000000 + i));
+}
+
+static bool path_held(size_t i)
+{
+	char p[32];
+
+	snprintf(p, sizeof(p), "held/p%06zu", i);
+	return ns_node_path_live(ns, p);
+}
+
+/*
+ * 100,000 held paths, past the 65,536 counters main kept per hash slot
+ * (where ~78 % of released paths still looked held, so their checkpoint
+ * entries were never evicted): a released path is told apart from every
+ * held one, and its forget hands it back for eviction.
+ */
+START_TEST(test_ns_bounds__held_paths_exact_past_65536)
+{
+	enum { N = 100000 };
+	uint64_t *ids = calloc(N, sizeof(*ids)), other;
+	size_t idle = 0;
+	char *path;
+
+	ck_assert_ptr_nonnull(ids);
+	for (size_t i = 0; i < N; i++)
+		ids[i] = hold_path(i);
+	for (size_t i = 0; i < N; i += 4) {
+		path = ns_node_forget(ns, ids[i], 1);
+		idle += path != NULL;
+		free(path);
+	}
+	ck_assert_uint_eq(idle, N / 4);
+	for (size_t i = 0; i < N; i++)
+		ck_assert_msg(path_held(i) == (i % 4 != 0), "path %zu", i);
+	/* Held twice, released once: still held. */
+	ck_assert_uint_eq(hold_path(1), ids[1]);
+	free(ns_node_forget(ns, ids[1], 1));
+	ck_assert(path_held(1));
+	/* Two nodes of one path (a view beside its file, another identity
+	 * after a rename): idle only when the second goes. */
+	other = hold_node(1, 1);
+	ck_assert_ptr_null(ns_node_forget(ns, other, 1));
+	ck_assert(path_held(1));
+	other = hold_node(1, 1);
+	ck_assert_ptr_null(ns_node_forget(ns, ids[1], 1));
+	path = ns_node_forget(ns, other, 1);
+	ck_assert_str_eq(path, "held/p000001");
+	free(path);
+	ck_assert(!path_held(1));
+	ids[1] = hold_path(1);
+	/* All released (the set shrinks), then one held again. */
+	for (size_t i = 0; i < N; i++)
+		free(ns_node_forget(ns, ids[i], 1));
+	for (size_t i = 0; i < N; i++)
+		ck_assert(!path_held(i));
+	hold_path(7);
+	ck_assert(path_held(7) && !path_held(8));
+	free(ids);
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("ns_bounds");
@@ -412,6 +494,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_ns_bounds__checkpoint_cache_grows);
 	tcase_add_test(tc, test_ns_bounds__cache_budget_and_forget);
 	tcase_add_test(tc, test_ns_bounds__held_cache_not_walked_per_request);
+	tcase_add_test(tc, test_ns_bounds__held_paths_exact_past_65536);
 	suite_add_tcase(s, tc);
 	return s;
 }
