@@ -101,6 +101,13 @@ enum castfs_isa castfs_isa_selected(void);
 /* castfs_isa_available - true if @isa is built in and this CPU runs it. */
 bool castfs_isa_available(enum castfs_isa isa);
 
+/*
+ * castfs_cpu_has_avx512_bf16 - true if the AVX-512 ISA runs here and the CPU
+ * has AVX512_BF16 too (vcvtne2ps2bf16): the loops that use it are variants
+ * inside the AVX-512 ISA, not an ISA of their own.
+ */
+bool castfs_cpu_has_avx512_bf16(void);
+
 /* castfs_isa_name - "scalar", "avx2", "avx512"; NULL for an invalid value. */
 const char *castfs_isa_name(enum castfs_isa isa);
 

@@ -124,6 +124,13 @@ bool castfs_isa_available(enum castfs_isa isa)
 	return isa_runs(isa);
 }
 
+bool castfs_cpu_has_avx512_bf16(void)
+{
+	isa_ensure_init();
+	return isa_runs(CASTFS_ISA_AVX512) &&
+	       (cpu_features & CASTFS_CPU_AVX512_BF16);
+}
+
 const char *castfs_isa_name(enum castfs_isa isa)
 {
 	if ((unsigned)isa >= CASTFS_ISA_COUNT)

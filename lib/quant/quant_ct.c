@@ -346,12 +346,24 @@ const struct castfs_ct_kernels *castfs_ct_kernels_isa(enum castfs_isa isa)
 	return ct_tables[isa];
 }
 
-/* The loops of the ISA castfs_isa_selected() chose once. */
+const struct castfs_ct_kernels *castfs_ct_kernels_avx512bf16(void)
+{
+#if CASTFS_HAVE_X86_QUANT
+	if (castfs_cpu_has_avx512_bf16())
+		return &castfs_ct_avx512bf16;
+#endif
+	return NULL;
+}
+
+/* The loops of the ISA castfs_isa_selected() chose once (its AVX512_BF16
+ * variant where the CPU has one). */
 static const struct castfs_ct_kernels *ct_kernels(void)
 {
-	const struct castfs_ct_kernels *k =
-		castfs_ct_kernels_isa(castfs_isa_selected());
+	enum castfs_isa isa = castfs_isa_selected();
+	const struct castfs_ct_kernels *k = castfs_ct_kernels_isa(isa);
 
+	if (isa == CASTFS_ISA_AVX512 && castfs_ct_kernels_avx512bf16())
+		return castfs_ct_kernels_avx512bf16();
 	return k ? k : &ct_scalar;
 }
 

@@ -175,4 +175,12 @@ struct castfs_ct_kernels {
  */
 const struct castfs_ct_kernels *castfs_ct_kernels_isa(enum castfs_isa isa);
 
+/*
+ * castfs_ct_kernels_avx512bf16 - castfs_ct_kernels_isa(CASTFS_ISA_AVX512)
+ * with f8_codes16's BF16 loop rounding by vcvtne2ps2bf16, or NULL where the
+ * CPU lacks AVX512_BF16. The public functions use it when the AVX-512 ISA is
+ * the one chosen. For tests and benchmarks; static.
+ */
+const struct castfs_ct_kernels *castfs_ct_kernels_avx512bf16(void);
+
 #endif

@@ -217,6 +217,120 @@ static AVX512 void comfy_codes_avx512(uint8_t *dst, const float *x, size_t n,
 	ct_by_dtype(dst, x, n, inv, dt, true);
 }
 
+/*
+ * The AVX512_BF16 variant of the BF16 codes16 loop: vcvtne2ps2bf16 rounds
+ * two quotient registers to BF16 in one instruction (RNE, as
+ * castfs_qr_bf16_bits(), but subnormal inputs flushed to zero), then the
+ * E4M3 narrowing runs on 32 16-bit lanes. A quotient below 2^-126 gives
+ * E4M3 magnitude 0 either way (BF16 keeps it, E4M3 flushes it below 2^-10),
+ * so the flush only loses the sign, which is taken from the quotient:
+ * the scalar's BF16 rounding plus the zero point is negative exactly when
+ * q < -2^-134 (half the least BF16 subnormal ties to -0.0, then +0.0).
+ */
+#define AVX512BF16                                                         \
+	__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2," \
+			      "f16c")))
+#define AVX512BF16_INLINE \
+	static inline __attribute__((always_inline)) AVX512BF16
+
+static inline AVX512BF16 __m512i set1w(uint16_t v)
+{
+	return _mm512_set1_epi16((short)v);
+}
+
+/* RNE of @m >> @k per 16-bit lane, @k in 1..15. */
+AVX512BF16_INLINE __m512i ct_rne_srlv16(__m512i m, __m512i k)
+{
+	__m512i bias = _mm512_srlv_epi16(set1w(0x7fff),
+					 _mm512_sub_epi16(set1w(16), k));
+	__m512i odd = _mm512_and_si512(_mm512_srlv_epi16(m, k), set1w(1));
+
+	return _mm512_srlv_epi16(
+		_mm512_add_epi16(_mm512_add_epi16(m, bias), odd), k);
+}
+
+/*
+ * The E4M3 magnitude codes of BF16 magnitudes @a <= 448 (0x43E0): below
+ * 2^-6 (0x3C80) E4M3 is subnormal, the code RNE(|v| * 2^9), i.e. the 8-bit
+ * significand shifted right by 125 - exponent (capped at 15, which gives 0,
+ * as for a = 0); above, the BF16 bits rebiased and RNE-shifted by 4.
+ */
+AVX512BF16_INLINE __m512i ct_e4m3_bf16x32(__m512i a)
+{
+	__m512i odd = _mm512_and_si512(_mm512_srli_epi16(a, 4), set1w(1));
+	__m512i r = _mm512_srli_epi16(
+		_mm512_add_epi16(
+			_mm512_add_epi16(a, set1w((uint16_t)(7 - (120 << 7)))),
+			odd),
+		4);
+	__m512i k = _mm512_min_epu16(_mm512_sub_epi16(set1w(125),
+						      _mm512_srli_epi16(a, 7)),
+				     set1w(15));
+	__m512i m =
+		_mm512_or_si512(_mm512_and_si512(a, set1w(0x7f)), set1w(0x80));
+
+	return _mm512_mask_mov_epi16(r,
+				     _mm512_cmplt_epu16_mask(a, set1w(0x3c80)),
+				     ct_rne_srlv16(m, k));
+}
+
+/* The codes (in 16-bit lanes) of the 32 BF16 elements @lo, @hi over @s. */
+AVX512BF16_INLINE __m512i ct_code32_bf16(__m256i lo, __m256i hi, __m512 s)
+{
+	__m512 ql = _mm512_div_ps(ct_widen16(lo, CASTFS_DTYPE_BF16), s);
+	__m512 qh = _mm512_div_ps(ct_widen16(hi, CASTFS_DTYPE_BF16), s);
+	__m512 neg0 = _mm512_set1_ps(-0x1p-134f);
+	__mmask32 neg =
+		_mm512_kunpackw(_mm512_cmp_ps_mask(qh, neg0, _CMP_LT_OQ),
+				_mm512_cmp_ps_mask(ql, neg0, _CMP_LT_OQ));
+	__m512i a = _mm512_and_si512((__m512i)_mm512_cvtne2ps_pbh(qh, ql),
+				     set1w(0x7fff));
+	__mmask32 nan = _mm512_cmpgt_epu16_mask(a, set1w(0x7f80));
+	__m512i r = ct_e4m3_bf16x32(_mm512_min_epu16(a, set1w(0x43e0)));
+
+	r = _mm512_mask_mov_epi16(r, neg, _mm512_or_si512(r, set1w(0x80)));
+	return _mm512_mask_mov_epi16(r, nan, set1w(0x7f));
+}
+
+/* ct_loop16() of BF16 elements, 32 codes per ct_code32_bf16(). */
+static AVX512BF16 void ct_f8_codes16_avx512bf16(uint8_t *dst, const void *x,
+						size_t n, float scale,
+						enum castfs_dtype dt)
+{
+	const uint8_t *p = x;
+	__m512 sv = _mm512_set1_ps(scale);
+	size_t i = 0;
+
+	if (dt != CASTFS_DTYPE_BF16) {
+		ct_f8_codes16_avx512(dst, x, n, scale, dt);
+		return;
+	}
+	for (; i + 32 <= n; i += 32)
+		_mm256_storeu_si256(
+			(__m256i *)(void *)(dst + i),
+			_mm512_cvtepi16_epi8(ct_code32_bf16(
+				_mm256_loadu_si256(
+					(const __m256i *)(const void *)(p +
+									2 * i)),
+				_mm256_loadu_si256(
+					(const __m256i *)(const void *)(p +
+									2 * i +
+									32)),
+				sv)));
+	if (i < n) {
+		__mmask32 k = (__mmask32)((1ull << (n - i)) - 1u);
+
+		_mm512_mask_cvtepi16_storeu_epi8(
+			dst + i, k,
+			ct_code32_bf16(
+				_mm256_maskz_loadu_epi16((__mmask16)k,
+							 p + 2 * i),
+				_mm256_maskz_loadu_epi16((__mmask16)(k >> 16),
+							 p + 2 * i + 32),
+				sv));
+	}
+}
+
 /* castfs_ct_absmax(): the same integer max of |x|'s bits, 32 per step. */
 static AVX512 float ct_absmax_avx512(const float *x, size_t n)
 {
@@ -285,6 +399,14 @@ static AVX512 float ct_absmax16_avx512(const void *x, size_t n, bool f16)
 const struct castfs_ct_kernels castfs_ct_avx512 = {
 	.f8_codes = ct_f8_codes_avx512,
 	.f8_codes16 = ct_f8_codes16_avx512,
+	.comfy_codes = comfy_codes_avx512,
+	.absmax = ct_absmax_avx512,
+	.absmax16 = ct_absmax16_avx512,
+};
+
+const struct castfs_ct_kernels castfs_ct_avx512bf16 = {
+	.f8_codes = ct_f8_codes_avx512,
+	.f8_codes16 = ct_f8_codes16_avx512bf16,
 	.comfy_codes = comfy_codes_avx512,
 	.absmax = ct_absmax_avx512,
 	.absmax16 = ct_absmax16_avx512,

@@ -16,6 +16,8 @@
 #if CASTFS_HAVE_X86_QUANT
 extern const struct castfs_ct_kernels castfs_ct_avx2;
 extern const struct castfs_ct_kernels castfs_ct_avx512;
+/* castfs_ct_avx512 with f8_codes16's BF16 loop for AVX512_BF16 CPUs. */
+extern const struct castfs_ct_kernels castfs_ct_avx512bf16;
 #endif
 
 /*

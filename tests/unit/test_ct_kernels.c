@@ -12,6 +12,7 @@
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -248,9 +249,9 @@ static uint16_t set16(int set, size_t i, bool f16, uint64_t *seed)
  * every scale and length, aligned and at an odd byte address, equals the
  * scalar f8_codes of their float32 widening (the scalar kernel's).
  */
-static void check_codes16(enum castfs_isa isa, bool f16)
+static void check_codes16_of(const struct castfs_ct_kernels *k,
+			     const char *name, bool f16)
 {
-	const struct castfs_ct_kernels *k = castfs_ct_kernels_isa(isa);
 	const struct castfs_ct_kernels *s =
 		castfs_ct_kernels_isa(CASTFS_ISA_SCALAR);
 	enum castfs_dtype dt = f16 ? CASTFS_DTYPE_F16 : CASTFS_DTYPE_BF16;
@@ -280,8 +281,8 @@ static void check_codes16(enum castfs_isa isa, bool f16)
 				ck_assert_msg(memcmp(c1, c2, n + 1) == 0,
 					      "codes16 %s f16 %d set %d n %zu "
 					      "scale %a",
-					      castfs_isa_name(isa), (int)f16,
-					      set, n, (double)scale);
+					      name, (int)f16, set, n,
+					      (double)scale);
 				memmove(raw, raw + 1, 2 * n);
 				k->f8_codes16(c1, raw, n, scale, dt);
 				memmove(raw + 1, raw, 2 * n);
@@ -290,6 +291,11 @@ static void check_codes16(enum castfs_isa isa, bool f16)
 	}
 	free(f);
 	free(raw);
+}
+
+static void check_codes16(enum castfs_isa isa, bool f16)
+{
+	check_codes16_of(castfs_ct_kernels_isa(isa), castfs_isa_name(isa), f16);
 }
 
 START_TEST(test_ct_kernels__scalar_codes16)
@@ -307,6 +313,13 @@ END_TEST
 START_TEST(test_ct_kernels__scalar_absmax16)
 {
 	check_absmax16(CASTFS_ISA_SCALAR, _i);
+}
+END_TEST
+
+/* The AVX512_BF16 variant (vcvtne2ps2bf16) where the CPU has it. */
+START_TEST(test_ct_kernels__avx512bf16_codes16)
+{
+	check_codes16_of(castfs_ct_kernels_avx512bf16(), "avx512bf16", _i);
 }
 END_TEST
 
@@ -400,6 +413,13 @@ Suite *unit_suite(void)
 	tcase_add_loop_test(tc, test_ct_kernels__scalar_absmax16, 0, 2);
 	unit_add_isa_loop(tc, test_ct_kernels__isa_absmax16, 2);
 	tcase_add_loop_test(tc, test_ct_kernels__scalar_codes16, 0, 2);
+	/* Not an ISA of its own, so not counted by unit_add_isa_loop(). */
+	if (castfs_ct_kernels_avx512bf16())
+		tcase_add_loop_test(tc, test_ct_kernels__avx512bf16_codes16, 0,
+				    2);
+	else
+		fprintf(stderr, "ct_kernels: no AVX512_BF16, its codes16 "
+				"variant not tested\n");
 	unit_add_isa_loop(tc, test_ct_kernels__isa_codes16, 2);
 	suite_add_tcase(s, tc);
 	return s;
