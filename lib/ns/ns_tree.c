@@ -305,9 +305,17 @@ static int dir_getattr(struct castfs_ns *ns, const struct ns_node *n,
 	return 0;
 }
 
+/* One listing per directory state, shared by its open handles. */
+static int dir_opendir(struct castfs_ns *ns, const struct ns_node *dir,
+		       struct castfs_dir **out)
+{
+	return ns_dirshare_open(ns, dir, dir_list, out);
+}
+
 const struct ns_kind_ops ns_kind_dir = {
 	.lookup = dir_lookup,
 	.list = dir_list,
+	.opendir = dir_opendir,
 	.getattr = dir_getattr,
 };
 
