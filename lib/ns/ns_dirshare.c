@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ns/ns.h"
 #include "ns/ns_internal.h"
@@ -22,6 +23,11 @@ struct ns_dirshare {
 	struct ns_dirshares *tab;
 	struct castfs_dir *dir;
 	uint64_t id;
+	/* The directory's change and modification times when listed: a
+	 * change the watcher has not reported yet (or never will, a watch
+	 * it could not add) still shows, as it does to the kernel, which
+	 * checks the mtime at the start of each listing. */
+	struct timespec ctim, mtim;
 	size_t cost;
 	bool linked;
 };
@@ -80,16 +86,39 @@ static size_t dir_cost(const struct castfs_dir *dir)
 	return cost;
 }
 
-/* The kept listing of @id with one more owner, or NULL; *@gen the table's
+static bool same_time(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
+}
+
+/* Unlink @s; caller holds the table's lock. */
+static void unlink_locked(struct ns_dirshares *t, struct ns_dirshare *s)
+{
+	struct ns_dirshare **p = &t->head;
+
+	while (*p != s)
+		p = &(*p)->next;
+	*p = s->next;
+	s->linked = false;
+}
+
+/* The kept listing of @id with one more owner, or NULL (none, or one
+ * from before the directory's times @st moved); *@gen the table's
  * generation, to pass to keep(). */
 static struct castfs_dir *find(struct ns_dirshares *t, uint64_t id,
-			       uint64_t *gen)
+			       const struct stat *st, uint64_t *gen)
 {
 	struct castfs_dir *dir = NULL;
 	struct ns_dirshare *s;
 
 	pthread_mutex_lock(&t->lock);
 	s = *find_locked(t, id);
+	if (s && (!same_time(&s->ctim, &st->st_ctim) ||
+		  !same_time(&s->mtim, &st->st_mtim))) {
+		unlink_locked(t, s);
+		t->gen++;
+		s = NULL;
+	}
 	if (s) {
 		s->dir->refs++;
 		dir = s->dir;
@@ -103,7 +132,8 @@ static struct castfs_dir *find(struct ns_dirshares *t, uint64_t id,
  * or drop it for the one kept meanwhile. Returns the listing to hand out;
  * @dir unkept (no memory, or a drop since @gen) is the caller's alone. */
 static struct castfs_dir *keep(struct ns_dirshares *t, uint64_t id,
-			       uint64_t gen, struct castfs_dir *dir)
+			       const struct stat *st, uint64_t gen,
+			       struct castfs_dir *dir)
 {
 	struct ns_dirshare *s = calloc(1, sizeof(*s)), **p;
 	struct castfs_dir *have = NULL;
@@ -114,6 +144,8 @@ static struct castfs_dir *keep(struct ns_dirshares *t, uint64_t id,
 	s->tab = t;
 	s->dir = dir;
 	s->id = id;
+	s->ctim = st->st_ctim;
+	s->mtim = st->st_mtim;
 	s->cost = cost;
 	s->linked = true;
 	pthread_mutex_lock(&t->lock);
@@ -144,6 +176,7 @@ static struct castfs_dir *keep(struct ns_dirshares *t, uint64_t id,
 }
 
 int ns_dirshare_open(struct castfs_ns *ns, const struct ns_node *n,
+		     const struct stat *st,
 		     int (*list)(struct castfs_ns *ns,
 				 const struct ns_node *dir, struct ns_list *l),
 		     struct castfs_dir **out)
@@ -156,26 +189,15 @@ int ns_dirshare_open(struct castfs_ns *ns, const struct ns_node *n,
 	/* Without the watcher's word no listing can be known current. */
 	if (!t || !ns->listing_changed)
 		return ns_list_dir(ns, n, list, out);
-	dir = find(t, n->id, &gen);
+	dir = find(t, n->id, st, &gen);
 	if (dir) {
 		*out = dir;
 		return 0;
 	}
 	rc = ns_list_dir(ns, n, list, &dir);
 	if (!rc)
-		*out = keep(t, n->id, gen, dir);
+		*out = keep(t, n->id, st, gen, dir);
 	return rc;
-}
-
-/* Unlink @s; caller holds the table's lock. */
-static void unlink_locked(struct ns_dirshares *t, struct ns_dirshare *s)
-{
-	struct ns_dirshare **p = &t->head;
-
-	while (*p != s)
-		p = &(*p)->next;
-	*p = s->next;
-	s->linked = false;
 }
 
 void ns_dirshare_drop(struct castfs_ns *ns, uint64_t id, bool all)

@@ -324,12 +324,14 @@ void ns_dirshares_fini(struct castfs_ns *ns);
 /*
  * ns_dirshare_open - the listing of directory @n for an open handle (as
  * ns_list_dir() with @list): the one kept since the directory last changed
- * if any, else made and kept for the next opens until
+ * (by the watcher's word, or the times of @st, the directory's stat taken
+ * now) if any, else made and kept for the next opens until
  * ns_dirshare_drop() or the last handle's castfs_dir_free(). Made per open
  * where no listing_changed callback says when a listing goes stale.
  * Returns what ns_list_dir() returns. Thread-safe.
  */
 int ns_dirshare_open(struct castfs_ns *ns, const struct ns_node *n,
+		     const struct stat *st,
 		     int (*list)(struct castfs_ns *ns,
 				 const struct ns_node *dir, struct ns_list *l),
 		     struct castfs_dir **out);

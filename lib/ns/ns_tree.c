@@ -309,7 +309,11 @@ static int dir_getattr(struct castfs_ns *ns, const struct ns_node *n,
 static int dir_opendir(struct castfs_ns *ns, const struct ns_node *dir,
 		       struct castfs_dir **out)
 {
-	return ns_dirshare_open(ns, dir, dir_list, out);
+	struct stat st;
+
+	if (ns_src_stat(ns, dir->path, &st))
+		return ns_list_dir(ns, dir, dir_list, out);
+	return ns_dirshare_open(ns, dir, &st, dir_list, out);
 }
 
 const struct ns_kind_ops ns_kind_dir = {
