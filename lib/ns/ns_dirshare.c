@@ -91,6 +91,13 @@ static bool same_time(const struct timespec *a, const struct timespec *b)
 	return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
 }
 
+/* Whether @s was listed at the directory times of @st. */
+static bool same_state(const struct ns_dirshare *s, const struct stat *st)
+{
+	return same_time(&s->ctim, &st->st_ctim) &&
+	       same_time(&s->mtim, &st->st_mtim);
+}
+
 /* Unlink @s; caller holds the table's lock. */
 static void unlink_locked(struct ns_dirshares *t, struct ns_dirshare *s)
 {
@@ -113,8 +120,7 @@ static struct castfs_dir *find(struct ns_dirshares *t, uint64_t id,
 
 	pthread_mutex_lock(&t->lock);
 	s = *find_locked(t, id);
-	if (s && (!same_time(&s->ctim, &st->st_ctim) ||
-		  !same_time(&s->mtim, &st->st_mtim))) {
+	if (s && !same_state(s, st)) {
 		unlink_locked(t, s);
 		t->gen++;
 		s = NULL;
@@ -128,8 +134,9 @@ static struct castfs_dir *find(struct ns_dirshares *t, uint64_t id,
 	return dir;
 }
 
-/* Keep @dir, made while the table was at @gen, for the next opens of @id,
- * or drop it for the one kept meanwhile. Returns the listing to hand out;
+/* Keep @dir, made while the table was at @gen and the directory's times
+ * at @st, for the next opens of @id, or drop it for the one kept
+ * meanwhile of the same state. Returns the listing to hand out;
  * @dir unkept (no memory, or a drop since @gen) is the caller's alone. */
 static struct castfs_dir *keep(struct ns_dirshares *t, uint64_t id,
 			       const struct stat *st, uint64_t gen,
@@ -150,10 +157,12 @@ static struct castfs_dir *keep(struct ns_dirshares *t, uint64_t id,
 	s->linked = true;
 	pthread_mutex_lock(&t->lock);
 	p = find_locked(t, id);
-	if (*p) {
+	/* One kept meanwhile of another directory state: neither is
+	 * given the other's opens. */
+	if (*p && same_state(*p, st)) {
 		have = (*p)->dir;
 		have->refs++;
-	} else if (t->gen == gen) {
+	} else if (!*p && t->gen == gen) {
 		dir->share = s;
 		*p = s;
 		s = NULL;
