@@ -12,4 +12,5 @@ lib_libcastfs_a_SOURCES += \
 	lib/ns/ns_modeldir_internal.h lib/ns/ns_packed.c lib/ns/ns_pack_src.c \
 	lib/ns/ns_mdtext.c lib/ns/ns_mdconfig.c lib/ns/ns_mdindex.c lib/ns/ns_mdgguf.c \
 	lib/ns/ns_mdgguf_shards.c lib/ns/ns_mdxshard.c \
-	lib/ns/ns_dircache.c lib/ns/ns_snap.c lib/ns/ns_rescan.c lib/ns/ns_live.c
+	lib/ns/ns_dircache.c lib/ns/ns_snap.c lib/ns/ns_rescan.c lib/ns/ns_live.c \
+	lib/ns/ns_dirshare.c

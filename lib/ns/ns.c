@@ -100,6 +100,8 @@ int castfs_ns_new(const struct castfs_ns_opts *o, struct castfs_ns **out,
 		rc = ns_modeldir_init(ns);
 	if (!rc)
 		rc = ns_snaps_init(ns);
+	if (!rc)
+		rc = ns_dirshares_init(ns);
 	if (!rc && ns->stats)
 		castfs_stats_set_zcache(ns->stats, ns->zcache);
 	if (rc)
@@ -121,6 +123,7 @@ void castfs_ns_free(struct castfs_ns *ns)
 	ns_modeldir_fini(ns);
 	ns_gguf_shards_cache_fini(ns);
 	ns_snaps_fini(ns);
+	ns_dirshares_fini(ns);
 	castfs_zcache_free(ns->zcache); /* after the checkpoints' indexes */
 	if (ns->root_fd >= 0)
 		close(ns->root_fd);

@@ -131,6 +131,9 @@ struct castfs_dir {
 	/* Private: owners besides the first (a listing kept per identity is
 	 * shared by every open handle; castfs_dir_free() drops one). */
 	_Atomic unsigned refs;
+	/* Private: where it is kept for other opens (ns_dirshare.c), or
+	 * NULL. */
+	struct ns_dirshare *share;
 };
 
 /* castfs_ns_opendir - list directory @id, "." and ".." first.

@@ -92,6 +92,7 @@ void ns_listings_all_changed(struct castfs_ns *ns)
 	uint64_t *ids;
 	ssize_t n;
 
+	ns_dirshare_drop(ns, 0, true);
 	if (!ns->listing_changed)
 		return;
 	n = cacheable_ids(ns, NULL, &ids);

@@ -198,6 +198,7 @@ struct castfs_ns {
 	size_t nckfails;
 	struct ns_mdcache *md; /* rewritten model-directory JSON */
 	struct castfs_zcache *zcache; /* decoded frames of packed sources */
+	struct ns_dirshares *dirshares; /* source directories' listings */
 	/* Freed with each checkpoint entry: what each slot holds. */
 	void (*ckpt_fini[NS_CKPT_SLOTS])(struct ns_ckpt *ck);
 	/* The names a source directory shows besides its entries. */
@@ -325,11 +326,43 @@ bool ns_err_transient(int err);
  */
 int ns_err_unlisted(int err);
 
+/* ---- shared listings of source directories (ns_dirshare.c) ---- */
+
+/* ns_dirshares_init / _fini - the table of kept listings; fini after every
+ * handle is closed. init returns 0 or -ENOMEM. */
+int ns_dirshares_init(struct castfs_ns *ns);
+void ns_dirshares_fini(struct castfs_ns *ns);
+
+/*
+ * ns_dirshare_open - the listing of directory @n for an open handle (as
+ * ns_list_dir() with @list): the one kept since the directory last changed
+ * (by the watcher's word, or the times of @st, the directory's stat taken
+ * now) if any, else made and kept for the next opens until
+ * ns_dirshare_drop() or the last handle's castfs_dir_free(). Made per open
+ * where no listing_changed callback says when a listing goes stale.
+ * Returns what ns_list_dir() returns. Thread-safe.
+ */
+int ns_dirshare_open(struct castfs_ns *ns, const struct ns_node *n,
+		     const struct stat *st,
+		     int (*list)(struct castfs_ns *ns,
+				 const struct ns_node *dir, struct ns_list *l),
+		     struct castfs_dir **out);
+
+/* ns_dirshare_drop - directory @id (every directory if @all) may list
+ * something else: its kept listing stays with the handles holding it and
+ * is made again for the next open. Thread-safe. */
+void ns_dirshare_drop(struct castfs_ns *ns, uint64_t id, bool all);
+
+/* ns_dirshare_release - drop one owner of kept listing @dir; true if it
+ * was the last (the caller frees the entries). Thread-safe. */
+bool ns_dirshare_release(struct castfs_dir *dir);
+
 /* ns_listing_changed - tell the daemon (castfs_ns_opts.listing_changed)
  * that directory @dir may list something else now. Call it with no
  * namespace lock held. */
 static inline void ns_listing_changed(struct castfs_ns *ns, uint64_t dir)
 {
+	ns_dirshare_drop(ns, dir, false);
 	if (ns->listing_changed)
 		ns->listing_changed(ns->listing_ctx, dir);
 }

@@ -677,7 +677,10 @@ int ns_list_dir(struct castfs_ns *ns, const struct ns_node *n,
 void castfs_dir_free(struct castfs_dir *dir)
 {
 	/* refs counts the other owners: the last one frees. */
-	if (!dir || atomic_fetch_sub(&dir->refs, 1) != 0)
+	if (!dir)
+		return;
+	if (dir->share ? !ns_dirshare_release(dir) :
+			 atomic_fetch_sub(&dir->refs, 1) != 0)
 		return;
 	for (size_t i = 0; i < dir->n; i++)
 		free(dir->ents[i].name);

@@ -305,9 +305,21 @@ static int dir_getattr(struct castfs_ns *ns, const struct ns_node *n,
 	return 0;
 }
 
+/* One listing per directory state, shared by its open handles. */
+static int dir_opendir(struct castfs_ns *ns, const struct ns_node *dir,
+		       struct castfs_dir **out)
+{
+	struct stat st;
+
+	if (ns_src_stat(ns, dir->path, &st))
+		return ns_list_dir(ns, dir, dir_list, out);
+	return ns_dirshare_open(ns, dir, &st, dir_list, out);
+}
+
 const struct ns_kind_ops ns_kind_dir = {
 	.lookup = dir_lookup,
 	.list = dir_list,
+	.opendir = dir_opendir,
 	.getattr = dir_getattr,
 };
 
