@@ -475,72 +475,64 @@ START_TEST(test_ns_bounds__held_paths_exact_past_65536)
 	hold_path(7);
 	ck_assert(path_held(7) && !path_held(8));
 	free(ids);
-	static bool dir_has(const struct castfs_dir *d, const char *name)
-	{
-		for (size_t i = 0; i < d->n; i++)
-			if (strcmp(d->ents[i].name, name) == 0)
-				return true;
-		return false;
-	}
+}
+END_TEST
 
-	/* Open handles share one listing of a source directory; once the
+static bool dir_has(const struct castfs_dir *d, const char *name)
+{
+	for (size_t i = 0; i < d->n; i++)
+		if (strcmp(d->ents[i].name, name) == 0)
+			return true;
+	return false;
+}
+
+/* Open handles share one listing of a source directory; once the
  * directory's times move (a change no watcher reported: none runs here)
  * the next open lists again, and the old handles keep theirs. */
-	START_TEST(test_ns_bounds__listing_shared_until_the_directory_changes)
-	{
-		struct castfs_dir *a, *b, *c;
-		struct timespec ts = {
-			0, 20000000
-		}; /* past a coarse ctime tick */
+START_TEST(test_ns_bounds__listing_shared_until_the_directory_changes)
+{
+	struct castfs_dir *a, *b, *c;
+	struct timespec ts = { 0, 20000000 }; /* past a coarse ctime tick */
 
-		ck_assert_int_eq(castfs_ns_opendir(ns, CASTFS_NS_ROOT_ID, &a),
-				 0);
-		ck_assert_int_eq(castfs_ns_opendir(ns, CASTFS_NS_ROOT_ID, &b),
-				 0);
-		ck_assert_ptr_eq(a, b);
-		ck_assert(!dir_has(a, "b.safetensors"));
-		nanosleep(&ts, NULL);
-		write_checkpoint("b.safetensors", 1);
-		ck_assert_int_eq(castfs_ns_opendir(ns, CASTFS_NS_ROOT_ID, &c),
-				 0);
-		ck_assert_ptr_ne(c, a);
-		ck_assert(dir_has(c, "b.safetensors"));
-		ck_assert(!dir_has(a, "b.safetensors"));
-		castfs_dir_free(a);
-		castfs_dir_free(b);
-		castfs_dir_free(c);
-		/* The last handle gone, the next open lists again. */
-		ck_assert_int_eq(castfs_ns_opendir(ns, CASTFS_NS_ROOT_ID, &a),
-				 0);
-		ck_assert(dir_has(a, "b.safetensors"));
-		castfs_dir_free(a);
-	}
-	END_TEST
+	ck_assert_int_eq(castfs_ns_opendir(ns, CASTFS_NS_ROOT_ID, &a), 0);
+	ck_assert_int_eq(castfs_ns_opendir(ns, CASTFS_NS_ROOT_ID, &b), 0);
+	ck_assert_ptr_eq(a, b);
+	ck_assert(!dir_has(a, "b.safetensors"));
+	nanosleep(&ts, NULL);
+	write_checkpoint("b.safetensors", 1);
+	ck_assert_int_eq(castfs_ns_opendir(ns, CASTFS_NS_ROOT_ID, &c), 0);
+	ck_assert_ptr_ne(c, a);
+	ck_assert(dir_has(c, "b.safetensors"));
+	ck_assert(!dir_has(a, "b.safetensors"));
+	castfs_dir_free(a);
+	castfs_dir_free(b);
+	castfs_dir_free(c);
+	/* The last handle gone, the next open lists again. */
+	ck_assert_int_eq(castfs_ns_opendir(ns, CASTFS_NS_ROOT_ID, &a), 0);
+	ck_assert(dir_has(a, "b.safetensors"));
+	castfs_dir_free(a);
+}
+END_TEST
 
-	Suite *unit_suite(void)
-	{
-		Suite *s = suite_create("ns_bounds");
-		TCase *tc = tcase_create("bounds");
+Suite *unit_suite(void)
+{
+	Suite *s = suite_create("ns_bounds");
+	TCase *tc = tcase_create("bounds");
 
-		tcase_add_checked_fixture(tc, setup, teardown);
-		/* Sanitizer builds on a loaded 2-core machine need the room. */
-		tcase_set_timeout(tc, 300);
-		tcase_add_test(tc,
-			       test_ns_bounds__emfile_is_retried_not_rejected);
-		tcase_add_test(
-			tc,
-			test_ns_bounds__concurrent_first_lookups_share_one_parse);
-		tcase_add_test(tc,
-			       test_ns_bounds__failed_view_kept_and_not_listed);
-		tcase_add_test(tc, test_ns_bounds__node_table_grows);
-		tcase_add_test(tc, test_ns_bounds__checkpoint_cache_grows);
-		tcase_add_test(tc, test_ns_bounds__cache_budget_and_forget);
-		tcase_add_test(
-			tc, test_ns_bounds__held_cache_not_walked_per_request);
-		tcase_add_test(tc, test_ns_bounds__held_paths_exact_past_65536);
-		tcase_add_test(
-			tc,
-			test_ns_bounds__listing_shared_until_the_directory_changes);
-		suite_add_tcase(s, tc);
-		return s;
-	}
+	tcase_add_checked_fixture(tc, setup, teardown);
+	/* Sanitizer builds on a loaded 2-core machine need the room. */
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_ns_bounds__emfile_is_retried_not_rejected);
+	tcase_add_test(
+		tc, test_ns_bounds__concurrent_first_lookups_share_one_parse);
+	tcase_add_test(tc, test_ns_bounds__failed_view_kept_and_not_listed);
+	tcase_add_test(tc, test_ns_bounds__node_table_grows);
+	tcase_add_test(tc, test_ns_bounds__checkpoint_cache_grows);
+	tcase_add_test(tc, test_ns_bounds__cache_budget_and_forget);
+	tcase_add_test(tc, test_ns_bounds__held_cache_not_walked_per_request);
+	tcase_add_test(tc, test_ns_bounds__held_paths_exact_past_65536);
+	tcase_add_test(
+		tc, test_ns_bounds__listing_shared_until_the_directory_changes);
+	suite_add_tcase(s, tc);
+	return s;
+}
