@@ -243,7 +243,7 @@ bool zst_tier_isa_runs(enum zst_tier_isa isa)
 
 void zst_tier_expand_isa(uint8_t *out, const uint8_t *codes, size_t n,
 			 unsigned w, const uint8_t *map, const uint8_t *next,
-			 enum zst_tier_isa isa)
+			 size_t nnext, enum zst_tier_isa isa)
 {
 #if ZST_HAVE_X86
 	if (isa == ZST_TIER_AVX512) {
@@ -251,10 +251,11 @@ void zst_tier_expand_isa(uint8_t *out, const uint8_t *codes, size_t n,
 		return;
 	}
 	if (isa == ZST_TIER_AVX2) {
-		zst_tier_expand_avx2(out, codes, n, w, map, next);
+		zst_tier_expand_avx2(out, codes, n, w, map, next, nnext);
 		return;
 	}
 #endif
+	(void)nnext;
 	zst_tier_expand_scalar(out, codes, n, w, map, next);
 }
 
@@ -283,7 +284,7 @@ int zst_tier_decode(uint8_t *dst, size_t dsize, const uint8_t *src,
 
 		table -= (1u << f.w[k]) - 1;
 		zst_tier_expand_isa(out, f.stream[k], f.n[k], f.w[k], table,
-				    next, tier_isa);
+				    next, f.n[k + 1], tier_isa);
 		next = out;
 	}
 	plane[0] = f.sm;

@@ -14,6 +14,8 @@
 #include <immintrin.h>
 
 #define AVX2 __attribute__((target("avx2,popcnt")))
+/* Inlined so that each width's loop has its shifts as constants. */
+#define AVX2_INLINE AVX2 inline __attribute__((always_inline))
 
 /* The reference's step, with POPCNT (the base build's is a libgcc call). */
 AVX2 size_t zst_tier_escapes_avx2(const uint8_t *p, size_t len, unsigned w)
@@ -26,21 +28,8 @@ AVX2 size_t zst_tier_escapes_avx2(const uint8_t *p, size_t len, unsigned w)
 	return e;
 }
 
-/* The escapes among the @n codes at @codes, not the padding bits after. */
-AVX2 static size_t escapes_exact(const uint8_t *codes, size_t n, unsigned w)
-{
-	size_t whole = n * w / 8, rest = n * w % 8;
-	size_t e = zst_tier_escapes_avx2(codes, whole, w);
-
-	if (rest)
-		e += (size_t)__builtin_popcountll(
-			zst_tier_escape_bits(codes + whole, 1, w, 0) &
-			((1u << rest) - 1));
-	return e;
-}
-
 /* The 32 codes of @w = 2 or 4 bits at @p as bytes, in order. */
-AVX2 static __m256i unpack_codes(const uint8_t *p, unsigned w)
+AVX2_INLINE static __m256i unpack_codes(const uint8_t *p, unsigned w)
 {
 	__m128i lo4 = _mm_set1_epi8(0x0F), lo2 = _mm_set1_epi8(0x03);
 	__m128i x = w == 4 ? _mm_loadu_si128((const __m128i *)p) :
@@ -59,7 +48,7 @@ AVX2 static __m256i unpack_codes(const uint8_t *p, unsigned w)
 }
 
 /* 0xFF where the 32 one-bit codes at @p are set (escapes). */
-AVX2 static __m256i bits_mask(const uint8_t *p)
+AVX2_INLINE static __m256i bits_mask(const uint8_t *p)
 {
 	uint32_t v;
 	__m256i spread = _mm256_set_epi64x(0x0303030303030303ll,
@@ -78,8 +67,8 @@ AVX2 static __m256i bits_mask(const uint8_t *p)
  * lane's prefix sum of @m (each -1); the upper lane reads from past the
  * lower lane's @lo escapes. Reads 32 bytes at most from @nx.
  */
-AVX2 static __m256i fill_escapes(__m256i v, __m256i m, const uint8_t *nx,
-				 unsigned lo)
+AVX2_INLINE static __m256i fill_escapes(__m256i v, __m256i m, const uint8_t *nx,
+					unsigned lo)
 {
 	__m256i s = _mm256_add_epi8(m, _mm256_slli_si256(m, 1));
 	__m256i src = _mm256_loadu2_m128i((const __m128i *)(nx + lo),
@@ -97,8 +86,8 @@ AVX2 static __m256i fill_escapes(__m256i v, __m256i m, const uint8_t *nx,
  * returns the escapes used, counting only those at the positions set in
  * @keep (the others lie past the tier's last code, in padding).
  */
-AVX2 static unsigned step(uint8_t *out, const uint8_t *p, unsigned w,
-			  __m256i lut, const uint8_t *nx, uint32_t keep)
+AVX2_INLINE static unsigned step(uint8_t *out, const uint8_t *p, unsigned w,
+				 __m256i lut, const uint8_t *nx, uint32_t keep)
 {
 	__m256i c, v, m;
 	uint32_t e;
@@ -118,22 +107,15 @@ AVX2 static unsigned step(uint8_t *out, const uint8_t *p, unsigned w,
 	return (unsigned)__builtin_popcount(e);
 }
 
-AVX2 void zst_tier_expand_avx2(uint8_t *out, const uint8_t *codes, size_t n,
-			       unsigned w, const uint8_t *map,
-			       const uint8_t *next)
+/* The tier's loop for one width @w (a constant where it is inlined). */
+AVX2_INLINE static void expand_w(uint8_t *out, const uint8_t *codes, size_t n,
+				 unsigned w, __m256i lut, const uint8_t *next,
+				 size_t left)
 {
-	uint8_t tab[16] = { 0 }, cbuf[16] = { 0 }, obuf[32];
-	uint8_t tail[64] = { 0 };
-	size_t left = escapes_exact(codes, n, w), i;
+	uint8_t cbuf[16] = { 0 }, obuf[32], tail[64] = { 0 };
 	bool own = false; /* @next copied to @tail: under 32 bytes left */
-	__m256i lut;
 
-	memcpy(tab, map, (1u << w) - 1);
-	lut = _mm256_broadcastsi128_si256(
-		_mm_loadu_si128((const __m128i *)tab));
-	if (w == 1)
-		lut = _mm256_set1_epi8((char)map[0]);
-	for (i = 0; i < n; i += 32) {
+	for (size_t i = 0; i < n; i += 32) {
 		unsigned used;
 
 		if (left < 32 && !own) {
@@ -153,5 +135,24 @@ AVX2 void zst_tier_expand_avx2(uint8_t *out, const uint8_t *codes, size_t n,
 		next += used;
 		left -= used;
 	}
+}
+
+AVX2 void zst_tier_expand_avx2(uint8_t *out, const uint8_t *codes, size_t n,
+			       unsigned w, const uint8_t *map,
+			       const uint8_t *next, size_t nnext)
+{
+	uint8_t tab[16] = { 0 };
+	__m256i lut;
+
+	memcpy(tab, map, (1u << w) - 1);
+	lut = _mm256_broadcastsi128_si256(
+		_mm_loadu_si128((const __m128i *)tab));
+	if (w == 4)
+		expand_w(out, codes, n, 4, lut, next, nnext);
+	else if (w == 2)
+		expand_w(out, codes, n, 2, lut, next, nnext);
+	else
+		expand_w(out, codes, n, 1, _mm256_set1_epi8((char)map[0]), next,
+			 nnext);
 }
 #endif
