@@ -200,8 +200,8 @@ size_t zst_tier_encode(void *dst, size_t cap, const uint8_t *planes,
 int zst_tier_decode(uint8_t *dst, size_t dsize, const uint8_t *src,
 		    size_t csize, const uint8_t **plane);
 
-/* The tier decoders: the scalar reference and AVX-512 VBMI2. */
-enum zst_tier_isa { ZST_TIER_SCALAR, ZST_TIER_AVX512 };
+/* The tier decoders: the scalar reference, AVX2, AVX-512 VBMI2. */
+enum zst_tier_isa { ZST_TIER_SCALAR, ZST_TIER_AVX2, ZST_TIER_AVX512 };
 
 /* zst_tier_isa_runs - whether @isa is built and this CPU runs it. */
 bool zst_tier_isa_runs(enum zst_tier_isa isa);
@@ -210,12 +210,13 @@ bool zst_tier_isa_runs(enum zst_tier_isa isa);
  * zst_tier_expand_isa - one tier with variant @isa (which must run): the
  * @n codes of @w bits (1, 2 or 4) packed LSB-first at @codes to bytes at
  * @out, code c < 2^w - 1 as @map[c], each escape (2^w - 1) as the next
- * byte of @next, in order. @next must hold one byte per escape. Reads at
- * most ceil(@n * @w / 8) bytes of @codes.
+ * byte of @next, in order. @next holds @nnext bytes, exactly one per
+ * escape among the @n codes. Reads at most ceil(@n * @w / 8) bytes of
+ * @codes.
  */
 void zst_tier_expand_isa(uint8_t *out, const uint8_t *codes, size_t n,
 			 unsigned w, const uint8_t *map, const uint8_t *next,
-			 enum zst_tier_isa isa);
+			 size_t nnext, enum zst_tier_isa isa);
 /*
  * zst_tier_escapes_isa - the escapes among the codes of @w bits in the
  * @len bytes at @p (padding bits zero), with variant @isa (which must
@@ -243,10 +244,14 @@ static inline uint64_t zst_tier_escape_bits(const uint8_t *p, size_t len,
 		x &= x >> 2;
 	return x & low[w];
 }
+size_t zst_tier_escapes_avx2(const uint8_t *p, size_t len, unsigned w);
 size_t zst_tier_escapes_avx512(const uint8_t *p, size_t len, unsigned w);
 void zst_tier_expand_scalar(uint8_t *out, const uint8_t *codes, size_t n,
 			    unsigned w, const uint8_t *map,
 			    const uint8_t *next);
+void zst_tier_expand_avx2(uint8_t *out, const uint8_t *codes, size_t n,
+			  unsigned w, const uint8_t *map, const uint8_t *next,
+			  size_t nnext);
 void zst_tier_expand_avx512(uint8_t *out, const uint8_t *codes, size_t n,
 			    unsigned w, const uint8_t *map,
 			    const uint8_t *next);

@@ -4,7 +4,7 @@
  * bf16 exponent plane in fixed-width rank codes, which decode about ten
  * times faster than zstd's Huffman literals for nearly the same size, and
  * the sign+mantissa plane stored raw. Encoder, validating parser and the
- * scalar reference of the one loop the AVX-512 variant replaces.
+ * scalar reference of the one loop the AVX2 and AVX-512 variants replace.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -28,19 +28,22 @@ struct tier_frame {
 	const uint8_t *sm; /* the sign+mantissa plane */
 };
 
-/* The variant decodes run, chosen once: CASTFS_ISA naming another ISA
- * than avx512 (scalar, avx2: tests, triage) gets the reference, as a
- * CPU without AVX-512 VBMI2 would. */
+/* The variant decodes run, chosen once: the best this CPU runs, or no
+ * better than CASTFS_ISA names (avx2: as on a CPU without AVX-512 VBMI2;
+ * scalar or any other: the reference; for tests and triage). */
 static enum zst_tier_isa tier_isa = ZST_TIER_SCALAR;
 static pthread_once_t tier_once = PTHREAD_ONCE_INIT;
 
 static void tier_choose(void)
 {
 	const char *env = getenv("CASTFS_ISA");
+	bool any = !env || !*env || !strcmp(env, "avx512");
 
-	if ((!env || !*env || !strcmp(env, "avx512")) &&
-	    zst_tier_isa_runs(ZST_TIER_AVX512))
+	if (any && zst_tier_isa_runs(ZST_TIER_AVX512))
 		tier_isa = ZST_TIER_AVX512;
+	else if ((any || !strcmp(env, "avx2")) &&
+		 zst_tier_isa_runs(ZST_TIER_AVX2))
+		tier_isa = ZST_TIER_AVX2;
 }
 
 static bool width_ok(unsigned w)
@@ -214,6 +217,8 @@ size_t zst_tier_escapes_isa(const uint8_t *p, size_t len, unsigned w,
 #if ZST_HAVE_X86
 	if (isa == ZST_TIER_AVX512)
 		return zst_tier_escapes_avx512(p, len, w);
+	if (isa == ZST_TIER_AVX2)
+		return zst_tier_escapes_avx2(p, len, w);
 #endif
 	(void)isa;
 	return escapes_count_scalar(p, len, w);
@@ -224,6 +229,9 @@ bool zst_tier_isa_runs(enum zst_tier_isa isa)
 	if (isa == ZST_TIER_SCALAR)
 		return true;
 #if ZST_HAVE_X86
+	if (isa == ZST_TIER_AVX2)
+		return __builtin_cpu_supports("avx2") &&
+		       __builtin_cpu_supports("popcnt");
 	return isa == ZST_TIER_AVX512 && __builtin_cpu_supports("avx512bw") &&
 	       __builtin_cpu_supports("avx512vbmi") &&
 	       __builtin_cpu_supports("avx512vbmi2") &&
@@ -235,14 +243,19 @@ bool zst_tier_isa_runs(enum zst_tier_isa isa)
 
 void zst_tier_expand_isa(uint8_t *out, const uint8_t *codes, size_t n,
 			 unsigned w, const uint8_t *map, const uint8_t *next,
-			 enum zst_tier_isa isa)
+			 size_t nnext, enum zst_tier_isa isa)
 {
 #if ZST_HAVE_X86
 	if (isa == ZST_TIER_AVX512) {
 		zst_tier_expand_avx512(out, codes, n, w, map, next);
 		return;
 	}
+	if (isa == ZST_TIER_AVX2) {
+		zst_tier_expand_avx2(out, codes, n, w, map, next, nnext);
+		return;
+	}
 #endif
+	(void)nnext;
 	zst_tier_expand_scalar(out, codes, n, w, map, next);
 }
 
@@ -271,7 +284,7 @@ int zst_tier_decode(uint8_t *dst, size_t dsize, const uint8_t *src,
 
 		table -= (1u << f.w[k]) - 1;
 		zst_tier_expand_isa(out, f.stream[k], f.n[k], f.w[k], table,
-				    next, tier_isa);
+				    next, f.n[k + 1], tier_isa);
 		next = out;
 	}
 	plane[0] = f.sm;
