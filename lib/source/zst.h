@@ -142,7 +142,8 @@ struct castfs_writer {
 struct castfs_zst_pack_opts {
 	size_t frame_size; /* decoded bytes per frame, 1..CASTFS_ZST_MAX_FRAME */
 	int level; /* zstd compression level */
-	bool checksums; /* write XXH64 frame checksums in the seek table */
+	bool checksums; /* write frame checksums in the seek table (XXH64;
+			 * CRC32C of tiered frames) */
 	const uint64_t *cuts; /* sorted offsets no frame may straddle */
 	size_t ncuts;
 	/*

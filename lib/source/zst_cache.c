@@ -218,10 +218,10 @@ static int frame_planes_dc(const struct castfs_zst_index *ix, size_t i,
 		     zst_tier_decode(planes, dsize, src, csize, plane) :
 		     zst_decode_planes(dc, planes, dsize, src, csize, w, plane);
 	/* The checksum is of the frame as stored (grouped); of a tiered
-	 * frame, its own bytes: a third fewer to hash. */
+	 * frame, CRC32C of its own bytes (FORMATS.md). */
 	if (!rc && ix->sum &&
 	    (t == CASTFS_ZST_BF16_TIERED ?
-		     zst_checksum(src, csize) :
+		     zst_crc32c(src, csize) :
 		     zst_checksum_planes(plane, w, dsize / w)) != ix->sum[i])
 		rc = -EIO;
 	return rc;

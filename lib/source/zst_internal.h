@@ -147,6 +147,27 @@ size_t zst_ungroup4_avx2(uint32_t *dst, const uint8_t *const *b, size_t count,
 size_t zst_encode_planes(struct zst_cctx *cc, void *dst, size_t cap,
 			 const void *src, size_t n, unsigned w);
 
+/*
+ * zst_crc32c - CRC32C (Castagnoli) of the @n bytes at @buf: the checksum
+ * of a tiered frame (FORMATS.md). The fastest variant this CPU has,
+ * chosen once (CASTFS_ISA=scalar forces the byte-table reference).
+ * zst_crc32c_isa - the same with variant @isa, which must run.
+ */
+enum zst_crc_isa { ZST_CRC_SCALAR, ZST_CRC_SSE42 };
+uint32_t zst_crc32c(const void *buf, size_t n);
+uint32_t zst_crc32c_isa(const void *buf, size_t n, enum zst_crc_isa isa);
+/* zst_crc_isa_runs - whether @isa is built and this CPU runs it. */
+bool zst_crc_isa_runs(enum zst_crc_isa isa);
+
+/* The SSE4.2 variant's stream length: long enough that joining three
+ * costs little, short enough that the streams stay in L1 together. */
+#define ZST_CRC_STREAM 4096u
+/* zst_crc_shift - the CRC register @crc followed by @streams (1 or 2)
+ * times ZST_CRC_STREAM zero bytes. zst_crc32c_sse42 - the raw register
+ * @crc updated with @n bytes at @p (SSE4.2 only). */
+uint32_t zst_crc_shift(uint32_t crc, unsigned streams);
+uint32_t zst_crc32c_sse42(uint32_t crc, const uint8_t *p, size_t n);
+
 /* zst_checksum - the low 32 bits of XXH64(@buf, @n, seed 0). */
 uint32_t zst_checksum(const void *buf, size_t n);
 

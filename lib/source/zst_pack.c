@@ -113,6 +113,18 @@ static size_t piece_encode(struct pack_state *ps, size_t n,
 	return got;
 }
 
+/* The checksum is of the frame as stored, as the format defines: of a
+ * tiered frame (castfs's own), CRC32C of its @got bytes (FORMATS.md). */
+static uint32_t piece_sum(const struct pack_state *ps, const uint8_t *kept,
+			  size_t n, size_t got, enum castfs_zst_transform t)
+{
+	if (!ps->o->checksums)
+		return 0;
+	if (t == CASTFS_ZST_BF16_TIERED)
+		return zst_crc32c(kept, got);
+	return zst_checksum(kept, n);
+}
+
 static int pack_piece(struct pack_state *ps, const struct castfs_reader *src,
 		      uint64_t pos, size_t n, enum castfs_zst_transform t,
 		      struct castfs_diag *d)
@@ -134,14 +146,8 @@ static int pack_piece(struct pack_state *ps, const struct castfs_reader *src,
 	rc = ps->w->write(ps->w->ctx, ps->out, got);
 	if (rc)
 		return castfs_diag_set(d, rc, "writing the pack");
-	/* The checksum is of the frame as stored, as the format defines. */
 	rc = table_add(ps, (uint32_t)got, (uint32_t)n,
-		       ps->o->checksums ?
-			       zst_checksum(kept, t == CASTFS_ZST_BF16_TIERED ?
-							  got :
-							  n) :
-			       0,
-		       t);
+		       piece_sum(ps, kept, n, got, t), t);
 	if (rc)
 		return castfs_diag_set(d, rc, "too many frames");
 	ps->in_done += n;

@@ -278,6 +278,75 @@ static uint8_t *weights_make(size_t n)
 	return p;
 }
 
+/* CRC32C bit by bit, as RFC 3720 (B.4) defines it: the oracle, apart
+ * from the library's table. */
+static uint32_t crc32c_bitwise(const uint8_t *p, size_t n)
+{
+	uint32_t c = ~0u;
+
+	for (size_t i = 0; i < n; i++) {
+		c ^= p[i];
+		for (int k = 0; k < 8; k++)
+			c = (c >> 1) ^ (0x82F63B78u & -(c & 1));
+	}
+	return ~c;
+}
+
+/* The check value of the CRC catalogue (CRC-32/ISCSI) and RFC 3720's
+ * B.4 vectors, with every variant this CPU runs. */
+START_TEST(test_zst_tier__crc32c_check_values)
+{
+	uint8_t zeros[32] = { 0 }, ones[32], inc[32];
+
+	memset(ones, 0xFF, sizeof(ones));
+	for (unsigned i = 0; i < 32; i++)
+		inc[i] = (uint8_t)i;
+	for (unsigned isa = ZST_CRC_SCALAR; isa <= ZST_CRC_SSE42; isa++) {
+		if (!zst_crc_isa_runs(isa))
+			continue;
+		ck_assert_uint_eq(zst_crc32c_isa("123456789", 9, isa),
+				  0xE3069283u);
+		ck_assert_uint_eq(zst_crc32c_isa(zeros, 32, isa), 0x8A9136AAu);
+		ck_assert_uint_eq(zst_crc32c_isa(ones, 32, isa), 0x62A8AB43u);
+		ck_assert_uint_eq(zst_crc32c_isa(inc, 32, isa), 0x46DD794Eu);
+		ck_assert_uint_eq(zst_crc32c_isa(inc, 0, isa), 0);
+	}
+	ck_assert_uint_eq(zst_crc32c("123456789", 9), 0xE3069283u);
+}
+END_TEST
+
+/*
+ * Every variant equals the bitwise CRC over random lengths 0..100k from
+ * odd addresses: no stream round, one to eight (the SSE4.2 variant's
+ * three streams of ZST_CRC_STREAM bytes), each tail size 0..7 and
+ * lengths one short of and just past a round.
+ */
+START_TEST(test_zst_tier__crc32c_isas_equal_bitwise)
+{
+	size_t round = 3 * ZST_CRC_STREAM, cap = 10 * round + 32;
+	uint8_t *buf = malloc(cap);
+	uint32_t seed = 7;
+
+	for (size_t i = 0; i < cap; i++)
+		buf[i] = (uint8_t)lcg(&seed);
+	for (unsigned k = 0; k < 400; k++) {
+		size_t n = k < 40 ? k :
+			   k < 60 ? ((k - 40) / 2 + 1) * round - 1 + k % 2 * 8 :
+				    lcg(&seed) % 100001;
+		size_t off = lcg(&seed) % 16;
+		uint32_t want = crc32c_bitwise(buf + off, n);
+
+		for (unsigned isa = ZST_CRC_SCALAR; isa <= ZST_CRC_SSE42; isa++)
+			if (zst_crc_isa_runs(isa))
+				ck_assert_msg(zst_crc32c_isa(buf + off, n,
+							     isa) == want,
+					      "isa %u, %zu bytes at +%zu", isa,
+					      n, off);
+	}
+	free(buf);
+}
+END_TEST
+
 static void pack_grouped(const uint8_t *in, size_t n, struct membuf *m)
 {
 	uint64_t cuts[] = { 64 };
@@ -337,6 +406,15 @@ START_TEST(test_zst_tier__grouped_pack_uses_tiers)
 		ck_assert_uint_eq(marker_xform(&m, i), CASTFS_ZST_BF16_TIERED);
 	ck_assert_msg((double)n / (double)m.n >= 1.47, "ratio %.3f",
 		      (double)n / (double)m.n);
+	/* A tiered frame's checksum: CRC32C of the frame as stored. */
+	for (size_t i = 1; i <= 4; i++) {
+		size_t nf = castfs_load_le32(m.p + m.n - 9);
+		const uint8_t *e = m.p + m.n - 9 - nf * 12 + 12 * i;
+
+		ck_assert_uint_eq(castfs_load_le32(e + 8),
+				  crc32c_bitwise(m.p + frame_off(&m, i),
+						 castfs_load_le32(e)));
+	}
 	m.p[frame_off(&m, 2) + F_W] = 3;
 	/* A raw sign+mantissa byte: any value decodes; the checksum (of
 	 * the frame as stored) must catch it. */
@@ -372,6 +450,8 @@ Suite *unit_suite(void)
 			tcase_add_loop_test(
 				tc, test_zst_tier__expand_isas_equal_scalar,
 				isa, isa + 1);
+	tcase_add_test(tc, test_zst_tier__crc32c_check_values);
+	tcase_add_test(tc, test_zst_tier__crc32c_isas_equal_bitwise);
 	tcase_add_test(tc, test_zst_tier__frames_round_trip);
 	tcase_add_loop_test(tc, test_zst_tier__hostile_frames_rejected, 0, 13);
 	tcase_add_test(tc, test_zst_tier__grouped_pack_uses_tiers);
