@@ -148,6 +148,24 @@ def caches_kept():
         yield
 
 
+def rss_mb(pid):
+    """The resident memory of process @pid in MB (VmRSS)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    raise RuntimeError("no VmRSS")
+
+
+def sanitizer(pid):
+    """The sanitizer runtime the daemon @pid runs under, or None: ASan and
+    TSan allocators keep freed memory (quarantine, shadow), so RSS bounds
+    say nothing about castfs there."""
+    with open("/proc/%d/maps" % pid) as f:
+        maps = f.read()
+    return next((lib for lib in ("libasan", "libtsan") if lib in maps), None)
+
+
 @contextlib.contextmanager
 def tempdir(prefix="castfs-src-"):
     d = tempfile.mkdtemp(prefix=prefix)

@@ -32,13 +32,6 @@ DROP = "/proc/sys/vm/drop_caches"
 THREADS = 4  # the daemon's worker pool, fixed so idle means the same here and in CI
 
 
-def rss_mb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    raise RuntimeError("no VmRSS")
-
 
 def memory(m):
     """The daemon's own account of what it holds (/.castfs/stats)."""
@@ -50,17 +43,6 @@ def threads(pid):
     return len(os.listdir("/proc/%d/task" % pid))
 
 
-def sanitizer(pid):
-    """The sanitizer runtime the daemon @pid runs under, or None: ASan and
-    TSan allocators keep freed memory (quarantine, shadow), so RSS bounds
-    say nothing about castfs there."""
-    with open("/proc/%d/maps" % pid) as f:
-        maps = f.read()
-    for lib in ("libasan", "libtsan"):
-        if lib in maps:
-            return lib
-    return None
-
 
 def forget_all():
     tl.drop_caches(2)
@@ -70,7 +52,7 @@ def settle_rss(pid, cond, timeout=15.0):
     """RSS once @cond holds for it, or the last value after @timeout."""
     deadline = time.time() + timeout
     while True:
-        now = rss_mb(pid)
+        now = tl.rss_mb(pid)
         if cond(now) or time.time() > deadline:
             return now
         time.sleep(0.2)
@@ -148,7 +130,7 @@ class TestCacheBudget(unittest.TestCase):
             workers = threads(pid)
             for k in range(NBIG):
                 use(m, "big%d" % k)
-            peak = rss_mb(pid)
+            peak = tl.rss_mb(pid)
             held = memory(m)
             forget_all()
             after = settle_rss(pid, lambda r: r <= 2 * idle)
@@ -159,8 +141,8 @@ class TestCacheBudget(unittest.TestCase):
                              "%.1f MB, after the kernel forgot them %.1f MB\n"
                              % (idle, NBIG, NTENSORS, peak, after))
             with self.subTest("RSS"):
-                if sanitizer(pid):
-                    self.skipTest("RSS not checked under %s" % sanitizer(pid))
+                if tl.sanitizer(pid):
+                    self.skipTest("RSS not checked under %s" % tl.sanitizer(pid))
                 # The files did cost memory (else the test shows nothing)...
                 self.assertGreater(peak, idle + 100)
                 # ...and it came back.
@@ -202,7 +184,7 @@ class TestCacheBudget(unittest.TestCase):
             forget_all()
             idle = settle_rss(pid, lambda r: False, timeout=1.0)
             names = sorted(os.listdir(m.path))
-            listed = rss_mb(pid)
+            listed = tl.rss_mb(pid)
             self.assertEqual(sorted(os.listdir(m.path)), names)
             self.assertIn(rc.view_name("big2", "bf16"), names)
             sys.stderr.write("RSS idle %.1f MB, after listing %d files of "
@@ -211,8 +193,8 @@ class TestCacheBudget(unittest.TestCase):
             # Kept, the three would be 200-300 MB (test_1); one costs
             # 65-90 MB.
             with self.subTest("RSS"):
-                if sanitizer(pid):
-                    self.skipTest("RSS not checked under %s" % sanitizer(pid))
+                if tl.sanitizer(pid):
+                    self.skipTest("RSS not checked under %s" % tl.sanitizer(pid))
                 self.assertLess(listed, idle + 16 + 110)
             self.check_small_view(m)
 

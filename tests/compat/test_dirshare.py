@@ -28,18 +28,6 @@ SETTLE = 20.0  # seconds the watcher may take on a loaded machine
 LIMIT_MB = 16
 
 
-def rss_mb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    raise RuntimeError("no VmRSS")
-
-
-def sanitizer(pid):
-    with open("/proc/%d/maps" % pid) as f:
-        maps = f.read()
-    return next((lib for lib in ("libasan", "libtsan") if lib in maps), None)
 
 
 def drain(it):
@@ -73,7 +61,7 @@ class TestDirShare(unittest.TestCase):
                 tl.Mount(Env.src, options=["nosupervise"]) as m:
             pid = m.proc.pid
             os.stat(m.join("."))
-            before = rss_mb(pid)
+            before = tl.rss_mb(pid)
             fds = [os.open(m.path, os.O_RDONLY | os.O_DIRECTORY)
                    for _ in range(HANDLES)]
             its = [os.scandir(fd) for fd in fds]
@@ -81,7 +69,7 @@ class TestDirShare(unittest.TestCase):
                 # Each handle's first getdents before any ends.
                 firsts = [[next(it).name] for it in its]
                 lists = [f + drain(it) for f, it in zip(firsts, its)]
-                held = rss_mb(pid)
+                held = tl.rss_mb(pid)
             finally:
                 for it in its:
                     it.close()
@@ -99,8 +87,8 @@ class TestDirShare(unittest.TestCase):
             for names in lists[1:]:
                 self.assertEqual(names, one)
             with self.subTest("RSS"):
-                if sanitizer(pid):
-                    self.skipTest("RSS not checked under %s" % sanitizer(pid))
+                if tl.sanitizer(pid):
+                    self.skipTest("RSS not checked under %s" % tl.sanitizer(pid))
                 self.assertLess(held - before, LIMIT_MB)
 
     def test_added_file_while_open(self):

@@ -26,18 +26,6 @@ FLAT = 30_000  # tensors of one flat file: 90,001 names in its tree's root
 HANDLES = 20
 
 
-def rss_mb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    raise RuntimeError("no VmRSS")
-
-
-def sanitizer(pid):
-    with open("/proc/%d/maps" % pid) as f:
-        maps = f.read()
-    return next((lib for lib in ("libasan", "libtsan") if lib in maps), None)
 
 
 def write_wide(path):
@@ -88,7 +76,7 @@ class TestGeneratedShared(unittest.TestCase):
             self.assertEqual(len(first), size)
             self.assertGreater(size, 2 * NDIM)
             self.assertIn(b"[" + b", ".join([b"1"] * 4), first)
-            before = rss_mb(pid)
+            before = tl.rss_mb(pid)
             files = [open(info, "rb") for _ in range(OPENS)]
             files += [open(npy, "rb") for _ in range(OPENS)]
             try:
@@ -104,7 +92,7 @@ class TestGeneratedShared(unittest.TestCase):
                 self.assertEqual(npy_bytes[-4:], struct.pack("<f", 1.5))
                 for f in files[OPENS + 1:]:
                     self.assertEqual(f.read(), npy_bytes)
-                held = rss_mb(pid)
+                held = tl.rss_mb(pid)
             finally:
                 for f in files:
                     f.close()
@@ -112,8 +100,8 @@ class TestGeneratedShared(unittest.TestCase):
                              "of it and of the .npy, %.1f MB with them\n"
                              % (size, before, OPENS, held))
             with self.subTest("RSS"):
-                if sanitizer(pid):
-                    self.skipTest("RSS not checked under %s" % sanitizer(pid))
+                if tl.sanitizer(pid):
+                    self.skipTest("RSS not checked under %s" % tl.sanitizer(pid))
                 # One more copy each would be 2 x 40 x ~3 MB = 240 MB.
                 self.assertLess(held - before, 4 * size / 2**20 + 16)
             # The neighbour and the daemon are fine.
@@ -128,11 +116,11 @@ class TestGeneratedShared(unittest.TestCase):
             pid = m.proc.pid
             root = m.join("flat.safetensors.tensors")
             self.assertEqual(set(os.listdir(root)), want)
-            before = rss_mb(pid)
+            before = tl.rss_mb(pid)
             fds = [os.open(root, os.O_RDONLY | os.O_DIRECTORY)
                    for _ in range(HANDLES)]
             try:
-                held = rss_mb(pid)
+                held = tl.rss_mb(pid)
                 # Every handle lists the same names.
                 for fd in fds[:3]:
                     self.assertEqual(set(os.listdir(fd)), want)
@@ -143,8 +131,8 @@ class TestGeneratedShared(unittest.TestCase):
                              "directory, %.1f MB with them\n"
                              % (before, HANDLES, len(want), held))
             with self.subTest("RSS"):
-                if sanitizer(pid):
-                    self.skipTest("RSS not checked under %s" % sanitizer(pid))
+                if tl.sanitizer(pid):
+                    self.skipTest("RSS not checked under %s" % tl.sanitizer(pid))
                 # A listing of 90,001 names is about 5 MB: one per handle
                 # would be 100 MB.
                 self.assertLess(held - before, 16)
