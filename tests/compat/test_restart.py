@@ -60,6 +60,17 @@ def wait_daemon(sup_pid, other_than=(), timeout=30):
     return rc.poll(one, timeout, "a single new daemon")
 
 
+def kill_and_wait(sup_pid):
+    """SIGKILL the serving daemon and wait for the one that replaces it.
+    Waiting for "a single daemon" right after the kill can return the
+    dying one (a child until reaped): a read sent then meets the kill
+    itself, which KillUnderReaders covers, not the new daemon these
+    callers mean to test."""
+    old = wait_daemon(sup_pid)
+    os.kill(old, signal.SIGKILL)
+    return wait_daemon(sup_pid, other_than=(old,))
+
+
 # Reads completed by the reader threads of this process (the killer waits
 # for one after each kill, so that a slow start, say under ASan, is never
 # killed again and again before it serves anything).
@@ -391,16 +402,14 @@ class NodeIds(unittest.TestCase):
                                                                 os.O_RDONLY)
                 handles[n] = handle_of(m.join(n))
             try:
-                os.kill(wait_daemon(sup), signal.SIGKILL)
-                wait_daemon(sup)
+                kill_and_wait(sup)
                 for n in self.NAMES:
                     self.assertEqual(read_fd_at(fds[n]), content[n], n)
                 # Handles (what an NFS server keeps) into a daemon that
                 # has not seen the nodes. (The kernel still caches the
                 # inodes: the new daemon gets OPEN(id) for an id it must
                 # find; LOOKUP(id, ".") after eviction is test_handles'.)
-                os.kill(wait_daemon(sup), signal.SIGKILL)
-                wait_daemon(sup)
+                kill_and_wait(sup)
                 for n in self.NAMES:
                     fd = open_handle(m.path, handles[n])
                     self.assertEqual(read_fd(fd), content[n], n)
@@ -432,8 +441,7 @@ class NodeIds(unittest.TestCase):
             # Nothing of ours pins them: drop pages, dentries and inodes,
             # and the kernel sends FORGET for every one of them.
             drop_caches()
-            os.kill(wait_daemon(sup), signal.SIGKILL)
-            wait_daemon(sup)
+            kill_and_wait(sup)
             drop_caches()
             for n in self.NAMES:
                 fd = open_handle(m.path, handles[n])
