@@ -97,9 +97,9 @@ bool zst_crc_isa_runs(enum zst_crc_isa isa)
 #endif
 }
 
-uint32_t zst_crc32c_isa(const void *buf, size_t n, enum zst_crc_isa isa)
+/* The CRC by variant @isa; the tables are made (crc_init) by then. */
+static uint32_t crc32c_run(const void *buf, size_t n, enum zst_crc_isa isa)
 {
-	pthread_once(&crc_once, crc_init);
 #if ZST_HAVE_X86
 	if (isa == ZST_CRC_SSE42)
 		return ~zst_crc32c_sse42(~0u, buf, n);
@@ -108,8 +108,14 @@ uint32_t zst_crc32c_isa(const void *buf, size_t n, enum zst_crc_isa isa)
 	return ~crc32c_scalar(~0u, buf, n);
 }
 
+uint32_t zst_crc32c_isa(const void *buf, size_t n, enum zst_crc_isa isa)
+{
+	pthread_once(&crc_once, crc_init);
+	return crc32c_run(buf, n, isa);
+}
+
 uint32_t zst_crc32c(const void *buf, size_t n)
 {
 	pthread_once(&crc_once, crc_init);
-	return zst_crc32c_isa(buf, n, crc_isa);
+	return crc32c_run(buf, n, crc_isa);
 }
