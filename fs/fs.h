@@ -101,6 +101,11 @@ int castfs_fs_views_load(struct castfs_views *vs, const char *config,
  * @mountpoint per /proc/self/mountinfo (malloc'ed), or NULL (fs_mount.c). */
 char *castfs_mount_device(const char *mountpoint);
 
+/* castfs_fs_io_attach - read @se's requests into buffers mapped before
+ * their first read (fs_io.c says why). Call once the session has its fd.
+ * Returns 0 or a negative errno. */
+int castfs_fs_io_attach(struct fuse_session *se);
+
 /* castfs_fs_set_read_ahead - raise the read-ahead of the mount at
  * @mountpoint to @kb (the INIT reply can only lower it). Best effort:
  * without root nothing changes. */

@@ -259,15 +259,21 @@ static int add_mount_args(struct fuse_args *args, const char *source)
 static int attach(struct castfs_fs *fs, struct fuse_cmdline_opts *cmd,
 		  const struct options *o, const struct castfs_sv_child *child)
 {
+	int rc;
+
 	castfs_fs_log_init(cmd->foreground);
 	if (child) {
 		/* Requests in flight on a cloned fd die with it; on the
 		 * supervisor's fd they are resent to the next daemon. */
 		cmd->clone_fd = 0;
-		return castfs_sv_child_attach(fs->se, child);
+		rc = castfs_sv_child_attach(fs->se, child);
+		return rc ? rc : castfs_fs_io_attach(fs->se);
 	}
 	if (fuse_session_mount(fs->se, cmd->mountpoint))
 		return -EIO;
+	rc = castfs_fs_io_attach(fs->se);
+	if (rc)
+		return rc;
 	castfs_fs_set_read_ahead(cmd->mountpoint, o->read_ahead_kb);
 	fuse_daemonize(cmd->foreground);
 	return 0;
