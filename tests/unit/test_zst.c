@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 #include <zstd.h>
 
 #include "common/bytes.h"
@@ -418,6 +419,26 @@ START_TEST(test_zst__ungroup_isas_equal_scalar)
 }
 END_TEST
 
+/* Each frame's seek-table checksum is libxxhash's XXH64 (low 32 bits) of
+ * what libzstd decodes it to: for a grouped frame, its planes. */
+static void sums_are_xxh64_of_frames(const struct membuf *m)
+{
+	size_t nf = castfs_load_le32(m->p + m->n - 9), off = 0;
+	const uint8_t *e = m->p + m->n - 9 - nf * 12;
+
+	for (size_t i = 0; i < nf; i++, e += 12) {
+		size_t cs = castfs_load_le32(e), ds = castfs_load_le32(e + 4);
+		uint8_t *dec = malloc(ds + 1);
+
+		ck_assert_uint_eq(ZSTD_decompress(dec, ds, m->p + off, cs), ds);
+		if (ds) /* not the transform marker (skippable, sum 0) */
+			ck_assert_uint_eq(castfs_load_le32(e + 8),
+					  (uint32_t)XXH64(dec, ds, 0));
+		free(dec);
+		off += cs;
+	}
+}
+
 /* A grouped pack reads back as the input; libzstd decodes it to the
  * grouped bytes, which differ; a bad transform byte is rejected. */
 START_TEST(test_zst__grouped_pack_reads_back)
@@ -456,6 +477,7 @@ START_TEST(test_zst__grouped_pack_reads_back)
 	}
 	ck_assert_uint_eq(ZSTD_decompress(buf, N_IN, m.p, m.n), N_IN);
 	ck_assert(memcmp(buf, in, N_IN) != 0);
+	sums_are_xxh64_of_frames(&m);
 	castfs_zst_index_free(ix);
 	/* The marker's first transform byte (the header frame) made F32. */
 	m.p[m.n - 9 - castfs_load_le32(m.p + m.n - 9) * 12 - 8 -
