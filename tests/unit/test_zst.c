@@ -653,25 +653,14 @@ static uint8_t *make_bf16_weights(size_t n, uint32_t seed)
  * 256 KiB frames; check it reads back whole and by ranges; its size. */
 static size_t grouped_size(const uint8_t *in, size_t n)
 {
-	uint64_t cuts[] = { 64 };
-	uint8_t tr[] = { CASTFS_ZST_BF16 };
-	struct castfs_zst_pack_opts o = { .frame_size = 256 << 10,
-					  .level = 1,
-					  .checksums = true,
-					  .cuts = cuts,
-					  .ncuts = 1,
-					  .cut_transforms = tr };
 	struct castfs_mem_reader mr;
-	struct castfs_writer w;
 	struct castfs_zcache *c;
 	struct castfs_zst_index *ix;
 	struct castfs_zst_reader zr;
-	struct membuf m = { 0 };
+	struct membuf m;
 	uint8_t *buf = malloc(n);
 
-	w = (struct castfs_writer){ mem_write, &m };
-	castfs_mem_reader_init(&mr, in, n);
-	ck_assert_int_eq(castfs_zst_pack(&mr.r, n, &o, &w, NULL), 0);
+	membuf_pack_bf16(&m, in, n);
 	ck_assert_int_eq(castfs_zcache_new(1 << 20, &c), 0);
 	ck_assert_int_eq(open_index(&m, c, &mr, &ix, NULL), 0);
 	castfs_zst_reader_init(&zr, ix, &mr.r);
