@@ -13,7 +13,8 @@ struct fault_frame {
 	struct fault_frame *prev;
 };
 
-/* The calling thread's innermost guarded call; read by its own handler. */
+/* The calling thread's guarded calls, innermost first; read by its own
+ * handler. */
 static _Thread_local struct fault_frame *volatile fault_top;
 
 int castfs_fault_call(const void *lo, size_t len, int (*fn)(void *arg),
@@ -42,10 +43,14 @@ int castfs_fault_call(const void *lo, size_t len, int (*fn)(void *arg),
 
 bool castfs_fault_escape(const void *addr)
 {
-	struct fault_frame *f = fault_top;
 	uintptr_t a = (uintptr_t)addr;
 
-	if (!f || a < f->lo || a >= f->hi)
-		return false;
-	siglongjmp(f->jb, 1);
+	/* The innermost call whose range holds @addr, not just the innermost
+	 * call: a narrower nested call must not leave its parent's range
+	 * unguarded. Jumping past the inner calls abandons them too, as their
+	 * contract allows. */
+	for (struct fault_frame *f = fault_top; f; f = f->prev)
+		if (a >= f->lo && a < f->hi)
+			siglongjmp(f->jb, 1);
+	return false;
 }

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/isa.h"
 #include "format/dtype.h"
 
 /*
@@ -21,13 +22,6 @@
  */
 typedef void (*castfs_convert_fn)(void *restrict dst, const void *restrict src,
 				  size_t n);
-
-enum castfs_isa {
-	CASTFS_ISA_SCALAR,
-	CASTFS_ISA_AVX2, /* AVX2 + F16C + FMA */
-	CASTFS_ISA_AVX512, /* AVX-512 F/BW/VL (+ BF16/FP16 where present) */
-	CASTFS_ISA_COUNT,
-};
 
 /* Flags for castfs_convert_get(). */
 enum {
@@ -93,8 +87,7 @@ castfs_convert_planes_fn castfs_convert_planes_get_isa(enum castfs_isa isa,
 
 /*
  * castfs_isa_selected - the ISA used by castfs_convert_get(): the best one
- * this CPU supports, or the one named by the environment variable CASTFS_ISA
- * ("scalar", "avx2", "avx512") when it is set and supported. Chosen once.
+ * this CPU supports that CASTFS_ISA allows (common/isa.h). Chosen once.
  */
 enum castfs_isa castfs_isa_selected(void);
 
@@ -107,11 +100,5 @@ bool castfs_isa_available(enum castfs_isa isa);
  * inside the AVX-512 ISA, not an ISA of their own.
  */
 bool castfs_cpu_has_avx512_bf16(void);
-
-/* castfs_isa_name - "scalar", "avx2", "avx512"; NULL for an invalid value. */
-const char *castfs_isa_name(enum castfs_isa isa);
-
-/* castfs_isa_from_name - the ISA spelled @name, or CASTFS_ISA_COUNT. */
-enum castfs_isa castfs_isa_from_name(const char *name);
 
 #endif

@@ -1,11 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Kernel selection: one const table per instruction set, the best one the CPU
- * runs chosen once per process (CASTFS_ISA overrides it for tests, triage).
+ * runs chosen once per process (CASTFS_ISA caps it: common/isa.h).
  */
 #include <pthread.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "kernels/convert_internal.h"
 
@@ -15,12 +13,6 @@ static const struct castfs_cvt_table *const isa_tables[CASTFS_ISA_COUNT] = {
 	[CASTFS_ISA_AVX2] = &castfs_cvt_avx2,
 	[CASTFS_ISA_AVX512] = &castfs_cvt_avx512,
 #endif
-};
-
-static const char *const isa_names[CASTFS_ISA_COUNT] = {
-	[CASTFS_ISA_SCALAR] = "scalar",
-	[CASTFS_ISA_AVX2] = "avx2",
-	[CASTFS_ISA_AVX512] = "avx512",
 };
 
 /* The CASTFS_CPU_* bits each ISA needs. */
@@ -43,19 +35,12 @@ static bool isa_runs(enum castfs_isa isa)
 
 static void isa_init(void)
 {
-	const char *env = getenv("CASTFS_ISA");
-	enum castfs_isa isa;
-
 	cpu_features = castfs_cpu_detect();
-	isa = env ? castfs_isa_from_name(env) : CASTFS_ISA_COUNT;
-	if (isa != CASTFS_ISA_COUNT && isa_runs(isa)) {
-		isa_chosen = isa;
-		return;
-	}
-	/* No override, or one this CPU cannot honour: take the best. */
+	/* An override this CPU cannot honour gets the best below it. */
 	isa_chosen = CASTFS_ISA_SCALAR;
 	for (int i = CASTFS_ISA_COUNT - 1; i > CASTFS_ISA_SCALAR; i--) {
-		if (isa_runs((enum castfs_isa)i)) {
+		if (castfs_isa_allows((enum castfs_isa)i) &&
+		    isa_runs((enum castfs_isa)i)) {
 			isa_chosen = (enum castfs_isa)i;
 			break;
 		}
@@ -129,22 +114,6 @@ bool castfs_cpu_has_avx512_bf16(void)
 	isa_ensure_init();
 	return isa_runs(CASTFS_ISA_AVX512) &&
 	       (cpu_features & CASTFS_CPU_AVX512_BF16);
-}
-
-const char *castfs_isa_name(enum castfs_isa isa)
-{
-	if ((unsigned)isa >= CASTFS_ISA_COUNT)
-		return NULL;
-	return isa_names[isa];
-}
-
-enum castfs_isa castfs_isa_from_name(const char *name)
-{
-	for (int i = 0; i < CASTFS_ISA_COUNT; i++) {
-		if (name && strcmp(name, isa_names[i]) == 0)
-			return (enum castfs_isa)i;
-	}
-	return CASTFS_ISA_COUNT;
 }
 
 /* The planes kernels per ISA (NULL: none of its own). */

@@ -112,6 +112,18 @@ uint32_t zst_checksum_planes(const uint8_t *const *plane, unsigned w,
 	return (uint32_t)XXH64_digest(&st);
 }
 
+uint32_t zst_frame_sum(enum castfs_zst_transform t, const void *stored,
+		       size_t csize, const uint8_t *const *plane, size_t dsize)
+{
+	unsigned w = zst_group_width(t);
+
+	if (t == CASTFS_ZST_BF16_TIERED)
+		return zst_crc32c(stored, csize);
+	if (w == 1)
+		return zst_checksum(plane[0], dsize);
+	return zst_checksum_planes(plane, w, dsize / w);
+}
+
 /*
  * Grouped frames parsed by castfs (RFC 8878, section 3.1.1): a frame of
  * castfs pack --grouped holds each plane in its own blocks; a plane of raw

@@ -217,12 +217,8 @@ static int frame_planes_dc(const struct castfs_zst_index *ix, size_t i,
 	rc = t == CASTFS_ZST_BF16_TIERED ?
 		     zst_tier_decode(planes, dsize, src, csize, plane) :
 		     zst_decode_planes(dc, planes, dsize, src, csize, w, plane);
-	/* The checksum is of the frame as stored (grouped); of a tiered
-	 * frame, CRC32C of its own bytes (FORMATS.md). */
 	if (!rc && ix->sum &&
-	    (t == CASTFS_ZST_BF16_TIERED ?
-		     zst_crc32c(src, csize) :
-		     zst_checksum_planes(plane, w, dsize / w)) != ix->sum[i])
+	    zst_frame_sum(t, src, csize, plane, dsize) != ix->sum[i])
 		rc = -EIO;
 	return rc;
 }

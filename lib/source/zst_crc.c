@@ -7,9 +7,8 @@
  * and the shift operators that join the SSE4.2 variant's three streams.
  */
 #include <pthread.h>
-#include <stdlib.h>
-#include <string.h>
 
+#include "common/isa.h"
 #include "source/zst_internal.h"
 
 #define CRC32C_POLY 0x82F63B78u
@@ -48,8 +47,6 @@ static uint32_t x_pow_bytes(size_t n)
 
 static void crc_init(void)
 {
-	const char *env = getenv("CASTFS_ISA");
-
 	for (uint32_t b = 0; b < 256; b++) {
 		uint32_t c = b;
 
@@ -66,7 +63,8 @@ static void crc_init(void)
 				shift_table[s][j][b] =
 					mult_mod_p(op, b << (8 * j));
 	}
-	if ((!env || !*env || strcmp(env, "scalar")) &&
+	/* SSE4.2 is below AVX2: only CASTFS_ISA=scalar forbids it. */
+	if (castfs_isa_allows(CASTFS_ISA_AVX2) &&
 	    zst_crc_isa_runs(ZST_CRC_SSE42))
 		crc_isa = ZST_CRC_SSE42;
 }

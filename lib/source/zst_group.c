@@ -6,13 +6,13 @@
  * exponent bits are first moved into one whole byte.
  */
 #include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
 
 #include "common/bytes.h"
+#include "common/isa.h"
 #include "source/zst_internal.h"
 
 unsigned zst_group_width(enum castfs_zst_transform t)
@@ -334,19 +334,22 @@ void zst_ungroup_planes_isa(uint8_t *dst, const uint8_t *const *plane, size_t n,
 }
 
 /* The variant zst_ungroup() runs, chosen once per process: the widest
- * this CPU has, or the reference when CASTFS_ISA=scalar (tests, triage;
- * the kernels read the same variable). */
+ * this CPU has that CASTFS_ISA allows (common/isa.h). */
 static enum zst_isa ungroup_isa = ZST_ISA_SCALAR;
 static pthread_once_t ungroup_once = PTHREAD_ONCE_INIT;
 
+/* The CASTFS_ISA level of each variant. */
+static const enum castfs_isa ungroup_level[ZST_ISA_COUNT] = {
+	[ZST_ISA_SCALAR] = CASTFS_ISA_SCALAR,
+	[ZST_ISA_SSE2] = CASTFS_ISA_AVX2,
+	[ZST_ISA_AVX2] = CASTFS_ISA_AVX2,
+};
+
 static void ungroup_choose(void)
 {
-	const char *env = getenv("CASTFS_ISA");
-
-	if (env && !strcmp(env, "scalar"))
-		return;
 	for (int i = ZST_ISA_COUNT - 1; i > ZST_ISA_SCALAR; i--) {
-		if (zst_isa_runs((enum zst_isa)i)) {
+		if (castfs_isa_allows(ungroup_level[i]) &&
+		    zst_isa_runs((enum zst_isa)i)) {
 			ungroup_isa = (enum zst_isa)i;
 			return;
 		}

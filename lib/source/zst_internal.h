@@ -171,6 +171,17 @@ uint32_t zst_crc32c_sse42(uint32_t crc, const uint8_t *p, size_t n);
 /* zst_checksum - the low 32 bits of XXH64(@buf, @n, seed 0). */
 uint32_t zst_checksum(const void *buf, size_t n);
 
+/*
+ * zst_frame_sum - the seek-table checksum of a frame of transform @t, the
+ * one rule the packer writes and the reader checks (FORMATS.md): of a
+ * tiered frame, CRC32C of its @csize bytes as stored at @stored; of any
+ * other, zst_checksum() of its @dsize decoded bytes as grouped, the
+ * zst_group_width(@t) planes of @dsize / width bytes each at @plane (one
+ * plane, the bytes themselves, for CASTFS_ZST_NONE). Thread-safe.
+ */
+uint32_t zst_frame_sum(enum castfs_zst_transform t, const void *stored,
+		       size_t csize, const uint8_t *const *plane, size_t dsize);
+
 /* A compressor context (zst.c). */
 struct zst_cctx;
 

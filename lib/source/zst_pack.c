@@ -91,8 +91,8 @@ static size_t piece_tier(struct pack_state *ps, size_t n, size_t got,
 }
 
 /* Compress @n bytes of ps->in stored as *@t (which a bf16 frame may turn
- * into CASTFS_ZST_BF16_TIERED); the bytes the checksum is of to *@kept:
- * the planes, or a tiered frame itself (FORMATS.md). */
+ * into CASTFS_ZST_BF16_TIERED) into ps->out; the bytes as grouped to
+ * *@kept (ps->in itself when not grouped). */
 static size_t piece_encode(struct pack_state *ps, size_t n,
 			   enum castfs_zst_transform *t, const uint8_t **kept)
 {
@@ -108,21 +108,22 @@ static size_t piece_encode(struct pack_state *ps, size_t n,
 	got = zst_encode_planes(ps->cc, ps->out, ps->out_cap, ps->planes, n, w);
 	if (got && *t == CASTFS_ZST_BF16 && ps->tier)
 		got = piece_tier(ps, n, got, t);
-	if (*t == CASTFS_ZST_BF16_TIERED)
-		*kept = ps->out;
 	return got;
 }
 
-/* The checksum is of the frame as stored, as the format defines: of a
- * tiered frame (castfs's own), CRC32C of its @got bytes (FORMATS.md). */
+/* The checksum of the frame just coded: @got bytes in ps->out, its @n
+ * bytes as grouped (the planes one after another) at @kept. */
 static uint32_t piece_sum(const struct pack_state *ps, const uint8_t *kept,
 			  size_t n, size_t got, enum castfs_zst_transform t)
 {
+	const uint8_t *plane[ZST_MAX_PLANES];
+	unsigned w = zst_group_width(t);
+
 	if (!ps->o->checksums)
 		return 0;
-	if (t == CASTFS_ZST_BF16_TIERED)
-		return zst_crc32c(kept, got);
-	return zst_checksum(kept, n);
+	for (unsigned k = 0; k < w; k++)
+		plane[k] = kept + k * (n / w);
+	return zst_frame_sum(t, ps->out, got, plane, n);
 }
 
 static int pack_piece(struct pack_state *ps, const struct castfs_reader *src,

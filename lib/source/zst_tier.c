@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/bytes.h"
+#include "common/isa.h"
 #include "source/zst_internal.h"
 
 /* Payload: count u32, ntiers u8, widths u8[3], lengths u32[4]. */
@@ -28,20 +29,18 @@ struct tier_frame {
 	const uint8_t *sm; /* the sign+mantissa plane */
 };
 
-/* The variant decodes run, chosen once: the best this CPU runs, or no
- * better than CASTFS_ISA names (avx2: as on a CPU without AVX-512 VBMI2;
- * scalar or any other: the reference; for tests and triage). */
+/* The variant decodes run, chosen once: the best this CPU runs that
+ * CASTFS_ISA allows (common/isa.h; avx2: as on a CPU without AVX-512
+ * VBMI2). */
 static enum zst_tier_isa tier_isa = ZST_TIER_SCALAR;
 static pthread_once_t tier_once = PTHREAD_ONCE_INIT;
 
 static void tier_choose(void)
 {
-	const char *env = getenv("CASTFS_ISA");
-	bool any = !env || !*env || !strcmp(env, "avx512");
-
-	if (any && zst_tier_isa_runs(ZST_TIER_AVX512))
+	if (castfs_isa_allows(CASTFS_ISA_AVX512) &&
+	    zst_tier_isa_runs(ZST_TIER_AVX512))
 		tier_isa = ZST_TIER_AVX512;
-	else if ((any || !strcmp(env, "avx2")) &&
+	else if (castfs_isa_allows(CASTFS_ISA_AVX2) &&
 		 zst_tier_isa_runs(ZST_TIER_AVX2))
 		tier_isa = ZST_TIER_AVX2;
 }

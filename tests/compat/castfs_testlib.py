@@ -175,6 +175,29 @@ def tempdir(prefix="castfs-src-"):
         shutil.rmtree(d, ignore_errors=True)
 
 
+class ModuleSource:
+    """A test module's source folder, made once for all its mounts:
+    setUpModule calls start(populate), tearDownModule stop(). start skips
+    the module where FUSE is unusable, else makes the folder (.src) and
+    has populate(path) write the checkpoints into it; stop removes it."""
+
+    def __init__(self):
+        self.src = None
+        self._ctx = None
+
+    def start(self, populate):
+        if not fuse_usable():
+            raise unittest.SkipTest("FUSE unusable")
+        self._ctx = tempdir()
+        self.src = self._ctx.__enter__()
+        populate(self.src)
+
+    def stop(self):
+        if self._ctx:
+            self._ctx.__exit__(None, None, None)
+        self._ctx = self.src = None
+
+
 def read_ranges(path, size, rng, count=200, max_len=1 << 20):
     """Yield (off, data) for random ranges of the file, read with pread."""
     fd = os.open(path, os.O_RDONLY)

@@ -85,29 +85,27 @@ def warm_workers(m):
         list(ex.map(read, range(16 * THREADS)))
 
 
-class Env:
-    tmp = src = None
+Env = tl.ModuleSource()
 
 
-def setUpModule():
-    if not tl.fuse_usable():
-        raise unittest.SkipTest("FUSE unusable")
-    if not os.access(DROP, os.W_OK):
-        raise unittest.SkipTest("cannot make the kernel forget (not root)")
-    Env.tmp = tl.tempdir()
-    Env.src = Env.tmp.__enter__()
+def populate(src):
     # Big enough in data that serving it uses every buffer a read uses.
-    rc.write_ckpt(os.path.join(Env.src, "small.safetensors"), 1, SMALL_SCALE)
+    rc.write_ckpt(os.path.join(src, "small.safetensors"), 1, SMALL_SCALE)
     for k in range(NBIG):
         save_file({"layers.%d.w%d" % (i // 10, i % 10):
                    np.full((2,), i + k, dtype=np.float32)
                    for i in range(NTENSORS)},
-                  os.path.join(Env.src, "big%d.safetensors" % k))
+                  os.path.join(src, "big%d.safetensors" % k))
+
+
+def setUpModule():
+    if not os.access(DROP, os.W_OK):
+        raise unittest.SkipTest("cannot make the kernel forget (not root)")
+    Env.start(populate)
 
 
 def tearDownModule():
-    if Env.tmp:
-        Env.tmp.__exit__(None, None, None)
+    Env.stop()
 
 
 class TestCacheBudget(unittest.TestCase):

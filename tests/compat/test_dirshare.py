@@ -34,24 +34,22 @@ def drain(it):
     return [e.name for e in it]
 
 
-class Env:
-    tmp = src = None
+Env = tl.ModuleSource()
 
 
-def setUpModule():
-    if not tl.fuse_usable():
-        raise unittest.SkipTest("FUSE unusable")
-    Env.tmp = tl.tempdir()
-    Env.src = Env.tmp.__enter__()
+def populate(src):
     data = save({"w": np.arange(2, dtype=np.float32)})
     for i in range(COUNT):
-        with open(os.path.join(Env.src, "m%05d.safetensors" % i), "wb") as f:
+        with open(os.path.join(src, "m%05d.safetensors" % i), "wb") as f:
             f.write(data)
 
 
+def setUpModule():
+    Env.start(populate)
+
+
 def tearDownModule():
-    if Env.tmp:
-        Env.tmp.__exit__(None, None, None)
+    Env.stop()
 
 
 class TestDirShare(unittest.TestCase):

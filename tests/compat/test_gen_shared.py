@@ -42,24 +42,22 @@ def write_wide(path):
         f.write(struct.pack("<Q", len(text)) + text + data)
 
 
-class Env:
-    tmp = src = None
+Env = tl.ModuleSource()
+
+
+def populate(src):
+    write_wide(os.path.join(src, "w.safetensors"))
+    save_file({"t%05d" % i: np.full((1,), i, dtype=np.float32)
+               for i in range(FLAT)},
+              os.path.join(src, "flat.safetensors"))
 
 
 def setUpModule():
-    if not tl.fuse_usable():
-        raise unittest.SkipTest("FUSE unusable")
-    Env.tmp = tl.tempdir()
-    Env.src = Env.tmp.__enter__()
-    write_wide(os.path.join(Env.src, "w.safetensors"))
-    save_file({"t%05d" % i: np.full((1,), i, dtype=np.float32)
-               for i in range(FLAT)},
-              os.path.join(Env.src, "flat.safetensors"))
+    Env.start(populate)
 
 
 def tearDownModule():
-    if Env.tmp:
-        Env.tmp.__exit__(None, None, None)
+    Env.stop()
 
 
 class TestGeneratedShared(unittest.TestCase):

@@ -56,21 +56,15 @@ def alive(pid):
         return False
 
 
-class Env:
-    tmp = src = None
+Env = tl.ModuleSource()
 
 
 def setUpModule():
-    if not tl.fuse_usable():
-        raise unittest.SkipTest("FUSE unusable")
-    Env.tmp = tl.tempdir()
-    Env.src = Env.tmp.__enter__()
-    write_sparse(os.path.join(Env.src, "big.safetensors"))
+    Env.start(lambda src: write_sparse(os.path.join(src, "big.safetensors")))
 
 
 def tearDownModule():
-    if Env.tmp:
-        Env.tmp.__exit__(None, None, None)
+    Env.stop()
 
 
 class TestStop(unittest.TestCase):

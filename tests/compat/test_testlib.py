@@ -5,6 +5,7 @@ negative (CI's summary reader drops such lines); nothing run is a failure.
 Each inner suite is run for real by unittest, not simulated.
 """
 import io
+import os
 import re
 import unittest
 
@@ -81,6 +82,23 @@ class TestSummary(unittest.TestCase):
             stream=io.StringIO()).run(unittest.TestSuite()))
         self.assertEqual(rc, 1)
         self.assertTrue(line.startswith("0%: Checks: 0"))
+
+
+class TestModuleSource(unittest.TestCase):
+    """The shared setUpModule fixture: populated folder, then gone."""
+
+    def test_populates_then_removes(self):
+        env = tl.ModuleSource()
+        if not tl.fuse_usable():
+            self.assertRaises(unittest.SkipTest, env.start, None)
+            return
+        env.start(lambda src: open(os.path.join(src, "a"), "w").close())
+        src = env.src
+        self.assertEqual(os.listdir(src), ["a"])
+        env.stop()
+        self.assertFalse(os.path.exists(src))
+        self.assertIsNone(env.src)
+        env.stop()  # a second stop, or one after a skip, does nothing
 
 
 if __name__ == "__main__":

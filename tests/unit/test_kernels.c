@@ -742,6 +742,20 @@ START_TEST(test_kernels__isa_names_round_trip)
 }
 END_TEST
 
+/* The one CASTFS_ISA rule every dispatch asks (common/isa.h): the level
+ * named is the highest allowed; unset, every level is. */
+START_TEST(test_kernels__isa_env_caps_levels)
+{
+	enum castfs_isa forced = castfs_isa_from_name(getenv("CASTFS_ISA"));
+
+	ck_assert_int_eq(castfs_isa_forced(), forced);
+	for (int i = 0; i < CASTFS_ISA_COUNT; i++)
+		ck_assert_int_eq(castfs_isa_allows((enum castfs_isa)i),
+				 forced == CASTFS_ISA_COUNT ||
+					 i <= (int)forced);
+}
+END_TEST
+
 /* CASTFS_ISA wins when set (main() skipped us otherwise), else the best. */
 START_TEST(test_kernels__selects_env_or_best_isa)
 {
@@ -770,6 +784,7 @@ Suite *unit_suite(void)
 
 	tcase_add_test(tc, test_kernels__get_rejects_unsupported);
 	tcase_add_test(tc, test_kernels__isa_names_round_trip);
+	tcase_add_test(tc, test_kernels__isa_env_caps_levels);
 	tcase_add_test(tc, test_kernels__selects_env_or_best_isa);
 	suite_add_tcase(s, tc);
 	tcase_add_loop_test(ref, test_kernels__known_values, 0,

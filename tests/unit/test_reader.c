@@ -336,6 +336,47 @@ START_TEST(test_reader__fault_escape_only_in_range)
 }
 END_TEST
 
+struct nested {
+	char outer[64], inner[64];
+	int inner_returned;
+};
+
+/* A fault in the parent's range, taken inside a narrower nested call. */
+static int fault_in_outer(void *arg)
+{
+	struct nested *n = arg;
+
+	(void)castfs_fault_escape(n->outer + 10); /* does not return */
+	n->inner_returned = 1;
+	return 0;
+}
+
+static int call_inner(void *arg)
+{
+	struct nested *n = arg;
+	int rc = castfs_fault_call(n->inner, sizeof(n->inner), fault_in_outer,
+				   n);
+
+	n->inner_returned = rc == 0 ? 2 : 3;
+	return rc;
+}
+
+/* Nested calls with disjoint ranges: a fault in the outer range ends the
+ * outer call (and the inner one with it), not the process; the guards are
+ * all gone after. */
+START_TEST(test_reader__fault_nested_outer_range)
+{
+	struct nested n = { .inner_returned = 0 };
+
+	ck_assert_int_eq(castfs_fault_call(n.outer, sizeof(n.outer), call_inner,
+					   &n),
+			 -EIO);
+	ck_assert_int_eq(n.inner_returned, 0);
+	ck_assert(!castfs_fault_escape(n.outer));
+	ck_assert(!castfs_fault_escape(n.inner));
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("reader");
@@ -352,6 +393,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_reader__map_declines);
 	tcase_add_test(tc, test_reader__map_fault_is_eio);
 	tcase_add_test(tc, test_reader__fault_escape_only_in_range);
+	tcase_add_test(tc, test_reader__fault_nested_outer_range);
 	suite_add_tcase(s, tc);
 	return s;
 }

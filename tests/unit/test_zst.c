@@ -7,8 +7,13 @@
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <xxhash.h>
 #include <zstd.h>
 
 #include "common/bytes.h"
@@ -324,6 +329,140 @@ START_TEST(test_zst__threads_share_frames)
 }
 END_TEST
 
+/* A memory reader whose first read waits until the gate opens: the
+ * decode holding it keeps its frame "being decoded" meanwhile. */
+struct gate {
+	struct castfs_mem_reader mr;
+	pthread_mutex_t lock;
+	pthread_cond_t opened;
+	bool open;
+	int calls;
+};
+
+static ssize_t gate_pread(void *ctx, void *buf, size_t n, uint64_t off)
+{
+	struct gate *g = ctx;
+
+	pthread_mutex_lock(&g->lock);
+	if (++g->calls == 1)
+		while (!g->open)
+			pthread_cond_wait(&g->opened, &g->lock);
+	pthread_mutex_unlock(&g->lock);
+	return g->mr.r.pread(g->mr.r.ctx, buf, n, off);
+}
+
+static int gate_calls(struct gate *g)
+{
+	int n;
+
+	pthread_mutex_lock(&g->lock);
+	n = g->calls;
+	pthread_mutex_unlock(&g->lock);
+	return n;
+}
+
+struct waiter {
+	const struct castfs_zst_reader *zr;
+	uint64_t off;
+	pid_t tid;
+	int rc;
+};
+
+static void *waiter_run(void *arg)
+{
+	struct waiter *w = arg;
+	uint8_t buf[64];
+
+	__atomic_store_n(&w->tid, (pid_t)syscall(SYS_gettid), __ATOMIC_SEQ_CST);
+	w->rc = castfs_reader_read(&w->zr->r, buf, sizeof(buf), w->off);
+	return NULL;
+}
+
+/* Whether thread @tid sleeps (state S: here, waiting on the cache). */
+static bool thread_sleeps(pid_t tid)
+{
+	char path[64], st[256];
+	FILE *f;
+	char *p = NULL;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+	f = fopen(path, "r");
+	if (f && fgets(st, sizeof(st), f))
+		p = strrchr(st, ')');
+	if (f)
+		fclose(f);
+	return p && p[1] == ' ' && p[2] == 'S';
+}
+
+/*
+ * Two readers of one corrupt frame at once: the second waits for the
+ * first's decode (it reads nothing itself), and both get -EIO from the
+ * one failed decode. The failed frame is not left in the cache: once the
+ * source is good again the same range reads back, as do other frames.
+ */
+START_TEST(test_zst__waiter_on_failed_frame_gets_eio)
+{
+	uint8_t *in = make_input(30000, 7), buf[4096];
+	struct membuf m;
+	struct castfs_zcache *c;
+	struct castfs_zst_index *ix;
+	struct gate g = { .calls = 0 };
+	struct castfs_reader raw = { .pread = gate_pread, .ctx = &g };
+	struct castfs_zst_reader zr;
+	struct castfs_zcache_stats st;
+	struct waiter w[2];
+	pthread_t th[2];
+	size_t nf, bad;
+
+	pack(in, 30000, 4096, true, NULL, 0, &m);
+	nf = castfs_load_le32(m.p + m.n - 9);
+	bad = castfs_load_le32(m.p + m.n - 9 - nf * 12) / 2; /* in frame 0 */
+	m.p[bad] ^= 0x5a;
+	ck_assert_int_eq(castfs_zcache_new(1 << 20, &c), 0);
+	ck_assert_int_eq(open_index(&m, c, &g.mr, &ix, NULL), 0);
+	pthread_mutex_init(&g.lock, NULL);
+	pthread_cond_init(&g.opened, NULL);
+	castfs_zst_reader_init(&zr, ix, &raw);
+	for (int k = 0; k < 2; k++) {
+		w[k] = (struct waiter){ .zr = &zr, .off = 10 + 200u * k };
+		ck_assert_int_eq(
+			pthread_create(&th[k], NULL, waiter_run, &w[k]), 0);
+		if (k ==
+		    0) /* the first is decoding frame 0, held at the gate */
+			while (gate_calls(&g) == 0)
+				sched_yield();
+	}
+	/* the second is waiting for frame 0 (or, were it wrongly decoding
+	 * it again, past the gate) */
+	while (gate_calls(&g) == 1 &&
+	       !(__atomic_load_n(&w[1].tid, __ATOMIC_SEQ_CST) &&
+		 thread_sleeps(w[1].tid)))
+		sched_yield();
+	pthread_mutex_lock(&g.lock);
+	g.open = true;
+	pthread_cond_broadcast(&g.opened);
+	pthread_mutex_unlock(&g.lock);
+	for (int k = 0; k < 2; k++) {
+		pthread_join(th[k], NULL);
+		ck_assert_int_eq(w[k].rc, -EIO);
+	}
+	castfs_zcache_stats_get(c, &st);
+	ck_assert_uint_eq(st.errors, 1);
+	ck_assert_int_eq(gate_calls(&g), 1);
+	m.p[bad] ^= 0x5a;
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, 100, 10), 0);
+	ck_assert_mem_eq(buf, in + 10, 100);
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, 4000, 9000), 0);
+	ck_assert_mem_eq(buf, in + 9000, 4000);
+	castfs_zst_index_free(ix);
+	castfs_zcache_free(c);
+	pthread_cond_destroy(&g.opened);
+	pthread_mutex_destroy(&g.lock);
+	free(m.p);
+	free(in);
+}
+END_TEST
+
 /* Grouping is a bijection: every bf16 pattern, and fp32 bit patterns. */
 START_TEST(test_zst__group_round_trip)
 {
@@ -418,6 +557,26 @@ START_TEST(test_zst__ungroup_isas_equal_scalar)
 }
 END_TEST
 
+/* Each frame's seek-table checksum is libxxhash's XXH64 (low 32 bits) of
+ * what libzstd decodes it to: for a grouped frame, its planes. */
+static void sums_are_xxh64_of_frames(const struct membuf *m)
+{
+	size_t nf = castfs_load_le32(m->p + m->n - 9), off = 0;
+	const uint8_t *e = m->p + m->n - 9 - nf * 12;
+
+	for (size_t i = 0; i < nf; i++, e += 12) {
+		size_t cs = castfs_load_le32(e), ds = castfs_load_le32(e + 4);
+		uint8_t *dec = malloc(ds + 1);
+
+		ck_assert_uint_eq(ZSTD_decompress(dec, ds, m->p + off, cs), ds);
+		if (ds) /* not the transform marker (skippable, sum 0) */
+			ck_assert_uint_eq(castfs_load_le32(e + 8),
+					  (uint32_t)XXH64(dec, ds, 0));
+		free(dec);
+		off += cs;
+	}
+}
+
 /* A grouped pack reads back as the input; libzstd decodes it to the
  * grouped bytes, which differ; a bad transform byte is rejected. */
 START_TEST(test_zst__grouped_pack_reads_back)
@@ -456,6 +615,7 @@ START_TEST(test_zst__grouped_pack_reads_back)
 	}
 	ck_assert_uint_eq(ZSTD_decompress(buf, N_IN, m.p, m.n), N_IN);
 	ck_assert(memcmp(buf, in, N_IN) != 0);
+	sums_are_xxh64_of_frames(&m);
 	castfs_zst_index_free(ix);
 	/* The marker's first transform byte (the header frame) made F32. */
 	m.p[m.n - 9 - castfs_load_le32(m.p + m.n - 9) * 12 - 8 -
@@ -493,25 +653,14 @@ static uint8_t *make_bf16_weights(size_t n, uint32_t seed)
  * 256 KiB frames; check it reads back whole and by ranges; its size. */
 static size_t grouped_size(const uint8_t *in, size_t n)
 {
-	uint64_t cuts[] = { 64 };
-	uint8_t tr[] = { CASTFS_ZST_BF16 };
-	struct castfs_zst_pack_opts o = { .frame_size = 256 << 10,
-					  .level = 1,
-					  .checksums = true,
-					  .cuts = cuts,
-					  .ncuts = 1,
-					  .cut_transforms = tr };
 	struct castfs_mem_reader mr;
-	struct castfs_writer w;
 	struct castfs_zcache *c;
 	struct castfs_zst_index *ix;
 	struct castfs_zst_reader zr;
-	struct membuf m = { 0 };
+	struct membuf m;
 	uint8_t *buf = malloc(n);
 
-	w = (struct castfs_writer){ mem_write, &m };
-	castfs_mem_reader_init(&mr, in, n);
-	ck_assert_int_eq(castfs_zst_pack(&mr.r, n, &o, &w, NULL), 0);
+	membuf_pack_bf16(&m, in, n);
 	ck_assert_int_eq(castfs_zcache_new(1 << 20, &c), 0);
 	ck_assert_int_eq(open_index(&m, c, &mr, &ix, NULL), 0);
 	castfs_zst_reader_init(&zr, ix, &mr.r);
@@ -584,6 +733,7 @@ Suite *unit_suite(void)
 	tcase_add_loop_test(tc, test_zst__lying_table_rejected, 0, 5);
 	tcase_add_loop_test(tc, test_zst__bad_frame_fails_read_only, 0, 3);
 	tcase_add_loop_test(tc, test_zst__threads_share_frames, 0, 3);
+	tcase_add_test(tc, test_zst__waiter_on_failed_frame_gets_eio);
 	tcase_add_loop_test(tc, test_zst__group_round_trip, 0, 4);
 	/* The variants this CPU runs; the scalar one checks the harness. */
 	for (int isa = ZST_ISA_SCALAR; isa < ZST_ISA_COUNT; isa++)

@@ -347,23 +347,6 @@ START_TEST(test_zst_tier__crc32c_isas_equal_bitwise)
 }
 END_TEST
 
-static void pack_grouped(const uint8_t *in, size_t n, struct membuf *m)
-{
-	uint64_t cuts[] = { 64 };
-	uint8_t tr[] = { CASTFS_ZST_BF16 };
-	struct castfs_zst_pack_opts o = { .frame_size = 256 << 10,
-					  .level = 1,
-					  .checksums = true,
-					  .cuts = cuts,
-					  .ncuts = 1,
-					  .cut_transforms = tr };
-	struct castfs_mem_reader mr;
-	struct castfs_writer w = { mem_write, m };
-
-	castfs_mem_reader_init(&mr, in, n);
-	ck_assert_int_eq(castfs_zst_pack(&mr.r, n, &o, &w, NULL), 0);
-}
-
 /* The marker's transform byte of frame @i of pack @m. */
 static uint8_t marker_xform(const struct membuf *m, size_t i)
 {
@@ -401,7 +384,7 @@ START_TEST(test_zst_tier__grouped_pack_uses_tiers)
 	struct castfs_zcache_stats st;
 	struct membuf m = { 0 };
 
-	pack_grouped(in, n, &m);
+	membuf_pack_bf16(&m, in, n);
 	for (size_t i = 1; i <= 4; i++)
 		ck_assert_uint_eq(marker_xform(&m, i), CASTFS_ZST_BF16_TIERED);
 	ck_assert_msg((double)n / (double)m.n >= 1.47, "ratio %.3f",

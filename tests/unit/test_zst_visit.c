@@ -34,20 +34,10 @@ static uint8_t *make_input(unsigned seed)
 /* A grouped pack of @in (checksums on) into @m. */
 static void pack_grouped(const uint8_t *in, struct membuf *m)
 {
-	uint64_t cuts[] = { HDR, HDR + BF16_LEN };
-	uint8_t tr[] = { CASTFS_ZST_BF16, CASTFS_ZST_NONE };
-	struct castfs_mem_reader mr;
-	struct castfs_writer w = { mem_write, m };
-	struct castfs_zst_pack_opts o = { .frame_size = FRAME,
-					  .level = 1,
-					  .checksums = true,
-					  .cuts = cuts,
-					  .ncuts = 2,
-					  .cut_transforms = tr };
+	static const uint64_t cuts[] = { HDR, HDR + BF16_LEN };
+	static const uint8_t tr[] = { CASTFS_ZST_BF16, CASTFS_ZST_NONE };
 
-	memset(m, 0, sizeof(*m));
-	castfs_mem_reader_init(&mr, in, N_IN);
-	ck_assert_int_eq(castfs_zst_pack(&mr.r, N_IN, &o, &w, NULL), 0);
+	membuf_pack_grouped(m, in, N_IN, FRAME, cuts, tr, 2);
 }
 
 /* Pieces put back together; planes un-grouped by the bf16 layout. */

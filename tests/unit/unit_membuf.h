@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * A growing memory buffer behind a struct castfs_writer, for tests that
- * write a pack (or any output) and read it back without a file.
+ * write a pack (or any output) and read it back without a file; the
+ * grouped packs the lib/source tests share.
  */
 #ifndef CASTFS_TESTS_UNIT_MEMBUF_H
 #define CASTFS_TESTS_UNIT_MEMBUF_H
@@ -11,6 +12,9 @@
 #include <string.h>
 
 #include <check.h>
+
+#include "common/reader.h"
+#include "source/zst.h"
 
 struct membuf {
 	uint8_t *p;
@@ -31,6 +35,39 @@ static inline int mem_write(void *ctx, const void *buf, size_t n)
 	memcpy(m->p + m->n, buf, n);
 	m->n += n;
 	return 0;
+}
+
+/* Pack the @n bytes at @in into @m (emptied first) grouped, as castfs pack
+ * --grouped does: @frame-byte frames, checksums on, level 1, the @ncuts
+ * cuts and the transforms of the pieces after them. */
+static inline void membuf_pack_grouped(struct membuf *m, const uint8_t *in,
+				       size_t n, size_t frame,
+				       const uint64_t *cuts,
+				       const uint8_t *transforms, size_t ncuts)
+{
+	struct castfs_mem_reader mr;
+	struct castfs_writer w = { mem_write, m };
+	struct castfs_zst_pack_opts o = { .frame_size = frame,
+					  .level = 1,
+					  .checksums = true,
+					  .cuts = cuts,
+					  .ncuts = ncuts,
+					  .cut_transforms = transforms };
+
+	memset(m, 0, sizeof(*m));
+	castfs_mem_reader_init(&mr, in, n);
+	ck_assert_int_eq(castfs_zst_pack(&mr.r, n, &o, &w, NULL), 0);
+}
+
+/* The bf16 checkpoint the tests pack most: a 64-byte header, then one
+ * bf16 tensor, in 256 KiB frames. */
+static inline void membuf_pack_bf16(struct membuf *m, const uint8_t *in,
+				    size_t n)
+{
+	static const uint64_t cuts[] = { 64 };
+	static const uint8_t tr[] = { CASTFS_ZST_BF16 };
+
+	membuf_pack_grouped(m, in, n, 256u << 10, cuts, tr, 1);
 }
 
 #endif
