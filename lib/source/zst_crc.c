@@ -16,6 +16,7 @@
 static uint32_t crc_table[256];
 /* zst_crc_shift tables: one per stream offset (ZST_CRC_STREAM, twice). */
 static uint32_t shift_table[2][4][256];
+static struct zst_crc_folds crc_folds;
 static enum zst_crc_isa crc_isa = ZST_CRC_SCALAR;
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
 
@@ -32,17 +33,43 @@ static uint32_t mult_mod_p(uint32_t a, uint32_t b)
 	return p;
 }
 
-/* x^(8 @n) modulo the polynomial: the operator of @n zero bytes. */
-static uint32_t x_pow_bytes(size_t n)
+/* x^@n modulo the polynomial. */
+static uint32_t x_pow(size_t n)
 {
-	uint32_t r = 1u << 31, x8 = 1u << 23; /* 1 and x^8 */
+	uint32_t r = 1u << 31, x = 1u << 30; /* 1 and x */
 
 	for (; n; n >>= 1) {
 		if (n & 1)
-			r = mult_mod_p(r, x8);
-		x8 = mult_mod_p(x8, x8);
+			r = mult_mod_p(r, x);
+		x = mult_mod_p(x, x);
 	}
 	return r;
+}
+
+/* x^(8 @n) modulo the polynomial: the operator of @n zero bytes. */
+static uint32_t x_pow_bytes(size_t n)
+{
+	return x_pow(8 * n);
+}
+
+/*
+ * The pair folding a 128-bit lane @d bits forward (none when 0): its low
+ * word is the earlier, x^(@d+64) away, its high word x^@d; one less each
+ * because a carry-less product of two reflected words is one degree low.
+ */
+static void fold_pair(uint64_t *k, size_t d)
+{
+	k[0] = d ? (uint64_t)x_pow(d + 63) << 32 : 0;
+	k[1] = d ? (uint64_t)x_pow(d - 1) << 32 : 0;
+}
+
+static void folds_init(struct zst_crc_folds *f)
+{
+	for (unsigned l = 0; l < 4; l++) {
+		fold_pair(f->by2048 + 2 * l, 2048);
+		fold_pair(f->by512 + 2 * l, 512);
+		fold_pair(f->lanes + 2 * l, 128 * (3 - l));
+	}
 }
 
 static void crc_init(void)
@@ -63,9 +90,13 @@ static void crc_init(void)
 				shift_table[s][j][b] =
 					mult_mod_p(op, b << (8 * j));
 	}
+	folds_init(&crc_folds);
 	/* SSE4.2 is below AVX2: only CASTFS_ISA=scalar forbids it. */
-	if (castfs_isa_allows(CASTFS_ISA_AVX2) &&
-	    zst_crc_isa_runs(ZST_CRC_SSE42))
+	if (castfs_isa_allows(CASTFS_ISA_AVX512) &&
+	    zst_crc_isa_runs(ZST_CRC_AVX512))
+		crc_isa = ZST_CRC_AVX512;
+	else if (castfs_isa_allows(CASTFS_ISA_AVX2) &&
+		 zst_crc_isa_runs(ZST_CRC_SSE42))
 		crc_isa = ZST_CRC_SSE42;
 }
 
@@ -89,6 +120,10 @@ bool zst_crc_isa_runs(enum zst_crc_isa isa)
 	if (isa == ZST_CRC_SCALAR)
 		return true;
 #if ZST_HAVE_X86
+	if (isa == ZST_CRC_AVX512)
+		return __builtin_cpu_supports("avx512f") &&
+		       __builtin_cpu_supports("vpclmulqdq") &&
+		       __builtin_cpu_supports("sse4.2");
 	return isa == ZST_CRC_SSE42 && __builtin_cpu_supports("sse4.2");
 #else
 	return false;
@@ -99,7 +134,14 @@ bool zst_crc_isa_runs(enum zst_crc_isa isa)
 static uint32_t crc32c_run(const void *buf, size_t n, enum zst_crc_isa isa)
 {
 #if ZST_HAVE_X86
-	if (isa == ZST_CRC_SSE42)
+	if (isa == ZST_CRC_AVX512 && n >= 256) {
+		uint32_t c = zst_crc32c_avx512(~0u, buf, n, &crc_folds);
+		size_t done = n & ~(size_t)255;
+
+		return ~zst_crc32c_sse42(c, (const uint8_t *)buf + done,
+					 n - done);
+	}
+	if (isa == ZST_CRC_SSE42 || isa == ZST_CRC_AVX512)
 		return ~zst_crc32c_sse42(~0u, buf, n);
 #endif
 	(void)isa;

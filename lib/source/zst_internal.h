@@ -153,7 +153,7 @@ size_t zst_encode_planes(struct zst_cctx *cc, void *dst, size_t cap,
  * chosen once (CASTFS_ISA=scalar forces the byte-table reference).
  * zst_crc32c_isa - the same with variant @isa, which must run.
  */
-enum zst_crc_isa { ZST_CRC_SCALAR, ZST_CRC_SSE42 };
+enum zst_crc_isa { ZST_CRC_SCALAR, ZST_CRC_SSE42, ZST_CRC_AVX512 };
 uint32_t zst_crc32c(const void *buf, size_t n);
 uint32_t zst_crc32c_isa(const void *buf, size_t n, enum zst_crc_isa isa);
 /* zst_crc_isa_runs - whether @isa is built and this CPU runs it. */
@@ -167,6 +167,20 @@ bool zst_crc_isa_runs(enum zst_crc_isa isa);
  * @crc updated with @n bytes at @p (SSE4.2 only). */
 uint32_t zst_crc_shift(uint32_t crc, unsigned streams);
 uint32_t zst_crc32c_sse42(uint32_t crc, const uint8_t *p, size_t n);
+
+/*
+ * The AVX-512 variant's fold constants, pairs (lo, hi) per 128-bit lane
+ * of x^(D+63) and x^(D-1) mod P (reflected, in a 64-bit word's top half):
+ * D = 2048 bits (a step), 512 (one register onto the next), and 384, 256,
+ * 128, none (the four lanes of the last register onto its last lane).
+ * zst_crc32c_avx512 - the raw register @crc updated with the whole
+ * 256-byte steps of the @n >= 256 bytes at @p.
+ */
+struct zst_crc_folds {
+	uint64_t by2048[8], by512[8], lanes[8];
+};
+uint32_t zst_crc32c_avx512(uint32_t crc, const uint8_t *p, size_t n,
+			   const struct zst_crc_folds *k);
 
 /* zst_checksum - the low 32 bits of XXH64(@buf, @n, seed 0). */
 uint32_t zst_checksum(const void *buf, size_t n);

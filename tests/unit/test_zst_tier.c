@@ -301,7 +301,7 @@ START_TEST(test_zst_tier__crc32c_check_values)
 	memset(ones, 0xFF, sizeof(ones));
 	for (unsigned i = 0; i < 32; i++)
 		inc[i] = (uint8_t)i;
-	for (unsigned isa = ZST_CRC_SCALAR; isa <= ZST_CRC_SSE42; isa++) {
+	for (unsigned isa = ZST_CRC_SCALAR; isa <= ZST_CRC_AVX512; isa++) {
 		if (!zst_crc_isa_runs(isa))
 			continue;
 		ck_assert_uint_eq(zst_crc32c_isa("123456789", 9, isa),
@@ -319,7 +319,8 @@ END_TEST
  * Every variant equals the bitwise CRC over random lengths 0..100k from
  * odd addresses: no stream round, one to eight (the SSE4.2 variant's
  * three streams of ZST_CRC_STREAM bytes), each tail size 0..7 and
- * lengths one short of and just past a round.
+ * lengths one short of and just past a round; then 256 to 767 bytes:
+ * one and two of the AVX-512 variant's steps with every tail it leaves.
  */
 START_TEST(test_zst_tier__crc32c_isas_equal_bitwise)
 {
@@ -336,13 +337,22 @@ START_TEST(test_zst_tier__crc32c_isas_equal_bitwise)
 		size_t off = lcg(&seed) % 16;
 		uint32_t want = crc32c_bitwise(buf + off, n);
 
-		for (unsigned isa = ZST_CRC_SCALAR; isa <= ZST_CRC_SSE42; isa++)
+		for (unsigned isa = ZST_CRC_SCALAR; isa <= ZST_CRC_AVX512;
+		     isa++)
 			if (zst_crc_isa_runs(isa))
 				ck_assert_msg(zst_crc32c_isa(buf + off, n,
 							     isa) == want,
 					      "isa %u, %zu bytes at +%zu", isa,
 					      n, off);
 	}
+	for (size_t n = 256; n < 768; n++)
+		for (unsigned isa = ZST_CRC_SCALAR; isa <= ZST_CRC_AVX512;
+		     isa++)
+			if (zst_crc_isa_runs(isa))
+				ck_assert_msg(zst_crc32c_isa(buf + 3, n, isa) ==
+						      crc32c_bitwise(buf + 3,
+								     n),
+					      "isa %u, %zu bytes", isa, n);
 	free(buf);
 }
 END_TEST
