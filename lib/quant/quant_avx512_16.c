@@ -228,13 +228,12 @@ static inline AVX512 void q4t_block_init(struct q4t_block *b, uint16_t amax,
 }
 
 /*
- * The 32 codes of the 32 BF16 elements @h, as bytes at @dst (even element
- * in the high nibble): quant_scalar.c's binary search over the key
+ * The codes of the 32 BF16 elements @h, one byte per 32-bit lane (even
+ * element in the high nibble): quant_scalar.c's binary search over the key
  * compared with the block's thresholds, 32 lanes at a time.
  */
-static inline AVX512 void q4t_32(uint8_t *dst, __m512i h,
-				 const struct q4t_block *b, __m512i order,
-				 bool identity)
+static inline AVX512 __m512i q4t_codes32(__m512i h, const struct q4t_block *b,
+					 __m512i order, bool identity)
 {
 	__m512i k = bf16_key(h);
 	__mmask32 up = _mm512_cmpgt_epi16_mask(k, b->t7);
@@ -249,9 +248,36 @@ static inline AVX512 void q4t_32(uint8_t *dst, __m512i h,
 	p = _mm512_mask_add_epi16(p, up, p, _mm512_set1_epi16(1));
 	if (!identity)
 		p = _mm512_permutexvar_epi16(p, order);
-	/* Each 32-bit lane: even code * 16 + odd code, one byte. */
-	p = _mm512_madd_epi16(p, _mm512_set1_epi32(0x00010010));
-	_mm_storeu_si128((__m128i *)(void *)dst, _mm512_cvtepi32_epi8(p));
+	/* Each 32-bit lane: even code * 16 + odd code. */
+	return _mm512_madd_epi16(p, _mm512_set1_epi32(0x00010010));
+}
+
+/* The 32 code bytes of the 32 BF16 elements @h at @dst. */
+static inline AVX512 void q4t_32(uint8_t *dst, __m512i h,
+				 const struct q4t_block *b, __m512i order,
+				 bool identity)
+{
+	_mm_storeu_si128(
+		(__m128i *)(void *)dst,
+		_mm512_cvtepi32_epi8(q4t_codes32(h, b, order, identity)));
+}
+
+/*
+ * The bytes of four q4t_codes32() results @c0..@c3, in that order, as one
+ * vector: two packing steps leave 128-bit lane k holding dwords k of c0..c3,
+ * one dword permute puts them back in order. Three shuffles and a permute
+ * for 64 bytes, where vpmovdb takes two uops for every 16.
+ */
+static inline AVX512 __m512i q4t_pack4(__m512i c0, __m512i c1, __m512i c2,
+				       __m512i c3)
+{
+	__m512i w = _mm512_packus_epi16(_mm512_packus_epi32(c0, c1),
+					_mm512_packus_epi32(c2, c3));
+
+	return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9,
+							  13, 2, 6, 10, 14, 3,
+							  7, 11, 15),
+					w);
 }
 
 /*
@@ -324,17 +350,24 @@ static AVX512 void q4_block_f32(uint8_t *dst, float *amax, const uint8_t *p,
 
 /*
  * The magnitude maxima (Inf and NaN included) of the four 64-element blocks
- * in @v[0..7], one per 128-bit lane in its lowest word: maxima of pairs of
+ * in @v0..@v7, one per 128-bit lane in its lowest word: maxima of pairs of
  * lanes across the blocks first, so the four reductions share their steps.
  */
-static inline AVX512 __m512i maxmag4_64(const __m512i v[8])
+static inline AVX512 __m512i maxmag4_64(__m512i v0, __m512i v1, __m512i v2,
+					__m512i v3, __m512i v4, __m512i v5,
+					__m512i v6, __m512i v7)
 {
 	const __m512i mag = _mm512_set1_epi16(0x7fff);
 	__m512i m[4], a, c, d;
 
-	for (int i = 0; i < 4; i++)
-		m[i] = _mm512_max_epu16(_mm512_and_si512(v[2 * i], mag),
-					_mm512_and_si512(v[2 * i + 1], mag));
+	m[0] = _mm512_max_epu16(_mm512_and_si512(v0, mag),
+				_mm512_and_si512(v1, mag));
+	m[1] = _mm512_max_epu16(_mm512_and_si512(v2, mag),
+				_mm512_and_si512(v3, mag));
+	m[2] = _mm512_max_epu16(_mm512_and_si512(v4, mag),
+				_mm512_and_si512(v5, mag));
+	m[3] = _mm512_max_epu16(_mm512_and_si512(v6, mag),
+				_mm512_and_si512(v7, mag));
 	/* Lanes 0-1: block 0 (or 2), lanes 2-3: block 1 (or 3). */
 	a = _mm512_max_epu16(_mm512_shuffle_i64x2(m[0], m[1], 0x44),
 			     _mm512_shuffle_i64x2(m[0], m[1], 0xee));
@@ -361,48 +394,86 @@ static inline AVX512 bool q4t_range4(__m512i a)
 	return (ok & 0x1111) == 0x1111;
 }
 
+/* The block absmax in the lowest word of 128-bit lane @i of @a. */
+#define Q4T_LANE_WORD(a, i) \
+	((uint16_t)_mm_cvtsi128_si32(_mm512_extracti32x4_epi32((a), (i))))
+
+/* The 64 code bytes of the two blocks of 64 in @v0..@v3 (absmax words @a0,
+ * @a1). */
+static inline __attribute__((always_inline)) AVX512 __m512i
+q4t_two64(__m512i v0, __m512i v1, __m512i v2, __m512i v3, uint16_t a0,
+	  uint16_t a1, enum castfs_qtype qt, __m512i order)
+{
+	const bool id = qt == CASTFS_Q_NF4;
+	struct q4t_block b0, b1;
+
+	q4t_block_init(&b0, a0, qt);
+	q4t_block_init(&b1, a1, qt);
+	return q4t_pack4(q4t_codes32(v0, &b0, order, id),
+			 q4t_codes32(v1, &b0, order, id),
+			 q4t_codes32(v2, &b1, order, id),
+			 q4t_codes32(v3, &b1, order, id));
+}
+
 /*
  * Four 64-element BF16 blocks at @x by the threshold path, their absmax at
  * @amax (when not NULL); false, and nothing written, when one of them is
  * outside its range. Each element is loaded once for the absmax and the
- * codes, and the four absmax reductions are one.
+ * codes, the four absmax reductions are one, and the eight vectors stay in
+ * registers (named, not an array: GCC kept the array on the stack and
+ * copied the source through it).
  */
 static inline __attribute__((always_inline)) AVX512 bool
 q4t_four64(uint8_t *dst, float *amax, const uint8_t *x, enum castfs_qtype qt,
 	   __m512i order)
 {
-	__m512i v[8], a;
-	uint16_t w[32];
+	__m512i v0, v1, v2, v3, v4, v5, v6, v7, a;
+	uint16_t w0, w1, w2, w3;
 
-	for (int i = 0; i < 8; i++) {
-		__builtin_prefetch(x + 64 * i + Q4_PF_DIST);
-		v[i] = _mm512_loadu_si512(x + 64 * i);
-	}
-	a = maxmag4_64(v);
+	__builtin_prefetch(x + Q4_PF_DIST);
+	__builtin_prefetch(x + 64 + Q4_PF_DIST);
+	__builtin_prefetch(x + 128 + Q4_PF_DIST);
+	__builtin_prefetch(x + 192 + Q4_PF_DIST);
+	__builtin_prefetch(x + 256 + Q4_PF_DIST);
+	__builtin_prefetch(x + 320 + Q4_PF_DIST);
+	__builtin_prefetch(x + 384 + Q4_PF_DIST);
+	__builtin_prefetch(x + 448 + Q4_PF_DIST);
+	v0 = _mm512_loadu_si512(x);
+	v1 = _mm512_loadu_si512(x + 64);
+	v2 = _mm512_loadu_si512(x + 128);
+	v3 = _mm512_loadu_si512(x + 192);
+	v4 = _mm512_loadu_si512(x + 256);
+	v5 = _mm512_loadu_si512(x + 320);
+	v6 = _mm512_loadu_si512(x + 384);
+	v7 = _mm512_loadu_si512(x + 448);
+	a = maxmag4_64(v0, v1, v2, v3, v4, v5, v6, v7);
 	if (!q4t_range4(a))
 		return false;
-	_mm512_storeu_si512(w, a);
-	for (int i = 0; i < 4; i++) {
-		struct q4t_block b;
-
-		q4t_block_init(&b, w[8 * i], qt);
-		if (amax)
-			amax[i] = widen1(w[8 * i], false);
-		q4t_32(dst + 32 * i, v[2 * i], &b, order, qt == CASTFS_Q_NF4);
-		q4t_32(dst + 32 * i + 16, v[2 * i + 1], &b, order,
-		       qt == CASTFS_Q_NF4);
+	w0 = (uint16_t)_mm_cvtsi128_si32(_mm512_castsi512_si128(a));
+	w1 = Q4T_LANE_WORD(a, 1);
+	w2 = Q4T_LANE_WORD(a, 2);
+	w3 = Q4T_LANE_WORD(a, 3);
+	if (amax) {
+		amax[0] = widen1(w0, false);
+		amax[1] = widen1(w1, false);
+		amax[2] = widen1(w2, false);
+		amax[3] = widen1(w3, false);
 	}
+	_mm512_storeu_si512(dst, q4t_two64(v0, v1, v2, v3, w0, w1, qt, order));
+	_mm512_storeu_si512(dst + 64,
+			    q4t_two64(v4, v5, v6, v7, w2, w3, qt, order));
 	return true;
 }
 
 /*
  * Whole blocks of BF16 from the start of @x (@n elements) by the threshold
  * path, until a block that path cannot take; returns the number of
- * elements done. Not inlined, so that its loop holds no call: a call (the
+ * elements done. Instanced per code type (q4t_run_nf4, q4t_run_fp4), not
+ * inlined into the caller, so that its loop holds no call: a call (the
  * float32 path) clobbers every vector register, and the compiler then
  * reloaded the constants and the tables in every block.
  */
-static __attribute__((noinline)) AVX512 size_t
+static inline __attribute__((always_inline)) AVX512 size_t
 q4t_run(uint8_t *dst, float *amax, const uint8_t *x, size_t n, size_t bs,
 	enum castfs_qtype qt, __m512i order)
 {
@@ -426,6 +497,34 @@ q4t_run(uint8_t *dst, float *amax, const uint8_t *x, size_t n, size_t bs,
 	return b < n ? b : n;
 }
 
+static __attribute__((noinline)) AVX512 size_t q4t_run_nf4(uint8_t *dst,
+							   float *amax,
+							   const uint8_t *x,
+							   size_t n, size_t bs,
+							   __m512i order)
+{
+	return q4t_run(dst, amax, x, n, bs, CASTFS_Q_NF4, order);
+}
+
+static __attribute__((noinline)) AVX512 size_t q4t_run_fp4(uint8_t *dst,
+							   float *amax,
+							   const uint8_t *x,
+							   size_t n, size_t bs,
+							   __m512i order)
+{
+	return q4t_run(dst, amax, x, n, bs, CASTFS_Q_FP4, order);
+}
+
+/* q4t_run for @qt. */
+static inline AVX512 size_t q4t_run_qt(uint8_t *dst, float *amax,
+				       const uint8_t *x, size_t n, size_t bs,
+				       enum castfs_qtype qt, __m512i order)
+{
+	if (qt == CASTFS_Q_NF4)
+		return q4t_run_nf4(dst, amax, x, n, bs, order);
+	return q4t_run_fp4(dst, amax, x, n, bs, order);
+}
+
 AVX512 void castfs_q4_16_avx512(uint8_t *restrict dst, float *restrict amax,
 				const void *restrict x, size_t n, size_t bs,
 				enum castfs_qtype qt, bool f16)
@@ -440,7 +539,7 @@ AVX512 void castfs_q4_16_avx512(uint8_t *restrict dst, float *restrict amax,
 	q4_tables_init(&t, qt);
 	while (b < n) {
 		size_t d = f16 ? 0 :
-				 q4t_run(dst, amax, p, n - b, bs, qt, order);
+				 q4t_run_qt(dst, amax, p, n - b, bs, qt, order);
 		size_t m;
 
 		b += d, p += 2 * d, dst += d / 2;
