@@ -32,8 +32,9 @@ static const char *const tf_suffix[] = {
 #define TF_LEAF_COUNT 3
 
 /* The generated files of a tree whose plans are kept: a .info is text,
- * a .npy a header (both grow with the shape: a million dimensions make
- * megabytes), __metadata__.json the header's metadata. */
+ * a .npy a header, __metadata__.json the header's metadata. A long shape
+ * in the first two (a million dimensions are megabytes of text) is made
+ * per read range (CASTFS_OP_INTS): their plans hold the rest. */
 enum { GEN_INFO, GEN_NPY, GEN_COUNT };
 
 /* A tensor tree: the tensors of one file (a checkpoint or a view). */
@@ -598,30 +599,32 @@ static int tfile_get(struct castfs_ns *ns, const struct ns_node *n,
 	return 0;
 }
 
-/* The text of a .info or __metadata__.json file. A .info names the path
- * node @n was reached by, not the tree's (the first path parsed). */
-static char *tfile_text(const struct ns_node *n, const struct tfile *f,
-			size_t *len)
+/* The plan of a .info, made per read range where its shapes are long.
+ * It names the path node @n was reached by, not the tree's (the first
+ * path parsed). */
+static int tinfo_plan(const struct ns_node *n, const struct tfile *f,
+		      struct castfs_plan **plan)
 {
 	struct castfs_tfile_ctx c = f->tree->c;
-	char *file = NULL, *text;
+	char *file = NULL;
+	int rc;
 
-	if (n->aux == TF_META)
-		return castfs_meta_json(f->tree->c.h, len);
 	c.file = n->path;
 	if (c.view) {
 		file = view_file_name(n->path, c.view);
 		if (!file)
-			return NULL;
+			return -ENOMEM;
 		c.file = file;
 		c.src_file = n->path;
 	}
-	text = castfs_tinfo_text(&c, f->t, len);
+	rc = castfs_tinfo_plan(&c, f->t, plan);
 	free(file);
-	return text;
+	return rc;
 }
 
-/* The plan of a tensor file; its byte offsets are in the tree's file. */
+/* The plan of a tensor file; its byte offsets are in the tree's file.
+ * Shapes are borrowed from the tree's headers, which outlive the plans
+ * (the tree's and each open's: an open holds the checkpoint). */
 static int tfile_plan(const struct ns_node *n, const struct tfile *f,
 		      struct castfs_plan **plan)
 {
@@ -637,8 +640,9 @@ static int tfile_plan(const struct ns_node *n, const struct tfile *f,
 	case TF_NPY:
 		return castfs_npy_plan(f->t, off, plan);
 	case TF_INFO:
+		return tinfo_plan(n, f, plan);
 	case TF_META:
-		text = tfile_text(n, f, &len);
+		text = castfs_meta_json(f->tree->c.h, &len);
 		if (!text)
 			return -ENOMEM;
 		rc = castfs_plan_new_mem(text, len, plan);
@@ -648,7 +652,8 @@ static int tfile_plan(const struct ns_node *n, const struct tfile *f,
 	return -EINVAL;
 }
 
-/* Bytes a generated plan holds: its extents and its text. */
+/* Bytes a generated plan holds: its extents, its text and the index of
+ * its per-range lists (8 bytes per 256 items of 3 bytes or more). */
 static size_t gen_cost(const struct castfs_plan *p)
 {
 	size_t mem = 0;
@@ -656,6 +661,8 @@ static size_t gen_cost(const struct castfs_plan *p)
 	for (size_t i = 0; i < p->nextents; i++) {
 		if (p->extents[i].op == CASTFS_OP_MEM)
 			mem += p->extents[i].len;
+		else if (p->extents[i].op == CASTFS_OP_INTS)
+			mem += p->extents[i].len / 96 + 64;
 	}
 	return ns_ckpt_plan_cost(p, mem);
 }

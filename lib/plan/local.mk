@@ -8,4 +8,4 @@ lib_libcastfs_a_SOURCES += \
 	lib/plan/plan_gen_f8.c lib/plan/plan_gen_gguf.c lib/plan/plan_gen_mx.c \
 	lib/plan/plan_layer.c lib/plan/plan_layer.h lib/plan/plan_gen_q4deq.c \
 	lib/plan/plan_gen_w4deq.c lib/plan/plan_gen_fp4.c \
-	lib/plan/plan_deq.c
+	lib/plan/plan_deq.c lib/plan/plan_ints.c

@@ -158,7 +158,9 @@ static int pb_push_extent(struct castfs_pb *pb, const struct castfs_producer *p,
 		if (!e.cvt)
 			return -ENOTSUP;
 	}
-	if (p->mem) {
+	if (e.op == CASTFS_OP_INTS) {
+		e.mem = p->mem; /* already the plan's (plan_ints.c) */
+	} else if (p->mem) {
 		e.mem = pb_dup(pb, p->mem, len);
 		if (!e.mem)
 			return -ENOMEM;
@@ -420,6 +422,7 @@ const char *castfs_op_name(enum castfs_op op)
 		[CASTFS_OP_DEQ_Q4] = "dequant-bnb4",
 		[CASTFS_OP_DEQ_W4] = "dequant-int4",
 		[CASTFS_OP_DEQ_BF16] = "dequant-bf16",
+		[CASTFS_OP_INTS] = "ints",
 	};
 
 	if ((unsigned)op >= CASTFS_OP_COUNT)

@@ -41,6 +41,7 @@ enum castfs_op {
 	CASTFS_OP_DEQ_W4, /* compressed-tensors int4 source (plan_gen_w4deq.c) */
 	CASTFS_OP_DEQ_BF16, /* a dequantized weight as the bf16 view has it,
 			     * then cast (GGUF of a quantized source) */
+	CASTFS_OP_INTS, /* integers as text, ", "-joined (plan_ints.c) */
 	CASTFS_OP_COUNT,
 };
 

@@ -39,6 +39,18 @@ int castfs_pb_append(struct castfs_pb *pb, const struct castfs_producer *p,
 		     uint64_t len);
 
 /*
+ * castfs_pb_append_ints - raw files: append the decimal text of the @n
+ * integers @v joined by ", " ("4096, 11008"), produced per read range
+ * (CASTFS_OP_INTS). @v is borrowed and must outlive the plan; the plan
+ * keeps an index of n / 256 offsets. Nothing is appended for @n 0.
+ * Returns 0, -ENOMEM or -EOVERFLOW.
+ */
+int castfs_pb_append_ints(struct castfs_pb *pb, const uint64_t *v, uint64_t n);
+
+/* castfs_ints_len - the bytes of that text, without making it. Pure. */
+uint64_t castfs_ints_len(const uint64_t *v, uint64_t n);
+
+/*
  * castfs_pb_add_tensor - safetensors files: add an output tensor; @name and
  * @shape are copied. Its size is derived from @dtype and @shape. Returns 0,
  * -ENOMEM, -EOVERFLOW, -EINVAL (sub-byte size).

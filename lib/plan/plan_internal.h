@@ -26,6 +26,11 @@ typedef int (*castfs_gen_fn)(const struct castfs_read_env *env,
 			     const struct castfs_extent *e, uint64_t first,
 			     uint64_t count, uint8_t *dst);
 
+/* The generator of CASTFS_OP_INTS (plan_ints.c). */
+int castfs_gen_ints(const struct castfs_read_env *env,
+		    const struct castfs_extent *e, uint64_t first,
+		    uint64_t count, uint8_t *dst);
+
 /* The generators of the bitsandbytes ops (plan_gen_bnb.c). */
 int castfs_gen_q4_codes(const struct castfs_read_env *env,
 			const struct castfs_extent *e, uint64_t first,

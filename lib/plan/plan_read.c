@@ -156,6 +156,7 @@ static const castfs_gen_fn gen_table[CASTFS_OP_COUNT] = {
 	[CASTFS_OP_DEQ_Q4] = castfs_gen_deq_packed,
 	[CASTFS_OP_DEQ_W4] = castfs_gen_deq_packed,
 	[CASTFS_OP_DEQ_BF16] = castfs_gen_deq_bf16,
+	[CASTFS_OP_INTS] = castfs_gen_ints,
 };
 
 /* One unit cut by the range: produce it whole, copy out the part asked. */
@@ -242,6 +243,7 @@ static uint64_t quant_elem(const struct castfs_extent *e,
 	case CASTFS_OP_DEQ_Q4:
 	case CASTFS_OP_DEQ_W4:
 	case CASTFS_OP_DEQ_BF16:
+	case CASTFS_OP_INTS:
 	case CASTFS_OP_COUNT:
 		break;
 	}
@@ -257,6 +259,7 @@ uint64_t castfs_plan_src_off(const struct castfs_plan *p, uint64_t off)
 	switch ((enum castfs_op)e->op) {
 	case CASTFS_OP_MEM:
 	case CASTFS_OP_Q4_STATE:
+	case CASTFS_OP_INTS:
 	case CASTFS_OP_COUNT:
 		return UINT64_MAX;
 	case CASTFS_OP_COPY:

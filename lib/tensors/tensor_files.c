@@ -3,6 +3,7 @@
  * The per-tensor files of tensor trees: .npy layouts and plans, raw byte
  * plans, the .info text and __metadata__ JSON (docs/TENSOR_TREE.md).
  */
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -39,13 +40,66 @@ static void sb_json_str(struct castfs_strbuf *b, const char *s, size_t n)
 	castfs_sb_put(b, "\"", 1);
 }
 
-static void sb_shape(struct castfs_strbuf *b, uint32_t ndim,
-		     const uint64_t *shape)
+/* ---- text made whole or per range ---- */
+
+/*
+ * Where a generated file's text goes: all of it into @b (the whole text),
+ * or, with @pb, into plan extents: fixed text as MEM, long integer lists
+ * as INTS made per read range. Both paths run the same emitting code, so
+ * the plan's bytes are the whole text's.
+ */
+struct tgen {
+	struct castfs_strbuf b;
+	struct castfs_pb *pb; /* NULL: the whole text */
+	int rc;
+};
+
+/* Shorter lists stay text: an extent and its index cost more. */
+#define TGEN_INTS_MIN 64u
+
+/* Move the pending text into a MEM extent. */
+static void tg_flush(struct tgen *g)
 {
-	castfs_sb_put(b, "[", 1);
-	for (uint32_t i = 0; i < ndim; i++)
-		castfs_sb_printf(b, "%s%" PRIu64, i ? ", " : "", shape[i]);
-	castfs_sb_put(b, "]", 1);
+	struct castfs_producer p = { .op = CASTFS_OP_MEM, .mem = g->b.p };
+
+	if (g->b.oom && !g->rc)
+		g->rc = -ENOMEM;
+	if (!g->rc && g->b.len)
+		g->rc = castfs_pb_append(g->pb, &p, g->b.len);
+	g->b.len = 0;
+}
+
+/* @n integers @v joined by ", "; with a plan @v must outlive it. */
+static void tg_ints(struct tgen *g, const uint64_t *v, uint64_t n)
+{
+	if (!g->pb || n < TGEN_INTS_MIN) {
+		for (uint64_t i = 0; i < n; i++)
+			castfs_sb_printf(&g->b, "%s%" PRIu64, i ? ", " : "",
+					 v[i]);
+		return;
+	}
+	tg_flush(g);
+	if (!g->rc)
+		g->rc = castfs_pb_append_ints(g->pb, v, n);
+}
+
+static void tg_shape(struct tgen *g, uint32_t ndim, const uint64_t *shape)
+{
+	castfs_sb_put(&g->b, "[", 1);
+	tg_ints(g, shape, ndim);
+	castfs_sb_put(&g->b, "]", 1);
+}
+
+/* The plan of what @g emitted. Consumes @g. */
+static int tg_finish_plan(struct tgen *g, struct castfs_plan **out)
+{
+	tg_flush(g);
+	castfs_sb_fini(&g->b);
+	if (g->rc) {
+		castfs_pb_free(g->pb);
+		return g->rc;
+	}
+	return castfs_pb_finish_raw(g->pb, out);
 }
 
 /* The text, or NULL when an allocation failed. */
@@ -58,10 +112,10 @@ static char *sb_finish(struct castfs_strbuf *b, size_t *len)
 
 char *castfs_tinfo_shape_str(uint32_t ndim, const uint64_t *shape)
 {
-	struct castfs_strbuf b = { 0 };
+	struct tgen g = { .pb = NULL };
 
-	sb_shape(&b, ndim, shape);
-	return sb_finish(&b, NULL);
+	tg_shape(&g, ndim, shape);
+	return sb_finish(&g.b, NULL);
 }
 
 /* ---- .npy ---- */
@@ -69,7 +123,27 @@ char *castfs_tinfo_shape_str(uint32_t ndim, const uint64_t *shape)
 #define NPY_ALIGN 64u
 #define NPY_GROWTH_DIGITS 21 /* numpy's GROWTH_AXIS_MAX_DIGITS */
 
-static void npy_kind(enum castfs_dtype dt, struct castfs_npy *n)
+/* The shape numpy loads: dims @v[0, nv) of the tensor's, then @last if
+ * @has_last. Borrowed, so that a huge shape is never copied. */
+struct npy_dims {
+	const uint64_t *v;
+	uint32_t nv;
+	bool has_last;
+	uint64_t last;
+};
+
+/* The layout of a .npy file, computed without making its header. */
+struct npy_geom {
+	enum castfs_npy_kind kind;
+	char descr[8];
+	struct npy_dims d;
+	size_t pre; /* magic, version and length: 10, or 12 (format 2.0) */
+	uint64_t dict_len; /* the dict and its growth spaces */
+	uint64_t pad; /* spaces before the final '\n' */
+	uint64_t header_len, data_len, size;
+};
+
+static void npy_kind(enum castfs_dtype dt, struct npy_geom *n)
 {
 	const char *d = castfs_dtype_numpy(dt);
 
@@ -87,76 +161,115 @@ static void npy_kind(enum castfs_dtype dt, struct castfs_npy *n)
 
 /* The shape numpy loads: the tensor's, except for bit patterns of
  * sub-byte types (F4 pairs as torch packs them, else one flat row). */
-static int npy_shape(const struct castfs_tensor *t, struct castfs_npy *n)
+static void npy_dims(const struct castfs_tensor *t, struct npy_geom *n)
 {
-	uint32_t nd = t->ndim ? t->ndim : 1;
-	uint64_t nbytes = t->end - t->begin;
-
-	n->shape = malloc(nd * sizeof(*n->shape));
-	if (!n->shape)
-		return -ENOMEM;
-	n->ndim = t->ndim;
-	if (t->ndim)
-		memcpy(n->shape, t->shape, t->ndim * sizeof(*n->shape));
+	n->d = (struct npy_dims){ .v = t->shape, .nv = t->ndim };
 	if (n->kind != CASTFS_NPY_BYTES || castfs_dtype_bits(t->dtype) == 8)
-		return 0;
+		return;
+	n->d.has_last = true;
 	if (t->dtype == CASTFS_DTYPE_F4 && t->ndim &&
 	    t->shape[t->ndim - 1] % 2 == 0) {
-		n->shape[t->ndim - 1] /= 2;
-		return 0;
+		n->d.nv = t->ndim - 1;
+		n->d.last = t->shape[t->ndim - 1] / 2;
+		return;
 	}
-	n->ndim = 1;
-	n->shape[0] = nbytes;
+	n->d.nv = 0;
+	n->d.last = t->end - t->begin;
+}
+
+static uint32_t dims_ndim(const struct npy_dims *d)
+{
+	return d->nv + (d->has_last ? 1 : 0);
+}
+
+static void tg_dims(struct tgen *g, const struct npy_dims *d)
+{
+	tg_ints(g, d->v, d->nv);
+	if (d->has_last)
+		castfs_sb_printf(&g->b, "%s%" PRIu64, d->nv ? ", " : "",
+				 d->last);
+}
+
+static uint64_t dims_len(const struct npy_dims *d)
+{
+	uint64_t len = castfs_ints_len(d->v, d->nv);
+
+	if (d->has_last)
+		len += castfs_ints_len(&d->last, 1) + (d->nv ? 2 : 0);
+	return len;
+}
+
+static int dict_head(const struct npy_geom *n, char *buf, size_t len)
+{
+	return snprintf(buf, len,
+			"{'descr': '%s', 'fortran_order': False, 'shape': (",
+			n->descr);
+}
+
+/* The spaces numpy leaves after the dict for the first axis to grow. */
+static uint64_t growth(const struct npy_dims *d)
+{
+	uint64_t first = d->nv ? d->v[0] : d->last;
+
+	if (!dims_ndim(d))
+		return 0;
+	return NPY_GROWTH_DIGITS - castfs_ints_len(&first, 1);
+}
+
+/* numpy's _write_array_header and _wrap_header, in lengths. */
+static void npy_sizes(struct npy_geom *n)
+{
+	uint64_t hlen;
+
+	n->dict_len = (uint64_t)dict_head(n, NULL, 0) + dims_len(&n->d) +
+		      (dims_ndim(&n->d) == 1 ? 1 : 0) + 4 + growth(&n->d);
+	hlen = n->dict_len + 1; /* the final '\n' */
+	n->pre = 10; /* magic, version, u16 length */
+	n->pad = NPY_ALIGN - (n->pre + hlen) % NPY_ALIGN;
+	if (hlen + n->pad > 65535) {
+		n->pre = 12; /* format 2.0: u32 length */
+		n->pad = NPY_ALIGN - (n->pre + hlen) % NPY_ALIGN;
+	}
+	n->header_len = n->pre + hlen + n->pad;
+}
+
+static int npy_geom(const struct castfs_tensor *t, struct npy_geom *n)
+{
+	*n = (struct npy_geom){ 0 };
+	npy_kind(t->dtype, n);
+	n->data_len = t->end - t->begin;
+	if (n->kind == CASTFS_NPY_WIDEN &&
+	    castfs_ckd_mul(&n->data_len, t->nelems, 4))
+		return -EOVERFLOW;
+	npy_dims(t, n);
+	npy_sizes(n);
+	if (n->header_len > UINT32_MAX ||
+	    castfs_ckd_add(&n->size, n->header_len, n->data_len))
+		return -EOVERFLOW;
 	return 0;
 }
 
-/* numpy's _write_array_header and _wrap_header, byte for byte. */
-static int npy_header(struct castfs_npy *n)
+/* The header's bytes, magic to '\n'. */
+static void tg_npy_header(struct tgen *g, const struct npy_geom *n)
 {
-	struct castfs_strbuf b = { 0 };
-	size_t hlen, pre, pad, total;
-	char *dict;
+	uint8_t pre[12];
+	char head[96];
+	uint64_t len = n->header_len - n->pre;
 
-	castfs_sb_printf(&b,
-			 "{'descr': '%s', 'fortran_order': False, 'shape': (",
-			 n->descr);
-	for (uint32_t i = 0; i < n->ndim; i++)
-		castfs_sb_printf(&b, "%s%" PRIu64, i ? ", " : "", n->shape[i]);
-	castfs_sb_printf(&b, "%s), }", n->ndim == 1 ? "," : "");
-	if (n->ndim) {
-		int digits = snprintf(NULL, 0, "%" PRIu64, n->shape[0]);
-
-		castfs_sb_printf(&b, "%*s", NPY_GROWTH_DIGITS - digits, "");
-	}
-	dict = sb_finish(&b, &hlen);
-	if (!dict)
-		return -ENOMEM;
-	hlen += 1; /* the final '\n' */
-	pre = 10; /* magic, version, u16 length */
-	pad = NPY_ALIGN - (pre + hlen) % NPY_ALIGN;
-	if (hlen + pad > 65535) {
-		pre = 12; /* format 2.0: u32 length */
-		pad = NPY_ALIGN - (pre + hlen) % NPY_ALIGN;
-	}
-	total = pre + hlen + pad;
-	n->header = malloc(total);
-	if (!n->header) {
-		free(dict);
-		return -ENOMEM;
-	}
-	memcpy(n->header, "\x93NUMPY", 6);
-	n->header[6] = pre == 10 ? 1 : 2;
-	n->header[7] = 0;
-	if (pre == 10)
-		castfs_store_le16(n->header + 8, (uint16_t)(total - pre));
+	memcpy(pre, "\x93NUMPY", 6);
+	pre[6] = n->pre == 10 ? 1 : 2;
+	pre[7] = 0;
+	if (n->pre == 10)
+		castfs_store_le16(pre + 8, (uint16_t)len);
 	else
-		castfs_store_le32(n->header + 8, (uint32_t)(total - pre));
-	memcpy(n->header + pre, dict, hlen - 1);
-	memset(n->header + pre + hlen - 1, ' ', pad);
-	n->header[total - 1] = '\n';
-	n->header_len = total;
-	free(dict);
-	return 0;
+		castfs_store_le32(pre + 8, (uint32_t)len);
+	castfs_sb_put(&g->b, pre, n->pre);
+	dict_head(n, head, sizeof(head));
+	castfs_sb_puts(&g->b, head);
+	tg_dims(g, &n->d);
+	castfs_sb_printf(&g->b, "%s), }%*s%*s\n",
+			 dims_ndim(&n->d) == 1 ? "," : "", (int)growth(&n->d),
+			 "", (int)n->pad, "");
 }
 
 void castfs_npy_fini(struct castfs_npy *n)
@@ -167,21 +280,41 @@ void castfs_npy_fini(struct castfs_npy *n)
 	n->shape = NULL;
 }
 
+/* The whole header into @out, checked against the lengths. */
+static int npy_whole(const struct npy_geom *geo, struct castfs_npy *out)
+{
+	struct tgen g = { .pb = NULL };
+	size_t len;
+
+	tg_npy_header(&g, geo);
+	out->header = (uint8_t *)sb_finish(&g.b, &len);
+	if (!out->header)
+		return -ENOMEM;
+	assert(len == geo->header_len);
+	out->header_len = len;
+	out->shape = malloc((dims_ndim(&geo->d) + 1) * sizeof(*out->shape));
+	if (!out->shape)
+		return -ENOMEM;
+	if (geo->d.nv)
+		memcpy(out->shape, geo->d.v, geo->d.nv * sizeof(*out->shape));
+	out->shape[geo->d.nv] = geo->d.last;
+	return 0;
+}
+
 int castfs_npy_layout(const struct castfs_tensor *t, struct castfs_npy *out)
 {
 	struct castfs_npy n = { 0 };
-	int rc;
+	struct npy_geom geo;
+	int rc = npy_geom(t, &geo);
 
-	npy_kind(t->dtype, &n);
-	n.data_len = t->end - t->begin;
-	if (n.kind == CASTFS_NPY_WIDEN &&
-	    castfs_ckd_mul(&n.data_len, t->nelems, 4))
-		return -EOVERFLOW;
-	rc = npy_shape(t, &n);
-	if (!rc)
-		rc = npy_header(&n);
-	if (!rc && castfs_ckd_add(&n.size, n.header_len, n.data_len))
-		rc = -EOVERFLOW;
+	if (rc)
+		return rc;
+	n.kind = geo.kind;
+	memcpy(n.descr, geo.descr, sizeof(n.descr));
+	n.ndim = dims_ndim(&geo.d);
+	n.data_len = geo.data_len;
+	n.size = geo.size;
+	rc = npy_whole(&geo, &n);
 	if (rc) {
 		castfs_npy_fini(&n);
 		return rc;
@@ -192,7 +325,7 @@ int castfs_npy_layout(const struct castfs_tensor *t, struct castfs_npy *out)
 
 /* The producer of a .npy file's data, read from @data_off. */
 static struct castfs_producer npy_producer(const struct castfs_tensor *t,
-					   const struct castfs_npy *n,
+					   const struct npy_geom *n,
 					   uint64_t data_off)
 {
 	struct castfs_producer p = { .op = CASTFS_OP_COPY,
@@ -210,28 +343,22 @@ static struct castfs_producer npy_producer(const struct castfs_tensor *t,
 int castfs_npy_plan(const struct castfs_tensor *t, uint64_t data_off,
 		    struct castfs_plan **out)
 {
-	struct castfs_producer hdr = { .op = CASTFS_OP_MEM }, data;
-	struct castfs_npy n;
-	struct castfs_pb *pb;
-	int rc = castfs_npy_layout(t, &n);
+	struct castfs_producer data;
+	struct tgen g = { .pb = NULL };
+	struct npy_geom n;
+	int rc = npy_geom(t, &n);
 
 	if (rc)
 		return rc;
-	rc = castfs_pb_new(&pb);
+	rc = castfs_pb_new(&g.pb);
 	if (rc)
-		goto out_fini;
-	hdr.mem = n.header;
+		return rc;
+	tg_npy_header(&g, &n);
+	tg_flush(&g);
 	data = npy_producer(t, &n, data_off);
-	rc = castfs_pb_append(pb, &hdr, n.header_len);
-	if (!rc)
-		rc = castfs_pb_append(pb, &data, n.data_len);
-	if (rc)
-		castfs_pb_free(pb);
-	else
-		rc = castfs_pb_finish_raw(pb, out);
-out_fini:
-	castfs_npy_fini(&n);
-	return rc;
+	if (!g.rc)
+		g.rc = castfs_pb_append(g.pb, &data, n.data_len);
+	return tg_finish_plan(&g, out);
 }
 
 /* ---- where a view's tensor comes from ---- */
@@ -270,6 +397,7 @@ static void origin_extent(const struct castfs_tfile_ctx *c,
 	o->op = (enum castfs_op)e->op;
 	switch ((enum castfs_op)e->op) {
 	case CASTFS_OP_MEM:
+	case CASTFS_OP_INTS:
 		return; /* generated: code tables and the like */
 	case CASTFS_OP_COPY:
 		src_off = e->src_off + rel;
@@ -398,6 +526,7 @@ void castfs_torigin_str(const struct castfs_torigin *o, char *buf, size_t len)
 		snprintf(buf, len, "copy");
 		break;
 	case CASTFS_OP_MEM:
+	case CASTFS_OP_INTS:
 		snprintf(buf, len, "generated");
 		break;
 	case CASTFS_OP_CAST:
@@ -470,16 +599,18 @@ void castfs_torigin_str(const struct castfs_torigin *o, char *buf, size_t len)
 
 /* ---- .info ---- */
 
-static void info_npy(struct castfs_strbuf *b, const struct castfs_tensor *t)
+static void info_npy(struct tgen *g, const struct castfs_tensor *t)
 {
-	struct castfs_npy n;
+	struct castfs_strbuf *b = &g->b;
+	struct npy_geom n;
 
-	if (castfs_npy_layout(t, &n)) {
-		b->oom = true;
+	if (npy_geom(t, &n)) {
+		b->oom = true; /* as the whole text always failed here */
 		return;
 	}
-	castfs_sb_printf(b, "npy: %s ", n.descr);
-	sb_shape(b, n.ndim, n.shape);
+	castfs_sb_printf(b, "npy: %s [", n.descr);
+	tg_dims(g, &n.d);
+	castfs_sb_put(b, "]", 1);
 	if (n.kind == CASTFS_NPY_WIDEN)
 		castfs_sb_printf(b, ", widened to float32 (numpy has no %s)",
 				 castfs_dtype_name(t->dtype));
@@ -490,9 +621,8 @@ static void info_npy(struct castfs_strbuf *b, const struct castfs_tensor *t)
 				 castfs_dtype_name(t->dtype));
 	else
 		castfs_sb_printf(b, ", the bytes as stored");
-	castfs_sb_printf(b, "; %" PRIu64 " bytes, data at %zu\n", n.size,
-			 n.header_len);
-	castfs_npy_fini(&n);
+	castfs_sb_printf(b, "; %" PRIu64 " bytes, data at %" PRIu64 "\n",
+			 n.size, n.header_len);
 }
 
 static void info_offsets(struct castfs_strbuf *b, const char *what,
@@ -503,9 +633,10 @@ static void info_offsets(struct castfs_strbuf *b, const char *what,
 			 h->data_start + t->begin, h->data_start + t->end);
 }
 
-static void info_view(struct castfs_strbuf *b, const struct castfs_tfile_ctx *c,
+static void info_view(struct tgen *g, const struct castfs_tfile_ctx *c,
 		      const struct castfs_tensor *t)
 {
+	struct castfs_strbuf *b = &g->b;
 	struct castfs_torigin o;
 	char how[128];
 
@@ -519,7 +650,7 @@ static void info_view(struct castfs_strbuf *b, const struct castfs_tfile_ctx *c,
 		castfs_sb_put(b, " in ", 4);
 		sb_json_str(b, c->src_file, strlen(c->src_file));
 		castfs_sb_printf(b, " (%s ", castfs_dtype_name(o.src->dtype));
-		sb_shape(b, o.src->ndim, o.src->shape);
+		tg_shape(g, o.src->ndim, o.src->shape);
 		info_offsets(b, ", file_offsets ", c->src_h, o.src);
 		castfs_sb_put(b, ")", 1);
 	} else {
@@ -528,32 +659,52 @@ static void info_view(struct castfs_strbuf *b, const struct castfs_tfile_ctx *c,
 	castfs_sb_printf(b, "\nconversion: %s\n", how);
 }
 
-char *castfs_tinfo_text(const struct castfs_tfile_ctx *c,
-			const struct castfs_tensor *t, size_t *len)
+static void info_emit(struct tgen *g, const struct castfs_tfile_ctx *c,
+		      const struct castfs_tensor *t)
 {
-	struct castfs_strbuf b = { 0 };
+	struct castfs_strbuf *b = &g->b;
 
-	castfs_sb_put(&b, "name: ", 6);
-	sb_json_str(&b, t->name, t->name_len);
-	castfs_sb_put(&b, "\nfile: ", 7);
-	sb_json_str(&b, c->file, strlen(c->file));
-	castfs_sb_printf(&b,
+	castfs_sb_put(b, "name: ", 6);
+	sb_json_str(b, t->name, t->name_len);
+	castfs_sb_put(b, "\nfile: ", 7);
+	sb_json_str(b, c->file, strlen(c->file));
+	castfs_sb_printf(b,
 			 "\ndtype: %s\nshape: ", castfs_dtype_name(t->dtype));
-	sb_shape(&b, t->ndim, t->shape);
-	castfs_sb_printf(&b,
+	tg_shape(g, t->ndim, t->shape);
+	castfs_sb_printf(b,
 			 "\nelements: %" PRIu64 "\nbytes: %" PRIu64
 			 "\ndata_offsets: [%" PRIu64 ", %" PRIu64 "]\n",
 			 t->nelems, t->end - t->begin, t->begin, t->end);
-	info_offsets(&b, "file_offsets: ", c->h, t);
-	castfs_sb_put(&b, "\n", 1);
+	info_offsets(b, "file_offsets: ", c->h, t);
+	castfs_sb_put(b, "\n", 1);
 	if (c->view)
-		info_view(&b, c, t);
-	info_npy(&b, t);
-	castfs_sb_printf(&b,
+		info_view(g, c, t);
+	info_npy(g, t);
+	castfs_sb_printf(b,
 			 "raw: %" PRIu64 " bytes as stored (little-endian, "
 			 "C order)\n",
 			 t->end - t->begin);
-	return sb_finish(&b, len);
+}
+
+char *castfs_tinfo_text(const struct castfs_tfile_ctx *c,
+			const struct castfs_tensor *t, size_t *len)
+{
+	struct tgen g = { .pb = NULL };
+
+	info_emit(&g, c, t);
+	return sb_finish(&g.b, len);
+}
+
+int castfs_tinfo_plan(const struct castfs_tfile_ctx *c,
+		      const struct castfs_tensor *t, struct castfs_plan **out)
+{
+	struct tgen g = { .pb = NULL };
+	int rc = castfs_pb_new(&g.pb);
+
+	if (rc)
+		return rc;
+	info_emit(&g, c, t);
+	return tg_finish_plan(&g, out);
 }
 
 char *castfs_meta_json(const struct castfs_header *h, size_t *len)

@@ -47,8 +47,10 @@ void castfs_npy_fini(struct castfs_npy *n);
 
 /*
  * castfs_npy_plan - the plan of @t's .npy file whose data (the tensor's
- * bytes as stored) begin at @data_off of the plan's source. The caller
- * owns *@out. Returns 0, -ENOMEM, -EOVERFLOW or -ENOTSUP.
+ * bytes as stored) begin at @data_off of the plan's source: the header of
+ * castfs_npy_layout(), a long shape in it made per read range. @t's
+ * shape is borrowed: its header must outlive the plan. The caller owns
+ * *@out. Returns 0, -ENOMEM, -EOVERFLOW or -ENOTSUP.
  */
 int castfs_npy_plan(const struct castfs_tensor *t, uint64_t data_off,
 		    struct castfs_plan **out);
@@ -94,6 +96,17 @@ void castfs_torigin_str(const struct castfs_torigin *o, char *buf, size_t len);
  */
 char *castfs_tinfo_text(const struct castfs_tfile_ctx *c,
 			const struct castfs_tensor *t, size_t *len);
+
+/*
+ * castfs_tinfo_plan - the plan of the same .info text, byte for byte: its
+ * long shapes made per read range (CASTFS_OP_INTS), the rest held. Its
+ * size is known without making the text; the plan holds the fixed text
+ * and an index of 8 bytes per 256 dimensions. The shapes of @t and of its
+ * source tensor are borrowed: their headers must outlive the plan. The
+ * caller owns *@out. Returns 0, -ENOMEM or -EOVERFLOW.
+ */
+int castfs_tinfo_plan(const struct castfs_tfile_ctx *c,
+		      const struct castfs_tensor *t, struct castfs_plan **out);
 
 /* castfs_meta_json - @h's __metadata__ as a malloc'ed JSON object ("{}"
  * when absent) with a final newline; length to *@len. NULL on -ENOMEM. */

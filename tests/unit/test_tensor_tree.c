@@ -6,10 +6,13 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/convert.h"
+#include "plan/plan_build.h"
 #include "tensors/tensor_files.h"
 #include "plan/plan_layer.h"
 #include "tensors/tensor_tree.h"
@@ -391,6 +394,188 @@ START_TEST(test_layer__npy_of_a_view_widens_the_view)
 }
 END_TEST
 
+/* ---- long generated files, per read range ---- */
+
+static const struct castfs_reader no_source = { 0 };
+
+/*
+ * Every odd range of @p against @want (@len bytes): empty, each of the
+ * first and last 300 bytes alone, pairs straddling every byte near the
+ * start, random ranges (many straddling list items and extents), and
+ * ranges running past the end or starting there.
+ */
+static void ranges_match(const struct castfs_plan *p, const uint8_t *want,
+			 size_t len, uint64_t seed)
+{
+	struct castfs_scratch s;
+	uint8_t *got = malloc(len + 64);
+
+	ck_assert_uint_eq(p->size, len);
+	ck_assert_int_eq(castfs_scratch_init(&s), 0);
+	ck_assert_int_eq(castfs_plan_read(p, &no_source, &s, got, len + 64, 0),
+			 (ssize_t)len);
+	ck_assert_mem_eq(got, want, len);
+	ck_assert_int_eq(castfs_plan_read(p, &no_source, &s, got, 0, 0), 0);
+	ck_assert_int_eq(castfs_plan_read(p, &no_source, &s, got, 8, len), 0);
+	ck_assert_int_eq(castfs_plan_read(p, &no_source, &s, got, 8, len + 9),
+			 0);
+	for (size_t i = 0; i < len; i++) {
+		size_t n = i + 2 <= len ? 2 : 1;
+
+		if (i == 300 && len > 600)
+			i = len - 300;
+		ck_assert_int_eq(castfs_plan_read(p, &no_source, &s, got, n, i),
+				 (ssize_t)n);
+		ck_assert_mem_eq(got, want + i, n);
+	}
+	for (int k = 0; k < 2000; k++) {
+		uint64_t off = tu_rand(&seed) % len;
+		size_t n = (size_t)(tu_rand(&seed) % (k % 2 ? 64 : len)) + 1;
+		size_t want_n = n < len - off ? n : len - off;
+
+		ck_assert_int_eq(castfs_plan_read(p, &no_source, &s, got, n,
+						  off),
+				 (ssize_t)want_n);
+		ck_assert_mem_eq(got, want + off, want_n);
+	}
+	castfs_scratch_fini(&s);
+	free(got);
+}
+
+/* Values of every digit count, 0 and UINT64_MAX among them. */
+static uint64_t odd_value(uint64_t *seed)
+{
+	uint64_t r = tu_rand(seed);
+	unsigned digits = (unsigned)(r % 21);
+	uint64_t v = tu_rand(seed);
+
+	if (digits == 0)
+		return r % 3 ? 0 : UINT64_MAX;
+	for (unsigned i = digits; i < 20; i++)
+		v /= 10;
+	return v;
+}
+
+static const uint64_t ints_counts[] = { 1, 2, 255, 256, 257, 513, 5000 };
+
+START_TEST(test_ints__ranges_match_snprintf)
+{
+	uint64_t n = ints_counts[_i], seed = 11 + n;
+	uint64_t *v = malloc(n * sizeof(*v));
+	char *want = malloc(n * 22 + 3);
+	size_t len = 0;
+	struct castfs_producer mem = { .op = CASTFS_OP_MEM };
+	struct castfs_plan *p;
+	struct castfs_pb *pb;
+
+	want[len++] = '[';
+	for (uint64_t i = 0; i < n; i++) {
+		v[i] = odd_value(&seed);
+		len += (size_t)sprintf(want + len, "%s%" PRIu64, i ? ", " : "",
+				       v[i]);
+	}
+	want[len++] = ']';
+	ck_assert_uint_eq(castfs_ints_len(v, n), len - 2);
+	ck_assert_int_eq(castfs_pb_new(&pb), 0);
+	mem.mem = "[";
+	ck_assert_int_eq(castfs_pb_append(pb, &mem, 1), 0);
+	ck_assert_int_eq(castfs_pb_append_ints(pb, v, n), 0);
+	mem.mem = "]";
+	ck_assert_int_eq(castfs_pb_append(pb, &mem, 1), 0);
+	ck_assert_int_eq(castfs_pb_finish_raw(pb, &p), 0);
+	ck_assert_uint_eq(p->nextents, 3);
+	ranges_match(p, (const uint8_t *)want, len, seed);
+	castfs_plan_free(p);
+	free(want);
+	free(v);
+}
+END_TEST
+
+/* Tensors whose .info and .npy grow with the shape. */
+static const struct {
+	enum castfs_dtype dtype;
+	uint32_t ndim;
+} long_shapes[] = {
+	{ CASTFS_DTYPE_F32, 0 },       { CASTFS_DTYPE_F32, 1 },
+	{ CASTFS_DTYPE_BF16, 63 },     { CASTFS_DTYPE_F32, 64 },
+	{ CASTFS_DTYPE_I64, 300 },     { CASTFS_DTYPE_F4, 700 },
+	{ CASTFS_DTYPE_F8_E8M0, 700 }, { CASTFS_DTYPE_F4, 1 },
+	{ CASTFS_DTYPE_BF16, 30000 }, /* .npy format 2.0 */
+};
+
+/* A tensor of @ndim dims, of 1 but a few (so one element or a few). */
+static void long_tensor(struct castfs_tensor *t, uint64_t *shape, int i)
+{
+	uint32_t nd = long_shapes[i].ndim;
+	uint64_t n = 1;
+
+	for (uint32_t k = 0; k < nd; k++) {
+		shape[k] = k == 0 || k + 1 == nd ? 2 : 1;
+		if (k == nd / 2)
+			shape[k] = 12345678901ull % 7 + 1; /* 6 */
+		n *= shape[k];
+	}
+	*t = (struct castfs_tensor){
+		.name = "w.\"q\"",
+		.name_len = 5,
+		.dtype = long_shapes[i].dtype,
+		.ndim = nd,
+		.shape = shape,
+		.nelems = n,
+		.begin = 64,
+		.end = 64 + n * castfs_dtype_bits(long_shapes[i].dtype) / 8
+	};
+}
+
+START_TEST(test_tinfo__plan_reads_as_the_text)
+{
+	uint64_t *shape = malloc((long_shapes[_i].ndim + 1) * sizeof(*shape));
+	struct castfs_header h = { .data_start = 8 + 4096 };
+	struct castfs_tfile_ctx c = { .h = &h, .file = "dir/m.safetensors" };
+	struct castfs_tensor t;
+	struct castfs_plan *p;
+	size_t len, mem = 0;
+	char *want;
+
+	long_tensor(&t, shape, _i);
+	want = castfs_tinfo_text(&c, &t, &len);
+	ck_assert_ptr_nonnull(want);
+	ck_assert_int_eq(castfs_tinfo_plan(&c, &t, &p), 0);
+	ranges_match(p, (const uint8_t *)want, len, 5 + (uint64_t)_i);
+	/* Long shapes are not held as text. */
+	for (size_t k = 0; k < p->nextents; k++)
+		mem += p->extents[k].op == CASTFS_OP_MEM ? p->extents[k].len :
+							   0;
+	if (t.ndim >= 64)
+		ck_assert_uint_lt(mem, 400);
+	else
+		ck_assert_uint_eq(p->nextents, 1);
+	castfs_plan_free(p);
+	free(want);
+	free(shape);
+}
+END_TEST
+
+START_TEST(test_npy__plan_header_is_the_layout_header)
+{
+	uint64_t *shape = malloc((long_shapes[_i].ndim + 1) * sizeof(*shape));
+	struct castfs_tensor t;
+	struct castfs_plan *p;
+	struct castfs_npy n;
+
+	long_tensor(&t, shape, _i);
+	ck_assert_int_eq(castfs_npy_layout(&t, &n), 0);
+	ck_assert_int_eq(castfs_npy_plan(&t, 0, &p), 0);
+	ck_assert_uint_eq(p->size, n.size);
+	ck_assert_uint_eq(p->extents[p->nextents - 1].out_off, n.header_len);
+	p->size = n.header_len; /* the header's ranges only: no source */
+	ranges_match(p, n.header, n.header_len, 9 + (uint64_t)_i);
+	castfs_plan_free(p);
+	castfs_npy_fini(&n);
+	free(shape);
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("tensor_tree");
@@ -411,6 +596,14 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_npy__big_headers_use_format_2);
 	tcase_add_test(tc, test_npy__kinds_and_shapes);
 	tcase_add_test(tc, test_layer__npy_of_a_view_widens_the_view);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("per range");
+	tcase_add_loop_test(tc, test_ints__ranges_match_snprintf, 0,
+			    sizeof(ints_counts) / sizeof(ints_counts[0]));
+	tcase_add_loop_test(tc, test_tinfo__plan_reads_as_the_text, 0,
+			    sizeof(long_shapes) / sizeof(long_shapes[0]));
+	tcase_add_loop_test(tc, test_npy__plan_header_is_the_layout_header, 0,
+			    sizeof(long_shapes) / sizeof(long_shapes[0]));
 	suite_add_tcase(s, tc);
 	return s;
 }
