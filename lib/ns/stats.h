@@ -55,6 +55,9 @@ enum castfs_sctr {
 	CASTFS_SCTR_RESCAN_WHOLE,
 	/* Checkpoint-cache entries the budget's trims looked at. */
 	CASTFS_SCTR_CACHE_TRIM_SCANNED,
+	/* Walks of the source tree made for /.castfs/rejected and refused
+	 * (kept and shared until the tree changes, ns_ctlshare.c). */
+	CASTFS_SCTR_CTL_WALKS,
 	CASTFS_SCTR_COUNT,
 };
 
