@@ -58,6 +58,9 @@ enum castfs_sctr {
 	/* Walks of the source tree made for /.castfs/rejected and refused
 	 * (kept and shared until the tree changes, ns_ctlshare.c). */
 	CASTFS_SCTR_CTL_WALKS,
+	/* Directory listings made for open handles (ns_list_dir()): shared
+	 * ones once for every handle given them (ns_dirshare.c). */
+	CASTFS_SCTR_LISTINGS_MADE,
 	CASTFS_SCTR_COUNT,
 };
 
