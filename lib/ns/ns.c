@@ -102,6 +102,8 @@ int castfs_ns_new(const struct castfs_ns_opts *o, struct castfs_ns **out,
 		rc = ns_snaps_init(ns);
 	if (!rc)
 		rc = ns_dirshares_init(ns);
+	if (!rc)
+		rc = ns_ctlshares_init(ns);
 	if (!rc && ns->stats)
 		castfs_stats_set_zcache(ns->stats, ns->zcache);
 	if (rc)
@@ -118,6 +120,7 @@ void castfs_ns_free(struct castfs_ns *ns)
 {
 	if (!ns)
 		return;
+	ns_ctlshares_fini(ns); /* charged to the checkpoint cache */
 	ns_node_table_fini(ns);
 	ns_ckpt_cache_fini(ns);
 	ns_modeldir_fini(ns);
@@ -537,6 +540,7 @@ void castfs_ns_invalidate(struct castfs_ns *ns, const char *rel,
 {
 	struct seen_filter f = { .ns = ns, .cb = cb, .ctx = ctx };
 
+	ns_ctl_src_changed(ns);
 	invalidate_path(ns, rel, seen_filter_cb, &f);
 	seen_filter_flush(&f);
 }
@@ -560,6 +564,7 @@ void castfs_ns_invalidate_held(
 	struct ns_place *v;
 	ssize_t n = ns_node_places(ns, &v);
 
+	ns_ctl_src_changed(ns);
 	if (n < 0)
 		return;
 	qsort(v, (size_t)n, sizeof(*v), place_cmp);

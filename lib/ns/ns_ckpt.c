@@ -482,8 +482,10 @@ static void ck_load_shared(struct castfs_ns *ns, struct ns_ckpt *ck,
 	}
 	pthread_cond_broadcast(&ns->ck_loaded);
 	pthread_mutex_unlock(&ns->ck_lock);
-	if (ck->err && !ns_err_transient(ck->err))
+	if (ck->err && !ns_err_transient(ck->err)) {
+		ns_ctl_ck_changed(ns);
 		ck_log_rejected(ns, ck);
+	}
 }
 
 /* Caller holds ck_lock. The entry of identity @st once loaded, or, if
@@ -656,8 +658,10 @@ int ns_ckpt_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 	pthread_mutex_unlock(&ck->lock);
 	if (built)
 		ns_ckpt_charge(ns, ck, built);
-	if (learned)
+	if (learned) {
+		ns_ctl_ck_changed(ns); /* /.castfs/refused shows it now */
 		ck_listing_changed(ns, ck->path);
+	}
 	return rc;
 }
 

@@ -2,7 +2,8 @@
 /*
  * The control directory /.castfs: live stats (JSON, and Prometheus text in
  * metrics), the effective configuration, the rejected source files, the
- * derived files refused and the version. Content is generated at open.
+ * derived files refused and the version. Content is generated at open;
+ * the walks of the source tree are kept until it changes (ns_ctlshare.c).
  */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -117,30 +118,42 @@ static mode_t scan_type(DIR *dp, const struct dirent *de)
 	return st.st_mode & S_IFMT;
 }
 
+/* A bounded walk of the source tree, and what it read. */
+struct scan {
+	struct castfs_ns *ns;
+	size_t budget; /* files (or directories) it may still visit */
+	struct ns_ctlstamp *stamp;
+	cJSON *arr; /* the refusals found, for refused_dir() */
+};
+
 /* Source directory @dir opened for a bounded walk, or NULL when the
  * walk stops here (too deep, budget spent, not openable). */
-static DIR *scan_open(struct castfs_ns *ns, const char *dir, int depth,
-		      const size_t *budget)
+static DIR *scan_open(struct scan *w, const char *dir, int depth)
 {
+	struct stat st;
 	DIR *dp;
 	int fd;
 
-	if (depth > SCAN_MAX_DEPTH || !*budget)
+	if (depth > SCAN_MAX_DEPTH || !w->budget)
 		return NULL;
-	fd = ns_src_open(ns, dir, O_RDONLY | O_DIRECTORY);
+	fd = ns_src_open(w->ns, dir, O_RDONLY | O_DIRECTORY);
 	if (fd < 0)
 		return NULL;
+	/* Before reading it: a name added after shows as a newer mtime. */
+	if (fstat(fd, &st) == 0)
+		ns_ctlstamp_dir(w->stamp, dir, &st);
+	else
+		w->stamp->broken = true;
 	dp = fdopendir(fd);
 	if (!dp)
 		close(fd);
 	return dp;
 }
 
-static void scan_dir(struct castfs_ns *ns, const char *dir, int depth,
-		     size_t *budget);
+static void scan_dir(struct scan *w, const char *dir, int depth);
 
-static void scan_entry(struct castfs_ns *ns, const char *dir, DIR *dp,
-		       const struct dirent *de, int depth, size_t *budget)
+static void scan_entry(struct scan *w, const char *dir, DIR *dp,
+		       const struct dirent *de, int depth)
 {
 	mode_t type = scan_type(dp, de);
 	struct ns_ckpt *ck;
@@ -158,12 +171,12 @@ static void scan_entry(struct castfs_ns *ns, const char *dir, DIR *dp,
 	if (!path)
 		return;
 	if (type == S_IFDIR) {
-		scan_dir(ns, path, depth + 1, budget);
+		scan_dir(w, path, depth + 1);
 	} else {
 		/* Rejected files are cached (and logged) as a side effect. */
-		if (ns_ckpt_valid(ns, path, &st, &ck) == 0)
-			ns_ckpt_put(ns, ck);
-		(*budget)--;
+		if (ns_ckpt_valid(w->ns, path, &st, &ck) == 0)
+			ns_ckpt_put(w->ns, ck);
+		w->budget--;
 	}
 	free(path);
 }
@@ -173,56 +186,56 @@ static void scan_entry(struct castfs_ns *ns, const char *dir, DIR *dp,
  * checkpoint cache, so that the rejected ones are all known, not only
  * those a listing happened to show. Headers are read once per identity.
  */
-static void scan_dir(struct castfs_ns *ns, const char *dir, int depth,
-		     size_t *budget)
+static void scan_dir(struct scan *w, const char *dir, int depth)
 {
 	struct dirent *de;
-	DIR *dp = scan_open(ns, dir, depth, budget);
+	DIR *dp = scan_open(w, dir, depth);
 
 	if (!dp)
 		return;
-	while (*budget && (de = readdir(dp))) {
+	while (w->budget && (de = readdir(dp))) {
 		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-			scan_entry(ns, dir, dp, de, depth, budget);
+			scan_entry(w, dir, dp, de, depth);
 	}
 	closedir(dp);
 }
 
-static char *ctl_rejected(struct castfs_ns *ns)
+static char *ctl_rejected(struct castfs_ns *ns, struct ns_ctlstamp *s)
 {
-	size_t budget = SCAN_MAX_FILES;
+	struct scan w = { .ns = ns, .budget = SCAN_MAX_FILES, .stamp = s };
 
-	scan_dir(ns, "", 0, &budget);
+	castfs_stats_count(ns->stats, CASTFS_SCTR_CTL_WALKS, 1);
+	scan_dir(&w, "", 0);
+	ns_ctlstamp_cache(ns, s);
 	return ns_ckpt_rejected_json(ns);
 }
 
-static void refused_dir(struct castfs_ns *ns, const char *dir, int depth,
-			size_t *budget, cJSON *arr);
+static void refused_dir(struct scan *w, const char *dir, int depth);
 
 /* Ask every directory extension why it shows none of its names for
  * source directory @dir, then walk its subdirectories. */
-static void refused_entry(struct castfs_ns *ns, const char *dir, int depth,
-			  size_t *budget, cJSON *arr)
+static void refused_entry(struct scan *w, const char *dir, int depth)
 {
+	struct castfs_ns *ns = w->ns;
+
 	for (size_t i = 0; ns->dir_exts[i]; i++) {
 		if (ns->dir_exts[i]->refusals &&
-		    ns->dir_exts[i]->refusals(ns, dir, arr))
+		    ns->dir_exts[i]->refusals(ns, dir, w->arr))
 			return; /* out of memory: the list says what it has */
 	}
-	(*budget)--;
-	refused_dir(ns, dir, depth + 1, budget, arr);
+	w->budget--;
+	refused_dir(w, dir, depth + 1);
 }
 
 /* Every directory below @dir (bounded like the rejected scan). */
-static void refused_dir(struct castfs_ns *ns, const char *dir, int depth,
-			size_t *budget, cJSON *arr)
+static void refused_dir(struct scan *w, const char *dir, int depth)
 {
 	struct dirent *de;
-	DIR *dp = scan_open(ns, dir, depth, budget);
+	DIR *dp = scan_open(w, dir, depth);
 
 	if (!dp)
 		return;
-	while (*budget && (de = readdir(dp))) {
+	while (w->budget && (de = readdir(dp))) {
 		char *path;
 
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
@@ -230,25 +243,27 @@ static void refused_dir(struct castfs_ns *ns, const char *dir, int depth,
 			continue;
 		path = ns_path_join(dir, de->d_name, strlen(de->d_name));
 		if (path)
-			refused_entry(ns, path, depth, budget, arr);
+			refused_entry(w, path, depth);
 		free(path);
 	}
 	closedir(dp);
 }
 
 /* JSON array of what the directory extensions refuse, with reasons. */
-static char *ctl_refused(struct castfs_ns *ns)
+static char *ctl_refused(struct castfs_ns *ns, struct ns_ctlstamp *s)
 {
-	size_t budget = SCAN_MAX_FILES;
-	cJSON *arr = cJSON_CreateArray();
+	struct scan w = { .ns = ns, .budget = SCAN_MAX_FILES, .stamp = s };
 	char *out;
 
-	if (!arr)
+	w.arr = cJSON_CreateArray();
+	if (!w.arr)
 		return NULL;
-	refused_dir(ns, "", 0, &budget, arr);
-	ns_ckpt_view_refusals(ns, arr); /* on -ENOMEM: what it has */
-	out = cJSON_Print(arr);
-	cJSON_Delete(arr);
+	castfs_stats_count(ns->stats, CASTFS_SCTR_CTL_WALKS, 1);
+	refused_dir(&w, "", 0);
+	ns_ctlstamp_cache(ns, s);
+	ns_ckpt_view_refusals(ns, w.arr); /* on -ENOMEM: what it has */
+	out = cJSON_Print(w.arr);
+	cJSON_Delete(w.arr);
 	return out;
 }
 
@@ -267,55 +282,61 @@ static void ctl_mem(struct castfs_ns *ns)
 	castfs_stats_set_mem(ns->stats, &m);
 }
 
-static char *ctl_text(struct castfs_ns *ns, uint32_t which)
+static char *ctl_stats(struct castfs_ns *ns, struct ns_ctlstamp *s)
 {
-	if (ns->stats && (which == CTL_STATS || which == CTL_METRICS))
-		ctl_mem(ns);
-	switch ((enum ctl_file)which) {
-	case CTL_STATS:
-		return ns->stats ? castfs_stats_json(ns->stats, ns->views) :
-				   strdup("{}");
-	case CTL_CONFIG:
-		return strdup(ns->config_json);
-	case CTL_REJECTED:
-		return ctl_rejected(ns);
-	case CTL_VERSION:
-		return strdup(PACKAGE_NAME " " PACKAGE_VERSION);
-	case CTL_METRICS:
-		if (!ns->stats)
-			return strdup("");
-		return castfs_stats_prometheus(ns->stats, ns->views);
-	case CTL_REFUSED:
-		return ctl_refused(ns);
-	case CTL_COUNT:
-		break;
-	}
-	return NULL;
+	(void)s;
+	if (!ns->stats)
+		return strdup("{}");
+	ctl_mem(ns);
+	return castfs_stats_json(ns->stats, ns->views);
 }
+
+static char *ctl_metrics(struct castfs_ns *ns, struct ns_ctlstamp *s)
+{
+	(void)s;
+	if (!ns->stats)
+		return strdup("");
+	ctl_mem(ns);
+	return castfs_stats_prometheus(ns->stats, ns->views);
+}
+
+static char *ctl_config(struct castfs_ns *ns, struct ns_ctlstamp *s)
+{
+	(void)s;
+	return strdup(ns->config_json);
+}
+
+static char *ctl_version(struct castfs_ns *ns, struct ns_ctlstamp *s)
+{
+	(void)ns;
+	(void)s;
+	return strdup(PACKAGE_NAME " " PACKAGE_VERSION);
+}
+
+/*
+ * How each file is made, and the slot it is kept in: the two that walk the
+ * source tree are kept until it changes; the counters are live and the
+ * others a few bytes, made per open.
+ */
+static const struct {
+	ns_ctl_make_fn make;
+	int slot;
+} ctl_how[CTL_COUNT] = {
+	[CTL_STATS] = { ctl_stats, -1 },
+	[CTL_CONFIG] = { ctl_config, -1 },
+	[CTL_REJECTED] = { ctl_rejected, 0 },
+	[CTL_VERSION] = { ctl_version, -1 },
+	[CTL_METRICS] = { ctl_metrics, -1 },
+	[CTL_REFUSED] = { ctl_refused, 1 },
+};
 
 static int ctl_file_open(struct castfs_ns *ns, const struct ns_node *n,
 			 struct castfs_file **out)
 {
-	char *text = ctl_text(ns, n->aux), *buf;
-	size_t len;
-	int rc;
-
-	if (!text)
-		return -ENOMEM;
-	len = strlen(text);
-	buf = malloc(len + 1);
-	if (!buf) {
-		free(text);
-		return -ENOMEM;
-	}
-	/* One trailing newline, so that `cat` leaves the prompt alone. */
-	memcpy(buf, text, len);
-	if (!len || buf[len - 1] != '\n')
-		buf[len++] = '\n';
-	free(text);
-	rc = ns_file_new_mem(ns, buf, len, out);
-	free(buf);
-	return rc;
+	if (n->aux >= CTL_COUNT)
+		return -ENOENT;
+	return ns_ctlshare_open(ns, ctl_how[n->aux].slot, ctl_how[n->aux].make,
+				out);
 }
 
 const struct ns_kind_ops ns_kind_ctl_file = {

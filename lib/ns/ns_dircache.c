@@ -93,6 +93,7 @@ void ns_listings_all_changed(struct castfs_ns *ns)
 	ssize_t n;
 
 	ns_dirshare_drop(ns, 0, true);
+	ns_ctl_src_changed(ns);
 	if (!ns->listing_changed)
 		return;
 	n = cacheable_ids(ns, NULL, &ids);

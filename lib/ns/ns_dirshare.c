@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Source directories' listings, made once per directory state and shared
- * by every handle open on it (issue 17): twenty handles reading a
- * directory of thousands of checkpoints hold one listing, not twenty.
+ * Directory listings (source directories, model-directory views), made
+ * once per directory state and shared by every handle open on it, keyed
+ * by node id (issue 17): twenty handles reading a directory of thousands
+ * of checkpoints hold one listing, not twenty.
  */
 #include <assert.h>
 #include <errno.h>

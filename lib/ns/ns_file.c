@@ -25,6 +25,7 @@ struct castfs_file {
 	struct ns_ckpt *ck;
 	const struct castfs_plan *plan; /* NULL: pass-through */
 	struct castfs_plan *owned;
+	struct ns_memshare *shared; /* owner of plan, or NULL */
 	const struct castfs_plan *base; /* the plan reads this view, or NULL */
 	uint64_t size;
 	int view;
@@ -243,6 +244,46 @@ int ns_file_new_mem(struct castfs_ns *ns, const void *data, size_t len,
 	if (!rc)
 		(*out)->direct = true;
 	return rc;
+}
+
+int ns_memshare_new(struct castfs_ns *ns, const void *data, size_t len,
+		    struct ns_memshare **out)
+{
+	struct ns_memshare *m = calloc(1, sizeof(*m));
+	int rc = m ? castfs_plan_new_mem(data, len, &m->plan) : -ENOMEM;
+
+	if (rc) {
+		free(m);
+		return rc;
+	}
+	atomic_init(&m->refs, 1);
+	m->cost = sizeof(*m) + len;
+	atomic_fetch_add(&ns->ck_bytes, m->cost);
+	*out = m;
+	return 0;
+}
+
+void ns_memshare_put(struct castfs_ns *ns, struct ns_memshare *m)
+{
+	if (!m || atomic_fetch_sub(&m->refs, 1) != 1)
+		return;
+	atomic_fetch_sub(&ns->ck_bytes, m->cost);
+	castfs_plan_free(m->plan);
+	free(m);
+}
+
+int ns_file_new_shared(struct castfs_ns *ns, struct ns_memshare *m,
+		       struct castfs_file **out)
+{
+	int rc = ns_file_new_plan(ns, NULL, NULL, NULL, m->plan, NULL,
+				  CASTFS_STATS_OTHER, out);
+
+	if (rc)
+		return rc;
+	atomic_fetch_add(&m->refs, 1);
+	(*out)->shared = m;
+	(*out)->direct = true;
+	return 0;
 }
 
 static ssize_t no_source(void *ctx, void *buf, size_t n, uint64_t off)
@@ -481,5 +522,6 @@ void castfs_file_close(struct castfs_file *f)
 		close(f->fd);
 	ns_ckpt_put(f->ns, f->ck);
 	castfs_plan_free(f->owned);
+	ns_memshare_put(f->ns, f->shared);
 	free(f);
 }

@@ -179,6 +179,11 @@ struct castfs_ns {
 	 * (ns_ckpt.c). Under ck_lock; ck_bytes also read without it. */
 	struct ns_ckpt *ck_lru, *ck_lru_tail;
 	_Atomic size_t ck_bytes;
+	/* Bumped by every source change reported (ns_ctl_src_changed()) and
+	 * every verdict the checkpoint cache learns (ns_ctl_ck_changed()):
+	 * a kept control file made before a bump is made again. */
+	_Atomic uint64_t ctl_src_gen, ctl_ck_gen;
+	struct ns_ctlshares *ctlshares; /* kept control files */
 	size_t ck_entries; /* in the list */
 	/* Each directory's config.json, parsed once per identity
 	 * (ns_mdconfig.c). */
@@ -198,7 +203,7 @@ struct castfs_ns {
 	size_t nckfails;
 	struct ns_mdcache *md; /* rewritten model-directory JSON */
 	struct castfs_zcache *zcache; /* decoded frames of packed sources */
-	struct ns_dirshares *dirshares; /* source directories' listings */
+	struct ns_dirshares *dirshares; /* kept listings (ns_dirshare.c) */
 	/* Freed with each checkpoint entry: what each slot holds. */
 	void (*ckpt_fini[NS_CKPT_SLOTS])(struct ns_ckpt *ck);
 	/* The names a source directory shows besides its entries. */
@@ -326,7 +331,22 @@ bool ns_err_transient(int err);
  */
 int ns_err_unlisted(int err);
 
-/* ---- shared listings of source directories (ns_dirshare.c) ---- */
+/* ns_ctl_src_changed - the source tree changed (the watcher's word, a
+ * rescan): the kept control files are made again at their next open. */
+static inline void ns_ctl_src_changed(struct castfs_ns *ns)
+{
+	atomic_fetch_add(&ns->ctl_src_gen, 1);
+}
+
+/* ns_ctl_ck_changed - the checkpoint cache learned a rejection or a view
+ * that does not build: likewise. */
+static inline void ns_ctl_ck_changed(struct castfs_ns *ns)
+{
+	atomic_fetch_add(&ns->ctl_ck_gen, 1);
+}
+
+/* ---- shared listings of source directories and model-directory views
+ * (ns_dirshare.c) ---- */
 
 /* ns_dirshares_init / _fini - the table of kept listings; fini after every
  * handle is closed. init returns 0 or -ENOMEM. */
@@ -362,6 +382,7 @@ bool ns_dirshare_release(struct castfs_dir *dir);
  * namespace lock held. */
 static inline void ns_listing_changed(struct castfs_ns *ns, uint64_t dir)
 {
+	ns_ctl_src_changed(ns);
 	ns_dirshare_drop(ns, dir, false);
 	if (ns->listing_changed)
 		ns->listing_changed(ns->listing_ctx, dir);

@@ -160,6 +160,49 @@ void ns_modeldir_invalidate(struct castfs_ns *ns, const char *rel,
 				       const char *name),
 			    void *ctx);
 
+/* ---- control files made once per state (ns_ctlshare.c) ---- */
+
+/* What a control file's text was made from: the source directories its
+ * walk read, with their times, and the generations of the source tree's
+ * reported changes and of the checkpoint cache's verdicts it saw. */
+struct ns_ctlstamp {
+	struct ns_ctldir *dirs;
+	size_t n, cap;
+	bool broken; /* a directory not recorded: never current */
+	uint64_t src_gen, ck_gen;
+};
+
+/* ns_ctlstamp_dir - the walk read source directory @path of stat @st. */
+void ns_ctlstamp_dir(struct ns_ctlstamp *s, const char *path,
+		     const struct stat *st);
+
+/* ns_ctlstamp_cache - call right before reading the checkpoint cache's
+ * verdicts (rejections, refused views) into the text. */
+void ns_ctlstamp_cache(struct castfs_ns *ns, struct ns_ctlstamp *s);
+
+/* Makes a control file's text (malloc'ed; NULL: no memory), recording in
+ * @s what it read. */
+typedef char *(*ns_ctl_make_fn)(struct castfs_ns *ns, struct ns_ctlstamp *s);
+
+/* Control files that may be shared (ns_ctl.c's expensive ones). */
+#define NS_CTLSHARE_SLOTS 2
+
+/* ns_ctlshares_init / _fini - the kept texts; fini after every handle is
+ * closed. init returns 0 or -ENOMEM. */
+int ns_ctlshares_init(struct castfs_ns *ns);
+void ns_ctlshares_fini(struct castfs_ns *ns);
+
+/*
+ * ns_ctlshare_open - a handle of the control file of @slot (below
+ * NS_CTLSHARE_SLOTS, or -1 for one made per open, like the live
+ * counters): the text kept since what it was made from last changed,
+ * else @make's, kept for the next opens. Concurrent opens of one slot
+ * wait for one @make. Returns 0, -ENOMEM or ns_file_new_shared()'s
+ * errors. Thread-safe.
+ */
+int ns_ctlshare_open(struct castfs_ns *ns, int slot, ns_ctl_make_fn make,
+		     struct castfs_file **out);
+
 /* ---- the facade (ns.c, ns_resolve.c) ---- */
 
 /* ns_lookup_how, ns_opendir_how - castfs_ns_lookup() and

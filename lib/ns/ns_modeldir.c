@@ -517,9 +517,27 @@ static int mdir_getattr(struct castfs_ns *ns, const struct ns_node *n,
 	return 0;
 }
 
+/*
+ * One listing per directory state, shared by its open handles, as for a
+ * source directory (ns_dirshare.c, keyed by node id): the listing is a
+ * function of the source directory's entries and of what the files there
+ * hold, and the watcher reports a change of either against this node's id
+ * (ns_modeldir_invalidate()).
+ */
+static int mdir_opendir(struct castfs_ns *ns, const struct ns_node *dir,
+			struct castfs_dir **out)
+{
+	struct stat st;
+
+	if (ns_src_stat(ns, dir->path, &st))
+		return ns_list_dir(ns, dir, mdir_list, out);
+	return ns_dirshare_open(ns, dir, &st, mdir_list, out);
+}
+
 const struct ns_kind_ops ns_kind_mdir = {
 	.lookup = mdir_lookup,
 	.list = mdir_list,
+	.opendir = mdir_opendir,
 	.getattr = mdir_getattr,
 };
 

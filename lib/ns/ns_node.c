@@ -667,6 +667,7 @@ int ns_list_dir(struct castfs_ns *ns, const struct ns_node *n,
 	if (!rc)
 		rc = list(ns, n, &l);
 	ns_list_fini(&l);
+	castfs_stats_count(ns->stats, CASTFS_SCTR_LISTINGS_MADE, 1);
 	if (rc)
 		castfs_dir_free(l.dir);
 	else

@@ -72,6 +72,8 @@ static const char *const sctr_names[CASTFS_SCTR_COUNT] = {
 	[CASTFS_SCTR_RESCAN_REPORTED] = "rescan_entries_reported",
 	[CASTFS_SCTR_RESCAN_WHOLE] = "rescan_dirs_whole",
 	[CASTFS_SCTR_CACHE_TRIM_SCANNED] = "cache_trim_scanned",
+	[CASTFS_SCTR_CTL_WALKS] = "ctl_walks",
+	[CASTFS_SCTR_LISTINGS_MADE] = "listings_made",
 };
 
 int castfs_stats_new(size_t nviews, struct castfs_stats **out)

@@ -55,6 +55,12 @@ enum castfs_sctr {
 	CASTFS_SCTR_RESCAN_WHOLE,
 	/* Checkpoint-cache entries the budget's trims looked at. */
 	CASTFS_SCTR_CACHE_TRIM_SCANNED,
+	/* Walks of the source tree made for /.castfs/rejected and refused
+	 * (kept and shared until the tree changes, ns_ctlshare.c). */
+	CASTFS_SCTR_CTL_WALKS,
+	/* Directory listings made for open handles (ns_list_dir()): shared
+	 * ones once for every handle given them (ns_dirshare.c). */
+	CASTFS_SCTR_LISTINGS_MADE,
 	CASTFS_SCTR_COUNT,
 };
 

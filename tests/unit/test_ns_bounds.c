@@ -514,6 +514,84 @@ START_TEST(test_ns_bounds__listing_shared_until_the_directory_changes)
 }
 END_TEST
 
+/* The text of a new handle of /.castfs/rejected, and the handle. */
+static char *ctl_rejected(struct castfs_file **out)
+{
+	struct castfs_scratch scr;
+	uint64_t dir, id;
+	struct stat s;
+	char *buf = calloc(1, 1 << 16);
+	ssize_t n;
+
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_int_eq(castfs_scratch_init(&scr), 0);
+	ck_assert_int_eq(castfs_ns_lookup(ns, CASTFS_NS_ROOT_ID, ".castfs",
+					  &dir, &s),
+			 0);
+	ck_assert_int_eq(castfs_ns_lookup(ns, dir, "rejected", &id, &s), 0);
+	ck_assert_int_eq(castfs_ns_open(ns, id, out), 0);
+	n = castfs_file_read(*out, &scr, buf, (1 << 16) - 1, 0);
+	ck_assert_int_gt(n, 0);
+	castfs_scratch_fini(&scr);
+	return buf;
+}
+
+static uint64_t walks(void)
+{
+	return castfs_stats_get(st, CASTFS_SCTR_CTL_WALKS);
+}
+
+static void no_inval(void *ctx, uint64_t parent, const char *name)
+{
+	(void)ctx;
+	(void)parent;
+	(void)name;
+}
+
+/* /.castfs/rejected walks the tree once for every open until the tree
+ * changes: a name added where the walk read (no watcher runs here: by
+ * the directory's times), or a change the watcher reports (an in-place
+ * rewrite, which moves no directory's times). Old handles keep theirs. */
+START_TEST(test_ns_bounds__rejected_shared_until_the_tree_changes)
+{
+	/* A header whose tensor is not an object. */
+	static const char bad[] = "\x08\0\0\0\0\0\0\0{\"w\":1} ";
+	struct timespec ts = { 0, 20000000 }; /* past a coarse ctime tick */
+	struct castfs_file *f[4];
+	char *t[4];
+	uint64_t w0 = walks();
+	char sub[96];
+
+	snprintf(sub, sizeof(sub), "%s/d", root);
+	ck_assert_int_eq(mkdir(sub, 0755), 0);
+	t[0] = ctl_rejected(&f[0]);
+	t[1] = ctl_rejected(&f[1]);
+	ck_assert_uint_eq(walks() - w0, 1);
+	ck_assert_str_eq(t[0], t[1]);
+	ck_assert_ptr_null(strstr(t[0], "bad"));
+	nanosleep(&ts, NULL);
+	tu_write_file(root, "d/bad.safetensors", bad, sizeof(bad) - 1);
+	t[2] = ctl_rejected(&f[2]);
+	ck_assert_ptr_nonnull(strstr(t[2], "d/bad.safetensors"));
+	/* Rewritten in place: the directory's times stay, the watcher
+	 * reports it. */
+	tu_write_file(root, "a.safetensors", bad, sizeof(bad) - 1);
+	castfs_file_close(f[0]);
+	free(t[0]);
+	t[0] = ctl_rejected(&f[0]);
+	ck_assert_str_eq(t[0], t[2]);
+	castfs_ns_invalidate(ns, "a.safetensors", no_inval, NULL);
+	t[3] = ctl_rejected(&f[3]);
+	ck_assert_ptr_nonnull(strstr(t[3], "\"a.safetensors\""));
+	ck_assert_ptr_nonnull(strstr(t[3], "d/bad.safetensors"));
+	ck_assert_uint_eq(walks() - w0, 3);
+	for (int i = 0; i < 4; i++) {
+		castfs_file_close(f[i]);
+		free(t[i]);
+	}
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("ns_bounds");
@@ -533,6 +611,8 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_ns_bounds__held_paths_exact_past_65536);
 	tcase_add_test(
 		tc, test_ns_bounds__listing_shared_until_the_directory_changes);
+	tcase_add_test(tc,
+		       test_ns_bounds__rejected_shared_until_the_tree_changes);
 	suite_add_tcase(s, tc);
 	return s;
 }
