@@ -38,7 +38,8 @@ struct f8_stage {
 struct f8_tile {
 	uint64_t br, nbr, bc, nbc;
 	uint64_t r0, r1, c0, c1;
-	bool raw16; /* elements left in st->raw as 16-bit (f8_codes16()) */
+	bool raw16; /* elements left as 16-bit at raw (f8_codes16()) */
+	const uint8_t *raw; /* st->raw, or a mapping of the source */
 	float scale[F8_TILE_MAX];
 };
 
@@ -252,11 +253,11 @@ static int f8_load(const struct castfs_read_env *env,
  * The tile at block (@br, @bc): @nbr block rows of full width when @nbr > 1
  * and they fit, else one block row of up to @nbc blocks from @bc.
  */
-static void f8_tile_pick(const struct castfs_qtensor *q,
-			 const struct f8_stage *st, uint64_t br, uint64_t nbr,
-			 uint64_t bc, uint64_t nbc, struct f8_tile *t)
+static void f8_tile_pick(const struct castfs_qtensor *q, uint64_t cap,
+			 uint64_t br, uint64_t nbr, uint64_t bc, uint64_t nbc,
+			 struct f8_tile *t)
 {
-	uint64_t fit = st->cap / (q->blk_rows * q->blk_cols);
+	uint64_t fit = cap / (q->blk_rows * q->blk_cols);
 	uint64_t all = f8_nbcols(q);
 
 	t->br = br;
@@ -329,12 +330,12 @@ static int f8_tile_read16(const struct castfs_read_env *env,
 	return rc;
 }
 
-/* The absmax of @n staged elements from element @k of the tile. */
-static float f8_stage_absmax(const struct f8_stage *st, bool raw16, uint64_t k,
-			     size_t n)
+/* The absmax of @n staged elements from element @k of tile @t. */
+static float f8_stage_absmax(const struct f8_stage *st, const struct f8_tile *t,
+			     uint64_t k, size_t n)
 {
-	if (raw16)
-		return castfs_ct_absmax16(st->raw + k * 2, n,
+	if (t->raw16)
+		return castfs_ct_absmax16(t->raw + k * 2, n,
 					  st->dt == CASTFS_DTYPE_F16);
 	return castfs_ct_absmax(st->f32 + k, n);
 }
@@ -349,6 +350,28 @@ static float f8_block_scale(const struct castfs_qtensor *q,
 	return castfs_ct_f8_scale(absmax, st->dt);
 }
 
+/* The scale of each block of block row @i of tile @t, from its elements. */
+static void f8_band_scales(const struct castfs_qtensor *q,
+			   const struct f8_stage *st, struct f8_tile *t,
+			   uint64_t i)
+{
+	uint64_t w = t->c1 - t->c0;
+	uint64_t ra = (t->br + i) * q->blk_rows;
+	uint64_t rb = CASTFS_MIN(q->rows, ra + q->blk_rows);
+
+	for (uint64_t j = 0; j < t->nbc; j++) {
+		uint64_t ca = j * q->blk_cols;
+		uint64_t n = CASTFS_MIN(w - ca, q->blk_cols);
+		float m = 0.0f;
+
+		for (uint64_t r = ra; r < rb; r++)
+			m = castfs_ct_absmax_merge(
+				m, f8_stage_absmax(st, t, (r - t->r0) * w + ca,
+						   (size_t)n));
+		t->scale[i * t->nbc + j] = f8_block_scale(q, st, m);
+	}
+}
+
 /*
  * Load tile @t and compute the scale of each of its blocks. With
  * @scales_only, or when its codes can use them so (f8_codes16()), a
@@ -359,29 +382,14 @@ static int f8_tile_load_as(const struct castfs_read_env *env,
 			   const struct f8_stage *st, struct f8_tile *t,
 			   bool scales_only)
 {
-	uint64_t w = t->c1 - t->c0;
 	bool raw16 = scales_only ? f8_raw16(q, st) : f8_codes16(q, st);
 	int rc = raw16 ? f8_tile_read16(env, q, st, t) :
 			 f8_tile_read(env, q, st, t);
 
 	t->raw16 = raw16;
-	for (uint64_t i = 0; !rc && i < t->nbr; i++) {
-		uint64_t ra = (t->br + i) * q->blk_rows;
-		uint64_t rb = CASTFS_MIN(q->rows, ra + q->blk_rows);
-
-		for (uint64_t j = 0; j < t->nbc; j++) {
-			uint64_t ca = j * q->blk_cols;
-			uint64_t n = CASTFS_MIN(w - ca, q->blk_cols);
-			float m = 0.0f;
-
-			for (uint64_t r = ra; r < rb; r++)
-				m = castfs_ct_absmax_merge(
-					m, f8_stage_absmax(st, raw16,
-							   (r - t->r0) * w + ca,
-							   (size_t)n));
-			t->scale[i * t->nbc + j] = f8_block_scale(q, st, m);
-		}
-	}
+	t->raw = st->raw;
+	for (uint64_t i = 0; !rc && i < t->nbr; i++)
+		f8_band_scales(q, st, t, i);
 	return rc;
 }
 
@@ -446,7 +454,7 @@ static void f8_tile_codes(const struct castfs_qtensor *q,
 
 			if (t->raw16)
 				castfs_ct_f8_codes16(dst + (e0 - base),
-						     st->raw + k * 2,
+						     t->raw + k * 2,
 						     (size_t)(s1 - e0), scale,
 						     st->dt);
 			else if (q->qtype == CASTFS_Q_NVFP4)
@@ -482,8 +490,8 @@ static int f8_codes_partial(const struct castfs_read_env *env,
 	}
 	for (uint64_t bc = ca / q->blk_cols; !rc && bc * q->blk_cols < cb;
 	     bc += t->nbc) {
-		f8_tile_pick(q, st, br, 1, bc, f8_ceil(cb, q->blk_cols) - bc,
-			     t);
+		f8_tile_pick(q, st->cap, br, 1, bc,
+			     f8_ceil(cb, q->blk_cols) - bc, t);
 		rc = f8_tile_load(env, q, st, t);
 		if (!rc)
 			f8_tile_codes(q, st, t, lo, hi, base, dst);
@@ -514,12 +522,126 @@ static int comfy_codes(const struct castfs_read_env *env, uint32_t idx,
 	return rc;
 }
 
+/* Codes of element range [lo, hi) of a tensor, written from dst at base. */
+struct f8_out {
+	uint64_t lo, hi, base;
+	uint8_t *dst;
+};
+
+/* Elements of source a mapped tile may span (16 MiB of BF16/F16). */
+#define F8_MAP_ELEMS (8u << 20)
+
+struct f8_mapped {
+	const struct castfs_qtensor *q;
+	const struct f8_stage *st;
+	struct f8_tile *t;
+	const struct f8_out *o;
+};
+
+/* Bytes of the next block row asked into the cache ahead of its absmax. */
+#define F8_PREFETCH (64u << 10)
+
+/*
+ * Ask for the first F8_PREFETCH bytes of the @nr rows of @w bytes at @at
+ * in the mapping @p while this block row's codes are computed: the
+ * absmax reads the mapping from memory a 4 KiB page at a time, which the
+ * hardware's streams do not cross.
+ */
+static void f8_prefetch(const struct castfs_piece *p, uint64_t at, uint64_t nr,
+			uint64_t w)
+{
+	uint64_t end = CASTFS_MIN(p->n, at + CASTFS_MIN(nr * w, F8_PREFETCH));
+
+	for (uint64_t b = at; b < end; b += 64)
+		__builtin_prefetch(p->bytes + b, 0, 3);
+}
+
+/*
+ * Scales, then codes, one block row of the mapped tile at a time: the
+ * codes read the elements while the absmax has just brought them into
+ * the cache, so the source is read from memory once, and no pread copy.
+ */
+static int f8_codes_mapped(void *arg, const struct castfs_piece *p)
+{
+	const struct f8_mapped *m = arg;
+	const struct castfs_qtensor *q = m->q;
+	struct f8_tile *t = m->t;
+
+	t->raw = p->bytes;
+	for (uint64_t i = 0; i < t->nbr; i++) {
+		uint64_t ra = (t->br + i) * q->blk_rows;
+		uint64_t rb = CASTFS_MIN(q->rows, ra + q->blk_rows);
+		uint64_t e0 = CASTFS_MAX(m->o->lo, ra * q->cols);
+		uint64_t e1 = CASTFS_MIN(m->o->hi, rb * q->cols);
+
+		f8_band_scales(q, m->st, t, i);
+		f8_prefetch(p, (rb - t->r0) * q->cols * 2,
+			    CASTFS_MIN(q->rows, rb + q->blk_rows) - rb,
+			    q->cols * 2);
+		if (e0 < e1)
+			f8_tile_codes(q, m->st, t, e0, e1, m->o->base,
+				      m->o->dst);
+	}
+	return 0;
+}
+
+/*
+ * The codes of [o->lo, o->hi), the start of @whole block rows from block
+ * row @br, through a mapping of the source: a tile of whole rows of a
+ * BF16/F16 weight, up to F8_MAP_ELEMS. Sets o->lo past the codes written;
+ * -ENOTSUP, nothing done, where the tile or the reader does not allow it.
+ */
+static int f8_codes_map(const struct castfs_read_env *env,
+			const struct castfs_qtensor *q,
+			const struct f8_stage *st, struct f8_tile *t,
+			uint64_t br, uint64_t whole, struct f8_out *o)
+{
+	struct f8_mapped m = { .q = q, .st = st, .t = t, .o = o };
+	int rc;
+
+	if (!f8_codes16(q, st))
+		return -ENOTSUP;
+	f8_tile_pick(q, F8_MAP_ELEMS, br, whole, 0, f8_nbcols(q), t);
+	if (t->c1 - t->c0 != q->cols)
+		return -ENOTSUP;
+	t->raw16 = true;
+	rc = castfs_reader_map(env->src, q->src_off + t->r0 * q->cols * 2,
+			       (size_t)((t->r1 - t->r0) * q->cols * 2),
+			       f8_codes_mapped, &m);
+	if (rc != -ENOTSUP)
+		o->lo = CASTFS_MIN(o->hi, t->r1 * q->cols);
+	return rc;
+}
+
+/* The codes of [o->lo, o->hi) from @whole (> 0) block rows at block row
+ * @br, o->lo its first element, tile by tile; sets o->lo past them. */
+static int f8_codes_whole(const struct castfs_read_env *env,
+			  const struct castfs_qtensor *q,
+			  const struct f8_stage *st, struct f8_tile *t,
+			  uint64_t br, uint64_t whole, struct f8_out *o)
+{
+	int rc = f8_codes_map(env, q, st, t, br, whole, o);
+	uint64_t hi;
+
+	if (rc != -ENOTSUP)
+		return rc;
+	f8_tile_pick(q, st->cap, br, whole, 0, f8_nbcols(q), t);
+	if (t->c1 - t->c0 != q->cols)
+		return -ENOTSUP;
+	rc = f8_tile_load(env, q, st, t);
+	hi = CASTFS_MIN(o->hi, t->r1 * q->cols);
+	if (!rc)
+		f8_tile_codes(q, st, t, o->lo, hi, o->base, o->dst);
+	o->lo = hi;
+	return rc;
+}
+
 /* The codes of elements [@first, @first + @count) of @q into @dst. */
 static int ct_codes(const struct castfs_read_env *env, uint32_t idx,
 		    uint64_t first, uint64_t count, uint8_t *dst)
 {
 	const struct castfs_qtensor *q = &env->plan->qtensors[idx];
-	uint64_t base = first, end = first + count;
+	struct f8_out o = { first, first + count, first, dst };
 	uint64_t band = q->blk_rows * q->cols; /* elements per block row */
 	struct f8_stage st;
 	struct f8_tile t;
@@ -528,27 +650,20 @@ static int ct_codes(const struct castfs_read_env *env, uint32_t idx,
 	if (q->qtype == CASTFS_Q_COMFY_F8)
 		return comfy_codes(env, idx, first, count, dst);
 	rc = f8_stage_init(&st, env, idx);
-	while (!rc && first < end) {
-		uint64_t br = first / band;
-		uint64_t whole = (end - first) / band;
-		uint64_t hi = CASTFS_MIN(end, (br + 1) * band);
+	while (!rc && o.lo < o.hi) {
+		uint64_t br = o.lo / band;
+		uint64_t whole = (o.hi - o.lo) / band;
+		uint64_t hi = CASTFS_MIN(o.hi, (br + 1) * band);
 
-		if (first % band == 0 && end == q->nelems)
-			whole = f8_ceil(end - first, band);
-		if (first % band == 0 && whole > 0) {
-			f8_tile_pick(q, &st, br, whole, 0, f8_nbcols(q), &t);
-			if (t.c1 - t.c0 == q->cols) {
-				rc = f8_tile_load(env, q, &st, &t);
-				hi = CASTFS_MIN(end, t.r1 * q->cols);
-				if (!rc)
-					f8_tile_codes(q, &st, &t, first, hi,
-						      base, dst);
-				first = hi;
-				continue;
-			}
-		}
-		rc = f8_codes_partial(env, q, &st, &t, first, hi, base, dst);
-		first = hi;
+		if (o.lo % band == 0 && o.hi == q->nelems)
+			whole = f8_ceil(o.hi - o.lo, band);
+		rc = -ENOTSUP;
+		if (o.lo % band == 0 && whole > 0)
+			rc = f8_codes_whole(env, q, &st, &t, br, whole, &o);
+		if (rc != -ENOTSUP)
+			continue;
+		rc = f8_codes_partial(env, q, &st, &t, o.lo, hi, o.base, o.dst);
+		o.lo = hi;
 	}
 	return rc;
 }
@@ -593,7 +708,7 @@ int castfs_gen_ct_scale(const struct castfs_read_env *env,
 	while (!rc && count) {
 		uint64_t bc = first % all;
 
-		f8_tile_pick(q, &st, first / all, bc ? 1 : count / all, bc,
+		f8_tile_pick(q, st.cap, first / all, bc ? 1 : count / all, bc,
 			     CASTFS_MIN(count, all - bc), &t);
 		rc = f8_tile_load_as(env, q, &st, &t, true);
 		for (uint64_t i = 0; !rc && i < t.nbr * t.nbc; i++) {

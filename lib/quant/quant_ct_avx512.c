@@ -274,11 +274,37 @@ AVX512BF16_INLINE __m512i ct_e4m3_bf16x32(__m512i a)
 				     ct_rne_srlv16(m, k));
 }
 
-/* The codes (in 16-bit lanes) of the 32 BF16 elements @lo, @hi over @s. */
-AVX512BF16_INLINE __m512i ct_code32_bf16(__m256i lo, __m256i hi, __m512 s)
+/*
+ * Whether @s may be divided by as a product by r = 1/s (rounded to
+ * float32): s a positive BF16 value (low 16 bits zero) with 1/s normal.
+ * Then every BF16 x gets the division's code from x * r:
+ * - x / s = (m / n) 2^k with integers m < 256 and 128 <= n < 256 lies more
+ *   than 2^-16 of its binade's width from every BF16 tie (on a tie, m / n
+ *   would be a 9-bit odd significand times a power of two, yet n's odd
+ *   part divides m < 256), while both float32 results lie within 2^-21 of
+ *   that width of it (two roundings of relative error 2^-24): the same
+ *   BF16 rounding wherever x / s is normal (above 448 both clamp);
+ * - where it is not, the magnitude's code is 0 either way (below 2^-10)
+ *   and the sign (q < -2^-134, ct_code32_bf16()) agrees: x / s is exactly
+ *   -2^-134 or more than 2^-143 from it, and both float32 results lie
+ *   within 2^-149 of x / s (exactly -2^-134 there).
+ * test_ct_kernels checks it over every BF16 x at thousands of scales.
+ */
+static inline bool ct_recip_exact(float s)
 {
-	__m512 ql = _mm512_div_ps(ct_widen16(lo, CASTFS_DTYPE_BF16), s);
-	__m512 qh = _mm512_div_ps(ct_widen16(hi, CASTFS_DTYPE_BF16), s);
+	return (castfs_f32_bits(s) & 0xffffu) == 0 && s >= 0x1p-125f &&
+	       s <= 0x1p125f;
+}
+
+/* The codes (in 16-bit lanes) of the 32 BF16 elements @lo, @hi over @s
+ * (by its reciprocal @r when @mul). */
+AVX512BF16_INLINE __m512i ct_code32_bf16(__m256i lo, __m256i hi, __m512 s,
+					 __m512 r, bool mul)
+{
+	__m512 xl = ct_widen16(lo, CASTFS_DTYPE_BF16);
+	__m512 xh = ct_widen16(hi, CASTFS_DTYPE_BF16);
+	__m512 ql = mul ? _mm512_mul_ps(xl, r) : _mm512_div_ps(xl, s);
+	__m512 qh = mul ? _mm512_mul_ps(xh, r) : _mm512_div_ps(xh, s);
 	__m512 neg0 = _mm512_set1_ps(-0x1p-134f);
 	__mmask32 neg =
 		_mm512_kunpackw(_mm512_cmp_ps_mask(qh, neg0, _CMP_LT_OQ),
@@ -286,25 +312,21 @@ AVX512BF16_INLINE __m512i ct_code32_bf16(__m256i lo, __m256i hi, __m512 s)
 	__m512i a = _mm512_and_si512((__m512i)_mm512_cvtne2ps_pbh(qh, ql),
 				     set1w(0x7fff));
 	__mmask32 nan = _mm512_cmpgt_epu16_mask(a, set1w(0x7f80));
-	__m512i r = ct_e4m3_bf16x32(_mm512_min_epu16(a, set1w(0x43e0)));
+	__m512i r16 = ct_e4m3_bf16x32(_mm512_min_epu16(a, set1w(0x43e0)));
 
-	r = _mm512_mask_mov_epi16(r, neg, _mm512_or_si512(r, set1w(0x80)));
-	return _mm512_mask_mov_epi16(r, nan, set1w(0x7f));
+	r16 = _mm512_mask_mov_epi16(r16, neg,
+				    _mm512_or_si512(r16, set1w(0x80)));
+	return _mm512_mask_mov_epi16(r16, nan, set1w(0x7f));
 }
 
-/* ct_loop16() of BF16 elements, 32 codes per ct_code32_bf16(). */
-static AVX512BF16 void ct_f8_codes16_avx512bf16(uint8_t *dst, const void *x,
-						size_t n, float scale,
-						enum castfs_dtype dt)
+/* The BF16 codes loop, by the reciprocal when @mul. */
+AVX512BF16_INLINE void ct_loop_bf16x32(uint8_t *dst, const uint8_t *p, size_t n,
+				       float scale, bool mul)
 {
-	const uint8_t *p = x;
 	__m512 sv = _mm512_set1_ps(scale);
+	__m512 rv = _mm512_set1_ps(mul ? 1.0f / scale : 1.0f);
 	size_t i = 0;
 
-	if (dt != CASTFS_DTYPE_BF16) {
-		ct_f8_codes16_avx512(dst, x, n, scale, dt);
-		return;
-	}
 	for (; i + 32 <= n; i += 32)
 		_mm256_storeu_si256(
 			(__m256i *)(void *)(dst + i),
@@ -316,7 +338,7 @@ static AVX512BF16 void ct_f8_codes16_avx512bf16(uint8_t *dst, const void *x,
 					(const __m256i *)(const void *)(p +
 									2 * i +
 									32)),
-				sv)));
+				sv, rv, mul)));
 	if (i < n) {
 		__mmask32 k = (__mmask32)((1ull << (n - i)) - 1u);
 
@@ -327,8 +349,21 @@ static AVX512BF16 void ct_f8_codes16_avx512bf16(uint8_t *dst, const void *x,
 							 p + 2 * i),
 				_mm256_maskz_loadu_epi16((__mmask16)(k >> 16),
 							 p + 2 * i + 32),
-				sv));
+				sv, rv, mul));
 	}
+}
+
+/* ct_loop16() of BF16 elements, 32 codes per ct_code32_bf16(). */
+static AVX512BF16 void ct_f8_codes16_avx512bf16(uint8_t *dst, const void *x,
+						size_t n, float scale,
+						enum castfs_dtype dt)
+{
+	if (dt != CASTFS_DTYPE_BF16)
+		ct_f8_codes16_avx512(dst, x, n, scale, dt);
+	else if (ct_recip_exact(scale))
+		ct_loop_bf16x32(dst, x, n, scale, true);
+	else
+		ct_loop_bf16x32(dst, x, n, scale, false);
 }
 
 /* castfs_ct_absmax(): the same integer max of |x|'s bits, 32 per step. */

@@ -323,6 +323,57 @@ START_TEST(test_ct_kernels__avx512bf16_codes16)
 }
 END_TEST
 
+/*
+ * The AVX512_BF16 loop divides by a BF16 scale as a product by its
+ * reciprocal (ct_recip_exact()): every BF16 pattern at every BF16 scale of
+ * the binades 2^-24 to 2^2 (those of weights' absmax / 448), and at 16
+ * scales of every other binade whose reciprocal is normal, gives the
+ * scalar division's codes; so do those of the binades beyond (subnormal
+ * scales, reciprocals that overflow or are subnormal), which divide.
+ */
+START_TEST(test_ct_kernels__avx512bf16_recip_every_scale)
+{
+	const struct castfs_ct_kernels *k = castfs_ct_kernels_avx512bf16();
+	const struct castfs_ct_kernels *s =
+		castfs_ct_kernels_isa(CASTFS_ISA_SCALAR);
+	uint8_t *raw = malloc(2 * 65536);
+	float *f = malloc(65536 * sizeof(*f));
+	static uint8_t c1[65536], c2[65536];
+
+	ck_assert_ptr_nonnull(raw);
+	ck_assert_ptr_nonnull(f);
+	for (uint32_t i = 0; i < 65536; i++) {
+		castfs_store_le16(raw + 2 * i, (uint16_t)i);
+		f[i] = castfs_f32_from_bits(i << 16);
+	}
+	/* Float32 scales that are not BF16 divide. */
+	for (uint32_t i = 0; i < 64; i++) {
+		float scale = (0.02f + (float)i * 0.001f) / 448;
+
+		k->f8_codes16(c1, raw, 65536, scale, CASTFS_DTYPE_BF16);
+		s->f8_codes(c2, f, 65536, scale, CASTFS_DTYPE_BF16);
+		ck_assert_msg(memcmp(c1, c2, 65536) == 0, "scale %a",
+			      (double)scale);
+	}
+	/* Every finite BF16 exponent but the largest (3e38 is elsewhere). */
+	for (uint32_t e = 0; e <= 253; e++) {
+		bool all = e >= 127 - 24 && e <= 127 + 2;
+
+		for (uint32_t m = 0; m < 128; m += all ? 1 : 8) {
+			float scale =
+				castfs_f32_from_bits((e << 23) | (m << 16));
+
+			k->f8_codes16(c1, raw, 65536, scale, CASTFS_DTYPE_BF16);
+			s->f8_codes(c2, f, 65536, scale, CASTFS_DTYPE_BF16);
+			ck_assert_msg(memcmp(c1, c2, 65536) == 0, "scale %a",
+				      (double)scale);
+		}
+	}
+	free(f);
+	free(raw);
+}
+END_TEST
+
 START_TEST(test_ct_kernels__isa_absmax16)
 {
 	check_absmax16((enum castfs_isa)(_i / 2), _i % 2);
@@ -414,10 +465,12 @@ Suite *unit_suite(void)
 	unit_add_isa_loop(tc, test_ct_kernels__isa_absmax16, 2);
 	tcase_add_loop_test(tc, test_ct_kernels__scalar_codes16, 0, 2);
 	/* Not an ISA of its own, so not counted by unit_add_isa_loop(). */
-	if (castfs_ct_kernels_avx512bf16())
+	if (castfs_ct_kernels_avx512bf16()) {
 		tcase_add_loop_test(tc, test_ct_kernels__avx512bf16_codes16, 0,
 				    2);
-	else
+		tcase_add_test(tc,
+			       test_ct_kernels__avx512bf16_recip_every_scale);
+	} else
 		fprintf(stderr, "ct_kernels: no AVX512_BF16, its codes16 "
 				"variant not tested\n");
 	unit_add_isa_loop(tc, test_ct_kernels__isa_codes16, 2);
