@@ -128,6 +128,9 @@ static int text_share(struct castfs_ns *ns, char *text,
 	return rc;
 }
 
+/* Walks made again when the source changed during one. */
+#define CTL_REMAKE_TRIES 3
+
 /* Make @k's text now; kept for the next opens if the source's reported
  * changes allow it. Caller holds k->lock. */
 static int remake(struct castfs_ns *ns, struct ns_ctlkept *k,
@@ -137,14 +140,25 @@ static int remake(struct castfs_ns *ns, struct ns_ctlkept *k,
 	struct ns_memshare *m;
 	int rc;
 
-	/* Before the walk: a change reported during it may have been
-	 * missed by it. */
-	s.src_gen = atomic_load(&ns->ctl_src_gen);
-	s.ck_gen = atomic_load(&ns->ctl_ck_gen);
-	rc = text_share(ns, make(ns, &s), &m);
-	if (rc) {
+	for (int tries = 0;; tries++) {
+		/* Before the walk: a change reported during it may have
+		 * been missed by it. */
+		s.src_gen = atomic_load(&ns->ctl_src_gen);
+		s.ck_gen = atomic_load(&ns->ctl_ck_gen);
+		rc = text_share(ns, make(ns, &s), &m);
+		if (rc) {
+			stamp_fini(&s);
+			return rc;
+		}
+		/* A change reported meanwhile drops the cache entries of
+		 * its files (the count moves first), so an entry the walk
+		 * had just made may be missing from the text: walk again,
+		 * a few times at most while the source keeps changing. */
+		if (s.src_gen == atomic_load(&ns->ctl_src_gen) ||
+		    tries == CTL_REMAKE_TRIES)
+			break;
+		ns_memshare_put(ns, m);
 		stamp_fini(&s);
-		return rc;
 	}
 	ns_memshare_put(ns, k->m); /* the handles holding it keep it */
 	stamp_fini(&k->stamp);
