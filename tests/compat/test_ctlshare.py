@@ -65,15 +65,10 @@ def stat_of(m, key):
     return json.loads(read(m.join(".castfs", "stats"))).get(key)
 
 
-class Env:
-    tmp = src = None
+Env = tl.ModuleSource()
 
 
-def setUpModule():
-    if not tl.fuse_usable():
-        raise unittest.SkipTest("FUSE unusable")
-    Env.tmp = tl.tempdir()
-    Env.src = s = Env.tmp.__enter__()
+def populate(s):
     for sub in ("bad", os.path.join("bad", "deeper")):
         os.makedirs(os.path.join(s, sub))
     for i in range(REJECTED):
@@ -91,9 +86,12 @@ def setUpModule():
         f.write(data)
 
 
+def setUpModule():
+    Env.start(populate)
+
+
 def tearDownModule():
-    if Env.tmp:
-        Env.tmp.__exit__(None, None, None)
+    Env.stop()
 
 
 def rejected_paths(text):

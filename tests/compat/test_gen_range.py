@@ -54,27 +54,25 @@ def write_wide(path):
         f.write(struct.pack("<Q", len(text)) + text + data)
 
 
-class Env:
-    tmp = src = None
+Env = tl.ModuleSource()
 
 
-def setUpModule():
-    if not tl.fuse_usable():
-        raise unittest.SkipTest("FUSE unusable")
-    Env.tmp = tl.tempdir()
-    Env.src = Env.tmp.__enter__()
-    write_wide(os.path.join(Env.src, "w.safetensors"))
+def populate(s):
+    write_wide(os.path.join(s, "w.safetensors"))
     g = torch.Generator().manual_seed(3)
     save_file({"deep": torch.randn(DEEP, generator=g).to(torch.bfloat16),
                "deep_f32": torch.randn(DEEP, generator=g),
                "deep_i8": torch.randint(-128, 127, DEEP, generator=g,
                                         dtype=torch.int8)},
-              os.path.join(Env.src, "d.safetensors"))
+              os.path.join(s, "d.safetensors"))
+
+
+def setUpModule():
+    Env.start(populate)
 
 
 def tearDownModule():
-    if Env.tmp:
-        Env.tmp.__exit__(None, None, None)
+    Env.stop()
 
 
 def info_lines(text):
