@@ -653,7 +653,7 @@ static int tfile_plan(const struct ns_node *n, const struct tfile *f,
 }
 
 /* Bytes a generated plan holds: its extents, its text and the index of
- * its per-range lists (8 bytes per 256 items of 3 bytes or more). */
+ * its per-range lists. */
 static size_t gen_cost(const struct castfs_plan *p)
 {
 	size_t mem = 0;
@@ -662,7 +662,7 @@ static size_t gen_cost(const struct castfs_plan *p)
 		if (p->extents[i].op == CASTFS_OP_MEM)
 			mem += p->extents[i].len;
 		else if (p->extents[i].op == CASTFS_OP_INTS)
-			mem += p->extents[i].len / 96 + 64;
+			mem += castfs_ints_held(&p->extents[i]);
 	}
 	return ns_ckpt_plan_cost(p, mem);
 }

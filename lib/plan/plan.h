@@ -265,4 +265,8 @@ int castfs_plan_header(const struct castfs_plan *p, struct castfs_header **out,
 /* castfs_op_name - "mem", "copy", "cast", ...; for .info files and logs. */
 const char *castfs_op_name(enum castfs_op op);
 
+/* castfs_ints_held - the bytes a CASTFS_OP_INTS extent @e holds besides
+ * the list it borrows (its descriptor and index). Pure. */
+size_t castfs_ints_held(const struct castfs_extent *e);
+
 #endif
