@@ -231,21 +231,6 @@ int ns_file_new_source(struct castfs_ns *ns, const char *path,
 	return 0;
 }
 
-int ns_file_new_mem(struct castfs_ns *ns, const void *data, size_t len,
-		    struct castfs_file **out)
-{
-	struct castfs_plan *plan;
-	int rc = castfs_plan_new_mem(data, len, &plan);
-
-	if (rc)
-		return rc;
-	rc = ns_file_new_plan(ns, NULL, NULL, NULL, plan, plan,
-			      CASTFS_STATS_OTHER, out);
-	if (!rc)
-		(*out)->direct = true;
-	return rc;
-}
-
 int ns_memshare_new(struct castfs_ns *ns, const void *data, size_t len,
 		    struct ns_memshare **out)
 {
