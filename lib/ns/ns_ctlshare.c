@@ -142,9 +142,10 @@ static int remake(struct castfs_ns *ns, struct ns_ctlkept *k,
 
 	for (int tries = 0;; tries++) {
 		/* Before the walk: a change reported during it may have
-		 * been missed by it. */
+		 * been missed by it. The cache's count is the maker's to
+		 * stamp, after its walk (ns_ctlstamp_cache()): the walk
+		 * itself teaches the cache what it finds. */
 		s.src_gen = atomic_load(&ns->ctl_src_gen);
-		s.ck_gen = atomic_load(&ns->ctl_ck_gen);
 		rc = text_share(ns, make(ns, &s), &m);
 		if (rc) {
 			stamp_fini(&s);
