@@ -36,17 +36,13 @@ static uint8_t *make_input(size_t n, unsigned seed)
 static void pack(const uint8_t *in, size_t n, size_t frame, bool sums,
 		 const uint64_t *cuts, size_t ncuts, struct membuf *out)
 {
-	struct castfs_mem_reader mr;
-	struct castfs_writer w = { mem_write, out };
 	struct castfs_zst_pack_opts o = { .frame_size = frame,
 					  .level = 1,
 					  .checksums = sums,
 					  .cuts = cuts,
 					  .ncuts = ncuts };
 
-	memset(out, 0, sizeof(*out));
-	castfs_mem_reader_init(&mr, in, n);
-	ck_assert_int_eq(castfs_zst_pack(&mr.r, n, &o, &w, NULL), 0);
+	membuf_pack(out, in, n, &o);
 }
 
 static int open_index(const struct membuf *m, struct castfs_zcache *c,

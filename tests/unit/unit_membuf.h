@@ -37,16 +37,26 @@ static inline int mem_write(void *ctx, const void *buf, size_t n)
 	return 0;
 }
 
-/* Pack the @n bytes at @in into @m (emptied first) grouped, as castfs pack
- * --grouped does: @frame-byte frames, checksums on, level 1, the @ncuts
- * cuts and the transforms of the pieces after them. */
+/* Pack the @n bytes at @in into @m (emptied first) with options @o. */
+static inline void membuf_pack(struct membuf *m, const uint8_t *in, size_t n,
+			       const struct castfs_zst_pack_opts *o)
+{
+	struct castfs_mem_reader mr;
+	struct castfs_writer w = { mem_write, m };
+
+	memset(m, 0, sizeof(*m));
+	castfs_mem_reader_init(&mr, in, n);
+	ck_assert_int_eq(castfs_zst_pack(&mr.r, n, o, &w, NULL), 0);
+}
+
+/* Pack the @n bytes at @in into @m grouped, as castfs pack --grouped
+ * does: @frame-byte frames, checksums on, level 1, the @ncuts cuts and
+ * the transforms of the pieces after them. */
 static inline void membuf_pack_grouped(struct membuf *m, const uint8_t *in,
 				       size_t n, size_t frame,
 				       const uint64_t *cuts,
 				       const uint8_t *transforms, size_t ncuts)
 {
-	struct castfs_mem_reader mr;
-	struct castfs_writer w = { mem_write, m };
 	struct castfs_zst_pack_opts o = { .frame_size = frame,
 					  .level = 1,
 					  .checksums = true,
@@ -54,9 +64,7 @@ static inline void membuf_pack_grouped(struct membuf *m, const uint8_t *in,
 					  .ncuts = ncuts,
 					  .cut_transforms = transforms };
 
-	memset(m, 0, sizeof(*m));
-	castfs_mem_reader_init(&mr, in, n);
-	ck_assert_int_eq(castfs_zst_pack(&mr.r, n, &o, &w, NULL), 0);
+	membuf_pack(m, in, n, &o);
 }
 
 /* The bf16 checkpoint the tests pack most: a 64-byte header, then one
