@@ -6,10 +6,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "fs.h"
 
@@ -54,17 +58,104 @@ struct fs_thread {
 	size_t out_len;
 	struct castfs_fs *fs;
 	fuse_req_t req; /* the read in progress, or NULL */
+	pid_t pid; /* the task that made it (0: not in our pid namespace) */
+	struct timespec next_look; /* when to look at that task again */
 };
 
+/* How often a long pass looks whether its reader still exists. */
+#define READER_LOOK_NS 100000000L
+
+/* The value of the status line that starts with @key, or NULL. */
+static const char *status_field(const char *text, const char *key)
+{
+	size_t len = strlen(key);
+
+	for (const char *l = text; l; l = strchr(l, '\n'), l = l ? l + 1 : l) {
+		if (strncmp(l, key, len) == 0)
+			return l + len;
+	}
+	return NULL;
+}
+
+/*
+ * Whether task @pid has ended or is ending: no /proc entry (reaped), a
+ * zombie or dead one, or SIGKILL pending. The last is the killed reader
+ * of an asynchronous O_DIRECT read: it cannot exit before that read's
+ * reply, so it would wait for the whole pass. Anything else that goes
+ * wrong reads as alive, so that a doubt never abandons a read.
+ */
+static bool task_ended(pid_t pid)
+{
+	const unsigned long long kill_bit = 1ull << (SIGKILL - 1);
+	const char *state, *pnd, *shd;
+	char path[32], buf[4096];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT || errno == ESRCH;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return n < 0 && errno == ESRCH;
+	buf[n] = '\0';
+	state = status_field(buf, "State:\t");
+	if (state && (*state == 'Z' || *state == 'X'))
+		return true;
+	pnd = status_field(buf, "SigPnd:\t");
+	shd = status_field(buf, "ShdPnd:\t");
+	return (pnd && (strtoull(pnd, NULL, 16) & kill_bit)) ||
+	       (shd && (strtoull(shd, NULL, 16) & kill_bit));
+}
+
+static bool after(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec != b->tv_sec ? a->tv_sec > b->tv_sec :
+					a->tv_nsec >= b->tv_nsec;
+}
+
+/*
+ * Whether the task that made the read in progress has ended. The kernel
+ * sends FUSE_INTERRUPT only for synchronous requests; read-ahead and
+ * asynchronous O_DIRECT reads are background requests, whose reader may
+ * be killed while a pass over a whole tensor runs for it (minutes for a
+ * TiB). Looked at every READER_LOOK_NS, from the first time a pass asks,
+ * so a read that asks nothing costs nothing. Abandoning is safe when
+ * another task waits on the same pages: a page left not up to date is
+ * read again by its next reader, with its own request.
+ */
+static bool reader_ended(struct fs_thread *t)
+{
+	bool first = !t->next_look.tv_sec && !t->next_look.tv_nsec;
+	struct timespec now;
+
+	if (t->pid <= 0 || clock_gettime(CLOCK_MONOTONIC_COARSE, &now))
+		return false;
+	if (!first && !after(&now, &t->next_look))
+		return false;
+	if (!first && task_ended(t->pid))
+		return true;
+	t->next_look = now;
+	t->next_look.tv_nsec += READER_LOOK_NS;
+	if (t->next_look.tv_nsec >= 1000000000L) {
+		t->next_look.tv_sec++;
+		t->next_look.tv_nsec -= 1000000000L;
+	}
+	return false;
+}
+
 /* The scratch's cancel hook: a long computation stops when its reader is
- * gone (the kernel sent FUSE_INTERRUPT: a signal, a kill) or the daemon
- * is stopping (SIGTERM, unmount), so neither waits for it. */
+ * gone (the kernel sent FUSE_INTERRUPT: a signal, a kill; or the task
+ * that made a background read has ended) or the daemon is stopping
+ * (SIGTERM, unmount), so neither waits for it. */
 static bool read_cancelled(void *ctx)
 {
-	const struct fs_thread *t = ctx;
+	struct fs_thread *t = ctx;
 
 	return fuse_session_exited(t->fs->se) ||
-	       (t->req && fuse_req_interrupted(t->req));
+	       (t->req && (fuse_req_interrupted(t->req) || reader_ended(t)));
 }
 
 #define FS_OUT_LEN (1u << 20) /* the largest read the kernel sends */
@@ -331,6 +422,8 @@ static void castfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		return;
 	}
 	t->req = req;
+	t->pid = fuse_req_ctx(req)->pid;
+	t->next_look = (struct timespec){ 0 };
 	n = castfs_file_read(f, &t->s, buf, size, (uint64_t)off);
 	t->req = NULL;
 	last_use_before_reply(f);

@@ -6,7 +6,14 @@ statistics of a 1 TiB BF16 weight take one pass over all of it (minutes
 here), and so do the nvfp4 view's global scale and the fp8_scaled view's
 per-tensor scale; the weight is a sparse file (truncate), so the pass is
 real work and costs no disk. Before, the daemon kept computing and did not
-exit (20 s and more); other requests are answered meanwhile."""
+exit (20 s and more); other requests are answered meanwhile.
+
+A reader killed while it waits on such a pass stops it too, though the
+kernel sends no FUSE_INTERRUPT for its request: read-ahead and
+asynchronous O_DIRECT reads are background requests, and the daemon
+looks whether the task that made one has ended or has SIGKILL pending.
+Before, the pass ran on (minutes) after its only reader was gone, and a
+killed O_DIRECT reader could not exit until it ended."""
 import json
 import os
 import shutil
@@ -118,6 +125,60 @@ class TestStop(unittest.TestCase):
             m.proc = None
             if m.tmp:
                 shutil.rmtree(m.tmp, ignore_errors=True)
+
+    def kill_reader_during_pass(self, direct):
+        with tl.Mount(Env.src, options=["nosupervise"]) as m:
+            daemon = m.proc.pid
+            view = m.join("big.nf4.safetensors")
+            # The first page of the nf4 view reaches the statistics. A
+            # buffered read's page comes by read-ahead, an O_DIRECT one
+            # by an asynchronous request: both background requests.
+            code = ("import mmap, os; "
+                    "fd = os.open(%r, os.O_RDONLY | %s); "
+                    "b = mmap.mmap(-1, 4096); os.preadv(fd, [b], 0)"
+                    % (view, "os.O_DIRECT" if direct else "0"))
+            reader = subprocess.Popen([sys.executable, "-c", code],
+                                      stderr=subprocess.DEVNULL)
+            try:
+                before = cpu_s(daemon)
+                deadline = time.time() + 30
+                while cpu_s(daemon) < before + 0.5 and time.time() < deadline:
+                    time.sleep(0.1)
+                self.assertIsNone(reader.poll(), "the pass ended already")
+                # A killed O_DIRECT reader cannot exit before its
+                # request's reply: before, it waited for the whole pass.
+                reader.kill()
+                t = time.time()
+                try:
+                    reader.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    m.proc.kill()  # else it waits minutes, and so do we
+                    self.fail("the killed reader waited on the pass")
+                sys.stderr.write("reader gone %.2f s after SIGKILL\n"
+                                 % (time.time() - t))
+            finally:
+                reader.kill()
+                reader.wait()
+            # Given a second to notice, the daemon then spends (nearly)
+            # nothing: the pass alone is a core's worth.
+            time.sleep(1.0)
+            start = cpu_s(daemon)
+            time.sleep(1.0)
+            spent = cpu_s(daemon) - start
+            sys.stderr.write("%s reader killed: daemon CPU %.2f s in the "
+                             "second after\n"
+                             % ("O_DIRECT" if direct else "buffered", spent))
+            self.assertLess(spent, 0.25)
+            # The daemon and its neighbours keep working.
+            with open(m.join(".castfs/stats")) as f:
+                self.assertIn("memory", json.load(f))
+            os.stat(m.join("big.safetensors"))
+
+    def test_killed_buffered_reader_stops_the_pass(self):
+        self.kill_reader_during_pass(direct=False)
+
+    def test_killed_direct_reader_stops_the_pass(self):
+        self.kill_reader_during_pass(direct=True)
 
     def test_sigterm_unsupervised(self):
         self.stop_during_pass(["nosupervise"])
