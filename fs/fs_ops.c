@@ -8,9 +8,9 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stdio.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
