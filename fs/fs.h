@@ -6,6 +6,8 @@
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
 #include <pthread.h>
+#include <stdint.h>
+#include <time.h>
 
 #include "ns/ns.h"
 #include "ns/stats.h"
@@ -209,5 +211,14 @@ int castfs_sv_reload(const char *mountpoint);
  * (fs_ops.c). init returns 0 or -ENOMEM; fini closes what is still open. */
 int castfs_fs_handles_init(struct castfs_fs *fs);
 void castfs_fs_handles_fini(struct castfs_fs *fs);
+
+/* castfs_fs_now_ns - the monotonic clock in nanoseconds. */
+static inline int64_t castfs_fs_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 #endif

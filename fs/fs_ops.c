@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "fs.h"
@@ -59,7 +58,7 @@ struct fs_thread {
 	struct castfs_fs *fs;
 	fuse_req_t req; /* the read in progress, or NULL */
 	pid_t pid; /* the task that made it (0: not in our pid namespace) */
-	struct timespec next_look; /* when to look at that task again */
+	int64_t next_look_ns; /* when to look at that task again; 0: never yet */
 };
 
 /* How often a long pass looks whether its reader still exists. */
@@ -110,12 +109,6 @@ static bool task_ended(pid_t pid)
 	       (shd && (strtoull(shd, NULL, 16) & kill_bit));
 }
 
-static bool after(const struct timespec *a, const struct timespec *b)
-{
-	return a->tv_sec != b->tv_sec ? a->tv_sec > b->tv_sec :
-					a->tv_nsec >= b->tv_nsec;
-}
-
 /*
  * Whether the task that made the read in progress has ended. The kernel
  * sends FUSE_INTERRUPT only for synchronous requests; read-ahead and
@@ -128,21 +121,16 @@ static bool after(const struct timespec *a, const struct timespec *b)
  */
 static bool reader_ended(struct fs_thread *t)
 {
-	bool first = !t->next_look.tv_sec && !t->next_look.tv_nsec;
-	struct timespec now;
+	int64_t now;
 
-	if (t->pid <= 0 || clock_gettime(CLOCK_MONOTONIC_COARSE, &now))
+	if (t->pid <= 0)
 		return false;
-	if (!first && !after(&now, &t->next_look))
+	now = castfs_fs_now_ns();
+	if (t->next_look_ns && now < t->next_look_ns)
 		return false;
-	if (!first && task_ended(t->pid))
+	if (t->next_look_ns && task_ended(t->pid))
 		return true;
-	t->next_look = now;
-	t->next_look.tv_nsec += READER_LOOK_NS;
-	if (t->next_look.tv_nsec >= 1000000000L) {
-		t->next_look.tv_sec++;
-		t->next_look.tv_nsec -= 1000000000L;
-	}
+	t->next_look_ns = now + READER_LOOK_NS;
 	return false;
 }
 
@@ -423,7 +411,7 @@ static void castfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 	}
 	t->req = req;
 	t->pid = fuse_req_ctx(req)->pid;
-	t->next_look = (struct timespec){ 0 };
+	t->next_look_ns = 0;
 	n = castfs_file_read(f, &t->s, buf, size, (uint64_t)off);
 	t->req = NULL;
 	last_use_before_reply(f);

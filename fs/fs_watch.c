@@ -311,14 +311,6 @@ static void take_event(struct castfs_watch *w, const struct inotify_event *e)
 		lost(w);
 }
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Read every event the kernel has queued (the fd does not block).
  * Returns false when the fd failed for good. */
 static bool drain(struct castfs_watch *w)
@@ -328,7 +320,7 @@ static bool drain(struct castfs_watch *w)
 		__attribute__((aligned(__alignof__(struct inotify_event))));
 
 	for (;;) {
-		int64_t before = now_ns();
+		int64_t before = castfs_fs_now_ns();
 		ssize_t n = read(w->ino_fd, buf, sizeof(buf));
 		const char *p = buf;
 
