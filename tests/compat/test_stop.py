@@ -75,6 +75,15 @@ def tearDownModule():
 
 
 class TestStop(unittest.TestCase):
+    def wait_for_pass(self, daemon, reader):
+        """Until the daemon has spent half a CPU second on @reader's read:
+        the pass is running, and the reader still waits for it."""
+        before = cpu_s(daemon)
+        deadline = time.time() + 30
+        while cpu_s(daemon) < before + 0.5 and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertIsNone(reader.poll(), "the pass ended already")
+
     def stop_during_pass(self, options, view_name="nf4"):
         m = tl.Mount(Env.src, options=options)
         reader = None
@@ -92,11 +101,7 @@ class TestStop(unittest.TestCase):
                  "os.pread(fd, 8, 0 if %r == 'nf4' else "
                  "os.fstat(fd).st_size // 2)" % (view, view_name)],
                 stderr=subprocess.DEVNULL)
-            before = cpu_s(daemon)
-            deadline = time.time() + 30
-            while cpu_s(daemon) < before + 0.5 and time.time() < deadline:
-                time.sleep(0.1)
-            self.assertIsNone(reader.poll(), "the pass ended already")
+            self.wait_for_pass(daemon, reader)
             # Neighbours keep working while it runs.
             t = time.time()
             os.stat(m.join("big.safetensors"))
@@ -140,11 +145,7 @@ class TestStop(unittest.TestCase):
             reader = subprocess.Popen([sys.executable, "-c", code],
                                       stderr=subprocess.DEVNULL)
             try:
-                before = cpu_s(daemon)
-                deadline = time.time() + 30
-                while cpu_s(daemon) < before + 0.5 and time.time() < deadline:
-                    time.sleep(0.1)
-                self.assertIsNone(reader.poll(), "the pass ended already")
+                self.wait_for_pass(daemon, reader)
                 # A killed O_DIRECT reader cannot exit before its
                 # request's reply: before, it waited for the whole pass.
                 reader.kill()
