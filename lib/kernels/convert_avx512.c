@@ -195,24 +195,104 @@ static inline AVX512 void narrow_e5m2_sat(void *p, __m512i u)
 	store_fp8(p, r, u);
 }
 
+/*
+ * bf16 -> E4M3, the fp8 view's pair, on 32 16-bit lanes: a bf16 is the top
+ * half of its float32, so narrow_e4m3()'s integer algorithm runs on the
+ * half alone, twice the elements a step. @a holds |x| (bits 0..14).
+ */
+#define WSTEP 32
+#define CVT_PF_DIST 1024 /* bytes of source ahead, as convert_table.h */
+
+static inline AVX512 __m512i set1w(uint16_t v)
+{
+	return _mm512_set1_epi16((short)v);
+}
+
+/* |x| >= 2^-6: the exponent rebiased 127 -> 7 and the mantissa rounded
+ * 7 -> 3 bits to nearest even, as rne_shift() on the float32. */
+static inline AVX512 __m512i e4m3w_normal(__m512i a)
+{
+	__m512i odd = _mm512_and_si512(_mm512_srli_epi16(a, 4), set1w(1));
+
+	a = _mm512_add_epi16(a, set1w((uint16_t)(7 - (120 << 7))));
+	return _mm512_srli_epi16(_mm512_add_epi16(a, odd), 4);
+}
+
+/*
+ * |x| < 2^-6: the code is |x| / 2^-9 rounded to nearest even (what the
+ * float add of 2^14 does in narrow_e4m3()), that is the 8-bit significand
+ * M shifted right by s = 125 - E with ties to even. From s = 9 on every M
+ * gives 0, so s is capped at 15 to keep the shifts inside 16 bits (bf16
+ * subnormals, E = 0, get the implicit bit too: still 0).
+ */
+static inline AVX512 __m512i e4m3w_small(__m512i a)
+{
+	__m512i e = _mm512_srli_epi16(a, 7);
+	__m512i m =
+		_mm512_or_si512(_mm512_and_si512(a, set1w(0x7f)), set1w(0x80));
+	__m512i s =
+		_mm512_min_epu16(_mm512_subs_epu16(set1w(125), e), set1w(15));
+	__m512i half = _mm512_srlv_epi16(set1w(0x7fff),
+					 _mm512_sub_epi16(set1w(16), s));
+	__m512i odd = _mm512_and_si512(_mm512_srlv_epi16(m, s), set1w(1));
+
+	m = _mm512_add_epi16(_mm512_add_epi16(m, half), odd);
+	return _mm512_srlv_epi16(m, s);
+}
+
+/* The codes of |x| = @a, without sign; @sat clamps as clamp() does. */
+static inline AVX512 __m512i e4m3w(__m512i a, int sat)
+{
+	__m512i c = sat ? _mm512_min_epu16(a, set1w(0x43e0)) : a; /* 448 */
+	__m512i r = _mm512_mask_mov_epi16(
+		e4m3w_normal(c), _mm512_cmplt_epu16_mask(c, set1w(121 << 7)),
+		e4m3w_small(c));
+	__mmask32 nan =
+		sat ? _mm512_cmpgt_epu16_mask(a, set1w(0x7f80)) :
+		      _mm512_cmpge_epu16_mask(a, set1w(0x43f0)); /* 480 */
+
+	return _mm512_mask_mov_epi16(r, nan, set1w(0x7f));
+}
+
+/* Stores the codes @r with the signs (bit 7 of each lane of @s8). */
+static inline AVX512 void store_e4m3w(void *p, __m512i r, __m512i s8)
+{
+	r = _mm512_or_si512(r, _mm512_and_si512(s8, set1w(0x80)));
+	_mm256_storeu_si256(p, _mm512_cvtepi16_epi8(r));
+}
+
+#define WORD_KERNEL(name, sat)                                                 \
+	static AVX512 void cvtw_bf16_##name(                                   \
+		void *restrict dst, const void *restrict src, size_t n)        \
+	{                                                                      \
+		const uint8_t *s = src;                                        \
+		uint8_t *d = dst;                                              \
+		size_t i;                                                      \
+                                                                               \
+		for (i = 0; i + WSTEP <= n; i += WSTEP) {                      \
+			__m512i x = _mm512_loadu_si512(s + 2 * i);             \
+			__m512i a = _mm512_and_si512(x, set1w(0x7fff));        \
+                                                                               \
+			__builtin_prefetch(s + 2 * i + CVT_PF_DIST);           \
+			store_e4m3w(d + i, e4m3w(a, sat),                      \
+				    _mm512_srli_epi16(x, 8));                  \
+		}                                                              \
+		if (i < n)                                                     \
+			castfs_cvt_scalar.fn[CASTFS_CVT_BF16][CASTFS_CVT_E4M3] \
+					    [sat](d + i, s + 2 * i, n - i);    \
+	}
+
+WORD_KERNEL(e4m3, 0)
+WORD_KERNEL(e4m3_sat, 1)
+
+#define CVT_BF16_E4M3 cvtw_bf16_e4m3
+#define CVT_BF16_E4M3_SAT cvtw_bf16_e4m3_sat
 #define CVT_ISA AVX512
 #define CVT_TABLE castfs_cvt_avx512
 #include "kernels/convert_table.h"
 
-/* Sixteen bf16 elements from a grouped frame's planes, as float32 bits. */
-static inline AVX512 __m512i widen_bf16_planes(const uint8_t *sm,
-					       const uint8_t *ex)
-{
-	__m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)sm));
-	__m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)ex));
-	__m512i sign = _mm512_slli_epi32(_mm512_and_si512(s, set1(0x80)), 24);
-	__m512i mant = _mm512_slli_epi32(_mm512_and_si512(s, set1(0x7f)), 16);
-
-	return _mm512_or_si512(_mm512_or_si512(sign, mant),
-			       _mm512_slli_epi32(e, 23));
-}
-
-/* The un-grouping fused into the cast, as in convert_avx2.c. */
+/* The un-grouping fused into the cast: |x| is ex << 7 | (sm & 0x7f), the
+ * sign bit 7 of sm. */
 #define PLANES_KERNEL(to, sat)                                                 \
 	static AVX512 void cvtp_bf16_##to(void *restrict dst,                  \
 					  const uint8_t *restrict sm,          \
@@ -222,8 +302,17 @@ static inline AVX512 __m512i widen_bf16_planes(const uint8_t *sm,
 		uint8_t *d = dst;                                              \
 		size_t i;                                                      \
                                                                                \
-		for (i = 0; i + STEP <= n; i += STEP)                          \
-			narrow_##to(d + i, widen_bf16_planes(sm + i, ex + i)); \
+		for (i = 0; i + WSTEP <= n; i += WSTEP) {                      \
+			__m512i s = _mm512_cvtepu8_epi16(                      \
+				_mm256_loadu_si256((const void *)(sm + i)));   \
+			__m512i e = _mm512_cvtepu8_epi16(                      \
+				_mm256_loadu_si256((const void *)(ex + i)));   \
+			__m512i a = _mm512_or_si512(                           \
+				_mm512_slli_epi16(e, 7),                       \
+				_mm512_and_si512(s, set1w(0x7f)));             \
+                                                                               \
+			store_e4m3w(d + i, e4m3w(a, sat), s);                  \
+		}                                                              \
 		if (i < n)                                                     \
 			castfs_cvtp_scalar[sat](d + i, sm + i, ex + i, n - i); \
 	}

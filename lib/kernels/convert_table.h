@@ -58,6 +58,12 @@ KERNEL(e5m2, E5M2, 8, f32, F32, 32, 0)
 KERNEL(e5m2, E5M2, 8, f16, F16, 16, 0)
 KERNEL(e5m2, E5M2, 8, bf16, BF16, 16, 0)
 
+/* An ISA with its own kernels for the fp8 view's pair names them first. */
+#ifndef CVT_BF16_E4M3
+#define CVT_BF16_E4M3 cvt_bf16_e4m3
+#define CVT_BF16_E4M3_SAT cvt_bf16_e4m3_sat
+#endif
+
 /* NULL (identity copies, F64 sources): dispatch uses the scalar kernel. */
 const struct castfs_cvt_table CVT_TABLE = {
 	.fn = {
@@ -76,7 +82,7 @@ const struct castfs_cvt_table CVT_TABLE = {
 		[T(BF16)] = {
 			[T(F32)] = { cvt_bf16_f32, NULL },
 			[T(F16)] = { cvt_bf16_f16, NULL },
-			[T(E4M3)] = { cvt_bf16_e4m3, cvt_bf16_e4m3_sat },
+			[T(E4M3)] = { CVT_BF16_E4M3, CVT_BF16_E4M3_SAT },
 			[T(E5M2)] = { cvt_bf16_e5m2, cvt_bf16_e5m2_sat },
 		},
 		[T(E4M3)] = {
