@@ -196,42 +196,69 @@ static inline AVX512 void narrow_e5m2_sat(void *p, __m512i u)
 }
 
 /*
- * bf16 -> E4M3, the fp8 view's pair, on 32 16-bit lanes: a bf16 is the top
- * half of its float32, so narrow_e4m3()'s integer algorithm runs on the
- * half alone, twice the elements a step. @a holds |x| (bits 0..14).
+ * 16-bit sources to fp8 on 32 16-bit lanes: a bf16 or f16 widens to float32
+ * exactly, so narrow_e4m3()'s and narrow_e5m2()'s integer rounding can run
+ * on the 16 bits alone, twice the elements a step. A struct w8 holds one
+ * pair's constants (folded: every use is inlined with a literal).
  */
 #define WSTEP 32
 #define CVT_PF_DIST 1024 /* bytes of source ahead, as convert_table.h */
+
+struct w8 {
+	unsigned ms; /* the source's mantissa bits */
+	unsigned shift; /* ms minus the destination's mantissa bits */
+	uint16_t rebias; /* the exponent rebiased, plus half an ulp less 1 */
+	uint16_t norm; /* |x| from here on is normal in the destination */
+	uint16_t smallc; /* below norm: code = M >> (smallc - E), ties even */
+	uint16_t big, bigcode; /* not saturating: |x| >= big gives bigcode */
+	uint16_t inf; /* the source's Inf: above it NaN, code 0x7f */
+	uint16_t max; /* saturating: |x| clamped here (the largest finite) */
+};
+
+/* clang-format off */
+static const struct w8 W8_BF16_E4M3 = { 7, 4, 7 - (120 << 7), 121 << 7, 125,
+					0x43f0 /* 480 */, 0x7f, 0x7f80,
+					0x43e0 /* 448 */ };
+static const struct w8 W8_BF16_E5M2 = { 7, 5, 15 - (112 << 7), 113 << 7, 118,
+					0x4780 /* 65536 */, 0x7c, 0x7f80,
+					0x4760 /* 57344 */ };
+static const struct w8 W8_F16_E4M3 = { 10, 7, 63 - (8 << 10), 9 << 10, 16,
+				       0x5f80 /* 480 */, 0x7f, 0x7c00,
+				       0x5f00 /* 448 */ };
+/* clang-format on */
 
 static inline AVX512 __m512i set1w(uint16_t v)
 {
 	return _mm512_set1_epi16((short)v);
 }
 
-/* |x| >= 2^-6: the exponent rebiased 127 -> 7 and the mantissa rounded
- * 7 -> 3 bits to nearest even, as rne_shift() on the float32. */
-static inline AVX512 __m512i e4m3w_normal(__m512i a)
+/* Normal results: the mantissa rounded to nearest even by shifting, as
+ * rne_shift() does on the float32. */
+static inline AVX512 __m512i w8_normal(__m512i a, struct w8 f)
 {
-	__m512i odd = _mm512_and_si512(_mm512_srli_epi16(a, 4), set1w(1));
+	__m512i odd = _mm512_and_si512(_mm512_srli_epi16(a, f.shift), set1w(1));
 
-	a = _mm512_add_epi16(a, set1w((uint16_t)(7 - (120 << 7))));
-	return _mm512_srli_epi16(_mm512_add_epi16(a, odd), 4);
+	a = _mm512_add_epi16(a, set1w(f.rebias));
+	return _mm512_srli_epi16(_mm512_add_epi16(a, odd), f.shift);
 }
 
 /*
- * |x| < 2^-6: the code is |x| / 2^-9 rounded to nearest even (what the
- * float add of 2^14 does in narrow_e4m3()), that is the 8-bit significand
- * M shifted right by s = 125 - E with ties to even. From s = 9 on every M
- * gives 0, so s is capped at 15 to keep the shifts inside 16 bits (bf16
- * subnormals, E = 0, get the implicit bit too: still 0).
+ * Subnormal results: |x| over the destination's least subnormal, rounded
+ * to nearest even (what the float add of a power of two does in the scalar
+ * narrowing), that is the significand M (implicit bit included) shifted
+ * right by s = smallc - E with ties to even. Once s passes the width of M
+ * every M gives 0, so s is capped at 15 to keep the shifts inside 16 bits;
+ * a source subnormal (E = 0, given the implicit bit too) is then 0 as well,
+ * which is right for these three pairs (below half the least subnormal).
  */
-static inline AVX512 __m512i e4m3w_small(__m512i a)
+static inline AVX512 __m512i w8_small(__m512i a, struct w8 f)
 {
-	__m512i e = _mm512_srli_epi16(a, 7);
+	__m512i e = _mm512_srli_epi16(a, f.ms);
 	__m512i m =
-		_mm512_or_si512(_mm512_and_si512(a, set1w(0x7f)), set1w(0x80));
-	__m512i s =
-		_mm512_min_epu16(_mm512_subs_epu16(set1w(125), e), set1w(15));
+		_mm512_or_si512(_mm512_and_si512(a, set1w((1u << f.ms) - 1)),
+				set1w(1u << f.ms));
+	__m512i s = _mm512_min_epu16(_mm512_subs_epu16(set1w(f.smallc), e),
+				     set1w(15));
 	__m512i half = _mm512_srlv_epi16(set1w(0x7fff),
 					 _mm512_sub_epi16(set1w(16), s));
 	__m512i odd = _mm512_and_si512(_mm512_srlv_epi16(m, s), set1w(1));
@@ -240,53 +267,63 @@ static inline AVX512 __m512i e4m3w_small(__m512i a)
 	return _mm512_srlv_epi16(m, s);
 }
 
-/* The codes of |x| = @a, without sign; @sat clamps as clamp() does. */
-static inline AVX512 __m512i e4m3w(__m512i a, int sat)
+/* The codes of |x| = @a (bits 0..14), without sign; @sat clamps first, as
+ * clamp() does (NaN is not clamped). */
+static inline AVX512 __m512i w8_codes(__m512i a, struct w8 f, int sat)
 {
-	__m512i c = sat ? _mm512_min_epu16(a, set1w(0x43e0)) : a; /* 448 */
+	__m512i c = sat ? _mm512_min_epu16(a, set1w(f.max)) : a;
 	__m512i r = _mm512_mask_mov_epi16(
-		e4m3w_normal(c), _mm512_cmplt_epu16_mask(c, set1w(121 << 7)),
-		e4m3w_small(c));
-	__mmask32 nan =
-		sat ? _mm512_cmpgt_epu16_mask(a, set1w(0x7f80)) :
-		      _mm512_cmpge_epu16_mask(a, set1w(0x43f0)); /* 480 */
+		w8_normal(c, f), _mm512_cmplt_epu16_mask(c, set1w(f.norm)),
+		w8_small(c, f));
 
-	return _mm512_mask_mov_epi16(r, nan, set1w(0x7f));
+	if (!sat)
+		r = _mm512_mask_mov_epi16(
+			r, _mm512_cmpge_epu16_mask(a, set1w(f.big)),
+			set1w(f.bigcode));
+	if (sat || f.bigcode != 0x7f)
+		r = _mm512_mask_mov_epi16(
+			r, _mm512_cmpgt_epu16_mask(a, set1w(f.inf)),
+			set1w(0x7f));
+	return r;
 }
 
 /* Stores the codes @r with the signs (bit 7 of each lane of @s8). */
-static inline AVX512 void store_e4m3w(void *p, __m512i r, __m512i s8)
+static inline AVX512 void store_w8(void *p, __m512i r, __m512i s8)
 {
 	r = _mm512_or_si512(r, _mm512_and_si512(s8, set1w(0x80)));
 	_mm256_storeu_si256(p, _mm512_cvtepi16_epi8(r));
 }
 
-#define WORD_KERNEL(name, sat)                                                 \
-	static AVX512 void cvtw_bf16_##name(                                   \
-		void *restrict dst, const void *restrict src, size_t n)        \
-	{                                                                      \
-		const uint8_t *s = src;                                        \
-		uint8_t *d = dst;                                              \
-		size_t i;                                                      \
-                                                                               \
-		for (i = 0; i + WSTEP <= n; i += WSTEP) {                      \
-			__m512i x = _mm512_loadu_si512(s + 2 * i);             \
-			__m512i a = _mm512_and_si512(x, set1w(0x7fff));        \
-                                                                               \
-			__builtin_prefetch(s + 2 * i + CVT_PF_DIST);           \
-			store_e4m3w(d + i, e4m3w(a, sat),                      \
-				    _mm512_srli_epi16(x, 8));                  \
-		}                                                              \
-		if (i < n)                                                     \
-			castfs_cvt_scalar.fn[CASTFS_CVT_BF16][CASTFS_CVT_E4M3] \
-					    [sat](d + i, s + 2 * i, n - i);    \
+#define WORD_KERNEL(from, to, F, S, D, sat)                               \
+	static AVX512 void cvtw_##from##_##to(                            \
+		void *restrict dst, const void *restrict src, size_t n)   \
+	{                                                                 \
+		const uint8_t *s = src;                                   \
+		uint8_t *d = dst;                                         \
+		size_t i;                                                 \
+                                                                          \
+		for (i = 0; i + WSTEP <= n; i += WSTEP) {                 \
+			__m512i x = _mm512_loadu_si512(s + 2 * i);        \
+			__m512i a = _mm512_and_si512(x, set1w(0x7fff));   \
+                                                                          \
+			__builtin_prefetch(s + 2 * i + CVT_PF_DIST);      \
+			store_w8(d + i, w8_codes(a, F, sat),              \
+				 _mm512_srli_epi16(x, 8));                \
+		}                                                         \
+		if (i < n)                                                \
+			castfs_cvt_scalar.fn[S][D][sat](d + i, s + 2 * i, \
+							n - i);           \
 	}
 
-WORD_KERNEL(e4m3, 0)
-WORD_KERNEL(e4m3_sat, 1)
+#define T16(x) CASTFS_CVT_##x
+WORD_KERNEL(bf16, e4m3, W8_BF16_E4M3, T16(BF16), T16(E4M3), 0)
+WORD_KERNEL(bf16, e4m3_sat, W8_BF16_E4M3, T16(BF16), T16(E4M3), 1)
+WORD_KERNEL(bf16, e5m2, W8_BF16_E5M2, T16(BF16), T16(E5M2), 0)
+WORD_KERNEL(bf16, e5m2_sat, W8_BF16_E5M2, T16(BF16), T16(E5M2), 1)
+WORD_KERNEL(f16, e4m3, W8_F16_E4M3, T16(F16), T16(E4M3), 0)
+WORD_KERNEL(f16, e4m3_sat, W8_F16_E4M3, T16(F16), T16(E4M3), 1)
 
-#define CVT_BF16_E4M3 cvtw_bf16_e4m3
-#define CVT_BF16_E4M3_SAT cvtw_bf16_e4m3_sat
+#define CVT_WORD_KERNELS 1
 #define CVT_ISA AVX512
 #define CVT_TABLE castfs_cvt_avx512
 #include "kernels/convert_table.h"
@@ -311,7 +348,7 @@ WORD_KERNEL(e4m3_sat, 1)
 				_mm512_slli_epi16(e, 7),                       \
 				_mm512_and_si512(s, set1w(0x7f)));             \
                                                                                \
-			store_e4m3w(d + i, e4m3w(a, sat), s);                  \
+			store_w8(d + i, w8_codes(a, W8_BF16_E4M3, sat), s);    \
 		}                                                              \
 		if (i < n)                                                     \
 			castfs_cvtp_scalar[sat](d + i, sm + i, ex + i, n - i); \

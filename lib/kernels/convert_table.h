@@ -58,10 +58,14 @@ KERNEL(e5m2, E5M2, 8, f32, F32, 32, 0)
 KERNEL(e5m2, E5M2, 8, f16, F16, 16, 0)
 KERNEL(e5m2, E5M2, 8, bf16, BF16, 16, 0)
 
-/* An ISA with its own kernels for the fp8 view's pair names them first. */
-#ifndef CVT_BF16_E4M3
-#define CVT_BF16_E4M3 cvt_bf16_e4m3
-#define CVT_BF16_E4M3_SAT cvt_bf16_e4m3_sat
+/*
+ * An ISA with kernels on 16-bit lanes for the 16-bit sources' fp8 pairs
+ * (cvtw_<from>_<to>) defines CVT_WORD_KERNELS; they replace these.
+ */
+#ifdef CVT_WORD_KERNELS
+#define W16(from, to) cvtw_##from##_##to
+#else
+#define W16(from, to) cvt_##from##_##to
 #endif
 
 /* NULL (identity copies, F64 sources): dispatch uses the scalar kernel. */
@@ -76,14 +80,14 @@ const struct castfs_cvt_table CVT_TABLE = {
 		[T(F16)] = {
 			[T(F32)] = { cvt_f16_f32, NULL },
 			[T(BF16)] = { cvt_f16_bf16, NULL },
-			[T(E4M3)] = { cvt_f16_e4m3, cvt_f16_e4m3_sat },
+			[T(E4M3)] = { W16(f16, e4m3), W16(f16, e4m3_sat) },
 			[T(E5M2)] = { cvt_f16_e5m2, cvt_f16_e5m2_sat },
 		},
 		[T(BF16)] = {
 			[T(F32)] = { cvt_bf16_f32, NULL },
 			[T(F16)] = { cvt_bf16_f16, NULL },
-			[T(E4M3)] = { CVT_BF16_E4M3, CVT_BF16_E4M3_SAT },
-			[T(E5M2)] = { cvt_bf16_e5m2, cvt_bf16_e5m2_sat },
+			[T(E4M3)] = { W16(bf16, e4m3), W16(bf16, e4m3_sat) },
+			[T(E5M2)] = { W16(bf16, e5m2), W16(bf16, e5m2_sat) },
 		},
 		[T(E4M3)] = {
 			[T(F32)] = { cvt_e4m3_f32, NULL },
