@@ -287,11 +287,34 @@ static inline AVX512 __m512i w8_codes(__m512i a, struct w8 f, int sat)
 	return r;
 }
 
-/* Stores the codes @r with the signs (bit 7 of each lane of @s8). */
-static inline AVX512 void store_w8(void *p, __m512i r, __m512i s8)
+/* Stores 32 signed codes (16-bit lanes) as bytes. */
+static inline AVX512 void store_w8(void *p, __m512i r)
 {
-	r = _mm512_or_si512(r, _mm512_and_si512(s8, set1w(0x80)));
 	_mm256_storeu_si256(p, _mm512_cvtepi16_epi8(r));
+}
+
+/*
+ * Stores 64 signed codes, @lo's 32 then @hi's: one byte pack (per 128-bit
+ * lane: 8 of lo, 8 of hi) and one qword permute, where two vpmovwb are
+ * four shuffle uops.
+ */
+static inline AVX512 void store_w8x2(void *p, __m512i lo, __m512i hi)
+{
+	__m512i b = _mm512_packus_epi16(lo, hi); /* codes <= 0xff: exact */
+
+	b = _mm512_permutexvar_epi64(_mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0),
+				     b);
+	_mm512_storeu_si512(p, b);
+}
+
+/* The codes of 32 elements at @p with their signs, as 16-bit lanes. */
+static inline AVX512 __m512i w8_signed(const uint8_t *p, struct w8 f, int sat)
+{
+	__m512i x = _mm512_loadu_si512(p);
+	__m512i r = w8_codes(_mm512_and_si512(x, set1w(0x7fff)), f, sat);
+
+	return _mm512_or_si512(r, _mm512_and_si512(_mm512_srli_epi16(x, 8),
+						   set1w(0x80)));
 }
 
 #define WORD_KERNEL(from, to, F, S, D, sat)                               \
@@ -302,14 +325,14 @@ static inline AVX512 void store_w8(void *p, __m512i r, __m512i s8)
 		uint8_t *d = dst;                                         \
 		size_t i;                                                 \
                                                                           \
-		for (i = 0; i + WSTEP <= n; i += WSTEP) {                 \
-			__m512i x = _mm512_loadu_si512(s + 2 * i);        \
-			__m512i a = _mm512_and_si512(x, set1w(0x7fff));   \
-                                                                          \
+		for (i = 0; i + 2 * WSTEP <= n; i += 2 * WSTEP) {         \
 			__builtin_prefetch(s + 2 * i + CVT_PF_DIST);      \
-			store_w8(d + i, w8_codes(a, F, sat),              \
-				 _mm512_srli_epi16(x, 8));                \
+			__builtin_prefetch(s + 2 * i + CVT_PF_DIST + 64); \
+			store_w8x2(d + i, w8_signed(s + 2 * i, F, sat),   \
+				   w8_signed(s + 2 * i + 64, F, sat));    \
 		}                                                         \
+		for (; i + WSTEP <= n; i += WSTEP)                        \
+			store_w8(d + i, w8_signed(s + 2 * i, F, sat));    \
 		if (i < n)                                                \
 			castfs_cvt_scalar.fn[S][D][sat](d + i, s + 2 * i, \
 							n - i);           \
@@ -328,8 +351,21 @@ WORD_KERNEL(f16, e4m3_sat, W8_F16_E4M3, T16(F16), T16(E4M3), 1)
 #define CVT_TABLE castfs_cvt_avx512
 #include "kernels/convert_table.h"
 
-/* The un-grouping fused into the cast: |x| is ex << 7 | (sm & 0x7f), the
- * sign bit 7 of sm. */
+/* The codes of 32 elements of a grouped frame's planes, with their signs:
+ * |x| is ex << 7 | (sm & 0x7f), the sign bit 7 of sm. */
+static inline AVX512 __m512i w8_planes(const uint8_t *sm, const uint8_t *ex,
+				       int sat)
+{
+	__m512i s = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const void *)sm));
+	__m512i e = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const void *)ex));
+	__m512i a = _mm512_or_si512(_mm512_slli_epi16(e, 7),
+				    _mm512_and_si512(s, set1w(0x7f)));
+	__m512i r = w8_codes(a, W8_BF16_E4M3, sat);
+
+	return _mm512_or_si512(r, _mm512_and_si512(s, set1w(0x80)));
+}
+
+/* The un-grouping fused into the cast, 64 elements a step as above. */
 #define PLANES_KERNEL(to, sat)                                                 \
 	static AVX512 void cvtp_bf16_##to(void *restrict dst,                  \
 					  const uint8_t *restrict sm,          \
@@ -339,17 +375,12 @@ WORD_KERNEL(f16, e4m3_sat, W8_F16_E4M3, T16(F16), T16(E4M3), 1)
 		uint8_t *d = dst;                                              \
 		size_t i;                                                      \
                                                                                \
-		for (i = 0; i + WSTEP <= n; i += WSTEP) {                      \
-			__m512i s = _mm512_cvtepu8_epi16(                      \
-				_mm256_loadu_si256((const void *)(sm + i)));   \
-			__m512i e = _mm512_cvtepu8_epi16(                      \
-				_mm256_loadu_si256((const void *)(ex + i)));   \
-			__m512i a = _mm512_or_si512(                           \
-				_mm512_slli_epi16(e, 7),                       \
-				_mm512_and_si512(s, set1w(0x7f)));             \
-                                                                               \
-			store_w8(d + i, w8_codes(a, W8_BF16_E4M3, sat), s);    \
-		}                                                              \
+		for (i = 0; i + 2 * WSTEP <= n; i += 2 * WSTEP)                \
+			store_w8x2(d + i, w8_planes(sm + i, ex + i, sat),      \
+				   w8_planes(sm + i + WSTEP, ex + i + WSTEP,   \
+					     sat));                            \
+		for (; i + WSTEP <= n; i += WSTEP)                             \
+			store_w8(d + i, w8_planes(sm + i, ex + i, sat));       \
 		if (i < n)                                                     \
 			castfs_cvtp_scalar[sat](d + i, sm + i, ex + i, n - i); \
 	}
