@@ -202,7 +202,6 @@ static inline AVX512 void narrow_e5m2_sat(void *p, __m512i u)
  * pair's constants (folded: every use is inlined with a literal).
  */
 #define WSTEP 32
-#define CVT_PF_DIST 1024 /* bytes of source ahead, as convert_table.h */
 
 struct w8 {
 	unsigned ms; /* the source's mantissa bits */
@@ -317,34 +316,33 @@ static inline AVX512 __m512i w8_signed(const uint8_t *p, struct w8 f, int sat)
 						   set1w(0x80)));
 }
 
-#define WORD_KERNEL(from, to, F, S, D, sat)                               \
-	static AVX512 void cvtw_##from##_##to(                            \
-		void *restrict dst, const void *restrict src, size_t n)   \
-	{                                                                 \
-		const uint8_t *s = src;                                   \
-		uint8_t *d = dst;                                         \
-		size_t i;                                                 \
-                                                                          \
-		for (i = 0; i + 2 * WSTEP <= n; i += 2 * WSTEP) {         \
-			__builtin_prefetch(s + 2 * i + CVT_PF_DIST);      \
-			__builtin_prefetch(s + 2 * i + CVT_PF_DIST + 64); \
-			store_w8x2(d + i, w8_signed(s + 2 * i, F, sat),   \
-				   w8_signed(s + 2 * i + 64, F, sat));    \
-		}                                                         \
-		for (; i + WSTEP <= n; i += WSTEP)                        \
-			store_w8(d + i, w8_signed(s + 2 * i, F, sat));    \
-		if (i < n)                                                \
-			castfs_cvt_scalar.fn[S][D][sat](d + i, s + 2 * i, \
-							n - i);           \
+#define WORD_KERNEL(from, to, F, S, D, sat)                                  \
+	static AVX512 void cvtw_##from##_##to(                               \
+		void *restrict dst, const void *restrict src, size_t n)      \
+	{                                                                    \
+		const uint8_t *s = src;                                      \
+		uint8_t *d = dst;                                            \
+		size_t i;                                                    \
+                                                                             \
+		for (i = 0; i + 2 * WSTEP <= n; i += 2 * WSTEP) {            \
+			__builtin_prefetch(s + 2 * i + CVT_PF_DIST);         \
+			__builtin_prefetch(s + 2 * i + CVT_PF_DIST + 64);    \
+			store_w8x2(d + i, w8_signed(s + 2 * i, F, sat),      \
+				   w8_signed(s + 2 * i + 64, F, sat));       \
+		}                                                            \
+		for (; i + WSTEP <= n; i += WSTEP)                           \
+			store_w8(d + i, w8_signed(s + 2 * i, F, sat));       \
+		if (i < n)                                                   \
+			castfs_cvt_scalar.fn[CASTFS_CVT_##S][CASTFS_CVT_##D] \
+					    [sat](d + i, s + 2 * i, n - i);  \
 	}
 
-#define T16(x) CASTFS_CVT_##x
-WORD_KERNEL(bf16, e4m3, W8_BF16_E4M3, T16(BF16), T16(E4M3), 0)
-WORD_KERNEL(bf16, e4m3_sat, W8_BF16_E4M3, T16(BF16), T16(E4M3), 1)
-WORD_KERNEL(bf16, e5m2, W8_BF16_E5M2, T16(BF16), T16(E5M2), 0)
-WORD_KERNEL(bf16, e5m2_sat, W8_BF16_E5M2, T16(BF16), T16(E5M2), 1)
-WORD_KERNEL(f16, e4m3, W8_F16_E4M3, T16(F16), T16(E4M3), 0)
-WORD_KERNEL(f16, e4m3_sat, W8_F16_E4M3, T16(F16), T16(E4M3), 1)
+WORD_KERNEL(bf16, e4m3, W8_BF16_E4M3, BF16, E4M3, 0)
+WORD_KERNEL(bf16, e4m3_sat, W8_BF16_E4M3, BF16, E4M3, 1)
+WORD_KERNEL(bf16, e5m2, W8_BF16_E5M2, BF16, E5M2, 0)
+WORD_KERNEL(bf16, e5m2_sat, W8_BF16_E5M2, BF16, E5M2, 1)
+WORD_KERNEL(f16, e4m3, W8_F16_E4M3, F16, E4M3, 0)
+WORD_KERNEL(f16, e4m3_sat, W8_F16_E4M3, F16, E4M3, 1)
 
 #define CVT_WORD_KERNELS 1
 #define CVT_ISA AVX512

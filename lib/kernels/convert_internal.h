@@ -14,6 +14,9 @@
 #define CASTFS_HAVE_X86_KERNELS 0
 #endif
 
+/* Bytes of source the SIMD loops prefetch ahead of the element they read. */
+#define CVT_PF_DIST 1024
+
 /* The castable dtypes, as a dense index into the kernel tables. */
 enum castfs_cvt_type {
 	CASTFS_CVT_F64,

@@ -7,10 +7,6 @@
  */
 #define T(x) CASTFS_CVT_##x
 
-#ifndef CVT_PF_DIST
-#define CVT_PF_DIST 1024
-#endif
-
 /*
  * cvt_<from>_<to>: @sb/@db are element sizes in bits, @S/@D/@sat the scalar
  * table entry that finishes the last n % STEP elements.
@@ -40,8 +36,13 @@
 	KERNEL(from, S, sb, e5m2_sat, E5M2, 8, 1)
 
 KERNELS_TO_FP8(f32, F32, 32)
+#ifdef CVT_WORD_KERNELS /* the ISA's cvtw_* make the rest (table below) */
+KERNEL(f16, F16, 16, e5m2, E5M2, 8, 0)
+KERNEL(f16, F16, 16, e5m2_sat, E5M2, 8, 1)
+#else
 KERNELS_TO_FP8(f16, F16, 16)
 KERNELS_TO_FP8(bf16, BF16, 16)
+#endif
 KERNELS_TO_FP8(e4m3, E4M3, 8)
 KERNELS_TO_FP8(e5m2, E5M2, 8)
 
