@@ -208,18 +208,23 @@ static int st_emit_check(const struct castfs_emit_tensor *t, size_t n,
 	return rc;
 }
 
-/* safetensors prepare(): dtype descending in enum order, then name. */
+/*
+ * safetensors prepare(): dtype descending in enum order, then name; the
+ * late tensors form a second run in the same order.
+ */
 static int st_data_order(const void *a, const void *b)
 {
 	const struct castfs_emit_tensor *x = a, *y = b;
 
+	if (x->late != y->late)
+		return x->late ? 1 : -1;
 	if (x->dtype != y->dtype)
 		return x->dtype < y->dtype ? 1 : -1;
 	return st_cmp_bytes(x->name, x->name_len, y->name, y->name_len);
 }
 
-static int st_emit_offsets(struct castfs_emit_tensor *t, size_t n,
-			   struct castfs_diag *d)
+static int st_emit_place(struct castfs_emit_tensor *t, size_t n,
+			 struct castfs_diag *d)
 {
 	uint64_t off = 0;
 
@@ -234,6 +239,36 @@ static int st_emit_offsets(struct castfs_emit_tensor *t, size_t n,
 		t[i].end = off;
 	}
 	return 0;
+}
+
+/* Whether every tensor starts at a multiple of its element size. */
+static bool st_emit_aligned(const struct castfs_emit_tensor *t, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned bytes = castfs_dtype_bits(t[i].dtype) / 8;
+
+		if (bytes > 1 && t[i].begin % bytes)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Offsets in data order. The late run keeps every tensor aligned only
+ * when the bytes before it are (safetensors' own order guarantees it for
+ * any sizes; loaders that view a mapping in place need it): otherwise
+ * the late tensors take their usual places.
+ */
+static int st_emit_offsets(struct castfs_emit_tensor *t, size_t n,
+			   struct castfs_diag *d)
+{
+	int rc = st_emit_place(t, n, d);
+
+	if (rc || st_emit_aligned(t, n))
+		return rc;
+	for (size_t i = 0; i < n; i++)
+		t[i].late = false;
+	return st_emit_place(t, n, d);
 }
 
 int castfs_header_emit(struct castfs_emit_tensor *t, size_t n, bool has_meta,

@@ -103,11 +103,18 @@ struct castfs_emit_tensor {
 	uint64_t nbytes; /* must equal nelems * bits / 8 */
 	uint64_t begin, end; /* written by castfs_header_emit() */
 	uint32_t cookie; /* caller's; carried through the sort */
+	/*
+	 * Laid out after every tensor without it (same order among them):
+	 * bytes that need a pass over a whole tensor, kept out of the pages
+	 * a header read brings in (docs/FORMATS.md).
+	 */
+	bool late;
 };
 
 /*
  * castfs_header_emit - lay out and serialise a header as safetensors'
- * writer does: data sorted by dtype (descending enum order) then name,
+ * writer does: data sorted by dtype (descending enum order) then name
+ * (the tensors marked late after all others),
  * compact JSON with "__metadata__" first, padded with spaces to a multiple
  * of 8, preceded by the 8-byte little-endian length.
  * @t: the tensors; sorted in place into data order, begin/end filled in.
