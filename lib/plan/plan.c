@@ -302,6 +302,17 @@ out_free_pb:
 	return rc;
 }
 
+/*
+ * Whether bytes made by @op need a pass over their whole tensor first
+ * (bnb's double-quantisation statistics): they go to the end of the file,
+ * so reading the header never waits for one (docs/FORMATS.md).
+ */
+static bool pb_op_late(enum castfs_op op)
+{
+	return op == CASTFS_OP_Q4_QABSMAX || op == CASTFS_OP_Q4_NESTED_ABSMAX ||
+	       op == CASTFS_OP_Q4_STATE;
+}
+
 /* Lay the tensors out through the emitter, then add their extents. */
 static int pb_layout(struct castfs_pb *pb, struct castfs_diag *d)
 {
@@ -323,6 +334,7 @@ static int pb_layout(struct castfs_pb *pb, struct castfs_diag *d)
 			.shape = pb->t[i].shape,
 			.nbytes = pb->t[i].nbytes,
 			.cookie = (uint32_t)i,
+			.late = pb_op_late(pb->t[i].p.op),
 		};
 	}
 	rc = castfs_header_emit(et, pb->nt, pb->has_meta, pb->meta, pb->nmeta,
@@ -375,6 +387,7 @@ void castfs_plan_free(struct castfs_plan *p)
 		free(p->qstats[i].nested_absmax);
 		free(p->qstats[i].qc);
 		free(p->qstats[i].qc_valid);
+		castfs_q4_groups_free(p->qstats[i].groups);
 	}
 	if (p->qcache)
 		pthread_mutex_destroy(&p->qcache->lock);

@@ -154,60 +154,165 @@ static uint64_t q4_nblocks(const struct castfs_qtensor *qt)
 	return qt->nelems / qt->blocksize + (qt->nelems % qt->blocksize != 0);
 }
 
-/* Per nested block, the smallest and largest block absmax. */
-struct q4_minmax {
+/*
+ * The double-quantisation statistics of a tensor come from per nested
+ * block (256 blocks) summaries: the block absmax's sum (in double, in
+ * block order), smallest and largest. The offset is the groups' sums
+ * added in group order over the block count, so a summary made by
+ * whoever read the whole group, in any order, gives the same float
+ * (docs/FORMATS.md, "Double quantisation"). fl32(a - offset) is monotonic
+ * in a, so the extremes give the largest |a - offset| of the group.
+ */
+#define Q4_GROUP ((uint64_t)CASTFS_Q_NESTED_BLOCK)
+
+/* The most groups Q4_CODES reads keep summaries of: 16 MiB, 17 G elements. */
+#define Q4_GROUPS_MAX ((uint64_t)1 << 20)
+
+/* The summaries Q4_CODES reads left; bit g of @done: group g is whole. */
+struct castfs_q4_groups {
+	uint64_t *done;
+	double *sum;
 	float *lo, *hi;
 };
 
-/*
- * Fold the absmax @a of blocks [@b, @b + @k) into @mm and the running
- * @sum (block order). Block absmax are finite and >= +0, so plain
- * compares give what fminf/fmaxf give; those were library calls here,
- * about a third of the statistics pass's instructions (callgrind).
- */
-static void q4_minmax_fold(const struct q4_minmax *mm, uint64_t b,
-			   const float *a, size_t k, double *sum)
+void castfs_q4_groups_free(struct castfs_q4_groups *g)
 {
-	double s = *sum;
+	if (!g)
+		return;
+	free(g->done);
+	free(g->sum);
+	free(g->lo);
+	free(g->hi);
+	free(g);
+}
 
+static struct castfs_q4_groups *q4_groups_new(uint64_t ng)
+{
+	struct castfs_q4_groups *g = calloc(1, sizeof(*g));
+
+	if (!g)
+		return NULL;
+	g->done = calloc((size_t)(ng + 63) / 64, sizeof(uint64_t));
+	g->sum = calloc((size_t)ng, sizeof(double));
+	g->lo = calloc((size_t)ng, sizeof(float));
+	g->hi = calloc((size_t)ng, sizeof(float));
+	if (!g->done || !g->sum || !g->lo || !g->hi) {
+		castfs_q4_groups_free(g);
+		return NULL;
+	}
+	return g;
+}
+
+static bool q4_group_done(const struct castfs_q4_groups *g, uint64_t i)
+{
+	return g && (g->done[i / 64] >> (i % 64) & 1);
+}
+
+static uint64_t q4_ngroups(const struct castfs_qtensor *qt)
+{
+	return (q4_nblocks(qt) + Q4_GROUP - 1) / Q4_GROUP;
+}
+
+/* A group being summarised, block by block in block order. */
+struct q4_run {
+	uint64_t g;
+	uint64_t next; /* the block that continues it; UINT64_MAX: none */
+	double sum;
+	float lo, hi;
+};
+
+typedef void (*q4_run_done_fn)(void *arg, const struct q4_run *r);
+
+/*
+ * Fold the absmax @a of blocks [@b, @b + @k) of a tensor of @nb blocks
+ * into @r; each group that ends here, all of its blocks folded in order,
+ * goes to @done. Block absmax are finite and >= +0, so plain compares
+ * give what fminf/fmaxf give; those were library calls here, about a
+ * third of the statistics pass's instructions (callgrind).
+ */
+static void q4_run_fold(struct q4_run *r, uint64_t nb, uint64_t b,
+			const float *a, size_t k, q4_run_done_fn done,
+			void *arg)
+{
 	for (size_t i = 0, m; i < k; i += m, b += m) {
-		size_t g = (size_t)(b / CASTFS_Q_NESTED_BLOCK);
-		bool cont = b % CASTFS_Q_NESTED_BLOCK != 0;
-		float lo = cont ? mm->lo[g] : a[i],
-		      hi = cont ? mm->hi[g] : a[i];
+		uint64_t in = b % Q4_GROUP;
+		double s;
+		float lo, hi;
 
-		m = (size_t)CASTFS_MIN((uint64_t)(k - i),
-				       CASTFS_Q_NESTED_BLOCK -
-					       b % CASTFS_Q_NESTED_BLOCK);
+		m = (size_t)CASTFS_MIN((uint64_t)(k - i), Q4_GROUP - in);
+		if (in == 0)
+			*r = (struct q4_run){ .g = b / Q4_GROUP,
+					      .lo = a[i],
+					      .hi = a[i] };
+		else if (r->next != b)
+			continue; /* its first blocks were not ours */
+		s = r->sum;
+		lo = r->lo;
+		hi = r->hi;
 		for (size_t j = i; j < i + m; j++) {
 			s += a[j];
 			lo = a[j] < lo ? a[j] : lo;
 			hi = a[j] > hi ? a[j] : hi;
 		}
-		mm->lo[g] = lo;
-		mm->hi[g] = hi;
+		*r = (struct q4_run){
+			.g = r->g, .next = b + m, .sum = s, .lo = lo, .hi = hi
+		};
+		if (in + m == Q4_GROUP || b + m == nb) {
+			done(arg, r);
+			r->next = UINT64_MAX;
+		}
 	}
-	*sum = s;
+}
+
+/* The statistics pass's view of a finished group. */
+struct q4_total {
+	float *lo, *hi;
+	double sum;
+};
+
+static void q4_total_add(void *arg, const struct q4_run *r)
+{
+	struct q4_total *t = arg;
+
+	t->lo[r->g] = r->lo;
+	t->hi[r->g] = r->hi;
+	t->sum += r->sum;
+}
+
+/* The first block past the run of groups from @g that @gs lacks. */
+static uint64_t q4_missing_end(const struct castfs_q4_groups *gs, uint64_t g,
+			       uint64_t ng, uint64_t nb)
+{
+	while (g < ng && !q4_group_done(gs, g))
+		g++;
+	return CASTFS_MIN(g * Q4_GROUP, nb);
 }
 
 /*
- * One pass over @qt: the mean of all block absmax (summed in double, in
- * block order, so every ISA and thread count gives the same float) and
- * each nested block's extremes. fl32(a - offset) is monotonic in a, so the
- * extremes give the largest |a - offset| of the nested block.
+ * One pass over the groups of @qt that @gs (may be NULL) does not hold,
+ * summing every group in group order into @t.
  */
 static int q4_stats_pass(const struct castfs_read_env *env,
 			 const struct castfs_qtensor *qt,
-			 const struct q4_minmax *mm, float *offset)
+			 const struct castfs_q4_groups *gs, struct q4_total *t)
 {
-	uint64_t nb = q4_nblocks(qt), b = 0;
-	double sum = 0.0;
+	uint64_t nb = q4_nblocks(qt), ng = q4_ngroups(qt), b = 0, end = 0;
+	struct q4_run r = { .next = UINT64_MAX };
 	struct q_stage st;
 	int rc = q_stage_init(&st, env, qt, false, qt->blocksize);
 
 	while (!rc && b < nb) {
-		size_t k = (size_t)CASTFS_MIN(nb - b, st.cap / qt->blocksize);
+		uint64_t g = b / Q4_GROUP;
+		size_t k;
 
+		if (q4_group_done(gs, g)) { /* lo, hi already in t */
+			t->sum += gs->sum[g];
+			b = CASTFS_MIN((g + 1) * Q4_GROUP, nb);
+			continue;
+		}
+		if (b >= end)
+			end = q4_missing_end(gs, g, ng, nb);
+		k = (size_t)CASTFS_MIN(end - b, st.cap / qt->blocksize);
 		/* A 2 TiB tensor takes minutes: its reader may be gone, or
 		 * the daemon stopping (docs/RELIABILITY.md). */
 		if (castfs_scratch_cancelled(env->s))
@@ -215,11 +320,9 @@ static int q4_stats_pass(const struct castfs_read_env *env,
 		else
 			rc = q4_load_absmax(env, qt, &st, b, k);
 		if (!rc)
-			q4_minmax_fold(mm, b, st.amax, k, &sum);
+			q4_run_fold(&r, nb, b, st.amax, k, q4_total_add, t);
 		b += k;
 	}
-	if (!rc)
-		*offset = (float)(sum / (double)nb);
 	return rc;
 }
 
@@ -228,31 +331,41 @@ static int q4_stats_compute(const struct castfs_read_env *env,
 			    const struct castfs_qtensor *qt,
 			    struct castfs_qstats *qs)
 {
-	uint64_t ng64 = (q4_nblocks(qt) + CASTFS_Q_NESTED_BLOCK - 1) /
-			CASTFS_Q_NESTED_BLOCK;
-	size_t ng = (size_t)ng64;
-	struct q4_minmax mm;
+	size_t ng = (size_t)q4_ngroups(qt);
+	struct castfs_q4_groups *gs = qs->groups;
+	struct q4_total t = { 0 };
 	float offset = 0.0f;
-	int rc = -ENOMEM;
+	int rc;
 
-	mm.lo = calloc(ng, sizeof(float));
-	mm.hi = calloc(ng, sizeof(float));
-	if (!mm.lo || !mm.hi)
-		goto out_free_minmax;
-	rc = q4_stats_pass(env, qt, &mm, &offset);
+	if (gs) {
+		t.lo = gs->lo;
+		t.hi = gs->hi;
+	} else {
+		t.lo = calloc(ng, sizeof(float));
+		t.hi = calloc(ng, sizeof(float));
+	}
+	rc = t.lo && t.hi ? q4_stats_pass(env, qt, gs, &t) : -ENOMEM;
+	if (!rc) {
+		offset = (float)(t.sum / (double)q4_nblocks(qt));
+		for (size_t g = 0; g < ng; g++)
+			t.hi[g] = fmaxf(fabsf(t.hi[g] - offset),
+					fabsf(t.lo[g] - offset));
+	}
+	if (!gs) {
+		free(t.lo);
+		if (rc)
+			free(t.hi);
+	}
 	if (rc)
-		goto out_free_minmax;
-	for (size_t g = 0; g < ng; g++)
-		mm.hi[g] = fmaxf(fabsf(mm.hi[g] - offset),
-				 fabsf(mm.lo[g] - offset));
+		return rc; /* the summaries stay for the next try */
+	if (gs) /* the nested absmax is made in hi: keep it, drop the rest */
+		gs->hi = NULL;
+	castfs_q4_groups_free(gs);
+	qs->groups = NULL;
 	qs->offset = offset;
 	qs->nnested = ng;
-	qs->nested_absmax = mm.hi;
-	mm.hi = NULL;
-out_free_minmax:
-	free(mm.lo);
-	free(mm.hi);
-	return rc;
+	qs->nested_absmax = t.hi;
+	return 0;
 }
 
 /*
@@ -341,9 +454,52 @@ struct q4_codes {
 	const struct castfs_qtensor *qt;
 	struct q_stage *st;
 	bool keep; /* the .absmax bytes go to the qcache on the way */
+	bool collect; /* summaries of whole groups go to the qstats */
+	struct q4_run run;
 	uint64_t elem, end;
 	uint8_t *dst;
 };
+
+/*
+ * Whether Q4_CODES reads of @e should summarise the groups they read
+ * whole: until the statistics are made, for tensors whose summaries stay
+ * small (bigger ones are left to the statistics pass).
+ */
+static bool q4_collect_wanted(const struct castfs_read_env *env,
+			      const struct castfs_extent *e,
+			      const struct q_stage *st)
+{
+	const struct castfs_qtensor *qt = q_tensor(env, e);
+
+	return st->raw16 && qt->nested && q4_ngroups(qt) <= Q4_GROUPS_MAX &&
+	       !__atomic_load_n(&env->plan->qstats[e->qt].ready,
+				__ATOMIC_ACQUIRE);
+}
+
+/*
+ * Hand the summary of a whole group a Q4_CODES read made to the tensor's
+ * statistics. Never waits: a statistics pass holding the lock reads the
+ * group itself.
+ */
+static void q4_publish(void *arg, const struct q4_run *r)
+{
+	struct q4_codes *c = arg;
+	struct castfs_qstats *qs = &c->env->plan->qstats[c->e->qt];
+	struct castfs_q4_groups *gs;
+
+	if (pthread_mutex_trylock(&qs->lock))
+		return;
+	if (!qs->ready && !qs->groups)
+		qs->groups = q4_groups_new(q4_ngroups(c->qt));
+	gs = qs->ready ? NULL : qs->groups;
+	if (gs) {
+		gs->sum[r->g] = r->sum;
+		gs->lo[r->g] = r->lo;
+		gs->hi[r->g] = r->hi;
+		gs->done[r->g / 64] |= (uint64_t)1 << (r->g % 64);
+	}
+	pthread_mutex_unlock(&qs->lock);
+}
 
 /* One chunk of @n elements whose source is at @raw (BF16/F16 as stored,
  * or st->f32) into c->dst. */
@@ -354,9 +510,12 @@ static void q4_codes_chunk(struct q4_codes *c, const uint8_t *raw, size_t n)
 	size_t nb = (n + qt->blocksize - 1) / qt->blocksize;
 
 	if (c->st->raw16)
-		k->q4_16(c->dst, c->keep ? c->st->amax : NULL, raw, n,
-			 qt->blocksize, (enum castfs_qtype)qt->qtype,
+		k->q4_16(c->dst, c->keep || c->collect ? c->st->amax : NULL,
+			 raw, n, qt->blocksize, (enum castfs_qtype)qt->qtype,
 			 c->st->f16);
+	if (c->collect)
+		q4_run_fold(&c->run, q4_nblocks(qt), c->elem / qt->blocksize,
+			    c->st->amax, nb, q4_publish, c);
 	if (c->keep) /* st.half is free in 4-bit reads */
 		qc_save(c->env, c->e, c->elem / qt->blocksize, c->st->amax, nb,
 			c->st->half);
@@ -407,6 +566,8 @@ int castfs_gen_q4_codes(const struct castfs_read_env *env,
 		return rc;
 	c.end = CASTFS_MIN(qt->nelems, (first + count) * qt->blocksize);
 	c.keep = qc_wanted(env, e, &st);
+	c.collect = !c.keep && q4_collect_wanted(env, e, &st);
+	c.run.next = UINT64_MAX;
 	if (st.raw16 && !castfs_qtensor_deq(qt)) {
 		rc = castfs_reader_map(env->src,
 				       qt->src_off + c.elem * st.src_sz,

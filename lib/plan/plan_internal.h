@@ -205,7 +205,16 @@ struct castfs_qstats {
 	uint8_t *qc;
 	uint64_t *qc_valid;
 	uint64_t qc_served; /* bytes served from qc: dropped at all */
+	/*
+	 * 4-bit nested, until @ready: what Q4_CODES reads learnt of whole
+	 * nested blocks on the way (plan_gen_bnb.c), so the statistics read
+	 * only the rest of the tensor. NULL when none. Under @lock.
+	 */
+	struct castfs_q4_groups *groups;
 };
+
+/* Free what castfs_qstats.groups points to (NULL is fine). */
+void castfs_q4_groups_free(struct castfs_q4_groups *g);
 
 /* At most this many tensors of a plan hold a qc at a time. */
 #define CASTFS_QCACHE_TENSORS 4u

@@ -144,10 +144,25 @@ def parts(sd, name):
     return out
 
 
+def late_start(data):
+    """Where the tensors that need a whole weight's statistics begin."""
+    n = int.from_bytes(data[:8], "little")
+    head = json.loads(data[8:8 + n])
+    late = [v["data_offsets"][0] for k, v in head.items()
+            if k.endswith((".absmax", ".nested_absmax")) or
+            ".quant_state." in k]
+    return 8 + n + min(late)
+
+
 class Fixture:
+    """m.safetensors: every kind of weight; its odd sizes would leave a
+    tensor misaligned in the late run, so its views keep safetensors'
+    order. a.safetensors: the same less the odd ones; its nested views
+    put the statistics' bytes last (docs/FORMATS.md)."""
     dir = None
     src = None
     quantised = None
+    aligned = None
 
     @classmethod
     def build(cls, root):
@@ -155,6 +170,15 @@ class Fixture:
         cls.dir = root
         save_file(cls.src, os.path.join(root, "m.safetensors"),
                   metadata={"format": "pt"})
+        odd = ("model.layers.1.self_attn.o_proj.weight", "model.logit_scale")
+        cls.aligned = {k: v for k, v in cls.src.items() if k not in odd}
+        save_file(cls.aligned, os.path.join(root, "a.safetensors"),
+                  metadata={"format": "pt"})
+
+    @classmethod
+    def source(cls, name):
+        src = cls.src if name == "m" else cls.aligned
+        return src, {k for k in cls.quantised if k in src}
 
 
 def report(msg):
@@ -165,23 +189,33 @@ def report(msg):
 class TestViewsAreTheReference(unittest.TestCase):
     """Bytes of the mounted views == bnb_ref.materialise()."""
 
-    def check_view(self, mnt, view):
-        path = mnt.join("m.%s.safetensors" % view)
+    def check_view(self, mnt, view, first=None, name="m"):
+        path = mnt.join("%s.%s.safetensors" % (name, view))
         size = os.path.getsize(path)
-        # Cold: random ranges first (statistics computed on first need).
         rng = random.Random(hash(view) & 0xffff)
-        with open(path, "rb") as f:
-            head = f.read(size)
-        sd = load(head)
         # The reference's nested map is computed here (bnb_check.py), not
         # read from the view: the bytes comparison then checks castfs' map.
         dyn = bc.dynamic_map()
+        src, quantised = Fixture.source(name)
+        want = bnb_ref.materialise(view, src, quantised, {"format": "pt"},
+                                   dyn)
+        self.assertEqual(size, len(want))
+        if first:
+            # The statistics' bytes lie last: read before the codes, they
+            # come from a pass of their own; read after them, from what
+            # the codes' reads summarised on the way.
+            late = late_start(want)
+            self.assertLess(late, size)
+            with open(path, "rb", buffering=0) as f:
+                a, b = (late, size) if first == "late" else (0, late)
+                self.assertTrue(os.pread(f.fileno(), b - a, a) == want[a:b],
+                                "view %s: %s first" % (view, first))
+        with open(path, "rb") as f:
+            head = f.read(size)
+        sd = load(head)
         if bnb_ref.VIEWS[view][2]:
             self.check_dynmap(
                 sd["model.layers.0.self_attn.q_proj.weight.nested_quant_map"])
-        want = bnb_ref.materialise(view, Fixture.src, Fixture.quantised,
-                                   {"format": "pt"}, dyn)
-        self.assertEqual(size, len(want))
         self.assertTrue(head == want, "view %s differs from the reference" % view)
         tl.check_ranges(self, path, want, rng, count=150)
         with open(path, "rb") as f:
@@ -212,9 +246,33 @@ class TestViewsAreTheReference(unittest.TestCase):
 
     def test_views_equal_reference(self):
         # A fresh daemon per view: every read starts cold.
-        for view in bnb_ref.VIEWS:
-            with self.subTest(view=view), tl.Mount(Fixture.dir) as mnt:
-                self.check_view(mnt, view)
+        for name in ("m", "a"):
+            for view in bnb_ref.VIEWS:
+                with self.subTest(name=name, view=view), \
+                        tl.Mount(Fixture.dir) as mnt:
+                    self.check_view(mnt, view, name=name)
+
+    def test_statistics_before_and_after_codes(self):
+        for view in ("nf4", "fp4"):
+            for first in ("late", "codes"):
+                with self.subTest(view=view, first=first), \
+                        tl.Mount(Fixture.dir) as mnt:
+                    self.check_view(mnt, view, first, name="a")
+
+    def test_statistics_last_when_aligned(self):
+        """The views equal these (above); here the late run's place."""
+        dyn = bc.dynamic_map()
+        for name, last in (("a", True), ("m", False)):
+            src, quantised = Fixture.source(name)
+            want = bnb_ref.materialise("nf4", src, quantised,
+                                       {"format": "pt"}, dyn)
+            n = int.from_bytes(want[:8], "little")
+            head = json.loads(want[8:8 + n])
+            after = {k for k, v in head.items() if k != "__metadata__" and
+                     8 + n + v["data_offsets"][0] >= late_start(want)}
+            late = set().union(*(bnb_ref.late_names(w, "nf4")
+                                 for w in quantised))
+            self.assertEqual(after == late, last, name)
 
 
 class TestBitsandbytesLoads(unittest.TestCase):

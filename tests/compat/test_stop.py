@@ -8,6 +8,10 @@ per-tensor scale; the weight is a sparse file (truncate), so the pass is
 real work and costs no disk. Before, the daemon kept computing and did not
 exit (20 s and more); other requests are answered meanwhile.
 
+The nf4 view lays the bytes that need those statistics out last
+(docs/FORMATS.md), so its header and its codes are read at once: before,
+any read of its first page waited for the whole pass.
+
 A reader killed while it waits on such a pass stops it too, though the
 kernel sends no FUSE_INTERRUPT for its request: read-ahead and
 asynchronous O_DIRECT reads are background requests, and the daemon
@@ -92,14 +96,14 @@ class TestStop(unittest.TestCase):
             daemon = server if "nosupervise" in options else \
                 children(server)[0]
             view = m.join("big.%s.safetensors" % view_name)
-            # Any read of the nf4 view's first page reaches the
-            # statistics (the read-ahead covers the data after the
-            # header); every code of the others needs their scale.
+            # The nf4 view's last bytes need the statistics; every
+            # code of the others needs their scale.
             reader = subprocess.Popen(
                 [sys.executable, "-c",
                  "import os; fd = os.open(%r, os.O_RDONLY); "
-                 "os.pread(fd, 8, 0 if %r == 'nf4' else "
-                 "os.fstat(fd).st_size // 2)" % (view, view_name)],
+                 "n = os.fstat(fd).st_size; "
+                 "os.pread(fd, 8, n - 8 if %r == 'nf4' else n // 2)"
+                 % (view, view_name)],
                 stderr=subprocess.DEVNULL)
             self.wait_for_pass(daemon, reader)
             # Neighbours keep working while it runs.
@@ -135,13 +139,14 @@ class TestStop(unittest.TestCase):
         with tl.Mount(Env.src, options=["nosupervise"]) as m:
             daemon = m.proc.pid
             view = m.join("big.nf4.safetensors")
-            # The first page of the nf4 view reaches the statistics. A
+            # The last pages of the nf4 view need the statistics. A
             # buffered read's page comes by read-ahead, an O_DIRECT one
             # by an asynchronous request: both background requests.
             code = ("import mmap, os; "
                     "fd = os.open(%r, os.O_RDONLY | %s); "
-                    "b = mmap.mmap(-1, 4096); os.preadv(fd, [b], 0)"
-                    % (view, "os.O_DIRECT" if direct else "0"))
+                    "b = mmap.mmap(-1, 4096); "
+                    "os.preadv(fd, [b], (os.fstat(fd).st_size - 8192) "
+                    "& ~4095)" % (view, "os.O_DIRECT" if direct else "0"))
             reader = subprocess.Popen([sys.executable, "-c", code],
                                       stderr=subprocess.DEVNULL)
             try:
@@ -174,6 +179,42 @@ class TestStop(unittest.TestCase):
             with open(m.join(".castfs/stats")) as f:
                 self.assertIn("memory", json.load(f))
             os.stat(m.join("big.safetensors"))
+
+    def test_header_and_codes_do_not_wait(self):
+        """The nf4 view's header and codes need no statistics: reading
+        them starts no pass, and the statistics' bytes come last."""
+        with tl.Mount(Env.src, options=["nosupervise"]) as m:
+            daemon = m.proc.pid
+            path = m.join("big.nf4.safetensors")
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                size = os.fstat(fd).st_size
+                t = time.time()
+                n = struct.unpack("<Q", os.pread(fd, 8, 0))[0]
+                head = json.loads(os.pread(fd, n, 8))
+                mid = os.pread(fd, 1 << 20, size // 4)
+                took = time.time() - t
+            finally:
+                os.close(fd)
+            sys.stderr.write("nf4 header and 1 MiB of codes: %.2f s\n"
+                             % took)
+            self.assertLess(took, STOP_BOUND_S)
+            name = "model.layers.0.mlp.down_proj.weight"
+            # Zeros quantise to nf4 code 7 (0.0), two to a byte.
+            self.assertEqual(mid, b"\x77" * (1 << 20))
+            codes = head[name]["data_offsets"]
+            for late in (".absmax", ".nested_absmax",
+                         ".quant_state.bitsandbytes__nf4"):
+                self.assertGreaterEqual(
+                    head[name + late]["data_offsets"][0], codes[1], late)
+            self.assertEqual(max(v["data_offsets"][1] for k, v in
+                                 head.items() if k != "__metadata__"),
+                             size - 8 - n)
+            # No pass was started behind the reader's back.
+            time.sleep(0.5)
+            start = cpu_s(daemon)
+            time.sleep(1.0)
+            self.assertLess(cpu_s(daemon) - start, 0.25)
 
     def test_killed_buffered_reader_stops_the_pass(self):
         self.kill_reader_during_pass(direct=False)
