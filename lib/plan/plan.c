@@ -266,7 +266,10 @@ static int pb_freeze_qtensors(struct castfs_pb *pb, struct castfs_plan *p)
 	p->qtensors = pb_dup(pb, pb->qt, pb->nqt * sizeof(*pb->qt));
 	p->qstats = castfs_pb_alloc(pb, pb->nqt * sizeof(*p->qstats));
 	p->qcache = castfs_pb_alloc(pb, sizeof(*p->qcache));
-	if (!p->qtensors || !p->qstats || !p->qcache)
+	if (p->qcache)
+		p->qcache->qt =
+			castfs_pb_alloc(pb, pb->nqt * sizeof(*p->qcache->qt));
+	if (!p->qtensors || !p->qstats || !p->qcache || !p->qcache->qt)
 		return -ENOMEM;
 	for (size_t i = 0; i < pb->nqt; i++)
 		pthread_mutex_init(&p->qstats[i].lock, NULL);

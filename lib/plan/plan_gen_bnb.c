@@ -608,40 +608,95 @@ int castfs_gen_q4_absmax(const struct castfs_read_env *env,
 	return rc;
 }
 
+/* The 8-bit absmax codes of blocks [first, first + count), chunk by chunk. */
+struct q4_qabs {
+	const struct castfs_read_env *env;
+	const struct castfs_extent *e;
+	const struct castfs_qtensor *qt;
+	const struct castfs_qstats *qs;
+	struct q_stage *st;
+	uint64_t first, count;
+	uint8_t *dst;
+};
+
+/*
+ * Each chunk from the cache when all there: a reader's read-ahead can ask
+ * for a tensor's .absmax while the last codes request is still running on
+ * another thread, and then only that request's blocks are missing, not
+ * the whole tensor's. Else from @raw, the 16-bit source of block @first
+ * where it lies, or (NULL) read.
+ */
+static int q4_qabs_run(struct q4_qabs *c, const uint8_t *raw)
+{
+	const struct castfs_quant_kernels *kq = castfs_quant_kernels_get();
+	const struct castfs_qtensor *qt = c->qt;
+	int rc = 0;
+
+	while (!rc && c->count) {
+		size_t k = (size_t)CASTFS_MIN(c->count,
+					      c->st->cap / qt->blocksize);
+		uint64_t elem = c->first * qt->blocksize;
+		size_t n = (size_t)CASTFS_MIN((uint64_t)k * qt->blocksize,
+					      qt->nelems - elem);
+		bool hit = qc_take(c->env, c->e, c->first, k, c->dst);
+
+		if (!hit && raw)
+			kq->absmax16(c->st->amax, raw, n, qt->blocksize,
+				     c->st->f16);
+		else if (!hit)
+			rc = q4_load_absmax(c->env, qt, c->st, c->first, k);
+		if (!hit && !rc)
+			q4_qabsmax_codes(c->qs, c->first, c->st->amax, k,
+					 c->dst);
+		if (raw)
+			raw += n * c->st->src_sz;
+		c->dst += k;
+		c->first += k;
+		c->count -= k;
+	}
+	return rc;
+}
+
+/* The whole range from a mapping of the source: no pread copy. */
+static int q4_qabs_mapped(void *arg, const struct castfs_piece *p)
+{
+	return q4_qabs_run(arg, p->bytes);
+}
+
 /* Q4_QABSMAX: a unit is one block's 8-bit code of (absmax - offset). */
 int castfs_gen_q4_qabsmax(const struct castfs_read_env *env,
 			  const struct castfs_extent *e, uint64_t first,
 			  uint64_t count, uint8_t *dst)
 {
 	const struct castfs_qtensor *qt = q_tensor(env, e);
-	const struct castfs_qstats *qs;
 	struct q_stage st;
+	struct q4_qabs c = { .env = env,
+			     .e = e,
+			     .qt = qt,
+			     .st = &st,
+			     .first = first,
+			     .count = count,
+			     .dst = dst };
 	int rc;
 
-	qs = q4_stats_get(env, e, &rc);
+	c.qs = q4_stats_get(env, e, &rc);
 	if (!rc && qc_take(env, e, first, count, dst))
 		return 0;
 	if (!rc)
 		rc = q_stage_init(&st, env, qt, false, qt->blocksize);
-	/*
-	 * Chunk by chunk, each from the cache when all there: a reader's
-	 * read-ahead can ask for a tensor's .absmax while the last codes
-	 * request is still running on another thread, and then only that
-	 * request's blocks are missing, not the whole tensor's.
-	 */
-	while (!rc && count) {
-		size_t k = (size_t)CASTFS_MIN(count, st.cap / qt->blocksize);
-		bool hit = qc_take(env, e, first, k, dst);
+	if (!rc && st.raw16 && !castfs_qtensor_deq(qt)) {
+		uint64_t elem = first * qt->blocksize;
+		uint64_t end =
+			CASTFS_MIN(qt->nelems, (first + count) * qt->blocksize);
 
-		if (!hit)
-			rc = q4_load_absmax(env, qt, &st, first, k);
-		if (!hit && !rc)
-			q4_qabsmax_codes(qs, first, st.amax, k, dst);
-		dst += k;
-		first += k;
-		count -= k;
+		rc = castfs_reader_map(env->src, qt->src_off + elem * st.src_sz,
+				       (size_t)(end - elem) * st.src_sz,
+				       q4_qabs_mapped, &c);
+		if (rc != -ENOTSUP)
+			return rc;
+		rc = 0;
 	}
-	return rc;
+	return rc ? rc : q4_qabs_run(&c, NULL);
 }
 
 /* Q4_NESTED_ABSMAX: a unit is one nested block's float32 absmax. */

@@ -205,6 +205,9 @@ struct castfs_qstats {
 	uint8_t *qc;
 	uint64_t *qc_valid;
 	uint64_t qc_served; /* bytes served from qc: dropped at all */
+	uint64_t qc_len; /* bytes of qc */
+	uint64_t qc_used_ms; /* last save or take (CLOCK_MONOTONIC_COARSE) */
+	uint64_t qc_refused_ms; /* last time no room was found for a qc */
 	/*
 	 * 4-bit nested, until @ready: what Q4_CODES reads learnt of whole
 	 * nested blocks on the way (plan_gen_bnb.c), so the statistics read
@@ -216,14 +219,11 @@ struct castfs_qstats {
 /* Free what castfs_qstats.groups points to (NULL is fine). */
 void castfs_q4_groups_free(struct castfs_q4_groups *g);
 
-/* At most this many tensors of a plan hold a qc at a time. */
-#define CASTFS_QCACHE_TENSORS 4u
-
-/* The tensors holding a qc, oldest first (evicted first). */
+/* The tensors holding a qc, oldest first (evicted first once idle). */
 struct castfs_qcache {
 	pthread_mutex_t lock; /* taken before any qstats lock */
 	uint32_t n;
-	uint32_t qt[CASTFS_QCACHE_TENSORS];
+	uint32_t *qt; /* room for every quantised tensor of the plan */
 };
 
 /* castfs_qcache_fits - whether a tensor of @nblocks 4-bit blocks may keep
@@ -232,9 +232,10 @@ bool castfs_qcache_fits(uint64_t nblocks);
 
 /*
  * castfs_qcache_save - keep the Q4_QABSMAX bytes @codes of blocks [@b,
- * @b + @k) of quantised tensor @idx (@nblocks blocks) of @p, evicting the
- * plan's oldest holder if needed. Best effort: without memory nothing is
- * kept. Thread-safe (the qcache lock, then the tensor's qstats lock).
+ * @b + @k) of quantised tensor @idx (@nblocks blocks) of @p, within the
+ * plan's budget (holders idle for a while are evicted to make room). Best
+ * effort: without room or memory nothing is kept. Thread-safe (the qcache
+ * lock, then the tensor's qstats lock).
  */
 void castfs_qcache_save(const struct castfs_plan *p, uint32_t idx,
 			uint64_t nblocks, uint64_t b, const uint8_t *codes,
