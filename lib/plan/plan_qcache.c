@@ -97,7 +97,7 @@ static uint64_t qcache_evict_idle_locked(const struct castfs_plan *p,
 	uint64_t freed = 0;
 
 	pthread_mutex_lock(&old->lock);
-	if (now - old->qc_used_ms >= QC_IDLE_MS) {
+	if (old->qc_used_ms + QC_IDLE_MS <= now) {
 		freed = old->qc_len;
 		qc_drop_locked(old);
 	}
