@@ -447,6 +447,21 @@ static bool qc_wanted(const struct castfs_read_env *env,
 			       __ATOMIC_ACQUIRE);
 }
 
+/*
+ * Hand elements [@elem, @end) of @qt to @fn where they lie in a mapping of
+ * the source (no pread copy): only stored BF16/F16, which the kernels read
+ * as they are. -ENOTSUP, nothing called, when not (read them then).
+ */
+static int q_map(const struct castfs_read_env *env,
+		 const struct castfs_qtensor *qt, const struct q_stage *st,
+		 uint64_t elem, uint64_t end, castfs_visit_fn fn, void *arg)
+{
+	if (!st->raw16 || castfs_qtensor_deq(qt))
+		return -ENOTSUP;
+	return castfs_reader_map(env->src, qt->src_off + elem * st->src_sz,
+				 (size_t)(end - elem) * st->src_sz, fn, arg);
+}
+
 /* The 4-bit codes of elements [elem, end) of a tensor, chunk by chunk. */
 struct q4_codes {
 	const struct castfs_read_env *env;
@@ -568,14 +583,9 @@ int castfs_gen_q4_codes(const struct castfs_read_env *env,
 	c.keep = qc_wanted(env, e, &st);
 	c.collect = !c.keep && q4_collect_wanted(env, e, &st);
 	c.run.next = UINT64_MAX;
-	if (st.raw16 && !castfs_qtensor_deq(qt)) {
-		rc = castfs_reader_map(env->src,
-				       qt->src_off + c.elem * st.src_sz,
-				       (size_t)(c.end - c.elem) * st.src_sz,
-				       q4_codes_mapped, &c);
-		if (rc != -ENOTSUP)
-			return rc;
-	}
+	rc = q_map(env, qt, &st, c.elem, c.end, q4_codes_mapped, &c);
+	if (rc != -ENOTSUP)
+		return rc;
 	while (c.elem < c.end) {
 		size_t n = (size_t)CASTFS_MIN(c.end - c.elem, (uint64_t)st.cap);
 
@@ -684,19 +694,12 @@ int castfs_gen_q4_qabsmax(const struct castfs_read_env *env,
 		return 0;
 	if (!rc)
 		rc = q_stage_init(&st, env, qt, false, qt->blocksize);
-	if (!rc && st.raw16 && !castfs_qtensor_deq(qt)) {
-		uint64_t elem = first * qt->blocksize;
-		uint64_t end =
-			CASTFS_MIN(qt->nelems, (first + count) * qt->blocksize);
-
-		rc = castfs_reader_map(env->src, qt->src_off + elem * st.src_sz,
-				       (size_t)(end - elem) * st.src_sz,
-				       q4_qabs_mapped, &c);
-		if (rc != -ENOTSUP)
-			return rc;
-		rc = 0;
-	}
-	return rc ? rc : q4_qabs_run(&c, NULL);
+	if (rc)
+		return rc;
+	rc = q_map(env, qt, &st, first * qt->blocksize,
+		   CASTFS_MIN(qt->nelems, (first + count) * qt->blocksize),
+		   q4_qabs_mapped, &c);
+	return rc != -ENOTSUP ? rc : q4_qabs_run(&c, NULL);
 }
 
 /* Q4_NESTED_ABSMAX: a unit is one nested block's float32 absmax. */
