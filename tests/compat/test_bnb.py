@@ -33,6 +33,7 @@ try:
         import bitsandbytes.functional as F
     import bnb_check as bc
     import bnb_ref
+    import oracle
 except ImportError as e:  # pragma: no cover
     print("SKIP: %s" % e)
     sys.exit(tl.SKIP)
@@ -146,12 +147,11 @@ def parts(sd, name):
 
 def late_start(data):
     """Where the tensors that need a whole weight's statistics begin."""
-    n = int.from_bytes(data[:8], "little")
-    head = json.loads(data[8:8 + n])
+    head, base = oracle.header_of(data)
     late = [v["data_offsets"][0] for k, v in head.items()
             if k.endswith((".absmax", ".nested_absmax")) or
             ".quant_state." in k]
-    return 8 + n + min(late)
+    return base + min(late)
 
 
 class Fixture:
@@ -266,10 +266,9 @@ class TestViewsAreTheReference(unittest.TestCase):
             src, quantised = Fixture.source(name)
             want = bnb_ref.materialise("nf4", src, quantised,
                                        {"format": "pt"}, dyn)
-            n = int.from_bytes(want[:8], "little")
-            head = json.loads(want[8:8 + n])
+            head, base = oracle.header_of(want)
             after = {k for k, v in head.items() if k != "__metadata__" and
-                     8 + n + v["data_offsets"][0] >= late_start(want)}
+                     base + v["data_offsets"][0] >= late_start(want)}
             late = set().union(*(bnb_ref.late_names(w, "nf4")
                                  for w in quantised))
             self.assertEqual(after == late, last, name)

@@ -51,6 +51,14 @@ def cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_in_next_second(pid, settle):
+    """CPU seconds @pid spends in the second after @settle seconds."""
+    time.sleep(settle)
+    start = cpu_s(pid)
+    time.sleep(1.0)
+    return cpu_s(pid) - start
+
+
 def children(pid):
     kids = []
     for task in os.listdir("/proc/%d/task" % pid):
@@ -167,10 +175,7 @@ class TestStop(unittest.TestCase):
                 reader.wait()
             # Given a second to notice, the daemon then spends (nearly)
             # nothing: the pass alone is a core's worth.
-            time.sleep(1.0)
-            start = cpu_s(daemon)
-            time.sleep(1.0)
-            spent = cpu_s(daemon) - start
+            spent = cpu_in_next_second(daemon, 1.0)
             sys.stderr.write("%s reader killed: daemon CPU %.2f s in the "
                              "second after\n"
                              % ("O_DIRECT" if direct else "buffered", spent))
@@ -220,10 +225,7 @@ class TestStop(unittest.TestCase):
                                  head.items() if k != "__metadata__"),
                              size - 8 - n)
             # No pass was started behind the reader's back.
-            time.sleep(0.5)
-            start = cpu_s(daemon)
-            time.sleep(1.0)
-            self.assertLess(cpu_s(daemon) - start, 0.25)
+            self.assertLess(cpu_in_next_second(daemon, 0.5), 0.25)
 
     def test_killed_buffered_reader_stops_the_pass(self):
         self.kill_reader_during_pass(direct=False)
