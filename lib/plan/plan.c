@@ -24,6 +24,7 @@ struct pb_tensor {
 	const char *name;
 	size_t name_len;
 	uint64_t nbytes;
+	bool late; /* castfs_pb_mark_late() */
 };
 
 struct castfs_pb {
@@ -222,6 +223,12 @@ int castfs_pb_add_tensor(struct castfs_pb *pb, const char *name,
 	return 0;
 }
 
+void castfs_pb_mark_late(struct castfs_pb *pb)
+{
+	if (pb->nt)
+		pb->t[pb->nt - 1].late = true;
+}
+
 int castfs_pb_add_meta(struct castfs_pb *pb, const char *key, size_t key_len,
 		       const char *value, size_t value_len)
 {
@@ -307,13 +314,15 @@ out_free_pb:
 
 /*
  * Whether bytes made by @op need a pass over their whole tensor first
- * (bnb's double-quantisation statistics): they go to the end of the file,
- * so reading the header never waits for one (docs/FORMATS.md).
+ * (bnb's double-quantisation statistics, NVFP4's global scale, ComfyUI's
+ * per-tensor scale): they go to the end of the file, so reading the
+ * header never waits for one (docs/FORMATS.md). The codes that depend on
+ * a tensor-wide scale stay in place: they are that tensor's own bytes.
  */
 static bool pb_op_late(enum castfs_op op)
 {
 	return op == CASTFS_OP_Q4_QABSMAX || op == CASTFS_OP_Q4_NESTED_ABSMAX ||
-	       op == CASTFS_OP_Q4_STATE;
+	       op == CASTFS_OP_Q4_STATE || op == CASTFS_OP_CT_GSCALE;
 }
 
 /* Lay the tensors out through the emitter, then add their extents. */
@@ -337,7 +346,7 @@ static int pb_layout(struct castfs_pb *pb, struct castfs_diag *d)
 			.shape = pb->t[i].shape,
 			.nbytes = pb->t[i].nbytes,
 			.cookie = (uint32_t)i,
-			.late = pb_op_late(pb->t[i].p.op),
+			.late = pb->t[i].late || pb_op_late(pb->t[i].p.op),
 		};
 	}
 	rc = castfs_header_emit(et, pb->nt, pb->has_meta, pb->meta, pb->nmeta,

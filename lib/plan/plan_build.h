@@ -60,6 +60,14 @@ int castfs_pb_add_tensor(struct castfs_pb *pb, const char *name,
 			 uint32_t ndim, const uint64_t *shape,
 			 const struct castfs_producer *p);
 
+/*
+ * castfs_pb_mark_late - lay the tensor added last out in the late run with
+ * the bytes that need a pass over a whole tensor (docs/FORMATS.md): for
+ * small constant tensors whose odd sizes would otherwise misalign that
+ * run. No-op on an empty builder.
+ */
+void castfs_pb_mark_late(struct castfs_pb *pb);
+
 /* castfs_pb_add_meta - a metadata pair, copied; written in call order. */
 int castfs_pb_add_meta(struct castfs_pb *pb, const char *key, size_t key_len,
 		       const char *value, size_t value_len);

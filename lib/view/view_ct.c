@@ -416,6 +416,11 @@ static int ct_add_comfy(struct castfs_pb *pb, const struct castfs_header *h,
 		rc = ct_add_named(pb, &base, ".comfy_quant", CASTFS_DTYPE_U8, 1,
 				  &mlen, &mp);
 	}
+	/* In the late run too: left after the codes, its 27 bytes would put
+	 * the F32 scales that follow at an odd offset, the late run would be
+	 * given up, and the scales would be back after the header. */
+	if (!rc)
+		castfs_pb_mark_late(pb);
 	return rc;
 }
 

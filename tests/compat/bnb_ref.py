@@ -12,6 +12,8 @@ import numpy as np
 import torch
 from safetensors.torch import save
 
+from layout_ref import relayout
+
 NESTED = 256
 OFFSET_WIDTH = 24  # CASTFS_Q4_OFFSET_WIDTH
 
@@ -161,44 +163,11 @@ VIEWS = {
 }
 
 
-ELEM_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4,
-              "BF16": 2, "F16": 2, "I16": 2, "U16": 2}
-
-
 def late_names(name, qtype):
     """The tensors of a double-quantised weight whose bytes need the
     whole weight's statistics: laid out last (docs/FORMATS.md)."""
     return {name + ".absmax", name + ".nested_absmax",
             name + ".quant_state.bitsandbytes__" + qtype}
-
-
-def relayout(data, late):
-    """safetensors bytes `data` with the tensors named in `late` moved
-    after all others (each run keeps the writer's order), unless that
-    would leave a tensor misaligned."""
-    n = int.from_bytes(data[:8], "little")
-    head = json.loads(data[8:8 + n])  # dicts keep the file's order
-    compact = json.dumps(head, separators=(",", ":"),
-                         ensure_ascii=False).encode()
-    assert data[8:8 + n].rstrip(b" ") == compact  # serialised as save() does
-    meta = [(k, v) for k, v in head.items() if k == "__metadata__"]
-    ts = [(k, v) for k, v in head.items() if k != "__metadata__"]
-    ts.sort(key=lambda kv: kv[1]["data_offsets"][0])
-    body = data[8 + n:]
-    order = ([kv for kv in ts if kv[0] not in late] +
-             [kv for kv in ts if kv[0] in late])
-    out, off = [], 0
-    for k, v in order:
-        b, e = v["data_offsets"]
-        if off % ELEM_BYTES.get(v["dtype"], 1):
-            return data
-        out.append(body[b:e])
-        v["data_offsets"] = [off, off + e - b]
-        off += e - b
-    text = json.dumps(dict(meta + order), separators=(",", ":"),
-                      ensure_ascii=False).encode()
-    text += b" " * (-len(text) % 8)
-    return len(text).to_bytes(8, "little") + text + b"".join(out)
 
 
 def materialise(view, src, quantised, metadata, dynmap, bs=64):

@@ -28,6 +28,7 @@ COMPAT_TESTS = tests/compat/test_casts.py tests/compat/test_hf_cache.py \
 TESTS += $(COMPAT_TESTS)
 EXTRA_DIST += tests/compat/castfs_testlib.py $(COMPAT_TESTS) \
 	tests/compat/bnb_ref.py tests/compat/bnb_check.py tests/compat/oracle.py \
+	tests/compat/layout_ref.py \
 	tests/compat/ldm_unet.py tests/compat/ct_oracle.py \
 	tests/compat/ggml_oracle.py tests/compat/ct_src_oracle.py \
 	tests/compat/ct4_src_oracle.py \

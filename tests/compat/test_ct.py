@@ -35,6 +35,7 @@ import sys
 import unittest
 
 import castfs_testlib as tl
+from layout_ref import relayout, scale_is_late
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 try:
@@ -177,9 +178,11 @@ class CtViews(unittest.TestCase):
         assert rc == 0, "castfs exited with %d" % rc
 
     def ref_file(self, model, view):
+        """llm-compressor's file, with NVFP4's global scales laid out
+        last (docs/FORMATS.md, "the late run")."""
         with open(os.path.join(self.ref, model + "." + view,
                                "model.safetensors"), "rb") as f:
-            return f.read()
+            return relayout(f.read(), scale_is_late)
 
     def test_ct__single_files_equal_llm_compressor(self):
         rng = random.Random(13)

@@ -10,7 +10,9 @@ exit (20 s and more); other requests are answered meanwhile.
 
 The nf4 view lays the bytes that need those statistics out last
 (docs/FORMATS.md), so its header and its codes are read at once: before,
-any read of its first page waited for the whole pass.
+any read of its first page waited for the whole pass. The nvfp4 and
+fp8_scaled views lay their tensor-wide scales out last too: their codes
+need the scale, but a header read no longer does.
 
 A reader killed while it waits on such a pass stops it too, though the
 kernel sends no FUSE_INTERRUPT for its request: read-ahead and
@@ -34,16 +36,32 @@ STOP_BOUND_S = 2.0
 SHAPE = [1 << 20, 1 << 19]  # BF16: 1 TiB
 
 
-def write_sparse(path):
-    """A valid safetensors file: a header naming one 1 TiB BF16 weight,
-    then a hole (zeros) of that size."""
+WEIGHT = "model.layers.0.mlp.down_proj.weight"
+EMBED = "model.embed_tokens.weight"
+EMBED_SHAPE = [1024, 4096]  # BF16: 8 MiB, more than any read-ahead
+
+
+def write_sparse(path, embed=False):
+    """A valid safetensors file: a header naming one 1 TiB BF16 weight
+    (and, with @embed, an 8 MiB embedding before it, which no view
+    quantises), then a hole (zeros) of that size."""
     n = SHAPE[0] * SHAPE[1] * 2
-    hdr = json.dumps({"model.layers.0.mlp.down_proj.weight": {
-        "dtype": "BF16", "shape": SHAPE, "data_offsets": [0, n]}}).encode()
+    e = EMBED_SHAPE[0] * EMBED_SHAPE[1] * 2 if embed else 0
+    head = {WEIGHT: {"dtype": "BF16", "shape": SHAPE,
+                     "data_offsets": [e, e + n]}}
+    if embed:
+        head[EMBED] = {"dtype": "BF16", "shape": EMBED_SHAPE,
+                       "data_offsets": [0, e]}
+    hdr = json.dumps(head).encode()
     hdr += b" " * (-len(hdr) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(hdr)) + hdr)
-        f.truncate(8 + len(hdr) + n)
+        f.truncate(8 + len(hdr) + e + n)
+
+
+def write_sources(src):
+    write_sparse(os.path.join(src, "big.safetensors"))
+    write_sparse(os.path.join(src, "wide.safetensors"), embed=True)
 
 
 def cpu_s(pid):
@@ -79,7 +97,7 @@ Env = tl.ModuleSource()
 
 
 def setUpModule():
-    Env.start(lambda src: write_sparse(os.path.join(src, "big.safetensors")))
+    Env.start(write_sources)
 
 
 def tearDownModule():
@@ -213,7 +231,7 @@ class TestStop(unittest.TestCase):
                              "(with the reader's start)\n" % took)
             self.assertLess(took, STOP_BOUND_S + 1.0)
             size, n, head, zeros = json.loads(out)
-            name = "model.layers.0.mlp.down_proj.weight"
+            name = WEIGHT
             # Zeros quantise to nf4 code 7 (0.0), two to a byte.
             self.assertTrue(zeros)
             codes = head[name]["data_offsets"]
@@ -225,6 +243,59 @@ class TestStop(unittest.TestCase):
                                  head.items() if k != "__metadata__"),
                              size - 8 - n)
             # No pass was started behind the reader's back.
+            self.assertLess(cpu_in_next_second(daemon, 0.5), 0.25)
+
+    def test_headers_of_scaled_views_do_not_wait(self):
+        """NVFP4's global scale and fp8_scaled's per-tensor scale need a
+        pass over their weight. Laid out last, behind the embedding that
+        neither view quantises, they are out of a header read's reach:
+        the header and the embedding are read at once. Before, the F32
+        scales came first (the writer's order) and the first 8 bytes
+        waited for the pass."""
+        code = ("import json, os, struct, sys; "
+                "fd = os.open(sys.argv[1], os.O_RDONLY); "
+                "size = os.fstat(fd).st_size; "
+                "n = struct.unpack('<Q', os.pread(fd, 8, 0))[0]; "
+                "head = json.loads(os.pread(fd, n, 8)); "
+                "emb = head[%r]['data_offsets']; "
+                "data = os.pread(fd, 1 << 20, 8 + n + emb[0]); "
+                "print(json.dumps([size, n, head, "
+                "data == bytes(1 << 20)]))" % EMBED)
+        # The scale, and with it the 27-byte marker that would misalign
+        # it (docs/FORMATS.md).
+        mod = WEIGHT[:-len(".weight")]
+        late_of = {"nvfp4": (WEIGHT + "_global_scale",),
+                   "fp8_scaled": (WEIGHT + "_scale", mod + ".comfy_quant")}
+        with tl.Mount(Env.src, options=["nosupervise"]) as m:
+            daemon = m.proc.pid
+            for view, late in late_of.items():
+                with self.subTest(view=view):
+                    t = time.time()
+                    try:
+                        out = subprocess.run(
+                            [sys.executable, "-c", code,
+                             m.join("wide.%s.safetensors" % view)],
+                            capture_output=True, timeout=10,
+                            check=True).stdout
+                    except subprocess.TimeoutExpired:
+                        self.fail("the header waited on the scale's pass")
+                    took = time.time() - t
+                    sys.stderr.write("%s header and 1 MiB of the "
+                                     "embedding: %.2f s\n" % (view, took))
+                    self.assertLess(took, STOP_BOUND_S + 1.0)
+                    size, n, head, zeros = json.loads(out)
+                    self.assertTrue(zeros)
+                    self.assertEqual(head[EMBED]["dtype"], "BF16")
+                    self.assertEqual(head[late[0]]["dtype"], "F32")
+                    ts = {k: v["data_offsets"] for k, v in head.items()
+                          if k != "__metadata__"}
+                    self.assertLessEqual(set(late), set(ts))
+                    self.assertEqual(
+                        max(ts[k][1] for k in ts if k not in late),
+                        min(ts[k][0] for k in late))
+                    self.assertEqual(max(e for b, e in ts.values()),
+                                     size - 8 - n)
+            # No pass was started behind the readers' backs.
             self.assertLess(cpu_in_next_second(daemon, 0.5), 0.25)
 
     def test_killed_buffered_reader_stops_the_pass(self):
