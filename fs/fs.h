@@ -28,6 +28,7 @@ struct castfs_fs {
 	 * round trip: `ls -l` asks two per entry. */
 	bool noxattr;
 	bool debug;
+	struct castfs_pt *pt; /* -o passthrough (fs_pt.c), or NULL */
 };
 
 /*
@@ -104,9 +105,64 @@ int castfs_fs_views_load(struct castfs_views *vs, const char *config,
 char *castfs_mount_device(const char *mountpoint);
 
 /* castfs_fs_io_attach - read @se's requests into buffers mapped before
- * their first read (fs_io.c says why). Call once the session has its fd.
- * Returns 0 or a negative errno. */
-int castfs_fs_io_attach(struct fuse_session *se);
+ * their first read (fs_io.c says why), and let @pt (may be NULL) see the
+ * INIT request and amend replies. Call once the session has its fd, before
+ * the INIT request is processed. Returns 0 or a negative errno. */
+int castfs_fs_io_attach(struct fuse_session *se, struct castfs_pt *pt);
+
+/* castfs_fs_io_saw - hand a request processed without being read through
+ * the session (the supervisor's copy of INIT) to the @pt of the last
+ * castfs_fs_io_attach(). */
+void castfs_fs_io_saw(const void *buf, size_t len);
+
+/*
+ * Kernel passthrough of unconverted files (fs_pt.c). All thread-safe.
+ */
+struct castfs_pt;
+
+/* castfs_pt_new - passthrough asked for, not yet negotiated; counted in
+ * @stats. 0 or -ENOMEM. */
+int castfs_pt_new(struct castfs_stats *stats, struct castfs_pt **out);
+
+/* castfs_pt_free - NULL is accepted; backing ids end with the
+ * connection. */
+void castfs_pt_free(struct castfs_pt *pt);
+
+/* castfs_pt_on - whether opens may be passed through (asked for, offered
+ * by the kernel's INIT, not refused for want of CAP_SYS_ADMIN). */
+bool castfs_pt_on(const struct castfs_pt *pt);
+
+/* castfs_pt_set_journal - read and append the supervisor's journal of
+ * backing ids, memfd @fd (fs_pt.c says why). Call before serving. */
+void castfs_pt_set_journal(struct castfs_pt *pt, int fd);
+
+/* castfs_pt_attach - the connection's /dev/fuse fd, for the ioctls. */
+void castfs_pt_attach(struct castfs_pt *pt, int dev_fd);
+
+/* castfs_pt_saw_request - look at a request: INIT decides whether
+ * passthrough is on. */
+void castfs_pt_saw_request(struct castfs_pt *pt, const void *buf, size_t len);
+
+/* castfs_pt_amend_reply - the writev hook: add passthrough to the INIT
+ * reply, and the backing id to the open reply castfs_pt_open() prepared
+ * in this thread. */
+void castfs_pt_amend_reply(struct castfs_pt *pt, struct iovec *iov, int count);
+
+/*
+ * castfs_pt_open - prepare the open reply of node @id, whose bytes are
+ * those of source fd @src_fd (-1: not passed through), to be passed
+ * through: 1 when this thread's next open reply carries the node's backing
+ * id (send it next, or call castfs_pt_open_abandon()), 0 when it is served
+ * by the daemon, or a negative errno for this open (EMFILE, ENOMEM).
+ */
+int castfs_pt_open(struct castfs_pt *pt, uint64_t id, int src_fd);
+
+/* castfs_pt_open_abandon - the prepared reply is not sent. */
+void castfs_pt_open_abandon(void);
+
+/* castfs_pt_forget - node @id was forgotten: unless @ns holds it again,
+ * its backing id is closed (no inode of it is open any more). */
+void castfs_pt_forget(struct castfs_pt *pt, struct castfs_ns *ns, uint64_t id);
 
 /* castfs_fs_set_read_ahead - raise the read-ahead of the mount at
  * @mountpoint to @kb (the INIT reply can only lower it). Best effort:
@@ -158,6 +214,7 @@ struct castfs_sv_child {
 	int fuse_fd;
 	int init_fd;
 	int ready_fd;
+	int pt_fd; /* memfd: the journal of passthrough backing ids, or -1 */
 	const char *mountpoint; /* the real one, for /.castfs/config */
 	bool successor; /* another daemon served the connection before */
 };
@@ -168,11 +225,13 @@ int castfs_sv_child_env(struct castfs_sv_child *c);
 
 /*
  * castfs_sv_child_attach - make @se serve the inherited connection: mount
- * "/dev/fd/N" (no second mount) and feed @se the kernel's FUSE_INIT, which
- * initialises it without a second handshake. Returns 0 or -errno.
+ * "/dev/fd/N" (no second mount), attach its I/O (castfs_fs_io_attach, with
+ * @pt) and feed @se the kernel's FUSE_INIT, which initialises it without a
+ * second handshake. Returns 0 or -errno.
  */
 int castfs_sv_child_attach(struct fuse_session *se,
-			   const struct castfs_sv_child *c);
+			   const struct castfs_sv_child *c,
+			   struct castfs_pt *pt);
 
 /* castfs_sv_child_ready - tell the supervisor this daemon serves (it then
  * retires the daemon this one replaces). */

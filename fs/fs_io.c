@@ -34,6 +34,9 @@
 /* The buffer this thread last touched: libfuse keeps one per worker. */
 static __thread const void *touched;
 
+/* -o passthrough's state (fs_pt.c), or NULL: set before any request. */
+static struct castfs_pt *io_pt;
+
 static void touch(void *buf, size_t len)
 {
 	volatile char *p = buf;
@@ -48,17 +51,24 @@ static void touch(void *buf, size_t len)
 
 static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 {
+	ssize_t n;
+
 	(void)userdata;
 	if (buf != touched) {
 		touch(buf, len);
 		touched = buf;
 	}
-	return read(fd, buf, len);
+	n = read(fd, buf, len);
+	if (io_pt && n > 0)
+		castfs_pt_saw_request(io_pt, buf, (size_t)n);
+	return n;
 }
 
 static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
 	(void)userdata;
+	if (io_pt)
+		castfs_pt_amend_reply(io_pt, iov, count);
 	return writev(fd, iov, count);
 }
 
@@ -71,7 +81,13 @@ static ssize_t io_splice(int fdin, off_t *offin, int fdout, off_t *offout,
 	return splice(fdin, offin, fdout, offout, len, flags);
 }
 
-int castfs_fs_io_attach(struct fuse_session *se)
+void castfs_fs_io_saw(const void *buf, size_t len)
+{
+	if (io_pt)
+		castfs_pt_saw_request(io_pt, buf, len);
+}
+
+int castfs_fs_io_attach(struct fuse_session *se, struct castfs_pt *pt)
 {
 	static const struct fuse_custom_io io = {
 		.read = io_read,
@@ -80,5 +96,8 @@ int castfs_fs_io_attach(struct fuse_session *se)
 		.splice_send = io_splice,
 	};
 
+	io_pt = pt;
+	if (pt)
+		castfs_pt_attach(pt, fuse_session_fd(se));
 	return fuse_session_custom_io(se, &io, fuse_session_fd(se));
 }

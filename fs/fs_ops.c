@@ -287,6 +287,7 @@ static void castfs_op_lookup(fuse_req_t req, fuse_ino_t parent,
 static void castfs_op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
 	castfs_ns_forget(fs_of(req)->ns, ino, nlookup);
+	castfs_pt_forget(fs_of(req)->pt, fs_of(req)->ns, ino);
 	castfs_stats_op(fs_of(req)->stats, CASTFS_SOP_FORGET, 0);
 	fuse_reply_none(req);
 }
@@ -294,9 +295,12 @@ static void castfs_op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 static void castfs_op_forget_multi(fuse_req_t req, size_t count,
 				   struct fuse_forget_data *forgets)
 {
-	for (size_t i = 0; i < count; i++)
+	for (size_t i = 0; i < count; i++) {
 		castfs_ns_forget(fs_of(req)->ns, forgets[i].ino,
 				 forgets[i].nlookup);
+		castfs_pt_forget(fs_of(req)->pt, fs_of(req)->ns,
+				 forgets[i].ino);
+	}
 	castfs_stats_op(fs_of(req)->stats, CASTFS_SOP_FORGET, 0);
 	fuse_reply_none(req);
 }
@@ -353,14 +357,25 @@ static void castfs_op_open(fuse_req_t req, fuse_ino_t ino,
 		return;
 	}
 	/* Content per node id never changes: keep the page cache. Control
-	 * files are made per open and read past their size-0 attribute. */
+	 * files are made per open and read past their size-0 attribute. An
+	 * unconverted file may be read by the kernel from its source instead
+	 * (-o passthrough): then there is no page cache of ours to keep. */
+	rc = castfs_pt_open(fs->pt, ino, castfs_file_backing_fd(f));
+	if (rc < 0) {
+		castfs_file_close(castfs_fh_remove(fs->files, fi->fh));
+		reply_err(req, CASTFS_SOP_OPEN, rc);
+		return;
+	}
 	fi->direct_io = castfs_file_direct_io(f);
-	fi->keep_cache = !fi->direct_io;
+	fi->keep_cache = !fi->direct_io && !rc;
 	fi->noflush = 1;
+	if (rc)
+		castfs_stats_count(fs->stats, CASTFS_SCTR_PASSTHROUGH_OPENS, 1);
 	last_use_before_reply(f);
 	castfs_stats_op(fs->stats, CASTFS_SOP_OPEN, 0);
 	if (fuse_reply_open(req, fi) == -ENOENT)
 		castfs_file_close(castfs_fh_remove(fs->files, fi->fh));
+	castfs_pt_open_abandon(); /* sent, or never will be */
 }
 
 /*

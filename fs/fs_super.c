@@ -39,6 +39,7 @@ struct sv {
 	struct fuse_session *se;
 	int fd; /* the FUSE connection */
 	int init_fd; /* memfd: the kernel's FUSE_INIT request, verbatim */
+	int pt_fd; /* memfd: the daemons' journal of backing ids (fs_pt.c) */
 	int sig_fd;
 	int cwd_fd; /* where relative SOURCE arguments resolve */
 	char *exe; /* the binary on disk, read again at each start */
@@ -94,7 +95,10 @@ int castfs_sv_child_env(struct castfs_sv_child *c)
 
 	if (!e)
 		return 0;
-	if (sscanf(e, "%d:%d:%d", &c->fuse_fd, &c->init_fd, &c->ready_fd) != 3)
+	/* A supervisor of an older binary (`castfs reload`) sends three. */
+	c->pt_fd = -1;
+	if (sscanf(e, "%d:%d:%d:%d", &c->fuse_fd, &c->init_fd, &c->ready_fd,
+		   &c->pt_fd) < 3)
 		return -EINVAL;
 	c->mountpoint = getenv("CASTFS_MOUNTPOINT");
 	c->successor = getenv("CASTFS_SUCCESSOR") != NULL;
@@ -108,7 +112,8 @@ int castfs_sv_child_env(struct castfs_sv_child *c)
  * the session is initialised with the parameters the kernel negotiated.
  */
 int castfs_sv_child_attach(struct fuse_session *se,
-			   const struct castfs_sv_child *c)
+			   const struct castfs_sv_child *c,
+			   struct castfs_pt *pt)
 {
 	char path[32];
 	struct fuse_buf buf = { 0 };
@@ -118,6 +123,10 @@ int castfs_sv_child_attach(struct fuse_session *se,
 	snprintf(path, sizeof(path), "/dev/fd/%d", c->fuse_fd);
 	if (fuse_session_mount(se, path))
 		return -EBADF;
+	/* Before INIT: its reply may be amended (fs_pt.c). */
+	rc = castfs_fs_io_attach(se, pt);
+	if (rc)
+		return rc;
 	buf.mem = malloc(SV_INIT_MAX);
 	if (!buf.mem)
 		return -ENOMEM;
@@ -126,6 +135,7 @@ int castfs_sv_child_attach(struct fuse_session *se,
 		rc = n < 0 ? -errno : -EIO;
 	} else {
 		buf.size = (size_t)n;
+		castfs_fs_io_saw(buf.mem, buf.size);
 		fuse_session_process_buf(se, &buf);
 	}
 	free(buf.mem);
@@ -175,8 +185,10 @@ static void sv_child_exec(struct sv *sv, int ready_w)
 		_exit(127);
 	fcntl(sv->fd, F_SETFD, 0);
 	fcntl(sv->init_fd, F_SETFD, 0);
+	fcntl(sv->pt_fd, F_SETFD, 0);
 	fcntl(ready_w, F_SETFD, 0);
-	snprintf(env, sizeof(env), "%d:%d:%d", sv->fd, sv->init_fd, ready_w);
+	snprintf(env, sizeof(env), "%d:%d:%d:%d", sv->fd, sv->init_fd, ready_w,
+		 sv->pt_fd);
 	setenv("CASTFS_SUPERVISED", env, 1);
 	setenv("CASTFS_MOUNTPOINT", sv->mountpoint, 1);
 	/* The kernel may hold names the daemons before this one answered. */
@@ -477,6 +489,11 @@ static int sv_setup(struct sv *sv, const struct castfs_sv_opts *o)
 	rc = sv_keep_init(sv);
 	if (rc)
 		return rc;
+	/* Appended by every daemon (O_APPEND: whole records), read by
+	 * the next; backing ids live as long as the connection. */
+	sv->pt_fd = memfd_create("castfs-backing", MFD_CLOEXEC);
+	if (sv->pt_fd < 0 || fcntl(sv->pt_fd, F_SETFL, O_APPEND) < 0)
+		return -errno;
 	return sv_signals(sv);
 }
 
@@ -485,6 +502,7 @@ int castfs_supervise(struct fuse_session *se, const struct castfs_sv_opts *o)
 	struct sv sv = { .se = se,
 			 .fd = -1,
 			 .init_fd = -1,
+			 .pt_fd = -1,
 			 .sig_fd = -1,
 			 .cwd_fd = -1,
 			 .ready_fd = -1,
@@ -511,6 +529,8 @@ int castfs_supervise(struct fuse_session *se, const struct castfs_sv_opts *o)
 		close(sv.cwd_fd);
 	if (sv.init_fd >= 0)
 		close(sv.init_fd);
+	if (sv.pt_fd >= 0)
+		close(sv.pt_fd);
 	if (sv.sig_fd >= 0)
 		close(sv.sig_fd);
 	return rc;

@@ -29,6 +29,7 @@ struct options {
 	int version;
 	int nosupervise;
 	int noxattr;
+	int passthrough;
 	const char *mnt_arg; /* the argv element naming the mount point */
 };
 
@@ -48,6 +49,7 @@ static const struct fuse_opt option_spec[] = {
 	OPT("cache_mb=%u", cache_mb),
 	OPT("nosupervise", nosupervise),
 	OPT("noxattr", noxattr),
+	OPT("passthrough", passthrough),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -117,6 +119,9 @@ static void usage(const char *prog)
 	       "    -o noxattr             no extended attributes (user.castfs.*):\n"
 	       "                           the kernel stops asking, which halves\n"
 	       "                           the requests of `ls -l`\n"
+	       "    -o passthrough         unconverted files read by the kernel\n"
+	       "                           from the source, not through castfs\n"
+	       "                           (Linux >= 6.9, root; see README)\n"
 	       "    -h, --help             this help\n"
 	       "    -V, --version          the version\n\n",
 	       prog, prog, prog, prog, prog, prog);
@@ -276,12 +281,11 @@ static int attach(struct castfs_fs *fs, struct fuse_cmdline_opts *cmd,
 		/* Requests in flight on a cloned fd die with it; on the
 		 * supervisor's fd they are resent to the next daemon. */
 		cmd->clone_fd = 0;
-		rc = castfs_sv_child_attach(fs->se, child);
-		return rc ? rc : castfs_fs_io_attach(fs->se);
+		return castfs_sv_child_attach(fs->se, child, fs->pt);
 	}
 	if (fuse_session_mount(fs->se, cmd->mountpoint))
 		return -EIO;
-	rc = castfs_fs_io_attach(fs->se);
+	rc = castfs_fs_io_attach(fs->se, fs->pt);
 	if (rc)
 		return rc;
 	castfs_fs_set_read_ahead(cmd->mountpoint, o->read_ahead_kb);
@@ -415,8 +419,11 @@ static int mount_main(int argc, char **argv)
 	    setup_ns(&fs, &o, child ? child->mountpoint : cmd.mountpoint,
 		     child && child->successor) ||
 	    castfs_fs_thread_key_init(&fs) || castfs_fs_handles_init(&fs) ||
+	    (o.passthrough && castfs_pt_new(fs.stats, &fs.pt)) ||
 	    add_mount_args(&args, o.source))
 		goto out_free;
+	if (fs.pt && child && child->pt_fd >= 0)
+		castfs_pt_set_journal(fs.pt, child->pt_fd);
 	if (!child && !o.nosupervise)
 		rc = mount_supervised(&args, &cmd, &o, argc, argv);
 	else
@@ -426,6 +433,7 @@ out_free:
 	castfs_ns_free(fs.ns);
 	castfs_stats_free(fs.stats);
 out_args:
+	castfs_pt_free(fs.pt);
 	castfs_views_fini(&fs.views);
 	free(cmd.mountpoint);
 	free(o.source);

@@ -45,6 +45,11 @@ void castfs_ns_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup)
 	free(idle);
 }
 
+bool castfs_ns_held(struct castfs_ns *ns, uint64_t id)
+{
+	return ns_node_held(ns, id);
+}
+
 /* ---- setup ---- */
 
 int castfs_ns_new(const struct castfs_ns_opts *o, struct castfs_ns **out,

@@ -104,6 +104,10 @@ int castfs_ns_lookup(struct castfs_ns *ns, uint64_t parent, const char *name,
 /* castfs_ns_forget - drop @n lookups of @id. Thread-safe. */
 void castfs_ns_forget(struct castfs_ns *ns, uint64_t id, uint64_t n);
 
+/* castfs_ns_held - whether the kernel holds node @id (a lookup not yet
+ * forgotten). Thread-safe. */
+bool castfs_ns_held(struct castfs_ns *ns, uint64_t id);
+
 /* castfs_ns_getattr - attributes of @id. Returns 0, -ESTALE, or errno. */
 int castfs_ns_getattr(struct castfs_ns *ns, uint64_t id, struct stat *st);
 
@@ -186,6 +190,13 @@ bool castfs_file_is_view(const struct castfs_file *f);
  * direct I/O so that readers see the whole snapshot. Never true for views.
  */
 bool castfs_file_direct_io(const struct castfs_file *f);
+
+/*
+ * castfs_file_backing_fd - the source fd whose bytes are @f's, offset for
+ * offset (an unconverted file: no plan, no pack, one part), or -1. Owned
+ * by @f. For kernel passthrough (fs/fs_pt.c).
+ */
+int castfs_file_backing_fd(const struct castfs_file *f);
 
 /* castfs_file_close - release @f; NULL is accepted. */
 void castfs_file_close(struct castfs_file *f);

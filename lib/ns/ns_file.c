@@ -491,6 +491,14 @@ bool castfs_file_direct_io(const struct castfs_file *f)
 	return f->direct;
 }
 
+int castfs_file_backing_fd(const struct castfs_file *f)
+{
+	if (f->plan || f->base || f->nparts || f->direct ||
+	    (f->ck && f->ck->zix))
+		return -1;
+	return f->fd;
+}
+
 void castfs_file_close(struct castfs_file *f)
 {
 	if (!f)

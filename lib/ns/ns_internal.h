@@ -299,6 +299,9 @@ struct ns_place {
 	char *path;
 };
 
+/* ns_node_held - whether node @id has a lookup not yet forgotten. */
+bool ns_node_held(struct castfs_ns *ns, uint64_t id);
+
 /* ns_node_count - how many nodes the table holds (*@n) and how many of
  * them the kernel forgot (*@forgotten). Thread-safe. */
 void ns_node_count(struct castfs_ns *ns, size_t *n, size_t *forgotten);

@@ -421,6 +421,18 @@ char *ns_node_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup)
 	return idle;
 }
 
+bool ns_node_held(struct castfs_ns *ns, uint64_t id)
+{
+	const struct ns_node *n;
+	bool held;
+
+	pthread_mutex_lock(&ns->lock);
+	n = node_find_locked(ns, id);
+	held = n && n->nlookup;
+	pthread_mutex_unlock(&ns->lock);
+	return held;
+}
+
 void ns_node_count(struct castfs_ns *ns, size_t *n, size_t *forgotten)
 {
 	pthread_mutex_lock(&ns->lock);

@@ -74,6 +74,9 @@ static const char *const sctr_names[CASTFS_SCTR_COUNT] = {
 	[CASTFS_SCTR_CACHE_TRIM_SCANNED] = "cache_trim_scanned",
 	[CASTFS_SCTR_CTL_WALKS] = "ctl_walks",
 	[CASTFS_SCTR_LISTINGS_MADE] = "listings_made",
+	[CASTFS_SCTR_PASSTHROUGH_OPENS] = "passthrough_opens",
+	[CASTFS_SCTR_PT_BACKINGS] = "passthrough_backing_opened",
+	[CASTFS_SCTR_PT_CLOSED] = "passthrough_backing_closed",
 };
 
 int castfs_stats_new(size_t nviews, struct castfs_stats **out)
@@ -589,12 +592,24 @@ static void prom_counter(struct castfs_strbuf *b, const char *name,
 static void prom_misc(struct castfs_strbuf *b, const struct castfs_stats *st,
 		      const struct castfs_zcache_stats *z)
 {
+	/* Closed first: every close counted was an open counted before. */
+	uint64_t pt_closed = get(&st->ctr[CASTFS_SCTR_PT_CLOSED]);
+	uint64_t pt_opened = get(&st->ctr[CASTFS_SCTR_PT_BACKINGS]);
+
 	prom_counter(b, "castfs_headers_rejected_total", "counter",
 		     "Source files rejected (listed in /.castfs/rejected).",
 		     get(&st->ctr[CASTFS_SCTR_HEADERS_REJECTED]));
 	prom_counter(b, "castfs_stale_reads_total", "counter",
 		     "Reads refused because the source changed.",
 		     get(&st->ctr[CASTFS_SCTR_STALE_READS]));
+	prom_counter(b, "castfs_passthrough_opens_total", "counter",
+		     "Opens of unconverted files the kernel reads from the "
+		     "source itself (-o passthrough).",
+		     get(&st->ctr[CASTFS_SCTR_PASSTHROUGH_OPENS]));
+	prom_counter(b, "castfs_passthrough_backing_files", "gauge",
+		     "Source files the kernel holds open as backing files "
+		     "(-o passthrough).",
+		     pt_opened - pt_closed);
 	prom_counter(b, "castfs_tensor_stats_computed_total", "counter",
 		     "Tensor-wide statistics computed.",
 		     get(&st->ctr[CASTFS_SCTR_TENSOR_STATS]));

@@ -61,6 +61,13 @@ enum castfs_sctr {
 	/* Directory listings made for open handles (ns_list_dir()): shared
 	 * ones once for every handle given them (ns_dirshare.c). */
 	CASTFS_SCTR_LISTINGS_MADE,
+	/* Opens answered with kernel passthrough (-o passthrough): their
+	 * reads never reach the daemon, so they count in no read figure. */
+	CASTFS_SCTR_PASSTHROUGH_OPENS,
+	/* Backing files registered with the kernel for them (one per node
+	 * from its first such open) and closed (the node forgotten). */
+	CASTFS_SCTR_PT_BACKINGS,
+	CASTFS_SCTR_PT_CLOSED,
 	CASTFS_SCTR_COUNT,
 };
 
