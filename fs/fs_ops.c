@@ -366,7 +366,11 @@ static void castfs_op_open(fuse_req_t req, fuse_ino_t ino,
 		reply_err(req, CASTFS_SOP_OPEN, rc);
 		return;
 	}
-	fi->direct_io = castfs_file_direct_io(f);
+	/* O_DIRECT on a passed-through file would follow the source's
+	 * alignment rules (EINVAL for an odd length on ext4): its reads come
+	 * to the daemon as without the option, its maps go to the source. */
+	fi->direct_io = castfs_file_direct_io(f) ||
+			(rc && (fi->flags & O_DIRECT));
 	fi->keep_cache = !fi->direct_io && !rc;
 	fi->noflush = 1;
 	if (rc)

@@ -122,6 +122,24 @@ class Passthrough(unittest.TestCase):
             self.assertEqual(view, rc.view_bytes(self.tensors, "fp8"))
             self.assertGreater(stats(m)["views"]["fp8"]["reads"], 0)
 
+    def test_o_direct_reads_come_to_the_daemon(self):
+        """An O_DIRECT open of a passed-through file reads through the
+        daemon, any length at any offset: the source's own O_DIRECT
+        rules (aligned lengths on ext4) would fail odd ones with EINVAL.
+        Its maps still go to the source."""
+        want = open(self.ckpt, "rb").read()
+        with tl.Mount(self.src, options=["passthrough"]) as m:
+            fd = os.open(m.join("m.safetensors"), os.O_RDONLY | os.O_DIRECT)
+            try:
+                self.assertEqual(os.pread(fd, 1000, 12345),
+                                 want[12345:13345])
+                with mmap.mmap(fd, 0, prot=mmap.PROT_READ) as mm:
+                    self.assertEqual(mm[:4096], want[:4096])
+            finally:
+                os.close(fd)
+            self.assertGreater(raw_reads(m), 0)
+            self.assertEqual(stats(m)["passthrough_opens"], 1)
+
     def test_without_the_option_nothing_is_passed_through(self):
         with tl.Mount(self.src) as m:
             want = open(self.ckpt, "rb").read()
