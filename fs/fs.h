@@ -128,10 +128,6 @@ int castfs_pt_new(struct castfs_stats *stats, struct castfs_pt **out);
  * connection. */
 void castfs_pt_free(struct castfs_pt *pt);
 
-/* castfs_pt_on - whether opens may be passed through (asked for, offered
- * by the kernel's INIT, not refused for want of CAP_SYS_ADMIN). */
-bool castfs_pt_on(const struct castfs_pt *pt);
-
 /* castfs_pt_set_journal - read and append the supervisor's journal of
  * backing ids, memfd @fd (fs_pt.c says why). Call before serving. */
 void castfs_pt_set_journal(struct castfs_pt *pt, int fd);
@@ -161,7 +157,8 @@ int castfs_pt_open(struct castfs_pt *pt, uint64_t id, int src_fd);
 void castfs_pt_open_abandon(void);
 
 /* castfs_pt_forget - node @id was forgotten: unless @ns holds it again,
- * its backing id is closed (no inode of it is open any more). */
+ * its backing id is closed (no inode of it is open any more). Costs a
+ * hash probe for a node without one. */
 void castfs_pt_forget(struct castfs_pt *pt, struct castfs_ns *ns, uint64_t id);
 
 /* castfs_fs_set_read_ahead - raise the read-ahead of the mount at

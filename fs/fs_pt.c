@@ -124,7 +124,9 @@ void castfs_pt_free(struct castfs_pt *pt)
 	free(pt);
 }
 
-bool castfs_pt_on(const struct castfs_pt *pt)
+/* Whether opens may be passed through: asked for, offered by the
+ * kernel's INIT, not refused for want of CAP_SYS_ADMIN. */
+static bool castfs_pt_on(const struct castfs_pt *pt)
 {
 	return pt && __atomic_load_n(&pt->on, __ATOMIC_ACQUIRE);
 }
@@ -374,8 +376,11 @@ void castfs_pt_forget(struct castfs_pt *pt, struct castfs_ns *ns, uint64_t id)
 
 	if (!castfs_pt_on(pt))
 		return;
+	/* No replay: every FORGET would cost a pread. What the daemons
+	 * before us registered was replayed at our start, and every open
+	 * replays; only an id a retiring daemon registers after our last
+	 * open and whose node is then forgotten stays open until unmount. */
 	pthread_mutex_lock(&pt->lock);
-	pt_replay_locked(pt); /* a node the daemon before us registered */
 	s = pt_find_locked(pt, id);
 	/* Unless looked up again since (a new inode of the same node id,
 	 * whose next open will take this id: no inode holds it now). */
