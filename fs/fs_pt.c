@@ -32,6 +32,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "common/hash.h"
 #include "fs.h"
 
 /* Not in Debian 12's <linux/fuse.h> (7.38): protocol 7.40. */
@@ -181,7 +182,7 @@ void castfs_pt_amend_reply(struct castfs_pt *pt, struct iovec *iov, int count)
 
 static size_t pt_hash(uint64_t id, size_t cap)
 {
-	return (size_t)((id * 0x9e3779b97f4a7c15ull) >> 20) & (cap - 1);
+	return (size_t)castfs_mix64(id) & (cap - 1);
 }
 
 static struct pt_slot *pt_find_locked(struct castfs_pt *pt, uint64_t id)
