@@ -315,14 +315,19 @@ out_free_pb:
 /*
  * Whether bytes made by @op need a pass over their whole tensor first
  * (bnb's double-quantisation statistics, NVFP4's global scale, ComfyUI's
- * per-tensor scale): they go to the end of the file, so reading the
- * header never waits for one (docs/FORMATS.md). The codes that depend on
- * a tensor-wide scale stay in place: they are that tensor's own bytes.
+ * per-tensor scale), or over much of it for a few bytes (a
+ * compressed-tensors weight_scale: a 2-byte channel scale per row of the
+ * weight): they go to the end of the file, so reading the header never
+ * waits for one, and a sequential read meets the weight's codes first,
+ * which keep their scales for it (docs/FORMATS.md). The codes that
+ * depend on a tensor-wide scale stay in place: they are that tensor's
+ * own bytes.
  */
 static bool pb_op_late(enum castfs_op op)
 {
 	return op == CASTFS_OP_Q4_QABSMAX || op == CASTFS_OP_Q4_NESTED_ABSMAX ||
-	       op == CASTFS_OP_Q4_STATE || op == CASTFS_OP_CT_GSCALE;
+	       op == CASTFS_OP_Q4_STATE || op == CASTFS_OP_CT_GSCALE ||
+	       op == CASTFS_OP_CT_SCALE;
 }
 
 /* Lay the tensors out through the emitter, then add their extents. */

@@ -372,6 +372,16 @@ static void f8_band_scales(const struct castfs_qtensor *q,
 	}
 }
 
+/* A scale's bytes: F8_E4M3 for NVFP4, else the weight's dtype. */
+static void ct_scale_store(uint8_t *dst, float v,
+			   const struct castfs_qtensor *q, enum castfs_dtype dt)
+{
+	if (q->qtype == CASTFS_Q_NVFP4)
+		*dst = castfs_qr_e4m3(v);
+	else
+		castfs_ct_store(dst, v, dt);
+}
+
 /*
  * Load tile @t and compute the scale of each of its blocks. With
  * @scales_only, or when its codes can use them so (f8_codes16()), a
@@ -391,6 +401,68 @@ static int f8_tile_load_as(const struct castfs_read_env *env,
 	for (uint64_t i = 0; !rc && i < t->nbr; i++)
 		f8_band_scales(q, st, t, i);
 	return rc;
+}
+
+/* Bytes of one stored scale (ct_scale_store()). */
+static unsigned f8_scale_unit(const struct castfs_qtensor *q,
+			      const struct f8_stage *st)
+{
+	return q->qtype == CASTFS_Q_NVFP4 ? 1u : castfs_dtype_bits(st->dt) / 8;
+}
+
+/* Bytes of all of @q's stored scales, @unit each. */
+static uint64_t f8_scale_bytes(const struct castfs_qtensor *q, unsigned unit)
+{
+	return f8_ceil(q->rows, q->blk_rows) * f8_nbcols(q) * unit;
+}
+
+/* Scales kept at most per save, on the stack. */
+#define F8_KEEP_CHUNK 256u
+
+/* Keep the bytes of the @n scales at @sc, scales [@b, @b + @n) of @q
+ * (@total bytes of them). */
+static void f8_keep_run(const struct castfs_read_env *env,
+			const struct castfs_qtensor *q,
+			const struct f8_stage *st, const float *sc, uint64_t b,
+			uint64_t n, uint64_t total)
+{
+	uint32_t idx = (uint32_t)(q - env->plan->qtensors);
+	unsigned unit = f8_scale_unit(q, st);
+	uint8_t buf[F8_KEEP_CHUNK * 4];
+
+	for (uint64_t j = 0; j < n; j += F8_KEEP_CHUNK) {
+		uint64_t k = CASTFS_MIN(n - j, (uint64_t)F8_KEEP_CHUNK);
+
+		for (uint64_t m = 0; m < k; m++)
+			ct_scale_store(buf + m * unit, sc[j + m], q, st->dt);
+		castfs_qcache_save(env->plan, idx, total, (b + j) * unit, buf,
+				   (size_t)(k * unit));
+	}
+}
+
+/*
+ * A codes read computed the scales of tile @t: keep their bytes for the
+ * read of the weight's _scale tensor, which lies after every weight's
+ * codes (the late run), so that read need not go over the weight again
+ * (plan_qcache.c; best effort, bounded by the plan's budget).
+ */
+static void f8_keep_scales(const struct castfs_read_env *env,
+			   const struct castfs_qtensor *q,
+			   const struct f8_stage *st, const struct f8_tile *t)
+{
+	uint64_t total = f8_scale_bytes(q, f8_scale_unit(q, st));
+	uint64_t all = f8_nbcols(q);
+
+	if (!env->plan->qcache || !castfs_qcache_fits(total))
+		return;
+	if (t->nbc == all) { /* whole block rows: one run */
+		f8_keep_run(env, q, st, t->scale, t->br * all, t->nbr * all,
+			    total);
+		return;
+	}
+	for (uint64_t i = 0; i < t->nbr; i++)
+		f8_keep_run(env, q, st, t->scale + i * t->nbc,
+			    (t->br + i) * all + t->bc, t->nbc, total);
 }
 
 static int f8_tile_load(const struct castfs_read_env *env,
@@ -493,8 +565,10 @@ static int f8_codes_partial(const struct castfs_read_env *env,
 		f8_tile_pick(q, st->cap, br, 1, bc,
 			     f8_ceil(cb, q->blk_cols) - bc, t);
 		rc = f8_tile_load(env, q, st, t);
-		if (!rc)
+		if (!rc) {
 			f8_tile_codes(q, st, t, lo, hi, base, dst);
+			f8_keep_scales(env, q, st, t);
+		}
 	}
 	return rc;
 }
@@ -532,6 +606,7 @@ struct f8_out {
 #define F8_MAP_ELEMS (8u << 20)
 
 struct f8_mapped {
+	const struct castfs_read_env *env;
 	const struct castfs_qtensor *q;
 	const struct f8_stage *st;
 	struct f8_tile *t;
@@ -582,6 +657,7 @@ static int f8_codes_mapped(void *arg, const struct castfs_piece *p)
 			f8_tile_codes(q, m->st, t, e0, e1, m->o->base,
 				      m->o->dst);
 	}
+	f8_keep_scales(m->env, q, m->st, t);
 	return 0;
 }
 
@@ -596,7 +672,7 @@ static int f8_codes_map(const struct castfs_read_env *env,
 			const struct f8_stage *st, struct f8_tile *t,
 			uint64_t br, uint64_t whole, struct f8_out *o)
 {
-	struct f8_mapped m = { .q = q, .st = st, .t = t, .o = o };
+	struct f8_mapped m = { .env = env, .q = q, .st = st, .t = t, .o = o };
 	int rc;
 
 	if (!f8_codes16(q, st))
@@ -630,8 +706,10 @@ static int f8_codes_whole(const struct castfs_read_env *env,
 		return -ENOTSUP;
 	rc = f8_tile_load(env, q, st, t);
 	hi = CASTFS_MIN(o->hi, t->r1 * q->cols);
-	if (!rc)
+	if (!rc) {
 		f8_tile_codes(q, st, t, o->lo, hi, o->base, o->dst);
+		f8_keep_scales(env, q, st, t);
+	}
 	o->lo = hi;
 	return rc;
 }
@@ -684,16 +762,6 @@ int castfs_gen_i4_packed(const struct castfs_read_env *env,
 	return ct_codes(env, e->qt, first * 2, count * 2, dst);
 }
 
-/* A scale's bytes: F8_E4M3 for NVFP4, else the weight's dtype. */
-static void ct_scale_store(uint8_t *dst, float v,
-			   const struct castfs_qtensor *q, enum castfs_dtype dt)
-{
-	if (q->qtype == CASTFS_Q_NVFP4)
-		*dst = castfs_qr_e4m3(v);
-	else
-		castfs_ct_store(dst, v, dt);
-}
-
 /* CT_SCALE: a unit is one block's scale (F8_E4M3 or the weight's dtype). */
 int castfs_gen_ct_scale(const struct castfs_read_env *env,
 			const struct castfs_extent *e, uint64_t first,
@@ -705,6 +773,10 @@ int castfs_gen_ct_scale(const struct castfs_read_env *env,
 	struct f8_tile t;
 	int rc = f8_stage_init(&st, env, e->qt);
 
+	if (!rc && f8_scale_unit(q, &st) == e->unit &&
+	    castfs_qcache_take(env->plan, e->qt, f8_scale_bytes(q, e->unit),
+			       first * e->unit, count * e->unit, dst))
+		return 0;
 	while (!rc && count) {
 		uint64_t bc = first % all;
 

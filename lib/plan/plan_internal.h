@@ -199,8 +199,9 @@ struct castfs_qstats {
 	/*
 	 * 4-bit nested: the Q4_QABSMAX bytes (one per block) that Q4_CODES
 	 * reads computed on the way, kept for the Q4_QABSMAX read that comes
-	 * right after them in a sequential read; byte b is valid when bit b
-	 * of qc_valid is. NULL when not held (plan_qcache.c). Under @lock.
+	 * after them in a sequential read; compressed-tensors: the CT_SCALE
+	 * bytes its codes' reads computed. Byte b is valid when bit b of
+	 * qc_valid is. NULL when not held (plan_qcache.c). Under @lock.
 	 */
 	uint8_t *qc;
 	uint64_t *qc_valid;
@@ -226,25 +227,25 @@ struct castfs_qcache {
 	uint32_t *qt; /* room for every quantised tensor of the plan */
 };
 
-/* castfs_qcache_fits - whether a tensor of @nblocks 4-bit blocks may keep
- * its double-quantised absmax bytes (the cache has a size limit). */
+/* castfs_qcache_fits - whether a tensor may keep @nblocks bytes (its
+ * double-quantised absmax or scale bytes; the cache has a size limit). */
 bool castfs_qcache_fits(uint64_t nblocks);
 
 /*
- * castfs_qcache_save - keep the Q4_QABSMAX bytes @codes of blocks [@b,
- * @b + @k) of quantised tensor @idx (@nblocks blocks) of @p, within the
- * plan's budget (holders idle for a while are evicted to make room). Best
- * effort: without room or memory nothing is kept. Thread-safe (the qcache
- * lock, then the tensor's qstats lock).
+ * castfs_qcache_save - keep the bytes @codes, bytes [@b, @b + @k) of the
+ * @nblocks Q4_QABSMAX or CT_SCALE bytes of quantised tensor @idx of @p,
+ * within the plan's budget (holders idle for a while are evicted to make
+ * room). Best effort: without room or memory nothing is kept. Thread-safe
+ * (the qcache lock, then the tensor's qstats lock).
  */
 void castfs_qcache_save(const struct castfs_plan *p, uint32_t idx,
 			uint64_t nblocks, uint64_t b, const uint8_t *codes,
 			size_t k);
 
 /*
- * castfs_qcache_take - copy Q4_QABSMAX bytes [@first, @first + @count) of
- * tensor @idx to @dst if all of them are kept; true then. The cache is
- * dropped once @nblocks bytes were served. Thread-safe.
+ * castfs_qcache_take - copy bytes [@first, @first + @count) of tensor
+ * @idx's kept bytes to @dst if all of them are kept; true then. The cache
+ * is dropped once @nblocks bytes were served. Thread-safe.
  */
 bool castfs_qcache_take(const struct castfs_plan *p, uint32_t idx,
 			uint64_t nblocks, uint64_t first, uint64_t count,

@@ -10,14 +10,17 @@
 #include "plan/plan_internal.h"
 
 /*
- * The double-quantised absmax cache. A block's 8-bit absmax code (the
- * Q4_QABSMAX byte) needs the block's absmax, which a Q4_CODES read has
- * just computed for the block's codes; in a sequential read of a view the
- * tensor's .absmax bytes come right after its codes (the writer's name
- * order), or after the codes of every tensor (the late run of
- * docs/FORMATS.md). Q4_CODES reads keep them (castfs_qcache_save) once the
- * tensor's statistics are ready, and the Q4_QABSMAX read takes them
- * (castfs_qcache_take) instead of reading the whole tensor again. A plan's
+ * The cache of small bytes made from a weight's blocks. A block's 8-bit
+ * absmax code (the Q4_QABSMAX byte) needs the block's absmax, which a
+ * Q4_CODES read has just computed for the block's codes; in a sequential
+ * read of a view the tensor's .absmax bytes come right after its codes
+ * (the writer's name order), or after the codes of every tensor (the late
+ * run of docs/FORMATS.md). Q4_CODES reads keep them (castfs_qcache_save)
+ * once the tensor's statistics are ready, and the Q4_QABSMAX read takes
+ * them (castfs_qcache_take) instead of reading the whole tensor again. The
+ * compressed-tensors codes (F8_CODES, I4_PACKED) keep their blocks'
+ * weight_scale bytes (CT_SCALE, in the late run) the same way
+ * (plan_gen_f8.c): a tensor's cache holds one kind of bytes. A plan's
  * caches hold at most QC_BUDGET bytes, each at most QC_MAX_BLOCKS; a
  * cache is dropped once all of it was served. When a new one does not
  * fit, holders idle for QC_IDLE_MS (a reader that never came for its
@@ -193,7 +196,7 @@ void castfs_qcache_save(const struct castfs_plan *p, uint32_t idx,
 		qc_acquire(p, idx, nblocks);
 		pthread_mutex_lock(&qs->lock);
 	}
-	if (qs->qc) {
+	if (qs->qc && b <= qs->qc_len && k <= qs->qc_len - b) {
 		memcpy(qs->qc + b, codes, k);
 		qc_bits(qs->qc_valid, b, k, true);
 		qs->qc_used_ms = qc_now_ms();

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The late run of docs/FORMATS.md applied to a writer's file: tensors
-whose bytes need a pass over a whole weight (the double-quantised absmax
-of nf4/fp4, NVFP4's global scale, fp8_scaled's per-tensor scale) laid out
+whose bytes need a pass over a weight (the double-quantised absmax of
+nf4/fp4, the scales of the compressed-tensors views) laid out
 after all others, each run in the writer's order, unless that would leave
 a tensor misaligned. Written from the documentation, not from castfs."""
 import json
@@ -40,6 +40,8 @@ def relayout(data, late):
 
 
 def scale_is_late(name):
-    """NVFP4's weight_global_scale: the one tensor of a compressed-tensors
-    view that needs its whole weight first."""
-    return name.endswith(".weight_global_scale")
+    """The scales of a compressed-tensors view: NVFP4's
+    weight_global_scale needs its whole weight first, and every
+    weight_scale (channel, block or group) is made from the weight's
+    elements, which its codes' reads go over first."""
+    return name.endswith((".weight_global_scale", ".weight_scale"))

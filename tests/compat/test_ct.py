@@ -178,8 +178,8 @@ class CtViews(unittest.TestCase):
         assert rc == 0, "castfs exited with %d" % rc
 
     def ref_file(self, model, view):
-        """llm-compressor's file, with NVFP4's global scales laid out
-        last (docs/FORMATS.md, "the late run")."""
+        """llm-compressor's file, with its scales laid out last
+        (docs/FORMATS.md, "the late run")."""
         with open(os.path.join(self.ref, model + "." + view,
                                "model.safetensors"), "rb") as f:
             return relayout(f.read(), scale_is_late)

@@ -12,7 +12,8 @@ The nf4 view lays the bytes that need those statistics out last
 (docs/FORMATS.md), so its header and its codes are read at once: before,
 any read of its first page waited for the whole pass. The nvfp4 and
 fp8_scaled views lay their tensor-wide scales out last too: their codes
-need the scale, but a header read no longer does.
+need the scale, but a header read no longer does; so does fp8_dynamic
+its channel scales.
 
 A reader killed while it waits on such a pass stops it too, though the
 kernel sends no FUSE_INTERRUPT for its request: read-ahead and
@@ -34,6 +35,7 @@ import castfs_testlib as tl
 
 STOP_BOUND_S = 2.0
 SHAPE = [1 << 20, 1 << 19]  # BF16: 1 TiB
+TALL = [1 << 28, 1 << 12]  # BF16: 1 TiB
 
 
 WEIGHT = "model.layers.0.mlp.down_proj.weight"
@@ -41,13 +43,13 @@ EMBED = "model.embed_tokens.weight"
 EMBED_SHAPE = [1024, 4096]  # BF16: 8 MiB, more than any read-ahead
 
 
-def write_sparse(path, embed=False):
+def write_sparse(path, embed=False, shape=SHAPE):
     """A valid safetensors file: a header naming one 1 TiB BF16 weight
-    (and, with @embed, an 8 MiB embedding before it, which no view
-    quantises), then a hole (zeros) of that size."""
-    n = SHAPE[0] * SHAPE[1] * 2
+    of @shape (and, with @embed, an 8 MiB embedding before it, which no
+    view quantises), then a hole (zeros) of that size."""
+    n = shape[0] * shape[1] * 2
     e = EMBED_SHAPE[0] * EMBED_SHAPE[1] * 2 if embed else 0
-    head = {WEIGHT: {"dtype": "BF16", "shape": SHAPE,
+    head = {WEIGHT: {"dtype": "BF16", "shape": shape,
                      "data_offsets": [e, e + n]}}
     if embed:
         head[EMBED] = {"dtype": "BF16", "shape": EMBED_SHAPE,
@@ -62,6 +64,9 @@ def write_sparse(path, embed=False):
 def write_sources(src):
     write_sparse(os.path.join(src, "big.safetensors"))
     write_sparse(os.path.join(src, "wide.safetensors"), embed=True)
+    # Rows narrow enough for fp8_dynamic's channel scales (a row must fit
+    # a tile): 2^28 of them.
+    write_sparse(os.path.join(src, "tall.safetensors"), shape=TALL)
 
 
 def cpu_s(pid):
@@ -251,42 +256,54 @@ class TestStop(unittest.TestCase):
         neither view quantises, they are out of a header read's reach:
         the header and the embedding are read at once. Before, the F32
         scales came first (the writer's order) and the first 8 bytes
-        waited for the pass."""
+        waited for the pass. fp8_dynamic's channel scales (BF16, one per
+        row) need only their rows, but 1 MiB of them spans 4 GiB of this
+        weight's rows: they lie last too, so the header and the first
+        MiB after it (the codes) are read at once; before, that MiB was
+        the scales' and took 16 s here."""
         code = ("import json, os, struct, sys; "
                 "fd = os.open(sys.argv[1], os.O_RDONLY); "
                 "size = os.fstat(fd).st_size; "
                 "n = struct.unpack('<Q', os.pread(fd, 8, 0))[0]; "
                 "head = json.loads(os.pread(fd, n, 8)); "
-                "emb = head[%r]['data_offsets']; "
-                "data = os.pread(fd, 1 << 20, 8 + n + emb[0]); "
+                "a = sys.argv[2]; "
+                "first = head[a]['data_offsets'] if a else [0]; "
+                "data = os.pread(fd, 1 << 20, 8 + n + first[0]); "
                 "print(json.dumps([size, n, head, "
-                "data == bytes(1 << 20)]))" % EMBED)
-        # The scale, and with it the 27-byte marker that would misalign
-        # it (docs/FORMATS.md).
+                "data == bytes(1 << 20)]))")
+        # Per view: the file, the tensor read after the header (or the
+        # first bytes after it: ""), the late
+        # tensors (the scales, and fp8_scaled's 27-byte marker that would
+        # misalign its scale: docs/FORMATS.md) and the first one's dtype.
         mod = WEIGHT[:-len(".weight")]
-        late_of = {"nvfp4": (WEIGHT + "_global_scale",),
-                   "fp8_scaled": (WEIGHT + "_scale", mod + ".comfy_quant")}
+        cases = {
+            "nvfp4": ("wide", EMBED, (WEIGHT + "_global_scale",
+                                      WEIGHT + "_scale"), "F32"),
+            "fp8_scaled": ("wide", EMBED, (WEIGHT + "_scale",
+                                           mod + ".comfy_quant"), "F32"),
+            "fp8_dynamic": ("tall", "", (WEIGHT + "_scale",), "BF16"),
+        }
         with tl.Mount(Env.src, options=["nosupervise"]) as m:
             daemon = m.proc.pid
-            for view, late in late_of.items():
+            for view, (stem, first, late, dtype) in cases.items():
                 with self.subTest(view=view):
                     t = time.time()
                     try:
                         out = subprocess.run(
                             [sys.executable, "-c", code,
-                             m.join("wide.%s.safetensors" % view)],
+                             m.join("%s.%s.safetensors" % (stem, view)),
+                             first],
                             capture_output=True, timeout=10,
                             check=True).stdout
                     except subprocess.TimeoutExpired:
                         self.fail("the header waited on the scale's pass")
                     took = time.time() - t
-                    sys.stderr.write("%s header and 1 MiB of the "
-                                     "embedding: %.2f s\n" % (view, took))
+                    sys.stderr.write("%s header and 1 MiB of %s: %.2f s\n"
+                                     % (view, first or "data", took))
                     self.assertLess(took, STOP_BOUND_S + 1.0)
                     size, n, head, zeros = json.loads(out)
                     self.assertTrue(zeros)
-                    self.assertEqual(head[EMBED]["dtype"], "BF16")
-                    self.assertEqual(head[late[0]]["dtype"], "F32")
+                    self.assertEqual(head[late[0]]["dtype"], dtype)
                     ts = {k: v["data_offsets"] for k, v in head.items()
                           if k != "__metadata__"}
                     self.assertLessEqual(set(late), set(ts))

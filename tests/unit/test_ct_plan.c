@@ -8,6 +8,8 @@
  * checked against llm-compressor itself in tests/compat/test_ct.py.
  */
 #include <check.h>
+#include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -352,6 +354,83 @@ START_TEST(test_ct__random_ranges_equal_full_read)
 }
 END_TEST
 
+static ssize_t no_pread(void *ctx, void *buf, size_t n, uint64_t off)
+{
+	(void)ctx;
+	(void)buf;
+	(void)n;
+	(void)off;
+	return -EIO;
+}
+
+/* Whether tensor @t is a weight's scale (CT_SCALE bytes). */
+static bool is_scale(const struct castfs_tensor *t)
+{
+	static const char sfx[] = ".weight_scale";
+
+	return t->name_len >= sizeof(sfx) - 1 &&
+	       !memcmp(t->name + t->name_len - (sizeof(sfx) - 1), sfx,
+		       sizeof(sfx) - 1);
+}
+
+/*
+ * The scales lie after every weight's codes (the late run), and a
+ * sequential read of the codes keeps them: the _scale tensors are then
+ * served without reading the source again, and equal a full read's.
+ * Read first, they need the source (its read fails here).
+ */
+START_TEST(test_ct__scales_after_codes_need_no_source)
+{
+	struct castfs_plan *p = tu_fixture_plan(&fx, views[_i]);
+	uint8_t *full = tu_fixture_read_all(&fx, p, &fx.s), *buf;
+	struct castfs_reader none = { no_pread, NULL, NULL, NULL };
+	struct castfs_diag d = { { 0 } };
+	struct castfs_header *h;
+	uint64_t first = UINT64_MAX;
+	unsigned nscale = 0;
+
+	ck_assert_int_eq(castfs_header_parse(full, p->size, p->size, &h, &d),
+			 0);
+	castfs_plan_free(p);
+	p = tu_fixture_plan(&fx, views[_i]);
+	buf = malloc(p->size);
+	ck_assert_ptr_nonnull(buf);
+	for (size_t i = 0; i < h->ntensors; i++) {
+		const struct castfs_tensor *t = &h->tensors[i];
+
+		if (!is_scale(t))
+			continue;
+		nscale++;
+		first = t->begin < first ? t->begin : first;
+		ck_assert_int_eq(castfs_plan_read(p, &none, &fx.s, buf,
+						  (size_t)(t->end - t->begin),
+						  h->data_start + t->begin),
+				 -EIO);
+	}
+	ck_assert_uint_gt(nscale, 0);
+	/* Everything before the first scale: the header and the codes. */
+	ck_assert_int_eq(castfs_plan_read(p, &fx.mr.r, &fx.s, buf,
+					  (size_t)(h->data_start + first), 0),
+			 (ssize_t)(h->data_start + first));
+	for (size_t i = 0; i < h->ntensors; i++) {
+		const struct castfs_tensor *t = &h->tensors[i];
+		size_t len = (size_t)(t->end - t->begin);
+		uint64_t off = h->data_start + t->begin;
+
+		if (!is_scale(t))
+			continue;
+		ck_assert_int_eq(castfs_plan_read(p, &none, &fx.s, buf, len,
+						  off),
+				 (ssize_t)len);
+		ck_assert(memcmp(buf, full + off, len) == 0);
+	}
+	castfs_header_free(h);
+	free(buf);
+	free(full);
+	castfs_plan_free(p);
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("ct_plan");
@@ -362,6 +441,8 @@ Suite *unit_suite(void)
 	tcase_add_loop_test(tc, test_ct__views_equal_slow_materialisation, 0,
 			    4);
 	tcase_add_loop_test(tc, test_ct__random_ranges_equal_full_read, 0, 4);
+	tcase_add_loop_test(tc, test_ct__scales_after_codes_need_no_source, 0,
+			    4);
 	suite_add_tcase(s, tc);
 	return s;
 }
