@@ -3,9 +3,12 @@
  * The generators of the compressed-tensors scaled-fp8 extents: a range of
  * codes or scales is served from tiles of whole scale blocks (rows for a
  * channel scale, 128 x 128 blocks) read through the thread's scratch.
- * Stateless: each block's scale is recomputed from its elements; the one
- * tensor-wide statistic, NVFP4's global scale, is computed once per tensor
- * on first need and kept with the plan (fp4_gscale).
+ * Each block's scale is computed from its elements where it is needed;
+ * the codes' reads keep the scales they computed for the weight_scale
+ * read that follows them in the late run (f8_keep_scales, a best-effort
+ * cache: what it lacks is computed again, the same bytes). The one
+ * tensor-wide statistic, NVFP4's global scale, is computed once per
+ * tensor on first need and kept with the plan (fp4_gscale).
  */
 #include <errno.h>
 #include <pthread.h>
