@@ -271,10 +271,10 @@ class TestStop(unittest.TestCase):
                 "data = os.pread(fd, 1 << 20, 8 + n + first[0]); "
                 "print(json.dumps([size, n, head, "
                 "data == bytes(1 << 20)]))")
-        # Per view: the file, the tensor read after the header (or the
-        # first bytes after it: ""), the late
-        # tensors (the scales, and fp8_scaled's 27-byte marker that would
-        # misalign its scale: docs/FORMATS.md) and the first one's dtype.
+        # Per view: the file, the tensor read after the header ("": the
+        # bytes right after it), the late tensors (the scales, and
+        # fp8_scaled's 27-byte marker that would misalign its scale:
+        # docs/FORMATS.md) and the first one's dtype.
         mod = WEIGHT[:-len(".weight")]
         cases = {
             "nvfp4": ("wide", EMBED, (WEIGHT + "_global_scale",
