@@ -199,13 +199,18 @@ static struct pt_slot *pt_find_locked(struct castfs_pt *pt, uint64_t id)
 	}
 }
 
-static int pt_grow_locked(struct castfs_pt *pt)
+/* Rehash into a table at most half full of the live entries: tombstones
+ * go with the rehash, so churn (files opened and forgotten for the life
+ * of the mount) does not grow the table, and a shrunk set shrinks it. */
+static int pt_rehash_locked(struct castfs_pt *pt)
 {
-	size_t cap = pt->cap ? pt->cap * 2 : 256;
 	struct pt_slot *old = pt->slot, *s;
-	size_t ocap = pt->cap;
+	size_t ocap = pt->cap, live = 0, cap = 256;
 
-	/* Live entries alone decide: tombstones go with the rehash. */
+	for (size_t i = 0; i < ocap; i++)
+		live += old[i].id != 0;
+	while ((live + 1) * 2 > cap)
+		cap *= 2;
 	s = calloc(cap, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
@@ -233,7 +238,7 @@ static int pt_insert_locked(struct castfs_pt *pt, uint64_t id, int32_t backing)
 	int rc;
 
 	if ((pt->used + 1) * 4 > pt->cap * 3) {
-		rc = pt_grow_locked(pt);
+		rc = pt_rehash_locked(pt);
 		if (rc)
 			return rc;
 	}
