@@ -227,28 +227,26 @@ struct castfs_qcache {
 	uint32_t *qt; /* room for every quantised tensor of the plan */
 };
 
-/* castfs_qcache_fits - whether a tensor may keep @nblocks bytes (its
+/* castfs_qcache_fits - whether a tensor may keep @len bytes (its
  * double-quantised absmax or scale bytes; the cache has a size limit). */
-bool castfs_qcache_fits(uint64_t nblocks);
+bool castfs_qcache_fits(uint64_t len);
 
 /*
- * castfs_qcache_save - keep the bytes @codes, bytes [@b, @b + @k) of the
- * @nblocks Q4_QABSMAX or CT_SCALE bytes of quantised tensor @idx of @p,
+ * castfs_qcache_save - keep @bytes, bytes [@b, @b + @k) of the @len
+ * Q4_QABSMAX or CT_SCALE bytes of quantised tensor @idx of @p,
  * within the plan's budget (holders idle for a while are evicted to make
  * room). Best effort: without room or memory nothing is kept. Thread-safe
  * (the qcache lock, then the tensor's qstats lock).
  */
-void castfs_qcache_save(const struct castfs_plan *p, uint32_t idx,
-			uint64_t nblocks, uint64_t b, const uint8_t *codes,
-			size_t k);
+void castfs_qcache_save(const struct castfs_plan *p, uint32_t idx, uint64_t len,
+			uint64_t b, const uint8_t *bytes, size_t k);
 
 /*
  * castfs_qcache_take - copy bytes [@first, @first + @count) of tensor
  * @idx's kept bytes to @dst if all of them are kept; true then. The cache
- * is dropped once @nblocks bytes were served. Thread-safe.
+ * is dropped once @len bytes were served. Thread-safe.
  */
-bool castfs_qcache_take(const struct castfs_plan *p, uint32_t idx,
-			uint64_t nblocks, uint64_t first, uint64_t count,
-			uint8_t *dst);
+bool castfs_qcache_take(const struct castfs_plan *p, uint32_t idx, uint64_t len,
+			uint64_t first, uint64_t count, uint8_t *dst);
 
 #endif

@@ -21,7 +21,7 @@
  * compressed-tensors codes (F8_CODES, I4_PACKED) keep their blocks'
  * weight_scale bytes (CT_SCALE, in the late run) the same way
  * (plan_gen_f8.c): a tensor's cache holds one kind of bytes. A plan's
- * caches hold at most QC_BUDGET bytes, each at most QC_MAX_BLOCKS; a
+ * caches hold at most QC_BUDGET bytes, each at most QC_MAX_BYTES; a
  * cache is dropped once all of it was served. When a new one does not
  * fit, holders idle for QC_IDLE_MS (a reader that never came for its
  * .absmax) are evicted, oldest first; recent ones are kept, not the new
@@ -29,7 +29,7 @@
  * evicting the oldest would leave none by then. Any range not all cached
  * is computed as before: the bytes are the same.
  */
-#define QC_MAX_BLOCKS (2u << 20)
+#define QC_MAX_BYTES (2u << 20)
 #define QC_BUDGET ((uint64_t)16 << 20)
 #define QC_IDLE_MS 10000u
 /* A tensor refused room asks again after this long, not per chunk. */
@@ -174,14 +174,13 @@ static bool qc_bits(uint64_t *v, uint64_t b, uint64_t n, bool set)
 	return true;
 }
 
-bool castfs_qcache_fits(uint64_t nblocks)
+bool castfs_qcache_fits(uint64_t len)
 {
-	return nblocks <= QC_MAX_BLOCKS;
+	return len <= QC_MAX_BYTES;
 }
 
-void castfs_qcache_save(const struct castfs_plan *p, uint32_t idx,
-			uint64_t nblocks, uint64_t b, const uint8_t *codes,
-			size_t k)
+void castfs_qcache_save(const struct castfs_plan *p, uint32_t idx, uint64_t len,
+			uint64_t b, const uint8_t *bytes, size_t k)
 {
 	struct castfs_qstats *qs = &p->qstats[idx];
 
@@ -193,20 +192,19 @@ void castfs_qcache_save(const struct castfs_plan *p, uint32_t idx,
 	}
 	if (!qs->qc) {
 		pthread_mutex_unlock(&qs->lock);
-		qc_acquire(p, idx, nblocks);
+		qc_acquire(p, idx, len);
 		pthread_mutex_lock(&qs->lock);
 	}
 	if (qs->qc && b <= qs->qc_len && k <= qs->qc_len - b) {
-		memcpy(qs->qc + b, codes, k);
+		memcpy(qs->qc + b, bytes, k);
 		qc_bits(qs->qc_valid, b, k, true);
 		qs->qc_used_ms = qc_now_ms();
 	}
 	pthread_mutex_unlock(&qs->lock);
 }
 
-bool castfs_qcache_take(const struct castfs_plan *p, uint32_t idx,
-			uint64_t nblocks, uint64_t first, uint64_t count,
-			uint8_t *dst)
+bool castfs_qcache_take(const struct castfs_plan *p, uint32_t idx, uint64_t len,
+			uint64_t first, uint64_t count, uint8_t *dst)
 {
 	struct castfs_qstats *qs = &p->qstats[idx];
 	bool hit;
@@ -217,7 +215,7 @@ bool castfs_qcache_take(const struct castfs_plan *p, uint32_t idx,
 		memcpy(dst, qs->qc + first, (size_t)count);
 		qs->qc_used_ms = qc_now_ms();
 		qs->qc_served += count;
-		if (qs->qc_served >= nblocks)
+		if (qs->qc_served >= len)
 			qc_drop_locked(qs); /* stays listed: harmless */
 	}
 	pthread_mutex_unlock(&qs->lock);
