@@ -117,7 +117,7 @@ uint32_t zst_frame_sum(enum castfs_zst_transform t, const void *stored,
 {
 	unsigned w = zst_group_width(t);
 
-	if (t == CASTFS_ZST_BF16_TIERED)
+	if (zst_xform_tiered(t))
 		return zst_crc32c(stored, csize);
 	if (w == 1)
 		return zst_checksum(plane[0], dsize);

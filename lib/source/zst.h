@@ -58,7 +58,8 @@ void castfs_zcache_stats_get(struct castfs_zcache *c,
 /*
  * How a frame of a grouped pack stores its bytes (FORMATS.md): the byte
  * planes of 2- or 4-byte elements, with the bf16/fp32 exponent first made
- * a whole byte. A standard pack stores every frame as NONE.
+ * a whole byte, and the last plane of the TIERED ones in rank codes
+ * (zst_tier.c). A standard pack stores every frame as NONE.
  */
 enum castfs_zst_transform {
 	CASTFS_ZST_NONE,
@@ -67,6 +68,8 @@ enum castfs_zst_transform {
 	CASTFS_ZST_PLANES4, /* 4-byte elements other than fp32 */
 	CASTFS_ZST_F32,
 	CASTFS_ZST_BF16_TIERED, /* bf16 as above, its exponent tier-coded */
+	CASTFS_ZST_F32_TIERED, /* fp32 as F32, its exponent tier-coded */
+	CASTFS_ZST_PLANES2_TIERED, /* as PLANES2, the high byte tier-coded */
 	CASTFS_ZST_TRANSFORM_COUNT,
 };
 

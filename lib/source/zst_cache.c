@@ -214,8 +214,8 @@ static int frame_planes_dc(const struct castfs_zst_index *ix, size_t i,
 
 	if (!planes)
 		return -ENOMEM;
-	rc = t == CASTFS_ZST_BF16_TIERED ?
-		     zst_tier_decode(planes, dsize, src, csize, plane) :
+	rc = zst_xform_tiered(t) ?
+		     zst_tier_decode(planes, dsize, src, csize, t, plane) :
 		     zst_decode_planes(dc, planes, dsize, src, csize, w, plane);
 	if (!rc && ix->sum &&
 	    zst_frame_sum(t, src, csize, plane, dsize) != ix->sum[i])

@@ -21,9 +21,11 @@ unsigned zst_group_width(enum castfs_zst_transform t)
 	case CASTFS_ZST_PLANES2:
 	case CASTFS_ZST_BF16:
 	case CASTFS_ZST_BF16_TIERED:
+	case CASTFS_ZST_PLANES2_TIERED:
 		return 2;
 	case CASTFS_ZST_PLANES4:
 	case CASTFS_ZST_F32:
+	case CASTFS_ZST_F32_TIERED:
 		return 4;
 	case CASTFS_ZST_NONE:
 	case CASTFS_ZST_TRANSFORM_COUNT:
@@ -69,7 +71,7 @@ static uint32_t elem_load(const uint8_t *src, size_t i, unsigned w,
 	}
 	uint32_t v = castfs_load_le32(src + 4 * i);
 
-	return t == CASTFS_ZST_F32 ? f32_align(v) : v;
+	return zst_xform_f32(t) ? f32_align(v) : v;
 }
 
 void zst_group(uint8_t *dst, const uint8_t *src, size_t n,
@@ -112,7 +114,7 @@ static void ungroup_any(uint8_t *dst, const uint8_t *const *plane, size_t n,
 						  bf16_unalign((uint16_t)v) :
 						  (uint16_t)v);
 		else
-			castfs_store_le32(dst + 4 * i, t == CASTFS_ZST_F32 ?
+			castfs_store_le32(dst + 4 * i, zst_xform_f32(t) ?
 							       f32_unalign(v) :
 							       v);
 	}
@@ -304,7 +306,7 @@ static void ungroup_planes_isa(uint8_t *dst, const uint8_t *const *plane,
 			 count, zst_xform_bf16(t));
 	else if (w == 4 && ((uintptr_t)dst & 3) == 0)
 		ungroup4(isa, (uint32_t *)(void *)dst, plane, count,
-			 t == CASTFS_ZST_F32);
+			 zst_xform_f32(t));
 	else
 #endif
 		ungroup_any(dst, plane, n, t);

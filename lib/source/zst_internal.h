@@ -215,36 +215,60 @@ size_t zst_encode_frame(struct zst_cctx *cc, void *dst, size_t cap,
 			const void *src, size_t n);
 
 /*
- * Tiered bf16 frames (zst_tier.c, FORMATS.md): a skippable frame of
- * ZST_TIER_MAGIC holding the exponent plane in up to ZST_TIER_MAX tiers
- * of fixed-width rank codes and the sign+mantissa plane raw.
+ * Tiered frames (zst_tier.c, FORMATS.md): a skippable frame of
+ * ZST_TIER_MAGIC holding the last plane of a grouped frame (the bf16 or
+ * fp32 exponent, the high byte of other 2-byte elements) in up to
+ * ZST_TIER_MAX tiers of fixed-width rank codes and the other planes raw.
  */
 #define ZST_TIER_MAGIC 0x184D2A58u
 #define ZST_TIER_MAX 3u
+
+/* zst_xform_tiered - whether frames of @t are tiered frames. */
+static inline bool zst_xform_tiered(enum castfs_zst_transform t)
+{
+	return t == CASTFS_ZST_BF16_TIERED || t == CASTFS_ZST_F32_TIERED ||
+	       t == CASTFS_ZST_PLANES2_TIERED;
+}
+
+/* zst_xform_tier - the tiered transform of frames of @t: the same planes
+ * in a tiered frame; CASTFS_ZST_NONE when @t has none. */
+static inline enum castfs_zst_transform
+zst_xform_tier(enum castfs_zst_transform t)
+{
+	if (t == CASTFS_ZST_BF16)
+		return CASTFS_ZST_BF16_TIERED;
+	if (t == CASTFS_ZST_F32)
+		return CASTFS_ZST_F32_TIERED;
+	if (t == CASTFS_ZST_PLANES2)
+		return CASTFS_ZST_PLANES2_TIERED;
+	return CASTFS_ZST_NONE;
+}
 
 /* zst_tier_ranks - the ranks @nt tiers of widths @w hold (each 2^w - 1). */
 unsigned zst_tier_ranks(unsigned nt, const unsigned *w);
 
 /*
- * zst_tier_encode - the tiered frame of the @count bf16 elements whose
- * planes (sign+mantissa, then exponent: zst_group()'s order) are at
- * @planes, into @dst (@cap bytes), with the widths that make it smallest.
- * Returns its size, or 0 when it does not fit @cap or @count is 0 or too
- * large for the header. Thread-safe.
+ * zst_tier_encode - the tiered frame of transform @t (zst_xform_tiered())
+ * of the @count elements whose planes (zst_group()'s order, one after the
+ * other) are at @planes, into @dst (@cap bytes), with the widths that make
+ * it smallest. Returns its size, or 0 when it does not fit @cap or @count
+ * is 0 or too large for the header. Thread-safe.
  */
 size_t zst_tier_encode(void *dst, size_t cap, const uint8_t *planes,
-		       size_t count);
+		       size_t count, enum castfs_zst_transform t);
 
 /*
- * zst_tier_decode - decode the tiered frame of @csize bytes at @src into
- * the 2 planes of @dsize bytes: @plane[0] the sign+mantissa plane where it
- * lies in @src (valid while @src is), @plane[1] the exponent plane at
- * @dst + @dsize / 2; the first half of @dst is scratch. Returns 0, or
- * -EIO when the frame is not exactly one legal tiered frame of @dsize
- * bytes (@dst clobbered). Thread-safe.
+ * zst_tier_decode - decode the tiered frame of transform @t of @csize
+ * bytes at @src into the w planes of @dsize bytes (w its width): @plane[p]
+ * for p < w - 1 the raw planes where they lie in @src (valid while @src
+ * is), @plane[w - 1] the coded plane at @dst + (w - 1) * @dsize / w; the
+ * rest of @dst is scratch. Returns 0, or -EIO when the frame is not
+ * exactly one legal tiered frame of @t and @dsize bytes (@dst clobbered).
+ * Thread-safe.
  */
 int zst_tier_decode(uint8_t *dst, size_t dsize, const uint8_t *src,
-		    size_t csize, const uint8_t **plane);
+		    size_t csize, enum castfs_zst_transform t,
+		    const uint8_t **plane);
 
 /* The tier decoders: the scalar reference, AVX2, AVX-512 VBMI2. */
 enum zst_tier_isa { ZST_TIER_SCALAR, ZST_TIER_AVX2, ZST_TIER_AVX512 };
@@ -302,11 +326,27 @@ void zst_tier_expand_avx512(uint8_t *out, const uint8_t *codes, size_t n,
 			    unsigned w, const uint8_t *map,
 			    const uint8_t *next);
 
+/*
+ * zst_tier_lowbits_isa - the low bits of a PLANES2_TIERED frame's coded
+ * plane put back, with variant @isa (which must run): each of the @count
+ * symbols at @ex becomes (symbol << 1) | bit i of @low (LSB-first).
+ */
+void zst_tier_lowbits_isa(uint8_t *ex, const uint8_t *low, size_t count,
+			  enum zst_tier_isa isa);
+void zst_tier_lowbits_scalar(uint8_t *ex, const uint8_t *low, size_t count);
+void zst_tier_lowbits_avx512(uint8_t *ex, const uint8_t *low, size_t count);
+
 /* zst_xform_bf16 - whether frames of @t hold bf16 planes (exponent
  * aligned), whichever way they are coded. */
 static inline bool zst_xform_bf16(enum castfs_zst_transform t)
 {
 	return t == CASTFS_ZST_BF16 || t == CASTFS_ZST_BF16_TIERED;
+}
+
+/* zst_xform_f32 - the same for fp32 planes. */
+static inline bool zst_xform_f32(enum castfs_zst_transform t)
+{
+	return t == CASTFS_ZST_F32 || t == CASTFS_ZST_F32_TIERED;
 }
 
 /* zcache internals used by the reader (zst_cache.c). */

@@ -73,26 +73,31 @@ static int table_add(struct pack_state *ps, uint32_t csize, uint32_t dsize,
 }
 
 /*
- * A bf16 frame tier-coded when that is at most 2 % bigger than zstd's
- * coding (in ps->out, @got bytes): its exponents decode about ten times
- * faster than Huffman literals, worth more than the last 1-2 % of ratio.
- * Planes zstd's matches shrink by more (repetitive ones) stay zstd.
+ * A bf16, fp32 or 2-byte frame tier-coded when that is at most 2 % bigger
+ * than zstd's coding (in ps->out, @got bytes): its last plane decodes
+ * about ten times faster than Huffman literals, worth more than the last
+ * 1-2 % of ratio. Planes zstd's matches shrink by more (repetitive ones)
+ * stay zstd.
  */
 static size_t piece_tier(struct pack_state *ps, size_t n, size_t got,
 			 enum castfs_zst_transform *t)
 {
-	size_t tier = zst_tier_encode(ps->tier, ps->out_cap, ps->planes, n / 2);
+	enum castfs_zst_transform tt = zst_xform_tier(*t);
+	size_t tier = tt == CASTFS_ZST_NONE ?
+			      0 :
+			      zst_tier_encode(ps->tier, ps->out_cap, ps->planes,
+					      n / zst_group_width(tt), tt);
 
 	if (!tier || tier * 50 > got * 51)
 		return got;
 	memcpy(ps->out, ps->tier, tier);
-	*t = CASTFS_ZST_BF16_TIERED;
+	*t = tt;
 	return tier;
 }
 
-/* Compress @n bytes of ps->in stored as *@t (which a bf16 frame may turn
- * into CASTFS_ZST_BF16_TIERED) into ps->out; the bytes as grouped to
- * *@kept (ps->in itself when not grouped). */
+/* Compress @n bytes of ps->in stored as *@t (which piece_tier() may make
+ * tiered) into ps->out; the bytes as grouped to *@kept (ps->in itself
+ * when not grouped). */
 static size_t piece_encode(struct pack_state *ps, size_t n,
 			   enum castfs_zst_transform *t, const uint8_t **kept)
 {
@@ -106,7 +111,7 @@ static size_t piece_encode(struct pack_state *ps, size_t n,
 	zst_group(ps->planes, ps->in, n, *t);
 	*kept = ps->planes;
 	got = zst_encode_planes(ps->cc, ps->out, ps->out_cap, ps->planes, n, w);
-	if (got && *t == CASTFS_ZST_BF16 && ps->tier)
+	if (got && ps->tier)
 		got = piece_tier(ps, n, got, t);
 	return got;
 }

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Tiered frames of grouped packs (FORMATS.md, "Tiered bf16 frames"): the
- * bf16 exponent plane in fixed-width rank codes, which decode about ten
- * times faster than zstd's Huffman literals for nearly the same size, and
- * the sign+mantissa plane stored raw. Encoder, validating parser and the
- * scalar reference of the one loop the AVX2 and AVX-512 variants replace.
+ * Tiered frames of grouped packs (FORMATS.md, "Tiered frames"): the last
+ * plane (the bf16 or fp32 exponent, a 2-byte element's high byte) in
+ * fixed-width rank codes, which decode about ten times faster than zstd's
+ * Huffman literals for nearly the same size, and the other planes stored
+ * raw. Validating parser and the scalar reference of the loops the AVX2
+ * and AVX-512 variants replace (zst_tier_pack.c writes the frames).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -19,14 +20,17 @@
 #define TIER_HDR 24u
 
 struct tier_frame {
-	size_t count; /* elements: exponent and sign+mantissa bytes */
+	size_t count; /* elements: bytes of each plane */
+	unsigned planes; /* the coded one last */
+	unsigned shift; /* low bits of the coded plane stored apart: 0 or 1 */
 	unsigned nt; /* coded tiers, 1..ZST_TIER_MAX */
 	unsigned w[ZST_TIER_MAX];
 	size_t n[ZST_TIER_MAX + 1]; /* codes in stream k; n[nt] raw bytes */
 	size_t len[ZST_TIER_MAX + 1];
 	const uint8_t *stream[ZST_TIER_MAX + 1];
-	const uint8_t *table; /* rank -> exponent, zst_tier_ranks() bytes */
-	const uint8_t *sm; /* the sign+mantissa plane */
+	const uint8_t *table; /* rank -> symbol, zst_tier_ranks() bytes */
+	const uint8_t *low; /* shift: the low bit of each coded byte */
+	const uint8_t *raw; /* the w - 1 raw planes */
 };
 
 /* The variant decodes run, chosen once: the best this CPU runs that
@@ -117,6 +121,34 @@ static bool header_parse(struct tier_frame *f, const uint8_t *p, size_t m)
 	return true;
 }
 
+/* Whether the @n bytes at @p are all below 128 (symbols of 7 bits). */
+static bool below_128(const uint8_t *p, size_t n)
+{
+	uint8_t any = 0;
+
+	for (size_t i = 0; i < n; i++)
+		any |= p[i];
+	return any < 128;
+}
+
+/* After the raw tier: the low-bit stream when shifted, its padding 0,
+ * then exactly the raw planes. */
+static bool tail_parse(struct tier_frame *f, const uint8_t *p, size_t m,
+		       size_t at)
+{
+	size_t lown = f->shift ? (f->count + 7) / 8 : 0;
+	unsigned used = (unsigned)(f->count % 8);
+
+	if (m - at < lown)
+		return false;
+	f->low = p + at;
+	if (lown && used && f->low[lown - 1] >> used)
+		return false;
+	at += lown;
+	f->raw = p + at;
+	return m - at == (f->planes - 1) * f->count;
+}
+
 /* Streams and planes after the header: each length exactly what the
  * escapes of the stream before need, the payload exactly consumed. */
 static bool streams_parse(struct tier_frame *f, const uint8_t *p, size_t m)
@@ -124,7 +156,8 @@ static bool streams_parse(struct tier_frame *f, const uint8_t *p, size_t m)
 	unsigned r = zst_tier_ranks(f->nt, f->w);
 	size_t at = TIER_HDR + r;
 
-	if (m < at || !table_distinct(p + TIER_HDR, r))
+	if (m < at || !table_distinct(p + TIER_HDR, r) ||
+	    (f->shift && !below_128(p + TIER_HDR, r)))
 		return false;
 	f->table = p + TIER_HDR;
 	f->n[0] = f->count;
@@ -134,8 +167,10 @@ static bool streams_parse(struct tier_frame *f, const uint8_t *p, size_t m)
 		f->stream[k] = p + at;
 		at += f->len[k];
 		if (k == f->nt)
-			return f->len[k] == f->n[k] && m - at == f->count &&
-			       (f->sm = p + at, true);
+			return f->len[k] == f->n[k] &&
+			       (!f->shift ||
+				below_128(f->stream[k], f->n[k])) &&
+			       tail_parse(f, p, m, at);
 		if (f->len[k] != stream_bytes(f->n[k], f->w[k]) ||
 		    !padding_zero(f, k))
 			return false;
@@ -150,12 +185,12 @@ static int frame_parse(struct tier_frame *f, size_t dsize, const uint8_t *src,
 {
 	size_t m = csize - ZST_SKIPPABLE_HEADER;
 
-	if (csize < ZST_SKIPPABLE_HEADER ||
+	if (!f->planes || csize < ZST_SKIPPABLE_HEADER ||
 	    castfs_load_le32(src) != ZST_TIER_MAGIC ||
 	    castfs_load_le32(src + 4) != m)
 		return -EIO;
 	src += ZST_SKIPPABLE_HEADER;
-	if (!header_parse(f, src, m) || f->count * 2 != dsize ||
+	if (!header_parse(f, src, m) || f->count * f->planes != dsize ||
 	    !streams_parse(f, src, m))
 		return -EIO;
 	return 0;
@@ -259,34 +294,77 @@ void zst_tier_expand_isa(uint8_t *out, const uint8_t *codes, size_t n,
 }
 
 /*
+ * The low bits put back: each byte of @ex (a symbol) shifted up by one,
+ * bit i of @low below it. Eight bytes a step: bit k of a low byte spread
+ * to byte k by a multiply, the masked bytes then made 0 or 1.
+ */
+void zst_tier_lowbits_scalar(uint8_t *ex, const uint8_t *low, size_t count)
+{
+	const uint64_t ones = 0x0101010101010101ull;
+	size_t i = 0;
+
+	for (; i + 8 <= count; i += 8) {
+		uint64_t x = castfs_load_le64(ex + i);
+		uint64_t b = (uint64_t)low[i / 8] * ones &
+			     0x8040201008040201ull;
+
+		b = ((b + 0x7F7F7F7F7F7F7F7Full) >> 7) & ones;
+		castfs_store_le64(ex + i, ((x << 1) & ~ones) | b);
+	}
+	for (; i < count; i++)
+		ex[i] = (uint8_t)(ex[i] << 1 | ((low[i / 8] >> (i % 8)) & 1u));
+}
+
+void zst_tier_lowbits_isa(uint8_t *ex, const uint8_t *low, size_t count,
+			  enum zst_tier_isa isa)
+{
+#if ZST_HAVE_X86
+	if (isa == ZST_TIER_AVX512) {
+		zst_tier_lowbits_avx512(ex, low, count);
+		return;
+	}
+#endif
+	(void)isa;
+	zst_tier_lowbits_scalar(ex, low, count);
+}
+
+/*
  * Tiers from the last back: tier k's output is read by tier k - 1, so
- * outputs alternate between the exponent plane's place (@dst + count,
- * tier 1's) and the first half of @dst, which the raw sign+mantissa
- * plane leaves free.
+ * outputs alternate between the coded plane's place (@dst + (w - 1) *
+ * count, tier 1's) and the start of @dst, which the raw planes (read
+ * where they lie in @src) leave free.
  */
 int zst_tier_decode(uint8_t *dst, size_t dsize, const uint8_t *src,
-		    size_t csize, const uint8_t **plane)
+		    size_t csize, enum castfs_zst_transform t,
+		    const uint8_t **plane)
 {
-	struct tier_frame f;
+	struct tier_frame f = {
+		.planes = zst_xform_tiered(t) ? zst_group_width(t) : 0,
+		.shift = t == CASTFS_ZST_PLANES2_TIERED,
+	};
 	const uint8_t *next, *table;
+	uint8_t *coded;
 	int rc;
 
 	pthread_once(&tier_once, tier_choose);
 	rc = frame_parse(&f, dsize, src, csize);
-
 	if (rc)
 		return rc;
+	coded = dst + (f.planes - 1) * f.count;
 	next = f.stream[f.nt];
 	table = f.table + zst_tier_ranks(f.nt, f.w);
 	for (unsigned k = f.nt; k-- > 0;) {
-		uint8_t *out = k % 2 ? dst : dst + f.count;
+		uint8_t *out = k % 2 ? dst : coded;
 
 		table -= (1u << f.w[k]) - 1;
 		zst_tier_expand_isa(out, f.stream[k], f.n[k], f.w[k], table,
 				    next, f.n[k + 1], tier_isa);
 		next = out;
 	}
-	plane[0] = f.sm;
-	plane[1] = dst + f.count;
+	if (f.shift)
+		zst_tier_lowbits_isa(coded, f.low, f.count, tier_isa);
+	for (unsigned p = 0; p + 1 < f.planes; p++)
+		plane[p] = f.raw + p * f.count;
+	plane[f.planes - 1] = coded;
 	return 0;
 }

@@ -98,4 +98,26 @@ AVX512 void zst_tier_expand_avx512(uint8_t *out, const uint8_t *codes, size_t n,
 		_mm512_mask_storeu_epi8(out + i, m, v);
 	}
 }
+
+/* zst_tier_lowbits_scalar() 64 bytes a step: a low-bit word is a mask,
+ * vpmovm2b makes it bytes of 0 or 0xFF. */
+AVX512 void zst_tier_lowbits_avx512(uint8_t *ex, const uint8_t *low,
+				    size_t count)
+{
+	__m512i one = _mm512_set1_epi8(1);
+	size_t i = 0;
+
+	for (; i < count; i += 64) {
+		size_t left = count - i < 64 ? count - i : 64;
+		__mmask64 m = left == 64 ? ~0ull : (1ull << left) - 1;
+		uint64_t bits = 0;
+		__m512i x = _mm512_maskz_loadu_epi8(m, ex + i);
+
+		memcpy(&bits, low + i / 8, (left + 7) / 8);
+		x = _mm512_or_si512(_mm512_add_epi8(x, x),
+				    _mm512_and_si512(_mm512_movm_epi8(bits),
+						     one));
+		_mm512_mask_storeu_epi8(ex + i, m, x);
+	}
+}
 #endif

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The writer of tiered bf16 frames (zst_tier.c reads them): ranks the
- * exponents by count, picks the tier widths that give the fewest bytes
- * and writes the rank codes, tier by tier.
+ * The writer of tiered frames (zst_tier.c reads them): ranks the coded
+ * plane's symbols by count, picks the tier widths that give the fewest
+ * bytes and writes the rank codes, tier by tier, then the raw planes.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +17,7 @@ struct tier_plan {
 	unsigned w[ZST_TIER_MAX];
 	size_t n[ZST_TIER_MAX + 1];
 	size_t size; /* the whole frame's bytes */
+	size_t fixed; /* the bytes whatever the widths: low bits, raw planes */
 };
 
 struct tier_rank {
@@ -35,12 +36,15 @@ static int rank_cmp(const void *a, const void *b, void *hist)
 	return (int)x - (int)y;
 }
 
-static void ranks_of(struct tier_rank *rk, const uint8_t *ex, size_t count)
+/* The symbols of the coded plane @ex: each byte less its @shift low bits
+ * (stored apart, as the low-bit stream). */
+static void ranks_of(struct tier_rank *rk, const uint8_t *ex, size_t count,
+		     unsigned shift)
 {
 	size_t hist[256] = { 0 };
 
 	for (size_t i = 0; i < count; i++)
-		hist[ex[i]]++;
+		hist[ex[i] >> shift]++;
 	for (unsigned v = 0; v < 256; v++)
 		rk->sym[v] = (uint8_t)v;
 	qsort_r(rk->sym, 256, 1, rank_cmp, hist);
@@ -55,7 +59,7 @@ static void ranks_of(struct tier_rank *rk, const uint8_t *ex, size_t count)
 static size_t plan_size(struct tier_plan *p, const struct tier_rank *rk,
 			size_t count)
 {
-	size_t size = ZST_SKIPPABLE_HEADER + TIER_HDR + count;
+	size_t size = ZST_SKIPPABLE_HEADER + TIER_HDR + p->fixed;
 	unsigned base = 0;
 
 	p->n[0] = count;
@@ -70,10 +74,10 @@ static size_t plan_size(struct tier_plan *p, const struct tier_rank *rk,
 
 /* The fewest bytes over every choice of 1..3 widths in {1, 2, 4}. */
 static void plan_best(struct tier_plan *best, const struct tier_rank *rk,
-		      size_t count)
+		      size_t count, size_t fixed)
 {
 	static const unsigned wv[3] = { 1, 2, 4 };
-	struct tier_plan p;
+	struct tier_plan p = { .fixed = fixed };
 
 	best->size = 0;
 	for (unsigned nt = 1; nt <= ZST_TIER_MAX; nt++) {
@@ -101,16 +105,17 @@ static void bits_put(struct bitw *b, unsigned code, unsigned w)
 	b->bit += w;
 }
 
-/* Every exponent's codes: tier by tier until its rank is in one, or
- * the raw byte after escaping every tier. */
+/* Every symbol's codes: tier by tier until its rank is in one, or the
+ * raw symbol after escaping every tier. */
 static void codes_write(struct bitw *bw, uint8_t *raw,
 			const struct tier_plan *p, const struct tier_rank *rk,
-			const uint8_t *ex, size_t count)
+			const uint8_t *ex, size_t count, unsigned shift)
 {
 	size_t j = 0;
 
 	for (size_t i = 0; i < count; i++) {
-		unsigned r = rk->of[ex[i]], base = 0, k;
+		uint8_t sym = (uint8_t)(ex[i] >> shift);
+		unsigned r = rk->of[sym], base = 0, k;
 
 		for (k = 0; k < p->nt; k++) {
 			unsigned esc = (1u << p->w[k]) - 1;
@@ -123,8 +128,16 @@ static void codes_write(struct bitw *bw, uint8_t *raw,
 			base += esc;
 		}
 		if (k == p->nt)
-			raw[j++] = ex[i];
+			raw[j++] = sym;
 	}
+}
+
+/* The low bit of each byte of @ex, LSB-first, the last byte's padding 0. */
+static void lowbits_write(uint8_t *d, const uint8_t *ex, size_t count)
+{
+	memset(d, 0, (count + 7) / 8);
+	for (size_t i = 0; i < count; i++)
+		d[i / 8] |= (uint8_t)((ex[i] & 1u) << (i % 8));
 }
 
 static uint8_t *header_write(uint8_t *d, const struct tier_plan *p,
@@ -147,25 +160,32 @@ static uint8_t *header_write(uint8_t *d, const struct tier_plan *p,
 }
 
 size_t zst_tier_encode(void *dst, size_t cap, const uint8_t *planes,
-		       size_t count)
+		       size_t count, enum castfs_zst_transform t)
 {
-	const uint8_t *ex = planes + count;
+	unsigned w = zst_group_width(t);
+	/* A 2-byte element's high byte (sign, 5 exponent and 2 mantissa
+	 * bits for fp16) codes in fewer bytes without its last mantissa bit,
+	 * which is near-random: that bit is stored apart. */
+	unsigned shift = t == CASTFS_ZST_PLANES2_TIERED;
+	const uint8_t *ex = planes + (w - 1) * count;
+	size_t fixed = (w - 1) * count + (shift ? (count + 7) / 8 : 0);
 	struct bitw bw[ZST_TIER_MAX];
 	struct tier_rank rk;
 	struct tier_plan p;
 	uint8_t *d;
 	unsigned r;
 
-	if (!count || count > UINT32_MAX / 4)
+	if (!count || count > UINT32_MAX / 8 || !zst_xform_tiered(t))
 		return 0;
-	ranks_of(&rk, ex, count);
-	plan_best(&p, &rk, count);
-	if (p.size > cap)
+	ranks_of(&rk, ex, count, shift);
+	plan_best(&p, &rk, count, fixed);
+	if (p.size > cap || p.size - ZST_SKIPPABLE_HEADER > UINT32_MAX)
 		return 0;
 	d = header_write(dst, &p, count);
 	r = zst_tier_ranks(p.nt, p.w);
 	/* Ranks past the last value present hold the absent values in
-	 * ascending order: the table stays distinct. */
+	 * ascending order: the table stays distinct (and, shifted, below
+	 * 128: there are at most 45 ranks). */
 	memcpy(d, rk.sym, r);
 	d += r;
 	for (unsigned k = 0; k < p.nt; k++) {
@@ -175,7 +195,12 @@ size_t zst_tier_encode(void *dst, size_t cap, const uint8_t *planes,
 		bw[k] = (struct bitw){ d, 0 };
 		d += len;
 	}
-	codes_write(bw, d, &p, &rk, ex, count);
-	memcpy(d + p.n[p.nt], planes, count);
+	codes_write(bw, d, &p, &rk, ex, count, shift);
+	d += p.n[p.nt];
+	if (shift) {
+		lowbits_write(d, ex, count);
+		d += (count + 7) / 8;
+	}
+	memcpy(d, planes, (w - 1) * count);
 	return p.size;
 }

@@ -212,15 +212,17 @@ class Pack(unittest.TestCase):
             at += d
             ends.add(at)
         self.assertTrue(boundaries(self.src) <= ends | {0})
-        # bf16 weights are tier-coded (FORMATS.md): skippable frames, which
-        # zstd -d leaves out; it yields the other frames' grouped bytes
+        # bf16 and fp16 weights are tier-coded (FORMATS.md: transforms 5
+        # and 7): skippable frames, which zstd -d leaves out; it yields the
+        # other frames' grouped bytes
         with open(g, "rb") as f:
             data = f.read()
         marker = data[sum(c for c, _, _ in frames[:-1]):]
         self.assertEqual(marker[8:16], b"CASTFSG1")
         xform = marker[16:16 + len(frames)]
         self.assertIn(5, xform)
-        kept = sum(d for (_, d, _), t in zip(frames, xform) if t != 5)
+        self.assertIn(7, xform)
+        kept = sum(d for (_, d, _), t in zip(frames, xform) if t not in (5, 6, 7))
         out = subprocess.run(["zstd", "-d", "-c", g], capture_output=True, check=True).stdout
         self.assertEqual(len(out), kept)
         self.assertNotEqual(out, self.orig[:kept])

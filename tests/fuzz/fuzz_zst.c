@@ -118,7 +118,7 @@ static uint64_t tiered_bytes(const struct castfs_zst_index *ix)
 	uint64_t n = 0;
 
 	for (size_t i = 0; ix->xform && i < ix->nframes; i++)
-		if (ix->xform[i] == CASTFS_ZST_BF16_TIERED)
+		if (zst_xform_tiered(ix->xform[i]))
 			n += ix->doff[i + 1] - ix->doff[i];
 	return n;
 }

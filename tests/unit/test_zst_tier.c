@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * lib/source: tiered bf16 frames (zst_tier.c). Every tier decoder this
- * CPU runs equals the scalar reference on random and adversarial codes;
- * frames decode to the planes they were made of (the input is the
- * oracle); hostile frames (valid ones edited) fail with -EIO; and a
- * grouped pack of bf16 weights uses them and reads back as its input.
+ * lib/source: tiered frames (zst_tier.c) of bf16, fp32 and 2-byte
+ * elements. Every tier decoder this CPU runs equals the scalar reference
+ * on random and adversarial codes, and every low-bit merge a bit-by-bit
+ * loop; frames decode to the planes they were made of (the input is the
+ * oracle); hostile frames (valid ones edited) fail with -EIO; and grouped
+ * packs of bf16, fp32 and fp16 weights use them and read back as their
+ * input.
  */
 #include <check.h>
 #include <errno.h>
@@ -103,18 +105,26 @@ START_TEST(test_zst_tier__expand_isas_equal_scalar)
 }
 END_TEST
 
-/* Planes of @count bf16 elements whose exponents are: 0 one value, 1 all
- * 256 values evenly, 2 N(0, 0.02)-like (a sum of uniforms), 3 a few
- * hundred of 40 values then all 256 once each. */
-static uint8_t *planes_make(size_t count, unsigned kind, uint32_t s)
+/* The tiered transforms, and their widths. */
+static const enum castfs_zst_transform tiered[] = { CASTFS_ZST_BF16_TIERED,
+						    CASTFS_ZST_F32_TIERED,
+						    CASTFS_ZST_PLANES2_TIERED };
+
+/* Planes of @count elements of @w bytes whose last plane is: 0 one
+ * value, 1 all 256 values evenly, 2 N(0, 0.02)-like exponents (a sum of
+ * uniforms; fp16-like high bytes for w 2 with @fp16), 3 a few hundred of
+ * 40 values then all 256 once each. The other planes are random. */
+static uint8_t *planes_make(size_t count, unsigned kind, uint32_t s, unsigned w,
+			    bool fp16)
 {
-	uint8_t *p = malloc(2 * count);
+	uint8_t *p = malloc(w * count);
 
 	for (size_t i = 0; i < count; i++) {
 		uint32_t r = lcg(&s);
 		uint8_t e = 121;
 
-		p[i] = (uint8_t)r;
+		for (unsigned k = 0; k + 1 < w; k++)
+			p[k * count + i] = (uint8_t)(lcg(&s) >> k);
 		if (kind == 1)
 			e = (uint8_t)(r >> 8);
 		else if (kind == 2)
@@ -122,45 +132,91 @@ static uint8_t *planes_make(size_t count, unsigned kind, uint32_t s)
 				      ((r >> 9) % 3));
 		else if (kind == 3)
 			e = i < 256 ? (uint8_t)i : (uint8_t)(100 + r % 40);
-		p[count + i] = e;
+		if (fp16 && kind == 2) /* sign, exponent 5-14, 2 mantissa */
+			e = (uint8_t)((r >> 16 & 0x80) | ((e - 108) & 31) << 2 |
+				      (r >> 12 & 3));
+		p[(w - 1) * count + i] = e;
 	}
 	return p;
 }
 
-static size_t tier_frame(uint8_t **z, const uint8_t *planes, size_t count)
+static size_t tier_frame(uint8_t **z, const uint8_t *planes, size_t count,
+			 enum castfs_zst_transform t)
 {
-	size_t cap = 4 * count + 512, got;
+	size_t cap = 8 * count + 512, got;
 
 	*z = malloc(cap);
-	got = zst_tier_encode(*z, cap, planes, count);
+	got = zst_tier_encode(*z, cap, planes, count, t);
 	ck_assert_uint_gt(got, 0);
 	return got;
 }
 
-/* Frames decode to the planes they were made of: the sign+mantissa
- * plane in place in the frame, the exponent plane in the buffer. */
+/* Frames decode to the planes they were made of: the raw planes in
+ * place at the frame's end, the coded plane in the buffer. */
 START_TEST(test_zst_tier__frames_round_trip)
 {
 	static const size_t counts[] = { 1, 63, 1001, 65536 };
 
-	for (unsigned kind = 0; kind < 4; kind++)
-		for (size_t c = 0; c < 4; c++) {
-			size_t count = counts[c];
-			uint8_t *in = planes_make(count, kind, 17 + kind), *z;
-			uint8_t *dst = malloc(2 * count);
-			const uint8_t *plane[2];
-			size_t zn = tier_frame(&z, in, count);
+	for (unsigned x = 0; x < 3; x++)
+		for (unsigned kind = 0; kind < 4; kind++)
+			for (size_t c = 0; c < 4; c++) {
+				enum castfs_zst_transform t = tiered[x];
+				unsigned w = zst_group_width(t);
+				size_t count = counts[c];
+				uint8_t *in = planes_make(count, kind,
+							  17 + kind, w, x == 2);
+				uint8_t *dst = malloc(w * count), *z;
+				const uint8_t *plane[4];
+				size_t zn = tier_frame(&z, in, count, t);
 
-			ck_assert_int_eq(zst_tier_decode(dst, 2 * count, z, zn,
-							 plane),
-					 0);
-			ck_assert_ptr_eq(plane[0], z + zn - count);
-			ck_assert_mem_eq(plane[0], in, count);
-			ck_assert_mem_eq(plane[1], in + count, count);
-			free(in);
-			free(z);
-			free(dst);
-		}
+				ck_assert_int_eq(zst_tier_decode(dst, w * count,
+								 z, zn, t,
+								 plane),
+						 0);
+				ck_assert_ptr_eq(plane[0],
+						 z + zn - (w - 1) * count);
+				for (unsigned k = 0; k < w; k++)
+					ck_assert_mem_eq(plane[k],
+							 in + k * count, count);
+				/* Another transform's planes do not fit. */
+				ck_assert_int_eq(
+					zst_tier_decode(dst, w * count, z, zn,
+							tiered[(x + 1) % 3],
+							plane),
+					-EIO);
+				free(in);
+				free(z);
+				free(dst);
+			}
+}
+END_TEST
+
+/* The low-bit merge of every variant against a loop over bits, counts
+ * around the 8- and 64-byte steps, at odd addresses; bytes past @count
+ * are left alone. */
+START_TEST(test_zst_tier__lowbits_isas_equal_bitwise)
+{
+	enum zst_tier_isa isa = (enum zst_tier_isa)_i;
+	static const size_t counts[] = { 0,  1,	 7,  8,	  9,   63,
+					 64, 65, 71, 127, 129, 4099 };
+	uint8_t ex[4200], want[4200], low[600];
+	uint32_t s = 11;
+
+	for (size_t c = 0; c < sizeof(counts) / sizeof(*counts); c++) {
+		size_t n = counts[c], at = c % 7;
+
+		for (size_t i = 0; i < sizeof(ex); i++)
+			ex[i] = (uint8_t)(lcg(&s) & 0x7F);
+		memset(low, 0, sizeof(low));
+		for (size_t i = 0; i < n; i++)
+			low[i / 8] |= (uint8_t)((lcg(&s) & 1) << (i % 8));
+		memcpy(want, ex, sizeof(ex));
+		for (size_t i = 0; i < n; i++)
+			want[at + i] = (uint8_t)(want[at + i] * 2 +
+						 ((low[i / 8] >> (i % 8)) & 1));
+		zst_tier_lowbits_isa(ex + at, low, n, isa);
+		ck_assert_mem_eq(ex, want, sizeof(ex));
+	}
 }
 END_TEST
 
@@ -227,35 +283,71 @@ static size_t frame_edit(uint8_t *z, size_t zn, unsigned k)
 	}
 }
 
+/* Edits of a PLANES2_TIERED frame @z (@zn bytes, @count elements): its
+ * low-bit stream's padding, a rank symbol or a raw tier symbol of 8 bits. */
+static size_t frame_edit_low(uint8_t *z, size_t zn, size_t count, unsigned k)
+{
+	unsigned nt = z[F_NT];
+	size_t at =
+		F_TABLE + zst_tier_ranks(nt, (unsigned[]){ z[F_W], z[F_W + 1],
+							   z[F_W + 2] });
+	size_t raw_len = castfs_load_le32(z + F_LEN + 4 * nt);
+
+	for (unsigned j = 0; j < nt; j++)
+		at += castfs_load_le32(z + F_LEN + 4 * j);
+	if (k == 13) /* the padding after the last low bit */
+		z[at + raw_len + count / 8] |= 0x80;
+	else if (k == 14) /* a rank's symbol of 8 bits */
+		z[F_TABLE] |= 0x80;
+	else /* a raw tier's symbol of 8 bits */
+		z[at] |= 0x80;
+	ck_assert_uint_gt(raw_len, 0);
+	return zn;
+}
+
+/*
+ * Edits 0-12 of frames of each tiered transform, 13-15 of the 2-byte
+ * one's low bits and 7-bit symbols: each fails with -EIO, as does the
+ * unedited frame given the wrong size.
+ */
 START_TEST(test_zst_tier__hostile_frames_rejected)
 {
-	size_t count = 1001; /* 2-bit codes leave padding */
-	uint8_t *in = planes_make(count, 2, 5), *z;
-	uint8_t *dst = malloc(2 * count + 2);
-	const uint8_t *plane[2];
-	size_t zn = tier_frame(&z, in, count);
-	uint8_t *e = malloc(zn + 1);
+	size_t count = 1001; /* 2-bit codes and the low bits leave padding */
+	unsigned k = (unsigned)_i;
 
-	/* The frame the edits assume: two ranks or more, and stream 1
-	 * neither all escapes nor none. */
-	ck_assert_uint_ge(
-		zst_tier_ranks(z[F_NT],
-			       (unsigned[]){ z[F_W], z[F_W + 1], z[F_W + 2] }),
-		2);
-	memcpy(e, z, zn);
-	ck_assert_int_eq(zst_tier_decode(dst, 2 * count, e, zn, plane), 0);
-	ck_assert_int_eq(zst_tier_decode(dst, 2 * count + 2, e, zn, plane),
-			 -EIO);
-	memcpy(e, z, zn);
-	e[zn] = 0;
-	ck_assert_int_eq(zst_tier_decode(dst, 2 * count, e,
-					 frame_edit(e, zn, (unsigned)_i),
-					 plane),
-			 -EIO);
-	free(in);
-	free(z);
-	free(e);
-	free(dst);
+	for (unsigned x = k < 13 ? 0 : 2; x < 3; x++) {
+		enum castfs_zst_transform t = tiered[x];
+		unsigned w = zst_group_width(t);
+		uint8_t *in = planes_make(count, k < 13 ? 2 : 3, 5, w, x == 2);
+		uint8_t *dst = malloc(w * count + w), *z;
+		const uint8_t *plane[4];
+		size_t zn = tier_frame(&z, in, count, t);
+		uint8_t *e = malloc(zn + 1);
+
+		/* The frame the edits assume: two ranks or more, and stream
+		 * 1 neither all escapes nor none. */
+		ck_assert_uint_ge(zst_tier_ranks(z[F_NT],
+						 (unsigned[]){ z[F_W],
+							       z[F_W + 1],
+							       z[F_W + 2] }),
+				  2);
+		memcpy(e, z, zn);
+		ck_assert_int_eq(
+			zst_tier_decode(dst, w * count, e, zn, t, plane), 0);
+		ck_assert_int_eq(zst_tier_decode(dst, w * count + w, e, zn, t,
+						 plane),
+				 -EIO);
+		memcpy(e, z, zn);
+		e[zn] = 0;
+		zn = k < 13 ? frame_edit(e, zn, k) :
+			      frame_edit_low(e, zn, count, k);
+		ck_assert_int_eq(
+			zst_tier_decode(dst, w * count, e, zn, t, plane), -EIO);
+		free(in);
+		free(z);
+		free(e);
+		free(dst);
+	}
 }
 END_TEST
 
@@ -432,6 +524,72 @@ START_TEST(test_zst_tier__grouped_pack_uses_tiers)
 }
 END_TEST
 
+/* @n bytes: a 64-byte header, then roughly N(0, 0.02) fp32 weights, or
+ * fp16 ones when @fp16 (rounded to nearest by the conversion). */
+static uint8_t *weights_make_wide(size_t n, bool fp16)
+{
+	uint8_t *p = calloc(1, n);
+	uint32_t s = 9;
+
+	for (size_t i = 64; i + (fp16 ? 2 : 4) <= n; i += fp16 ? 2 : 4) {
+		float x = -2.0f;
+
+		for (int k = 0; k < 4; k++)
+			x += (float)lcg(&s) / (float)(1u << 24);
+		x *= 0.02f * 1.7320508f;
+		if (fp16) {
+			_Float16 h = (_Float16)x;
+
+			memcpy(p + i, &h, 2);
+		} else {
+			memcpy(p + i, &x, 4);
+		}
+	}
+	return p;
+}
+
+/*
+ * Grouped packs of fp32 and fp16 weights are tier-coded too (so this
+ * cannot pass on zstd frames), fp32 keeps its ratio goal (1.18), and
+ * both read back as their input, whole and at odd offsets.
+ */
+START_TEST(test_zst_tier__wide_packs_use_tiers)
+{
+	static const uint64_t cuts[] = { 64 };
+	bool fp16 = _i;
+	uint8_t tr[] = { fp16 ? CASTFS_ZST_PLANES2 : CASTFS_ZST_F32 };
+	size_t n = (1u << 20) + 64, fs = 256 << 10;
+	uint8_t *in = weights_make_wide(n, fp16), *buf = malloc(n);
+	struct castfs_mem_reader mr;
+	struct castfs_zst_reader zr;
+	struct castfs_zcache *c;
+	struct castfs_zst_index *ix;
+	struct membuf m = { 0 };
+	double ratio;
+
+	membuf_pack_grouped(&m, in, n, fs, cuts, tr, 1);
+	for (size_t i = 1; i <= 4; i++)
+		ck_assert_uint_eq(marker_xform(&m, i),
+				  fp16 ? CASTFS_ZST_PLANES2_TIERED :
+					 CASTFS_ZST_F32_TIERED);
+	ratio = (double)n / (double)m.n;
+	ck_assert_msg(fp16 || ratio >= 1.18, "ratio %.3f", ratio);
+	ck_assert_int_eq(castfs_zcache_new(0, &c), 0);
+	castfs_mem_reader_init(&mr, m.p, m.n);
+	ck_assert_int_eq(castfs_zst_index_read(&mr.r, m.n, c, &ix, NULL), 0);
+	castfs_zst_reader_init(&zr, ix, &mr.r);
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, n, 0), 0);
+	ck_assert_mem_eq(buf, in, n);
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, 1001, 64 + fs - 3), 0);
+	ck_assert_mem_eq(buf, in + 64 + fs - 3, 1001);
+	castfs_zst_index_free(ix);
+	castfs_zcache_free(c);
+	free(m.p);
+	free(buf);
+	free(in);
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("zst_tier");
@@ -443,11 +601,17 @@ Suite *unit_suite(void)
 			tcase_add_loop_test(
 				tc, test_zst_tier__expand_isas_equal_scalar,
 				isa, isa + 1);
+	for (int isa = ZST_TIER_SCALAR; isa <= ZST_TIER_AVX512; isa += 2)
+		if (zst_tier_isa_runs((enum zst_tier_isa)isa))
+			tcase_add_loop_test(
+				tc, test_zst_tier__lowbits_isas_equal_bitwise,
+				isa, isa + 1);
 	tcase_add_test(tc, test_zst_tier__crc32c_check_values);
 	tcase_add_test(tc, test_zst_tier__crc32c_isas_equal_bitwise);
 	tcase_add_test(tc, test_zst_tier__frames_round_trip);
-	tcase_add_loop_test(tc, test_zst_tier__hostile_frames_rejected, 0, 13);
+	tcase_add_loop_test(tc, test_zst_tier__hostile_frames_rejected, 0, 16);
 	tcase_add_test(tc, test_zst_tier__grouped_pack_uses_tiers);
+	tcase_add_loop_test(tc, test_zst_tier__wide_packs_use_tiers, 0, 2);
 	suite_add_tcase(s, tc);
 	return s;
 }
