@@ -26,6 +26,11 @@ struct castfs_piece {
 
 typedef int (*castfs_visit_fn)(void *arg, const struct castfs_piece *p);
 
+/* castfs_reader.visit's @how: the element size, and whether the visitor
+ * takes bf16 elements as planes (@sm, @ex). */
+#define CASTFS_VISIT_SIZE 0xFFu
+#define CASTFS_VISIT_PLANES 0x100u
+
 struct castfs_reader {
 	/*
 	 * Read exactly @n bytes at @off into @buf. Returns @n, or a negative
@@ -36,15 +41,18 @@ struct castfs_reader {
 	ssize_t (*pread)(void *ctx, void *buf, size_t n, uint64_t off);
 	void *ctx;
 	/*
-	 * Optional (NULL: not offered). Hand the @n bytes at @off (@n even,
-	 * bf16 elements) to @fn as pieces, in order, without copying them
-	 * where the reader can (a grouped pack's bf16 frame as its planes).
-	 * Returns 0, @fn's or the read's negative errno (pieces before it
-	 * were handed), or -ENOTSUP, having handed nothing, when the reader
-	 * declines this range (read it with pread then).
+	 * Optional (NULL: not offered). Hand the @n bytes at @off, elements
+	 * of (@how & CASTFS_VISIT_SIZE) bytes (2 or 4), to @fn as pieces of
+	 * whole elements, in order, without copying them where the reader
+	 * can (a grouped pack's frame un-grouped a cache-sized piece at a
+	 * time; with CASTFS_VISIT_PLANES in @how, bf16 elements, a bf16
+	 * frame as its planes). Returns 0, @fn's or the read's negative
+	 * errno (pieces before it were handed), or -ENOTSUP, having handed
+	 * nothing, when the reader declines this range (read it with pread
+	 * then).
 	 */
-	int (*visit)(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
-		     void *arg);
+	int (*visit)(void *ctx, uint64_t off, size_t n, unsigned how,
+		     castfs_visit_fn fn, void *arg);
 	/*
 	 * Optional (NULL: not offered). Hand the @n bytes at @off to @fn as
 	 * one piece of plain bytes where they lie (a mapping of the source),

@@ -54,13 +54,14 @@ static int gen_copy(const struct castfs_read_env *env,
 struct cast_visit {
 	const struct castfs_extent *e;
 	castfs_convert_planes_fn cvtp;
+	size_t in_sz; /* bytes per source element */
 	uint8_t *dst;
 };
 
 static int cast_piece(void *arg, const struct castfs_piece *p)
 {
 	struct cast_visit *v = arg;
-	size_t count = p->n / 2;
+	size_t count = p->n / v->in_sz;
 
 	if (p->sm)
 		v->cvtp(v->dst, p->sm, p->ex, count);
@@ -71,24 +72,29 @@ static int cast_piece(void *arg, const struct castfs_piece *p)
 }
 
 /*
- * A bf16 cast from a reader that hands its bytes over as they lie (a
- * grouped pack: a frame's planes cast without un-grouping them first, no
- * copy of cached frames). -ENOTSUP when the reader or the pair has no
- * such path; nothing is written then.
+ * A cast from a reader that hands its bytes over as they lie (a grouped
+ * pack: a bf16 frame's planes cast without un-grouping them first, other
+ * frames un-grouped a cache-sized piece at a time, no copy of cached
+ * frames). -ENOTSUP when the reader has no such path; nothing is written
+ * then.
  */
 static int gen_cast_visit(const struct castfs_read_env *env,
 			  const struct castfs_extent *e, uint64_t first,
 			  uint64_t count, uint8_t *dst)
 {
 	struct cast_visit v = { .e = e, .dst = dst };
+	unsigned how;
 
-	if (!env->src->visit || e->src_dtype != CASTFS_DTYPE_BF16)
+	v.in_sz = castfs_dtype_bits(e->src_dtype) / 8;
+	if (!env->src->visit || (v.in_sz != 2 && v.in_sz != 4))
 		return -ENOTSUP;
-	v.cvtp = castfs_convert_planes_get(e->dst_dtype, e->flags);
-	if (!v.cvtp)
-		return -ENOTSUP;
-	return env->src->visit(env->src->ctx, e->src_off + first * 2,
-			       (size_t)count * 2, cast_piece, &v);
+	how = (unsigned)v.in_sz;
+	if (e->src_dtype == CASTFS_DTYPE_BF16) {
+		v.cvtp = castfs_convert_planes_get(e->dst_dtype, e->flags);
+		how |= v.cvtp ? CASTFS_VISIT_PLANES : 0;
+	}
+	return env->src->visit(env->src->ctx, e->src_off + first * v.in_sz,
+			       (size_t)count * v.in_sz, how, cast_piece, &v);
 }
 
 /* A cast from the source's bytes where they lie (a mapped source). */

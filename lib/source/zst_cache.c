@@ -300,15 +300,42 @@ static int frame_decode(const struct castfs_zst_index *ix,
 }
 
 /*
- * Read, decode and verify grouped bf16 frame @i of @ix and hand its planes
- * to @fn: the un-grouping is left to the visitor (a fused cast). The
- * context, whose buffers the planes are, is held until @fn returns.
+ * The planes of a grouped frame of @dsize bytes (transform @t) handed to
+ * @fn un-grouped ZST_VISIT_CHUNK bytes at a time into @chunk: the visitor
+ * reads each piece from the first-level cache instead of the whole frame
+ * un-grouped into memory first.
+ */
+static int planes_visit_chunks(const uint8_t *const *plane, size_t dsize,
+			       enum castfs_zst_transform t, uint8_t *chunk,
+			       castfs_visit_fn fn, void *arg)
+{
+	unsigned w = zst_group_width(t);
+	int rc = 0;
+
+	for (size_t at = 0; at < dsize && !rc; at += ZST_VISIT_CHUNK) {
+		size_t n = (size_t)CASTFS_MIN(dsize - at, ZST_VISIT_CHUNK);
+		const uint8_t *pl[ZST_MAX_PLANES];
+
+		for (unsigned k = 0; k < w; k++)
+			pl[k] = plane[k] + at / w;
+		zst_ungroup_planes(chunk, pl, n, t);
+		rc = fn(arg, &(struct castfs_piece){ .bytes = chunk, .n = n });
+	}
+	return rc;
+}
+
+/*
+ * Read, decode and verify grouped frame @i of @ix and hand it to @fn:
+ * a bf16 frame as its planes when @how takes them (the un-grouping left
+ * to the visitor, a fused cast), any other un-grouped a piece at a time.
+ * The context, whose buffers the planes are, is held until @fn returns.
  */
 static int frame_visit_planes(const struct castfs_zst_index *ix,
 			      const struct castfs_reader *raw, size_t i,
-			      castfs_visit_fn fn, void *arg)
+			      unsigned how, castfs_visit_fn fn, void *arg)
 {
 	size_t csize = (size_t)(ix->coff[i + 1] - ix->coff[i]);
+	enum castfs_zst_transform t = frame_xform(ix, i);
 	struct castfs_piece p = { .n = (size_t)(ix->doff[i + 1] -
 						ix->doff[i]) };
 	struct zst_dctx *dc = pool_take(ix->cache);
@@ -319,10 +346,12 @@ static int frame_visit_planes(const struct castfs_zst_index *ix,
 	if (!rc)
 		rc = frame_planes_dc(ix, i, dc, src, csize, plane);
 	count_decode(ix, i, rc);
-	if (!rc) {
+	if (!rc && zst_xform_bf16(t) && (how & CASTFS_VISIT_PLANES)) {
 		p.sm = plane[0];
 		p.ex = plane[1];
 		rc = fn(arg, &p);
+	} else if (!rc) {
+		rc = planes_visit_chunks(plane, p.n, t, dc->chunk, fn, arg);
 	}
 	if (dc)
 		pool_give(ix->cache, dc);
@@ -454,20 +483,20 @@ static int frame_copy(const struct castfs_zst_index *ix,
 }
 
 /*
- * Hand bytes [@in, @in + @n) of frame @i to @fn: a whole bf16 frame not
- * cached as its planes, anything else from the cache (a cut frame is
- * decoded into it, as for pread), without a copy.
+ * Hand bytes [@in, @in + @n) of frame @i to @fn: a whole grouped frame
+ * not cached by frame_visit_planes(), anything else from the cache (a cut
+ * frame is decoded into it, as for pread), without a copy.
  */
 static int frame_visit(const struct castfs_zst_index *ix,
 		       const struct castfs_reader *raw, size_t i, size_t in,
-		       size_t n, castfs_visit_fn fn, void *arg)
+		       size_t n, unsigned how, castfs_visit_fn fn, void *arg)
 {
 	struct zst_frame *f = zc_lookup(ix->cache, ix->id, i);
 	int rc;
 
-	if (!f && zst_xform_bf16(frame_xform(ix, i)) && in == 0 &&
+	if (!f && frame_xform(ix, i) != CASTFS_ZST_NONE && in == 0 &&
 	    n == ix->doff[i + 1] - ix->doff[i])
-		return frame_visit_planes(ix, raw, i, fn, arg);
+		return frame_visit_planes(ix, raw, i, how, fn, arg);
 	if (!f) {
 		rc = frame_get(ix, raw, i, &f);
 		if (rc)
@@ -479,32 +508,34 @@ static int frame_visit(const struct castfs_zst_index *ix,
 }
 
 /*
- * Whether every frame boundary in [@off, @off + @n) lies an even number
- * of bytes from @off: each piece is then whole bf16 elements, and a
- * frame's planes start at an element. Packs castfs writes always do.
+ * Whether @n and every frame boundary in [@off, @off + @n) lie a multiple
+ * of @esize (2 or 4) bytes from @off: each piece is then whole elements,
+ * and a frame's planes start at an element. Packs castfs writes always
+ * do for the elements of their tensors.
  */
-static bool visit_even(const struct castfs_zst_index *ix, uint64_t off,
-		       size_t n)
+static bool visit_whole(const struct castfs_zst_index *ix, uint64_t off,
+			size_t n, unsigned esize)
 {
-	if (n % 2)
+	if ((esize != 2 && esize != 4) || n % esize)
 		return false;
 	for (size_t i = frame_of(ix, off); i < ix->nframes; i++) {
 		if (ix->doff[i] >= off + n)
 			break;
-		if ((ix->doff[i] ^ off) & 1)
+		if ((ix->doff[i] - off) & (esize - 1))
 			return false;
 	}
 	return true;
 }
 
-static int zr_visit(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
-		    void *arg)
+static int zr_visit(void *ctx, uint64_t off, size_t n, unsigned how,
+		    castfs_visit_fn fn, void *arg)
 {
 	const struct castfs_zst_reader *zr = ctx;
 	const struct castfs_zst_index *ix = zr->ix;
 	uint64_t total = castfs_zst_index_size(ix);
 
-	if (off > total || n > total - off || !visit_even(ix, off, n))
+	if (off > total || n > total - off ||
+	    !visit_whole(ix, off, n, how & CASTFS_VISIT_SIZE))
 		return -ENOTSUP;
 	for (size_t i = frame_of(ix, off), done = 0; done < n; i++) {
 		uint64_t at = off + done;
@@ -515,7 +546,7 @@ static int zr_visit(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
 
 		if (take == 0)
 			continue; /* an empty (skippable) frame */
-		rc = frame_visit(ix, zr->raw, i, in, take, fn, arg);
+		rc = frame_visit(ix, zr->raw, i, in, take, how, fn, arg);
 		if (rc)
 			return rc;
 		done += take;

@@ -36,6 +36,10 @@ struct castfs_zst_index {
 	uint8_t *xform; /* grouped packs: a transform per frame, else NULL */
 };
 
+/* The bytes of a grouped frame a visit hands over at a time: a piece the
+ * visitor's reads find in the first-level cache (zst_cache.c). */
+#define ZST_VISIT_CHUNK (16u << 10)
+
 /* A decoder context with its compressed-bytes buffer (zst.c). */
 struct zst_dctx {
 	void *z; /* ZSTD_DCtx, seen as such only in zst.c */
@@ -43,6 +47,7 @@ struct zst_dctx {
 	size_t cap;
 	void *ubuf; /* grouped frames are un-grouped from here */
 	size_t ucap;
+	uint8_t chunk[ZST_VISIT_CHUNK]; /* a visit's un-grouped piece */
 	struct zst_dctx *next; /* the cache's pool of idle contexts */
 };
 

@@ -103,8 +103,15 @@ class PackedMount(unittest.TestCase):
                                    capture_output=True, check=True).stdout)
         cls.corrupt_range = cls.damage(os.path.join(s, "corrupt.safetensors.zst"),
                                        os.path.join(s, "lying.safetensors.zst"))
-        shutil.copy(os.path.join(s, "g.safetensors.zstg"),
-                    os.path.join(s, "graw.safetensors.zstg"))
+        # Float frames are tier-coded (FORMATS.md); random int16 ones stay
+        # zstd frames whose planes are raw blocks, read where they lie.
+        graw = dict(cls.tensors, **{"model.codes": torch.randint(
+            -32768, 32767, (256, 512), dtype=torch.int16)})
+        save_file(graw, os.path.join(s, "graw.safetensors"), metadata={"format": "pt"})
+        cls.graw_orig = read(os.path.join(s, "graw.safetensors"))
+        r = castfs("pack", "--no-progress", "--remove", "--grouped", "--frame-size", "64K",
+                   os.path.join(s, "graw.safetensors"))
+        assert r.returncode == 0, r.stderr
         cls.graw_range = cls.damage_raw_plane(os.path.join(s, "graw.safetensors.zstg"))
         cls.before = {f: read(os.path.join(s, f)) for f in os.listdir(s)}
         cls.mnt = tl.Mount(s)
@@ -305,7 +312,7 @@ class PackedMount(unittest.TestCase):
         and still checked: a byte changed there fails that frame's range
         with EIO (the fp8 view of its tensor too), the rest reads."""
         lo, hi = self.graw_range
-        orig = read(os.path.join(self.src, "u.safetensors"))
+        orig = self.graw_orig
         fd = os.open(self.m("graw.safetensors"), os.O_RDONLY)
         try:
             with self.assertRaises(OSError) as cm:

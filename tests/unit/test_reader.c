@@ -63,15 +63,17 @@ START_TEST(test_reader__no_such_part)
 }
 END_TEST
 
-/* A part with a visit op: hands its bytes as one piece, recording where. */
+/* A part with a visit or map op: hands its bytes as one piece, recording
+ * where (and the visit's @how). */
 struct vpart {
 	struct castfs_mem_reader m;
 	uint64_t off;
 	size_t n;
+	unsigned how;
 };
 
-static int vpart_visit(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
-		       void *arg)
+static int vpart_map(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
+		     void *arg)
 {
 	struct vpart *v = ctx;
 	struct castfs_piece p = { .bytes = v->m.data + off, .n = n };
@@ -79,6 +81,15 @@ static int vpart_visit(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
 	v->off = off;
 	v->n = n;
 	return fn(arg, &p);
+}
+
+static int vpart_visit(void *ctx, uint64_t off, size_t n, unsigned how,
+		       castfs_visit_fn fn, void *arg)
+{
+	struct vpart *v = ctx;
+
+	v->how = how;
+	return vpart_map(ctx, off, n, fn, arg);
 }
 
 static int keep_piece(void *arg, const struct castfs_piece *p)
@@ -119,15 +130,16 @@ START_TEST(test_reader__visit_by_part)
 	b->m.r.visit = vpart_visit;
 	ck_assert_ptr_nonnull(m->r.visit);
 	ck_assert_int_eq(m->r.visit(m->r.ctx, castfs_part_off(1, 2), 6,
-				    keep_piece, buf),
+				    2 | CASTFS_VISIT_PLANES, keep_piece, buf),
 			 0);
 	ck_assert_uint_eq(b->off, 2);
 	ck_assert_uint_eq(b->n, 6);
+	ck_assert_uint_eq(b->how, 2 | CASTFS_VISIT_PLANES);
 	ck_assert_mem_eq(buf, "RT TWO", 6);
-	ck_assert_int_eq(m->r.visit(m->r.ctx, castfs_part_off(0, 0), 2,
+	ck_assert_int_eq(m->r.visit(m->r.ctx, castfs_part_off(0, 0), 2, 2,
 				    keep_piece, buf),
 			 -ENOTSUP);
-	ck_assert_int_eq(m->r.visit(m->r.ctx, castfs_part_off(2, 0), 2,
+	ck_assert_int_eq(m->r.visit(m->r.ctx, castfs_part_off(2, 0), 2, 2,
 				    keep_piece, buf),
 			 -EIO);
 }
@@ -141,8 +153,8 @@ START_TEST(test_reader__map_by_part)
 	struct castfs_multi_reader *m = &t.mr;
 	char buf[16] = { 0 };
 
-	b->m.r.map = vpart_visit;
-	ck_assert_int_eq(m->r.visit(m->r.ctx, castfs_part_off(1, 2), 6,
+	b->m.r.map = vpart_map;
+	ck_assert_int_eq(m->r.visit(m->r.ctx, castfs_part_off(1, 2), 6, 2,
 				    keep_piece, buf),
 			 -ENOTSUP);
 	ck_assert_int_eq(m->r.map(m->r.ctx, castfs_part_off(1, 3), 5,

@@ -100,7 +100,8 @@ static int visit(struct fixture *f, uint64_t off, size_t n, struct sink *s)
 {
 	memset(s, 0, sizeof(*s));
 	s->out = malloc(n + 1);
-	return f->zr.r.visit(f->zr.r.ctx, off, n, collect, s);
+	return f->zr.r.visit(f->zr.r.ctx, off, n, 2 | CASTFS_VISIT_PLANES,
+			     collect, s);
 }
 
 /* Loop: 0 a cache too small to keep a frame, 1 one that keeps them all. */
