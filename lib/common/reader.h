@@ -12,24 +12,32 @@
 
 /*
  * A piece of source bytes handed to a visitor (castfs_reader.visit): @n
- * bytes at @bytes, or, when @sm is not NULL, @n / 2 bf16 elements stored
+ * bytes at @bytes; or, when @sm is not NULL, @n / 2 bf16 elements stored
  * as two byte planes (a grouped pack's frame, lib/source/zst_group.c):
  * @sm[k] is element k's sign and 7 mantissa bits (s|mmmmmmm), @ex[k] its
- * 8 exponent bits. The bytes are borrowed for the call only.
+ * 8 exponent bits; or, when @planes is not NULL, @n / w elements of w
+ * bytes as w byte planes, @planes[p][k] byte p of element k, for fp32
+ * with the exponent first made a byte (kernels/convert.h,
+ * castfs_convert_grouped_fn). The bytes are borrowed for the call only.
  */
 struct castfs_piece {
 	const uint8_t *bytes;
 	const uint8_t *sm;
 	const uint8_t *ex;
+	const uint8_t *const *planes;
 	size_t n;
 };
 
 typedef int (*castfs_visit_fn)(void *arg, const struct castfs_piece *p);
 
-/* castfs_reader.visit's @how: the element size, and whether the visitor
- * takes bf16 elements as planes (@sm, @ex). */
+/* castfs_reader.visit's @how: the element size, and the planes the
+ * visitor takes besides bytes: bf16 frames' (@sm, @ex), plain 2-byte
+ * frames' (fp16: @planes, low and high bytes), fp32 frames' (@planes,
+ * the exponent a byte). */
 #define CASTFS_VISIT_SIZE 0xFFu
-#define CASTFS_VISIT_PLANES 0x100u
+#define CASTFS_VISIT_BF16 0x100u
+#define CASTFS_VISIT_F16 0x200u
+#define CASTFS_VISIT_F32 0x400u
 
 struct castfs_reader {
 	/*
@@ -44,12 +52,11 @@ struct castfs_reader {
 	 * Optional (NULL: not offered). Hand the @n bytes at @off, elements
 	 * of (@how & CASTFS_VISIT_SIZE) bytes (2 or 4), to @fn as pieces of
 	 * whole elements, in order, without copying them where the reader
-	 * can (a grouped pack's frame un-grouped a cache-sized piece at a
-	 * time; with CASTFS_VISIT_PLANES in @how, bf16 elements, a bf16
-	 * frame as its planes). Returns 0, @fn's or the read's negative
-	 * errno (pieces before it were handed), or -ENOTSUP, having handed
-	 * nothing, when the reader declines this range (read it with pread
-	 * then).
+	 * can (a grouped pack's frame as its planes where @how takes that
+	 * frame's kind, else un-grouped a cache-sized piece at a time).
+	 * Returns 0, @fn's or the read's negative errno (pieces before it
+	 * were handed), or -ENOTSUP, having handed nothing, when the reader
+	 * declines this range (read it with pread then).
 	 */
 	int (*visit)(void *ctx, uint64_t off, size_t n, unsigned how,
 		     castfs_visit_fn fn, void *arg);

@@ -86,6 +86,41 @@ castfs_convert_planes_fn castfs_convert_planes_get_isa(enum castfs_isa isa,
 						       unsigned flags);
 
 /*
+ * A cast of fp16 or fp32 elements stored as a grouped pack's byte planes
+ * (struct castfs_piece's @planes, lib/source/zst_group.c): fp16 as two,
+ * @plane[0][k] element k's low byte and @plane[1][k] its high byte; fp32
+ * as four, its exponent first made a byte: @plane[3][k] the exponent,
+ * @plane[2][k] the sign and the 7 high mantissa bits, @plane[1][k] and
+ * @plane[0][k] the other 16 mantissa bits. Writes exactly what the
+ * castfs_convert_fn of the same pair writes for the un-grouped elements.
+ * Cannot fail; accepts unaligned pointers; thread-safe.
+ */
+typedef void (*castfs_convert_grouped_fn)(void *restrict dst,
+					  const uint8_t *const *plane,
+					  size_t n);
+
+/*
+ * castfs_convert_grouped_get - the grouped kernel @from (F16 or F32) ->
+ * @to with @flags of the ISA castfs_convert_get() uses; NULL when that
+ * ISA has none (then un-group and cast: there is no slower fallback) or
+ * for other pairs (only F8_E4M3 has one, with or without
+ * CASTFS_CVT_SATURATE). Thread-safe.
+ */
+castfs_convert_grouped_fn castfs_convert_grouped_get(enum castfs_dtype from,
+						     enum castfs_dtype to,
+						     unsigned flags);
+
+/*
+ * castfs_convert_grouped_get_isa - the same for an explicit @isa (the
+ * scalar one is the reference); NULL also when that ISA has none or does
+ * not run here. For tests.
+ */
+castfs_convert_grouped_fn castfs_convert_grouped_get_isa(enum castfs_isa isa,
+							 enum castfs_dtype from,
+							 enum castfs_dtype to,
+							 unsigned flags);
+
+/*
  * castfs_isa_selected - the ISA used by castfs_convert_get(): the best one
  * this CPU supports that CASTFS_ISA allows (common/isa.h). Chosen once.
  */

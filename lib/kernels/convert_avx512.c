@@ -389,4 +389,89 @@ PLANES_KERNEL(e4m3_sat, 1)
 const castfs_convert_planes_fn castfs_cvtp_avx512[2] = { cvtp_bf16_e4m3,
 							 cvtp_bf16_e4m3_sat };
 
+/* The codes of 32 fp16 elements of a grouped frame's planes, with their
+ * signs: |x| is (hi & 0x7f) << 8 | lo, the sign bit 7 of hi. */
+static inline AVX512 __m512i w8_f16_planes(const uint8_t *lo, const uint8_t *hi,
+					   int sat)
+{
+	__m512i l = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const void *)lo));
+	__m512i h = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const void *)hi));
+	__m512i a = _mm512_or_si512(
+		_mm512_slli_epi16(_mm512_and_si512(h, set1w(0x7f)), 8), l);
+	__m512i r = w8_codes(a, W8_F16_E4M3, sat);
+
+	return _mm512_or_si512(r, _mm512_and_si512(h, set1w(0x80)));
+}
+
+/* 16 fp32 elements of a grouped frame's planes (the exponent a byte) as
+ * fp32 bits. */
+static inline AVX512 __m512i widen_f32_planes(const uint8_t *const *p, size_t i)
+{
+	__m512i b0 =
+		_mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(p[0] + i)));
+	__m512i b1 =
+		_mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(p[1] + i)));
+	__m512i b2 =
+		_mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(p[2] + i)));
+	__m512i b3 =
+		_mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(p[3] + i)));
+	__m512i m = _mm512_or_si512(
+		_mm512_or_si512(_mm512_slli_epi32(b1, 8), b0),
+		_mm512_slli_epi32(_mm512_and_si512(b2, set1(0x7f)), 16));
+	__m512i se = _mm512_or_si512(
+		_mm512_slli_epi32(b3, 23),
+		_mm512_slli_epi32(_mm512_and_si512(b2, set1(0x80)), 24));
+
+	return _mm512_or_si512(m, se);
+}
+
+#define GROUPED_F16_KERNEL(to, sat)                                           \
+	static AVX512 void cvtg_f16_##to(void *restrict dst,                  \
+					 const uint8_t *const *p, size_t n)   \
+	{                                                                     \
+		const uint8_t *lo = p[0], *hi = p[1];                         \
+		uint8_t *d = dst;                                             \
+		size_t i;                                                     \
+                                                                              \
+		for (i = 0; i + 2 * WSTEP <= n; i += 2 * WSTEP)               \
+			store_w8x2(d + i, w8_f16_planes(lo + i, hi + i, sat), \
+				   w8_f16_planes(lo + i + WSTEP,              \
+						 hi + i + WSTEP, sat));       \
+		for (; i + WSTEP <= n; i += WSTEP)                            \
+			store_w8(d + i, w8_f16_planes(lo + i, hi + i, sat));  \
+		if (i < n)                                                    \
+			castfs_cvtg_scalar[0][sat](                           \
+				d + i,                                        \
+				(const uint8_t *const[]){ lo + i, hi + i },   \
+				n - i);                                       \
+	}
+
+#define GROUPED_F32_KERNEL(to, sat)                                           \
+	static AVX512 void cvtg_f32_##to(void *restrict dst,                  \
+					 const uint8_t *const *p, size_t n)   \
+	{                                                                     \
+		uint8_t *d = dst;                                             \
+		size_t i;                                                     \
+                                                                              \
+		for (i = 0; i + STEP <= n; i += STEP)                         \
+			narrow_##to(d + i, widen_f32_planes(p, i));           \
+		if (i < n)                                                    \
+			castfs_cvtg_scalar[1][sat](                           \
+				d + i,                                        \
+				(const uint8_t *const[]){ p[0] + i, p[1] + i, \
+							  p[2] + i,           \
+							  p[3] + i },         \
+				n - i);                                       \
+	}
+
+GROUPED_F16_KERNEL(e4m3, 0)
+GROUPED_F16_KERNEL(e4m3_sat, 1)
+GROUPED_F32_KERNEL(e4m3, 0)
+GROUPED_F32_KERNEL(e4m3_sat, 1)
+
+const castfs_convert_grouped_fn castfs_cvtg_avx512[2][2] = {
+	{ cvtg_f16_e4m3, cvtg_f16_e4m3_sat },
+	{ cvtg_f32_e4m3, cvtg_f32_e4m3_sat },
+};
+
 #endif

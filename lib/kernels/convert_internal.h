@@ -51,6 +51,13 @@ extern const castfs_convert_planes_fn castfs_cvtp_avx2[2];
 extern const castfs_convert_planes_fn castfs_cvtp_avx512[2];
 #endif
 
+/* The grouped kernels (fp16, fp32 -> E4M3), indexed by source (0 fp16,
+ * 1 fp32) and saturation; the scalar one is the reference. */
+extern const castfs_convert_grouped_fn castfs_cvtg_scalar[2][2];
+#if CASTFS_HAVE_X86_KERNELS
+extern const castfs_convert_grouped_fn castfs_cvtg_avx512[2][2];
+#endif
+
 /* Bits of castfs_cpu_detect(). */
 enum {
 	CASTFS_CPU_AVX2 = 1u << 0, /* AVX2, F16C, FMA, OS saves ymm */

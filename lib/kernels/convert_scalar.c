@@ -323,3 +323,36 @@ PLANES_KERNEL(e4m3_sat)
 
 const castfs_convert_planes_fn castfs_cvtp_scalar[2] = { cvtp_bf16_e4m3,
 							 cvtp_bf16_e4m3_sat };
+
+/* fp32 bits from a grouped frame's planes, the exponent made a byte. */
+static uint32_t f32_of_planes(const uint8_t *const *p, size_t i)
+{
+	return (uint32_t)(p[2][i] & 0x80u) << 24 | (uint32_t)p[3][i] << 23 |
+	       (uint32_t)(p[2][i] & 0x7Fu) << 16 | (uint32_t)p[1][i] << 8 |
+	       p[0][i];
+}
+
+static uint32_t f16_of_planes(const uint8_t *const *p, size_t i)
+{
+	return widen_f16((uint16_t)(p[0][i] | p[1][i] << 8));
+}
+
+#define GROUPED_KERNEL(from, to)                                              \
+	static void cvtg_##from##_##to(void *restrict dst,                    \
+				       const uint8_t *const *plane, size_t n) \
+	{                                                                     \
+		uint8_t *d = dst;                                             \
+                                                                              \
+		for (size_t i = 0; i < n; i++)                                \
+			d[i] = narrow_##to(from##_of_planes(plane, i));       \
+	}
+
+GROUPED_KERNEL(f16, e4m3)
+GROUPED_KERNEL(f16, e4m3_sat)
+GROUPED_KERNEL(f32, e4m3)
+GROUPED_KERNEL(f32, e4m3_sat)
+
+const castfs_convert_grouped_fn castfs_cvtg_scalar[2][2] = {
+	{ cvtg_f16_e4m3, cvtg_f16_e4m3_sat },
+	{ cvtg_f32_e4m3, cvtg_f32_e4m3_sat },
+};

@@ -148,3 +148,40 @@ castfs_convert_planes_fn castfs_convert_planes_get(enum castfs_dtype to,
 						   flags);
 	return fn;
 }
+
+/* The grouped kernels per ISA (NULL: none of its own). */
+static const castfs_convert_grouped_fn (
+		*const isa_grouped[CASTFS_ISA_COUNT])[2] = {
+	[CASTFS_ISA_SCALAR] = castfs_cvtg_scalar,
+#if CASTFS_HAVE_X86_KERNELS
+	[CASTFS_ISA_AVX512] = castfs_cvtg_avx512,
+#endif
+};
+
+castfs_convert_grouped_fn castfs_convert_grouped_get_isa(enum castfs_isa isa,
+							 enum castfs_dtype from,
+							 enum castfs_dtype to,
+							 unsigned flags)
+{
+	unsigned sat = (flags & CASTFS_CVT_SATURATE) ? 1 : 0;
+	int k = from == CASTFS_DTYPE_F16 ? 0 :
+		from == CASTFS_DTYPE_F32 ? 1 :
+					   -1;
+
+	if (!castfs_isa_available(isa) || k < 0 || to != CASTFS_DTYPE_F8_E4M3 ||
+	    (flags & ~CASTFS_CVT_SATURATE) || !isa_grouped[isa])
+		return NULL;
+	return isa_grouped[isa][k][sat];
+}
+
+castfs_convert_grouped_fn castfs_convert_grouped_get(enum castfs_dtype from,
+						     enum castfs_dtype to,
+						     unsigned flags)
+{
+	enum castfs_isa isa = castfs_isa_selected();
+
+	/* The scalar reference is slower than un-grouping and casting. */
+	if (isa == CASTFS_ISA_SCALAR)
+		return NULL;
+	return castfs_convert_grouped_get_isa(isa, from, to, flags);
+}

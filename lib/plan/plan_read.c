@@ -53,7 +53,8 @@ static int gen_copy(const struct castfs_read_env *env,
 /* A cast fed by a reader's visit op: where its output goes next. */
 struct cast_visit {
 	const struct castfs_extent *e;
-	castfs_convert_planes_fn cvtp;
+	castfs_convert_planes_fn cvtp; /* bf16 planes */
+	castfs_convert_grouped_fn cvtg; /* fp16 or fp32 planes */
 	size_t in_sz; /* bytes per source element */
 	uint8_t *dst;
 };
@@ -65,6 +66,8 @@ static int cast_piece(void *arg, const struct castfs_piece *p)
 
 	if (p->sm)
 		v->cvtp(v->dst, p->sm, p->ex, count);
+	else if (p->planes)
+		v->cvtg(v->dst, p->planes, count);
 	else
 		v->e->cvt(v->dst, p->bytes, count);
 	v->dst += count * v->e->unit;
@@ -91,8 +94,13 @@ static int gen_cast_visit(const struct castfs_read_env *env,
 	how = (unsigned)v.in_sz;
 	if (e->src_dtype == CASTFS_DTYPE_BF16) {
 		v.cvtp = castfs_convert_planes_get(e->dst_dtype, e->flags);
-		how |= v.cvtp ? CASTFS_VISIT_PLANES : 0;
+		how |= v.cvtp ? CASTFS_VISIT_BF16 : 0;
 	}
+	v.cvtg = castfs_convert_grouped_get(e->src_dtype, e->dst_dtype,
+					    e->flags);
+	if (v.cvtg)
+		how |= e->src_dtype == CASTFS_DTYPE_F32 ? CASTFS_VISIT_F32 :
+							  CASTFS_VISIT_F16;
 	return env->src->visit(env->src->ctx, e->src_off + first * v.in_sz,
 			       (size_t)count * v.in_sz, how, cast_piece, &v);
 }

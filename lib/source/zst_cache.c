@@ -324,10 +324,20 @@ static int planes_visit_chunks(const uint8_t *const *plane, size_t dsize,
 	return rc;
 }
 
+/* Whether a visitor taking @how takes the planes of frames of @t as
+ * struct castfs_piece's @planes. */
+static bool visit_takes_planes(enum castfs_zst_transform t, unsigned how)
+{
+	if (zst_xform_f32(t))
+		return how & CASTFS_VISIT_F32;
+	return (t == CASTFS_ZST_PLANES2 || t == CASTFS_ZST_PLANES2_TIERED) &&
+	       (how & CASTFS_VISIT_F16);
+}
+
 /*
  * Read, decode and verify grouped frame @i of @ix and hand it to @fn:
- * a bf16 frame as its planes when @how takes them (the un-grouping left
- * to the visitor, a fused cast), any other un-grouped a piece at a time.
+ * as its planes when @how takes those of its kind (the un-grouping left
+ * to the visitor, a fused cast), else un-grouped a piece at a time.
  * The context, whose buffers the planes are, is held until @fn returns.
  */
 static int frame_visit_planes(const struct castfs_zst_index *ix,
@@ -346,9 +356,12 @@ static int frame_visit_planes(const struct castfs_zst_index *ix,
 	if (!rc)
 		rc = frame_planes_dc(ix, i, dc, src, csize, plane);
 	count_decode(ix, i, rc);
-	if (!rc && zst_xform_bf16(t) && (how & CASTFS_VISIT_PLANES)) {
+	if (!rc && zst_xform_bf16(t) && (how & CASTFS_VISIT_BF16)) {
 		p.sm = plane[0];
 		p.ex = plane[1];
+		rc = fn(arg, &p);
+	} else if (!rc && visit_takes_planes(t, how)) {
+		p.planes = plane;
 		rc = fn(arg, &p);
 	} else if (!rc) {
 		rc = planes_visit_chunks(plane, p.n, t, dc->chunk, fn, arg);

@@ -88,7 +88,7 @@ static void check_visit(const struct castfs_zst_reader *zr,
 
 		FUZZ_CHECK(s.out);
 		rc = zr->r.visit(zr->r.ctx, at, (total - at) & ~(uint64_t)1,
-				 2 | CASTFS_VISIT_PLANES, collect, &s);
+				 2 | CASTFS_VISIT_BF16, collect, &s);
 		FUZZ_CHECK(rc == -ENOTSUP ||
 			   (rc == 0 && memcmp(s.out, whole + at, s.at) == 0));
 		free(s.out);
@@ -99,7 +99,7 @@ static void check_visit(const struct castfs_zst_reader *zr,
 			       (total + 1);
 		size_t len = (size_t)(data[k] | data[k + 3] << 8) % sizeof(buf);
 		/* bf16 planes, 2-byte or 4-byte elements as bytes */
-		unsigned how = data[k + 1] % 3 == 0 ? 2 | CASTFS_VISIT_PLANES :
+		unsigned how = data[k + 1] % 3 == 0 ? 2 | CASTFS_VISIT_BF16 :
 			       data[k + 1] % 3 == 1 ? 2 :
 						      4;
 		struct sink s = { buf, 0, sizeof(buf) };

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * lib/kernels: the casts that read a grouped pack's bf16 planes. Each ISA's
- * planes kernel must write what the scalar bf16 kernel writes for the same
- * elements un-grouped here (the scalar kernels are held to torch by the
- * compatibility tests), for all 65536 bf16 patterns.
+ * lib/kernels: the casts that read a grouped pack's planes. Each ISA's
+ * planes kernel must write what the scalar kernel of the pair writes for
+ * the same elements un-grouped here (the scalar kernels are held to torch
+ * by the compatibility tests): all 65536 bf16 and fp16 patterns, and fp32
+ * patterns of every exponent with random and edge mantissas.
  */
 #include <check.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,6 +90,127 @@ START_TEST(test_kernels_planes__only_e4m3_has_planes)
 }
 END_TEST
 
+/* The planes of @n fp32 words at @w, the exponent made a byte (plane 3),
+ * the sign and 7 high mantissa bits plane 2 (lib/source/zst_group.c). */
+static void split32(const uint32_t *w, size_t n, uint8_t *const *pl)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint32_t v = w[i];
+
+		pl[0][i] = (uint8_t)v;
+		pl[1][i] = (uint8_t)(v >> 8);
+		pl[2][i] = (uint8_t)(((v >> 24) & 0x80u) | ((v >> 16) & 0x7Fu));
+		pl[3][i] = (uint8_t)(v >> 23);
+	}
+}
+
+static uint32_t lcg32(uint32_t *s)
+{
+	*s = *s * 1664525u + 1013904223u;
+	return *s;
+}
+
+/* Every sign and exponent with mantissas 0, 1, all ones, the e4m3
+ * rounding boundaries (bit 19 alone, bits 19-20) and random ones. */
+static void fill32(uint32_t *w, size_t n)
+{
+	static const uint32_t mant[] = { 0,	   1,	    0x7FFFFF, 0x80000,
+					 0x180000, 0x7FFFF, 0x100000 };
+	uint32_t s = 7;
+
+	for (size_t i = 0; i < n; i++) {
+		uint32_t se = (uint32_t)(i % 512) << 23;
+		size_t k = (i / 512) % 10;
+
+		w[i] = se | (k < 7 ? mant[k] : lcg32(&s) & 0x7FFFFF);
+	}
+}
+
+/* Loop index: ISA x saturation x source (fp16, fp32) x skew (0, 3). */
+START_TEST(test_kernels_planes__grouped_match_scalar)
+{
+	enum castfs_isa isa = (enum castfs_isa)(_i / 8);
+	unsigned flags = (_i / 4) % 2 ? CASTFS_CVT_SATURATE : 0;
+	bool f32 = (_i / 2) % 2;
+	unsigned skew = _i % 2 ? 3 : 0, w = f32 ? 4 : 2;
+	enum castfs_dtype from = f32 ? CASTFS_DTYPE_F32 : CASTFS_DTYPE_F16;
+	size_t count = f32 ? 512 * 10 * 8 : NPAT;
+	uint8_t *bytes = malloc(w * count + 8), *pl[4];
+	uint8_t *want = malloc(count + 8), *got = malloc(count + 8);
+	uint32_t *words = malloc(4 * count);
+	castfs_convert_grouped_fn fn;
+	castfs_convert_fn ref;
+
+	fn = castfs_convert_grouped_get_isa(isa, from, CASTFS_DTYPE_F8_E4M3,
+					    flags);
+	if (isa != CASTFS_ISA_SCALAR && isa != CASTFS_ISA_AVX512) {
+		ck_assert_ptr_null(fn);
+		goto out;
+	}
+	if (!castfs_isa_available(isa)) {
+		ck_assert_ptr_null(fn);
+		goto out;
+	}
+	ck_assert_ptr_nonnull(fn);
+	ref = castfs_convert_get_isa(CASTFS_ISA_SCALAR, from,
+				     CASTFS_DTYPE_F8_E4M3, flags);
+	for (unsigned k = 0; k < w; k++)
+		pl[k] = (uint8_t *)malloc(count + 8) + skew;
+	if (f32) {
+		fill32(words, count);
+	} else {
+		for (size_t v = 0; v < count; v++)
+			words[v] = (uint32_t)v;
+	}
+	for (size_t i = 0; i < count; i++) {
+		if (f32) {
+			memcpy(bytes + skew + 4 * i, &words[i], 4);
+		} else {
+			bytes[skew + 2 * i] = (uint8_t)words[i];
+			bytes[skew + 2 * i + 1] = (uint8_t)(words[i] >> 8);
+			pl[0][i] = (uint8_t)words[i];
+			pl[1][i] = (uint8_t)(words[i] >> 8);
+		}
+	}
+	if (f32)
+		split32(words, count, pl);
+	/* Lengths that leave every tail size of the vector loops. */
+	for (size_t n = count - 70; n <= count; n += 1) {
+		memset(want, 0xA5, count + 8);
+		memset(got, 0xA5, count + 8);
+		ref(want + skew, bytes + skew, n);
+		fn(got + skew, (const uint8_t *const *)pl, n);
+		ck_assert_msg(!memcmp(want, got, count + 8),
+			      "%s flags %u fp%u skew %u n %zu differ",
+			      castfs_isa_name(isa), flags, f32 ? 32 : 16, skew,
+			      n);
+	}
+	for (unsigned k = 0; k < w; k++)
+		free(pl[k] - skew);
+out:
+	free(words);
+	free(got);
+	free(want);
+	free(bytes);
+}
+END_TEST
+
+/* Only fp16 and fp32 to E4M3 have grouped kernels. */
+START_TEST(test_kernels_planes__grouped_pairs)
+{
+	ck_assert_ptr_null(castfs_convert_grouped_get_isa(
+		CASTFS_ISA_SCALAR, CASTFS_DTYPE_BF16, CASTFS_DTYPE_F8_E4M3, 0));
+	ck_assert_ptr_null(castfs_convert_grouped_get_isa(
+		CASTFS_ISA_SCALAR, CASTFS_DTYPE_F32, CASTFS_DTYPE_F8_E5M2, 0));
+	ck_assert_ptr_null(castfs_convert_grouped_get_isa(
+		CASTFS_ISA_SCALAR, CASTFS_DTYPE_F16, CASTFS_DTYPE_F8_E4M3,
+		1u << 7));
+	ck_assert_ptr_nonnull(castfs_convert_grouped_get_isa(
+		CASTFS_ISA_SCALAR, CASTFS_DTYPE_F16, CASTFS_DTYPE_F8_E4M3,
+		CASTFS_CVT_SATURATE));
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("kernels_planes");
@@ -97,6 +220,9 @@ Suite *unit_suite(void)
 		tc, test_kernels_planes__isa_matches_scalar_on_all_patterns, 0,
 		8 * CASTFS_ISA_COUNT);
 	tcase_add_test(tc, test_kernels_planes__only_e4m3_has_planes);
+	tcase_add_loop_test(tc, test_kernels_planes__grouped_match_scalar, 0,
+			    8 * CASTFS_ISA_COUNT);
+	tcase_add_test(tc, test_kernels_planes__grouped_pairs);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -130,11 +130,11 @@ START_TEST(test_reader__visit_by_part)
 	b->m.r.visit = vpart_visit;
 	ck_assert_ptr_nonnull(m->r.visit);
 	ck_assert_int_eq(m->r.visit(m->r.ctx, castfs_part_off(1, 2), 6,
-				    2 | CASTFS_VISIT_PLANES, keep_piece, buf),
+				    2 | CASTFS_VISIT_BF16, keep_piece, buf),
 			 0);
 	ck_assert_uint_eq(b->off, 2);
 	ck_assert_uint_eq(b->n, 6);
-	ck_assert_uint_eq(b->how, 2 | CASTFS_VISIT_PLANES);
+	ck_assert_uint_eq(b->how, 2 | CASTFS_VISIT_BF16);
 	ck_assert_mem_eq(buf, "RT TWO", 6);
 	ck_assert_int_eq(m->r.visit(m->r.ctx, castfs_part_off(0, 0), 2, 2,
 				    keep_piece, buf),

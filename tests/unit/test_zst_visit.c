@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * lib/source: the visit op of a grouped pack's reader, which hands a bf16
- * frame over as its two planes. The pieces, un-grouped here by the bf16
- * bit layout itself (not castfs's un-grouping), must give back the packed
- * input; a corrupt frame fails its range with -EIO and its neighbours
- * still read.
+ * frame over as its two planes, fp16 and fp32 frames as theirs where the
+ * visitor takes them, and other frames as bytes. The pieces, un-grouped
+ * here by the bit layouts themselves (not castfs's un-grouping), must give
+ * back the packed input; a corrupt frame fails its range with -EIO and its
+ * neighbours still read.
  */
 #include <check.h>
 #include <errno.h>
@@ -100,7 +101,7 @@ static int visit(struct fixture *f, uint64_t off, size_t n, struct sink *s)
 {
 	memset(s, 0, sizeof(*s));
 	s->out = malloc(n + 1);
-	return f->zr.r.visit(f->zr.r.ctx, off, n, 2 | CASTFS_VISIT_PLANES,
+	return f->zr.r.visit(f->zr.r.ctx, off, n, 2 | CASTFS_VISIT_BF16,
 			     collect, s);
 }
 
@@ -337,6 +338,104 @@ START_TEST(test_zst_visit__mapped_bad_frame_fails_every_range_over_it)
 }
 END_TEST
 
+/* A pack of a 2-byte span (fp16), an fp32 span and a plain 4-byte span
+ * (int32), frames of FRAME bytes, random data. */
+#define W_HDR 64u
+#define W_LEN (5 * FRAME + 1000u)
+#define W_N (W_HDR + 3 * W_LEN)
+
+/* Pieces of a visit of @how put back: planes by the fp16 (2) or fp32
+ * (4, the exponent a byte) layout, each piece's kind counted. */
+struct wsink {
+	uint8_t out[W_N];
+	size_t at;
+	unsigned w, planes, bytes, bytes_max;
+};
+
+static int wcollect(void *arg, const struct castfs_piece *p)
+{
+	struct wsink *s = arg;
+	const uint8_t *const *pl = p->planes;
+
+	ck_assert_ptr_null(p->sm);
+	ck_assert_uint_eq(p->n % s->w, 0);
+	if (!pl) {
+		memcpy(s->out + s->at, p->bytes, p->n);
+		s->bytes++;
+		s->bytes_max = p->n > s->bytes_max ? (unsigned)p->n :
+						     s->bytes_max;
+	}
+	for (size_t k = 0; pl && k < p->n / s->w; k++) {
+		uint8_t *d = s->out + s->at + s->w * k;
+
+		if (s->w == 2) {
+			d[0] = pl[0][k];
+			d[1] = pl[1][k];
+		} else {
+			castfs_store_le32(
+				d, (uint32_t)(pl[2][k] & 0x80u) << 24 |
+					   (uint32_t)pl[3][k] << 23 |
+					   (uint32_t)(pl[2][k] & 0x7Fu) << 16 |
+					   (uint32_t)pl[1][k] << 8 | pl[0][k]);
+		}
+	}
+	s->planes += pl != NULL;
+	s->at += p->n;
+	return 0;
+}
+
+/*
+ * Loop over (span, how): planes only where the visitor takes the frame's
+ * kind (fp16 planes for a 2-byte frame, fp32 planes for an fp32 frame,
+ * never for int32 or bf16 flags), otherwise bytes of at most 16 KiB per
+ * piece; either way the input back. A range a whole element off is
+ * declined.
+ */
+START_TEST(test_zst_visit__wide_frames_planes_where_taken)
+{
+	static const uint64_t cuts[] = { W_HDR, W_HDR + W_LEN,
+					 W_HDR + 2 * W_LEN };
+	static const uint8_t tr[] = { CASTFS_ZST_PLANES2, CASTFS_ZST_F32,
+				      CASTFS_ZST_PLANES4 };
+	static const struct {
+		unsigned span, how, planes;
+	} cases[] = {
+		{ 0, 2 | CASTFS_VISIT_F16, 1 },	 { 0, 2, 0 },
+		{ 0, 2 | CASTFS_VISIT_BF16, 0 }, { 0, 2 | CASTFS_VISIT_F32, 0 },
+		{ 1, 4 | CASTFS_VISIT_F32, 1 },	 { 1, 4 | CASTFS_VISIT_F16, 0 },
+		{ 2, 4 | CASTFS_VISIT_F32, 0 },
+	};
+	unsigned k = (unsigned)_i, w = cases[k].how & CASTFS_VISIT_SIZE;
+	uint64_t off = W_HDR + cases[k].span * W_LEN;
+	struct fixture f = { .in = malloc(W_N) };
+	struct wsink *s = calloc(1, sizeof(*s));
+	unsigned seed = 5;
+
+	for (size_t i = 0; i < W_N; i++)
+		f.in[i] = (uint8_t)rand_r(&seed);
+	membuf_pack_grouped(&f.m, f.in, W_N, FRAME, cuts, tr, 3);
+	open_pack(&f, 1);
+	s->w = w;
+	ck_assert_int_eq(f.zr.r.visit(f.zr.r.ctx, off, W_LEN, cases[k].how,
+				      wcollect, s),
+			 0);
+	ck_assert_uint_eq(s->at, W_LEN);
+	ck_assert_mem_eq(s->out, f.in + off, W_LEN);
+	if (cases[k].planes)
+		ck_assert_uint_eq(s->planes, (W_LEN + FRAME - 1) / FRAME);
+	else
+		ck_assert_uint_eq(s->planes, 0);
+	ck_assert_uint_le(s->bytes_max, 16u << 10);
+	s->at = 0;
+	ck_assert_int_eq(f.zr.r.visit(f.zr.r.ctx, off + w / 2, 2 * w,
+				      cases[k].how, wcollect, s),
+			 -ENOTSUP);
+	ck_assert_uint_eq(s->at, 0);
+	free(s);
+	close_pack(&f);
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("zst_visit");
@@ -350,6 +449,8 @@ Suite *unit_suite(void)
 			    0, 2);
 	tcase_add_test(
 		tc, test_zst_visit__mapped_bad_frame_fails_every_range_over_it);
+	tcase_add_loop_test(tc, test_zst_visit__wide_frames_planes_where_taken,
+			    0, 7);
 	suite_add_tcase(s, tc);
 	return s;
 }
