@@ -106,6 +106,25 @@ def seeds(castfs):
             bad_t = bytearray(tiered)
             bad_t[at + 8 + 24 + 20] ^= 0x04
             out["seed-castfs-grouped-tiered-corrupt"] = bytes(bad_t)
+            # N(0, 0.02) fp32 and fp16 weights: tiered frames of
+            # transforms 6 and 7 (the fp16 one with its low-bit stream);
+            # then a byte of the rank codes changed in each.
+            for dt, fmt, tag in (("F32", "<f", "f32"), ("F16", "<e", "f16")):
+                vals = b"".join(struct.pack(fmt, rng.gauss(0, 0.02)) for _ in range(1024))
+                hdr = ('{"a":{"dtype":"%s","shape":[1024],"data_offsets":[0,%d]}}'
+                       % (dt, len(vals))).encode()
+                hdr += b" " * (-len(hdr) % 8)
+                with open(p, "wb") as f:
+                    f.write(struct.pack("<Q", len(hdr)) + hdr + vals)
+                subprocess.run([castfs, "pack", "--no-progress", "--grouped", "--force",
+                                "--frame-size", "2048", p], check=True)
+                with open(p + ".zstg", "rb") as f:
+                    wide = f.read()
+                out["seed-castfs-grouped-tiered-" + tag] = wide
+                at = wide.find(struct.pack("<I", 0x184D2A58))
+                bad_w = bytearray(wide)
+                bad_w[at + 8 + 24 + 50] ^= 0x04
+                out["seed-castfs-grouped-tiered-%s-corrupt" % tag] = bytes(bad_w)
         out["seed-castfs-pack"] = packed
         sums = bytearray(packed)
         sums[-9 - 12 + 8] ^= 1  # the last frame's checksum
