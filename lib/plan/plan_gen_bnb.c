@@ -441,10 +441,10 @@ static bool qc_wanted(const struct castfs_read_env *env,
 {
 	const struct castfs_qtensor *qt = q_tensor(env, e);
 
-	return st->raw16 && qt->nested && env->plan->qcache &&
-	       castfs_qcache_fits(q4_nblocks(qt)) &&
+	return st->raw16 && qt->nested &&
 	       __atomic_load_n(&env->plan->qstats[e->qt].ready,
-			       __ATOMIC_ACQUIRE);
+			       __ATOMIC_ACQUIRE) &&
+	       castfs_qcache_wants(env->plan, e->qt, q4_nblocks(qt));
 }
 
 /*

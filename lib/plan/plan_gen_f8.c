@@ -456,7 +456,8 @@ static void f8_keep_scales(const struct castfs_read_env *env,
 	uint64_t total = f8_scale_bytes(q, f8_scale_unit(q, st));
 	uint64_t all = f8_nbcols(q);
 
-	if (!env->plan->qcache || !castfs_qcache_fits(total))
+	if (!castfs_qcache_wants(env->plan, (uint32_t)(q - env->plan->qtensors),
+				 total))
 		return;
 	if (t->nbc == all) { /* whole block rows: one run */
 		f8_keep_run(env, q, st, t->scale, t->br * all, t->nbr * all,

@@ -227,9 +227,15 @@ struct castfs_qcache {
 	uint32_t *qt; /* room for every quantised tensor of the plan */
 };
 
-/* castfs_qcache_fits - whether a tensor may keep @len bytes (its
- * double-quantised absmax or scale bytes; the cache has a size limit). */
-bool castfs_qcache_fits(uint64_t len);
+/*
+ * castfs_qcache_wants - whether quantised tensor @idx of @p may keep its
+ * @len double-quantised absmax or scale bytes: the plan has a cache, @len
+ * is within its per-tensor limit, and the tensor was not refused room
+ * too recently to ask again. Callers check it before making the bytes
+ * they would save. Thread-safe (the tensor's qstats lock).
+ */
+bool castfs_qcache_wants(const struct castfs_plan *p, uint32_t idx,
+			 uint64_t len);
 
 /*
  * castfs_qcache_save - keep @bytes, bytes [@b, @b + @k) of the @len

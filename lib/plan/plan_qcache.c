@@ -174,9 +174,26 @@ static bool qc_bits(uint64_t *v, uint64_t b, uint64_t n, bool set)
 	return true;
 }
 
-bool castfs_qcache_fits(uint64_t len)
+/* Whether @qs holds no cache and was refused room too recently to ask
+ * again. Under its lock. */
+static bool qc_refused_locked(const struct castfs_qstats *qs)
 {
-	return len <= QC_MAX_BYTES;
+	return !qs->qc && qs->qc_refused_ms &&
+	       qc_now_ms() - qs->qc_refused_ms < QC_RETRY_MS;
+}
+
+bool castfs_qcache_wants(const struct castfs_plan *p, uint32_t idx,
+			 uint64_t len)
+{
+	struct castfs_qstats *qs = &p->qstats[idx];
+	bool refused;
+
+	if (!p->qcache || len > QC_MAX_BYTES)
+		return false;
+	pthread_mutex_lock(&qs->lock);
+	refused = qc_refused_locked(qs);
+	pthread_mutex_unlock(&qs->lock);
+	return !refused;
 }
 
 void castfs_qcache_save(const struct castfs_plan *p, uint32_t idx, uint64_t len,
@@ -185,8 +202,7 @@ void castfs_qcache_save(const struct castfs_plan *p, uint32_t idx, uint64_t len,
 	struct castfs_qstats *qs = &p->qstats[idx];
 
 	pthread_mutex_lock(&qs->lock);
-	if (!qs->qc && qs->qc_refused_ms &&
-	    qc_now_ms() - qs->qc_refused_ms < QC_RETRY_MS) {
+	if (qc_refused_locked(qs)) {
 		pthread_mutex_unlock(&qs->lock);
 		return;
 	}
