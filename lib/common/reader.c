@@ -161,28 +161,31 @@ static ssize_t multi_pread(void *ctx, void *buf, size_t n, uint64_t off)
 	return p ? p->pread(p->ctx, buf, n, in) : -EIO;
 }
 
-/* A visit or a mapping goes to the part's own op: the shards of a model
- * folder may be grouped packs, or leased files. */
-static int multi_visit(void *ctx, uint64_t off, size_t n, unsigned how,
-		       castfs_visit_fn fn, void *arg)
+/* A visit or a mapping (@map) goes to the part's own op: the shards of
+ * a model folder may be grouped packs, or leased files. */
+static int multi_hand(void *ctx, uint64_t off, size_t n, unsigned how,
+		      castfs_visit_fn fn, void *arg, bool map)
 {
 	uint64_t in;
 	const struct castfs_reader *p = part_of(ctx, off, n, &in);
 
 	if (!p)
 		return -EIO;
+	if (map)
+		return p->map ? p->map(p->ctx, in, n, fn, arg) : -ENOTSUP;
 	return p->visit ? p->visit(p->ctx, in, n, how, fn, arg) : -ENOTSUP;
+}
+
+static int multi_visit(void *ctx, uint64_t off, size_t n, unsigned how,
+		       castfs_visit_fn fn, void *arg)
+{
+	return multi_hand(ctx, off, n, how, fn, arg, false);
 }
 
 static int multi_map(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
 		     void *arg)
 {
-	uint64_t in;
-	const struct castfs_reader *p = part_of(ctx, off, n, &in);
-
-	if (!p)
-		return -EIO;
-	return p->map ? p->map(p->ctx, in, n, fn, arg) : -ENOTSUP;
+	return multi_hand(ctx, off, n, 0, fn, arg, true);
 }
 
 void castfs_multi_reader_init(struct castfs_multi_reader *mr,

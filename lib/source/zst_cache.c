@@ -324,10 +324,12 @@ static int planes_visit_chunks(const uint8_t *const *plane, size_t dsize,
 	return rc;
 }
 
-/* Whether a visitor taking @how takes the planes of frames of @t as
- * struct castfs_piece's @planes. */
+/* Whether a visitor taking @how takes the planes of frames of @t (bf16
+ * ones as struct castfs_piece's @sm and @ex, others as its @planes). */
 static bool visit_takes_planes(enum castfs_zst_transform t, unsigned how)
 {
+	if (zst_xform_bf16(t))
+		return how & CASTFS_VISIT_BF16;
 	if (zst_xform_f32(t))
 		return how & CASTFS_VISIT_F32;
 	return (t == CASTFS_ZST_PLANES2 || t == CASTFS_ZST_PLANES2_TIERED) &&
@@ -356,12 +358,13 @@ static int frame_visit_planes(const struct castfs_zst_index *ix,
 	if (!rc)
 		rc = frame_planes_dc(ix, i, dc, src, csize, plane);
 	count_decode(ix, i, rc);
-	if (!rc && zst_xform_bf16(t) && (how & CASTFS_VISIT_BF16)) {
-		p.sm = plane[0];
-		p.ex = plane[1];
-		rc = fn(arg, &p);
-	} else if (!rc && visit_takes_planes(t, how)) {
-		p.planes = plane;
+	if (!rc && visit_takes_planes(t, how)) {
+		if (zst_xform_bf16(t)) {
+			p.sm = plane[0];
+			p.ex = plane[1];
+		} else {
+			p.planes = plane;
+		}
 		rc = fn(arg, &p);
 	} else if (!rc) {
 		rc = planes_visit_chunks(plane, p.n, t, dc->chunk, fn, arg);
