@@ -36,6 +36,20 @@ def seekable(data, frame, extra_skippable=False):
     return body + struct.pack("<II", SKIPPABLE, len(table)) + table
 
 
+def grouped_pack(castfs, path, dtype, count, data, frame):
+    """The bytes of `castfs pack --grouped` of a one-tensor checkpoint at
+    @path: @count elements of @dtype stored as @data, frames of @frame."""
+    hdr = ('{"a":{"dtype":"%s","shape":[%d],"data_offsets":[0,%d]}}'
+           % (dtype, count, len(data))).encode()
+    hdr += b" " * (-len(hdr) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hdr)) + hdr + data)
+    subprocess.run([castfs, "pack", "--no-progress", "--grouped", "--force",
+                    "--frame-size", str(frame), path], check=True)
+    with open(path + ".zstg", "rb") as f:
+        return f.read()
+
+
 def seeds(castfs):
     rng = random.Random(14)
     data = bytes(((i // 7) ^ rng.getrandbits(2)) & 0xFF for i in range(3000))
@@ -73,14 +87,7 @@ def seeds(castfs):
             # which the reader uses where it lies (FORMATS.md, "How castfs
             # reads a grouped frame"); then a byte of one changed.
             noise = bytes(rng.getrandbits(8) for _ in range(2048))
-            hdr = b'{"a":{"dtype":"BF16","shape":[1024],"data_offsets":[0,2048]}}'
-            hdr += b" " * (-len(hdr) % 8)
-            with open(p, "wb") as f:
-                f.write(struct.pack("<Q", len(hdr)) + hdr + noise)
-            subprocess.run([castfs, "pack", "--no-progress", "--grouped", "--force",
-                            "--frame-size", "1024", p], check=True)
-            with open(p + ".zstg", "rb") as f:
-                raw = f.read()
+            raw = grouped_pack(castfs, p, "BF16", 1024, noise, 1024)
             out["seed-castfs-grouped-raw"] = raw
             bad_raw = bytearray(raw)
             bad_raw[len(raw) // 2] ^= 0x10
@@ -93,14 +100,7 @@ def seeds(castfs):
                 e = 121 + min(3, max(-3, round(rng.gauss(0, 1.2))))
                 v = (rng.getrandbits(1) << 15) | (e << 7) | rng.getrandbits(7)
                 w += struct.pack("<H", v)
-            hdr = b'{"a":{"dtype":"BF16","shape":[2048],"data_offsets":[0,4096]}}'
-            hdr += b" " * (-len(hdr) % 8)
-            with open(p, "wb") as f:
-                f.write(struct.pack("<Q", len(hdr)) + hdr + bytes(w))
-            subprocess.run([castfs, "pack", "--no-progress", "--grouped", "--force",
-                            "--frame-size", "2048", p], check=True)
-            with open(p + ".zstg", "rb") as f:
-                tiered = f.read()
+            tiered = grouped_pack(castfs, p, "BF16", 2048, bytes(w), 2048)
             out["seed-castfs-grouped-tiered"] = tiered
             at = tiered.find(struct.pack("<I", 0x184D2A58))
             bad_t = bytearray(tiered)
@@ -111,15 +111,7 @@ def seeds(castfs):
             # then a byte of the rank codes changed in each.
             for dt, fmt, tag in (("F32", "<f", "f32"), ("F16", "<e", "f16")):
                 vals = b"".join(struct.pack(fmt, rng.gauss(0, 0.02)) for _ in range(1024))
-                hdr = ('{"a":{"dtype":"%s","shape":[1024],"data_offsets":[0,%d]}}'
-                       % (dt, len(vals))).encode()
-                hdr += b" " * (-len(hdr) % 8)
-                with open(p, "wb") as f:
-                    f.write(struct.pack("<Q", len(hdr)) + hdr + vals)
-                subprocess.run([castfs, "pack", "--no-progress", "--grouped", "--force",
-                                "--frame-size", "2048", p], check=True)
-                with open(p + ".zstg", "rb") as f:
-                    wide = f.read()
+                wide = grouped_pack(castfs, p, dt, 1024, vals, 2048)
                 out["seed-castfs-grouped-tiered-" + tag] = wide
                 at = wide.find(struct.pack("<I", 0x184D2A58))
                 bad_w = bytearray(wide)
