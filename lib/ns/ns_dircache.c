@@ -63,7 +63,7 @@ static ssize_t cacheable_ids(struct castfs_ns *ns, const struct stat *st,
 
 	pthread_mutex_lock(&ns->lock);
 	for (size_t b = 0; b < ns->nbuckets; b++) {
-		for (struct ns_node *node = ns->nodes[b]; node;
+		for (struct ns_node *node = ns->nodes[b].head; node;
 		     node = node->hnext) {
 			if (!id_wanted(node, st))
 				continue;

@@ -121,6 +121,15 @@ enum ns_ckpt_slot {
  * touched). */
 #define NS_SEEN_BITS (1u << 25)
 
+/* A chain of the node table, and a bit per node of it, set by six bits
+ * of its id's hash that the bucket's index does not use: a new id, which
+ * every lookup of a name not looked up yet interns, is found missing
+ * without a walk of nodes that are all cache misses. */
+struct ns_bucket {
+	struct ns_node *head;
+	uint64_t tags;
+};
+
 struct castfs_ns {
 	int root_fd;
 	char *source;
@@ -137,7 +146,7 @@ struct castfs_ns {
 	/* Buckets (a power of two, at least NS_HASH_BUCKETS), doubled when
 	 * the table holds twice as many nodes: a lookup walks a short chain
 	 * with a million nodes as with a hundred. */
-	struct ns_node **nodes;
+	struct ns_bucket *nodes;
 	size_t nbuckets;
 	size_t nnodes;
 	size_t nforgotten; /* nodes with nlookup 0 still in the table */

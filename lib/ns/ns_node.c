@@ -71,9 +71,31 @@ uint64_t ns_node_id(const struct ns_node *n)
 
 /* ---- the node table ---- */
 
-static struct ns_node **bucket(struct castfs_ns *ns, uint64_t id)
+static struct ns_bucket *bucket(struct castfs_ns *ns, uint64_t id)
 {
 	return &ns->nodes[castfs_mix64(id) & (ns->nbuckets - 1)];
+}
+
+static uint64_t tag(uint64_t id)
+{
+	return 1ull << (castfs_mix64(id) >> 58);
+}
+
+static void bucket_push(struct castfs_ns *ns, struct ns_node *n)
+{
+	struct ns_bucket *b = bucket(ns, n->id);
+
+	n->hnext = b->head;
+	b->head = n;
+	b->tags |= tag(n->id);
+}
+
+/* The tags of @b's chain again, after nodes left it. */
+static void bucket_retag(struct ns_bucket *b)
+{
+	b->tags = 0;
+	for (const struct ns_node *n = b->head; n; n = n->hnext)
+		b->tags |= tag(n->id);
 }
 
 /* Caller holds ns->lock. Move every node into @nb buckets; without memory
@@ -81,7 +103,7 @@ static struct ns_node **bucket(struct castfs_ns *ns, uint64_t id)
 static void table_resize_locked(struct castfs_ns *ns, size_t nb)
 {
 	size_t oldn = ns->nbuckets;
-	struct ns_node **old = ns->nodes;
+	struct ns_bucket *old = ns->nodes;
 
 	ns->nodes = calloc(nb, sizeof(*ns->nodes));
 	if (!ns->nodes) {
@@ -90,12 +112,11 @@ static void table_resize_locked(struct castfs_ns *ns, size_t nb)
 	}
 	ns->nbuckets = nb;
 	for (size_t i = 0; i < oldn; i++) {
-		struct ns_node *n = old[i], *next;
+		struct ns_node *n = old[i].head, *next;
 
 		for (; n; n = next) {
 			next = n->hnext;
-			n->hnext = *bucket(ns, n->id);
-			*bucket(ns, n->id) = n;
+			bucket_push(ns, n);
 		}
 	}
 	free(old);
@@ -127,9 +148,12 @@ static void table_shrink_locked(struct castfs_ns *ns)
 /* Caller holds ns->lock. */
 static struct ns_node *node_find_locked(struct castfs_ns *ns, uint64_t id)
 {
+	const struct ns_bucket *b = bucket(ns, id);
 	struct ns_node *n;
 
-	for (n = *bucket(ns, id); n; n = n->hnext) {
+	if (!(b->tags & tag(id)))
+		return NULL;
+	for (n = b->head; n; n = n->hnext) {
 		if (n->id == id)
 			return n;
 	}
@@ -350,8 +374,7 @@ int ns_node_intern(struct castfs_ns *ns, struct ns_node *desc, uint64_t *id)
 	*n = *desc;
 	n->nlookup = 1;
 	live_count(ns, n);
-	n->hnext = *bucket(ns, n->id);
-	*bucket(ns, n->id) = n;
+	bucket_push(ns, n);
 	ns->nnodes++;
 	table_grow_locked(ns);
 	pthread_mutex_unlock(&ns->lock);
@@ -363,7 +386,7 @@ int ns_node_intern(struct castfs_ns *ns, struct ns_node *desc, uint64_t *id)
 static void sweep_forgotten_locked(struct castfs_ns *ns)
 {
 	for (size_t i = 0; i < ns->nbuckets; i++) {
-		struct ns_node **pp = &ns->nodes[i], *n;
+		struct ns_node **pp = &ns->nodes[i].head, *n;
 
 		while ((n = *pp)) {
 			if (n->nlookup == 0 && n->id != CASTFS_NS_ROOT_ID) {
@@ -374,6 +397,7 @@ static void sweep_forgotten_locked(struct castfs_ns *ns)
 			}
 			pp = &n->hnext;
 		}
+		bucket_retag(&ns->nodes[i]);
 	}
 	ns->nforgotten = 0;
 	table_shrink_locked(ns);
@@ -491,7 +515,7 @@ ssize_t ns_node_places(struct castfs_ns *ns, struct ns_place **out)
 
 	pthread_mutex_lock(&ns->lock);
 	for (size_t b = 0; b < ns->nbuckets && !rc; b++) {
-		for (struct ns_node *node = ns->nodes[b]; node && !rc;
+		for (struct ns_node *node = ns->nodes[b].head; node && !rc;
 		     node = node->hnext) {
 			if (node->parent && !node->sub)
 				rc = places_add(&v, &n, &cap, node);
@@ -537,7 +561,7 @@ int ns_node_add_root(struct castfs_ns *ns, struct castfs_diag *d)
 	root->id = CASTFS_NS_ROOT_ID;
 	root->parent = CASTFS_NS_ROOT_ID;
 	root->nlookup = 1; /* never forgotten */
-	*bucket(ns, root->id) = root;
+	bucket_push(ns, root);
 	ns->nnodes = 1;
 	return 0;
 }
@@ -545,7 +569,7 @@ int ns_node_add_root(struct castfs_ns *ns, struct castfs_diag *d)
 void ns_node_table_fini(struct castfs_ns *ns)
 {
 	for (size_t i = 0; ns->nodes && i < ns->nbuckets; i++) {
-		struct ns_node *n = ns->nodes[i];
+		struct ns_node *n = ns->nodes[i].head;
 
 		while (n) {
 			struct ns_node *next = n->hnext;

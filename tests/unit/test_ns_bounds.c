@@ -478,6 +478,42 @@ START_TEST(test_ns_bounds__held_paths_exact_past_65536)
 }
 END_TEST
 
+/*
+ * The node table's buckets tag their chains (a bit per node's hash) so
+ * that a new id is found missing without a walk: past a sweep of
+ * forgotten nodes, which takes nodes out of chains and tags them again,
+ * every held node is still found (held, and interned again as itself,
+ * not as a second node), every forgotten one is not.
+ */
+START_TEST(test_ns_bounds__node_tags_after_sweep)
+{
+	enum { N = 50000 };
+	uint64_t *ids = calloc(N, sizeof(*ids));
+	size_t n, forgotten, n2, forgotten2;
+
+	ck_assert_ptr_nonnull(ids);
+	for (size_t i = 0; i < N; i++)
+		ids[i] = hold_path(i);
+	/* 37,500 forgets: past NS_FORGOTTEN_MAX, so a sweep frees them. */
+	for (size_t i = 0; i < N; i++) {
+		if (i % 4)
+			free(ns_node_forget(ns, ids[i], 1));
+	}
+	ns_node_count(ns, &n, &forgotten);
+	ck_assert_uint_lt(n, N); /* swept */
+	ck_assert_uint_eq(n - forgotten, N / 4 + 1); /* and the root */
+	for (size_t i = 0; i < N; i++)
+		ck_assert_msg(castfs_ns_held(ns, ids[i]) == (i % 4 == 0),
+			      "node %zu", i);
+	for (size_t i = 0; i < N; i += 4)
+		ck_assert_uint_eq(hold_path(i), ids[i]);
+	ns_node_count(ns, &n2, &forgotten2);
+	ck_assert_uint_eq(n2, n);
+	ck_assert_uint_eq(forgotten2, forgotten);
+	free(ids);
+}
+END_TEST
+
 static bool dir_has(const struct castfs_dir *d, const char *name)
 {
 	for (size_t i = 0; i < d->n; i++)
@@ -609,6 +645,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_ns_bounds__cache_budget_and_forget);
 	tcase_add_test(tc, test_ns_bounds__held_cache_not_walked_per_request);
 	tcase_add_test(tc, test_ns_bounds__held_paths_exact_past_65536);
+	tcase_add_test(tc, test_ns_bounds__node_tags_after_sweep);
 	tcase_add_test(
 		tc, test_ns_bounds__listing_shared_until_the_directory_changes);
 	tcase_add_test(tc,
