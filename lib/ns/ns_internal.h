@@ -67,7 +67,7 @@ struct ns_node {
 struct ns_list {
 	struct castfs_dir *dir;
 	size_t cap;
-	size_t *set;
+	uint64_t *set; /* names by hash (ns_node.c) */
 	size_t nset; /* slots, a power of two */
 };
 

@@ -598,19 +598,38 @@ static uint64_t list_hash(const char *name, size_t len)
 	return castfs_mix64(castfs_fnv1a(CASTFS_FNV_SEED, name, len));
 }
 
-/* The slot of @name in the set: where it is, or the empty one where it
- * would go. The set is never full, so the probe ends. */
-static size_t *list_slot(const struct ns_list *l, const char *name, size_t len)
+/*
+ * The set holds, per name, the high 32 bits of its hash (its tag) above
+ * its entry's index + 1. A name's first slot is its tag's top bits, so
+ * the set grows without reading a name again, and a probe reads a name,
+ * a cache miss with a million entries, only where the tags agree.
+ */
+static uint32_t list_tag(const char *name, size_t len)
 {
-	size_t mask = l->nset - 1, i = (size_t)list_hash(name, len) & mask;
+	return (uint32_t)(list_hash(name, len) >> 32);
+}
+
+static size_t list_home(size_t nset, uint32_t tag)
+{
+	return (size_t)(((uint64_t)tag * nset) >> 32); /* nset <= 2^32 */
+}
+
+/* The slot of @name (of tag @tag) in the set: where it is, or the empty
+ * one where it would go. The set is never full, so the probe ends. */
+static uint64_t *list_slot(const struct ns_list *l, const char *name,
+			   size_t len, uint32_t tag)
+{
+	size_t mask = l->nset - 1, i = list_home(l->nset, tag);
 
 	for (;; i = (i + 1) & mask) {
-		size_t e = l->set[i];
+		uint64_t e = l->set[i];
 		const char *en;
 
 		if (!e)
 			return &l->set[i];
-		en = l->dir->ents[e - 1].name;
+		if ((uint32_t)(e >> 32) != tag)
+			continue;
+		en = l->dir->ents[(uint32_t)e - 1].name;
 		if (strlen(en) == len && memcmp(en, name, len) == 0)
 			return &l->set[i];
 	}
@@ -619,23 +638,29 @@ static size_t *list_slot(const struct ns_list *l, const char *name, size_t len)
 /* Keep the set at most half full: rebuild it at twice the size. */
 static int list_set_grow(struct ns_list *l)
 {
-	size_t nset = l->nset ? l->nset * 2 : 64, *old = l->set;
-	const struct castfs_dir *d = l->dir;
+	size_t nset = l->nset ? l->nset * 2 : 64;
+	uint64_t *old = l->set;
 
-	if (d->n + 1 <= l->nset / 2)
+	if (l->dir->n + 1 <= l->nset / 2)
 		return 0;
+	if (nset > ((size_t)1 << 32))
+		return -ENOMEM; /* past what an index in a slot can say */
 	l->set = calloc(nset, sizeof(*l->set));
 	if (!l->set) {
 		l->set = old;
 		return -ENOMEM;
 	}
+	for (size_t i = 0; i < l->nset; i++) {
+		size_t k = list_home(nset, (uint32_t)(old[i] >> 32));
+
+		if (!old[i])
+			continue;
+		while (l->set[k])
+			k = (k + 1) & (nset - 1);
+		l->set[k] = old[i];
+	}
 	free(old);
 	l->nset = nset;
-	for (size_t i = 0; i < d->n; i++) {
-		const char *en = d->ents[i].name;
-
-		*list_slot(l, en, strlen(en)) = i + 1;
-	}
 	return 0;
 }
 
@@ -643,7 +668,8 @@ int ns_list_add(struct ns_list *l, const char *name, size_t len, mode_t type,
 		uint64_t ino)
 {
 	struct castfs_dir *d = l->dir;
-	size_t *slot;
+	uint64_t *slot;
+	uint32_t tag;
 	char *copy;
 
 	if (list_set_grow(l))
@@ -667,16 +693,19 @@ int ns_list_add(struct ns_list *l, const char *name, size_t len, mode_t type,
 		ino = list_hash(name, len) | 2;
 	/* A duplicate name stays out of the set: the first one listed is
 	 * the one lookups find. */
-	slot = list_slot(l, name, len);
+	tag = list_tag(name, len);
+	slot = list_slot(l, name, len, tag);
 	if (!*slot)
-		*slot = d->n + 1;
-	d->ents[d->n++] = (struct castfs_dirent){ copy, type, ino };
+		*slot = (uint64_t)tag << 32 | (d->n + 1);
+	d->ents[d->n++] = (struct castfs_dirent){ .name = copy,
+						  .type = type,
+						  .ino = ino };
 	return 0;
 }
 
 bool ns_list_has(const struct ns_list *l, const char *name, size_t len)
 {
-	return l->nset && *list_slot(l, name, len) != 0;
+	return l->nset && *list_slot(l, name, len, list_tag(name, len)) != 0;
 }
 
 void ns_list_fini(struct ns_list *l)
