@@ -562,7 +562,7 @@ static size_t add_plus(fuse_req_t req, char *buf, size_t left,
 	if (need > left)
 		return need;
 	if (lookup && strcmp(de->name, ".") && strcmp(de->name, "..") &&
-	    castfs_ns_lookup(fs->ns, parent, de->name, id, &e.attr) == 0) {
+	    castfs_ns_lookup_listed(fs->ns, parent, de, id, &e.attr) == 0) {
 		e.ino = *id;
 		e.generation = 1;
 		e.attr_timeout = fs->timeout;
@@ -592,6 +592,8 @@ static void castfs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 	 * a reply holds at most this many (the kernel asks again for the
 	 * rest), so nothing is allocated per request. */
 	uint64_t ids[256];
+	struct castfs_dir *ahead = NULL;
+	size_t i = (size_t)off;
 	int rc = t ? dir_of(fs_of(req), ino, fi->fh, &dir) : -ENOMEM;
 
 	if (rc) {
@@ -599,8 +601,7 @@ static void castfs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 		return;
 	}
 	size = size < t->out_len ? size : t->out_len;
-	for (size_t i = (size_t)off;
-	     off >= 0 && i < dir->n && nids < CASTFS_ARRAY_SIZE(ids); i++) {
+	for (; off >= 0 && i < dir->n && nids < CASTFS_ARRAY_SIZE(ids); i++) {
 		uint64_t id;
 		size_t need = add_plus(req, t->out + pos, size - pos, ino,
 				       &dir->ents[i], (off_t)(i + 1), off > 0,
@@ -615,13 +616,22 @@ static void castfs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 		if (fuse_req_interrupted(req))
 			break;
 	}
+	/* A reader of attributes takes these in, then asks for as many
+	 * more: their lookups' parses and plans are made meanwhile, so that
+	 * the reader and the daemon work at once, not in turn. */
+	if (off > 0 && nids && i < dir->n)
+		ahead = castfs_dir_hold(dir);
 	last_use_before_reply(dir);
 	castfs_stats_op(fs_of(req)->stats, CASTFS_SOP_READDIR, 0);
 	/* Not delivered (interrupted): the kernel counted none of them. */
 	if (fuse_reply_buf(req, t->out, pos) == -ENOENT) {
-		for (size_t i = 0; i < nids; i++)
-			castfs_ns_forget(fs_of(req)->ns, ids[i], 1);
+		for (size_t k = 0; k < nids; k++)
+			castfs_ns_forget(t->fs->ns, ids[k], 1);
+	} else if (ahead) { /* the reply freed @req */
+		castfs_ns_lookup_ahead(t->fs->ns, ino, ahead->ents + i,
+				       CASTFS_MIN(nids, ahead->n - i));
 	}
+	castfs_dir_free(ahead);
 }
 
 static void castfs_op_releasedir(fuse_req_t req, fuse_ino_t ino,

@@ -198,12 +198,58 @@ static int lookup_dots(struct castfs_ns *ns, const struct ns_node *dir,
 int castfs_ns_lookup(struct castfs_ns *ns, uint64_t parent, const char *name,
 		     uint64_t *id, struct stat *st)
 {
-	return ns_lookup_how(ns, parent, name, id, st, true);
+	return ns_lookup_how(ns, parent, name, id, st, NS_LOOKUP_RESOLVE);
+}
+
+int castfs_ns_lookup_listed(struct castfs_ns *ns, uint64_t parent,
+			    const struct castfs_dirent *de, uint64_t *id,
+			    struct stat *st)
+{
+	return ns_lookup_how(ns, parent, de->name, id, st,
+			     NS_LOOKUP_RESOLVE |
+				     (de->derived ? NS_LOOKUP_DERIVED : 0));
+}
+
+void castfs_ns_lookup_ahead(struct castfs_ns *ns, uint64_t parent,
+			    const struct castfs_dirent *ents, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint64_t id;
+		struct stat st;
+
+		if (!strcmp(ents[i].name, ".") || !strcmp(ents[i].name, ".."))
+			continue;
+		(void)ns_lookup_how(
+			ns, parent, ents[i].name, &id, &st,
+			NS_LOOKUP_AHEAD |
+				(ents[i].derived ? NS_LOOKUP_DERIVED : 0));
+	}
+}
+
+/* @kind's lookup, or its lookup of derived names where @how says so. */
+static int kind_lookup(const struct ns_kind_ops *kind, struct castfs_ns *ns,
+		       const struct ns_node *dir, const char *name,
+		       struct ns_node *child, unsigned how)
+{
+	if ((how & NS_LOOKUP_DERIVED) && kind->lookup_derived)
+		return kind->lookup_derived(ns, dir, name, child);
+	return kind->lookup(ns, dir, name, child);
+}
+
+/* The attributes of @child, which a lookup made just now. */
+static int new_attr(struct castfs_ns *ns, const struct ns_node *child,
+		    struct stat *st)
+{
+	const struct ns_kind_ops *kind = ops_of(child);
+
+	return kind->getattr_new ? kind->getattr_new(ns, child, st) :
+				   kind->getattr(ns, child, st);
 }
 
 int ns_lookup_how(struct castfs_ns *ns, uint64_t parent, const char *name,
-		  uint64_t *id, struct stat *st, bool resolve)
+		  uint64_t *id, struct stat *st, unsigned how)
 {
+	bool resolve = how & NS_LOOKUP_RESOLVE;
 	struct ns_node dir, child = { 0 };
 	int rc;
 
@@ -222,15 +268,15 @@ int ns_lookup_how(struct castfs_ns *ns, uint64_t parent, const char *name,
 		rc = -ENOTDIR;
 		goto out;
 	}
-	rc = ops_of(&dir)->lookup(ns, &dir, name, &child);
+	rc = kind_lookup(ops_of(&dir), ns, &dir, name, &child, how);
 	if (rc) {
 		ns_node_put_copy(&child);
 		goto out;
 	}
 	child.parent = dir.id;
 	child.id = ns_node_id(&child);
-	rc = ops_of(&child)->getattr(ns, &child, st);
-	if (rc) {
+	rc = new_attr(ns, &child, st);
+	if (rc || (how & NS_LOOKUP_AHEAD)) {
 		ns_node_put_copy(&child);
 		goto out;
 	}

@@ -101,6 +101,28 @@ void castfs_ns_free(struct castfs_ns *ns);
 int castfs_ns_lookup(struct castfs_ns *ns, uint64_t parent, const char *name,
 		     uint64_t *id, struct stat *st);
 
+struct castfs_dirent;
+
+/*
+ * castfs_ns_lookup_listed - castfs_ns_lookup() of entry @de of a listing
+ * of @parent (READDIRPLUS): a name castfs derives is not looked for among
+ * the source directory's entries, where the listing found none (the
+ * watcher tells the kernel when one appears). Same returns.
+ */
+int castfs_ns_lookup_listed(struct castfs_ns *ns, uint64_t parent,
+			    const struct castfs_dirent *de, uint64_t *id,
+			    struct stat *st);
+
+/*
+ * castfs_ns_lookup_ahead - do for entries @ents[0..@n) of a listing of
+ * @parent what their lookups will need (parses, plans), without looking
+ * them up: no node is made and nothing is counted, so it is for a reader
+ * that is about to ask (`ls -l` reading a listing with its attributes).
+ * Errors are left for the lookups to meet. Thread-safe.
+ */
+void castfs_ns_lookup_ahead(struct castfs_ns *ns, uint64_t parent,
+			    const struct castfs_dirent *ents, size_t n);
+
 /* castfs_ns_forget - drop @n lookups of @id. Thread-safe. */
 void castfs_ns_forget(struct castfs_ns *ns, uint64_t id, uint64_t n);
 
@@ -125,6 +147,9 @@ int castfs_ns_readlink(struct castfs_ns *ns, uint64_t id, char *buf,
 struct castfs_dirent {
 	char *name;
 	mode_t type; /* S_IFDIR, S_IFREG, S_IFLNK */
+	/* A name castfs derives (a view, a tensor tree), not an entry of
+	 * the source directory, which had none of that name when listed. */
+	bool derived;
 	uint64_t ino; /* the node id a lookup gives, where cheap to know */
 };
 
@@ -155,6 +180,11 @@ int castfs_ns_opendir(struct castfs_ns *ns, uint64_t id,
  * Returns -ENOTDIR for a file. Lists nothing. Thread-safe.
  */
 int castfs_ns_dir_cacheable(struct castfs_ns *ns, uint64_t id);
+
+/* castfs_dir_hold - one more share of @dir, which the caller holds (for
+ * use past the reply that may let the handle go); castfs_dir_free() drops
+ * it. Returns @dir. Thread-safe. */
+struct castfs_dir *castfs_dir_hold(struct castfs_dir *dir);
 
 /* castfs_dir_free - release a listing (one owner's share of it); NULL is
  * accepted. Thread-safe for a shared listing. */

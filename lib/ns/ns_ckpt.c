@@ -538,6 +538,27 @@ int ns_ckpt_get(struct castfs_ns *ns, const char *path, const struct stat *st,
 	return 0;
 }
 
+int ns_ckpt_loaded(struct castfs_ns *ns, const struct stat *st,
+		   struct ns_ckpt **out)
+{
+	struct ns_ckpt *ck;
+
+	pthread_mutex_lock(&ns->ck_lock);
+	ck = ck_find_loaded_locked(ns, st);
+	if (ck)
+		ns_ckpt_lru_touch_locked(ns, ck);
+	pthread_mutex_unlock(&ns->ck_lock);
+	if (!ck)
+		return -ENOENT;
+	if (!ck->h) {
+		ns_ckpt_put(ns, ck);
+		return -ENOENT;
+	}
+	castfs_stats_count(ns->stats, CASTFS_SCTR_HEADER_CACHE_HITS, 1);
+	*out = ck;
+	return 0;
+}
+
 /* What a lookup of a checkpoint that has no header says: a rejected file
  * has no views (ENOENT); one changed while read is going away (ESTALE);
  * a lack of memory or descriptors is said as it is. */

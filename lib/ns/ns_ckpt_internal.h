@@ -104,6 +104,13 @@ bool ns_ckpt_view_fails(struct ns_ckpt *ck, int idx);
 int ns_ckpt_valid(struct castfs_ns *ns, const char *path, struct stat *st,
 		  struct ns_ckpt **out);
 
+/* ns_ckpt_loaded - the valid entry of identity @st if the cache has it
+ * parsed (a held reference in *@out), else -ENOENT: never reads the
+ * source, so a caller whose lookup just found @st needs no stat again.
+ * Thread-safe. */
+int ns_ckpt_loaded(struct castfs_ns *ns, const struct stat *st,
+		   struct ns_ckpt **out);
+
 /* ns_ckpt_rejected_json - a malloc'ed JSON array of the rejected source
  * files still present: [{"path":..., "error":..., "reason":...}]. */
 char *ns_ckpt_rejected_json(struct castfs_ns *ns);

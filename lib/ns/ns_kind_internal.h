@@ -17,6 +17,10 @@
 struct ns_kind_ops {
 	int (*lookup)(struct castfs_ns *ns, const struct ns_node *dir,
 		      const char *name, struct ns_node *child);
+	/* Optional: lookup of a name a listing of @dir showed as derived
+	 * (castfs_dirent.derived), which skips the source's entries. */
+	int (*lookup_derived)(struct castfs_ns *ns, const struct ns_node *dir,
+			      const char *name, struct ns_node *child);
 	int (*list)(struct castfs_ns *ns, const struct ns_node *dir,
 		    struct ns_list *l);
 	/* Optional: the listing for an open handle, when the kind keeps
@@ -25,6 +29,10 @@ struct ns_kind_ops {
 		       struct castfs_dir **out);
 	int (*getattr)(struct castfs_ns *ns, const struct ns_node *n,
 		       struct stat *st);
+	/* Optional: getattr of a node its lookup made just now, whose st is
+	 * the source's identity as the lookup found it (no stat again). */
+	int (*getattr_new)(struct castfs_ns *ns, const struct ns_node *n,
+			   struct stat *st);
 	int (*open)(struct castfs_ns *ns, const struct ns_node *n,
 		    struct castfs_file **out);
 	ssize_t (*getxattr)(struct castfs_ns *ns, const struct ns_node *n,
@@ -205,11 +213,23 @@ int ns_ctlshare_open(struct castfs_ns *ns, int slot, ns_ctl_make_fn make,
 
 /* ---- the facade (ns.c, ns_resolve.c) ---- */
 
+/* How ns_lookup_how() looks up. */
+enum {
+	/* Search the tree for an unknown @parent (not the search itself, so
+	 * that it never recurses). */
+	NS_LOOKUP_RESOLVE = 1,
+	/* The name is one castfs derives (castfs_ns_lookup_listed()). */
+	NS_LOOKUP_DERIVED = 2,
+	/* Only what the lookup parses and builds: no node, no name answered
+	 * (castfs_ns_lookup_ahead()). */
+	NS_LOOKUP_AHEAD = 4,
+};
+
 /* ns_lookup_how, ns_opendir_how - castfs_ns_lookup() and
  * castfs_ns_opendir(), which search the tree for an unknown id only when
- * @resolve: the search itself passes false, so it never recurses. */
+ * @how has NS_LOOKUP_RESOLVE (@resolve). */
 int ns_lookup_how(struct castfs_ns *ns, uint64_t parent, const char *name,
-		  uint64_t *id, struct stat *st, bool resolve);
+		  uint64_t *id, struct stat *st, unsigned how);
 int ns_opendir_how(struct castfs_ns *ns, uint64_t id, struct castfs_dir **out,
 		   bool resolve);
 

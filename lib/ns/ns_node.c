@@ -740,6 +740,13 @@ int ns_list_dir(struct castfs_ns *ns, const struct ns_node *n,
 	return rc;
 }
 
+struct castfs_dir *castfs_dir_hold(struct castfs_dir *dir)
+{
+	/* The caller's share keeps refs above zero meanwhile. */
+	atomic_fetch_add(&dir->refs, 1);
+	return dir;
+}
+
 void castfs_dir_free(struct castfs_dir *dir)
 {
 	/* refs counts the other owners: the last one frees. */

@@ -45,7 +45,7 @@ static int touch(struct castfs_ns *ns, uint64_t dir, const char *name,
 		 uint64_t *id)
 {
 	struct stat st;
-	int rc = ns_lookup_how(ns, dir, name, id, &st, false);
+	int rc = ns_lookup_how(ns, dir, name, id, &st, 0);
 
 	if (!rc)
 		castfs_ns_forget(ns, *id, 1);
@@ -59,7 +59,7 @@ static int try_name(struct castfs_ns *ns, uint64_t dir, const char *name,
 	struct stat st;
 	uint64_t got;
 
-	if (ns_lookup_how(ns, dir, name, &got, &st, false))
+	if (ns_lookup_how(ns, dir, name, &got, &st, 0))
 		return 0; /* no such view here */
 	castfs_ns_forget(ns, got, 1);
 	if (got == id)

@@ -79,8 +79,9 @@ static int lookup_source(struct castfs_ns *ns, const struct ns_node *dir,
 	return 0;
 }
 
-static int dir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
-		      const char *name, struct ns_node *child)
+/* @name in @dir among the names castfs derives only. */
+static int dir_lookup_derived(struct castfs_ns *ns, const struct ns_node *dir,
+			      const char *name, struct ns_node *child)
 {
 	int rc;
 
@@ -90,15 +91,23 @@ static int dir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 		child->path = strdup("");
 		return child->path ? 0 : -ENOMEM;
 	}
-	rc = lookup_source(ns, dir, name, child);
-	if (rc != -ENOENT)
-		return rc;
 	rc = lookup_view(ns, dir, name, child);
 	for (size_t i = 0; rc == -ENOENT && ns->dir_exts[i]; i++) {
 		if (ns->dir_exts[i]->lookup)
 			rc = ns->dir_exts[i]->lookup(ns, dir, name, child);
 	}
 	return rc;
+}
+
+static int dir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
+		      const char *name, struct ns_node *child)
+{
+	int rc = -ENOENT;
+
+	/* The control directory's name shadows a source entry's. */
+	if (dir->id != CASTFS_NS_ROOT_ID || strcmp(name, ".castfs") != 0)
+		rc = lookup_source(ns, dir, name, child);
+	return rc == -ENOENT ? dir_lookup_derived(ns, dir, name, child) : rc;
 }
 
 /* Whether GGUF view @v of checkpoint @ck builds: a GGUF view exists only
@@ -312,11 +321,15 @@ static int dir_list(struct castfs_ns *ns, const struct ns_node *dir,
 		rc = list_virtual(ns, dir, name, l->dir->ents[i].type, l);
 		free(name);
 	}
+	for (size_t i = nsrc; i < l->dir->n; i++)
+		l->dir->ents[i].derived = true;
 	if (!rc && dir->id == CASTFS_NS_ROOT_ID &&
 	    !ns_list_has(l, ".castfs", 7)) {
 		struct ns_node ctl = { .kind = NS_CTL_DIR, .st = dir->st };
 
 		rc = ns_list_add(l, ".castfs", 7, S_IFDIR, ns_node_id(&ctl));
+		if (!rc)
+			l->dir->ents[l->dir->n - 1].derived = true;
 	}
 	return rc;
 }
@@ -348,6 +361,7 @@ static int dir_opendir(struct castfs_ns *ns, const struct ns_node *dir,
 
 const struct ns_kind_ops ns_kind_dir = {
 	.lookup = dir_lookup,
+	.lookup_derived = dir_lookup_derived,
 	.list = dir_list,
 	.opendir = dir_opendir,
 	.getattr = dir_getattr,
@@ -388,20 +402,36 @@ const struct ns_kind_ops ns_kind_link = {
 
 /* ---- single-file views ---- */
 
-static int view_plan(struct castfs_ns *ns, const struct ns_node *n,
-		     struct ns_ckpt **ck, const struct castfs_plan **plan)
+/* The checkpoint behind view node @n, still the identity @n has; when
+ * @n is @fresh from its lookup, the entry that lookup found, if it is
+ * still cached, without a stat. */
+static int view_ckpt(struct castfs_ns *ns, const struct ns_node *n, bool fresh,
+		     struct ns_ckpt **ck)
 {
-	struct castfs_diag d = { { 0 } };
 	struct stat st;
-	bool known;
-	int rc = ns_ckpt_valid(ns, n->path, &st, ck);
+	int rc;
 
+	if (fresh && ns_ckpt_loaded(ns, &n->st, ck) == 0)
+		return 0;
+	rc = ns_ckpt_valid(ns, n->path, &st, ck);
 	if (rc)
 		return rc == -ENOENT ? -ESTALE : rc;
 	if (!ns_same_file(&st, &n->st)) {
 		ns_ckpt_put(ns, *ck);
 		return -ESTALE;
 	}
+	return 0;
+}
+
+static int view_plan(struct castfs_ns *ns, const struct ns_node *n, bool fresh,
+		     struct ns_ckpt **ck, const struct castfs_plan **plan)
+{
+	struct castfs_diag d = { { 0 } };
+	bool known;
+	int rc = view_ckpt(ns, n, fresh, ck);
+
+	if (rc)
+		return rc;
 	/* A failure already known was logged when it was found. */
 	known = ns_ckpt_view_fails(*ck, ns_view_index(ns, n->view));
 	rc = ns_ckpt_plan(ns, *ck, n->view, plan, &d);
@@ -419,12 +449,12 @@ static int view_plan(struct castfs_ns *ns, const struct ns_node *n,
 	return ns_err_unlisted(rc);
 }
 
-static int view_getattr(struct castfs_ns *ns, const struct ns_node *n,
-			struct stat *st)
+static int view_attr(struct castfs_ns *ns, const struct ns_node *n, bool fresh,
+		     struct stat *st)
 {
 	const struct castfs_plan *plan;
 	struct ns_ckpt *ck;
-	int rc = view_plan(ns, n, &ck, &plan);
+	int rc = view_plan(ns, n, fresh, &ck, &plan);
 
 	if (rc)
 		return rc;
@@ -433,12 +463,24 @@ static int view_getattr(struct castfs_ns *ns, const struct ns_node *n,
 	return 0;
 }
 
+static int view_getattr(struct castfs_ns *ns, const struct ns_node *n,
+			struct stat *st)
+{
+	return view_attr(ns, n, false, st);
+}
+
+static int view_getattr_new(struct castfs_ns *ns, const struct ns_node *n,
+			    struct stat *st)
+{
+	return view_attr(ns, n, true, st);
+}
+
 static int view_open(struct castfs_ns *ns, const struct ns_node *n,
 		     struct castfs_file **out)
 {
 	const struct castfs_plan *plan;
 	struct ns_ckpt *ck;
-	int rc = view_plan(ns, n, &ck, &plan);
+	int rc = view_plan(ns, n, false, &ck, &plan);
 
 	if (rc)
 		return rc;
@@ -450,6 +492,7 @@ static int view_open(struct castfs_ns *ns, const struct ns_node *n,
 
 const struct ns_kind_ops ns_kind_view = {
 	.getattr = view_getattr,
+	.getattr_new = view_getattr_new,
 	.open = view_open,
 	.getxattr = ns_view_getxattr,
 	.listxattr = ns_view_listxattr,

@@ -550,6 +550,130 @@ START_TEST(test_ns_bounds__listing_shared_until_the_directory_changes)
 }
 END_TEST
 
+/*
+ * READDIRPLUS looks up a listing's entries through
+ * castfs_ns_lookup_listed(): the same node and attributes as a lookup
+ * by name, but a name the listing derived (a view, a tensor tree) is not
+ * looked for among the source's entries, where the listing found none:
+ * a real file of that name made since is the next listing's. A real file
+ * listed under a view's name stays the real file.
+ */
+START_TEST(test_ns_bounds__listed_lookups_as_lookups)
+{
+	static const char *derived[] = { "a.fp8.safetensors",
+					 "a.nf4.safetensors",
+					 "a.safetensors.tensors", ".castfs" };
+	static const char junk[] = "not a view";
+	struct castfs_dir *dir;
+	struct stat s1, s2;
+	uint64_t id1, id2;
+	size_t nderived = 0;
+
+	tu_write_file(root, "a.fp16.safetensors", junk, sizeof(junk));
+	ck_assert_int_eq(castfs_ns_opendir(ns, CASTFS_NS_ROOT_ID, &dir), 0);
+	for (size_t i = 2; i < dir->n; i++) {
+		const struct castfs_dirent *de = &dir->ents[i];
+
+		ck_assert_int_eq(castfs_ns_lookup_listed(ns, CASTFS_NS_ROOT_ID,
+							 de, &id1, &s1),
+				 0);
+		ck_assert_int_eq(castfs_ns_lookup(ns, CASTFS_NS_ROOT_ID,
+						  de->name, &id2, &s2),
+				 0);
+		ck_assert_uint_eq(id1, id2);
+		ck_assert_uint_eq(id1, de->ino);
+		ck_assert_int_eq(s1.st_size, s2.st_size);
+		ck_assert_int_eq(s1.st_mode, s2.st_mode);
+		nderived += de->derived;
+		for (size_t k = 0; k < CASTFS_ARRAY_SIZE(derived); k++) {
+			if (!strcmp(de->name, derived[k]))
+				ck_assert_msg(de->derived, "%s", de->name);
+		}
+		if (!strcmp(de->name, "a.safetensors") ||
+		    !strcmp(de->name, "a.fp16.safetensors")) {
+			ck_assert_msg(!de->derived, "%s", de->name);
+			ck_assert(S_ISREG(s1.st_mode));
+		}
+		if (!strcmp(de->name, "a.fp16.safetensors"))
+			ck_assert_int_eq(s1.st_size, sizeof(junk));
+	}
+	ck_assert_uint_ge(nderived, CASTFS_ARRAY_SIZE(derived));
+	/* A real file now has a listed view's name: the listing's entry is
+	 * still the view, a lookup by name finds the file. */
+	tu_write_file(root, "a.nf4.safetensors", junk, sizeof(junk));
+	for (size_t i = 2; i < dir->n; i++) {
+		const struct castfs_dirent *de = &dir->ents[i];
+
+		if (strcmp(de->name, "a.nf4.safetensors"))
+			continue;
+		ck_assert_int_eq(castfs_ns_lookup_listed(ns, CASTFS_NS_ROOT_ID,
+							 de, &id1, &s1),
+				 0);
+		ck_assert_uint_eq(id1, de->ino);
+		ck_assert_int_ne(s1.st_size, sizeof(junk));
+	}
+	ck_assert_int_eq(castfs_ns_lookup(ns, CASTFS_NS_ROOT_ID,
+					  "a.nf4.safetensors", &id2, &s2),
+			 0);
+	ck_assert_int_eq(s2.st_size, sizeof(junk));
+	castfs_dir_free(dir);
+}
+END_TEST
+
+/*
+ * castfs_ns_lookup_ahead() builds what the lookups of a listing's entries
+ * will need (each view's plan) and makes no node: the lookups that follow
+ * build nothing more and answer as lookups without it do.
+ */
+START_TEST(test_ns_bounds__lookup_ahead_builds_no_node)
+{
+	struct castfs_dir *dir;
+	size_t n0, f0, n1, f1, views = 0;
+	uint64_t built;
+
+	for (int i = 0; i < 20; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "c%02d.safetensors", i);
+		write_checkpoint(name, 1);
+	}
+	ck_assert_int_eq(castfs_ns_opendir(ns, CASTFS_NS_ROOT_ID, &dir), 0);
+	ns_node_count(ns, &n0, &f0);
+	built = castfs_stats_get(st, CASTFS_SCTR_PLANS_BUILT);
+	castfs_ns_lookup_ahead(ns, CASTFS_NS_ROOT_ID, dir->ents, dir->n);
+	ns_node_count(ns, &n1, &f1);
+	ck_assert_uint_eq(n1, n0);
+	ck_assert_uint_eq(f1, f0);
+	for (size_t i = 0; i < dir->n; i++) {
+		const char *dot = strchr(dir->ents[i].name, '.');
+
+		/* c00.fp8.safetensors: a single-file view */
+		views += dot && strchr(dot + 1, '.') &&
+			 dir->ents[i].name[0] == 'c' &&
+			 strstr(dot, ".safetensors") &&
+			 !strstr(dot, "tensors.");
+	}
+	ck_assert_uint_ge(views, 20 * 5);
+	ck_assert_uint_ge(castfs_stats_get(st, CASTFS_SCTR_PLANS_BUILT),
+			  built + views);
+	built = castfs_stats_get(st, CASTFS_SCTR_PLANS_BUILT);
+	for (size_t i = 2; i < dir->n; i++) {
+		struct stat s;
+		uint64_t id;
+
+		ck_assert_int_eq(castfs_ns_lookup_listed(ns, CASTFS_NS_ROOT_ID,
+							 &dir->ents[i], &id,
+							 &s),
+				 0);
+		ck_assert_uint_eq(id, dir->ents[i].ino);
+	}
+	ck_assert_uint_eq(castfs_stats_get(st, CASTFS_SCTR_PLANS_BUILT), built);
+	ns_node_count(ns, &n1, &f1);
+	ck_assert_uint_eq(n1, n0 + dir->n - 2);
+	castfs_dir_free(dir);
+}
+END_TEST
+
 /* The text of a new handle of /.castfs/rejected, and the handle. */
 static char *ctl_rejected(struct castfs_file **out)
 {
@@ -646,6 +770,8 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_ns_bounds__held_cache_not_walked_per_request);
 	tcase_add_test(tc, test_ns_bounds__held_paths_exact_past_65536);
 	tcase_add_test(tc, test_ns_bounds__node_tags_after_sweep);
+	tcase_add_test(tc, test_ns_bounds__listed_lookups_as_lookups);
+	tcase_add_test(tc, test_ns_bounds__lookup_ahead_builds_no_node);
 	tcase_add_test(
 		tc, test_ns_bounds__listing_shared_until_the_directory_changes);
 	tcase_add_test(tc,
