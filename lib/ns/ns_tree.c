@@ -255,7 +255,7 @@ static int list_source(DIR *dp, struct ns_list *l, size_t *nsrc,
 /* How many checkpoints ahead of the parse a listing has their headers
  * read: from a cold disk, reading them one at a time waits for each in
  * turn, while the disk serves many at once. */
-#define LIST_AHEAD 32
+#define LIST_AHEAD 128
 #define LIST_AHEAD_BYTES (64 << 10)
 
 /* Have the kernel read the start of checkpoint entry @de of @dir (its
