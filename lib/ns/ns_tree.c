@@ -281,166 +281,6 @@ static void list_prefetch(struct castfs_ns *ns, const struct ns_node *dir,
 	close(fd);
 }
 
-/*
- * A second thread parses the checkpoints a listing is about to reach
- * while the listing adds the names of those before them: the listing then
- * finds them parsed, or waits for the parse under way (first lookups of
- * one identity share one parse). It keeps at most LIST_PARSE_WINDOW
- * entries ahead, so that what it parsed is still among the cache's most
- * recent entries when the listing gets there, and works on its own copy
- * of the paths (the listing moves and renames its entries).
- */
-#define LIST_PARSE_MIN 64
-#define LIST_PARSE_WINDOW 256
-
-struct list_parser {
-	struct castfs_ns *ns;
-	char **paths; /* per source entry: its path if a checkpoint's */
-	size_t n;
-	size_t pos; /* the entry the listing is at */
-	bool stop;
-	pthread_mutex_t lock; /* pos and stop */
-	pthread_cond_t moved;
-	pthread_t thread;
-};
-
-/* Entry @j once the listing is less than a window behind it; false to
- * stop. *@behind when the listing has passed @j (parsed it itself). */
-static bool parser_wait(struct list_parser *p, size_t j, bool *behind)
-{
-	bool go;
-
-	pthread_mutex_lock(&p->lock);
-	while (!p->stop && j >= p->pos + LIST_PARSE_WINDOW)
-		pthread_cond_wait(&p->moved, &p->lock);
-	go = !p->stop;
-	*behind = j <= p->pos;
-	pthread_mutex_unlock(&p->lock);
-	return go;
-}
-
-static void *parser_run(void *arg)
-{
-	struct list_parser *p = arg;
-	bool behind;
-
-	for (size_t j = 1; j < p->n && parser_wait(p, j, &behind); j++) {
-		struct ns_ckpt *ck;
-		struct stat st;
-
-		if (!behind && p->paths[j] &&
-		    ns_ckpt_valid(p->ns, p->paths[j], &st, &ck) == 0)
-			ns_ckpt_put(p->ns, ck);
-	}
-	return NULL;
-}
-
-static void parser_free(struct list_parser *p)
-{
-	for (size_t i = 0; i < p->n; i++)
-		free(p->paths[i]);
-	free(p->paths);
-	free(p);
-}
-
-/* The parser of entries [@first, @end) of @l, running, or NULL (a short
- * listing, or no memory or thread for it: the listing parses alone). */
-static struct list_parser *parser_start(struct castfs_ns *ns,
-					const struct ns_node *dir,
-					const struct ns_list *l, size_t first,
-					size_t end)
-{
-	struct list_parser *p;
-
-	if (end - first < LIST_PARSE_MIN)
-		return NULL;
-	p = calloc(1, sizeof(*p));
-	if (!p)
-		return NULL;
-	p->ns = ns;
-	p->n = end - first;
-	p->paths = calloc(p->n, sizeof(*p->paths));
-	for (size_t i = 0; p->paths && i < p->n; i++) {
-		const struct castfs_dirent *de = &l->dir->ents[first + i];
-		size_t len = strlen(de->name);
-
-		if ((de->type == S_IFREG || de->type == S_IFLNK) &&
-		    ns_has_st_ext(de->name, len))
-			p->paths[i] = ns_path_join(dir->path, de->name, len);
-	}
-	pthread_mutex_init(&p->lock, NULL);
-	pthread_cond_init(&p->moved, NULL);
-	if (!p->paths || pthread_create(&p->thread, NULL, parser_run, p) != 0) {
-		pthread_cond_destroy(&p->moved);
-		pthread_mutex_destroy(&p->lock);
-		if (!p->paths)
-			p->n = 0;
-		parser_free(p);
-		return NULL;
-	}
-	return p;
-}
-
-/* The listing is at entry @i of the parser's range. */
-static void parser_moved(struct list_parser *p, size_t i)
-{
-	if (!p || i % (LIST_PARSE_WINDOW / 4))
-		return;
-	pthread_mutex_lock(&p->lock);
-	p->pos = i;
-	pthread_cond_signal(&p->moved);
-	pthread_mutex_unlock(&p->lock);
-}
-
-static void parser_stop(struct list_parser *p)
-{
-	if (!p)
-		return;
-	pthread_mutex_lock(&p->lock);
-	p->stop = true;
-	pthread_cond_signal(&p->moved);
-	pthread_mutex_unlock(&p->lock);
-	pthread_join(p->thread, NULL);
-	pthread_cond_destroy(&p->moved);
-	pthread_mutex_destroy(&p->lock);
-	parser_free(p);
-}
-
-/* The source entries [@first, @nsrc) of @l, each shown as the extensions
- * say, then the names derived from it. */
-static int list_derived(struct castfs_ns *ns, const struct ns_node *dir,
-			struct ns_list *l, size_t first, size_t nsrc)
-{
-	struct list_parser *p = parser_start(ns, dir, l, first, nsrc);
-	int rc = 0;
-
-	for (size_t i = first; i < nsrc && i < first + LIST_AHEAD; i++)
-		list_prefetch(ns, dir, &l->dir->ents[i]);
-	for (size_t i = first; !rc && i < nsrc; i++) {
-		char *name;
-
-		parser_moved(p, i - first);
-		if (i + LIST_AHEAD < nsrc)
-			list_prefetch(ns, dir, &l->dir->ents[i + LIST_AHEAD]);
-		for (size_t x = 0; !rc && ns->dir_exts[x]; x++) {
-			if (ns->dir_exts[x]->show)
-				rc = ns->dir_exts[x]->show(ns, dir, l, i);
-		}
-		if (rc)
-			break;
-		/* Copy: adding entries may move the array. */
-		name = strdup(l->dir->ents[i].name);
-		if (!name) {
-			rc = -ENOMEM;
-			break;
-		}
-		rc = list_virtual(ns, dir, name, l->dir->ents[i].type, l);
-		free(name);
-	}
-	parser_stop(p);
-	return rc;
-}
-
 static int dir_list(struct castfs_ns *ns, const struct ns_node *dir,
 		    struct ns_list *l)
 {
@@ -464,10 +304,26 @@ static int dir_list(struct castfs_ns *ns, const struct ns_node *dir,
 		ns_snap_abort(snap);
 	else
 		ns_snap_commit(ns, snap);
-	if (!rc)
-		rc = list_derived(ns, dir, l, first, nsrc);
-	if (rc)
-		return rc;
+	for (size_t i = first; i < nsrc && i < first + LIST_AHEAD; i++)
+		list_prefetch(ns, dir, &l->dir->ents[i]);
+	for (size_t i = first; !rc && i < nsrc; i++) {
+		char *name;
+
+		if (i + LIST_AHEAD < nsrc)
+			list_prefetch(ns, dir, &l->dir->ents[i + LIST_AHEAD]);
+		for (size_t x = 0; !rc && ns->dir_exts[x]; x++) {
+			if (ns->dir_exts[x]->show)
+				rc = ns->dir_exts[x]->show(ns, dir, l, i);
+		}
+		if (rc)
+			return rc;
+		/* Copy: adding entries may move the array. */
+		name = strdup(l->dir->ents[i].name);
+		if (!name)
+			return -ENOMEM;
+		rc = list_virtual(ns, dir, name, l->dir->ents[i].type, l);
+		free(name);
+	}
 	for (size_t i = nsrc; i < l->dir->n; i++)
 		l->dir->ents[i].derived = true;
 	if (!rc && dir->id == CASTFS_NS_ROOT_ID &&

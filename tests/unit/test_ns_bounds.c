@@ -674,48 +674,6 @@ START_TEST(test_ns_bounds__lookup_ahead_builds_no_node)
 }
 END_TEST
 
-/*
- * A listing of many checkpoints has a second thread parse the ones ahead
- * of it: each header is still parsed once (the listing finds the
- * parser's entries, or waits for its parse), rejected files too, and the
- * listing is what one thread makes: every valid checkpoint's views,
- * none of a rejected file's.
- */
-START_TEST(test_ns_bounds__listing_parses_each_header_once)
-{
-	static const char junk[] = "not a checkpoint";
-	struct castfs_dir *dir;
-	uint64_t parsed;
-	size_t views = 0, bad_views = 0;
-	char name[48];
-
-	for (int i = 0; i < 300; i++) {
-		snprintf(name, sizeof(name), "c%03d.safetensors", i);
-		write_checkpoint(name, 1 + i % 3);
-		if (i % 6 == 0) {
-			snprintf(name, sizeof(name), "j%03d.safetensors", i);
-			tu_write_file(root, name, junk, sizeof(junk));
-		}
-	}
-	parsed = castfs_stats_get(st, CASTFS_SCTR_HEADERS_PARSED);
-	ck_assert_int_eq(castfs_ns_opendir(ns, CASTFS_NS_ROOT_ID, &dir), 0);
-	/* 300 checkpoints, 50 junk files and a.safetensors */
-	ck_assert_uint_eq(castfs_stats_get(st, CASTFS_SCTR_HEADERS_PARSED),
-			  parsed + 351);
-	for (size_t i = 0; i < dir->n; i++) {
-		const char *n = dir->ents[i].name;
-
-		views += n[0] == 'c' && strstr(n, ".fp8.safetensors") != NULL;
-		bad_views += n[0] == 'j' &&
-			     strstr(n, ".fp8.safetensors") != NULL;
-	}
-	ck_assert_uint_eq(views, 300);
-	ck_assert_uint_eq(bad_views, 0);
-	ck_assert(dir_has(dir, "j000.safetensors"));
-	castfs_dir_free(dir);
-}
-END_TEST
-
 /* The text of a new handle of /.castfs/rejected, and the handle. */
 static char *ctl_rejected(struct castfs_file **out)
 {
@@ -814,7 +772,6 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_ns_bounds__node_tags_after_sweep);
 	tcase_add_test(tc, test_ns_bounds__listed_lookups_as_lookups);
 	tcase_add_test(tc, test_ns_bounds__lookup_ahead_builds_no_node);
-	tcase_add_test(tc, test_ns_bounds__listing_parses_each_header_once);
 	tcase_add_test(
 		tc, test_ns_bounds__listing_shared_until_the_directory_changes);
 	tcase_add_test(tc,
