@@ -201,13 +201,18 @@ int castfs_ns_lookup(struct castfs_ns *ns, uint64_t parent, const char *name,
 	return ns_lookup_how(ns, parent, name, id, st, NS_LOOKUP_RESOLVE);
 }
 
+/* How to look up listed entry @de. */
+static unsigned listed_how(const struct castfs_dirent *de)
+{
+	return de->derived ? NS_LOOKUP_DERIVED : 0;
+}
+
 int castfs_ns_lookup_listed(struct castfs_ns *ns, uint64_t parent,
 			    const struct castfs_dirent *de, uint64_t *id,
 			    struct stat *st)
 {
 	return ns_lookup_how(ns, parent, de->name, id, st,
-			     NS_LOOKUP_RESOLVE |
-				     (de->derived ? NS_LOOKUP_DERIVED : 0));
+			     NS_LOOKUP_RESOLVE | listed_how(de));
 }
 
 void castfs_ns_lookup_ahead(struct castfs_ns *ns, uint64_t parent,
@@ -219,10 +224,8 @@ void castfs_ns_lookup_ahead(struct castfs_ns *ns, uint64_t parent,
 
 		if (!strcmp(ents[i].name, ".") || !strcmp(ents[i].name, ".."))
 			continue;
-		(void)ns_lookup_how(
-			ns, parent, ents[i].name, &id, &st,
-			NS_LOOKUP_AHEAD |
-				(ents[i].derived ? NS_LOOKUP_DERIVED : 0));
+		(void)ns_lookup_how(ns, parent, ents[i].name, &id, &st,
+				    NS_LOOKUP_AHEAD | listed_how(&ents[i]));
 	}
 }
 

@@ -506,16 +506,25 @@ static struct ns_ckpt *ck_find_or_enter_locked(struct castfs_ns *ns,
 	return ck;
 }
 
-int ns_ckpt_get(struct castfs_ns *ns, const char *path, const struct stat *st,
-		struct ns_ckpt **out)
+/* The cached entry of identity @st once parsed (a reference, made the
+ * most recently used), or NULL. */
+static struct ns_ckpt *ck_cached(struct castfs_ns *ns, const struct stat *st)
 {
-	struct ns_ckpt *ck, *fresh = NULL;
+	struct ns_ckpt *ck;
 
 	pthread_mutex_lock(&ns->ck_lock);
 	ck = ck_find_loaded_locked(ns, st);
 	if (ck)
 		ns_ckpt_lru_touch_locked(ns, ck);
 	pthread_mutex_unlock(&ns->ck_lock);
+	return ck;
+}
+
+int ns_ckpt_get(struct castfs_ns *ns, const char *path, const struct stat *st,
+		struct ns_ckpt **out)
+{
+	struct ns_ckpt *ck = ck_cached(ns, st), *fresh = NULL;
+
 	if (!ck) {
 		fresh = ck_new(ns, path, st);
 		if (!fresh)
@@ -541,13 +550,8 @@ int ns_ckpt_get(struct castfs_ns *ns, const char *path, const struct stat *st,
 int ns_ckpt_loaded(struct castfs_ns *ns, const struct stat *st,
 		   struct ns_ckpt **out)
 {
-	struct ns_ckpt *ck;
+	struct ns_ckpt *ck = ck_cached(ns, st);
 
-	pthread_mutex_lock(&ns->ck_lock);
-	ck = ck_find_loaded_locked(ns, st);
-	if (ck)
-		ns_ckpt_lru_touch_locked(ns, ck);
-	pthread_mutex_unlock(&ns->ck_lock);
 	if (!ck)
 		return -ENOENT;
 	if (!ck->h) {

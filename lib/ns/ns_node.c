@@ -71,23 +71,31 @@ uint64_t ns_node_id(const struct ns_node *n)
 
 /* ---- the node table ---- */
 
-static struct ns_bucket *bucket(struct castfs_ns *ns, uint64_t id)
+/* A node's bit in its bucket's tags: the top six bits of @h, its id's
+ * mixed hash, which the bucket's index (the low bits) does not use. */
+static uint64_t tag_of(uint64_t h)
 {
-	return &ns->nodes[castfs_mix64(id) & (ns->nbuckets - 1)];
+	return 1ull << (h >> 58);
 }
 
-static uint64_t tag(uint64_t id)
+/* Id @id's bucket, and through *@tag its bit in that bucket's tags. */
+static struct ns_bucket *bucket(struct castfs_ns *ns, uint64_t id,
+				uint64_t *tag)
 {
-	return 1ull << (castfs_mix64(id) >> 58);
+	uint64_t h = castfs_mix64(id);
+
+	*tag = tag_of(h);
+	return &ns->nodes[h & (ns->nbuckets - 1)];
 }
 
 static void bucket_push(struct castfs_ns *ns, struct ns_node *n)
 {
-	struct ns_bucket *b = bucket(ns, n->id);
+	uint64_t tag;
+	struct ns_bucket *b = bucket(ns, n->id, &tag);
 
 	n->hnext = b->head;
 	b->head = n;
-	b->tags |= tag(n->id);
+	b->tags |= tag;
 }
 
 /* The tags of @b's chain again, after nodes left it. */
@@ -95,7 +103,7 @@ static void bucket_retag(struct ns_bucket *b)
 {
 	b->tags = 0;
 	for (const struct ns_node *n = b->head; n; n = n->hnext)
-		b->tags |= tag(n->id);
+		b->tags |= tag_of(castfs_mix64(n->id));
 }
 
 /* Caller holds ns->lock. Move every node into @nb buckets; without memory
@@ -148,10 +156,11 @@ static void table_shrink_locked(struct castfs_ns *ns)
 /* Caller holds ns->lock. */
 static struct ns_node *node_find_locked(struct castfs_ns *ns, uint64_t id)
 {
-	const struct ns_bucket *b = bucket(ns, id);
+	uint64_t tag;
+	const struct ns_bucket *b = bucket(ns, id, &tag);
 	struct ns_node *n;
 
-	if (!(b->tags & tag(id)))
+	if (!(b->tags & tag))
 		return NULL;
 	for (n = b->head; n; n = n->hnext) {
 		if (n->id == id)
@@ -604,9 +613,9 @@ static uint64_t list_hash(const char *name, size_t len)
  * the set grows without reading a name again, and a probe reads a name,
  * a cache miss with a million entries, only where the tags agree.
  */
-static uint32_t list_tag(const char *name, size_t len)
+static uint32_t list_tag(uint64_t h)
 {
-	return (uint32_t)(list_hash(name, len) >> 32);
+	return (uint32_t)(h >> 32);
 }
 
 static size_t list_home(size_t nset, uint32_t tag)
@@ -668,7 +677,7 @@ int ns_list_add(struct ns_list *l, const char *name, size_t len, mode_t type,
 		uint64_t ino)
 {
 	struct castfs_dir *d = l->dir;
-	uint64_t *slot;
+	uint64_t *slot, h;
 	uint32_t tag;
 	char *copy;
 
@@ -688,12 +697,13 @@ int ns_list_add(struct ns_list *l, const char *name, size_t len, mode_t type,
 		return -ENOMEM;
 	memcpy(copy, name, len);
 	copy[len] = '\0';
+	h = list_hash(name, len);
 	/* readdir(3) hides entries whose inode number is 0. */
 	if (!ino)
-		ino = list_hash(name, len) | 2;
+		ino = h | 2;
 	/* A duplicate name stays out of the set: the first one listed is
 	 * the one lookups find. */
-	tag = list_tag(name, len);
+	tag = list_tag(h);
 	slot = list_slot(l, name, len, tag);
 	if (!*slot)
 		*slot = (uint64_t)tag << 32 | (d->n + 1);
@@ -705,7 +715,8 @@ int ns_list_add(struct ns_list *l, const char *name, size_t len, mode_t type,
 
 bool ns_list_has(const struct ns_list *l, const char *name, size_t len)
 {
-	return l->nset && *list_slot(l, name, len, list_tag(name, len)) != 0;
+	return l->nset &&
+	       *list_slot(l, name, len, list_tag(list_hash(name, len))) != 0;
 }
 
 void ns_list_fini(struct ns_list *l)

@@ -153,6 +153,13 @@ static int list_views(struct castfs_ns *ns, const char *name,
 	return rc;
 }
 
+/* Whether source entry @name (@len bytes, of type @type) may be a
+ * checkpoint: what a listing parses. */
+static bool ckpt_entry(const char *name, size_t len, mode_t type)
+{
+	return (type == S_IFREG || type == S_IFLNK) && ns_has_st_ext(name, len);
+}
+
 /* Whether source entry @name (of type @type) is a valid checkpoint: its
  * entry (a held reference) to *@ck, else NULL, and its identity to @st.
  * Links inside the root count as the files they reach (the Hugging Face
@@ -166,7 +173,7 @@ static int entry_ckpt(struct castfs_ns *ns, const struct ns_node *dir,
 	int rc;
 
 	*ck = NULL;
-	if ((type != S_IFREG && type != S_IFLNK) || !ns_has_st_ext(name, len))
+	if (!ckpt_entry(name, len, type))
 		return 0;
 	path = ns_path_join(dir->path, name, len);
 	if (!path)
@@ -270,7 +277,7 @@ static void list_prefetch(struct castfs_ns *ns, const struct ns_node *dir,
 	char *path;
 	int fd;
 
-	if (de->type != S_IFREG || !ns_has_st_ext(de->name, len))
+	if (!ckpt_entry(de->name, len, de->type))
 		return;
 	path = ns_path_join(dir->path, de->name, len);
 	fd = path ? ns_src_open_in(ns, path, O_RDONLY | O_NONBLOCK) : -1;
