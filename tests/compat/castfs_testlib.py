@@ -62,6 +62,7 @@ class Mount:
         extra = os.environ.get("CASTFS_TEST_OPTIONS", "").split()
         for o in list(options) + extra:
             args += ["-o", o]
+        self.supervised = "nosupervise" not in list(options) + extra
         args += list(extra_args) + [source, self.path]
         self.log = tempfile.TemporaryFile(mode="w+")
         full_env = dict(os.environ)
@@ -78,6 +79,28 @@ class Mount:
                 self.proc.kill()
                 raise RuntimeError("castfs did not mount: " + self.output())
             time.sleep(0.02)
+
+    def daemon(self, timeout=30):
+        """The pid of the process serving the mount: the one started under
+        -o nosupervise, else the supervisor's (first) child. The supervisor
+        mounts before it starts its daemon, so the mount is there before
+        the daemon is: this waits for it."""
+        pid = self.proc.pid
+        if not self.supervised:
+            return pid
+        deadline = time.time() + timeout
+        while True:
+            try:
+                with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+                    kids = f.read().split()
+            except FileNotFoundError:
+                kids = []
+            if kids:
+                return int(kids[0])
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("no daemon under the supervisor: " +
+                                   self.output())
+            time.sleep(0.01)
 
     def output(self):
         self.log.seek(0)

@@ -71,14 +71,6 @@ def wait_for(cond, timeout=10.0):
     return cond()
 
 
-def daemon_of(m):
-    """The serving daemon under the supervisor @m.proc."""
-    pid = m.proc.pid
-    with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
-        kids = [int(k) for k in f.read().split()]
-    return kids[0]
-
-
 class Passthrough(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -226,10 +218,10 @@ class Passthrough(unittest.TestCase):
             held = os.open(m.join("m.safetensors"), os.O_RDONLY)
             try:
                 for round_ in range(2):
-                    old = daemon_of(m)
+                    old = m.daemon()
                     os.kill(old, signal.SIGKILL)
                     self.assertTrue(wait_for(
-                        lambda: daemon_of(m) != old), "no new daemon")
+                        lambda: m.daemon() != old), "no new daemon")
                     self.assertEqual(os.pread(held, 4096, 8192),
                                      want[8192:8192 + 4096])
                     # Before the journal: EIO, the new daemon giving the

@@ -82,14 +82,6 @@ def cpu_in_next_second(pid, settle):
     return cpu_s(pid) - start
 
 
-def children(pid):
-    kids = []
-    for task in os.listdir("/proc/%d/task" % pid):
-        with open("/proc/%d/task/%s/children" % (pid, task)) as f:
-            kids += [int(k) for k in f.read().split()]
-    return kids
-
-
 def alive(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:
@@ -123,9 +115,7 @@ class TestStop(unittest.TestCase):
         m = tl.Mount(Env.src, options=options)
         reader = None
         try:
-            server = m.proc.pid
-            daemon = server if "nosupervise" in options else \
-                children(server)[0]
+            daemon = m.daemon()
             view = m.join("big.%s.safetensors" % view_name)
             # The nf4 view's last bytes need the statistics; every
             # code of the others needs their scale.
