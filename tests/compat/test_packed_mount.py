@@ -16,6 +16,7 @@ import random
 import shutil
 import struct
 import subprocess
+import sys
 import time
 import unittest
 
@@ -434,6 +435,95 @@ class PackedChange(unittest.TestCase):
                 got = None
                 gc.collect()  # load_file's tensors map the mounted file
                 self.assertEqual(mnt.unmount(), 0)
+
+
+def peak_mb(pid):
+    """The peak resident memory of process @pid in MiB (VmHWM)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    raise RuntimeError("no VmHWM")
+
+
+def random_reads(path, n, seed):
+    """@n 4 KiB reads of @path at random pages, without read-ahead."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        pages = os.fstat(fd).st_size // 4096
+        rng = random.Random(seed)
+        for _ in range(n):
+            os.pread(fd, 4096, rng.randrange(pages) * 4096)
+    finally:
+        os.close(fd)
+
+
+class PackedMemory(unittest.TestCase):
+    """The daemon's memory is bounded by the frame cache (-o zcache_mb), not
+    by the packs it serves: a standard and a grouped pack of 64 MiB of bf16
+    weights each, read whole and at random through their original bytes
+    and their views, with a 4 MiB cache. A cache that kept every frame it
+    decoded grows the daemon by ~120 MiB here."""
+
+    ZCACHE_MB = 4
+    # Above the cache: the worker threads' read buffers and decoder
+    # contexts (threads pinned, so that a machine with more CPUs does not
+    # bring more of them) and the nf4 view's scratch; 10-12 MiB measured.
+    SLACK_MB = 20
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ctx = tl.tempdir()
+        cls.src = cls.ctx.__enter__()
+        g = torch.Generator().manual_seed(5)
+        tensors = {"model.layers.%d.mlp.up_proj.weight" % i:
+                   (torch.randn(2048, 1024, generator=g) * 0.02).bfloat16()
+                   for i in range(16)}
+        for name, flags in (("std", []), ("grp", ["--grouped"])):
+            path = os.path.join(cls.src, name + ".safetensors")
+            save_file(tensors, path)
+            r = castfs("pack", "--no-progress", "--remove", *flags, path)
+            assert r.returncode == 0, r.stderr
+        # The weights of both packs, decoded bytes.
+        cls.decoded = 2 * sum(t.nbytes for t in tensors.values())
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.ctx.__exit__(None, None, None)
+
+    def test_frame_cache_bounds_the_daemon(self):
+        opts = ["zcache_mb=%d" % self.ZCACHE_MB, "threads=4"]
+        with tl.Mount(self.src, options=opts) as m:
+            pid = m.daemon()
+            views = ("std.safetensors", "grp.safetensors",
+                     "std.fp8.safetensors", "grp.fp8.safetensors",
+                     "grp.nf4.safetensors")
+            for v in views:
+                with open(m.join(v), "rb") as f:
+                    f.read(8)
+            before = peak_mb(pid)
+            for v in views:
+                with open(m.join(v), "rb") as f:
+                    while f.read(1 << 20):
+                        pass
+            for i, v in enumerate(views):
+                random_reads(m.join(v), 300, i)
+            zst = json.loads(read(m.join(".castfs", "stats")))["zst"]
+            grown = peak_mb(pid) - before
+            sys.stderr.write("decoded %.0f MiB in %d frames (%d cache hits), "
+                             "cached %.1f MiB; daemon peak +%.1f MiB\n" % (
+                                 zst["bytes_decoded"] / 2**20,
+                                 zst["frames_decoded"],
+                                 zst["frame_cache_hits"],
+                                 zst["cached_bytes"] / 2**20, grown))
+            self.assertLessEqual(zst["cached_bytes"], self.ZCACHE_MB << 20)
+            # Every frame of both packs was decoded, some several times:
+            # far more than the cache and the bound below hold.
+            self.assertGreater(zst["bytes_decoded"], self.decoded)
+            if tl.sanitizer(pid):
+                self.skipTest("RSS not checked under %s" % tl.sanitizer(pid))
+            self.assertLess(grown, self.ZCACHE_MB + self.SLACK_MB)
 
 
 if __name__ == "__main__":
