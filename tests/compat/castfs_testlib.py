@@ -171,13 +171,14 @@ def caches_kept():
         yield
 
 
-def rss_mb(pid):
-    """The resident memory of process @pid in MB (VmRSS)."""
+def rss_mb(pid, key="VmRSS"):
+    """The resident memory of process @pid in MB (VmRSS; VmHWM: its
+    peak so far)."""
     with open("/proc/%d/status" % pid) as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) / 1024.0
-    raise RuntimeError("no VmRSS")
+    raise RuntimeError("no " + key)
 
 
 def sanitizer(pid):

@@ -437,15 +437,6 @@ class PackedChange(unittest.TestCase):
                 self.assertEqual(mnt.unmount(), 0)
 
 
-def peak_mb(pid):
-    """The peak resident memory of process @pid in MiB (VmHWM)."""
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    raise RuntimeError("no VmHWM")
-
-
 def random_reads(path, n, seed):
     """@n 4 KiB reads of @path at random pages, without read-ahead."""
     fd = os.open(path, os.O_RDONLY)
@@ -502,7 +493,7 @@ class PackedMemory(unittest.TestCase):
             for v in views:
                 with open(m.join(v), "rb") as f:
                     f.read(8)
-            before = peak_mb(pid)
+            before = tl.rss_mb(pid, "VmHWM")
             for v in views:
                 with open(m.join(v), "rb") as f:
                     while f.read(1 << 20):
@@ -510,7 +501,7 @@ class PackedMemory(unittest.TestCase):
             for i, v in enumerate(views):
                 random_reads(m.join(v), 300, i)
             zst = json.loads(read(m.join(".castfs", "stats")))["zst"]
-            grown = peak_mb(pid) - before
+            grown = tl.rss_mb(pid, "VmHWM") - before
             sys.stderr.write("decoded %.0f MiB in %d frames (%d cache hits), "
                              "cached %.1f MiB; daemon peak +%.1f MiB\n" % (
                                  zst["bytes_decoded"] / 2**20,
