@@ -90,11 +90,13 @@ class Mount:
             return pid
         deadline = time.time() + timeout
         while True:
+            kids = []
             try:
-                with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
-                    kids = f.read().split()
+                for task in sorted(os.listdir("/proc/%d/task" % pid)):
+                    with open("/proc/%d/task/%s/children" % (pid, task)) as f:
+                        kids += f.read().split()
             except FileNotFoundError:
-                kids = []
+                pass
             if kids:
                 return int(kids[0])
             if self.proc.poll() is not None or time.time() > deadline:
