@@ -49,6 +49,20 @@ void zst_dctx_free(struct zst_dctx *dc)
 	free(dc);
 }
 
+void zst_dctx_trim(struct zst_dctx *dc, size_t keep)
+{
+	if (dc->cap > keep) {
+		free(dc->buf);
+		dc->buf = NULL;
+		dc->cap = 0;
+	}
+	if (dc->ucap > keep) {
+		free(dc->ubuf);
+		dc->ubuf = NULL;
+		dc->ucap = 0;
+	}
+}
+
 void *zst_dctx_buf(struct zst_dctx *dc, size_t n)
 {
 	void *p;

@@ -143,15 +143,23 @@ static struct zst_frame *zc_find(struct castfs_zcache *c, uint64_t id,
 	return NULL;
 }
 
-/* Make room for and insert @f (held by the caller). Under the lock. */
+/*
+ * Make room for and insert @f (held by the caller). Under the lock. A
+ * frame larger than the whole cache is kept alone rather than not at all:
+ * each read request that cuts it would decode it again otherwise, 33
+ * times the bytes for a sequential read of a pack written with 32 MiB
+ * frames (castfs pack --frame-size 32M, or another seekable writer)
+ * through 1 MiB requests. The cache then holds one frame, at most
+ * CASTFS_ZST_MAX_FRAME, over its capacity. Capacity 0 keeps nothing.
+ */
 static void zc_insert_locked(struct castfs_zcache *c, struct zst_frame *f)
 {
 	struct zst_frame **slot = zc_slot(c, f->id, f->frame);
 
+	if (c->capacity == 0)
+		return; /* decoded for this read only */
 	while (c->tail && c->used + f->size > c->capacity)
 		zc_drop(c, c->tail);
-	if (f->size > c->capacity)
-		return; /* decoded for this read only */
 	f->hnext = *slot;
 	*slot = f;
 	lru_push(c, f);
@@ -182,6 +190,10 @@ static struct zst_dctx *pool_take(struct castfs_zcache *c)
 
 static void pool_give(struct castfs_zcache *c, struct zst_dctx *dc)
 {
+	/* An idle context keeps buffers for the usual frames only: those of
+	 * a pack with larger ones would otherwise stay with every context
+	 * that once read it (tens of MiB each). */
+	zst_dctx_trim(dc, ZST_POOL_KEEP);
 	pthread_mutex_lock(&c->lock);
 	dc->next = c->pool;
 	c->pool = dc;

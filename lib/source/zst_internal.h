@@ -51,9 +51,17 @@ struct zst_dctx {
 	struct zst_dctx *next; /* the cache's pool of idle contexts */
 };
 
+/* Buffers an idle decoder context keeps (zst_dctx_trim()): those of
+ * castfs pack's default frames (1 MiB, 256 KiB grouped) and then some. */
+#define ZST_POOL_KEEP (4u << 20)
+
 /* zst_dctx_new - a context, or NULL when out of memory. */
 struct zst_dctx *zst_dctx_new(void);
 void zst_dctx_free(struct zst_dctx *dc);
+
+/* zst_dctx_trim - free @dc's buffers of more than @keep bytes (they grow
+ * again on demand). */
+void zst_dctx_trim(struct zst_dctx *dc, size_t keep);
 
 /*
  * zst_dctx_buf - @dc's buffer of at least @n bytes (grown as needed), or

@@ -699,6 +699,65 @@ START_TEST(test_zst__grouped_literals_and_matches)
 }
 END_TEST
 
+/*
+ * Frames larger than the whole cache, read in pieces as 1 MiB FUSE
+ * requests read a pack with 32 MiB frames: each frame is decoded once and
+ * kept alone (before, one decode per piece), and the cache holds one such
+ * frame over its capacity, no more. Then an idle context keeps no buffer
+ * of such a frame. Capacity 0 keeps nothing.
+ */
+START_TEST(test_zst__frames_larger_than_cache_decoded_once)
+{
+	size_t caps[] = { 5000, 0 }, piece = 1000;
+	uint8_t *in = make_input(N_IN, 3), *buf = malloc(N_IN);
+	struct castfs_zcache *c;
+	struct castfs_zst_index *ix;
+	struct castfs_mem_reader mr;
+	struct castfs_zst_reader zr;
+	struct castfs_zcache_stats st;
+	struct membuf m;
+
+	pack(in, N_IN, 8192, false, NULL, 0, &m);
+	ck_assert_int_eq(castfs_zcache_new(caps[_i], &c), 0);
+	ck_assert_int_eq(open_index(&m, c, &mr, &ix, NULL), 0);
+	castfs_zst_reader_init(&zr, ix, &mr.r);
+	for (size_t at = 0; at < N_IN; at += piece) {
+		size_t n = N_IN - at < piece ? N_IN - at : piece;
+
+		ck_assert_int_eq(castfs_reader_read(&zr.r, buf + at, n, at), 0);
+		castfs_zcache_stats_get(c, &st);
+		ck_assert_uint_le(st.cached_bytes, caps[_i] ? 8192 : 0);
+	}
+	ck_assert_mem_eq(buf, in, N_IN);
+	castfs_zcache_stats_get(c, &st);
+	if (caps[_i])
+		ck_assert_uint_eq(st.bytes_decoded, N_IN);
+	else /* one decode per piece */
+		ck_assert_uint_gt(st.bytes_decoded, 4 * (uint64_t)N_IN);
+	castfs_zst_index_free(ix);
+	castfs_zcache_free(c);
+	free(m.p);
+	free(buf);
+	free(in);
+}
+END_TEST
+
+START_TEST(test_zst__idle_context_trimmed)
+{
+	struct zst_dctx *dc = zst_dctx_new();
+
+	ck_assert_ptr_nonnull(dc);
+	ck_assert_ptr_nonnull(zst_dctx_buf(dc, 1000));
+	ck_assert_ptr_nonnull(zst_dctx_ubuf(dc, ZST_POOL_KEEP + 1));
+	zst_dctx_trim(dc, ZST_POOL_KEEP);
+	ck_assert_uint_eq(dc->cap, 1000);
+	ck_assert_uint_eq(dc->ucap, 0);
+	ck_assert_ptr_null(dc->ubuf);
+	ck_assert_ptr_nonnull(zst_dctx_ubuf(dc, 64));
+	zst_dctx_free(dc);
+}
+END_TEST
+
 START_TEST(test_zst__bad_frame_size_option)
 {
 	uint8_t in[16] = { 0 };
@@ -740,6 +799,9 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_zst__grouped_pack_reads_back);
 	tcase_add_test(tc, test_zst__grouped_literals_and_matches);
 	tcase_add_test(tc, test_zst__bad_frame_size_option);
+	tcase_add_loop_test(tc, test_zst__frames_larger_than_cache_decoded_once,
+			    0, 2);
+	tcase_add_test(tc, test_zst__idle_context_trimmed);
 	suite_add_tcase(s, tc);
 	return s;
 }
