@@ -10,6 +10,7 @@ COMPAT_TESTS = tests/compat/test_casts.py tests/compat/test_hf_cache.py \
 	tests/compat/test_single_file.py tests/compat/test_tensors.py \
 	tests/compat/test_cli.py tests/compat/test_ctl.py tests/compat/test_metrics.py \
 	tests/compat/test_pack.py tests/compat/test_packed_mount.py \
+	tests/compat/test_packed_memory.py \
 	tests/compat/test_pack_choice.py \
 	tests/compat/test_testlib.py tests/compat/test_casts_isa.py \
 	tests/compat/test_quant_src.py tests/compat/test_ct.py \
