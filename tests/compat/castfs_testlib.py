@@ -7,6 +7,7 @@ program exits 77 (automake's SKIP, never a pass) when FUSE is unusable.
 """
 import contextlib
 import fcntl
+import json
 import os
 import random
 import shutil
@@ -103,6 +104,11 @@ class Mount:
                 raise RuntimeError("no daemon under the supervisor: " +
                                    self.output())
             time.sleep(0.01)
+
+    def stats(self):
+        """The daemon's /.castfs/stats, parsed."""
+        with open(self.join(".castfs", "stats")) as f:
+            return json.load(f)
 
     def output(self):
         self.log.seek(0)

@@ -6,7 +6,6 @@ under a sanitizer the RSS checks skip (ASan and TSan keep freed memory),
 and a skip marks the whole file, which should not hide test_packed_mount's
 other cases.
 """
-import json
 import os
 import random
 import sys
@@ -92,7 +91,7 @@ class PackedMemory(unittest.TestCase):
                         pass
             for i, v in enumerate(views):
                 random_reads(m.join(v), 300, i)
-            zst = json.loads(read(m.join(".castfs", "stats")))["zst"]
+            zst = m.stats()["zst"]
             grown = tl.rss_mb(pid, "VmHWM") - before
             sys.stderr.write("decoded %.0f MiB in %d frames (%d cache hits), "
                              "cached %.1f MiB; daemon peak +%.1f MiB\n" % (
@@ -122,12 +121,11 @@ class PackedMemory(unittest.TestCase):
             for v in ("std.safetensors", "std.fp8.safetensors"):
                 read(m.join(v))
             rss = tl.rss_mb(pid)
-            stats = m.join(".castfs", "stats")
             got = {}
             for v in ("big.safetensors", "big.fp8.safetensors"):
-                d0 = json.loads(read(stats))["zst"]["bytes_decoded"]
+                d0 = m.stats()["zst"]["bytes_decoded"]
                 got[v] = read(m.join(v))
-                zst = json.loads(read(stats))["zst"]
+                zst = m.stats()["zst"]
                 sys.stderr.write("%s: decoded %.0f MiB for %.0f MiB; "
                                  "cached %.0f MiB\n" % (
                                      v, (zst["bytes_decoded"] - d0) / 2**20,

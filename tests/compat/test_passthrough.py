@@ -52,14 +52,9 @@ def unsupported():
     return None  # no config to read: the cases decide
 
 
-def stats(m):
-    with open(m.join(".castfs", "stats")) as f:
-        return json.load(f)
-
-
 def raw_reads(m):
     """READs of unconverted files that reached the daemon."""
-    return stats(m)["passthrough"]["reads"]
+    return m.stats()["passthrough"]["reads"]
 
 
 def wait_for(cond, timeout=10.0):
@@ -104,7 +99,7 @@ class Passthrough(unittest.TestCase):
                         with mmap.mmap(f.fileno(), 0,
                                        prot=mmap.PROT_READ) as mm:
                             self.assertEqual(mm[:], want)
-            s = stats(m)
+            s = m.stats()
             self.assertEqual(raw_reads(m), 0)
             self.assertGreaterEqual(s["passthrough_opens"], 6)
             self.assertEqual(s["passthrough_backing_opened"], 2)
@@ -112,7 +107,7 @@ class Passthrough(unittest.TestCase):
             # option, read through it.
             view = open(m.join("m.fp8.safetensors"), "rb").read()
             self.assertEqual(view, rc.view_bytes(self.tensors, "fp8"))
-            self.assertGreater(stats(m)["views"]["fp8"]["reads"], 0)
+            self.assertGreater(m.stats()["views"]["fp8"]["reads"], 0)
 
     def test_o_direct_reads_come_to_the_daemon(self):
         """An O_DIRECT open of a passed-through file reads through the
@@ -130,7 +125,7 @@ class Passthrough(unittest.TestCase):
             finally:
                 os.close(fd)
             self.assertGreater(raw_reads(m), 0)
-            self.assertEqual(stats(m)["passthrough_opens"], 1)
+            self.assertEqual(m.stats()["passthrough_opens"], 1)
 
     def test_without_the_option_nothing_is_passed_through(self):
         with tl.Mount(self.src) as m:
@@ -138,7 +133,7 @@ class Passthrough(unittest.TestCase):
             with open(m.join("m.safetensors"), "rb") as f:
                 self.assertEqual(f.read(), want)
             self.assertGreater(raw_reads(m), 0)
-            self.assertEqual(stats(m)["passthrough_opens"], 0)
+            self.assertEqual(m.stats()["passthrough_opens"], 0)
 
     def test_many_opens_share_one_backing_file(self):
         want = open(self.ckpt, "rb").read()
@@ -167,7 +162,7 @@ class Passthrough(unittest.TestCase):
                 t.join()
             os.close(held)
             self.assertEqual(errors, [])
-            s = stats(m)
+            s = m.stats()
             self.assertEqual(s["passthrough_opens"], 161)
             self.assertEqual(s["passthrough_backing_opened"], 1)
             self.assertEqual(raw_reads(m), 0)
@@ -195,17 +190,17 @@ class Passthrough(unittest.TestCase):
         try:
             with tl.Mount(self.src, options=["passthrough"]) as m:
                 read_all(m, "a")
-                self.assertEqual(stats(m)["passthrough_backing_opened"], 300)
-                self.assertEqual(stats(m)["passthrough_backing_closed"], 0)
+                self.assertEqual(m.stats()["passthrough_backing_opened"], 300)
+                self.assertEqual(m.stats()["passthrough_backing_closed"], 0)
                 for n in names:
                     os.unlink(os.path.join(d, n))
                 self.assertTrue(wait_for(
-                    lambda: stats(m)["passthrough_backing_closed"] == 300),
+                    lambda: m.stats()["passthrough_backing_closed"] == 300),
                     "backing files of forgotten nodes stayed open: %d" %
-                    stats(m)["passthrough_backing_closed"])
+                    m.stats()["passthrough_backing_closed"])
                 write_all("b")
                 read_all(m, "b")
-                self.assertEqual(stats(m)["passthrough_backing_opened"], 600)
+                self.assertEqual(m.stats()["passthrough_backing_opened"], 600)
                 self.assertEqual(raw_reads(m), 0)
         finally:
             for n in os.listdir(d):
@@ -233,7 +228,7 @@ class Passthrough(unittest.TestCase):
                     finally:
                         os.close(fd)
                     self.assertEqual(
-                        stats(m)["passthrough_backing_opened"], 0, round_)
+                        m.stats()["passthrough_backing_opened"], 0, round_)
             finally:
                 os.close(held)
 

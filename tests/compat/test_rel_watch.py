@@ -157,11 +157,6 @@ def tiny(seed, rows=4):
     return {"w": torch.randn(rows, 8, generator=g)}
 
 
-def stats(mount):
-    with open(mount.join(".castfs", "stats")) as f:
-        return json.load(f)
-
-
 def read(path):
     with open(path, "rb") as f:
         return f.read()
@@ -212,7 +207,7 @@ class Rescan(unittest.TestCase):
         # snapshot counts once such a read follows it (with room for a
         # loaded machine: a miss would rescan the directory whole).
         time.sleep(3.0)
-        before = stats(mount)
+        before = mount.stats()
         os.kill(daemon, signal.SIGSTOP)
         try:
             for i in range(64):  # several times the queue, two names
@@ -251,7 +246,7 @@ class Rescan(unittest.TestCase):
         self.assertEqual(read(view(3)), rc.view_bytes(orig[4], "fp16"))
         self.assertEqual(read(new_view), rc.view_bytes(added, "fp16"))
         self.assertEqual(read(view(5)), rc.view_bytes(orig[5], "fp16"))
-        after = stats(mount)
+        after = mount.stats()
         sent = after["entry_invalidations"] - before["entry_invalidations"]
         # Changed: f000, f001, f003 (+ new n, junk0, junk1); gone: f002,
         # f004. The whole-directory rescan sent at least 2 per held
@@ -394,7 +389,7 @@ class RescanPacked(unittest.TestCase):
             os.stat(mount.join("p%03d.safetensors" % i))
             self.assertEqual(read(view(i)), rc.view_bytes(orig[i], "fp16"))
         time.sleep(3.0)  # a snapshot the rescan trusts (class Rescan)
-        before = stats(mount)
+        before = mount.stats()
         zst = os.path.join(src, "p000.safetensors.zst")
         overflow(daemon, src, lambda: os.rename(
             os.path.join(work, "r.safetensors.zst"), zst))
@@ -405,7 +400,7 @@ class RescanPacked(unittest.TestCase):
         self.assertEqual(read(view(0)), want)
         for i in range(1, self.N):
             self.assertEqual(read(view(i)), rc.view_bytes(orig[i], "fp16"))
-        after = stats(mount)
+        after = mount.stats()
         sent = after["entry_invalidations"] - before["entry_invalidations"]
         print("packs: %d kernel notifications after the overflow" % sent)
         # Changed: p000 (+ junk0, junk1). Every held pack invalidated

@@ -38,11 +38,6 @@ from test_dircache import ListingCase, listing, requests
 SETTLE = 20.0  # seconds the watcher may take on a loaded machine
 
 
-def stats(m):
-    with open(m.join(".castfs", "stats")) as f:
-        return json.load(f)
-
-
 def leaves(stem):
     return {stem + s for s in (".info", ".npy", ".raw")}
 
@@ -166,7 +161,7 @@ class TestTreeDirCache(ListingCase):
             self.cached(m, "a.safetensors.tensors")
             self.assertEqual(entries("b.safetensors.tensors") and
                              entries("a.safetensors.tensors"), first)
-            parsed = stats(m)["headers_parsed"]
+            parsed = m.stats()["headers_parsed"]
             # The kernel forgets the trees' nodes (then the entries, past
             # the budget, are evicted) and its copies of the listings;
             # the daemon lists again from a header it parses again. The
@@ -180,7 +175,7 @@ class TestTreeDirCache(ListingCase):
                 before = requests(m, "readdir")
                 self.assertEqual(entries("a.safetensors.tensors"), first)
                 self.assertGreater(requests(m, "readdir"), before)
-                if stats(m)["headers_parsed"] > parsed:
+                if m.stats()["headers_parsed"] > parsed:
                     break
                 self.assertLess(time.monotonic(), deadline,
                                 "the evicted header was never parsed again")

@@ -35,23 +35,18 @@ def name(i):
     return "c%04d.safetensors" % i
 
 
-def stats(m):
-    with open(m.join(".castfs", "stats")) as f:
-        return json.load(f)
-
-
 def settled(m, key, moved_from=None):
     """The counter @key once it stops moving (the watcher is done): first,
     when @moved_from is given, until it has moved past it (the watcher may
     not have started on a change yet), then until it holds for 0.3 s (10 ms
     apart, two equal readings were seen before the watcher woke up)."""
     if moved_from is not None:
-        rc.poll(lambda: stats(m)[key] > moved_from, SETTLE,
+        rc.poll(lambda: m.stats()[key] > moved_from, SETTLE,
                 "the watcher to start on the change")
     last = [None, 0.0]
 
     def same():
-        now, t = stats(m)[key], time.monotonic()
+        now, t = m.stats()[key], time.monotonic()
         if now != last[0]:
             last[0], last[1] = now, t
         return t - last[1] >= 0.3
@@ -93,12 +88,12 @@ class TestWatchSeen(unittest.TestCase):
                 os.stat(m.join(name(i)))
                 os.stat(m.join(rc.view_name(name(i)[:-12], "fp8")))
             base = settled(m, "entry_invalidations_skipped")
-            sent = stats(m)["entry_invalidations"]
+            sent = m.stats()["entry_invalidations"]
             for i in range(N):
                 os.utime(os.path.join(self.src, name(i)))
             skipped = settled(m, "entry_invalidations_skipped",
                               moved_from=base) - base
-            sent = stats(m)["entry_invalidations"] - sent
+            sent = m.stats()["entry_invalidations"] - sent
             # Two held names for each of 3 files (a hash collision may
             # add one); every other name of the 200 was skipped.
             self.assertGreaterEqual(sent, 6)
@@ -122,8 +117,8 @@ class TestWatchSeen(unittest.TestCase):
             # The new daemon answered no lookup of these names: the
             # kernel holds them from the one it replaced.
             self.follows(m, 1, 16)
-            self.assertGreater(stats(m)["entry_invalidations"], 0)
-            self.assertEqual(stats(m)["entry_invalidations_skipped"], 0)
+            self.assertGreater(m.stats()["entry_invalidations"], 0)
+            self.assertEqual(m.stats()["entry_invalidations_skipped"], 0)
 
 
 if __name__ == "__main__":
