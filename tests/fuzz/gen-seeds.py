@@ -128,6 +128,21 @@ def plan_seeds():
                                       rng.randrange(1, len(f) * 2))
                           for _ in range(nr))
         yield "view%02d" % vi, bytes([vi, 0, nr]) + ranges + f
+    # Every built-in view (25; the target takes the index modulo their
+    # count) on weights wide enough for its blocks: GGUF K-quants take
+    # rows of 256, compressed-tensors groups of 128 columns.
+    wide = safetensors([
+        ("blk.0.attn_q.weight", "BF16", [4, 256], None),
+        ("blk.0.ffn_up.weight", "F16", [2, 512], None),
+        ("blk.0.ffn_down.weight", "F32", [3, 256], None),
+        ("blk.0.attn_norm.weight", "F32", [256], None)],
+        rng=random.Random(12))
+    for vi in range(25):
+        nr = 4
+        ranges = b"".join(struct.pack("<II", rng.randrange(len(wide) * 2),
+                                      rng.randrange(1, len(wide) * 2))
+                          for _ in range(nr))
+        yield "view%02d-wide" % vi, bytes([vi, 0, nr]) + ranges + wide
 
 
 def convert_seeds():

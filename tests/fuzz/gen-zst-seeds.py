@@ -36,16 +36,18 @@ def seekable(data, frame, extra_skippable=False):
     return body + struct.pack("<II", SKIPPABLE, len(table)) + table
 
 
-def grouped_pack(castfs, path, dtype, count, data, frame):
+def grouped_pack(castfs, path, dtype, count, data, frame, sums=True):
     """The bytes of `castfs pack --grouped` of a one-tensor checkpoint at
-    @path: @count elements of @dtype stored as @data, frames of @frame."""
+    @path: @count elements of @dtype stored as @data, frames of @frame
+    (without checksums unless @sums)."""
     hdr = ('{"a":{"dtype":"%s","shape":[%d],"data_offsets":[0,%d]}}'
            % (dtype, count, len(data))).encode()
     hdr += b" " * (-len(hdr) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(hdr)) + hdr + data)
     subprocess.run([castfs, "pack", "--no-progress", "--grouped", "--force",
-                    "--frame-size", str(frame), path], check=True)
+                    "--frame-size", str(frame)] + ([] if sums else ["--no-checksums"])
+                   + [path], check=True)
     with open(path + ".zstg", "rb") as f:
         return f.read()
 
@@ -102,6 +104,12 @@ def seeds(castfs):
                 w += struct.pack("<H", v)
             tiered = grouped_pack(castfs, p, "BF16", 2048, bytes(w), 2048)
             out["seed-castfs-grouped-tiered"] = tiered
+            # The same without checksums: a fuzzer's mutations of these
+            # reach the frame parsers, which a checksum would shield.
+            out["seed-castfs-grouped-tiered-nosum"] = grouped_pack(
+                castfs, p, "BF16", 2048, bytes(w), 2048, sums=False)
+            out["seed-castfs-grouped-raw-nosum"] = grouped_pack(
+                castfs, p, "BF16", 1024, noise, 1024, sums=False)
             at = tiered.find(struct.pack("<I", 0x184D2A58))
             bad_t = bytearray(tiered)
             bad_t[at + 8 + 24 + 20] ^= 0x04
@@ -113,6 +121,8 @@ def seeds(castfs):
                 vals = b"".join(struct.pack(fmt, rng.gauss(0, 0.02)) for _ in range(1024))
                 wide = grouped_pack(castfs, p, dt, 1024, vals, 2048)
                 out["seed-castfs-grouped-tiered-" + tag] = wide
+                out["seed-castfs-grouped-tiered-%s-nosum" % tag] = grouped_pack(
+                    castfs, p, dt, 1024, vals, 2048, sums=False)
                 at = wide.find(struct.pack("<I", 0x184D2A58))
                 bad_w = bytearray(wide)
                 bad_w[at + 8 + 24 + 50] ^= 0x04
