@@ -30,6 +30,8 @@ struct pack_opts {
 	int level;
 	bool checksums;
 	bool remove; /* delete the input once the output is durable */
+	bool verify; /* read the pack back against the input before it
+		      * takes its name */
 	bool force; /* replace an existing output */
 	bool grouped; /* byte-plane frames (ZSTG_EXT) */
 	int progress; /* 1 on, 0 off, -1 when stderr is a terminal */
@@ -79,6 +81,12 @@ static void pack_usage(FILE *f, const char *cmd)
 		"                         restore (castfs unpack does)\n"
 		"    --remove             delete FILE once the pack is on "
 		"disk\n"
+		"    --no-verify          do not read the pack back against "
+		"FILE before\n"
+		"                         it takes its name (by default every "
+		"byte is\n"
+		"                         compared; a pack that differs is "
+		"not kept)\n"
 		"    --force              replace an existing "
 		"FILE.safetensors.zst\n"
 		"    --[no-]progress      progress bar (default: when stderr "
@@ -87,27 +95,44 @@ static void pack_usage(FILE *f, const char *cmd)
 		"errors.\n");
 }
 
-/* [####----]  42%  1.2 GiB / 2.9 GiB  ratio 1.31  850.0 MiB/s */
+/* [####----]  42%  1.2 GiB / 2.9 GiB  @what  850.0 MiB/s, at most ten
+ * times a second, and the last one on a line of its own. */
+static void bar(struct pack_out *w, uint64_t done, uint64_t total,
+		const char *what)
+{
+	double t = cli_now_s(), mib = (double)done / (1 << 20);
+	double frac = total ? (double)done / (double)total : 1;
+	char cells[31];
+	int fill = (int)(frac * 30);
+
+	if (!w->progress || (done < total && t - w->last < 0.1))
+		return;
+	w->last = t;
+	memset(cells, '#', (size_t)fill);
+	memset(cells + fill, '-', (size_t)(30 - fill));
+	cells[30] = '\0';
+	fprintf(stderr, "\r[%s] %3d%% %.1f / %.1f MiB  %s  %.1f MiB/s ", cells,
+		(int)(frac * 100), mib, (double)total / (1 << 20), what,
+		mib / CASTFS_MAX(t - w->t0, 1e-3));
+	if (done == total)
+		fputc('\n', stderr);
+}
+
+/* Packing: the ratio so far. */
 static void progress(void *ctx, uint64_t in, uint64_t out)
 {
 	struct pack_out *w = ctx;
-	double t = cli_now_s(), mib = (double)in / (1 << 20);
-	double frac = w->total ? (double)in / (double)w->total : 1;
-	char bar[31];
-	int fill = (int)(frac * 30);
+	char what[32];
 
-	if (!w->progress || (in < w->total && t - w->last < 0.1))
-		return;
-	w->last = t;
-	memset(bar, '#', (size_t)fill);
-	memset(bar + fill, '-', (size_t)(30 - fill));
-	bar[30] = '\0';
-	fprintf(stderr, "\r[%s] %3d%% %.1f / %.1f MiB  ratio %.3f  %.1f MiB/s ",
-		bar, (int)(frac * 100), mib, (double)w->total / (1 << 20),
-		out ? (double)in / (double)out : 0.0,
-		mib / CASTFS_MAX(t - w->t0, 1e-3));
-	if (in == w->total)
-		fputc('\n', stderr);
+	snprintf(what, sizeof(what), "ratio %.3f",
+		 out ? (double)in / (double)out : 0.0);
+	bar(w, in, w->total, what);
+}
+
+/* The read-back (pack_verify()). */
+static void verify_progress(void *ctx, uint64_t done, uint64_t total)
+{
+	bar(ctx, done, total, "verify");
 }
 
 static int fd_write(void *ctx, const void *buf, size_t n)
@@ -200,6 +225,27 @@ static size_t pack_frame_size(const struct pack_opts *o)
 	return o->grouped ? 256u << 10 : 1u << 20;
 }
 
+/*
+ * The pack just written (still under its temporary name) read back as a
+ * mount reads it, against the source: a pack that differs never takes its
+ * name, so neither a mount nor --remove ever trusts it.
+ */
+static int pack_verify(struct pack_out *w, const struct castfs_reader *src,
+		       struct castfs_diag *d)
+{
+	struct castfs_fd_reader pr;
+	struct castfs_zst_verify_opts vo = { verify_progress, w };
+	struct stat st;
+
+	if (fstat(w->f.fd, &st) < 0)
+		return -errno;
+	castfs_fd_reader_init(&pr, w->f.fd);
+	w->t0 = cli_now_s();
+	w->last = 0;
+	return castfs_zst_verify(&pr.r, (uint64_t)st.st_size, src, w->total,
+				 &vo, d);
+}
+
 static int pack_src(const struct cli_src *s, const char *out,
 		    const struct pack_opts *o)
 {
@@ -226,6 +272,8 @@ static int pack_src(const struct cli_src *s, const char *out,
 	rc = cuts ? castfs_zst_pack(&fr.r, w.total, &po, &wr, &d) : -ENOMEM;
 	free(cuts);
 	free(tr);
+	if (!rc && o->verify)
+		rc = pack_verify(&w, &fr.r, &d);
 	if (!rc && !cli_same_file(s->fd, &s->st))
 		rc = castfs_diag_set(&d, -ESTALE, "changed while being packed");
 	if (!rc)
@@ -424,6 +472,9 @@ static int opt_set(struct pack_opts *o, int ch, const char *arg)
 	case 'r':
 		o->remove = true;
 		return 0;
+	case 'V':
+		o->verify = false;
+		return 0;
 	case 'F':
 		o->force = true;
 		return 0;
@@ -446,6 +497,7 @@ static int parse_opts(int argc, char **argv, struct pack_opts *o)
 		{ "level", required_argument, NULL, 'l' },
 		{ "no-checksums", no_argument, NULL, 'n' },
 		{ "remove", no_argument, NULL, 'r' },
+		{ "no-verify", no_argument, NULL, 'V' },
 		{ "force", no_argument, NULL, 'F' },
 		{ "grouped", no_argument, NULL, 'g' },
 		{ "progress", no_argument, NULL, 'p' },
@@ -476,9 +528,11 @@ static int parse_opts(int argc, char **argv, struct pack_opts *o)
 
 int castfs_cli_pack(int argc, char **argv)
 {
-	struct pack_opts o = {
-		.level = 1, .checksums = true, .progress = -1, .cmd = "pack"
-	};
+	struct pack_opts o = { .level = 1,
+			       .checksums = true,
+			       .verify = true,
+			       .progress = -1,
+			       .cmd = "pack" };
 	struct castfs_views vs = { 0 };
 	int status = 0;
 

@@ -179,4 +179,27 @@ int castfs_zst_pack(const struct castfs_reader *src, uint64_t size,
 		    const struct castfs_zst_pack_opts *o,
 		    const struct castfs_writer *w, struct castfs_diag *d);
 
+struct castfs_zst_verify_opts {
+	/* Called after each step with decoded bytes compared and the total. */
+	void (*progress)(void *ctx, uint64_t done, uint64_t total);
+	void *progress_ctx;
+};
+
+/*
+ * castfs_zst_verify - whether the pack of @pack_size bytes read by @pack
+ * decodes, through the reader a mount serves it with (seek table, frames,
+ * checksums), to exactly the @orig_size bytes read by @orig.
+ * @o: optional progress callback.
+ *
+ * Returns 0; -EBADMSG when it decodes to other bytes or another size (the
+ * first differing offset in @d); -EINVAL or -EFBIG when its seek table does
+ * not validate; -EIO when a frame fails to decode or its checksum
+ * mismatches; -ENOMEM; or a reader's error. The reason is in @d.
+ * Memory: two 4 MiB buffers and a frame cache of CASTFS_ZCACHE_DEFAULT.
+ */
+int castfs_zst_verify(const struct castfs_reader *pack, uint64_t pack_size,
+		      const struct castfs_reader *orig, uint64_t orig_size,
+		      const struct castfs_zst_verify_opts *o,
+		      struct castfs_diag *d);
+
 #endif

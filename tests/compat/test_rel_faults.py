@@ -13,6 +13,10 @@ the way a bad sector does, below an unmodified castfs. Reads that hit the
 bad bytes get EIO, through the raw file and through views; reads that do
 not, and other files, are served correctly; a checkpoint whose header
 cannot be read is rejected with the reason; the daemon keeps running.
+
+castfs pack's read-back: a source on faultfs whose byte changes between
+the pack's read and the read-back (size and mtime unchanged) gets no pack
+and, under --remove, is not deleted; --no-verify shows the difference.
 """
 import errno
 import json
@@ -214,6 +218,86 @@ class SourceIOErrors(unittest.TestCase):
                 with open(self.mount.join(rc.view_name("good", view)), "rb") as f:
                     self.assertEqual(f.read(), rc.view_bytes(self.good, view))
         self.assertIsNone(self.mount.proc.poll())
+
+
+class PackReadBack(unittest.TestCase):
+    """castfs pack reads the pack back against the source before it takes
+    its name: a source whose bytes changed under it (faultfs's *flip*
+    file: byte FLIP_OFF inverted from the second read covering it on,
+    size and mtime unchanged) gets no pack, and --remove keeps it."""
+    FLIP_OFF = 3 * 65536 + 5
+
+    def setUp(self):
+        if not os.access(faultfs_binary(), os.X_OK):
+            self.fail("faultfs not built")
+        self.tmp = tl.tempdir()
+        top = self.tmp.__enter__()
+        self.real, self.fmnt = os.path.join(top, "real"), os.path.join(top, "fmnt")
+        self.work = os.path.join(top, "work")
+        for d in (self.real, self.fmnt, self.work):
+            os.makedirs(d)
+        # bf16 weights well past FLIP_OFF: the header is read alone first.
+        import torch
+        from safetensors.torch import save_file
+        g = torch.Generator().manual_seed(41)
+        save_file({"w": (torch.randn(512, 512, generator=g) * 0.02)
+                   .to(torch.bfloat16)},
+                  os.path.join(self.real, "flip.safetensors"))
+        with open(os.path.join(self.real, "flip.safetensors"), "rb") as f:
+            self.orig = f.read()
+        self.assertGreater(len(self.orig), 2 * self.FLIP_OFF)
+        self.fproc = subprocess.Popen([faultfs_binary(), self.real, self.fmnt,
+                                       str(self.FLIP_OFF), "-f"])
+        wait_mounted(self.fmnt, self.fproc, "fuse.faultfs")
+        # pack writes beside its argument: a link in a writable directory.
+        self.src = os.path.join(self.work, "m.safetensors")
+        os.symlink(os.path.join(self.fmnt, "flip.safetensors"), self.src)
+
+    def tearDown(self):
+        subprocess.run(["fusermount3", "-u", self.fmnt], timeout=60)
+        self.fproc.wait(timeout=30)
+        self.tmp.__exit__(None, None, None)
+
+    def pack(self, *opts):
+        return subprocess.run([tl.castfs_binary(), "pack", "--no-progress",
+                               "--remove"] + list(opts) + [self.src],
+                              capture_output=True, text=True, timeout=120)
+
+    def test_changed_source_gets_no_pack_and_is_kept(self):
+        for opts, ext in (([], ".zst"), (["--grouped"], ".zstg")):
+            r = self.pack(*opts)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("other bytes than the original from byte %d"
+                          % self.FLIP_OFF, r.stderr)
+            self.assertTrue(os.path.islink(self.src), opts)
+            self.assertEqual(os.listdir(self.work), ["m.safetensors"], opts)
+        with open(os.path.join(self.real, "flip.safetensors"), "rb") as f:
+            self.assertEqual(f.read(), self.orig)
+
+    def test_without_the_read_back_the_difference_is_kept(self):
+        r = self.pack("--no-verify")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertFalse(os.path.lexists(self.src))
+        out = os.path.join(self.work, "m.safetensors")
+        r = subprocess.run([tl.castfs_binary(), "unpack", "--no-progress",
+                            out + ".zst"], capture_output=True, text=True,
+                           timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(out, "rb") as f:
+            got = f.read()
+        # The pack holds the bytes of the first read; a second read of
+        # the source differs in one byte, which a read-back would have
+        # seen.
+        self.assertTrue(got == self.orig)
+        fd = os.open(os.path.join(self.fmnt, "flip.safetensors"), os.O_RDONLY)
+        try:
+            first = os.pread(fd, len(got), 0)
+            now = os.pread(fd, len(got), 0)
+        finally:
+            os.close(fd)
+        self.assertTrue(first == got)
+        self.assertEqual([i for i in range(len(got)) if got[i] != now[i]],
+                         [self.FLIP_OFF])
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@
  * faultfs: a read-only passthrough FUSE filesystem that fails reads with
  * EIO, for the fault tests (docs/RELIABILITY.md). Any read of a file whose
  * name contains "fault" that reaches byte OFFSET or beyond gets EIO, as a
- * failing disk sector would; everything else is passed through, uncached.
+ * failing disk sector would. A file whose name contains "flip" reads its
+ * byte OFFSET inverted from the second read that covers it on, counted per
+ * open: bytes that change under a reader while size and mtime stay (castfs
+ * pack's read-back check). Everything else is passed through, uncached.
  *
  *   faultfs SOURCE MOUNTPOINT OFFSET [FUSE options...]
  */
@@ -13,12 +16,20 @@
 #include <fcntl.h>
 #include <fuse.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 static int src_fd = -1;
 static off_t fault_off;
+
+/* An open file: its source descriptor, and how many reads of it have
+ * covered fault_off. */
+struct ff_file {
+	int fd;
+	int flip_reads;
+};
 
 /* FUSE paths start with '/': relative to the source directory. */
 static const char *rel(const char *path)
@@ -69,10 +80,18 @@ static int ff_open(const char *path, struct fuse_file_info *fi)
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY)
 		return -EROFS;
+	struct ff_file *f;
+
 	fd = openat(src_fd, rel(path), O_RDONLY);
 	if (fd < 0)
 		return -errno;
-	fi->fh = (uint64_t)fd;
+	f = calloc(1, sizeof(*f));
+	if (!f) {
+		close(fd);
+		return -ENOMEM;
+	}
+	f->fd = fd;
+	fi->fh = (uint64_t)(uintptr_t)f;
 	fi->direct_io = 1; /* every read reaches us: no cache hides a fault */
 	return 0;
 }
@@ -80,18 +99,26 @@ static int ff_open(const char *path, struct fuse_file_info *fi)
 static int ff_read(const char *path, char *buf, size_t size, off_t off,
 		   struct fuse_file_info *fi)
 {
+	struct ff_file *f = (struct ff_file *)(uintptr_t)fi->fh;
 	ssize_t n;
 
 	if (strstr(path, "fault") && off + (off_t)size > fault_off)
 		return -EIO;
-	n = pread((int)fi->fh, buf, size, off);
+	n = pread(f->fd, buf, size, off);
+	if (n > 0 && strstr(path, "flip") && off <= fault_off &&
+	    fault_off < off + n &&
+	    __atomic_fetch_add(&f->flip_reads, 1, __ATOMIC_RELAXED) > 0)
+		buf[fault_off - off] ^= (char)0xFF;
 	return n < 0 ? -errno : (int)n;
 }
 
 static int ff_release(const char *path, struct fuse_file_info *fi)
 {
+	struct ff_file *f = (struct ff_file *)(uintptr_t)fi->fh;
+
 	(void)path;
-	close((int)fi->fh);
+	close(f->fd);
+	free(f);
 	return 0;
 }
 

@@ -776,6 +776,141 @@ START_TEST(test_zst__bad_frame_size_option)
 }
 END_TEST
 
+/* castfs pack's read-back (castfs_zst_verify): progress to the end. */
+struct vprog {
+	uint64_t done, total;
+	int calls;
+};
+
+static void vprog_note(void *ctx, uint64_t done, uint64_t total)
+{
+	struct vprog *p = ctx;
+
+	ck_assert_uint_gt(done, p->done);
+	p->done = done;
+	p->total = total;
+	p->calls++;
+}
+
+/* Verify the pack @m against the @n bytes at @orig. */
+static int verify(const struct membuf *m, const uint8_t *orig, size_t n,
+		  struct vprog *p, struct castfs_diag *d)
+{
+	struct castfs_mem_reader pr, orr;
+	struct castfs_zst_verify_opts o = { vprog_note, p };
+
+	castfs_mem_reader_init(&pr, m->p, m->n);
+	castfs_mem_reader_init(&orr, orig, n);
+	return castfs_zst_verify(&pr.r, m->n, &orr.r, n, p ? &o : NULL, d);
+}
+
+/* Over 4 MiB (two steps of the read-back): a grouped pack equals its
+ * input; an input that differs in one byte is named by that offset. */
+#define N_VERIFY ((4u << 20) + 6000u)
+
+START_TEST(test_zst__verify_names_first_difference)
+{
+	static const size_t at[] = { 0, 64, (4u << 20) + 777, N_VERIFY - 1 };
+	uint8_t *in = make_bf16_weights(N_VERIFY, 21), *other;
+	struct vprog p = { 0 };
+	struct castfs_diag d = { { 0 } };
+	struct membuf m;
+	char want[64];
+
+	membuf_pack_bf16(&m, in, N_VERIFY);
+	ck_assert_int_eq(verify(&m, in, N_VERIFY, &p, &d), 0);
+	ck_assert_uint_eq(p.done, N_VERIFY);
+	ck_assert_uint_eq(p.total, N_VERIFY);
+	ck_assert_int_eq(p.calls, 2);
+	other = malloc(N_VERIFY);
+	for (size_t k = 0; k < sizeof(at) / sizeof(at[0]); k++) {
+		memcpy(other, in, N_VERIFY);
+		other[at[k]] ^= 0x20;
+		castfs_diag_clear(&d);
+		ck_assert_int_eq(verify(&m, other, N_VERIFY, NULL, &d),
+				 -EBADMSG);
+		snprintf(want, sizeof(want), "from byte %zu", at[k]);
+		ck_assert_msg(strstr(d.msg, want), "%s: %s", want, d.msg);
+	}
+	free(other);
+	free(m.p);
+	free(in);
+}
+END_TEST
+
+/*
+ * What the read-back is for: a pack whose frames decode cleanly to other
+ * bytes than were packed (as a coder bug would write them). A tiered
+ * frame without checksums, one byte of its raw plane changed, still
+ * decodes: only the comparison tells.
+ */
+START_TEST(test_zst__verify_catches_clean_wrong_decode)
+{
+	static const uint64_t cuts[] = { 64 };
+	static const uint8_t tr[] = { CASTFS_ZST_BF16 };
+	struct castfs_zst_pack_opts o = { .frame_size = 256u << 10,
+					  .level = 1,
+					  .cuts = cuts,
+					  .ncuts = 1,
+					  .cut_transforms = tr };
+	uint8_t *in = make_bf16_weights(N_VERIFY, 22), *buf = malloc(N_VERIFY);
+	struct castfs_diag d = { { 0 } };
+	struct castfs_mem_reader mr;
+	struct castfs_zcache *c;
+	struct castfs_zst_index *ix;
+	struct castfs_zst_reader zr;
+	struct membuf m;
+	uint64_t end;
+
+	membuf_pack(&m, in, N_VERIFY, &o);
+	ck_assert_int_eq(verify(&m, in, N_VERIFY, NULL, &d), 0);
+	ck_assert_int_eq(castfs_zcache_new(0, &c), 0);
+	ck_assert_int_eq(open_index(&m, c, &mr, &ix, NULL), 0);
+	ck_assert(zst_xform_tiered(ix->xform[1]));
+	end = ix->coff[2]; /* the first tensor frame ends with a raw plane */
+	castfs_zst_index_free(ix);
+	m.p[end - 1] ^= 0x01;
+	/* The pack still reads, wrongly. */
+	ck_assert_int_eq(open_index(&m, c, &mr, &ix, NULL), 0);
+	castfs_zst_reader_init(&zr, ix, &mr.r);
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, N_VERIFY, 0), 0);
+	ck_assert(memcmp(buf, in, N_VERIFY) != 0);
+	castfs_zst_index_free(ix);
+	castfs_zcache_free(c);
+	ck_assert_int_eq(verify(&m, in, N_VERIFY, NULL, &d), -EBADMSG);
+	ck_assert_msg(strstr(d.msg, "other bytes"), "%s", d.msg);
+	free(buf);
+	free(m.p);
+	free(in);
+}
+END_TEST
+
+/* A pack of another size, a frame that fails, a table that lies. */
+START_TEST(test_zst__verify_reports_each_failure)
+{
+	uint8_t *in = make_input(30000, 23);
+	struct castfs_diag d = { { 0 } };
+	struct membuf m;
+	size_t nf, at;
+
+	pack(in, 30000, 4096, true, NULL, 0, &m);
+	ck_assert_int_eq(verify(&m, in, 30000, NULL, &d), 0);
+	ck_assert_int_eq(verify(&m, in, 29999, NULL, &d), -EBADMSG);
+	ck_assert_msg(strstr(d.msg, "30000 bytes"), "%s", d.msg);
+	nf = castfs_load_le32(m.p + m.n - 9);
+	at = m.n - 9 - nf * 12;
+	m.p[castfs_load_le32(m.p + at) / 2] ^= 0x5a; /* inside frame 0 */
+	castfs_diag_clear(&d);
+	ck_assert_int_eq(verify(&m, in, 30000, NULL, &d), -EIO);
+	ck_assert_msg(strstr(d.msg, "does not decode"), "%s", d.msg);
+	m.n -= 3; /* the footer cut */
+	castfs_diag_clear(&d);
+	ck_assert_int_eq(verify(&m, in, 30000, NULL, &d), -EINVAL);
+	free(m.p);
+	free(in);
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("zst");
@@ -802,6 +937,9 @@ Suite *unit_suite(void)
 	tcase_add_loop_test(tc, test_zst__frames_larger_than_cache_decoded_once,
 			    0, 2);
 	tcase_add_test(tc, test_zst__idle_context_trimmed);
+	tcase_add_test(tc, test_zst__verify_names_first_difference);
+	tcase_add_test(tc, test_zst__verify_catches_clean_wrong_decode);
+	tcase_add_test(tc, test_zst__verify_reports_each_failure);
 	suite_add_tcase(s, tc);
 	return s;
 }
