@@ -274,8 +274,12 @@ static int pack_src(const struct cli_src *s, const char *out,
 	free(tr);
 	if (!rc && o->verify)
 		rc = pack_verify(&w, &fr.r, &d);
-	if (!rc && !cli_same_file(s->fd, &s->st))
+	/* A source whose size or mtime moved says why the read-back
+	 * differed better than the offset does. */
+	if ((!rc || rc == -EBADMSG) && !cli_same_file(s->fd, &s->st)) {
+		castfs_diag_clear(&d);
 		rc = castfs_diag_set(&d, -ESTALE, "changed while being packed");
+	}
 	if (!rc)
 		rc = cli_out_commit(&w.f, out, o->force);
 	cli_out_abort(&w.f);

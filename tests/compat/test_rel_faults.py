@@ -246,8 +246,13 @@ class PackReadBack(unittest.TestCase):
         with open(os.path.join(self.real, "flip.safetensors"), "rb") as f:
             self.orig = f.read()
         self.assertGreater(len(self.orig), 2 * self.FLIP_OFF)
+        # The same bytes, and an fstat that then shows a later mtime.
+        with open(os.path.join(self.real, "flip-moved.safetensors"), "wb") as f:
+            f.write(self.orig)
+        # No attribute cache: pack's fstat of its source reaches faultfs.
         self.fproc = subprocess.Popen([faultfs_binary(), self.real, self.fmnt,
-                                       str(self.FLIP_OFF), "-f"])
+                                       str(self.FLIP_OFF), "-f", "-o",
+                                       "attr_timeout=0"])
         wait_mounted(self.fmnt, self.fproc, "fuse.faultfs")
         # pack writes beside its argument: a link in a writable directory.
         self.src = os.path.join(self.work, "m.safetensors")
@@ -258,10 +263,22 @@ class PackReadBack(unittest.TestCase):
         self.fproc.wait(timeout=30)
         self.tmp.__exit__(None, None, None)
 
-    def pack(self, *opts):
+    def pack(self, *opts, src=None):
         return subprocess.run([tl.castfs_binary(), "pack", "--no-progress",
-                               "--remove"] + list(opts) + [self.src],
+                               "--remove"] + list(opts) + [src or self.src],
                               capture_output=True, text=True, timeout=120)
+
+    def test_visibly_changed_source_said_changed(self):
+        # The read-back differs, and the source's mtime moved: the reason
+        # given is the change, not the offset.
+        src = os.path.join(self.work, "n.safetensors")
+        os.symlink(os.path.join(self.fmnt, "flip-moved.safetensors"), src)
+        r = self.pack(src=src)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("changed while being packed", r.stderr)
+        self.assertNotIn("other bytes", r.stderr)
+        self.assertEqual(sorted(os.listdir(self.work)),
+                         ["m.safetensors", "n.safetensors"])
 
     def test_changed_source_gets_no_pack_and_is_kept(self):
         for opts, ext in (([], ".zst"), (["--grouped"], ".zstg")):

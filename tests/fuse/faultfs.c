@@ -6,7 +6,9 @@
  * failing disk sector would. A file whose name contains "flip" reads its
  * byte OFFSET inverted from the second read that covers it on, counted per
  * open: bytes that change under a reader while size and mtime stay (castfs
- * pack's read-back check). Everything else is passed through, uncached.
+ * pack's read-back check); if its name also contains "moved", its mtime
+ * then shows a second later, as a writer's would, until it is opened
+ * again. Everything else is passed through, uncached.
  *
  *   faultfs SOURCE MOUNTPOINT OFFSET [FUSE options...]
  */
@@ -26,6 +28,9 @@ static off_t fault_off;
 
 /* An open file: its source descriptor, and how many reads of it have
  * covered fault_off. */
+/* A *moved* file's byte was inverted since it was last opened. */
+static int moved_flipped;
+
 struct ff_file {
 	int fd;
 	int flip_reads;
@@ -41,7 +46,12 @@ static int ff_getattr(const char *path, struct stat *st,
 		      struct fuse_file_info *fi)
 {
 	(void)fi;
-	return fstatat(src_fd, rel(path), st, AT_SYMLINK_NOFOLLOW) ? -errno : 0;
+	if (fstatat(src_fd, rel(path), st, AT_SYMLINK_NOFOLLOW))
+		return -errno;
+	if (strstr(path, "moved") &&
+	    __atomic_load_n(&moved_flipped, __ATOMIC_RELAXED))
+		st->st_mtim.tv_sec++;
+	return 0;
 }
 
 static int ff_readlink(const char *path, char *buf, size_t len)
@@ -92,6 +102,8 @@ static int ff_open(const char *path, struct fuse_file_info *fi)
 	}
 	f->fd = fd;
 	fi->fh = (uint64_t)(uintptr_t)f;
+	if (strstr(path, "moved"))
+		__atomic_store_n(&moved_flipped, 0, __ATOMIC_RELAXED);
 	fi->direct_io = 1; /* every read reaches us: no cache hides a fault */
 	return 0;
 }
@@ -107,8 +119,11 @@ static int ff_read(const char *path, char *buf, size_t size, off_t off,
 	n = pread(f->fd, buf, size, off);
 	if (n > 0 && strstr(path, "flip") && off <= fault_off &&
 	    fault_off < off + n &&
-	    __atomic_fetch_add(&f->flip_reads, 1, __ATOMIC_RELAXED) > 0)
+	    __atomic_fetch_add(&f->flip_reads, 1, __ATOMIC_RELAXED) > 0) {
 		buf[fault_off - off] ^= (char)0xFF;
+		if (strstr(path, "moved"))
+			__atomic_store_n(&moved_flipped, 1, __ATOMIC_RELAXED);
+	}
 	return n < 0 ? -errno : (int)n;
 }
 
