@@ -234,7 +234,14 @@ static int pack_verify(struct pack_out *w, const struct castfs_reader *src,
 		       struct castfs_diag *d)
 {
 	struct castfs_fd_reader pr;
-	struct castfs_zst_verify_opts vo = { verify_progress, w };
+	/* Decoding is the read-back's cost: spread it over the cores, as
+	 * packing itself runs on one. */
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	struct castfs_zst_verify_opts vo = {
+		.progress = verify_progress,
+		.progress_ctx = w,
+		.threads = cpus < 1 ? 1u : (unsigned)CASTFS_MIN(cpus, 4),
+	};
 	struct stat st;
 
 	if (fstat(w->f.fd, &st) < 0)

@@ -180,9 +180,14 @@ int castfs_zst_pack(const struct castfs_reader *src, uint64_t size,
 		    const struct castfs_writer *w, struct castfs_diag *d);
 
 struct castfs_zst_verify_opts {
-	/* Called after each step with decoded bytes compared and the total. */
+	/* Called after each step with decoded bytes compared and the total
+	 * (from one thread at a time, @done increasing). */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);
 	void *progress_ctx;
+	/* Threads comparing 4 MiB steps at once (0 or 1: the caller's only;
+	 * at most 16). The failure reported is the first in the file
+	 * whatever their number. */
+	unsigned threads;
 };
 
 /*
@@ -195,7 +200,8 @@ struct castfs_zst_verify_opts {
  * first differing offset in @d); -EINVAL or -EFBIG when its seek table does
  * not validate; -EIO when a frame fails to decode or its checksum
  * mismatches; -ENOMEM; or a reader's error. The reason is in @d.
- * Memory: two 4 MiB buffers and a frame cache of CASTFS_ZCACHE_DEFAULT.
+ * Memory: two 4 MiB buffers per thread and a frame cache of
+ * CASTFS_ZCACHE_DEFAULT. Thread-safe when @pack and @orig are.
  */
 int castfs_zst_verify(const struct castfs_reader *pack, uint64_t pack_size,
 		      const struct castfs_reader *orig, uint64_t orig_size,

@@ -7,14 +7,31 @@
  * checksum of its wrong bytes, which no later read could tell from right.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/compiler.h"
 #include "source/zst.h"
 
-/* Bytes compared per step: two buffers of this, plus the frame cache. */
+/* Bytes compared per step: two buffers of this per thread, plus the
+ * frame cache the threads share. */
 #define VERIFY_CHUNK (4u << 20)
+#define VERIFY_MAX_THREADS 16u
+
+/* The steps, handed out in offset order to the threads. */
+struct verify_job {
+	const struct castfs_reader *zr, *orig;
+	uint64_t size;
+	const struct castfs_zst_verify_opts *o;
+	pthread_mutex_t lock;
+	uint64_t next; /* the next step's offset */
+	uint64_t done; /* bytes compared so far */
+	uint64_t bad; /* the lowest offset that failed; UINT64_MAX: none */
+	int rc; /* its error */
+	struct castfs_diag d; /* its reason */
+};
 
 /* The first offset in [0, @n) where @a and @b differ; @n if none. */
 static size_t first_diff(const uint8_t *a, const uint8_t *b, size_t n)
@@ -29,45 +46,106 @@ static size_t first_diff(const uint8_t *a, const uint8_t *b, size_t n)
 	return i;
 }
 
-/* Every decoded byte of @zr against @orig, in order. */
+/* One step: 0, or the error with its offset in *@at and reason in @d. */
+static int verify_step(const struct verify_job *j, uint64_t off, size_t n,
+		       uint8_t *got, uint8_t *want, uint64_t *at,
+		       struct castfs_diag *d)
+{
+	size_t i;
+	int rc = castfs_reader_read(j->orig, want, n, off);
+
+	*at = off;
+	if (rc)
+		return castfs_diag_set(d, rc, "reading the original at %llu",
+				       (unsigned long long)off);
+	rc = castfs_reader_read(j->zr, got, n, off);
+	if (rc)
+		return castfs_diag_set(d, rc,
+				       "the pack does not decode at %llu (a "
+				       "frame fails or its checksum "
+				       "mismatches)",
+				       (unsigned long long)off);
+	i = first_diff(got, want, n);
+	if (i == n)
+		return 0;
+	*at = off + i;
+	return castfs_diag_set(d, -EBADMSG,
+			       "the pack decodes to other bytes than the "
+			       "original from byte %llu",
+			       (unsigned long long)*at);
+}
+
+/* Take steps until none is left below the lowest failure: so the failure
+ * reported is the first in the file, whatever the threads' timing. */
+static void *verify_run(void *arg)
+{
+	struct verify_job *j = arg;
+	uint8_t *got = malloc(VERIFY_CHUNK), *want = malloc(VERIFY_CHUNK);
+
+	for (;;) {
+		struct castfs_diag d = { { 0 } };
+		uint64_t off, at;
+		size_t n;
+		int rc;
+
+		pthread_mutex_lock(&j->lock);
+		off = j->next;
+		if (!got || !want) {
+			if (j->bad == UINT64_MAX)
+				j->bad = 0, j->rc = -ENOMEM;
+			off = UINT64_MAX;
+		}
+		if (off >= j->size || off >= j->bad) {
+			pthread_mutex_unlock(&j->lock);
+			break;
+		}
+		j->next += VERIFY_CHUNK;
+		pthread_mutex_unlock(&j->lock);
+		n = (size_t)CASTFS_MIN(j->size - off, VERIFY_CHUNK);
+		rc = verify_step(j, off, n, got, want, &at, &d);
+		pthread_mutex_lock(&j->lock);
+		if (rc && at < j->bad) {
+			j->bad = at;
+			j->rc = rc;
+			j->d = d;
+		}
+		j->done += n;
+		if (!rc && j->bad == UINT64_MAX && j->o && j->o->progress)
+			j->o->progress(j->o->progress_ctx, j->done, j->size);
+		pthread_mutex_unlock(&j->lock);
+	}
+	free(got);
+	free(want);
+	return NULL;
+}
+
+/* Every decoded byte of @zr against @orig, by @o->threads threads. */
 static int verify_bytes(const struct castfs_reader *zr,
 			const struct castfs_reader *orig, uint64_t size,
 			const struct castfs_zst_verify_opts *o,
 			struct castfs_diag *d)
 {
-	uint8_t *got = malloc(VERIFY_CHUNK), *want = malloc(VERIFY_CHUNK);
-	int rc = got && want ? 0 : -ENOMEM;
+	struct verify_job j = {
+		.zr = zr, .orig = orig, .size = size, .o = o, .bad = UINT64_MAX
+	};
+	pthread_t t[VERIFY_MAX_THREADS];
+	unsigned nt = o ? CASTFS_MIN(o->threads, VERIFY_MAX_THREADS) : 0;
+	unsigned started = 0;
 
-	for (uint64_t off = 0; !rc && off < size; off += VERIFY_CHUNK) {
-		size_t n = (size_t)CASTFS_MIN(size - off, VERIFY_CHUNK), at;
-
-		rc = castfs_reader_read(orig, want, n, off);
-		if (rc) {
-			castfs_diag_set(d, rc, "reading the original at %llu",
-					(unsigned long long)off);
-			break;
-		}
-		rc = castfs_reader_read(zr, got, n, off);
-		if (rc) {
-			castfs_diag_set(d, rc,
-					"the pack does not decode at %llu "
-					"(a frame fails or its checksum "
-					"mismatches)",
-					(unsigned long long)off);
-			break;
-		}
-		at = first_diff(got, want, n);
-		if (at < n)
-			rc = castfs_diag_set(d, -EBADMSG,
-					     "the pack decodes to other bytes "
-					     "than the original from byte %llu",
-					     (unsigned long long)(off + at));
-		else if (o && o->progress)
-			o->progress(o->progress_ctx, off + n, size);
-	}
-	free(got);
-	free(want);
-	return rc;
+	pthread_mutex_init(&j.lock, NULL);
+	/* Helpers that fail to start leave their steps to this thread. */
+	while (started + 1 < nt &&
+	       pthread_create(&t[started], NULL, verify_run, &j) == 0)
+		started++;
+	verify_run(&j);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(t[i], NULL);
+	pthread_mutex_destroy(&j.lock);
+	if (j.bad == UINT64_MAX)
+		return 0;
+	if (j.d.msg[0])
+		castfs_diag_set(d, j.rc, "%s", j.d.msg);
+	return j.rc;
 }
 
 int castfs_zst_verify(const struct castfs_reader *pack, uint64_t pack_size,

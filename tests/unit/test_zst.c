@@ -792,44 +792,63 @@ static void vprog_note(void *ctx, uint64_t done, uint64_t total)
 	p->calls++;
 }
 
-/* Verify the pack @m against the @n bytes at @orig. */
-static int verify(const struct membuf *m, const uint8_t *orig, size_t n,
-		  struct vprog *p, struct castfs_diag *d)
+/* Verify the pack @m against the @n bytes at @orig by @threads threads
+ * (the options only with @threads or @p). */
+static int verify_by(const struct membuf *m, const uint8_t *orig, size_t n,
+		     unsigned threads, struct vprog *p, struct castfs_diag *d)
 {
 	struct castfs_mem_reader pr, orr;
-	struct castfs_zst_verify_opts o = { vprog_note, p };
+	struct castfs_zst_verify_opts o = { p ? vprog_note : NULL, p, threads };
 
 	castfs_mem_reader_init(&pr, m->p, m->n);
 	castfs_mem_reader_init(&orr, orig, n);
-	return castfs_zst_verify(&pr.r, m->n, &orr.r, n, p ? &o : NULL, d);
+	return castfs_zst_verify(&pr.r, m->n, &orr.r, n,
+				 p || threads ? &o : NULL, d);
 }
 
-/* Over 4 MiB (two steps of the read-back): a grouped pack equals its
- * input; an input that differs in one byte is named by that offset. */
+static int verify(const struct membuf *m, const uint8_t *orig, size_t n,
+		  struct vprog *p, struct castfs_diag *d)
+{
+	return verify_by(m, orig, n, 0, p, d);
+}
+
+/* Over 12 MiB (four steps of the read-back), by 1 (_i 0) or 3 threads:
+ * a grouped pack equals its input; an input that differs is named by the
+ * offset of its first different byte, also where a later step (another
+ * thread's) differs too. */
 #define N_VERIFY ((4u << 20) + 6000u)
+#define N_VERIFY3 ((12u << 20) + 6000u)
 
 START_TEST(test_zst__verify_names_first_difference)
 {
-	static const size_t at[] = { 0, 64, (4u << 20) + 777, N_VERIFY - 1 };
-	uint8_t *in = make_bf16_weights(N_VERIFY, 21), *other;
+	static const size_t at[][2] = { { 0, 0 },
+					{ 64, (12u << 20) + 5 },
+					{ (4u << 20) + 777, (8u << 20) + 1 },
+					{ (8u << 20) + 3, (8u << 20) + 9 },
+					{ N_VERIFY3 - 1, 0 } };
+	unsigned threads = _i ? 3 : 1;
+	uint8_t *in = make_bf16_weights(N_VERIFY3, 21), *other;
 	struct vprog p = { 0 };
 	struct castfs_diag d = { { 0 } };
 	struct membuf m;
 	char want[64];
 
-	membuf_pack_bf16(&m, in, N_VERIFY);
-	ck_assert_int_eq(verify(&m, in, N_VERIFY, &p, &d), 0);
-	ck_assert_uint_eq(p.done, N_VERIFY);
-	ck_assert_uint_eq(p.total, N_VERIFY);
-	ck_assert_int_eq(p.calls, 2);
-	other = malloc(N_VERIFY);
+	membuf_pack_bf16(&m, in, N_VERIFY3);
+	ck_assert_int_eq(verify_by(&m, in, N_VERIFY3, threads, &p, &d), 0);
+	ck_assert_uint_eq(p.done, N_VERIFY3);
+	ck_assert_uint_eq(p.total, N_VERIFY3);
+	ck_assert_int_eq(p.calls, 4);
+	other = malloc(N_VERIFY3);
 	for (size_t k = 0; k < sizeof(at) / sizeof(at[0]); k++) {
-		memcpy(other, in, N_VERIFY);
-		other[at[k]] ^= 0x20;
+		memcpy(other, in, N_VERIFY3);
+		other[at[k][0]] ^= 0x20;
+		if (at[k][1])
+			other[at[k][1]] ^= 0x01;
 		castfs_diag_clear(&d);
-		ck_assert_int_eq(verify(&m, other, N_VERIFY, NULL, &d),
+		ck_assert_int_eq(verify_by(&m, other, N_VERIFY3, threads, NULL,
+					   &d),
 				 -EBADMSG);
-		snprintf(want, sizeof(want), "from byte %zu", at[k]);
+		snprintf(want, sizeof(want), "from byte %zu", at[k][0]);
 		ck_assert_msg(strstr(d.msg, want), "%s: %s", want, d.msg);
 	}
 	free(other);
@@ -937,7 +956,7 @@ Suite *unit_suite(void)
 	tcase_add_loop_test(tc, test_zst__frames_larger_than_cache_decoded_once,
 			    0, 2);
 	tcase_add_test(tc, test_zst__idle_context_trimmed);
-	tcase_add_test(tc, test_zst__verify_names_first_difference);
+	tcase_add_loop_test(tc, test_zst__verify_names_first_difference, 0, 2);
 	tcase_add_test(tc, test_zst__verify_catches_clean_wrong_decode);
 	tcase_add_test(tc, test_zst__verify_reports_each_failure);
 	suite_add_tcase(s, tc);
