@@ -6,6 +6,7 @@
  * reads of other ranges of it.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
@@ -145,6 +146,37 @@ static void check_frames_with_libzstd(const struct castfs_zst_index *ix,
 	}
 }
 
+/*
+ * castfs pack's read-back (castfs_zst_verify) of a pack that reads whole:
+ * it equals what it decodes to; the same bytes with one changed differ
+ * at that byte, or one byte short are another size.
+ */
+static void check_verify(const uint8_t *data, size_t size, uint8_t *whole,
+			 uint64_t total)
+{
+	struct castfs_mem_reader pr, orr;
+	struct castfs_diag d = { { 0 } };
+	char want[64];
+	uint64_t at;
+
+	castfs_mem_reader_init(&pr, data, size);
+	castfs_mem_reader_init(&orr, whole, (size_t)total);
+	FUZZ_CHECK(castfs_zst_verify(&pr.r, size, &orr.r, total, NULL, &d) ==
+		   0);
+	if (!total)
+		return;
+	at = (data[size / 2] | (uint64_t)data[size / 3] << 8) % total;
+	whole[at] ^= 0x40;
+	FUZZ_CHECK(castfs_zst_verify(&pr.r, size, &orr.r, total, NULL, &d) ==
+		   -EBADMSG);
+	snprintf(want, sizeof(want), "from byte %llu", (unsigned long long)at);
+	FUZZ_CHECK(strstr(d.msg, want) != NULL);
+	whole[at] ^= 0x40;
+	castfs_mem_reader_init(&orr, whole, (size_t)total - 1);
+	FUZZ_CHECK(castfs_zst_verify(&pr.r, size, &orr.r, total - 1, NULL,
+				     NULL) == -EBADMSG);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct castfs_mem_reader mr;
@@ -168,6 +200,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(whole);
 		if (castfs_reader_read(&zr.r, whole, (size_t)total, 0) == 0) {
 			check_frames_with_libzstd(ix, whole, data);
+			check_verify(data, size, whole, total);
 		} else {
 			free(whole);
 			whole = NULL;
