@@ -242,15 +242,21 @@ static int pack_verify(struct pack_out *w, const struct castfs_reader *src,
 		.progress_ctx = w,
 		.threads = cpus < 1 ? 1u : (unsigned)CASTFS_MIN(cpus, 4),
 	};
+	struct castfs_diag why = { { 0 } };
 	struct stat st;
+	int rc;
 
 	if (fstat(w->f.fd, &st) < 0)
 		return -errno;
 	castfs_fd_reader_init(&pr, w->f.fd);
 	w->t0 = cli_now_s();
 	w->last = 0;
-	return castfs_zst_verify(&pr.r, (uint64_t)st.st_size, src, w->total,
-				 &vo, d);
+	rc = castfs_zst_verify(&pr.r, (uint64_t)st.st_size, src, w->total, &vo,
+			       &why);
+	if (rc)
+		castfs_diag_set(d, rc, "read back, %s; no pack written",
+				why.msg[0] ? why.msg : strerror(-rc));
+	return rc;
 }
 
 static int pack_src(const struct cli_src *s, const char *out,

@@ -194,7 +194,7 @@ struct castfs_zst_verify_opts {
  * castfs_zst_verify - whether the pack of @pack_size bytes read by @pack
  * decodes, through the reader a mount serves it with (seek table, frames,
  * checksums), to exactly the @orig_size bytes read by @orig.
- * @o: optional progress callback.
+ * @o: optional: a progress callback, and threads to share the work.
  *
  * Returns 0; -EBADMSG when it decodes to other bytes or another size (the
  * first differing offset in @d); -EINVAL or -EFBIG when its seek table does
