@@ -26,11 +26,11 @@
 static int src_fd = -1;
 static off_t fault_off;
 
-/* An open file: its source descriptor, and how many reads of it have
- * covered fault_off. */
 /* A *moved* file's byte was inverted since it was last opened. */
 static int moved_flipped;
 
+/* An open file: its source descriptor, and how many reads of it have
+ * covered fault_off. */
 struct ff_file {
 	int fd;
 	int flip_reads;
@@ -86,12 +86,11 @@ static int ff_readdir(const char *path, void *buf, fuse_fill_dir_t fill,
 
 static int ff_open(const char *path, struct fuse_file_info *fi)
 {
+	struct ff_file *f;
 	int fd;
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY)
 		return -EROFS;
-	struct ff_file *f;
-
 	fd = openat(src_fd, rel(path), O_RDONLY);
 	if (fd < 0)
 		return -errno;
