@@ -44,6 +44,7 @@ struct pack_out {
 	uint64_t total;
 	double t0, last;
 	bool progress;
+	bool line_open; /* a bar is on stderr's line, not yet ended */
 };
 
 static void pack_usage(FILE *f, const char *cmd)
@@ -108,6 +109,7 @@ static void bar(struct pack_out *w, uint64_t done, uint64_t total,
 	if (!w->progress || (done < total && t - w->last < 0.1))
 		return;
 	w->last = t;
+	w->line_open = done != total;
 	memset(cells, '#', (size_t)fill);
 	memset(cells + fill, '-', (size_t)(30 - fill));
 	cells[30] = '\0';
@@ -296,6 +298,8 @@ static int pack_src(const struct cli_src *s, const char *out,
 	if (!rc)
 		rc = cli_out_commit(&w.f, out, o->force);
 	cli_out_abort(&w.f);
+	if (rc && w.line_open) /* the reason on a line of its own */
+		fputc('\n', stderr);
 	if (rc)
 		return fail(o, rc == -EEXIST ? out : s->path,
 			    d.msg[0] ? d.msg : strerror(-rc));
