@@ -75,6 +75,17 @@ static int verify_step(const struct verify_job *j, uint64_t off, size_t n,
 			       (unsigned long long)*at);
 }
 
+/* Under j->lock: keep failure @rc at @at if it lies before the one kept. */
+static void job_fail_locked(struct verify_job *j, uint64_t at, int rc,
+			    const struct castfs_diag *d)
+{
+	if (at >= j->bad)
+		return;
+	j->bad = at;
+	j->rc = rc;
+	j->d = *d;
+}
+
 /* Take steps until none is left below the lowest failure: so the failure
  * reported is the first in the file, whatever the threads' timing. */
 static void *verify_run(void *arg)
@@ -83,39 +94,30 @@ static void *verify_run(void *arg)
 	/* A small pack needs no more than its size. */
 	size_t cap = (size_t)CASTFS_MAX(CASTFS_MIN(j->size, VERIFY_CHUNK), 1);
 	uint8_t *got = malloc(cap), *want = malloc(cap);
+	struct castfs_diag d = { { 0 } };
 
-	for (;;) {
-		struct castfs_diag d = { { 0 } };
-		uint64_t off, at;
-		size_t n;
+	pthread_mutex_lock(&j->lock);
+	/* Without buffers this thread takes no step; a difference another
+	 * one found says more than ENOMEM. */
+	if ((!got || !want) && j->bad == UINT64_MAX)
+		job_fail_locked(j, 0, -ENOMEM, &d);
+	while (got && want && j->next < j->size && j->next < j->bad) {
+		uint64_t off = j->next, at;
+		size_t n = (size_t)CASTFS_MIN(j->size - off, VERIFY_CHUNK);
 		int rc;
 
-		pthread_mutex_lock(&j->lock);
-		off = j->next;
-		if (!got || !want) {
-			if (j->bad == UINT64_MAX)
-				j->bad = 0, j->rc = -ENOMEM;
-			off = UINT64_MAX;
-		}
-		if (off >= j->size || off >= j->bad) {
-			pthread_mutex_unlock(&j->lock);
-			break;
-		}
 		j->next += VERIFY_CHUNK;
 		pthread_mutex_unlock(&j->lock);
-		n = (size_t)CASTFS_MIN(j->size - off, VERIFY_CHUNK);
+		castfs_diag_clear(&d);
 		rc = verify_step(j, off, n, got, want, &at, &d);
 		pthread_mutex_lock(&j->lock);
-		if (rc && at < j->bad) {
-			j->bad = at;
-			j->rc = rc;
-			j->d = d;
-		}
 		j->done += n;
-		if (!rc && j->bad == UINT64_MAX && j->o && j->o->progress)
+		if (rc)
+			job_fail_locked(j, at, rc, &d);
+		else if (j->bad == UINT64_MAX && j->o && j->o->progress)
 			j->o->progress(j->o->progress_ctx, j->done, j->size);
-		pthread_mutex_unlock(&j->lock);
 	}
+	pthread_mutex_unlock(&j->lock);
 	free(got);
 	free(want);
 	return NULL;
