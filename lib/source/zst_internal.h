@@ -347,6 +347,7 @@ void zst_tier_expand_avx512(uint8_t *out, const uint8_t *codes, size_t n,
 void zst_tier_lowbits_isa(uint8_t *ex, const uint8_t *low, size_t count,
 			  enum zst_tier_isa isa);
 void zst_tier_lowbits_scalar(uint8_t *ex, const uint8_t *low, size_t count);
+void zst_tier_lowbits_avx2(uint8_t *ex, const uint8_t *low, size_t count);
 void zst_tier_lowbits_avx512(uint8_t *ex, const uint8_t *low, size_t count);
 
 /* zst_xform_bf16 - whether frames of @t hold bf16 planes (exponent

@@ -323,6 +323,10 @@ void zst_tier_lowbits_isa(uint8_t *ex, const uint8_t *low, size_t count,
 		zst_tier_lowbits_avx512(ex, low, count);
 		return;
 	}
+	if (isa == ZST_TIER_AVX2) {
+		zst_tier_lowbits_avx2(ex, low, count);
+		return;
+	}
 #endif
 	(void)isa;
 	zst_tier_lowbits_scalar(ex, low, count);

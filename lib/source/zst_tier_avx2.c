@@ -186,4 +186,24 @@ AVX2 void zst_tier_expand_avx2(uint8_t *out, const uint8_t *codes, size_t n,
 		expand_w(out, codes, n, 1, _mm256_set1_epi8((char)map[0]), next,
 			 nnext);
 }
+
+/* zst_tier_lowbits_scalar() 32 bytes a step: bits_mask() makes a low-bit
+ * word 32 bytes of 0 or 0xFF. */
+AVX2 void zst_tier_lowbits_avx2(uint8_t *ex, const uint8_t *low, size_t count)
+{
+	__m256i one = _mm256_set1_epi8(1);
+	size_t i = 0;
+
+	for (; i + 32 <= count; i += 32) {
+		__m256i x = _mm256_loadu_si256((const __m256i *)(ex + i));
+
+		x = _mm256_or_si256(_mm256_add_epi8(x, x),
+				    _mm256_and_si256(bits_mask(low + i / 8),
+						     one));
+		_mm256_storeu_si256((__m256i *)(ex + i), x);
+	}
+	if (i < count)
+		zst_tier_lowbits_scalar(ex + i, low + i / 8, count - i);
+}
+
 #endif

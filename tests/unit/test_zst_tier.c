@@ -192,13 +192,13 @@ START_TEST(test_zst_tier__frames_round_trip)
 END_TEST
 
 /* The low-bit merge of every variant against a loop over bits, counts
- * around the 8- and 64-byte steps, at odd addresses; bytes past @count
+ * around the 8-, 32- and 64-byte steps, at odd addresses; bytes past @count
  * are left alone. */
 START_TEST(test_zst_tier__lowbits_isas_equal_bitwise)
 {
 	enum zst_tier_isa isa = (enum zst_tier_isa)_i;
-	static const size_t counts[] = { 0,  1,	 7,  8,	  9,   63,
-					 64, 65, 71, 127, 129, 4099 };
+	static const size_t counts[] = { 0,  1,	 7,  8,	 9,  31,  32,  33,
+					 63, 64, 65, 71, 95, 127, 129, 4099 };
 	uint8_t ex[4200], want[4200], low[600];
 	uint32_t s = 11;
 
@@ -601,7 +601,7 @@ Suite *unit_suite(void)
 			tcase_add_loop_test(
 				tc, test_zst_tier__expand_isas_equal_scalar,
 				isa, isa + 1);
-	for (int isa = ZST_TIER_SCALAR; isa <= ZST_TIER_AVX512; isa += 2)
+	for (int isa = ZST_TIER_SCALAR; isa <= ZST_TIER_AVX512; isa++)
 		if (zst_tier_isa_runs((enum zst_tier_isa)isa))
 			tcase_add_loop_test(
 				tc, test_zst_tier__lowbits_isas_equal_bitwise,
