@@ -5,6 +5,7 @@
  */
 #include "common/compiler.h"
 #include "kernels/convert_internal.h"
+#include "kernels/convert_w8.h"
 
 #if CASTFS_HAVE_X86_KERNELS
 #include <immintrin.h>
@@ -205,21 +206,165 @@ static inline AVX2 void narrow_e5m2_sat(void *p, __m256i u)
 	store_fp8(p, r, u);
 }
 
+/*
+ * 16-bit sources to fp8 on 16 16-bit lanes, as convert_avx512.c does on
+ * 32: twice the elements of a step widened to float32. AVX2 has no
+ * per-lane 16-bit shift, so a subnormal result's shift right by s is a
+ * multiply by 2^(16 - s) (made by two pshufb): the product's high half is
+ * the quotient, its low half the bits shifted out.
+ */
+#define WSTEP 16
+
+static inline AVX2 __m256i set1w(uint16_t v)
+{
+	return _mm256_set1_epi16((short)v);
+}
+
+/* Lanes of @a (each below 2^15) that are > @v: signed compares suffice. */
+static inline AVX2 __m256i greaterw(__m256i a, uint16_t v)
+{
+	return _mm256_cmpgt_epi16(a, set1w(v));
+}
+
+/* Normal results: the mantissa rounded to nearest even by shifting. */
+static inline AVX2 __m256i w8_normal(__m256i a, struct w8 f)
+{
+	__m256i odd =
+		_mm256_and_si256(_mm256_srli_epi16(a, (int)f.shift), set1w(1));
+
+	a = _mm256_add_epi16(a, set1w(f.rebias));
+	return _mm256_srli_epi16(_mm256_add_epi16(a, odd), (int)f.shift);
+}
+
+/* 2^(16 - s) for each lane's s in 1..15 (0 for s = 0: never a subnormal
+ * result). A lane's high byte is 0, which both tables map to 0. */
+static inline AVX2 __m256i pow_16_minus(__m256i s)
+{
+	__m256i lo = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, (char)0x80,
+				      0x40, 0x20, 0x10, 8, 4, 2, 0, 0, 0, 0, 0,
+				      0, 0, 0, 0, (char)0x80, 0x40, 0x20, 0x10,
+				      8, 4, 2);
+	__m256i hi = _mm256_setr_epi8(0, (char)0x80, 0x40, 0x20, 0x10, 8, 4, 2,
+				      1, 0, 0, 0, 0, 0, 0, 0, 0, (char)0x80,
+				      0x40, 0x20, 0x10, 8, 4, 2, 1, 0, 0, 0, 0,
+				      0, 0, 0);
+
+	return _mm256_or_si256(_mm256_shuffle_epi8(lo, s),
+			       _mm256_slli_epi16(_mm256_shuffle_epi8(hi, s),
+						 8));
+}
+
+/*
+ * Subnormal results: the significand M (implicit bit included) shifted
+ * right by s = smallc - E, capped at 15, ties to even, as convert_avx512.c's
+ * w8_small() (whose comment says why the cap is right). With q = M >> s
+ * and r the bits shifted out at the top of 16, rounding goes up when r is
+ * over half, or half with q odd: when r + (q & 1) > 0x8000.
+ */
+static inline AVX2 __m256i w8_small(__m256i a, struct w8 f)
+{
+	__m256i e = _mm256_srli_epi16(a, (int)f.ms);
+	__m256i m =
+		_mm256_or_si256(_mm256_and_si256(a, set1w((1u << f.ms) - 1)),
+				set1w(1u << f.ms));
+	__m256i s = _mm256_min_epu16(_mm256_subs_epu16(set1w(f.smallc), e),
+				     set1w(15));
+	__m256i pow = pow_16_minus(s);
+	__m256i q = _mm256_mulhi_epu16(m, pow);
+	__m256i r = _mm256_mullo_epi16(m, pow);
+	__m256i t = _mm256_adds_epu16(r, _mm256_and_si256(q, set1w(1)));
+
+	return _mm256_add_epi16(
+		q, _mm256_min_epu16(_mm256_subs_epu16(t, set1w(0x8000)),
+				    set1w(1)));
+}
+
+/* The codes of |x| = @a (bits 0..14), without sign; @sat clamps first, as
+ * clamp() does (NaN is not clamped). */
+static inline AVX2 __m256i w8_codes(__m256i a, struct w8 f, int sat)
+{
+	__m256i c = sat ? _mm256_min_epu16(a, set1w(f.max)) : a;
+	__m256i r = blend(w8_normal(c, f), _mm256_cmpgt_epi16(set1w(f.norm), c),
+			  w8_small(c, f));
+
+	if (!sat)
+		r = blend(r, greaterw(a, (uint16_t)(f.big - 1)),
+			  set1w(f.bigcode));
+	if (sat || f.bigcode != 0x7f)
+		r = blend(r, greaterw(a, f.inf), set1w(0x7f));
+	return r;
+}
+
+/* The codes of 16 elements at @p with their signs, as 16-bit lanes. */
+static inline AVX2 __m256i w8_signed(const uint8_t *p, struct w8 f, int sat)
+{
+	__m256i x = _mm256_loadu_si256((const void *)p);
+	__m256i r = w8_codes(_mm256_and_si256(x, set1w(0x7fff)), f, sat);
+
+	return _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi16(x, 8),
+						   set1w(0x80)));
+}
+
+/* Stores 16 signed codes (16-bit lanes, each <= 0xff: packus is exact). */
+static inline AVX2 void store_w8(void *p, __m256i r)
+{
+	_mm_storeu_si128(p, _mm_packus_epi16(_mm256_castsi256_si128(r),
+					     _mm256_extracti128_si256(r, 1)));
+}
+
+/* Stores 32 signed codes, @lo's 16 then @hi's: packus works per 128-bit
+ * lane (8 of lo, 8 of hi), so a qword permute puts them in order. */
+static inline AVX2 void store_w8x2(void *p, __m256i lo, __m256i hi)
+{
+	__m256i b = _mm256_packus_epi16(lo, hi);
+
+	_mm256_storeu_si256(p, _mm256_permute4x64_epi64(b, 0xD8));
+}
+
+#define WORD_KERNEL(from, to, F, S, D, sat)                                  \
+	static AVX2 void cvtw_##from##_##to(                                 \
+		void *restrict dst, const void *restrict src, size_t n)      \
+	{                                                                    \
+		const uint8_t *s = src;                                      \
+		uint8_t *d = dst;                                            \
+		size_t i;                                                    \
+                                                                             \
+		for (i = 0; i + 2 * WSTEP <= n; i += 2 * WSTEP) {            \
+			__builtin_prefetch(s + 2 * i + CVT_PF_DIST);         \
+			store_w8x2(d + i, w8_signed(s + 2 * i, F, sat),      \
+				   w8_signed(s + 2 * i + 32, F, sat));       \
+		}                                                            \
+		for (; i + WSTEP <= n; i += WSTEP)                           \
+			store_w8(d + i, w8_signed(s + 2 * i, F, sat));       \
+		if (i < n)                                                   \
+			castfs_cvt_scalar.fn[CASTFS_CVT_##S][CASTFS_CVT_##D] \
+					    [sat](d + i, s + 2 * i, n - i);  \
+	}
+
+WORD_KERNEL(bf16, e4m3, W8_BF16_E4M3, BF16, E4M3, 0)
+WORD_KERNEL(bf16, e4m3_sat, W8_BF16_E4M3, BF16, E4M3, 1)
+WORD_KERNEL(bf16, e5m2, W8_BF16_E5M2, BF16, E5M2, 0)
+WORD_KERNEL(bf16, e5m2_sat, W8_BF16_E5M2, BF16, E5M2, 1)
+WORD_KERNEL(f16, e4m3, W8_F16_E4M3, F16, E4M3, 0)
+WORD_KERNEL(f16, e4m3_sat, W8_F16_E4M3, F16, E4M3, 1)
+
+#define CVT_WORD_KERNELS 1
 #define CVT_ISA AVX2
 #define CVT_TABLE castfs_cvt_avx2
 #include "kernels/convert_table.h"
 
-/* Eight bf16 elements from a grouped frame's planes, as float32 bits. */
-static inline AVX2 __m256i widen_bf16_planes(const uint8_t *sm,
-					     const uint8_t *ex)
+/* The codes of 16 elements of a grouped frame's bf16 planes, with their
+ * signs: |x| is ex << 7 | (sm & 0x7f), the sign bit 7 of sm. */
+static inline AVX2 __m256i w8_planes(const uint8_t *sm, const uint8_t *ex,
+				     int sat)
 {
-	__m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)sm));
-	__m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)ex));
-	__m256i sign = _mm256_slli_epi32(_mm256_and_si256(s, set1(0x80)), 24);
-	__m256i mant = _mm256_slli_epi32(_mm256_and_si256(s, set1(0x7f)), 16);
+	__m256i s = _mm256_cvtepu8_epi16(_mm_loadu_si128((const void *)sm));
+	__m256i e = _mm256_cvtepu8_epi16(_mm_loadu_si128((const void *)ex));
+	__m256i a = _mm256_or_si256(_mm256_slli_epi16(e, 7),
+				    _mm256_and_si256(s, set1w(0x7f)));
+	__m256i r = w8_codes(a, W8_BF16_E4M3, sat);
 
-	return _mm256_or_si256(_mm256_or_si256(sign, mant),
-			       _mm256_slli_epi32(e, 23));
+	return _mm256_or_si256(r, _mm256_and_si256(s, set1w(0x80)));
 }
 
 /* The un-grouping fused into the cast: no bf16 buffer between them. */
@@ -231,8 +376,12 @@ static inline AVX2 __m256i widen_bf16_planes(const uint8_t *sm,
 		uint8_t *d = dst;                                              \
 		size_t i;                                                      \
                                                                                \
-		for (i = 0; i + STEP <= n; i += STEP)                          \
-			narrow_##to(d + i, widen_bf16_planes(sm + i, ex + i)); \
+		for (i = 0; i + 2 * WSTEP <= n; i += 2 * WSTEP)                \
+			store_w8x2(d + i, w8_planes(sm + i, ex + i, sat),      \
+				   w8_planes(sm + i + WSTEP, ex + i + WSTEP,   \
+					     sat));                            \
+		for (; i + WSTEP <= n; i += WSTEP)                             \
+			store_w8(d + i, w8_planes(sm + i, ex + i, sat));       \
 		if (i < n)                                                     \
 			castfs_cvtp_scalar[sat](d + i, sm + i, ex + i, n - i); \
 	}
@@ -242,5 +391,90 @@ PLANES_KERNEL(e4m3_sat, 1)
 
 const castfs_convert_planes_fn castfs_cvtp_avx2[2] = { cvtp_bf16_e4m3,
 						       cvtp_bf16_e4m3_sat };
+
+/* The codes of 16 fp16 elements of a grouped frame's planes, with their
+ * signs: |x| is (hi & 0x7f) << 8 | lo, the sign bit 7 of hi. */
+static inline AVX2 __m256i w8_f16_planes(const uint8_t *lo, const uint8_t *hi,
+					 int sat)
+{
+	__m256i l = _mm256_cvtepu8_epi16(_mm_loadu_si128((const void *)lo));
+	__m256i h = _mm256_cvtepu8_epi16(_mm_loadu_si128((const void *)hi));
+	__m256i a = _mm256_or_si256(
+		_mm256_slli_epi16(_mm256_and_si256(h, set1w(0x7f)), 8), l);
+	__m256i r = w8_codes(a, W8_F16_E4M3, sat);
+
+	return _mm256_or_si256(r, _mm256_and_si256(h, set1w(0x80)));
+}
+
+/* Eight fp32 elements of a grouped frame's planes (the exponent a byte)
+ * as fp32 bits. */
+static inline AVX2 __m256i widen_f32_planes(const uint8_t *const *p, size_t i)
+{
+	__m256i b0 =
+		_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(p[0] + i)));
+	__m256i b1 =
+		_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(p[1] + i)));
+	__m256i b2 =
+		_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(p[2] + i)));
+	__m256i b3 =
+		_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(p[3] + i)));
+	__m256i m = _mm256_or_si256(
+		_mm256_or_si256(_mm256_slli_epi32(b1, 8), b0),
+		_mm256_slli_epi32(_mm256_and_si256(b2, set1(0x7f)), 16));
+	__m256i se = _mm256_or_si256(
+		_mm256_slli_epi32(b3, 23),
+		_mm256_slli_epi32(_mm256_and_si256(b2, set1(0x80)), 24));
+
+	return _mm256_or_si256(m, se);
+}
+
+#define GROUPED_F16_KERNEL(to, sat)                                           \
+	static AVX2 void cvtg_f16_##to(void *restrict dst,                    \
+				       const uint8_t *const *p, size_t n)     \
+	{                                                                     \
+		const uint8_t *lo = p[0], *hi = p[1];                         \
+		uint8_t *d = dst;                                             \
+		size_t i;                                                     \
+                                                                              \
+		for (i = 0; i + 2 * WSTEP <= n; i += 2 * WSTEP)               \
+			store_w8x2(d + i, w8_f16_planes(lo + i, hi + i, sat), \
+				   w8_f16_planes(lo + i + WSTEP,              \
+						 hi + i + WSTEP, sat));       \
+		for (; i + WSTEP <= n; i += WSTEP)                            \
+			store_w8(d + i, w8_f16_planes(lo + i, hi + i, sat));  \
+		if (i < n)                                                    \
+			castfs_cvtg_scalar[0][sat](                           \
+				d + i,                                        \
+				(const uint8_t *const[]){ lo + i, hi + i },   \
+				n - i);                                       \
+	}
+
+#define GROUPED_F32_KERNEL(to, sat)                                           \
+	static AVX2 void cvtg_f32_##to(void *restrict dst,                    \
+				       const uint8_t *const *p, size_t n)     \
+	{                                                                     \
+		uint8_t *d = dst;                                             \
+		size_t i;                                                     \
+                                                                              \
+		for (i = 0; i + STEP <= n; i += STEP)                         \
+			narrow_##to(d + i, widen_f32_planes(p, i));           \
+		if (i < n)                                                    \
+			castfs_cvtg_scalar[1][sat](                           \
+				d + i,                                        \
+				(const uint8_t *const[]){ p[0] + i, p[1] + i, \
+							  p[2] + i,           \
+							  p[3] + i },         \
+				n - i);                                       \
+	}
+
+GROUPED_F16_KERNEL(e4m3, 0)
+GROUPED_F16_KERNEL(e4m3_sat, 1)
+GROUPED_F32_KERNEL(e4m3, 0)
+GROUPED_F32_KERNEL(e4m3_sat, 1)
+
+const castfs_convert_grouped_fn castfs_cvtg_avx2[2][2] = {
+	{ cvtg_f16_e4m3, cvtg_f16_e4m3_sat },
+	{ cvtg_f32_e4m3, cvtg_f32_e4m3_sat },
+};
 
 #endif

@@ -55,6 +55,7 @@ extern const castfs_convert_planes_fn castfs_cvtp_avx512[2];
  * 1 fp32) and saturation; the scalar one is the reference. */
 extern const castfs_convert_grouped_fn castfs_cvtg_scalar[2][2];
 #if CASTFS_HAVE_X86_KERNELS
+extern const castfs_convert_grouped_fn castfs_cvtg_avx2[2][2];
 extern const castfs_convert_grouped_fn castfs_cvtg_avx512[2][2];
 #endif
 

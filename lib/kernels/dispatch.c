@@ -154,6 +154,7 @@ static const castfs_convert_grouped_fn (
 		*const isa_grouped[CASTFS_ISA_COUNT])[2] = {
 	[CASTFS_ISA_SCALAR] = castfs_cvtg_scalar,
 #if CASTFS_HAVE_X86_KERNELS
+	[CASTFS_ISA_AVX2] = castfs_cvtg_avx2,
 	[CASTFS_ISA_AVX512] = castfs_cvtg_avx512,
 #endif
 };
