@@ -353,18 +353,25 @@ WORD_KERNEL(f16, e4m3_sat, W8_F16_E4M3, F16, E4M3, 1)
 #define CVT_TABLE castfs_cvt_avx2
 #include "kernels/convert_table.h"
 
-/* The codes of 16 elements of a grouped frame's bf16 planes, with their
- * signs: |x| is ex << 7 | (sm & 0x7f), the sign bit 7 of sm. */
-static inline AVX2 __m256i w8_planes(const uint8_t *sm, const uint8_t *ex,
-				     int sat)
+/* The codes of 16 elements of a grouped frame's bf16 planes (16 bytes
+ * each), with their signs: |x| is ex << 7 | (sm & 0x7f), the sign bit 7
+ * of sm. */
+static inline AVX2 __m256i w8_planes_v(__m128i sm, __m128i ex, int sat)
 {
-	__m256i s = _mm256_cvtepu8_epi16(_mm_loadu_si128((const void *)sm));
-	__m256i e = _mm256_cvtepu8_epi16(_mm_loadu_si128((const void *)ex));
+	__m256i s = _mm256_cvtepu8_epi16(sm);
+	__m256i e = _mm256_cvtepu8_epi16(ex);
 	__m256i a = _mm256_or_si256(_mm256_slli_epi16(e, 7),
 				    _mm256_and_si256(s, set1w(0x7f)));
 	__m256i r = w8_codes(a, W8_BF16_E4M3, sat);
 
 	return _mm256_or_si256(r, _mm256_and_si256(s, set1w(0x80)));
+}
+
+static inline AVX2 __m256i w8_planes(const uint8_t *sm, const uint8_t *ex,
+				     int sat)
+{
+	return w8_planes_v(_mm_loadu_si128((const void *)sm),
+			   _mm_loadu_si128((const void *)ex), sat);
 }
 
 /* The un-grouping fused into the cast: no bf16 buffer between them. */
@@ -406,26 +413,18 @@ static inline AVX2 __m256i w8_f16_planes(const uint8_t *lo, const uint8_t *hi,
 	return _mm256_or_si256(r, _mm256_and_si256(h, set1w(0x80)));
 }
 
-/* Eight fp32 elements of a grouped frame's planes (the exponent a byte)
- * as fp32 bits. */
-static inline AVX2 __m256i widen_f32_planes(const uint8_t *const *p, size_t i)
+/* The codes of 16 fp32 elements of a grouped frame's planes, as bf16
+ * codes with the low 16 mantissa bits' sticky bit: convert_avx512.c's
+ * w8_f32_planes() says why that is exact. */
+static inline AVX2 __m256i w8_f32_planes(const uint8_t *const *p, size_t i,
+					 int sat)
 {
-	__m256i b0 =
-		_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(p[0] + i)));
-	__m256i b1 =
-		_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(p[1] + i)));
-	__m256i b2 =
-		_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(p[2] + i)));
-	__m256i b3 =
-		_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)(p[3] + i)));
-	__m256i m = _mm256_or_si256(
-		_mm256_or_si256(_mm256_slli_epi32(b1, 8), b0),
-		_mm256_slli_epi32(_mm256_and_si256(b2, set1(0x7f)), 16));
-	__m256i se = _mm256_or_si256(
-		_mm256_slli_epi32(b3, 23),
-		_mm256_slli_epi32(_mm256_and_si256(b2, set1(0x80)), 24));
+	__m128i low = _mm_or_si128(_mm_loadu_si128((const void *)(p[0] + i)),
+				   _mm_loadu_si128((const void *)(p[1] + i)));
+	__m128i sm = _mm_or_si128(_mm_loadu_si128((const void *)(p[2] + i)),
+				  _mm_min_epu8(low, _mm_set1_epi8(1)));
 
-	return _mm256_or_si256(m, se);
+	return w8_planes_v(sm, _mm_loadu_si128((const void *)(p[3] + i)), sat);
 }
 
 #define GROUPED_F16_KERNEL(to, sat)                                           \
@@ -456,8 +455,11 @@ static inline AVX2 __m256i widen_f32_planes(const uint8_t *const *p, size_t i)
 		uint8_t *d = dst;                                             \
 		size_t i;                                                     \
                                                                               \
-		for (i = 0; i + STEP <= n; i += STEP)                         \
-			narrow_##to(d + i, widen_f32_planes(p, i));           \
+		for (i = 0; i + 2 * WSTEP <= n; i += 2 * WSTEP)               \
+			store_w8x2(d + i, w8_f32_planes(p, i, sat),           \
+				   w8_f32_planes(p, i + WSTEP, sat));         \
+		for (; i + WSTEP <= n; i += WSTEP)                            \
+			store_w8(d + i, w8_f32_planes(p, i, sat));            \
 		if (i < n)                                                    \
 			castfs_cvtg_scalar[1][sat](                           \
 				d + i,                                        \

@@ -327,18 +327,25 @@ WORD_KERNEL(f16, e4m3_sat, W8_F16_E4M3, F16, E4M3, 1)
 #define CVT_TABLE castfs_cvt_avx512
 #include "kernels/convert_table.h"
 
-/* The codes of 32 elements of a grouped frame's planes, with their signs:
- * |x| is ex << 7 | (sm & 0x7f), the sign bit 7 of sm. */
-static inline AVX512 __m512i w8_planes(const uint8_t *sm, const uint8_t *ex,
-				       int sat)
+/* The codes of 32 elements of a grouped frame's bf16 planes (32 bytes
+ * each), with their signs: |x| is ex << 7 | (sm & 0x7f), the sign bit 7
+ * of sm. */
+static inline AVX512 __m512i w8_planes_v(__m256i sm, __m256i ex, int sat)
 {
-	__m512i s = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const void *)sm));
-	__m512i e = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const void *)ex));
+	__m512i s = _mm512_cvtepu8_epi16(sm);
+	__m512i e = _mm512_cvtepu8_epi16(ex);
 	__m512i a = _mm512_or_si512(_mm512_slli_epi16(e, 7),
 				    _mm512_and_si512(s, set1w(0x7f)));
 	__m512i r = w8_codes(a, W8_BF16_E4M3, sat);
 
 	return _mm512_or_si512(r, _mm512_and_si512(s, set1w(0x80)));
+}
+
+static inline AVX512 __m512i w8_planes(const uint8_t *sm, const uint8_t *ex,
+				       int sat)
+{
+	return w8_planes_v(_mm256_loadu_si256((const void *)sm),
+			   _mm256_loadu_si256((const void *)ex), sat);
 }
 
 /* The un-grouping fused into the cast, 64 elements a step as above. */
@@ -381,26 +388,27 @@ static inline AVX512 __m512i w8_f16_planes(const uint8_t *lo, const uint8_t *hi,
 	return _mm512_or_si512(r, _mm512_and_si512(h, set1w(0x80)));
 }
 
-/* 16 fp32 elements of a grouped frame's planes (the exponent a byte) as
- * fp32 bits. */
-static inline AVX512 __m512i widen_f32_planes(const uint8_t *const *p, size_t i)
+/*
+ * The codes of 32 fp32 elements of a grouped frame's planes, as bf16
+ * codes: the low 16 mantissa bits (planes 0 and 1) only decide whether
+ * any of them is set, and that sticky bit ORed into the bf16 mantissa's
+ * lowest bit rounds to odd at 7 bits, from which rounding to nearest even
+ * at e4m3's 3 (or fewer, subnormal) bits is exact, overflow and NaN
+ * included: fp32 bits compare with a bound whose low 16 bits are 0 as
+ * their sticky bf16 does.
+ */
+static inline AVX512 __m512i w8_f32_planes(const uint8_t *const *p, size_t i,
+					   int sat)
 {
-	__m512i b0 =
-		_mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(p[0] + i)));
-	__m512i b1 =
-		_mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(p[1] + i)));
-	__m512i b2 =
-		_mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(p[2] + i)));
-	__m512i b3 =
-		_mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)(p[3] + i)));
-	__m512i m = _mm512_or_si512(
-		_mm512_or_si512(_mm512_slli_epi32(b1, 8), b0),
-		_mm512_slli_epi32(_mm512_and_si512(b2, set1(0x7f)), 16));
-	__m512i se = _mm512_or_si512(
-		_mm512_slli_epi32(b3, 23),
-		_mm512_slli_epi32(_mm512_and_si512(b2, set1(0x80)), 24));
+	__m256i low =
+		_mm256_or_si256(_mm256_loadu_si256((const void *)(p[0] + i)),
+				_mm256_loadu_si256((const void *)(p[1] + i)));
+	__m256i sm =
+		_mm256_or_si256(_mm256_loadu_si256((const void *)(p[2] + i)),
+				_mm256_min_epu8(low, _mm256_set1_epi8(1)));
 
-	return _mm512_or_si512(m, se);
+	return w8_planes_v(sm, _mm256_loadu_si256((const void *)(p[3] + i)),
+			   sat);
 }
 
 #define GROUPED_F16_KERNEL(to, sat)                                           \
@@ -431,8 +439,11 @@ static inline AVX512 __m512i widen_f32_planes(const uint8_t *const *p, size_t i)
 		uint8_t *d = dst;                                             \
 		size_t i;                                                     \
                                                                               \
-		for (i = 0; i + STEP <= n; i += STEP)                         \
-			narrow_##to(d + i, widen_f32_planes(p, i));           \
+		for (i = 0; i + 2 * WSTEP <= n; i += 2 * WSTEP)               \
+			store_w8x2(d + i, w8_f32_planes(p, i, sat),           \
+				   w8_f32_planes(p, i + WSTEP, sat));         \
+		for (; i + WSTEP <= n; i += WSTEP)                            \
+			store_w8(d + i, w8_f32_planes(p, i, sat));            \
 		if (i < n)                                                    \
 			castfs_cvtg_scalar[1][sat](                           \
 				d + i,                                        \

@@ -110,19 +110,29 @@ static uint32_t lcg32(uint32_t *s)
 	return *s;
 }
 
-/* Every sign and exponent with mantissas 0, 1, all ones, the e4m3
- * rounding boundaries (bit 19 alone, bits 19-20) and random ones. */
+/* Mantissas of fill32(): 0, 1, all ones, the e4m3 rounding boundaries of
+ * normal results (bit 19 alone, bits 19-20, just below and above half)
+ * and of subnormal ones (bits 20, 21, 22 alone, and with the lowest bit:
+ * the grouped kernels see that bit only as a sticky bit). */
+static const uint32_t mant32[] = { 0,	     1,	       0x7FFFFF, 0x80000,
+				   0x180000, 0x7FFFF,  0x80001,	 0x100000,
+				   0x100001, 0x200000, 0x200001, 0x400000,
+				   0x400001 };
+#define NMANT32 (sizeof(mant32) / sizeof(*mant32))
+/* Blocks of 512 (every sign and exponent) of fill32(): the fixed
+ * mantissas, then three of random ones; repeated 8 times. */
+#define COUNT32 (512 * (NMANT32 + 3) * 8)
+
+/* Every sign and exponent with the mantissas above and random ones. */
 static void fill32(uint32_t *w, size_t n)
 {
-	static const uint32_t mant[] = { 0,	   1,	    0x7FFFFF, 0x80000,
-					 0x180000, 0x7FFFF, 0x100000 };
 	uint32_t s = 7;
 
 	for (size_t i = 0; i < n; i++) {
 		uint32_t se = (uint32_t)(i % 512) << 23;
-		size_t k = (i / 512) % 10;
+		size_t k = (i / 512) % (NMANT32 + 3);
 
-		w[i] = se | (k < 7 ? mant[k] : lcg32(&s) & 0x7FFFFF);
+		w[i] = se | (k < NMANT32 ? mant32[k] : lcg32(&s) & 0x7FFFFF);
 	}
 }
 
@@ -134,7 +144,7 @@ START_TEST(test_kernels_planes__grouped_match_scalar)
 	bool f32 = (_i / 2) % 2;
 	unsigned skew = _i % 2 ? 3 : 0, w = f32 ? 4 : 2;
 	enum castfs_dtype from = f32 ? CASTFS_DTYPE_F32 : CASTFS_DTYPE_F16;
-	size_t count = f32 ? 512 * 10 * 8 : NPAT;
+	size_t count = f32 ? COUNT32 : NPAT;
 	uint8_t *bytes = malloc(w * count + 8), *pl[4];
 	uint8_t *want = malloc(count + 8), *got = malloc(count + 8);
 	uint32_t *words = malloc(4 * count);
