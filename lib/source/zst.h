@@ -157,9 +157,15 @@ struct castfs_zst_pack_opts {
 	 * frame_size must then be a multiple of 4.
 	 */
 	const uint8_t *cut_transforms;
-	/* Called after each frame with decoded and packed bytes so far. */
+	/* Called after each frame with decoded and packed bytes so far
+	 * (from one thread at a time, in file order). */
 	void (*progress)(void *ctx, uint64_t in, uint64_t out);
 	void *progress_ctx;
+	/* Threads coding frames at once (0 or 1: the caller's only; at most
+	 * 16, and fewer where their buffers, four frames each, would pass
+	 * 256 MiB). The pack is the same bytes, and the failure reported
+	 * the file's first, whatever their number. */
+	unsigned threads;
 };
 
 /*
@@ -173,7 +179,8 @@ struct castfs_zst_pack_opts {
  *
  * Returns 0, -EINVAL (bad options), -EFBIG (more frames than the format
  * allows), -ENOMEM, -EIO (the compressor failed), or the reader's or
- * writer's error. Thread-safe (no shared state).
+ * writer's error. Thread-safe (no shared state); @src is read and @w
+ * written from @o->threads threads (@w one call at a time, in order).
  */
 int castfs_zst_pack(const struct castfs_reader *src, uint64_t size,
 		    const struct castfs_zst_pack_opts *o,

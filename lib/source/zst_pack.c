@@ -5,20 +5,48 @@
  * stock zstd -d decodes the file to the original bytes.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/bytes.h"
+#include "common/compiler.h"
 #include "source/zst_internal.h"
 
+#define PACK_MAX_THREADS 16u
+/* The threads' buffers together, at most (one thread gets its own
+ * whatever the frame size). */
+#define PACK_MAX_BUFFERS ((size_t)256 << 20)
+
+/* The buffers and compressor of one packing thread. */
+struct pack_slot {
+	struct zst_cctx *cc;
+	uint8_t *in, *out, *planes; /* planes: grouped packs only */
+	uint8_t *tier; /* grouped packs: a tiered frame, out_cap bytes */
+};
+
+/*
+ * The pieces are handed out in file order to the threads; each codes its
+ * piece into its slot, then waits for its turn to write it, so the pack
+ * is the same bytes whatever the threads' number and timing.
+ */
 struct pack_state {
 	const struct castfs_zst_pack_opts *o;
 	const struct castfs_writer *w;
-	struct zst_cctx *cc;
-	uint8_t *in, *out, *planes; /* planes: grouped packs only */
-	uint8_t *tier; /* grouped packs: a tiered frame, ps->out_cap bytes */
-	uint8_t *xform; /* grouped packs: the transform of each frame */
+	const struct castfs_reader *src;
+	uint64_t size;
 	size_t out_cap;
+	pthread_mutex_t lock;
+	pthread_cond_t turn; /* @written moved, or a piece failed */
+	uint64_t pos; /* the next piece to hand out starts here */
+	size_t k; /* piece_end()'s cut cursor at @pos */
+	size_t handed; /* pieces handed out: the next one's number */
+	size_t written; /* pieces written: the next one to write */
+	size_t bad; /* the lowest piece that failed; SIZE_MAX: none */
+	int rc; /* its error */
+	struct castfs_diag d; /* its reason */
+	uint8_t *xform; /* grouped packs: the transform of each frame */
 	uint8_t *table; /* 12 bytes per frame: csize, dsize, checksum */
 	size_t nframes, table_cap;
 	uint64_t in_done, out_done;
@@ -79,85 +107,139 @@ static int table_add(struct pack_state *ps, uint32_t csize, uint32_t dsize,
  * 1-2 % of ratio. Planes zstd's matches shrink by more (repetitive ones)
  * stay zstd.
  */
-static size_t piece_tier(struct pack_state *ps, size_t n, size_t got,
-			 enum castfs_zst_transform *t)
+static size_t piece_tier(struct pack_slot *sl, size_t out_cap, size_t n,
+			 size_t got, enum castfs_zst_transform *t)
 {
 	enum castfs_zst_transform tt = zst_xform_tier(*t);
 	size_t tier = tt == CASTFS_ZST_NONE ?
 			      0 :
-			      zst_tier_encode(ps->tier, ps->out_cap, ps->planes,
+			      zst_tier_encode(sl->tier, out_cap, sl->planes,
 					      n / zst_group_width(tt), tt);
 
 	if (!tier || tier * 50 > got * 51)
 		return got;
-	memcpy(ps->out, ps->tier, tier);
+	memcpy(sl->out, sl->tier, tier);
 	*t = tt;
 	return tier;
 }
 
-/* Compress @n bytes of ps->in stored as *@t (which piece_tier() may make
- * tiered) into ps->out; the bytes as grouped to *@kept (ps->in itself
- * when not grouped). */
-static size_t piece_encode(struct pack_state *ps, size_t n,
+/* Compress @n bytes of @sl->in stored as *@t (which piece_tier() may
+ * make tiered) into @sl->out; the bytes as grouped to *@kept (@sl->in
+ * itself when not grouped). */
+static size_t piece_encode(struct pack_slot *sl, size_t out_cap, size_t n,
 			   enum castfs_zst_transform *t, const uint8_t **kept)
 {
 	unsigned w = zst_group_width(*t);
 	size_t got;
 
-	*kept = ps->in;
+	*kept = sl->in;
 	if (w == 1)
-		return zst_encode_frame(ps->cc, ps->out, ps->out_cap, ps->in,
-					n);
-	zst_group(ps->planes, ps->in, n, *t);
-	*kept = ps->planes;
-	got = zst_encode_planes(ps->cc, ps->out, ps->out_cap, ps->planes, n, w);
-	if (got && ps->tier)
-		got = piece_tier(ps, n, got, t);
+		return zst_encode_frame(sl->cc, sl->out, out_cap, sl->in, n);
+	zst_group(sl->planes, sl->in, n, *t);
+	*kept = sl->planes;
+	got = zst_encode_planes(sl->cc, sl->out, out_cap, sl->planes, n, w);
+	if (got && sl->tier)
+		got = piece_tier(sl, out_cap, n, got, t);
 	return got;
 }
 
-/* The checksum of the frame just coded: @got bytes in ps->out, its @n
+/* The checksum of the frame just coded: @got bytes at @out, its @n
  * bytes as grouped (the planes one after another) at @kept. */
-static uint32_t piece_sum(const struct pack_state *ps, const uint8_t *kept,
-			  size_t n, size_t got, enum castfs_zst_transform t)
+static uint32_t piece_sum(const struct castfs_zst_pack_opts *o,
+			  const uint8_t *out, const uint8_t *kept, size_t n,
+			  size_t got, enum castfs_zst_transform t)
 {
 	const uint8_t *plane[ZST_MAX_PLANES];
 	unsigned w = zst_group_width(t);
 
-	if (!ps->o->checksums)
+	if (!o->checksums)
 		return 0;
 	for (unsigned k = 0; k < w; k++)
 		plane[k] = kept + k * (n / w);
-	return zst_frame_sum(t, ps->out, got, plane, n);
+	return zst_frame_sum(t, out, got, plane, n);
 }
 
-static int pack_piece(struct pack_state *ps, const struct castfs_reader *src,
-		      uint64_t pos, size_t n, enum castfs_zst_transform t,
-		      struct castfs_diag *d)
+/* A piece handed out: its place, and what it became in its slot. */
+struct piece {
+	size_t id;
+	uint64_t pos;
+	size_t n, got;
+	enum castfs_zst_transform t;
+	uint32_t sum;
+};
+
+/* Read and code piece @pc into @sl: 0, or the error with its reason. */
+static int piece_code(const struct pack_state *ps, struct pack_slot *sl,
+		      struct piece *pc, struct castfs_diag *d)
 {
 	const uint8_t *kept;
-	size_t got;
-	int rc = castfs_reader_read(src, ps->in, n, pos);
+	int rc = castfs_reader_read(ps->src, sl->in, pc->n, pc->pos);
 
 	if (rc)
 		return castfs_diag_set(d, rc, "reading at %llu",
-				       (unsigned long long)pos);
-	if (n % zst_group_width(t))
+				       (unsigned long long)pc->pos);
+	if (pc->n % zst_group_width(pc->t))
 		return castfs_diag_set(d, -EINVAL,
 				       "bytes at %llu: not whole elements",
-				       (unsigned long long)pos);
-	got = piece_encode(ps, n, &t, &kept);
-	if (!got)
+				       (unsigned long long)pc->pos);
+	pc->got = piece_encode(sl, ps->out_cap, pc->n, &pc->t, &kept);
+	if (!pc->got)
 		return castfs_diag_set(d, -EIO, "zstd failed to compress");
-	rc = ps->w->write(ps->w->ctx, ps->out, got);
+	pc->sum = piece_sum(ps->o, sl->out, kept, pc->n, pc->got, pc->t);
+	return 0;
+}
+
+/* Under ps->lock: keep failure @rc of piece @id if it lies before the
+ * one kept, and wake the threads waiting for their turn. */
+static void pack_fail_locked(struct pack_state *ps, size_t id, int rc,
+			     const struct castfs_diag *d)
+{
+	if (id < ps->bad) {
+		ps->bad = id;
+		ps->rc = rc;
+		ps->d = *d;
+	}
+	pthread_cond_broadcast(&ps->turn);
+}
+
+/* Under ps->lock: the next piece into @pc; false when none is left, or
+ * all that are left lie after a failure. */
+static bool piece_take_locked(struct pack_state *ps, struct piece *pc)
+{
+	const uint8_t *tr = ps->o->cut_transforms;
+	uint64_t end;
+
+	if (ps->pos >= ps->size || ps->handed >= ps->bad)
+		return false;
+	end = piece_end(ps->o, &ps->k, ps->pos, ps->size);
+	*pc = (struct piece){
+		.id = ps->handed++,
+		.pos = ps->pos,
+		.n = (size_t)(end - ps->pos),
+		.t = tr && ps->k ? (enum castfs_zst_transform)tr[ps->k - 1] :
+				   CASTFS_ZST_NONE,
+	};
+	ps->pos = end;
+	return true;
+}
+
+/* Under ps->lock, on piece @pc's turn: write @sl's frame (unlocked, so
+ * that the other threads go on coding) and add it to the table. */
+static int piece_write_locked(struct pack_state *ps, const struct pack_slot *sl,
+			      const struct piece *pc, struct castfs_diag *d)
+{
+	int rc;
+
+	pthread_mutex_unlock(&ps->lock);
+	rc = ps->w->write(ps->w->ctx, sl->out, pc->got);
+	pthread_mutex_lock(&ps->lock);
 	if (rc)
 		return castfs_diag_set(d, rc, "writing the pack");
-	rc = table_add(ps, (uint32_t)got, (uint32_t)n,
-		       piece_sum(ps, kept, n, got, t), t);
+	rc = table_add(ps, (uint32_t)pc->got, (uint32_t)pc->n, pc->sum, pc->t);
 	if (rc)
 		return castfs_diag_set(d, rc, "too many frames");
-	ps->in_done += n;
-	ps->out_done += got;
+	ps->in_done += pc->n;
+	ps->out_done += pc->got;
 	if (ps->o->progress)
 		ps->o->progress(ps->o->progress_ctx, ps->in_done, ps->out_done);
 	return 0;
@@ -215,35 +297,113 @@ static int marker_write(struct pack_state *ps)
 	return rc;
 }
 
-static int pack_all(struct pack_state *ps, const struct castfs_reader *src,
-		    uint64_t size, struct castfs_diag *d)
+static void slot_free(struct pack_slot *sl)
 {
-	const uint8_t *tr = ps->o->cut_transforms;
-	uint64_t pos = 0;
-	size_t k = 0;
-	int rc;
+	zst_cctx_free(sl->cc);
+	free(sl->tier);
+	if (sl->planes != sl->in)
+		free(sl->planes);
+	free(sl->out);
+	free(sl->in);
+}
 
-	while (pos < size) {
-		uint64_t end = piece_end(ps->o, &k, pos, size);
-		enum castfs_zst_transform t =
-			tr && k ? (enum castfs_zst_transform)tr[k - 1] :
-				  CASTFS_ZST_NONE;
+static int slot_init(struct pack_slot *sl, const struct pack_state *ps)
+{
+	const struct castfs_zst_pack_opts *o = ps->o;
+	bool grouped = o->cut_transforms != NULL;
 
-		rc = pack_piece(ps, src, pos, (size_t)(end - pos), t, d);
-		if (rc)
-			return rc;
-		pos = end;
+	sl->in = malloc(o->frame_size);
+	sl->out = malloc(ps->out_cap);
+	sl->planes = grouped ? malloc(o->frame_size) : sl->in;
+	sl->tier = grouped ? malloc(ps->out_cap) : NULL;
+	sl->cc = zst_cctx_new(o->level, grouped);
+	if (sl->in && sl->out && sl->planes && sl->cc && (sl->tier || !grouped))
+		return 0;
+	slot_free(sl);
+	return -ENOMEM;
+}
+
+/* One thread's loop: code pieces in file order until none is left below
+ * the lowest failure, each written on its turn; so the failure reported
+ * is the first in the file, whatever the threads' timing. */
+static void *pack_run(void *arg)
+{
+	struct pack_state *ps = arg;
+	struct castfs_diag d = { { 0 } };
+	struct pack_slot sl;
+	struct piece pc;
+	bool have = slot_init(&sl, ps) == 0;
+
+	pthread_mutex_lock(&ps->lock);
+	/* Without buffers this thread takes no piece; a failure another
+	 * one found says more than ENOMEM. */
+	if (!have && ps->bad == SIZE_MAX)
+		pack_fail_locked(ps, 0, -ENOMEM, &d);
+	while (have && piece_take_locked(ps, &pc)) {
+		int rc;
+
+		pthread_mutex_unlock(&ps->lock);
+		castfs_diag_clear(&d);
+		rc = piece_code(ps, &sl, &pc, &d);
+		pthread_mutex_lock(&ps->lock);
+		while (!rc && ps->written != pc.id && pc.id < ps->bad)
+			pthread_cond_wait(&ps->turn, &ps->lock);
+		if (!rc && pc.id >= ps->bad)
+			continue; /* an earlier piece failed: nothing to add */
+		if (!rc)
+			rc = piece_write_locked(ps, &sl, &pc, &d);
+		if (rc) {
+			pack_fail_locked(ps, pc.id, rc, &d);
+			continue;
+		}
+		ps->written++;
+		pthread_cond_broadcast(&ps->turn);
 	}
-	rc = tr ? marker_write(ps) : 0;
-	return rc ? rc : table_write(ps);
+	pthread_mutex_unlock(&ps->lock);
+	if (have)
+		slot_free(&sl);
+	return NULL;
+}
+
+/* The threads a pack gets: as asked, at most PACK_MAX_THREADS, and no
+ * more than keep their buffers (four frames each) within
+ * PACK_MAX_BUFFERS. */
+static unsigned pack_threads(const struct castfs_zst_pack_opts *o)
+{
+	size_t fit = PACK_MAX_BUFFERS / (4 * o->frame_size);
+	size_t nt = CASTFS_MIN((size_t)o->threads, fit);
+
+	return (unsigned)CASTFS_MAX(CASTFS_MIN(nt, PACK_MAX_THREADS), 1);
+}
+
+/* Every piece, by pack_threads() threads, this one among them. */
+static int pack_pieces(struct pack_state *ps, struct castfs_diag *d)
+{
+	pthread_t t[PACK_MAX_THREADS];
+	unsigned nt = pack_threads(ps->o), started = 0;
+
+	/* Helpers that fail to start leave their pieces to this thread. */
+	while (started + 1 < nt &&
+	       pthread_create(&t[started], NULL, pack_run, ps) == 0)
+		started++;
+	pack_run(ps);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(t[i], NULL);
+	if (ps->bad == SIZE_MAX)
+		return 0;
+	if (ps->d.msg[0])
+		castfs_diag_set(d, ps->rc, "%s", ps->d.msg);
+	return ps->rc;
 }
 
 int castfs_zst_pack(const struct castfs_reader *src, uint64_t size,
 		    const struct castfs_zst_pack_opts *o,
 		    const struct castfs_writer *w, struct castfs_diag *d)
 {
-	struct pack_state ps = { .o = o, .w = w };
-	int rc = -ENOMEM;
+	struct pack_state ps = {
+		.o = o, .w = w, .src = src, .size = size, .bad = SIZE_MAX
+	};
+	int rc;
 
 	if (o->frame_size == 0 || o->frame_size > CASTFS_ZST_MAX_FRAME)
 		return castfs_diag_set(d, -EINVAL,
@@ -254,21 +414,16 @@ int castfs_zst_pack(const struct castfs_reader *src, uint64_t size,
 				       "a grouped pack's frame size must be a "
 				       "multiple of 4");
 	ps.out_cap = zst_bound(o->frame_size);
-	ps.in = malloc(o->frame_size);
-	ps.out = malloc(ps.out_cap);
-	ps.planes = o->cut_transforms ? malloc(o->frame_size) : ps.in;
-	ps.tier = o->cut_transforms ? malloc(ps.out_cap) : NULL;
-	ps.cc = zst_cctx_new(o->level, o->cut_transforms != NULL);
-	if (ps.in && ps.out && ps.planes && ps.cc &&
-	    (ps.tier || !o->cut_transforms))
-		rc = pack_all(&ps, src, size, d);
-	zst_cctx_free(ps.cc);
-	free(ps.tier);
-	if (ps.planes != ps.in)
-		free(ps.planes);
+	pthread_mutex_init(&ps.lock, NULL);
+	pthread_cond_init(&ps.turn, NULL);
+	rc = pack_pieces(&ps, d);
+	if (!rc && o->cut_transforms)
+		rc = marker_write(&ps);
+	if (!rc)
+		rc = table_write(&ps);
+	pthread_cond_destroy(&ps.turn);
+	pthread_mutex_destroy(&ps.lock);
 	free(ps.xform);
 	free(ps.table);
-	free(ps.out);
-	free(ps.in);
 	return rc;
 }

@@ -18,6 +18,7 @@ UNIT_TESTS = tests/unit/test_dtype tests/unit/test_st_header \
 	tests/unit/test_recipe tests/unit/test_tensor_tree \
 	tests/unit/test_modeldir tests/unit/test_ns tests/unit/test_zst \
 	tests/unit/test_zst_planes tests/unit/test_zst_tier \
+	tests/unit/test_zst_pack \
 	tests/unit/test_qsrc tests/unit/test_ns_bounds tests/unit/test_escape \
 	tests/unit/test_qsrc_ct4 tests/unit/test_qsrc_xshard \
 	tests/unit/test_gguf tests/unit/test_reader \
@@ -38,6 +39,9 @@ tests_unit_test_zst_planes_LDADD = $(UNIT_LDADD)
 tests_unit_test_zst_tier_SOURCES = tests/unit/test_zst_tier.c $(UNIT_MAIN)
 tests_unit_test_zst_tier_CFLAGS = $(UNIT_CFLAGS) $(ZSTD_CFLAGS)
 tests_unit_test_zst_tier_LDADD = $(UNIT_LDADD)
+tests_unit_test_zst_pack_SOURCES = tests/unit/test_zst_pack.c $(UNIT_MAIN)
+tests_unit_test_zst_pack_CFLAGS = $(UNIT_CFLAGS) $(ZSTD_CFLAGS)
+tests_unit_test_zst_pack_LDADD = $(UNIT_LDADD)
 
 # common/
 # fs/ (the daemon's own, FUSE-free helpers)

@@ -22,17 +22,6 @@
 #include "unit.h"
 #include "unit_membuf.h"
 
-/* Weight-like bytes: a smooth ramp with noise, so frames compress a bit. */
-static uint8_t *make_input(size_t n, unsigned seed)
-{
-	uint8_t *p = malloc(n);
-
-	srand(seed);
-	for (size_t i = 0; i < n; i++)
-		p[i] = (uint8_t)((i / 7) ^ (rand() & 3));
-	return p;
-}
-
 static void pack(const uint8_t *in, size_t n, size_t frame, bool sums,
 		 const uint64_t *cuts, size_t ncuts, struct membuf *out)
 {
@@ -58,7 +47,7 @@ static int open_index(const struct membuf *m, struct castfs_zcache *c,
 START_TEST(test_zst__random_ranges_equal_input)
 {
 	uint64_t cuts[] = { 100, 70000, 70001 };
-	uint8_t *in = make_input(N_IN, 1), *buf = malloc(N_IN);
+	uint8_t *in = membuf_input(N_IN, 1), *buf = malloc(N_IN);
 	struct castfs_zcache *c;
 	struct castfs_zst_index *ix;
 	struct castfs_mem_reader mr;
@@ -100,7 +89,7 @@ END_TEST
 START_TEST(test_zst__frames_respect_cuts)
 {
 	uint64_t cuts[] = { 8, 100, 20000 };
-	uint8_t *in = make_input(50000, 2);
+	uint8_t *in = membuf_input(50000, 2);
 	struct membuf m;
 	size_t nf, esz;
 	uint64_t at = 0, expect[] = { 8, 100, 16484, 20000, 36384, 50000 };
@@ -141,7 +130,7 @@ static int reject_reason(struct membuf *m, struct castfs_diag *d)
 
 START_TEST(test_zst__plain_zstd_rejected)
 {
-	uint8_t *in = make_input(10000, 3);
+	uint8_t *in = membuf_input(10000, 3);
 	struct membuf m = { malloc(ZSTD_compressBound(10000)), 0, 0 };
 	struct castfs_diag d = { { 0 } };
 
@@ -156,7 +145,7 @@ END_TEST
 
 START_TEST(test_zst__truncated_rejected)
 {
-	uint8_t *in = make_input(30000, 4);
+	uint8_t *in = membuf_input(30000, 4);
 	struct membuf m;
 	size_t full;
 
@@ -174,7 +163,7 @@ END_TEST
 /* Each lie in the table: sizes that do not add up, reserved bits, magic. */
 START_TEST(test_zst__lying_table_rejected)
 {
-	uint8_t *in = make_input(30000, 5);
+	uint8_t *in = membuf_input(30000, 5);
 	struct membuf m;
 	size_t nf, at;
 	struct castfs_diag d = { { 0 } };
@@ -213,7 +202,7 @@ END_TEST
  */
 START_TEST(test_zst__bad_frame_fails_read_only)
 {
-	uint8_t *in = make_input(30000, 6), buf[4096];
+	uint8_t *in = membuf_input(30000, 6), buf[4096];
 	struct membuf m;
 	struct castfs_zcache *c;
 	struct castfs_zst_index *ix;
@@ -284,7 +273,7 @@ static void *zthread_run(void *arg)
  */
 START_TEST(test_zst__threads_share_frames)
 {
-	uint8_t *in = make_input(N_IN, 9);
+	uint8_t *in = membuf_input(N_IN, 9);
 	size_t caps[] = { 1 << 20, 20000, 0 };
 	struct castfs_zcache *c;
 	struct castfs_zst_index *ix;
@@ -398,7 +387,7 @@ static bool thread_sleeps(pid_t tid)
  */
 START_TEST(test_zst__waiter_on_failed_frame_gets_eio)
 {
-	uint8_t *in = make_input(30000, 7), buf[4096];
+	uint8_t *in = membuf_input(30000, 7), buf[4096];
 	struct membuf m;
 	struct castfs_zcache *c;
 	struct castfs_zst_index *ix;
@@ -577,7 +566,7 @@ static void sums_are_xxh64_of_frames(const struct membuf *m)
  * grouped bytes, which differ; a bad transform byte is rejected. */
 START_TEST(test_zst__grouped_pack_reads_back)
 {
-	uint8_t *in = make_input(N_IN, 11), *buf = malloc(N_IN);
+	uint8_t *in = membuf_input(N_IN, 11), *buf = malloc(N_IN);
 	uint64_t cuts[] = { 96, 60000, 60000, 120000, 120000, 150000 };
 	uint8_t tr[] = { CASTFS_ZST_BF16, CASTFS_ZST_NONE,    CASTFS_ZST_F32,
 			 CASTFS_ZST_NONE, CASTFS_ZST_PLANES2, CASTFS_ZST_NONE };
@@ -709,7 +698,7 @@ END_TEST
 START_TEST(test_zst__frames_larger_than_cache_decoded_once)
 {
 	size_t caps[] = { 5000, 0 }, piece = 1000;
-	uint8_t *in = make_input(N_IN, 3), *buf = malloc(N_IN);
+	uint8_t *in = membuf_input(N_IN, 3), *buf = malloc(N_IN);
 	struct castfs_zcache *c;
 	struct castfs_zst_index *ix;
 	struct castfs_mem_reader mr;
@@ -907,7 +896,7 @@ END_TEST
 /* A pack of another size, a frame that fails, a table that lies. */
 START_TEST(test_zst__verify_reports_each_failure)
 {
-	uint8_t *in = make_input(30000, 23);
+	uint8_t *in = membuf_input(30000, 23);
 	struct castfs_diag d = { { 0 } };
 	struct membuf m;
 	size_t nf, at;

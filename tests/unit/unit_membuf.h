@@ -2,7 +2,7 @@
 /*
  * A growing memory buffer behind a struct castfs_writer, for tests that
  * write a pack (or any output) and read it back without a file; the
- * grouped packs the lib/source tests share.
+ * input bytes and grouped packs the lib/source tests share.
  */
 #ifndef CASTFS_TESTS_UNIT_MEMBUF_H
 #define CASTFS_TESTS_UNIT_MEMBUF_H
@@ -20,6 +20,19 @@ struct membuf {
 	uint8_t *p;
 	size_t n, cap;
 };
+
+/* @n weight-like bytes (malloc'ed): a smooth ramp with noise, so that
+ * frames compress a bit. */
+static inline uint8_t *membuf_input(size_t n, unsigned seed)
+{
+	uint8_t *p = malloc(n);
+
+	ck_assert_ptr_nonnull(p);
+	srand(seed);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)((i / 7) ^ (rand() & 3));
+	return p;
+}
 
 /* A castfs_writer's write callback appending to the struct membuf @ctx;
  * fails the test when memory runs out. */

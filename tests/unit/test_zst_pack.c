@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lib/source/zst_pack.c's threads: a pack coded by several threads is the
+ * same bytes as one thread's (standard and grouped, cuts, checksums), its
+ * progress comes in file order, and a failing read or write is reported
+ * for the first piece in the file that fails, whatever the timing.
+ */
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "source/zst.h"
+#include "unit.h"
+#include "unit_membuf.h"
+
+struct progress {
+	uint64_t in, out;
+	unsigned calls;
+};
+
+static void note(void *ctx, uint64_t in, uint64_t out)
+{
+	struct progress *p = ctx;
+
+	ck_assert_uint_gt(in, p->in);
+	ck_assert_uint_gt(out, p->out);
+	p->in = in;
+	p->out = out;
+	p->calls++;
+}
+
+#define N_IN (600u * 1024u + 333u)
+
+/* A header, then pieces of bf16, fp32, 2-byte and plain bytes. */
+static const uint64_t cuts[] = { 96, 200000, 200000, 400000, 400000, 500000 };
+static const uint8_t tr[] = { CASTFS_ZST_BF16,	  CASTFS_ZST_NONE,
+			      CASTFS_ZST_F32,	  CASTFS_ZST_NONE,
+			      CASTFS_ZST_PLANES2, CASTFS_ZST_NONE };
+
+/* Pack @in with 4 KiB frames by @threads threads (_i: standard, grouped,
+ * each with and without checksums). */
+static void pack_by(struct membuf *m, const uint8_t *in, int kind,
+		    unsigned threads, struct progress *p)
+{
+	struct castfs_zst_pack_opts o = {
+		.frame_size = 4096,
+		.level = 1,
+		.checksums = kind & 1,
+		.cuts = cuts,
+		.ncuts = sizeof(cuts) / sizeof(*cuts),
+		.cut_transforms = kind & 2 ? tr : NULL,
+		.progress = p ? note : NULL,
+		.progress_ctx = p,
+		.threads = threads,
+	};
+
+	membuf_pack(m, in, N_IN, &o);
+}
+
+START_TEST(test_zst_pack__threads_write_the_same_bytes)
+{
+	uint8_t *in = membuf_input(N_IN, 31);
+	struct membuf one, many;
+	struct progress p = { 0 };
+
+	pack_by(&one, in, _i, 1, NULL);
+	for (unsigned threads = 2; threads <= 17; threads += 5) {
+		memset(&p, 0, sizeof(p));
+		pack_by(&many, in, _i, threads, &p);
+		ck_assert_uint_eq(many.n, one.n);
+		ck_assert_msg(!memcmp(many.p, one.p, one.n),
+			      "%u threads wrote other bytes", threads);
+		/* One call per frame (over 150 of them), the last with
+		 * every byte in and every frame's bytes out. */
+		ck_assert_uint_gt(p.calls, 150);
+		ck_assert_uint_eq(p.in, N_IN);
+		ck_assert_uint_lt(p.out, one.n);
+		free(many.p);
+	}
+	free(one.p);
+	free(in);
+}
+END_TEST
+
+/*
+ * A reader of @in that fails the reads covering @bad[0] (EIO) and @bad[1]
+ * (ENXIO, a later piece). With @order set both failing reads happen, in
+ * turn: @order 1 fails the later piece first (the earlier read waits for
+ * that), @order 2 the earlier one first (once the later read has begun,
+ * which then waits for it). A wait gives up after a second.
+ */
+struct bad_reader {
+	const uint8_t *in;
+	uint64_t bad[2];
+	int order;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool began[2], failed[2];
+};
+
+/* Under r->lock: wait until @flag is set, or a second passed. */
+static void wait_for(struct bad_reader *r, const bool *flag)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 1;
+	while (!*flag &&
+	       pthread_cond_timedwait(&r->cond, &r->lock, &until) == 0)
+		;
+}
+
+/* Read @k of the two failing ones: its turn, then its error. */
+static ssize_t bad_read(struct bad_reader *r, int k)
+{
+	pthread_mutex_lock(&r->lock);
+	r->began[k] = true;
+	pthread_cond_broadcast(&r->cond);
+	if (r->order == 1 && k == 0)
+		wait_for(r, &r->failed[1]);
+	if (r->order == 2 && k == 0)
+		wait_for(r, &r->began[1]);
+	if (r->order == 2 && k == 1)
+		wait_for(r, &r->failed[0]);
+	pthread_mutex_unlock(&r->lock);
+	/* Past the other's failure as the pack records it. */
+	if ((r->order == 1 && k == 0) || (r->order == 2 && k == 1))
+		usleep(2000);
+	pthread_mutex_lock(&r->lock);
+	r->failed[k] = true;
+	pthread_cond_broadcast(&r->cond);
+	pthread_mutex_unlock(&r->lock);
+	return k ? -ENXIO : -EIO;
+}
+
+static ssize_t bad_pread(void *ctx, void *buf, size_t n, uint64_t off)
+{
+	struct bad_reader *r = ctx;
+
+	for (int k = 0; k < 2; k++)
+		if (r->bad[k] >= off && r->bad[k] < off + n)
+			return bad_read(r, k);
+	memcpy(buf, r->in + off, n);
+	return (ssize_t)n;
+}
+
+/* A writer that fails its @fail-th call (from 1) with -ENOSPC. */
+struct bad_writer {
+	struct membuf m;
+	unsigned calls, fail;
+};
+
+static int bad_write(void *ctx, const void *buf, size_t n)
+{
+	struct bad_writer *w = ctx;
+
+	if (++w->calls == w->fail)
+		return -ENOSPC;
+	return mem_write(&w->m, buf, n);
+}
+
+/* Pack through @r, which fails, into @w by @threads threads. */
+static int pack_reader_failing(struct bad_reader *r, struct bad_writer *w,
+			       unsigned threads, struct castfs_diag *d)
+{
+	struct castfs_reader rd = { .pread = bad_pread, .ctx = r };
+	struct castfs_writer wr = { bad_write, w };
+	struct castfs_zst_pack_opts o = { .frame_size = 4096,
+					  .level = 1,
+					  .checksums = true,
+					  .cuts = cuts,
+					  .ncuts = sizeof(cuts) / sizeof(*cuts),
+					  .cut_transforms = tr,
+					  .threads = threads };
+
+	castfs_diag_clear(d);
+	return castfs_zst_pack(&rd, N_IN, &o, &wr, d);
+}
+
+/* Pack @in through @w, which fails, by @threads threads. */
+static int pack_writer_failing(const uint8_t *in, struct bad_writer *w,
+			       unsigned threads, struct castfs_diag *d)
+{
+	struct castfs_mem_reader mr;
+	struct castfs_writer wr = { bad_write, w };
+	struct castfs_zst_pack_opts o = { .frame_size = 4096,
+					  .level = 1,
+					  .cuts = cuts,
+					  .ncuts = sizeof(cuts) / sizeof(*cuts),
+					  .cut_transforms = tr,
+					  .threads = threads };
+
+	castfs_mem_reader_init(&mr, in, N_IN);
+	return castfs_zst_pack(&mr.r, N_IN, &o, &wr, d);
+}
+
+/* The failure named is the file's first, by 1 (_i 0) or 5 threads: a
+ * read failing before or after a later piece's read fails (a pack that
+ * kept the first failure in time, or the last, names the later one), and
+ * a write failing. */
+START_TEST(test_zst_pack__first_failure_in_the_file_named)
+{
+	unsigned threads = _i ? 5 : 1;
+	uint8_t *in = membuf_input(N_IN, 32);
+	struct castfs_diag d = { { 0 } };
+
+	for (int round = 0; round < 40; round++) {
+		/* Piece 31 (the header, then 4 KiB pieces from 96) fails with
+		 * EIO; one of the next four, which the other threads take
+		 * meanwhile, with ENXIO, before or after it. */
+		uint64_t start = 96 + 4096 * 30, at = start + 17;
+		struct bad_reader r = {
+			.in = in,
+			.bad = { at, at + 4096 * (round % 4 + 1) },
+			.order = threads > 1 ? round % 2 + 1 : 0,
+		};
+		struct bad_writer w = { .fail = 0 };
+		char want[64];
+
+		pthread_mutex_init(&r.lock, NULL);
+		pthread_cond_init(&r.cond, NULL);
+		ck_assert_int_eq(pack_reader_failing(&r, &w, threads, &d),
+				 -EIO);
+		snprintf(want, sizeof(want), "reading at %llu",
+			 (unsigned long long)start);
+		ck_assert_msg(!strcmp(d.msg, want), "%s: %s", want, d.msg);
+		if (threads > 1) /* both failed, in the order asked */
+			ck_assert(r.failed[0] && r.failed[1]);
+		pthread_cond_destroy(&r.cond);
+		pthread_mutex_destroy(&r.lock);
+		free(w.m.p);
+
+		/* The 30th write fails; no read does, and no write follows. */
+		w = (struct bad_writer){ .fail = 30 };
+		castfs_diag_clear(&d);
+		ck_assert_int_eq(pack_writer_failing(in, &w, threads, &d),
+				 -ENOSPC);
+		ck_assert_msg(strstr(d.msg, "writing the pack"), "%s", d.msg);
+		ck_assert_uint_eq(w.calls, 30);
+		free(w.m.p);
+	}
+	free(in);
+}
+END_TEST
+
+Suite *unit_suite(void)
+{
+	Suite *s = suite_create("zst_pack");
+	TCase *tc = tcase_create("zst_pack");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_loop_test(tc, test_zst_pack__threads_write_the_same_bytes, 0,
+			    4);
+	tcase_add_loop_test(tc, test_zst_pack__first_failure_in_the_file_named,
+			    0, 2);
+	suite_add_tcase(s, tc);
+	return s;
+}
