@@ -34,6 +34,7 @@ struct pack_opts {
 		      * takes its name */
 	bool force; /* replace an existing output */
 	bool grouped; /* byte-plane frames (ZSTG_EXT) */
+	unsigned threads; /* coding and reading back; 0: the online CPUs */
 	int progress; /* 1 on, 0 off, -1 when stderr is a terminal */
 	const char *cmd;
 };
@@ -80,6 +81,11 @@ static void pack_usage(FILE *f, const char *cmd)
 		"                         FILE.safetensors.zstg, which zstd -d "
 		"does not\n"
 		"                         restore (castfs unpack does)\n"
+		"    --threads N          frames coded (and read back) by N "
+		"threads at once\n"
+		"                         (default: one per CPU, at most 16; "
+		"the pack is\n"
+		"                         the same bytes whatever N)\n"
 		"    --remove             delete FILE once the pack is on "
 		"disk\n"
 		"    --no-verify          do not read the pack back against "
@@ -233,16 +239,13 @@ static size_t pack_frame_size(const struct pack_opts *o)
  * name, so neither a mount nor --remove ever trusts it.
  */
 static int pack_verify(struct pack_out *w, const struct castfs_reader *src,
-		       struct castfs_diag *d)
+		       const struct pack_opts *o, struct castfs_diag *d)
 {
 	struct castfs_fd_reader pr;
-	/* Decoding is the read-back's cost: spread it over the cores, as
-	 * packing itself runs on one. */
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	struct castfs_zst_verify_opts vo = {
 		.progress = verify_progress,
 		.progress_ctx = w,
-		.threads = cpus < 1 ? 1u : (unsigned)CASTFS_MIN(cpus, 4),
+		.threads = o->threads,
 	};
 	struct castfs_diag why = { { 0 } };
 	struct stat st;
@@ -273,7 +276,8 @@ static int pack_src(const struct cli_src *s, const char *out,
 					   .level = o->level,
 					   .checksums = o->checksums,
 					   .progress = progress,
-					   .progress_ctx = &w };
+					   .progress_ctx = &w,
+					   .threads = o->threads };
 	uint64_t *cuts;
 	uint8_t *tr = NULL;
 	int rc = out_open(&w, out, s->st.st_mode);
@@ -288,7 +292,7 @@ static int pack_src(const struct cli_src *s, const char *out,
 	free(cuts);
 	free(tr);
 	if (!rc && o->verify)
-		rc = pack_verify(&w, &fr.r, &d);
+		rc = pack_verify(&w, &fr.r, o, &d);
 	/* A source whose size or mtime moved says why the read-back
 	 * differed better than the offset does. */
 	if ((!rc || rc == -EBADMSG) && !cli_same_file(s->fd, &s->st)) {
@@ -478,6 +482,26 @@ static size_t parse_size(const char *s)
 	return (size_t)v;
 }
 
+/* "1".."16" into *@n; -1 if malformed. */
+static int parse_threads(const char *s, unsigned *n)
+{
+	char *end;
+	unsigned long v = strtoul(s, &end, 10);
+
+	if (end == s || *end || v < 1 || v > 16)
+		return -1;
+	*n = (unsigned)v;
+	return 0;
+}
+
+/* The threads that code and read back a pack: one per online CPU. */
+static unsigned online_cpus(void)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return cpus < 1 ? 1u : (unsigned)CASTFS_MIN(cpus, 16);
+}
+
 static int opt_set(struct pack_opts *o, int ch, const char *arg)
 {
 	switch (ch) {
@@ -490,6 +514,8 @@ static int opt_set(struct pack_opts *o, int ch, const char *arg)
 	case 'n':
 		o->checksums = false;
 		return 0;
+	case 'j':
+		return parse_threads(arg, &o->threads);
 	case 'r':
 		o->remove = true;
 		return 0;
@@ -521,6 +547,7 @@ static int parse_opts(int argc, char **argv, struct pack_opts *o)
 		{ "no-verify", no_argument, NULL, 'V' },
 		{ "force", no_argument, NULL, 'F' },
 		{ "grouped", no_argument, NULL, 'g' },
+		{ "threads", required_argument, NULL, 'j' },
 		{ "progress", no_argument, NULL, 'p' },
 		{ "no-progress", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
@@ -544,6 +571,8 @@ static int parse_opts(int argc, char **argv, struct pack_opts *o)
 	}
 	if (o->progress < 0)
 		o->progress = isatty(STDERR_FILENO);
+	if (!o->threads)
+		o->threads = online_cpus();
 	return 0;
 }
 
