@@ -131,6 +131,24 @@ class Pack(unittest.TestCase):
                 if limit >= hdr_end:
                     self.assertEqual(frames[0][1], hdr_end)  # the header alone
 
+    def test_threads_write_the_same_pack(self):
+        # small frames, so that every thread codes many
+        for kind in ([], ["--grouped"]):
+            packs = []
+            for n in ("1", "3", "16"):
+                r = castfs("pack", "--no-progress", "--force", "--frame-size", "4K",
+                           "--threads", n, *kind, self.src)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                with open(self.src + (".zstg" if kind else ".zst"), "rb") as f:
+                    packs.append(f.read())
+            with self.subTest(kind=kind):
+                self.assertGreater(len(seek_table(self.src + (".zstg" if kind else ".zst"))[0]), 100)
+                self.assertEqual(packs[1], packs[0])
+                self.assertEqual(packs[2], packs[0])
+        for bad in ("0", "17", "x", ""):
+            r = castfs("pack", "--no-progress", "--force", "--threads", bad, self.src)
+            self.assertEqual(r.returncode, 2, bad)
+
     def test_unpack_restores_original(self):
         z = self.pack(self.src)
         os.rename(self.src, self.src + ".orig")
