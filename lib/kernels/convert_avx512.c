@@ -6,6 +6,7 @@
 #include "common/compiler.h"
 #include "kernels/convert_internal.h"
 #include "kernels/convert_w8.h"
+#include "kernels/convert_w8_loops.h"
 
 #if CASTFS_HAVE_X86_KERNELS
 #include <immintrin.h>
@@ -202,6 +203,7 @@ static inline AVX512 void narrow_e5m2_sat(void *p, __m512i u)
  * on the 16 bits alone, twice the elements a step. A struct w8
  * (convert_w8.h) holds one pair's constants.
  */
+#define CVT_ISA AVX512
 #define WSTEP 32
 
 static inline AVX512 __m512i set1w(uint16_t v)
@@ -294,36 +296,14 @@ static inline AVX512 __m512i w8_signed(const uint8_t *p, struct w8 f, int sat)
 						   set1w(0x80)));
 }
 
-#define WORD_KERNEL(from, to, F, S, D, sat)                                  \
-	static AVX512 void cvtw_##from##_##to(                               \
-		void *restrict dst, const void *restrict src, size_t n)      \
-	{                                                                    \
-		const uint8_t *s = src;                                      \
-		uint8_t *d = dst;                                            \
-		size_t i;                                                    \
-                                                                             \
-		for (i = 0; i + 2 * WSTEP <= n; i += 2 * WSTEP) {            \
-			__builtin_prefetch(s + 2 * i + CVT_PF_DIST);         \
-			__builtin_prefetch(s + 2 * i + CVT_PF_DIST + 64);    \
-			store_w8x2(d + i, w8_signed(s + 2 * i, F, sat),      \
-				   w8_signed(s + 2 * i + 64, F, sat));       \
-		}                                                            \
-		for (; i + WSTEP <= n; i += WSTEP)                           \
-			store_w8(d + i, w8_signed(s + 2 * i, F, sat));       \
-		if (i < n)                                                   \
-			castfs_cvt_scalar.fn[CASTFS_CVT_##S][CASTFS_CVT_##D] \
-					    [sat](d + i, s + 2 * i, n - i);  \
-	}
-
-WORD_KERNEL(bf16, e4m3, W8_BF16_E4M3, BF16, E4M3, 0)
-WORD_KERNEL(bf16, e4m3_sat, W8_BF16_E4M3, BF16, E4M3, 1)
-WORD_KERNEL(bf16, e5m2, W8_BF16_E5M2, BF16, E5M2, 0)
-WORD_KERNEL(bf16, e5m2_sat, W8_BF16_E5M2, BF16, E5M2, 1)
-WORD_KERNEL(f16, e4m3, W8_F16_E4M3, F16, E4M3, 0)
-WORD_KERNEL(f16, e4m3_sat, W8_F16_E4M3, F16, E4M3, 1)
+W8_WORD_KERNEL(bf16, e4m3, W8_BF16_E4M3, BF16, E4M3, 0)
+W8_WORD_KERNEL(bf16, e4m3_sat, W8_BF16_E4M3, BF16, E4M3, 1)
+W8_WORD_KERNEL(bf16, e5m2, W8_BF16_E5M2, BF16, E5M2, 0)
+W8_WORD_KERNEL(bf16, e5m2_sat, W8_BF16_E5M2, BF16, E5M2, 1)
+W8_WORD_KERNEL(f16, e4m3, W8_F16_E4M3, F16, E4M3, 0)
+W8_WORD_KERNEL(f16, e4m3_sat, W8_F16_E4M3, F16, E4M3, 1)
 
 #define CVT_WORD_KERNELS 1
-#define CVT_ISA AVX512
 #define CVT_TABLE castfs_cvt_avx512
 #include "kernels/convert_table.h"
 
@@ -348,28 +328,8 @@ static inline AVX512 __m512i w8_planes(const uint8_t *sm, const uint8_t *ex,
 			   _mm256_loadu_si256((const void *)ex), sat);
 }
 
-/* The un-grouping fused into the cast, 64 elements a step as above. */
-#define PLANES_KERNEL(to, sat)                                                 \
-	static AVX512 void cvtp_bf16_##to(void *restrict dst,                  \
-					  const uint8_t *restrict sm,          \
-					  const uint8_t *restrict ex,          \
-					  size_t n)                            \
-	{                                                                      \
-		uint8_t *d = dst;                                              \
-		size_t i;                                                      \
-                                                                               \
-		for (i = 0; i + 2 * WSTEP <= n; i += 2 * WSTEP)                \
-			store_w8x2(d + i, w8_planes(sm + i, ex + i, sat),      \
-				   w8_planes(sm + i + WSTEP, ex + i + WSTEP,   \
-					     sat));                            \
-		for (; i + WSTEP <= n; i += WSTEP)                             \
-			store_w8(d + i, w8_planes(sm + i, ex + i, sat));       \
-		if (i < n)                                                     \
-			castfs_cvtp_scalar[sat](d + i, sm + i, ex + i, n - i); \
-	}
-
-PLANES_KERNEL(e4m3, 0)
-PLANES_KERNEL(e4m3_sat, 1)
+W8_PLANES_KERNEL(e4m3, 0)
+W8_PLANES_KERNEL(e4m3_sat, 1)
 
 const castfs_convert_planes_fn castfs_cvtp_avx512[2] = { cvtp_bf16_e4m3,
 							 cvtp_bf16_e4m3_sat };
@@ -411,52 +371,10 @@ static inline AVX512 __m512i w8_f32_planes(const uint8_t *const *p, size_t i,
 			   sat);
 }
 
-#define GROUPED_F16_KERNEL(to, sat)                                           \
-	static AVX512 void cvtg_f16_##to(void *restrict dst,                  \
-					 const uint8_t *const *p, size_t n)   \
-	{                                                                     \
-		const uint8_t *lo = p[0], *hi = p[1];                         \
-		uint8_t *d = dst;                                             \
-		size_t i;                                                     \
-                                                                              \
-		for (i = 0; i + 2 * WSTEP <= n; i += 2 * WSTEP)               \
-			store_w8x2(d + i, w8_f16_planes(lo + i, hi + i, sat), \
-				   w8_f16_planes(lo + i + WSTEP,              \
-						 hi + i + WSTEP, sat));       \
-		for (; i + WSTEP <= n; i += WSTEP)                            \
-			store_w8(d + i, w8_f16_planes(lo + i, hi + i, sat));  \
-		if (i < n)                                                    \
-			castfs_cvtg_scalar[0][sat](                           \
-				d + i,                                        \
-				(const uint8_t *const[]){ lo + i, hi + i },   \
-				n - i);                                       \
-	}
-
-#define GROUPED_F32_KERNEL(to, sat)                                           \
-	static AVX512 void cvtg_f32_##to(void *restrict dst,                  \
-					 const uint8_t *const *p, size_t n)   \
-	{                                                                     \
-		uint8_t *d = dst;                                             \
-		size_t i;                                                     \
-                                                                              \
-		for (i = 0; i + 2 * WSTEP <= n; i += 2 * WSTEP)               \
-			store_w8x2(d + i, w8_f32_planes(p, i, sat),           \
-				   w8_f32_planes(p, i + WSTEP, sat));         \
-		for (; i + WSTEP <= n; i += WSTEP)                            \
-			store_w8(d + i, w8_f32_planes(p, i, sat));            \
-		if (i < n)                                                    \
-			castfs_cvtg_scalar[1][sat](                           \
-				d + i,                                        \
-				(const uint8_t *const[]){ p[0] + i, p[1] + i, \
-							  p[2] + i,           \
-							  p[3] + i },         \
-				n - i);                                       \
-	}
-
-GROUPED_F16_KERNEL(e4m3, 0)
-GROUPED_F16_KERNEL(e4m3_sat, 1)
-GROUPED_F32_KERNEL(e4m3, 0)
-GROUPED_F32_KERNEL(e4m3_sat, 1)
+W8_GROUPED_F16_KERNEL(e4m3, 0)
+W8_GROUPED_F16_KERNEL(e4m3_sat, 1)
+W8_GROUPED_F32_KERNEL(e4m3, 0)
+W8_GROUPED_F32_KERNEL(e4m3_sat, 1)
 
 const castfs_convert_grouped_fn castfs_cvtg_avx512[2][2] = {
 	{ cvtg_f16_e4m3, cvtg_f16_e4m3_sat },
