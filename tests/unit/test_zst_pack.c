@@ -77,7 +77,7 @@ START_TEST(test_zst_pack__threads_write_the_same_bytes)
 		ck_assert_msg(!memcmp(many.p, one.p, one.n),
 			      "%u threads wrote other bytes", threads);
 		/* One call per frame (over 150 of them), the last with
-		 * every byte in and every frame's bytes out. */
+		 * every byte in (the table and marker are not counted). */
 		ck_assert_uint_gt(p.calls, 150);
 		ck_assert_uint_eq(p.in, N_IN);
 		ck_assert_uint_lt(p.out, one.n);
@@ -129,7 +129,8 @@ static ssize_t bad_read(struct bad_reader *r, int k)
 	if (r->order == 2 && k == 1)
 		wait_for(r, &r->failed[0]);
 	pthread_mutex_unlock(&r->lock);
-	/* Past the other's failure as the pack records it. */
+	/* The second to fail returns 2 ms later, so that the pack has
+	 * recorded the first one's failure by then. */
 	if ((r->order == 1 && k == 0) || (r->order == 2 && k == 1))
 		usleep(2000);
 	pthread_mutex_lock(&r->lock);
@@ -165,11 +166,11 @@ static int bad_write(void *ctx, const void *buf, size_t n)
 	return mem_write(&w->m, buf, n);
 }
 
-/* Pack through @r, which fails, into @w by @threads threads. */
-static int pack_reader_failing(struct bad_reader *r, struct bad_writer *w,
-			       unsigned threads, struct castfs_diag *d)
+/* Pack N_IN bytes read by @rd into @w (grouped, with checksums) by
+ * @threads threads. */
+static int pack_through(const struct castfs_reader *rd, struct bad_writer *w,
+			unsigned threads, struct castfs_diag *d)
 {
-	struct castfs_reader rd = { .pread = bad_pread, .ctx = r };
 	struct castfs_writer wr = { bad_write, w };
 	struct castfs_zst_pack_opts o = { .frame_size = 4096,
 					  .level = 1,
@@ -180,24 +181,7 @@ static int pack_reader_failing(struct bad_reader *r, struct bad_writer *w,
 					  .threads = threads };
 
 	castfs_diag_clear(d);
-	return castfs_zst_pack(&rd, N_IN, &o, &wr, d);
-}
-
-/* Pack @in through @w, which fails, by @threads threads. */
-static int pack_writer_failing(const uint8_t *in, struct bad_writer *w,
-			       unsigned threads, struct castfs_diag *d)
-{
-	struct castfs_mem_reader mr;
-	struct castfs_writer wr = { bad_write, w };
-	struct castfs_zst_pack_opts o = { .frame_size = 4096,
-					  .level = 1,
-					  .cuts = cuts,
-					  .ncuts = sizeof(cuts) / sizeof(*cuts),
-					  .cut_transforms = tr,
-					  .threads = threads };
-
-	castfs_mem_reader_init(&mr, in, N_IN);
-	return castfs_zst_pack(&mr.r, N_IN, &o, &wr, d);
+	return castfs_zst_pack(rd, N_IN, &o, &wr, d);
 }
 
 /* The failure named is the file's first, by 1 (_i 0) or 5 threads: a
@@ -220,13 +204,14 @@ START_TEST(test_zst_pack__first_failure_in_the_file_named)
 			.bad = { at, at + 4096 * (round % 4 + 1) },
 			.order = threads > 1 ? round % 2 + 1 : 0,
 		};
+		struct castfs_reader rd = { .pread = bad_pread, .ctx = &r };
 		struct bad_writer w = { .fail = 0 };
+		struct castfs_mem_reader mr;
 		char want[64];
 
 		pthread_mutex_init(&r.lock, NULL);
 		pthread_cond_init(&r.cond, NULL);
-		ck_assert_int_eq(pack_reader_failing(&r, &w, threads, &d),
-				 -EIO);
+		ck_assert_int_eq(pack_through(&rd, &w, threads, &d), -EIO);
 		snprintf(want, sizeof(want), "reading at %llu",
 			 (unsigned long long)start);
 		ck_assert_msg(!strcmp(d.msg, want), "%s: %s", want, d.msg);
@@ -238,9 +223,8 @@ START_TEST(test_zst_pack__first_failure_in_the_file_named)
 
 		/* The 30th write fails; no read does, and no write follows. */
 		w = (struct bad_writer){ .fail = 30 };
-		castfs_diag_clear(&d);
-		ck_assert_int_eq(pack_writer_failing(in, &w, threads, &d),
-				 -ENOSPC);
+		castfs_mem_reader_init(&mr, in, N_IN);
+		ck_assert_int_eq(pack_through(&mr.r, &w, threads, &d), -ENOSPC);
 		ck_assert_msg(strstr(d.msg, "writing the pack"), "%s", d.msg);
 		ck_assert_uint_eq(w.calls, 30);
 		free(w.m.p);
