@@ -69,17 +69,15 @@ static void split_planes(const uint8_t *src, size_t n, unsigned ssz,
 	for (size_t i = 0; i < n; i++) {
 		uint32_t v = 0;
 
-		memcpy(&v, src + i * ssz, ssz);
-		if (ssz == 2) {
-			pl[0][so + i] = (uint8_t)v;
-			pl[1][so + i] = (uint8_t)(v >> 8);
-			continue;
-		}
+		for (unsigned b = 0; b < ssz; b++) /* little-endian elements */
+			v |= (uint32_t)src[i * ssz + b] << (8 * b);
 		pl[0][so + i] = (uint8_t)v;
 		pl[1][so + i] = (uint8_t)(v >> 8);
-		pl[2][so + i] =
-			(uint8_t)(((v >> 24) & 0x80u) | ((v >> 16) & 0x7Fu));
-		pl[3][so + i] = (uint8_t)(v >> 23);
+		if (ssz == 4) {
+			pl[2][so + i] = (uint8_t)(((v >> 24) & 0x80u) |
+						  ((v >> 16) & 0x7Fu));
+			pl[3][so + i] = (uint8_t)(v >> 23);
+		}
 	}
 }
 
