@@ -494,12 +494,13 @@ static int parse_threads(const char *s, unsigned *n)
 	return 0;
 }
 
-/* The threads that code and read back a pack: one per online CPU. */
+/* The threads that code and read back a pack: one per online CPU (the
+ * library takes at most 16). */
 static unsigned online_cpus(void)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
-	return cpus < 1 ? 1u : (unsigned)CASTFS_MIN(cpus, 16);
+	return cpus < 1 ? 1u : (unsigned)cpus;
 }
 
 static int opt_set(struct pack_opts *o, int ch, const char *arg)

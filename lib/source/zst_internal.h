@@ -25,6 +25,15 @@
 #define ZST_GROUPED_TAG "CASTFSG1"
 #define ZST_GROUPED_TAG_LEN 8u
 
+/*
+ * zst_run_threads - @run(@arg) on @n threads (0 or 1: this one only; at
+ * most ZST_MAX_THREADS), this one among them, returning once all have
+ * returned. @run takes work from @arg until none is left, so helpers that
+ * fail to start only leave theirs to the others.
+ */
+#define ZST_MAX_THREADS 16u
+void zst_run_threads(void *(*run)(void *), void *arg, unsigned n);
+
 struct castfs_zst_index {
 	struct castfs_zcache *cache;
 	uint64_t id; /* the cache's key for this file's frames */

@@ -14,7 +14,6 @@
 #include "common/compiler.h"
 #include "source/zst_internal.h"
 
-#define PACK_MAX_THREADS 16u
 /* The threads' buffers together, at most (one thread gets its own
  * whatever the frame size). */
 #define PACK_MAX_BUFFERS ((size_t)256 << 20)
@@ -365,30 +364,20 @@ static void *pack_run(void *arg)
 	return NULL;
 }
 
-/* The threads a pack gets: as asked, at most PACK_MAX_THREADS, and no
- * more than keep their buffers (four frames each) within
- * PACK_MAX_BUFFERS. */
+/* The threads a pack gets: as asked, and no more than keep their buffers
+ * (four frames each) within PACK_MAX_BUFFERS (zst_run_threads() caps the
+ * count too). */
 static unsigned pack_threads(const struct castfs_zst_pack_opts *o)
 {
 	size_t fit = PACK_MAX_BUFFERS / (4 * o->frame_size);
-	size_t nt = CASTFS_MIN((size_t)o->threads, fit);
 
-	return (unsigned)CASTFS_MAX(CASTFS_MIN(nt, PACK_MAX_THREADS), 1);
+	return (unsigned)CASTFS_MIN((size_t)o->threads, CASTFS_MAX(fit, 1));
 }
 
 /* Every piece, by pack_threads() threads, this one among them. */
 static int pack_pieces(struct pack_state *ps, struct castfs_diag *d)
 {
-	pthread_t t[PACK_MAX_THREADS];
-	unsigned nt = pack_threads(ps->o), started = 0;
-
-	/* Helpers that fail to start leave their pieces to this thread. */
-	while (started + 1 < nt &&
-	       pthread_create(&t[started], NULL, pack_run, ps) == 0)
-		started++;
-	pack_run(ps);
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(t[i], NULL);
+	zst_run_threads(pack_run, ps, pack_threads(ps->o));
 	if (ps->bad == SIZE_MAX)
 		return 0;
 	if (ps->d.msg[0])

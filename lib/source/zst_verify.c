@@ -14,11 +14,11 @@
 
 #include "common/compiler.h"
 #include "source/zst.h"
+#include "source/zst_internal.h"
 
 /* Bytes compared per step: two buffers of this per thread, plus the
  * frame cache the threads share. */
 #define VERIFY_CHUNK (4u << 20)
-#define VERIFY_MAX_THREADS 16u
 
 /* The steps, handed out in offset order to the threads. */
 struct verify_job {
@@ -132,18 +132,8 @@ static int verify_bytes(const struct castfs_reader *zr,
 	struct verify_job j = {
 		.zr = zr, .orig = orig, .size = size, .o = o, .bad = UINT64_MAX
 	};
-	pthread_t t[VERIFY_MAX_THREADS];
-	unsigned nt = o ? CASTFS_MIN(o->threads, VERIFY_MAX_THREADS) : 0;
-	unsigned started = 0;
-
 	pthread_mutex_init(&j.lock, NULL);
-	/* Helpers that fail to start leave their steps to this thread. */
-	while (started + 1 < nt &&
-	       pthread_create(&t[started], NULL, verify_run, &j) == 0)
-		started++;
-	verify_run(&j);
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(t[i], NULL);
+	zst_run_threads(verify_run, &j, o ? o->threads : 0);
 	pthread_mutex_destroy(&j.lock);
 	if (j.bad == UINT64_MAX)
 		return 0;
