@@ -34,6 +34,39 @@
 #define ZST_MAX_THREADS 16u
 void zst_run_threads(void *(*run)(void *), void *arg, unsigned n);
 
+/*
+ * An ordered pipeline (zst_pipe_run()): items taken in order by the
+ * threads, worked on at once, and committed one at a time in the order
+ * taken, so what is committed (a pack's frames, an unpacked file's bytes)
+ * is the same whatever the threads' number and timing. Each thread keeps
+ * its buffers and current item in a slot of @slot_size bytes (zeroed).
+ */
+struct zst_pipe_ops {
+	size_t slot_size;
+	/* 0, or -ENOMEM with nothing left to free: that thread then takes
+	 * no item, and the others do them. */
+	int (*slot_init)(void *ctx, void *slot);
+	void (*slot_free)(void *ctx, void *slot);
+	/* Under the pipeline's lock: the next item into @slot; false when
+	 * none is left. */
+	bool (*take)(void *ctx, void *slot);
+	/* Unlocked, beside the other threads: 0, or the error with its
+	 * reason in @d. */
+	int (*work)(void *ctx, void *slot, struct castfs_diag *d);
+	/* Unlocked, on the item's turn (one thread at a time, in order):
+	 * 0, or the error with its reason in @d. */
+	int (*commit)(void *ctx, void *slot, struct castfs_diag *d);
+};
+
+/*
+ * zst_pipe_run - every item of @ops over @ctx, on @threads threads as
+ * zst_run_threads(). Items after the first that fails are not committed.
+ * Returns 0; the first failing item's error (in order, whatever the
+ * threads' timing), its reason in @d; or -ENOMEM when no thread got a slot.
+ */
+int zst_pipe_run(const struct zst_pipe_ops *ops, void *ctx, unsigned threads,
+		 struct castfs_diag *d);
+
 struct castfs_zst_index {
 	struct castfs_zcache *cache;
 	uint64_t id; /* the cache's key for this file's frames */

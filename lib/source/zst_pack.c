@@ -5,7 +5,6 @@
  * stock zstd -d decodes the file to the original bytes.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,17 +17,27 @@
  * whatever the frame size). */
 #define PACK_MAX_BUFFERS ((size_t)256 << 20)
 
-/* The buffers and compressor of one packing thread. */
+/* A piece taken: its place, and what it became in its slot. */
+struct piece {
+	uint64_t pos;
+	size_t n, got;
+	enum castfs_zst_transform t;
+	uint32_t sum;
+};
+
+/* The buffers and compressor of one packing thread, and its piece. */
 struct pack_slot {
 	struct zst_cctx *cc;
 	uint8_t *in, *out, *planes; /* planes: grouped packs only */
 	uint8_t *tier; /* grouped packs: a tiered frame, out_cap bytes */
+	struct piece pc;
 };
 
 /*
- * The pieces are handed out in file order to the threads; each codes its
- * piece into its slot, then waits for its turn to write it, so the pack
- * is the same bytes whatever the threads' number and timing.
+ * The pieces, taken in file order by the threads of an ordered pipeline
+ * (zst_pipe_run()): each codes its piece into its slot, and the frames
+ * are written in file order, so the pack is the same bytes whatever the
+ * threads' number and timing.
  */
 struct pack_state {
 	const struct castfs_zst_pack_opts *o;
@@ -36,15 +45,8 @@ struct pack_state {
 	const struct castfs_reader *src;
 	uint64_t size;
 	size_t out_cap;
-	pthread_mutex_t lock;
-	pthread_cond_t turn; /* @written moved, or a piece failed */
-	uint64_t pos; /* the next piece to hand out starts here */
+	uint64_t pos; /* the next piece to take starts here */
 	size_t k; /* piece_end()'s cut cursor at @pos */
-	size_t handed; /* pieces handed out: the next one's number */
-	size_t written; /* pieces written: the next one to write */
-	size_t bad; /* the lowest piece that failed; SIZE_MAX: none */
-	int rc; /* its error */
-	struct castfs_diag d; /* its reason */
 	uint8_t *xform; /* grouped packs: the transform of each frame */
 	uint8_t *table; /* 12 bytes per frame: csize, dsize, checksum */
 	size_t nframes, table_cap;
@@ -158,19 +160,12 @@ static uint32_t piece_sum(const struct castfs_zst_pack_opts *o,
 	return zst_frame_sum(t, out, got, plane, n);
 }
 
-/* A piece handed out: its place, and what it became in its slot. */
-struct piece {
-	size_t id;
-	uint64_t pos;
-	size_t n, got;
-	enum castfs_zst_transform t;
-	uint32_t sum;
-};
-
-/* Read and code piece @pc into @sl: 0, or the error with its reason. */
-static int piece_code(const struct pack_state *ps, struct pack_slot *sl,
-		      struct piece *pc, struct castfs_diag *d)
+/* The pipeline's work: read and code the slot's piece. */
+static int piece_code(void *ctx, void *slot, struct castfs_diag *d)
 {
+	const struct pack_state *ps = ctx;
+	struct pack_slot *sl = slot;
+	struct piece *pc = &sl->pc;
 	const uint8_t *kept;
 	int rc = castfs_reader_read(ps->src, sl->in, pc->n, pc->pos);
 
@@ -188,31 +183,19 @@ static int piece_code(const struct pack_state *ps, struct pack_slot *sl,
 	return 0;
 }
 
-/* Under ps->lock: keep failure @rc of piece @id if it lies before the
- * one kept, and wake the threads waiting for their turn. */
-static void pack_fail_locked(struct pack_state *ps, size_t id, int rc,
-			     const struct castfs_diag *d)
+/* The pipeline's take: the next piece into the slot; false when none is
+ * left. */
+static bool piece_take(void *ctx, void *slot)
 {
-	if (id < ps->bad) {
-		ps->bad = id;
-		ps->rc = rc;
-		ps->d = *d;
-	}
-	pthread_cond_broadcast(&ps->turn);
-}
-
-/* Under ps->lock: the next piece into @pc; false when none is left, or
- * all that are left lie after a failure. */
-static bool piece_take_locked(struct pack_state *ps, struct piece *pc)
-{
+	struct pack_state *ps = ctx;
+	struct pack_slot *sl = slot;
 	const uint8_t *tr = ps->o->cut_transforms;
 	uint64_t end;
 
-	if (ps->pos >= ps->size || ps->handed >= ps->bad)
+	if (ps->pos >= ps->size)
 		return false;
 	end = piece_end(ps->o, &ps->k, ps->pos, ps->size);
-	*pc = (struct piece){
-		.id = ps->handed++,
+	sl->pc = (struct piece){
 		.pos = ps->pos,
 		.n = (size_t)(end - ps->pos),
 		.t = tr && ps->k ? (enum castfs_zst_transform)tr[ps->k - 1] :
@@ -222,16 +205,15 @@ static bool piece_take_locked(struct pack_state *ps, struct piece *pc)
 	return true;
 }
 
-/* Under ps->lock, on piece @pc's turn: write @sl's frame (unlocked, so
- * that the other threads go on coding) and add it to the table. */
-static int piece_write_locked(struct pack_state *ps, const struct pack_slot *sl,
-			      const struct piece *pc, struct castfs_diag *d)
+/* The pipeline's commit, on the piece's turn: write the slot's frame and
+ * add it to the table. */
+static int piece_write(void *ctx, void *slot, struct castfs_diag *d)
 {
-	int rc;
+	struct pack_state *ps = ctx;
+	const struct pack_slot *sl = slot;
+	const struct piece *pc = &sl->pc;
+	int rc = ps->w->write(ps->w->ctx, sl->out, pc->got);
 
-	pthread_mutex_unlock(&ps->lock);
-	rc = ps->w->write(ps->w->ctx, sl->out, pc->got);
-	pthread_mutex_lock(&ps->lock);
 	if (rc)
 		return castfs_diag_set(d, rc, "writing the pack");
 	rc = table_add(ps, (uint32_t)pc->got, (uint32_t)pc->n, pc->sum, pc->t);
@@ -296,8 +278,11 @@ static int marker_write(struct pack_state *ps)
 	return rc;
 }
 
-static void slot_free(struct pack_slot *sl)
+static void slot_free(void *ctx, void *slot)
 {
+	struct pack_slot *sl = slot;
+
+	(void)ctx;
 	zst_cctx_free(sl->cc);
 	free(sl->tier);
 	if (sl->planes != sl->in)
@@ -306,9 +291,11 @@ static void slot_free(struct pack_slot *sl)
 	free(sl->in);
 }
 
-static int slot_init(struct pack_slot *sl, const struct pack_state *ps)
+static int slot_init(void *ctx, void *slot)
 {
+	const struct pack_state *ps = ctx;
 	const struct castfs_zst_pack_opts *o = ps->o;
+	struct pack_slot *sl = slot;
 	bool grouped = o->cut_transforms != NULL;
 
 	sl->in = malloc(o->frame_size);
@@ -318,51 +305,18 @@ static int slot_init(struct pack_slot *sl, const struct pack_state *ps)
 	sl->cc = zst_cctx_new(o->level, grouped);
 	if (sl->in && sl->out && sl->planes && sl->cc && (sl->tier || !grouped))
 		return 0;
-	slot_free(sl);
+	slot_free(ctx, sl);
 	return -ENOMEM;
 }
 
-/* One thread's loop: code pieces in file order until none is left below
- * the lowest failure, each written on its turn; so the failure reported
- * is the first in the file, whatever the threads' timing. */
-static void *pack_run(void *arg)
-{
-	struct pack_state *ps = arg;
-	struct castfs_diag d = { { 0 } };
-	struct pack_slot sl;
-	struct piece pc;
-	bool have = slot_init(&sl, ps) == 0;
-
-	pthread_mutex_lock(&ps->lock);
-	/* Without buffers this thread takes no piece; a failure another
-	 * one found says more than ENOMEM. */
-	if (!have && ps->bad == SIZE_MAX)
-		pack_fail_locked(ps, 0, -ENOMEM, &d);
-	while (have && piece_take_locked(ps, &pc)) {
-		int rc;
-
-		pthread_mutex_unlock(&ps->lock);
-		castfs_diag_clear(&d);
-		rc = piece_code(ps, &sl, &pc, &d);
-		pthread_mutex_lock(&ps->lock);
-		while (!rc && ps->written != pc.id && pc.id < ps->bad)
-			pthread_cond_wait(&ps->turn, &ps->lock);
-		if (!rc && pc.id >= ps->bad)
-			continue; /* an earlier piece failed: nothing to add */
-		if (!rc)
-			rc = piece_write_locked(ps, &sl, &pc, &d);
-		if (rc) {
-			pack_fail_locked(ps, pc.id, rc, &d);
-			continue;
-		}
-		ps->written++;
-		pthread_cond_broadcast(&ps->turn);
-	}
-	pthread_mutex_unlock(&ps->lock);
-	if (have)
-		slot_free(&sl);
-	return NULL;
-}
+static const struct zst_pipe_ops pack_ops = {
+	.slot_size = sizeof(struct pack_slot),
+	.slot_init = slot_init,
+	.slot_free = slot_free,
+	.take = piece_take,
+	.work = piece_code,
+	.commit = piece_write,
+};
 
 /* The threads a pack gets: as asked, and no more than keep their buffers
  * (four frames each) within PACK_MAX_BUFFERS (zst_run_threads() caps the
@@ -374,24 +328,11 @@ static unsigned pack_threads(const struct castfs_zst_pack_opts *o)
 	return (unsigned)CASTFS_MIN((size_t)o->threads, CASTFS_MAX(fit, 1));
 }
 
-/* Every piece, by pack_threads() threads, this one among them. */
-static int pack_pieces(struct pack_state *ps, struct castfs_diag *d)
-{
-	zst_run_threads(pack_run, ps, pack_threads(ps->o));
-	if (ps->bad == SIZE_MAX)
-		return 0;
-	if (ps->d.msg[0])
-		castfs_diag_set(d, ps->rc, "%s", ps->d.msg);
-	return ps->rc;
-}
-
 int castfs_zst_pack(const struct castfs_reader *src, uint64_t size,
 		    const struct castfs_zst_pack_opts *o,
 		    const struct castfs_writer *w, struct castfs_diag *d)
 {
-	struct pack_state ps = {
-		.o = o, .w = w, .src = src, .size = size, .bad = SIZE_MAX
-	};
+	struct pack_state ps = { .o = o, .w = w, .src = src, .size = size };
 	int rc;
 
 	if (o->frame_size == 0 || o->frame_size > CASTFS_ZST_MAX_FRAME)
@@ -403,15 +344,11 @@ int castfs_zst_pack(const struct castfs_reader *src, uint64_t size,
 				       "a grouped pack's frame size must be a "
 				       "multiple of 4");
 	ps.out_cap = zst_bound(o->frame_size);
-	pthread_mutex_init(&ps.lock, NULL);
-	pthread_cond_init(&ps.turn, NULL);
-	rc = pack_pieces(&ps, d);
+	rc = zst_pipe_run(&pack_ops, &ps, pack_threads(o), d);
 	if (!rc && o->cut_transforms)
 		rc = marker_write(&ps);
 	if (!rc)
 		rc = table_write(&ps);
-	pthread_cond_destroy(&ps.turn);
-	pthread_mutex_destroy(&ps.lock);
 	free(ps.xform);
 	free(ps.table);
 	return rc;

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * lib/source/zst_pack.c's threads: a pack coded by several threads is the
- * same bytes as one thread's (standard and grouped, cuts, checksums), its
- * progress comes in file order, and a failing read or write is reported
- * for the first piece in the file that fails, whatever the timing.
+ * lib/source's threads (zst_threads.c's ordered pipeline, as castfs pack
+ * runs it): a pack coded by several threads is the same bytes as one
+ * thread's (standard and grouped, cuts,
+ * checksums), its progress comes in file order, a failing read or write
+ * is reported for the first piece in the file that fails, whatever the
+ * timing, and threads without buffers leave their work to the others.
  */
 #include <check.h>
 #include <errno.h>
@@ -16,6 +18,7 @@
 #include <unistd.h>
 
 #include "source/zst.h"
+#include "source/zst_internal.h"
 #include "unit.h"
 #include "unit_membuf.h"
 
@@ -233,6 +236,108 @@ START_TEST(test_zst_pack__first_failure_in_the_file_named)
 }
 END_TEST
 
+/* A pipeline whose threads' slots fail to start (@fail of them, counted
+ * down): @items numbers, each worked on as its square and committed in
+ * order. */
+struct pipe_test {
+	pthread_mutex_t lock;
+	int fail;
+	unsigned inits;
+	size_t next, items, committed;
+};
+
+static int pt_init(void *ctx, void *slot)
+{
+	struct pipe_test *t = ctx;
+	int rc = 0;
+
+	(void)slot;
+	pthread_mutex_lock(&t->lock);
+	if (t->fail > 0) {
+		t->fail--;
+		rc = -ENOMEM;
+	} else {
+		t->inits++;
+	}
+	pthread_mutex_unlock(&t->lock);
+	/* The threads that do get slots start late: those that fail have
+	 * given up by then. */
+	if (!rc)
+		usleep(2000);
+	return rc;
+}
+
+static void pt_free(void *ctx, void *slot)
+{
+	(void)ctx;
+	(void)slot;
+}
+
+static bool pt_take(void *ctx, void *slot)
+{
+	struct pipe_test *t = ctx;
+
+	if (t->next == t->items)
+		return false;
+	((size_t *)slot)[0] = t->next++;
+	return true;
+}
+
+static int pt_work(void *ctx, void *slot, struct castfs_diag *d)
+{
+	size_t *s = slot;
+
+	(void)ctx;
+	(void)d;
+	s[1] = s[0] * s[0];
+	return 0;
+}
+
+static int pt_commit(void *ctx, void *slot, struct castfs_diag *d)
+{
+	struct pipe_test *t = ctx;
+	const size_t *s = slot;
+
+	(void)d;
+	ck_assert_uint_eq(s[0], t->committed);
+	ck_assert_uint_eq(s[1], s[0] * s[0]);
+	t->committed++;
+	return 0;
+}
+
+static const struct zst_pipe_ops pt_ops = {
+	.slot_size = 2 * sizeof(size_t),
+	.slot_init = pt_init,
+	.slot_free = pt_free,
+	.take = pt_take,
+	.work = pt_work,
+	.commit = pt_commit,
+};
+
+/* Threads that cannot get their buffers leave their items to the others
+ * (castfs pack, its read-back and unpack then go on with fewer threads);
+ * when none gets them, -ENOMEM and no item taken. */
+START_TEST(test_zst_pipe__threads_without_slots_leave_their_work)
+{
+	for (int fail = 0; fail <= 6; fail++) {
+		struct pipe_test t = { .fail = fail, .items = 1000 };
+		int rc;
+
+		pthread_mutex_init(&t.lock, NULL);
+		rc = zst_pipe_run(&pt_ops, &t, 6, NULL);
+		pthread_mutex_destroy(&t.lock);
+		if (fail < 6) {
+			ck_assert_int_eq(rc, 0);
+			ck_assert_uint_eq(t.inits, 6 - fail);
+			ck_assert_uint_eq(t.committed, 1000);
+		} else {
+			ck_assert_int_eq(rc, -ENOMEM);
+			ck_assert_uint_eq(t.next, 0);
+		}
+	}
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("zst_pack");
@@ -243,6 +348,8 @@ Suite *unit_suite(void)
 			    4);
 	tcase_add_loop_test(tc, test_zst_pack__first_failure_in_the_file_named,
 			    0, 2);
+	tcase_add_test(tc,
+		       test_zst_pipe__threads_without_slots_leave_their_work);
 	suite_add_tcase(s, tc);
 	return s;
 }
