@@ -34,7 +34,8 @@ struct pack_opts {
 		      * takes its name */
 	bool force; /* replace an existing output */
 	bool grouped; /* byte-plane frames (ZSTG_EXT) */
-	unsigned threads; /* coding and reading back; 0: the online CPUs */
+	unsigned threads; /* coding, reading back, decoding; 0: the online
+			   * CPUs */
 	int progress; /* 1 on, 0 off, -1 when stderr is a terminal */
 	const char *cmd;
 };
@@ -53,10 +54,13 @@ static void pack_usage(FILE *f, const char *cmd)
 	if (!strcmp(cmd, "unpack")) {
 		fprintf(f,
 			"usage: castfs unpack [--force] [--remove] "
-			"[--[no-]progress] X.safetensors.zst...\n\n"
+			"[--threads N] [--[no-]progress]\n"
+			"                     X.safetensors.zst|.zstg...\n\n"
 			"Restore X.safetensors, byte-identical, from a pack "
 			"(every frame is\ndecoded and its checksum, when the "
-			"pack has them, verified).\n");
+			"pack has them, verified;\nframes are decoded by N "
+			"threads at once, by default one per CPU,\nat most "
+			"16).\n");
 		return;
 	}
 	fprintf(f,
@@ -375,29 +379,10 @@ static int pack_dir(const char *dir, const struct pack_opts *o,
 	return rc;
 }
 
-#define UNPACK_CHUNK (4u << 20)
-
-/* Decode all of @ix (over @raw) into @w. */
-static int unpack_copy(const struct castfs_zst_index *ix,
-		       const struct castfs_reader *raw, struct pack_out *w)
+/* Unpacking: decoded bytes written. */
+static void unpack_progress(void *ctx, uint64_t done, uint64_t total)
 {
-	struct castfs_zst_reader zr;
-	uint8_t *buf = malloc(UNPACK_CHUNK);
-	uint64_t off = 0;
-	int rc = buf ? 0 : -ENOMEM;
-
-	castfs_zst_reader_init(&zr, ix, raw);
-	while (!rc && off < w->total) {
-		size_t n = (size_t)CASTFS_MIN(w->total - off, UNPACK_CHUNK);
-
-		rc = castfs_reader_read(&zr.r, buf, n, off);
-		if (!rc)
-			rc = fd_write(w, buf, n);
-		off += n;
-		progress(w, off, off);
-	}
-	free(buf);
-	return rc;
+	bar(ctx, done, total, "unpack");
 }
 
 static int unpack_fd(int fd, const struct stat *st, const char *in,
@@ -408,6 +393,10 @@ static int unpack_fd(int fd, const struct stat *st, const char *in,
 	struct castfs_zcache *c;
 	struct castfs_zst_index *ix = NULL;
 	struct pack_out w = { .f.fd = -1, .progress = o->progress };
+	struct castfs_writer wr = { fd_write, &w };
+	struct castfs_zst_unpack_opts uo = { .progress = unpack_progress,
+					     .progress_ctx = &w,
+					     .threads = o->threads };
 	int rc = castfs_zcache_new(CASTFS_ZCACHE_DEFAULT, &c);
 
 	castfs_fd_reader_init(&fr, fd);
@@ -422,7 +411,7 @@ static int unpack_fd(int fd, const struct stat *st, const char *in,
 		rc = out_open(&w, out, st->st_mode);
 	if (!rc) {
 		w.total = castfs_zst_index_size(ix);
-		rc = unpack_copy(ix, &fr.r, &w);
+		rc = castfs_zst_unpack(ix, &fr.r, &uo, &wr, &d);
 	}
 	if (!rc && !cli_same_file(fd, st))
 		rc = castfs_diag_set(&d, -ESTALE, "changed while unpacked");
@@ -494,8 +483,8 @@ static int parse_threads(const char *s, unsigned *n)
 	return 0;
 }
 
-/* The threads that code and read back a pack: one per online CPU (the
- * library takes at most 16). */
+/* The threads that code and read back a pack, or decode one: one per
+ * online CPU (the library takes at most 16). */
 static unsigned online_cpus(void)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);

@@ -5,7 +5,8 @@
 lib_libcastfs_a_SOURCES += \
 	lib/source/zst.c lib/source/zst.h lib/source/zst_internal.h \
 	lib/source/zst_index.c lib/source/zst_cache.c lib/source/zst_pack.c \
-	lib/source/zst_verify.c lib/source/zst_threads.c \
+	lib/source/zst_verify.c lib/source/zst_unpack.c \
+	lib/source/zst_threads.c \
 	lib/source/zst_group.c lib/source/zst_group_avx2.c \
 	lib/source/zst_tier.c lib/source/zst_tier_pack.c \
 	lib/source/zst_tier_avx2.c lib/source/zst_tier_avx512.c \

@@ -215,4 +215,31 @@ int castfs_zst_verify(const struct castfs_reader *pack, uint64_t pack_size,
 		      const struct castfs_zst_verify_opts *o,
 		      struct castfs_diag *d);
 
+struct castfs_zst_unpack_opts {
+	/* Called after each step with decoded bytes written and the total
+	 * (from one thread at a time, @done increasing). */
+	void (*progress)(void *ctx, uint64_t done, uint64_t total);
+	void *progress_ctx;
+	/* Threads decoding frames at once (0 or 1: the caller's only; at
+	 * most 16, and fewer where their buffers would pass 256 MiB). */
+	unsigned threads;
+};
+
+/*
+ * castfs_zst_unpack - write the decoded bytes of the pack @ix (its
+ * compressed bytes read by @raw) to @w, in order: its frames decoded, and
+ * their checksums checked, as a mount reads them, by @o->threads threads
+ * at once; @w is called one step at a time, in order.
+ * @o: optional: a progress callback, and threads to share the work.
+ *
+ * Returns 0; -EIO when a frame fails to decode or its checksum mismatches
+ * (the first such frame in the file named in @d, and nothing from it on
+ * written); -ENOMEM; or @raw's or @w's error. Memory: per thread a buffer
+ * of 4 MiB or the pack's largest frame, whichever is larger.
+ */
+int castfs_zst_unpack(const struct castfs_zst_index *ix,
+		      const struct castfs_reader *raw,
+		      const struct castfs_zst_unpack_opts *o,
+		      const struct castfs_writer *w, struct castfs_diag *d);
+
 #endif

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The threads of castfs pack's coding (zst_pack.c) and read-back
- * (zst_verify.c), the places lib/ starts threads: a CLI run, never the
- * daemon.
+ * The threads of castfs pack's coding (zst_pack.c), its read-back
+ * (zst_verify.c) and castfs unpack (zst_unpack.c), the places lib/ starts
+ * threads: a CLI run, never the daemon.
  */
 #include <errno.h>
 #include <pthread.h>

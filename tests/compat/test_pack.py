@@ -157,6 +157,57 @@ class Pack(unittest.TestCase):
         with open(self.src, "rb") as f:
             self.assertEqual(f.read(), self.orig)
 
+    def test_unpack_threads(self):
+        """--threads N decodes the frames of a pack on N threads: the same
+        original whatever N, and of a pack with two corrupted frames, the
+        first in the file named, and no output."""
+        big = os.path.join(self.dir, "big.safetensors")
+        torch.manual_seed(3)
+        save_file({"w.%d" % i: (torch.randn(1024, 1024) * 0.02).bfloat16()
+                   for i in range(6)}, big)
+        with open(big, "rb") as f:
+            orig = f.read()
+        for kind, ext in (([], ".zst"), (["--grouped"], ".zstg")):
+            r = castfs("pack", "--no-progress", "--remove", "--frame-size", "256K",
+                       *kind, big)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            z = big + ext
+            for n in ("1", "3", "16"):
+                with self.subTest(kind=kind, threads=n):
+                    r = castfs("unpack", "--no-progress", "--threads", n, z)
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    with open(big, "rb") as f:
+                        self.assertTrue(f.read() == orig)
+                    os.remove(big)
+            for bad in ("0", "17", "x"):
+                r = castfs("unpack", "--no-progress", "--threads", bad, z)
+                self.assertEqual(r.returncode, 2, bad)
+            with open(z, "rb") as f:
+                good = f.read()
+            frames, _ = seek_table(z)
+            starts = [0]
+            for c, _, _ in frames:
+                starts.append(starts[-1] + c)
+            # frames 9 and 41 lie in different 4 MiB steps (16 frames each)
+            corrupt = bytearray(good)
+            for k in (41, 9):
+                corrupt[starts[k] + frames[k][0] // 2] ^= 0x55
+            with open(z, "wb") as f:
+                f.write(corrupt)
+            dstart = sum(d for _, d, _ in frames[:9])
+            for n in ("1", "16"):
+                with self.subTest(kind=kind, threads=n, corrupt=True):
+                    r = castfs("unpack", "--no-progress", "--threads", n, z)
+                    self.assertEqual(r.returncode, 1)
+                    self.assertIn("frame 9 (decoded bytes %d to %d) does not decode "
+                                  "or its checksum mismatches"
+                                  % (dstart, dstart + frames[9][1]), r.stderr)
+                    self.assertFalse(os.path.exists(big))
+            with open(z, "wb") as f:
+                f.write(good)
+            r = castfs("unpack", "--no-progress", "--remove", z)
+            self.assertEqual(r.returncode, 0, r.stderr)
+
     def test_unpack_reads_independent_pack(self):
         z = self.src + ".zst"
         independent_pack(self.src, z)
@@ -215,8 +266,11 @@ class Pack(unittest.TestCase):
         corrupt[frames[0][0] + frames[1][0] // 2] ^= 0x55
         for data, why in ((plain, "no seek table"), (good[:-1], "no seek table"),
                           (good[: len(good) // 2], "no seek table"),
-                          (bytes(lie), "seek table"), (bytes(sum_flip), "Input/output"),
-                          (bytes(corrupt), "Input/output")):
+                          (bytes(lie), "seek table"),
+                          (bytes(sum_flip), "frame 0 (decoded bytes 0 to %d) does not "
+                           "decode or its checksum mismatches" % frames[0][1]),
+                          (bytes(corrupt), "frame 1 (decoded bytes %d to %d) does not "
+                           "decode" % (frames[0][1], frames[0][1] + frames[1][1]))):
             with self.subTest(why=why, n=len(data)):
                 self.hostile_unpack(data, why)
 

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * lib/source's threads (zst_threads.c's ordered pipeline, as castfs pack
- * runs it): a pack coded by several threads is the same bytes as one
- * thread's (standard and grouped, cuts,
+ * and castfs unpack run it): a pack coded, or a pack decoded, by several
+ * threads is the same bytes as one thread's (standard and grouped, cuts,
  * checksums), its progress comes in file order, a failing read or write
  * is reported for the first piece in the file that fails, whatever the
  * timing, and threads without buffers leave their work to the others.
@@ -236,6 +236,175 @@ START_TEST(test_zst_pack__first_failure_in_the_file_named)
 }
 END_TEST
 
+/* Unpacking: a pack of N_BIG bytes in frames of @frame (the pipeline's
+ * 4 MiB steps then hold several frames, or one frame each when they are
+ * larger), with and without grouping. */
+#define N_BIG ((20u << 20) + 333u)
+static const uint64_t big_cuts[] = { 96, 5000000, 5000000, 9000000 };
+static const uint8_t big_tr[] = { CASTFS_ZST_BF16, CASTFS_ZST_NONE,
+				  CASTFS_ZST_F32, CASTFS_ZST_NONE };
+
+static void pack_big(struct membuf *m, const uint8_t *in, size_t frame,
+		     bool grouped)
+{
+	struct castfs_zst_pack_opts o = {
+		.frame_size = frame,
+		.level = 1,
+		.checksums = true,
+		.cuts = big_cuts,
+		.ncuts = sizeof(big_cuts) / sizeof(*big_cuts),
+		.cut_transforms = grouped ? big_tr : NULL,
+		.threads = 2,
+	};
+
+	membuf_pack(m, in, N_BIG, &o);
+}
+
+static void note_done(void *ctx, uint64_t done, uint64_t total)
+{
+	struct progress *p = ctx;
+
+	ck_assert_uint_eq(total, N_BIG);
+	ck_assert_uint_gt(done, p->in);
+	p->in = done;
+	p->calls++;
+}
+
+/* Unpack the pack @m (read by @raw, or from @m where NULL) into @w by
+ * @threads threads. */
+static int unpack_through(const struct membuf *m,
+			  const struct castfs_reader *raw, struct bad_writer *w,
+			  unsigned threads, struct progress *p,
+			  struct castfs_diag *d)
+{
+	struct castfs_writer wr = { bad_write, w };
+	struct castfs_zst_unpack_opts o = { .progress = p ? note_done : NULL,
+					    .progress_ctx = p,
+					    .threads = threads };
+	struct castfs_mem_reader mr;
+	struct castfs_zcache *c;
+	struct castfs_zst_index *ix = NULL;
+	int rc;
+
+	castfs_mem_reader_init(&mr, m->p, m->n);
+	ck_assert_int_eq(castfs_zcache_new(CASTFS_ZCACHE_DEFAULT, &c), 0);
+	ck_assert_int_eq(castfs_zst_index_read(&mr.r, m->n, c, &ix, NULL), 0);
+	castfs_diag_clear(d);
+	rc = castfs_zst_unpack(ix, raw ? raw : &mr.r, &o, &wr, d);
+	castfs_zst_index_free(ix);
+	castfs_zcache_free(c);
+	return rc;
+}
+
+/* _i: 64 KiB or 5 MiB frames, standard or grouped. */
+START_TEST(test_zst_unpack__threads_write_the_original)
+{
+	uint8_t *in = membuf_input(N_BIG, 33);
+	struct castfs_diag d = { { 0 } };
+	struct membuf m;
+
+	pack_big(&m, in, _i & 1 ? 5u << 20 : 64u << 10, _i & 2);
+	for (unsigned threads = 1; threads <= 17; threads += 4) {
+		struct bad_writer w = { .fail = 0 };
+		struct progress p = { 0 };
+
+		ck_assert_int_eq(unpack_through(&m, NULL, &w, threads, &p, &d),
+				 0);
+		ck_assert_uint_eq(w.m.n, N_BIG);
+		ck_assert_msg(!memcmp(w.m.p, in, N_BIG),
+			      "%u threads wrote other bytes", threads);
+		/* One call per write, of at most 4 MiB or one frame. */
+		ck_assert_uint_eq(p.in, N_BIG);
+		ck_assert_uint_eq(p.calls, w.calls);
+		ck_assert_uint_ge(w.calls, 5);
+		free(w.m.p);
+	}
+	free(m.p);
+	free(in);
+}
+END_TEST
+
+/* The frame of @m holding decoded offset @at: its number and its
+ * compressed bytes' offset in *@coff. */
+static size_t frame_at(const struct membuf *m, uint64_t at, uint64_t *coff)
+{
+	struct castfs_mem_reader mr;
+	struct castfs_zcache *c;
+	struct castfs_zst_index *ix = NULL;
+	size_t i = 0;
+
+	castfs_mem_reader_init(&mr, m->p, m->n);
+	ck_assert_int_eq(castfs_zcache_new(CASTFS_ZCACHE_DEFAULT, &c), 0);
+	ck_assert_int_eq(castfs_zst_index_read(&mr.r, m->n, c, &ix, NULL), 0);
+	while (i < ix->nframes && ix->doff[i + 1] <= at)
+		i++;
+	ck_assert_uint_lt(i, ix->nframes);
+
+	*coff = ix->coff[i];
+	castfs_zst_index_free(ix);
+	castfs_zcache_free(c);
+	return i;
+}
+
+/* The frame named is the file's first that fails, by 1 (_i 0) or 5
+ * threads, whichever read fails first in time; a failing write stops the
+ * writes. */
+START_TEST(test_zst_unpack__first_failure_in_the_file_named)
+{
+	unsigned threads = _i ? 5 : 1;
+	uint8_t *in = membuf_input(N_BIG, 34);
+	struct castfs_diag d = { { 0 } };
+	struct membuf m;
+
+	/* 1 MiB frames: 4 to a step. The first failing frame lies 3 to 12
+	 * frames before the second, in one of the four steps the other
+	 * threads take while its own is read. */
+	pack_big(&m, in, 1u << 20, true);
+	for (int round = 0; round < 20; round++) {
+		uint64_t c0, c1;
+		size_t f0 = frame_at(&m, 6u << 20, &c0);
+		size_t f1 =
+			frame_at(&m, (6u + 3u * (round % 4 + 1)) << 20, &c1);
+		struct bad_reader r = {
+			.in = m.p,
+			.bad = { c0 + 5, c1 + 5 },
+			.order = threads > 1 ? round % 2 + 1 : 0,
+		};
+		struct castfs_reader rd = { .pread = bad_pread, .ctx = &r };
+		struct bad_writer w = { .fail = 0 };
+		char want[32];
+		int rc;
+
+		ck_assert_uint_lt(f0, f1);
+		pthread_mutex_init(&r.lock, NULL);
+		pthread_cond_init(&r.cond, NULL);
+		rc = unpack_through(&m, &rd, &w, threads, NULL, &d);
+		ck_assert_msg(rc == -EIO, "%d %s (%zu %zu)", rc, d.msg, f0, f1);
+		snprintf(want, sizeof(want), "frame %zu (", f0);
+		ck_assert_msg(!strncmp(d.msg, want, strlen(want)), "%s: %s",
+			      want, d.msg);
+		if (threads > 1) /* both failed, in the order asked */
+			ck_assert(r.failed[0] && r.failed[1]);
+		/* Only the steps before the failing frame's were written. */
+		ck_assert_uint_le(w.m.n, 6u << 20);
+		ck_assert(!memcmp(w.m.p, in, w.m.n));
+		pthread_cond_destroy(&r.cond);
+		pthread_mutex_destroy(&r.lock);
+		free(w.m.p);
+
+		w = (struct bad_writer){ .fail = 3 };
+		ck_assert_int_eq(unpack_through(&m, NULL, &w, threads, NULL,
+						&d),
+				 -ENOSPC);
+		ck_assert_msg(strstr(d.msg, "writing the output"), "%s", d.msg);
+		ck_assert_uint_eq(w.calls, 3);
+		free(w.m.p);
+	}
+	free(m.p);
+	free(in);
+}
+END_TEST
+
 /* A pipeline whose threads' slots fail to start (@fail of them, counted
  * down): @items numbers, each worked on as its square and committed in
  * order. */
@@ -348,6 +517,10 @@ Suite *unit_suite(void)
 			    4);
 	tcase_add_loop_test(tc, test_zst_pack__first_failure_in_the_file_named,
 			    0, 2);
+	tcase_add_loop_test(tc, test_zst_unpack__threads_write_the_original, 0,
+			    4);
+	tcase_add_loop_test(
+		tc, test_zst_unpack__first_failure_in_the_file_named, 0, 2);
 	tcase_add_test(tc,
 		       test_zst_pipe__threads_without_slots_leave_their_work);
 	suite_add_tcase(s, tc);
