@@ -157,8 +157,8 @@ void *zst_dctx_ubuf(struct zst_dctx *dc, size_t n);
 unsigned zst_group_width(enum castfs_zst_transform t);
 
 /* zst_group / zst_ungroup - @n bytes (whole elements) from @src to @dst
- * (not overlapping) into byte planes and back. zst_ungroup() runs the
- * fastest variant this CPU has, chosen once (CASTFS_ISA=scalar forces the
+ * (not overlapping) into byte planes and back. Both run the fastest
+ * variant this CPU has, chosen once (CASTFS_ISA=scalar forces the
  * reference). Thread-safe. */
 void zst_group(uint8_t *dst, const uint8_t *src, size_t n,
 	       enum castfs_zst_transform t);
@@ -187,8 +187,16 @@ void zst_ungroup_isa(uint8_t *dst, const uint8_t *src, size_t n,
 void zst_ungroup_planes_isa(uint8_t *dst, const uint8_t *const *plane, size_t n,
 			    enum castfs_zst_transform t, enum zst_isa isa);
 
-/* The AVX2 loops (zst_group_avx2.c): the leading elements they un-grouped,
- * a multiple of 32; the caller does the rest. */
+/* zst_group_isa - zst_group() with variant @isa, which must run (tests). */
+void zst_group_isa(uint8_t *dst, const uint8_t *src, size_t n,
+		   enum castfs_zst_transform t, enum zst_isa isa);
+
+/* The AVX2 loops (zst_group_avx2.c): the leading elements they grouped or
+ * un-grouped, a multiple of 32; the caller does the rest. */
+size_t zst_group2_avx2(uint8_t *lo, uint8_t *hi, const uint8_t *src,
+		       size_t count, bool bf16);
+size_t zst_group4_avx2(uint8_t *const *b, const uint8_t *src, size_t count,
+		       bool f32);
 size_t zst_ungroup2_avx2(uint16_t *dst, const uint8_t *lo, const uint8_t *hi,
 			 size_t count, bool bf16);
 size_t zst_ungroup4_avx2(uint32_t *dst, const uint8_t *const *b, size_t count,

@@ -542,6 +542,50 @@ START_TEST(test_zst__ungroup_isas_equal_scalar)
 }
 END_TEST
 
+/*
+ * Every grouping variant this CPU runs equals the scalar reference on
+ * random elements (bf16 and fp32 ones with every sign and exponent), for
+ * element counts around the vector steps and sources at every alignment.
+ */
+START_TEST(test_zst__group_isas_equal_scalar)
+{
+	static const enum castfs_zst_transform ts[] = {
+		CASTFS_ZST_NONE, CASTFS_ZST_PLANES2, CASTFS_ZST_BF16,
+		CASTFS_ZST_PLANES4, CASTFS_ZST_F32
+	};
+	static const size_t counts[] = { 0,  1,	 15, 16,  17,  31,   32,
+					 33, 63, 65, 127, 999, 65537 };
+	enum zst_isa isa = (enum zst_isa)_i;
+	size_t cap = 4 * 65537 + 8;
+	uint8_t *src = malloc(cap), *want = malloc(cap), *got = malloc(cap);
+	uint32_t seed = 7;
+
+	ck_assert(zst_isa_runs(isa));
+	for (size_t i = 0; i < cap; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		src[i] = (uint8_t)(seed >> 24);
+	}
+	for (size_t a = 0; a < sizeof(ts) / sizeof(ts[0]); a++) {
+		for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]);
+		     c++) {
+			size_t n = counts[c] * zst_group_width(ts[a]);
+
+			for (size_t at = 0; at < 4; at++) {
+				memset(want, 0xAA, cap);
+				memset(got, 0xAA, cap);
+				zst_group_isa(want + 1, src + at, n, ts[a],
+					      ZST_ISA_SCALAR);
+				zst_group_isa(got + 1, src + at, n, ts[a], isa);
+				ck_assert_mem_eq(got, want, cap);
+			}
+		}
+	}
+	free(src);
+	free(want);
+	free(got);
+}
+END_TEST
+
 /* Each frame's seek-table checksum is libxxhash's XXH64 (low 32 bits) of
  * what libzstd decodes it to: for a grouped frame, its planes. */
 static void sums_are_xxh64_of_frames(const struct membuf *m)
@@ -934,11 +978,14 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_zst__waiter_on_failed_frame_gets_eio);
 	tcase_add_loop_test(tc, test_zst__group_round_trip, 0, 4);
 	/* The variants this CPU runs; the scalar one checks the harness. */
-	for (int isa = ZST_ISA_SCALAR; isa < ZST_ISA_COUNT; isa++)
-		if (zst_isa_runs((enum zst_isa)isa))
-			tcase_add_loop_test(tc,
-					    test_zst__ungroup_isas_equal_scalar,
-					    isa, isa + 1);
+	for (int isa = ZST_ISA_SCALAR; isa < ZST_ISA_COUNT; isa++) {
+		if (!zst_isa_runs((enum zst_isa)isa))
+			continue;
+		tcase_add_loop_test(tc, test_zst__ungroup_isas_equal_scalar,
+				    isa, isa + 1);
+		tcase_add_loop_test(tc, test_zst__group_isas_equal_scalar, isa,
+				    isa + 1);
+	}
 	tcase_add_test(tc, test_zst__grouped_pack_reads_back);
 	tcase_add_test(tc, test_zst__grouped_literals_and_matches);
 	tcase_add_test(tc, test_zst__bad_frame_size_option);
