@@ -336,6 +336,33 @@ int zst_tier_decode(uint8_t *dst, size_t dsize, const uint8_t *src,
 /* The tier decoders: the scalar reference, AVX2, AVX-512 VBMI2. */
 enum zst_tier_isa { ZST_TIER_SCALAR, ZST_TIER_AVX2, ZST_TIER_AVX512 };
 
+/* zst_tier_isa_best - the variant this process decodes and codes with:
+ * the best this CPU runs that CASTFS_ISA allows, chosen once. */
+enum zst_tier_isa zst_tier_isa_best(void);
+
+/*
+ * zst_tier_encode_isa - zst_tier_encode() coding with variant @isa, which
+ * must run (tests): the scalar reference, or AVX-512 VBMI2 (AVX2 codes
+ * with the scalar one). The same bytes whatever the variant.
+ */
+size_t zst_tier_encode_isa(void *dst, size_t cap, const uint8_t *planes,
+			   size_t count, enum castfs_zst_transform t,
+			   enum zst_tier_isa isa);
+
+/*
+ * The AVX-512 coder (zst_tier_pack_avx512.c): the codes of the @count
+ * symbols @ex[i] >> @shift through @nt tiers of widths @w, tier k's to
+ * @out[k] (zeroed, LSB-first), the symbols escaping every tier to @raw in
+ * order; @of maps a symbol to its rank, @sym a rank to its symbol (256
+ * bytes each). @scratch: 2 * (@count + 64) bytes. And the low-bit stream
+ * of a 2-byte tiered frame (@d zeroed, (@count + 7) / 8 bytes).
+ */
+void zst_tier_codes_avx512(uint8_t *const *out, uint8_t *raw, const unsigned *w,
+			   unsigned nt, const uint8_t *of, const uint8_t *sym,
+			   const uint8_t *ex, size_t count, unsigned shift,
+			   uint8_t *scratch);
+void zst_tier_lowbits_pack_avx512(uint8_t *d, const uint8_t *ex, size_t count);
+
 /* zst_tier_isa_runs - whether @isa is built and this CPU runs it. */
 bool zst_tier_isa_runs(enum zst_tier_isa isa);
 

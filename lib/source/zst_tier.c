@@ -33,7 +33,8 @@ struct tier_frame {
 	const uint8_t *raw; /* the w - 1 raw planes */
 };
 
-/* The variant decodes run, chosen once: the best this CPU runs that
+/* The variant decodes (and castfs pack's coding) run, chosen once: the
+ * best this CPU runs that
  * CASTFS_ISA allows (common/isa.h; avx2: as on a CPU without AVX-512
  * VBMI2). */
 static enum zst_tier_isa tier_isa = ZST_TIER_SCALAR;
@@ -47,6 +48,12 @@ static void tier_choose(void)
 	else if (castfs_isa_allows(CASTFS_ISA_AVX2) &&
 		 zst_tier_isa_runs(ZST_TIER_AVX2))
 		tier_isa = ZST_TIER_AVX2;
+}
+
+enum zst_tier_isa zst_tier_isa_best(void)
+{
+	pthread_once(&tier_once, tier_choose);
+	return tier_isa;
 }
 
 static bool width_ok(unsigned w)

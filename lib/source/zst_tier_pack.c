@@ -41,10 +41,23 @@ static int rank_cmp(const void *a, const void *b, void *hist)
 static void ranks_of(struct tier_rank *rk, const uint8_t *ex, size_t count,
 		     unsigned shift)
 {
-	size_t hist[256] = { 0 };
+	/* Four counts per value, summed after: a plane's few common values
+	 * would otherwise have each increment wait for the last one's
+	 * store (count < 2^29, zst_tier_encode()). */
+	uint32_t part[4][256] = { { 0 } };
+	size_t hist[256], i = 0;
 
-	for (size_t i = 0; i < count; i++)
-		hist[ex[i] >> shift]++;
+	for (; i + 4 <= count; i += 4) {
+		part[0][ex[i] >> shift]++;
+		part[1][ex[i + 1] >> shift]++;
+		part[2][ex[i + 2] >> shift]++;
+		part[3][ex[i + 3] >> shift]++;
+	}
+	for (; i < count; i++)
+		part[0][ex[i] >> shift]++;
+	for (unsigned v = 0; v < 256; v++)
+		hist[v] = (size_t)part[0][v] + part[1][v] + part[2][v] +
+			  part[3][v];
 	for (unsigned v = 0; v < 256; v++)
 		rk->sym[v] = (uint8_t)v;
 	qsort_r(rk->sym, 256, 1, rank_cmp, hist);
@@ -132,10 +145,47 @@ static void codes_write(struct bitw *bw, uint8_t *raw,
 	}
 }
 
+/*
+ * codes_write() with variant @isa: the AVX-512 coder where asked, with
+ * its scratch (two streams of ranks); the scalar one otherwise, and where
+ * that scratch cannot be had.
+ */
+static void codes_write_isa(struct bitw *bw, uint8_t *raw,
+			    const struct tier_plan *p,
+			    const struct tier_rank *rk, const uint8_t *ex,
+			    size_t count, unsigned shift, enum zst_tier_isa isa)
+{
+#if ZST_HAVE_X86
+	uint8_t *scratch = isa == ZST_TIER_AVX512 ? malloc(2 * (count + 64)) :
+						    NULL;
+
+	if (scratch) {
+		uint8_t *out[ZST_TIER_MAX];
+
+		for (unsigned k = 0; k < p->nt; k++)
+			out[k] = bw[k].p;
+		zst_tier_codes_avx512(out, raw, p->w, p->nt, rk->of, rk->sym,
+				      ex, count, shift, scratch);
+		free(scratch);
+		return;
+	}
+#endif
+	(void)isa;
+	codes_write(bw, raw, p, rk, ex, count, shift);
+}
+
 /* The low bit of each byte of @ex, LSB-first, the last byte's padding 0. */
-static void lowbits_write(uint8_t *d, const uint8_t *ex, size_t count)
+static void lowbits_write(uint8_t *d, const uint8_t *ex, size_t count,
+			  enum zst_tier_isa isa)
 {
 	memset(d, 0, (count + 7) / 8);
+#if ZST_HAVE_X86
+	if (isa == ZST_TIER_AVX512) {
+		zst_tier_lowbits_pack_avx512(d, ex, count);
+		return;
+	}
+#endif
+	(void)isa;
 	for (size_t i = 0; i < count; i++)
 		d[i / 8] |= (uint8_t)((ex[i] & 1u) << (i % 8));
 }
@@ -161,6 +211,14 @@ static uint8_t *header_write(uint8_t *d, const struct tier_plan *p,
 
 size_t zst_tier_encode(void *dst, size_t cap, const uint8_t *planes,
 		       size_t count, enum castfs_zst_transform t)
+{
+	return zst_tier_encode_isa(dst, cap, planes, count, t,
+				   zst_tier_isa_best());
+}
+
+size_t zst_tier_encode_isa(void *dst, size_t cap, const uint8_t *planes,
+			   size_t count, enum castfs_zst_transform t,
+			   enum zst_tier_isa isa)
 {
 	unsigned w = zst_group_width(t);
 	/* A 2-byte element's high byte (sign, 5 exponent and 2 mantissa
@@ -195,10 +253,10 @@ size_t zst_tier_encode(void *dst, size_t cap, const uint8_t *planes,
 		bw[k] = (struct bitw){ d, 0 };
 		d += len;
 	}
-	codes_write(bw, d, &p, &rk, ex, count, shift);
+	codes_write_isa(bw, d, &p, &rk, ex, count, shift, isa);
 	d += p.n[p.nt];
 	if (shift) {
-		lowbits_write(d, ex, count);
+		lowbits_write(d, ex, count, isa);
 		d += (count + 7) / 8;
 	}
 	memcpy(d, planes, (w - 1) * count);

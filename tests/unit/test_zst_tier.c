@@ -151,6 +151,87 @@ static size_t tier_frame(uint8_t **z, const uint8_t *planes, size_t count,
 	return got;
 }
 
+/*
+ * Planes of @count elements of @w bytes whose last plane draws its ranks
+ * from a geometric law of ratio @q / 256 (0: every symbol evenly), the
+ * ranks then scattered over the byte values (an odd multiplier): spreads
+ * of every shape, so that the coder picks every number of tiers and every
+ * width.
+ */
+static uint8_t *planes_geometric(size_t count, unsigned w, unsigned q,
+				 uint32_t s)
+{
+	uint8_t *p = malloc(w * count);
+
+	for (size_t i = 0; i < count; i++) {
+		unsigned r = 0;
+
+		for (unsigned k = 0; k + 1 < w; k++)
+			p[k * count + i] = (uint8_t)(lcg(&s) >> 8);
+		/* lcg() gives 24 bits: its top 8 are a byte */
+		if (!q)
+			r = lcg(&s) >> 16;
+		while (q && r < 255 && (lcg(&s) >> 16) < q)
+			r++;
+		p[(w - 1) * count + i] = (uint8_t)(r * 167u + 11u);
+	}
+	return p;
+}
+
+/*
+ * The coder of every variant this CPU runs writes the scalar coder's
+ * frames byte for byte: the three tiered transforms, counts around its
+ * 64-symbol steps, spreads from one symbol to all 256 evenly. Between
+ * them the frames use one, two and three tiers and every width in the
+ * first tier and in later ones (read from their headers).
+ */
+START_TEST(test_zst_tier__encode_isas_equal_scalar)
+{
+	enum zst_tier_isa isa = (enum zst_tier_isa)_i;
+	static const size_t counts[] = { 1,   63,   64,	  65,	127,
+					 128, 1000, 4113, 65536 };
+	static const unsigned qs[] = { 255, 250, 230, 200, 160, 128,
+				       90,  50,	 20,  1,   0 };
+	unsigned seen_nt = 0, seen_w0 = 0, seen_wk = 0;
+
+	for (unsigned x = 0; x < 3; x++)
+		for (size_t qi = 0; qi < sizeof(qs) / sizeof(*qs); qi++)
+			for (size_t c = 0; c < sizeof(counts) / sizeof(*counts);
+			     c++) {
+				enum castfs_zst_transform t = tiered[x];
+				unsigned w = zst_group_width(t);
+				size_t count = counts[c];
+				size_t cap = 8 * count + 512;
+				uint8_t *in = planes_geometric(
+					count, w, qs[qi], (uint32_t)(c + qi));
+				uint8_t *want = malloc(cap), *got = malloc(cap);
+				size_t nw = zst_tier_encode_isa(
+					want, cap, in, count, t,
+					ZST_TIER_SCALAR);
+				size_t ng = zst_tier_encode_isa(got, cap, in,
+								count, t, isa);
+				const uint8_t *h = want + 8;
+
+				ck_assert_uint_gt(nw, 0);
+				ck_assert_uint_eq(ng, nw);
+				ck_assert_msg(
+					!memcmp(got, want, nw),
+					"t %u q %u count %zu: other bytes", x,
+					qs[qi], count);
+				seen_nt |= 1u << h[4];
+				seen_w0 |= 1u << h[5];
+				for (unsigned k = 1; k < h[4]; k++)
+					seen_wk |= 1u << h[5 + k];
+				free(in);
+				free(want);
+				free(got);
+			}
+	ck_assert_uint_eq(seen_nt, 0xE); /* 1, 2 and 3 tiers */
+	ck_assert_uint_eq(seen_w0, 0x16); /* widths 1, 2 and 4 */
+	ck_assert_uint_eq(seen_wk, 0x16);
+}
+END_TEST
+
 /* Frames decode to the planes they were made of: the raw planes in
  * place at the frame's end, the coded plane in the buffer. */
 START_TEST(test_zst_tier__frames_round_trip)
@@ -605,6 +686,11 @@ Suite *unit_suite(void)
 		if (zst_tier_isa_runs((enum zst_tier_isa)isa))
 			tcase_add_loop_test(
 				tc, test_zst_tier__lowbits_isas_equal_bitwise,
+				isa, isa + 1);
+	for (int isa = ZST_TIER_SCALAR; isa <= ZST_TIER_AVX512; isa++)
+		if (zst_tier_isa_runs((enum zst_tier_isa)isa))
+			tcase_add_loop_test(
+				tc, test_zst_tier__encode_isas_equal_scalar,
 				isa, isa + 1);
 	tcase_add_test(tc, test_zst_tier__crc32c_check_values);
 	tcase_add_test(tc, test_zst_tier__crc32c_isas_equal_bitwise);
