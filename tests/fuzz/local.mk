@@ -8,7 +8,8 @@
 
 FUZZ_TARGETS = tests/fuzz/fuzz_st_header tests/fuzz/fuzz_recipe \
 	tests/fuzz/fuzz_plan_read tests/fuzz/fuzz_convert tests/fuzz/fuzz_zst \
-	tests/fuzz/fuzz_gguf_read tests/fuzz/fuzz_gguf_quant
+	tests/fuzz/fuzz_gguf_read tests/fuzz/fuzz_gguf_quant \
+	tests/fuzz/fuzz_zst_code
 FUZZ_COMMON = tests/fuzz/fuzz.h
 FUZZ_LIBS = $(LIBCASTFS_LIBS)
 if FUZZING
@@ -58,6 +59,12 @@ tests_fuzz_fuzz_zst_CFLAGS = $(AM_CFLAGS) $(ZSTD_CFLAGS) \
 tests_fuzz_fuzz_zst_LDFLAGS = $(FUZZ_ENGINE_FLAGS)
 tests_fuzz_fuzz_zst_LDADD = $(FUZZ_LIBS)
 
+tests_fuzz_fuzz_zst_code_SOURCES = tests/fuzz/fuzz_zst_code.c $(FUZZ_COMMON) \
+	$(FUZZ_DRIVER)
+tests_fuzz_fuzz_zst_code_CFLAGS = $(AM_CFLAGS) -DFUZZ_NAME='"fuzz_zst_code"'
+tests_fuzz_fuzz_zst_code_LDFLAGS = $(FUZZ_ENGINE_FLAGS)
+tests_fuzz_fuzz_zst_code_LDADD = $(FUZZ_LIBS)
+
 tests_fuzz_fuzz_gguf_read_SOURCES = tests/fuzz/fuzz_gguf_read.c \
 	$(FUZZ_COMMON) $(FUZZ_DRIVER)
 tests_fuzz_fuzz_gguf_read_CFLAGS = $(AM_CFLAGS) \
@@ -76,4 +83,5 @@ EXTRA_DIST += tests/fuzz/replay.c tests/fuzz/gen-seeds.py \
 	tests/fuzz/gen-zst-seeds.py tests/fuzz/fuzz_zst.in \
 	tests/fuzz/fuzz_st_header.in tests/fuzz/fuzz_recipe.in \
 	tests/fuzz/fuzz_plan_read.in tests/fuzz/fuzz_convert.in \
-	tests/fuzz/fuzz_gguf_read.in tests/fuzz/fuzz_gguf_quant.in
+	tests/fuzz/fuzz_gguf_read.in tests/fuzz/fuzz_gguf_quant.in \
+	tests/fuzz/fuzz_zst_code.in
