@@ -10,6 +10,6 @@ lib_libcastfs_a_SOURCES += \
 	lib/source/zst_group.c lib/source/zst_group_avx2.c \
 	lib/source/zst_tier.c lib/source/zst_tier_pack.c \
 	lib/source/zst_tier_avx2.c lib/source/zst_tier_avx512.c \
-	lib/source/zst_tier_pack_avx512.c \
+	lib/source/zst_tier_pack_avx2.c lib/source/zst_tier_pack_avx512.c \
 	lib/source/zst_crc.c lib/source/zst_crc_sse42.c \
 	lib/source/zst_crc_avx512.c

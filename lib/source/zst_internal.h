@@ -342,8 +342,8 @@ enum zst_tier_isa zst_tier_isa_best(void);
 
 /*
  * zst_tier_encode_isa - zst_tier_encode() coding with variant @isa, which
- * must run (tests): the scalar reference, or AVX-512 VBMI2 (AVX2 codes
- * with the scalar one). The same bytes whatever the variant.
+ * must run (tests): the scalar reference, AVX2 or AVX-512 VBMI2. The
+ * same bytes whatever the variant.
  */
 size_t zst_tier_encode_isa(void *dst, size_t cap, const uint8_t *planes,
 			   size_t count, enum castfs_zst_transform t,
@@ -362,6 +362,12 @@ void zst_tier_codes_avx512(uint8_t *const *out, uint8_t *raw, const unsigned *w,
 			   const uint8_t *ex, size_t count, unsigned shift,
 			   uint8_t *scratch);
 void zst_tier_lowbits_pack_avx512(uint8_t *d, const uint8_t *ex, size_t count);
+/* The same with AVX2 (zst_tier_pack_avx2.c). */
+void zst_tier_codes_avx2(uint8_t *const *out, uint8_t *raw, const unsigned *w,
+			 unsigned nt, const uint8_t *of, const uint8_t *sym,
+			 const uint8_t *ex, size_t count, unsigned shift,
+			 uint8_t *scratch);
+void zst_tier_lowbits_pack_avx2(uint8_t *d, const uint8_t *ex, size_t count);
 
 /* zst_tier_isa_runs - whether @isa is built and this CPU runs it. */
 bool zst_tier_isa_runs(enum zst_tier_isa isa);

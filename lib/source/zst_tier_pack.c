@@ -146,9 +146,9 @@ static void codes_write(struct bitw *bw, uint8_t *raw,
 }
 
 /*
- * codes_write() with variant @isa: the AVX-512 coder where asked, with
- * its scratch (two streams of ranks); the scalar one otherwise, and where
- * that scratch cannot be had.
+ * codes_write() with variant @isa: the AVX-512 or AVX2 coder where asked,
+ * with its scratch (two streams of ranks); the scalar one otherwise, and
+ * where that scratch cannot be had.
  */
 static void codes_write_isa(struct bitw *bw, uint8_t *raw,
 			    const struct tier_plan *p,
@@ -156,7 +156,7 @@ static void codes_write_isa(struct bitw *bw, uint8_t *raw,
 			    size_t count, unsigned shift, enum zst_tier_isa isa)
 {
 #if ZST_HAVE_X86
-	uint8_t *scratch = isa == ZST_TIER_AVX512 ? malloc(2 * (count + 64)) :
+	uint8_t *scratch = isa != ZST_TIER_SCALAR ? malloc(2 * (count + 64)) :
 						    NULL;
 
 	if (scratch) {
@@ -164,8 +164,13 @@ static void codes_write_isa(struct bitw *bw, uint8_t *raw,
 
 		for (unsigned k = 0; k < p->nt; k++)
 			out[k] = bw[k].p;
-		zst_tier_codes_avx512(out, raw, p->w, p->nt, rk->of, rk->sym,
-				      ex, count, shift, scratch);
+		if (isa == ZST_TIER_AVX512)
+			zst_tier_codes_avx512(out, raw, p->w, p->nt, rk->of,
+					      rk->sym, ex, count, shift,
+					      scratch);
+		else
+			zst_tier_codes_avx2(out, raw, p->w, p->nt, rk->of,
+					    rk->sym, ex, count, shift, scratch);
 		free(scratch);
 		return;
 	}
@@ -182,6 +187,10 @@ static void lowbits_write(uint8_t *d, const uint8_t *ex, size_t count,
 #if ZST_HAVE_X86
 	if (isa == ZST_TIER_AVX512) {
 		zst_tier_lowbits_pack_avx512(d, ex, count);
+		return;
+	}
+	if (isa == ZST_TIER_AVX2) {
+		zst_tier_lowbits_pack_avx2(d, ex, count);
 		return;
 	}
 #endif
