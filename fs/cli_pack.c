@@ -550,6 +550,11 @@ static int parse_opts(int argc, char **argv, struct pack_opts *o)
 			pack_usage(stdout, o->cmd);
 			exit(0);
 		}
+		/* The pack's own options say nothing to unpack: refused, not
+		 * silently ignored. */
+		if (!strcmp(o->cmd, "unpack") && ch != '?' &&
+		    strchr("flnVg", ch))
+			ch = '?';
 		if (opt_set(o, ch, optarg)) {
 			pack_usage(stderr, o->cmd);
 			return -1;

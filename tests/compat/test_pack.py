@@ -182,6 +182,13 @@ class Pack(unittest.TestCase):
             for bad in ("0", "17", "x"):
                 r = castfs("unpack", "--no-progress", "--threads", bad, z)
                 self.assertEqual(r.returncode, 2, bad)
+            # the pack's own options are refused, not ignored
+            for opt in (["--grouped"], ["--level", "3"], ["--frame-size", "64K"],
+                        ["--no-checksums"], ["--no-verify"]):
+                r = castfs("unpack", "--no-progress", *opt, z)
+                self.assertEqual(r.returncode, 2, opt)
+                self.assertIn("usage: castfs unpack", r.stderr)
+                self.assertFalse(os.path.exists(big))
             with open(z, "rb") as f:
                 good = f.read()
             frames, _ = seek_table(z)
