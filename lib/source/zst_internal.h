@@ -350,23 +350,24 @@ size_t zst_tier_encode_isa(void *dst, size_t cap, const uint8_t *planes,
 			   enum zst_tier_isa isa);
 
 /*
- * The AVX-512 coder (zst_tier_pack_avx512.c): the codes of the @count
- * symbols @ex[i] >> @shift through @nt tiers of widths @w, tier k's to
- * @out[k] (zeroed, LSB-first), the symbols escaping every tier to @raw in
- * order; @of maps a symbol to its rank, @sym a rank to its symbol (256
- * bytes each). @scratch: 2 * (@count + 64) bytes. And the low-bit stream
- * of a 2-byte tiered frame (@d zeroed, (@count + 7) / 8 bytes).
+ * The vector tier coders (zst_tier_pack_avx512.c, zst_tier_pack_avx2.c),
+ * one tier at a time (zst_tier_pack.c drives them):
+ * zst_tier_step_* - the codes of the @n ranks at @in (64 bytes of slack,
+ * which the AVX2 one zeroes; the tier of width @w holding the ranks from
+ * @base) to @out (zeroed, LSB-first), the ranks escaping it to @next (64
+ * bytes of slack), in order. Returns how many escaped.
+ * zst_tier_ranks_avx512 - the ranks @of[@ex[i] >> @shift] of @count
+ * symbols to @dst (64 bytes of slack).
+ * zst_tier_lowbits_pack_* - the low-bit stream of a 2-byte tiered frame
+ * (@d zeroed, (@count + 7) / 8 bytes).
  */
-void zst_tier_codes_avx512(uint8_t *const *out, uint8_t *raw, const unsigned *w,
-			   unsigned nt, const uint8_t *of, const uint8_t *sym,
-			   const uint8_t *ex, size_t count, unsigned shift,
-			   uint8_t *scratch);
+size_t zst_tier_step_avx512(uint8_t *out, uint8_t *next, uint8_t *in, size_t n,
+			    unsigned w, unsigned base);
+size_t zst_tier_step_avx2(uint8_t *out, uint8_t *next, uint8_t *in, size_t n,
+			  unsigned w, unsigned base);
+void zst_tier_ranks_avx512(uint8_t *dst, const uint8_t *ex, size_t count,
+			   unsigned shift, const uint8_t *of);
 void zst_tier_lowbits_pack_avx512(uint8_t *d, const uint8_t *ex, size_t count);
-/* The same with AVX2 (zst_tier_pack_avx2.c). */
-void zst_tier_codes_avx2(uint8_t *const *out, uint8_t *raw, const unsigned *w,
-			 unsigned nt, const uint8_t *of, const uint8_t *sym,
-			 const uint8_t *ex, size_t count, unsigned shift,
-			 uint8_t *scratch);
 void zst_tier_lowbits_pack_avx2(uint8_t *d, const uint8_t *ex, size_t count);
 
 /* zst_tier_isa_runs - whether @isa is built and this CPU runs it. */

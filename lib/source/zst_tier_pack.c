@@ -145,6 +145,41 @@ static void codes_write(struct bitw *bw, uint8_t *raw,
 	}
 }
 
+#if ZST_HAVE_X86
+/*
+ * The vector coders' plan: every symbol's rank into @a, then one tier at
+ * a time, each tier's codes from the ranks that escaped the ones before
+ * it (ping-ponged between @a and @b), and the ranks that escape every
+ * tier back to their symbols.
+ */
+static void codes_by_tier(struct bitw *bw, uint8_t *raw,
+			  const struct tier_plan *p, const struct tier_rank *rk,
+			  const uint8_t *ex, size_t count, unsigned shift,
+			  enum zst_tier_isa isa, uint8_t *a, uint8_t *b)
+{
+	size_t n = count;
+	unsigned base = 0;
+
+	if (isa == ZST_TIER_AVX512)
+		zst_tier_ranks_avx512(a, ex, count, shift, rk->of);
+	else
+		for (size_t i = 0; i < count; i++)
+			a[i] = rk->of[ex[i] >> shift];
+	for (unsigned k = 0; k < p->nt; k++) {
+		uint8_t *t;
+
+		n = isa == ZST_TIER_AVX512 ?
+			    zst_tier_step_avx512(bw[k].p, b, a, n, p->w[k],
+						 base) :
+			    zst_tier_step_avx2(bw[k].p, b, a, n, p->w[k], base);
+		base += (1u << p->w[k]) - 1;
+		t = a, a = b, b = t;
+	}
+	for (size_t j = 0; j < n; j++)
+		raw[j] = rk->sym[a[j]];
+}
+#endif
+
 /*
  * codes_write() with variant @isa: the AVX-512 or AVX2 coder where asked,
  * with its scratch (two streams of ranks); the scalar one otherwise, and
@@ -160,17 +195,8 @@ static void codes_write_isa(struct bitw *bw, uint8_t *raw,
 						    NULL;
 
 	if (scratch) {
-		uint8_t *out[ZST_TIER_MAX];
-
-		for (unsigned k = 0; k < p->nt; k++)
-			out[k] = bw[k].p;
-		if (isa == ZST_TIER_AVX512)
-			zst_tier_codes_avx512(out, raw, p->w, p->nt, rk->of,
-					      rk->sym, ex, count, shift,
-					      scratch);
-		else
-			zst_tier_codes_avx2(out, raw, p->w, p->nt, rk->of,
-					    rk->sym, ex, count, shift, scratch);
+		codes_by_tier(bw, raw, p, rk, ex, count, shift, isa, scratch,
+			      scratch + count + 64);
 		free(scratch);
 		return;
 	}

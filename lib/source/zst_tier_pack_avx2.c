@@ -88,18 +88,14 @@ AVX2 static void pack32(uint8_t *out, __m256i c, unsigned w)
 	}
 }
 
-/*
- * One tier: the codes of the @n ranks at @in (32 bytes of slack, zeroed
- * here; tier width @w, its ranks from @base) to @out (zeroed), the ranks
- * escaping it to @next (32 bytes of slack). Returns how many escaped.
- */
-AVX2 static size_t tier_step(uint8_t *out, uint8_t *next, uint8_t *in, size_t n,
-			     unsigned w, unsigned base)
+AVX2 size_t zst_tier_step_avx2(uint8_t *out, uint8_t *next, uint8_t *in,
+			       size_t n, unsigned w, unsigned base)
 {
 	const __m256i vb = _mm256_set1_epi8((char)base);
 	const __m256i ve = _mm256_set1_epi8((char)((1u << w) - 1));
 	size_t nn = 0;
 
+	pthread_once(&pack_once, pack_idx_init);
 	for (size_t i = 0; i < n; i += 32) {
 		size_t m = n - i < 32 ? n - i : 32;
 		uint32_t valid = m == 32 ? ~0u : (1u << m) - 1;
@@ -133,29 +129,6 @@ AVX2 static size_t tier_step(uint8_t *out, uint8_t *next, uint8_t *in, size_t n,
 		}
 	}
 	return nn;
-}
-
-AVX2 void zst_tier_codes_avx2(uint8_t *const *out, uint8_t *raw,
-			      const unsigned *w, unsigned nt, const uint8_t *of,
-			      const uint8_t *sym, const uint8_t *ex,
-			      size_t count, unsigned shift, uint8_t *scratch)
-{
-	uint8_t *a = scratch, *b = scratch + count + 64;
-	size_t n = count;
-	unsigned base = 0;
-
-	pthread_once(&pack_once, pack_idx_init);
-	for (size_t i = 0; i < count; i++)
-		a[i] = of[ex[i] >> shift];
-	for (unsigned k = 0; k < nt; k++) {
-		uint8_t *t;
-
-		n = tier_step(out[k], b, a, n, w[k], base);
-		base += (1u << w[k]) - 1;
-		t = a, a = b, b = t;
-	}
-	for (size_t j = 0; j < n; j++)
-		raw[j] = sym[a[j]];
 }
 
 AVX2 void zst_tier_lowbits_pack_avx2(uint8_t *d, const uint8_t *ex,

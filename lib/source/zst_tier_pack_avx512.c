@@ -2,7 +2,7 @@
 /*
  * The tier coder (zst_tier_pack.c) with AVX-512 VBMI/VBMI2, 64 symbols a
  * step and one tier at a time: vpermi2b maps the symbols to their ranks,
- * each tier's codes are a saturating subtract and a min, packed to w bits
+ * each tier's codes are a subtract and an unsigned min, packed to w bits
  * by multiply-adds, and vpcompressb carries the ranks that escape a tier
  * on to the next, in order. The scalar coder walks every symbol through
  * its tiers with a branch per tier and a read-modify-write per code (35-44
@@ -64,13 +64,8 @@ AVX512 static void pack64(uint8_t *out, __m512i c, unsigned w)
 	}
 }
 
-/*
- * One tier: the codes of the @n ranks at @in (tier width @w, its ranks
- * from @base) to @out (zeroed), the ranks escaping it to @next (64 bytes
- * of slack). Returns how many escaped.
- */
-AVX512 static size_t tier_step(uint8_t *out, uint8_t *next, const uint8_t *in,
-			       size_t n, unsigned w, unsigned base)
+AVX512 size_t zst_tier_step_avx512(uint8_t *out, uint8_t *next, uint8_t *in,
+				   size_t n, unsigned w, unsigned base)
 {
 	const __m512i vb = _mm512_set1_epi8((char)base);
 	const __m512i ve = _mm512_set1_epi8((char)((1u << w) - 1));
@@ -103,31 +98,16 @@ AVX512 static size_t tier_step(uint8_t *out, uint8_t *next, const uint8_t *in,
 	return nn;
 }
 
-AVX512 void zst_tier_codes_avx512(uint8_t *const *out, uint8_t *raw,
-				  const unsigned *w, unsigned nt,
-				  const uint8_t *of, const uint8_t *sym,
-				  const uint8_t *ex, size_t count,
-				  unsigned shift, uint8_t *scratch)
+AVX512 void zst_tier_ranks_avx512(uint8_t *dst, const uint8_t *ex, size_t count,
+				  unsigned shift, const uint8_t *of)
 {
 	__m512i tab[4];
-	uint8_t *a = scratch, *b = scratch + count + 64;
-	size_t n = count;
-	unsigned base = 0;
 
 	for (int q = 0; q < 4; q++)
 		tab[q] = _mm512_loadu_si512(of + 64 * q);
 	for (size_t i = 0; i < count; i += 64)
-		ranks64(a + i, ex + i, count - i < 64 ? count - i : 64, shift,
+		ranks64(dst + i, ex + i, count - i < 64 ? count - i : 64, shift,
 			tab);
-	for (unsigned k = 0; k < nt; k++) {
-		uint8_t *t;
-
-		n = tier_step(out[k], b, a, n, w[k], base);
-		base += (1u << w[k]) - 1;
-		t = a, a = b, b = t;
-	}
-	for (size_t j = 0; j < n; j++)
-		raw[j] = sym[a[j]];
 }
 
 AVX512 void zst_tier_lowbits_pack_avx512(uint8_t *d, const uint8_t *ex,
