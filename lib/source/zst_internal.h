@@ -26,15 +26,6 @@
 #define ZST_GROUPED_TAG_LEN 8u
 
 /*
- * zst_run_threads - @run(@arg) on @n threads (0 or 1: this one only; at
- * most ZST_MAX_THREADS), this one among them, returning once all have
- * returned. @run takes work from @arg until none is left, so helpers that
- * fail to start only leave theirs to the others.
- */
-#define ZST_MAX_THREADS 16u
-void zst_run_threads(void *(*run)(void *), void *arg, unsigned n);
-
-/*
  * An ordered pipeline (zst_pipe_run()): items taken in order by the
  * threads, worked on at once, and committed one at a time in the order
  * taken, so what is committed (a pack's frames, an unpacked file's bytes)
@@ -59,8 +50,8 @@ struct zst_pipe_ops {
 };
 
 /*
- * zst_pipe_run - every item of @ops over @ctx, on @threads threads as
- * zst_run_threads(). Items after the first that fails are not committed.
+ * zst_pipe_run - every item of @ops over @ctx, on @threads threads (0 or
+ * 1: the caller's only; at most 16), the caller's among them. Items after the first that fails are not committed.
  * Returns 0; the first failing item's error (in order, whatever the
  * threads' timing), its reason in @d; or -ENOMEM when no thread got a slot.
  */
@@ -359,7 +350,8 @@ size_t zst_tier_encode_isa(void *dst, size_t cap, const uint8_t *planes,
  * zst_tier_ranks_avx512 - the ranks @of[@ex[i] >> @shift] of @count
  * symbols to @dst (64 bytes of slack).
  * zst_tier_lowbits_pack_* - the low-bit stream of a 2-byte tiered frame
- * (@d zeroed, (@count + 7) / 8 bytes).
+ * (@d zeroed, (@count + 7) / 8 bytes): its leading symbols, a multiple of
+ * the step; returns how many, the caller does the rest.
  */
 size_t zst_tier_step_avx512(uint8_t *out, uint8_t *next, uint8_t *in, size_t n,
 			    unsigned w, unsigned base);
@@ -367,8 +359,9 @@ size_t zst_tier_step_avx2(uint8_t *out, uint8_t *next, uint8_t *in, size_t n,
 			  unsigned w, unsigned base);
 void zst_tier_ranks_avx512(uint8_t *dst, const uint8_t *ex, size_t count,
 			   unsigned shift, const uint8_t *of);
-void zst_tier_lowbits_pack_avx512(uint8_t *d, const uint8_t *ex, size_t count);
-void zst_tier_lowbits_pack_avx2(uint8_t *d, const uint8_t *ex, size_t count);
+size_t zst_tier_lowbits_pack_avx512(uint8_t *d, const uint8_t *ex,
+				    size_t count);
+size_t zst_tier_lowbits_pack_avx2(uint8_t *d, const uint8_t *ex, size_t count);
 
 /* zst_tier_isa_runs - whether @isa is built and this CPU runs it. */
 bool zst_tier_isa_runs(enum zst_tier_isa isa);

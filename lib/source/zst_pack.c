@@ -319,7 +319,7 @@ static const struct zst_pipe_ops pack_ops = {
 };
 
 /* The threads a pack gets: as asked, and no more than keep their buffers
- * (four frames each) within PACK_MAX_BUFFERS (zst_run_threads() caps the
+ * (four frames each) within PACK_MAX_BUFFERS (zst_pipe_run() caps the
  * count too). */
 static unsigned pack_threads(const struct castfs_zst_pack_opts *o)
 {

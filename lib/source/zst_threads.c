@@ -11,7 +11,16 @@
 #include "common/compiler.h"
 #include "source/zst_internal.h"
 
-void zst_run_threads(void *(*run)(void *), void *arg, unsigned n)
+/* At most this many threads run a pipeline. */
+#define ZST_MAX_THREADS 16u
+
+/*
+ * @run(@arg) on @n threads (0 or 1: this one only; at most
+ * ZST_MAX_THREADS), this one among them, returning once all have
+ * returned. @run takes work from @arg until none is left, so helpers that
+ * fail to start only leave theirs to the others.
+ */
+static void run_threads(void *(*run)(void *), void *arg, unsigned n)
 {
 	pthread_t t[ZST_MAX_THREADS];
 	unsigned started = 0;
@@ -116,7 +125,7 @@ int zst_pipe_run(const struct zst_pipe_ops *ops, void *ctx, unsigned threads,
 
 	pthread_mutex_init(&p.lock, NULL);
 	pthread_cond_init(&p.turn, NULL);
-	zst_run_threads(pipe_thread, &p, threads);
+	run_threads(pipe_thread, &p, threads);
 	pthread_cond_destroy(&p.turn);
 	pthread_mutex_destroy(&p.lock);
 	if (p.bad != SIZE_MAX) {

@@ -209,19 +209,17 @@ static void codes_write_isa(struct bitw *bw, uint8_t *raw,
 static void lowbits_write(uint8_t *d, const uint8_t *ex, size_t count,
 			  enum zst_tier_isa isa)
 {
+	size_t i = 0;
+
 	memset(d, 0, (count + 7) / 8);
 #if ZST_HAVE_X86
-	if (isa == ZST_TIER_AVX512) {
-		zst_tier_lowbits_pack_avx512(d, ex, count);
-		return;
-	}
-	if (isa == ZST_TIER_AVX2) {
-		zst_tier_lowbits_pack_avx2(d, ex, count);
-		return;
-	}
+	if (isa == ZST_TIER_AVX512)
+		i = zst_tier_lowbits_pack_avx512(d, ex, count);
+	else if (isa == ZST_TIER_AVX2)
+		i = zst_tier_lowbits_pack_avx2(d, ex, count);
 #endif
 	(void)isa;
-	for (size_t i = 0; i < count; i++)
+	for (; i < count; i++)
 		d[i / 8] |= (uint8_t)((ex[i] & 1u) << (i % 8));
 }
 

@@ -131,8 +131,8 @@ AVX2 size_t zst_tier_step_avx2(uint8_t *out, uint8_t *next, uint8_t *in,
 	return nn;
 }
 
-AVX2 void zst_tier_lowbits_pack_avx2(uint8_t *d, const uint8_t *ex,
-				     size_t count)
+AVX2 size_t zst_tier_lowbits_pack_avx2(uint8_t *d, const uint8_t *ex,
+				       size_t count)
 {
 	const __m256i one = _mm256_set1_epi8(1);
 	size_t i = 0;
@@ -146,7 +146,6 @@ AVX2 void zst_tier_lowbits_pack_avx2(uint8_t *d, const uint8_t *ex,
 			(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(
 				_mm256_and_si256(x, one), one)));
 	}
-	for (; i < count; i++) /* d is zeroed */
-		d[i / 8] |= (uint8_t)((ex[i] & 1u) << (i % 8));
+	return i;
 }
 #endif

@@ -110,8 +110,8 @@ AVX512 void zst_tier_ranks_avx512(uint8_t *dst, const uint8_t *ex, size_t count,
 			tab);
 }
 
-AVX512 void zst_tier_lowbits_pack_avx512(uint8_t *d, const uint8_t *ex,
-					 size_t count)
+AVX512 size_t zst_tier_lowbits_pack_avx512(uint8_t *d, const uint8_t *ex,
+					   size_t count)
 {
 	size_t i = 0;
 
@@ -119,7 +119,6 @@ AVX512 void zst_tier_lowbits_pack_avx512(uint8_t *d, const uint8_t *ex,
 		castfs_store_le64(d + i / 8, _mm512_test_epi8_mask(
 						     _mm512_loadu_si512(ex + i),
 						     _mm512_set1_epi8(1)));
-	for (; i < count; i++) /* d is zeroed */
-		d[i / 8] |= (uint8_t)((ex[i] & 1u) << (i % 8));
+	return i;
 }
 #endif

@@ -29,13 +29,10 @@ struct unpack_job {
 	uint64_t done; /* bytes written */
 };
 
-/* A thread's buffer and step: frames [first, end), decoded bytes
- * [off, off + n). */
+/* A thread's buffer and step: frames [first, end). */
 struct unpack_slot {
 	uint8_t *buf;
 	size_t first, end;
-	uint64_t off;
-	size_t n;
 };
 
 /* The end of the step starting at frame @i: whole frames up to
@@ -57,8 +54,10 @@ static size_t step_cap(const struct castfs_zst_index *ix)
 {
 	uint64_t cap = 1;
 
-	for (size_t i = 0; i < ix->nframes; i = step_end(ix, i))
-		cap = CASTFS_MAX(cap, ix->doff[step_end(ix, i)] - ix->doff[i]);
+	for (size_t i = 0, j; i < ix->nframes; i = j) {
+		j = step_end(ix, i);
+		cap = CASTFS_MAX(cap, ix->doff[j] - ix->doff[i]);
+	}
 	return (size_t)cap;
 }
 
@@ -72,8 +71,6 @@ static bool unpack_take(void *ctx, void *slot)
 		return false;
 	sl->first = j->next;
 	sl->end = step_end(ix, j->next);
-	sl->off = ix->doff[sl->first];
-	sl->n = (size_t)(ix->doff[sl->end] - sl->off);
 	j->next = sl->end;
 	return true;
 }
@@ -106,8 +103,8 @@ static int unpack_decode(void *ctx, void *slot, struct castfs_diag *d)
 
 		if (n == 0)
 			continue; /* an empty (skippable) frame */
-		rc = castfs_reader_read(&j->zr.r, sl->buf + (at - sl->off), n,
-					at);
+		rc = castfs_reader_read(
+			&j->zr.r, sl->buf + (at - ix->doff[sl->first]), n, at);
 		if (rc)
 			return frame_failed(d, rc, i, at, n);
 	}
@@ -119,11 +116,12 @@ static int unpack_write(void *ctx, void *slot, struct castfs_diag *d)
 {
 	struct unpack_job *j = ctx;
 	const struct unpack_slot *sl = slot;
-	int rc = j->w->write(j->w->ctx, sl->buf, sl->n);
+	size_t n = (size_t)(j->ix->doff[sl->end] - j->ix->doff[sl->first]);
+	int rc = j->w->write(j->w->ctx, sl->buf, n);
 
 	if (rc)
 		return castfs_diag_set(d, rc, "writing the output");
-	j->done += sl->n;
+	j->done += n;
 	if (j->o && j->o->progress)
 		j->o->progress(j->o->progress_ctx, j->done,
 			       castfs_zst_index_size(j->ix));
