@@ -175,4 +175,19 @@ int cli_out_commit(struct cli_out *w, const char *out, bool replace);
 /* cli_out_abort - close and unlink what was not committed; safe twice. */
 void cli_out_abort(struct cli_out *w);
 
+/* ---- Ctrl-C: outputs are removed, then the signal ends the process ---- */
+
+/* cli_catch_signals - from now on SIGINT, SIGTERM and SIGHUP only mark the
+ * run interrupted (cli_interrupted()), so that the command stops at its
+ * next step and removes its temporary output instead of leaving it. */
+void cli_catch_signals(void);
+
+/* cli_interrupted - the signal caught, or 0. Any thread may ask. */
+int cli_interrupted(void);
+
+/* cli_exit_signalled - if a signal was caught, end the process by it now
+ * (its default action), so that a shell or xargs running castfs sees
+ * the interruption and stops too; otherwise return. */
+void cli_exit_signalled(void);
+
 #endif

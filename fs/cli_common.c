@@ -4,6 +4,8 @@
 #include <time.h>
 #include <libgen.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -307,4 +309,42 @@ void cli_out_abort(struct cli_out *w)
 	free(w->tmp);
 	w->tmp = NULL;
 	w->fd = -1;
+}
+
+/* Atomic rather than volatile sig_atomic_t: the commands' worker threads
+ * read it while the handler writes it in whichever thread took the
+ * signal (lock-free, so async-signal-safe). */
+static atomic_int caught_signal;
+
+static void on_signal(int sig)
+{
+	atomic_store(&caught_signal, sig);
+}
+
+void cli_catch_signals(void)
+{
+	/* SA_RESTART: the commands' reads and writes go on to the next step,
+	 * where the flag is seen, instead of failing with EINTR. */
+	struct sigaction sa = { .sa_handler = on_signal,
+				.sa_flags = SA_RESTART };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+}
+
+int cli_interrupted(void)
+{
+	return atomic_load(&caught_signal);
+}
+
+void cli_exit_signalled(void)
+{
+	int sig = cli_interrupted();
+
+	if (!sig)
+		return;
+	signal(sig, SIG_DFL);
+	raise(sig);
 }

@@ -9,7 +9,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <libgen.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,14 +29,6 @@ struct conv_opts {
 	const char *out;
 	int progress; /* 1 on, 0 off, -1 when stderr is a terminal */
 };
-
-/* The output file being written. */
-static volatile sig_atomic_t interrupted;
-
-static void on_signal(int sig)
-{
-	interrupted = sig;
-}
 
 static void convert_usage(FILE *f)
 {
@@ -61,7 +52,9 @@ static void convert_usage(FILE *f)
 		"    --no-progress    never show one\n"
 		"    -h, --help       this help\n\n"
 		"Exit status: 0, 1 on failure (the reason goes to stderr), 2 "
-		"for\nusage errors. See castfs-convert(1).\n");
+		"for\nusage errors. Interrupted (Ctrl-C), it removes OUT's "
+		"temporary file\nand ends by the signal. See "
+		"castfs-convert(1).\n");
 }
 
 static const char *human(uint64_t n, char *buf, size_t len)
@@ -125,7 +118,7 @@ static int conv_copy(const struct castfs_reader *r, const char *path,
 	uint64_t off = 0;
 	int rc = buf ? castfs_scratch_init(&sc) : -ENOMEM;
 
-	while (!rc && off < plan->size && !interrupted) {
+	while (!rc && off < plan->size && !cli_interrupted()) {
 		size_t n = (size_t)CASTFS_MIN(plan->size - off, CHUNK_LEN);
 		ssize_t got = castfs_plan_read(plan, r, &sc, buf, n, off);
 
@@ -148,7 +141,7 @@ static int conv_copy(const struct castfs_reader *r, const char *path,
 	if (buf)
 		castfs_scratch_fini(&sc);
 	free(buf);
-	return rc || interrupted ? -1 : 0;
+	return rc || cli_interrupted() ? -1 : 0;
 }
 
 static bool is_source(const struct cli_src *s, const char *out)
@@ -310,7 +303,7 @@ static int conv_write(const struct castfs_reader *r, const char *path,
 	}
 	if (!rc)
 		rc = out_commit(&w, o->out);
-	if (interrupted)
+	if (cli_interrupted())
 		fprintf(stderr, "castfs convert: interrupted\n");
 	cli_out_abort(&w);
 	return rc ? 1 : 0;
@@ -433,16 +426,6 @@ static int parse_opts(int argc, char **argv, struct conv_opts *o)
 	return 0;
 }
 
-static void catch_signals(void)
-{
-	struct sigaction sa = { .sa_handler = on_signal };
-
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-}
-
 int castfs_cli_convert(int argc, char **argv)
 {
 	struct conv_opts o = { .progress = -1 };
@@ -456,7 +439,7 @@ int castfs_cli_convert(int argc, char **argv)
 	if (cli_views_load(&vs, "convert", o.config))
 		goto out_views;
 	if (cli_md_is_sharded(argv[optind])) {
-		catch_signals();
+		cli_catch_signals();
 		status = convert_shards(argv[optind], &vs, &o);
 		goto out_views;
 	}
@@ -486,7 +469,7 @@ int castfs_cli_convert(int argc, char **argv)
 			s.path);
 		goto out_src;
 	}
-	catch_signals();
+	cli_catch_signals();
 	status = convert_src(&s, &o);
 out_src:
 	cli_src_close(&s);

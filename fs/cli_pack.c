@@ -60,7 +60,8 @@ static void pack_usage(FILE *f, const char *cmd)
 			"(every frame is\ndecoded and its checksum, when the "
 			"pack has them, verified;\nframes are decoded by N "
 			"threads at once, by default one per CPU,\nat most "
-			"16).\n");
+			"16). Interrupted (Ctrl-C), it removes what it was\n"
+			"writing and ends by the signal.\n");
 		return;
 	}
 	fprintf(f,
@@ -103,7 +104,8 @@ static void pack_usage(FILE *f, const char *cmd)
 		"    --[no-]progress      progress bar (default: when stderr "
 		"is a terminal)\n"
 		"\nExit status: 0, 1 when a file failed, 2 for usage "
-		"errors.\n");
+		"errors. Interrupted\n(Ctrl-C), it removes what it was writing "
+		"and ends by the signal.\n");
 }
 
 /* [####----]  42%  1.2 GiB / 2.9 GiB  @what  850.0 MiB/s, at most ten
@@ -130,8 +132,15 @@ static void bar(struct pack_out *w, uint64_t done, uint64_t total,
 		fputc('\n', stderr);
 }
 
+/* After each step of a run: -EINTR once Ctrl-C was pressed, which stops
+ * the run; its output is then removed. */
+static int go_on(void)
+{
+	return cli_interrupted() ? -EINTR : 0;
+}
+
 /* Packing: the ratio so far. */
-static void progress(void *ctx, uint64_t in, uint64_t out)
+static int progress(void *ctx, uint64_t in, uint64_t out)
 {
 	struct pack_out *w = ctx;
 	char what[32];
@@ -139,12 +148,14 @@ static void progress(void *ctx, uint64_t in, uint64_t out)
 	snprintf(what, sizeof(what), "ratio %.3f",
 		 out ? (double)in / (double)out : 0.0);
 	bar(w, in, w->total, what);
+	return go_on();
 }
 
 /* The read-back (pack_verify()). */
-static void verify_progress(void *ctx, uint64_t done, uint64_t total)
+static int verify_progress(void *ctx, uint64_t done, uint64_t total)
 {
 	bar(ctx, done, total, "verify");
+	return go_on();
 }
 
 static int fd_write(void *ctx, const void *buf, size_t n)
@@ -220,6 +231,14 @@ static int fail(const struct pack_opts *o, const char *file, const char *why)
 	return 1;
 }
 
+/* Why a run that failed with @rc and reason @d failed, for fail(). */
+static const char *fail_reason(int rc, const struct castfs_diag *d)
+{
+	if (rc == -EINTR && cli_interrupted())
+		return "interrupted; nothing written";
+	return d->msg[0] ? d->msg : strerror(-rc);
+}
+
 /* Pack the open safetensors @s into @out. */
 /*
  * The frame size asked for, else the default: 256 KiB for grouped packs,
@@ -262,7 +281,7 @@ static int pack_verify(struct pack_out *w, const struct castfs_reader *src,
 	w->last = 0;
 	rc = castfs_zst_verify(&pr.r, (uint64_t)st.st_size, src, w->total, &vo,
 			       &why);
-	if (rc)
+	if (rc && rc != -EINTR)
 		castfs_diag_set(d, rc, "read back, %s; no pack written",
 				why.msg[0] ? why.msg : strerror(-rc));
 	return rc;
@@ -310,7 +329,7 @@ static int pack_src(const struct cli_src *s, const char *out,
 		fputc('\n', stderr);
 	if (rc)
 		return fail(o, rc == -EEXIST ? out : s->path,
-			    d.msg[0] ? d.msg : strerror(-rc));
+			    fail_reason(rc, &d));
 	return 0;
 }
 
@@ -367,7 +386,8 @@ static int pack_dir(const char *dir, const struct pack_opts *o,
 		char *p = NULL;
 		struct stat st;
 
-		if (has_suffix(ents[i]->d_name, ".safetensors") &&
+		if (!cli_interrupted() &&
+		    has_suffix(ents[i]->d_name, ".safetensors") &&
 		    asprintf(&p, "%s/%s", dir, ents[i]->d_name) >= 0 &&
 		    lstat(p, &st) == 0 && S_ISREG(st.st_mode))
 			if (pack_file(p, o, vs))
@@ -380,9 +400,10 @@ static int pack_dir(const char *dir, const struct pack_opts *o,
 }
 
 /* Unpacking: decoded bytes written. */
-static void unpack_progress(void *ctx, uint64_t done, uint64_t total)
+static int unpack_progress(void *ctx, uint64_t done, uint64_t total)
 {
 	bar(ctx, done, total, "unpack");
+	return go_on();
 }
 
 static int unpack_fd(int fd, const struct stat *st, const char *in,
@@ -421,8 +442,7 @@ static int unpack_fd(int fd, const struct stat *st, const char *in,
 	castfs_zst_index_free(ix);
 	castfs_zcache_free(c);
 	if (rc)
-		return fail(o, rc == -EEXIST ? out : in,
-			    d.msg[0] ? d.msg : strerror(-rc));
+		return fail(o, rc == -EEXIST ? out : in, fail_reason(rc, &d));
 	return 0;
 }
 
@@ -585,7 +605,8 @@ int castfs_cli_pack(int argc, char **argv)
 		return 2;
 	if (cli_views_load(&vs, "pack", NULL))
 		return 1;
-	for (int i = optind; i < argc; i++) {
+	cli_catch_signals();
+	for (int i = optind; i < argc && !cli_interrupted(); i++) {
 		struct stat st;
 		int rc;
 
@@ -607,7 +628,8 @@ int castfs_cli_unpack(int argc, char **argv)
 
 	if (parse_opts(argc, argv, &o))
 		return 2;
-	for (int i = optind; i < argc; i++)
+	cli_catch_signals();
+	for (int i = optind; i < argc && !cli_interrupted(); i++)
 		if (unpack_file(argv[i], &o))
 			status = 1;
 	return status;

@@ -467,16 +467,23 @@ static int reload_main(int argc, char **argv)
 	return rc ? 1 : 0;
 }
 
+/* A command's exit status, unless a signal it caught ends the process. */
+static int cli_exit(int status)
+{
+	cli_exit_signalled();
+	return status;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && strcmp(argv[1], "info") == 0)
 		return castfs_cli_info(argc - 1, argv + 1);
 	if (argc > 1 && strcmp(argv[1], "convert") == 0)
-		return castfs_cli_convert(argc - 1, argv + 1);
+		return cli_exit(castfs_cli_convert(argc - 1, argv + 1));
 	if (argc > 1 && strcmp(argv[1], "pack") == 0)
-		return castfs_cli_pack(argc - 1, argv + 1);
+		return cli_exit(castfs_cli_pack(argc - 1, argv + 1));
 	if (argc > 1 && strcmp(argv[1], "unpack") == 0)
-		return castfs_cli_unpack(argc - 1, argv + 1);
+		return cli_exit(castfs_cli_unpack(argc - 1, argv + 1));
 	if (argc > 1 && strcmp(argv[1], "reload") == 0)
 		return reload_main(argc - 1, argv + 1);
 	return mount_main(argc, argv);

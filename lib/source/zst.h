@@ -158,8 +158,10 @@ struct castfs_zst_pack_opts {
 	 */
 	const uint8_t *cut_transforms;
 	/* Called after each frame with decoded and packed bytes so far
-	 * (from one thread at a time, in file order). */
-	void (*progress)(void *ctx, uint64_t in, uint64_t out);
+	 * (from one thread at a time, in file order). A negative errno
+	 * returned stops the pack: nothing more is written, and the pack
+	 * returns it (how a CLI's Ctrl-C ends a run cleanly). */
+	int (*progress)(void *ctx, uint64_t in, uint64_t out);
 	void *progress_ctx;
 	/* Threads coding frames at once (0 or 1: the caller's only; at most
 	 * 16, and fewer where their buffers, four frames each, would pass
@@ -188,8 +190,9 @@ int castfs_zst_pack(const struct castfs_reader *src, uint64_t size,
 
 struct castfs_zst_verify_opts {
 	/* Called after each step with decoded bytes compared and the total
-	 * (from one thread at a time, @done increasing). */
-	void (*progress)(void *ctx, uint64_t done, uint64_t total);
+	 * (from one thread at a time, @done increasing). A negative errno
+	 * returned stops the read-back, which returns it. */
+	int (*progress)(void *ctx, uint64_t done, uint64_t total);
 	void *progress_ctx;
 	/* Threads comparing 4 MiB steps at once (0 or 1: the caller's only;
 	 * at most 16). The failure reported is the first in the file
@@ -217,8 +220,10 @@ int castfs_zst_verify(const struct castfs_reader *pack, uint64_t pack_size,
 
 struct castfs_zst_unpack_opts {
 	/* Called after each step with decoded bytes written and the total
-	 * (from one thread at a time, @done increasing). */
-	void (*progress)(void *ctx, uint64_t done, uint64_t total);
+	 * (from one thread at a time, @done increasing). A negative errno
+	 * returned stops the unpack: nothing more is written, and the
+	 * unpack returns it. */
+	int (*progress)(void *ctx, uint64_t done, uint64_t total);
 	void *progress_ctx;
 	/* Threads decoding frames at once (0 or 1: the caller's only; at
 	 * most 16, and fewer where their buffers would pass 256 MiB). */

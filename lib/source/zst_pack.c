@@ -221,9 +221,10 @@ static int piece_write(void *ctx, void *slot, struct castfs_diag *d)
 		return castfs_diag_set(d, rc, "too many frames");
 	ps->in_done += pc->n;
 	ps->out_done += pc->got;
-	if (ps->o->progress)
-		ps->o->progress(ps->o->progress_ctx, ps->in_done, ps->out_done);
-	return 0;
+	rc = ps->o->progress ? ps->o->progress(ps->o->progress_ctx, ps->in_done,
+					       ps->out_done) :
+			       0;
+	return rc ? castfs_diag_set(d, rc, "stopped by its caller") : 0;
 }
 
 /* The skippable frame holding the table, then the footer. */

@@ -122,10 +122,11 @@ static int unpack_write(void *ctx, void *slot, struct castfs_diag *d)
 	if (rc)
 		return castfs_diag_set(d, rc, "writing the output");
 	j->done += n;
-	if (j->o && j->o->progress)
-		j->o->progress(j->o->progress_ctx, j->done,
-			       castfs_zst_index_size(j->ix));
-	return 0;
+	rc = j->o && j->o->progress ?
+		     j->o->progress(j->o->progress_ctx, j->done,
+				    castfs_zst_index_size(j->ix)) :
+		     0;
+	return rc ? castfs_diag_set(d, rc, "stopped by its caller") : 0;
 }
 
 static int unpack_slot_init(void *ctx, void *slot)

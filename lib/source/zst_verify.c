@@ -98,11 +98,13 @@ static int verify_commit(void *ctx, void *slot, struct castfs_diag *d)
 	struct verify_job *j = ctx;
 	const struct verify_slot *sl = slot;
 
-	(void)d;
+	int rc;
+
 	j->done += sl->n;
-	if (j->o && j->o->progress)
-		j->o->progress(j->o->progress_ctx, j->done, j->size);
-	return 0;
+	rc = j->o && j->o->progress ?
+		     j->o->progress(j->o->progress_ctx, j->done, j->size) :
+		     0;
+	return rc ? castfs_diag_set(d, rc, "stopped by its caller") : 0;
 }
 
 static void verify_slot_free(void *ctx, void *slot)

@@ -10,8 +10,10 @@ import glob
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
+import time
 import unittest
 
 import numpy as np
@@ -387,6 +389,103 @@ class Pack(unittest.TestCase):
         self.assertEqual(sorted(os.listdir(d)), [
             "config.json", "model-00001-of-00002.safetensors.zst",
             "model-00002-of-00002.safetensors.zst"])
+
+
+class Interrupt(unittest.TestCase):
+    """Ctrl-C (or SIGTERM) during pack, unpack or convert: the temporary
+    output is removed, nothing takes the output's name, later files are
+    not started, and the process ends by the signal, as a shell loop
+    running it expects. A 128 MiB checkpoint (normal bf16: coding it
+    takes a while) is stopped right after its temporary file appears:
+    SIGSTOP, then the signal, then SIGCONT, so it cannot finish between
+    the two."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ctx = tl.tempdir()
+        cls.dir = cls.ctx.__enter__()
+        torch.manual_seed(5)
+        cls.big = os.path.join(cls.dir, "big.safetensors")
+        save_file({"w": (torch.randn(64 << 20) * 0.02).bfloat16()}, cls.big)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.ctx.__exit__(None, None, None)
+
+    def temps(self, d):
+        return [n for n in os.listdir(d) if ".castfs-" in n]
+
+    def interrupt(self, args, d, out, sig=signal.SIGINT):
+        """Run castfs ARGS and send SIG once its temporary file is in D,
+        before OUT exists; tried again where the run was too quick."""
+        for _ in range(5):
+            p = subprocess.Popen([tl.castfs_binary()] + args, stderr=subprocess.PIPE,
+                                 text=True)
+            while p.poll() is None and not self.temps(d):
+                time.sleep(0.0005)
+            if p.poll() is None:
+                p.send_signal(signal.SIGSTOP)
+                if not os.path.exists(out):
+                    p.send_signal(sig)
+                    p.send_signal(signal.SIGCONT)
+                    err = p.communicate(timeout=120)[1]
+                    return p.returncode, err
+                p.send_signal(signal.SIGCONT)
+            p.communicate(timeout=120)
+            for f in [out] + [os.path.join(d, n) for n in self.temps(d)]:
+                if os.path.exists(f):
+                    os.unlink(f)
+        self.fail("castfs %s finished before it could be stopped, five times" % args[0])
+
+    def assert_stopped(self, rc, err, sig, d, out):
+        self.assertEqual(rc, -sig, err)
+        self.assertIn("interrupted", err)
+        self.assertEqual(self.temps(d), [], "temporary output left behind")
+        self.assertFalse(os.path.exists(out))
+
+    def test_pack(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with self.subTest(sig=sig):
+                out = self.big + ".zstg"
+                rc, err = self.interrupt(["pack", "--no-progress", "--grouped", "--threads",
+                                          "1", self.big], self.dir, out, sig)
+                self.assert_stopped(rc, err, sig, self.dir, out)
+                self.assertTrue(os.path.exists(self.big))
+
+    def test_pack_directory_stops(self):
+        """The first of two checkpoints interrupted: neither is packed."""
+        d = os.path.join(self.dir, "two")
+        os.mkdir(d)
+        try:
+            for n in ("a", "b"):
+                os.link(self.big, os.path.join(d, n + ".safetensors"))
+            out = os.path.join(d, "a.safetensors.zst")
+            rc, err = self.interrupt(["pack", "--no-progress", "--threads", "1", d], d, out)
+            self.assert_stopped(rc, err, signal.SIGINT, d, out)
+            self.assertEqual(sorted(os.listdir(d)), ["a.safetensors", "b.safetensors"])
+        finally:
+            shutil.rmtree(d)
+
+    def test_unpack(self):
+        d = os.path.join(self.dir, "u")
+        os.mkdir(d)
+        try:
+            r = castfs("pack", "--no-progress", "--grouped", self.big)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            z = os.path.join(d, "big.safetensors.zstg")
+            os.rename(self.big + ".zstg", z)
+            out = z[:-len(".zstg")]
+            rc, err = self.interrupt(["unpack", "--no-progress", "--threads", "1", z], d, out)
+            self.assert_stopped(rc, err, signal.SIGINT, d, out)
+            self.assertEqual(os.listdir(d), ["big.safetensors.zstg"])
+        finally:
+            shutil.rmtree(d)
+
+    def test_convert(self):
+        out = os.path.join(self.dir, "big.nf4.safetensors")
+        rc, err = self.interrupt(["convert", "--no-progress", self.big, "--view", "nf4", "-o",
+                                  out], self.dir, out)
+        self.assert_stopped(rc, err, signal.SIGINT, self.dir, out)
 
 
 if __name__ == "__main__":

@@ -792,16 +792,17 @@ END_TEST
 struct vprog {
 	uint64_t done, total;
 	int calls;
+	int stop_at; /* the call that returns -EINTR; 0: none */
 };
 
-static void vprog_note(void *ctx, uint64_t done, uint64_t total)
+static int vprog_note(void *ctx, uint64_t done, uint64_t total)
 {
 	struct vprog *p = ctx;
 
 	ck_assert_uint_gt(done, p->done);
 	p->done = done;
 	p->total = total;
-	p->calls++;
+	return ++p->calls == p->stop_at ? -EINTR : 0;
 }
 
 /* Verify the pack @m against the @n bytes at @orig by @threads threads
@@ -850,6 +851,11 @@ START_TEST(test_zst__verify_names_first_difference)
 	ck_assert_uint_eq(p.done, N_VERIFY3);
 	ck_assert_uint_eq(p.total, N_VERIFY3);
 	ck_assert_int_eq(p.calls, 4);
+	/* A progress callback's -EINTR (Ctrl-C) ends the read-back there. */
+	p = (struct vprog){ .stop_at = 2 };
+	ck_assert_int_eq(verify_by(&m, in, N_VERIFY3, threads, &p, &d), -EINTR);
+	ck_assert_int_eq(p.calls, 2);
+	ck_assert_uint_eq(p.done, 8u << 20);
 	other = malloc(N_VERIFY3);
 	for (size_t k = 0; k < sizeof(at) / sizeof(at[0]); k++) {
 		memcpy(other, in, N_VERIFY3);

@@ -25,9 +25,10 @@
 struct progress {
 	uint64_t in, out;
 	unsigned calls;
+	unsigned stop_at; /* the call that returns -EINTR; 0: none */
 };
 
-static void note(void *ctx, uint64_t in, uint64_t out)
+static int note(void *ctx, uint64_t in, uint64_t out)
 {
 	struct progress *p = ctx;
 
@@ -35,7 +36,7 @@ static void note(void *ctx, uint64_t in, uint64_t out)
 	ck_assert_uint_gt(out, p->out);
 	p->in = in;
 	p->out = out;
-	p->calls++;
+	return ++p->calls == p->stop_at ? -EINTR : 0;
 }
 
 #define N_IN (600u * 1024u + 333u)
@@ -87,6 +88,48 @@ START_TEST(test_zst_pack__threads_write_the_same_bytes)
 		free(many.p);
 	}
 	free(one.p);
+	free(in);
+}
+END_TEST
+
+/*
+ * _i: 1 or 5 threads. A progress callback that returns -EINTR (castfs
+ * pack's Ctrl-C) stops the pack at that frame: the error is returned,
+ * the frames before it and that one were written, nothing after (no
+ * further frame, no seek table), and it is not called again.
+ */
+START_TEST(test_zst_pack__progress_stops_the_pack)
+{
+	uint8_t *in = membuf_input(N_IN, 37);
+	struct membuf whole, cut = { 0 };
+	struct castfs_mem_reader mr;
+	struct castfs_writer w = { mem_write, &cut };
+	struct progress p = { .stop_at = 40 };
+	struct castfs_diag d = { { 0 } };
+	struct castfs_zst_pack_opts o = {
+		.frame_size = 4096,
+		.level = 1,
+		.checksums = true,
+		.cuts = cuts,
+		.ncuts = sizeof(cuts) / sizeof(*cuts),
+		.cut_transforms = tr,
+		.progress = note,
+		.progress_ctx = &p,
+		.threads = _i ? 5 : 1,
+	};
+
+	castfs_mem_reader_init(&mr, in, N_IN);
+	ck_assert_int_eq(castfs_zst_pack(&mr.r, N_IN, &o, &w, &d), -EINTR);
+	ck_assert_uint_eq(p.calls, 40);
+	/* Exactly the 40 frames reported, the same bytes as a whole pack's
+	 * beginning. */
+	ck_assert_uint_eq(cut.n, p.out);
+	o.progress = NULL;
+	membuf_pack(&whole, in, N_IN, &o);
+	ck_assert_uint_gt(whole.n, cut.n);
+	ck_assert(!memcmp(whole.p, cut.p, cut.n));
+	free(whole.p);
+	free(cut.p);
 	free(in);
 }
 END_TEST
@@ -260,14 +303,14 @@ static void pack_big(struct membuf *m, const uint8_t *in, size_t frame,
 	membuf_pack(m, in, N_BIG, &o);
 }
 
-static void note_done(void *ctx, uint64_t done, uint64_t total)
+static int note_done(void *ctx, uint64_t done, uint64_t total)
 {
 	struct progress *p = ctx;
 
 	ck_assert_uint_eq(total, N_BIG);
 	ck_assert_uint_gt(done, p->in);
 	p->in = done;
-	p->calls++;
+	return ++p->calls == p->stop_at ? -EINTR : 0;
 }
 
 /* Unpack the pack @m (read by @raw, or from @m where NULL) into @w by
@@ -319,6 +362,31 @@ START_TEST(test_zst_unpack__threads_write_the_original)
 		ck_assert_uint_ge(w.calls, 5);
 		free(w.m.p);
 	}
+	free(m.p);
+	free(in);
+}
+END_TEST
+
+/* _i: 1 or 6 threads. A progress callback that returns -EINTR (castfs
+ * unpack's Ctrl-C) stops the unpack: nothing is written after that step,
+ * and the error is returned. */
+START_TEST(test_zst_unpack__progress_stops_the_unpack)
+{
+	uint8_t *in = membuf_input(N_BIG, 39);
+	struct castfs_diag d = { { 0 } };
+	struct bad_writer w = { .fail = 0 };
+	struct progress p = { .stop_at = 2 };
+	struct membuf m;
+
+	pack_big(&m, in, 64u << 10, true);
+	ck_assert_int_eq(unpack_through(&m, NULL, &w, _i ? 6 : 1, &p, &d),
+			 -EINTR);
+	ck_assert_uint_eq(p.calls, 2);
+	ck_assert_uint_eq(w.calls, 2);
+	ck_assert_uint_eq(w.m.n, p.in);
+	ck_assert_uint_lt(w.m.n, N_BIG);
+	ck_assert(!memcmp(w.m.p, in, w.m.n));
+	free(w.m.p);
 	free(m.p);
 	free(in);
 }
@@ -517,10 +585,13 @@ Suite *unit_suite(void)
 			    4);
 	tcase_add_loop_test(tc, test_zst_pack__first_failure_in_the_file_named,
 			    0, 2);
+	tcase_add_loop_test(tc, test_zst_pack__progress_stops_the_pack, 0, 2);
 	tcase_add_loop_test(tc, test_zst_unpack__threads_write_the_original, 0,
 			    4);
 	tcase_add_loop_test(
 		tc, test_zst_unpack__first_failure_in_the_file_named, 0, 2);
+	tcase_add_loop_test(tc, test_zst_unpack__progress_stops_the_unpack, 0,
+			    2);
 	tcase_add_test(tc,
 		       test_zst_pipe__threads_without_slots_leave_their_work);
 	suite_add_tcase(s, tc);
