@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -503,6 +504,22 @@ static int parse_threads(const char *s, unsigned *n)
 	return 0;
 }
 
+/* A zstd level into *@level; -1 for anything else (zstd would clamp 100
+ * to its highest level, and atoi read "abc" as its default). */
+static int parse_level(const char *s, int *level)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (end == s || *end || errno || v < INT_MIN || v > INT_MAX ||
+	    !castfs_zst_level_valid((int)v))
+		return -1;
+	*level = (int)v;
+	return 0;
+}
+
 /* The threads that code and read back a pack, or decode one: one per
  * online CPU (the library takes at most 16). */
 static unsigned online_cpus(void)
@@ -519,8 +536,7 @@ static int opt_set(struct pack_opts *o, int ch, const char *arg)
 		o->frame_size = parse_size(arg);
 		return o->frame_size ? 0 : -1;
 	case 'l':
-		o->level = atoi(arg);
-		return 0;
+		return parse_level(arg, &o->level);
 	case 'n':
 		o->checksums = false;
 		return 0;
@@ -547,35 +563,54 @@ static int opt_set(struct pack_opts *o, int ch, const char *arg)
 	}
 }
 
+/* The options both commands take, then the pack's own: unpack's table
+ * ends before those, so getopt refuses them there ("unrecognized
+ * option") instead of their being dropped without a word. */
+#define COMMON_OPTS 6
+static const struct option pack_longopts[] = {
+	{ "remove", no_argument, NULL, 'r' },
+	{ "force", no_argument, NULL, 'F' },
+	{ "threads", required_argument, NULL, 'j' },
+	{ "progress", no_argument, NULL, 'p' },
+	{ "no-progress", no_argument, NULL, 'q' },
+	{ "help", no_argument, NULL, 'h' },
+	{ "frame-size", required_argument, NULL, 'f' },
+	{ "level", required_argument, NULL, 'l' },
+	{ "no-checksums", no_argument, NULL, 'n' },
+	{ "no-verify", no_argument, NULL, 'V' },
+	{ "grouped", no_argument, NULL, 'g' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* The long name of option @ch in @opts. */
+static const char *opt_name(const struct option *opts, int ch)
+{
+	while (opts->name && opts->val != ch)
+		opts++;
+	return opts->name ? opts->name : "?";
+}
+
 static int parse_opts(int argc, char **argv, struct pack_opts *o)
 {
-	static const struct option longopts[] = {
-		{ "frame-size", required_argument, NULL, 'f' },
-		{ "level", required_argument, NULL, 'l' },
-		{ "no-checksums", no_argument, NULL, 'n' },
-		{ "remove", no_argument, NULL, 'r' },
-		{ "no-verify", no_argument, NULL, 'V' },
-		{ "force", no_argument, NULL, 'F' },
-		{ "grouped", no_argument, NULL, 'g' },
-		{ "threads", required_argument, NULL, 'j' },
-		{ "progress", no_argument, NULL, 'p' },
-		{ "no-progress", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
+	struct option unpack_longopts[COMMON_OPTS + 1] = { { 0 } };
+	const struct option *longopts = pack_longopts;
 	int ch;
 
+	if (!strcmp(o->cmd, "unpack")) {
+		memcpy(unpack_longopts, pack_longopts,
+		       COMMON_OPTS * sizeof(*unpack_longopts));
+		longopts = unpack_longopts;
+	}
 	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		if (ch == 'h') {
 			pack_usage(stdout, o->cmd);
 			exit(0);
 		}
-		/* The pack's own options say nothing to unpack: refused, not
-		 * silently ignored. */
-		if (!strcmp(o->cmd, "unpack") && ch != '?' &&
-		    strchr("flnVg", ch))
-			ch = '?';
 		if (opt_set(o, ch, optarg)) {
+			if (ch != '?') /* getopt said why for those */
+				fprintf(stderr,
+					"castfs %s: --%s: invalid value '%s'\n",
+					o->cmd, opt_name(longopts, ch), optarg);
 			pack_usage(stderr, o->cmd);
 			return -1;
 		}

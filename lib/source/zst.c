@@ -309,6 +309,11 @@ static bool cctx_set(ZSTD_CCtx *z, ZSTD_cParameter p, int v)
 	return !ZSTD_isError(ZSTD_CCtx_setParameter(z, p, v));
 }
 
+bool castfs_zst_level_valid(int level)
+{
+	return level >= ZSTD_minCLevel() && level <= ZSTD_maxCLevel();
+}
+
 struct zst_cctx *zst_cctx_new(int level, bool grouped)
 {
 	struct zst_cctx *cc = calloc(1, sizeof(*cc));

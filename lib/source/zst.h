@@ -171,6 +171,13 @@ struct castfs_zst_pack_opts {
 };
 
 /*
+ * castfs_zst_level_valid - whether zstd has compression level @level
+ * (ZSTD_minCLevel() to ZSTD_maxCLevel(); 0 is its default). zstd would
+ * clamp another one without a word, so castfs_zst_pack() refuses it.
+ */
+bool castfs_zst_level_valid(int level);
+
+/*
  * castfs_zst_pack - compress the @size bytes of @src into a seekable file
  * written to @w: one independent frame per piece (a piece never straddles a
  * cut and holds at most @o->frame_size bytes), then the seek table.

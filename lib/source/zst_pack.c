@@ -340,6 +340,9 @@ int castfs_zst_pack(const struct castfs_reader *src, uint64_t size,
 		return castfs_diag_set(d, -EINVAL,
 				       "frame size must be 1..%u bytes",
 				       CASTFS_ZST_MAX_FRAME);
+	if (!castfs_zst_level_valid(o->level))
+		return castfs_diag_set(d, -EINVAL, "no zstd level %d",
+				       o->level);
 	if (o->cut_transforms && o->frame_size % 4)
 		return castfs_diag_set(d, -EINVAL,
 				       "a grouped pack's frame size must be a "

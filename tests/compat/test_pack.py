@@ -189,6 +189,7 @@ class Pack(unittest.TestCase):
                         ["--no-checksums"], ["--no-verify"]):
                 r = castfs("unpack", "--no-progress", *opt, z)
                 self.assertEqual(r.returncode, 2, opt)
+                self.assertIn("unrecognized option '%s" % opt[0], r.stderr)
                 self.assertIn("usage: castfs unpack", r.stderr)
                 self.assertFalse(os.path.exists(big))
             with open(z, "rb") as f:
@@ -239,6 +240,23 @@ class Pack(unittest.TestCase):
         os.chmod(self.src, 0o640)
         z = self.pack(self.src)
         self.assertEqual(os.stat(z).st_mode & 0o777, 0o640)
+
+    def test_bad_option_values_refused(self):
+        """A value castfs cannot honour is a usage error naming the option,
+        never silently replaced (atoi read "abc" as zstd's default level,
+        and zstd clamps 100 to 22)."""
+        for opt, bad in (("--level", "abc"), ("--level", "100"), ("--level", "3x"),
+                         ("--level", "-200000"), ("--frame-size", "0"),
+                         ("--frame-size", "1Q"), ("--threads", "0")):
+            r = castfs("pack", "--no-progress", opt, bad, self.src)
+            self.assertEqual(r.returncode, 2, (opt, bad, r.stderr))
+            self.assertIn("%s: invalid value '%s'" % (opt, bad), r.stderr)
+            self.assertFalse(os.path.exists(self.src + ".zst"))
+        # zstd's negative (fast) levels and its highest one are levels
+        for level in ("-5", "22"):
+            z = self.pack("--force", "--level", level, self.src)
+            out = subprocess.run(["zstd", "-d", "-c", z], capture_output=True, check=True)
+            self.assertEqual(out.stdout, self.orig)
 
     def test_not_safetensors_refused(self):
         bad = os.path.join(self.dir, "bad.safetensors")

@@ -784,6 +784,17 @@ START_TEST(test_zst__bad_frame_size_option)
 	o.frame_size = CASTFS_ZST_MAX_FRAME + 1;
 	ck_assert_int_eq(castfs_zst_pack(&mr.r, sizeof(in), &o, &w, NULL),
 			 -EINVAL);
+	/* A level zstd lacks is refused, not clamped to its nearest
+	 * (ZSTD_maxCLevel() is 22 in every zstd since 1.3). */
+	o.frame_size = 4096;
+	ck_assert(castfs_zst_level_valid(22) && castfs_zst_level_valid(-5));
+	ck_assert(!castfs_zst_level_valid(23));
+	o.level = 23;
+	ck_assert_int_eq(castfs_zst_pack(&mr.r, sizeof(in), &o, &w, NULL),
+			 -EINVAL);
+	ck_assert_uint_eq(m.n, 0);
+	o.level = 22;
+	ck_assert_int_eq(castfs_zst_pack(&mr.r, sizeof(in), &o, &w, NULL), 0);
 	free(m.p);
 }
 END_TEST
