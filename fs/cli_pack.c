@@ -480,16 +480,18 @@ static size_t parse_size(const char *s)
 {
 	char *end;
 	unsigned long long v = strtoull(s, &end, 10);
+	unsigned shift = 0;
 
-	if (end == s)
+	if (end == s || *s == '-' || v > CASTFS_ZST_MAX_FRAME)
 		return 0;
 	if (*end == 'K' || *end == 'k')
-		v <<= 10, end++;
+		shift = 10, end++;
 	else if (*end == 'M' || *end == 'm')
-		v <<= 20, end++;
-	if (*end || v > CASTFS_ZST_MAX_FRAME)
+		shift = 20, end++;
+	/* Checked before the shift: 17592186044417M wrapped to 1 MiB. */
+	if (*end || v > CASTFS_ZST_MAX_FRAME >> shift)
 		return 0;
-	return (size_t)v;
+	return (size_t)(v << shift);
 }
 
 /* "1".."16" into *@n; -1 if malformed. */

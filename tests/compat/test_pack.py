@@ -247,7 +247,8 @@ class Pack(unittest.TestCase):
         and zstd clamps 100 to 22)."""
         for opt, bad in (("--level", "abc"), ("--level", "100"), ("--level", "3x"),
                          ("--level", "-200000"), ("--frame-size", "0"),
-                         ("--frame-size", "1Q"), ("--threads", "0")):
+                         ("--frame-size", "1Q"), ("--frame-size", "17592186044417M"),
+                         ("--frame-size", "-1"), ("--threads", "0")):
             r = castfs("pack", "--no-progress", opt, bad, self.src)
             self.assertEqual(r.returncode, 2, (opt, bad, r.stderr))
             self.assertIn("%s: invalid value '%s'" % (opt, bad), r.stderr)
