@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +34,15 @@ struct options {
 	const char *mnt_arg; /* the argv element naming the mount point */
 };
 
-enum { KEY_HELP, KEY_VERSION };
+enum {
+	KEY_HELP,
+	KEY_VERSION,
+	KEY_TIMEOUT,
+	KEY_READ_AHEAD,
+	KEY_THREADS,
+	KEY_ZCACHE,
+	KEY_CACHE
+};
 
 #define OPT(t, p)                                 \
 	{                                         \
@@ -42,11 +51,13 @@ enum { KEY_HELP, KEY_VERSION };
 static const struct fuse_opt option_spec[] = {
 	OPT("views=%s", views),
 	OPT("config=%s", config),
-	OPT("timeout=%lf", timeout),
-	OPT("read_ahead_kb=%u", read_ahead_kb),
-	OPT("threads=%u", threads),
-	OPT("zcache_mb=%u", zcache_mb),
-	OPT("cache_mb=%u", cache_mb),
+	/* Numbers are parsed in opt_proc(): libfuse's sscanf took "-1" as
+	 * 4294967295 and "5x" as 5. */
+	FUSE_OPT_KEY("timeout=", KEY_TIMEOUT),
+	FUSE_OPT_KEY("read_ahead_kb=", KEY_READ_AHEAD),
+	FUSE_OPT_KEY("threads=", KEY_THREADS),
+	FUSE_OPT_KEY("zcache_mb=", KEY_ZCACHE),
+	FUSE_OPT_KEY("cache_mb=", KEY_CACHE),
 	OPT("nosupervise", nosupervise),
 	OPT("noxattr", noxattr),
 	OPT("passthrough", passthrough),
@@ -57,6 +68,44 @@ static const struct fuse_opt option_spec[] = {
 	FUSE_OPT_END,
 };
 
+/* The whole number after "name=" in @arg into *@v, if from @lo to @hi;
+ * else -1, said why. */
+static int opt_uint(const char *arg, unsigned lo, unsigned hi, unsigned *v)
+{
+	const char *s = strchr(arg, '=') + 1;
+	char *end;
+	unsigned long n;
+
+	errno = 0;
+	n = strtoul(s, &end, 10);
+	if (*s < '0' || *s > '9' || *end || errno || n < lo || n > hi) {
+		fprintf(stderr,
+			"castfs: -o %s: not a whole number from %u to %u\n",
+			arg, lo, hi);
+		return -1;
+	}
+	*v = (unsigned)n;
+	return 0;
+}
+
+/* "timeout=S": seconds, finite and not negative. */
+static int opt_seconds(const char *arg, double *v)
+{
+	const char *s = strchr(arg, '=') + 1;
+	char *end;
+	double t;
+
+	errno = 0;
+	t = strtod(s, &end);
+	if (end == s || *end || errno || !isfinite(t) || t < 0) {
+		fprintf(stderr, "castfs: -o %s: not a number of seconds\n",
+			arg);
+		return -1;
+	}
+	*v = t;
+	return 0;
+}
+
 static int opt_proc(void *data, const char *arg, int key,
 		    struct fuse_args *outargs)
 {
@@ -64,6 +113,16 @@ static int opt_proc(void *data, const char *arg, int key,
 
 	(void)outargs;
 	switch (key) {
+	case KEY_TIMEOUT:
+		return opt_seconds(arg, &o->timeout);
+	case KEY_READ_AHEAD: /* 0 turns read-ahead off; at most 1 GiB */
+		return opt_uint(arg, 0, 1u << 20, &o->read_ahead_kb);
+	case KEY_THREADS:
+		return opt_uint(arg, 1, 1024, &o->threads);
+	case KEY_ZCACHE: /* MiB, at most 1 TiB */
+		return opt_uint(arg, 1, 1u << 20, &o->zcache_mb);
+	case KEY_CACHE:
+		return opt_uint(arg, 1, 1u << 20, &o->cache_mb);
 	case KEY_HELP:
 		o->help = 1;
 		return 0;

@@ -102,6 +102,29 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(castfs("convert", "x.safetensors").returncode, 2)
         self.assertEqual(castfs("info", "--bogus", "x").returncode, 2)
 
+    def test_mount_option_values(self):
+        """A numeric -o value castfs cannot take is refused, naming it,
+        before anything is mounted (libfuse's sscanf took threads=-1 as
+        4294967295 and cache_mb=5x as 5); good ones reach the mount."""
+        with tl.tempdir(prefix="castfs-mnt-") as mnt:
+            for bad in ("threads=-1", "threads=0", "threads=1025", "threads=+3",
+                        "cache_mb=5x", "zcache_mb=-1", "zcache_mb=0",
+                        "read_ahead_kb=-1", "read_ahead_kb=1048577", "timeout=-5",
+                        "timeout=nan", "timeout=inf", "timeout=", "threads="):
+                r = castfs("-o", bad, self.src, mnt, timeout=30)
+                mounted = os.path.ismount(mnt)
+                if mounted:  # taken: leave no mount behind the failure
+                    subprocess.run(["fusermount3", "-u", mnt])
+                self.assertFalse(mounted, bad)
+                self.assertEqual(r.returncode, 1, (bad, r.stderr))
+                self.assertIn("-o %s: not a" % bad, r.stderr)
+        with tl.Mount(self.src, options=["threads=3", "timeout=0.5", "read_ahead_kb=0",
+                                         "zcache_mb=1", "cache_mb=1048576"]) as m:
+            with open(m.join(".castfs", "config")) as f:
+                c = json.load(f)
+            self.assertEqual((c["threads"], c["timeout_s"], c["read_ahead_kb"]),
+                             (3, 0.5, 0))
+
     def test_info_table(self):
         for f in self.files():
             path = os.path.join(self.src, f)
