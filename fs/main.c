@@ -146,6 +146,39 @@ static int opt_proc(void *data, const char *arg, int key,
 	}
 }
 
+/* Whether path @in is @dir or lies below it (both resolved). */
+static bool path_within(const char *in, const char *dir)
+{
+	size_t n = strlen(dir);
+
+	if (n == 1) /* "/" */
+		return true;
+	return !strncmp(in, dir, n) && (in[n] == '\0' || in[n] == '/');
+}
+
+/*
+ * A mount point at or below the source, or above it, is refused: the
+ * daemon walks and looks up the source by path, and reaching its own
+ * mount there it would wait for itself (the first walk runs before it
+ * answers any request), a mount that hangs every reader and cannot be
+ * unmounted.
+ */
+static int mount_overlaps_source(const char *source, const char *mountpoint)
+{
+	char *m = realpath(mountpoint, NULL);
+	bool in = m && path_within(m, source),
+	     over = m && path_within(source, m);
+
+	if (in || over)
+		fprintf(stderr,
+			"castfs: the mount point %s %s the source %s: castfs "
+			"would read its own mount\n",
+			m, in ? "lies in" : "holds", source);
+	free(m);
+	/* A missing mount point: fuse_session_mount() says so. */
+	return in || over ? -1 : 0;
+}
+
 static void usage(const char *prog)
 {
 	printf("usage: %s [options] SOURCE MOUNTPOINT\n"
@@ -467,6 +500,9 @@ static int mount_main(int argc, char **argv)
 	if (rc == 0)
 		child = NULL;
 	rc = 1;
+	/* A supervised daemon gets /dev/fd/N: its supervisor checked. */
+	if (!child && mount_overlaps_source(o.source, cmd.mountpoint))
+		goto out_args;
 	if (!o.threads)
 		o.threads = default_threads();
 	fs.timeout = o.timeout;

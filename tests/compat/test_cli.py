@@ -125,6 +125,34 @@ class CommandLine(unittest.TestCase):
             self.assertEqual((c["threads"], c["timeout_s"], c["read_ahead_kb"]),
                              (3, 0.5, 0))
 
+    def test_mount_point_overlapping_source_refused(self):
+        """A mount point that is the source, lies in it or holds it is
+        refused: castfs walks the source by path and would reach its own
+        mount there, waiting for itself (such a mount hung every reader and
+        could not be unmounted)."""
+        with tl.tempdir(prefix="castfs-nest-") as top:
+            src = os.path.join(top, "src")
+            os.makedirs(os.path.join(src, "inner"))
+            shutil.copy(os.path.join(self.src, self.files()[0]), src)
+            for mnt, where in ((src, "lies in"), (os.path.join(src, "inner"), "lies in"),
+                               (top, "holds")):
+                p = subprocess.Popen([tl.castfs_binary(), "-f", "-o", "nosupervise", src,
+                                      mnt], stderr=subprocess.PIPE, text=True)
+                try:
+                    err = p.communicate(timeout=20)[1]
+                except subprocess.TimeoutExpired:
+                    # Mounted, and waiting on itself: SIGKILL ends that
+                    # wait and the connection; then the mount can go.
+                    p.kill()
+                    err = p.communicate()[1]
+                    subprocess.run(["umount", "-l", mnt])
+                self.assertEqual(p.returncode, 1, (mnt, err))
+                self.assertIn("the mount point %s %s the source %s" % (mnt, where, src), err)
+            # a sibling whose name starts with the source's is no overlap
+            os.mkdir(src + "2")
+            with tl.Mount(src, mountpoint=src + "2") as m:
+                self.assertIn(self.files()[0], os.listdir(m.path))
+
     def test_info_table(self):
         for f in self.files():
             path = os.path.join(self.src, f)
