@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <time.h>
 #include <libgen.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -261,9 +262,11 @@ int cli_out_open(struct cli_out *w, const char *out, mode_t mode)
 
 	w->fd = -1;
 	w->tmp = NULL;
+	/* The name shortened to fit NAME_MAX with ".", ".castfs-XXXXXX":
+	 * an output of a legal long name must not fail on its temporary. */
 	if (d && b &&
-	    asprintf(&w->tmp, "%s/.%s.castfs-XXXXXX", dirname(d),
-		     basename(b)) >= 0)
+	    asprintf(&w->tmp, "%s/.%.*s.castfs-XXXXXX", dirname(d),
+		     NAME_MAX - 15, basename(b)) >= 0)
 		w->fd = mkstemp(w->tmp);
 	free(d);
 	free(b);

@@ -259,6 +259,24 @@ class Pack(unittest.TestCase):
             out = subprocess.run(["zstd", "-d", "-c", z], capture_output=True, check=True)
             self.assertEqual(out.stdout, self.orig)
 
+    def test_long_names(self):
+        """Outputs whose names are legal but long (251 bytes of 255) are
+        written: the temporary name beside them is shortened to fit (it
+        was the name plus 15 bytes, ENAMETOOLONG)."""
+        stem = os.path.join(self.dir, "c" * 235)
+        shutil.copy(self.src, stem + ".safetensors")
+        r = castfs("pack", "--no-progress", "--remove", stem + ".safetensors")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = castfs("unpack", "--no-progress", stem + ".safetensors.zst")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(stem + ".safetensors", "rb") as f:
+            self.assertTrue(f.read() == self.orig)
+        out = stem + "xxxxx.safetensors"
+        r = castfs("convert", "--no-progress", stem + ".safetensors", "--view", "fp8", "-o", out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(os.path.basename(out)), 252)
+        self.assertEqual([n for n in os.listdir(self.dir) if ".castfs-" in n], [])
+
     def test_not_safetensors_refused(self):
         bad = os.path.join(self.dir, "bad.safetensors")
         with open(bad, "wb") as f:
