@@ -251,8 +251,7 @@ static int out_open(struct cli_out *w, const char *out)
 	umask(mask);
 	rc = cli_out_open(w, out, 0666 & ~mask);
 	if (rc)
-		fprintf(stderr, "castfs convert: %s: %s\n",
-			w->tmp ? w->tmp : out, strerror(-rc));
+		fprintf(stderr, "castfs convert: %s: %s\n", out, strerror(-rc));
 	return rc ? -1 : 0;
 }
 

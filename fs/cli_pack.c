@@ -48,6 +48,7 @@ struct pack_out {
 	double t0, last;
 	bool progress;
 	bool line_open; /* a bar is on stderr's line, not yet ended */
+	bool out_failed; /* the output, not the input, failed: name it */
 };
 
 static void pack_usage(FILE *f, const char *cmd)
@@ -161,7 +162,7 @@ static int verify_progress(void *ctx, uint64_t done, uint64_t total)
 
 static int fd_write(void *ctx, const void *buf, size_t n)
 {
-	const struct pack_out *w = ctx;
+	struct pack_out *w = ctx;
 	const char *p = buf;
 
 	while (n) {
@@ -169,8 +170,10 @@ static int fd_write(void *ctx, const void *buf, size_t n)
 
 		if (got < 0 && errno == EINTR)
 			continue;
-		if (got < 0)
+		if (got < 0) {
+			w->out_failed = true;
 			return -errno;
+		}
 		p += got;
 		n -= (size_t)got;
 	}
@@ -323,13 +326,15 @@ static int pack_src(const struct cli_src *s, const char *out,
 		castfs_diag_clear(&d);
 		rc = castfs_diag_set(&d, -ESTALE, "changed while being packed");
 	}
-	if (!rc)
+	if (!rc) {
 		rc = cli_out_commit(&w.f, out, o->force);
+		w.out_failed = rc != 0;
+	}
 	cli_out_abort(&w.f);
 	if (rc && w.line_open) /* the reason on a line of its own */
 		fputc('\n', stderr);
 	if (rc)
-		return fail(o, rc == -EEXIST ? out : s->path,
+		return fail(o, w.out_failed ? out : s->path,
 			    fail_reason(rc, &d));
 	return 0;
 }
@@ -429,21 +434,27 @@ static int unpack_fd(int fd, const struct stat *st, const char *in,
 		rc = castfs_diag_set(&d, -EINVAL,
 				     "a grouped pack is named *" ZSTG_EXT
 				     ", a standard one *" ZST_EXT);
-	if (!rc)
+	if (!rc) {
 		rc = out_open(&w, out, st->st_mode);
+		w.out_failed = rc != 0;
+	}
 	if (!rc) {
 		w.total = castfs_zst_index_size(ix);
 		rc = castfs_zst_unpack(ix, &fr.r, &uo, &wr, &d);
 	}
 	if (!rc && !cli_same_file(fd, st))
 		rc = castfs_diag_set(&d, -ESTALE, "changed while unpacked");
-	if (!rc)
+	if (!rc) {
 		rc = cli_out_commit(&w.f, out, o->force);
+		w.out_failed = rc != 0;
+	}
 	cli_out_abort(&w.f);
 	castfs_zst_index_free(ix);
 	castfs_zcache_free(c);
+	if (rc && w.line_open)
+		fputc('\n', stderr);
 	if (rc)
-		return fail(o, rc == -EEXIST ? out : in, fail_reason(rc, &d));
+		return fail(o, w.out_failed ? out : in, fail_reason(rc, &d));
 	return 0;
 }
 

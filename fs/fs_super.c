@@ -626,6 +626,10 @@ int castfs_sv_reload(const char *mountpoint)
 	if (!mnt)
 		return -errno ? -errno : -ENOMEM;
 	rc = sv_pidfile_path(mnt, path, sizeof(path));
+	/* No castfs mount there: a path that exists is not one (a stat is
+	 * safe now, no castfs mount can hang it). */
+	if (rc == -ENOENT && access(mnt, F_OK) == 0)
+		rc = -ESRCH;
 	free(mnt);
 	if (rc)
 		return rc;

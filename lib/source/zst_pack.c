@@ -215,7 +215,8 @@ static int piece_write(void *ctx, void *slot, struct castfs_diag *d)
 	int rc = ps->w->write(ps->w->ctx, sl->out, pc->got);
 
 	if (rc)
-		return castfs_diag_set(d, rc, "writing the pack");
+		return castfs_diag_set(d, rc, "writing the pack: %s",
+				       strerror(-rc));
 	rc = table_add(ps, (uint32_t)pc->got, (uint32_t)pc->n, pc->sum, pc->t);
 	if (rc)
 		return castfs_diag_set(d, rc, "too many frames");

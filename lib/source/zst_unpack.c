@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/compiler.h"
 #include "source/zst.h"
@@ -120,7 +121,8 @@ static int unpack_write(void *ctx, void *slot, struct castfs_diag *d)
 	int rc = j->w->write(j->w->ctx, sl->buf, n);
 
 	if (rc)
-		return castfs_diag_set(d, rc, "writing the output");
+		return castfs_diag_set(d, rc, "writing the output: %s",
+				       strerror(-rc));
 	j->done += n;
 	rc = j->o && j->o->progress ?
 		     j->o->progress(j->o->progress_ctx, j->done,

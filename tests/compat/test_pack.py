@@ -9,6 +9,7 @@ spec) must unpack to the original.
 import glob
 import json
 import os
+import resource
 import shutil
 import signal
 import struct
@@ -275,6 +276,33 @@ class Pack(unittest.TestCase):
         r = castfs("convert", "--no-progress", stem + ".safetensors", "--view", "fp8", "-o", out)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(len(os.path.basename(out)), 252)
+        self.assertEqual([n for n in os.listdir(self.dir) if ".castfs-" in n], [])
+
+    def test_output_failures_name_the_output(self):
+        """A write that fails (here EFBIG under RLIMIT_FSIZE, as ENOSPC
+        would) is reported with its reason against the output, the
+        temporary file removed; so is an output that cannot take its name.
+        The reason was "writing the pack", without why, against the input."""
+        def small_files():
+            resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+        z = self.src + ".zst"
+        for cmd, path, out in (("pack", self.src, z), ("unpack", z, self.src)):
+            if cmd == "unpack":
+                self.pack(self.src)
+                os.rename(self.src, self.src + ".keep")
+            r = subprocess.run([tl.castfs_binary(), cmd, "--no-progress", path],
+                               capture_output=True, text=True, preexec_fn=small_files)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("%s: writing the %s: File too large" % (
+                out, "pack" if cmd == "pack" else "output"), r.stderr)
+            self.assertEqual([n for n in os.listdir(self.dir) if ".castfs-" in n], [])
+            self.assertFalse(os.path.exists(out))
+        os.mkdir(self.src)
+        r = castfs("unpack", "--no-progress", "--force", z)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("%s: Is a directory" % self.src, r.stderr)
         self.assertEqual([n for n in os.listdir(self.dir) if ".castfs-" in n], [])
 
     def test_not_safetensors_refused(self):

@@ -539,6 +539,11 @@ class NoSupervise(unittest.TestCase):
                                capture_output=True, text=True, timeout=30)
             self.assertEqual(r.returncode, 1)
             self.assertIn("nosupervise", r.stderr)
+            # a directory that is no mount: the same answer, not ENOENT
+            r = subprocess.run([tl.castfs_binary(), "reload", Fixture.src],
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("not a castfs mount", r.stderr)
 
 
 if __name__ == "__main__":

@@ -271,7 +271,10 @@ START_TEST(test_zst_pack__first_failure_in_the_file_named)
 		w = (struct bad_writer){ .fail = 30 };
 		castfs_mem_reader_init(&mr, in, N_IN);
 		ck_assert_int_eq(pack_through(&mr.r, &w, threads, &d), -ENOSPC);
-		ck_assert_msg(strstr(d.msg, "writing the pack"), "%s", d.msg);
+		ck_assert_msg(
+			strstr(d.msg,
+			       "writing the pack: No space left on device"),
+			"%s", d.msg);
 		ck_assert_uint_eq(w.calls, 30);
 		free(w.m.p);
 	}
@@ -464,7 +467,10 @@ START_TEST(test_zst_unpack__first_failure_in_the_file_named)
 		ck_assert_int_eq(unpack_through(&m, NULL, &w, threads, NULL,
 						&d),
 				 -ENOSPC);
-		ck_assert_msg(strstr(d.msg, "writing the output"), "%s", d.msg);
+		ck_assert_msg(
+			strstr(d.msg,
+			       "writing the output: No space left on device"),
+			"%s", d.msg);
 		ck_assert_uint_eq(w.calls, 3);
 		free(w.m.p);
 	}
