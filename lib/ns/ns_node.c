@@ -56,6 +56,10 @@ uint64_t ns_node_id(const struct ns_node *n)
 		h = hash_u64(h, (uint64_t)n->st.st_mtim.tv_nsec);
 	}
 	h = hash_str(h, n->view ? n->view->name : NULL);
+	/* A view a config redefined: by what it converts too (built-in
+	 * definitions add nothing, so their ids are what they were). */
+	if (n->view && n->view->id_salt)
+		h = hash_u64(h, n->view->id_salt);
 	h = hash_str(h, n->sub);
 	if (n->dep) /* only model-directory files: other ids unchanged */
 		h = hash_u64(h, n->dep);

@@ -12,6 +12,7 @@
 #include "format/gguf.h"
 #include "plan/plan.h"
 #include "kernels/convert.h"
+#include "common/hash.h"
 #include "view/view.h"
 
 static const struct castfs_view builtin_views[] = {
@@ -607,6 +608,56 @@ static int views_put(struct castfs_views *vs, struct castfs_view *nv)
 	return 0;
 }
 
+static uint64_t fp_u64(uint64_t h, uint64_t v)
+{
+	return castfs_fnv1a(h, &v, sizeof(v));
+}
+
+uint64_t castfs_view_fingerprint(const struct castfs_view *v)
+{
+	uint64_t h = CASTFS_FNV_SEED;
+
+	h = fp_u64(h, (uint64_t)v->kind);
+	h = fp_u64(h, (uint64_t)v->dtype);
+	h = fp_u64(h, v->cvt_flags);
+	h = fp_u64(h, v->qtype);
+	h = fp_u64(h, v->nested);
+	h = fp_u64(h, v->blocksize);
+	h = fp_u64(h, v->ct_block);
+	h = fp_u64(h, v->gguf_type);
+	h = fp_u64(h, v->nrules);
+	for (size_t i = 0; i < v->nrules; i++) {
+		const struct castfs_rule *r = &v->rules[i];
+		const char *p = r->pattern ? r->pattern : "";
+
+		h = fp_u64(h, r->pattern != NULL);
+		h = castfs_fnv1a(fp_u64(h, strlen(p)), p, strlen(p));
+		h = fp_u64(h, (uint64_t)(int64_t)r->min_rank);
+		h = fp_u64(h, (uint64_t)(int64_t)r->max_rank);
+		h = fp_u64(h, r->dtype_mask);
+		h = fp_u64(h, r->convert);
+	}
+	h = castfs_mix64(h);
+	return h ? h : 1;
+}
+
+/* A config view's id salt: 0 where it converts as the built-in of its
+ * name, so that ids, NFS handles among them, stay those of the built-in
+ * views across a reload; else its fingerprint. */
+static uint64_t view_id_salt(const struct castfs_view *v)
+{
+	uint64_t fp = castfs_view_fingerprint(v);
+
+	for (size_t i = 0; i < sizeof(builtin_views) / sizeof(*builtin_views);
+	     i++)
+		if (!strcmp(builtin_views[i].name, v->name))
+			return castfs_view_fingerprint(&builtin_views[i]) ==
+					       fp ?
+				       0 :
+				       fp;
+	return fp;
+}
+
 static int load_views(struct castfs_views *vs, const cJSON *views,
 		      struct castfs_diag *d)
 {
@@ -619,6 +670,8 @@ static int load_views(struct castfs_views *vs, const cJSON *views,
 		struct castfs_view v = { .nrules = 0 };
 		int rc = parse_view(j, vs, &v, d);
 
+		if (!rc)
+			v.id_salt = view_id_salt(&v);
 		if (!rc)
 			rc = views_put(vs, &v);
 		if (rc) {

@@ -57,6 +57,12 @@ struct castfs_view {
 	size_t nrules;
 	struct castfs_rule *rules;
 	bool listed; /* shown by readdir (lookups resolve any view) */
+	/* 0 where the view converts as the built-in of its name does; else
+	 * castfs_view_fingerprint(), which node ids then hash (ns_node.c):
+	 * a view redefined by a config and `castfs reload` gets new ids, so
+	 * the kernel never mixes its cached pages of the old bytes with the
+	 * new ones. */
+	uint64_t id_salt;
 	const char *summary; /* one line for --help and /.castfs/config */
 	char *owned_summary; /* set when summary came from a config file */
 	/* Set only on the copy of an nvfp4 view that builds a plan of a
@@ -76,6 +82,13 @@ struct castfs_view {
  */
 bool castfs_view_converts(const struct castfs_view *v,
 			  const struct castfs_tensor *t);
+
+/*
+ * castfs_view_fingerprint - a hash of what shapes @v's bytes (kind, dtype,
+ * flags, quantiser parameters, rules; not its name, listing or summary),
+ * never 0. Stable across builds: node ids depend on it.
+ */
+uint64_t castfs_view_fingerprint(const struct castfs_view *v);
 
 /* castfs_view_is_ct - true for the compressed-tensors views. */
 bool castfs_view_is_ct(const struct castfs_view *v);

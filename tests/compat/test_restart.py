@@ -365,6 +365,48 @@ class Reload(unittest.TestCase):
                                                          "bf16"))
 
 
+    def test_redefined_view_never_mixes(self):
+        """A config view redefined under the same name (fp16, then bf16:
+        8 bytes apart) and reloaded: a file opened before reads its old
+        bytes from the page cache or fails, never old pages mixed with new
+        ones (node ids were the name's alone, so the new daemon served
+        bf16 pages behind the cached fp16 ones); a new open reads the new
+        bytes whole."""
+        cfg = os.path.join(Fixture.top, "redefined.json")
+        with open(cfg, "w") as f:
+            json.dump({"views": {"x": {"base": "fp16"}}}, f)
+        old, new = (rc.view_bytes(Fixture.tensors, v) for v in ("fp16", "bf16"))
+        with tl.Mount(Fixture.src, options=["config=" + cfg]) as m:
+            sup = m.proc.pid
+            first = wait_daemon(sup)
+            fd = os.open(m.join("a.x.safetensors"), os.O_RDONLY)
+            try:
+                self.assertEqual(os.pread(fd, len(old) + 1, 0), old)
+                with open(cfg, "w") as f:
+                    json.dump({"views": {"x": {"base": "bf16"}}}, f)
+                r = subprocess.run([tl.castfs_binary(), "reload", m.path],
+                                   capture_output=True, text=True, timeout=30)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                wait_daemon(sup, other_than=(first,))
+                # the header page stays cached, the weights' pages go
+                os.posix_fadvise(fd, 4096, 0, os.POSIX_FADV_DONTNEED)
+                got, failed = b"", False
+                try:
+                    while True:
+                        b = os.pread(fd, 1 << 20, len(got))
+                        if not b:
+                            break
+                        got += b
+                except OSError:
+                    failed = True  # the old node is gone: an error, not bytes
+                self.assertTrue(old.startswith(got), "old and new bytes mixed")
+                self.assertTrue(failed or got == old)
+            finally:
+                os.close(fd)
+            with open(m.join("a.x.safetensors"), "rb") as f:
+                self.assertTrue(f.read() == new)
+
+
 def relink(out, build_id_hex):
     """Link the daemon anew at @out from this build's objects, with build
     id @build_id_hex (make castfs-relink, tests/compat/local.mk). Without
