@@ -571,7 +571,17 @@ int castfs_sv_pidfile(const char *mountpoint, bool create)
 	if (sv_pidfile_path(mountpoint, path, sizeof(path)))
 		return 0; /* best effort: reload by signal still works */
 	if (!create) {
-		unlink(path);
+		/* Only our own: the path is looked up by the mount's device
+		 * number now, and a mount made at the same place since this
+		 * one was unmounted may have got the number back, and written
+		 * its supervisor's pid there. */
+		long pid = 0;
+
+		f = fopen(path, "r");
+		if (f && fscanf(f, "%ld", &pid) == 1 && pid == (long)getpid())
+			unlink(path);
+		if (f)
+			fclose(f);
 		return 0;
 	}
 	f = fopen(path, "w");
