@@ -234,11 +234,16 @@ static int setup_views(struct castfs_fs *fs, const struct options *o)
 	struct castfs_diag d = { { 0 } };
 	int rc = castfs_fs_views_load(&fs->views, o->config, &d);
 
-	if (!rc && o->views)
-		rc = castfs_views_select(&fs->views, o->views, &d);
 	if (rc) {
 		fprintf(stderr, "castfs: %s%s%s\n", o->config ? o->config : "",
 			o->config ? ": " : "",
+			d.msg[0] ? d.msg : strerror(-rc));
+		return -1;
+	}
+	/* Not the config's fault: named as the option. */
+	rc = o->views ? castfs_views_select(&fs->views, o->views, &d) : 0;
+	if (rc) {
+		fprintf(stderr, "castfs: -o %s\n",
 			d.msg[0] ? d.msg : strerror(-rc));
 		return -1;
 	}
@@ -476,7 +481,8 @@ static int mount_main(int argc, char **argv)
 			       fuse_pkgversion());
 		} else {
 			usage(argv[0]);
-			if (!castfs_views_builtin(&fs.views))
+			/* With -o config=, its views too (castfs(1)). */
+			if (!castfs_fs_views_load(&fs.views, o.config, NULL))
 				list_views(&fs.views);
 			fuse_cmdline_help();
 			fuse_lowlevel_help();

@@ -487,6 +487,12 @@ static int parse_view_field(const cJSON *f, struct castfs_view *v,
 /* Cross-field checks once every field is read. */
 static int view_check(const struct castfs_view *v, struct castfs_diag *d)
 {
+	if (v->kind == CASTFS_VIEW_CAST && v->dtype == CASTFS_DTYPE_INVALID)
+		return castfs_diag_set(
+			d, -EINVAL,
+			"view '%s': no dtype (give \"dtype\", or "
+			"a \"base\" view to start from)",
+			v->name);
 	if (v->kind == CASTFS_VIEW_CAST && !castfs_dtype_is_castable(v->dtype))
 		return castfs_diag_set(d, -EINVAL,
 				       "view '%s': cannot cast to %s", v->name,
@@ -499,7 +505,9 @@ static int view_check(const struct castfs_view *v, struct castfs_diag *d)
 	    v->dtype != CASTFS_DTYPE_F8_E4M3 &&
 	    v->dtype != CASTFS_DTYPE_F8_E5M2)
 		return castfs_diag_set(d, -EINVAL,
-				       "view '%s': saturate needs an fp8 dtype",
+				       "view '%s': saturate needs an fp8 dtype "
+				       "(a base fp8 view saturates: give "
+				       "\"saturate\": false)",
 				       v->name);
 	if (v->kind == CASTFS_VIEW_BNB4 && !v->blocksize)
 		return castfs_diag_set(d, -EINVAL,
@@ -556,9 +564,23 @@ static int view_init(struct castfs_view *v, const char *name, const cJSON *j,
 			return castfs_diag_set(d, -EINVAL,
 					       "view '%s': unknown base view",
 					       name);
-		rc = view_copy(v, b);
+	} else {
+		/* A known view's name alone: that view, changed by the
+		 * fields given ({"nf4": {"listed": false}} hides nf4). */
+		b = find_exact(vs, name, strlen(name));
 	}
-	v->listed = true;
+	if (b && b->kind == CASTFS_VIEW_GGUF)
+		/* GGUF views are named with their extension, which config
+		 * view names cannot hold: such a view would list and never
+		 * open. */
+		return castfs_diag_set(d, -EINVAL,
+				       "view '%s': a GGUF view cannot be a "
+				       "config view's base",
+				       name);
+	if (b)
+		rc = view_copy(v, b);
+	if (base || !b) /* a view changed in place keeps its listing */
+		v->listed = true;
 	strcpy(v->name, name);
 	return rc;
 }
@@ -617,14 +639,21 @@ uint64_t castfs_view_fingerprint(const struct castfs_view *v)
 {
 	uint64_t h = CASTFS_FNV_SEED;
 
+	/* Only the fields the kind reads: a cast view made from defaults
+	 * (blocksize 64) converts as the built-in one (blocksize 0). */
 	h = fp_u64(h, (uint64_t)v->kind);
-	h = fp_u64(h, (uint64_t)v->dtype);
-	h = fp_u64(h, v->cvt_flags);
-	h = fp_u64(h, v->qtype);
-	h = fp_u64(h, v->nested);
-	h = fp_u64(h, v->blocksize);
-	h = fp_u64(h, v->ct_block);
-	h = fp_u64(h, v->gguf_type);
+	if (v->kind == CASTFS_VIEW_CAST) {
+		h = fp_u64(h, (uint64_t)v->dtype);
+		h = fp_u64(h, v->cvt_flags);
+	} else if (v->kind == CASTFS_VIEW_BNB4) {
+		h = fp_u64(h, v->qtype);
+		h = fp_u64(h, v->nested);
+		h = fp_u64(h, v->blocksize);
+	} else if (v->kind == CASTFS_VIEW_CT_FP8) {
+		h = fp_u64(h, v->ct_block);
+	} else if (v->kind == CASTFS_VIEW_GGUF) {
+		h = fp_u64(h, v->gguf_type);
+	}
 	h = fp_u64(h, v->nrules);
 	for (size_t i = 0; i < v->nrules; i++) {
 		const struct castfs_rule *r = &v->rules[i];
@@ -668,7 +697,17 @@ static int load_views(struct castfs_views *vs, const cJSON *views,
 				       "config: \"views\" must be an object");
 	cJSON_ArrayForEach(j, views) {
 		struct castfs_view v = { .nrules = 0 };
-		int rc = parse_view(j, vs, &v, d);
+		int rc = 0;
+
+		/* cJSON keeps repeated keys: the last would win unseen. */
+		for (const cJSON *k = views->child; k != j; k = k->next)
+			if (j->string && k->string &&
+			    !strcmp(k->string, j->string))
+				return castfs_diag_set(d, -EINVAL,
+						       "view '%s' is defined "
+						       "twice",
+						       j->string);
+		rc = parse_view(j, vs, &v, d);
 
 		if (!rc)
 			v.id_salt = view_id_salt(&v);

@@ -102,6 +102,24 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(castfs("convert", "x.safetensors").returncode, 2)
         self.assertEqual(castfs("info", "--bogus", "x").returncode, 2)
 
+    def test_config_views_in_help_and_errors(self):
+        """castfs --help -o config=F lists F's views (castfs(1) says so; it
+        listed the built-ins only), and a bad -o views= name is not blamed
+        on the config file."""
+        with tl.tempdir(prefix="castfs-cfg-") as d:
+            cfg = os.path.join(d, "c.json")
+            with open(cfg, "w") as f:
+                json.dump({"views": {"mine": {"base": "fp16", "summary": "my half"}}}, f)
+            r = castfs("--help", "-o", "config=" + cfg)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertRegex(r.stdout, r"\* mine +my half")
+            mnt = os.path.join(d, "mnt")
+            os.mkdir(mnt)
+            r = castfs("-o", "config=%s,views=nope" % cfg, self.src, mnt, timeout=30)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("-o views: unknown view 'nope'", r.stderr)
+            self.assertNotIn(cfg, r.stderr)
+
     def test_mount_option_values(self):
         """A numeric -o value castfs cannot take is refused, naming it,
         before anything is mounted (libfuse's sscanf took threads=-1 as

@@ -85,6 +85,44 @@ START_TEST(test_recipe__config_adds_and_overrides_views)
 }
 END_TEST
 
+/*
+ * A known view's name without "base" changes that view in place (it
+ * started from an empty cast view: {"nf4": {"listed": false}} failed with
+ * "cannot cast to ?"); its listing is kept. Node-id salts: 0 where the
+ * view converts as the built-in of its name (ids and NFS handles kept),
+ * else its fingerprint, which tells definitions apart.
+ */
+START_TEST(test_recipe__config_changes_a_view_in_place)
+{
+	struct castfs_diag d = { { 0 } };
+	size_t n = vs.n;
+
+	ck_assert_int_eq(load("{\"views\":{\"nf4\":{\"listed\":false},"
+			      "\"w4a16\":{\"summary\":\"mine\"},"
+			      "\"fp4\":{\"blocksize\":128},"
+			      "\"a\":{\"dtype\":\"F16\"},"
+			      "\"b\":{\"base\":\"fp16\"},"
+			      "\"c\":{\"dtype\":\"BF16\"}}}",
+			      &d),
+			 0);
+	ck_assert_uint_eq(vs.n, n + 3);
+	ck_assert_int_eq(find("nf4")->kind, CASTFS_VIEW_BNB4);
+	ck_assert_int_eq(find("nf4")->qtype, CASTFS_Q_NF4);
+	ck_assert(!find("nf4")->listed);
+	ck_assert_uint_eq(find("nf4")->id_salt, 0);
+	ck_assert(!find("w4a16")->listed); /* not listed by default */
+	ck_assert_uint_eq(find("w4a16")->id_salt, 0);
+	ck_assert_uint_eq(find("fp4")->blocksize, 128);
+	ck_assert_uint_ne(find("fp4")->id_salt, 0);
+	/* Same definition, same salt; another definition, another. */
+	ck_assert_uint_ne(find("a")->id_salt, 0);
+	ck_assert_uint_eq(find("a")->id_salt, find("b")->id_salt);
+	ck_assert_uint_ne(find("a")->id_salt, find("c")->id_salt);
+	ck_assert_uint_eq(find("a")->id_salt,
+			  castfs_view_fingerprint(find("fp16")));
+}
+END_TEST
+
 START_TEST(test_recipe__rules_parse)
 {
 	struct castfs_diag d = { { 0 } };
@@ -132,6 +170,16 @@ static const struct {
 	{ "{\"views\":3}", "object" },
 	{ "{\"views\":{}} trailing", "JSON" },
 	{ "{\"other\":{}}", "unknown key" },
+	/* stop 39: said "cannot cast to ?" */
+	{ "{\"views\":{\"x\":{}}}", "no dtype" },
+	/* saturate came from the base, not from the user */
+	{ "{\"views\":{\"x\":{\"base\":\"fp8\",\"dtype\":\"BF16\"}}}",
+	  "\"saturate\": false" },
+	/* listed, and never opened: config names cannot end in .gguf */
+	{ "{\"views\":{\"x\":{\"base\":\"q8_0.gguf\"}}}", "GGUF" },
+	/* the last one silently won */
+	{ "{\"views\":{\"x\":{\"dtype\":\"F16\"},\"x\":{\"dtype\":\"BF16\"}}}",
+	  "defined twice" },
 };
 
 START_TEST(test_recipe__bad_configs_rejected_with_reason)
@@ -216,6 +264,7 @@ Suite *unit_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_recipe__builtins_are_what_the_docs_say);
 	tcase_add_test(tc, test_recipe__config_adds_and_overrides_views);
+	tcase_add_test(tc, test_recipe__config_changes_a_view_in_place);
 	tcase_add_test(tc, test_recipe__rules_parse);
 	tcase_add_loop_test(
 		tc, test_recipe__bad_configs_rejected_with_reason, 0,
