@@ -238,6 +238,36 @@ static bool md_model_of(struct castfs_ns *ns, const char *path,
  * <reason>" in @why (@len bytes) if @why is not NULL. Any other error
  * (unreadable, gone) is not a refusal: the open says it, as before.
  */
+/*
+ * Whether weights index @p (named @name) names a shard that is not there
+ * (nor packed): "shard X is missing" in @reason. Its DIR.<view>/ would
+ * list an index whose rewrite fails at open and a model without that
+ * shard. Not cached: a shard may come back while the index stays.
+ */
+static bool md_shard_missing(struct castfs_ns *ns, const char *dir,
+			     const char *name, const char *p, char *reason,
+			     size_t len)
+{
+	struct castfs_diag d = { { 0 } };
+	struct ns_gguf_shards sh;
+	struct stat ist;
+	const char *msg = d.msg;
+	int rc;
+
+	if (!castfs_md_is_base_index(name) || ns_src_stat_in(ns, p, &ist))
+		return false;
+	rc = ns_gguf_shards_read(ns, dir, p, &ist, &sh, &d);
+	if (!rc)
+		ns_gguf_shards_fini(ns, &sh);
+	if (rc != -ENOENT || !d.msg[0])
+		return false; /* any other trouble: the open says it */
+	/* The shard reader speaks for the GGUF views. */
+	if (!strncmp(msg, "GGUF: ", 6))
+		msg += 6;
+	snprintf(reason, len, "%s", msg);
+	return true;
+}
+
 static bool md_index_refused(struct castfs_ns *ns, const char *dir,
 			     const struct ns_md_dir *s, char *why, size_t len)
 {
@@ -631,7 +661,23 @@ struct ns_mdcache {
 int ns_md_index_ok(struct castfs_ns *ns, const char *path, char *why,
 		   size_t len)
 {
-	return ns_md_ixc_check(ns, ns->md->ixc, path, why, len);
+	int rc = ns_md_ixc_check(ns, ns->md->ixc, path, why, len);
+	const char *slash = strrchr(path, '/');
+	char *dir, reason[256];
+
+	if (rc)
+		return rc;
+	dir = ns_parent_path(path);
+	if (!dir)
+		return -ENOMEM;
+	if (md_shard_missing(ns, dir, slash ? slash + 1 : path, path, reason,
+			     sizeof(reason))) {
+		rc = -EINVAL;
+		if (why && len)
+			snprintf(why, len, "%s", reason);
+	}
+	free(dir);
+	return rc;
 }
 
 void ns_md_index_forget(struct castfs_ns *ns, const char *path)

@@ -182,7 +182,9 @@ void ns_md_index_forget(struct castfs_ns *ns, const char *path);
 
 /*
  * ns_md_index_ok - ns_md_ixc_check() of index @path with the mount's
- * cache. Same returns. Thread-safe.
+ * cache; a weights index that names a shard not there (nor packed) is
+ * refused too (-EINVAL, "shard X is missing" in @why), checked at each
+ * call since the shard may come back. Same returns. Thread-safe.
  */
 int ns_md_index_ok(struct castfs_ns *ns, const char *path, char *why,
 		   size_t len);

@@ -80,6 +80,12 @@ class IndexRefused(unittest.TestCase):
         bad = good_map()
         bad["c.bias"] = "/" + SHARDS[1]
         make_model(os.path.join(self.src, "absolute"), bad)
+        # a good index naming a shard that is not there (stop 39: its
+        # DIR.<view>/ listed an index that failed at open, ENOENT, and
+        # /.castfs/refused said nothing)
+        make_model(os.path.join(self.src, "missing"), good_map())
+        os.rename(os.path.join(self.src, "missing", SHARDS[1]),
+                  os.path.join(self.src, SHARDS[1] + ".away"))
 
     def tearDown(self):
         self._tmp.__exit__(None, None, None)
@@ -130,7 +136,15 @@ class IndexRefused(unittest.TestCase):
             self.assert_served(m, "good")
             self.assert_refused(m, "dotdot", "'a.weight'")
             self.assert_refused(m, "absolute", "'c.bias'")
+            self.assert_refused(m, "missing", "shard %s is missing" % SHARDS[1])
             self.assertEqual(self.refused(m, "good"), [])
+            # The shard back: the views appear.
+            os.rename(os.path.join(self.src, SHARDS[1] + ".away"),
+                      os.path.join(self.src, "missing", SHARDS[1]))
+            rc.poll(lambda: "missing.fp16" in os.listdir(m.join()), SETTLE,
+                    "missing.fp16 to be listed")
+            self.assert_served(m, "missing")
+            self.assertEqual(self.refused(m, "missing"), [])
             # Fixed while mounted: the views appear.
             write_index(os.path.join(self.src, "dotdot"), good_map())
             rc.poll(lambda: "dotdot.fp16" in os.listdir(m.join()), SETTLE,
