@@ -222,6 +222,16 @@ bool castfs_view_name_valid(const char *name, size_t len)
 
 /* ---- JSON config ---- */
 
+/* Whether a member of @obj before @it has @it's key: cJSON keeps repeated
+ * keys, and the last would win unseen. */
+static bool key_repeated(const cJSON *obj, const cJSON *it)
+{
+	for (const cJSON *k = obj->child; k && k != it; k = k->next)
+		if (k->string && it->string && !strcmp(k->string, it->string))
+			return true;
+	return false;
+}
+
 static bool key_is(const cJSON *item, const char *k)
 {
 	return strcmp(item->string, k) == 0;
@@ -603,7 +613,11 @@ static int parse_view(const cJSON *j, const struct castfs_views *vs,
 	if (rc)
 		return rc;
 	cJSON_ArrayForEach(f, j) {
-		rc = parse_view_field(f, v, d);
+		rc = key_repeated(j, f) ?
+			     castfs_diag_set(d, -EINVAL,
+					     "view '%s': '%s' is given twice",
+					     name, f->string) :
+			     parse_view_field(f, v, d);
 		if (rc)
 			return rc;
 	}
@@ -699,14 +713,10 @@ static int load_views(struct castfs_views *vs, const cJSON *views,
 		struct castfs_view v = { .nrules = 0 };
 		int rc = 0;
 
-		/* cJSON keeps repeated keys: the last would win unseen. */
-		for (const cJSON *k = views->child; k != j; k = k->next)
-			if (j->string && k->string &&
-			    !strcmp(k->string, j->string))
-				return castfs_diag_set(d, -EINVAL,
-						       "view '%s' is defined "
-						       "twice",
-						       j->string);
+		if (key_repeated(views, j))
+			return castfs_diag_set(d, -EINVAL,
+					       "view '%s' is defined twice",
+					       j->string);
 		rc = parse_view(j, vs, &v, d);
 
 		if (!rc)
@@ -763,7 +773,11 @@ int castfs_views_load(struct castfs_views *vs, const char *json, size_t len,
 				     "config: top level must be an object");
 	for (f = cJSON_IsObject(root) ? root->child : NULL; f && !rc;
 	     f = f->next) {
-		if (key_is(f, "views"))
+		if (key_repeated(root, f))
+			rc = castfs_diag_set(d, -EINVAL,
+					     "config: '%s' is given twice",
+					     f->string);
+		else if (key_is(f, "views"))
 			rc = load_views(&nvs, f, d);
 		else
 			rc = castfs_diag_set(d, -EINVAL,

@@ -180,6 +180,10 @@ static const struct {
 	/* the last one silently won */
 	{ "{\"views\":{\"x\":{\"dtype\":\"F16\"},\"x\":{\"dtype\":\"BF16\"}}}",
 	  "defined twice" },
+	{ "{\"views\":{\"x\":{\"dtype\":\"F16\",\"dtype\":\"BF16\"}}}",
+	  "'dtype' is given twice" },
+	{ "{\"views\":{\"x\":{\"dtype\":\"F16\"}},\"views\":{}}",
+	  "'views' is given twice" },
 };
 
 START_TEST(test_recipe__bad_configs_rejected_with_reason)
