@@ -234,11 +234,6 @@ static bool md_model_of(struct castfs_ns *ns, const char *path,
 }
 
 /*
- * Whether an index of scan @s of @dir is refused: true with "<name>:
- * <reason>" in @why (@len bytes) if @why is not NULL. Any other error
- * (unreadable, gone) is not a refusal: the open says it, as before.
- */
-/*
  * Whether weights index @p (named @name) names a shard that is not there
  * (nor packed): "shard X is missing" in @reason. Its DIR.<view>/ would
  * list an index whose rewrite fails at open and a model without that
@@ -268,6 +263,11 @@ static bool md_shard_missing(struct castfs_ns *ns, const char *dir,
 	return true;
 }
 
+/*
+ * Whether an index of scan @s of @dir is refused: true with "<name>:
+ * <reason>" in @why (@len bytes) if @why is not NULL. Any other error
+ * (unreadable, gone) is not a refusal: the open says it, as before.
+ */
 static bool md_index_refused(struct castfs_ns *ns, const char *dir,
 			     const struct ns_md_dir *s, char *why, size_t len)
 {

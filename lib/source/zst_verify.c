@@ -97,7 +97,6 @@ static int verify_commit(void *ctx, void *slot, struct castfs_diag *d)
 {
 	struct verify_job *j = ctx;
 	const struct verify_slot *sl = slot;
-
 	int rc;
 
 	j->done += sl->n;

@@ -9,10 +9,10 @@
 #include <string.h>
 
 #include "common/escape.h"
+#include "common/hash.h"
 #include "format/gguf.h"
 #include "plan/plan.h"
 #include "kernels/convert.h"
-#include "common/hash.h"
 #include "view/view.h"
 
 static const struct castfs_view builtin_views[] = {
