@@ -254,10 +254,6 @@ struct castfs_sv_opts {
  */
 int castfs_supervise(struct fuse_session *se, const struct castfs_sv_opts *o);
 
-/* castfs_sv_pidfile - write (@create) or remove the supervisor's pid file
- * for the mount at @mountpoint. Best effort: returns 0. */
-int castfs_sv_pidfile(const char *mountpoint, bool create);
-
 /* castfs_sv_reload - ask the supervisor of the mount at @mountpoint to
  * replace its daemon. Returns 0, -ESRCH (no supervisor: -o nosupervise or
  * not a castfs mount) or -errno. */

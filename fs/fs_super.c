@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -53,6 +54,7 @@ struct sv {
 	struct timespec ready_at, restart_at;
 	bool restart_due, failed, stopping, first;
 	bool had_failure; /* a daemon crashed: our exit status says so */
+	char pidfile[PATH_MAX + 32]; /* ours, "" when none was written */
 };
 
 static void sv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -476,6 +478,153 @@ static char **sv_child_argv(int argc, char **argv, const char *mnt_arg, int fd)
 	return a;
 }
 
+/* ---- where `castfs reload` finds the supervisor ---- */
+
+/* The pid file of the mount at @mountpoint: named by the mount's device
+ * number, so no request reaches the mount to find it. */
+static int sv_pidfile_path(const char *mountpoint, char *buf, size_t len)
+{
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	char dir[PATH_MAX], *dev = castfs_mount_device(mountpoint);
+
+	if (!dev)
+		return -ENOENT;
+	if (geteuid() == 0)
+		snprintf(dir, sizeof(dir), "/run/castfs");
+	else if (xdg)
+		snprintf(dir, sizeof(dir), "%s/castfs", xdg);
+	else
+		snprintf(dir, sizeof(dir), "/tmp/castfs-%u",
+			 (unsigned)getuid());
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		free(dev);
+		return -errno;
+	}
+	snprintf(buf, len, "%s/%s.pid", dir, dev);
+	free(dev);
+	return 0;
+}
+
+/* The lock of the pid files' directory, held by whoever writes or removes
+ * one: a supervisor leaving reads its own pid in its file before it
+ * unlinks it, and a mount made at the same place since may have got the
+ * device number back and written its supervisor's pid there in between.
+ * Returns the locked directory's fd or -1 (then unlocked: best effort). */
+static int sv_pidfile_lock(const char *path)
+{
+	char dir[PATH_MAX + 32];
+	const char *slash = strrchr(path, '/');
+	int fd;
+
+	if (!slash)
+		return -1;
+	snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0 && flock(fd, LOCK_EX) < 0) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+/* Write our pid for the mount at @mountpoint, by a rename so that `castfs
+ * reload` never reads half a file; its path goes to @path ("" when none
+ * was written: reload by signal still works). */
+static void sv_pidfile_write(const char *mountpoint, char *path, size_t len)
+{
+	char tmp[PATH_MAX + 64];
+	int lock, fd;
+
+	path[0] = '\0';
+	if (sv_pidfile_path(mountpoint, path, len))
+		return;
+	snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path);
+	lock = sv_pidfile_lock(path);
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd >= 0) {
+		bool ok = dprintf(fd, "%ld\n", (long)getpid()) > 0;
+
+		if (close(fd) < 0 || !ok || rename(tmp, path) < 0) {
+			unlink(tmp);
+			path[0] = '\0';
+		}
+	} else {
+		path[0] = '\0';
+	}
+	if (lock >= 0)
+		close(lock);
+}
+
+/* Remove the pid file at @path we wrote, unless it now holds another pid
+ * (see sv_pidfile_lock): by the path it was written at, since the mount
+ * is gone by now, or another is at its place. */
+static void sv_pidfile_remove(const char *path)
+{
+	long pid = 0;
+	int lock;
+	FILE *f;
+
+	if (!path[0])
+		return;
+	lock = sv_pidfile_lock(path);
+	f = fopen(path, "re");
+	if (f && fscanf(f, "%ld", &pid) == 1 && pid == (long)getpid())
+		unlink(path);
+	if (f)
+		fclose(f);
+	if (lock >= 0)
+		close(lock);
+}
+
+/* ---- the supervisor's life ---- */
+
+/* fuse_daemonize(), but the caller we leave returns only once our pid
+ * file is written: `castfs SRC MNT && castfs reload MNT` finds us. */
+static int sv_daemonize(struct sv *sv, const struct castfs_sv_opts *o)
+{
+	int waiter[2], nullfd;
+	char done = 1;
+	ssize_t n;
+
+	if (o->foreground) {
+		sv_pidfile_write(o->mountpoint, sv->pidfile,
+				 sizeof(sv->pidfile));
+		return chdir("/") < 0 ? -errno : 0;
+	}
+	if (pipe2(waiter, O_CLOEXEC) < 0)
+		return -errno;
+	switch (fork()) {
+	case -1:
+		close(waiter[0]);
+		close(waiter[1]);
+		return -errno;
+	case 0:
+		break;
+	default: /* 0 once the child is on its own, 1 if it failed first */
+		close(waiter[1]);
+		_exit(read(waiter[0], &done, 1) == 1 ? 0 : 1);
+	}
+	close(waiter[0]);
+	if (setsid() < 0 || chdir("/") < 0) {
+		close(waiter[1]);
+		return -errno;
+	}
+	nullfd = open("/dev/null", O_RDWR); /* not CLOEXEC: it may be 0 */
+	if (nullfd >= 0) {
+		dup2(nullfd, 0);
+		dup2(nullfd, 1);
+		dup2(nullfd, 2);
+		if (nullfd > 2)
+			close(nullfd);
+	}
+	sv_pidfile_write(o->mountpoint, sv->pidfile, sizeof(sv->pidfile));
+	n = write(waiter[1], &done,
+		  1); /* if the caller is gone: no one to tell */
+	(void)n;
+	close(waiter[1]);
+	return 0;
+}
+
 static int sv_setup(struct sv *sv, const struct castfs_sv_opts *o)
 {
 	int rc;
@@ -510,15 +659,13 @@ int castfs_supervise(struct fuse_session *se, const struct castfs_sv_opts *o)
 			 .mountpoint = o->mountpoint };
 	int rc = sv_setup(&sv, o);
 
-	if (!rc && fuse_daemonize(o->foreground))
-		rc = -EIO;
 	if (!rc)
-		rc = castfs_sv_pidfile(o->mountpoint, true);
+		rc = sv_daemonize(&sv, o);
 	if (!rc)
 		rc = sv_spawn(&sv);
 	while (!rc && (!sv.stopping || sv.cur || sv.next || sv.retiring))
 		sv_poll(&sv);
-	castfs_sv_pidfile(o->mountpoint, false);
+	sv_pidfile_remove(sv.pidfile);
 	/* The first daemon never served, or one crashed (a sanitizer report
 	 * too): a restart hid it from the readers, not from our caller. */
 	if (!rc && (sv.first || sv.had_failure))
@@ -534,62 +681,6 @@ int castfs_supervise(struct fuse_session *se, const struct castfs_sv_opts *o)
 	if (sv.sig_fd >= 0)
 		close(sv.sig_fd);
 	return rc;
-}
-
-/* ---- where `castfs reload` finds the supervisor ---- */
-
-/* The pid file of the mount at @mountpoint: named by the mount's device
- * number, so no request reaches the mount to find it. */
-static int sv_pidfile_path(const char *mountpoint, char *buf, size_t len)
-{
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
-	char dir[PATH_MAX], *dev = castfs_mount_device(mountpoint);
-
-	if (!dev)
-		return -ENOENT;
-	if (geteuid() == 0)
-		snprintf(dir, sizeof(dir), "/run/castfs");
-	else if (xdg)
-		snprintf(dir, sizeof(dir), "%s/castfs", xdg);
-	else
-		snprintf(dir, sizeof(dir), "/tmp/castfs-%u",
-			 (unsigned)getuid());
-	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
-		free(dev);
-		return -errno;
-	}
-	snprintf(buf, len, "%s/%s.pid", dir, dev);
-	free(dev);
-	return 0;
-}
-
-int castfs_sv_pidfile(const char *mountpoint, bool create)
-{
-	char path[PATH_MAX + 32];
-	FILE *f;
-
-	if (sv_pidfile_path(mountpoint, path, sizeof(path)))
-		return 0; /* best effort: reload by signal still works */
-	if (!create) {
-		/* Only our own: the path is looked up by the mount's device
-		 * number now, and a mount made at the same place since this
-		 * one was unmounted may have got the number back, and written
-		 * its supervisor's pid there. */
-		long pid = 0;
-
-		f = fopen(path, "r");
-		if (f && fscanf(f, "%ld", &pid) == 1 && pid == (long)getpid())
-			unlink(path);
-		if (f)
-			fclose(f);
-		return 0;
-	}
-	f = fopen(path, "w");
-	if (!f)
-		return 0;
-	fprintf(f, "%ld\n", (long)getpid());
-	fclose(f);
-	return 0;
 }
 
 /* @path without following it: a failed mount cannot be stat'ed. */

@@ -412,23 +412,60 @@ class Reload(unittest.TestCase):
         """Unmounted and mounted again at once at the same place: the old
         supervisor, exiting, removed the pid file by the mount's device
         number, which the new mount had often got back, so reload found
-        no supervisor (8 times in 10)."""
+        no supervisor (8 times in 10); then a leaving supervisor's check
+        of the pid in it raced the new one's write. castfs returns once
+        its pid file is written, so a reload right after it finds it, and
+        every supervisor removes its own file, and no other, as it
+        leaves."""
         mnt = tempfile.mkdtemp(prefix="castfs-remount-")
+        sups = []
         try:
             for i in range(6):
                 r = subprocess.run([tl.castfs_binary(), Fixture.src, mnt],
                                    capture_output=True, text=True, timeout=30)
                 self.assertEqual(r.returncode, 0, r.stderr)
-                if i:
-                    time.sleep(0.5)  # the old supervisor is gone by now
-                    r = subprocess.run([tl.castfs_binary(), "reload", mnt],
-                                       capture_output=True, text=True, timeout=30)
-                    self.assertEqual(r.returncode, 0, (i, r.stderr))
+                with open(pid_file(mnt)) as f:
+                    sups.append(int(f.read()))
+                r = subprocess.run([tl.castfs_binary(), "reload", mnt],
+                                   capture_output=True, text=True, timeout=30)
+                self.assertEqual(r.returncode, 0, (i, r.stderr))
                 subprocess.run(["fusermount3", "-u", mnt], check=True, timeout=30)
         finally:
             if os.path.ismount(mnt):
                 subprocess.run(["fusermount3", "-u", mnt])
             os.rmdir(mnt)
+        rc.poll(lambda: not any(os.path.exists("/proc/%d" % p) for p in sups),
+                60, "the supervisors to leave")
+        left = []
+        for name in os.listdir(pid_dir()):
+            try:
+                with open(os.path.join(pid_dir(), name)) as f:
+                    if int(f.read() or 0) in sups:
+                        left.append(name)
+            except (OSError, ValueError):
+                pass  # another mount's, come or gone meanwhile
+        self.assertEqual(left, [], "pid files left behind")
+
+
+def pid_dir():
+    """Where supervisors write their pid files (castfs(1), FILES)."""
+    if os.geteuid() == 0:
+        return "/run/castfs"
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return os.path.join(os.environ["XDG_RUNTIME_DIR"], "castfs")
+    return "/tmp/castfs-%d" % os.getuid()
+
+
+def pid_file(mnt):
+    """Where `castfs reload` finds the supervisor of the mount at @mnt:
+    named by the mount's device number (from mountinfo)."""
+    dev = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] == mnt:
+                dev = fields[2]
+    return os.path.join(pid_dir(), "%s.pid" % dev)
 
 
 def relink(out, build_id_hex):
