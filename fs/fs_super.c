@@ -54,6 +54,7 @@ struct sv {
 	struct timespec ready_at, restart_at;
 	bool restart_due, failed, stopping, first;
 	bool had_failure; /* a daemon crashed: our exit status says so */
+	bool reload_due; /* a reload came while sv->next was starting */
 	char pidfile[PATH_MAX + 32]; /* ours, "" when none was written */
 };
 
@@ -360,12 +361,11 @@ static void sv_signal(struct sv *sv)
 		if (si.ssi_signo == SIGCHLD) {
 			sv_reap(sv);
 		} else if (si.ssi_signo == SIGHUP) {
-			/* A reload: start one; it replaces the old when ready. */
-			if (!sv->next && !sv->stopping) {
-				sv->failures = 0;
-				if (sv_spawn(sv))
-					sv_log("reload: cannot start a daemon");
-			}
+			/* A reload: start one; it replaces the old when ready.
+			 * One starting may predate what the reload is for (a
+			 * config edited since): another starts after it. */
+			if (!sv->stopping)
+				sv->reload_due = true;
 		} else {
 			sv_stop(sv);
 		}
@@ -424,6 +424,12 @@ static void sv_poll(struct sv *sv)
 		sv_stop(sv); /* unmounted */
 	else if (p[2].fd >= 0 && (p[2].revents & POLLIN) && !sv_answer_eio(sv))
 		sv_stop(sv);
+	if (sv->reload_due && !sv->next && !sv->stopping) {
+		sv->reload_due = false;
+		sv->failures = 0;
+		if (sv_spawn(sv))
+			sv_log("reload: cannot start a daemon");
+	}
 	if (sv->restart_due && !sv->stopping && sv_timeout_ms(sv) == 0 &&
 	    sv_spawn(sv))
 		sv_schedule(sv);

@@ -446,6 +446,32 @@ class Reload(unittest.TestCase):
                 pass  # another mount's, come or gone meanwhile
         self.assertEqual(left, [], "pid files left behind")
 
+    def test_reload_while_one_starts(self):
+        """A reload that comes while a daemon is still starting (after a
+        reload, a restart, or the mount's first) starts another once that
+        one serves: the one starting may have read the binary and the
+        config before the edit the reload is for. It was dropped, though
+        `castfs reload` said 0."""
+        with tl.Mount(Fixture.src) as m:
+            sup = m.proc.pid
+            first = wait_daemon(sup)
+            reload = [tl.castfs_binary(), "reload", m.path]
+            subprocess.run(reload, check=True, timeout=30)
+            starting = rc.poll(lambda: next(
+                (p for p in daemons(sup) if p != first), None), 30,
+                "a daemon starting")
+            os.kill(starting, signal.SIGSTOP)  # it cannot serve for now
+            try:
+                subprocess.run(reload, check=True, timeout=30)
+                time.sleep(0.2)  # the supervisor has the signal by now
+            finally:
+                os.kill(starting, signal.SIGCONT)
+            third = wait_daemon(sup, other_than=(first, starting))
+            self.assertNotIn(third, (first, starting))
+            with open(m.join("a.fp8.safetensors"), "rb") as f:
+                self.assertEqual(f.read(), rc.view_bytes(Fixture.tensors,
+                                                         "fp8"))
+
 
 def pid_dir():
     """Where supervisors write their pid files (castfs(1), FILES)."""
