@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -410,6 +411,7 @@ int castfs_watch_start(struct castfs_fs *fs, const char *source,
 		       struct castfs_watch **out)
 {
 	struct castfs_watch *w = calloc(1, sizeof(*w));
+	sigset_t all, old;
 	int rc;
 
 	if (!w)
@@ -423,7 +425,13 @@ int castfs_watch_start(struct castfs_fs *fs, const char *source,
 		goto out_free;
 	}
 	watch_tree(w, "");
+	/* With every signal blocked, as libfuse starts its workers: a
+	 * SIGTERM taken here (the main thread stopped, say) would end the
+	 * session while nothing woke its loop, and the daemon never left. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
 	rc = -pthread_create(&w->thread, NULL, watch_main, w);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc)
 		goto out_free;
 	*out = w;

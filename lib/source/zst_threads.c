@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 
 #include "common/compiler.h"
@@ -24,12 +25,18 @@ static void run_threads(void *(*run)(void *), void *arg, unsigned n)
 {
 	pthread_t t[ZST_MAX_THREADS];
 	unsigned started = 0;
+	sigset_t all, old;
 
 	n = CASTFS_MIN(n, ZST_MAX_THREADS);
+	/* Signals stay the caller's: helpers block them all (a SIGINT taken
+	 * by a helper would not interrupt what the caller waits in). */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
 	/* Helpers that fail to start leave their work to this thread. */
 	while (started + 1 < n &&
 	       pthread_create(&t[started], NULL, run, arg) == 0)
 		started++;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	run(arg);
 	for (unsigned i = 0; i < started; i++)
 		pthread_join(t[i], NULL);

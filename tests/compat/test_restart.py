@@ -473,6 +473,30 @@ class Reload(unittest.TestCase):
                                                          "fp8"))
 
 
+class Signals(unittest.TestCase):
+    def test_only_the_main_thread_takes_them(self):
+        """Every thread of a daemon but its main one blocks SIGTERM,
+        SIGINT and SIGHUP (libfuse's workers do): a retired daemon's
+        SIGTERM taken by the source watcher (the daemon stopped when it
+        came, say) ended the session while nothing woke its loop, and
+        the daemon served on beside its successor."""
+        with tl.Mount(Fixture.src) as m:
+            d = wait_daemon(m.proc.pid)
+            os.listdir(m.path)
+            want = (1 << (signal.SIGHUP - 1)) | (1 << (signal.SIGINT - 1)) | \
+                (1 << (signal.SIGTERM - 1))
+            tasks = [int(t) for t in os.listdir("/proc/%d/task" % d)]
+            self.assertGreater(len(tasks), 2)  # main, workers, watcher
+            for t in tasks:
+                with open("/proc/%d/task/%d/status" % (d, t)) as f:
+                    blk = [int(line.split()[1], 16) for line in f
+                           if line.startswith("SigBlk:")][0]
+                if t == d:
+                    self.assertEqual(blk & want, 0)
+                else:
+                    self.assertEqual(blk & want, want, "thread %d" % t)
+
+
 def pid_dir():
     """Where supervisors write their pid files (castfs(1), FILES)."""
     if os.geteuid() == 0:
