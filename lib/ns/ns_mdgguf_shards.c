@@ -64,7 +64,10 @@ static int ix_parse(const char *text, size_t len, void *out)
 		return -ENOMEM;
 	rc = castfs_md_gguf_shards(text, len, &sn->names, &sn->n, &r->d);
 	if (!rc && sn->n > CASTFS_PART_MAX)
-		rc = castfs_diag_set(&r->d, -EINVAL, "GGUF: %zu shards", sn->n);
+		rc = castfs_diag_set(&r->d, -EINVAL,
+				     "GGUF: the index names %zu shards, more "
+				     "than the %u castfs reads",
+				     sn->n, CASTFS_PART_MAX);
 	if (rc) {
 		castfs_md_gguf_shards_free(sn->names, sn->n);
 		free(sn);

@@ -190,10 +190,18 @@ static bool md_any_valid(struct castfs_ns *ns, const char *dir,
 	return found;
 }
 
-/* Whether a weight file of @s holds a quantized layout castfs refused:
- * then the directory has no views (never a shard shown undequantized). */
-static bool md_any_refused(struct castfs_ns *ns, const char *dir,
-			   const struct ns_md_dir *s)
+/*
+ * Whether a weight file of @s is one castfs cannot serve: a quantized
+ * layout it does not dequantize, or a file rejected as malformed (a
+ * truncated download, say). Then the directory has no views: never a
+ * shard shown undequantized, and never a model without one of its files
+ * (its index rewrite would fail at open; without an index, transformers
+ * would fill the weights it lacks at random, with a warning). "<name>:
+ * <reason>" in @why (@len bytes) when @why is not NULL. A transient
+ * failure is not one: the next listing tries again.
+ */
+static bool md_bad_weight(struct castfs_ns *ns, const char *dir,
+			  const struct ns_md_dir *s, char *why, size_t len)
 {
 	bool found = false;
 
@@ -205,7 +213,10 @@ static bool md_any_refused(struct castfs_ns *ns, const char *dir,
 
 		if (p && ns_src_stat_in(ns, p, &st) == 0 &&
 		    S_ISREG(st.st_mode) && ns_ckpt_get(ns, p, &st, &ck) == 0) {
-			found = !ck->h && ck->err == -ENOTSUP;
+			found = !ck->h && !ns_err_transient(ck->err);
+			if (found && why && len)
+				snprintf(why, len, "%s: %s", s->weights[i],
+					 ck->reason);
 			ns_ckpt_put(ns, ck);
 		}
 		free(p);
@@ -213,7 +224,8 @@ static bool md_any_refused(struct castfs_ns *ns, const char *dir,
 	return found;
 }
 
-/* Whether scan @s of @path is a model with views, its indexes aside. */
+/* Whether scan @s of @path is a model with views, its indexes and its
+ * weight files' soundness aside. */
 static bool md_model_of(struct castfs_ns *ns, const char *path,
 			const struct ns_md_dir *s)
 {
@@ -230,31 +242,59 @@ static bool md_model_of(struct castfs_ns *ns, const char *path,
 		      ns_ckpt_dir_quant(ns, path, &q) == 0 &&
 		      (!q.quantized || castfs_md_quant_dequantized(&q));
 	}
-	return yes && !md_any_refused(ns, path, s);
+	return yes;
+}
+
+/* Whether a shard of @sh is rejected (cut short, say): "shard X: <why>"
+ * in @reason. A transient failure is not: the next call tries again. */
+static bool md_shard_rejected(struct castfs_ns *ns,
+			      const struct ns_gguf_shards *sh, char *reason,
+			      size_t len)
+{
+	bool found = false;
+
+	for (size_t k = 0; !found && k < sh->n; k++) {
+		struct ns_ckpt *ck;
+
+		if (ns_ckpt_get(ns, sh->paths[k], &sh->st[k], &ck))
+			continue;
+		found = !ck->h && !ns_err_transient(ck->err);
+		if (found)
+			snprintf(reason, len, "shard %s: %s", sh->names[k],
+				 ck->reason);
+		ns_ckpt_put(ns, ck);
+	}
+	return found;
 }
 
 /*
- * Whether weights index @p (named @name) names a shard that is not there
- * (nor packed): "shard X is missing" in @reason. Its DIR.<view>/ would
- * list an index whose rewrite fails at open and a model without that
- * shard. Not cached: a shard may come back while the index stays.
+ * Whether weights index @p (named @name) names a shard castfs cannot
+ * serve: one that is not there (nor packed), one it rejects, or more than
+ * it reads (CASTFS_PART_MAX); the reason in @reason. Its DIR.<view>/
+ * would list an index whose rewrite fails at open, or a model without
+ * that shard. Not cached: a shard may come back while the index stays
+ * (the shards' headers are the checkpoint cache's).
  */
-static bool md_shard_missing(struct castfs_ns *ns, const char *dir,
-			     const char *name, const char *p, char *reason,
-			     size_t len)
+static bool md_shard_bad(struct castfs_ns *ns, const char *dir,
+			 const char *name, const char *p, char *reason,
+			 size_t len)
 {
 	struct castfs_diag d = { { 0 } };
 	struct ns_gguf_shards sh;
 	struct stat ist;
 	const char *msg = d.msg;
+	bool bad;
 	int rc;
 
 	if (!castfs_md_is_base_index(name) || ns_src_stat_in(ns, p, &ist))
 		return false;
 	rc = ns_gguf_shards_read(ns, dir, p, &ist, &sh, &d);
-	if (!rc)
+	if (!rc) {
+		bad = md_shard_rejected(ns, &sh, reason, len);
 		ns_gguf_shards_fini(ns, &sh);
-	if (rc != -ENOENT || !d.msg[0])
+		return bad;
+	}
+	if ((rc != -ENOENT && rc != -EINVAL) || !d.msg[0])
 		return false; /* any other trouble: the open says it */
 	/* The shard reader speaks for the GGUF views. */
 	if (!strncmp(msg, "GGUF: ", 6))
@@ -271,7 +311,7 @@ static bool md_shard_missing(struct castfs_ns *ns, const char *dir,
 static bool md_index_refused(struct castfs_ns *ns, const char *dir,
 			     const struct ns_md_dir *s, char *why, size_t len)
 {
-	char reason[256];
+	char reason[512];
 
 	for (size_t i = 0; i < s->nindex; i++) {
 		const char *name = s->indexes[i];
@@ -295,6 +335,7 @@ int ns_md_is_model(struct castfs_ns *ns, const char *path, bool *yes)
 	int rc = ns_md_dir_scan(ns, path, &s);
 
 	*yes = !rc && md_model_of(ns, path, &s) &&
+	       !md_bad_weight(ns, path, &s, NULL, 0) &&
 	       !md_index_refused(ns, path, &s, NULL, 0);
 	ns_md_dir_fini(&s);
 	return rc == -ENOMEM ? rc : 0;
@@ -306,7 +347,8 @@ bool ns_md_index_refusal(struct castfs_ns *ns, const char *path, char *why,
 	struct ns_md_dir s;
 	bool refused = ns_md_dir_scan(ns, path, &s) == 0 &&
 		       md_model_of(ns, path, &s) &&
-		       md_index_refused(ns, path, &s, why, len);
+		       (md_bad_weight(ns, path, &s, why, len) ||
+			md_index_refused(ns, path, &s, why, len));
 
 	ns_md_dir_fini(&s);
 	return refused;
@@ -663,15 +705,15 @@ int ns_md_index_ok(struct castfs_ns *ns, const char *path, char *why,
 {
 	int rc = ns_md_ixc_check(ns, ns->md->ixc, path, why, len);
 	const char *slash = strrchr(path, '/');
-	char *dir, reason[256];
+	char *dir, reason[512];
 
 	if (rc)
 		return rc;
 	dir = ns_parent_path(path);
 	if (!dir)
 		return -ENOMEM;
-	if (md_shard_missing(ns, dir, slash ? slash + 1 : path, path, reason,
-			     sizeof(reason))) {
+	if (md_shard_bad(ns, dir, slash ? slash + 1 : path, path, reason,
+			 sizeof(reason))) {
 		rc = -EINVAL;
 		if (why && len)
 			snprintf(why, len, "%s", reason);

@@ -182,18 +182,20 @@ void ns_md_index_forget(struct castfs_ns *ns, const char *path);
 
 /*
  * ns_md_index_ok - ns_md_ixc_check() of index @path with the mount's
- * cache; a weights index that names a shard not there (nor packed) is
- * refused too (-EINVAL, "shard X is missing" in @why), checked at each
- * call since the shard may come back. Same returns. Thread-safe.
+ * cache; a weights index that names a shard not there (nor packed), a
+ * shard castfs rejects, or more shards than it reads is refused too
+ * (-EINVAL, "shard X is missing", "shard X: <why>" in @why), checked at
+ * each call since the shard may come back. Same returns. Thread-safe.
  */
 int ns_md_index_ok(struct castfs_ns *ns, const char *path, char *why,
 		   size_t len);
 
 /*
  * ns_md_index_refusal - whether source directory @path would hold a model
- * with views (see ns_md_is_model()) but one of its indexes is refused:
- * then true, with "<index name>: <reason>" in @why (@len bytes), and the
- * directory has no DIR.<view>/. Thread-safe.
+ * with views (see ns_md_is_model()) but one of its weight files is
+ * rejected or one of its indexes is refused: then true, with "<file
+ * name>: <reason>" in @why (@len bytes), and the directory has no
+ * DIR.<view>/. Thread-safe.
  */
 bool ns_md_index_refusal(struct castfs_ns *ns, const char *path, char *why,
 			 size_t len);

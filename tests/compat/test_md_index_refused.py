@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """A model directory whose *.safetensors.index.json castfs refuses (a
-shard named by a path, "../x" or "/x") gets no DIR.<view>/ name: not
+shard named by a path, "../x" or "/x"; a shard that is not there) or
+one of whose shards castfs rejects (cut short) gets no DIR.<view>/ name: not
 listed, a lookup answers ENOENT, and /.castfs/refused says why. Its
 index's variant spellings (X.safetensors.index.<view>.json) are not
 listed either. Rewriting the index while mounted makes the views appear
@@ -86,6 +87,17 @@ class IndexRefused(unittest.TestCase):
         make_model(os.path.join(self.src, "missing"), good_map())
         os.rename(os.path.join(self.src, "missing", SHARDS[1]),
                   os.path.join(self.src, SHARDS[1] + ".away"))
+        # an index naming more shards than castfs reads (4096): it was
+        # not checked for missing shards at all (stop 40)
+        make_model(os.path.join(self.src, "many"), good_map())
+        write_index(os.path.join(self.src, "many"),
+                    {"t%d.weight" % i: "model-%05d-of-05000.safetensors" % i
+                     for i in range(1, 5001)})
+        # a shard cut short (a download in progress): it is rejected, and
+        # its DIR.<view>/ listed the same failing index (stop 40)
+        make_model(os.path.join(self.src, "truncated"), good_map())
+        p = os.path.join(self.src, "truncated", SHARDS[1])
+        os.truncate(p, os.path.getsize(p) // 2)
 
     def tearDown(self):
         self._tmp.__exit__(None, None, None)
@@ -112,7 +124,7 @@ class IndexRefused(unittest.TestCase):
         self.assertIn("model.safetensors.index.fp16.json",
                       os.listdir(m.join(name)))
 
-    def assert_refused(self, m, name, why):
+    def assert_refused(self, m, name, why, what=INDEX):
         names = os.listdir(m.join())
         self.assertIn(name, names)
         self.assertEqual([n for n in names if n.startswith(name + ".")], [])
@@ -128,7 +140,7 @@ class IndexRefused(unittest.TestCase):
         mine = self.refused(m, name)
         self.assertEqual(len(mine), 1, mine)
         self.assertIn("bf16", mine[0]["views"])
-        self.assertIn(INDEX, mine[0]["reason"])
+        self.assertTrue(mine[0]["reason"].startswith(what + ": "), mine)
         self.assertIn(why, mine[0]["reason"])
 
     def test_refused_index_not_listed_then_fixed(self):
@@ -137,6 +149,23 @@ class IndexRefused(unittest.TestCase):
             self.assert_refused(m, "dotdot", "'a.weight'")
             self.assert_refused(m, "absolute", "'c.bias'")
             self.assert_refused(m, "missing", "shard %s is missing" % SHARDS[1])
+            self.assert_refused(m, "truncated", "", what=SHARDS[1])
+            self.assert_refused(m, "many", "names 5000 shards, more than")
+            with open(m.join(".castfs", "rejected")) as f:
+                self.assertIn("truncated/" + SHARDS[1],
+                              [r["path"] for r in json.load(f)])
+            # The download completed in place: the views appear.
+            with open(os.path.join(self.src, "truncated", SHARDS[1]),
+                      "r+b") as f:
+                f.seek(0, os.SEEK_END)
+                save_file(tensors()[1], os.path.join(self.src, "whole"))
+                with open(os.path.join(self.src, "whole"), "rb") as w:
+                    w.seek(f.tell())
+                    f.write(w.read())
+            rc.poll(lambda: "truncated.fp16" in os.listdir(m.join()), SETTLE,
+                    "truncated.fp16 to be listed")
+            self.assert_served(m, "truncated")
+            self.assertEqual(self.refused(m, "truncated"), [])
             self.assertEqual(self.refused(m, "good"), [])
             # The shard back: the views appear.
             os.rename(os.path.join(self.src, SHARDS[1] + ".away"),
