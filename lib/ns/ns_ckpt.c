@@ -604,6 +604,28 @@ int ns_ckpt_valid(struct castfs_ns *ns, const char *path, struct stat *st,
 	return 0;
 }
 
+bool ns_ckpt_rejected(struct castfs_ns *ns, const char *path, char *why,
+		      size_t len)
+{
+	struct ns_ckpt *ck;
+	struct stat st;
+	char *packed = NULL;
+	bool bad = false;
+	int rc = ns_src_stat_in(ns, path, &st);
+
+	if (rc == -ENOENT)
+		rc = ns_packed_find(ns, path, &packed, &st);
+	if (!rc && S_ISREG(st.st_mode) &&
+	    ns_ckpt_get(ns, packed ? packed : path, &st, &ck) == 0) {
+		bad = !ck->h && !ns_err_transient(ck->err);
+		if (bad && len)
+			snprintf(why, len, "%s", ck->reason);
+		ns_ckpt_put(ns, ck);
+	}
+	free(packed);
+	return bad;
+}
+
 /* The quantized-source options of @ck's plans (its FP8 block size). */
 const struct castfs_qsrc_opts *ns_ckpt_qopts(const struct ns_ckpt *ck,
 					     struct castfs_qsrc_opts *o)

@@ -104,6 +104,13 @@ bool ns_ckpt_view_fails(struct ns_ckpt *ck, int idx);
 int ns_ckpt_valid(struct castfs_ns *ns, const char *path, struct stat *st,
 		  struct ns_ckpt **out);
 
+/* ns_ckpt_rejected - whether source file @path (or, when it is not there,
+ * its pack) is a checkpoint castfs rejects: true with the reason in @why
+ * (@len bytes). A file that is not there and a transient failure are
+ * not. Thread-safe. */
+bool ns_ckpt_rejected(struct castfs_ns *ns, const char *path, char *why,
+		      size_t len);
+
 /* ns_ckpt_loaded - the valid entry of identity @st if the cache has it
  * parsed (a held reference in *@out), else -ENOENT: never reads the
  * source, so a caller whose lookup just found @st needs no stat again.

@@ -203,22 +203,16 @@ static bool md_any_valid(struct castfs_ns *ns, const char *dir,
 static bool md_bad_weight(struct castfs_ns *ns, const char *dir,
 			  const struct ns_md_dir *s, char *why, size_t len)
 {
+	char reason[256];
 	bool found = false;
 
 	for (size_t i = 0; !found && i < s->nweights; i++) {
 		char *p =
 			ns_path_join(dir, s->weights[i], strlen(s->weights[i]));
-		struct ns_ckpt *ck;
-		struct stat st;
 
-		if (p && ns_src_stat_in(ns, p, &st) == 0 &&
-		    S_ISREG(st.st_mode) && ns_ckpt_get(ns, p, &st, &ck) == 0) {
-			found = !ck->h && !ns_err_transient(ck->err);
-			if (found && why && len)
-				snprintf(why, len, "%s: %s", s->weights[i],
-					 ck->reason);
-			ns_ckpt_put(ns, ck);
-		}
+		found = p && ns_ckpt_rejected(ns, p, reason, sizeof(reason));
+		if (found && why && len)
+			snprintf(why, len, "%s: %s", s->weights[i], reason);
 		free(p);
 	}
 	return found;
@@ -251,20 +245,16 @@ static bool md_shard_rejected(struct castfs_ns *ns,
 			      const struct ns_gguf_shards *sh, char *reason,
 			      size_t len)
 {
-	bool found = false;
+	char why[256];
 
-	for (size_t k = 0; !found && k < sh->n; k++) {
-		struct ns_ckpt *ck;
-
-		if (ns_ckpt_get(ns, sh->paths[k], &sh->st[k], &ck))
-			continue;
-		found = !ck->h && !ns_err_transient(ck->err);
-		if (found)
+	for (size_t k = 0; k < sh->n; k++) {
+		if (ns_ckpt_rejected(ns, sh->paths[k], why, sizeof(why))) {
 			snprintf(reason, len, "shard %s: %s", sh->names[k],
-				 ck->reason);
-		ns_ckpt_put(ns, ck);
+				 why);
+			return true;
+		}
 	}
-	return found;
+	return false;
 }
 
 /*
