@@ -126,12 +126,25 @@ int castfs_md_config_read(const char *json, size_t len,
  * its name starts with the entry up to a dot or ends with it
  * (should_convert_module), hence "X.*" and "*X.weight". Also 2-D weights
  * of modules that are not nn.Linear, which no quantizer replaces: gpt-oss's
- * GptOssTopKRouter (its experts are 3-D, never quantised by castfs).
+ * GptOssTopKRouter (its experts are 3-D, never quantised by castfs). And
+ * GPT-2-style Conv1D weights, stored [in, out]: transformers quantises
+ * their transpose, castfs the rows as stored, so they stay as they are
+ * (listed), never codes of the wrong orientation.
  */
 static const struct {
 	const char *model_type;
 	const char *keep[6];
 } keep_table[] = {
+#define CONV1D                                                      \
+	{                                                           \
+		"*c_attn.weight", "*q_attn.weight", "*c_fc.weight", \
+			"*c_proj.weight"                            \
+	}
+	{ "gpt2", CONV1D },
+	{ "openai-gpt", CONV1D },
+	{ "imagegpt", CONV1D },
+	{ "decision_transformer", CONV1D },
+	{ "clvp", CONV1D },
 	{ "t5", { "*wo.weight" } },
 	{ "mt5", { "*wo.weight" } },
 	{ "umt5", { "*wo.weight" } },
@@ -272,14 +285,11 @@ static const char *bnb_compute_dtype(enum castfs_dtype dt)
 	return castfs_dtype_torch(dt);
 }
 
-/*
- * One 2-D weight: quantised (fixing the compute dtype on the first), or
- * listed; *@by_rule is cleared when something other than the default
- * name rule kept it.
- */
+/* One 2-D weight: quantised (fixing the compute dtype on the first), or
+ * listed. */
 static int bnb_weight(struct castfs_md_bnb *q, size_t *cap,
 		      const struct castfs_view *v,
-		      const struct castfs_tensor *t, bool *by_rule)
+		      const struct castfs_tensor *t)
 {
 	size_t mod = weight_module_len(t);
 
@@ -290,8 +300,6 @@ static int bnb_weight(struct castfs_md_bnb *q, size_t *cap,
 			q->compute_dtype = bnb_compute_dtype(t->dtype);
 		return 0;
 	}
-	if (v->nrules || !castfs_dtype_is_castable(t->dtype) || !t->nelems)
-		*by_rule = false;
 	return skip_add(q, cap, t->name, mod);
 }
 
@@ -307,7 +315,6 @@ int castfs_md_bnb_init(struct castfs_md_bnb *q, const struct castfs_view *v,
 		       const struct castfs_header *const *h, size_t nh,
 		       bool diffusers)
 {
-	bool by_rule = true;
 	size_t cap = 0;
 	int rc = 0;
 
@@ -317,10 +324,9 @@ int castfs_md_bnb_init(struct castfs_md_bnb *q, const struct castfs_view *v,
 	bnb_kind(q, v);
 	for (size_t i = 0; !rc && i < nh; i++) {
 		for (size_t j = 0; !rc && j < h[i]->ntensors; j++)
-			rc = bnb_weight(q, &cap, v, &h[i]->tensors[j],
-					&by_rule);
+			rc = bnb_weight(q, &cap, v, &h[i]->tensors[j]);
 	}
-	if (!rc && !diffusers && q->nskip && !by_rule)
+	if (!rc && !diffusers)
 		rc = skip_add(q, &cap, "lm_head", 7);
 	if (rc) {
 		castfs_md_bnb_fini(q);
@@ -329,8 +335,12 @@ int castfs_md_bnb_init(struct castfs_md_bnb *q, const struct castfs_view *v,
 	skip_sort_unique(q);
 	if (!q->compute_dtype)
 		q->compute_dtype = "float32";
-	/* transformers' null keeps lm_head, tied and the last module. */
-	q->skip_null = q->nskip == 0 || (!diffusers && by_rule);
+	/* transformers' null keeps lm_head, tied weights and the module of
+	 * the last named parameter, in the model's order, which no
+	 * checkpoint shows: a score or text_projection head castfs
+	 * quantised was built plain around its codes. So the list, always
+	 * with lm_head. diffusers' null keeps nothing. */
+	q->skip_null = diffusers && q->nskip == 0;
 	return 0;
 }
 

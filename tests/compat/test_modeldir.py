@@ -636,11 +636,17 @@ class TestFiles(unittest.TestCase):
 
     def test_configs(self):
         src = json.loads(read(os.path.join(Env.src, "llama", "config.json")))
+        # Never null: its default keeps the model's last module, which no
+        # checkpoint shows (test_bnb_heads.py); the kept 2-D weights and
+        # lm_head, always.
+        skip = ["lm_head", "model.embed_tokens"]
         want4 = transformers.BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4",
             bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=torch.bfloat16).to_dict()
-        want8 = transformers.BitsAndBytesConfig(load_in_8bit=True).to_dict()
+            bnb_4bit_compute_dtype=torch.bfloat16,
+            llm_int8_skip_modules=skip).to_dict()
+        want8 = transformers.BitsAndBytesConfig(
+            load_in_8bit=True, llm_int8_skip_modules=skip).to_dict()
         for view, q in (("nf4", want4), ("int8", want8)):
             text = read(Env.mnt.join("llama." + view, "config.json")).decode()
             cfg = json.loads(text)

@@ -306,9 +306,13 @@ START_TEST(test_modeldir__skip_rule)
 				    .max_rank = -1 };
 	struct castfs_md_bnb q;
 
-	/* transformers, default rule: null (lm_head, embeddings kept). */
+	/* transformers, default rule: the list, never null (which leaves
+	 * the last module to the loader). */
 	ck_assert_int_eq(castfs_md_bnb_init(&q, view("nf4"), hs, 1, false), 0);
-	ck_assert(q.skip_null);
+	ck_assert(!q.skip_null);
+	ck_assert_uint_eq(q.nskip, 2);
+	ck_assert_str_eq(q.skip[0], "lm_head");
+	ck_assert_str_eq(q.skip[1], "model.embed_tokens");
 	ck_assert_str_eq(q.compute_dtype, "bfloat16");
 	ck_assert_str_eq(q.quant_type, "nf4");
 	ck_assert(q.double_quant && !q.load_in_8bit);
