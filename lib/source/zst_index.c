@@ -176,13 +176,20 @@ static int grouped_read(struct castfs_zst_index *ix,
 		return rc;
 	if (castfs_load_le32(h + 4) != len)
 		return castfs_diag_set(d, -EINVAL, "grouping marker: length");
-	p = malloc((size_t)len);
+	p = malloc(ZST_SKIPPABLE_HEADER + (size_t)len);
 	if (!p)
 		return -ENOMEM;
-	rc = castfs_reader_read(raw, p, (size_t)len,
-				ix->coff[m] + ZST_SKIPPABLE_HEADER);
+	rc = castfs_reader_read(raw, p, ZST_SKIPPABLE_HEADER + (size_t)len,
+				ix->coff[m]);
+	/* With checksums, the marker's is CRC32C of it as stored, as for a
+	 * tiered frame: a transform byte changed to another legal one would
+	 * un-group a frame wrong behind its own good checksum. */
+	if (!rc && ix->sum &&
+	    zst_crc32c(p, ZST_SKIPPABLE_HEADER + (size_t)len) != ix->sum[m])
+		rc = castfs_diag_set(d, -EINVAL,
+				     "grouping marker: checksum mismatch");
 	if (!rc)
-		rc = grouped_parse(ix, p, m, d);
+		rc = grouped_parse(ix, p + ZST_SKIPPABLE_HEADER, m, d);
 	free(p);
 	return rc;
 }

@@ -273,8 +273,14 @@ static int marker_write(struct pack_state *ps)
 	memcpy(buf + 8 + ZST_GROUPED_TAG_LEN, ps->xform, ps->nframes);
 	buf[8 + len - 1] = CASTFS_ZST_NONE; /* the marker itself */
 	rc = ps->w->write(ps->w->ctx, buf, ZST_SKIPPABLE_HEADER + len);
+	/* Checked like a tiered frame: a transform byte changed to another
+	 * legal one passes every frame's own checksum and un-groups wrong. */
 	if (!rc)
-		rc = table_add(ps, (uint32_t)(ZST_SKIPPABLE_HEADER + len), 0, 0,
+		rc = table_add(ps, (uint32_t)(ZST_SKIPPABLE_HEADER + len), 0,
+			       ps->o->checksums ?
+				       zst_crc32c(buf,
+						  ZST_SKIPPABLE_HEADER + len) :
+				       0,
 			       CASTFS_ZST_NONE);
 	free(buf);
 	return rc;

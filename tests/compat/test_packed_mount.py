@@ -112,6 +112,8 @@ class PackedMount(unittest.TestCase):
         r = castfs("pack", "--no-progress", "--remove", "--grouped", "--frame-size", "64K",
                    os.path.join(s, "graw.safetensors"))
         assert r.returncode == 0, r.stderr
+        cls.remark(os.path.join(s, "graw.safetensors.zstg"),
+                   os.path.join(s, "gmark.safetensors.zstg"))
         cls.graw_range = cls.damage_raw_plane(os.path.join(s, "graw.safetensors.zstg"))
         cls.before = {f: read(os.path.join(s, f)) for f in os.listdir(s)}
         cls.mnt = tl.Mount(s)
@@ -135,6 +137,21 @@ class PackedMount(unittest.TestCase):
         with open(lying, "wb") as f:
             f.write(data)
         return doff, doff + frames[-2][1]
+
+    @staticmethod
+    def remark(path, out):
+        """@path with one transform byte of its grouping marker changed to
+        another that fits the frame (2-byte planes <-> bf16 exponent +
+        planes, 4-byte <-> fp32): every frame's own checksum still holds,
+        and the frame un-groups wrong unless the marker is checked (stop
+        40, found by a bug hunt: silently wrong bytes, unpack exit 0)."""
+        data = bytearray(read(path))
+        at = data.rindex(b"CASTFSG1") + 8
+        swap = {1: 2, 2: 1, 3: 4, 4: 3}
+        i = next(i for i in range(at, len(data)) if data[i] in swap)
+        data[i] = swap[data[i]]
+        with open(out, "wb") as f:
+            f.write(data)
 
     @staticmethod
     def damage_raw_plane(path):
@@ -279,6 +296,16 @@ class PackedMount(unittest.TestCase):
         self.assertIn("seek table", rej["lying.safetensors.zst"]["reason"])
         self.assertIn("sizelie.safetensors.zst", rej)
         self.assertIn("grouped", rej["misnamed.safetensors.zst"]["reason"])
+        self.assertIn("grouping marker: checksum mismatch",
+                      rej["gmark.safetensors.zstg"]["reason"])
+        self.assertNotIn("gmark.safetensors", os.listdir(self.m()))
+        shutil.copy(os.path.join(self.src, "gmark.safetensors.zstg"),
+                    self.work)
+        r = castfs("unpack", os.path.join(self.work, "gmark.safetensors.zstg"))
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("checksum mismatch", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.work,
+                                                     "gmark.safetensors")))
         # A fresh mount knows them before any listing.
         with tl.Mount(self.src) as fresh:
             with open(fresh.join(".castfs", "rejected")) as f:
