@@ -108,6 +108,18 @@ int zst_decode_frame(struct zst_dctx *dc, void *dst, size_t dsize,
 	return 0;
 }
 
+int zst_frame_content_size(const void *h, size_t n, uint64_t *size)
+{
+	unsigned long long s = ZSTD_getFrameContentSize(h, n);
+
+	if (s == ZSTD_CONTENTSIZE_ERROR)
+		return -EIO;
+	if (s == ZSTD_CONTENTSIZE_UNKNOWN)
+		return -ENODATA;
+	*size = s;
+	return 0;
+}
+
 uint32_t zst_checksum(const void *buf, size_t n)
 {
 	return (uint32_t)XXH64(buf, n, 0);

@@ -312,6 +312,135 @@ static int frame_decode(const struct castfs_zst_index *ix,
 }
 
 /*
+ * The decoded size frame @i's own header gives, in *@size: the zstd
+ * frame's content size, count x width for a tiered frame, 0 for another
+ * skippable frame; -ENODATA when a zstd frame does not say.
+ */
+static int frame_head_size(const struct castfs_zst_index *ix,
+			   const struct castfs_reader *raw, size_t i,
+			   uint64_t *size)
+{
+	size_t n = (size_t)CASTFS_MIN(ix->coff[i + 1] - ix->coff[i],
+				      (uint64_t)ZST_FRAME_HEAD);
+	enum castfs_zst_transform t = frame_xform(ix, i);
+	uint8_t h[ZST_FRAME_HEAD];
+	uint32_t magic;
+	int rc = castfs_reader_read(raw, h, n, ix->coff[i]);
+
+	if (rc)
+		return rc;
+	magic = castfs_load_le32(h); /* the table holds no frame under 8 */
+	if (magic == ZST_TIER_MAGIC && zst_xform_tiered(t) && n >= 12) {
+		*size = (uint64_t)castfs_load_le32(h + 8) * zst_group_width(t);
+		return 0;
+	}
+	if ((magic & 0xFFFFFFF0u) == 0x184D2A50u) {
+		*size = 0;
+		return 0;
+	}
+	return zst_frame_content_size(h, n, size);
+}
+
+/* Where frame @p->k lies by the true sizes before it. */
+static uint8_t place_of(const struct castfs_zst_index *ix,
+			const struct zst_prefix *p)
+{
+	return !p->lost && p->sum == ix->doff[p->k] ? ZST_PLACED :
+						      ZST_MISPLACED;
+}
+
+/*
+ * Learn frame @p->k's place and true size (its header's; a zstd frame
+ * whose header does not say is decoded, and one that then fails leaves
+ * the rest unknown). Under @p->lock. Returns 0, or a read's error (then
+ * tried again next time).
+ */
+static int prefix_step(const struct castfs_zst_index *ix,
+		       const struct castfs_reader *raw, struct zst_prefix *p)
+{
+	size_t k = p->k;
+	uint64_t want = ix->doff[k + 1] - ix->doff[k], got = want;
+	int rc = frame_head_size(ix, raw, k, &got);
+	void *tmp;
+
+	if (rc == -ENODATA) {
+		tmp = malloc(want ? (size_t)want : 1);
+		rc = tmp ? frame_decode(ix, raw, k, tmp) : -ENOMEM;
+		free(tmp);
+		if (rc == -EIO) {
+			p->lost = true;
+			rc = 0;
+		}
+		got = want;
+	}
+	if (rc)
+		return rc;
+	if (!p->placed[k])
+		p->placed[k] = place_of(ix, p);
+	p->sum += got;
+	p->k++;
+	return 0;
+}
+
+/*
+ * Before frame @i is decoded: whether it lies where the table says, by
+ * the true sizes of the frames before it. Each frame's decode checks its
+ * own size, but a table whose sizes lie and still add up (one frame's too
+ * big, a later one's too small) places every frame between the two at
+ * the wrong offset, behind its own good checksum. Learnt once per pack in
+ * file order: a sequential reader's decodes do it for nothing, a jump
+ * reads the headers of the frames it skipped. Returns 0, or -EIO for a
+ * frame out of place.
+ */
+static int prefix_check(const struct castfs_zst_index *ix,
+			const struct castfs_reader *raw, size_t i)
+{
+	struct zst_prefix *p = ix->prefix;
+	uint8_t placed;
+	int rc = 0;
+
+	pthread_mutex_lock(&p->lock);
+	while (!rc && p->k < i)
+		rc = prefix_step(ix, raw, p);
+	if (!rc && p->k == i && !p->placed[i])
+		p->placed[i] = place_of(ix, p);
+	placed = p->placed[i];
+	pthread_mutex_unlock(&p->lock);
+	if (rc)
+		return rc;
+	return placed == ZST_PLACED ? 0 : -EIO;
+}
+
+/* Frame @i decoded to the table's size: its true size, learnt. */
+static void prefix_decoded(const struct castfs_zst_index *ix, size_t i)
+{
+	struct zst_prefix *p = ix->prefix;
+
+	pthread_mutex_lock(&p->lock);
+	if (p->k == i) {
+		p->sum += ix->doff[i + 1] - ix->doff[i];
+		p->k++;
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* frame_decode() of frame @i once it is known to lie in its place. */
+static int frame_decode_checked(const struct castfs_zst_index *ix,
+				const struct castfs_reader *raw, size_t i,
+				void *dst)
+{
+	int rc = prefix_check(ix, raw, i);
+
+	if (rc)
+		count_decode(ix, i, rc);
+	else
+		rc = frame_decode(ix, raw, i, dst);
+	if (!rc)
+		prefix_decoded(ix, i);
+	return rc;
+}
+
+/*
  * The planes of a grouped frame of @dsize bytes (transform @t) handed to
  * @fn un-grouped ZST_VISIT_CHUNK bytes at a time into @chunk: the visitor
  * reads each piece from the first-level cache instead of the whole frame
@@ -365,11 +494,15 @@ static int frame_visit_planes(const struct castfs_zst_index *ix,
 	struct zst_dctx *dc = pool_take(ix->cache);
 	const uint8_t *plane[ZST_MAX_PLANES];
 	void *src = NULL;
-	int rc = dc ? frame_read_dc(ix, raw, i, dc, &src) : -ENOMEM;
+	int rc = dc ? prefix_check(ix, raw, i) : -ENOMEM;
 
+	if (!rc)
+		rc = frame_read_dc(ix, raw, i, dc, &src);
 	if (!rc)
 		rc = frame_planes_dc(ix, i, dc, src, csize, plane);
 	count_decode(ix, i, rc);
+	if (!rc)
+		prefix_decoded(ix, i);
 	if (!rc && visit_takes_planes(t, how)) {
 		if (zst_xform_bf16(t)) {
 			p.sm = plane[0];
@@ -452,7 +585,7 @@ static int frame_get(const struct castfs_zst_index *ix,
 	pthread_mutex_unlock(&c->lock);
 	if (!f)
 		return -ENOMEM;
-	rc = frame_decode(ix, raw, i, f->data);
+	rc = frame_decode_checked(ix, raw, i, f->data);
 	pthread_mutex_lock(&c->lock);
 	f->state = rc ? rc : 1;
 	if (rc && f->cached)
@@ -497,7 +630,7 @@ static int frame_copy(const struct castfs_zst_index *ix,
 	if (in == 0 && n == ix->doff[i + 1] - ix->doff[i]) {
 		f = zc_lookup(ix->cache, ix->id, i);
 		if (!f)
-			return frame_decode(ix, raw, i, dst);
+			return frame_decode_checked(ix, raw, i, dst);
 		memcpy(dst, f->data, n);
 		zc_release(ix->cache, f);
 		return 0;

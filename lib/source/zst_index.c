@@ -68,8 +68,10 @@ static int index_alloc(struct castfs_zst_index *ix, bool checksums)
 	ix->doff = calloc(n, sizeof(*ix->doff));
 	if (checksums)
 		ix->sum = calloc(n, sizeof(*ix->sum));
-	if (!ix->coff || !ix->doff || (checksums && !ix->sum))
+	ix->prefix = calloc(1, sizeof(*ix->prefix) + n);
+	if (!ix->coff || !ix->doff || (checksums && !ix->sum) || !ix->prefix)
 		return -ENOMEM;
+	pthread_mutex_init(&ix->prefix->lock, NULL);
 	ix->checksums = checksums;
 	return 0;
 }
@@ -233,6 +235,9 @@ void castfs_zst_index_free(struct castfs_zst_index *ix)
 	free(ix->doff);
 	free(ix->sum);
 	free(ix->xform);
+	if (ix->prefix)
+		pthread_mutex_destroy(&ix->prefix->lock);
+	free(ix->prefix);
 	free(ix);
 }
 

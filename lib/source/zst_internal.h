@@ -67,7 +67,21 @@ struct castfs_zst_index {
 	uint64_t *doff; /* nframes + 1 decoded offsets */
 	uint32_t *sum; /* nframes checksums, or NULL */
 	uint8_t *xform; /* grouped packs: a transform per frame, else NULL */
+	struct zst_prefix *prefix; /* where frames truly lie (zst_cache.c) */
 };
+
+/* What the frames' own headers say of where frames lie, learnt in file
+ * order (zst_cache.c, prefix_check()). */
+struct zst_prefix {
+	pthread_mutex_t lock;
+	size_t k; /* frames [0, k) have their true sizes added to sum */
+	uint64_t sum;
+	bool lost; /* a frame's true size is unknown: those after it too */
+	uint8_t placed[]; /* per frame: 0 unknown, ZST_PLACED, ZST_MISPLACED */
+};
+
+#define ZST_PLACED 1u
+#define ZST_MISPLACED 2u
 
 /* The bytes of a grouped frame a visit hands over at a time: a piece the
  * visitor's reads find in the first-level cache (zst_cache.c). */
@@ -109,6 +123,16 @@ void *zst_dctx_buf(struct zst_dctx *dc, size_t n);
  */
 int zst_decode_frame(struct zst_dctx *dc, void *dst, size_t dsize,
 		     const void *src, size_t csize);
+
+/* The bytes of a frame that hold its header, at most (ZSTD's bound). */
+#define ZST_FRAME_HEAD 18u
+
+/*
+ * zst_frame_content_size - the decoded size the header of the zstd frame
+ * whose first @n bytes are at @h says, in *@size. Returns 0, -ENODATA when
+ * the header does not say (only decoding the frame tells), or -EIO.
+ */
+int zst_frame_content_size(const void *h, size_t n, uint64_t *size);
 
 /* The most planes a grouped frame has (4-byte elements). */
 #define ZST_MAX_PLANES 4u

@@ -103,6 +103,8 @@ class PackedMount(unittest.TestCase):
                                    capture_output=True, check=True).stdout)
         cls.corrupt_range = cls.damage(os.path.join(s, "corrupt.safetensors.zst"),
                                        os.path.join(s, "lying.safetensors.zst"))
+        cls.shift(os.path.join(s, "p.safetensors.zst"),
+                  os.path.join(s, "shifted.safetensors.zst"))
         # Float frames are tier-coded (FORMATS.md); random int16 ones stay
         # zstd frames whose planes are raw blocks, read where they lie.
         graw = dict(cls.tensors, **{"model.codes": torch.randint(
@@ -137,6 +139,23 @@ class PackedMount(unittest.TestCase):
         with open(lying, "wb") as f:
             f.write(data)
         return doff, doff + frames[-2][1]
+
+    @staticmethod
+    def shift(path, out):
+        """@path with a seek table whose decoded sizes lie and still add
+        up: frame 1 says 8 bytes more, the last frame 8 less. Every frame
+        between them decodes to its own size with its own good checksum,
+        8 bytes late by the table (stop 40, found by a bug hunt: the
+        mount served them shifted, without an error)."""
+        frames, _ = seek_table(path)
+        assert len(frames) > 4
+        data = bytearray(read(path))
+        first = len(data) - 9 - len(frames) * 12
+        for k, delta in ((1, 8), (len(frames) - 1, -8)):
+            struct.pack_into("<I", data, first + 12 * k + 4,
+                             frames[k][1] + delta)
+        with open(out, "wb") as f:
+            f.write(data)
 
     @staticmethod
     def remark(path, out):
@@ -313,6 +332,34 @@ class PackedMount(unittest.TestCase):
         self.assertEqual(again, set(rej))
         self.assertNotIn("sizelie.safetensors", os.listdir(self.m()))
         self.assertNotIn("p.safetensors.zst", rej)
+
+    def test_shifted_table_never_serves_a_byte(self):
+        """Past the lying frame, every read fails (EIO), whether it comes
+        in order or jumps there first; no read returns a wrong byte."""
+        orig = read(os.path.join(self.src, "u.safetensors"))
+        frames, _ = seek_table(os.path.join(self.src, "shifted.safetensors.zst"))
+        past = frames[0][1] + frames[1][1] + 8  # frame 2, by the table
+        for order in ("jump", "in order"):
+            with tl.Mount(self.src) as fresh:
+                path = fresh.join("shifted.safetensors")
+                self.assertEqual(os.path.getsize(path), len(orig))
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+                try:
+                    offs = [past + 4096, 0] if order == "jump" else \
+                        list(range(0, len(orig), 4096))
+                    failed = 0
+                    for off in offs:
+                        try:
+                            got = os.pread(fd, 4096, off & ~4095)
+                        except OSError as e:
+                            self.assertEqual(e.errno, errno.EIO)
+                            failed += 1
+                            continue
+                        self.assertEqual(got, orig[off & ~4095:][:4096],
+                                         (order, off))
+                    self.assertGreater(failed, 0, order)
+                finally:
+                    os.close(fd)
 
     def test_corrupt_frame_fails_its_range_only(self):
         lo, hi = self.corrupt_range

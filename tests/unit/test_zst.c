@@ -160,6 +160,50 @@ START_TEST(test_zst__truncated_rejected)
 }
 END_TEST
 
+/*
+ * Sizes that lie and still add up, 8 bytes apart (frame 1 says 8 more,
+ * the last 8 less): every frame between them decodes to its own size with
+ * its own good checksum, 8 bytes late by the table. Reads there fail,
+ * whether they jump there first (_i 0) or come in order (_i 1); frames
+ * before the lie read.
+ */
+START_TEST(test_zst__shifted_frames_fail)
+{
+	uint8_t *in = membuf_input(30000, 7), buf[4096];
+	struct membuf m;
+	struct castfs_zcache *c;
+	struct castfs_zst_index *ix;
+	struct castfs_mem_reader mr;
+	struct castfs_zst_reader zr;
+	size_t nf, at;
+
+	pack(in, 30000, 4096, true, NULL, 0, &m);
+	nf = castfs_load_le32(m.p + m.n - 9);
+	ck_assert_uint_ge(nf, 5);
+	at = m.n - 9 - nf * 12;
+	castfs_store_le32(m.p + at + 12 + 4,
+			  castfs_load_le32(m.p + at + 12 + 4) + 8);
+	castfs_store_le32(m.p + at + (nf - 1) * 12 + 4,
+			  castfs_load_le32(m.p + at + (nf - 1) * 12 + 4) - 8);
+	ck_assert_int_eq(castfs_zcache_new(1 << 20, &c), 0);
+	ck_assert_int_eq(open_index(&m, c, &mr, &ix, NULL), 0);
+	castfs_zst_reader_init(&zr, ix, &mr.r);
+	if (_i == 1) {
+		ck_assert_int_eq(castfs_reader_read(&zr.r, buf, 4096, 0), 0);
+		ck_assert_int_eq(castfs_reader_read(&zr.r, buf, 100, 4096),
+				 -EIO);
+	}
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, 4096, 12288), -EIO);
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, 100, 20000), -EIO);
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, 4096, 0), 0);
+	ck_assert_mem_eq(buf, in, 4096);
+	castfs_zst_index_free(ix);
+	castfs_zcache_free(c);
+	free(m.p);
+	free(in);
+}
+END_TEST
+
 /* Each lie in the table: sizes that do not add up, reserved bits, magic. */
 START_TEST(test_zst__lying_table_rejected)
 {
@@ -970,6 +1014,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_zst__truncated_rejected);
 	tcase_add_loop_test(tc, test_zst__lying_table_rejected, 0, 5);
 	tcase_add_loop_test(tc, test_zst__bad_frame_fails_read_only, 0, 3);
+	tcase_add_loop_test(tc, test_zst__shifted_frames_fail, 0, 2);
 	tcase_add_loop_test(tc, test_zst__threads_share_frames, 0, 3);
 	tcase_add_test(tc, test_zst__waiter_on_failed_frame_gets_eio);
 	tcase_add_loop_test(tc, test_zst__group_round_trip, 0, 4);
