@@ -624,8 +624,8 @@ static int sv_daemonize(struct sv *sv, const struct castfs_sv_opts *o)
 			close(nullfd);
 	}
 	sv_pidfile_write(o->mountpoint, sv->pidfile, sizeof(sv->pidfile));
-	n = write(waiter[1], &done,
-		  1); /* if the caller is gone: no one to tell */
+	/* If the caller is gone (killed), there is no one to tell. */
+	n = write(waiter[1], &done, 1);
 	(void)n;
 	close(waiter[1]);
 	return 0;
@@ -688,6 +688,8 @@ int castfs_supervise(struct fuse_session *se, const struct castfs_sv_opts *o)
 		close(sv.sig_fd);
 	return rc;
 }
+
+/* ---- castfs reload ---- */
 
 /* @path without following it: a failed mount cannot be stat'ed. */
 static char *mount_path(const char *path)
