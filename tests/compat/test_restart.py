@@ -451,16 +451,31 @@ class Reload(unittest.TestCase):
         reload, a restart, or the mount's first) starts another once that
         one serves: the one starting may have read the binary and the
         config before the edit the reload is for. It was dropped, though
-        `castfs reload` said 0."""
-        with tl.Mount(Fixture.src) as m:
+        `castfs reload` said 0. The source has 20,000 folders, so that a
+        daemon takes a while to watch them before it serves and can be
+        caught starting (SIGSTOP); a catch too late (the first daemon has
+        retired) is tried again."""
+        src = os.path.join(Fixture.top, "many-dirs")
+        if not os.path.isdir(src):
+            for i in range(10000):
+                os.makedirs(os.path.join(src, "d%05d" % i, "e"))
+            shutil.copy(os.path.join(Fixture.src, "a.safetensors"), src)
+        with tl.Mount(src) as m:
             sup = m.proc.pid
-            first = wait_daemon(sup)
             reload = [tl.castfs_binary(), "reload", m.path]
-            subprocess.run(reload, check=True, timeout=30)
-            starting = rc.poll(lambda: next(
-                (p for p in daemons(sup) if p != first), None), 30,
-                "a daemon starting")
-            os.kill(starting, signal.SIGSTOP)  # it cannot serve for now
+            for _ in range(5):
+                first = wait_daemon(sup)
+                subprocess.run(reload, check=True, timeout=30)
+                starting = rc.poll(lambda: next(
+                    (p for p in daemons(sup) if p != first), None), 30,
+                    "a daemon starting")
+                os.kill(starting, signal.SIGSTOP)  # it cannot serve now
+                time.sleep(0.5)
+                if first in daemons(sup):
+                    break  # not retired: the one stopped was starting
+                os.kill(starting, signal.SIGCONT)
+            else:
+                self.fail("no daemon caught while starting in 5 tries")
             try:
                 subprocess.run(reload, check=True, timeout=30)
                 time.sleep(0.2)  # the supervisor has the signal by now
