@@ -660,8 +660,7 @@ static int ck_plan_locked(struct castfs_ns *ns, struct ns_ckpt *ck, int idx,
 	if (!rc)
 		castfs_stats_count(ns->stats, CASTFS_SCTR_PLANS_BUILT, 1);
 	if (!rc)
-		*built = ns_ckpt_plan_cost(ck->plans[idx],
-					   (size_t)ck->h->header_len);
+		*built = ns_ckpt_plan_cost(ck->plans[idx]);
 	else if (!ns_err_transient(rc))
 		ck->plan_err[idx] = rc;
 	return rc;

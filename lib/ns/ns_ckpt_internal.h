@@ -83,9 +83,9 @@ void ns_ckpt_charge(struct castfs_ns *ns, struct ns_ckpt *ck, size_t bytes);
  * give the memory back to the system. Thread-safe. */
 void ns_ckpt_idle_path(struct castfs_ns *ns, const char *path);
 
-/* ns_ckpt_plan_cost - the bytes @p is estimated to hold (its extents,
- * quantised tensors and the @hdr_len bytes of its header). */
-size_t ns_ckpt_plan_cost(const struct castfs_plan *p, size_t hdr_len);
+/* ns_ckpt_plan_cost - the bytes @p holds: its extents and its arena
+ * (header text, names, kept bytes, quantiser records). */
+size_t ns_ckpt_plan_cost(const struct castfs_plan *p);
 
 /* ns_ckpt_plan - the plan of @ck through @view, built once and cached in
  * @ck. The plan lives as long as @ck. Returns 0 or the builder's error. */

@@ -22,9 +22,6 @@
 /* After a pass that found nothing to evict, the cache grows by this
  * fraction of its budget (1/16) before the next pass. */
 #define TRIM_SLACK 16u
-/* A tensor's statistics slot in a plan (struct castfs_qstats is private
- * to plan/): its lock and state, before any statistics are kept. */
-#define QSTATS_BYTES 64u
 /* Measured RSS over the parsed header's own sizes (see header_cost). */
 #define HEADER_SLACK 3u
 
@@ -40,11 +37,12 @@ size_t ns_ckpt_header_cost(const struct castfs_header *h)
 		h->nmeta * sizeof(struct castfs_meta_kv));
 }
 
-size_t ns_ckpt_plan_cost(const struct castfs_plan *p, size_t hdr_len)
+size_t ns_ckpt_plan_cost(const struct castfs_plan *p)
 {
-	return sizeof(*p) + hdr_len +
-	       p->nextents * sizeof(struct castfs_extent) +
-	       p->nqt * (sizeof(struct castfs_qtensor) + QSTATS_BYTES);
+	/* The arena holds the rest: names, the header text, kept bytes,
+	 * quantiser records and their statistics' slots. */
+	return sizeof(*p) + p->arena_bytes +
+	       p->nextents * sizeof(struct castfs_extent);
 }
 
 void ns_ckpt_usage(struct castfs_ns *ns, size_t *entries, size_t *bytes)

@@ -103,8 +103,7 @@ int ns_md_plan_of(struct castfs_ns *ns, struct ns_ckpt *ck,
 			castfs_stats_count(ns->stats, CASTFS_SCTR_PLANS_BUILT,
 					   1);
 		if (!rc)
-			built = ns_ckpt_plan_cost(*out,
-						  (size_t)ck->h->header_len);
+			built = ns_ckpt_plan_cost(*out);
 	}
 	pthread_mutex_unlock(&ck->lock);
 	if (built)

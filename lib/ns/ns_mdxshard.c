@@ -168,10 +168,10 @@ static int fuse_get(struct castfs_ns *ns, const struct ns_md_xshard *x,
 	if (!f && n < FUSE_ENTS_MAX) {
 		mine->next = ck0->slot[NS_CKPT_XFUSE];
 		ck0->slot[NS_CKPT_XFUSE] = f = mine;
-		cost = mine->deq ? ns_ckpt_plan_cost(
-					   castfs_view_deqfuse_plan(mine->deq),
-					   mine->all->header_len) :
-				   (size_t)mine->all->header_len;
+		cost = (size_t)mine->all->header_len +
+		       (mine->deq ? ns_ckpt_plan_cost(castfs_view_deqfuse_plan(
+					    mine->deq)) :
+				    0);
 	} else if (!f) {
 		*owned = f = mine;
 	}

@@ -652,19 +652,11 @@ static int tfile_plan(const struct ns_node *n, const struct tfile *f,
 	return -EINVAL;
 }
 
-/* Bytes a generated plan holds: its extents, its text and the index of
- * its per-range lists. */
+/* Bytes a generated plan holds: its extents and its arena (its text and
+ * the index of its per-range lists). */
 static size_t gen_cost(const struct castfs_plan *p)
 {
-	size_t mem = 0;
-
-	for (size_t i = 0; i < p->nextents; i++) {
-		if (p->extents[i].op == CASTFS_OP_MEM)
-			mem += p->extents[i].len;
-		else if (p->extents[i].op == CASTFS_OP_INTS)
-			mem += castfs_ints_held(&p->extents[i]);
-	}
-	return ns_ckpt_plan_cost(p, mem);
+	return ns_ckpt_plan_cost(p);
 }
 
 /* Where the shared plan of generated file @n of @f is kept; NULL for a

@@ -29,6 +29,9 @@ struct pb_tensor {
 
 struct castfs_pb {
 	struct arena_chunk *arena;
+	uint8_t *at; /* the current chunk's free bytes */
+	size_t left;
+	size_t arena_bytes;
 	struct castfs_extent *ext;
 	size_t next, cap_ext;
 	uint64_t size;
@@ -51,18 +54,51 @@ static void arena_free(struct arena_chunk *c)
 	}
 }
 
-void *castfs_pb_alloc(struct castfs_pb *pb, size_t n)
+/* Small allocations are carved from chunks that grow with the builder
+ * (1 KiB, doubling to 64 KiB): a plan of 100,000 quantised tensors makes
+ * over a million of them, and a malloc each cost a third of its memory. */
+#define ARENA_MIN 1024u
+#define ARENA_MAX (64u << 10)
+#define ARENA_ALIGN sizeof(max_align_t)
+#define MALLOC_OVERHEAD 16u /* glibc's chunk header, for the accounting */
+
+/* A new zeroed chunk of @n bytes in @pb's arena, or NULL. */
+static void *arena_chunk_new(struct castfs_pb *pb, size_t n)
 {
 	struct arena_chunk *c;
 
-	if (n > SIZE_MAX - sizeof(*c))
+	if (n > SIZE_MAX - sizeof(*c) - MALLOC_OVERHEAD)
 		return NULL;
 	c = calloc(1, sizeof(*c) + n);
 	if (!c)
 		return NULL;
 	c->next = pb->arena;
 	pb->arena = c;
+	pb->arena_bytes += sizeof(*c) + n + MALLOC_OVERHEAD;
 	return c->data;
+}
+
+void *castfs_pb_alloc(struct castfs_pb *pb, size_t n)
+{
+	size_t need = (CASTFS_MAX(n, 1) + ARENA_ALIGN - 1) & ~(ARENA_ALIGN - 1);
+	size_t size;
+	void *p;
+
+	if (n > ARENA_MAX / 4)
+		return arena_chunk_new(pb, n); /* its own: the current stays */
+	if (need > pb->left) {
+		size = CASTFS_MIN(CASTFS_MAX(pb->arena_bytes, ARENA_MIN),
+				  ARENA_MAX);
+		size = CASTFS_MAX(size, need);
+		pb->at = arena_chunk_new(pb, size);
+		pb->left = pb->at ? size : 0;
+		if (!pb->at)
+			return NULL;
+	}
+	p = pb->at;
+	pb->at += need;
+	pb->left -= need;
+	return p;
 }
 
 static void *pb_dup(struct castfs_pb *pb, const void *src, size_t n)
@@ -159,8 +195,8 @@ static int pb_push_extent(struct castfs_pb *pb, const struct castfs_producer *p,
 		if (!e.cvt)
 			return -ENOTSUP;
 	}
-	if (e.op == CASTFS_OP_INTS) {
-		e.mem = p->mem; /* already the plan's (plan_ints.c) */
+	if (e.op == CASTFS_OP_INTS || (p->mem && p->mem_kept)) {
+		e.mem = p->mem; /* already the plan's, or static */
 	} else if (p->mem) {
 		e.mem = pb_dup(pb, p->mem, len);
 		if (!e.mem)
@@ -300,6 +336,7 @@ int castfs_pb_finish_raw(struct castfs_pb *pb, struct castfs_plan **out)
 	p->extents = pb->ext;
 	pb->ext = NULL;
 	p->arena = pb->arena;
+	p->arena_bytes = pb->arena_bytes;
 	pb->arena = NULL;
 	*out = p;
 	castfs_pb_free(pb);

@@ -164,8 +164,11 @@ struct castfs_plan {
 	struct castfs_qtensor *qtensors;
 	struct castfs_qstats *qstats; /* nqt entries; the only mutable part */
 	struct castfs_qcache *qcache; /* with qstats; NULL when nqt is 0 */
-	/* Private: allocations owned by the plan. */
+	/* Private: allocations owned by the plan, and the bytes they take
+	 * (what the checkpoint cache charges for the plan with its extents:
+	 * names, header text, kept bytes, quantiser records). */
 	void *arena;
+	size_t arena_bytes;
 };
 
 /*
@@ -264,9 +267,5 @@ int castfs_plan_header(const struct castfs_plan *p, struct castfs_header **out,
 
 /* castfs_op_name - "mem", "copy", "cast", ...; for .info files and logs. */
 const char *castfs_op_name(enum castfs_op op);
-
-/* castfs_ints_held - the bytes a CASTFS_OP_INTS extent @e holds besides
- * the list it borrows (its descriptor and index). Pure. */
-size_t castfs_ints_held(const struct castfs_extent *e);
 
 #endif

@@ -18,7 +18,9 @@ struct castfs_producer {
 	uint8_t flags; /* CAST: CASTFS_CVT_* */
 	uint32_t unit; /* bytes per unit; 0 means 1 */
 	uint64_t src_off; /* COPY / CAST: absolute source offset */
-	const void *mem; /* MEM / Q4_STATE: copied into the plan */
+	const void *mem; /* MEM / Q4_STATE: copied into the plan, unless */
+	bool mem_kept; /* it lives as long as the plan: castfs_pb_alloc()'s,
+			* or static */
 	uint32_t qt; /* quantiser ops */
 };
 

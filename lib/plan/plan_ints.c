@@ -94,14 +94,6 @@ int castfs_pb_append_ints(struct castfs_pb *pb, const uint64_t *v, uint64_t n)
 	return castfs_pb_append(pb, &p, len);
 }
 
-size_t castfs_ints_held(const struct castfs_extent *e)
-{
-	const void *mem = e->mem;
-	const struct ints_desc *d = mem;
-
-	return sizeof(*d) + (size_t)d->nat * sizeof(*d->at);
-}
-
 /* The item holding text offset @rel: its index, its start to *@start. */
 static uint64_t ints_find(const struct ints_desc *d, uint64_t rel,
 			  uint64_t *start)
