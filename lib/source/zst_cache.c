@@ -314,7 +314,8 @@ static int frame_decode(const struct castfs_zst_index *ix,
 /*
  * The decoded size frame @i's own header gives, in *@size: the zstd
  * frame's content size, count x width for a tiered frame, 0 for another
- * skippable frame; -ENODATA when a zstd frame does not say.
+ * skippable frame; -ENODATA when a zstd frame does not say, -EBADMSG when
+ * its header is no frame header, or the read's error.
  */
 static int frame_head_size(const struct castfs_zst_index *ix,
 			   const struct castfs_reader *raw, size_t i,
@@ -338,7 +339,8 @@ static int frame_head_size(const struct castfs_zst_index *ix,
 		*size = 0;
 		return 0;
 	}
-	return zst_frame_content_size(h, n, size);
+	rc = zst_frame_content_size(h, n, size);
+	return rc == -EIO ? -EBADMSG : rc;
 }
 
 /* Where frame @p->k lies by the true sizes before it. */
@@ -351,9 +353,11 @@ static uint8_t place_of(const struct castfs_zst_index *ix,
 
 /*
  * Learn frame @p->k's place and true size (its header's; a zstd frame
- * whose header does not say is decoded, and one that then fails leaves
- * the rest unknown). Under @p->lock. Returns 0, or a read's error (then
- * tried again next time).
+ * whose header does not say is decoded). A frame whose size stays unknown
+ * (a corrupt header, a decode that fails) leaves the place of every frame
+ * after it unknown: they fail too, since a lie in its table size would
+ * shift them. Under @p->lock. Returns 0, or a read's error (then tried
+ * again next time).
  */
 static int prefix_step(const struct castfs_zst_index *ix,
 		       const struct castfs_reader *raw, struct zst_prefix *p)
@@ -367,10 +371,12 @@ static int prefix_step(const struct castfs_zst_index *ix,
 		tmp = malloc(want ? (size_t)want : 1);
 		rc = tmp ? frame_decode(ix, raw, k, tmp) : -ENOMEM;
 		free(tmp);
-		if (rc == -EIO) {
-			p->lost = true;
-			rc = 0;
-		}
+		if (rc == -EIO)
+			rc = -EBADMSG;
+	}
+	if (rc == -EBADMSG) {
+		p->lost = true;
+		rc = 0;
 		got = want;
 	}
 	if (rc)
