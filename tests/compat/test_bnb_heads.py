@@ -19,6 +19,7 @@ bug hunt):
 Each: the load reports no key trouble, every module is of the oracle's
 class, and the logits equal the oracle's exactly (the same codes).
 """
+import gc
 import os
 import unittest
 
@@ -98,6 +99,10 @@ class Heads(unittest.TestCase):
                 for view in VIEWS:
                     with self.subTest(model=name, view=view):
                         self.check(m, name, view)
+                    # Loaded models map the mounted files (and hold
+                    # cycles): let them go, or the unmount finds the
+                    # mount busy and the daemon is killed.
+                    gc.collect()
 
 
 if __name__ == "__main__":
