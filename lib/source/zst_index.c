@@ -69,9 +69,10 @@ static int index_alloc(struct castfs_zst_index *ix, bool checksums)
 	if (checksums)
 		ix->sum = calloc(n, sizeof(*ix->sum));
 	ix->prefix = calloc(1, sizeof(*ix->prefix) + n);
+	if (ix->prefix) /* before any failure: the free destroys it */
+		pthread_mutex_init(&ix->prefix->lock, NULL);
 	if (!ix->coff || !ix->doff || (checksums && !ix->sum) || !ix->prefix)
 		return -ENOMEM;
-	pthread_mutex_init(&ix->prefix->lock, NULL);
 	ix->checksums = checksums;
 	return 0;
 }
