@@ -652,13 +652,6 @@ static int tfile_plan(const struct ns_node *n, const struct tfile *f,
 	return -EINVAL;
 }
 
-/* Bytes a generated plan holds: its extents and its arena (its text and
- * the index of its per-range lists). */
-static size_t gen_cost(const struct castfs_plan *p)
-{
-	return ns_ckpt_plan_cost(p);
-}
-
 /* Where the shared plan of generated file @n of @f is kept; NULL for a
  * .raw (its plan is one extent, made per open) or without memory.
  * Caller holds f->ck->lock. */
@@ -718,7 +711,7 @@ static int tfile_shared_plan(struct castfs_ns *ns, const struct ns_node *n,
 	pthread_mutex_lock(&f->ck->lock);
 	if (!*slot) {
 		*slot = made;
-		cost = gen_cost(made);
+		cost = ns_ckpt_plan_cost(made);
 		made = NULL;
 	}
 	*plan = *slot;

@@ -113,7 +113,7 @@ int zst_frame_content_size(const void *h, size_t n, uint64_t *size)
 	unsigned long long s = ZSTD_getFrameContentSize(h, n);
 
 	if (s == ZSTD_CONTENTSIZE_ERROR)
-		return -EIO;
+		return -EBADMSG;
 	if (s == ZSTD_CONTENTSIZE_UNKNOWN)
 		return -ENODATA;
 	*size = s;

@@ -339,8 +339,7 @@ static int frame_head_size(const struct castfs_zst_index *ix,
 		*size = 0;
 		return 0;
 	}
-	rc = zst_frame_content_size(h, n, size);
-	return rc == -EIO ? -EBADMSG : rc;
+	return zst_frame_content_size(h, n, size);
 }
 
 /* Where frame @p->k lies by the true sizes before it. */

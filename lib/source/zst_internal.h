@@ -130,7 +130,8 @@ int zst_decode_frame(struct zst_dctx *dc, void *dst, size_t dsize,
 /*
  * zst_frame_content_size - the decoded size the header of the zstd frame
  * whose first @n bytes are at @h says, in *@size. Returns 0, -ENODATA when
- * the header does not say (only decoding the frame tells), or -EIO.
+ * the header does not say (only decoding the frame tells), or -EBADMSG
+ * when @h holds no zstd frame header.
  */
 int zst_frame_content_size(const void *h, size_t n, uint64_t *size);
 
