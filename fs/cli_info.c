@@ -151,6 +151,14 @@ static void print_quant(const struct castfs_qsrc *q, int rc,
 		       q->nctw4, q->nctw4 == 1 ? "" : "s");
 }
 
+/* Whether @qi's block is the whole matrix of @t: one scale per matrix. */
+static bool whole_matrix(const struct castfs_tensor *t,
+			 const struct castfs_qinfo *qi)
+{
+	return t->ndim >= 2 && qi->brows == t->shape[t->ndim - 2] &&
+	       qi->bcols == t->shape[t->ndim - 1];
+}
+
 static void print_scheme(const struct castfs_header *h,
 			 const struct castfs_qsrc *q,
 			 const struct castfs_tensor *t)
@@ -183,12 +191,13 @@ static void print_scheme(const struct castfs_header *h,
 			 qi->bcols >= t->shape[1])
 			printf(" fp8 per-channel, %s scale ",
 			       castfs_dtype_name(s->dtype));
-		else if (s->ndim >= 2)
+		else if (s->ndim >= 2 && !whole_matrix(t, qi))
 			printf(" fp8 block %" PRIu32 "x%" PRIu32 ", %s scale ",
 			       qi->brows, qi->bcols,
 			       castfs_dtype_name(s->dtype));
 		else
-			printf(" fp8 per-tensor, %s scale ",
+			printf(" fp8 per-%s, %s scale ",
+			       t->ndim == 3 ? "expert" : "tensor",
 			       castfs_dtype_name(s->dtype));
 		print_name(s->name, s->name_len);
 	} else if (qi->role == CASTFS_QR_MXFP4) {

@@ -106,10 +106,24 @@ static bool per_tensor(const struct castfs_tensor *s)
 }
 
 /*
+ * Whether @s (as many dimensions as its weight) has one scale per matrix:
+ * [1, 1], or [E, 1, 1] for fused experts. transformers' own per-tensor
+ * quantisation (weight_block_size null) writes [1, 1], and its dequantizer
+ * derives the block from the grid, so the block is the whole matrix,
+ * whatever the config's block size says.
+ */
+static bool per_matrix(const struct castfs_tensor *s)
+{
+	return s->ndim >= 2 && s->shape[s->ndim - 2] == 1 &&
+	       s->shape[s->ndim - 1] == 1;
+}
+
+/*
  * Whether scale @s fits weight @w in the FP8 block layout: one scale per
  * bm x bn block (@q's block size), partial edge blocks included
  * ([ceil(out/bm), ceil(in/bn)], with a leading expert dimension for fused
- * experts), or a single per-tensor scale. Fills @qi's block size.
+ * experts), one scale per matrix, or a single per-tensor scale. Fills @qi's
+ * block size.
  */
 static bool fp8_pair_ok(const struct castfs_qsrc *q,
 			const struct castfs_tensor *w,
@@ -133,6 +147,13 @@ static bool fp8_pair_ok(const struct castfs_qsrc *q,
 	}
 	if (s->ndim != w->ndim || (w->ndim == 3 && s->shape[0] != w->shape[0]))
 		return false;
+	if (per_matrix(s)) {
+		if (rows > UINT32_MAX || cols > UINT32_MAX)
+			return false;
+		qi->brows = (uint32_t)rows;
+		qi->bcols = (uint32_t)cols;
+		return true;
+	}
 	if (s->shape[s->ndim - 2] != ceil_div(rows, q->brows) ||
 	    s->shape[s->ndim - 1] != ceil_div(cols, q->bcols))
 		return false;

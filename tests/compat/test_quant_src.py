@@ -92,6 +92,11 @@ def deepseek_dequant(w, s):
     s = s.float()
     if s.numel() == 1 and s.dim() <= 1:
         return w.float() * s.reshape(())
+    if s.dim() >= 2 and s.shape[-2:] == (1, 1):
+        # One scale per matrix ([1, 1], [E, 1, 1]): transformers' own
+        # per-tensor quantisation, whose dequantizer takes the block
+        # from the grid (DeepSeek's kernel knows no such grid).
+        return w.float() * s
     m, n = w.shape[-2:]
     rows = torch.arange(m) // BS
     cols = torch.arange(n) // BS
@@ -303,6 +308,16 @@ def fp8_file_tensors(g):
     q, s = quant_fp8_tensor(torch.randn(100, 90, generator=g))
     t["model.layers.0.self_attn.o_proj.weight"] = q
     t["model.layers.0.self_attn.o_proj.weight_scale_inv"] = s
+    # transformers' per-tensor quantisation writes a [1, 1] grid: one
+    # scale for a matrix larger than a block.
+    q, s = quant_fp8_tensor(torch.randn(300, 260, generator=g))
+    t["model.layers.0.self_attn.q_b_proj.weight"] = q
+    t["model.layers.0.self_attn.q_b_proj.weight_scale_inv"] = s.reshape(1, 1)
+    qs, ss = zip(*(quant_fp8_tensor(torch.randn(140, 200, generator=g))
+                   for _ in range(2)))
+    t["model.layers.0.mlp.experts.down_proj"] = torch.stack(qs)
+    t["model.layers.0.mlp.experts.down_proj_scale_inv"] = \
+        torch.stack(ss).reshape(2, 1, 1)
     # Fused experts [E, out, in] with [E, ceil(out/128), ceil(in/128)].
     qs, ss = zip(*(quant_fp8_block(torch.randn(200, 150, generator=g))
                    for _ in range(3)))
@@ -389,7 +404,7 @@ class SingleFile(unittest.TestCase):
         src = dequantized_bf16(Env.fp8)
         quantised = {k for k, t in src.items()
                      if Env.fp8[k].dtype == F8 and t.dim() == 2}
-        self.assertEqual(len(quantised), 5)
+        self.assertEqual(len(quantised), 6)
         for view, (kind, qtype, nested) in bnb_ref.VIEWS.items():
             with self.subTest(view=view):
                 path = Env.mnt.join("fp8.%s.safetensors" % view)
@@ -444,7 +459,9 @@ class SingleFile(unittest.TestCase):
         v = load_file(Env.mnt.join("fp8.bf16.safetensors"))
         op = Fp8Dequantize(None)
         for k in ("model.layers.0.mlp.down_proj.weight",
-                  "model.layers.0.self_attn.o_proj.weight"):
+                  "model.layers.0.self_attn.o_proj.weight",
+                  "model.layers.0.self_attn.q_b_proj.weight",
+                  "model.layers.0.mlp.experts.down_proj"):
             ref = op._dequantize_one(Env.fp8[k], Env.fp8[k + "_scale_inv"],
                                      output_dtype=torch.bfloat16)
             self.assertTrue(torch.equal(bits(v[k]), bits(ref)), k)
@@ -467,10 +484,16 @@ class CommandLine(unittest.TestCase):
         src = os.path.join(Env.mnt.source, "fp8.safetensors")
         r = self.run_cli("info", src)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("quantized: FP8 block, 6 weights", r.stdout)
+        self.assertIn("quantized: FP8 block, 8 weights", r.stdout)
         self.assertIn("fp8 block 128x128, F8_E8M0 scale layers.1.attn.wo_a.scale",
                       r.stdout)
         self.assertIn("fp8 per-tensor, F32 scale", r.stdout)
+        self.assertIn("fp8 per-tensor, F32 scale "
+                      "model.layers.0.self_attn.q_b_proj.weight_scale_inv",
+                      r.stdout)
+        self.assertIn("fp8 per-expert, F32 scale "
+                      "model.layers.0.mlp.experts.down_proj_scale_inv",
+                      r.stdout)
         r = self.run_cli("info", os.path.join(Env.mnt.source, "bnb-nf4.safetensors"))
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("quantized: refused: tensor 'l.weight", r.stdout)
