@@ -84,6 +84,10 @@ struct castfs_md_quant {
 	bool ct_fp4; /* compressed-tensors nvfp4-/mxfp4-pack-quantized:
 		      * dequantized too */
 	char method[32]; /* its quant_method, for messages ("?" if none) */
+	/* For a compressed-tensors config castfs does not dequantize, what
+	 * rules it out, for the refusal (" (format 'mixed-precision')"), or
+	 * "". */
+	char detail[80];
 };
 
 /*

@@ -228,6 +228,36 @@ static bool ct_w4(const cJSON *qc, bool *asym)
 	return n > 0 && (nasym == 0 || nasym == n);
 }
 
+/*
+ * What rules out compressed-tensors config @qc, for the refusal: a member
+ * no scheme castfs reads may carry, else a format castfs does not know
+ * (llm-compressor's "mixed-precision", "int-quantized", ...), else the
+ * config groups themselves.
+ */
+static void ct_detail(const cJSON *qc, char *buf, size_t n)
+{
+	static const char *const keys[] = { "kv_cache_scheme",
+					    "sparsity_config",
+					    "transform_config" };
+	static const char *const known[] = {
+		"float-quantized",	"naive-quantized",
+		"pack-quantized",	"nvfp4-pack-quantized",
+		"mxfp4-pack-quantized", NULL
+	};
+	const cJSON *f = cJSON_GetObjectItemCaseSensitive(qc, "format");
+
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		if (!ct_empty(qc, keys[i])) {
+			snprintf(buf, n, " (%s set)", keys[i]);
+			return;
+		}
+	}
+	if (cJSON_IsString(f) && !str_in(qc, "format", known))
+		snprintf(buf, n, " (format '%.40s')", f->valuestring);
+	else
+		snprintf(buf, n, " (a config_groups scheme it does not read)");
+}
+
 static const cJSON *find_qc(const cJSON *root)
 {
 	const cJSON *qc, *tc;
@@ -266,6 +296,10 @@ int castfs_md_quant_read(const char *json, size_t len,
 		out->ct_w4 = cJSON_IsObject(qc) && ct_w4(qc, &out->ct_w4_asym);
 		snprintf(out->method, sizeof(out->method), "%s",
 			 cJSON_IsString(m) ? m->valuestring : "?");
+		if (cJSON_IsString(m) &&
+		    strcmp(m->valuestring, "compressed-tensors") == 0 &&
+		    !castfs_md_quant_dequantized(out))
+			ct_detail(qc, out->detail, sizeof(out->detail));
 	}
 	cJSON_Delete(root);
 	return 0;

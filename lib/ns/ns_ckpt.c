@@ -280,9 +280,9 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 	if (!rc && mq.quantized && !castfs_md_quant_dequantized(&mq))
 		rc = castfs_diag_set(&d, -ENOTSUP,
 				     "config.json: quantization_config with "
-				     "quant_method '%s' is a layout castfs "
+				     "quant_method '%s'%s is a layout castfs "
 				     "does not dequantize: no views",
-				     mq.method);
+				     mq.method, mq.detail);
 	if (!rc) {
 		const struct castfs_qsrc_opts o = {
 			.flags = (mq.fp8_block || mq.ct_fp8 || mq.ct_fp4 ?

@@ -115,6 +115,33 @@ def dir_lies(src):
     return out
 
 
+def config_refusals(src):
+    """Directories whose config.json is a compressed-tensors layout castfs
+    does not dequantize, each with what the refusal must name."""
+    out = {}
+    for name, why in (("cfg-kv-cache", "kv_cache_scheme set"),
+                      ("cfg-mixed", "format 'mixed-precision'"),
+                      ("cfg-dynamic", "config_groups scheme")):
+        d = os.path.join(src, name)
+        shutil.copytree(os.path.join(src, "w4-channel"), d)
+        with open(os.path.join(d, "config.json")) as f:
+            cfg = json.load(f)
+        qc = cfg["quantization_config"]
+        if name == "cfg-kv-cache":
+            qc["kv_cache_scheme"] = {"num_bits": 8, "type": "float",
+                                     "strategy": "tensor",
+                                     "dynamic": False, "symmetric": True}
+        elif name == "cfg-mixed":
+            qc["format"] = "mixed-precision"
+        else:
+            for g in qc["config_groups"].values():
+                g["weights"]["dynamic"] = True
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        out[name] = why
+    return out
+
+
 def setUpModule():
     require_venv()
     Env.root = tl.tempfile.mkdtemp(prefix="castfs-ctw4src-")
@@ -142,6 +169,7 @@ def setUpModule():
                 os.path.join(src, "single-asym.safetensors"))
     Env.lies = lies(src, single)
     Env.dir_lies = dir_lies(src)
+    Env.cfg = config_refusals(src)
     Env.mnt = tl.Mount(src)
 
 
@@ -303,6 +331,19 @@ class SingleFile(unittest.TestCase):
                 self.assertNotIn(name + ".bf16", names)
                 reason = rej[name + "/model.safetensors"]
                 self.assertIn("up_proj", reason)
+                self.assertIn(why, reason)
+
+    def test_config_refusal_names_the_key(self):
+        """A compressed-tensors config castfs does not read is refused
+        with what rules it out, not only its quant_method."""
+        names = os.listdir(Env.mnt.path)
+        with open(Env.mnt.join(".castfs", "rejected")) as f:
+            rej = {r["path"]: r["reason"] for r in json.load(f)}
+        for name, why in Env.cfg.items():
+            with self.subTest(config=name):
+                self.assertNotIn(name + ".bf16", names)
+                reason = rej[name + "/model.safetensors"]
+                self.assertIn("quant_method 'compressed-tensors'", reason)
                 self.assertIn(why, reason)
 
     def test_lies_rejected(self):
