@@ -10,6 +10,30 @@
 #include "common/ckd.h"
 #include "plan/plan_internal.h"
 
+/*
+ * Under AddressSanitizer an arena's chunks are poisoned but for the
+ * pieces handed out, and each piece is followed by a redzone: an overflow
+ * from one piece into the next is caught as it was when every piece was
+ * its own allocation.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#define ARENA_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ARENA_ASAN 1
+#endif
+#endif
+#ifdef ARENA_ASAN
+#include <sanitizer/asan_interface.h>
+#define ARENA_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define ARENA_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#define ARENA_REDZONE 16u
+#else
+#define ARENA_POISON(p, n) ((void)(p), (void)(n))
+#define ARENA_UNPOISON(p, n) ((void)(p), (void)(n))
+#define ARENA_REDZONE 0u
+#endif
+
 /* A chunk of memory owned by a plan; chained, freed together. */
 struct arena_chunk {
 	struct arena_chunk *next;
@@ -75,17 +99,23 @@ static void *arena_chunk_new(struct castfs_pb *pb, size_t n)
 	c->next = pb->arena;
 	pb->arena = c;
 	pb->arena_bytes += sizeof(*c) + n + MALLOC_OVERHEAD;
+	ARENA_POISON(c->data, n);
 	return c->data;
 }
 
 void *castfs_pb_alloc(struct castfs_pb *pb, size_t n)
 {
-	size_t need = (CASTFS_MAX(n, 1) + ARENA_ALIGN - 1) & ~(ARENA_ALIGN - 1);
+	size_t need = (CASTFS_MAX(n, 1) + ARENA_REDZONE + ARENA_ALIGN - 1) &
+		      ~(ARENA_ALIGN - 1);
 	size_t size;
 	void *p;
 
-	if (n > ARENA_MAX / 4)
-		return arena_chunk_new(pb, n); /* its own: the current stays */
+	if (n > ARENA_MAX / 4) {
+		p = arena_chunk_new(pb, n); /* its own: the current stays */
+		if (p)
+			ARENA_UNPOISON(p, n);
+		return p;
+	}
 	if (need > pb->left) {
 		size = CASTFS_MIN(CASTFS_MAX(pb->arena_bytes, ARENA_MIN),
 				  ARENA_MAX);
@@ -98,6 +128,7 @@ void *castfs_pb_alloc(struct castfs_pb *pb, size_t n)
 	p = pb->at;
 	pb->at += need;
 	pb->left -= need;
+	ARENA_UNPOISON(p, n);
 	return p;
 }
 

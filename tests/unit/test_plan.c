@@ -12,6 +12,7 @@
 
 #include "kernels/convert.h"
 #include "plan/plan.h"
+#include "plan/plan_build.h"
 #include "common/bytes.h"
 #include "common/reader.h"
 #include "format/st_header.h"
@@ -19,6 +20,17 @@
 #include "testutil.h"
 #include "view/view.h"
 #include "unit.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define UNIT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNIT_ASAN 1
+#endif
+#endif
+#ifdef UNIT_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
 
 static struct tu_fixture fx;
 
@@ -412,6 +424,39 @@ START_TEST(test_plan__source_errors_propagate)
 }
 END_TEST
 
+/*
+ * A builder's pieces come from shared chunks; each must be zeroed, aligned
+ * and apart from the next. Under AddressSanitizer the byte after a piece
+ * (alignment slack and redzone) is poisoned, so that an overflow from one
+ * piece into the next is reported.
+ */
+START_TEST(test_plan__arena_pieces_apart)
+{
+	static const size_t sizes[] = { 1, 7, 16, 33, 1000, 5000, 20000 };
+	struct castfs_pb *pb;
+
+	ck_assert_int_eq(castfs_pb_new(&pb), 0);
+	for (int round = 0; round < 40; round++) {
+		for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+			size_t n = sizes[i];
+			uint8_t *p = castfs_pb_alloc(pb, n);
+
+			ck_assert_ptr_nonnull(p);
+			ck_assert_uint_eq((uintptr_t)p % _Alignof(max_align_t),
+					  0);
+			for (size_t k = 0; k < n; k++)
+				ck_assert_uint_eq(p[k], 0);
+			memset(p, 0xA5, n);
+#ifdef UNIT_ASAN
+			ck_assert(!__asan_region_is_poisoned(p, n));
+			ck_assert(__asan_address_is_poisoned(p + n));
+#endif
+		}
+	}
+	castfs_pb_free(pb);
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("plan");
@@ -430,6 +475,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_plan__src_off_maps_elements_back);
 	tcase_add_test(tc, test_plan__rules_keep_matching_tensors);
 	tcase_add_test(tc, test_plan__source_errors_propagate);
+	tcase_add_test(tc, test_plan__arena_pieces_apart);
 	suite_add_tcase(s, tc);
 	return s;
 }
