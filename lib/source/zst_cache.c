@@ -342,6 +342,23 @@ static int frame_head_size(const struct castfs_zst_index *ix,
 	return zst_frame_content_size(h, n, size);
 }
 
+/*
+ * A frame's place, once learnt, never changes: readers look it up without
+ * the lock (an acquire load), so that the frames already placed are not
+ * held up by a jump that walks the headers of many others under it.
+ */
+static uint8_t get_placed(const struct zst_prefix *p, size_t i)
+{
+	return __atomic_load_n(&p->placed[i], __ATOMIC_ACQUIRE);
+}
+
+/* Under @p->lock: frame @i's place, unless it is known already. */
+static void set_placed(struct zst_prefix *p, size_t i, uint8_t place)
+{
+	if (!p->placed[i])
+		__atomic_store_n(&p->placed[i], place, __ATOMIC_RELEASE);
+}
+
 /* Where frame @p->k lies by the true sizes before it. */
 static uint8_t place_of(const struct castfs_zst_index *ix,
 			const struct zst_prefix *p)
@@ -380,10 +397,9 @@ static int prefix_step(const struct castfs_zst_index *ix,
 	}
 	if (rc)
 		return rc;
-	if (!p->placed[k])
-		p->placed[k] = place_of(ix, p);
+	set_placed(p, k, place_of(ix, p));
 	p->sum += got;
-	p->k++;
+	__atomic_store_n(&p->k, k + 1, __ATOMIC_RELAXED);
 	return 0;
 }
 
@@ -401,14 +417,16 @@ static int prefix_check(const struct castfs_zst_index *ix,
 			const struct castfs_reader *raw, size_t i)
 {
 	struct zst_prefix *p = ix->prefix;
-	uint8_t placed;
+	uint8_t placed = get_placed(p, i);
 	int rc = 0;
 
+	if (placed)
+		return placed == ZST_PLACED ? 0 : -EIO;
 	pthread_mutex_lock(&p->lock);
 	while (!rc && p->k < i)
 		rc = prefix_step(ix, raw, p);
-	if (!rc && p->k == i && !p->placed[i])
-		p->placed[i] = place_of(ix, p);
+	if (!rc && p->k == i)
+		set_placed(p, i, place_of(ix, p));
 	placed = p->placed[i];
 	pthread_mutex_unlock(&p->lock);
 	if (rc)
@@ -421,10 +439,14 @@ static void prefix_decoded(const struct castfs_zst_index *ix, size_t i)
 {
 	struct zst_prefix *p = ix->prefix;
 
+	/* k only grows, and is at least @i once @i was checked: past it,
+	 * there is nothing to learn and no lock to take. */
+	if (__atomic_load_n(&p->k, __ATOMIC_RELAXED) != i)
+		return;
 	pthread_mutex_lock(&p->lock);
 	if (p->k == i) {
 		p->sum += ix->doff[i + 1] - ix->doff[i];
-		p->k++;
+		__atomic_store_n(&p->k, i + 1, __ATOMIC_RELAXED);
 	}
 	pthread_mutex_unlock(&p->lock);
 }
