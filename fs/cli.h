@@ -164,8 +164,14 @@ struct cli_out {
 double cli_now_s(void);
 
 /* cli_out_open - a temporary file beside @out with permission bits @mode.
- * Returns 0 or a negative errno; cli_out_abort() cleans up either way. */
+ * Returns 0 or a negative errno (-EINVAL when @out exists and is no
+ * regular file, -EISDIR for a directory); cli_out_abort() cleans up either
+ * way. */
 int cli_out_open(struct cli_out *w, const char *out, mode_t mode);
+
+/* cli_out_strerror - what a cli_out_open()/cli_out_commit() error means
+ * (-EINVAL: the output exists and is no regular file). */
+const char *cli_out_strerror(int rc);
 
 /* cli_out_commit - fsync and close the file, rename it over @out (-EEXIST
  * when @out exists and @replace is false) and fsync the directory.

@@ -256,12 +256,43 @@ double cli_now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/*
+ * Whether @out may be replaced: absent, or a regular file (through a
+ * symlink too). The output is a temporary renamed over it, so a device or
+ * a FIFO (-o /dev/null as root) would be replaced by a regular file, not
+ * written to: -EINVAL (cli_out_strerror() says why).
+ */
+static int out_replaceable(const char *out)
+{
+	struct stat st;
+
+	if (stat(out, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (S_ISDIR(st.st_mode))
+		return -EISDIR;
+	return S_ISREG(st.st_mode) ? 0 : -EINVAL;
+}
+
+const char *cli_out_strerror(int rc)
+{
+	if (rc == -EINVAL)
+		return "not a regular file (the output is written to a "
+		       "temporary file renamed over it)";
+	return strerror(-rc);
+}
+
 int cli_out_open(struct cli_out *w, const char *out, mode_t mode)
 {
-	char *d = strdup(out), *b = strdup(out);
+	char *d, *b;
+	int rc;
 
 	w->fd = -1;
 	w->tmp = NULL;
+	rc = out_replaceable(out);
+	if (rc)
+		return rc;
+	d = strdup(out);
+	b = strdup(out);
 	/* The name shortened to fit NAME_MAX with ".", ".castfs-XXXXXX":
 	 * an output of a legal long name must not fail on its temporary. */
 	if (d && b &&
@@ -287,6 +318,8 @@ int cli_out_commit(struct cli_out *w, const char *out, bool replace)
 	w->fd = -1;
 	if (!rc && !replace && access(out, F_OK) == 0)
 		rc = -EEXIST;
+	if (!rc)
+		rc = out_replaceable(out); /* what it is now, not at the open */
 	if (!rc && rename(w->tmp, out) < 0)
 		rc = -errno;
 	if (!rc) {

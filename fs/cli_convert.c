@@ -251,7 +251,8 @@ static int out_open(struct cli_out *w, const char *out)
 	umask(mask);
 	rc = cli_out_open(w, out, 0666 & ~mask);
 	if (rc)
-		fprintf(stderr, "castfs convert: %s: %s\n", out, strerror(-rc));
+		fprintf(stderr, "castfs convert: %s: %s\n", out,
+			cli_out_strerror(rc));
 	return rc ? -1 : 0;
 }
 
@@ -260,7 +261,8 @@ static int out_commit(struct cli_out *w, const char *out)
 	int rc = cli_out_commit(w, out, true);
 
 	if (rc)
-		fprintf(stderr, "castfs convert: %s: %s\n", out, strerror(-rc));
+		fprintf(stderr, "castfs convert: %s: %s\n", out,
+			cli_out_strerror(rc));
 	return rc ? -1 : 0;
 }
 

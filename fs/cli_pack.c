@@ -235,12 +235,15 @@ static int fail(const struct pack_opts *o, const char *file, const char *why)
 	return 1;
 }
 
-/* Why a run that failed with @rc and reason @d failed, for fail(). */
-static const char *fail_reason(int rc, const struct castfs_diag *d)
+/* Why a run that failed with @rc and reason @d failed (at its output
+ * when @out), for fail(). */
+static const char *fail_reason(int rc, const struct castfs_diag *d, bool out)
 {
 	if (rc == -EINTR && cli_interrupted())
 		return "interrupted; nothing written";
-	return d->msg[0] ? d->msg : strerror(-rc);
+	if (d->msg[0])
+		return d->msg;
+	return out ? cli_out_strerror(rc) : strerror(-rc);
 }
 
 /* Pack the open safetensors @s into @out. */
@@ -310,7 +313,7 @@ static int pack_src(const struct cli_src *s, const char *out,
 	int rc = out_open(&w, out, s->st.st_mode);
 
 	if (rc)
-		return fail(o, out, strerror(-rc));
+		return fail(o, out, cli_out_strerror(rc));
 	cuts = tensor_cuts(s->h, &po.ncuts, &tr);
 	po.cuts = cuts;
 	po.cut_transforms = o->grouped ? tr : NULL;
@@ -335,7 +338,7 @@ static int pack_src(const struct cli_src *s, const char *out,
 		fputc('\n', stderr);
 	if (rc)
 		return fail(o, w.out_failed ? out : s->path,
-			    fail_reason(rc, &d));
+			    fail_reason(rc, &d, w.out_failed));
 	return 0;
 }
 
@@ -454,7 +457,8 @@ static int unpack_fd(int fd, const struct stat *st, const char *in,
 	if (rc && w.line_open)
 		fputc('\n', stderr);
 	if (rc)
-		return fail(o, w.out_failed ? out : in, fail_reason(rc, &d));
+		return fail(o, w.out_failed ? out : in,
+			    fail_reason(rc, &d, w.out_failed));
 	return 0;
 }
 

@@ -403,6 +403,48 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("--view", r.stderr)
 
+    def test_output_never_replaces_a_device_or_fifo(self):
+        """The output is a temporary renamed over it: a FIFO or a device
+        (`-o /dev/null` as root) must be refused, never replaced by a
+        regular file; nothing is left beside it."""
+        src = os.path.join(self.src, "llama.safetensors")
+        d = os.path.join(self.out, "special")
+        os.mkdir(d)
+        fifo = os.path.join(d, "fifo")
+        os.mkfifo(fifo)
+        targets = [(fifo, stat.S_ISFIFO)]
+        dev = os.path.join(d, "null")
+        if os.geteuid() == 0:  # CI runs as root: a real device node too
+            os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+            targets.append((dev, stat.S_ISCHR))
+        for path, kind in targets:
+            with self.subTest(out=path):
+                r = self.convert(src, "fp8", path)
+                self.assertEqual(r.returncode, 1)
+                self.assertIn("%s: not a regular file" % path, r.stderr)
+                self.assertTrue(kind(os.lstat(path).st_mode))
+        # castfs pack and unpack: their outputs are named after the input.
+        copy = os.path.join(d, "m.safetensors")
+        shutil.copy(src, copy)
+        os.mkfifo(copy + ".zst")
+        r = castfs("pack", "--force", copy)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("not a regular file", r.stderr)
+        self.assertTrue(stat.S_ISFIFO(os.lstat(copy + ".zst").st_mode))
+        os.unlink(copy + ".zst")
+        r = castfs("pack", copy)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        os.unlink(copy)
+        os.mkfifo(copy)
+        r = castfs("unpack", "--force", copy + ".zst")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("not a regular file", r.stderr)
+        self.assertTrue(stat.S_ISFIFO(os.lstat(copy).st_mode))
+        left = sorted(os.listdir(d))
+        self.assertEqual(left, sorted(["fifo", "m.safetensors",
+                                       "m.safetensors.zst"] +
+                                      (["null"] if len(targets) > 1 else [])))
+
     def test_man_pages(self):
         for page in MAN_PAGES:
             path = os.path.join(TOP, "docs", page)
