@@ -133,6 +133,14 @@ class TestCacheBudget(unittest.TestCase):
             forget_all()
             after = settle_rss(pid, lambda r: r <= 2 * idle)
             freed = memory(m)
+            # The kernel forgets nodes when it gets to them: on a loaded
+            # machine (or under ASan, whose RSS never settles) ask again.
+            deadline = time.time() + 15
+            while (freed["cache_bytes"] > freed["cache_budget_bytes"]
+                   and time.time() < deadline):
+                forget_all()
+                time.sleep(0.5)
+                freed = memory(m)
             sys.stderr.write("threads: %d idle, %d after\n"
                              % (workers, threads(pid)))
             sys.stderr.write("RSS idle %.1f MB, after %d files of %d tensors "
