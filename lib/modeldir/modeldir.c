@@ -100,6 +100,31 @@ static void config_model_type(const char *js, const struct castfs_md_member *m,
 	out->model_type[n - 2] = '\0';
 }
 
+/* Whether member @m is a JSON integer over 0 (a count of experts). */
+static bool positive_int(const char *js, const struct castfs_md_member *m)
+{
+	size_t i = 0, n = m ? m->val_len : 0;
+
+	if (!n || js[m->val] == '0')
+		return false;
+	while (i < n && js[m->val + i] >= '0' && js[m->val + i] <= '9')
+		i++;
+	return i == n;
+}
+
+/* The keys transformers' MoE configs count their experts with. */
+static bool config_moe(const char *js, const struct castfs_md_object *o)
+{
+	static const char *const keys[] = { "num_local_experts", "num_experts",
+					    "n_routed_experts" };
+
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		if (positive_int(js, find_member(js, o, keys[i])))
+			return true;
+	}
+	return false;
+}
+
 int castfs_md_config_read(const char *json, size_t len,
 			  struct castfs_md_config *out, struct castfs_diag *d)
 {
@@ -114,6 +139,7 @@ int castfs_md_config_read(const char *json, size_t len,
 			 find_member(json, &o, "_diffusers_version");
 	out->quantized = find_member(json, &o, "quantization_config") != NULL;
 	config_model_type(json, find_member(json, &o, "model_type"), out);
+	out->moe = config_moe(json, &o);
 	castfs_md_object_fini(&o);
 	return 0;
 }
@@ -176,17 +202,56 @@ int castfs_md_keep_id(const char *model_type)
 	return 0;
 }
 
+int castfs_md_keep_of(const struct castfs_md_config *c)
+{
+	return castfs_md_keep_id(c->model_type) |
+	       (c->moe ? CASTFS_MD_KEEP_MOE : 0);
+}
+
+/*
+ * A mixture of experts' routers: Mixtral's block_sparse_moe.gate, the
+ * mlp.gate of Qwen2/3-MoE, OLMoE, DeepSeek-V2/V3 and the other models
+ * transformers maps to them. Not nn.Linear in transformers 5.24, so no
+ * quantizer replaces them (llm-compressor lists them in "ignore").
+ */
+static const char *const moe_routers[] = { "*block_sparse_moe.gate.weight",
+					   "*mlp.gate.weight" };
+
+/* Per-expert weights ("...experts.<i>.w1.weight"), which transformers
+ * fuses into one 3-D parameter per layer on load (MergeModulelist). */
+static const char *const moe_experts[] = { "*.experts.*" };
+
+#define KEEP_MAX 9 /* a table entry, routers and experts */
+
+/* The patterns of keep set @keep for view @v into @k; how many. */
+static size_t keep_patterns(const struct castfs_view *v, int keep,
+			    const char *k[KEEP_MAX])
+{
+	int id = keep & ~CASTFS_MD_KEEP_MOE;
+	size_t n = 0;
+
+	for (size_t i = 0; id && i < 6 && keep_table[id - 1].keep[i]; i++)
+		k[n++] = keep_table[id - 1].keep[i];
+	if (!(keep & CASTFS_MD_KEEP_MOE))
+		return n;
+	for (size_t i = 0; i < 2; i++)
+		k[n++] = moe_routers[i];
+	if (!castfs_view_is_ct(v))
+		k[n++] = moe_experts[0];
+	return n;
+}
+
 int castfs_md_view_keep(const struct castfs_view *v, int keep,
 			struct castfs_md_view *out)
 {
-	const char *const *k;
-	size_t nk = 0;
+	const char *k[KEEP_MAX];
+	int id = keep & ~CASTFS_MD_KEEP_MOE;
+	size_t nk;
 
-	if (keep < 1 || (size_t)keep > KEEP_COUNT)
+	if (id < 0 || (size_t)id > KEEP_COUNT ||
+	    (keep & ~(CASTFS_MD_KEEP_MOE | 0xFF)) || keep == 0)
 		return -EINVAL;
-	k = keep_table[keep - 1].keep;
-	while (nk < 6 && k[nk])
-		nk++;
+	nk = keep_patterns(v, keep, k);
 	out->v = *v;
 	out->v.owned_summary = NULL;
 	out->v.rules = calloc(nk + v->nrules, sizeof(*out->v.rules));

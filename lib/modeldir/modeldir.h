@@ -46,6 +46,9 @@ struct castfs_md_config {
 	bool diffusers; /* "_class_name" or "_diffusers_version": no dtype */
 	bool quantized; /* has "quantization_config": castfs offers no views */
 	char model_type[48]; /* transformers "model_type", or "" */
+	/* A mixture of experts: "num_local_experts", "num_experts" or
+	 * "n_routed_experts" (top level) over 0. */
+	bool moe;
 };
 
 /*
@@ -157,6 +160,19 @@ void castfs_md_bnb_fini(struct castfs_md_bnb *q);
  */
 int castfs_md_keep_id(const char *model_type);
 
+/* Added to a keep id: the model is a mixture of experts (below). */
+#define CASTFS_MD_KEEP_MOE 0x100
+
+/*
+ * castfs_md_keep_of - castfs_md_keep_id() of @c's model type, with
+ * CASTFS_MD_KEEP_MOE for a mixture of experts: its routers (transformers'
+ * TopKRouter modules, no nn.Linear) stay unquantised in every quantising
+ * view, and for bitsandbytes views its per-expert weights too, which
+ * transformers fuses into 3-D parameters on load (a fused parameter of
+ * codes would load as values). Pure function.
+ */
+int castfs_md_keep_of(const struct castfs_md_config *c);
+
 /* A view with a model's keep rules in front of its own. */
 struct castfs_md_view {
 	struct castfs_view v;
@@ -165,7 +181,8 @@ struct castfs_md_view {
 
 /*
  * castfs_md_view_keep - @v with rules that keep the 2-D weights of keep
- * set @keep (castfs_md_keep_id()) unconverted in front of its own rules,
+ * set @keep (castfs_md_keep_id(), castfs_md_keep_of()) unconverted in front
+ * of its own rules,
  * into @out (castfs_md_view_fini() releases it; @v must outlive it).
  * Returns 0, -EINVAL (no such set) or -ENOMEM.
  */

@@ -167,7 +167,7 @@ int ns_md_keep_of(struct castfs_ns *ns, const char *dir,
 
 	if (v->kind == CASTFS_VIEW_CAST || ns_dir_config(ns, dir, &c))
 		return 0;
-	return castfs_md_keep_id(c.model_type);
+	return castfs_md_keep_of(&c);
 }
 
 static bool md_any_valid(struct castfs_ns *ns, const char *dir,
@@ -524,8 +524,7 @@ static int md_build_config(struct castfs_ns *ns, const struct ns_node *n,
 		dir = ns_parent_path(n->path);
 		rc = dir ? md_ckpts_of(ns, dir, &ck) : -ENOMEM;
 		if (!rc)
-			rc = md_qcfg_of(n->view,
-					castfs_md_keep_id(c.model_type), &ck,
+			rc = md_qcfg_of(n->view, castfs_md_keep_of(&c), &ck,
 					c.diffusers, &q, &ct);
 		/* Nothing quantised: no config, as llm-compressor. */
 		if (!rc && castfs_view_is_ct(n->view) && ct.nquant)

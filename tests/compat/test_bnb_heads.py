@@ -16,6 +16,15 @@ bug hunt):
   forward failed). castfs now keeps them as they are; the oracle: the
   source quantised in memory with the Conv1D modules skipped.
 
+- Mixture-of-experts models (MixtralForCausalLM, Qwen3MoeForCausalLM;
+  stop 41, bug hunt): transformers fuses the per-expert Linear weights of
+  the checkpoint into one 3-D parameter per layer on load and its router
+  is a TopKRouter, no nn.Linear; castfs quantised both (nf4: MISMATCH;
+  int8: the codes loaded as expert weights and the router as int8,
+  silently). castfs now keeps them as they are (listed). The oracle: the
+  source quantised in memory with lm_head skipped (nothing else is a
+  Linear there).
+
 Each: the load reports no key trouble, every module is of the oracle's
 class, and the logits equal the oracle's exactly (the same codes).
 """
@@ -47,12 +56,42 @@ def models():
         max_position_embeddings=16))
     gpt2 = T.GPT2LMHeadModel(T.GPT2Config(
         n_embd=64, n_layer=2, n_head=2, vocab_size=100, n_positions=32))
-    return {"cls": (T.LlamaForSequenceClassification, cls, torch.bfloat16,
+    moe = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+               num_experts_per_tok=2)
+    mixtral = T.MixtralForCausalLM(T.MixtralConfig(num_local_experts=4,
+                                                   **moe))
+    qwen3moe = T.Qwen3MoeForCausalLM(T.Qwen3MoeConfig(
+        num_experts=4, moe_intermediate_size=128, head_dim=32, **moe))
+    return {"mixtral": (T.MixtralForCausalLM, mixtral, torch.bfloat16,
+                        ["lm_head"]),
+            "qwen3moe": (T.Qwen3MoeForCausalLM, qwen3moe, torch.bfloat16,
+                         ["lm_head"]),
+            "cls": (T.LlamaForSequenceClassification, cls, torch.bfloat16,
                     ["lm_head"]),
             "te2": (T.CLIPTextModelWithProjection, te2, torch.float32,
                     ["lm_head"]),
             "gpt2": (T.GPT2LMHeadModel, gpt2, torch.float32,
                      ["lm_head", "c_attn", "c_proj", "c_fc"])}
+
+
+def stats_apart(a, b):
+    """How the block absmax of @a's and @b's 4-bit modules differ, as
+    loaded (bnb expands a double-quantised absmax to float32 at load):
+    (share of blocks differing, largest relative difference)."""
+    mods = dict(b.named_modules())
+    n, diff, worst = 0, 0, 0.0
+    for name, m in a.named_modules():
+        qa = getattr(getattr(m, "weight", None), "quant_state", None)
+        if qa is None:
+            continue
+        x = qa.absmax.float()
+        y = mods[name].weight.quant_state.absmax.float()
+        d = (x - y).abs()
+        n += d.numel()
+        diff += int((d > 0).sum())
+        worst = max(worst, float((d / y.abs().clamp(min=1e-30)).max()))
+    return diff / max(n, 1), worst
 
 
 class Heads(unittest.TestCase):
@@ -85,13 +124,38 @@ class Heads(unittest.TestCase):
         # the control: the head is quantised (and GPT-2's Conv1D kept)
         quant = "Linear4bit" if view == "nf4" else "Linear8bitLt"
         head = {"cls": "score", "te2": "text_projection",
-                "gpt2": "transformer.h.0.mlp.c_fc"}[name]
+                "gpt2": "transformer.h.0.mlp.c_fc",
+                "mixtral": "model.layers.1.self_attn.o_proj",
+                "qwen3moe": "model.layers.1.self_attn.o_proj"}[name]
         self.assertEqual(kinds[head], "Conv1D" if name == "gpt2" else quant)
+        if name in ("mixtral", "qwen3moe"):
+            self.assertTrue(kinds["model.layers.0.mlp.gate"].endswith(
+                "TopKRouter"))
+            for mod in (got, ref):
+                layer = mod.model.layers[0].mlp
+                self.assertEqual(layer.gate.weight.dtype, dt)
+                self.assertEqual(layer.experts.gate_up_proj.dtype, dt)
+        # Every parameter equal: the 4-bit and 8-bit codes, what stays.
+        params = dict(got.named_parameters())
+        for k, p in ref.named_parameters():
+            self.assertTrue(torch.equal(params[k], p), (name, view, k))
         ids = torch.tensor([[5, 6, 7, 8, 9]])
         with torch.no_grad():
             want = ref(input_ids=ids)[0]
             have = got(input_ids=ids)[0]
-        self.assertTrue(torch.equal(have, want), (name, view))
+        apart = stats_apart(got, ref) if view == "nf4" else (0, 0.0)
+        if apart[0]:
+            # The documented difference (FORMATS.md, "Double
+            # quantisation"): bnb's CPU quantize_blockwise does not always
+            # pick the nearest map entry for a block's absmax, castfs
+            # does; the 4-bit codes above are equal, a few absmax a step
+            # of the map apart.
+            self.assertLess(apart[0], 0.05, (name, view))
+            self.assertLess(apart[1], 0.02, (name, view))
+            rel = float((have - want).float().norm() / want.float().norm())
+            self.assertLess(rel, 0.01, (name, view))
+        else:
+            self.assertTrue(torch.equal(have, want), (name, view))
 
     def test_heads_and_conv1d(self):
         with tl.Mount(self.src) as m:

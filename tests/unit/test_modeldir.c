@@ -382,6 +382,68 @@ START_TEST(test_modeldir__keep_rules_of_t5)
 }
 END_TEST
 
+/*
+ * A mixture of experts (counted by one of three keys, over 0): the
+ * routers stay unquantised in every quantising view, the per-expert
+ * weights in the bitsandbytes ones (transformers fuses them on load).
+ */
+START_TEST(test_modeldir__keep_rules_of_moe)
+{
+	static const char *const names[] = {
+		"model.layers.0.block_sparse_moe.experts.0.w1.weight",
+		"model.layers.0.block_sparse_moe.gate.weight",
+		"model.layers.0.mlp.gate.weight",
+		"model.layers.0.mlp.gate_proj.weight",
+		"model.layers.0.mlp.shared_experts.up_proj.weight",
+		"model.layers.0.self_attn.q_proj.weight",
+	};
+	static const struct {
+		const char *json;
+		bool moe;
+	} cfgs[] = {
+		{ "{\"model_type\": \"mixtral\", \"num_local_experts\": 8}",
+		  true },
+		{ "{\"num_experts\": 64}", true },
+		{ "{\"n_routed_experts\": 256}", true },
+		{ "{\"num_experts\": 0}", false },
+		{ "{\"num_experts\": \"8\"}", false },
+		{ "{\"num_experts\": -8}", false },
+		{ "{\"num_experts\": 8.5}", false },
+		{ "{\"model_type\": \"llama\"}", false },
+	};
+	struct castfs_header *h = header_of(names, "BF16", 6);
+	struct castfs_md_config c;
+	struct castfs_md_view mv;
+
+	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
+		ck_assert_int_eq(castfs_md_config_read(cfgs[i].json,
+						       strlen(cfgs[i].json), &c,
+						       NULL),
+				 0);
+		ck_assert_msg(c.moe == cfgs[i].moe, "%s", cfgs[i].json);
+		ck_assert_int_eq(castfs_md_keep_of(&c),
+				 cfgs[i].moe ? CASTFS_MD_KEEP_MOE : 0);
+	}
+	for (int ct = 0; ct < 2; ct++) {
+		ck_assert_int_eq(
+			castfs_md_view_keep(view(ct ? "fp8_dynamic" : "nf4"),
+					    CASTFS_MD_KEEP_MOE, &mv),
+			0);
+		for (size_t i = 0; i < h->ntensors; i++) {
+			const struct castfs_tensor *t = &h->tensors[i];
+			bool kept = strstr(t->name, ".gate.weight") ||
+				    (!ct && strstr(t->name, ".experts."));
+
+			ck_assert_msg(castfs_view_converts(&mv.v, t) == !kept,
+				      "%s %s", ct ? "ct" : "bnb", t->name);
+		}
+		castfs_md_view_fini(&mv);
+	}
+	ck_assert_int_eq(castfs_md_view_keep(view("nf4"), 0, &mv), -EINVAL);
+	castfs_header_free(h);
+}
+END_TEST
+
 /* ---- index.json ---- */
 
 static int shard_fn(void *ctx, const char *name, struct castfs_header **out)
@@ -817,6 +879,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_modeldir__config_facts_and_hostile_text);
 	tcase_add_test(tc, test_modeldir__skip_rule);
 	tcase_add_test(tc, test_modeldir__keep_rules_of_t5);
+	tcase_add_test(tc, test_modeldir__keep_rules_of_moe);
 	tcase_add_test(tc, test_modeldir__index_rewritten);
 	tcase_add_test(tc, test_modeldir__index_hostile);
 	tcase_add_test(tc, test_modeldir__index_check_agrees_with_rewrite);
