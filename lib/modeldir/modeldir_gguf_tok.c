@@ -16,7 +16,7 @@
 #include "modeldir/modeldir_gguf_tok.h"
 
 /* llama.cpp token types (llama_token_type). */
-enum { TOK_NORMAL = 1, TOK_CONTROL = 3, TOK_USER_DEFINED = 4 };
+enum { TOK_NORMAL = 1, TOK_CONTROL = 3, TOK_USER_DEFINED = 4, TOK_UNUSED = 5 };
 
 /*
  * The pre-tokenizers castfs names for llama.cpp (tokenizer.ggml.pre), each
@@ -143,36 +143,264 @@ static int check_tokenizer(const cJSON *tok, const struct pre_kind **pk,
 	return 0;
 }
 
-/* One token of the vocabulary, by id. */
+/* One token of the vocabulary, by id; @own is @s when allocated here. */
 struct tok_ent {
 	const char *s;
 	size_t len;
 	int type;
+	char *own;
 };
 
 static int vocab_set(struct tok_ent *v, uint32_t n, double id, const char *s,
-		     int type, struct castfs_diag *d)
+		     size_t len, int type, struct castfs_diag *d)
 {
 	if (id < 0 || id >= n || id != (double)(uint32_t)id)
 		return castfs_diag_set(d, -EINVAL,
 				       "GGUF: token id %.0f outside vocab_size",
 				       id);
-	v[(uint32_t)id] = (struct tok_ent){ s, strlen(s), type };
+	free(v[(uint32_t)id].own);
+	v[(uint32_t)id] = (struct tok_ent){ s, len, type, NULL };
+	return 0;
+}
+
+/* The byte a ByteLevel alphabet code point @c stands for, or -1: bytes
+ * that print as Latin-1 are themselves, the others 256 + their rank. */
+static int bl_byte(uint32_t c)
+{
+	int rank = 0;
+
+	for (int b = 0; b < 256; b++) {
+		bool self = (b >= '!' && b <= '~') ||
+			    (b >= 0xa1 && b <= 0xac) || b >= 0xae;
+
+		if (self ? c == (uint32_t)b : c == 256u + (uint32_t)rank)
+			return b;
+		rank += !self;
+	}
+	return -1;
+}
+
+/* The code point of UTF-8 @s at *@i (advanced); tokenizer.json is valid
+ * UTF-8, as cJSON gives it. */
+static uint32_t utf8_next(const unsigned char *s, size_t len, size_t *i)
+{
+	uint32_t c = s[(*i)++];
+	int more = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : c >= 0xc0 ? 1 : 0;
+
+	c &= more ? 0x3fu >> more : 0x7fu;
+	while (more-- && *i < len)
+		c = c << 6 | (s[(*i)++] & 0x3fu);
+	return c;
+}
+
+/* Bytes at @s a well-formed UTF-8 sequence could start with (Unicode's
+ * "maximal subpart"): how many, 0 for a byte no sequence starts with. */
+static size_t utf8_part(const unsigned char *s, size_t len, size_t *need)
+{
+	unsigned char b = s[0], lo = 0x80, hi = 0xbf;
+	size_t k;
+
+	*need = b < 0x80 ? 1 :
+		b < 0xc2 ? 0 :
+		b < 0xe0 ? 2 :
+		b < 0xf0 ? 3 :
+		b < 0xf5 ? 4 :
+			   0;
+	if (b == 0xe0)
+		lo = 0xa0;
+	else if (b == 0xed)
+		hi = 0x9f;
+	else if (b == 0xf0)
+		lo = 0x90;
+	else if (b == 0xf4)
+		hi = 0x8f;
+	for (k = 1; k < *need && k < len; k++) {
+		if (s[k] < lo || s[k] > hi)
+			break;
+		lo = 0x80;
+		hi = 0xbf;
+	}
+	return *need ? k : 0;
+}
+
+/* @b as UTF-8 with each maximal ill-formed part one U+FFFD, as Rust's
+ * String::from_utf8_lossy (the ByteLevel decoder's last step). */
+static void utf8_lossy(struct castfs_strbuf *out, const unsigned char *b,
+		       size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		size_t need, k = utf8_part(b + i, n - i, &need);
+
+		if (k && k == need)
+			castfs_sb_put(out, (const char *)b + i, k);
+		else
+			castfs_sb_put(out, "\xef\xbf\xbd", 3);
+		i += k ? k : 1;
+	}
+}
+
+/* Whether HF's clean_up_tokenization (transformers' decode) would change
+ * @s; castfs then refuses rather than follow it. */
+static bool cleanup_changes(const char *s)
+{
+	static const char *const pat[] = {
+		" .",	" ?",  " !",  " ,",   " ' ",
+		" n't", " 'm", " 's", " 've", " 're"
+	};
+
+	for (size_t i = 0; i < sizeof(pat) / sizeof(pat[0]); i++)
+		if (strstr(s, pat[i]))
+			return true;
+	return false;
+}
+
+/*
+ * Added token @s as get_vocab_base re-normalizes one that is not
+ * normalized: tokenizer.decode(tokenizer.encode(s)), the token itself
+ * through the ByteLevel decoder: a token all of whose characters are in
+ * the byte alphabet is those bytes (invalid UTF-8 as U+FFFD), any other is
+ * kept. Into @out (NUL-terminated).
+ */
+static void renormalize(struct castfs_strbuf *out, const char *s, size_t len)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	unsigned char *b = malloc(len ? len : 1);
+	size_t i = 0, n = 0;
+
+	out->len = 0;
+	castfs_sb_put(out, "", 0); /* terminated even when nothing follows */
+	while (b && i < len) {
+		int byte = bl_byte(utf8_next(u, len, &i));
+
+		if (byte < 0)
+			break;
+		b[n++] = (unsigned char)byte;
+	}
+	if (b && i == len)
+		utf8_lossy(out, b, n);
+	else
+		castfs_sb_put(out, s, len);
+	out->oom |= !b;
+	free(b);
+}
+
+static bool starts_ends(const char *s, size_t len, const char *a, const char *z)
+{
+	size_t la = strlen(a), lz = strlen(z);
+
+	return len >= la && len >= lz && !memcmp(s, a, la) &&
+	       !memcmp(s + len - lz, z, lz);
+}
+
+/* convert_hf_to_gguf's does_token_look_special: added tokens some models
+ * forget to mark special that llama.cpp must treat as control ones. */
+static bool looks_special(const char *s, size_t len)
+{
+	static const char *const names[] = { "<pad>", "<mask>", "<2mass>",
+					     "[@BOS@]" };
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (len == strlen(names[i]) && !memcmp(s, names[i], len))
+			return true;
+	return starts_ends(s, len, "<|", "|>") ||
+	       starts_ends(s, len, "<\xef\xbd\x9c", "\xef\xbd\x9c>") ||
+	       starts_ends(s, len, "<unused", ">");
+}
+
+/* @s (@len) with every U+2581 a space, as get_vocab_base pre-normalizes
+ * user-defined tokens; into @out. */
+static void spaces(struct castfs_strbuf *out, const char *s, size_t len)
+{
+	out->len = 0;
+	castfs_sb_put(out, "", 0); /* terminated even when nothing follows */
+	for (size_t i = 0; i < len; i++) {
+		if (i + 3 <= len && !memcmp(s + i, "\xe2\x96\x81", 3)) {
+			castfs_sb_put(out, " ", 1);
+			i += 2;
+		} else {
+			castfs_sb_put(out, s + i, 1);
+		}
+	}
+}
+
+/* Whether tc's clean_up_tokenization_spaces is true (transformers 5's
+ * default is false). */
+static bool cleans_up(const cJSON *tc)
+{
+	return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+		tc, "clean_up_tokenization_spaces"));
+}
+
+/*
+ * Added token @e as get_vocab_base writes it: re-normalized when not
+ * normalized (tokenizers' default: normalized unless special), CONTROL
+ * when special or looking special, else USER_DEFINED with U+2581 as
+ * spaces. The string is allocated when it differs from the content.
+ */
+static int added_one(struct tok_ent *v, uint32_t n, const cJSON *e,
+		     const cJSON *tc, struct castfs_strbuf *t,
+		     struct castfs_strbuf *u, struct castfs_diag *d)
+{
+	const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
+	const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
+	bool sp = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special"));
+	const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "normalized");
+	const struct castfs_strbuf *r = t;
+	struct tok_ent *e_own;
+	int type, rc;
+
+	if (!cJSON_IsNumber(id) || !cJSON_IsString(c))
+		return castfs_diag_set(d, -EINVAL, "GGUF: added token");
+	if (cJSON_IsBool(nm) ? cJSON_IsTrue(nm) : !sp) {
+		t->len = 0;
+		castfs_sb_puts(t, c->valuestring);
+	} else {
+		renormalize(t, c->valuestring, strlen(c->valuestring));
+		if (cleans_up(tc) && t->p && strcmp(t->p, c->valuestring) &&
+		    cleanup_changes(t->p))
+			return castfs_diag_set(d, -EINVAL,
+					       "GGUF: added token %s decodes "
+					       "differently with "
+					       "clean_up_tokenization_spaces",
+					       c->valuestring);
+	}
+	if (t->oom)
+		return -ENOMEM;
+	type = sp || looks_special(t->p, t->len) ? TOK_CONTROL :
+						   TOK_USER_DEFINED;
+	if (type == TOK_USER_DEFINED) {
+		spaces(u, t->p, t->len);
+		r = u;
+	}
+	if (r->oom)
+		return -ENOMEM;
+	if (!strcmp(r->p, c->valuestring))
+		return vocab_set(v, n, id->valuedouble, c->valuestring,
+				 strlen(c->valuestring), type, d);
+	rc = vocab_set(v, n, id->valuedouble, "", 0, type, d);
+	if (rc)
+		return rc;
+	e_own = &v[(uint32_t)id->valuedouble];
+	if (!(e_own->own = strdup(r->p)))
+		return -ENOMEM;
+	e_own->s = e_own->own;
+	e_own->len = r->len;
 	return 0;
 }
 
 /*
  * Tokens in id order as convert_hf_to_gguf's get_vocab_base: the BPE
- * vocabulary, added tokens (special ones CONTROL, others USER_DEFINED) and
- * "[PAD<i>]" USER_DEFINED for ids up to vocab_size that have none.
+ * vocabulary, then the added tokens (added_one()); ids up to vocab_size
+ * without one are "[PAD<i>]", UNUSED (write_tokens()).
  */
-static int read_vocab(const cJSON *tok, uint32_t n, struct tok_ent *v,
-		      struct castfs_diag *d)
+static int read_vocab(const cJSON *tok, const cJSON *tc, uint32_t n,
+		      struct tok_ent *v, struct castfs_diag *d)
 {
 	const cJSON *model = cJSON_GetObjectItemCaseSensitive(tok, "model");
 	const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
 	const cJSON *added =
 		cJSON_GetObjectItemCaseSensitive(tok, "added_tokens");
+	struct castfs_strbuf t = { 0 }, u = { 0 };
 	const cJSON *e;
 	int rc = 0;
 
@@ -183,22 +411,14 @@ static int read_vocab(const cJSON *tok, uint32_t n, struct tok_ent *v,
 			rc = castfs_diag_set(d, -EINVAL, "GGUF: vocab id");
 		if (!rc)
 			rc = vocab_set(v, n, e->valuedouble, e->string,
-				       TOK_NORMAL, d);
+				       strlen(e->string), TOK_NORMAL, d);
 	}
 	cJSON_ArrayForEach(e, added) {
-		const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
-		const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
-		const cJSON *sp =
-			cJSON_GetObjectItemCaseSensitive(e, "special");
-
-		if (!rc && (!cJSON_IsNumber(id) || !cJSON_IsString(c)))
-			rc = castfs_diag_set(d, -EINVAL, "GGUF: added token");
 		if (!rc)
-			rc = vocab_set(v, n, id->valuedouble, c->valuestring,
-				       cJSON_IsTrue(sp) ? TOK_CONTROL :
-							  TOK_USER_DEFINED,
-				       d);
+			rc = added_one(v, n, e, tc, &t, &u, d);
 	}
+	castfs_sb_fini(&t);
+	castfs_sb_fini(&u);
 	return rc;
 }
 
@@ -221,7 +441,14 @@ static void write_tokens(struct castfs_gguf_w *w, const struct tok_ent *v,
 	castfs_gguf_kv_array(w, "tokenizer.ggml.token_type",
 			     CASTFS_GGUF_T_INT32, n);
 	for (uint32_t i = 0; i < n; i++)
-		castfs_gguf_arr_i32(w, v[i].s ? v[i].type : TOK_USER_DEFINED);
+		castfs_gguf_arr_i32(w, v[i].s ? v[i].type : TOK_UNUSED);
+}
+
+static void free_vocab(struct tok_ent *v, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		free(v[i].own);
+	free(v);
 }
 
 /* Merges as "a b", whether tokenizer.json spells them so or as pairs. */
@@ -331,10 +558,10 @@ int castfs_md_gguf_tokenizer(struct castfs_gguf_w *w, uint32_t vocab_size,
 		return -ENOMEM;
 	castfs_gguf_kv_str(w, "tokenizer.ggml.model", "gpt2");
 	castfs_gguf_kv_str(w, "tokenizer.ggml.pre", pk->name);
-	rc = read_vocab(tok, vocab_size, v, d);
+	rc = read_vocab(tok, tc, vocab_size, v, d);
 	if (!rc)
 		write_tokens(w, v, vocab_size);
-	free(v);
+	free_vocab(v, vocab_size);
 	if (!rc)
 		rc = write_merges(w, tok, d);
 	if (!rc)
