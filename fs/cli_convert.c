@@ -185,14 +185,18 @@ int cli_slurp(const char *dir, const char *name, char **out, size_t *len)
 int cli_md_gguf_plan(const struct cli_src *s, const char *dir,
 		     struct castfs_plan **plan, struct castfs_diag *d)
 {
-	char *cfg = NULL, *tok = NULL, *tc = NULL;
-	size_t cfg_len = 0, tok_len = 0, tc_len = 0;
+	char *cfg = NULL, *tok = NULL, *tc = NULL, *cj = NULL, *cs = NULL;
+	size_t cfg_len = 0, tok_len = 0, tc_len = 0, cj_len = 0, cs_len = 0;
 	int rc = cli_slurp(dir, "config.json", &cfg, &cfg_len);
 
 	if (!rc)
 		rc = cli_slurp(dir, "tokenizer.json", &tok, &tok_len);
 	if (!rc)
 		rc = cli_slurp(dir, "tokenizer_config.json", &tc, &tc_len);
+	if (!rc)
+		rc = cli_slurp(dir, "chat_template.jinja", &cj, &cj_len);
+	if (!rc)
+		rc = cli_slurp(dir, "chat_template.json", &cs, &cs_len);
 	if (!rc && (!cfg || !tok))
 		rc = castfs_diag_set(d, -ENOENT,
 				     "config.json or tokenizer.json missing");
@@ -207,6 +211,10 @@ int cli_md_gguf_plan(const struct cli_src *s, const char *dir,
 			.tokenizer_len = tok_len,
 			.tok_config = tc,
 			.tok_config_len = tc_len,
+			.chat_jinja = cj,
+			.chat_jinja_len = cj_len,
+			.chat_json = cs,
+			.chat_json_len = cs_len,
 			.h = &one,
 			.nh = 1,
 			.qopts = cli_qsrc_opts(s->path, &qo),
@@ -217,6 +225,8 @@ int cli_md_gguf_plan(const struct cli_src *s, const char *dir,
 	free(cfg);
 	free(tok);
 	free(tc);
+	free(cj);
+	free(cs);
 	return rc;
 }
 

@@ -92,7 +92,7 @@ fail:
 int cli_shards_plan(const struct cli_shards *sh, const char *dir,
 		    struct castfs_plan **plan, struct castfs_diag *d)
 {
-	char *cfg = NULL, *tok = NULL, *tc = NULL;
+	char *cfg = NULL, *tok = NULL, *tc = NULL, *cj = NULL, *cs = NULL;
 	struct castfs_qsrc_opts qo;
 	struct castfs_md_gguf_src s = {
 		.index = sh->index,
@@ -108,12 +108,20 @@ int cli_shards_plan(const struct cli_shards *sh, const char *dir,
 	if (!rc)
 		rc = cli_slurp(dir, "tokenizer_config.json", &tc,
 			       &s.tok_config_len);
+	if (!rc)
+		rc = cli_slurp(dir, "chat_template.jinja", &cj,
+			       &s.chat_jinja_len);
+	if (!rc)
+		rc = cli_slurp(dir, "chat_template.json", &cs,
+			       &s.chat_json_len);
 	if (!rc && (!cfg || !tok))
 		rc = castfs_diag_set(d, -ENOENT,
 				     "config.json or tokenizer.json missing");
 	s.config = cfg;
 	s.tokenizer = tok;
 	s.tok_config = tc;
+	s.chat_jinja = cj;
+	s.chat_json = cs;
 	/* the FP8 block size config.json gives a quantized folder */
 	s.qopts = cli_qsrc_opts(sh->s[0].path, &qo);
 	if (!rc)
@@ -121,6 +129,8 @@ int cli_shards_plan(const struct cli_shards *sh, const char *dir,
 	free(cfg);
 	free(tok);
 	free(tc);
+	free(cj);
+	free(cs);
 	return rc;
 }
 

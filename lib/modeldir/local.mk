@@ -9,4 +9,5 @@ lib_libcastfs_a_SOURCES += \
 	lib/modeldir/modeldir_gguf.c lib/modeldir/modeldir_gguf_mix.c \
 	lib/modeldir/modeldir_gguf_shards.c lib/modeldir/modeldir_gguf_deq.c \
 	lib/modeldir/modeldir_gguf_mix.h lib/modeldir/modeldir_ct4.c \
-	lib/modeldir/modeldir_gguf_tok.c lib/modeldir/modeldir_gguf_tok.h
+	lib/modeldir/modeldir_gguf_tok.c lib/modeldir/modeldir_gguf_tok.h \
+	lib/modeldir/modeldir_gguf_spec.c

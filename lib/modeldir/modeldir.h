@@ -307,6 +307,10 @@ struct castfs_qsrc_opts;
 struct castfs_md_gguf_src {
 	const char *config, *tokenizer, *tok_config; /* tok_config: NULL */
 	size_t config_len, tokenizer_len, tok_config_len;
+	/* chat_template.jinja and chat_template.json, each NULL when absent:
+	 * the chat template when tokenizer_config.json has none */
+	const char *chat_jinja, *chat_json;
+	size_t chat_jinja_len, chat_json_len;
 	/* The model.safetensors.index.json text of sharded weights (else
 	 * NULL), and its shards' file names in castfs_md_gguf_shards()
 	 * order, shard k's header in h[k]. */

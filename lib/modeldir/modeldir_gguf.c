@@ -504,6 +504,25 @@ static size_t count_tensors(const struct castfs_md_gguf_src *s)
 	return n ? n : 1;
 }
 
+/* The tokenizer KVs of the folder's text files. */
+static int write_tokenizer(struct castfs_gguf_w *w, const struct llm *m,
+			   const cJSON *tok, const cJSON *tc,
+			   const struct castfs_md_gguf_src *s,
+			   struct castfs_diag *d)
+{
+	const struct castfs_md_tok_src ts = {
+		.tok = tok,
+		.tc = tc,
+		.cfg = m->cfg,
+		.jinja = s->chat_jinja,
+		.jinja_len = s->chat_jinja_len,
+		.ct_json = s->chat_json,
+		.ct_json_len = s->chat_json_len,
+	};
+
+	return castfs_md_gguf_tokenizer(w, m->vocab_size, &ts, d);
+}
+
 static int build(const struct castfs_view *v, const struct llm *m,
 		 const cJSON *tok, const cJSON *tc,
 		 const struct castfs_md_gguf_src *s,
@@ -524,7 +543,7 @@ static int build(const struct castfs_view *v, const struct llm *m,
 		if (!quantize_made(v))
 			write_versions(w, v);
 		write_hparams(w, m);
-		rc = castfs_md_gguf_tokenizer(w, m->vocab_size, tok, tc, d);
+		rc = write_tokenizer(w, m, tok, tc, s, d);
 	}
 	/* llama-quantize sets both after copying the input's KVs: last */
 	if (!rc && quantize_made(v))

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The tokenizer of a GGUF file of a causal-LM folder (modeldir_gguf.c):
- * tokenizer.json's BPE vocabulary, merges and pre-tokenizer, and
- * tokenizer_config.json's special tokens, as the tokenizer.ggml.* KVs
- * convert_hf_to_gguf.py writes (docs/FORMATS.md "GGUF of model
- * directories"). A tokenizer castfs cannot name exactly is refused.
+ * tokenizer.json's BPE vocabulary, merges and pre-tokenizer as the
+ * tokenizer.ggml.* KVs convert_hf_to_gguf.py writes (docs/FORMATS.md "GGUF
+ * of model directories"); the special tokens and chat template follow
+ * (modeldir_gguf_spec.c). A tokenizer castfs cannot name exactly is
+ * refused.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -486,67 +487,23 @@ static int write_merges(struct castfs_gguf_w *w, const cJSON *tok,
 	return b.oom ? -ENOMEM : 0;
 }
 
-/* The id of added token @content, or -1. */
-static int token_id(const cJSON *tok, const char *content)
+bool castfs_md_utf8_valid(const char *s, size_t len)
 {
-	const cJSON *added =
-		cJSON_GetObjectItemCaseSensitive(tok, "added_tokens");
-	const cJSON *e;
+	const unsigned char *u = (const unsigned char *)s;
 
-	cJSON_ArrayForEach(e, added) {
-		const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
-		const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
-
-		if (cJSON_IsString(c) && cJSON_IsNumber(id) &&
-		    !strcmp(c->valuestring, content))
-			return (int)id->valueint;
+	for (size_t i = 0, need, k; i < len; i += k) {
+		k = utf8_part(u + i, len - i, &need);
+		if (!k || k != need)
+			return false;
 	}
-	return -1;
-}
-
-/* A special token of tokenizer_config.json: a string or {"content": ...}. */
-static const char *special_str(const cJSON *tc, const char *key)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(tc, key);
-
-	if (cJSON_IsObject(v))
-		v = cJSON_GetObjectItemCaseSensitive(v, "content");
-	return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-/* gguf-py SpecialVocab: bos/eos/unk/pad ids and add_bos/add_eos. */
-static void write_special(struct castfs_gguf_w *w, const cJSON *tok,
-			  const cJSON *tc)
-{
-	static const char *const names[][2] = {
-		{ "bos_token", "tokenizer.ggml.bos_token_id" },
-		{ "eos_token", "tokenizer.ggml.eos_token_id" },
-		{ "unk_token", "tokenizer.ggml.unknown_token_id" },
-		{ "pad_token", "tokenizer.ggml.padding_token_id" },
-	};
-	const cJSON *b;
-
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-		const char *s = special_str(tc, names[i][0]);
-		int id = s ? token_id(tok, s) : -1;
-
-		if (id >= 0)
-			castfs_gguf_kv_u32(w, names[i][1], (uint32_t)id);
-	}
-	b = cJSON_GetObjectItemCaseSensitive(tc, "add_bos_token");
-	if (cJSON_IsBool(b))
-		castfs_gguf_kv_bool(w, "tokenizer.ggml.add_bos_token",
-				    cJSON_IsTrue(b));
-	b = cJSON_GetObjectItemCaseSensitive(tc, "add_eos_token");
-	if (cJSON_IsBool(b))
-		castfs_gguf_kv_bool(w, "tokenizer.ggml.add_eos_token",
-				    cJSON_IsTrue(b));
+	return true;
 }
 
 int castfs_md_gguf_tokenizer(struct castfs_gguf_w *w, uint32_t vocab_size,
-			     const cJSON *tok, const cJSON *tc,
+			     const struct castfs_md_tok_src *in,
 			     struct castfs_diag *d)
 {
+	const cJSON *tok = in->tok, *tc = in->tc;
 	const struct pre_kind *pk = NULL;
 	struct tok_ent *v;
 	int rc = check_tokenizer(tok, &pk, d);
@@ -565,6 +522,6 @@ int castfs_md_gguf_tokenizer(struct castfs_gguf_w *w, uint32_t vocab_size,
 	if (!rc)
 		rc = write_merges(w, tok, d);
 	if (!rc)
-		write_special(w, tok, tc);
+		rc = castfs_md_gguf_special(w, in, d);
 	return rc;
 }

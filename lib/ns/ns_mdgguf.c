@@ -2,7 +2,8 @@
 /*
  * DIR.<q>.gguf beside a transformers causal-LM folder DIR/ (level 5): one
  * llama.cpp GGUF file computed from DIR/model.safetensors, config.json,
- * tokenizer.json and tokenizer_config.json (modeldir/modeldir_gguf.c).
+ * tokenizer.json, tokenizer_config.json and the chat template files
+ * (modeldir/modeldir_gguf.c).
  * The node's identity is the weights'; the text files' identities are its
  * dep fingerprint, checked again at every getattr and open, so a changed
  * config never mixes into a file already looked up (ESTALE instead).
@@ -29,9 +30,12 @@
 #include "ns/ns_kind_internal.h"
 #include "view/qsrc.h"
 
-/* The text files the GGUF is made of; the first two are required. */
+/* The text files the GGUF is made of; the first two are required. The
+ * chat template files are read as gguf-py's SpecialVocab reads them. */
 static const char *const texts[] = { "config.json", "tokenizer.json",
-				     "tokenizer_config.json" };
+				     "tokenizer_config.json",
+				     "chat_template.jinja",
+				     "chat_template.json" };
 #define NTEXTS (sizeof(texts) / sizeof(texts[0]))
 
 /* The index of sharded weights (their GGUF file's node's path). */
@@ -120,6 +124,10 @@ static int plan_of(const struct castfs_view *v, char *const text[NTEXTS],
 		.tokenizer_len = len[1],
 		.tok_config = text[2],
 		.tok_config_len = len[2],
+		.chat_jinja = text[3],
+		.chat_jinja_len = len[3],
+		.chat_json = text[4],
+		.chat_json_len = len[4],
 		.h = &one,
 		.nh = 1,
 		/* the FP8 block size config.json gives: the first shard's
@@ -165,7 +173,7 @@ static int build_plan(struct castfs_ns *ns, const char *folder,
 		char *p;
 
 		if (!st[i].st_mode)
-			continue; /* tokenizer_config.json is optional */
+			continue; /* tokenizer_config.json ... are optional */
 		p = ns_path_join(folder, texts[i], strlen(texts[i]));
 		rc = p ? ns_src_read_text(ns, p, &st[i], TEXT_MAX, &text[i],
 					  &len[i]) :

@@ -16,7 +16,8 @@ COMPAT_TESTS = tests/compat/test_casts.py tests/compat/test_hf_cache.py \
 	tests/compat/test_quant_src.py tests/compat/test_ct.py \
 	tests/compat/test_gguf.py tests/compat/test_gguf_llm.py \
 	tests/compat/test_gguf_llamacpp.py tests/compat/test_gguf_md_cache.py \
-	tests/compat/test_gguf_pretok.py tests/compat/test_gguf_info.py \
+	tests/compat/test_gguf_pretok.py tests/compat/test_gguf_tokmeta.py \
+	tests/compat/test_gguf_info.py \
 	tests/compat/test_gguf_kquant.py tests/compat/test_mxfp4_src.py \
 	tests/compat/test_ct_src.py tests/compat/test_quant_src_block.py \
 	tests/compat/test_ct4_src.py \
