@@ -829,7 +829,10 @@ void ns_view_stat(const struct stat *src, uint64_t size, uint64_t ino,
 	st->st_ino = ino;
 	/* Read bits of the source only: a view is never writable or run. */
 	st->st_mode = S_IFREG | (src->st_mode & 0444);
-	st->st_nlink = 1;
+	/* The source's link count: a view's inode number comes from the
+	 * source's identity, so the views of two hard links of one file are
+	 * one inode with two names (rsync -H, tar, du count it once). */
+	st->st_nlink = src->st_nlink ? src->st_nlink : 1;
 	st->st_uid = src->st_uid;
 	st->st_gid = src->st_gid;
 	st->st_size = (off_t)size;
