@@ -4,6 +4,7 @@
  * (dtype, bitsandbytes quantization_config). cJSON validates the text
  * (castfs_md_parse); edits work on byte spans of it, so the rest stays as it was.
  */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,6 +126,32 @@ static bool config_moe(const char *js, const struct castfs_md_object *o)
 	return false;
 }
 
+/* The class names of "architectures" into @out (none unless every one
+ * is a plain string that fits). */
+static void config_archs(const char *js, const struct castfs_md_member *m,
+			 struct castfs_md_config *out)
+{
+	cJSON *a = m ? cJSON_ParseWithLength(js + m->val, m->val_len) : NULL;
+	const cJSON *e;
+	unsigned n = 0;
+
+	out->narch = 0;
+	if (!cJSON_IsArray(a)) {
+		cJSON_Delete(a);
+		return;
+	}
+	cJSON_ArrayForEach(e, a) {
+		if (!cJSON_IsString(e) || n == CASTFS_MD_ARCH_MAX ||
+		    strlen(e->valuestring) >= sizeof(out->arch[0])) {
+			n = 0;
+			break;
+		}
+		strcpy(out->arch[n++], e->valuestring);
+	}
+	out->narch = n;
+	cJSON_Delete(a);
+}
+
 int castfs_md_config_read(const char *json, size_t len,
 			  struct castfs_md_config *out, struct castfs_diag *d)
 {
@@ -140,8 +167,80 @@ int castfs_md_config_read(const char *json, size_t len,
 	out->quantized = find_member(json, &o, "quantization_config") != NULL;
 	config_model_type(json, find_member(json, &o, "model_type"), out);
 	out->moe = config_moe(json, &o);
+	config_archs(json, find_member(json, &o, "architectures"), out);
 	castfs_md_object_fini(&o);
 	return 0;
+}
+
+/* ---- which models get quantising views ---- */
+
+/*
+ * The classes whose quantising DIR.<view>/ loads as the loader's own
+ * quantisation of the source does: every module class and parameter, and
+ * the logits, of transformers + bitsandbytes (nf4, int8); with @ct, also
+ * byte for byte llm-compressor's file, its ignore list included, loaded by
+ * transformers with nothing missing (tests/compat: test_modeldir,
+ * test_bnb, test_bnb_heads, test_ct, test_ct_moe, test_ct_w4_src,
+ * test_requant; the bug hunts of stop 41; transformers 5.24,
+ * llm-compressor 0.14). Sorted by name.
+ */
+struct quant_arch {
+	const char *name;
+	bool ct;
+};
+
+static const struct quant_arch quantisable[] = {
+	{ "BartForConditionalGeneration", true },
+	{ "BertForSequenceClassification", false }, /* ct: no lm_head */
+	{ "BertModel", false },
+	{ "BloomForCausalLM", true },
+	{ "CLIPTextModel", false },
+	{ "CLIPTextModelWithProjection", false },
+	{ "CohereForCausalLM", true },
+	{ "ElectraForMaskedLM", false }, /* ct: tied generator_lm_head */
+	{ "GPT2LMHeadModel", true },
+	{ "GPTBigCodeForCausalLM", false }, /* ct: w4a16 does not load */
+	{ "GPTJForCausalLM", true },
+	{ "GPTNeoXForCausalLM", true },
+	{ "Gemma2ForCausalLM", true },
+	{ "Gemma3ForCausalLM", true },
+	{ "GptOssForCausalLM", false }, /* ct: experts linearised */
+	{ "LlamaForCausalLM", true },
+	{ "LlamaForSequenceClassification", false },
+	{ "MistralForCausalLM", true },
+	{ "MixtralForCausalLM", true },
+	{ "OPTForCausalLM", true },
+	{ "Phi3ForCausalLM", true },
+	{ "Qwen2ForCausalLM", true },
+	{ "Qwen3ForCausalLM", true },
+	{ "Qwen3MoeForCausalLM", true },
+	{ "RobertaForTokenClassification", false }, /* ct: no lm_head */
+	{ "StableLmForCausalLM", true },
+	{ "Starcoder2ForCausalLM", true },
+	{ "T5EncoderModel", false },
+	{ "T5ForConditionalGeneration", false },
+	{ "ViTForImageClassification", false }, /* ct: renamed on load */
+};
+
+static int cmp_arch(const void *key, const void *e)
+{
+	return strcmp(key, ((const struct quant_arch *)e)->name);
+}
+
+bool castfs_md_quantisable(const struct castfs_md_config *c, bool ct)
+{
+	if (c->diffusers)
+		return true;
+	for (unsigned i = 0; i < c->narch; i++) {
+		const struct quant_arch *e =
+			bsearch(c->arch[i], quantisable,
+				sizeof(quantisable) / sizeof(quantisable[0]),
+				sizeof(quantisable[0]), cmp_arch);
+
+		if (!e || (ct && !e->ct))
+			return false;
+	}
+	return c->narch > 0;
 }
 
 /* ---- modules the loader keeps in full precision ---- */
@@ -155,40 +254,45 @@ int castfs_md_config_read(const char *json, size_t len,
  * GptOssTopKRouter (its experts are 3-D, never quantised by castfs). And
  * GPT-2-style Conv1D weights, stored [in, out]: transformers quantises
  * their transpose, castfs the rows as stored, so they stay as they are
- * (listed), never codes of the wrong orientation.
+ * (listed), never codes of the wrong orientation. @fp32: the entries of
+ * _keep_in_fp32_modules, which only the bitsandbytes views keep:
+ * llm-compressor quantises every Linear it targets, those included (the
+ * compressed-tensors views are its file, byte for byte).
  */
 static const struct {
 	const char *model_type;
 	const char *keep[6];
+	bool fp32;
 } keep_table[] = {
 #define CONV1D                                                      \
 	{                                                           \
 		"*c_attn.weight", "*q_attn.weight", "*c_fc.weight", \
 			"*c_proj.weight"                            \
 	}
-	{ "gpt2", CONV1D },
-	{ "openai-gpt", CONV1D },
-	{ "imagegpt", CONV1D },
-	{ "decision_transformer", CONV1D },
-	{ "clvp", CONV1D },
-	{ "t5", { "*wo.weight" } },
-	{ "mt5", { "*wo.weight" } },
-	{ "umt5", { "*wo.weight" } },
-	{ "pop2piano", { "*wo.weight" } },
-	{ "udop", { "*wo.weight" } },
-	{ "blip-2", { "qformer.*", "*qformer.weight" } },
-	{ "deepseek_v32", { "*indexer.weights_proj.weight" } },
-	{ "glm_moe_dsa", { "*indexer.weights_proj.weight" } },
-	{ "mistral_large4", { "*indexer.weights_proj.weight" } },
-	{ "mistral_large4_text", { "*indexer.weights_proj.weight" } },
-	{ "axk2", { "*indexer.weights_proj.weight" } },
-	{ "gpt_oss", { "*mlp.router.weight" } },
+	{ "gpt2", CONV1D, false },
+	{ "openai-gpt", CONV1D, false },
+	{ "imagegpt", CONV1D, false },
+	{ "decision_transformer", CONV1D, false },
+	{ "clvp", CONV1D, false },
+	{ "t5", { "*wo.weight" }, true },
+	{ "mt5", { "*wo.weight" }, true },
+	{ "umt5", { "*wo.weight" }, true },
+	{ "pop2piano", { "*wo.weight" }, true },
+	{ "udop", { "*wo.weight" }, true },
+	{ "blip-2", { "qformer.*", "*qformer.weight" }, true },
+	{ "deepseek_v32", { "*indexer.weights_proj.weight" }, true },
+	{ "glm_moe_dsa", { "*indexer.weights_proj.weight" }, true },
+	{ "mistral_large4", { "*indexer.weights_proj.weight" }, true },
+	{ "mistral_large4_text", { "*indexer.weights_proj.weight" }, true },
+	{ "axk2", { "*indexer.weights_proj.weight" }, true },
+	{ "gpt_oss", { "*mlp.router.weight" }, false },
 	{ "deepseek_v4",
 	  { "*self_attn.compressor.kv_proj.weight",
 	    "*self_attn.compressor.gate_proj.weight",
 	    "*self_attn.compressor.indexer.kv_proj.weight",
 	    "*self_attn.compressor.indexer.gate_proj.weight",
-	    "*self_attn.compressor.indexer.scorer.weights_proj.weight" } },
+	    "*self_attn.compressor.indexer.scorer.weights_proj.weight" },
+	  true },
 };
 
 #define KEEP_COUNT (sizeof(keep_table) / sizeof(keep_table[0]))
@@ -228,9 +332,10 @@ static size_t keep_patterns(const struct castfs_view *v, int keep,
 			    const char *k[KEEP_MAX])
 {
 	int id = keep & ~CASTFS_MD_KEEP_MOE;
+	bool table = id && !(keep_table[id - 1].fp32 && castfs_view_is_ct(v));
 	size_t n = 0;
 
-	for (size_t i = 0; id && i < 6 && keep_table[id - 1].keep[i]; i++)
+	for (size_t i = 0; table && i < 6 && keep_table[id - 1].keep[i]; i++)
 		k[n++] = keep_table[id - 1].keep[i];
 	if (!(keep & CASTFS_MD_KEEP_MOE))
 		return n;
@@ -254,7 +359,8 @@ int castfs_md_view_keep(const struct castfs_view *v, int keep,
 	nk = keep_patterns(v, keep, k);
 	out->v = *v;
 	out->v.owned_summary = NULL;
-	out->v.rules = calloc(nk + v->nrules, sizeof(*out->v.rules));
+	out->v.rules = calloc(nk + v->nrules ? nk + v->nrules : 1,
+			      sizeof(*out->v.rules));
 	out->v.nrules = 0;
 	out->nkeep = 0;
 	if (!out->v.rules)

@@ -49,7 +49,25 @@ struct castfs_md_config {
 	/* A mixture of experts: "num_local_experts", "num_experts" or
 	 * "n_routed_experts" (top level) over 0. */
 	bool moe;
+	/* "architectures": its class names (up to CASTFS_MD_ARCH_MAX) when
+	 * it is a list of plain strings that fit, else @narch is 0. */
+	unsigned narch;
+	char arch[4][64];
 };
+
+#define CASTFS_MD_ARCH_MAX 4
+
+/*
+ * castfs_md_quantisable - whether castfs offers the bitsandbytes views
+ * (the compressed-tensors ones with @ct) of a transformers folder with
+ * config @c: every class of its "architectures" is one whose DIR.<view>/
+ * was checked against the loader's own quantisation (docs/MODELDIR.md).
+ * castfs sees tensor names, not module classes: a 2-D weight of a module
+ * that is no nn.Linear (an embedding by another name, FalconLinear, a
+ * tied output embedding) would be quantised and built as a Linear around
+ * its codes. Diffusers folders are not gated. Pure function.
+ */
+bool castfs_md_quantisable(const struct castfs_md_config *c, bool ct);
 
 /*
  * castfs_md_config_read - parse config.json text @json (@len bytes, not

@@ -160,6 +160,32 @@ bool ns_md_casts_only(struct castfs_ns *ns, const char *path)
 	       castfs_md_quant_dequantized(&q);
 }
 
+bool ns_md_quant_refusal(struct castfs_ns *ns, const char *path, bool ct,
+			 char *why, size_t len)
+{
+	struct castfs_md_config c;
+
+	if (ns_dir_config(ns, path, &c) || castfs_md_quantisable(&c, ct))
+		return false;
+	if (why && len)
+		snprintf(why, len,
+			 "config.json: architectures %s%s%s: no %s views "
+			 "(castfs quantises the models it has checked "
+			 "against the loader's own quantisation; "
+			 "docs/MODELDIR.md)",
+			 c.narch ? "'" : "(none readable)",
+			 c.narch ? c.arch[0] : "", c.narch ? "'" : "",
+			 ct ? "compressed-tensors" : "bitsandbytes");
+	return true;
+}
+
+bool ns_md_view_refused(struct castfs_ns *ns, const char *path,
+			const struct castfs_view *v)
+{
+	return v->kind != CASTFS_VIEW_CAST &&
+	       ns_md_quant_refusal(ns, path, castfs_view_is_ct(v), NULL, 0);
+}
+
 int ns_md_keep_of(struct castfs_ns *ns, const char *dir,
 		  const struct castfs_view *v)
 {

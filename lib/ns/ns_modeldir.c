@@ -62,6 +62,8 @@ static int lookup_root(struct castfs_ns *ns, const struct ns_node *dir,
 		rc = -ENOENT;
 	if (!rc && !castfs_view_dequantizes(v) && ns_md_casts_only(ns, path))
 		rc = -ENOENT; /* not offered for a quantized model */
+	if (!rc && ns_md_view_refused(ns, path, v))
+		rc = -ENOENT; /* /.castfs/refused says why */
 	if (rc) {
 		free(path);
 		return rc;
@@ -152,7 +154,7 @@ static int modeldir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
  * quantized model: a listed name must not answer ENOENT). */
 static int list_views(struct castfs_ns *ns, struct ns_list *l, const char *name,
 		      size_t len, const char *ext, struct ns_node *node,
-		      bool casts_only, bool deq_only)
+		      bool casts_only, bool deq_only, const char *src)
 {
 	char buf[512];
 	int rc = 0;
@@ -164,7 +166,8 @@ static int list_views(struct castfs_ns *ns, struct ns_list *l, const char *name,
 		if (!v->listed || v->kind == CASTFS_VIEW_GGUF ||
 		    v->kind == CASTFS_VIEW_COMFY_FP8 ||
 		    (casts_only && v->kind != CASTFS_VIEW_CAST) ||
-		    (deq_only && !castfs_view_dequantizes(v)))
+		    (deq_only && !castfs_view_dequantizes(v)) ||
+		    (src && ns_md_view_refused(ns, src, v)))
 			continue;
 		n = snprintf(buf, sizeof(buf), "%.*s.%s%s", (int)len, name,
 			     v->name, ext);
@@ -188,7 +191,7 @@ static int list_roots(struct castfs_ns *ns, const struct ns_node *dir,
 
 	if (!rc && model && ns_src_stat(ns, path, &node.st) == 0)
 		rc = list_views(ns, l, name, strlen(name), "", &node, false,
-				ns_md_casts_only(ns, path));
+				ns_md_casts_only(ns, path), path);
 	free(path);
 	return rc;
 }
@@ -212,7 +215,7 @@ static int list_vindex(struct castfs_ns *ns, const struct ns_node *dir,
 		rc = dir_fp(ns, dir->path, &node.dep);
 	if (!rc)
 		rc = list_views(ns, l, name, strlen(name) - 5, ".json", &node,
-				true, false);
+				true, false, NULL);
 	free(path);
 	return rc == -ENOMEM ? rc : 0;
 }
@@ -234,16 +237,27 @@ static int modeldir_list(struct castfs_ns *ns, const struct ns_node *dir,
 }
 
 /* {"path", "views", "reason"} for the DIR.<view>/ names that @path
- * would have but for a refused index (/.castfs/refused). */
+ * would have but for a refused index, or for its quantising ones when its
+ * architecture is refused them (/.castfs/refused). */
 static int modeldir_refusals(struct castfs_ns *ns, const char *path, cJSON *arr)
 {
 	char why[512], *p = NULL, *r = NULL;
 	cJSON *o = NULL, *views;
-	bool casts_only;
+	bool casts_only, quant = false;
+	bool model = false;
 	int rc = -ENOMEM;
 
-	if (!path[0] || !ns_md_index_refusal(ns, path, why, sizeof(why)))
+	if (!path[0])
 		return 0;
+	if (!ns_md_index_refusal(ns, path, why, sizeof(why))) {
+		/* The bitsandbytes reason if those are refused, else the
+		 * compressed-tensors one (the checked list is smaller). */
+		if (ns_md_is_model(ns, path, &model) || !model ||
+		    (!ns_md_quant_refusal(ns, path, false, why, sizeof(why)) &&
+		     !ns_md_quant_refusal(ns, path, true, why, sizeof(why))))
+			return 0;
+		quant = true;
+	}
 	casts_only = ns_md_casts_only(ns, path);
 	p = castfs_escape(path, strlen(path));
 	r = castfs_escape(why, strlen(why));
@@ -258,14 +272,19 @@ static int modeldir_refusals(struct castfs_ns *ns, const char *path, cJSON *arr)
 		/* The names lookup_root() would have found. */
 		if (!v->listed || v->kind == CASTFS_VIEW_GGUF ||
 		    v->kind == CASTFS_VIEW_COMFY_FP8 ||
-		    (casts_only && !castfs_view_dequantizes(v)))
+		    (casts_only && !castfs_view_dequantizes(v)) ||
+		    (quant && !ns_md_view_refused(ns, path, v)))
 			continue;
 		if (!cJSON_AddItemToArray(views, cJSON_CreateString(v->name)))
 			goto out;
 	}
+	rc = 0;
+	/* A refusal of views none of which is listed (-o views=) says
+	 * nothing a listing would have shown. */
+	if (quant && !cJSON_GetArraySize(views))
+		goto out;
 	cJSON_AddItemToArray(arr, o);
 	o = NULL;
-	rc = 0;
 out:
 	cJSON_Delete(o);
 	free(p);

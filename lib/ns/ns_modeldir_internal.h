@@ -62,6 +62,21 @@ int ns_md_is_model(struct castfs_ns *ns, const char *path, bool *yes);
  * FP8 block model (only views that castfs_view_dequantizes() accepts). */
 bool ns_md_casts_only(struct castfs_ns *ns, const char *path);
 
+/*
+ * ns_md_quant_refusal - whether the transformers folder @path gets no
+ * bitsandbytes views (compressed-tensors ones with @ct;
+ * castfs_md_quantisable()): true with the reason in @why (@len bytes)
+ * when @why is not NULL. A folder without a readable config.json (a
+ * pipeline's root) is not refused here.
+ */
+bool ns_md_quant_refusal(struct castfs_ns *ns, const char *path, bool ct,
+			 char *why, size_t len);
+
+/* ns_md_view_refused - ns_md_quant_refusal() for the kind of view @v
+ * (never for casts). */
+bool ns_md_view_refused(struct castfs_ns *ns, const char *path,
+			const struct castfs_view *v);
+
 /* md_keep_of - the keep set (castfs_md_keep_id()) that view @v applies in
  * source directory @dir: that of the model_type of its config.json for
  * bitsandbytes views, else 0. */

@@ -377,6 +377,13 @@ START_TEST(test_modeldir__keep_rules_of_t5)
 	ck_assert_str_eq(q.skip[2], "shared");
 	castfs_md_bnb_fini(&q);
 	castfs_md_view_fini(&mv);
+	/* _keep_in_fp32_modules are the bitsandbytes views' only: the
+	 * compressed-tensors ones quantise wo, as llm-compressor does. */
+	ck_assert_int_eq(castfs_md_view_keep(view("fp8_dynamic"),
+					     castfs_md_keep_id("t5"), &mv),
+			 0);
+	ck_assert(castfs_view_converts(&mv.v, &h->tensors[1]));
+	castfs_md_view_fini(&mv);
 	ck_assert_int_eq(castfs_md_view_keep(view("nf4"), 999, &mv), -EINVAL);
 	castfs_header_free(h);
 }
@@ -441,6 +448,44 @@ START_TEST(test_modeldir__keep_rules_of_moe)
 	}
 	ck_assert_int_eq(castfs_md_view_keep(view("nf4"), 0, &mv), -EINVAL);
 	castfs_header_free(h);
+}
+END_TEST
+
+/* Quantising views only for the checked architectures: every class
+ * named must be one; none named, or a list castfs cannot read, is none. */
+START_TEST(test_modeldir__quantisable_architectures)
+{
+	static const struct {
+		const char *json;
+		bool yes;
+	} cfgs[] = {
+		{ "{\"architectures\": [\"LlamaForCausalLM\"]}", true },
+		{ "{\"architectures\": [\"T5EncoderModel\"]}", true },
+		{ "{\"architectures\": [\"BertForMaskedLM\"]}", false },
+		{ "{\"architectures\": [\"LlamaForCausalLM\", "
+		  "\"FalconForCausalLM\"]}",
+		  false },
+		{ "{\"architectures\": []}", false },
+		{ "{\"architectures\": null}", false },
+		{ "{\"architectures\": [1]}", false },
+		{ "{\"model_type\": \"llama\"}", false },
+		{ "{\"_class_name\": \"UNet2DConditionModel\"}", true },
+	};
+	static const char t5[] = "{\"architectures\": [\"T5EncoderModel\"]}";
+	struct castfs_md_config c;
+
+	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
+		ck_assert_int_eq(castfs_md_config_read(cfgs[i].json,
+						       strlen(cfgs[i].json), &c,
+						       NULL),
+				 0);
+		ck_assert_msg(castfs_md_quantisable(&c, false) == cfgs[i].yes,
+			      "%s", cfgs[i].json);
+	}
+	/* bitsandbytes checked, compressed-tensors not */
+	ck_assert_int_eq(castfs_md_config_read(t5, strlen(t5), &c, NULL), 0);
+	ck_assert(castfs_md_quantisable(&c, false));
+	ck_assert(!castfs_md_quantisable(&c, true));
 }
 END_TEST
 
@@ -602,7 +647,8 @@ static void ns_setup(void)
 	static const char index[] = "{\"metadata\": {}, \"weight_map\": {"
 				    "\"a.weight\": \"m-1.safetensors\", "
 				    "\"b.weight\": \"m-2.safetensors\"}}";
-	static const char cfg[] = "{\"model_type\": \"llama\"}";
+	static const char cfg[] = "{\"architectures\": [\"LlamaForCausalLM\"], "
+				  "\"model_type\": \"llama\"}";
 	struct castfs_ns_opts o = { .views = &vs };
 	char path[256];
 
@@ -731,7 +777,8 @@ START_TEST(test_modeldir__json_sizes_and_staleness)
 	id = look(vdir, "config.json", &s);
 	text = read_all(id, &len);
 	ck_assert_uint_eq(len, (size_t)s.st_size);
-	ck_assert_str_eq(text, "{\"dtype\": \"bfloat16\", "
+	ck_assert_str_eq(text, "{\"architectures\": [\"LlamaForCausalLM\"], "
+			       "\"dtype\": \"bfloat16\", "
 			       "\"model_type\": \"llama\"}");
 	free(text);
 	id = look(vdir, "model.safetensors.index.json", &s);
@@ -880,6 +927,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_modeldir__skip_rule);
 	tcase_add_test(tc, test_modeldir__keep_rules_of_t5);
 	tcase_add_test(tc, test_modeldir__keep_rules_of_moe);
+	tcase_add_test(tc, test_modeldir__quantisable_architectures);
 	tcase_add_test(tc, test_modeldir__index_rewritten);
 	tcase_add_test(tc, test_modeldir__index_hostile);
 	tcase_add_test(tc, test_modeldir__index_check_agrees_with_rewrite);
