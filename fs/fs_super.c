@@ -35,6 +35,8 @@
 #define SV_INIT_MAX (1u << 20) /* > any FUSE_INIT; the kernel wants room */
 #define SV_MAX_FAILURES 5 /* consecutive failures before giving up */
 #define SV_STABLE_S 10 /* a daemon up this long resets the count */
+#define SV_WATCH_MS 1000 /* how often the serving daemon is looked at */
+#define SV_DYING_S 2.0 /* main thread gone this long: taken for dead */
 
 struct sv {
 	struct fuse_session *se;
@@ -55,6 +57,7 @@ struct sv {
 	bool restart_due, failed, stopping, first;
 	bool had_failure; /* a daemon crashed: our exit status says so */
 	bool reload_due; /* a reload came while sv->next was starting */
+	double dying_since; /* sv->cur's main thread seen gone, or 0 */
 	char pidfile[PATH_MAX + 32]; /* ours, "" when none was written */
 };
 
@@ -396,12 +399,63 @@ static bool sv_answer_eio(struct sv *sv)
 
 static int sv_timeout_ms(const struct sv *sv)
 {
+	int t = -1;
 	double left;
 
-	if (!sv->restart_due)
-		return -1;
-	left = ts_s(&sv->restart_at) - now_s();
-	return left <= 0 ? 0 : (int)(left * 1000) + 1;
+	if (sv->restart_due) {
+		left = ts_s(&sv->restart_at) - now_s();
+		t = left <= 0 ? 0 : (int)(left * 1000) + 1;
+	}
+	if (sv->cur && !sv->stopping && (t < 0 || t > SV_WATCH_MS))
+		t = SV_WATCH_MS; /* sv_check_dying() */
+	return t;
+}
+
+/* Whether the main thread of process @pid has exited (a zombie waiting
+ * for its other threads). */
+static bool sv_leader_gone(pid_t pid)
+{
+	char path[64], buf[512];
+	const char *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	p = strrchr(buf, ')'); /* the name may hold anything */
+	return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
+/*
+ * A killed daemon whose source watcher was inside an invalidation never
+ * finishes dying: the kernel's notify waits, uninterruptibly, for the
+ * directory lock a lookup holds, and that lookup waits for an answer from
+ * the daemon being killed. No exit, so no SIGCHLD and no resend: the mount
+ * hung for good. A main thread gone for SV_DYING_S is taken as the death
+ * it is: the successor answers the resent lookup, which frees the lock,
+ * the notify, and the old daemon's exit (reaped then as a retired one).
+ */
+static void sv_check_dying(struct sv *sv)
+{
+	if (!sv->cur || sv->stopping || !sv_leader_gone(sv->cur)) {
+		sv->dying_since = 0;
+		return;
+	}
+	if (!sv->dying_since)
+		sv->dying_since = now_s();
+	if (now_s() - sv->dying_since < SV_DYING_S)
+		return;
+	sv->dying_since = 0;
+	sv_log("the daemon is dying with a thread stuck in the kernel: "
+	       "restarting without it");
+	sv_reap_cur(sv, SIGKILL); /* as the kill's own status: at once */
 }
 
 /* One round of the event loop. */
@@ -430,6 +484,7 @@ static void sv_poll(struct sv *sv)
 		if (sv_spawn(sv))
 			sv_log("reload: cannot start a daemon");
 	}
+	sv_check_dying(sv);
 	if (sv->restart_due && !sv->stopping && sv_timeout_ms(sv) == 0 &&
 	    sv_spawn(sv))
 		sv_schedule(sv);

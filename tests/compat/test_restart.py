@@ -17,7 +17,9 @@ first kill. The same readers run across `castfs reload` to another binary
 file, a daemon that keeps failing makes the mount answer EIO (and a reload
 with the cause fixed brings it back), node ids and handles of unlisted
 views, model-directory view files and tensor files of views resolve after
-a restart, and -o nosupervise keeps one process.
+a restart, and -o nosupervise keeps one process. A daemon killed while
+its source watcher waits in the kernel behind a lookup is taken for dead
+by the supervisor (StuckWatcher).
 """
 import errno
 import json
@@ -510,6 +512,114 @@ class Signals(unittest.TestCase):
                     self.assertEqual(blk & want, 0)
                 else:
                     self.assertEqual(blk & want, want, "thread %d" % t)
+
+
+def tiny_tensors(path, n):
+    """A checkpoint of @n [1, 2] BF16 tensors: a view's plan of it takes
+    a while to build (the lookup that builds it holds its directory)."""
+    hdr = {"t%06d" % i: {"dtype": "BF16", "shape": [1, 2],
+                         "data_offsets": [4 * i, 4 * i + 4]}
+           for i in range(n)}
+    text = json.dumps(hdr, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + bytes(4 * n))
+
+
+def stuck_threads(pid):
+    """Threads of @pid in uninterruptible sleep, other than the main."""
+    out = []
+    try:
+        tasks = os.listdir("/proc/%d/task" % pid)
+    except FileNotFoundError:
+        return out
+    for t in tasks:
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, t)) as f:
+                st = f.read()
+        except OSError:
+            continue
+        if int(t) != pid and st[st.rindex(")") + 2] == "D":
+            out.append(int(t))
+    return out
+
+
+def abort_connection(mnt):
+    """Abort @mnt's FUSE connection (fusectl), so that a hung mount can
+    be unmounted at the end of a failed test."""
+    ctl = "/sys/fs/fuse/connections"
+    mnt = os.path.realpath(mnt)
+    minor = None
+    with open("/proc/self/mountinfo") as f:  # no stat: it would hang
+        for line in f:
+            parts = line.split()
+            if parts[4] == mnt:
+                minor = int(parts[2].split(":")[1])
+    if minor is None:
+        return
+    if not os.listdir(ctl):
+        subprocess.run(["mount", "-t", "fusectl", "none", ctl])
+    try:
+        with open("%s/%d/abort" % (ctl, minor), "w") as f:
+            f.write("1")
+    except OSError:
+        pass
+
+
+class StuckWatcher(unittest.TestCase):
+    def test_kill_while_the_watcher_waits_for_a_lookup(self):
+        """The source watcher tells the kernel to drop a changed name; that
+        waits, uninterruptibly, for the directory lock a lookup holds while
+        the daemon builds a view's plan. SIGKILL then: the daemon cannot
+        finish dying (its watcher thread waits on), so it was never
+        reaped, nothing resent the lookup, and the mount hung for good
+        (a bug hunt, stop 41). The supervisor now takes a daemon whose
+        main thread is gone for a death: the lookup is answered by the
+        next daemon, and every later request too."""
+        with tl.tempdir() as src:
+            # a header to parse for each try: the lookup's slow part
+            for k in range(6):
+                tiny_tensors(os.path.join(src, "slow%d.safetensors" % k),
+                             200000)
+            rc.write_ckpt(os.path.join(src, "a.safetensors"), 1)
+            m = tl.Mount(src)
+            ok = False
+            try:
+                for k in range(6):
+                    d = wait_daemon(m.proc.pid)
+                    os.stat(m.join("a.safetensors"))
+                    os.stat(m.join("a.fp8.safetensors"))
+                    done = []
+                    t = threading.Thread(target=lambda: done.append(
+                        os.stat(m.join("slow%d.nf4.safetensors" % k))))
+                    t.daemon = True
+                    t.start()
+                    time.sleep(0.1)
+                    rc.write_ckpt(os.path.join(src, "a.tmp"), 10 + k)
+                    os.rename(os.path.join(src, "a.tmp"),
+                              os.path.join(src, "a.safetensors"))
+                    rc.poll(lambda: stuck_threads(d) or done or None, 10,
+                            "the watcher waiting, or the lookup")
+                    time.sleep(0.3)  # waiting for the lock, not for a disk
+                    if done or not stuck_threads(d):
+                        t.join(30)
+                        continue  # the lookup won the race: try again
+                    os.kill(d, signal.SIGKILL)
+                    t.join(STALL_BOUND_S + 5)
+                    self.assertTrue(done, "the lookup was never answered")
+                    self.assertGreater(done[0].st_size, 0)
+                    os.stat(m.join("a.fp8.safetensors"))
+                    ok = True
+                    break
+                self.assertTrue(ok, "never caught the watcher waiting")
+            finally:
+                if ok:
+                    m.unmount()
+                else:  # hung: nothing will answer the unmount either
+                    abort_connection(m.path)
+                    m.proc.kill()
+                    m.proc.wait()
+                    subprocess.run(["fusermount3", "-uz", m.path])
 
 
 def pid_dir():
