@@ -74,6 +74,14 @@ static int xs_read(struct castfs_ns *ns, const struct ns_ckpt *ck,
 		if (st->st_dev == ck->dev && st->st_ino == ck->ino)
 			return 0;
 	}
+	/* Named, but another file is there now: a shard being replaced.
+	 * Not "a file no index names" (its view alone, without the other
+	 * shards' fused siblings), which a bug hunt saw a lookup take in
+	 * the middle of a swap and serve for good after it (nvfp4). */
+	for (size_t k = 0; k < x->s.n; k++) {
+		if (strcmp(x->s.paths[k], ck->path) == 0)
+			return -ESTALE;
+	}
 	return -ENOENT; /* the index does not name this shard */
 }
 

@@ -685,9 +685,15 @@ static int mfile_open(struct castfs_ns *ns, const struct ns_node *n,
 	rc = shard_plan(ns, n, &ck, &plan, &x);
 	if (rc)
 		return rc;
+	/* The plan lives in @ck, which the file holds only as one of its
+	 * parts: a part that is another entry (the shard replaced between
+	 * the two looks) would leave the plan to be freed under the file's
+	 * reads (a bug hunt's swaps crashed the daemon so). */
+	if (x.s.n && x.s.ck[x.self] != ck)
+		rc = -ESTALE;
 	/* Scales or fused siblings in other shards: every shard is a part
 	 * of the source. */
-	if (x.s.n)
+	else if (x.s.n)
 		rc = ns_file_new_parts(ns, x.s.n, x.s.paths, x.s.st, x.s.ck,
 				       plan, NULL, view, out);
 	else

@@ -1,0 +1,101 @@
+# SPDX-License-Identifier: MIT
+"""Shards of a model folder replaced while its DIR.nvfp4/ is read (stop
+41, found by a bug hunt).
+
+An nvfp4 shard reads its fused siblings (gate/up, q/k/v: one global scale)
+from the other shards the index names. A lookup made while a shard was
+being replaced by rename found the shard's identity missing from the
+index's and took it for "a file no index names": its view alone, the
+group cut at the shard boundary, up_proj served unquantised while
+config.json's ignore list does not name it. The node kept that plan after
+the source was quiet. Now a shard the index names by path but with
+another identity is a shard being replaced (ESTALE), never a file alone.
+
+Each round swaps every shard between two versions (copy, rename) while
+readers read the view; once the source is quiet, every file of
+DIR.nvfp4/ equals the same file of a fresh mount of that version.
+"""
+import os
+import shutil
+import threading
+import time
+import unittest
+
+import torch
+import transformers as T
+
+import castfs_testlib as tl
+
+ROUNDS_S = float(os.environ.get("CASTFS_SWAP_SECONDS", "6"))
+
+
+def build(path, seed):
+    torch.manual_seed(seed)
+    m = T.LlamaForCausalLM(T.LlamaConfig(
+        hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, vocab_size=256))
+    # one big weight a shard: gate_proj and up_proj in different shards
+    m.to(torch.bfloat16).save_pretrained(path, max_shard_size="300KB")
+
+
+def files(d):
+    return sorted(f for f in os.listdir(d) if f.endswith(".safetensors"))
+
+
+class ShardSwap(unittest.TestCase):
+    def test_nvfp4_after_shards_replaced(self):
+        with tl.tempdir() as root:
+            v = [os.path.join(root, "v%d" % i) for i in (1, 2)]
+            for i, d in enumerate(v):
+                build(d, 40 + i)
+            src = os.path.join(root, "src")
+            ref = os.path.join(root, "ref")
+            shutil.copytree(v[0], os.path.join(src, "llama"))
+            shutil.copytree(v[1], os.path.join(ref, "llama"))
+            shards = files(v[0])
+            self.assertGreater(len(shards), 4)
+            stop = []
+
+            def swapper():
+                cur = 0
+                while not stop:
+                    cur = 1 - cur
+                    for s in shards:
+                        tmp = os.path.join(src, "llama", ".swap")
+                        shutil.copyfile(os.path.join(v[cur], s), tmp)
+                        os.rename(tmp, os.path.join(src, "llama", s))
+                    time.sleep(0.05)
+                if cur != 1:  # end on the second version
+                    for s in shards:
+                        tmp = os.path.join(src, "llama", ".swap")
+                        shutil.copyfile(os.path.join(v[1], s), tmp)
+                        os.rename(tmp, os.path.join(src, "llama", s))
+
+            with tl.Mount(src) as m, tl.Mount(ref) as r:
+                view = m.join("llama.nvfp4")
+                t = threading.Thread(target=swapper)
+                t.start()
+                deadline = time.monotonic() + ROUNDS_S
+                try:
+                    while time.monotonic() < deadline:
+                        for f in ["model.safetensors.index.json"] + shards:
+                            try:
+                                os.stat(os.path.join(view, f))
+                                with open(os.path.join(view, f), "rb") as g:
+                                    g.read()
+                            except OSError:
+                                pass  # a swap under way: an error is fine
+                finally:
+                    stop.append(1)
+                    t.join()
+                time.sleep(1)
+                for f in ["model.safetensors.index.json", "config.json"] + \
+                        shards:
+                    with self.subTest(file=f):
+                        with open(os.path.join(view, f), "rb") as g, \
+                                open(r.join("llama.nvfp4", f), "rb") as h:
+                            self.assertEqual(g.read(), h.read(), f)
+
+
+if __name__ == "__main__":
+    tl.main()
