@@ -2,6 +2,16 @@
 """Shards of a model folder replaced while its DIR.nvfp4/ is read (stop
 41, found by a bug hunt).
 
+NOT IN THE SUITE (tests/compat/local.mk) until the use-after-free it
+finds under ASan is fixed: an nvfp4 fuse entry, cached in the first
+shard's checkpoint entry, borrows the tensor names of every shard's header
+(the composite `all` of ns_mdxshard.c), and a forgotten shard's header is
+freed while the entry lives (castfs_qsrc_leaf reading a freed name from
+castfs_view_plan_opts -> fuses_quantized, ASan, stop 41's CI run). The
+daemon then dies dumping core while its watcher waits behind a lookup,
+and the mount hangs (the supervisor's dying-daemon check waits for a
+zombie; a core dump in progress is none). The plain build passes it.
+
 An nvfp4 shard reads its fused siblings (gate/up, q/k/v: one global scale)
 from the other shards the index names. A lookup made while a shard was
 being replaced by rename found the shard's identity missing from the
