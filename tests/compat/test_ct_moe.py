@@ -54,8 +54,6 @@ def checkpoint_name(name):
 class CtMoe(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not os.path.exists(VENV_PY):
-            raise unittest.SkipTest("no llm-compressor venv")
         cls.tmp_cm = tl.tempdir()
         cls.tmp = cls.tmp_cm.__enter__()
         cls.src = os.path.join(cls.tmp, "src")
@@ -104,4 +102,8 @@ class CtMoe(unittest.TestCase):
 
 
 if __name__ == "__main__":
+    if not os.access(VENV_PY, os.X_OK):  # a skip, never a pass (as test_ct)
+        print("SKIP: no llm-compressor venv at %s (scripts/setup-llmc)"
+              % VENV_PY)
+        sys.exit(tl.SKIP)
     tl.main()
