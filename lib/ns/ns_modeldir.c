@@ -154,7 +154,7 @@ static int modeldir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
  * quantized model: a listed name must not answer ENOENT). */
 static int list_views(struct castfs_ns *ns, struct ns_list *l, const char *name,
 		      size_t len, const char *ext, struct ns_node *node,
-		      bool casts_only, bool deq_only, const char *src)
+		      bool casts_only, bool deq_only, const bool refused[2])
 {
 	char buf[512];
 	int rc = 0;
@@ -167,7 +167,8 @@ static int list_views(struct castfs_ns *ns, struct ns_list *l, const char *name,
 		    v->kind == CASTFS_VIEW_COMFY_FP8 ||
 		    (casts_only && v->kind != CASTFS_VIEW_CAST) ||
 		    (deq_only && !castfs_view_dequantizes(v)) ||
-		    (src && ns_md_view_refused(ns, src, v)))
+		    (refused && v->kind != CASTFS_VIEW_CAST &&
+		     refused[castfs_view_is_ct(v)]))
 			continue;
 		n = snprintf(buf, sizeof(buf), "%.*s.%s%s", (int)len, name,
 			     v->name, ext);
@@ -189,9 +190,16 @@ static int list_roots(struct castfs_ns *ns, const struct ns_node *dir,
 	bool model = false;
 	int rc = path ? ns_md_is_model(ns, path, &model) : -ENOMEM;
 
-	if (!rc && model && ns_src_stat(ns, path, &node.st) == 0)
+	if (!rc && model && ns_src_stat(ns, path, &node.st) == 0) {
+		/* once per folder, not per view: bitsandbytes, ct */
+		const bool refused[2] = {
+			ns_md_quant_refusal(ns, path, false, NULL, 0),
+			ns_md_quant_refusal(ns, path, true, NULL, 0)
+		};
+
 		rc = list_views(ns, l, name, strlen(name), "", &node, false,
-				ns_md_casts_only(ns, path), path);
+				ns_md_casts_only(ns, path), refused);
+	}
 	free(path);
 	return rc;
 }
