@@ -6,4 +6,4 @@ tests_bench_bench_kernels_SOURCES = tests/bench/bench_kernels.c
 tests_bench_bench_kernels_LDADD = $(LIBCASTFS_LIBS)
 tests_bench_bench_plan_read_SOURCES = tests/bench/bench_plan_read.c
 tests_bench_bench_plan_read_LDADD = $(LIBCASTFS_LIBS)
-EXTRA_DIST += scripts/bench scripts/bench-loader
+EXTRA_DIST += scripts/bench scripts/bench-loader scripts/gpu-check

@@ -95,6 +95,8 @@ def stats_apart(a, b):
 
 
 class Heads(unittest.TestCase):
+    DEVICE = "cpu"  # test_gpu_bnb.py runs the same on "cuda"
+
     @classmethod
     def setUpClass(cls):
         cls._tmp = tl.tempdir()
@@ -110,12 +112,12 @@ class Heads(unittest.TestCase):
     def check(self, m, name, view):
         klass, _, dt, skip = self.models[name]
         got = load_quietly(self, klass, m.join(name + "." + view),
-                           device_map="cpu")
+                           device_map=self.DEVICE)
         kw = dict(VIEWS[view])
         if view == "nf4":
             kw["bnb_4bit_compute_dtype"] = dt
         ref = klass.from_pretrained(
-            os.path.join(self.src, name), device_map="cpu", dtype=dt,
+            os.path.join(self.src, name), device_map=self.DEVICE, dtype=dt,
             quantization_config=T.BitsAndBytesConfig(
                 llm_int8_skip_modules=skip, **kw))
         kinds = {n: type(mod).__name__ for n, mod in ref.named_modules()}
@@ -139,7 +141,7 @@ class Heads(unittest.TestCase):
         params = dict(got.named_parameters())
         for k, p in ref.named_parameters():
             self.assertTrue(torch.equal(params[k], p), (name, view, k))
-        ids = torch.tensor([[5, 6, 7, 8, 9]])
+        ids = torch.tensor([[5, 6, 7, 8, 9]], device=self.DEVICE)
         with torch.no_grad():
             want = ref(input_ids=ids)[0]
             have = got(input_ids=ids)[0]
