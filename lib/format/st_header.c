@@ -339,6 +339,7 @@ static int st_alloc(const struct st_ctx *c, struct castfs_header **out)
 	h->ntensors = c->nt;
 	h->nmeta = c->nmeta;
 	h->has_metadata = c->has_meta;
+	h->meta_text = &h->meta_store;
 	*out = h;
 	return 0;
 }
@@ -630,8 +631,11 @@ int castfs_header_read(const struct castfs_reader *r, uint64_t file_size,
 
 void castfs_header_free(struct castfs_header *h)
 {
-	if (h)
-		castfs_side_free(h->side);
+	if (!h)
+		return;
+	castfs_side_free(h->side);
+	castfs_shared_put(
+		atomic_load_explicit(&h->meta_store, memory_order_acquire));
 	free(h); /* one block; see st_alloc() */
 }
 

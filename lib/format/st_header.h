@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/shared.h"
 #include "format/dtype.h"
 #include "common/reader.h"
 
@@ -47,6 +48,17 @@ struct castfs_header {
 	struct castfs_meta_kv *meta; /* in file order */
 	/* Data of a few small tensors (format/st_side.h), or NULL. */
 	struct castfs_side *side;
+	/*
+	 * A cache, not part of the header's value: the "__metadata__" object
+	 * as the views of this source write it, built by the first view plan
+	 * that needs it (plan/plan.c) and shared by every plan built after,
+	 * so that a large one is held once, not once per view. NULL until
+	 * then; castfs_header_free() drops it. @meta_text points at
+	 * @meta_store in a parsed header (a const header's plans may fill
+	 * it), and is NULL (no sharing) in headers built by hand.
+	 */
+	_Atomic(struct castfs_shared *) *meta_text;
+	_Atomic(struct castfs_shared *) meta_store;
 };
 
 /*

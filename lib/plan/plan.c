@@ -66,6 +66,10 @@ struct castfs_pb {
 	bool has_meta;
 	struct castfs_qtensor *qt;
 	size_t nqt, cap_qt;
+	/* castfs_pb_share_meta(): where the source keeps its metadata text,
+	 * and the reference this builder took (handed to the plan). */
+	_Atomic(struct castfs_shared *) *meta_slot;
+	struct castfs_shared *meta_text;
 };
 
 static void arena_free(struct arena_chunk *c)
@@ -182,6 +186,7 @@ void castfs_pb_free(struct castfs_pb *pb)
 	free(pb->t);
 	free(pb->meta);
 	free(pb->qt);
+	castfs_shared_put(pb->meta_text);
 	free(pb);
 }
 
@@ -299,18 +304,16 @@ void castfs_pb_mark_late(struct castfs_pb *pb)
 int castfs_pb_add_meta(struct castfs_pb *pb, const char *key, size_t key_len,
 		       const char *value, size_t value_len)
 {
+	/* Borrowed, not copied: a source's __metadata__ may be tens of MB,
+	 * and a copy per view stayed in every plan's arena. */
 	struct castfs_meta_kv kv = {
-		.key = pb_dup(pb, key, key_len),
-		.value = pb_dup(pb, value, value_len),
+		.key = key,
+		.value = value,
 		.key_len = key_len,
 		.value_len = value_len,
 	};
-	int rc;
-
-	if (!kv.key || !kv.value)
-		return -ENOMEM;
-	rc = grow((void **)&pb->meta, &pb->cap_meta, pb->nmeta + 1,
-		  sizeof(*pb->meta));
+	int rc = grow((void **)&pb->meta, &pb->cap_meta, pb->nmeta + 1,
+		      sizeof(*pb->meta));
 	if (rc)
 		return rc;
 	pb->meta[pb->nmeta++] = kv;
@@ -369,6 +372,8 @@ int castfs_pb_finish_raw(struct castfs_pb *pb, struct castfs_plan **out)
 	p->arena = pb->arena;
 	p->arena_bytes = pb->arena_bytes;
 	pb->arena = NULL;
+	p->meta_text = pb->meta_text;
+	pb->meta_text = NULL;
 	*out = p;
 	castfs_pb_free(pb);
 	return 0;
@@ -396,6 +401,109 @@ static bool pb_op_late(enum castfs_op op)
 	return op == CASTFS_OP_Q4_QABSMAX || op == CASTFS_OP_Q4_NESTED_ABSMAX ||
 	       op == CASTFS_OP_Q4_STATE || op == CASTFS_OP_CT_GSCALE ||
 	       op == CASTFS_OP_CT_SCALE;
+}
+
+void castfs_pb_share_meta(struct castfs_pb *pb,
+			  _Atomic(struct castfs_shared *) *slot)
+{
+	pb->meta_slot = slot;
+}
+
+/* Where a header's "__metadata__" object begins: after the 8 length
+ * bytes and '{"__metadata__":' (it is written first). */
+#define META_AT (8 + 1 + sizeof("\"__metadata__\":") - 1)
+
+/*
+ * The metadata object text of @pb's pairs, alone: the header of no tensors
+ * less its prefix, its closing '}' and its padding. A new reference, or
+ * NULL (out of memory, or a header the emitter refuses).
+ */
+static struct castfs_shared *meta_text_new(const struct castfs_pb *pb)
+{
+	struct castfs_shared *s = NULL;
+	uint8_t *hdr;
+	size_t len, end;
+
+	if (castfs_header_emit(NULL, 0, true, pb->meta, pb->nmeta, &hdr, &len,
+			       NULL))
+		return NULL;
+	end = len;
+	while (end > META_AT && hdr[end - 1] == ' ')
+		end--;
+	if (end > META_AT + 1) /* drop the header's closing '}' */
+		s = castfs_shared_new(hdr + META_AT, end - 1 - META_AT);
+	free(hdr);
+	return s;
+}
+
+/*
+ * A reference to the source's metadata text when @hdr (a view's header)
+ * holds it at META_AT, building and publishing it on first use; NULL when
+ * not worth sharing or not found, and the header is then kept whole. The
+ * bytes are compared, never assumed: the file is @hdr whichever way.
+ */
+static struct castfs_shared *meta_text_of(struct castfs_pb *pb,
+					  const uint8_t *hdr, size_t hdr_len)
+{
+	struct castfs_shared *cur, *mine;
+
+	if (!pb->meta_slot || !pb->has_meta ||
+	    hdr_len < META_AT + CASTFS_META_SHARE_MIN)
+		return NULL;
+	cur = atomic_load_explicit(pb->meta_slot, memory_order_acquire);
+	if (!cur) {
+		mine = meta_text_new(pb);
+		if (!mine)
+			return NULL;
+		cur = NULL;
+		if (atomic_compare_exchange_strong_explicit(
+			    pb->meta_slot, &cur, mine, memory_order_acq_rel,
+			    memory_order_acquire))
+			cur = mine; /* published: the slot holds our reference */
+		else
+			castfs_shared_put(mine); /* another builder won */
+	}
+	if (cur->len < CASTFS_META_SHARE_MIN || cur->len > hdr_len - META_AT ||
+	    memcmp(hdr + META_AT, cur->bytes, cur->len))
+		return NULL;
+	return castfs_shared_get(cur);
+}
+
+/* Append header @hdr as MEM extents: its metadata object borrowed from
+ * the shared text when there is one (the plan keeps a reference), the
+ * rest copied into the plan. */
+static int pb_append_header(struct castfs_pb *pb, const uint8_t *hdr,
+			    size_t hdr_len)
+{
+	struct castfs_shared *m = meta_text_of(pb, hdr, hdr_len);
+	int rc;
+
+	if (!m)
+		return castfs_pb_append(
+			pb,
+			&(struct castfs_producer){ .op = CASTFS_OP_MEM,
+						   .mem = hdr },
+			hdr_len);
+	castfs_shared_put(pb->meta_text);
+	pb->meta_text = m;
+	rc = castfs_pb_append(pb,
+			      &(struct castfs_producer){ .op = CASTFS_OP_MEM,
+							 .mem = hdr },
+			      META_AT);
+	if (!rc)
+		rc = castfs_pb_append(
+			pb,
+			&(struct castfs_producer){ .op = CASTFS_OP_MEM,
+						   .mem = m->bytes,
+						   .mem_kept = true },
+			m->len);
+	if (!rc)
+		rc = castfs_pb_append(pb,
+				      &(struct castfs_producer){
+					      .op = CASTFS_OP_MEM,
+					      .mem = hdr + META_AT + m->len },
+				      hdr_len - META_AT - m->len);
+	return rc;
 }
 
 /* Lay the tensors out through the emitter, then add their extents. */
@@ -426,10 +534,7 @@ static int pb_layout(struct castfs_pb *pb, struct castfs_diag *d)
 				&hdr, &hdr_len, d);
 	if (rc)
 		goto out_free_et;
-	rc = castfs_pb_append(pb,
-			      &(struct castfs_producer){ .op = CASTFS_OP_MEM,
-							 .mem = hdr },
-			      hdr_len);
+	rc = pb_append_header(pb, hdr, hdr_len);
 	free(hdr);
 	data_start = pb->size;
 	for (size_t i = 0; !rc && i < pb->nt; i++) {
@@ -476,6 +581,7 @@ void castfs_plan_free(struct castfs_plan *p)
 	}
 	if (p->qcache)
 		pthread_mutex_destroy(&p->qcache->lock);
+	castfs_shared_put(p->meta_text);
 	arena_free(p->arena);
 	free(p->extents);
 	free(p);

@@ -18,6 +18,8 @@
 #include "kernels/convert.h"
 #include "quant/quant.h"
 
+struct castfs_shared;
+
 /* How an extent's bytes are produced. */
 enum castfs_op {
 	CASTFS_OP_MEM, /* bytes held by the plan */
@@ -169,6 +171,9 @@ struct castfs_plan {
 	 * names, header text, kept bytes, quantiser records). */
 	void *arena;
 	size_t arena_bytes;
+	/* The source's metadata text that a MEM extent of the header
+	 * borrows (castfs_pb_share_meta), or NULL. */
+	struct castfs_shared *meta_text;
 };
 
 /*

@@ -70,9 +70,23 @@ int castfs_pb_add_tensor(struct castfs_pb *pb, const char *name,
  */
 void castfs_pb_mark_late(struct castfs_pb *pb);
 
-/* castfs_pb_add_meta - a metadata pair, copied; written in call order. */
+/* castfs_pb_add_meta - a metadata pair, written in call order; @key and
+ * @value are borrowed until castfs_pb_finish_*() or castfs_pb_free(). */
 int castfs_pb_add_meta(struct castfs_pb *pb, const char *key, size_t key_len,
 		       const char *value, size_t value_len);
+
+/*
+ * castfs_pb_share_meta - let castfs_pb_finish_safetensors() borrow the
+ * header's metadata object from *@slot (a source header's meta_text),
+ * building it there on first use, when it is at least
+ * CASTFS_META_SHARE_MIN bytes: the views of a source with a large
+ * __metadata__ then hold it once. The pairs added must be the same for
+ * every builder given @slot, or the text is not shared (the bytes are
+ * compared). @slot must outlive the builder.
+ */
+#define CASTFS_META_SHARE_MIN 4096u
+void castfs_pb_share_meta(struct castfs_pb *pb,
+			  _Atomic(struct castfs_shared *) *slot);
 
 /* castfs_pb_add_qtensor - register a quantised source tensor; its index
  * goes to *@idx. Returns 0 or -ENOMEM. */

@@ -56,6 +56,9 @@ int castfs_view_copy_metadata(struct castfs_pb *pb,
 	static const char comfy_key[] = "_quantization_metadata";
 	int rc;
 
+	/* Every view of @h writes the same pairs: a large __metadata__ is
+	 * then held once by their plans (st_header.h, meta_text). */
+	castfs_pb_share_meta(pb, h->meta_text);
 	if (!castfs_header_meta(h, fmt_key)) {
 		rc = castfs_pb_add_meta(pb, fmt_key, sizeof(fmt_key) - 1, "pt",
 					2);

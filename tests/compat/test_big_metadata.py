@@ -1,0 +1,126 @@
+# SPDX-License-Identifier: MIT
+"""A source with a large __metadata__ (40 MB of text, within the 100 MB
+header limit): every view writes it, and the views' plans hold it once.
+
+Before stop 42 each view's plan kept two copies of it (the pairs and the
+header text): `ls -l` of one such file took the daemon past 600 MB (a bug
+hunt of stop 41). Now the views of a source share one copy of the
+metadata object's text (docs/ARCHITECTURE.md, "Plans").
+
+- The cast views equal safetensors' own writer (`safetensors.torch.save`
+  of the cast tensors with the same metadata) byte for byte: whole, by
+  random ranges and by ranges across the header's pieces.
+- Every view's header carries the metadata (json) and loads.
+- The daemon's memory after `ls -l` and a header read of every view grows
+  by less than four times the metadata (one copy per view costs over
+  twice per view; eight views here). Skipped under a sanitizer, whose
+  allocator keeps freed memory.
+"""
+import json
+import os
+import struct
+import unittest
+
+import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save, save_file
+
+import castfs_testlib as tl
+
+META_MB = 40
+
+
+def big_text():
+    """About META_MB MB of text that JSON must escape in places."""
+    unit = 'pt "quoted" \\back\\ slash/ é ✓ \x01 tab\t line\n'
+    return unit * (META_MB * 1000 * 1000 // len(unit.encode()))
+
+
+class BigMetadata(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.ctx = tl.tempdir()
+        cls.src = cls.ctx.__enter__()
+        g = torch.Generator().manual_seed(7)
+        cls.tensors = {
+            "model.layers.0.mlp.up_proj.weight":
+                torch.randn(128, 256, generator=g).bfloat16(),
+            "model.norm.weight": torch.randn(256, generator=g).bfloat16()}
+        # One key: safetensors' writer orders several keys by a hash.
+        cls.meta = {"format": big_text()}
+        save_file(cls.tensors, os.path.join(cls.src, "m.safetensors"),
+                  metadata=cls.meta)
+        cls.mnt = tl.Mount(cls.src, options=["cache_mb=16"])
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.mnt.unmount()
+        cls.ctx.__exit__(None, None, None)
+        assert rc == 0, "castfs exited with %d" % rc
+
+    def views(self):
+        names = sorted(n for n in os.listdir(self.mnt.path)
+                       if n.startswith("m.") and n.endswith(".safetensors")
+                       and n != "m.safetensors")
+        self.assertGreaterEqual(len(names), 6, names)
+        return names
+
+    def test_cast_views_equal_the_writer(self):
+        for view, dt in (("fp16", torch.float16), ("fp32", torch.float32),
+                         ("fp8", torch.float8_e4m3fn)):
+            with self.subTest(view=view):
+                want = save({k: v.to(dt) for k, v in self.tensors.items()},
+                            metadata=self.meta)
+                path = self.mnt.join("m.%s.safetensors" % view)
+                with open(path, "rb") as f:
+                    got = f.read()
+                self.assertEqual(len(got), len(want))
+                self.assertTrue(got == want, view)
+                # Across the header's pieces: the prefix, the shared
+                # metadata object, the tensors' entries.
+                meta_at = len(b'{"__metadata__":') + 8
+                meta_end = want.rindex(b'"}', 0, 8 + struct.unpack(
+                    "<Q", want[:8])[0]) + 2
+                for off, n in ((0, 4096), (meta_at - 3, 10),
+                               (meta_end - 5, 64), (meta_at, meta_end),
+                               (meta_end - 1, 4096)):
+                    with open(path, "rb") as f:
+                        f.seek(off)
+                        self.assertEqual(f.read(n), want[off:off + n],
+                                         (view, off, n))
+                tl.check_ranges(self, path, want, count=50)
+
+    def test_every_view_has_it(self):
+        for name in self.views():
+            with self.subTest(view=name):
+                with open(self.mnt.join(name), "rb") as f:
+                    n = struct.unpack("<Q", f.read(8))[0]
+                    head = json.loads(f.read(n))
+                self.assertEqual(head["__metadata__"], self.meta)
+        with open(self.mnt.join("m.nf4.safetensors"), "rb") as f:
+            self.assertIn("model.layers.0.mlp.up_proj.weight",
+                          st_load(f.read()))
+
+    def test_memory_holds_one_copy(self):
+        m = tl.Mount(self.src, options=["cache_mb=16"])
+        try:
+            pid = m.daemon()
+            if tl.sanitizer(pid):
+                self.skipTest("RSS not checked under %s" % tl.sanitizer(pid))
+            os.listdir(m.path)
+            base = tl.rss_mb(pid)
+            names = self.views()
+            for name in names:
+                os.stat(m.join(name))
+                with open(m.join(name), "rb") as f:
+                    f.read(1 << 20)
+            grown = tl.rss_mb(pid) - base
+            print("daemon grew %.0f MB for %d views of a %d MB __metadata__"
+                  % (grown, len(names), META_MB))
+            self.assertLess(grown, 4 * META_MB, names)
+        finally:
+            self.assertEqual(m.unmount(), 0)
+
+
+if __name__ == "__main__":
+    tl.main()
