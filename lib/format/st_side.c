@@ -54,6 +54,10 @@ bool castfs_side_wanted(const struct castfs_tensor *t)
 
 	if (bnb_state(t))
 		return true;
+	/* bitsandbytes' int8 layout code: 0 is row-major, others tiled. */
+	if (t->nelems == 1 && t->end - t->begin <= 8 &&
+	    has_suffix(t, "weight_format", &at))
+		return true;
 	return (t->dtype == CASTFS_DTYPE_I64 || t->dtype == CASTFS_DTYPE_I32) &&
 	       t->ndim == 1 && t->nelems <= 8 &&
 	       has_suffix(t, ".weight_shape", &at);

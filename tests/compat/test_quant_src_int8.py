@@ -112,6 +112,15 @@ def setUpModule():
     bad = bnb_file(g)
     bad["model.layers.0.mlp.up_proj.SCB"] = torch.ones(32)
     save_file(bad, os.path.join(src, "bad-scb.safetensors"), metadata=MD)
+    # Tiled layouts of older bitsandbytes (weight_format 1 col32,
+    # 2 col_turing, 3 col_ampere), and a format stored as I64.
+    for fmt, dt in ((1, torch.uint8), (2, torch.uint8), (3, torch.uint8),
+                    (2, torch.int64), (0, torch.int64)):
+        tiled = bnb_file(g)
+        for k in [k for k in tiled if k.endswith(".weight_format")]:
+            tiled[k] = torch.tensor(fmt, dtype=dt)
+        save_file(tiled, os.path.join(src, "fmt%d-%s.safetensors" % (
+            fmt, str(dt)[6:])), metadata=MD)
     for name in ("bnb8", "own8"):
         Env.files[name] = load_file(os.path.join(src, name + ".safetensors"))
     write_int8_model(os.path.join(Env.root, "bf16-model"),
@@ -188,6 +197,33 @@ class Int8(unittest.TestCase):
         self.assertIn("LLM.int8", rej["bad-scb.safetensors"])
         self.assertIn("'model.layers.0.mlp.up_proj.SCB'",
                       rej["bad-scb.safetensors"])
+
+
+    def test_tiled_weight_format_refused(self):
+        """bitsandbytes reads only weight_format 0 (row-major); the tiled
+        layouts' bytes are other weights read as rows (castfs served them
+        until stop 42, found by a bug hunt). Which it accepts is asked of
+        bitsandbytes itself (maybe_rearrange_weight)."""
+        import bitsandbytes.nn.modules as bm
+        names = os.listdir(Env.mnt.path)
+        with open(Env.mnt.join(".castfs", "rejected")) as f:
+            rej = {r["path"]: r["reason"] for r in json.load(f)}
+        for fmt, dt in ((1, "uint8"), (2, "uint8"), (3, "uint8"),
+                        (2, "int64"), (0, "int64")):
+            name = "fmt%d-%s" % (fmt, dt)
+            sd = {"m.weight": torch.zeros(2, 2, dtype=torch.int8),
+                  "m.weight_format": torch.tensor(fmt)}
+            try:
+                bm.maybe_rearrange_weight(sd, "m.", None, True, [], [], [])
+                bnb_reads = True
+            except ValueError:
+                bnb_reads = False
+            with self.subTest(file=name):
+                self.assertEqual(name + ".bf16.safetensors" in names,
+                                 bnb_reads)
+                if not bnb_reads:
+                    self.assertIn("weight_format %d (not 0" % fmt,
+                                  rej[name + ".safetensors"])
 
 
 class ModelDir(unittest.TestCase):
