@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ckd.h"
 #include "common/reader.h"
 #include "format/st_side.h"
 #include "view/qsrc_xshard.h"
@@ -162,9 +163,49 @@ static int by_name_cmp(const void *a, const void *b)
 	return (x->name_len > y->name_len) - (x->name_len < y->name_len);
 }
 
+/* Where a composite that owns its strings (XS_ALL) copies them: the next
+ * free shape entry and byte of its block. Unset when it borrows them. */
+struct xs_arena {
+	bool own;
+	uint64_t *dims;
+	char *chars;
+};
+
+/* What a composite's block holds: its tensors and, when it owns them,
+ * the shape entries and name bytes (NULs included) it copies. Sums of
+ * sizes already in memory: uint64_t cannot overflow. */
+struct xs_size {
+	uint64_t m, ndims, nchars;
+};
+
+/* @n bytes of @s, NUL-terminated, copied into @a. */
+static const char *arena_str(struct xs_arena *a, const char *s, size_t n)
+{
+	char *c = a->chars;
+
+	memcpy(c, s, n);
+	c[n] = '\0';
+	a->chars += n + 1;
+	return c;
+}
+
+/* Tensor @o, a copy of a shard's, takes its own name and shape from @a:
+ * the shard's header may be freed while the composite lives. */
+static void arena_tensor(struct xs_arena *a, struct castfs_tensor *o)
+{
+	if (!a->own)
+		return;
+	if (o->ndim) {
+		memcpy(a->dims, o->shape, o->ndim * sizeof(*a->dims));
+		o->shape = a->dims;
+		a->dims += o->ndim;
+	}
+	o->name = arena_str(a, o->name, o->name_len);
+}
+
 /* Fill @h's tensors (@m counted) with the wanted ones, offsets rebased. */
 static void fill(const struct castfs_header *const *hs, size_t n, size_t k,
-		 struct castfs_header *h)
+		 struct castfs_header *h, struct xs_arena *a)
 {
 	size_t m = 0;
 
@@ -176,6 +217,7 @@ static void fill(const struct castfs_header *const *hs, size_t n, size_t k,
 			if (!wanted(hs, n, k, j, t))
 				continue;
 			*o = *t;
+			arena_tensor(a, o);
 			o->begin = castfs_part_off(j, hs[j]->data_start +
 							      t->begin);
 			o->end = o->begin + (t->end - t->begin);
@@ -188,28 +230,76 @@ static void fill(const struct castfs_header *const *hs, size_t n, size_t k,
 	qsort(h->by_name, m, sizeof(*h->by_name), by_name_cmp);
 }
 
+/* The size of the composite of shard @k (XS_ALL: of them all, which owns
+ * its names and shapes) of @hs. */
+static void xs_count(const struct castfs_header *const *hs, size_t n, size_t k,
+		     struct xs_size *sz)
+{
+	for (size_t j = 0; j < n; j++) {
+		for (size_t i = 0; i < hs[j]->ntensors; i++) {
+			const struct castfs_tensor *t = &hs[j]->tensors[i];
+
+			if (!wanted(hs, n, k, j, t))
+				continue;
+			sz->m++;
+			if (k != XS_ALL)
+				continue;
+			sz->ndims += t->ndim;
+			sz->nchars += t->name_len + 1;
+		}
+	}
+}
+
+/* One block, as the parser lays it out (castfs_header_free() frees it):
+ * header, tensors, shapes, by_name, then the names; @a's cursors set
+ * to where the copies go. */
+static int xs_alloc(const struct xs_size *sz, struct castfs_header **out,
+		    struct xs_arena *a)
+{
+	const uint64_t m = sz->m ? sz->m : 1;
+	uint64_t size = sizeof(struct castfs_header), t, d, p;
+	struct castfs_header *h;
+
+	_Static_assert(sizeof(struct castfs_header) % 8 == 0, "alignment");
+	_Static_assert(sizeof(struct castfs_tensor) % 8 == 0, "alignment");
+	if (castfs_ckd_mul(&t, m, sizeof(struct castfs_tensor)) ||
+	    castfs_ckd_mul(&d, sz->ndims, sizeof(uint64_t)) ||
+	    castfs_ckd_mul(&p, m, sizeof(void *)) ||
+	    castfs_ckd_add(&size, size, t) || castfs_ckd_add(&size, size, d) ||
+	    castfs_ckd_add(&size, size, p) ||
+	    castfs_ckd_add(&size, size, sz->nchars) || size > SIZE_MAX)
+		return -ENOMEM;
+	h = calloc(1, (size_t)size);
+	if (!h)
+		return -ENOMEM;
+	h->tensors = (struct castfs_tensor *)(h + 1);
+	a->dims = (uint64_t *)(h->tensors + m);
+	h->by_name = (const struct castfs_tensor **)(a->dims + sz->ndims);
+	a->chars = (char *)(h->by_name + m);
+	*out = h;
+	return 0;
+}
+
 /* The composite header of shard @k (XS_ALL: of them all) of @hs. */
 static int xs_build(const struct castfs_header *const *hs, size_t n, size_t k,
 		    struct castfs_header **out)
 {
 	const struct castfs_header *meta = hs[k == XS_ALL ? 0 : k];
+	struct xs_size sz = { 0 };
+	struct xs_arena a = { .own = k == XS_ALL };
 	struct castfs_header *h;
-	size_t m = 0;
+	int rc;
 
-	for (size_t j = 0; j < n; j++)
-		for (size_t i = 0; i < hs[j]->ntensors; i++)
-			m += wanted(hs, n, k, j, &hs[j]->tensors[i]);
-	/* One block, as the parser allocates: castfs_header_free() frees it. */
-	h = calloc(1, sizeof(*h) + (m ? m : 1) * (sizeof(*h->tensors) +
-						  sizeof(*h->by_name)));
-	if (!h)
-		return -ENOMEM;
-	h->tensors = (struct castfs_tensor *)(h + 1);
-	h->by_name = (const struct castfs_tensor **)(h->tensors + (m ? m : 1));
+	xs_count(hs, n, k, &sz);
+	rc = xs_alloc(&sz, &h, &a);
+	if (rc)
+		return rc;
+	/* Borrowed even by XS_ALL: its keeper, the first shard's entry,
+	 * outlives it, and metadata may be as large as the header limit. */
 	h->has_metadata = meta->has_metadata;
 	h->nmeta = meta->nmeta;
 	h->meta = meta->meta;
-	fill(hs, n, k, h);
+	fill(hs, n, k, h, &a);
 	/* int4 weights' true shapes: their weight_shape data, from the
 	 * shards that hold them. */
 	if (castfs_header_side_gather(

@@ -50,9 +50,13 @@ int castfs_qsrc_xshard(const struct castfs_header *const *hs, size_t n,
 /*
  * castfs_qsrc_xshard_all - every tensor of the @n shards @hs in one
  * header, offsets rewritten as castfs_qsrc_xshard() does (part j is
- * shard j) and metadata borrowed from @hs[0]: where an nvfp4 view
- * finds the fused siblings of a shard's weights in the other shards
- * (struct castfs_view fuse_h). Same ownership as castfs_qsrc_xshard().
+ * shard j) and metadata borrowed from @hs[0]: where an nvfp4 view finds
+ * the fused siblings of a shard's weights in the other shards (struct
+ * castfs_view fuse_h). Unlike castfs_qsrc_xshard(), the result owns
+ * copies of its names and shapes: it is kept across requests
+ * (ns/ns_mdxshard.c), and a shard's header may be freed and read again
+ * under it. Keep @hs[0] alive while the result is used; @hs[1..] are
+ * only read during the call. Free the result with castfs_header_free().
  * Returns 0 with *@out set; -EINVAL when @n is 0 or over
  * CASTFS_PART_MAX; -ENOMEM. Pure function of @hs; thread-safe.
  */

@@ -217,6 +217,60 @@ START_TEST(test_xshard__all)
 }
 END_TEST
 
+/* Tensor @name of @x: in it, with its own copy of the name and shape
+ * (not the pointers of @src's), shaped @r x @c. */
+static void check_owned(const struct castfs_header *x,
+			const struct castfs_header *src, const char *name,
+			uint64_t r, uint64_t c)
+{
+	const struct castfs_tensor *t = stt_find(x, name),
+				   *o = stt_find(src, name);
+
+	ck_assert_ptr_ne(t->name, o->name);
+	ck_assert_ptr_ne(t->shape, o->shape);
+	ck_assert_uint_eq(t->ndim, 2);
+	ck_assert_uint_eq(t->shape[0], r);
+	ck_assert_uint_eq(t->shape[1], c);
+}
+
+/* The merged header is kept while other shards' headers are freed and
+ * read again (ns_mdxshard.c): it owns its names and shapes; metadata is
+ * the first shard's, whose entry keeps it. */
+START_TEST(test_xshard__all_outlives_shards)
+{
+	struct tu_st *b[2] = { tu_st_new(), tu_st_new() };
+	struct castfs_header *h[2], *x;
+	const struct castfs_meta_kv *kv;
+	uint8_t *file[2];
+	size_t len;
+
+	tu_st_meta(b[0], "format", "pt");
+	tu_st_add(b[0], "mlp.gate_proj.weight", "BF16", SHAPE(4, 6), NULL);
+	tu_st_add(b[1], "mlp.up_proj.weight", "BF16", SHAPE(5, 6), NULL);
+	for (size_t k = 0; k < 2; k++) {
+		file[k] = tu_st_build(b[k], &len);
+		tu_st_free(b[k]);
+		h[k] = stt_parse_ok(file[k], len);
+	}
+	ck_assert_int_eq(castfs_qsrc_xshard_all(
+				 (const struct castfs_header *const *)h, 2, &x),
+			 0);
+	check_owned(x, h[0], "mlp.gate_proj.weight", 4, 6);
+	check_owned(x, h[1], "mlp.up_proj.weight", 5, 6);
+	castfs_header_free(h[1]);
+	free(file[1]);
+	/* Read after the shard is gone (ASan builds see any borrow). */
+	ck_assert_ptr_nonnull(stt_find(x, "mlp.gate_proj.weight"));
+	ck_assert_uint_eq(stt_find(x, "mlp.up_proj.weight")->shape[0], 5);
+	kv = castfs_header_meta(x, "format");
+	ck_assert_ptr_nonnull(kv);
+	ck_assert_str_eq(kv->value, "pt");
+	castfs_header_free(x);
+	castfs_header_free(h[0]);
+	free(file[0]);
+}
+END_TEST
+
 /* The bf16 view of each shard, read through the composite source, is
  * the slow dequantization; any range is a slice of the whole. */
 START_TEST(test_xshard__bf16_reads)
@@ -473,6 +527,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_xshard__alone_refused);
 	tcase_add_test(tc, test_xshard__headers);
 	tcase_add_test(tc, test_xshard__all);
+	tcase_add_test(tc, test_xshard__all_outlives_shards);
 	tcase_add_test(tc, test_xshard__bf16_reads);
 	tcase_add_test(tc, test_xshard__orphan_scale);
 	tcase_add_test(tc, test_xshard__fp4_modules);
