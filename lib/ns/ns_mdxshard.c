@@ -9,7 +9,10 @@
  * cached in the shard's checkpoint entry, and an open file reads every
  * shard as a part of one composite source (ns_file_new_parts()). What
  * every shard's nvfp4 plan reads of the whole model (struct ns_md_fuse)
- * is built once per identity of the shards, in the first shard's entry.
+ * is built once per identity of the shards, in the first shard's entry;
+ * it borrows nothing from the other shards' entries, which come and go
+ * under it (the kernel forgets a shard; it is parsed again, same
+ * identity).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -144,6 +147,22 @@ static int fuse_build(struct castfs_ns *ns, const struct ns_md_xshard *x,
 	return 0;
 }
 
+/* The bytes @f holds: the records of every shard's tensors, the copies
+ * of their names and shapes (bounded by the shards' header text) and the
+ * bf16 plan. */
+static size_t fuse_cost(const struct ns_md_xshard *x,
+			const struct ns_md_fuse *f)
+{
+	size_t cost = f->all->ntensors *
+		      (sizeof(*f->all->tensors) + sizeof(*f->all->by_name));
+
+	for (size_t j = 0; j < x->s.n; j++)
+		cost += (size_t)x->s.ck[j]->h->header_len;
+	if (f->deq)
+		cost += ns_ckpt_plan_cost(castfs_view_deqfuse_plan(f->deq));
+	return cost;
+}
+
 /*
  * The whole-model parts of the shards in @x (held) for nvfp4 view @v, kept
  * in the first shard's entry, built on first need. *@owned is set when
@@ -176,10 +195,7 @@ static int fuse_get(struct castfs_ns *ns, const struct ns_md_xshard *x,
 	if (!f && n < FUSE_ENTS_MAX) {
 		mine->next = ck0->slot[NS_CKPT_XFUSE];
 		ck0->slot[NS_CKPT_XFUSE] = f = mine;
-		cost = (size_t)mine->all->header_len +
-		       (mine->deq ? ns_ckpt_plan_cost(castfs_view_deqfuse_plan(
-					    mine->deq)) :
-				    0);
+		cost = fuse_cost(x, mine);
 	} else if (!f) {
 		*owned = f = mine;
 	}

@@ -94,7 +94,10 @@ int ns_md_shard_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
  * whole model, built once per identity of the shards and kept in the
  * first shard's checkpoint entry (ns_mdxshard.c): every shard's tensors
  * (the fuse_h of struct castfs_view) and, of a quantized model, their
- * bf16 view (castfs_view_deqfuse_new()). */
+ * bf16 view (castfs_view_deqfuse_new()). It borrows nothing from the
+ * other shards' entries, which may be freed while it is kept: @all owns
+ * its names and shapes (castfs_qsrc_xshard_all()), and its metadata is
+ * the first shard's, whose entry keeps it. */
 struct ns_md_fuse {
 	struct ns_md_fuse *next;
 	uint64_t dep; /* every shard's identity (ns_gguf_shards_dep()) */
