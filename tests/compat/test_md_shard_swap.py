@@ -2,15 +2,12 @@
 """Shards of a model folder replaced while its DIR.nvfp4/ is read (stop
 41, found by a bug hunt).
 
-NOT IN THE SUITE (tests/compat/local.mk) until the use-after-free it
-finds under ASan is fixed: an nvfp4 fuse entry, cached in the first
-shard's checkpoint entry, borrows the tensor names of every shard's header
-(the composite `all` of ns_mdxshard.c), and a forgotten shard's header is
-freed while the entry lives (castfs_qsrc_leaf reading a freed name from
-castfs_view_plan_opts -> fuses_quantized, ASan, stop 41's CI run). The
-daemon then dies dumping core while its watcher waits behind a lookup,
-and the mount hangs (the supervisor's dying-daemon check waits for a
-zombie; a core dump in progress is none). The plain build passes it.
+Under ASan it also found a use-after-free the plain build does not show:
+the nvfp4 fuse entry, kept in the first shard's checkpoint entry, borrowed
+the tensor names of every shard's header, and a forgotten shard's header
+was freed and parsed again under it (castfs_qsrc_leaf reading a freed name
+from castfs_view_plan_opts -> fuses_quantized). The entry now owns copies
+(castfs_qsrc_xshard_all()).
 
 An nvfp4 shard reads its fused siblings (gate/up, q/k/v: one global scale)
 from the other shards the index names. A lookup made while a shard was
