@@ -411,26 +411,45 @@ static int sv_timeout_ms(const struct sv *sv)
 	return t;
 }
 
-/* Whether the main thread of process @pid has exited (a zombie waiting
- * for its other threads). */
-static bool sv_leader_gone(pid_t pid)
+/* /proc/@pid/@name into @buf (NUL-terminated); its length, or -1. */
+static ssize_t sv_proc_read(pid_t pid, const char *name, char *buf, size_t len)
 {
-	char path[64], buf[512];
-	const char *p;
+	char path[64];
 	ssize_t n;
 	int fd;
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, name);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return false;
-	n = read(fd, buf, sizeof(buf) - 1);
+		return -1;
+	n = read(fd, buf, len - 1);
 	close(fd);
-	if (n <= 0)
-		return false;
+	if (n < 0)
+		return -1;
 	buf[n] = '\0';
+	return n;
+}
+
+/*
+ * Whether process @pid is on its way out: its main thread has exited (a
+ * zombie waiting for its other threads), or it is dumping core (the dump
+ * waits for every thread to stop, the other threads' exits wait for the
+ * dump; "CoreDumping" in /proc/PID/status, Linux 4.15).
+ */
+static bool sv_leader_gone(pid_t pid)
+{
+	char buf[4096];
+	const char *p;
+
+	if (sv_proc_read(pid, "stat", buf, sizeof(buf)) <= 0)
+		return false;
 	p = strrchr(buf, ')'); /* the name may hold anything */
-	return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+	if (p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X'))
+		return true;
+	if (sv_proc_read(pid, "status", buf, sizeof(buf)) <= 0)
+		return false;
+	p = strstr(buf, "\nCoreDumping:");
+	return p && strtol(p + sizeof("\nCoreDumping:") - 1, NULL, 10) == 1;
 }
 
 /*
@@ -441,6 +460,9 @@ static bool sv_leader_gone(pid_t pid)
  * hung for good. A main thread gone for SV_DYING_S is taken as the death
  * it is: the successor answers the resent lookup, which frees the lock,
  * the notify, and the old daemon's exit (reaped then as a retired one).
+ * A crash that dumps core is the same death, slower: the dump waits for
+ * that thread too. Nothing is sent to the old daemon: a dump that can
+ * finish is written whole.
  */
 static void sv_check_dying(struct sv *sv)
 {

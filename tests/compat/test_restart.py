@@ -548,7 +548,9 @@ def abort_connection(mnt):
     """Abort @mnt's FUSE connection (fusectl), so that a hung mount can
     be unmounted at the end of a failed test."""
     ctl = "/sys/fs/fuse/connections"
-    mnt = os.path.realpath(mnt)
+    # realpath() would stat the mount point itself: a hung mount's root
+    mnt = os.path.join(os.path.realpath(os.path.dirname(mnt)),
+                       os.path.basename(mnt))
     minor = None
     with open("/proc/self/mountinfo") as f:  # no stat: it would hang
         for line in f:
@@ -576,14 +578,33 @@ class StuckWatcher(unittest.TestCase):
         (a bug hunt, stop 41). The supervisor now takes a daemon whose
         main thread is gone for a death: the lookup is answered by the
         next daemon, and every later request too."""
+        self.stuck_and_killed(signal.SIGKILL, ())
+
+    def test_core_dump_while_the_watcher_waits_for_a_lookup(self):
+        """The same with a crash that dumps core (SIGABRT, core size
+        unlimited): the dump waits for every thread to stop, the watcher
+        cannot, and the main thread waits in its exit for the dump, not a
+        zombie: the mount hung for good (seen in stop 41's CI run). The
+        supervisor now takes a daemon dumping core for SV_DYING_S for a
+        death too, and sends it nothing: once the next daemon answers the
+        lookup, the dump finishes and the old daemon exits."""
+        dumped = self.stuck_and_killed(
+            signal.SIGABRT, ["prlimit", "--core=unlimited", "--"])
+        self.assertTrue(dumped, "the daemon never dumped core")
+
+    def stuck_and_killed(self, sig, prefix):
+        """Catch the watcher waiting behind a lookup, send @sig to the
+        daemon (started under @prefix), and require the lookup and the
+        next requests answered. Returns whether the daemon was seen
+        dumping core (its core file is removed at the end)."""
         with tl.tempdir() as src:
             # a header to parse for each try: the lookup's slow part
             for k in range(6):
                 tiny_tensors(os.path.join(src, "slow%d.safetensors" % k),
                              200000)
             rc.write_ckpt(os.path.join(src, "a.safetensors"), 1)
-            m = tl.Mount(src)
-            ok = False
+            m = tl.Mount(src, prefix=prefix)
+            ok, dumped = False, None
             try:
                 for k in range(6):
                     d = wait_daemon(m.proc.pid)
@@ -604,7 +625,10 @@ class StuckWatcher(unittest.TestCase):
                     if done or not stuck_threads(d):
                         t.join(30)
                         continue  # the lookup won the race: try again
-                    os.kill(d, signal.SIGKILL)
+                    self.addCleanup(remove_core, d,
+                                    os.readlink("/proc/%d/cwd" % d))
+                    os.kill(d, sig)
+                    dumped = core_dumping(d, 5)
                     t.join(STALL_BOUND_S + 5)
                     self.assertTrue(done, "the lookup was never answered")
                     self.assertGreater(done[0].st_size, 0)
@@ -620,6 +644,37 @@ class StuckWatcher(unittest.TestCase):
                     m.proc.kill()
                     m.proc.wait()
                     subprocess.run(["fusermount3", "-uz", m.path])
+        return dumped
+
+
+def remove_core(pid, cwd):
+    """Once process @pid is gone (within 30 s), remove the core it dumped
+    in @cwd, if core_pattern puts one there by a name we know."""
+    deadline = time.time() + 30
+    while os.path.exists("/proc/%d" % pid) and time.time() < deadline:
+        time.sleep(0.1)
+    pattern = open("/proc/sys/kernel/core_pattern").read().strip()
+    if pattern.startswith("|") or os.path.isabs(pattern):
+        return  # piped or written elsewhere: not ours to remove
+    for name in ("core", "core.%d" % pid):
+        try:
+            os.unlink(os.path.join(cwd, name))
+        except OSError:
+            pass
+
+
+def core_dumping(pid, timeout):
+    """Whether process @pid is seen dumping core within @timeout s."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with open("/proc/%d/status" % pid) as f:
+                if "\nCoreDumping:\t1" in f.read():
+                    return True
+        except OSError:
+            return False
+        time.sleep(0.05)
+    return False
 
 
 def pid_dir():
