@@ -281,11 +281,24 @@ static bool sv_is_failure(int status)
 	return WEXITSTATUS(status) != 0;
 }
 
+/* Whether the kernel still serves the mount: an unmounted (or aborted)
+ * connection polls as an error on the supervisor's fd. */
+static bool sv_conn_alive(const struct sv *sv)
+{
+	struct pollfd p = { .fd = sv->fd, .events = POLLIN };
+
+	return poll(&p, 1, 0) >= 0 && !(p.revents & (POLLERR | POLLHUP));
+}
+
 static void sv_reap_cur(struct sv *sv, int status)
 {
 	sv->cur = 0;
-	if (sv->stopping || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-		/* Unmounted, or told to stop: the mount is over. */
+	if (sv->stopping ||
+	    (WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+	     !sv_conn_alive(sv))) {
+		/* Unmounted, or told to stop: the mount is over. A daemon
+		 * that exits 0 under a live mount was stopped by someone
+		 * else (a SIGTERM to it alone): replaced like any death. */
 		sv->stopping = true;
 		return;
 	}

@@ -514,6 +514,32 @@ class Signals(unittest.TestCase):
                     self.assertEqual(blk & want, want, "thread %d" % t)
 
 
+    def test_sigterm_to_the_daemon_alone_restarts(self):
+        """A plain `kill` of the serving daemon (not the supervisor) made
+        it exit 0, which the supervisor took for an unmount: the mount
+        was gone and every open file failed with ENOTCONN (a bug hunt,
+        stop 42). A daemon exiting 0 under a live mount is now replaced
+        like any death; readers see a stall, never an error, and the
+        mount still ends cleanly at unmount."""
+        name = rc.view_name("a", "fp16")
+        with open(os.path.join(Fixture.refdir, name), "rb") as f:
+            want = f.read()
+        m = tl.Mount(Fixture.src)
+        try:
+            d = wait_daemon(m.proc.pid)
+            with open(m.join(name), "rb", buffering=0) as f:
+                self.assertEqual(f.read(4096), want[:4096])
+                os.kill(d, signal.SIGTERM)
+                new = wait_daemon(m.proc.pid, other_than=(d,))
+                self.assertNotEqual(new, d)
+                f.seek(0)
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+                self.assertEqual(f.read(), want)
+            self.assertTrue(os.path.ismount(m.path))
+        finally:
+            self.assertEqual(m.unmount(), 0)
+
+
 def tiny_tensors(path, n):
     """A checkpoint of @n [1, 2] BF16 tensors: a view's plan of it takes
     a while to build (the lookup that builds it holds its directory)."""
