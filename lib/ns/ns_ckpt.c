@@ -291,7 +291,7 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 				 (sharded ? CASTFS_QSRC_XSHARD : 0) |
 				 (sharded && mq.bnb_4bit ? CASTFS_QSRC_Q4XS :
 							   0) |
-				 w4,
+				 (mq.mxfp4 ? CASTFS_QSRC_MX : 0) | w4,
 			.brows = mq.block_rows,
 			.bcols = mq.block_cols,
 		};

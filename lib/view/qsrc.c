@@ -398,6 +398,8 @@ int castfs_qsrc_scan_opts(const struct castfs_header *h,
 		rc = check_strict(h, &q, d);
 	if (!rc && (flags & CASTFS_QSRC_STRICT))
 		rc = castfs_qsrc_ct4_orphans(h, &q, true, d);
+	if (!rc && (flags & CASTFS_QSRC_MX))
+		rc = castfs_qsrc_mx_orphans(h, &q, d);
 	if (rc) {
 		castfs_qsrc_fini(&q);
 		return rc;

@@ -139,6 +139,13 @@ struct castfs_qsrc {
  * partner may be in another shard (view/qsrc_xshard.h).
  */
 #define CASTFS_QSRC_Q4XS 16u
+/*
+ * MX: the model directory's config.json says quant_method "mxfp4"
+ * (gpt-oss): a gpt-oss expert "_blocks" or "_scales" without its partner
+ * in the same file is refused (castfs_qsrc_mx_orphans()), where a file
+ * alone keeps it as stored.
+ */
+#define CASTFS_QSRC_MX 32u
 
 /*
  * castfs_qsrc_scan - classify every tensor of @h (docs/FORMATS.md,

@@ -56,6 +56,16 @@ int castfs_qsrc_ct4(const struct castfs_header *h, struct castfs_qsrc *q,
 		    struct castfs_diag *d);
 
 /*
+ * castfs_qsrc_mx_orphans - under CASTFS_QSRC_MX, refuse a gpt-oss
+ * MXFP4 expert tensor ("*.experts.{gate_up,down}_proj_{blocks,scales}",
+ * U8) left unpaired by castfs_qsrc_mxfp4(): its partner is in another
+ * shard, and served as stored it would load as no weight at all.
+ * Returns 0 or -ENOTSUP with the reason in @d.
+ */
+int castfs_qsrc_mx_orphans(const struct castfs_header *h,
+			   const struct castfs_qsrc *q, struct castfs_diag *d);
+
+/*
  * castfs_qsrc_ct4_orphans - refuse a "weight_global_scale" or
  * "input_global_scale" of @h, and with @strict (a directory whose
  * config.json declares a quantized layout: CASTFS_QSRC_STRICT) a

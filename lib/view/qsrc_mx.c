@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "view/qsrc_internal.h"
 #include "view/view_internal.h"
 
 /* The longest source row castfs_gen_deq_mxfp4() reads at once (bytes of
@@ -98,5 +99,37 @@ int castfs_qsrc_mxfp4(const struct castfs_header *h, struct castfs_qsrc *q,
 	};
 	q->t[s - h->tensors].role = CASTFS_QR_SCALE;
 	q->nmxfp4++;
+	return 0;
+}
+
+/* Whether @t is named as one of gpt-oss's MXFP4 expert tensors. */
+static bool mx_named(const struct castfs_tensor *t)
+{
+	static const char *const names[] = { ".experts.gate_up_proj_blocks",
+					     ".experts.down_proj_blocks",
+					     ".experts.gate_up_proj_scales",
+					     ".experts.down_proj_scales" };
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		if (name_ends(t, names[i]))
+			return true;
+	}
+	return false;
+}
+
+int castfs_qsrc_mx_orphans(const struct castfs_header *h,
+			   const struct castfs_qsrc *q, struct castfs_diag *d)
+{
+	for (size_t i = 0; i < h->ntensors; i++) {
+		const struct castfs_tensor *t = &h->tensors[i];
+
+		if (q->t[i].role == CASTFS_QR_PLAIN &&
+		    t->dtype == CASTFS_DTYPE_U8 && mx_named(t))
+			return mx_reject(
+				d, t,
+				"MXFP4 (gpt-oss) blocks or scales "
+				"without their partner in this file "
+				"(castfs pairs them within one shard)");
+	}
 	return 0;
 }

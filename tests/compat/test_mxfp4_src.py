@@ -96,8 +96,9 @@ def tiny_config():
                         max_position_embeddings=4096)
 
 
-def write_gptoss(path):
-    """A GptOss model with its experts in MXFP4, in two shards."""
+def write_gptoss(path, split=False):
+    """A GptOss model with its experts in MXFP4, in two shards (@split:
+    layer 0's down_proj_scales in the other shard than its blocks)."""
     torch.manual_seed(5)
     model = GptOssForCausalLM(tiny_config()).to(torch.bfloat16)
     with torch.no_grad():
@@ -117,10 +118,13 @@ def write_gptoss(path):
             out[k + "_scales"] = s
         else:
             out[k] = t
+    def first(k):
+        return (".layers.0." in k) != (split and k.endswith(
+            ".layers.0.mlp.experts.down_proj_scales"))
     shards = {"model-00001-of-00002.safetensors":
-              {k: v for k, v in out.items() if ".layers.0." in k},
+              {k: v for k, v in out.items() if first(k)},
               "model-00002-of-00002.safetensors":
-              {k: v for k, v in out.items() if ".layers.0." not in k}}
+              {k: v for k, v in out.items() if not first(k)}}
     wm = {}
     for name, part in shards.items():
         save_file(part, os.path.join(path, name), metadata={"format": "pt"})
@@ -188,6 +192,7 @@ def setUpModule():
     src = os.path.join(Env.root, "src")
     os.mkdir(src)
     write_gptoss(os.path.join(src, "gptoss"))
+    write_gptoss(os.path.join(src, "gptoss-split"), split=True)
     Env.single = single_file()
     save_file(Env.single, os.path.join(src, "experts.safetensors"),
               metadata={"format": "pt"})
@@ -250,6 +255,25 @@ class SingleFile(unittest.TestCase):
         with open(Env.mnt.join(".castfs", "rejected")) as f:
             rej = {r["path"]: r["reason"] for r in json.load(f)}
         self.assertIn("MXFP4", rej["bad-mxfp4.safetensors"])
+
+    def test_blocks_and_scales_split_refused(self):
+        """A shard holding an expert's _blocks and another its _scales:
+        castfs pairs them within a file, and served the two as stored
+        U8 in a DIR.bf16/ whose config.json said it was dequantized
+        (the loader finds no down_proj: random experts; a bug hunt,
+        stop 42). Both shards are refused, and the folder gets no
+        views."""
+        names = os.listdir(Env.mnt.path)
+        self.assertFalse([n for n in names if n.startswith("gptoss-split.")])
+        with open(Env.mnt.join(".castfs", "rejected")) as f:
+            rej = {r["path"]: r["reason"] for r in json.load(f)}
+        for shard in ("model-00001-of-00002", "model-00002-of-00002"):
+            why = rej["gptoss-split/%s.safetensors" % shard]
+            self.assertIn("without their partner in this file", why)
+        self.assertIn("down_proj_blocks",
+                      rej["gptoss-split/model-00001-of-00002.safetensors"])
+        self.assertIn("down_proj_scales",
+                      rej["gptoss-split/model-00002-of-00002.safetensors"])
 
     def test_info_shows_layout(self):
         r = tl.subprocess.run(
