@@ -303,6 +303,11 @@ static int check_named(const struct castfs_header *h,
 	if (ends_with(t, "_blocks") && t->dtype == CASTFS_DTYPE_U8 &&
 	    castfs_qsrc_sibling(h, t, strlen("_blocks"), "_scales", &err))
 		return reject(d, t, "MXFP4 (gpt-oss)");
+	/* optimum-quanto's QTensors save "M.weight._data" (codes) beside
+	 * "M.weight._scale" (and "._shift"): no "M.weight" to pair with. */
+	if (!err && ends_with(t, "._data") &&
+	    castfs_qsrc_sibling(h, t, strlen("_data"), "_scale", &err))
+		return reject(d, t, "optimum-quanto");
 	return err;
 }
 

@@ -192,6 +192,18 @@ static const struct {
 	  { { 4, 4 }, { 1, 32 } },
 	  { 2, 2 },
 	  "GPTQ" },
+	/* optimum-quanto's qfloat8 (QModuleMixin._save_to_state_dict):
+	 * codes and scale, no "l.weight" (a bug hunt: cast as values). */
+	{ { "l.weight._data", "l.weight._scale", "l.input_scale" },
+	  { "F8_E4M3", "F32", "F32" },
+	  { { 4, 4 }, { 4, 1 }, { 0, 0 } },
+	  { 2, 2, 0 },
+	  "optimum-quanto" },
+	{ { "l.weight._data", "l.weight._scale" },
+	  { "I8", "BF16" },
+	  { { 4, 4 }, { 4, 1 } },
+	  { 2, 2 },
+	  "optimum-quanto" },
 };
 
 START_TEST(test_qsrc__refused)
