@@ -293,9 +293,8 @@ static bool sv_conn_alive(const struct sv *sv)
 static void sv_reap_cur(struct sv *sv, int status)
 {
 	sv->cur = 0;
-	if (sv->stopping ||
-	    (WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
-	     !sv_conn_alive(sv))) {
+	if (sv->stopping || (WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+			     !sv_conn_alive(sv))) {
 		/* Unmounted, or told to stop: the mount is over. A daemon
 		 * that exits 0 under a live mount was stopped by someone
 		 * else (a SIGTERM to it alone): replaced like any death. */
