@@ -93,15 +93,19 @@ static bool bnb_int8(const cJSON *qc)
 	       cJSON_IsTrue(l8) && !cJSON_IsTrue(l4);
 }
 
-/* Whether @qc is transformers' BitsAndBytesConfig of a 4-bit model. */
+/* Whether @qc is transformers' BitsAndBytesConfig of a 4-bit model whose
+ * codes are stored as bytes: another bnb_4bit_quant_storage packs them
+ * into bf16/fp16/fp32 elements, which castfs does not read (a weight of
+ * a shard could pass for a plain float one). */
 static bool bnb_4bit(const cJSON *qc)
 {
 	static const char *const bnb[] = { "bitsandbytes", NULL };
+	static const char *const u8[] = { "uint8", NULL };
 	const cJSON *l8 = cJSON_GetObjectItemCaseSensitive(qc, "load_in_8bit");
 	const cJSON *l4 = cJSON_GetObjectItemCaseSensitive(qc, "load_in_4bit");
 
 	return str_in(qc, "quant_method", bnb) && cJSON_IsTrue(l4) &&
-	       !cJSON_IsTrue(l8);
+	       !cJSON_IsTrue(l8) && str_in(qc, "bnb_4bit_quant_storage", u8);
 }
 
 bool castfs_md_quant_dequantized(const struct castfs_md_quant *q)
@@ -269,6 +273,18 @@ static const cJSON *find_qc(const cJSON *root)
 	return cJSON_GetObjectItemCaseSensitive(tc, "quantization_config");
 }
 
+/* Why a bitsandbytes 4-bit config is not read: its code storage. */
+static void bnb_detail(const cJSON *qc, char *buf, size_t n)
+{
+	const cJSON *st =
+		cJSON_GetObjectItemCaseSensitive(qc, "bnb_4bit_quant_storage");
+	const cJSON *l4 = cJSON_GetObjectItemCaseSensitive(qc, "load_in_4bit");
+
+	if (cJSON_IsTrue(l4) && cJSON_IsString(st))
+		snprintf(buf, n, " (bnb_4bit_quant_storage '%.32s')",
+			 st->valuestring);
+}
+
 int castfs_md_quant_read(const char *json, size_t len,
 			 struct castfs_md_quant *out, struct castfs_diag *d)
 {
@@ -300,6 +316,8 @@ int castfs_md_quant_read(const char *json, size_t len,
 		    strcmp(m->valuestring, "compressed-tensors") == 0 &&
 		    !castfs_md_quant_dequantized(out))
 			ct_detail(qc, out->detail, sizeof(out->detail));
+		if (cJSON_IsObject(qc) && !castfs_md_quant_dequantized(out))
+			bnb_detail(qc, out->detail, sizeof(out->detail));
 	}
 	cJSON_Delete(root);
 	return 0;

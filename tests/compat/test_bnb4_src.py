@@ -199,7 +199,38 @@ def setUpModule():
     run_cli("convert", plain, "--view", "nf4", "-o",
             os.path.join(src, "own.safetensors"))
     Env.own = load_file(os.path.join(src, "own.safetensors"))
+    bf16_storage(os.path.join(src, "bf16-storage"))
     Env.mnt = tl.Mount(src)
+
+
+def bf16_storage(d):
+    """A sharded 4-bit folder saved with bnb_4bit_quant_storage bfloat16:
+    the codes packed into a BF16 [n, 1] weight in one shard, its
+    quant_state in the other."""
+    os.mkdir(d)
+    g = torch.Generator().manual_seed(4)
+    w = torch.randn(64, 128, generator=g).bfloat16()
+    q, st = bnb.functional.quantize_4bit(
+        w, blocksize=64, quant_type="nf4", quant_storage=torch.bfloat16,
+        compress_statistics=False)
+    comp = {"m.weight." + k: v for k, v in st.as_dict(packed=True).items()}
+    s1, s2 = "model-00001-of-00002.safetensors", \
+        "model-00002-of-00002.safetensors"
+    save_file({"m.weight": q, "n.weight": torch.ones(8).bfloat16()},
+              os.path.join(d, s1), metadata={"format": "pt"})
+    save_file(comp, os.path.join(d, s2), metadata={"format": "pt"})
+    wm = {"m.weight": s1, "n.weight": s1}
+    wm.update({k: s2 for k in comp})
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": wm}, f)
+    cfg = LlamaConfig(hidden_size=128, intermediate_size=256,
+                      num_hidden_layers=1, num_attention_heads=4,
+                      vocab_size=97).to_dict()
+    cfg["quantization_config"] = BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4",
+        bnb_4bit_quant_storage=torch.bfloat16).to_dict()
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
 
 
 def run_cli(*args):
@@ -285,6 +316,27 @@ class SingleFile(unittest.TestCase):
                 open(Env.mnt.join("nf4-plain-128.fp16.safetensors"),
                      "rb") as g:
             self.assertEqual(f.read(), g.read())
+
+
+class Storage(unittest.TestCase):
+    def test_non_byte_storage_refused(self):
+        """bnb_4bit_quant_storage bfloat16 packs the codes into BF16
+        elements: split from its quant_state by a shard, such a weight
+        passed for a plain bf16 one and its codes were served cast (a
+        bug hunt, stop 42). castfs reads byte storage only: the folder
+        is refused by its config, every shard with the reason."""
+        names = os.listdir(Env.mnt.path)
+        self.assertFalse([n for n in names if n.startswith("bf16-storage.")])
+        # the shards themselves, and none of their views
+        shards = [n for n in os.listdir(Env.mnt.join("bf16-storage"))
+                  if n.startswith("model-")]
+        self.assertEqual(sorted(shards), ["model-00001-of-00002.safetensors",
+                                          "model-00002-of-00002.safetensors"])
+        with open(Env.mnt.join(".castfs", "rejected")) as f:
+            rej = {r["path"]: r["reason"] for r in json.load(f)}
+        for s in shards:
+            self.assertIn("bnb_4bit_quant_storage 'bfloat16'",
+                          rej["bf16-storage/" + s])
 
 
 class ModelDir(unittest.TestCase):
