@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Reference-counted immutable bytes: see shared.h. */
-#include "shared.h"
+#include "common/shared.h"
 
 #include <stdlib.h>
 #include <string.h>
