@@ -109,7 +109,9 @@ static bool ck_matches(const struct ns_ckpt *ck, const struct stat *st)
 	return ck->dev == st->st_dev && ck->ino == st->st_ino &&
 	       ck->size == st->st_size &&
 	       ck->mtime.tv_sec == st->st_mtim.tv_sec &&
-	       ck->mtime.tv_nsec == st->st_mtim.tv_nsec;
+	       ck->mtime.tv_nsec == st->st_mtim.tv_nsec &&
+	       ck->ctime.tv_sec == st->st_ctim.tv_sec &&
+	       ck->ctime.tv_nsec == st->st_ctim.tv_nsec;
 }
 
 static void ck_free(struct ns_ckpt *ck, size_t nviews)
@@ -377,6 +379,7 @@ static struct ns_ckpt *ck_new(struct castfs_ns *ns, const char *path,
 	ck->ino = st->st_ino;
 	ck->size = st->st_size;
 	ck->mtime = st->st_mtim;
+	ck->ctime = st->st_ctim;
 	return ck;
 }
 

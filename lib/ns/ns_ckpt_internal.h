@@ -20,6 +20,7 @@ struct ns_ckpt {
 	ino_t ino;
 	off_t size;
 	struct timespec mtime;
+	struct timespec ctime; /* a rewrite that put mtime back */
 	char *path;
 	struct castfs_header *h; /* NULL when rejected */
 	bool quant; /* holds FP8 block weights (ns_ckpt_offers()) */

@@ -300,7 +300,9 @@ static int check_source(struct castfs_file *f)
 		return -errno;
 	if (now.st_size != f->ident.st_size ||
 	    now.st_mtim.tv_sec != f->ident.st_mtim.tv_sec ||
-	    now.st_mtim.tv_nsec != f->ident.st_mtim.tv_nsec)
+	    now.st_mtim.tv_nsec != f->ident.st_mtim.tv_nsec ||
+	    now.st_ctim.tv_sec != f->ident.st_ctim.tv_sec ||
+	    now.st_ctim.tv_nsec != f->ident.st_ctim.tv_nsec)
 		return stale(f);
 	return 0;
 }

@@ -103,6 +103,7 @@ static int texts_dep(struct castfs_ns *ns, const char *dir, uint64_t *dep,
 		h = castfs_fnv1a(h, &st[i].st_ino, sizeof(st[i].st_ino));
 		h = castfs_fnv1a(h, &st[i].st_size, sizeof(st[i].st_size));
 		h = castfs_fnv1a(h, &st[i].st_mtim, sizeof(st[i].st_mtim));
+		h = castfs_fnv1a(h, &st[i].st_ctim, sizeof(st[i].st_ctim));
 	}
 	*dep = castfs_mix64(h) | 1;
 	return 0;

@@ -186,6 +186,7 @@ uint64_t ns_gguf_shards_dep(const struct ns_gguf_shards *s, uint64_t dep)
 		h = castfs_fnv1a(h, &st->st_ino, sizeof(st->st_ino));
 		h = castfs_fnv1a(h, &st->st_size, sizeof(st->st_size));
 		h = castfs_fnv1a(h, &st->st_mtim, sizeof(st->st_mtim));
+		h = castfs_fnv1a(h, &st->st_ctim, sizeof(st->st_ctim));
 		h = castfs_fnv1a(h, s->names[k], strlen(s->names[k]) + 1);
 	}
 	return castfs_mix64(h) | 1;

@@ -26,10 +26,11 @@
 /* One entry's share of the fingerprint: its name and identity. */
 static uint64_t md_ident(const char *name, const struct stat *st)
 {
-	const uint64_t v[5] = {
+	const uint64_t v[7] = {
 		(uint64_t)st->st_dev,	       (uint64_t)st->st_ino,
 		(uint64_t)st->st_size,	       (uint64_t)st->st_mtim.tv_sec,
-		(uint64_t)st->st_mtim.tv_nsec,
+		(uint64_t)st->st_mtim.tv_nsec, (uint64_t)st->st_ctim.tv_sec,
+		(uint64_t)st->st_ctim.tv_nsec,
 	};
 	uint64_t h = castfs_fnv1a(CASTFS_FNV_SEED, name, strlen(name) + 1);
 

@@ -35,8 +35,9 @@ static uint64_t hash_str(uint64_t h, const char *s)
 
 /*
  * A node's id depends only on what it shows: its kind, the identity of
- * the source object behind it (device and inode; size and mtime too for
- * files, so that a rewritten file gets a new id) and its view and
+ * the source object behind it (device and inode; size, mtime and ctime
+ * too for files, so that a rewritten file gets a new id, also when the
+ * writer put its mtime back: rsync --inplace -t) and its view and
  * sub-path. Never on lookup order, so ids survive a daemon restart, which
  * NFS file handles need.
  */
@@ -54,6 +55,8 @@ uint64_t ns_node_id(const struct ns_node *n)
 		h = hash_u64(h, (uint64_t)n->st.st_size);
 		h = hash_u64(h, (uint64_t)n->st.st_mtim.tv_sec);
 		h = hash_u64(h, (uint64_t)n->st.st_mtim.tv_nsec);
+		h = hash_u64(h, (uint64_t)n->st.st_ctim.tv_sec);
+		h = hash_u64(h, (uint64_t)n->st.st_ctim.tv_nsec);
 	}
 	h = hash_str(h, n->view ? n->view->name : NULL);
 	/* A view a config redefined: by what it converts too (built-in
@@ -951,6 +954,8 @@ bool ns_same_file(const struct stat *a, const struct stat *b)
 	       a->st_size == b->st_size &&
 	       a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
 	       a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+	       a->st_ctim.tv_sec == b->st_ctim.tv_sec &&
+	       a->st_ctim.tv_nsec == b->st_ctim.tv_nsec &&
 	       (a->st_mode & S_IFMT) == (b->st_mode & S_IFMT);
 }
 
