@@ -93,8 +93,12 @@ struct castfs_qtensor {
 	uint64_t scale_off; /* absolute source offset of scale 0 */
 	uint64_t srows, scols;
 	uint32_t brows, bcols;
-	uint8_t scale_dtype; /* F32, F8_E8M0, BF16 (product rounded to
-			      * bf16); DEQ_MXFP4: also U8 */
+	uint8_t scale_dtype; /* F32, F8_E8M0, BF16, F16; DEQ_MXFP4: also
+			      * U8 */
+	/* 0, or BF16: the fp32 product rounded to bf16 first, as
+	 * compressed-tensors multiplies an fp8 weight by a bf16 scale
+	 * (an FP8 block's bf16 scale is widened, its product fp32). */
+	uint8_t prod_round;
 	/* 0, or BF16 / F16: the scale is first rounded to that dtype, the
 	 * compute dtype ComfyUI multiplies in (docs/FORMATS.md). */
 	uint8_t scale_round;

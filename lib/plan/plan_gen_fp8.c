@@ -44,6 +44,22 @@ static float scale_rounded(float s, enum castfs_dtype dt)
 	return s;
 }
 
+/* An fp16 scale widened to fp32, exactly (torch's .to(float32)). */
+static float f16_value(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1Fu,
+		 m = h & 0x3FFu;
+	float f;
+
+	if (e == 0x1F) /* Inf, NaN (payload kept, as the cast does) */
+		return castfs_f32_from_bits(sign | 0x7F800000u | m << 13);
+	if (e == 0) { /* zero, subnormal: m * 2^-24 is exact */
+		f = (float)m * 0x1p-24f;
+		return sign ? -f : f;
+	}
+	return castfs_f32_from_bits(sign | (e + 112u) << 23 | m << 13);
+}
+
 static float scale_at(const struct castfs_qtensor *q, const uint8_t *row,
 		      uint64_t b)
 {
@@ -54,6 +70,8 @@ static float scale_at(const struct castfs_qtensor *q, const uint8_t *row,
 	if (q->scale_dtype == CASTFS_DTYPE_BF16)
 		return castfs_f32_from_bits(
 			(uint32_t)castfs_load_le16(row + 2 * b) << 16);
+	if (q->scale_dtype == CASTFS_DTYPE_F16)
+		return f16_value(castfs_load_le16(row + 2 * b));
 	s = castfs_f32_from_bits(castfs_load_le32(row + 4 * b));
 	if (q->scale_round)
 		s = scale_rounded(s, (enum castfs_dtype)q->scale_round);
@@ -64,7 +82,10 @@ static size_t scale_size(const struct castfs_qtensor *q)
 {
 	if (q->scale_dtype == CASTFS_DTYPE_F8_E8M0)
 		return 1;
-	return q->scale_dtype == CASTFS_DTYPE_BF16 ? 2 : 4;
+	return q->scale_dtype == CASTFS_DTYPE_BF16 ||
+			       q->scale_dtype == CASTFS_DTYPE_F16 ?
+		       2 :
+		       4;
 }
 
 /*
@@ -103,7 +124,7 @@ static void deq_scale(const struct castfs_qtensor *q, float *f, uint64_t in,
 		/* One fp32 multiply per element, as the references do. */
 		for (size_t j = 0; j < run; j++)
 			f[i + j] = f[i + j] * s;
-		if (q->scale_dtype == CASTFS_DTYPE_BF16) {
+		if (q->prod_round == CASTFS_DTYPE_BF16) {
 			for (size_t j = 0; j < run; j++)
 				f[i + j] = round_bf16(f[i + j]);
 		}

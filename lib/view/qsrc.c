@@ -134,8 +134,13 @@ static bool fp8_pair_ok(const struct castfs_qsrc *q,
 	if (w->dtype != CASTFS_DTYPE_F8_E4M3 || w->nelems == 0 ||
 	    (w->ndim != 2 && w->ndim != 3))
 		return false;
-	if (s->dtype != CASTFS_DTYPE_F32 && s->dtype != CASTFS_DTYPE_F8_E8M0)
+	/* BF16/F16: Qwen3-32B-FP8 and Qwen3-4B-2507-FP8 store their block
+	 * scales so; transformers widens them to fp32 like any scale. */
+	if (s->dtype != CASTFS_DTYPE_F32 && s->dtype != CASTFS_DTYPE_F8_E8M0 &&
+	    s->dtype != CASTFS_DTYPE_BF16 && s->dtype != CASTFS_DTYPE_F16)
 		return false;
+	if (s->dtype == CASTFS_DTYPE_BF16 || s->dtype == CASTFS_DTYPE_F16)
+		qi->rule = CASTFS_QRULE_WIDE;
 	rows = w->shape[w->ndim - 2];
 	cols = w->shape[w->ndim - 1];
 	if (w->ndim == 2 && per_tensor(s)) {

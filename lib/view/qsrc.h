@@ -39,6 +39,8 @@ enum castfs_qrule {
 			     * F8_E4M3 scale per 16, an F32 global divisor */
 	CASTFS_QRULE_MXFP4, /* compressed-tensors mxfp4-pack-quantized: a
 			     * U8 "M.weight_packed", a U8 exponent per 32 */
+	CASTFS_QRULE_WIDE, /* FP8 block with a BF16/F16 scale: widened to
+			    * fp32, the fp32 product (transformers) */
 };
 
 /* The block edge of the FP8 block layout (DeepSeek-V3, Qwen3-FP8). */

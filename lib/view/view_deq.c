@@ -32,6 +32,10 @@ static void fp8_qtensor(const struct castfs_header *h,
 		.brows = qi->brows,
 		.bcols = qi->bcols,
 		.scale_dtype = (uint8_t)s->dtype,
+		.prod_round = s->dtype == CASTFS_DTYPE_BF16 &&
+					      qi->rule != CASTFS_QRULE_WIDE ?
+				      (uint8_t)CASTFS_DTYPE_BF16 :
+				      0,
 	};
 	if (qi->rule == CASTFS_QRULE_INT8)
 		qt->srows = s->shape[0]; /* SCB: one scale per row */

@@ -189,9 +189,10 @@ def corpus():
         "fp8-block-64": ({"l.weight": f8(256, 256),
                           "l.weight_scale_inv": torch.ones(4, 4)},
                          "128x128 block"),
-        "fp8-scale-bf16": ({"l.weight": f8(256, 256),
-                            "l.weight_scale_inv": torch.ones(2, 2).bfloat16()},
-                           "128x128 block"),
+        # 16-bit float scales are read (below); a float64 one is not.
+        "fp8-scale-f64": ({"l.weight": f8(256, 256),
+                           "l.weight_scale_inv": torch.ones(2, 2).double()},
+                          "128x128 block"),
         "fp8-orphan-scale": ({"l.weight_scale_inv": torch.ones(2, 2)},
                              "without its weight"),
     }
@@ -323,6 +324,18 @@ def fp8_file_tensors(g):
                    for _ in range(3)))
     t["model.layers.0.mlp.experts.gate_up_proj"] = torch.stack(qs)
     t["model.layers.0.mlp.experts.gate_up_proj_scale_inv"] = torch.stack(ss)
+    # BF16 and F16 block scales (Qwen3-32B-FP8, Qwen3-4B-2507-FP8),
+    # widened to fp32 as any scale (stop 42, a bug hunt: refused until
+    # then); an edge block and subnormal fp16 scales among them.
+    q, s = quant_fp8_block(torch.randn(256, 384, generator=g) * 2)
+    t["model.layers.0.self_attn.k_proj.weight"] = q
+    t["model.layers.0.self_attn.k_proj.weight_scale_inv"] = s.bfloat16()
+    q, s = quant_fp8_block(torch.randn(256, 256, generator=g) * 1e-5)
+    t["model.layers.0.self_attn.v_proj.weight"] = q
+    t["model.layers.0.self_attn.v_proj.weight_scale_inv"] = s.half()
+    q, s = quant_fp8_block(torch.randn(200, 130, generator=g))
+    t["model.layers.0.mlp.gate_proj.weight"] = q
+    t["model.layers.0.mlp.gate_proj.weight_scale_inv"] = s.half()
     # DeepSeek-V4 naming: "M.scale", here with E8M0.
     q, s = quant_fp8_block(torch.randn(130, 129, generator=g), e8m0=True)
     t["layers.1.attn.wo_a.weight"] = q
@@ -404,7 +417,7 @@ class SingleFile(unittest.TestCase):
         src = dequantized_bf16(Env.fp8)
         quantised = {k for k, t in src.items()
                      if Env.fp8[k].dtype == F8 and t.dim() == 2}
-        self.assertEqual(len(quantised), 6)
+        self.assertEqual(len(quantised), 9)
         for view, (kind, qtype, nested) in bnb_ref.VIEWS.items():
             with self.subTest(view=view):
                 path = Env.mnt.join("fp8.%s.safetensors" % view)
@@ -459,6 +472,8 @@ class SingleFile(unittest.TestCase):
         v = load_file(Env.mnt.join("fp8.bf16.safetensors"))
         op = Fp8Dequantize(None)
         for k in ("model.layers.0.mlp.down_proj.weight",
+                  "model.layers.0.self_attn.k_proj.weight",
+                  "model.layers.0.self_attn.v_proj.weight",
                   "model.layers.0.self_attn.o_proj.weight",
                   "model.layers.0.self_attn.q_b_proj.weight",
                   "model.layers.0.mlp.experts.down_proj"):
@@ -484,7 +499,7 @@ class CommandLine(unittest.TestCase):
         src = os.path.join(Env.mnt.source, "fp8.safetensors")
         r = self.run_cli("info", src)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("quantized: FP8 block, 8 weights", r.stdout)
+        self.assertIn("quantized: FP8 block, 11 weights", r.stdout)
         self.assertIn("fp8 block 128x128, F8_E8M0 scale layers.1.attn.wo_a.scale",
                       r.stdout)
         self.assertIn("fp8 per-tensor, F32 scale", r.stdout)
