@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The checkpoint cache: each identity (device, inode, size, mtime) of a
+ * The checkpoint cache: each identity (device, inode, size, mtime, ctime) of a
  * *.safetensors file has its header read and validated once, and its plan
  * per view built once. A file that changes gets a new entry; the old one
  * lives on while open files hold it.

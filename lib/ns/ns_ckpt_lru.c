@@ -132,7 +132,7 @@ struct ns_ckfail {
 	dev_t dev;
 	ino_t ino;
 	off_t size;
-	struct timespec mtime;
+	struct timespec mtime, ctime;
 	int plan_err[]; /* nviews */
 };
 
@@ -184,6 +184,7 @@ static void fails_keep_locked(struct castfs_ns *ns, const struct ns_ckpt *ck)
 	f->ino = ck->ino;
 	f->size = ck->size;
 	f->mtime = ck->mtime;
+	f->ctime = ck->ctime;
 	memcpy(f->plan_err, ck->plan_err, ck->nviews * sizeof(int));
 	f->next = ns->ckfails[b];
 	ns->ckfails[b] = f;
@@ -199,7 +200,9 @@ void ns_ckpt_fails_restore_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
 		if (f->dev == ck->dev && f->ino == ck->ino &&
 		    f->size == ck->size &&
 		    f->mtime.tv_sec == ck->mtime.tv_sec &&
-		    f->mtime.tv_nsec == ck->mtime.tv_nsec) {
+		    f->mtime.tv_nsec == ck->mtime.tv_nsec &&
+		    f->ctime.tv_sec == ck->ctime.tv_sec &&
+		    f->ctime.tv_nsec == ck->ctime.tv_nsec) {
 			memcpy(ck->plan_err, f->plan_err,
 			       ck->nviews * sizeof(int));
 			*pp = f->next;
