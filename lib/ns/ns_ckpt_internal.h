@@ -46,6 +46,7 @@ struct ns_ckpt {
 	bool in_lru;
 	struct ns_ckpt *lru_prev, *lru_next;
 	size_t bytes;
+	size_t base_bytes; /* of those, its parsed header's */
 	char reason[256];
 	pthread_mutex_t lock; /* guards plans and trees */
 	struct castfs_plan **plans; /* per view index, built on first need */

@@ -3,8 +3,10 @@
  * The checkpoint cache's memory budget: valid entries in a list, most
  * recently used first, with what each is estimated to hold. Past the
  * budget, entries nothing uses (no open file, no request, no node the
- * kernel holds) are evicted from the cold end; when the kernel forgets
- * the last node of a source path, its entries are evicted at once. Evicted memory goes back to
+ * kernel holds) are evicted from the cold end, and entries only the
+ * kernel's nodes hold give back their plans (built again on need); when
+ * the kernel forgets the last node of a source path, its entries are
+ * evicted at once. Evicted memory goes back to
  * the system (malloc_trim), so a forgotten mount shrinks.
  */
 #include <malloc.h>
@@ -104,6 +106,7 @@ void ns_ckpt_lru_add_locked(struct castfs_ns *ns, struct ns_ckpt *ck,
 			    size_t bytes)
 {
 	ck->bytes += bytes;
+	ck->base_bytes = bytes;
 	lru_push_locked(ns, ck);
 }
 
@@ -124,6 +127,46 @@ static bool evictable_locked(const struct castfs_ns *ns,
 {
 	return ck->in_lru && !ck->loading && atomic_load(&ck->refs) == 1 &&
 	       !ns_node_path_live(ns, ck->path);
+}
+
+/* Caller holds ck_lock. Whether @ck may give back its plans and what
+ * the levels above keep with them, keeping its parsed header: as
+ * evictable_locked() but for a node the kernel holds, which keeps the
+ * entry (`ls -l` of a folder of big checkpoints holds every one for the
+ * kernel's entry timeout: their plans, one per view, grew the daemon
+ * without bound). */
+static bool plans_droppable_locked(const struct ns_ckpt *ck)
+{
+	return ck->in_lru && !ck->loading && atomic_load(&ck->refs) == 1 &&
+	       ck->bytes > ck->base_bytes;
+}
+
+/*
+ * Caller holds ck_lock and plans_droppable_locked(@ck). Free its plans
+ * and its slots' contents (they borrow the plans), as ck_free() does,
+ * and charge it its header alone. No one else holds them: a reference is
+ * only taken under ck_lock, and without one nothing reads the plans or
+ * holds ck->lock (the trylock is a guard). Returns the bytes given back.
+ */
+static size_t drop_plans_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
+{
+	size_t freed;
+
+	if (pthread_mutex_trylock(&ck->lock))
+		return 0;
+	for (size_t s = 0; s < NS_CKPT_SLOTS; s++) {
+		if (ck->slot[s] && ck->fini[s])
+			ck->fini[s](ck);
+	}
+	for (size_t i = 0; i < ck->nviews; i++) {
+		castfs_plan_free(ck->plans[i]);
+		ck->plans[i] = NULL;
+	}
+	pthread_mutex_unlock(&ck->lock);
+	freed = ck->bytes - ck->base_bytes;
+	ck->bytes = ck->base_bytes;
+	atomic_fetch_sub(&ns->ck_bytes, freed);
+	return freed;
 }
 
 /* What an evicted entry knew about its views that cannot be built. */
@@ -270,10 +313,13 @@ void ns_ckpt_trim(struct castfs_ns *ns)
 	 * finds no room holds the next ones off (trim_backoff_locked). */
 	while ((ck = ns->ck_lru_tail) && ck != ns->ck_lru && past_budget(ns) &&
 	       seen++ < TRIM_SCAN) {
-		if (evictable_locked(ns, ck))
+		if (evictable_locked(ns, ck)) {
 			evict_locked(ns, ck, &dead, &freed);
-		else
-			ns_ckpt_lru_touch_locked(ns, ck);
+			continue;
+		}
+		if (plans_droppable_locked(ck))
+			freed += drop_plans_locked(ns, ck);
+		ns_ckpt_lru_touch_locked(ns, ck);
 	}
 	castfs_stats_count(ns->stats, CASTFS_SCTR_CACHE_TRIM_SCANNED,
 			   seen > TRIM_SCAN ? TRIM_SCAN : seen);

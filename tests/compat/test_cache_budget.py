@@ -153,8 +153,11 @@ class TestCacheBudget(unittest.TestCase):
             with self.subTest("RSS"):
                 if tl.sanitizer(pid):
                     self.skipTest("RSS not checked under %s" % tl.sanitizer(pid))
-                # The files did cost memory (else the test shows nothing)...
-                self.assertGreater(peak, idle + 100)
+                # The files did cost memory (else the test shows nothing):
+                # their parsed headers, which the kernel's nodes keep
+                # (since stop 42 their plans are given back past the
+                # budget; 91 MB measured, 140 before)...
+                self.assertGreater(peak, idle + 50)
                 # ...and it came back.
                 self.assertLessEqual(after, 2 * idle)
             with self.subTest("cache accounting"):
@@ -212,6 +215,35 @@ class TestCacheBudget(unittest.TestCase):
                     self.skipTest("RSS not checked under %s" % tl.sanitizer(pid))
                 self.assertLess(listed, idle + 16 + 110)
             self.check_small_view(m)
+
+    def test_3_held_entries_give_back_their_plans(self):
+        """`ls -l` of every view of the big files: the kernel holds a
+        node for each (for its entry timeout, a day), so their entries
+        cannot be evicted; until stop 42 their plans, one per view, were
+        kept too, beyond any budget (a bug hunt: 2.2 GB for four such
+        files with cache_mb=16). Past the budget, an entry only nodes
+        hold now gives back its plans, and keeps its parsed header."""
+        with tl.Mount(Env.src, options=["nosupervise", "cache_mb=16"]) as m:
+            with tl.caches_kept():  # the kernel must hold the nodes
+                names = sorted(n for n in os.listdir(m.path)
+                               if n.startswith("big"))
+                for n in names:
+                    os.stat(m.join(n))
+                self.check_small_view(m)  # a charge: the cache trims
+                mem = memory(m)
+            sys.stderr.write("after ls -l of %d names: cache %.0f MB "
+                             "(budget %.0f MB), %d entries\n"
+                             % (len(names), mem["cache_bytes"] / 1e6,
+                                mem["cache_budget_bytes"] / 1e6,
+                                mem["cache_entries"]))
+            self.assertGreater(len(names), 3 * NBIG)
+            # The headers the nodes keep (test_1: 20-30 MB of cost each)
+            # and one entry's plans at most (the most recent stays
+            # whole): several views' plans of every file were 4x that.
+            self.assertLess(mem["cache_bytes"], 400 << 20)
+            # What was given back is built again, exactly.
+            self.check_small_view(m)
+            use(m, "big1")
 
 
 if __name__ == "__main__":
