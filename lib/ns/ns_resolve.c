@@ -81,24 +81,38 @@ static int search_unlisted(struct castfs_ns *ns, uint64_t dir,
 	size_t len = strlen(e->name);
 	bool ckpt = e->type == S_IFREG && len > 12 &&
 		    strcmp(e->name + len - 12, ".safetensors") == 0;
+	bool index = e->type == S_IFREG && len > 11 &&
+		     strcmp(e->name + len - 11, ".index.json") == 0;
 	char buf[600];
 	int rc = 0;
 
-	if (!ckpt && e->type != S_IFDIR)
+	if (!ckpt && !index && e->type != S_IFDIR)
 		return 0;
 	for (size_t i = 0; !rc && !*found && i < ns->views->n; i++) {
 		const struct castfs_view *v = &ns->views->v[i];
+		/* GGUF views carry their extension: "X.q8_0.gguf". */
+		bool gguf = v->kind == CASTFS_VIEW_GGUF;
 
+		if (index) { /* "X.index.<view>.json" (lookup_vindex()) */
+			snprintf(buf, sizeof(buf), "%.*s.%s.json",
+				 (int)(len - 5), e->name, v->name);
+			rc = v->listed || gguf ?
+				     0 :
+				     try_name(ns, dir, buf, id, q, found);
+			continue;
+		}
 		if (!ckpt) {
 			snprintf(buf, sizeof(buf), "%s.%s", e->name, v->name);
 			rc = v->listed ? 0 :
 					 try_name(ns, dir, buf, id, q, found);
 			continue;
 		}
-		snprintf(buf, sizeof(buf), "%.*s.%s.safetensors",
-			 (int)(len - 12), e->name, v->name);
+		snprintf(buf, sizeof(buf), "%.*s.%s%s", (int)(len - 12),
+			 e->name, v->name, gguf ? "" : ".safetensors");
 		if (!v->listed)
 			rc = try_name(ns, dir, buf, id, q, found);
+		if (gguf)
+			continue; /* no tensor tree */
 		strcat(buf, ".tensors");
 		if (!rc && !*found)
 			rc = try_name(ns, dir, buf, id, q, found);

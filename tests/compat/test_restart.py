@@ -875,6 +875,59 @@ class NodeIds(unittest.TestCase):
                 self.assertEqual(read_fd(fd), content[n], n)
                 os.close(fd)
 
+    def test_unlisted_gguf_and_variant_index_after_kill(self):
+        """Two kinds of names only a lookup finds were never tried when a
+        new daemon searched for an id (ns_resolve.c): X.<q>.gguf (its view
+        name carries the extension) and a model folder's
+        X.safetensors.index.<view>.json. Their NFS handles died with the
+        daemon (a bug hunt, stop 42: ESTALE over NFSv3/v4)."""
+        if os.geteuid() != 0:
+            raise unittest.SkipTest("dropping the kernel's caches needs root")
+        import torch
+        from safetensors.torch import save_file
+        with tl.tempdir() as src:
+            g = torch.Generator().manual_seed(1)
+            save_file({"model.diffusion_model.double_blocks.0.img_attn.proj"
+                       ".weight": torch.randn(64, 64, generator=g).bfloat16(),
+                       "model.diffusion_model.img_in.weight":
+                       torch.randn(64, 32, generator=g).bfloat16()},
+                      os.path.join(src, "flux.safetensors"))
+            llm = os.path.join(src, "llm")
+            os.mkdir(llm)
+            shards = {"model-00001-of-00002.safetensors": "model.embed_tokens",
+                      "model-00002-of-00002.safetensors": "lm_head"}
+            for name, mod in shards.items():
+                save_file({mod + ".weight": torch.randn(
+                    100, 64, generator=g).bfloat16()},
+                    os.path.join(llm, name), metadata={"format": "pt"})
+            with open(os.path.join(llm, "model.safetensors.index.json"),
+                      "w") as f:
+                json.dump({"metadata": {}, "weight_map": {
+                    m + ".weight": n for n, m in shards.items()}}, f)
+            with open(os.path.join(llm, "config.json"), "w") as f:
+                json.dump({"model_type": "llama", "torch_dtype": "bfloat16",
+                           "architectures": ["LlamaForCausalLM"]}, f)
+            names = ("flux.q8_0.gguf",
+                     "llm/model.safetensors.index.fp8_nan.json")
+            with tl.Mount(src) as m:
+                sup = m.proc.pid
+                wait_daemon(sup)
+                listed = os.listdir(m.path) + os.listdir(m.join("llm"))
+                handles, content = {}, {}
+                for n in names:
+                    self.assertNotIn(os.path.basename(n), listed)
+                    with open(m.join(n), "rb") as f:
+                        content[n] = f.read()
+                    self.assertGreater(len(content[n]), 0, n)
+                    handles[n] = handle_of(m.join(n))
+                drop_caches()
+                kill_and_wait(sup)
+                drop_caches()
+                for n in names:
+                    fd = open_handle(m.path, handles[n])
+                    self.assertEqual(read_fd(fd), content[n], n)
+                    os.close(fd)
+
 
 def drop_caches():
     os.sync()
