@@ -6,13 +6,15 @@
   view) is listed by the daemon once: a second listing is answered by the
   kernel (FOPEN_CACHE_DIR), which /.castfs/stats shows (no READDIR).
 - A rewrite in place that changes the tensor names but keeps the file's
-  size and mtime keeps the tree directories' node ids (they hash the
-  source's identity), so while a process holds a directory (open, or as
-  its cwd: its inode stays) only the daemon dropping the kernel's cached
-  listings when the watcher reports the change makes the next listing
-  show the new names: without it the polls below time out (checked,
-  four runs of four). The same through a hard link (per-path trees of
-  one file, matched by dev and ino).
+  size and mtime: until stop 42 the tree directories kept their node ids
+  (they hash the source's identity, which lacked the ctime), and the
+  daemon dropping the kernel's cached listings of the held directories
+  (open, or a shell's cwd) made them show the new names. The ctime is
+  now part of the identity: the new version's trees have new ids, a
+  lookup lists the new names, and a directory held from the old version
+  lists the old names or fails ESTALE, never the new ones (the old
+  version's ids would mix two versions in one tree). The same through a
+  hard link (per-path trees of one file).
 - A tree listed again after its checkpoint's cache entry was evicted
   lists the same names and inode numbers.
 - A view whose build fails (nf4 of a file with 200,000 tensors: its header
@@ -91,6 +93,7 @@ class TestTreeDirCache(ListingCase):
         """Rewrite @path in place with other names and the same size
         and mtime; the listings of @trees (directories @held) follow."""
         # The same size and mtime, other names: in place.
+        held_ino = [os.fstat(fd).st_ino for fd in held]
         old = os.stat(path)
         write_pair(path + ".tmp", "b")
         with open(path + ".tmp", "rb") as f:
@@ -103,19 +106,21 @@ class TestTreeDirCache(ListingCase):
         now = os.stat(path)
         self.assertEqual((now.st_ino, now.st_size, now.st_mtime_ns),
                          (old.st_ino, old.st_size, old.st_mtime_ns))
-        # Listed through the held directories, their first read now: no
-        # lookup, so nothing but the daemon's word can make the kernel
-        # drop the listing it keeps for their inodes.
+        # A lookup reaches the new version (the watcher dropped the
+        # names), under new node ids; the held directories are the old
+        # version's.
         for i, t in enumerate(trees):
-            fd = held[3 * i + 1]
-            rc.poll(lambda: set(os.listdir(fd)) == leaves("b"), SETTLE,
-                    "%s/x to list the new tensor" % t)
-        for i, t in enumerate(trees):
-            self.assertEqual(listing(m, t, "x"), leaves("b"))
-            # The same directory (the same node id), as held.
-            self.assertEqual(os.stat(m.join(t, "x")).st_ino,
-                             os.fstat(held[3 * i + 1]).st_ino)
-            # ... and is cached again.
+            rc.poll(lambda: listing(m, t, "x") == leaves("b") or None,
+                    SETTLE, "%s/x to list the new tensor" % t)
+            self.assertNotEqual(os.stat(m.join(t, "x")).st_ino,
+                                held_ino[3 * i + 1])
+            try:
+                old_names = set(os.listdir(held[3 * i + 1]))
+            except OSError as e:
+                self.assertEqual(e.errno, errno.ESTALE)
+            else:
+                self.assertEqual(old_names, leaves("a"))
+            # ... and the new one is cached as before.
             self.assertEqual(self.cached(m, t, "x"), leaves("b"))
             self.assertEqual(self.cached(m, t, "y"), leaves("w"))
 
