@@ -87,18 +87,18 @@ find_member(const char *js, const struct castfs_md_object *o, const char *key)
 	return NULL;
 }
 
-/* A plain string "model_type" (no escapes) into @out. */
-static void config_model_type(const char *js, const struct castfs_md_member *m,
-			      struct castfs_md_config *out)
+/* A plain string member (no escapes) into @out (@size bytes), or "". */
+static void config_str(const char *js, const struct castfs_md_member *m,
+		       char *out, size_t size)
 {
 	size_t n = m ? m->val_len : 0;
 
-	out->model_type[0] = '\0';
-	if (n < 2 || js[m->val] != '"' || n - 2 >= sizeof(out->model_type) ||
+	out[0] = '\0';
+	if (n < 2 || js[m->val] != '"' || n - 2 >= size ||
 	    memchr(js + m->val, '\\', n))
 		return;
-	memcpy(out->model_type, js + m->val + 1, n - 2);
-	out->model_type[n - 2] = '\0';
+	memcpy(out, js + m->val + 1, n - 2);
+	out[n - 2] = '\0';
 }
 
 /* Whether member @m is a JSON integer over 0 (a count of experts). */
@@ -165,7 +165,12 @@ int castfs_md_config_read(const char *json, size_t len,
 	out->diffusers = find_member(json, &o, "_class_name") ||
 			 find_member(json, &o, "_diffusers_version");
 	out->quantized = find_member(json, &o, "quantization_config") != NULL;
-	config_model_type(json, find_member(json, &o, "model_type"), out);
+	config_str(json, find_member(json, &o, "model_type"), out->model_type,
+		   sizeof(out->model_type));
+	config_str(json, find_member(json, &o, "_class_name"), out->class_name,
+		   sizeof(out->class_name));
+	out->class_embeds =
+		positive_int(json, find_member(json, &o, "num_class_embeds"));
 	out->moe = config_moe(json, &o);
 	config_archs(json, find_member(json, &o, "architectures"), out);
 	castfs_md_object_fini(&o);
@@ -227,10 +232,44 @@ static int cmp_arch(const void *key, const void *e)
 	return strcmp(key, ((const struct quant_arch *)e)->name);
 }
 
+/*
+ * diffusers classes whose quantising views load as diffusers' own
+ * bitsandbytes quantisation of the source (test_modeldir: UNet, Flux;
+ * the bug hunt of stop 42: SD3, PixArt, AutoencoderKL and SDXL's UNet,
+ * every module class and parameter). Others are not: nn.Embedding tables
+ * by other names (DiT's class_embedder.embedding_table), Linears of
+ * _keep_in_fp32_modules (Wan's time_embedder) were quantised and loaded
+ * as codes. Sorted.
+ */
+static const char *const quantisable_diffusers[] = {
+	"AutoencoderKL",
+	"FluxTransformer2DModel",
+	"PixArtTransformer2DModel",
+	"SD3Transformer2DModel",
+	"UNet2DConditionModel",
+};
+
+static int cmp_name(const void *key, const void *e)
+{
+	return strcmp(key, *(const char *const *)e);
+}
+
+static bool diffusers_quantisable(const struct castfs_md_config *c)
+{
+	if (!bsearch(c->class_name, quantisable_diffusers,
+		     sizeof(quantisable_diffusers) /
+			     sizeof(quantisable_diffusers[0]),
+		     sizeof(quantisable_diffusers[0]), cmp_name))
+		return false;
+	/* num_class_embeds makes class_embedding an nn.Embedding. */
+	return !(c->class_embeds &&
+		 strcmp(c->class_name, "UNet2DConditionModel") == 0);
+}
+
 bool castfs_md_quantisable(const struct castfs_md_config *c, bool ct)
 {
 	if (c->diffusers)
-		return true;
+		return diffusers_quantisable(c);
 	for (unsigned i = 0; i < c->narch; i++) {
 		const struct quant_arch *e =
 			bsearch(c->arch[i], quantisable,

@@ -53,6 +53,11 @@ struct castfs_md_config {
 	 * it is a list of plain strings that fit, else @narch is 0. */
 	unsigned narch;
 	char arch[4][64];
+	/* diffusers: its "_class_name" (a plain string that fits, or ""),
+	 * and whether "num_class_embeds" is a count (a UNet's
+	 * class_embedding is then an nn.Embedding). */
+	char class_name[64];
+	bool class_embeds;
 };
 
 #define CASTFS_MD_ARCH_MAX 4
@@ -65,7 +70,9 @@ struct castfs_md_config {
  * castfs sees tensor names, not module classes: a 2-D weight of a module
  * that is no nn.Linear (an embedding by another name, FalconLinear, a
  * tied output embedding) would be quantised and built as a Linear around
- * its codes. Diffusers folders are not gated. Pure function.
+ * its codes. A diffusers folder likewise by its "_class_name" (the
+ * classes checked against diffusers' own bitsandbytes quantisation; a
+ * UNet2DConditionModel without class embeddings). Pure function.
  */
 bool castfs_md_quantisable(const struct castfs_md_config *c, bool ct);
 

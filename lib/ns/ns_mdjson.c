@@ -161,22 +161,85 @@ bool ns_md_casts_only(struct castfs_ns *ns, const char *path)
 	       castfs_md_quant_dequantized(&q);
 }
 
+/* Why config @c gets no quantising views (@ct: compressed-tensors),
+ * after @pre (a pipeline's component, or ""). */
+static void refusal_why(const struct castfs_md_config *c, bool ct,
+			const char *pre, char *why, size_t len)
+{
+	char what[160];
+
+	if (c->diffusers)
+		snprintf(what, sizeof(what), "diffusers class '%s'%s",
+			 c->class_name[0] ? c->class_name : "?",
+			 c->class_embeds ? " with num_class_embeds" : "");
+	else
+		snprintf(what, sizeof(what), "architectures %s%s%s",
+			 c->narch ? "'" : "(none readable)",
+			 c->narch ? c->arch[0] : "", c->narch ? "'" : "");
+	snprintf(why, len,
+		 "%sconfig.json: %s: no %s views (castfs quantises the models "
+		 "it has checked against the loader's own quantisation; "
+		 "docs/MODELDIR.md)",
+		 pre, what, ct ? "compressed-tensors" : "bitsandbytes");
+}
+
+/*
+ * Whether pipeline root @path (a model_index.json) has a component, a
+ * sub-folder with a config.json, that castfs does not quantise: its
+ * quantising views would quantise that one too (the gate holds for the
+ * whole DIR.<view>/). The first such component's config into @c, its
+ * name into @name.
+ */
+static bool pipe_refused(struct castfs_ns *ns, const char *path, bool ct,
+			 struct castfs_md_config *c, char *name, size_t len)
+{
+	char *idx = ns_path_join(path, "model_index.json", 16);
+	struct stat st;
+	struct dirent *de;
+	bool refused = false;
+	DIR *dp = NULL;
+	int fd;
+
+	fd = idx && ns_src_stat_in(ns, idx, &st) == 0 && S_ISREG(st.st_mode) ?
+		     ns_src_open(ns, path, O_RDONLY | O_DIRECTORY) :
+		     -1;
+	free(idx);
+	if (fd >= 0 && !(dp = fdopendir(fd)))
+		close(fd);
+	while (dp && !refused && (de = readdir(dp))) {
+		char *sub;
+
+		if (de->d_name[0] == '.' ||
+		    (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN))
+			continue;
+		sub = ns_path_join(path, de->d_name, strlen(de->d_name));
+		refused = sub && ns_dir_config(ns, sub, c) == 0 &&
+			  !castfs_md_quantisable(c, ct);
+		if (refused)
+			snprintf(name, len, "%s", de->d_name);
+		free(sub);
+	}
+	if (dp)
+		closedir(dp);
+	return refused;
+}
+
 bool ns_md_quant_refusal(struct castfs_ns *ns, const char *path, bool ct,
 			 char *why, size_t len)
 {
 	struct castfs_md_config c;
+	char comp[NAME_MAX + 1], pre[NAME_MAX + 16] = "";
 
-	if (ns_dir_config(ns, path, &c) || castfs_md_quantisable(&c, ct))
+	if (ns_dir_config(ns, path, &c) == 0) {
+		if (castfs_md_quantisable(&c, ct))
+			return false;
+	} else if (pipe_refused(ns, path, ct, &c, comp, sizeof(comp))) {
+		snprintf(pre, sizeof(pre), "component %.255s: ", comp);
+	} else {
 		return false;
+	}
 	if (why && len)
-		snprintf(why, len,
-			 "config.json: architectures %s%s%s: no %s views "
-			 "(castfs quantises the models it has checked "
-			 "against the loader's own quantisation; "
-			 "docs/MODELDIR.md)",
-			 c.narch ? "'" : "(none readable)",
-			 c.narch ? c.arch[0] : "", c.narch ? "'" : "",
-			 ct ? "compressed-tensors" : "bitsandbytes");
+		refusal_why(&c, ct, pre, why, len);
 	return true;
 }
 

@@ -66,8 +66,9 @@ bool ns_md_casts_only(struct castfs_ns *ns, const char *path);
  * ns_md_quant_refusal - whether the transformers folder @path gets no
  * bitsandbytes views (compressed-tensors ones with @ct;
  * castfs_md_quantisable()): true with the reason in @why (@len bytes)
- * when @why is not NULL. A folder without a readable config.json (a
- * pipeline's root) is not refused here.
+ * when @why is not NULL. A pipeline's root (model_index.json, no
+ * config.json) is refused when one of its components is, with the
+ * component named.
  */
 bool ns_md_quant_refusal(struct castfs_ns *ns, const char *path, bool ct,
 			 char *why, size_t len);

@@ -470,6 +470,17 @@ START_TEST(test_modeldir__quantisable_architectures)
 		{ "{\"architectures\": [1]}", false },
 		{ "{\"model_type\": \"llama\"}", false },
 		{ "{\"_class_name\": \"UNet2DConditionModel\"}", true },
+		{ "{\"_class_name\": \"UNet2DConditionModel\", "
+		  "\"num_class_embeds\": null}",
+		  true },
+		/* class_embedding is then an nn.Embedding */
+		{ "{\"_class_name\": \"UNet2DConditionModel\", "
+		  "\"num_class_embeds\": 1000}",
+		  false },
+		{ "{\"_class_name\": \"FluxTransformer2DModel\"}", true },
+		{ "{\"_class_name\": \"DiTTransformer2DModel\"}", false },
+		{ "{\"_class_name\": \"WanTransformer3DModel\"}", false },
+		{ "{\"_diffusers_version\": \"0.42.1\"}", false },
 	};
 	static const char t5[] = "{\"architectures\": [\"T5EncoderModel\"]}";
 	struct castfs_md_config c;
