@@ -208,23 +208,28 @@ static const struct quant_arch quantisable[] = {
 	{ "GPTJForCausalLM", true },
 	{ "GPTNeoXForCausalLM", true },
 	{ "Gemma2ForCausalLM", true },
+	{ "Gemma2Model", false },
 	{ "Gemma3ForCausalLM", true },
 	{ "GptOssForCausalLM", false }, /* ct: experts linearised */
 	{ "LlamaForCausalLM", true },
 	{ "LlamaForSequenceClassification", false },
+	{ "MT5EncoderModel", false },
 	{ "MistralForCausalLM", true },
 	{ "MixtralForCausalLM", true },
 	{ "OPTForCausalLM", true },
 	{ "Phi3ForCausalLM", true },
 	{ "Qwen2ForCausalLM", true },
 	{ "Qwen3ForCausalLM", true },
+	{ "Qwen3Model", false },
 	{ "Qwen3MoeForCausalLM", true },
 	{ "RobertaForTokenClassification", false }, /* ct: no lm_head */
 	{ "StableLmForCausalLM", true },
 	{ "Starcoder2ForCausalLM", true },
 	{ "T5EncoderModel", false },
 	{ "T5ForConditionalGeneration", false },
+	{ "UMT5EncoderModel", false },
 	{ "ViTForImageClassification", false }, /* ct: renamed on load */
+	{ "XLMRobertaModel", false },
 };
 
 static int cmp_arch(const void *key, const void *e)

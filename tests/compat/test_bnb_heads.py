@@ -25,6 +25,10 @@ bug hunt):
   source quantised in memory with lm_head skipped (nothing else is a
   Linear there).
 
+- Base models and text encoders of diffusers pipelines (UMT5, MT5,
+  Gemma2Model, Qwen3Model, XLMRobertaModel; stop 42): added to the
+  classes castfs quantises once they passed the same checks.
+
 Each: the load reports no key trouble, every module is of the oracle's
 class, and the logits equal the oracle's exactly (the same codes).
 """
@@ -63,7 +67,32 @@ def models():
                                                    **moe))
     qwen3moe = T.Qwen3MoeForCausalLM(T.Qwen3MoeConfig(
         num_experts=4, moe_intermediate_size=128, head_dim=32, **moe))
-    return {"mixtral": (T.MixtralForCausalLM, mixtral, torch.bfloat16,
+    # Base models and encoders a diffusers pipeline's text encoders use
+    # (Wan's UMT5, Sana's Gemma 2, ...; stop 42: pipelines are gated by
+    # their components, and these were found to load right by a hunt).
+    t5 = dict(d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4,
+              vocab_size=128)
+    base = {"umt5": (T.UMT5EncoderModel,
+                     T.UMT5EncoderModel(T.UMT5Config(**t5)), torch.float32,
+                     ["lm_head"]),
+            "mt5": (T.MT5EncoderModel, T.MT5EncoderModel(T.MT5Config(**t5)),
+                    torch.float32, ["lm_head"]),
+            "gemma2": (T.Gemma2Model, T.Gemma2Model(T.Gemma2Config(
+                head_dim=32, **{k: v for k, v in moe.items()
+                                if k != "num_experts_per_tok"})),
+                torch.bfloat16, ["lm_head"]),
+            "qwen3": (T.Qwen3Model, T.Qwen3Model(T.Qwen3Config(
+                head_dim=32, **{k: v for k, v in moe.items()
+                                if k != "num_experts_per_tok"})),
+                torch.bfloat16, ["lm_head"]),
+            "xlmr": (T.XLMRobertaModel, T.XLMRobertaModel(
+                T.XLMRobertaConfig(hidden_size=64, num_hidden_layers=1,
+                                   num_attention_heads=2,
+                                   intermediate_size=128, vocab_size=100,
+                                   max_position_embeddings=40)),
+                torch.float32, ["lm_head"])}
+    return {**base,
+            "mixtral": (T.MixtralForCausalLM, mixtral, torch.bfloat16,
                         ["lm_head"]),
             "qwen3moe": (T.Qwen3MoeForCausalLM, qwen3moe, torch.bfloat16,
                          ["lm_head"]),
@@ -127,6 +156,11 @@ class Heads(unittest.TestCase):
         quant = "Linear4bit" if view == "nf4" else "Linear8bitLt"
         head = {"cls": "score", "te2": "text_projection",
                 "gpt2": "transformer.h.0.mlp.c_fc",
+                "umt5": "encoder.block.1.layer.0.SelfAttention.q",
+                "mt5": "encoder.block.1.layer.0.SelfAttention.q",
+                "gemma2": "layers.1.self_attn.o_proj",
+                "qwen3": "layers.1.self_attn.o_proj",
+                "xlmr": "encoder.layer.0.attention.self.query",
                 "mixtral": "model.layers.1.self_attn.o_proj",
                 "qwen3moe": "model.layers.1.self_attn.o_proj"}[name]
         self.assertEqual(kinds[head], "Conv1D" if name == "gpt2" else quant)
