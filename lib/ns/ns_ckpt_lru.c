@@ -134,11 +134,16 @@ static bool evictable_locked(const struct castfs_ns *ns,
  * evictable_locked() but for a node the kernel holds, which keeps the
  * entry (`ls -l` of a folder of big checkpoints holds every one for the
  * kernel's entry timeout: their plans, one per view, grew the daemon
- * without bound). */
-static bool plans_droppable_locked(const struct ns_ckpt *ck)
+ * without bound). Only plans worth a trim's walk, a TRIM_SLACK-th of the
+ * budget: small ones would be built again by every request that meets
+ * them, each build's charge starting another walk of held entries
+ * (test_ns_bounds, "held cache not walked per request"). */
+static bool plans_droppable_locked(const struct castfs_ns *ns,
+				   const struct ns_ckpt *ck)
 {
 	return ck->in_lru && !ck->loading && atomic_load(&ck->refs) == 1 &&
-	       ck->bytes > ck->base_bytes;
+	       ck->bytes > ck->base_bytes &&
+	       ck->bytes - ck->base_bytes >= ns->ck_budget / TRIM_SLACK;
 }
 
 /*
@@ -317,7 +322,7 @@ void ns_ckpt_trim(struct castfs_ns *ns)
 			evict_locked(ns, ck, &dead, &freed);
 			continue;
 		}
-		if (plans_droppable_locked(ck))
+		if (plans_droppable_locked(ns, ck))
 			freed += drop_plans_locked(ns, ck);
 		ns_ckpt_lru_touch_locked(ns, ck);
 	}
