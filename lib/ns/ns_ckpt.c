@@ -114,15 +114,22 @@ static bool ck_matches(const struct ns_ckpt *ck, const struct stat *st)
 	       ck->ctime.tv_nsec == st->st_ctim.tv_nsec;
 }
 
-static void ck_free(struct ns_ckpt *ck, size_t nviews)
+void ns_ckpt_free_plans(struct ns_ckpt *ck, size_t nviews)
 {
 	/* First: what the levels above keep borrows the plans. */
 	for (size_t s = 0; s < NS_CKPT_SLOTS; s++) {
 		if (ck->slot[s] && ck->fini[s])
 			ck->fini[s](ck);
 	}
-	for (size_t i = 0; ck->plans && i < nviews; i++)
+	for (size_t i = 0; ck->plans && i < nviews; i++) {
 		castfs_plan_free(ck->plans[i]);
+		ck->plans[i] = NULL;
+	}
+}
+
+static void ck_free(struct ns_ckpt *ck, size_t nviews)
+{
+	ns_ckpt_free_plans(ck, nviews);
 	free(ck->plans);
 	free(ck->plan_err);
 	castfs_header_free(ck->h);

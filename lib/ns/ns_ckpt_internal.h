@@ -202,6 +202,11 @@ void ns_ckpt_unref(struct ns_ckpt *ck);
  * LRU list); the caller then drops the table's reference. */
 void ns_ckpt_unlink_locked(struct castfs_ns *ns, struct ns_ckpt *ck);
 
+/* ns_ckpt_free_plans - free @ck's first @nviews plans (NULL after) and
+ * its slots' contents, which borrow them (the registered fini); the
+ * caller owns @ck alone, or holds its lock with no other reference. */
+void ns_ckpt_free_plans(struct ns_ckpt *ck, size_t nviews);
+
 /* ns_ckpt_lru_add_locked - a valid entry just entered: most recently used,
  * holding @bytes. */
 void ns_ckpt_lru_add_locked(struct castfs_ns *ns, struct ns_ckpt *ck,

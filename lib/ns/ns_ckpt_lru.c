@@ -159,14 +159,7 @@ static size_t drop_plans_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
 
 	if (pthread_mutex_trylock(&ck->lock))
 		return 0;
-	for (size_t s = 0; s < NS_CKPT_SLOTS; s++) {
-		if (ck->slot[s] && ck->fini[s])
-			ck->fini[s](ck);
-	}
-	for (size_t i = 0; i < ck->nviews; i++) {
-		castfs_plan_free(ck->plans[i]);
-		ck->plans[i] = NULL;
-	}
+	ns_ckpt_free_plans(ck, ck->nviews);
 	pthread_mutex_unlock(&ck->lock);
 	freed = ck->bytes - ck->base_bytes;
 	ck->bytes = ck->base_bytes;

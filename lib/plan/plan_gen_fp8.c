@@ -11,6 +11,7 @@
 #include "common/compiler.h"
 #include "kernels/convert.h"
 #include "plan/plan_internal.h"
+#include "quant/quant_round.h"
 
 /* Elements per round: their codes and fp32 values use 5/8 of the
  * scratch; the scale rows they need (bounded at plan time) the rest. */
@@ -44,22 +45,6 @@ static float scale_rounded(float s, enum castfs_dtype dt)
 	return s;
 }
 
-/* An fp16 scale widened to fp32, exactly (torch's .to(float32)). */
-static float f16_value(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1Fu,
-		 m = h & 0x3FFu;
-	float f;
-
-	if (e == 0x1F) /* Inf, NaN (payload kept, as the cast does) */
-		return castfs_f32_from_bits(sign | 0x7F800000u | m << 13);
-	if (e == 0) { /* zero, subnormal: m * 2^-24 is exact */
-		f = (float)m * 0x1p-24f;
-		return sign ? -f : f;
-	}
-	return castfs_f32_from_bits(sign | (e + 112u) << 23 | m << 13);
-}
-
 static float scale_at(const struct castfs_qtensor *q, const uint8_t *row,
 		      uint64_t b)
 {
@@ -71,7 +56,7 @@ static float scale_at(const struct castfs_qtensor *q, const uint8_t *row,
 		return castfs_f32_from_bits(
 			(uint32_t)castfs_load_le16(row + 2 * b) << 16);
 	if (q->scale_dtype == CASTFS_DTYPE_F16)
-		return f16_value(castfs_load_le16(row + 2 * b));
+		return castfs_qr_f16_value(castfs_load_le16(row + 2 * b));
 	s = castfs_f32_from_bits(castfs_load_le32(row + 4 * b));
 	if (q->scale_round)
 		s = scale_rounded(s, (enum castfs_dtype)q->scale_round);

@@ -84,13 +84,16 @@ def quantized(w, qtype, nested, bs, prefix):
     return out
 
 
-def make_single(path, qtype, nested, bs, dtype, shapes, seed):
+def make_single(path, qtype, nested, bs, dtype, shapes, seed, device="cpu"):
+    """A file of 4-bit weights quantised by bitsandbytes on @device (the
+    CUDA quantiser: test_gpu_bnb.py)."""
     g = torch.Generator().manual_seed(seed)
     sd = {"norm.weight": torch.randn(shapes[0][1], generator=g).to(dtype)}
     for i, shape in enumerate(shapes):
         w = (torch.randn(*shape, generator=g) * (1 + i)).to(dtype)
         w.view(-1)[5] = 0.0
-        sd.update(quantized(w, qtype, nested, bs, "l%d.weight" % i))
+        sd.update({k: v.cpu() for k, v in quantized(
+            w.to(device), qtype, nested, bs, "l%d.weight" % i).items()})
     save_file(sd, path, metadata={"format": "pt"})
     return sd
 

@@ -298,20 +298,11 @@ class Bnb4SourcesCuda(unittest.TestCase):
         cls.root = cls._tmp.__enter__()
         cls.srcdir = os.path.join(cls.root, "src")
         os.mkdir(cls.srcdir)
-        cls.singles = {}
-        for i, (name, (qtype, nested, bs, dt, shapes)) in enumerate(
-                B4.SINGLES.items()):
-            g = torch.Generator().manual_seed(i)
-            sd = {"norm.weight": torch.randn(shapes[0][1],
-                                             generator=g).to(dt)}
-            for j, shape in enumerate(shapes):
-                w = (torch.randn(*shape, generator=g) * (1 + j)).to(dt)
-                w.view(-1)[5] = 0.0
-                sd.update({k: v.cpu() for k, v in B4.quantized(
-                    w.to(CUDA), qtype, nested, bs, "l%d.weight" % j).items()})
-            save_file(sd, os.path.join(cls.srcdir, name + ".safetensors"),
-                      metadata={"format": "pt"})
-            cls.singles[name] = sd
+        cls.singles = {
+            name: B4.make_single(
+                os.path.join(cls.srcdir, name + ".safetensors"), *args,
+                seed=i, device=CUDA)
+            for i, (name, args) in enumerate(B4.SINGLES.items())}
         torch.manual_seed(11)
         plain = os.path.join(cls.root, "plain")
         T.LlamaForCausalLM(T.LlamaConfig(
