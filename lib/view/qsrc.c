@@ -269,6 +269,11 @@ static const struct {
 	{ "qweight", "GPTQ/AWQ" },
 	{ "qzeros", "GPTQ/AWQ" },
 	{ "g_idx", "GPTQ" },
+	{ "W_q", "HQQ" },
+	{ "q_invperm", "EXL2" },
+	{ "q_scale_max", "EXL2" },
+	{ "q_groups", "EXL2" },
+	{ "trellis", "EXL3" },
 };
 
 /* A weight that holds codes, not values: integers and fp8. */
@@ -280,7 +285,8 @@ static bool coded(enum castfs_dtype dt)
 /* Whether leaf @c (@len bytes) names a scale-like companion. */
 static bool scale_like(const char *c, size_t len)
 {
-	static const char *const words[] = { "SCB", "weight_format" };
+	/* "scb" too: a lower-cased LLM.int8 file is not a cast either. */
+	static const char *const words[] = { "SCB", "scb", "weight_format" };
 
 	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
 		if (len == strlen(words[i]) && memcmp(c, words[i], len) == 0)
@@ -297,6 +303,7 @@ static bool scale_like(const char *c, size_t len)
 static int check_named(const struct castfs_header *h,
 		       const struct castfs_tensor *t, struct castfs_diag *d)
 {
+	const struct castfs_tensor *w;
 	int err = 0;
 
 	for (size_t i = 0; i < sizeof(foreign) / sizeof(foreign[0]); i++) {
@@ -313,6 +320,17 @@ static int check_named(const struct castfs_header *h,
 	if (!err && ends_with(t, "._data") &&
 	    castfs_qsrc_sibling(h, t, strlen("_data"), "_scale", &err))
 		return reject(d, t, "optimum-quanto");
+	/* Generic words, refused only in the pair that names the layout:
+	 * AQLM's "codebooks" beside its integer "codes", Marlin's packed
+	 * I32 "B" beside its scales "s". */
+	if (!err && comp_is(t, "codebooks") &&
+	    (w = castfs_qsrc_sibling(h, t, strlen("codebooks"), "codes",
+				     &err)) &&
+	    !castfs_dtype_is_castable(w->dtype))
+		return reject(d, t, "AQLM");
+	if (!err && comp_is(t, "B") && t->dtype == CASTFS_DTYPE_I32 &&
+	    castfs_qsrc_sibling(h, t, strlen("B"), "s", &err))
+		return reject(d, t, "Marlin");
 	return err;
 }
 

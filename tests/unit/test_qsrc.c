@@ -205,7 +205,63 @@ static const struct {
 	  { { 4, 4 }, { 4, 1 } },
 	  { 2, 2 },
 	  "optimum-quanto" },
+	/* Layouts a bug hunt saw served as casts: codes kept, their F16
+	 * scales narrowed to BF16 (HQQLinear's state dict, exllamav2's and
+	 * exllamav3's tensors, AQLM's QuantizedLinear, Marlin's Layer). */
+	{ { "l.W_q", "l.scale", "l.zero" },
+	  { "U8", "F16", "F16" },
+	  { { 2, 4 }, { 4, 1 }, { 4, 1 } },
+	  { 2, 2, 2 },
+	  "HQQ" },
+	{ { "l.q_weight", "l.q_invperm", "l.q_scale_max" },
+	  { "I32", "I16", "F16" },
+	  { { 1, 4 }, { 4, 0 }, { 1, 0 } },
+	  { 2, 1, 1 },
+	  "EXL2" },
+	{ { "l.trellis", "l.suh", "l.svh" },
+	  { "I16", "F16", "F16" },
+	  { { 1, 16 }, { 16, 0 }, { 16, 0 } },
+	  { 2, 1, 1 },
+	  "EXL3" },
+	{ { "l.codes", "l.codebooks", "l.scales" },
+	  { "I16", "F16", "F16" },
+	  { { 4, 1 }, { 1, 256 }, { 4, 1 } },
+	  { 2, 2, 2 },
+	  "AQLM" },
+	{ { "l.B", "l.s" },
+	  { "I32", "F16" },
+	  { { 1, 16 }, { 1, 4 } },
+	  { 2, 2 },
+	  "Marlin" },
+	{ { "l.weight", "l.scb" },
+	  { "I8", "F32" },
+	  { { 4, 4 }, { 4, 0 } },
+	  { 2, 1 },
+	  "scale of a packed" },
 };
+
+/* The generic words of those layouts alone are plain parameters. */
+START_TEST(test_qsrc__generic_words_plain)
+{
+	struct tu_st *b = tu_st_new();
+	struct castfs_diag d = { { 0 } };
+	struct castfs_qsrc q;
+	struct castfs_header *h;
+
+	tu_st_add(b, "vq.codebooks", "F32", SHAPE(8, 4), NULL);
+	tu_st_add(b, "vq.codes", "F32", SHAPE(8), NULL);
+	tu_st_add(b, "ssm.B", "F32", SHAPE(4, 4), NULL);
+	tu_st_add(b, "ssm.s", "F32", SHAPE(4), NULL);
+	tu_st_add(b, "attn.q_weight", "BF16", SHAPE(4, 4), NULL);
+	h = stt_build_take(b);
+	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
+	ck_assert_uint_eq(q.nfp8, 0);
+	for (size_t i = 0; i < q.n; i++)
+		ck_assert_uint_eq(q.t[i].role, CASTFS_QR_PLAIN);
+	castfs_qsrc_fini(&q);
+	castfs_header_free(h);
+}
+END_TEST
 
 START_TEST(test_qsrc__refused)
 {
@@ -703,6 +759,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_qsrc__comfy);
 	tcase_add_loop_test(tc, test_qsrc__refused, 0,
 			    sizeof(refused) / sizeof(refused[0]));
+	tcase_add_test(tc, test_qsrc__generic_words_plain);
 	tcase_add_test(tc, test_deq__ranges_match_slow);
 	tcase_add_test(tc, test_deq__any_block_size);
 	tcase_add_loop_test(tc, test_deq__bnb_views_ranges, 0, 3);
