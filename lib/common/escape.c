@@ -6,10 +6,9 @@
 
 #include "common/escape.h"
 
-/* Length of the well-formed UTF-8 sequence at @p (@n bytes left), or 0 if
- * the byte at @p does not start one (Unicode Table 3-7). */
-static size_t utf8_len(const uint8_t *p, size_t n)
+size_t castfs_utf8_len(const void *s, size_t n)
 {
+	const uint8_t *p = s;
 	uint8_t lo = 0x80, hi = 0xbf;
 	size_t len;
 
@@ -41,6 +40,16 @@ static size_t utf8_len(const uint8_t *p, size_t n)
 	return len;
 }
 
+size_t castfs_utf8_bad(const void *s, size_t n)
+{
+	const uint8_t *p = s;
+	size_t i = 0, k;
+
+	while (i < n && (k = castfs_utf8_len(p + i, n - i)) != 0)
+		i += k;
+	return i;
+}
+
 /* Whether the sequence of @len bytes at @p is written as escapes. */
 static bool escaped(const uint8_t *p, size_t len)
 {
@@ -58,7 +67,7 @@ size_t castfs_escape_buf(char *dst, size_t cap, const char *s, size_t n)
 	size_t o = 0, i = 0;
 
 	while (i < n) {
-		size_t len = utf8_len(p + i, n - i);
+		size_t len = castfs_utf8_len(p + i, n - i);
 		size_t take = len ? len : 1;
 
 		if (escaped(p + i, len)) {

@@ -10,6 +10,18 @@
 #include <stddef.h>
 
 /*
+ * castfs_utf8_len - the length of the well-formed UTF-8 sequence at @s
+ * (@n bytes left, @n >= 1), or 0 if the byte at @s does not start one
+ * (Unicode Table 3-7: no overlongs, surrogates or code points past
+ * U+10FFFF, as Python's and Rust's decoders). Pure.
+ */
+size_t castfs_utf8_len(const void *s, size_t n);
+
+/* castfs_utf8_bad - the offset of the first byte of @s (@n bytes) that is
+ * not well-formed UTF-8, or @n. Pure. */
+size_t castfs_utf8_bad(const void *s, size_t n);
+
+/*
  * castfs_escape_buf - @s (@n bytes) into @dst (@cap bytes, NUL-terminated)
  * as valid UTF-8 without control characters. Written as "\xHH" (two
  * lower-case hex digits): every byte that is not part of a well-formed

@@ -9,6 +9,7 @@
 
 #include "common/bytes.h"
 #include "common/ckd.h"
+#include "common/escape.h"
 #include "format/st_header.h"
 #include "format/st_internal.h"
 
@@ -122,7 +123,7 @@ static void st_put_header(struct st_sink *s, const struct castfs_emit_tensor *t,
 
 static bool st_utf8_ok(const char *p, size_t n)
 {
-	return !n || st_utf8_bad((const uint8_t *)p, n) == n;
+	return !n || castfs_utf8_bad(p, n) == n;
 }
 
 static int st_emit_check_one(const struct castfs_emit_tensor *t,

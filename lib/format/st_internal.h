@@ -41,9 +41,6 @@ size_t st_first_dup(struct st_span *v, size_t n);
 /* Quote @n bytes of @s for a message (printable ASCII, else \\xNN, cut). */
 const char *st_show(char out[ST_SHOW], const char *s, size_t n);
 
-/* The offset of the first byte of @s that is not valid UTF-8, or @n. */
-size_t st_utf8_bad(const uint8_t *s, size_t n);
-
 /* Decode the raw body of a JSON string into @out (at most @cap bytes);
  * returns the decoded length. The body must have passed the lexer. */
 size_t st_decode(const uint8_t *raw, size_t n, char *out, size_t cap);

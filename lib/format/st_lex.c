@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/escape.h"
 #include "format/st_internal.h"
 /* ---- bytes, names and messages ---- */
 
@@ -64,40 +65,6 @@ const char *st_show(char out[ST_SHOW], const char *s, size_t n)
 		memcpy(out + o, "...", 3), o += 3;
 	out[o] = '\0';
 	return out;
-}
-
-/* Offset of the first byte that is not strict UTF-8 (no overlongs, no
- * surrogates, nothing above U+10FFFF), or @n. */
-size_t st_utf8_bad(const uint8_t *s, size_t n)
-{
-	size_t i = 0;
-
-	while (i < n) {
-		uint8_t c = s[i], lo = 0x80, hi = 0xbf;
-		size_t k;
-
-		if (c < 0x80) {
-			i++;
-			continue;
-		}
-		if (c >= 0xc2 && c <= 0xdf)
-			k = 1;
-		else if (c >= 0xe0 && c <= 0xef)
-			k = 2;
-		else if (c >= 0xf0 && c <= 0xf4)
-			k = 3;
-		else
-			return i;
-		lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : lo;
-		hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : hi;
-		if (n - i <= k || s[i + 1] < lo || s[i + 1] > hi)
-			return i;
-		for (size_t j = 2; j <= k; j++)
-			if ((s[i + j] & 0xc0) != 0x80)
-				return i;
-		i += k + 1;
-	}
-	return n;
 }
 
 static size_t st_utf8_put(uint8_t out[4], uint32_t cp)
@@ -347,7 +314,7 @@ static int st_lex_all(struct st_lex *lx)
 
 int st_lex(struct st_lex *lx)
 {
-	size_t bad = st_utf8_bad(lx->js, lx->len);
+	size_t bad = castfs_utf8_bad(lx->js, lx->len);
 
 	if (bad != lx->len)
 		return castfs_diag_set(

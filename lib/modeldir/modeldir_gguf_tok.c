@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/escape.h"
 #include "common/strbuf.h"
 #include "modeldir/modeldir_gguf_tok.h"
 
@@ -489,14 +490,7 @@ static int write_merges(struct castfs_gguf_w *w, const cJSON *tok,
 
 bool castfs_md_utf8_valid(const char *s, size_t len)
 {
-	const unsigned char *u = (const unsigned char *)s;
-
-	for (size_t i = 0, need, k; i < len; i += k) {
-		k = utf8_part(u + i, len - i, &need);
-		if (!k || k != need)
-			return false;
-	}
-	return true;
+	return castfs_utf8_bad(s, len) == len;
 }
 
 int castfs_md_gguf_tokenizer(struct castfs_gguf_w *w, uint32_t vocab_size,

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/escape.h"
 #include "format/st_side.h"
 #include "quant/quant.h"
 #include "view/qsrc_internal.h"
@@ -137,11 +138,46 @@ static bool has_dup(const cJSON *o)
 	return false;
 }
 
+/* Python's JSON whitespace, the only bytes json.loads() allows around a
+ * value (cJSON skips every byte up to 0x20 and ignores what follows). */
+static bool json_ws(uint8_t c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/*
+ * @js (@len bytes) parsed as bitsandbytes reads it, bytes(...).decode()
+ * then json.loads(): well-formed UTF-8, one value, only whitespace
+ * around it. NULL where bitsandbytes raises.
+ */
+static cJSON *json_loads(const uint8_t *js, size_t len)
+{
+	const char *end = NULL;
+	size_t at = 0;
+	cJSON *o;
+
+	if (castfs_utf8_bad(js, len) != len)
+		return NULL;
+	while (at < len && json_ws(js[at]))
+		at++;
+	if (at == len || js[at] < 0x20)
+		return NULL;
+	o = cJSON_ParseWithLengthOpts((const char *)js, len, &end, false);
+	for (at = o && end ? (size_t)((const uint8_t *)end - js) : len;
+	     at < len; at++) {
+		if (!json_ws(js[at])) {
+			cJSON_Delete(o);
+			return NULL;
+		}
+	}
+	return o;
+}
+
 /* The quant_state JSON @js (@len bytes) of a weight of @type into @s. */
 static const char *state_parse(const uint8_t *js, size_t len,
 			       enum castfs_qtype type, struct castfs_q4src *s)
 {
-	cJSON *o = cJSON_ParseWithLength((const char *)js, len);
+	cJSON *o = json_loads(js, len);
 	const char *why = NULL;
 	uint64_t bs = 0;
 

@@ -43,7 +43,9 @@ try:
         from bitsandbytes.backends.default.ops import \
             _dequantize_4bit_compute
         from bitsandbytes.backends.utils import _get_4bit_code
-        from bitsandbytes.utils import pack_dict_to_tensor
+        from bitsandbytes.utils import pack_dict_to_tensor, \
+            unpack_tensor_to_dict
+        from safetensors import safe_open
         from safetensors.torch import load_file, save_file
         from transformers import BitsAndBytesConfig, LlamaConfig, \
             LlamaForCausalLM
@@ -114,6 +116,9 @@ def reference(sd, dtype):
     return out
 
 
+LIES = ("bad-json", "shape", "quant-type", "nested", "trailing", "bad-utf8")
+
+
 def lying(path, how):
     """A nf4 file whose quant_state lies in way @how."""
     g = torch.Generator().manual_seed(3)
@@ -136,6 +141,13 @@ def lying(path, how):
         d.update({"nested_blocksize": 256, "nested_dtype": "float32",
                   "nested_offset": 0.5})
         sd[key] = pack_dict_to_tensor(d)
+    elif how in ("trailing", "bad-utf8"):
+        # A whole, valid object, then a NUL; or a key whose value is not
+        # UTF-8: bitsandbytes' decode() / json.loads() raise on both.
+        raw = json.dumps(d).encode()
+        raw = raw + b"\0" if how == "trailing" else \
+            raw[:-1] + b', "x": "\xff"}'
+        sd[key] = torch.tensor(list(raw), dtype=torch.uint8)
     save_file(sd, path)
 
 
@@ -185,7 +197,7 @@ def setUpModule():
     for i, (name, args) in enumerate(SINGLES.items()):
         Env.singles[name] = make_single(
             os.path.join(src, name + ".safetensors"), *args, seed=i)
-    for how in ("bad-json", "shape", "quant-type", "nested"):
+    for how in LIES:
         lying(os.path.join(src, "lie-%s.safetensors" % how), how)
     # A seekable-zstd pack of one (its quant_state in a frame of its own
     # or cut by frames: read through the pack's reader).
@@ -292,7 +304,17 @@ class SingleFile(unittest.TestCase):
         why = {"bad-json": "not a JSON object",
                "shape": "packed size",
                "quant-type": "unknown quant_type",
-               "nested": "absmax does not fit"}
+               "nested": "absmax does not fit",
+               "trailing": "not a JSON object",
+               "bad-utf8": "not a JSON object"}
+        self.assertEqual(set(why), set(LIES))
+        for how in ("trailing", "bad-utf8"):
+            # The oracle: bitsandbytes refuses these blobs itself.
+            with safe_open(os.path.join(Env.mnt.source, "lie-%s.safetensors"
+                                        % how), "pt") as f:
+                blob = f.get_tensor("l.weight" + STATE + "nf4")
+            with self.subTest(oracle=how), self.assertRaises(ValueError):
+                unpack_tensor_to_dict(blob)
         for how, text in why.items():
             with self.subTest(lie=how):
                 base = "lie-%s" % how
