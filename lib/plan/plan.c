@@ -51,11 +51,21 @@ struct pb_tensor {
 	bool late; /* castfs_pb_mark_late() */
 };
 
-struct castfs_pb {
-	struct arena_chunk *arena;
+/* Chunks carved into pieces, freed together. */
+struct arena {
+	struct arena_chunk *head;
 	uint8_t *at; /* the current chunk's free bytes */
 	size_t left;
-	size_t arena_bytes;
+	size_t bytes; /* what the chunks take, malloc's headers included */
+};
+
+struct castfs_pb {
+	/* What the finished plan keeps (castfs_pb_alloc(), extents' bytes,
+	 * quantiser records), and what only the build reads: the output
+	 * tensors' names and shapes, laid out into the header text by
+	 * castfs_pb_finish() and not needed after it (a fifth of an nf4
+	 * plan of many small tensors). */
+	struct arena keep, tmp;
 	struct castfs_extent *ext;
 	size_t next, cap_ext;
 	uint64_t size;
@@ -72,7 +82,7 @@ struct castfs_pb {
 	struct castfs_shared *meta_text;
 };
 
-static void arena_free(struct arena_chunk *c)
+static void chunks_free(struct arena_chunk *c)
 {
 	while (c) {
 		struct arena_chunk *next = c->next;
@@ -80,6 +90,12 @@ static void arena_free(struct arena_chunk *c)
 		free(c);
 		c = next;
 	}
+}
+
+static void arena_free(struct arena *a)
+{
+	chunks_free(a->head);
+	*a = (struct arena){ 0 };
 }
 
 /* Small allocations are carved from chunks that grow with the builder
@@ -90,8 +106,8 @@ static void arena_free(struct arena_chunk *c)
 #define ARENA_ALIGN sizeof(max_align_t)
 #define MALLOC_OVERHEAD 16u /* glibc's chunk header, for the accounting */
 
-/* A new zeroed chunk of @n bytes in @pb's arena, or NULL. */
-static void *arena_chunk_new(struct castfs_pb *pb, size_t n)
+/* A new zeroed chunk of @n bytes in @a, or NULL. */
+static void *arena_chunk_new(struct arena *a, size_t n)
 {
 	struct arena_chunk *c;
 
@@ -100,14 +116,14 @@ static void *arena_chunk_new(struct castfs_pb *pb, size_t n)
 	c = calloc(1, sizeof(*c) + n);
 	if (!c)
 		return NULL;
-	c->next = pb->arena;
-	pb->arena = c;
-	pb->arena_bytes += sizeof(*c) + n + MALLOC_OVERHEAD;
+	c->next = a->head;
+	a->head = c;
+	a->bytes += sizeof(*c) + n + MALLOC_OVERHEAD;
 	ARENA_POISON(c->data, n);
 	return c->data;
 }
 
-void *castfs_pb_alloc(struct castfs_pb *pb, size_t n)
+static void *arena_alloc(struct arena *a, size_t n)
 {
 	size_t need = (CASTFS_MAX(n, 1) + ARENA_REDZONE + ARENA_ALIGN - 1) &
 		      ~(ARENA_ALIGN - 1);
@@ -115,35 +131,44 @@ void *castfs_pb_alloc(struct castfs_pb *pb, size_t n)
 	void *p;
 
 	if (n > ARENA_MAX / 4) {
-		p = arena_chunk_new(pb, n); /* its own: the current stays */
+		p = arena_chunk_new(a, n); /* its own: the current stays */
 		if (p)
 			ARENA_UNPOISON(p, n);
 		return p;
 	}
-	if (need > pb->left) {
-		size = CASTFS_MIN(CASTFS_MAX(pb->arena_bytes, ARENA_MIN),
-				  ARENA_MAX);
+	if (need > a->left) {
+		size = CASTFS_MIN(CASTFS_MAX(a->bytes, ARENA_MIN), ARENA_MAX);
 		size = CASTFS_MAX(size, need);
-		pb->at = arena_chunk_new(pb, size);
-		pb->left = pb->at ? size : 0;
-		if (!pb->at)
+		a->at = arena_chunk_new(a, size);
+		a->left = a->at ? size : 0;
+		if (!a->at)
 			return NULL;
 	}
-	p = pb->at;
-	pb->at += need;
-	pb->left -= need;
+	p = a->at;
+	a->at += need;
+	a->left -= need;
 	ARENA_UNPOISON(p, n);
 	return p;
 }
 
-static void *pb_dup(struct castfs_pb *pb, const void *src, size_t n)
+void *castfs_pb_alloc(struct castfs_pb *pb, size_t n)
+{
+	return arena_alloc(&pb->keep, n);
+}
+
+static void *arena_dup(struct arena *a, const void *src, size_t n)
 {
 	/* One spare byte keeps copied strings NUL-terminated. */
-	void *dst = castfs_pb_alloc(pb, n + 1);
+	void *dst = arena_alloc(a, n + 1);
 
 	if (dst && n)
 		memcpy(dst, src, n);
 	return dst;
+}
+
+static void *pb_dup(struct castfs_pb *pb, const void *src, size_t n)
+{
+	return arena_dup(&pb->keep, src, n);
 }
 
 /* Grow *@arr (of @size-byte items) so that it holds at least @need items. */
@@ -181,7 +206,8 @@ void castfs_pb_free(struct castfs_pb *pb)
 {
 	if (!pb)
 		return;
-	arena_free(pb->arena);
+	arena_free(&pb->keep);
+	arena_free(&pb->tmp);
 	free(pb->ext);
 	free(pb->t);
 	free(pb->meta);
@@ -279,8 +305,8 @@ int castfs_pb_add_tensor(struct castfs_pb *pb, const char *name,
 		rc = castfs_tensor_nbytes(dtype, nelems, &t.nbytes);
 	if (rc)
 		return rc;
-	t.name = pb_dup(pb, name, name_len);
-	t.shape = pb_dup(pb, shape, ndim * sizeof(*shape));
+	t.name = arena_dup(&pb->tmp, name, name_len);
+	t.shape = arena_dup(&pb->tmp, shape, ndim * sizeof(*shape));
 	if (!t.name || !t.shape)
 		return -ENOMEM;
 	t.name_len = name_len;
@@ -369,9 +395,9 @@ int castfs_pb_finish_raw(struct castfs_pb *pb, struct castfs_plan **out)
 	p->nextents = pb->next;
 	p->extents = pb->ext;
 	pb->ext = NULL;
-	p->arena = pb->arena;
-	p->arena_bytes = pb->arena_bytes;
-	pb->arena = NULL;
+	p->arena = pb->keep.head;
+	p->arena_bytes = pb->keep.bytes;
+	pb->keep = (struct arena){ 0 };
 	p->meta_text = pb->meta_text;
 	pb->meta_text = NULL;
 	*out = p;
@@ -582,7 +608,7 @@ void castfs_plan_free(struct castfs_plan *p)
 	if (p->qcache)
 		pthread_mutex_destroy(&p->qcache->lock);
 	castfs_shared_put(p->meta_text);
-	arena_free(p->arena);
+	chunks_free(p->arena);
 	free(p->extents);
 	free(p);
 }
