@@ -82,10 +82,59 @@ static const struct llm_arch *find_arch(const cJSON *cfg)
 }
 
 /* Options castfs does not map change the model: refuse rather than drop. */
+/* Whether rope settings @r (rope_scaling or transformers 5's
+ * rope_parameters) ask for anything but plain RoPE (llama.cpp's converter
+ * writes rope_freqs or scaling keys for those; castfs writes neither). */
+static bool rope_scaled(const cJSON *r)
+{
+	static const char *const kinds[] = { "rope_type", "type" };
+	const cJSON *e;
+
+	if (!r || cJSON_IsNull(r))
+		return false;
+	if (!cJSON_IsObject(r))
+		return true;
+	cJSON_ArrayForEach(e, r) {
+		if (cJSON_IsObject(e))
+			return true; /* per layer type (Gemma 3's) */
+	}
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+		e = cJSON_GetObjectItemCaseSensitive(r, kinds[i]);
+		if (e && !(cJSON_IsString(e) &&
+			   strcmp(e->valuestring, "default") == 0))
+			return true;
+	}
+	return false;
+}
+
+/* Whether layer_types names a layer that is not full attention. */
+static bool windowed_layers(const cJSON *lt)
+{
+	const cJSON *e;
+
+	if (!lt || cJSON_IsNull(lt))
+		return false;
+	if (!cJSON_IsArray(lt))
+		return true;
+	cJSON_ArrayForEach(e, lt) {
+		if (!cJSON_IsString(e) ||
+		    strcmp(e->valuestring, "full_attention") != 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Settings whose meaning a GGUF written by castfs would drop, so that
+ * llama.cpp computed another model than transformers (a bug hunt: logits
+ * off by as much as the logits themselves for each of these).
+ */
 static int cfg_unsupported(const cJSON *cfg, struct castfs_diag *d)
 {
 	/* quantization_config: accepted over quantized weights (build_deq) */
-	static const char *const keys[] = { "rope_scaling", "mlp_bias" };
+	static const char *const keys[] = { "rope_scaling", "mlp_bias",
+					    "use_sliding_window" };
+	const cJSON *act = cJSON_GetObjectItemCaseSensitive(cfg, "hidden_act");
 
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
 		const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, keys[i]);
@@ -96,15 +145,37 @@ static int cfg_unsupported(const cJSON *cfg, struct castfs_diag *d)
 					       "supported",
 					       keys[i]);
 	}
+	if (rope_scaled(
+		    cJSON_GetObjectItemCaseSensitive(cfg, "rope_parameters")))
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: config.json rope_parameters "
+				       "other than the default rope are not "
+				       "supported");
+	if (windowed_layers(
+		    cJSON_GetObjectItemCaseSensitive(cfg, "layer_types")))
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: config.json layer_types other "
+				       "than full_attention are not supported");
+	if (act &&
+	    !(cJSON_IsString(act) && strcmp(act->valuestring, "silu") == 0))
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: config.json hidden_act other "
+				       "than silu is not supported");
 	return 0;
 }
 
+/* @key of @cfg, @def when absent or null; -EINVAL for anything else
+ * (a rope_theta of "1e6" read as the default was another model). */
 static int cfg_double(const cJSON *cfg, const char *key, double def,
-		      double *out)
+		      double *out, struct castfs_diag *d)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
 
 	*out = cJSON_IsNumber(v) ? v->valuedouble : def;
+	if (v && !cJSON_IsNumber(v) && !cJSON_IsNull(v))
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: config.json %s is not a number",
+				       key);
 	return 0;
 }
 
@@ -148,13 +219,14 @@ static int read_config(struct llm *m, const cJSON *cfg, struct castfs_diag *d)
 		m->head_dim = m->n_embd / m->n_head;
 	if (!m->head_dim || m->head_dim % 2)
 		return castfs_diag_set(d, -EINVAL, "GGUF: odd head_dim");
-	cfg_double(cfg, "rope_theta", 10000.0, &m->rope_theta);
-	if (!cJSON_GetObjectItemCaseSensitive(cfg, "rope_theta"))
-		cfg_double(cJSON_GetObjectItemCaseSensitive(cfg,
-							    "rope_parameters"),
-			   "rope_theta", 10000.0, &m->rope_theta);
-	cfg_double(cfg, "rms_norm_eps", 1e-6, &m->rms_eps);
-	return 0;
+	rc = cfg_double(cfg, "rope_theta", 10000.0, &m->rope_theta, d);
+	if (!rc && !cJSON_GetObjectItemCaseSensitive(cfg, "rope_theta"))
+		rc = cfg_double(cJSON_GetObjectItemCaseSensitive(
+					cfg, "rope_parameters"),
+				"rope_theta", 10000.0, &m->rope_theta, d);
+	if (!rc)
+		rc = cfg_double(cfg, "rms_norm_eps", 1e-6, &m->rms_eps, d);
+	return rc;
 }
 
 static void write_hparams(struct castfs_gguf_w *w, const struct llm *m)

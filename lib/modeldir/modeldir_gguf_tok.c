@@ -113,6 +113,28 @@ static const struct pre_kind *find_pre(const cJSON *tok)
 
 /* The tokenizer's pre-tokenizer as llama.cpp names it, if everything else
  * about it is what llama.cpp does for that name. */
+/* BPE settings llama.cpp's BPE has no place for: a subword prefix or a
+ * word suffix (its merges would not match the text), a dropout
+ * (Hugging Face then tokenizes at random). Empty or null is none. */
+static int check_bpe_extras(const cJSON *model, struct castfs_diag *d)
+{
+	static const char *const keys[] = { "continuing_subword_prefix",
+					    "end_of_word_suffix", "dropout" };
+
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		const cJSON *v =
+			cJSON_GetObjectItemCaseSensitive(model, keys[i]);
+
+		if (v && !cJSON_IsNull(v) &&
+		    !(cJSON_IsString(v) && !v->valuestring[0]))
+			return castfs_diag_set(d, -EINVAL,
+					       "GGUF: tokenizer.json BPE %s "
+					       "is not supported",
+					       keys[i]);
+	}
+	return 0;
+}
+
 static int check_tokenizer(const cJSON *tok, const struct pre_kind **pk,
 			   struct castfs_diag *d)
 {
@@ -142,7 +164,7 @@ static int check_tokenizer(const cJSON *tok, const struct pre_kind **pk,
 				       "GGUF: tokenizer.json ignore_merges "
 				       "differs from llama.cpp's %s",
 				       (*pk)->name);
-	return 0;
+	return check_bpe_extras(model, d);
 }
 
 /* One token of the vocabulary, by id; @own is @s when allocated here. */
@@ -395,6 +417,13 @@ static int added_one(struct tok_ent *v, uint32_t n, const cJSON *e,
  * vocabulary, then the added tokens (added_one()); ids up to vocab_size
  * without one are "[PAD<i>]", UNUSED (write_tokens()).
  */
+/* Whether vocabulary id @id (valid or not) already has a token. */
+static bool vocab_taken(const struct tok_ent *v, uint32_t n, double id)
+{
+	return id >= 0 && id < n && id == (double)(uint32_t)id &&
+	       v[(uint32_t)id].s;
+}
+
 static int read_vocab(const cJSON *tok, const cJSON *tc, uint32_t n,
 		      struct tok_ent *v, struct castfs_diag *d)
 {
@@ -411,6 +440,12 @@ static int read_vocab(const cJSON *tok, const cJSON *tc, uint32_t n,
 	cJSON_ArrayForEach(e, vocab) {
 		if (!rc && !cJSON_IsNumber(e))
 			rc = castfs_diag_set(d, -EINVAL, "GGUF: vocab id");
+		/* Two tokens of one id: Hugging Face decodes the id as one
+		 * of them, llama.cpp would hold the other. */
+		if (!rc && vocab_taken(v, n, e->valuedouble))
+			rc = castfs_diag_set(d, -EINVAL,
+					     "GGUF: vocab id %.0f twice",
+					     e->valuedouble);
 		if (!rc)
 			rc = vocab_set(v, n, e->valuedouble, e->string,
 				       strlen(e->string), TOK_NORMAL, d);

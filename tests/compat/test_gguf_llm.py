@@ -10,7 +10,9 @@ gguf.quants.quantize of the source (permuted with convert_hf_to_gguf's
 formula, written here) for every tensor, and the KVs from config.json.
 llama.cpp itself loads the same files in test_gguf_llamacpp.py.
 """
+import json
 import os
+import shutil
 import subprocess
 import unittest
 
@@ -238,6 +240,119 @@ class LLMGGUF(unittest.TestCase):
         self.assertEqual(r.fields["tokenizer.ggml.eos_token_id"].contents(),
                          hf.eos_token_id)
 
+
+def edit_json(path, change):
+    with open(path) as f:
+        d = json.load(f)
+    change(d)
+    with open(path, "w") as f:
+        json.dump(d, f, indent=2)
+
+
+class Refused(unittest.TestCase):
+    """Folders whose config or tokenizer means something a castfs GGUF
+    would drop (stop 43, a bug hunt: llama.cpp's logits off by as much as
+    the logits themselves, 0.66-3.9, for the config ones; every sample
+    text tokenized otherwise for the tokenizer ones) get no GGUF and a
+    reason; transformers is the oracle that each config setting changes
+    the model."""
+
+    def rope(kind, **kw):
+        return lambda c: c["rope_parameters"].update(rope_type=kind, **kw)
+
+    def model(key, value):
+        return lambda c: c["model"].__setitem__(key, value)
+
+    def dup_id(t):
+        v = t["model"]["vocab"]
+        a, b = sorted(v, key=v.get)[300:302]
+        v[b] = v[a]
+
+    CONFIG = {
+        "rope-linear": (rope("linear", factor=2.0), "rope_parameters"),
+        "rope-llama3": (rope("llama3", factor=8.0, low_freq_factor=1.0,
+                             high_freq_factor=4.0,
+                             original_max_position_embeddings=16),
+                        "rope_parameters"),
+        "rope-yarn": (rope("yarn", factor=4.0,
+                           original_max_position_embeddings=16),
+                      "rope_parameters"),
+        "gelu": (lambda c: c.update(hidden_act="gelu"), "hidden_act"),
+        "layer-types": (lambda c: c.update(
+            layer_types=["sliding_attention", "full_attention"],
+            sliding_window=4), "layer_types"),
+        "theta-text": (lambda c: c["rope_parameters"].update(
+            rope_theta="1e6"), "rope_theta is not a number"),
+    }
+    TOKENIZER = {
+        "suffix": (model("end_of_word_suffix", "</w>"), "end_of_word_suffix"),
+        "prefix": (model("continuing_subword_prefix", "##"),
+                   "continuing_subword_prefix"),
+        "dropout": (model("dropout", 0.5), "dropout"),
+        "dup-id": (dup_id, "twice"),
+    }
+
+    @classmethod
+    def setUpClass(cls):
+        cls._tmp = tl.tempdir()
+        cls.tmp = cls._tmp.__enter__()
+        cls.src = os.path.join(cls.tmp, "src")
+        os.mkdir(cls.src)
+        cls.base = os.path.join(cls.src, "base")
+        cls.models = {"base": make_model(cls.base, "llama")}
+        # Sliding windows of the architectures that have them (Llama's
+        # modules ignore layer_types): qwen2's own switch, which then
+        # names its sliding layers, and qwen3's layer_types.
+        for name, arch in (("qwen2-sliding", "qwen2"), ("qwen3", "qwen3")):
+            cls.models[name] = make_model(os.path.join(cls.src, name), arch)
+        edit_json(os.path.join(cls.src, "qwen2-sliding", "config.json"),
+                  lambda c: c.update(use_sliding_window=True,
+                                     sliding_window=4, max_window_layers=1,
+                                     layer_types=None))
+        for name, (change, _) in list(cls.CONFIG.items()) + \
+                list(cls.TOKENIZER.items()):
+            d = os.path.join(cls.src, name)
+            shutil.copytree(cls.base if name != "layer-types" else
+                            os.path.join(cls.src, "qwen3"), d)
+            f = "config.json" if name in cls.CONFIG else "tokenizer.json"
+            edit_json(os.path.join(d, f), change)
+        cls.mount = tl.Mount(cls.src)
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.mount.unmount()
+        cls._tmp.__exit__(None, None, None)
+        if rc != 0:
+            raise AssertionError("castfs exited with %d" % rc)
+
+    def test_refused_with_reason(self):
+        with open(self.mount.join(".castfs", "refused")) as f:
+            got = {e["path"]: e["reason"] for e in json.load(f)}
+        whys = {n: w for n, (_, w) in
+                list(self.CONFIG.items()) + list(self.TOKENIZER.items())}
+        whys["qwen2-sliding"] = "use_sliding_window"
+        for name, why in whys.items():
+            with self.subTest(folder=name):
+                self.assertIn(why, got.get(name, ""))
+                with self.assertRaises(OSError):
+                    open(self.mount.join(name + ".f16.gguf"), "rb").close()
+        self.assertNotIn("base", got)
+        self.assertGreater(os.path.getsize(self.mount.join("base.f16.gguf")),
+                           0)
+
+    def test_each_config_setting_changes_the_model(self):
+        ids = torch.tensor([[5, 17, 33, 2, 9, 41, 7, 12, 3, 60, 8, 11]])
+        # Not run: a rope_theta in text, and sliding layer_types without
+        # use_sliding_window (transformers refuses to run either).
+        for name in ["qwen2-sliding"] + [n for n in self.CONFIG if n not in
+                                         ("theta-text", "layer-types")]:
+            with self.subTest(folder=name), torch.no_grad():
+                orig = self.models.get(name, self.models["base"])
+                m = AutoModelForCausalLM.from_pretrained(
+                    os.path.join(self.src, name), torch_dtype=torch.float32)
+                diff = (m(ids, use_cache=False).logits -
+                        orig(ids, use_cache=False).logits).abs().max().item()
+                self.assertGreater(diff, 1e-3)
 
 if __name__ == "__main__":
     tl.main()
