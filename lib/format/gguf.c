@@ -149,6 +149,9 @@ unsigned castfs_gguf_blck(enum castfs_ggml_type type, unsigned *bytes)
 	case CASTFS_GGML_Q4_0:
 		*bytes = 18;
 		return 32;
+	case CASTFS_GGML_Q4_1:
+		*bytes = 20;
+		return 32;
 	case CASTFS_GGML_Q5_0:
 		*bytes = 22;
 		return 32;
@@ -256,6 +259,8 @@ uint32_t castfs_gguf_file_type(enum castfs_ggml_type t)
 		return 1;
 	case CASTFS_GGML_Q4_0:
 		return 2;
+	case CASTFS_GGML_Q4_1:
+		return 3;
 	case CASTFS_GGML_Q8_0:
 		return 7;
 	case CASTFS_GGML_BF16:

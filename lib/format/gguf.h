@@ -18,6 +18,7 @@ enum castfs_ggml_type {
 	CASTFS_GGML_F32 = 0,
 	CASTFS_GGML_F16 = 1,
 	CASTFS_GGML_Q4_0 = 2,
+	CASTFS_GGML_Q4_1 = 3,
 	CASTFS_GGML_Q5_0 = 6,
 	CASTFS_GGML_Q5_1 = 7,
 	CASTFS_GGML_Q8_0 = 8,

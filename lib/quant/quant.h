@@ -29,6 +29,7 @@ enum castfs_qtype {
 	CASTFS_Q_GGUF_Q4_K, /* ggml K-quant super-blocks (quant_gguf_k.h) */
 	CASTFS_Q_GGUF_Q5_K,
 	CASTFS_Q_GGUF_Q6_K,
+	CASTFS_Q_GGUF_Q4_1, /* ggml Q4_1 blocks (quant_gguf_k.h) */
 };
 
 /* Absmax values per nested (double-quantisation) block, as in bnb. */

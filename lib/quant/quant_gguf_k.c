@@ -476,6 +476,33 @@ static void q5_1_block(uint8_t *y, const float *x)
 	q5_pack(y + 4, y + 8, xi);
 }
 
+/* ---- Q4_1 ---- */
+
+static void q4_1_block(uint8_t *y, const float *x)
+{
+	float min = FLT_MAX, max = -FLT_MAX, d, id;
+
+	for (int j = 0; j < 32; j++) {
+		if (x[j] < min)
+			min = x[j];
+		if (x[j] > max)
+			max = x[j];
+	}
+	d = (max - min) / ((1 << 4) - 1);
+	id = d != 0 ? 1.0f / d : 0.0f;
+	castfs_store_le16(y, castfs_gguf_fp16(d));
+	castfs_store_le16(y + 2, castfs_gguf_fp16(min));
+	for (int j = 0; j < 16; ++j) {
+		/* MIN(15, (int8_t)(v + 0.5f)) stored in a uint8_t, then the
+		 * two ORed into one byte, as the reference does */
+		int8_t a = (int8_t)trunc_i32((x[j] - min) * id + 0.5f);
+		int8_t b = (int8_t)trunc_i32((x[j + 16] - min) * id + 0.5f);
+		uint8_t lo = (uint8_t)GMIN(15, a), hi = (uint8_t)GMIN(15, b);
+
+		y[4 + j] = (uint8_t)(lo | hi << 4);
+	}
+}
+
 #define ROWS(fn, blk, per, bytes)                               \
 	void fn(uint8_t *restrict dst, const float *restrict x, \
 		size_t nblocks)                                 \
@@ -489,6 +516,7 @@ ROWS(castfs_gguf_q5_k, q5_k_block, CASTFS_GGUF_QK_K, CASTFS_GGUF_Q5_K_BYTES)
 ROWS(castfs_gguf_q6_k, q6_k_block, CASTFS_GGUF_QK_K, CASTFS_GGUF_Q6_K_BYTES)
 ROWS(castfs_gguf_q5_0, q5_0_block, CASTFS_GGUF_QK, CASTFS_GGUF_Q5_0_BYTES)
 ROWS(castfs_gguf_q5_1, q5_1_block, CASTFS_GGUF_QK, CASTFS_GGUF_Q5_1_BYTES)
+ROWS(castfs_gguf_q4_1, q4_1_block, CASTFS_GGUF_QK, CASTFS_GGUF_Q4_1_BYTES)
 
 int castfs_gguf_block_qtype(enum castfs_ggml_type t)
 {
@@ -497,6 +525,8 @@ int castfs_gguf_block_qtype(enum castfs_ggml_type t)
 		return CASTFS_Q_GGUF_Q8_0;
 	case CASTFS_GGML_Q4_0:
 		return CASTFS_Q_GGUF_Q4_0;
+	case CASTFS_GGML_Q4_1:
+		return CASTFS_Q_GGUF_Q4_1;
 	case CASTFS_GGML_Q5_0:
 		return CASTFS_Q_GGUF_Q5_0;
 	case CASTFS_GGML_Q5_1:
@@ -530,6 +560,9 @@ int castfs_gguf_quantize(unsigned qt, uint8_t *restrict dst,
 		return 0;
 	case CASTFS_Q_GGUF_Q5_1:
 		castfs_gguf_q5_1(dst, x, nblocks);
+		return 0;
+	case CASTFS_Q_GGUF_Q4_1:
+		castfs_gguf_q4_1(dst, x, nblocks);
 		return 0;
 	case CASTFS_Q_GGUF_Q4_K:
 		castfs_gguf_q4_k(dst, x, nblocks);

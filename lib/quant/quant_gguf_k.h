@@ -25,6 +25,7 @@
 #define CASTFS_GGUF_Q6_K_BYTES 210u
 #define CASTFS_GGUF_Q5_0_BYTES 22u
 #define CASTFS_GGUF_Q5_1_BYTES 24u
+#define CASTFS_GGUF_Q4_1_BYTES 20u
 
 /*
  * castfs_gguf_q4_k / _q5_k / _q6_k / _q5_0 / _q5_1 - quantise @nblocks
@@ -43,6 +44,12 @@ void castfs_gguf_q6_k(uint8_t *restrict dst, const float *restrict x,
 void castfs_gguf_q5_0(uint8_t *restrict dst, const float *restrict x,
 		      size_t nblocks);
 void castfs_gguf_q5_1(uint8_t *restrict dst, const float *restrict x,
+		      size_t nblocks);
+
+/* castfs_gguf_q4_1 - the same for Q4_1 (quantize_row_q4_1_ref), the type
+ * ComfyUI-GGUF's llama-quantize gives an image model's feed-forward
+ * output weights in its Q4_0 files (docs/FORMATS.md). */
+void castfs_gguf_q4_1(uint8_t *restrict dst, const float *restrict x,
 		      size_t nblocks);
 
 /*

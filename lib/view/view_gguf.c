@@ -142,7 +142,39 @@ static const struct gguf_arch *detect_arch(const struct gguf_src *s)
 
 static bool is_quant(enum castfs_ggml_type t)
 {
-	return t == CASTFS_GGML_Q8_0 || t == CASTFS_GGML_Q4_0;
+	return t == CASTFS_GGML_Q8_0 || t == CASTFS_GGML_Q4_0 ||
+	       t == CASTFS_GGML_Q4_1;
+}
+
+/* The block type's quantiser and bytes per block of 32. */
+static unsigned block_qtype(enum castfs_ggml_type t, uint32_t *unit)
+{
+	unsigned bytes;
+
+	castfs_gguf_blck(t, &bytes);
+	*unit = bytes;
+	return (unsigned)castfs_gguf_block_qtype(t);
+}
+
+/* lcpp.patch's img_tensor_get_type "rules for ffn": names of a
+ * feed-forward output, found anywhere in the name. */
+static bool ffn_down(const char *name, size_t len)
+{
+	static const char *const parts[] = {
+		"ffn_down",
+		".ffn.2.weight",
+		".ff.net.2.weight",
+		".mlp.layer2.weight",
+		".adaln_modulation_mlp.2.weight",
+		".feed_forward.w2.weight",
+	};
+
+	for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+		if (memmem(name, len, parts[i], strlen(parts[i])))
+			return true;
+	}
+	return memmem(name, len, "experts.", 8) &&
+	       memmem(name, len, ".w2.weight", 10);
 }
 
 /* One output tensor: its stripped name, GGUF shape and type. */
@@ -187,6 +219,9 @@ static enum castfs_ggml_type out_type(const struct castfs_view *v,
 	base = dt == CASTFS_DTYPE_BF16 ? CASTFS_GGML_BF16 : CASTFS_GGML_F16;
 	if (o->ndim != 2 || o->shape[1] % CASTFS_GGUF_QK || keep_listed(a, o))
 		return base;
+	/* lcpp.patch gives a Q4_0 file's feed-forward outputs Q4_1 */
+	if (want == CASTFS_GGML_Q4_0 && ffn_down(o->name, o->name_len))
+		return CASTFS_GGML_Q4_1;
 	return want;
 }
 
@@ -252,6 +287,7 @@ static enum castfs_dtype ggml_dtype(enum castfs_ggml_type t)
 		return CASTFS_DTYPE_BF16;
 	case CASTFS_GGML_Q8_0:
 	case CASTFS_GGML_Q4_0:
+	case CASTFS_GGML_Q4_1:
 	case CASTFS_GGML_Q5_0:
 	case CASTFS_GGML_Q5_1:
 	case CASTFS_GGML_Q4_K:
@@ -287,10 +323,7 @@ static int add_deq(const struct gguf_data *gd, struct castfs_pb *pb,
 	if (is_quant(o->type)) {
 		p.op = CASTFS_OP_GGUF_BLOCKS;
 		q.blocksize = CASTFS_GGUF_QK;
-		q.qtype = o->type == CASTFS_GGML_Q8_0 ? CASTFS_Q_GGUF_Q8_0 :
-							CASTFS_Q_GGUF_Q4_0;
-		p.unit = o->type == CASTFS_GGML_Q8_0 ? CASTFS_GGUF_Q8_0_BYTES :
-						       CASTFS_GGUF_Q4_0_BYTES;
+		q.qtype = (uint8_t)block_qtype(o->type, &p.unit);
 	} else {
 		p.unit = castfs_dtype_bits(dst) / 8;
 	}
@@ -320,17 +353,13 @@ static int add_data(void *ctx, struct castfs_pb *pb, size_t i)
 			.cols = o->shape[1],
 			.blocksize = CASTFS_GGUF_QK,
 			.src_dtype = o->t->dtype,
-			.qtype = o->type == CASTFS_GGML_Q8_0 ?
-					 CASTFS_Q_GGUF_Q8_0 :
-					 CASTFS_Q_GGUF_Q4_0,
 		};
 
+		q.qtype = (uint8_t)block_qtype(o->type, &p.unit);
 		rc = castfs_pb_add_qtensor(pb, &q, &p.qt);
 		if (rc)
 			return rc;
 		p.op = CASTFS_OP_GGUF_BLOCKS;
-		p.unit = o->type == CASTFS_GGML_Q8_0 ? CASTFS_GGUF_Q8_0_BYTES :
-						       CASTFS_GGUF_Q4_0_BYTES;
 	} else if (dst == o->t->dtype) {
 		p.op = CASTFS_OP_COPY;
 	} else {

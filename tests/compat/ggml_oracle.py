@@ -19,7 +19,7 @@ _LIB = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
 # elements and bytes per block
 BLOCK = {QT.Q4_K: (256, 144), QT.Q5_K: (256, 176), QT.Q6_K: (256, 210),
          QT.Q5_0: (32, 22), QT.Q5_1: (32, 24), QT.Q8_0: (32, 34),
-         QT.Q4_0: (32, 18)}
+         QT.Q4_0: (32, 18), QT.Q4_1: (32, 20)}
 # llama_ftype of a file type castfs offers
 FTYPE = {"q8_0": 7, "q4_0": 2, "q4_k_m": 15, "q5_k_m": 17, "q6_k": 18}
 

@@ -42,7 +42,8 @@ KEEP = {
 # clips from code 16 to 15), plus the fp16 rounding of the scale (half an
 # fp16 ulp, 2^-11 relative, times the largest code).
 BOUND = {QT.Q8_0: (0.5 / 127 + 2.0 ** -11) * 1.001,
-         QT.Q4_0: (1.0 / 8 + 2.0 ** -11) * 1.001}
+         QT.Q4_0: (1.0 / 8 + 2.0 ** -11) * 1.001,
+         QT.Q4_1: (1.0 / 15 + 2.0 ** -10) * 1.001}
 
 
 def rand(shape, gen, scale=1.0):
@@ -76,6 +77,18 @@ def flux_tensors(dtype):
     return out
 
 
+def ff_down(g):
+    """Q4_1's rounding cases: a zero block, a constant one (d = 0), codes
+    at .5 ties, a huge outlier, an fp16-overflowing range."""
+    w = rand((64, 128), g)
+    w[0] = 0
+    w[1] = 3.0
+    w[2] = torch.arange(128) % 32 * 0.25 - 2.0
+    w[3, 7] = -1000.0
+    w[4, :32] = torch.linspace(-60000, 60000, 32)
+    return w
+
+
 def sdxl_tensors():
     g = torch.Generator().manual_seed(5)
     t = {
@@ -87,8 +100,20 @@ def sdxl_tensors():
         "label_emb.0.0.weight": rand((64, 96), g),
         "input_blocks.1.1.proj_in.weight": rand((64, 64), g),
         "input_blocks.1.1.norm.weight": rand((64,), g),
+        # lcpp.patch's feed-forward output: Q4_1 in a Q4_0 file (a bug
+        # hunt: castfs wrote Q4_0); its input stays Q4_0
+        "input_blocks.1.1.transformer_blocks.0.ff.net.2.weight":
+            ff_down(g),
+        "input_blocks.1.1.transformer_blocks.0.ff.net.0.proj.weight":
+            rand((128, 64), g),
     }
     return {k: v.to(torch.float16) for k, v in t.items()}
+
+
+# lcpp.patch img_tensor_get_type, "Rules for ffn" (substrings of the name)
+FFN_DOWN = ("ffn_down", ".ffn.2.weight", ".ff.net.2.weight",
+            ".mlp.layer2.weight", ".adaln_modulation_mlp.2.weight",
+            ".feed_forward.w2.weight")
 
 
 def expected_type(arch, view, name, src_dtype, shape):
@@ -104,6 +129,9 @@ def expected_type(arch, view, name, src_dtype, shape):
     base = QT.BF16 if src_dtype == torch.bfloat16 else QT.F16
     if len(shape) != 2 or shape[-1] % 32 or name.startswith(KEEP[arch]):
         return base
+    if want == QT.Q4_0 and (any(p in name for p in FFN_DOWN) or (
+            "experts." in name and ".w2.weight" in name)):
+        return QT.Q4_1
     return want
 
 
@@ -235,6 +263,19 @@ class GGUFViews(unittest.TestCase):
                 else:
                     self.assertTrue(np.array_equal(deq, data), t.name)
             self.assertIn(QT.Q8_0, seen)
+
+    def test_q4_1_for_feed_forward_outputs(self):
+        import ggml_oracle  # llama-cpp-python's libggml-base
+        reader = GGUFReader(self.path("sdxl", "q4_0"))
+        types = {t.name: t.tensor_type for t in reader.tensors}
+        ff = "input_blocks.1.1.transformer_blocks.0.ff.net."
+        self.assertEqual(types[ff + "2.weight"], QT.Q4_1)
+        self.assertEqual(types[ff + "0.proj.weight"], QT.Q4_0)
+        # ggml's own quantize_row_q4_1_ref, beside gguf-py's (every view)
+        t = next(t for t in reader.tensors if t.name == ff + "2.weight")
+        x = self.sources["sdxl"][1][ff + "2.weight"].float().numpy()
+        self.assertEqual(np.asarray(t.data).tobytes(),
+                         ggml_oracle.quantize_ref(QT.Q4_1, x).tobytes())
 
     def test_q4_0_quantized(self):
         reader = GGUFReader(self.path("flux_f32", "q4_0"))
