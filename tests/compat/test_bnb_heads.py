@@ -27,7 +27,11 @@ bug hunt):
 
 - Base models and text encoders of diffusers pipelines (UMT5, MT5,
   Gemma2Model, Qwen3Model, XLMRobertaModel; stop 42): added to the
-  classes castfs quantises once they passed the same checks.
+  classes castfs quantises once they passed the same checks; the
+  vision-language text encoders of Qwen-Image and HunyuanVideo
+  (Qwen2_5_VLForConditionalGeneration, LlavaForConditionalGeneration;
+  stop 43), their vision towers and projectors quantised as transformers
+  quantises them.
 
 Each: the load reports no key trouble, every module is of the oracle's
 class, and the logits equal the oracle's exactly (the same codes).
@@ -91,7 +95,27 @@ def models():
                                    intermediate_size=128, vocab_size=100,
                                    max_position_embeddings=40)),
                 torch.float32, ["lm_head"])}
-    return {**base,
+    txt = {k: v for k, v in moe.items() if k != "num_experts_per_tok"}
+    vl = {"qwen25vl": (
+        T.Qwen2_5_VLForConditionalGeneration,
+        T.Qwen2_5_VLForConditionalGeneration(T.Qwen2_5_VLConfig(
+            text_config=dict(model_type="qwen2_5_vl_text", rope_scaling={
+                "type": "mrope", "mrope_section": [4, 6, 6]}, **txt),
+            vision_config=dict(depth=2, hidden_size=64,
+                               intermediate_size=128, num_heads=2,
+                               out_hidden_size=128,
+                               fullatt_block_indexes=[1]))),
+        torch.bfloat16, ["lm_head"]),
+        "llava": (
+        T.LlavaForConditionalGeneration,
+        T.LlavaForConditionalGeneration(T.LlavaConfig(
+            text_config=T.LlamaConfig(**txt),
+            vision_config=T.CLIPVisionConfig(
+                hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=2, image_size=32, patch_size=8),
+            image_token_index=255)),
+        torch.bfloat16, ["lm_head"])}
+    return {**base, **vl,
             "mixtral": (T.MixtralForCausalLM, mixtral, torch.bfloat16,
                         ["lm_head"]),
             "qwen3moe": (T.Qwen3MoeForCausalLM, qwen3moe, torch.bfloat16,
@@ -162,6 +186,8 @@ class Heads(unittest.TestCase):
                 "qwen3": "layers.1.self_attn.o_proj",
                 "xlmr": "encoder.layer.0.attention.self.query",
                 "mixtral": "model.layers.1.self_attn.o_proj",
+                "qwen25vl": "model.visual.blocks.0.attn.qkv",
+                "llava": "model.multi_modal_projector.linear_1",
                 "qwen3moe": "model.layers.1.self_attn.o_proj"}[name]
         self.assertEqual(kinds[head], "Conv1D" if name == "gpt2" else quant)
         if name in ("mixtral", "qwen3moe"):
@@ -187,7 +213,9 @@ class Heads(unittest.TestCase):
             # does; the 4-bit codes above are equal, a few absmax a step
             # of the map apart.
             self.assertLess(apart[0], 0.05, (name, view))
-            self.assertLess(apart[1], 0.02, (name, view))
+            # a step of bnb's dynamic map: up to 4.6 % apart for entries
+            # above 0.3 of the range (more below; llava's worst, 2.9 %)
+            self.assertLess(apart[1], 0.05, (name, view))
             rel = float((have - want).float().norm() / want.float().norm())
             self.assertLess(rel, 0.01, (name, view))
         else:
