@@ -111,6 +111,10 @@ uint64_t castfs_zst_raw_off(const struct castfs_zst_index *ix, uint64_t off);
 /* castfs_zst_index_frames - the number of frames in the seek table. */
 size_t castfs_zst_index_frames(const struct castfs_zst_index *ix);
 
+/* castfs_zst_index_bytes - the memory @ix holds: 21 to 25 bytes a frame
+ * (offsets, checksums, transforms, placement), for the cache's account. */
+size_t castfs_zst_index_bytes(const struct castfs_zst_index *ix);
+
 /* castfs_zst_index_checksums - whether the table carries frame checksums. */
 bool castfs_zst_index_checksums(const struct castfs_zst_index *ix);
 

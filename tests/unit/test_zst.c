@@ -247,6 +247,47 @@ START_TEST(test_zst__lying_table_rejected)
 END_TEST
 
 /*
+ * A table that adds up but gives frame 0 more compressed bytes than zstd
+ * could need for its 4096 decoded ones (80 KiB of zeros inserted after
+ * it): a worker would read them all into its buffer before decoding (a
+ * bug hunt: 4 GiB claimed by an 8 KiB sparse pack). Refused at the table.
+ */
+START_TEST(test_zst__compressed_size_over_bound_rejected)
+{
+	uint8_t *in = membuf_input(30000, 5), *big;
+	const size_t pad = 80u << 10;
+	struct membuf m;
+	size_t nf, at, c0;
+	struct castfs_diag d = { { 0 } };
+
+	pack(in, 30000, 4096, false, NULL, 0, &m);
+	nf = castfs_load_le32(m.p + m.n - 9);
+	at = m.n - 9 - nf * 8;
+	/* entry 0 is the header frame: the first 4096-byte frame is the
+	 * first entry whose decoded size is 4096 */
+	c0 = 0;
+	for (size_t k = 0; k < nf; k++, at += 8) {
+		if (castfs_load_le32(m.p + at + 4) == 4096)
+			break;
+		c0 += castfs_load_le32(m.p + at);
+	}
+	c0 += castfs_load_le32(m.p + at);
+	castfs_store_le32(m.p + at, castfs_load_le32(m.p + at) + (uint32_t)pad);
+	big = calloc(1, m.n + pad);
+	ck_assert_ptr_nonnull(big);
+	memcpy(big, m.p, c0);
+	memcpy(big + c0 + pad, m.p + c0, m.n - c0);
+	free(m.p);
+	m.p = big;
+	m.n += pad;
+	ck_assert_int_eq(reject_reason(&m, &d), -EFBIG);
+	ck_assert_msg(strstr(d.msg, "over zstd's bound"), "%s", d.msg);
+	free(m.p);
+	free(in);
+}
+END_TEST
+
+/*
  * A lying decoded size (the table says one byte less, and the next frame
  * one more: the totals still agree), a corrupt frame and a wrong checksum
  * all fail reads of that frame with EIO and count; other frames still read.
@@ -1020,6 +1061,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_zst__plain_zstd_rejected);
 	tcase_add_test(tc, test_zst__truncated_rejected);
 	tcase_add_loop_test(tc, test_zst__lying_table_rejected, 0, 5);
+	tcase_add_test(tc, test_zst__compressed_size_over_bound_rejected);
 	tcase_add_loop_test(tc, test_zst__bad_frame_fails_read_only, 0, 3);
 	tcase_add_loop_test(tc, test_zst__shifted_frames_fail, 0, 3);
 	tcase_add_loop_test(tc, test_zst__threads_share_frames, 0, 3);
