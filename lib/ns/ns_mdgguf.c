@@ -383,9 +383,11 @@ static int mdgguf_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 		child->path = ns_path_join(folder, "model.safetensors", 17);
 		rc = child->path ? ns_src_stat_in(ns, child->path, &child->st) :
 				   -ENOMEM;
+		/* no single file: the shards (not when a text is missing: a
+		 * node that could never build answered ESTALE; bug hunt) */
+		if (rc == -ENOENT)
+			rc = sharded_node(ns, folder, child);
 	}
-	if (rc == -ENOENT)
-		rc = sharded_node(ns, folder, child);
 	if (!rc && !S_ISREG(child->st.st_mode))
 		rc = -ENOENT;
 	free(folder);

@@ -131,6 +131,10 @@ class ShardedGGUF(unittest.TestCase):
         cls.src = os.path.join(cls.tmp, "src")
         cls.model, cls.shards = build_src(cls.src)
         cls.sharded = os.path.join(cls.src, "sharded")
+        # without its tokenizer: no GGUF file, ENOENT as for one file
+        notok = os.path.join(cls.src, "notok")
+        shutil.copytree(cls.sharded, notok)
+        os.unlink(os.path.join(notok, "tokenizer.json"))
         cls.mount = tl.Mount(cls.src, options=[
             "views=" + ":".join(v + ".gguf" for v in VIEWS)])
 
@@ -151,6 +155,17 @@ class ShardedGGUF(unittest.TestCase):
         with open(self.mount.join(".castfs", "refused")) as f:
             refused = json.load(f)
         self.assertEqual([r for r in refused if r["path"] == "sharded"], [])
+
+    def test_no_tokenizer_enoent(self):
+        """A sharded folder without tokenizer.json has no GGUF file: its
+        names answer ENOENT, as the one-file folder's do (they answered
+        ESTALE, a node made for the shards that could never build; bug
+        hunt)."""
+        names = os.listdir(self.mount.path)
+        for v in VIEWS:
+            self.assertNotIn("notok.%s.gguf" % v, names)
+            with self.assertRaises(FileNotFoundError):
+                os.stat(self.path("notok", v))
 
     def test_tensors_equal_the_reference(self):
         for view, qt in ORACLE_VIEWS.items():
