@@ -178,6 +178,10 @@ const char *cli_out_strerror(int rc);
  * Returns 0 or a negative errno. */
 int cli_out_commit(struct cli_out *w, const char *out, bool replace);
 
+/* cli_exists - whether the name @path exists, not following a final
+ * symbolic link (a dangling one is a name that exists). */
+bool cli_exists(const char *path);
+
 /* cli_out_abort - close and unlink what was not committed; safe twice. */
 void cli_out_abort(struct cli_out *w);
 

@@ -306,6 +306,12 @@ int cli_out_open(struct cli_out *w, const char *out, mode_t mode)
 	return 0;
 }
 
+bool cli_exists(const char *path)
+{
+	/* the name itself: a dangling symbolic link exists too */
+	return faccessat(AT_FDCWD, path, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
 int cli_out_commit(struct cli_out *w, const char *out, bool replace)
 {
 	char *d = strdup(out);
@@ -316,12 +322,19 @@ int cli_out_commit(struct cli_out *w, const char *out, bool replace)
 	if (close(w->fd) < 0 && !rc)
 		rc = -errno;
 	w->fd = -1;
-	if (!rc && !replace && access(out, F_OK) == 0)
+	if (!rc && !replace && cli_exists(out))
 		rc = -EEXIST;
 	if (!rc)
 		rc = out_replaceable(out); /* what it is now, not at the open */
-	if (!rc && rename(w->tmp, out) < 0)
+	/* Without replace, nothing that appeared since the check (or a
+	 * dangling link it would have followed) is renamed over. */
+	if (!rc && renameat2(AT_FDCWD, w->tmp, AT_FDCWD, out,
+			     replace ? 0 : RENAME_NOREPLACE) < 0) {
 		rc = -errno;
+		/* a filesystem without the flag: the check above stands */
+		if (rc == -EINVAL && !replace)
+			rc = rename(w->tmp, out) < 0 ? -errno : 0;
+	}
 	if (!rc) {
 		free(w->tmp);
 		w->tmp = NULL;

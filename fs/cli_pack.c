@@ -360,7 +360,7 @@ static int pack_file(const char *path, const struct pack_opts *o,
 		return fail(o, path, "not named *.safetensors");
 	if (asprintf(&out, "%s%s", path, o->grouped ? ZSTG_EXT : ZST_EXT) < 0)
 		return fail(o, path, strerror(ENOMEM));
-	if (!o->force && access(out, F_OK) == 0) {
+	if (!o->force && cli_exists(out)) {
 		rc = fail(o, out, "exists (--force replaces it)");
 		goto out_free;
 	}
@@ -478,7 +478,7 @@ static int unpack_file(const char *in, const struct pack_opts *o)
 	fd = open(in, O_RDONLY | O_CLOEXEC);
 	if (fd < 0 || fstat(fd, &st) < 0)
 		rc = fail(o, in, strerror(errno));
-	else if (!o->force && access(out, F_OK) == 0)
+	else if (!o->force && cli_exists(out))
 		rc = fail(o, out, "exists (--force replaces it)");
 	else
 		rc = unpack_fd(fd, &st, in, out, o);

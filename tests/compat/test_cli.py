@@ -445,6 +445,30 @@ class CommandLine(unittest.TestCase):
                                        "m.safetensors.zst"] +
                                       (["null"] if len(targets) > 1 else [])))
 
+    def test_dangling_link_is_an_existing_output(self):
+        """Without --force an output name that exists is never replaced:
+        a dangling symbolic link is such a name (access() followed it and
+        pack replaced it; bug hunt). pack, unpack and convert."""
+        src = os.path.join(self.src, "llama.safetensors")
+        d = os.path.join(self.out, "dangling")
+        os.mkdir(d)
+        copy = os.path.join(d, "m.safetensors")
+        shutil.copy(src, copy)
+        nowhere = os.path.join(d, "nowhere")
+        os.symlink(nowhere, copy + ".zst")
+        r = castfs("pack", copy)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("exists", r.stderr)
+        self.assertTrue(os.path.islink(copy + ".zst"))
+        os.unlink(copy + ".zst")
+        self.assertEqual(castfs("pack", copy).returncode, 0)
+        os.rename(copy, copy + ".orig")
+        os.symlink(nowhere, copy)
+        r = castfs("unpack", copy + ".zst")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertTrue(os.path.islink(copy))
+        self.assertFalse(os.path.exists(nowhere))
+
     def test_man_pages(self):
         for page in MAN_PAGES:
             path = os.path.join(TOP, "docs", page)
