@@ -16,6 +16,13 @@
 
 #define ZC_BUCKETS 1024u
 
+/* Bytes of frames being decoded into the cache at once (decoded and
+ * compressed), beyond the cache's own size: two of the largest frames.
+ * Each decode holds both until it ends, so without a bound the daemon
+ * grew by threads x 128 MiB (a bug hunt: 715 MB with 16 threads and
+ * zcache_mb=16, from a 50 KB pack of 64 MiB frames). */
+#define ZC_INFLIGHT_MIN (256u << 20)
+
 struct zst_frame {
 	uint64_t id;
 	size_t frame;
@@ -34,6 +41,8 @@ struct castfs_zcache {
 	struct zst_frame *buckets[ZC_BUCKETS];
 	struct zst_frame *head, *tail;
 	pthread_cond_t decoded; /* a frame left state 0 */
+	pthread_cond_t room; /* inflight went down */
+	size_t inflight; /* bytes of frame_get() decodes under way */
 	struct zst_dctx *pool; /* idle decoder contexts */
 	uint64_t next_id;
 	_Atomic uint64_t hits, misses, bytes, errors;
@@ -47,6 +56,7 @@ int castfs_zcache_new(size_t capacity, struct castfs_zcache **out)
 		return -ENOMEM;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->decoded, NULL);
+	pthread_cond_init(&c->room, NULL);
 	c->capacity = capacity;
 	*out = c;
 	return 0;
@@ -65,6 +75,7 @@ void castfs_zcache_free(struct castfs_zcache *c)
 		zst_dctx_free(p);
 	}
 	pthread_cond_destroy(&c->decoded);
+	pthread_cond_destroy(&c->room);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
@@ -596,11 +607,18 @@ static int frame_get(const struct castfs_zst_index *ix,
 		     struct zst_frame **out)
 {
 	struct castfs_zcache *c = ix->cache;
+	size_t cost = (size_t)(ix->doff[i + 1] - ix->doff[i] + ix->coff[i + 1] -
+			       ix->coff[i]);
+	size_t cap = CASTFS_MAX(c->capacity, (size_t)ZC_INFLIGHT_MIN);
 	struct zst_frame *f;
 	int rc;
 
 	pthread_mutex_lock(&c->lock);
-	f = zc_find(c, ix->id, i);
+	/* Wait for room among the decodes under way (one always has it),
+	 * or for another thread to start this frame meanwhile. */
+	while (!(f = zc_find(c, ix->id, i)) && c->inflight &&
+	       c->inflight + cost > cap)
+		pthread_cond_wait(&c->room, &c->lock);
 	if (f) {
 		rc = zc_wait_locked(c, f);
 		pthread_mutex_unlock(&c->lock);
@@ -609,11 +627,15 @@ static int frame_get(const struct castfs_zst_index *ix,
 		goto out;
 	}
 	f = zc_pending_locked(ix, i);
+	if (f)
+		c->inflight += cost;
 	pthread_mutex_unlock(&c->lock);
 	if (!f)
 		return -ENOMEM;
 	rc = frame_decode_checked(ix, raw, i, f->data);
 	pthread_mutex_lock(&c->lock);
+	c->inflight -= cost;
+	pthread_cond_broadcast(&c->room);
 	f->state = rc ? rc : 1;
 	if (rc && f->cached)
 		zc_drop(c, f); /* the next read tries again */
