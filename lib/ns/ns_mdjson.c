@@ -16,6 +16,7 @@
 #include "modeldir/modeldir.h"
 #include "ns/ns_modeldir_internal.h"
 #include "tensors/tensor_files.h"
+#include "view/qsrc.h"
 #include "view/qsrc_xshard.h"
 
 #define MD_JSON_MAX NS_TEXT_MAX
@@ -478,7 +479,13 @@ static int md_ckpt_header(struct castfs_ns *ns, struct ns_ckpt *ck,
 	*own = NULL;
 	if (!ck->quant)
 		return 0;
+	/* The bf16 the quantising views dequantize to (view_deq.c), not
+	 * what a config made of the view called "bf16": a redefined one
+	 * gave config.json another compute dtype than the weights', and a
+	 * reload changed a file open across it (a bug hunt). */
 	bf16 = castfs_views_find(ns->views, "bf16", 4);
+	if (!bf16 || bf16->id_salt)
+		bf16 = castfs_view_builtin("bf16");
 	if (!bf16)
 		return -ENOENT; /* unreachable: a built-in view */
 	if (ck->xshard) {
@@ -492,6 +499,16 @@ static int md_ckpt_header(struct castfs_ns *ns, struct ns_ckpt *ck,
 		if (!rc)
 			rc = castfs_plan_header(plan, own, NULL);
 		ns_md_xshard_fini(ns, &x);
+	} else if (bf16 == castfs_view_builtin("bf16")) {
+		/* not among the mount's views: its plan is not cached */
+		struct castfs_qsrc_opts o;
+		struct castfs_plan *p = NULL;
+
+		rc = castfs_view_plan_opts(bf16, ck->h, ns_ckpt_qopts(ck, &o),
+					   &p, NULL);
+		if (!rc)
+			rc = castfs_plan_header(p, own, NULL);
+		castfs_plan_free(p);
 	} else {
 		rc = ns_ckpt_plan(ns, ck, bf16, &plan, NULL);
 		if (!rc)

@@ -181,6 +181,16 @@ void castfs_views_fini(struct castfs_views *vs)
 	vs->n = 0;
 }
 
+const struct castfs_view *castfs_view_builtin(const char *name)
+{
+	for (size_t i = 0; i < sizeof(builtin_views) / sizeof(*builtin_views);
+	     i++) {
+		if (!strcmp(builtin_views[i].name, name))
+			return &builtin_views[i];
+	}
+	return NULL;
+}
+
 static const struct castfs_view *find_exact(const struct castfs_views *vs,
 					    const char *name, size_t len)
 {

@@ -197,6 +197,10 @@ int castfs_views_load(struct castfs_views *vs, const char *json, size_t len,
  * "X.<view>.safetensors" parses one way only. */
 bool castfs_view_name_valid(const char *name, size_t len);
 
+/* castfs_view_builtin - the built-in definition of view @name, whatever a
+ * config made of it, or NULL. Static; thread-safe. */
+const struct castfs_view *castfs_view_builtin(const char *name);
+
 /* castfs_views_find - the view called @name (@len bytes), else the GGUF
  * view "@name.gguf" ("q8_0" finds "q8_0.gguf"), or NULL. */
 const struct castfs_view *castfs_views_find(const struct castfs_views *vs,
