@@ -478,9 +478,11 @@ static void castfs_op_opendir(fuse_req_t req, fuse_ino_t ino,
 		return;
 	}
 	/* The kernel keeps the listing in the directory's page cache until
-	 * the namespace says it changed (castfs_fs_listing_changed()). */
+	 * the namespace says it changed (castfs_fs_listing_changed()); the
+	 * first open this daemon answers drops what the kernel kept (a
+	 * previous daemon's listing: other views after a reload; bug hunt). */
 	fi->cache_readdir = cached > 0;
-	fi->keep_cache = cached > 0;
+	fi->keep_cache = cached == 1;
 	last_use_before_reply(dir);
 	castfs_stats_op(fs->stats, CASTFS_SOP_OPENDIR, 0);
 	if (fuse_reply_open(req, fi) == -ENOENT)

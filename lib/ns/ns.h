@@ -174,9 +174,12 @@ int castfs_ns_opendir(struct castfs_ns *ns, uint64_t id,
  * castfs_ns_dir_cacheable - whether the listing of directory @id may be
  * cached by the kernel across opens: 1 for a source directory, a
  * model-directory view and a tensor tree's directory (every change of
- * their listing is reported through castfs_ns_opts.listing_changed), 0
- * for another directory (listed per open: /.castfs) or an id this daemon
- * does not know yet.
+ * their listing is reported through castfs_ns_opts.listing_changed), 2
+ * for such a directory this daemon has not been asked to open before (a
+ * listing the kernel kept may be a previous daemon's, of other listed
+ * views after `castfs reload`: to be dropped, then cached), 0 for another
+ * directory (listed per open: /.castfs) or an id this daemon does not
+ * know yet.
  * Returns -ENOTDIR for a file. Lists nothing. Thread-safe.
  */
 int castfs_ns_dir_cacheable(struct castfs_ns *ns, uint64_t id);

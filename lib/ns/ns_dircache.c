@@ -39,7 +39,9 @@ int castfs_ns_dir_cacheable(struct castfs_ns *ns, uint64_t id)
 	ns_node_put_copy(&n);
 	if (!dir)
 		return -ENOTDIR;
-	return cacheable ? 1 : 0;
+	if (!cacheable)
+		return 0;
+	return ns_node_listed_once(ns, id) ? 1 : 2;
 }
 
 /* Whether @node is one of those cacheable_ids() collects: with @st, the

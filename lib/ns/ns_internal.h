@@ -48,6 +48,8 @@ struct ns_node {
 	uint64_t nlookup;
 	struct ns_node *hnext;
 	uint8_t kind; /* enum ns_kind */
+	/* This daemon answered an opendir of it (ns_node_listed_once()). */
+	bool listed;
 	uint32_t aux; /* kind-specific */
 	const struct castfs_view *view; /* views, tensor trees of views, MDIR */
 	char *path; /* source-relative path of the underlying object ("" root) */
@@ -232,6 +234,10 @@ uint64_t ns_node_id(const struct ns_node *n);
  * Returns 0, -ESTALE (not in the table) or -ENOMEM.
  */
 int ns_node_get(struct castfs_ns *ns, uint64_t id, struct ns_node *out);
+
+/* ns_node_listed_once - whether node @id was marked listed before; marks
+ * it (false for an id not in the table). Thread-safe. */
+bool ns_node_listed_once(struct castfs_ns *ns, uint64_t id);
 
 /* ns_node_put_copy - free the strings of a copy; the struct stays. */
 void ns_node_put_copy(struct ns_node *n);

@@ -215,6 +215,21 @@ out_unlock:
 	return rc;
 }
 
+bool ns_node_listed_once(struct castfs_ns *ns, uint64_t id)
+{
+	struct ns_node *n;
+	bool was = false;
+
+	pthread_mutex_lock(&ns->lock);
+	n = node_find_locked(ns, id);
+	if (n) {
+		was = n->listed;
+		n->listed = true;
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return was;
+}
+
 void ns_node_put_copy(struct ns_node *n)
 {
 	free(n->path);

@@ -368,6 +368,81 @@ class Reload(unittest.TestCase):
                                                          "bf16"))
 
 
+    def reload(self, m, cfg, views, first):
+        with open(cfg, "w") as f:
+            json.dump({"views": views}, f)
+        r = subprocess.run([tl.castfs_binary(), "reload", m.path],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return wait_daemon(m.proc.pid, other_than=(first,))
+
+    def test_reload_lists_the_new_views(self):
+        """ls after a reload that changes the listed views shows the new
+        set: the first open of a directory by the new daemon drops the
+        listing the kernel kept from the old one (it was kept until
+        memory pressure; bug hunt)."""
+        cfg = os.path.join(Fixture.top, "listed.json")
+        with open(cfg, "w") as f:
+            json.dump({"views": {}}, f)
+        with tl.Mount(Fixture.src, options=["config=" + cfg]) as m:
+            first = wait_daemon(m.proc.pid)
+            for d in (m.path, m.join("sub")):
+                os.listdir(d)
+                os.listdir(d)  # cached by the kernel now
+            self.assertIn("a.nf4.safetensors", os.listdir(m.path))
+            self.reload(m, cfg, {"nf4": {"listed": False},
+                                 "newv": {"base": "fp16"}}, first)
+            for d, stem in ((m.path, "a"), (m.join("sub"), "b")):
+                names = os.listdir(d)
+                self.assertNotIn(stem + ".nf4.safetensors", names)
+                self.assertIn(stem + ".newv.safetensors", names)
+
+    def test_redefined_bf16_leaves_quantised_configs(self):
+        """The quantising views of a quantized model dequantize to the
+        built-in bf16 whatever a config makes of the view called bf16:
+        DIR.nf4/config.json said float16 once bf16 was redefined as F16
+        while its weights' quant_state said bfloat16, and a reload
+        changed the file under an open descriptor (bug hunt)."""
+        import torch
+        from safetensors.torch import save_file
+        top = os.path.join(Fixture.top, "fp8src")
+        q = os.path.join(top, "q")
+        os.makedirs(q)
+        with open(os.path.join(q, "config.json"), "w") as f:
+            json.dump({"architectures": ["LlamaForCausalLM"],
+                       "model_type": "llama", "torch_dtype": "bfloat16",
+                       "quantization_config": {
+                           "quant_method": "fp8", "fmt": "e4m3",
+                           "activation_scheme": "dynamic",
+                           "weight_block_size": [128, 128]}}, f)
+        g = torch.Generator().manual_seed(3)
+        save_file({"model.layers.0.mlp.up_proj.weight":
+                   (torch.randn(256, 256, generator=g) * 50).to(
+                       torch.float8_e4m3fn),
+                   "model.layers.0.mlp.up_proj.weight_scale_inv":
+                   torch.rand(2, 2, generator=g) * 0.01,
+                   "model.norm.weight": torch.ones(256).bfloat16()},
+                  os.path.join(q, "model.safetensors"))
+        cfg = os.path.join(Fixture.top, "bf16.json")
+        with open(cfg, "w") as f:
+            json.dump({"views": {}}, f)
+        with tl.Mount(top, options=["config=" + cfg]) as m:
+            first = wait_daemon(m.proc.pid)
+            path = m.join("q.nf4", "config.json")
+            with open(path, "rb") as f:
+                old = f.read()
+            self.assertEqual(json.loads(old)["quantization_config"]
+                             ["bnb_4bit_compute_dtype"], "bfloat16")
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                self.reload(m, cfg, {"bf16": {"dtype": "F16"}}, first)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                self.assertEqual(os.pread(fd, len(old) + 1, 0), old)
+            finally:
+                os.close(fd)
+            with open(path, "rb") as f:
+                self.assertEqual(f.read(), old)
+
     def test_redefined_view_never_mixes(self):
         """A config view redefined under the same name (fp16, then bf16:
         8 bytes apart) and reloaded: a file opened before reads its old
