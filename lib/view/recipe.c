@@ -377,6 +377,15 @@ static int parse_rule(const cJSON *j, struct castfs_rule *r, const char *view,
 				       "view '%s': a rule must be an object",
 				       view);
 	cJSON_ArrayForEach(f, j) {
+		/* one spelling of a rule only, as everywhere else */
+		if (key_repeated(j, f) ||
+		    (key_is(f, "rank") &&
+		     (cJSON_GetObjectItemCaseSensitive(j, "min_rank") ||
+		      cJSON_GetObjectItemCaseSensitive(j, "max_rank"))))
+			return castfs_diag_set(d, -EINVAL,
+					       "view '%s': rule key '%s' given "
+					       "twice",
+					       view, f->string);
 		rc = parse_rule_field(f, r, &has_convert, view, d);
 		if (rc)
 			return rc;
@@ -385,6 +394,11 @@ static int parse_rule(const cJSON *j, struct castfs_rule *r, const char *view,
 		return castfs_diag_set(d, -EINVAL,
 				       "view '%s': rule without \"convert\"",
 				       view);
+	if (r->min_rank >= 0 && r->max_rank >= 0 && r->min_rank > r->max_rank)
+		return castfs_diag_set(d, -EINVAL,
+				       "view '%s': rule min_rank %d over "
+				       "max_rank %d: it matches nothing",
+				       view, r->min_rank, r->max_rank);
 	return 0;
 }
 

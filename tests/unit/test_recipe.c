@@ -184,6 +184,16 @@ static const struct {
 	  "'dtype' is given twice" },
 	{ "{\"views\":{\"x\":{\"dtype\":\"F16\"}},\"views\":{}}",
 	  "'views' is given twice" },
+	/* stop 43 (bug hunt): a rule's keys were the last exception */
+	{ "{\"views\":{\"x\":{\"base\":\"fp8\",\"rules\":[{\"match\":\"*\","
+	  "\"match\":\"a\",\"convert\":true}]}}}",
+	  "rule key 'match' given twice" },
+	{ "{\"views\":{\"x\":{\"base\":\"fp8\",\"rules\":[{\"rank\":2,"
+	  "\"min_rank\":1,\"convert\":true}]}}}",
+	  "rule key 'rank' given twice" },
+	{ "{\"views\":{\"x\":{\"base\":\"fp8\",\"rules\":[{\"min_rank\":3,"
+	  "\"max_rank\":2,\"convert\":true}]}}}",
+	  "matches nothing" },
 };
 
 START_TEST(test_recipe__bad_configs_rejected_with_reason)
