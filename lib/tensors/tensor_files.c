@@ -467,6 +467,23 @@ static void origin_extent(const struct castfs_tfile_ctx *c,
 	o->src = tensor_at(c->src_h, src_off);
 }
 
+/* The flags the view's casts from @from to @to carry (saturating e4m3),
+ * for an empty tensor, which has no extent of its own to say (a bug hunt:
+ * its .info said "cast BF16 -> F8_E4M3" where the others said
+ * "(saturating)"). 0 when the view casts no element so. */
+static unsigned cast_flags_of(const struct castfs_plan *p,
+			      enum castfs_dtype from, enum castfs_dtype to)
+{
+	for (size_t i = 0; i < p->nextents; i++) {
+		const struct castfs_extent *e = &p->extents[i];
+
+		if (e->op == CASTFS_OP_CAST && e->src_dtype == from &&
+		    e->dst_dtype == to)
+			return e->flags;
+	}
+	return 0;
+}
+
 void castfs_torigin_find(const struct castfs_tfile_ctx *c,
 			 const struct castfs_tensor *t,
 			 struct castfs_torigin *o)
@@ -490,6 +507,7 @@ void castfs_torigin_find(const struct castfs_tfile_ctx *c,
 		if (o->src && o->src->dtype != t->dtype) {
 			o->op = CASTFS_OP_CAST;
 			o->from = o->src->dtype;
+			o->flags = cast_flags_of(c->plan, o->from, o->to);
 		}
 		return;
 	}

@@ -452,6 +452,17 @@ class TensorTrees(unittest.TestCase):
         self.assertEqual(np.load(os.path.join(tree, "empty.npy")).shape, (0, 4))
         self.assertEqual(np.load(os.path.join(tree, "c64.npy")).dtype, np.complex64)
 
+    def test_empty_tensor_conversion_named_as_the_others(self):
+        """An empty tensor has no extent of its own to say how the view
+        casts it: its conversion reads as a non-empty one's of the same
+        dtypes, saturation included (bug hunt: it lacked "(saturating)")."""
+        tree = self.mnt.join("dtypes.fp8.safetensors.tensors")
+        conv = {n: os.getxattr(os.path.join(tree, n + ".raw"),
+                               "user.castfs.conversion").decode()
+                for n in ("empty", "scalar")}
+        self.assertEqual(conv["scalar"], "cast BF16 -> F8_E4M3 (saturating)")
+        self.assertEqual(conv["empty"], conv["scalar"])
+
 
 if __name__ == "__main__":
     tl.main()
