@@ -81,7 +81,6 @@ static const struct llm_arch *find_arch(const cJSON *cfg)
 	return NULL;
 }
 
-/* Options castfs does not map change the model: refuse rather than drop. */
 /* Whether rope settings @r (rope_scaling or transformers 5's
  * rope_parameters) ask for anything but plain RoPE (llama.cpp's converter
  * writes rope_freqs or scaling keys for those; castfs writes neither). */

@@ -41,7 +41,7 @@ size_t ns_ckpt_header_cost(const struct castfs_header *h)
 
 size_t ns_ckpt_plan_cost(const struct castfs_plan *p)
 {
-	/* The arena holds the rest: names, the header text, kept bytes,
+	/* The arena holds the rest: the header text, kept bytes,
 	 * quantiser records and their statistics' slots. */
 	return sizeof(*p) + p->arena_bytes +
 	       p->nextents * sizeof(struct castfs_extent);

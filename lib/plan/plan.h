@@ -172,7 +172,7 @@ struct castfs_plan {
 	struct castfs_qcache *qcache; /* with qstats; NULL when nqt is 0 */
 	/* Private: allocations owned by the plan, and the bytes they take
 	 * (what the checkpoint cache charges for the plan with its extents:
-	 * names, header text, kept bytes, quantiser records). */
+	 * header text, kept bytes, quantiser records). */
 	void *arena;
 	size_t arena_bytes;
 	/* The source's metadata text that a MEM extent of the header
