@@ -714,15 +714,9 @@ uint64_t castfs_view_fingerprint(const struct castfs_view *v)
 static uint64_t view_id_salt(const struct castfs_view *v)
 {
 	uint64_t fp = castfs_view_fingerprint(v);
+	const struct castfs_view *b = castfs_view_builtin(v->name);
 
-	for (size_t i = 0; i < sizeof(builtin_views) / sizeof(*builtin_views);
-	     i++)
-		if (!strcmp(builtin_views[i].name, v->name))
-			return castfs_view_fingerprint(&builtin_views[i]) ==
-					       fp ?
-				       0 :
-				       fp;
-	return fp;
+	return b && castfs_view_fingerprint(b) == fp ? 0 : fp;
 }
 
 static int load_views(struct castfs_views *vs, const cJSON *views,
