@@ -356,21 +356,12 @@ void ns_ckpt_trim(struct castfs_ns *ns)
 static void idle_packs_locked(struct castfs_ns *ns, const char *path,
 			      struct ns_ckpt **dead, size_t *freed)
 {
-	static const char *const exts[] = { ".zst", ".zstg" };
-	size_t len = strlen(path);
-
-	for (size_t i = 0; i < sizeof(exts) / sizeof(exts[0]); i++) {
-		char *p = malloc(len + strlen(exts[i]) + 1);
+	for (size_t i = 0; i < NS_PACK_EXTS; i++) {
 		struct ns_ckpt *ck, *next;
+		char *p;
 
-		if (!p)
-			return;
-		memcpy(p, path, len);
-		strcpy(p + len, exts[i]);
-		if (!ns_packed_ext_len(p)) {
-			free(p);
-			return; /* not a checkpoint's name */
-		}
+		if (ns_packed_path(path, i, &p))
+			return; /* not a checkpoint's name, or -ENOMEM */
 		for (ck = ns->ckpaths[ns_ckpt_path_bucket(ns, p)]; ck;
 		     ck = next) {
 			next = ck->pnext;

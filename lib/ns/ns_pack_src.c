@@ -15,7 +15,7 @@
 static const char st_ext[] = ".safetensors";
 #define ST_EXT_LEN (sizeof(st_ext) - 1)
 /* Standard packs first: they win when both exist. */
-static const char *const pack_exts[] = { ".zst", ".zstg" };
+static const char *const pack_exts[NS_PACK_EXTS] = { ".zst", ".zstg" };
 
 static bool ends_with(const char *s, size_t len, const char *suf)
 {
@@ -28,7 +28,7 @@ size_t ns_packed_ext_len(const char *name)
 {
 	size_t len = strlen(name);
 
-	for (size_t i = 0; i < 2; i++) {
+	for (size_t i = 0; i < NS_PACK_EXTS; i++) {
 		size_t n = strlen(pack_exts[i]);
 
 		if (ends_with(name, len, pack_exts[i]) &&
@@ -43,21 +43,33 @@ bool ns_packed_name(const char *name)
 	return ns_packed_ext_len(name) != 0;
 }
 
+int ns_packed_path(const char *path, size_t i, char **out)
+{
+	size_t len = strlen(path);
+	char *p;
+
+	if (i >= NS_PACK_EXTS || !ends_with(path, len, st_ext))
+		return -ENOENT;
+	p = malloc(len + strlen(pack_exts[i]) + 1);
+	if (!p)
+		return -ENOMEM;
+	memcpy(p, path, len);
+	strcpy(p + len, pack_exts[i]);
+	*out = p;
+	return 0;
+}
+
 int ns_packed_find(struct castfs_ns *ns, const char *path, char **packed,
 		   struct stat *st)
 {
-	size_t len = strlen(path);
 	int rc = -ENOENT;
 
-	if (!ends_with(path, len, st_ext))
-		return -ENOENT;
-	for (size_t i = 0; rc == -ENOENT && i < 2; i++) {
-		char *p = malloc(len + strlen(pack_exts[i]) + 1);
+	for (size_t i = 0; rc == -ENOENT && i < NS_PACK_EXTS; i++) {
+		char *p;
 
-		if (!p)
-			return -ENOMEM;
-		memcpy(p, path, len);
-		strcpy(p + len, pack_exts[i]);
+		rc = ns_packed_path(path, i, &p);
+		if (rc)
+			return rc;
 		rc = ns_src_stat_in(ns, p, st);
 		if (rc)
 			free(p);

@@ -63,6 +63,14 @@ bool ns_packed_name(const char *name);
  * ".zstg" 5), or 0 if it names no pack. */
 size_t ns_packed_ext_len(const char *name);
 
+/* The pack extensions, standard first: they win when both exist. */
+#define NS_PACK_EXTS 2u
+
+/* ns_packed_path - "@path" + pack extension @i (< NS_PACK_EXTS),
+ * malloc'ed into *@out, for a @path ending in ".safetensors". Returns 0,
+ * -ENOENT (another name, or @i past the last) or -ENOMEM. */
+int ns_packed_path(const char *path, size_t i, char **out);
+
 /* ns_packed_find - the pack standing in for checkpoint @path (which ends
  * in ".safetensors"): "@path.zst", else "@path.zstg", malloc'ed into
  * *@packed with its identity in @st. Returns 0, -ENOENT or -ENOMEM. */
