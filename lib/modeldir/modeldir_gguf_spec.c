@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/escape.h"
 #include "common/strbuf.h"
 #include "modeldir/modeldir_gguf_tok.h"
 
@@ -424,7 +425,7 @@ static int from_config(struct sv *s, const cJSON *cfg, struct castfs_diag *d)
 static int jinja_text(const char *s, size_t n, struct castfs_strbuf *out,
 		      struct castfs_diag *d)
 {
-	if (!castfs_md_utf8_valid(s, n) || memchr(s, '\0', n))
+	if (castfs_utf8_bad(s, n) != n || memchr(s, '\0', n))
 		return castfs_diag_set(d, -EINVAL,
 				       "GGUF: chat_template.jinja is not "
 				       "UTF-8 text");

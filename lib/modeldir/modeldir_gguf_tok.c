@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/escape.h"
 #include "common/strbuf.h"
 #include "modeldir/modeldir_gguf_tok.h"
 
@@ -521,11 +520,6 @@ static int write_merges(struct castfs_gguf_w *w, const cJSON *tok,
 	}
 	castfs_sb_fini(&b);
 	return b.oom ? -ENOMEM : 0;
-}
-
-bool castfs_md_utf8_valid(const char *s, size_t len)
-{
-	return castfs_utf8_bad(s, len) == len;
 }
 
 int castfs_md_gguf_tokenizer(struct castfs_gguf_w *w, uint32_t vocab_size,

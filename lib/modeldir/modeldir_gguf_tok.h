@@ -46,7 +46,4 @@ int castfs_md_gguf_special(struct castfs_gguf_w *w,
 			   const struct castfs_md_tok_src *in,
 			   struct castfs_diag *d);
 
-/* castfs_md_utf8_valid - whether @s (@len bytes) is well-formed UTF-8. */
-bool castfs_md_utf8_valid(const char *s, size_t len);
-
 #endif

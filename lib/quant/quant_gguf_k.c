@@ -456,17 +456,26 @@ static void q5_0_block(uint8_t *y, const float *x)
 	q5_pack(y + 2, y + 6, xi);
 }
 
+/* The block's least and greatest values, as the _1 reference types find
+ * them (a NaN never replaces either). */
+static void block_min_max(const float *x, float *min, float *max)
+{
+	*min = FLT_MAX;
+	*max = -FLT_MAX;
+	for (int j = 0; j < 32; j++) {
+		if (x[j] < *min)
+			*min = x[j];
+		if (x[j] > *max)
+			*max = x[j];
+	}
+}
+
 static void q5_1_block(uint8_t *y, const float *x)
 {
-	float min = FLT_MAX, max = -FLT_MAX, d, id;
+	float min, max, d, id;
 	uint8_t xi[32];
 
-	for (int j = 0; j < 32; j++) {
-		if (x[j] < min)
-			min = x[j];
-		if (x[j] > max)
-			max = x[j];
-	}
+	block_min_max(x, &min, &max);
 	d = (max - min) / ((1 << 5) - 1);
 	id = d != 0 ? 1.0f / d : 0.0f;
 	castfs_store_le16(y, castfs_gguf_fp16(d));
@@ -480,14 +489,9 @@ static void q5_1_block(uint8_t *y, const float *x)
 
 static void q4_1_block(uint8_t *y, const float *x)
 {
-	float min = FLT_MAX, max = -FLT_MAX, d, id;
+	float min, max, d, id;
 
-	for (int j = 0; j < 32; j++) {
-		if (x[j] < min)
-			min = x[j];
-		if (x[j] > max)
-			max = x[j];
-	}
+	block_min_max(x, &min, &max);
 	d = (max - min) / ((1 << 4) - 1);
 	id = d != 0 ? 1.0f / d : 0.0f;
 	castfs_store_le16(y, castfs_gguf_fp16(d));
