@@ -519,11 +519,68 @@ static int md_ckpt_header(struct castfs_ns *ns, struct ns_ckpt *ck,
 	return rc;
 }
 
+/* Whether @name is among the @n @names. */
+static bool md_named(char *const *names, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(names[i], name))
+			return true;
+	return false;
+}
+
+/* Drop from @s the weights of @dir that transformers does not load: with
+ * an index, the files it does not name; else, beside model.safetensors,
+ * every other (a stray Mistral consolidated.safetensors would otherwise
+ * add its tensors to the quantization_config). An index that cannot be
+ * read keeps all: its view's shards are refused on their own. */
+static int md_loaded_weights(struct castfs_ns *ns, const char *dir,
+			     struct ns_md_dir *s)
+{
+	char **keep = NULL, *text = NULL, *p = NULL;
+	size_t nkeep = 0, len, w = 0;
+	struct castfs_diag d = { { 0 } };
+	int rc = 0;
+
+	for (size_t i = 0; i < s->nindex && !p; i++)
+		if (!strcmp(s->indexes[i], "model.safetensors.index.json"))
+			p = ns_path_join(dir, s->indexes[i],
+					 strlen(s->indexes[i]));
+	if (p) {
+		rc = ns_src_read_text(ns, p, NULL, MD_JSON_MAX, &text, &len);
+		if (!rc && castfs_md_gguf_shards(text, len, &keep, &nkeep, &d))
+			nkeep = 0;
+		free(text);
+		free(p);
+		if (rc)
+			return rc == -ENOMEM ? rc : 0;
+	} else if (md_named(s->weights, s->nweights, "model.safetensors")) {
+		keep = calloc(1, sizeof(*keep));
+		if (!keep || !(keep[0] = strdup("model.safetensors"))) {
+			free(keep);
+			return -ENOMEM;
+		}
+		nkeep = 1;
+	}
+	for (size_t i = 0; nkeep && i < s->nweights; i++) {
+		if (md_named(keep, nkeep, s->weights[i]))
+			s->weights[w++] = s->weights[i];
+		else
+			free(s->weights[i]);
+	}
+	if (nkeep)
+		s->nweights = w;
+	castfs_md_gguf_shards_free(keep, nkeep);
+	return 0;
+}
+
 static int md_ckpts_of(struct castfs_ns *ns, const char *dir,
 		       struct ns_md_ckpts *c)
 {
 	struct ns_md_dir s;
 	int rc = ns_md_dir_scan(ns, dir, &s);
+
+	if (!rc)
+		rc = md_loaded_weights(ns, dir, &s);
 
 	*c = (struct ns_md_ckpts){ 0 };
 	c->ck = calloc(s.nweights + 1, sizeof(*c->ck));
