@@ -327,6 +327,13 @@ int castfs_md_gguf_plan(const struct castfs_view *v, const char *config,
 
 struct castfs_qsrc_opts;
 
+/* One file of a model folder's additional_chat_templates/. */
+struct castfs_md_xtmpl {
+	const char *name; /* its name, ending in ".jinja" */
+	const char *text; /* its bytes, or NULL: no readable regular file */
+	size_t len;
+};
+
 /* What a model folder's GGUF file is made of: its text files and its
  * weights, one checkpoint or the shards of an index. Borrowed. */
 struct castfs_md_gguf_src {
@@ -336,6 +343,10 @@ struct castfs_md_gguf_src {
 	 * the chat template when tokenizer_config.json has none */
 	const char *chat_jinja, *chat_json;
 	size_t chat_jinja_len, chat_json_len;
+	/* the files of additional_chat_templates/, read beside chat_template.jinja
+	 * only, sorted by name */
+	const struct castfs_md_xtmpl *xtmpl;
+	size_t nxtmpl;
 	/* The model.safetensors.index.json text of sharded weights (else
 	 * NULL), and its shards' file names in castfs_md_gguf_shards()
 	 * order, shard k's header in h[k]. */

@@ -589,6 +589,8 @@ static int write_tokenizer(struct castfs_gguf_w *w, const struct llm *m,
 		.jinja_len = s->chat_jinja_len,
 		.ct_json = s->chat_json,
 		.ct_json_len = s->chat_json_len,
+		.xtmpl = s->xtmpl,
+		.nxtmpl = s->nxtmpl,
 	};
 
 	return castfs_md_gguf_tokenizer(w, m->vocab_size, &ts, d);

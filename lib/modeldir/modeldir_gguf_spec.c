@@ -422,13 +422,13 @@ static int from_config(struct sv *s, const cJSON *cfg, struct castfs_diag *d)
 /* Python's open(encoding="utf-8").read() of chat_template.jinja: valid
  * UTF-8, "\r\n" and "\r" read as "\n". castfs also refuses a NUL, which
  * a GGUF string could hold but castfs's writer does not take. */
-static int jinja_text(const char *s, size_t n, struct castfs_strbuf *out,
-		      struct castfs_diag *d)
+static int jinja_text(const char *what, const char *s, size_t n,
+		      struct castfs_strbuf *out, struct castfs_diag *d)
 {
 	if (castfs_utf8_bad(s, n) != n || memchr(s, '\0', n))
-		return castfs_diag_set(d, -EINVAL,
-				       "GGUF: chat_template.jinja is not "
-				       "UTF-8 text");
+		return castfs_diag_set(d, -EINVAL, "GGUF: %s is not UTF-8 text",
+				       what);
+	out->len = 0;
 	castfs_sb_put(out, "", 0);
 	for (size_t i = 0; i < n; i++) {
 		if (s[i] != '\r')
@@ -544,10 +544,119 @@ static int tmpl_list(struct castfs_gguf_w *w, const cJSON *list,
 	return rc;
 }
 
+/* Append {"name": @name, "template": @text} to @list. */
+static int tmpl_add(cJSON *list, const char *name, const char *text)
+{
+	cJSON *e = cJSON_CreateObject();
+
+	if (!e || !cJSON_AddStringToObject(e, "name", name) ||
+	    !cJSON_AddStringToObject(e, "template", text) ||
+	    !cJSON_AddItemToArray(list, e)) {
+		cJSON_Delete(e);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* pathlib's stem of additional_chat_templates/@file, a "*.jinja" (but
+ * ".jinja" alone has no suffix), into @stem. */
+static void xtmpl_stem(const char *file, struct castfs_strbuf *stem)
+{
+	size_t n = strlen(file);
+
+	stem->len = 0;
+	castfs_sb_put(stem, file, n > 6 ? n - 6 : n);
+	castfs_sb_put(stem, "", 0);
+}
+
+/* The name gguf-py gives additional_chat_templates/@file: its stem
+ * filtered as GGUFWriter does. */
+static void xtmpl_name(const char *file, struct castfs_strbuf *nb,
+		       struct castfs_strbuf *stem)
+{
+	xtmpl_stem(file, stem);
+	tmpl_name(stem->oom ? "" : stem->p, nb);
+}
+
+/* Whether two files of @in's additional_chat_templates/ give one name
+ * (gguf-py keeps whichever it globs last, in directory order). */
+static int xtmpl_clash(const struct castfs_md_tok_src *in,
+		       struct castfs_diag *d)
+{
+	struct castfs_strbuf a = { 0 }, b = { 0 }, stem = { 0 };
+	int rc = 0;
+
+	for (size_t i = 0; !rc && i < in->nxtmpl; i++) {
+		xtmpl_name(in->xtmpl[i].name, &a, &stem);
+		for (size_t j = i + 1; !rc && j < in->nxtmpl; j++) {
+			xtmpl_name(in->xtmpl[j].name, &b, &stem);
+			if (a.oom || b.oom || stem.oom)
+				rc = -ENOMEM;
+			else if (!strcmp(a.p, b.p))
+				rc = castfs_diag_set(
+					d, -EINVAL,
+					"GGUF: additional_chat_templates/%s "
+					"and %s are both named '%s'",
+					in->xtmpl[i].name, in->xtmpl[j].name,
+					a.p);
+		}
+	}
+	castfs_sb_fini(&a);
+	castfs_sb_fini(&b);
+	castfs_sb_fini(&stem);
+	return rc;
+}
+
+/*
+ * chat_template.jinja with additional_chat_templates/ *.jinja beside it:
+ * SpecialVocab's list, "default" (chat_template.jinja) then each file by
+ * its stem, which tmpl_list() writes. A file that is not readable text
+ * stops convert_hf_to_gguf.py, and is refused.
+ */
+static int tmpl_files(struct castfs_gguf_w *w,
+		      const struct castfs_md_tok_src *in, struct castfs_diag *d)
+{
+	struct castfs_strbuf tb = { 0 }, stem = { 0 }, what = { 0 };
+	cJSON *list = cJSON_CreateArray();
+	int rc = list ? xtmpl_clash(in, d) : -ENOMEM;
+
+	if (!rc)
+		rc = jinja_text("chat_template.jinja", in->jinja, in->jinja_len,
+				&tb, d);
+	if (!rc)
+		rc = tmpl_add(list, "default", tb.p);
+	for (size_t i = 0; !rc && i < in->nxtmpl; i++) {
+		const struct castfs_md_xtmpl *x = &in->xtmpl[i];
+
+		what.len = 0;
+		castfs_sb_printf(&what, "additional_chat_templates/%s",
+				 x->name);
+		xtmpl_stem(x->name, &stem);
+		if (what.oom || stem.oom)
+			rc = -ENOMEM;
+		else if (!x->text)
+			rc = castfs_diag_set(d, -EINVAL,
+					     "GGUF: %s is not a readable file",
+					     what.p);
+		else
+			rc = jinja_text(what.p, x->text, x->len, &tb, d);
+		if (!rc)
+			rc = tmpl_add(list, stem.p, tb.p);
+	}
+	if (!rc)
+		rc = tmpl_list(w, list, d);
+	cJSON_Delete(list);
+	castfs_sb_fini(&tb);
+	castfs_sb_fini(&stem);
+	castfs_sb_fini(&what);
+	return rc;
+}
+
 /*
  * The chat template: tokenizer_config.json's "chat_template" when it has
- * the key (even null), else chat_template.jinja's text, else
- * chat_template.json's "chat_template". A string is
+ * the key (even null), else chat_template.jinja's text (with the files of
+ * additional_chat_templates/, tmpl_files()), else chat_template.json's
+ * "chat_template". A string is
  * tokenizer.chat_template; a list is tmpl_list(); anything else nothing,
  * as gguf-py ignores it. Only called with a non-empty tokenizer_config
  * (SpecialVocab reads no template without one).
@@ -562,8 +671,11 @@ static int chat_template(struct castfs_gguf_w *w,
 	cJSON *ct = NULL;
 	int rc = 0;
 
+	if (!v && in->jinja && in->nxtmpl)
+		return tmpl_files(w, in, d);
 	if (!v && in->jinja) {
-		rc = jinja_text(in->jinja, in->jinja_len, &jb, d);
+		rc = jinja_text("chat_template.jinja", in->jinja, in->jinja_len,
+				&jb, d);
 		if (!rc)
 			castfs_gguf_kv_str(w, "tokenizer.chat_template", jb.p);
 		castfs_sb_fini(&jb);

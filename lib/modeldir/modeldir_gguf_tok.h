@@ -14,6 +14,7 @@
 
 #include "common/err.h"
 #include "format/gguf.h"
+#include "modeldir/modeldir.h"
 
 /* The folder's files the tokenizer KVs are made of. Borrowed. */
 struct castfs_md_tok_src {
@@ -24,6 +25,8 @@ struct castfs_md_tok_src {
 	size_t jinja_len;
 	const char *ct_json; /* chat_template.json's text, or NULL */
 	size_t ct_json_len;
+	const struct castfs_md_xtmpl *xtmpl; /* additional_chat_templates/ */
+	size_t nxtmpl;
 };
 
 /*

@@ -17,6 +17,7 @@
  * checkpoint entry, which open files hold, so a plan in use is never freed.
  */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -37,6 +38,22 @@ static const char *const texts[] = { "config.json", "tokenizer.json",
 				     "chat_template.jinja",
 				     "chat_template.json" };
 #define NTEXTS (sizeof(texts) / sizeof(texts[0]))
+#define TEXT_JINJA 3 /* chat_template.jinja */
+
+/* Read beside chat_template.jinja only, as gguf-py's SpecialVocab: its
+ * *.jinja files are named chat templates. More than XTMPL_MAX are
+ * refused (each is a text up to TEXT_MAX). */
+static const char xtmpl_dir[] = "additional_chat_templates";
+#define XTMPL_MAX 64
+#define XTMPL_JINJA ".jinja"
+
+/* The files of a folder's additional_chat_templates/. */
+struct xtmpls {
+	size_t n; /* XTMPL_MAX + 1: too many (names not kept) */
+	char **name; /* sorted bytewise */
+	struct stat *st; /* st_mode 0: not a regular file */
+	char **text; /* read by xtmpls_read(), NULL: not read */
+};
 
 /* The index of sharded weights (their GGUF file's node's path). */
 static const char index_name[] = "model.safetensors.index.json";
@@ -77,13 +94,125 @@ void ns_mdgguf_init(struct castfs_ns *ns)
 	ns->ckpt_fini[NS_CKPT_GGUF] = gguf_ents_fini;
 }
 
+/* @h with the identity of @st folded in. */
+static uint64_t ident_hash(uint64_t h, const struct stat *st)
+{
+	h = castfs_fnv1a(h, &st->st_ino, sizeof(st->st_ino));
+	h = castfs_fnv1a(h, &st->st_size, sizeof(st->st_size));
+	h = castfs_fnv1a(h, &st->st_mtim, sizeof(st->st_mtim));
+	return castfs_fnv1a(h, &st->st_ctim, sizeof(st->st_ctim));
+}
+
+static void xtmpls_fini(struct xtmpls *x)
+{
+	for (size_t i = 0; x->name && i < x->n; i++)
+		free(x->name[i]);
+	for (size_t i = 0; x->text && i < x->n; i++)
+		free(x->text[i]);
+	free(x->name);
+	free(x->text);
+	free(x->st);
+	*x = (struct xtmpls){ 0 };
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Whether @name matches pathlib's glob "*.jinja" (dot files too). */
+static bool is_jinja(const char *name)
+{
+	size_t n = strlen(name), k = sizeof(XTMPL_JINJA) - 1;
+
+	return n >= k && !strcmp(name + n - k, XTMPL_JINJA);
+}
+
+/* The *.jinja names of open directory @dp into @x, unsorted. */
+static int xtmpls_names(DIR *dp, struct xtmpls *x)
+{
+	size_t cap = 0;
+	struct dirent *de;
+
+	while ((errno = 0, de = readdir(dp))) {
+		if (!is_jinja(de->d_name))
+			continue;
+		if (x->n == XTMPL_MAX) {
+			xtmpls_fini(x);
+			x->n = XTMPL_MAX + 1;
+			return 0;
+		}
+		if (x->n == cap) {
+			char **nv = realloc(x->name, (cap + 8) * sizeof(*nv));
+
+			if (!nv)
+				return -ENOMEM;
+			x->name = nv;
+			cap += 8;
+		}
+		if (!(x->name[x->n] = strdup(de->d_name)))
+			return -ENOMEM;
+		x->n++;
+	}
+	return errno ? -errno : 0;
+}
+
+/* The files of @folder's additional_chat_templates/ into @x (none without
+ * the folder), sorted, each stat'ed as the text files are, and their
+ * fingerprint folded into *@h. */
+static int xtmpls_scan(struct castfs_ns *ns, const char *folder,
+		       struct xtmpls *x, uint64_t *h)
+{
+	char *dir = ns_path_join(folder, xtmpl_dir, sizeof(xtmpl_dir) - 1);
+	int fd = dir ? ns_src_open_in(ns, dir, O_RDONLY | O_DIRECTORY) :
+		       -ENOMEM;
+	DIR *dp = fd >= 0 ? fdopendir(fd) : NULL;
+	int rc = fd < 0 ? fd : dp ? 0 : -errno;
+
+	*x = (struct xtmpls){ 0 };
+	if (fd >= 0 && !dp)
+		close(fd);
+	if (rc == -ENOENT || rc == -ENOTDIR)
+		rc = 0; /* glob() of a missing folder: nothing */
+	if (dp)
+		rc = xtmpls_names(dp, x);
+	if (dp)
+		closedir(dp);
+	if (!rc && x->n <= XTMPL_MAX) {
+		qsort(x->name, x->n, sizeof(*x->name), name_cmp);
+		x->st = calloc(x->n + 1, sizeof(*x->st));
+		rc = x->st ? 0 : -ENOMEM;
+	}
+	for (size_t i = 0; !rc && x->st && i < x->n; i++) {
+		char *p = ns_path_join(dir, x->name[i], strlen(x->name[i]));
+
+		rc = p ? ns_src_stat_in(ns, p, &x->st[i]) : -ENOMEM;
+		free(p);
+		if (rc == -ENOMEM)
+			break;
+		if (rc || !S_ISREG(x->st[i].st_mode))
+			memset(&x->st[i], 0, sizeof(x->st[i]));
+		rc = 0;
+		*h = castfs_fnv1a(*h, x->name[i], strlen(x->name[i]) + 1);
+		*h = ident_hash(*h, &x->st[i]);
+	}
+	*h = castfs_fnv1a(*h, &x->n, sizeof(x->n));
+	free(dir);
+	if (rc)
+		xtmpls_fini(x);
+	return rc;
+}
+
 /* The identities of the text files of folder @dir into @st (st_mode 0
  * for a missing optional one) and their fingerprint into @dep, so that
- * an edit makes a new node. -ENOENT when a required one is missing. */
+ * an edit makes a new node; that of additional_chat_templates/ (0 when
+ * not read) into @xdep unless NULL. -ENOENT when a required one is
+ * missing. */
 static int texts_dep(struct castfs_ns *ns, const char *dir, uint64_t *dep,
-		     struct stat st[NTEXTS])
+		     struct stat st[NTEXTS], uint64_t *xdep)
 {
-	uint64_t h = CASTFS_FNV_SEED;
+	uint64_t h = CASTFS_FNV_SEED, xh = 0;
+	struct xtmpls x;
 
 	for (size_t i = 0; i < NTEXTS; i++) {
 		char *p = ns_path_join(dir, texts[i], strlen(texts[i]));
@@ -100,19 +229,30 @@ static int texts_dep(struct castfs_ns *ns, const char *dir, uint64_t *dep,
 			return -ENOENT;
 		if (rc)
 			memset(&st[i], 0, sizeof(st[i]));
-		h = castfs_fnv1a(h, &st[i].st_ino, sizeof(st[i].st_ino));
-		h = castfs_fnv1a(h, &st[i].st_size, sizeof(st[i].st_size));
-		h = castfs_fnv1a(h, &st[i].st_mtim, sizeof(st[i].st_mtim));
-		h = castfs_fnv1a(h, &st[i].st_ctim, sizeof(st[i].st_ctim));
+		h = ident_hash(h, &st[i]);
 	}
+	if (st[TEXT_JINJA].st_mode) {
+		int rc;
+
+		xh = CASTFS_FNV_SEED;
+		rc = xtmpls_scan(ns, dir, &x, &xh);
+		xtmpls_fini(&x);
+		if (rc)
+			return rc;
+		h = castfs_fnv1a(h, &xh, sizeof(xh));
+	}
+	if (xdep)
+		*xdep = xh;
 	*dep = castfs_mix64(h) | 1;
 	return 0;
 }
 
-/* The GGUF plan through @v of the texts @text (@len bytes each) and the
- * weights: checkpoint @ck, or the shards @sh when it is set. */
+/* The GGUF plan through @v of the texts @text (@len bytes each), the
+ * @nxt additional chat templates @xt and the weights: checkpoint @ck, or
+ * the shards @sh when it is set. */
 static int plan_of(const struct castfs_view *v, char *const text[NTEXTS],
-		   const size_t len[NTEXTS], const struct ns_gguf_shards *sh,
+		   const size_t len[NTEXTS], const struct castfs_md_xtmpl *xt,
+		   size_t nxt, const struct ns_gguf_shards *sh,
 		   const struct ns_ckpt *ck, struct castfs_plan **plan,
 		   struct castfs_diag *d)
 {
@@ -129,6 +269,8 @@ static int plan_of(const struct castfs_view *v, char *const text[NTEXTS],
 		.chat_jinja_len = len[3],
 		.chat_json = text[4],
 		.chat_json_len = len[4],
+		.xtmpl = xt,
+		.nxtmpl = nxt,
 		.h = &one,
 		.nh = 1,
 		/* the FP8 block size config.json gives: the first shard's
@@ -155,6 +297,56 @@ static int plan_of(const struct castfs_view *v, char *const text[NTEXTS],
 }
 
 /*
+ * The files of @folder's additional_chat_templates/ (@x), read into a new
+ * array *@xt, if their fingerprint is still @xdep (else -ESTALE); a file
+ * that is not regular or not readable has no text (the builder refuses
+ * it when it would read it), too many files are refused (@d).
+ */
+static int xtmpls_read(struct castfs_ns *ns, const char *folder, uint64_t xdep,
+		       struct xtmpls *x, struct castfs_md_xtmpl **xt,
+		       struct castfs_diag *d)
+{
+	uint64_t h = CASTFS_FNV_SEED;
+	int rc = xtmpls_scan(ns, folder, x, &h);
+	char *dir = NULL;
+
+	if (!rc && h != xdep)
+		rc = -ESTALE;
+	if (!rc && x->n > XTMPL_MAX)
+		rc = castfs_diag_set(d, -EINVAL,
+				     "GGUF: more than %d files in %s/",
+				     XTMPL_MAX, xtmpl_dir);
+	if (!rc && x->n &&
+	    (!(*xt = calloc(x->n, sizeof(**xt))) ||
+	     !(x->text = calloc(x->n, sizeof(*x->text)))))
+		rc = -ENOMEM;
+	for (size_t i = 0; !rc && i < x->n; i++) {
+		char *p, *t = NULL;
+		size_t len = 0;
+		int r;
+
+		(*xt)[i].name = x->name[i];
+		if (!x->st[i].st_mode)
+			continue;
+		dir = dir ? dir :
+			    ns_path_join(folder, xtmpl_dir,
+					 sizeof(xtmpl_dir) - 1);
+		p = dir ? ns_path_join(dir, x->name[i], strlen(x->name[i])) :
+			  NULL;
+		r = p ? ns_src_read_text(ns, p, &x->st[i], TEXT_MAX, &t, &len) :
+			-ENOMEM;
+		free(p);
+		if (r == -ENOMEM || r == -ESTALE)
+			rc = r;
+		x->text[i] = t;
+		(*xt)[i].text = r ? NULL : t;
+		(*xt)[i].len = len;
+	}
+	free(dir);
+	return rc;
+}
+
+/*
  * Build the GGUF plan of @folder through @v from checkpoint @ck (or the
  * shards @sh) and the text files of identities @st (read again; a file
  * that changed since is -ESTALE, so a plan never mixes two versions). The
@@ -162,12 +354,15 @@ static int plan_of(const struct castfs_view *v, char *const text[NTEXTS],
  */
 static int build_plan(struct castfs_ns *ns, const char *folder,
 		      const struct castfs_view *v, const struct stat st[NTEXTS],
-		      struct ns_ckpt *ck, struct ns_gguf_shards *sh,
-		      struct castfs_plan **plan, char reason[256])
+		      uint64_t xdep, struct ns_ckpt *ck,
+		      struct ns_gguf_shards *sh, struct castfs_plan **plan,
+		      char reason[256])
 {
 	struct castfs_diag d = { { 0 } };
 	char *text[NTEXTS] = { 0 };
 	size_t len[NTEXTS] = { 0 };
+	struct castfs_md_xtmpl *xt = NULL;
+	struct xtmpls x = { 0 };
 	int rc = 0;
 
 	for (size_t i = 0; !rc && i < NTEXTS; i++) {
@@ -181,15 +376,19 @@ static int build_plan(struct castfs_ns *ns, const char *folder,
 			 -ENOMEM;
 		free(p);
 	}
+	if (!rc && st[TEXT_JINJA].st_mode)
+		rc = xtmpls_read(ns, folder, xdep, &x, &xt, &d);
 	if (!rc && sh)
 		rc = ns_gguf_shards_text(ns, sh);
 	if (!rc)
-		rc = plan_of(v, text, len, sh, ck, plan, &d);
+		rc = plan_of(v, text, len, xt, xt ? x.n : 0, sh, ck, plan, &d);
 	snprintf(reason, 256, "%s", d.msg[0] ? d.msg : rc ? strerror(-rc) : "");
 	if (rc && !ns_err_transient(rc))
 		ns_logf(ns, "%s: view %s: %s", folder, v->name, reason);
 	for (size_t i = 0; i < NTEXTS; i++)
 		free(text[i]);
+	free(xt);
+	xtmpls_fini(&x);
 	return rc;
 }
 
@@ -214,6 +413,7 @@ struct gguf_req {
 	const struct castfs_view *view;
 	uint64_t dep;
 	struct stat st[NTEXTS];
+	uint64_t xdep; /* additional_chat_templates/'s fingerprint */
 	bool want_plan; /* false: only whether it builds (listings) */
 	struct ns_gguf_shards sh; /* sharded weights (sh.n > 0), held */
 	const struct castfs_plan *plan; /* out: held by the checkpoint */
@@ -281,7 +481,7 @@ static int gguf_get(struct castfs_ns *ns, struct ns_ckpt *ck,
 		return rc;
 	}
 	pthread_mutex_unlock(&ck->lock);
-	rc = build_plan(ns, r->folder, r->view, r->st, ck,
+	rc = build_plan(ns, r->folder, r->view, r->st, r->xdep, ck,
 			r->sh.n ? &r->sh : NULL, &plan, r->reason);
 	if (ns_err_transient(rc))
 		return rc;
@@ -378,7 +578,7 @@ static int mdgguf_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	if (!rc && !S_ISDIR(st.st_mode))
 		rc = -ENOENT;
 	if (!rc)
-		rc = texts_dep(ns, folder, &child->dep, tst);
+		rc = texts_dep(ns, folder, &child->dep, tst, NULL);
 	if (!rc) {
 		child->path = ns_path_join(folder, "model.safetensors", 17);
 		rc = child->path ? ns_src_stat_in(ns, child->path, &child->st) :
@@ -423,7 +623,7 @@ static int hold_weights(struct castfs_ns *ns, const struct ns_node *n,
 {
 	struct castfs_diag d = { { 0 } };
 	struct stat st;
-	int rc = texts_dep(ns, folder, &r->dep, r->st);
+	int rc = texts_dep(ns, folder, &r->dep, r->st, &r->xdep);
 
 	if (!rc && is_sharded(n)) {
 		rc = ns_gguf_shards_read(ns, folder, n->path, &n->st, &r->sh,
@@ -587,7 +787,7 @@ static bool has_file(struct castfs_ns *ns, const char *folder, const char *name)
 static const char *texts_refusal(struct castfs_ns *ns, const char *folder,
 				 struct gguf_req *r, struct ns_ckpt **ck)
 {
-	int rc = texts_dep(ns, folder, &r->dep, r->st);
+	int rc = texts_dep(ns, folder, &r->dep, r->st, &r->xdep);
 
 	if (!rc && r->sh.n)
 		r->dep = ns_gguf_shards_dep(&r->sh, r->dep);

@@ -7,8 +7,10 @@ vocabulary) and variants of its tokenizer.json, tokenizer_config.json,
 config.json and chat template files, each the layout of some published
 model family: Qwen2's null bos_token, a TemplateProcessing post-processor
 adding <s>, a chat template in tokenizer_config.json, in
-chat_template.jinja or as a list of named templates, added tokens that
-are not special but look so.
+chat_template.jinja (with named ones in additional_chat_templates/) or as
+a list of named templates, added tokens that are not special but look
+so; folders whose template files convert_hf_to_gguf.py cannot read are
+refused with a reason.
 
 Oracles, computed here from the folder: gguf-py's SpecialVocab written by
 a GGUFWriter (every tokenizer.* KV it adds, in its order, with its types);
@@ -103,6 +105,7 @@ def put(**kv):
 
 
 TC, TJ, CFG = "tokenizer_config.json", "tokenizer.json", "config.json"
+XT = "additional_chat_templates/"
 # name: ([(file, edit)], {extra file: text})
 VARIANTS = {
     "types": ([(TJ, added("<|fim_prefix|>", False, False)),
@@ -112,9 +115,21 @@ VARIANTS = {
     "chat_tc": ([(TC, put(chat_template=TPL))], {}),
     "chat_jinja": ([], {"chat_template.jinja": TPL.replace("%}<", "%}\r\n<")}),
     "chat_both": ([(TC, put(chat_template="tc wins"))],
-                  {"chat_template.jinja": TPL}),
+                  {"chat_template.jinja": TPL, XT + "rag.jinja": "rag"}),
     "chat_null": ([(TC, put(chat_template=None))],
                   {"chat_template.jinja": TPL}),
+    # transformers >= 4.56 saves named templates as files (gguf-py reads
+    # them beside chat_template.jinja only)
+    "chat_files": ([], {"chat_template.jinja": TPL,
+                        XT + "tool-use.jinja": "tools\r\n{{ x }}",
+                        XT + "rag.jinja": "rag",
+                        XT + ".jinja": "dot",
+                        XT + "notes.txt": "not a template"}),
+    "chat_files_default": ([], {"chat_template.jinja": TPL,
+                                XT + "default.jinja": "other default",
+                                XT + "z.jinja": "z"}),
+    "chat_files_nojinja": ([], {"chat_template.json": json.dumps(
+        {"chat_template": TPL}), XT + "rag.jinja": "rag"}),
     "chat_json": ([], {"chat_template.json": json.dumps(
         {"chat_template": TPL + "json"})}),
     "chat_list": ([(TC, put(chat_template=[
@@ -138,6 +153,20 @@ VARIANTS = {
                      {"chat_template.jinja": TPL}),
 }
 NO_TC = {"add_sep_notc"}
+# Folders convert_hf_to_gguf.py stops on (SpecialVocab cannot read a
+# template) or whose GGUF depends on the directory's order (two files of
+# one name: the one globbed last wins), each with castfs's reason.
+REFUSED = {
+    "chat_files_dir": ({"chat_template.jinja": TPL, XT + "a.jinja": "a",
+                        XT + "sub.jinja/x": "a folder"},
+                       "additional_chat_templates/sub.jinja is not a "
+                       "readable file"),
+    "chat_files_clash": ({"chat_template.jinja": TPL,
+                          XT + "tool-use.jinja": "1",
+                          XT + "tool_use.jinja": "2"}, "both named"),
+    "chat_files_latin1": ({"chat_template.jinja": TPL,
+                           XT + "l.jinja": b"caf\xe9"}, "not UTF-8"),
+}
 
 
 def ref_special(d):
@@ -185,6 +214,14 @@ def get_vocab_base(d, vocab_size):
     return tokens, types
 
 
+def kv_order(m):
+    """The keys of @m in order, the named templates' sorted in place."""
+    named = iter(sorted(k for k in m
+                        if k.startswith("tokenizer.chat_template.")))
+    return [next(named) if k.startswith("tokenizer.chat_template.") else k
+            for k in m]
+
+
 def got_meta(r):
     out = {}
     for f in r.fields.values():
@@ -200,15 +237,19 @@ class TokenizerMeta(unittest.TestCase):
         cls.src = cls._tmp.__enter__()
         base = os.path.join(tempfile.mkdtemp(prefix="castfs-tokmeta-"), "b")
         make_base(base)
-        for name, (edits, files) in VARIANTS.items():
+        all_ = list(VARIANTS.items()) + [(n, ([], f)) for n, (f, _) in
+                                         REFUSED.items()]
+        for name, (edits, files) in all_:
             d = os.path.join(cls.src, name)
             shutil.copytree(base, d)
             for fn, f in edits:
                 edit(d, fn, f)
             for fn, text in files.items():
-                with open(os.path.join(d, fn), "w", newline="",
-                          encoding="utf-8") as fp:
-                    fp.write(text)
+                os.makedirs(os.path.dirname(os.path.join(d, fn)),
+                            exist_ok=True)
+                with open(os.path.join(d, fn), "wb") as fp:
+                    fp.write(text if isinstance(text, bytes) else
+                             text.encode())
             if name in NO_TC:
                 os.remove(os.path.join(d, TC))
         shutil.rmtree(os.path.dirname(base))
@@ -231,13 +272,14 @@ class TokenizerMeta(unittest.TestCase):
                 ref = ref_special(d)
                 r = self.reader(name)
                 got = got_meta(r)
-                # gguf-py lists the template names in a set's order
+                # gguf-py lists the template names in a set's order, and
+                # the files' in directory order (castfs: sorted by name)
                 for m in (ref, got):
                     if "tokenizer.chat_templates" in m:
                         v, t = m["tokenizer.chat_templates"]
                         m["tokenizer.chat_templates"] = (sorted(v), t)
                 self.assertEqual(got, ref)
-                self.assertEqual(list(got), list(ref))  # KV order
+                self.assertEqual(kv_order(got), kv_order(ref))
                 del r
 
     def test_chat_templates_present(self):
@@ -256,8 +298,42 @@ class TokenizerMeta(unittest.TestCase):
                 llm.close()
         got = got_meta(self.reader("chat_list"))
         self.assertEqual(got["tokenizer.chat_template.tool_use"][0], "tools")
+        ref = ref_special(os.path.join(self.src, "chat_files"))
+        self.assertEqual(ref["tokenizer.chat_template.tool_use"][0],
+                         "tools\n{{ x }}")
+        self.assertEqual(ref["tokenizer.chat_template._jinja"][0], "dot")
+        self.assertEqual(ref["tokenizer.chat_template"][0], TPL)
+        llm = llama_cpp.Llama(self.mount.join("chat_files.q8_0.gguf"),
+                              vocab_only=True, verbose=False)
+        for k in ("tokenizer.chat_template.tool_use",
+                  "tokenizer.chat_template.rag", "tokenizer.chat_template"):
+            self.assertEqual(llm.metadata[k], ref[k][0], k)
+        llm.close()
+        self.assertEqual(ref_special(os.path.join(
+            self.src, "chat_files_default"))["tokenizer.chat_template"][0],
+            "other default")
+        for name in ("chat_both", "chat_files_nojinja"):
+            self.assertNotIn("tokenizer.chat_templates",
+                             got_meta(self.reader(name)))
         self.assertNotIn("tokenizer.chat_template",
                          got_meta(self.reader("chat_null")))
+
+    def test_unreadable_templates_refused(self):
+        with open(self.mount.join(".castfs", "refused")) as f:
+            got = {e["path"]: e["reason"] for e in json.load(f)}
+        for name, (_, why) in REFUSED.items():
+            with self.subTest(name=name):
+                d = os.path.join(self.src, name)
+                if name == "chat_files_clash":  # one of the two
+                    self.assertIn(ref_special(d)[
+                        "tokenizer.chat_template.tool_use"][0], ("1", "2"))
+                else:  # the oracle stops
+                    with self.assertRaises(Exception):
+                        ref_special(d)
+                self.assertIn(why, got.get(name, ""))
+                self.assertFalse(os.path.exists(
+                    self.mount.join(name + ".f16.gguf")))
+        self.assertNotIn("chat_files", got)
 
     def test_token_types(self):
         for name in ("types", "chat_tc"):
