@@ -40,6 +40,16 @@ size_t castfs_utf8_len(const void *s, size_t n)
 	return len;
 }
 
+size_t castfs_json_skip_ws(const void *s, size_t n, size_t i)
+{
+	const uint8_t *u = s;
+
+	while (i < n &&
+	       (u[i] == ' ' || u[i] == '\t' || u[i] == '\n' || u[i] == '\r'))
+		i++;
+	return i;
+}
+
 size_t castfs_utf8_bad(const void *s, size_t n)
 {
 	const uint8_t *p = s;

@@ -21,6 +21,11 @@ size_t castfs_utf8_len(const void *s, size_t n);
  * not well-formed UTF-8, or @n. Pure. */
 size_t castfs_utf8_bad(const void *s, size_t n);
 
+/* castfs_json_skip_ws - the first offset of @s (@n bytes) at or after @i
+ * that is not JSON whitespace (space, tab, LF, CR: what Python's
+ * json.loads and serde_json allow around a value), or @n. Pure. */
+size_t castfs_json_skip_ws(const void *s, size_t n, size_t i);
+
 /*
  * castfs_escape_buf - @s (@n bytes) into @dst (@cap bytes, NUL-terminated)
  * as valid UTF-8 without control characters. Written as "\xHH" (two

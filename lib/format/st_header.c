@@ -15,6 +15,7 @@
 
 #include "common/bytes.h"
 #include "common/ckd.h"
+#include "common/escape.h"
 #include "format/st_header.h"
 #include "format/st_side.h"
 #include "format/st_internal.h"
@@ -33,16 +34,13 @@ static int st_json(const struct st_lex *lx, cJSON **root)
 	if (!j)
 		return castfs_diag_set(lx->d, -EINVAL,
 				       "invalid JSON near header byte %zu", at);
-	for (; at < lx->len; at++) {
-		uint8_t c = lx->js[at];
-
-		if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
-			cJSON_Delete(j);
-			return castfs_diag_set(
-				lx->d, -EINVAL,
-				"byte 0x%02x after the JSON object at header byte %zu",
-				c, at);
-		}
+	at = castfs_json_skip_ws(lx->js, lx->len, at);
+	if (at < lx->len) {
+		cJSON_Delete(j);
+		return castfs_diag_set(
+			lx->d, -EINVAL,
+			"byte 0x%02x after the JSON object at header byte %zu",
+			lx->js[at], at);
 	}
 	*root = j;
 	return 0;

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/escape.h"
 #include "common/strbuf.h"
 
 struct cJSON;
@@ -58,9 +59,6 @@ void castfs_md_object_fini(struct castfs_md_object *o);
 /* castfs_md_key_is - true if member @m's key is exactly "@key" (no escapes). */
 bool castfs_md_key_is(const char *js, const struct castfs_md_member *m,
 		      const char *key);
-
-/* castfs_md_skip_ws - the first offset at or after @i that is not JSON space. */
-size_t castfs_md_skip_ws(const char *js, size_t len, size_t i);
 
 /*
  * castfs_md_parse - validate @len bytes of @json (not NUL-terminated) as one

@@ -101,14 +101,6 @@ void castfs_md_put_str(struct castfs_strbuf *b, const char *s, size_t n)
 
 /* ---- scanning ---- */
 
-size_t castfs_md_skip_ws(const char *js, size_t len, size_t i)
-{
-	while (i < len && (js[i] == ' ' || js[i] == '\t' || js[i] == '\n' ||
-			   js[i] == '\r'))
-		i++;
-	return i;
-}
-
 /* Past the string that starts at *@i (a '"'). */
 static int skip_string(const char *js, size_t len, size_t *i)
 {
@@ -198,7 +190,7 @@ static int add_member(struct castfs_md_object *o, size_t *cap,
 static int scan_member(const char *js, size_t len, size_t *i,
 		       struct castfs_md_member *m)
 {
-	size_t p = castfs_md_skip_ws(js, len, *i);
+	size_t p = castfs_json_skip_ws(js, len, *i);
 	int rc;
 
 	m->lead = *i;
@@ -210,16 +202,16 @@ static int scan_member(const char *js, size_t len, size_t *i,
 	if (rc)
 		return rc;
 	m->key_len = p - m->key;
-	p = castfs_md_skip_ws(js, len, p);
+	p = castfs_json_skip_ws(js, len, p);
 	if (p >= len || js[p] != ':')
 		return -EINVAL;
-	p = castfs_md_skip_ws(js, len, p + 1);
+	p = castfs_json_skip_ws(js, len, p + 1);
 	m->val = p;
 	rc = skip_value(js, len, &p);
 	if (rc)
 		return rc;
 	m->val_len = p - m->val;
-	*i = castfs_md_skip_ws(js, len, p);
+	*i = castfs_json_skip_ws(js, len, p);
 	return 0;
 }
 
@@ -233,9 +225,9 @@ int castfs_md_scan_object(const char *js, size_t len, size_t at,
 	*o = (struct castfs_md_object){ .open = at };
 	if (at >= len || js[at] != '{')
 		return -EINVAL;
-	if (castfs_md_skip_ws(js, len, i) < len &&
-	    js[castfs_md_skip_ws(js, len, i)] == '}') {
-		o->close = castfs_md_skip_ws(js, len, i);
+	if (castfs_json_skip_ws(js, len, i) < len &&
+	    js[castfs_json_skip_ws(js, len, i)] == '}') {
+		o->close = castfs_json_skip_ws(js, len, i);
 		return 0;
 	}
 	for (;;) {
@@ -282,7 +274,7 @@ int castfs_md_parse(const char *json, size_t len, cJSON **root,
 	size_t tail = end ? (size_t)(end - json) : 0;
 
 	if (r)
-		tail = castfs_md_skip_ws(json, len, tail);
+		tail = castfs_json_skip_ws(json, len, tail);
 	if (!r || tail != len || !cJSON_IsObject(r)) {
 		cJSON_Delete(r);
 		return castfs_diag_set(d, -EINVAL,
@@ -299,6 +291,6 @@ int castfs_md_parse(const char *json, size_t len, cJSON **root,
 int castfs_md_top_object(const char *json, size_t len,
 			 struct castfs_md_object *o)
 {
-	return castfs_md_scan_object(json, len, castfs_md_skip_ws(json, len, 0),
-				     o);
+	return castfs_md_scan_object(json, len,
+				     castfs_json_skip_ws(json, len, 0), o);
 }

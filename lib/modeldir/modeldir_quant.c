@@ -391,7 +391,7 @@ int castfs_md_config_unquant(const char *json, size_t len, char **out,
 	if (!rc && tc)
 		rc = drop_member(&b, tc, "quantization_config");
 	if (!rc)
-		rc = drop_member(&b, castfs_md_skip_ws(b.p, b.len, 0),
+		rc = drop_member(&b, castfs_json_skip_ws(b.p, b.len, 0),
 				 "quantization_config");
 	if (rc) {
 		castfs_sb_fini(&b);

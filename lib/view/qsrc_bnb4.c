@@ -140,11 +140,6 @@ static bool has_dup(const cJSON *o)
 
 /* Python's JSON whitespace, the only bytes json.loads() allows around a
  * value (cJSON skips every byte up to 0x20 and ignores what follows). */
-static bool json_ws(uint8_t c)
-{
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
-
 /*
  * @js (@len bytes) parsed as bitsandbytes reads it, bytes(...).decode()
  * then json.loads(): well-formed UTF-8, one value, only whitespace
@@ -153,22 +148,16 @@ static bool json_ws(uint8_t c)
 static cJSON *json_loads(const uint8_t *js, size_t len)
 {
 	const char *end = NULL;
-	size_t at = 0;
+	size_t at = castfs_json_skip_ws(js, len, 0);
 	cJSON *o;
 
-	if (castfs_utf8_bad(js, len) != len)
-		return NULL;
-	while (at < len && json_ws(js[at]))
-		at++;
-	if (at == len || js[at] < 0x20)
+	if (castfs_utf8_bad(js, len) != len || at == len || js[at] < 0x20)
 		return NULL;
 	o = cJSON_ParseWithLengthOpts((const char *)js, len, &end, false);
-	for (at = o && end ? (size_t)((const uint8_t *)end - js) : len;
-	     at < len; at++) {
-		if (!json_ws(js[at])) {
-			cJSON_Delete(o);
-			return NULL;
-		}
+	at = o && end ? (size_t)((const uint8_t *)end - js) : len;
+	if (castfs_json_skip_ws(js, len, at) < len) {
+		cJSON_Delete(o);
+		return NULL;
 	}
 	return o;
 }

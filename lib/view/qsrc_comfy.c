@@ -13,6 +13,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "common/escape.h"
 #include "view/qsrc_internal.h"
 
 /* The largest name castfs builds a companion name from. */
@@ -227,9 +228,8 @@ static int comfy_meta(const struct castfs_header *h, struct castfs_qsrc *q,
 	int rc = 0;
 
 	/* json.loads allows only whitespace after the value. */
-	while (o && end < lim &&
-	       (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
-		end++;
+	if (o && end)
+		end += castfs_json_skip_ws(end, (size_t)(lim - end), 0);
 	if (!cJSON_IsObject(o) || end != lim || !cJSON_IsObject(layers))
 		rc = castfs_diag_set(d, -ENOTSUP,
 				     "_quantization_metadata that is not a "
