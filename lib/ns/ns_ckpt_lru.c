@@ -128,18 +128,7 @@ static size_t shown_len(const struct ns_ckpt *ck)
 /* Whether a node the kernel holds shows @ck's source. */
 static bool ck_live(const struct castfs_ns *ns, const struct ns_ckpt *ck)
 {
-	size_t n = shown_len(ck);
-	char *shown;
-	bool live;
-
-	if (!ck->path[n])
-		return ns_node_path_live(ns, ck->path);
-	shown = strndup(ck->path, n);
-	if (!shown)
-		return true; /* kept: the safe answer */
-	live = ns_node_path_live(ns, shown);
-	free(shown);
-	return live;
+	return ns_node_path_live(ns, ck->path, shown_len(ck));
 }
 
 /* Caller holds ck_lock. Whether @ck may go: valid, parsed, held by the

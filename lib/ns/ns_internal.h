@@ -258,21 +258,24 @@ bool ns_node_ref(struct castfs_ns *ns, uint64_t id);
 char *ns_node_forget(struct castfs_ns *ns, uint64_t id, uint64_t nlookup);
 
 /* ns_node_path_live - whether a node the kernel holds (nlookup > 0) has
- * source path @path, exactly (true for every path only after an entry
- * could not be allocated). Takes a leaf lock; thread-safe. */
-bool ns_node_path_live(const struct castfs_ns *ns, const char *path);
+ * source path the first @len bytes of @path, exactly (true for every path
+ * only after an entry could not be allocated). Takes a leaf lock;
+ * thread-safe. */
+bool ns_node_path_live(const struct castfs_ns *ns, const char *path,
+		       size_t len);
 
 /* ns_live_new / ns_live_free - the exact set of held source paths with
  * their counts (ns_live.c): new returns NULL without memory; free accepts
  * NULL. ns_live_add - one more holder of @path (without memory the set
  * answers true for every path from then on). ns_live_sub - one fewer;
- * true when that was the last one. ns_live_has - whether @path has a
- * holder. All thread-safe (a leaf lock). */
+ * true when that was the last one. ns_live_has - whether the first @len
+ * bytes of @path have a holder. All thread-safe (a leaf
+ * lock). */
 struct ns_live *ns_live_new(void);
 void ns_live_free(struct ns_live *l);
 void ns_live_add(struct ns_live *l, const char *path);
 bool ns_live_sub(struct ns_live *l, const char *path);
-bool ns_live_has(struct ns_live *l, const char *path);
+bool ns_live_has(struct ns_live *l, const char *path, size_t len);
 
 /* ns_node_tree_live - false when the kernel holds no tensor-tree
  * directory (NS_TDIR node) of the checkpoint of identity @st (its dev and

@@ -67,18 +67,20 @@ void ns_live_free(struct ns_live *l)
 	free(l);
 }
 
-static uint64_t live_hash(const char *path)
+static uint64_t live_hash(const char *path, size_t len)
 {
-	return castfs_mix64(castfs_fnv1a(CASTFS_FNV_SEED, path, strlen(path)));
+	return castfs_mix64(castfs_fnv1a(CASTFS_FNV_SEED, path, len));
 }
 
-/* The link that points at @path's entry (or the chain's end). */
-static struct ns_live_ent **live_find_locked(struct ns_live *l,
-					     const char *path, uint64_t h)
+/* The link that points at the entry of @path's first @len bytes (or the
+ * chain's end). */
+static struct ns_live_ent **
+live_find_locked(struct ns_live *l, const char *path, size_t len, uint64_t h)
 {
 	struct ns_live_ent **pp = &l->b[h & (l->nb - 1)];
 
-	while (*pp && ((*pp)->h != h || strcmp((*pp)->path, path) != 0))
+	while (*pp && ((*pp)->h != h || strncmp((*pp)->path, path, len) ||
+		       (*pp)->path[len]))
 		pp = &(*pp)->next;
 	return pp;
 }
@@ -106,12 +108,12 @@ static void live_resize_locked(struct ns_live *l, size_t nb)
 
 void ns_live_add(struct ns_live *l, const char *path)
 {
-	uint64_t h = live_hash(path);
-	struct ns_live_ent **pp, *e;
 	size_t len = strlen(path);
+	uint64_t h = live_hash(path, len);
+	struct ns_live_ent **pp, *e;
 
 	pthread_mutex_lock(&l->lock);
-	pp = live_find_locked(l, path, h);
+	pp = live_find_locked(l, path, len, h);
 	if (*pp) {
 		(*pp)->n++;
 		goto out_unlock;
@@ -134,12 +136,13 @@ out_unlock:
 
 bool ns_live_sub(struct ns_live *l, const char *path)
 {
-	uint64_t h = live_hash(path);
+	size_t len = strlen(path);
+	uint64_t h = live_hash(path, len);
 	struct ns_live_ent **pp, *e;
 	bool last = false;
 
 	pthread_mutex_lock(&l->lock);
-	pp = live_find_locked(l, path, h);
+	pp = live_find_locked(l, path, len, h);
 	e = *pp;
 	if (e && --e->n == 0) {
 		*pp = e->next;
@@ -156,13 +159,13 @@ bool ns_live_sub(struct ns_live *l, const char *path)
 	return last;
 }
 
-bool ns_live_has(struct ns_live *l, const char *path)
+bool ns_live_has(struct ns_live *l, const char *path, size_t len)
 {
-	uint64_t h = live_hash(path);
+	uint64_t h = live_hash(path, len);
 	bool held;
 
 	pthread_mutex_lock(&l->lock);
-	held = l->broken || *live_find_locked(l, path, h) != NULL;
+	held = l->broken || *live_find_locked(l, path, len, h) != NULL;
 	pthread_mutex_unlock(&l->lock);
 	return held;
 }

@@ -236,9 +236,9 @@ void ns_node_put_copy(struct ns_node *n)
 	free(n->sub);
 }
 
-bool ns_node_path_live(const struct castfs_ns *ns, const char *path)
+bool ns_node_path_live(const struct castfs_ns *ns, const char *path, size_t len)
 {
-	return ns->live && ns_live_has(ns->live, path);
+	return ns->live && ns_live_has(ns->live, path, len);
 }
 
 size_t ns_node_tree_slot(const struct castfs_ns *ns, const struct stat *st)

@@ -424,7 +424,7 @@ static bool path_held(size_t i)
 	char p[32];
 
 	snprintf(p, sizeof(p), "held/p%06zu", i);
-	return ns_node_path_live(ns, p);
+	return ns_node_path_live(ns, p, strlen(p));
 }
 
 /*
@@ -474,6 +474,10 @@ START_TEST(test_ns_bounds__held_paths_exact_past_65536)
 		ck_assert(!path_held(i));
 	hold_path(7);
 	ck_assert(path_held(7) && !path_held(8));
+	/* A prefix is asked by length (a pack's shown name): exactly. */
+	ck_assert(ns_node_path_live(ns, "held/p000007.zst", 12));
+	ck_assert(!ns_node_path_live(ns, "held/p000007.zst", 11));
+	ck_assert(!ns_node_path_live(ns, "held/p000007.zst", 13));
 	free(ids);
 }
 END_TEST
