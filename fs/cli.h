@@ -150,7 +150,9 @@ struct castfs_qsrc_opts;
 const struct castfs_qsrc_opts *cli_qsrc_opts(const char *path,
 					     struct castfs_qsrc_opts *o);
 
-/* cli_same_file - true if @fd is still the identity in @st (size, mtime). */
+/* cli_same_file - true if @fd is still the identity in @st (size, mtime
+ * and ctime: a writer can put size and mtime back, not the ctime, which
+ * is also what a mount counts as a new version). */
 bool cli_same_file(int fd, const struct stat *st);
 
 /* ---- an output file written whole, then renamed into place ---- */

@@ -245,7 +245,9 @@ bool cli_same_file(int fd, const struct stat *st)
 
 	return fstat(fd, &now) == 0 && now.st_size == st->st_size &&
 	       now.st_mtim.tv_sec == st->st_mtim.tv_sec &&
-	       now.st_mtim.tv_nsec == st->st_mtim.tv_nsec;
+	       now.st_mtim.tv_nsec == st->st_mtim.tv_nsec &&
+	       now.st_ctim.tv_sec == st->st_ctim.tv_sec &&
+	       now.st_ctim.tv_nsec == st->st_ctim.tv_nsec;
 }
 
 double cli_now_s(void)

@@ -8,6 +8,7 @@ import os
 import pty
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import unittest
@@ -402,6 +403,39 @@ class CommandLine(unittest.TestCase):
         r = castfs("convert", src, "-o", os.path.join(self.out, "x"))
         self.assertEqual(r.returncode, 1)
         self.assertIn("--view", r.stderr)
+
+    def test_convert_sees_a_change_with_mtime_put_back(self):
+        # A writer that puts size and mtime back still moves the ctime,
+        # which a mount counts as a new version; convert did not (bug
+        # hunt: exit 0, an output of neither version). Deterministic:
+        # convert is stopped as soon as its temporary output exists (the
+        # source's identity taken), the source changed, then resumed.
+        d = os.path.join(self.out, "chg")
+        os.mkdir(d)
+        src = os.path.join(d, "src.safetensors")
+        tt.save_file({"w": tt.torch.randn(4096, 4096)}, src)
+        st = os.stat(src)
+        outdir = os.path.join(d, "out")
+        os.mkdir(outdir)
+        p = subprocess.Popen([tl.castfs_binary(), "convert", src, "--view",
+                              "nf4", "-o", os.path.join(outdir, "o"),
+                              "--no-progress"], stderr=subprocess.PIPE,
+                             text=True)
+        try:
+            while not os.listdir(outdir) and p.poll() is None:
+                pass
+            os.kill(p.pid, signal.SIGSTOP)
+            with open(src, "r+b") as f:
+                f.seek(st.st_size - 4096)
+                f.write(b"\x41" * 4096)
+            os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+            self.assertEqual(os.stat(src).st_mtime_ns, st.st_mtime_ns)
+        finally:
+            os.kill(p.pid, signal.SIGCONT)
+        err = p.communicate()[1]
+        self.assertEqual(p.returncode, 1, err)
+        self.assertIn("changed while being converted", err)
+        self.assertEqual(os.listdir(outdir), [])
 
     def test_output_never_replaces_a_device_or_fifo(self):
         """The output is a temporary renamed over it: a FIFO or a device
