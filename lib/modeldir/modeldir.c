@@ -520,6 +520,23 @@ static int bnb_weight(struct castfs_md_bnb *q, size_t *cap,
 	return skip_add(q, cap, t->name, mod);
 }
 
+/* Whether @v quantises an lm_head.weight of @h (a config rule can): then
+ * the loader must build lm_head quantised, and it is not listed. */
+static bool quantises_lm_head(const struct castfs_view *v,
+			      const struct castfs_header *const *h, size_t nh)
+{
+	static const char lm[] = "lm_head.weight";
+
+	for (size_t i = 0; i < nh; i++) {
+		const struct castfs_tensor *t =
+			castfs_header_find(h[i], lm, LIT_LEN(lm));
+
+		if (t && weight_module_len(t) && castfs_view_converts(v, t))
+			return true;
+	}
+	return false;
+}
+
 static void bnb_kind(struct castfs_md_bnb *q, const struct castfs_view *v)
 {
 	q->load_in_8bit = v->kind == CASTFS_VIEW_INT8;
@@ -543,7 +560,7 @@ int castfs_md_bnb_init(struct castfs_md_bnb *q, const struct castfs_view *v,
 		for (size_t j = 0; !rc && j < h[i]->ntensors; j++)
 			rc = bnb_weight(q, &cap, v, &h[i]->tensors[j]);
 	}
-	if (!rc && !diffusers)
+	if (!rc && !diffusers && !quantises_lm_head(v, h, nh))
 		rc = skip_add(q, &cap, "lm_head", 7);
 	if (rc) {
 		castfs_md_bnb_fini(q);
@@ -555,8 +572,9 @@ int castfs_md_bnb_init(struct castfs_md_bnb *q, const struct castfs_view *v,
 	/* transformers' null keeps lm_head, tied weights and the module of
 	 * the last named parameter, in the model's order, which no
 	 * checkpoint shows: a score or text_projection head castfs
-	 * quantised was built plain around its codes. So the list, always
-	 * with lm_head. diffusers' null keeps nothing. */
+	 * quantised was built plain around its codes. So the list, with
+	 * lm_head unless a rule quantised it. diffusers' null keeps
+	 * nothing. */
 	q->skip_null = diffusers && q->nskip == 0;
 	return 0;
 }

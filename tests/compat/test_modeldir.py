@@ -608,6 +608,48 @@ class TestChanges(unittest.TestCase):
                     "the rewritten shard's view")
 
 
+class TestRuleQuantisesLmHead(Checks):
+    """A config view whose rule quantises lm_head (FORMATS.md's own
+    example): lm_head leaves llm_int8_skip_modules, so transformers builds
+    it quantised (a bug hunt: listed, the int8 codes loaded into a plain
+    Linear without a word, nf4 failed to load)."""
+
+    VIEWS = {"i8lm": ("int8", {"kind": "int8"}),
+             "nf4lm": ("nf4", {"base": "nf4"})}
+
+    def test_lm_head_loaded_quantised(self):
+        with tl.tempdir() as tmp:
+            cfg = os.path.join(tmp, "views.json")
+            rule = [{"match": "lm_head.weight", "convert": True}]
+            with open(cfg, "w") as f:
+                json.dump({"views": {v: dict(d, rules=rule) for v, (_, d)
+                                     in self.VIEWS.items()}}, f)
+            mnt = tl.Mount(Env.src, options=["config=" + cfg])
+            try:
+                for view, (kind, _) in self.VIEWS.items():
+                    with self.subTest(view=view):
+                        self.check_view(mnt, view, kind)
+            finally:
+                gc.collect()
+                self.assertEqual(mnt.unmount(), 0)
+
+    def check_view(self, mnt, view, kind):
+        path = mnt.join("llama." + view)
+        q = json.loads(read(os.path.join(path, "config.json")))[
+            "quantization_config"]
+        self.assertEqual(q["llm_int8_skip_modules"], ["model.embed_tokens"])
+        model = load_quietly(self, AutoModelForCausalLM, path)
+        self.check_bnb_params(model, "llama", kind, torch.bfloat16)
+        self.assertIsInstance(model.lm_head, (bnb.nn.Linear4bit,
+                                              bnb.nn.Linear8bitLt))
+        no_avx512_repack(model)
+        ref = AutoModelForCausalLM.from_pretrained(
+            os.path.join(Env.src, "llama"))
+        self.check_forward("llama", kind, model.eval(), ref.eval(),
+                           forward_logits, llama_inputs())
+        del model
+
+
 class TestFiles(unittest.TestCase):
     """The rewritten files themselves."""
 
