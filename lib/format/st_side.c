@@ -54,6 +54,10 @@ bool castfs_side_wanted(const struct castfs_tensor *t)
 
 	if (bnb_state(t))
 		return true;
+	/* ComfyUI's per-layer JSON, {"format": "float8_e4m3fn", ...} */
+	if (t->dtype == CASTFS_DTYPE_U8 && t->ndim == 1 &&
+	    has_suffix(t, ".comfy_quant", &at))
+		return true;
 	/* bitsandbytes' int8 layout code: 0 is row-major, others tiled. */
 	if (t->nelems == 1 && t->end - t->begin <= 8 &&
 	    has_suffix(t, "weight_format", &at))

@@ -23,7 +23,8 @@
 
 /*
  * castfs_side_wanted - whether the data of @t is side data: a U8
- * "*.quant_state.bitsandbytes__<type>" blob, a one-element
+ * "*.quant_state.bitsandbytes__<type>" blob, a U8 1-D "*.comfy_quant"
+ * (ComfyUI's layer JSON), a one-element
  * "*weight_format" of at most 8 bytes, or an I64/I32 1-D
  * "*.weight_shape" of at most 8 elements. Pure; thread-safe.
  */

@@ -109,14 +109,23 @@ struct castfs_md_quant {
 	bool ct_w4_asym; /* ct_w4 with symmetric false: zero points */
 	bool ct_fp8; /* compressed-tensors float-quantized FP8 weights
 		      * (tensor, channel, 128x128 block): dequantized too */
+	unsigned ct_fp8_strategies; /* ct_fp8: its CASTFS_QSTRAT_* */
 	bool ct_fp4; /* compressed-tensors nvfp4-/mxfp4-pack-quantized:
 		      * dequantized too */
+	bool ct_fp4_mx; /* ct_fp4 of the mxfp4 format */
 	char method[32]; /* its quant_method, for messages ("?" if none) */
 	/* For a compressed-tensors config castfs does not dequantize, what
 	 * rules it out, for the refusal (" (format 'mixed-precision')"), or
 	 * "". */
 	char detail[80];
 };
+
+/*
+ * castfs_md_quant_kinds - the CASTFS_QK_* layouts @q declares (0 when it
+ * declares none), each file's quantized weights to be checked against
+ * (castfs_qsrc_opts.declared). Pure; thread-safe.
+ */
+unsigned castfs_md_quant_kinds(const struct castfs_md_quant *q);
 
 /*
  * castfs_md_quant_dequantized - whether @q's layout is one castfs

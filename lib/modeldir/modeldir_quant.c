@@ -11,6 +11,7 @@
 
 #include "modeldir/modeldir.h"
 #include "modeldir/modeldir_internal.h"
+#include "view/qsrc.h"
 
 /*
  * Member @key: absent or null (per-tensor, or castfs's default), or
@@ -122,6 +123,23 @@ static bool ct_empty(const cJSON *qc, const char *key)
 	return !v || cJSON_IsNull(v) || (cJSON_IsObject(v) && !v->child);
 }
 
+unsigned castfs_md_quant_kinds(const struct castfs_md_quant *q)
+{
+	unsigned k = 0;
+
+	if (!q->quantized)
+		return 0;
+	k |= q->fp8_block ? CASTFS_QK_FP8_BLOCK : 0;
+	k |= q->ct_fp8 ? CASTFS_QK_CT_FP8 : 0;
+	k |= q->bnb_int8 ? CASTFS_QK_INT8 : 0;
+	k |= q->bnb_4bit ? CASTFS_QK_BNB4 : 0;
+	k |= q->mxfp4 ? CASTFS_QK_MXFP4 : 0;
+	k |= q->ct_w4 ? CASTFS_QK_CT_W4 : 0;
+	if (q->ct_fp4)
+		k |= q->ct_fp4_mx ? CASTFS_QK_CT_MXFP4 : CASTFS_QK_NVFP4;
+	return k;
+}
+
 static bool ct_num(const cJSON *o, const char *key, double want)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -130,28 +148,34 @@ static bool ct_num(const cJSON *o, const char *key, double want)
 }
 
 /* Weights of FP8 E4M3, symmetric, static, per tensor, per channel or per
- * 128x128 block: what castfs dequantizes (qsrc_ct.c). */
-static bool ct_fp8_weights(const cJSON *w)
+ * 128x128 block: what castfs dequantizes (qsrc_ct.c); their strategy
+ * (CASTFS_QSTRAT_*) added to *@strat. */
+static bool ct_fp8_weights(const cJSON *w, unsigned *strat)
 {
-	static const char *const strat[] = { "tensor", "channel", "block",
-					     NULL };
+	static const char *const strats[] = { "tensor", "channel", "block",
+					      NULL };
 	static const char *const ty[] = { "float", NULL };
 	const cJSON *st = cJSON_GetObjectItemCaseSensitive(w, "strategy");
 	const cJSON *sym = cJSON_GetObjectItemCaseSensitive(w, "symmetric");
 	const cJSON *dyn = cJSON_GetObjectItemCaseSensitive(w, "dynamic");
 
 	if (!cJSON_IsObject(w) || !ct_num(w, "num_bits", 8) ||
-	    !cJSON_IsString(st) || !str_in(w, "strategy", strat) ||
+	    !cJSON_IsString(st) || !str_in(w, "strategy", strats) ||
 	    !str_in(w, "type", ty) || cJSON_IsFalse(sym) || cJSON_IsTrue(dyn))
 		return false;
-	if (strcmp(st->valuestring, "block") == 0)
+	if (strcmp(st->valuestring, "block") == 0) {
+		*strat |= CASTFS_QSTRAT_BLOCK;
 		return ct_block_ok(w);
+	}
+	*strat |= strcmp(st->valuestring, "tensor") == 0 ?
+			  CASTFS_QSTRAT_TENSOR :
+			  CASTFS_QSTRAT_CHANNEL;
 	return true;
 }
 
 /* compressed-tensors "float-quantized" (or "naive-quantized") FP8
- * weights, nothing else. */
-static bool ct_fp8(const cJSON *qc)
+ * weights, nothing else; their strategies into *@strat. */
+static bool ct_fp8(const cJSON *qc, unsigned *strat)
 {
 	static const char *const ct[] = { "compressed-tensors", NULL };
 	/* llm-compressor names FP8 weights without quantized activations
@@ -171,8 +195,9 @@ static bool ct_fp8(const cJSON *qc)
 		return false;
 	cJSON_ArrayForEach(g, groups) {
 		if (!cJSON_IsObject(g) || !str_in(g, "format", fmt) ||
-		    !ct_fp8_weights(
-			    cJSON_GetObjectItemCaseSensitive(g, "weights")) ||
+		    !ct_fp8_weights(cJSON_GetObjectItemCaseSensitive(g,
+								     "weights"),
+				    strat) ||
 		    !ct_empty(g, "output_activations"))
 			return false;
 		n++;
@@ -288,6 +313,8 @@ static void bnb_detail(const cJSON *qc, char *buf, size_t n)
 int castfs_md_quant_read(const char *json, size_t len,
 			 struct castfs_md_quant *out, struct castfs_diag *d)
 {
+	static const char *const mxfp4_format[] = { "mxfp4-pack-quantized",
+						    NULL };
 	const cJSON *qc, *m;
 	uint32_t b[2] = { 0, 0 };
 	cJSON *root;
@@ -307,8 +334,11 @@ int castfs_md_quant_read(const char *json, size_t len,
 		m = cJSON_GetObjectItemCaseSensitive(qc, "quant_method");
 		out->mxfp4 = cJSON_IsObject(qc) && cJSON_IsString(m) &&
 			     strcmp(m->valuestring, "mxfp4") == 0;
-		out->ct_fp8 = cJSON_IsObject(qc) && ct_fp8(qc);
+		out->ct_fp8 = cJSON_IsObject(qc) &&
+			      ct_fp8(qc, &out->ct_fp8_strategies);
 		out->ct_fp4 = cJSON_IsObject(qc) && castfs_md_ct_fp4(qc);
+		out->ct_fp4_mx = out->ct_fp4 &&
+				 str_in(qc, "format", mxfp4_format);
 		out->ct_w4 = cJSON_IsObject(qc) && ct_w4(qc, &out->ct_w4_asym);
 		snprintf(out->method, sizeof(out->method), "%s",
 			 cJSON_IsString(m) ? m->valuestring : "?");

@@ -303,6 +303,8 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 				 (mq.mxfp4 ? CASTFS_QSRC_MX : 0) | w4,
 			.brows = mq.block_rows,
 			.bcols = mq.block_cols,
+			.declared = castfs_md_quant_kinds(&mq),
+			.ct_strategies = mq.ct_fp8_strategies,
 		};
 
 		rc = castfs_qsrc_scan_opts(ck->h, &o, &q, &d);
@@ -314,6 +316,8 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 		ck->qbrows = mq.block_rows;
 		ck->qbcols = mq.block_cols;
 		ck->qw4flags = w4;
+		ck->qdeclared = castfs_md_quant_kinds(&mq);
+		ck->qct_strategies = mq.ct_fp8_strategies;
 		castfs_qsrc_fini(&q);
 		return;
 	}

@@ -34,6 +34,10 @@ struct ns_ckpt {
 	/* CASTFS_QSRC_W4SYM / W4ASYM from the same config.json, or 0: the
 	 * composite header of an xshard shard is scanned with them too. */
 	unsigned qw4flags;
+	/* The layouts (CASTFS_QK_*) and compressed-tensors FP8 strategies
+	 * that config.json declares, which the composite header of an
+	 * xshard shard is checked against too (0: none declared). */
+	unsigned qdeclared, qct_strategies;
 	/* A packed source's seek table (decoded reads go through it), or
 	 * NULL for a plain file; path is then the pack on disk. */
 	struct castfs_zst_index *zix;

@@ -215,7 +215,9 @@ static int xs_header(struct ns_ckpt *ck, const struct ns_md_xshard *x,
 	struct castfs_qsrc_opts o = { .flags = CASTFS_QSRC_STRICT |
 					       ck->qw4flags,
 				      .brows = ck->qbrows,
-				      .bcols = ck->qbcols };
+				      .bcols = ck->qbcols,
+				      .declared = ck->qdeclared,
+				      .ct_strategies = ck->qct_strategies };
 	struct castfs_qsrc q;
 	int rc = xs_compose(x, false, out);
 

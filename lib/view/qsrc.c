@@ -4,9 +4,12 @@
  * every other quantized layout by name so that no view ever casts a packed
  * weight without its scale (docs/FORMATS.md, "Quantized sources").
  */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/escape.h"
 
 #include "view/qsrc.h"
 #include "view/qsrc_internal.h"
@@ -371,6 +374,112 @@ static int check_strict(const struct castfs_header *h, struct castfs_qsrc *q,
 	return 0;
 }
 
+cJSON *castfs_qsrc_json_loads(const uint8_t *js, size_t len)
+{
+	const char *end = NULL;
+	size_t at = castfs_json_skip_ws(js, len, 0);
+	cJSON *o;
+
+	/* cJSON skips every byte up to 0x20 before a value and ignores what
+	 * follows it; json.loads() allows only JSON whitespace around it. */
+	if (castfs_utf8_bad(js, len) != len || at == len || js[at] < 0x20)
+		return NULL;
+	o = cJSON_ParseWithLengthOpts((const char *)js, len, &end, false);
+	at = o && end ? (size_t)((const uint8_t *)end - js) : len;
+	if (castfs_json_skip_ws(js, len, at) < len) {
+		cJSON_Delete(o);
+		return NULL;
+	}
+	return o;
+}
+
+/* The layout (CASTFS_QK_*) of quantized weight @t of @h, or 0. */
+static unsigned kind_of(const struct castfs_header *h,
+			const struct castfs_qinfo *t)
+{
+	switch (t->role) {
+	case CASTFS_QR_MXFP4:
+		return CASTFS_QK_MXFP4;
+	case CASTFS_QR_BNB4:
+		return CASTFS_QK_BNB4;
+	case CASTFS_QR_CTW4:
+		return CASTFS_QK_CT_W4;
+	case CASTFS_QR_FP8_BLOCK:
+		break;
+	default:
+		return 0;
+	}
+	switch (t->rule) {
+	case CASTFS_QRULE_COMPUTE:
+		return CASTFS_QK_COMFY;
+	case CASTFS_QRULE_INT8:
+		return CASTFS_QK_INT8;
+	case CASTFS_QRULE_NVFP4:
+		return CASTFS_QK_NVFP4;
+	case CASTFS_QRULE_MXFP4:
+		return CASTFS_QK_CT_MXFP4;
+	default: /* F32, WIDE: by its scale's name */
+		return ends_with(&h->tensors[t->scale], "weight_scale") ?
+			       CASTFS_QK_CT_FP8 :
+			       CASTFS_QK_FP8_BLOCK;
+	}
+}
+
+static const char *kind_name(unsigned k)
+{
+	switch (k) {
+	case CASTFS_QK_FP8_BLOCK:
+		return "an FP8 block (weight_scale_inv)";
+	case CASTFS_QK_CT_FP8:
+		return "a compressed-tensors FP8 (weight_scale)";
+	case CASTFS_QK_COMFY:
+		return "a ComfyUI scaled fp8";
+	case CASTFS_QK_INT8:
+		return "a bitsandbytes LLM.int8";
+	case CASTFS_QK_NVFP4:
+		return "a compressed-tensors NVFP4";
+	case CASTFS_QK_CT_MXFP4:
+		return "a compressed-tensors MXFP4";
+	case CASTFS_QK_MXFP4:
+		return "a gpt-oss MXFP4";
+	case CASTFS_QK_BNB4:
+		return "a bitsandbytes 4-bit";
+	default:
+		return "a compressed-tensors int4";
+	}
+}
+
+/* Every quantized weight of @q must be of a layout in @declared (the
+ * folder's config.json): the loader reads them by the config. */
+static int check_declared(const struct castfs_header *h,
+			  const struct castfs_qsrc *q, unsigned declared,
+			  struct castfs_diag *d)
+{
+	for (size_t i = 0; declared && i < q->n; i++) {
+		const struct castfs_tensor *t = &h->tensors[i];
+		unsigned k = kind_of(h, &q->t[i]);
+
+		if (k && !(k & declared))
+			return castfs_diag_set(
+				d, -ENOTSUP,
+				"tensor '%.*s': %s weight, but config.json's "
+				"quantization_config declares another layout: "
+				"no views",
+				(int)(t->name_len > 120 ? 120 : t->name_len),
+				t->name, kind_name(k));
+	}
+	return 0;
+}
+
+/* Whether FP8 block weights (DeepSeek's or compressed-tensors') are
+ * among @q's: then an F8 tensor left without a scale is no plain fp8
+ * tensor, whatever the folder says (DeepSeek's fp8_cast_bf16.py copies
+ * it as stored: a "bf16" file with F8 codes in it). */
+static bool has_fp8_blocks(const struct castfs_qsrc *q)
+{
+	return q->nfp8 > q->ncomfy + q->nint8 + q->nct4;
+}
+
 int castfs_qsrc_scan(const struct castfs_header *h, unsigned flags,
 		     struct castfs_qsrc *out, struct castfs_diag *d)
 {
@@ -388,6 +497,7 @@ int castfs_qsrc_scan_opts(const struct castfs_header *h,
 	int rc = 0;
 
 	q.flags = flags;
+	q.ct_strategies = o ? o->ct_strategies : 0;
 	q.brows = o && o->brows ? o->brows : CASTFS_FP8_BLOCK;
 	q.bcols = o && o->bcols ? o->bcols : CASTFS_FP8_BLOCK;
 
@@ -422,8 +532,11 @@ int castfs_qsrc_scan_opts(const struct castfs_header *h,
 		if (rc == 1)
 			rc = check_foreign(h, &h->tensors[i], d);
 	}
-	if (!rc && (flags & CASTFS_QSRC_STRICT))
+	if (!rc && ((flags & CASTFS_QSRC_STRICT) ||
+		    (!(flags & CASTFS_QSRC_XSHARD) && has_fp8_blocks(&q))))
 		rc = check_strict(h, &q, d);
+	if (!rc && o)
+		rc = check_declared(h, &q, o->declared, d);
 	if (!rc && (flags & CASTFS_QSRC_STRICT))
 		rc = castfs_qsrc_ct4_orphans(h, &q, true, d);
 	if (!rc && (flags & CASTFS_QSRC_MX))

@@ -64,9 +64,34 @@ struct castfs_qinfo {
  * 0, 0 when it gives none (then 128x128, DeepSeek's and transformers'
  * default). Per-tensor scales are accepted either way.
  */
+/*
+ * Quantized layouts, as a model folder's config.json declares them
+ * (castfs_qsrc_opts.declared): every quantized weight of its files must
+ * be of one it declares, else the file is refused (tensors guessed into
+ * another layout than the loader's would be dequantized by the wrong
+ * rule). 0: a file alone, nothing declared, not checked.
+ */
+#define CASTFS_QK_FP8_BLOCK 1u /* F8 + "_scale_inv" / ".scale" (DeepSeek) */
+#define CASTFS_QK_CT_FP8 2u /* F8 + "weight_scale" (compressed-tensors) */
+#define CASTFS_QK_COMFY 4u /* ComfyUI scaled fp8 */
+#define CASTFS_QK_INT8 8u /* bitsandbytes LLM.int8 */
+#define CASTFS_QK_NVFP4 16u /* compressed-tensors nvfp4-pack-quantized */
+#define CASTFS_QK_CT_MXFP4 32u /* compressed-tensors mxfp4-pack-quantized */
+#define CASTFS_QK_MXFP4 64u /* gpt-oss "_blocks" / "_scales" */
+#define CASTFS_QK_BNB4 128u /* bitsandbytes 4-bit */
+#define CASTFS_QK_CT_W4 256u /* compressed-tensors pack-quantized int4 */
+
+/* compressed-tensors FP8 weight strategies a config declares
+ * (castfs_qsrc_opts.ct_strategies; 0: not checked). */
+#define CASTFS_QSTRAT_TENSOR 1u
+#define CASTFS_QSTRAT_CHANNEL 2u
+#define CASTFS_QSTRAT_BLOCK 4u
+
 struct castfs_qsrc_opts {
 	unsigned flags; /* CASTFS_QSRC_* */
 	uint32_t brows, bcols;
+	unsigned declared; /* CASTFS_QK_* */
+	unsigned ct_strategies; /* CASTFS_QSTRAT_* */
 };
 
 /* The most dimensions of a bitsandbytes 4-bit weight's true shape. */
@@ -102,6 +127,7 @@ struct castfs_qsrc {
 	uint32_t brows, bcols; /* the block size scales were paired with */
 	size_t nxshard; /* XSHARD: FP8 tensors whose partner is elsewhere */
 	unsigned flags; /* the CASTFS_QSRC_* flags of the scan */
+	unsigned ct_strategies; /* castfs_qsrc_opts.ct_strategies */
 };
 
 /* Elements per MXFP4 block (one E8M0 scale each, 16 bytes of codes). */

@@ -138,35 +138,11 @@ static bool has_dup(const cJSON *o)
 	return false;
 }
 
-/* Python's JSON whitespace, the only bytes json.loads() allows around a
- * value (cJSON skips every byte up to 0x20 and ignores what follows). */
-/*
- * @js (@len bytes) parsed as bitsandbytes reads it, bytes(...).decode()
- * then json.loads(): well-formed UTF-8, one value, only whitespace
- * around it. NULL where bitsandbytes raises.
- */
-static cJSON *json_loads(const uint8_t *js, size_t len)
-{
-	const char *end = NULL;
-	size_t at = castfs_json_skip_ws(js, len, 0);
-	cJSON *o;
-
-	if (castfs_utf8_bad(js, len) != len || at == len || js[at] < 0x20)
-		return NULL;
-	o = cJSON_ParseWithLengthOpts((const char *)js, len, &end, false);
-	at = o && end ? (size_t)((const uint8_t *)end - js) : len;
-	if (castfs_json_skip_ws(js, len, at) < len) {
-		cJSON_Delete(o);
-		return NULL;
-	}
-	return o;
-}
-
 /* The quant_state JSON @js (@len bytes) of a weight of @type into @s. */
 static const char *state_parse(const uint8_t *js, size_t len,
 			       enum castfs_qtype type, struct castfs_q4src *s)
 {
-	cJSON *o = json_loads(js, len);
+	cJSON *o = castfs_qsrc_json_loads(js, len);
 	const char *why = NULL;
 	uint64_t bs = 0;
 

@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "common/escape.h"
+#include "format/st_side.h"
 #include "view/qsrc_internal.h"
 
 /* The largest name castfs builds a companion name from. */
@@ -93,6 +94,41 @@ static int comfy_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 	q->nfp8++;
 	q->ncomfy++;
 	return 0;
+}
+
+/*
+ * Layer marker @m ("M.comfy_quant"): ComfyUI json.loads() its bytes and
+ * dequantizes by its "format", so only {"format": "float8_e4m3fn", ...}
+ * is this layout (a bug hunt: castfs went by the tensors' dtypes alone
+ * and dequantized an "nvfp4" or "float8_e5m2" marker, or no JSON at all,
+ * as e4m3fn). Its bytes are side data (format/st_side.h).
+ */
+static int marker_format(const struct castfs_header *h,
+			 const struct castfs_tensor *m, struct castfs_diag *d)
+{
+	size_t len = 0;
+	const uint8_t *js = castfs_header_side(h, m, &len);
+	cJSON *o = js ? castfs_qsrc_json_loads(js, len) : NULL;
+	const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(o, "format");
+	int rc = 0;
+
+	if (!js)
+		rc = comfy_reject(d, m,
+				  "marker whose JSON castfs did not read");
+	else if (!cJSON_IsObject(o) || !cJSON_IsString(fmt))
+		rc = comfy_reject(d, m,
+				  "marker that is not a JSON object with a "
+				  "\"format\" string");
+	else if (strcmp(fmt->valuestring, "float8_e4m3fn"))
+		rc = castfs_diag_set(d, -ENOTSUP,
+				     "tensor '%.*s': ComfyUI format '%.40s' "
+				     "(only float8_e4m3fn is dequantized): "
+				     "no views",
+				     (int)(m->name_len > 120 ? 120 :
+							       m->name_len),
+				     m->name, fmt->valuestring);
+	cJSON_Delete(o);
+	return rc;
 }
 
 /* The legacy marker: a tensor "scaled_fp8" (any prefix), F8 or F32. */
@@ -269,10 +305,16 @@ int castfs_qsrc_comfy(const struct castfs_header *h, struct castfs_qsrc *q,
 		    q->t[i].role != CASTFS_QR_PLAIN)
 			continue; /* not a scale, or paired by the metadata */
 		/* comfy_quant form: only layers that carry the marker. */
-		if (f->marker && !castfs_qsrc_sibling(h, t, t->name_len - mod,
-						      f->marker, NULL))
-			continue;
-		rc = comfy_pair(h, q, t, mod, f, d);
+		if (f->marker) {
+			const struct castfs_tensor *m = castfs_qsrc_sibling(
+				h, t, t->name_len - mod, f->marker, NULL);
+
+			if (!m)
+				continue;
+			rc = marker_format(h, m, d);
+		}
+		if (!rc)
+			rc = comfy_pair(h, q, t, mod, f, d);
 	}
 	return rc ? rc : comfy_check(h, q, d);
 }

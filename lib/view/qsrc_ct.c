@@ -56,6 +56,25 @@ static bool ct_grid(const struct castfs_tensor *w,
 	return false;
 }
 
+/*
+ * Whether the grid @qi found for scale @s is one the config's strategies
+ * @strat decompress (0: no config): compressed-tensors multiplies by the
+ * scale broadcast to the weight for "tensor" and "channel", and to the
+ * [rows/128, cols/128] blocks for "block", so one value serves all three,
+ * one per row only the first two and a block grid only "block"; anything
+ * else fails in its decompressor (bug hunt: castfs served the scale's own
+ * layout).
+ */
+static bool ct_strategy_ok(unsigned strat, const struct castfs_tensor *s,
+			   const struct castfs_qinfo *qi)
+{
+	if (!strat || s->nelems == 1)
+		return true;
+	if (qi->brows == 1) /* one per row */
+		return strat & (CASTFS_QSTRAT_TENSOR | CASTFS_QSTRAT_CHANNEL);
+	return strat & CASTFS_QSTRAT_BLOCK;
+}
+
 static int ct_reject(struct castfs_diag *d, const struct castfs_tensor *t,
 		     const char *why)
 {
@@ -82,6 +101,10 @@ static int ct_pair(const struct castfs_header *h, struct castfs_qsrc *q,
 		return ct_reject(d, s,
 				 "scale whose shape is not per-tensor, "
 				 "per-channel or per 128x128 block");
+	if (!ct_strategy_ok(q->ct_strategies, s, &qi))
+		return ct_reject(d, s,
+				 "scale whose shape the config's strategy "
+				 "does not decompress");
 	if (q->t[wi].role != CASTFS_QR_PLAIN)
 		return ct_reject(d, w, "weight with two scales");
 	qi.scale = (uint32_t)si;

@@ -3,7 +3,18 @@
 #ifndef CASTFS_QSRC_INTERNAL_H
 #define CASTFS_QSRC_INTERNAL_H
 
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
 #include "view/qsrc.h"
+
+/*
+ * castfs_qsrc_json_loads - @js (@len bytes, a tensor's data) parsed as
+ * Python's bytes.decode() then json.loads() read it: well-formed UTF-8,
+ * one value, only JSON whitespace around it; NULL where Python raises (or
+ * without memory). Free with cJSON_Delete(). Thread-safe.
+ */
+cJSON *castfs_qsrc_json_loads(const uint8_t *js, size_t len);
 
 /*
  * castfs_qsrc_sibling - the tensor of @h named like @t less its last

@@ -10,7 +10,10 @@ python ct_src_oracle.py JOBS.json prints one JSON line of results. Jobs:
   decompress: [[ct_dir, out_file], ...]  every module of @ct_dir through
       compressed-tensors' own FloatQuantizationCompressor.decompress, the
       other tensors as stored, saved to @out_file: what DIR.<view>/ of the
-      source must hold.
+      source must hold;
+  try:        [[ct_dir, out_file], ...]  the same, but a decompressor that
+      fails gives its error (a string) instead of stopping: whether
+      compressed-tensors reads the folder at all.
 """
 import json
 import logging
@@ -69,10 +72,18 @@ def decompress(ct_dir, out_file):
     return len(out)
 
 
+def try_decompress(ct_dir, out_file):
+    try:
+        return decompress(ct_dir, out_file)
+    except Exception as e:  # the verdict itself
+        return "%s: %s" % (type(e).__name__, e)
+
+
 def main():
     jobs = json.load(open(sys.argv[1]))
     res = {"quantize": [quantize(*j) for j in jobs.get("quantize", [])],
-           "decompress": [decompress(*j) for j in jobs.get("decompress", [])]}
+           "decompress": [decompress(*j) for j in jobs.get("decompress", [])],
+           "try": [try_decompress(*j) for j in jobs.get("try", [])]}
     print("RESULT " + json.dumps(res))
 
 

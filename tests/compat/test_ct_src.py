@@ -21,6 +21,11 @@ scale's dtype.
 - A single file (no config.json) gets the same views; a weight_scale that
   fits no strategy gets no views and a reason; castfs info names the
   scheme.
+- Each quantized folder with its config's strategy changed to each other
+  one: where compressed-tensors' decompressor still reads it (one scale
+  broadcasts under every strategy, one per row under "tensor"), DIR.bf16/
+  holds its tensors; where it fails, the folder gets no views and a
+  reason (a bug hunt: castfs dequantized by the scale's shape).
 Exits 77 when FUSE, torch, transformers or the oracle venv is unavailable.
 """
 import gc
@@ -50,6 +55,8 @@ except ImportError as e:  # pragma: no cover
 from test_ct import tiny_llama  # noqa: E402
 
 STRATEGIES = ("tensor", "channel", "block")
+# (the files' strategy, the config's)
+MISMATCHED = [(s, t) for s in STRATEGIES for t in STRATEGIES if s != t]
 VIEWS = {"bf16": torch.bfloat16, "fp16": torch.float16,
          "fp32": torch.float32}
 
@@ -58,6 +65,7 @@ class Env:
     root = None
     mnt = None
     ref = {}
+    tried = None  # the decompressor on MISMATCHED: tensor count or error
 
 
 def setUpModule():
@@ -75,6 +83,21 @@ def setUpModule():
     run_oracle("ct_src_oracle.py", jobs, Env.root)
     for s in STRATEGIES:
         Env.ref[s] = load_file(os.path.join(Env.root, s + ".ref"))
+    # The same files under a config of another strategy.
+    jobs = {"try": []}
+    for s, t in MISMATCHED:
+        d = os.path.join(src, "cfg-%s-of-%s" % (t, s))
+        shutil.copytree(os.path.join(src, "ct-" + s), d)
+        with open(os.path.join(d, "config.json")) as f:
+            cfg = json.load(f)
+        for g in cfg["quantization_config"]["config_groups"].values():
+            g["weights"]["strategy"] = t
+            g["weights"]["block_structure"] = [128, 128] if t == "block" \
+                else None
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        jobs["try"].append([d, os.path.join(Env.root, "%s-of-%s.ref" % (t, s))])
+    Env.tried = run_oracle("ct_src_oracle.py", jobs, Env.root)["try"]
     shutil.copy(os.path.join(src, "ct-channel", "model.safetensors"),
                 os.path.join(src, "single.safetensors"))
     w = torch.randn(40, 30).to(torch.float8_e4m3fn)
@@ -126,6 +149,30 @@ class ModelDir(unittest.TestCase):
                                                 plain(ids).logits))
                 del model
                 gc.collect()
+
+
+class ConfigStrategy(unittest.TestCase):
+    def test_served_exactly_where_compressed_tensors_reads(self):
+        with open(Env.mnt.join(".castfs", "rejected")) as f:
+            rej = {r["path"]: r["reason"] for r in json.load(f)}
+        verdicts = set()
+        for (s, t), res in zip(MISMATCHED, Env.tried):
+            name = "cfg-%s-of-%s" % (t, s)
+            with self.subTest(config=t, files=s, oracle=res):
+                view = Env.mnt.join(name + ".bf16")
+                verdicts.add(isinstance(res, int))
+                if isinstance(res, str):  # the decompressor fails
+                    self.assertFalse(os.path.exists(view))
+                    self.assertIn("strategy does not decompress",
+                                  rej.get(name + "/model.safetensors", ""))
+                    continue
+                ref = load_file(os.path.join(Env.root,
+                                             "%s-of-%s.ref" % (t, s)))
+                got = dir_tensors(view)
+                self.assertEqual(sorted(got), sorted(ref))
+                for k, w in ref.items():
+                    self.assertTrue(torch.equal(bits(got[k]), bits(w)), k)
+        self.assertEqual(verdicts, {True, False})  # both kinds met
 
 
 class SingleFile(unittest.TestCase):

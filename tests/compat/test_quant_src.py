@@ -195,6 +195,55 @@ def corpus():
                           "128x128 block"),
         "fp8-orphan-scale": ({"l.weight_scale_inv": torch.ones(2, 2)},
                              "without its weight"),
+        # An F8 tensor without a scale beside FP8 block weights: DeepSeek's
+        # fp8_cast_bf16.py copies it as stored, a "bf16" file holding raw
+        # codes (a bug hunt: served so; refused in a folder already).
+        "fp8-unscaled-beside": ({"l.weight": f8(256, 256),
+                                 "l.weight_scale_inv": torch.ones(2, 2),
+                                 "m.weight": f8(16, 16)},
+                                "without its scale"),
+    }
+
+
+# Folders whose config.json declares one quantized layout and whose
+# tensors are another (a bug hunt: castfs went by the tensors, the loader
+# goes by the config): name -> (quantization_config, tensors, reason).
+def mismatched():
+    g = torch.Generator().manual_seed(11)
+    f8 = lambda *s: torch.randn(*s, generator=g).to(F8)
+    u8 = lambda *s: torch.randint(0, 255, s, dtype=torch.uint8, generator=g)
+    p = "model.layers.0.mlp.down_proj."
+    ct = {p + "weight": f8(64, 64),
+          p + "weight_scale": torch.rand(64, 1, generator=g).bfloat16()}
+    ds = {p + "weight": f8(64, 64), p + "weight_scale_inv": torch.ones(1, 1)}
+    nv = {p + "weight_packed": u8(64, 32), p + "weight_scale": f8(64, 4),
+          p + "weight_global_scale": torch.tensor([3.0])}
+    mx = {p + "weight_packed": u8(64, 32),
+          p + "weight_scale": torch.randint(120, 130, (64, 2),
+                                            dtype=torch.uint8)}
+
+    def ctq(fmt, w):
+        return {"quant_method": "compressed-tensors", "format": fmt,
+                "config_groups": {"group_0": {"targets": ["Linear"],
+                                              "format": fmt, "weights": w}},
+                "ignore": ["lm_head"]}
+    fp4 = dict(num_bits=4, type="float", symmetric=True, dynamic=False)
+    ctfp8 = ctq("float-quantized", dict(num_bits=8, type="float",
+                                        symmetric=True, dynamic=False,
+                                        strategy="channel"))
+    nvq = ctq("nvfp4-pack-quantized", dict(fp4, strategy="tensor_group",
+                                           group_size=16))
+    mxq = ctq("mxfp4-pack-quantized", dict(fp4, strategy="group",
+                                           group_size=32))
+    but = " weight, but config.json"
+    return {
+        "mm-fp8cfg-ct": (QC, ct, "compressed-tensors FP8 (weight_scale)" +
+                         but),
+        "mm-ctcfg-ds": (ctfp8, ds, "FP8 block (weight_scale_inv)" + but),
+        "mm-nvcfg-mx": (nvq, mx, "compressed-tensors MXFP4" + but),
+        "mm-mxcfg-nv": (mxq, nv, "compressed-tensors NVFP4" + but),
+        "mm-gptoss-nv": ({"quant_method": "mxfp4"}, nv,
+                         "compressed-tensors NVFP4" + but),
     }
 
 
@@ -207,6 +256,7 @@ class Env:
     root = None
     mnt = None
     corpus = None
+    mismatched = None
     fp8 = None  # the FP8 single file's tensors
 
 
@@ -277,6 +327,12 @@ def setUpModule():
               os.path.join(split, "b.safetensors"))
     json.dump({"model_type": "llama", "quantization_config": QC},
               open(os.path.join(split, "config.json"), "w"))
+    Env.mismatched = mismatched()
+    for name, (qc, tensors, _) in Env.mismatched.items():
+        os.mkdir(os.path.join(src, name))
+        save_file(tensors, os.path.join(src, name, "model.safetensors"))
+        json.dump({"model_type": "llama", "quantization_config": qc},
+                  open(os.path.join(src, name, "config.json"), "w"))
     write_llama(os.path.join(src, "llama-edge"), 192, 320, 3, 1, "150KB")
     write_llama(os.path.join(src, "llama-aligned"), 256, 384, 4, 2, "10GB")
     Env.mnt = tl.Mount(src)
@@ -376,8 +432,9 @@ class Rejected(unittest.TestCase):
 
     def test_quantized_dirs_have_no_views(self):
         names = os.listdir(Env.mnt.path)
-        for d, why in (("awq-model", "'awq'"),
-                       ("split-fp8", "in this file")):
+        for d, why in [("awq-model", "'awq'"),
+                       ("split-fp8", "in this file")] + \
+                [(n, m[2]) for n, m in Env.mismatched.items()]:
             with self.subTest(dir=d):
                 self.assertEqual([n for n in names if n.startswith(d + ".")],
                                  [])

@@ -53,12 +53,12 @@ def comfy_quant(w):
     return (w.float() / s).clamp(-448, 448).to(F8), s.reshape(())
 
 
-def quant_json(full=False):
-    conf = {"format": "float8_e4m3fn"}
+def quant_json(full=False, fmt="float8_e4m3fn", raw=None):
+    conf = {"format": fmt}
     if full:
         conf["full_precision_matrix_mult"] = True
-    return torch.tensor(list(json.dumps(conf).encode("utf-8")),
-                        dtype=torch.uint8)
+    b = raw if raw is not None else json.dumps(conf).encode("utf-8")
+    return torch.tensor(list(b), dtype=torch.uint8)
 
 
 def comfy_dequant(q, s, dtype):
@@ -122,7 +122,9 @@ def meta_file(g):
             layers[name] = conf
     t["model.diffusion_model.blocks.0.attn.to_q.input_scale"] = \
         torch.tensor(0.5)
-    t["model.diffusion_model.blocks.1.ff.0.comfy_quant"] = quant_json(True)
+    # replaced by the metadata's entry: its own format is never read
+    t["model.diffusion_model.blocks.1.ff.0.comfy_quant"] = \
+        quant_json(fmt="nvfp4")
     t["model.diffusion_model.blocks.1.ff.2.comfy_quant"] = quant_json()
     t["model.diffusion_model.norm_out.weight"] = \
         torch.randn(48, generator=g).bfloat16()
@@ -220,6 +222,16 @@ def refused():
         "comfy-e5m2": {"scaled_fp8": torch.empty(0, dtype=torch.float8_e5m2),
                        "l.weight": torch.randn(16, 32).to(torch.float8_e5m2),
                        "l.scale_weight": s},
+        # ComfyUI reads the layer by its comfy_quant JSON's "format" (a
+        # bug hunt: castfs went by the dtypes, as e4m3fn)
+        "comfy-quant-nvfp4": dict(pair, **{"l.comfy_quant":
+                                           quant_json(fmt="nvfp4")}),
+        "comfy-quant-e5m2": dict(pair, **{"l.comfy_quant":
+                                          quant_json(fmt="float8_e5m2")}),
+        "comfy-quant-nojson": dict(pair, **{"l.comfy_quant":
+                                            quant_json(raw=b"e4m3fn")}),
+        "comfy-quant-trailing": dict(pair, **{"l.comfy_quant": quant_json(
+            raw=b'{"format": "float8_e4m3fn"} x')}),
         "comfy-row-scale": {"l.weight": q,
                             "l.weight_scale": torch.rand(16, 1),
                             "l.comfy_quant": quant_json()},
@@ -313,6 +325,9 @@ class Comfy(unittest.TestCase):
                                   if n.startswith(name + ".")
                                   and n != name + ".safetensors"], [])
                 self.assertIn("ComfyUI", rej[name + ".safetensors"])
+                if name.startswith("comfy-quant-"):  # its loader refuses
+                    with self.assertRaises((AssertionError, ValueError)):
+                        comfy_load(Env.files[name], MD, torch.bfloat16)
 
 
 class CommandLine(unittest.TestCase):

@@ -10,18 +10,53 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/reader.h"
+#include "format/st_side.h"
 #include "modeldir/modeldir.h"
 #include "fp8_slow.h"
 #include "st_testutil.h"
 #include "unit.h"
 #include "view/qsrc.h"
 
-START_TEST(test_qsrc__fp8_pairs)
+/* @b's header with its side data read from its bytes, as a mount reads
+ * it; @b is consumed. */
+static struct castfs_header *build_side(struct tu_st *b)
+{
+	struct castfs_diag d = { { 0 } };
+	struct castfs_mem_reader mr;
+	struct castfs_header *h;
+	size_t len;
+	uint8_t *f = tu_st_build(b, &len);
+
+	h = stt_parse_ok(f, len);
+	castfs_mem_reader_init(&mr, f, len);
+	ck_assert_int_eq(castfs_header_read_side(h, &mr.r, &d), 0);
+	free(f);
+	tu_st_free(b);
+	return h;
+}
+
+/* A comfy_quant form layer m.a whose marker holds @json (NULL: the
+ * header parsed without its side data). */
+static struct castfs_header *comfy_layer(const char *json)
+{
+	static const char e4m3[] = "{\"format\": \"float8_e4m3fn\"}";
+	struct tu_st *b = tu_st_new();
+	const char *js = json ? json : e4m3;
+
+	tu_st_add(b, "m.a.weight", "F8_E4M3", SHAPE(6, 10), NULL);
+	tu_st_add(b, "m.a.weight_scale", "F32", SHAPE(1), NULL);
+	tu_st_add(b, "m.a.input_scale", "F32", 0, NULL, NULL);
+	tu_st_add(b, "m.a.comfy_quant", "U8", SHAPE(strlen(js)), js);
+	tu_st_add(b, "m.b.weight", "BF16", SHAPE(6, 10), NULL);
+	return json ? build_side(b) : stt_build_take(b);
+}
+
+/* FP8 block pairs of every kind, and an F8 tensor without a scale if
+ * @lone. */
+static struct tu_st *fp8_pairs(bool lone)
 {
 	struct tu_st *b = tu_st_new();
-	struct castfs_diag d = { { 0 } };
-	struct castfs_qsrc q;
-	struct castfs_header *h;
 
 	tu_st_add(b, "a.weight", "F8_E4M3", SHAPE(576, 200), NULL);
 	tu_st_add(b, "a.weight_scale_inv", "F32", SHAPE(5, 2), NULL);
@@ -36,8 +71,17 @@ START_TEST(test_qsrc__fp8_pairs)
 	tu_st_add(b, "ln.scale", "F32", SHAPE(4), NULL);
 	tu_st_add(b, "position_ids", "I64", SHAPE(1, 8), NULL);
 	tu_st_add(b, "mask", "BOOL", SHAPE(8), NULL);
-	tu_st_add(b, "plain.weight", "F8_E4M3", SHAPE(4, 4), NULL);
-	h = stt_build_take(b);
+	if (lone)
+		tu_st_add(b, "plain.weight", "F8_E4M3", SHAPE(4, 4), NULL);
+	return b;
+}
+
+START_TEST(test_qsrc__fp8_pairs)
+{
+	struct castfs_diag d = { { 0 } };
+	struct castfs_qsrc q;
+	struct castfs_header *h = stt_build_take(fp8_pairs(false));
+
 	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
 	ck_assert_uint_eq(q.nfp8, 4);
 	ck_assert_uint_eq(stt_qinfo(h, &q, "a.weight")->role,
@@ -50,14 +94,18 @@ START_TEST(test_qsrc__fp8_pairs)
 	ck_assert_uint_eq(stt_qinfo(h, &q, "t.weight")->brows, 10);
 	ck_assert_uint_eq(stt_qinfo(h, &q, "t.weight")->bcols, 7);
 	ck_assert_uint_eq(stt_qinfo(h, &q, "v4.scale")->role, CASTFS_QR_SCALE);
-	/* A module's own scale, integers and a lone fp8 tensor are plain. */
+	/* A module's own scale and integers are plain. */
 	ck_assert_uint_eq(stt_qinfo(h, &q, "ln.scale")->role, CASTFS_QR_PLAIN);
 	ck_assert_uint_eq(stt_qinfo(h, &q, "position_ids")->role,
 			  CASTFS_QR_PLAIN);
-	ck_assert_uint_eq(stt_qinfo(h, &q, "plain.weight")->role,
-			  CASTFS_QR_PLAIN);
 	castfs_qsrc_fini(&q);
-	/* In an FP8 model directory, a lone F8 tensor lost its scale. */
+	castfs_header_free(h);
+	/* An F8 tensor without a scale beside FP8 block weights lost it,
+	 * in a model directory or not (DeepSeek's converter would copy its
+	 * raw codes into a "bf16" file). */
+	h = stt_build_take(fp8_pairs(true));
+	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), -ENOTSUP);
+	ck_assert_ptr_nonnull(strstr(d.msg, "'plain.weight'"));
 	ck_assert_int_eq(castfs_qsrc_scan(h, CASTFS_QSRC_STRICT, &q, &d),
 			 -ENOTSUP);
 	ck_assert_ptr_nonnull(strstr(d.msg, "'plain.weight'"));
@@ -92,13 +140,7 @@ START_TEST(test_qsrc__comfy)
 	ck_assert_uint_eq(stt_qinfo(h, &q, "a.bias")->role, CASTFS_QR_PLAIN);
 	castfs_qsrc_fini(&q);
 	castfs_header_free(h);
-	b = tu_st_new();
-	tu_st_add(b, "m.a.weight", "F8_E4M3", SHAPE(6, 10), NULL);
-	tu_st_add(b, "m.a.weight_scale", "F32", SHAPE(1), NULL);
-	tu_st_add(b, "m.a.input_scale", "F32", 0, NULL, NULL);
-	tu_st_add(b, "m.a.comfy_quant", "U8", SHAPE(27), NULL);
-	tu_st_add(b, "m.b.weight", "BF16", SHAPE(6, 10), NULL);
-	h = stt_build_take(b);
+	h = comfy_layer("{\"format\": \"float8_e4m3fn\"}");
 	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
 	ck_assert_uint_eq(q.ncomfy, 1);
 	ck_assert_uint_eq(stt_qinfo(h, &q, "m.a.comfy_quant")->role,
@@ -109,6 +151,45 @@ START_TEST(test_qsrc__comfy)
 			  CASTFS_QR_PLAIN);
 	castfs_qsrc_fini(&q);
 	castfs_header_free(h);
+}
+END_TEST
+
+/* ComfyUI reads a layer by its comfy_quant JSON's "format", as
+ * json.loads() parses it: another format, another JSON, trailing bytes
+ * or a marker whose bytes were not read refuse the file. */
+START_TEST(test_qsrc__comfy_quant_json)
+{
+	static const struct {
+		const char *json, *phrase;
+	} bad[] = {
+		{ "{\"format\": \"nvfp4\"}", "'nvfp4'" },
+		{ "{\"format\": \"float8_e5m2\"}", "'float8_e5m2'" },
+		{ "\"float8_e4m3fn\"", "JSON object" },
+		{ "{\"format\": \"float8_e4m3fn\"} x", "JSON object" },
+		{ "{\"format\": 8}", "JSON object" },
+		{ NULL, "did not read" },
+	};
+	struct castfs_diag d = { { 0 } };
+	struct castfs_qsrc q;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct castfs_header *h = comfy_layer(bad[i].json);
+
+		castfs_diag_clear(&d);
+		ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), -ENOTSUP);
+		ck_assert_msg(strstr(d.msg, bad[i].phrase), "%zu: %s", i,
+			      d.msg);
+		castfs_header_free(h);
+	}
+	/* Whitespace around the value is JSON's own. */
+	{
+		struct castfs_header *h = comfy_layer(
+			" \n{\"format\": \"float8_e4m3fn\", \"x\": 1}\r\n");
+
+		ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
+		castfs_qsrc_fini(&q);
+		castfs_header_free(h);
+	}
 }
 END_TEST
 
@@ -757,6 +838,7 @@ Suite *unit_suite(void)
 
 	tcase_add_test(tc, test_qsrc__fp8_pairs);
 	tcase_add_test(tc, test_qsrc__comfy);
+	tcase_add_test(tc, test_qsrc__comfy_quant_json);
 	tcase_add_loop_test(tc, test_qsrc__refused, 0,
 			    sizeof(refused) / sizeof(refused[0]));
 	tcase_add_test(tc, test_qsrc__generic_words_plain);
