@@ -22,6 +22,23 @@ static const char st_ext[] = ".safetensors";
 #define ST_EXT_LEN (sizeof(st_ext) - 1)
 static const char meta_name[] = "__metadata__.json";
 
+/*
+ * The longest path of a node inside a tree (PATH_MAX less its NUL): each
+ * node keeps its whole path, so a name of N dotted parts cost O(N^2)
+ * bytes and time once walked (20,000 parts: 546 MB; bug hunt). Deeper
+ * entries are not listed, and their lookup is ENAMETOOLONG, as no single
+ * path to them could be passed to a system call anyway.
+ */
+#define TREE_SUB_MAX 4095u
+
+/* Whether @name (@len bytes) in tree directory @sub stays within it. */
+static bool sub_fits(const char *sub, size_t len)
+{
+	size_t n = strlen(sub);
+
+	return (n ? n + 1 : 0) + len <= TREE_SUB_MAX;
+}
+
 enum tfile_type { TF_INFO, TF_NPY, TF_RAW, TF_META };
 
 static const char *const tf_suffix[] = {
@@ -390,7 +407,9 @@ static int tdir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 
 	if (rc)
 		return rc;
-	rc = tdir_resolve(tree, dir->sub, name, child);
+	rc = sub_fits(dir->sub, strlen(name)) ?
+		     tdir_resolve(tree, dir->sub, name, child) :
+		     -ENAMETOOLONG;
 	ns_ckpt_put(ns, ck);
 	if (rc)
 		return rc;
@@ -416,9 +435,12 @@ static int list_one(struct list_ctx *c, const char *name, size_t len,
 			     .path = c->dir->path,
 			     .st = c->dir->st };
 	size_t sl = strlen(suffix);
-	char *leaf = malloc(len + sl + 1);
+	char *leaf;
 	int rc = -ENOMEM;
 
+	if (!sub_fits(c->dir->sub, len + sl))
+		return 0; /* its lookup is ENAMETOOLONG */
+	leaf = malloc(len + sl + 1);
 	if (!leaf)
 		return rc;
 	memcpy(leaf, name, len);

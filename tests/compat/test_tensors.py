@@ -464,5 +464,51 @@ class TensorTrees(unittest.TestCase):
         self.assertEqual(conv["empty"], conv["scalar"])
 
 
+class DeepNames(unittest.TestCase):
+    """A name of 20,000 dotted parts (a 40 KB header): each tree node kept
+    its whole path, so walking the tree cost O(N^2): 546 MB and seconds
+    (a bug hunt). Nodes deeper than PATH_MAX are not listed and their
+    lookup is ENAMETOOLONG; the daemon stays small."""
+
+    PARTS = 20000
+
+    def test_walk_is_bounded(self):
+        with tl.tempdir() as src:
+            name = "a." * self.PARTS + "w"
+            h = json.dumps({name: {"dtype": "F32", "shape": [4],
+                                   "data_offsets": [0, 16]}}).encode()
+            h += b" " * (-len(h) % 8)
+            with open(os.path.join(src, "m.safetensors"), "wb") as f:
+                f.write(struct.pack("<Q", len(h)) + h + b"\0" * 16)
+            with tl.Mount(src) as m:
+                pid = m.daemon()
+                base = tl.rss_mb(pid)
+                fd = os.open(m.join("m.safetensors.tensors"), os.O_RDONLY)
+                depth, sub = 0, ""
+                try:
+                    while True:  # down by dir fds: no path is too long
+                        names = os.listdir(fd)
+                        if names != ["a"] and depth:
+                            break
+                        nfd = os.open("a", os.O_RDONLY, dir_fd=fd)
+                        os.close(fd)
+                        fd, depth = nfd, depth + 1
+                        sub = sub + "/a" if sub else "a"
+                    self.assertEqual(names, [])
+                    with self.assertRaises(OSError) as cm:
+                        os.stat("a", dir_fd=fd)
+                    self.assertEqual(cm.exception.errno, errno.ENAMETOOLONG)
+                finally:
+                    os.close(fd)
+                # the deepest listed directory, and no deeper
+                self.assertLessEqual(len(sub), 4095)
+                self.assertGreater(len(sub) + 2, 4095)
+                grown = tl.rss_mb(pid) - base
+                print("walked %d levels; the daemon grew %.0f MB"
+                      % (depth, grown))
+                if not tl.sanitizer(pid):
+                    self.assertLess(grown, 64)
+
+
 if __name__ == "__main__":
     tl.main()
