@@ -29,6 +29,11 @@ struct castfs_fs {
 	bool noxattr;
 	bool debug;
 	struct castfs_pt *pt; /* -o passthrough (fs_pt.c), or NULL */
+	/* The -o config text the views came from (NULL: none), kept for the
+	 * supervisor's crash restarts (castfs_sv_child_keep_config()). */
+	char *config_text;
+	size_t config_len;
+	bool config_kept; /* config_text is the snapshot, not the file's */
 };
 
 /*
@@ -99,6 +104,15 @@ void castfs_fs_log_init(bool in_foreground);
  */
 int castfs_fs_views_load(struct castfs_views *vs, const char *config,
 			 struct castfs_diag *d);
+
+/* castfs_fs_config_read - the text of config file @path (at most 16 MiB,
+ * malloc'ed and NUL-terminated) into *@text, its length in *@len.
+ * castfs_fs_views_parse - the built-in views plus those of config text
+ * @json (NULL: none). Both return 0 or a negative errno, @d says why. */
+int castfs_fs_config_read(const char *path, char **text, size_t *len,
+			  struct castfs_diag *d);
+int castfs_fs_views_parse(struct castfs_views *vs, const char *json, size_t len,
+			  struct castfs_diag *d);
 
 /* castfs_mount_device - "major:minor" of the filesystem mounted at
  * @mountpoint per /proc/self/mountinfo (malloc'ed), or NULL (fs_mount.c). */
@@ -212,6 +226,12 @@ struct castfs_sv_child {
 	int init_fd;
 	int ready_fd;
 	int pt_fd; /* memfd: the journal of passthrough backing ids, or -1 */
+	/* memfd: the -o config text the serving daemon started with, or -1
+	 * (a supervisor of an older binary) */
+	int cfg_fd;
+	/* started after the serving daemon died, not by a reload: it serves
+	 * the config of cfg_fd, not the file's */
+	bool crash_restart;
 	const char *mountpoint; /* the real one, for /.castfs/config */
 	bool successor; /* another daemon served the connection before */
 };
@@ -219,6 +239,22 @@ struct castfs_sv_child {
 /* castfs_sv_child_env - fill @c from the environment the supervisor set.
  * Returns 1 (a supervised daemon), 0 (not one) or -EINVAL (garbled). */
 int castfs_sv_child_env(struct castfs_sv_child *c);
+
+/*
+ * castfs_sv_child_config - for a crash restart, the config text the
+ * daemon that died served (malloc'ed into *@text, *@len bytes): a crash
+ * never brings in an edit of the file a reload was refused for, or was
+ * never asked to read. Returns 0, 1 when there is none to use (not a
+ * crash restart, no snapshot: read the file), or -errno.
+ */
+int castfs_sv_child_config(const struct castfs_sv_child *c, char **text,
+			   size_t *len);
+
+/* castfs_sv_child_keep_config - record @text (@len bytes; NULL: no
+ * config) as what this daemon serves, for the crash restarts after it.
+ * Call once it serves. */
+void castfs_sv_child_keep_config(const struct castfs_sv_child *c,
+				 const char *text, size_t len);
 
 /*
  * castfs_sv_child_attach - make @se serve the inherited connection: mount

@@ -47,19 +47,30 @@ out_close:
 	return buf;
 }
 
+int castfs_fs_config_read(const char *path, char **text, size_t *len,
+			  struct castfs_diag *d)
+{
+	*text = read_small_file(path, len);
+	return *text ? 0 : castfs_diag_set(d, -errno, "%s", strerror(errno));
+}
+
+int castfs_fs_views_parse(struct castfs_views *vs, const char *json, size_t len,
+			  struct castfs_diag *d)
+{
+	int rc = castfs_views_builtin(vs);
+
+	return rc || !json ? rc : castfs_views_load(vs, json, len, d);
+}
+
 int castfs_fs_views_load(struct castfs_views *vs, const char *config,
 			 struct castfs_diag *d)
 {
-	size_t len;
-	char *json;
-	int rc = castfs_views_builtin(vs);
+	size_t len = 0;
+	char *json = NULL;
+	int rc = config ? castfs_fs_config_read(config, &json, &len, d) : 0;
 
-	if (rc || !config)
-		return rc;
-	json = read_small_file(config, &len);
-	if (!json)
-		return castfs_diag_set(d, -errno, "%s", strerror(errno));
-	rc = castfs_views_load(vs, json, len, d);
+	if (!rc)
+		rc = castfs_fs_views_parse(vs, json, len, d);
 	free(json);
 	return rc;
 }

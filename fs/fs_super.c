@@ -43,6 +43,9 @@ struct sv {
 	int fd; /* the FUSE connection */
 	int init_fd; /* memfd: the kernel's FUSE_INIT request, verbatim */
 	int pt_fd; /* memfd: the daemons' journal of backing ids (fs_pt.c) */
+	int cfg_fd; /* memfd: the config text the serving daemon served */
+	int exe_fd; /* O_PATH: the binary the serving daemon runs, or -1 */
+	bool crash; /* the start under way follows a death, not a reload */
 	int sig_fd;
 	int cwd_fd; /* where relative SOURCE arguments resolve */
 	char *exe; /* the binary on disk, read again at each start */
@@ -101,11 +104,17 @@ int castfs_sv_child_env(struct castfs_sv_child *c)
 
 	if (!e)
 		return 0;
-	/* A supervisor of an older binary (`castfs reload`) sends three. */
+	/* A supervisor of an older binary (`castfs reload`) sends three,
+	 * and no config snapshot. */
 	c->pt_fd = -1;
+	c->cfg_fd = -1;
 	if (sscanf(e, "%d:%d:%d:%d", &c->fuse_fd, &c->init_fd, &c->ready_fd,
 		   &c->pt_fd) < 3)
 		return -EINVAL;
+	e = getenv("CASTFS_CONFIG_SNAPSHOT");
+	if (e && sscanf(e, "%d", &c->cfg_fd) != 1)
+		return -EINVAL;
+	c->crash_restart = getenv("CASTFS_CRASH_RESTART") != NULL;
 	c->mountpoint = getenv("CASTFS_MOUNTPOINT");
 	c->successor = getenv("CASTFS_SUCCESSOR") != NULL;
 	return 1;
@@ -147,6 +156,42 @@ int castfs_sv_child_attach(struct fuse_session *se,
 	free(buf.mem);
 	close(c->init_fd);
 	return rc;
+}
+
+int castfs_sv_child_config(const struct castfs_sv_child *c, char **text,
+			   size_t *len)
+{
+	struct stat st;
+	ssize_t n;
+
+	if (!c->crash_restart || c->cfg_fd < 0 || fstat(c->cfg_fd, &st) < 0 ||
+	    st.st_size == 0)
+		return 1;
+	*text = malloc((size_t)st.st_size + 1);
+	if (!*text)
+		return -ENOMEM;
+	n = pread(c->cfg_fd, *text, (size_t)st.st_size, 0);
+	if (n != st.st_size) {
+		free(*text);
+		*text = NULL;
+		return 1; /* being rewritten: the file then */
+	}
+	(*text)[n] = '\0';
+	*len = (size_t)n;
+	return 0;
+}
+
+void castfs_sv_child_keep_config(const struct castfs_sv_child *c,
+				 const char *text, size_t len)
+{
+	/* Only the daemon that serves writes: the one starting writes once
+	 * it serves, after the old one stopped answering. */
+	if (c->cfg_fd < 0)
+		return;
+	if (ftruncate(c->cfg_fd, 0) < 0 ||
+	    (text && pwrite(c->cfg_fd, text, len, 0) != (ssize_t)len))
+		sv_log("cannot keep the config for crash restarts: %s",
+		       strerror(errno));
 }
 
 void castfs_sv_child_ready(const struct castfs_sv_child *c)
@@ -192,6 +237,7 @@ static void sv_child_exec(struct sv *sv, int ready_w)
 	fcntl(sv->fd, F_SETFD, 0);
 	fcntl(sv->init_fd, F_SETFD, 0);
 	fcntl(sv->pt_fd, F_SETFD, 0);
+	fcntl(sv->cfg_fd, F_SETFD, 0);
 	fcntl(ready_w, F_SETFD, 0);
 	snprintf(env, sizeof(env), "%d:%d:%d:%d", sv->fd, sv->init_fd, ready_w,
 		 sv->pt_fd);
@@ -202,17 +248,32 @@ static void sv_child_exec(struct sv *sv, int ready_w)
 		unsetenv("CASTFS_SUCCESSOR");
 	else
 		setenv("CASTFS_SUCCESSOR", "1", 1);
+	snprintf(env, sizeof(env), "%d", sv->cfg_fd);
+	setenv("CASTFS_CONFIG_SNAPSHOT", env, 1);
+	/* After a death, the binary and config of the daemon that died: a
+	 * binary moved or a config broken since (a refused reload) took
+	 * the mount down at the first crash (bug hunt). A reload reads
+	 * both afresh. */
+	if (sv->crash) {
+		setenv("CASTFS_CRASH_RESTART", "1", 1);
+		if (sv->exe_fd >= 0)
+			fexecve(sv->exe_fd, sv->argv, environ);
+	} else {
+		unsetenv("CASTFS_CRASH_RESTART");
+	}
 	execv(sv->exe, sv->argv);
 	fprintf(stderr, "castfs: %s: %s\n", sv->exe, strerror(errno));
 	_exit(127);
 }
 
-/* Start a daemon as sv->next. Returns 0 or -errno. */
-static int sv_spawn(struct sv *sv)
+/* Start a daemon as sv->next, after a death if @crash (else the first
+ * one, or a reload). Returns 0 or -errno. */
+static int sv_spawn(struct sv *sv, bool crash)
 {
 	int p[2];
 	pid_t pid;
 
+	sv->crash = crash;
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return -errno;
 	pid = fork();
@@ -246,6 +307,22 @@ static void sv_schedule(struct sv *sv)
 	sv->restart_due = true;
 }
 
+/* Hold the binary sv->cur runs (the file itself, even if renamed over or
+ * removed since), for the restarts after its death. */
+static void sv_keep_exe(struct sv *sv)
+{
+	char path[64];
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/exe", (int)sv->cur);
+	fd = open(path, O_PATH | O_CLOEXEC);
+	if (fd < 0)
+		return; /* the path on disk, then */
+	if (sv->exe_fd >= 0)
+		close(sv->exe_fd);
+	sv->exe_fd = fd;
+}
+
 static void sv_next_ready(struct sv *sv)
 {
 	char c;
@@ -268,6 +345,7 @@ static void sv_next_ready(struct sv *sv)
 	sv->next = 0;
 	sv->failed = false;
 	sv->first = false;
+	sv_keep_exe(sv);
 	clock_gettime(CLOCK_MONOTONIC, &sv->ready_at);
 }
 
@@ -515,12 +593,12 @@ static void sv_poll(struct sv *sv)
 	if (sv->reload_due && !sv->next && !sv->stopping) {
 		sv->reload_due = false;
 		sv->failures = 0;
-		if (sv_spawn(sv))
+		if (sv_spawn(sv, false))
 			sv_log("reload: cannot start a daemon");
 	}
 	sv_check_dying(sv);
 	if (sv->restart_due && !sv->stopping && sv_timeout_ms(sv) == 0 &&
-	    sv_spawn(sv))
+	    sv_spawn(sv, true))
 		sv_schedule(sv);
 }
 
@@ -738,6 +816,9 @@ static int sv_setup(struct sv *sv, const struct castfs_sv_opts *o)
 	sv->pt_fd = memfd_create("castfs-backing", MFD_CLOEXEC);
 	if (sv->pt_fd < 0 || fcntl(sv->pt_fd, F_SETFL, O_APPEND) < 0)
 		return -errno;
+	sv->cfg_fd = memfd_create("castfs-config", MFD_CLOEXEC);
+	if (sv->cfg_fd < 0)
+		return -errno;
 	return sv_signals(sv);
 }
 
@@ -747,6 +828,8 @@ int castfs_supervise(struct fuse_session *se, const struct castfs_sv_opts *o)
 			 .fd = -1,
 			 .init_fd = -1,
 			 .pt_fd = -1,
+			 .cfg_fd = -1,
+			 .exe_fd = -1,
 			 .sig_fd = -1,
 			 .cwd_fd = -1,
 			 .ready_fd = -1,
@@ -757,7 +840,7 @@ int castfs_supervise(struct fuse_session *se, const struct castfs_sv_opts *o)
 	if (!rc)
 		rc = sv_daemonize(&sv, o);
 	if (!rc)
-		rc = sv_spawn(&sv);
+		rc = sv_spawn(&sv, false);
 	while (!rc && (!sv.stopping || sv.cur || sv.next || sv.retiring))
 		sv_poll(&sv);
 	sv_pidfile_remove(sv.pidfile);
@@ -773,6 +856,10 @@ int castfs_supervise(struct fuse_session *se, const struct castfs_sv_opts *o)
 		close(sv.init_fd);
 	if (sv.pt_fd >= 0)
 		close(sv.pt_fd);
+	if (sv.cfg_fd >= 0)
+		close(sv.cfg_fd);
+	if (sv.exe_fd >= 0)
+		close(sv.exe_fd);
 	if (sv.sig_fd >= 0)
 		close(sv.sig_fd);
 	return rc;

@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <malloc.h>
 #include <math.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,10 +230,25 @@ static void list_views(const struct castfs_views *vs)
 }
 
 /* Built-in views, then the config file, then -o views=. */
-static int setup_views(struct castfs_fs *fs, const struct options *o)
+static int setup_views(struct castfs_fs *fs, const struct options *o,
+		       const struct castfs_sv_child *child)
 {
 	struct castfs_diag d = { { 0 } };
-	int rc = castfs_fs_views_load(&fs->views, o->config, &d);
+	int rc = 1;
+
+	/* A crash restart serves what the daemon that died served. */
+	if (o->config && child)
+		rc = castfs_sv_child_config(child, &fs->config_text,
+					    &fs->config_len);
+	fs->config_kept = rc == 0;
+	if (rc > 0 && o->config)
+		rc = castfs_fs_config_read(o->config, &fs->config_text,
+					   &fs->config_len, &d);
+	if (rc > 0)
+		rc = 0;
+	if (!rc)
+		rc = castfs_fs_views_parse(&fs->views, fs->config_text,
+					   fs->config_len, &d);
 
 	if (rc) {
 		fprintf(stderr, "castfs: %s%s%s\n", o->config ? o->config : "",
@@ -404,14 +420,26 @@ static int mount_and_serve(struct castfs_fs *fs, struct fuse_args *args,
 		return 1;
 	if (fuse_set_signal_handlers(fs->se))
 		goto out_destroy;
+	/* libfuse ends the loop on SIGHUP; without a supervisor that is an
+	 * unmount, and SIGHUP is what asks for a reload (castfs@.service's
+	 * ExecReload): a reload needs the supervisor, so it is ignored (bug
+	 * hunt: `systemctl reload` unmounted a -o nosupervise mount). */
+	if (!child)
+		signal(SIGHUP, SIG_IGN);
 	if (attach(fs, cmd, o, child))
 		goto out_signals;
+	if (fs->config_kept)
+		castfs_fs_log(fs, "restarted after a crash: serving the config "
+				  "the daemon before served, not the file's");
 	/* After daemonizing: the watcher is a thread. Without it changes
 	 * still show once the entry and attribute timeouts expire. */
 	if (castfs_watch_start(fs, o->source, &watch))
 		castfs_fs_log(fs, "cannot watch the source for changes");
-	if (child)
+	if (child) {
+		castfs_sv_child_keep_config(child, fs->config_text,
+					    fs->config_len);
 		castfs_sv_child_ready(child);
+	}
 	rc = run_loop(fs, cmd, o);
 	/* Stopped by a signal (> 0): a failure alone, but under the
 	 * supervisor a clean stop, which ends the mount, never a crash to
@@ -449,6 +477,17 @@ static int mount_supervised(struct fuse_args *args,
 	struct fuse_session *se;
 	int rc = 1;
 
+	sigset_t stop;
+
+	/* Held from before the mount exists until the supervisor reads them
+	 * from its signalfd: a SIGHUP (systemctl reload) right after the
+	 * mount appeared killed us by its default action, leaving a dead
+	 * mount (bug hunt). */
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGHUP);
+	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGINT);
+	sigprocmask(SIG_BLOCK, &stop, NULL);
 	se = fuse_session_new(args, &castfs_fs_ops, sizeof(castfs_fs_ops),
 			      NULL);
 	if (!se)
@@ -516,7 +555,7 @@ static int mount_main(int argc, char **argv)
 	fs.noxattr = o.noxattr;
 	/* The supervisor sets up the namespace too, only to fail before
 	 * mounting on what a daemon would fail on. */
-	if (setup_views(&fs, &o) ||
+	if (setup_views(&fs, &o, child) ||
 	    setup_ns(&fs, &o, child ? child->mountpoint : cmd.mountpoint,
 		     child && child->successor) ||
 	    castfs_fs_thread_key_init(&fs) || castfs_fs_handles_init(&fs) ||
@@ -536,6 +575,7 @@ out_free:
 out_args:
 	castfs_pt_free(fs.pt);
 	castfs_views_fini(&fs.views);
+	free(fs.config_text);
 	free(cmd.mountpoint);
 	free(o.source);
 	free(o.views);

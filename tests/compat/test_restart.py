@@ -566,6 +566,42 @@ class Reload(unittest.TestCase):
 
 
 class Signals(unittest.TestCase):
+    def test_sighup_right_after_the_mount_appears(self):
+        """systemctl reload right after a Type=simple start: the SIGHUP
+        came before the supervisor read signals from its signalfd and
+        killed it by its default action, leaving a dead mount (4 of 60
+        runs in a bug hunt). Now held from before the mount: a SIGHUP
+        either kills castfs before it mounts or is a reload."""
+        mnt = os.path.join(Fixture.top, "early")
+        os.makedirs(mnt, exist_ok=True)
+        want = rc.view_bytes(Fixture.tensors, "fp16")
+        for i in range(40):
+            p = subprocess.Popen([tl.castfs_binary(), "-f", Fixture.src,
+                                  mnt], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+            try:
+                t0 = time.monotonic()
+                while not tl._mounted(mnt) and p.poll() is None and \
+                        time.monotonic() - t0 < 30:
+                    time.sleep(0.0002 * (i % 5))
+                os.kill(p.pid, signal.SIGHUP)
+                try:
+                    with open(os.path.join(mnt, "a.fp16.safetensors"),
+                              "rb") as f:
+                        self.assertEqual(f.read(), want)
+                    self.assertIsNone(p.poll())
+                except OSError as e:  # dead mount: ENOTCONN
+                    self.fail("iteration %d: %s, castfs %s" %
+                              (i, e, p.poll()))
+            finally:
+                if tl._mounted(mnt):
+                    subprocess.run(["fusermount3", "-u", "-z", mnt])
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
     def test_only_the_main_thread_takes_them(self):
         """Every thread of a daemon but its main one blocks SIGTERM,
         SIGINT and SIGHUP (libfuse's workers do): a retired daemon's
@@ -853,6 +889,10 @@ class CrashLoop(unittest.TestCase):
         cfg = os.path.join(Fixture.top, "crash.json")
         with open(cfg, "w") as f:
             json.dump({"views": {"half": {"base": "fp16"}}}, f)
+        # every new daemon exits 1: its source is gone (a crash restart
+        # serves the config the daemon before served, so a broken config
+        # no longer fails one; RestartKeeps)
+        away = Fixture.src + ".away"
         with tl.Mount(Fixture.src, options=["config=" + cfg]) as m:
             sup = m.proc.pid
             fd = os.open(m.join("a.half.safetensors"), os.O_RDONLY |
@@ -860,8 +900,7 @@ class CrashLoop(unittest.TestCase):
             try:
                 want = rc.view_bytes(Fixture.tensors, "fp16")
                 self.assertEqual(os.pread(fd, 4096, 0), want[:4096])
-                with open(cfg, "w") as f:
-                    f.write("{ not json")  # every new daemon exits 1
+                os.rename(Fixture.src, away)
                 t0 = time.monotonic()
                 os.kill(wait_daemon(sup), signal.SIGKILL)
                 with self.assertRaises(OSError) as cm:
@@ -872,8 +911,7 @@ class CrashLoop(unittest.TestCase):
                 self.assertLess(waited, 30)
                 self.assertEqual(daemons(sup), [])
                 self.assertIn("giving up", m.output())
-                with open(cfg, "w") as f:
-                    json.dump({"views": {"half": {"base": "fp16"}}}, f)
+                os.rename(away, Fixture.src)
                 r = subprocess.run([tl.castfs_binary(), "reload", m.path],
                                    capture_output=True, text=True, timeout=30)
                 self.assertEqual(r.returncode, 0, r.stderr)
@@ -881,9 +919,76 @@ class CrashLoop(unittest.TestCase):
                 self.assertEqual(os.pread(fd, 4096, 0), want[:4096])
             finally:
                 os.close(fd)
+                if os.path.exists(away):
+                    os.rename(away, Fixture.src)
             # Failed daemons show in the exit status (so that a sanitizer
             # report a restart hid still fails a test).
             self.assertEqual(m.unmount(), 1)
+
+
+class RestartKeeps(unittest.TestCase):
+    """A restart after a death runs the binary and serves the config the
+    daemon that died ran and served; a reload reads both afresh (a bug
+    hunt: a config left broken by a refused reload, or a binary moved,
+    made every restart fail, and the mount answered EIO after one
+    crash)."""
+
+    def test_binary_and_config_of_the_daemon_that_died(self):
+        bindir = os.path.join(Fixture.top, "bin-keep")
+        os.makedirs(bindir, exist_ok=True)
+        exe = os.path.join(bindir, "castfs")
+        shutil.copy(tl.castfs_binary(), exe)
+        cfg = os.path.join(Fixture.top, "keep.json")
+        with open(cfg, "w") as f:
+            json.dump({"views": {"half": {"base": "fp16"}}}, f)
+        want = rc.view_bytes(Fixture.tensors, "fp16")
+        with mount_from(exe, Fixture.src, ["config=" + cfg]) as m:
+            sup = m.proc.pid
+            first = wait_daemon(sup)
+            ino = os.stat("/proc/%d/exe" % first).st_ino
+            fd = os.open(m.join("a.half.safetensors"), os.O_RDONLY)
+            try:
+                # A reload refused (the config broken): the old daemon
+                # keeps serving; then a death.
+                with open(cfg, "w") as f:
+                    f.write("{ not json")
+                r = subprocess.run([tl.castfs_binary(), "reload", m.path],
+                                   capture_output=True, text=True,
+                                   timeout=30)
+                rc.poll(lambda: "failed to start" in m.output(), 30,
+                        "the refused reload")
+                os.rename(exe, exe + ".moved")  # an uninstall, say
+                new = kill_and_wait(sup)
+                self.assertEqual(os.stat("/proc/%d/exe" % new).st_ino, ino)
+                self.assertEqual(os.pread(fd, len(want), 0), want)
+                with open(m.join("a.half.safetensors"), "rb") as f:
+                    self.assertEqual(f.read(), want)
+                # A valid edit no reload asked for: a death does not
+                # bring it in either.
+                with open(cfg, "w") as f:
+                    json.dump({"views": {"half": {"base": "fp16"},
+                                         "brain": {"base": "bf16"}}}, f)
+                new = kill_and_wait(sup)
+                self.assertFalse(os.path.exists(
+                    m.join("a.brain.safetensors")))
+                self.assertEqual(os.pread(fd, len(want), 0), want)
+                # A reload does, with the binary now at the path.
+                os.rename(exe + ".moved", exe)
+                r = subprocess.run([tl.castfs_binary(), "reload", m.path],
+                                   capture_output=True, text=True,
+                                   timeout=30)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                wait_daemon(sup, other_than=(new,))
+                with open(m.join("a.brain.safetensors"), "rb") as f:
+                    self.assertEqual(f.read(), rc.view_bytes(
+                        Fixture.tensors, "bf16"))
+            finally:
+                os.close(fd)
+                if os.path.exists(exe + ".moved"):
+                    os.rename(exe + ".moved", exe)
+            self.assertIn("serving the config the daemon before served",
+                          m.output())
+            self.assertEqual(m.unmount(), 1)  # the refused reload's exit
 
 
 class NodeIds(unittest.TestCase):
@@ -1024,6 +1129,18 @@ def read_fd_at(fd):
 
 
 class NoSupervise(unittest.TestCase):
+    def test_sighup_is_no_unmount(self):
+        """SIGHUP asks for a reload (castfs@.service's ExecReload); with
+        no supervisor there is none, and libfuse's handler unmounted (a
+        bug hunt)."""
+        with tl.Mount(Fixture.src, options=["nosupervise"]) as m:
+            os.kill(m.proc.pid, signal.SIGHUP)
+            time.sleep(0.5)
+            self.assertIsNone(m.proc.poll())
+            with open(m.join("a.fp16.safetensors"), "rb") as f:
+                self.assertEqual(f.read(), rc.view_bytes(Fixture.tensors,
+                                                         "fp16"))
+
     def test_one_process_and_no_reload(self):
         with tl.Mount(Fixture.src, options=["nosupervise"]) as m:
             self.assertEqual(daemons(m.proc.pid), [])
