@@ -441,10 +441,11 @@ static int mount_and_serve(struct castfs_fs *fs, struct fuse_args *args,
 		castfs_sv_child_ready(child);
 	}
 	rc = run_loop(fs, cmd, o);
-	/* Stopped by a signal (> 0): a failure alone, but under the
-	 * supervisor a clean stop, which ends the mount, never a crash to
-	 * restart (Ctrl-C reaches both processes). */
-	rc = rc < 0 || (rc > 0 && !child) ? 1 : 0;
+	/* Stopped by SIGTERM or SIGINT (> 0): a clean stop that unmounts,
+	 * exit 0 as documented (`systemctl stop` of a -o nosupervise unit
+	 * exited 1, a bug hunt); under the supervisor it ends the mount,
+	 * never a crash to restart (Ctrl-C reaches both processes). */
+	rc = rc < 0 ? 1 : 0;
 	if (castfs_watch_stop(watch)) {
 		/* The watcher still uses the session and the namespace:
 		 * unmount (which frees it) and leave without freeing them. */

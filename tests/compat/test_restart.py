@@ -1141,6 +1141,16 @@ class NoSupervise(unittest.TestCase):
                 self.assertEqual(f.read(), rc.view_bytes(Fixture.tensors,
                                                          "fp16"))
 
+    def test_sigterm_is_a_clean_stop(self):
+        """castfs(1): 0 after a clean unmount; SIGTERM (systemctl stop)
+        unmounts. A -o nosupervise mount exited 1 (a bug hunt)."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            m = tl.Mount(Fixture.src, options=["nosupervise"])
+            os.kill(m.proc.pid, sig)
+            self.assertEqual(m.proc.wait(30), 0)
+            self.assertFalse(tl._mounted(m.path))
+            m.unmount()
+
     def test_one_process_and_no_reload(self):
         with tl.Mount(Fixture.src, options=["nosupervise"]) as m:
             self.assertEqual(daemons(m.proc.pid), [])
