@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hash.h"
 #include "common/strbuf.h"
 #include "modeldir/modeldir_gguf_tok.h"
 
@@ -487,39 +488,131 @@ static void free_vocab(struct tok_ent *v, uint32_t n)
 	free(v);
 }
 
+/* The BPE vocabulary's token strings, hashed (open addressing, at most
+ * half full): every merge must name three of them. */
+struct vset {
+	const char **slot;
+	size_t mask;
+};
+
+static size_t vset_at(const struct vset *s, const char *t, size_t len)
+{
+	size_t i = (size_t)castfs_mix64(castfs_fnv1a(CASTFS_FNV_SEED, t, len)) &
+		   s->mask;
+
+	while (s->slot[i] && (strncmp(s->slot[i], t, len) || s->slot[i][len]))
+		i = (i + 1) & s->mask;
+	return i;
+}
+
+static int vset_init(struct vset *s, const cJSON *vocab)
+{
+	size_t n = 16;
+	const cJSON *e;
+
+	while (n < 2 * (size_t)cJSON_GetArraySize(vocab))
+		n *= 2;
+	s->mask = n - 1;
+	s->slot = calloc(n, sizeof(*s->slot));
+	if (!s->slot)
+		return -ENOMEM;
+	cJSON_ArrayForEach(e, vocab)
+		s->slot[vset_at(s, e->string, strlen(e->string))] = e->string;
+	return 0;
+}
+
+static bool vset_has(const struct vset *s, const char *t, size_t len)
+{
+	return s->slot[vset_at(s, t, len)] != NULL;
+}
+
+/*
+ * Merge @a @b (@alen, @blen bytes) as the tokenizers library builds a BPE
+ * model: both parts and their concatenation must be vocabulary tokens,
+ * else Hugging Face refuses the file (MergeTokenOutOfVocabulary; castfs
+ * refuses continuing_subword_prefix, so the concatenation is plain).
+ */
+static int merge_check(const struct vset *s, const char *a, size_t alen,
+		       const char *b, size_t blen, struct castfs_strbuf *cat,
+		       struct castfs_diag *d)
+{
+	cat->len = 0;
+	castfs_sb_put(cat, a, alen);
+	castfs_sb_put(cat, b, blen);
+	if (cat->oom)
+		return -ENOMEM;
+	if (!vset_has(s, a, alen) || !vset_has(s, b, blen) ||
+	    !vset_has(s, cat->p, cat->len))
+		return castfs_diag_set(d, -EINVAL,
+				       "GGUF: a merge of tokens outside the "
+				       "vocabulary ('%.*s' '%.*s'), which "
+				       "Hugging Face refuses",
+				       (int)(alen > 40 ? 40 : alen), a,
+				       (int)(blen > 40 ? 40 : blen), b);
+	return 0;
+}
+
+/* One merge @e as "a b" into @b, checked; the legacy string form must
+ * split on its one space into two parts, as the tokenizers library
+ * reads it. */
+static int merge_text(const struct vset *s, const cJSON *e,
+		      struct castfs_strbuf *b, struct castfs_strbuf *cat,
+		      struct castfs_diag *d)
+{
+	const cJSON *a = cJSON_GetArrayItem(e, 0);
+	const cJSON *c = cJSON_GetArrayItem(e, 1);
+	const char *sp;
+
+	b->len = 0;
+	if (cJSON_IsString(e)) {
+		sp = strchr(e->valuestring, ' ');
+		if (!sp || strchr(sp + 1, ' '))
+			return castfs_diag_set(d, -EINVAL,
+					       "GGUF: a merge that is not two "
+					       "tokens and a space");
+		castfs_sb_put(b, e->valuestring, strlen(e->valuestring));
+		return merge_check(s, e->valuestring,
+				   (size_t)(sp - e->valuestring), sp + 1,
+				   strlen(sp + 1), cat, d);
+	}
+	if (!cJSON_IsString(a) || !cJSON_IsString(c) ||
+	    cJSON_GetArraySize(e) != 2)
+		return castfs_diag_set(d, -EINVAL, "GGUF: a merge");
+	castfs_sb_printf(b, "%s %s", a->valuestring, c->valuestring);
+	return merge_check(s, a->valuestring, strlen(a->valuestring),
+			   c->valuestring, strlen(c->valuestring), cat, d);
+}
+
 /* Merges as "a b", whether tokenizer.json spells them so or as pairs. */
 static int write_merges(struct castfs_gguf_w *w, const cJSON *tok,
 			struct castfs_diag *d)
 {
 	const cJSON *model = cJSON_GetObjectItemCaseSensitive(tok, "model");
 	const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
-	struct castfs_strbuf b = { 0 };
+	const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+	struct castfs_strbuf b = { 0 }, cat = { 0 };
+	struct vset s = { 0 };
 	const cJSON *e;
+	int rc = 0;
 
 	if (!cJSON_IsArray(merges))
 		return castfs_diag_set(d, -EINVAL, "GGUF: no BPE merges");
-	castfs_gguf_kv_array(w, "tokenizer.ggml.merges", CASTFS_GGUF_T_STRING,
-			     (uint64_t)cJSON_GetArraySize(merges));
-	cJSON_ArrayForEach(e, merges) {
-		const cJSON *a = cJSON_GetArrayItem(e, 0);
-		const cJSON *c = cJSON_GetArrayItem(e, 1);
-
-		if (cJSON_IsString(e)) {
-			castfs_gguf_arr_str(w, e->valuestring,
-					    strlen(e->valuestring));
-			continue;
-		}
-		if (!cJSON_IsString(a) || !cJSON_IsString(c) ||
-		    cJSON_GetArraySize(e) != 2) {
-			castfs_sb_fini(&b);
-			return castfs_diag_set(d, -EINVAL, "GGUF: a merge");
-		}
-		b.len = 0;
-		castfs_sb_printf(&b, "%s %s", a->valuestring, c->valuestring);
-		castfs_gguf_arr_str(w, b.p ? b.p : "", b.len);
+	rc = vset_init(&s, vocab);
+	if (!rc)
+		castfs_gguf_kv_array(w, "tokenizer.ggml.merges",
+				     CASTFS_GGUF_T_STRING,
+				     (uint64_t)cJSON_GetArraySize(merges));
+	for (e = rc ? NULL : merges->child; e && !rc; e = e->next) {
+		rc = merge_text(&s, e, &b, &cat, d);
+		if (!rc && b.oom)
+			rc = -ENOMEM;
+		if (!rc)
+			castfs_gguf_arr_str(w, b.p ? b.p : "", b.len);
 	}
+	free(s.slot);
 	castfs_sb_fini(&b);
-	return b.oom ? -ENOMEM : 0;
+	castfs_sb_fini(&cat);
+	return rc;
 }
 
 int castfs_md_gguf_tokenizer(struct castfs_gguf_w *w, uint32_t vocab_size,

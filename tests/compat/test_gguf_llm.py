@@ -268,6 +268,11 @@ class Refused(unittest.TestCase):
         a, b = sorted(v, key=v.get)[300:302]
         v[b] = v[a]
 
+    def merge_oov(t):
+        m = t["model"]["merges"]
+        pair = ["zq\u00e9", "xq"]  # in no vocabulary
+        m.append(" ".join(pair) if isinstance(m[0], str) else pair)
+
     CONFIG = {
         "rope-linear": (rope("linear", factor=2.0), "rope_parameters"),
         "rope-llama3": (rope("llama3", factor=8.0, low_freq_factor=1.0,
@@ -290,6 +295,7 @@ class Refused(unittest.TestCase):
                    "continuing_subword_prefix"),
         "dropout": (model("dropout", 0.5), "dropout"),
         "dup-id": (dup_id, "twice"),
+        "merge-oov": (merge_oov, "outside the vocabulary"),
     }
 
     @classmethod
@@ -334,6 +340,14 @@ class Refused(unittest.TestCase):
         self.assertNotIn("base", got)
         self.assertGreater(os.path.getsize(self.mount.join("base.f16.gguf")),
                            0)
+
+    def test_merge_outside_the_vocabulary_is_refused_by_hf(self):
+        from tokenizers import Tokenizer
+        with self.assertRaises(Exception) as cm:
+            Tokenizer.from_file(os.path.join(self.src, "merge-oov",
+                                             "tokenizer.json"))
+        self.assertIn("out of vocabulary", str(cm.exception))
+        Tokenizer.from_file(os.path.join(self.base, "tokenizer.json"))
 
     def test_each_config_setting_changes_the_model(self):
         ids = torch.tensor([[5, 17, 33, 2, 9, 41, 7, 12, 3, 60, 8, 11]])
