@@ -356,6 +356,9 @@ struct castfs_md_gguf_src {
 	 * only, sorted by name */
 	const struct castfs_md_xtmpl *xtmpl;
 	size_t nxtmpl;
+	/* why the GGUF is refused if it reads them (too many, a link), or
+	 * NULL */
+	const char *xtmpl_why;
 	/* The model.safetensors.index.json text of sharded weights (else
 	 * NULL), and its shards' file names in castfs_md_gguf_shards()
 	 * order, shard k's header in h[k]. */

@@ -591,6 +591,7 @@ static int write_tokenizer(struct castfs_gguf_w *w, const struct llm *m,
 		.ct_json_len = s->chat_json_len,
 		.xtmpl = s->xtmpl,
 		.nxtmpl = s->nxtmpl,
+		.xtmpl_why = s->xtmpl_why,
 	};
 
 	return castfs_md_gguf_tokenizer(w, m->vocab_size, &ts, d);

@@ -439,21 +439,32 @@ static int jinja_text(const char *what, const char *s, size_t n,
 	return out->oom ? -ENOMEM : 0;
 }
 
+/* A template KV as GGUFWriter.add_string writes it: nothing for an empty
+ * one (a bug hunt: castfs wrote ""). */
+static void tmpl_str(struct castfs_gguf_w *w, const char *key, const char *val)
+{
+	if (val[0])
+		castfs_gguf_kv_str(w, key, val);
+}
+
 /* GGUFWriter.add_chat_template's name: every character but an ASCII
- * letter or digit one "_". */
+ * letter or digit one "_": one per UTF-8 code point, and one per byte
+ * that is not UTF-8 (Python reads a file name's with surrogateescape,
+ * one character each). */
 static void tmpl_name(const char *name, struct castfs_strbuf *out)
 {
+	size_t n = strlen(name), i = 0;
+
 	out->len = 0;
 	castfs_sb_put(out, "", 0);
-	for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
-		bool alnum = (*p >= 'a' && *p <= 'z') ||
-			     (*p >= 'A' && *p <= 'Z') ||
-			     (*p >= '0' && *p <= '9');
+	while (i < n) {
+		unsigned char c = (unsigned char)name[i];
+		size_t k = castfs_utf8_len(name + i, n - i);
+		bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			     (c >= '0' && c <= '9');
 
-		if (alnum)
-			castfs_sb_put(out, p, 1);
-		else if ((*p & 0xc0) != 0x80) /* one per code point */
-			castfs_sb_put(out, "_", 1);
+		castfs_sb_put(out, alnum ? name + i : "_", 1);
+		i += k ? k : 1;
 	}
 }
 
@@ -531,13 +542,13 @@ static int tmpl_list(struct castfs_gguf_w *w, const cJSON *list,
 			if (key.oom)
 				rc = -ENOMEM;
 			else
-				castfs_gguf_kv_str(w, key.p, last);
+				tmpl_str(w, key.p, last);
 		}
 		if (!names)
 			break; /* no tokenizer.chat_templates */
 	}
 	if (!rc && def)
-		castfs_gguf_kv_str(w, "tokenizer.chat_template", def);
+		tmpl_str(w, "tokenizer.chat_template", def);
 	castfs_sb_fini(&nb);
 	castfs_sb_fini(&ob);
 	castfs_sb_fini(&key);
@@ -617,8 +628,13 @@ static int tmpl_files(struct castfs_gguf_w *w,
 		      const struct castfs_md_tok_src *in, struct castfs_diag *d)
 {
 	struct castfs_strbuf tb = { 0 }, stem = { 0 }, what = { 0 };
-	cJSON *list = cJSON_CreateArray();
-	int rc = list ? xtmpl_clash(in, d) : -ENOMEM;
+	cJSON *list;
+	int rc;
+
+	if (in->xtmpl_why)
+		return castfs_diag_set(d, -EINVAL, "%s", in->xtmpl_why);
+	list = cJSON_CreateArray();
+	rc = list ? xtmpl_clash(in, d) : -ENOMEM;
 
 	if (!rc)
 		rc = jinja_text("chat_template.jinja", in->jinja, in->jinja_len,
@@ -671,13 +687,13 @@ static int chat_template(struct castfs_gguf_w *w,
 	cJSON *ct = NULL;
 	int rc = 0;
 
-	if (!v && in->jinja && in->nxtmpl)
+	if (!v && in->jinja && (in->nxtmpl || in->xtmpl_why))
 		return tmpl_files(w, in, d);
 	if (!v && in->jinja) {
 		rc = jinja_text("chat_template.jinja", in->jinja, in->jinja_len,
 				&jb, d);
 		if (!rc)
-			castfs_gguf_kv_str(w, "tokenizer.chat_template", jb.p);
+			tmpl_str(w, "tokenizer.chat_template", jb.p);
 		castfs_sb_fini(&jb);
 		return rc;
 	}
@@ -692,8 +708,7 @@ static int chat_template(struct castfs_gguf_w *w,
 		v = cJSON_GetObjectItemCaseSensitive(ct, "chat_template");
 	}
 	if (cJSON_IsString(v))
-		castfs_gguf_kv_str(w, "tokenizer.chat_template",
-				   v->valuestring);
+		tmpl_str(w, "tokenizer.chat_template", v->valuestring);
 	else if (cJSON_IsArray(v))
 		rc = tmpl_list(w, v, d);
 	cJSON_Delete(ct);

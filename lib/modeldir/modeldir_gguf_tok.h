@@ -27,6 +27,7 @@ struct castfs_md_tok_src {
 	size_t ct_json_len;
 	const struct castfs_md_xtmpl *xtmpl; /* additional_chat_templates/ */
 	size_t nxtmpl;
+	const char *xtmpl_why; /* refuse if they are read, or NULL */
 };
 
 /*

@@ -53,6 +53,7 @@ struct xtmpls {
 	char **name; /* sorted bytewise */
 	struct stat *st; /* st_mode 0: not a regular file */
 	char **text; /* read by xtmpls_read(), NULL: not read */
+	bool link; /* the folder is a symbolic link (not followed; none) */
 };
 
 /* The index of sharded weights (their GGUF file's node's path). */
@@ -157,6 +158,34 @@ static int xtmpls_names(DIR *dp, struct xtmpls *x)
 	return errno ? -errno : 0;
 }
 
+/* Open @dir (a folder's additional_chat_templates) into *@dp, or leave
+ * it NULL: none, or a symbolic link (@x->link: links to folders are not
+ * followed, and gguf-py would read through it; the builder refuses). */
+static int xtmpls_open(struct castfs_ns *ns, const char *dir, struct xtmpls *x,
+		       DIR **dp)
+{
+	struct stat st;
+	int fd, rc = ns_src_stat(ns, dir, &st);
+
+	*dp = NULL;
+	if (rc == -ENOENT || rc == -ENOTDIR)
+		return 0; /* glob() of a missing folder: nothing */
+	if (rc)
+		return rc;
+	x->link = S_ISLNK(st.st_mode);
+	if (!S_ISDIR(st.st_mode))
+		return 0; /* a file: glob() finds nothing in it either */
+	fd = ns_src_open(ns, dir, O_RDONLY | O_DIRECTORY);
+	if (fd < 0)
+		return fd == -ENOENT ? -ESTALE : fd;
+	*dp = fdopendir(fd);
+	if (!*dp) {
+		rc = -errno;
+		close(fd);
+	}
+	return rc;
+}
+
 /* The files of @folder's additional_chat_templates/ into @x (none without
  * the folder), sorted, each stat'ed as the text files are, and their
  * fingerprint folded into *@h. */
@@ -164,22 +193,18 @@ static int xtmpls_scan(struct castfs_ns *ns, const char *folder,
 		       struct xtmpls *x, uint64_t *h)
 {
 	char *dir = ns_path_join(folder, xtmpl_dir, sizeof(xtmpl_dir) - 1);
-	int fd = dir ? ns_src_open_in(ns, dir, O_RDONLY | O_DIRECTORY) :
-		       -ENOMEM;
-	DIR *dp = fd >= 0 ? fdopendir(fd) : NULL;
-	int rc = fd < 0 ? fd : dp ? 0 : -errno;
+	DIR *dp = NULL;
+	int rc;
 
 	*x = (struct xtmpls){ 0 };
-	if (fd >= 0 && !dp)
-		close(fd);
-	if (rc == -ENOENT || rc == -ENOTDIR)
-		rc = 0; /* glob() of a missing folder: nothing */
+	rc = dir ? xtmpls_open(ns, dir, x, &dp) : -ENOMEM;
 	if (dp)
 		rc = xtmpls_names(dp, x);
 	if (dp)
 		closedir(dp);
 	if (!rc && x->n <= XTMPL_MAX) {
-		qsort(x->name, x->n, sizeof(*x->name), name_cmp);
+		if (x->n) /* x->name is NULL without names */
+			qsort(x->name, x->n, sizeof(*x->name), name_cmp);
 		x->st = calloc(x->n + 1, sizeof(*x->st));
 		rc = x->st ? 0 : -ENOMEM;
 	}
@@ -197,6 +222,7 @@ static int xtmpls_scan(struct castfs_ns *ns, const char *folder,
 		*h = ident_hash(*h, &x->st[i]);
 	}
 	*h = castfs_fnv1a(*h, &x->n, sizeof(x->n));
+	*h = castfs_fnv1a(*h, &x->link, sizeof(x->link));
 	free(dir);
 	if (rc)
 		xtmpls_fini(x);
@@ -248,13 +274,14 @@ static int texts_dep(struct castfs_ns *ns, const char *dir, uint64_t *dep,
 }
 
 /* The GGUF plan through @v of the texts @text (@len bytes each), the
- * @nxt additional chat templates @xt and the weights: checkpoint @ck, or
+ * @nxt additional chat templates @xt (or why they are refused, @xwhy) and
+ * the weights: checkpoint @ck, or
  * the shards @sh when it is set. */
 static int plan_of(const struct castfs_view *v, char *const text[NTEXTS],
 		   const size_t len[NTEXTS], const struct castfs_md_xtmpl *xt,
-		   size_t nxt, const struct ns_gguf_shards *sh,
-		   const struct ns_ckpt *ck, struct castfs_plan **plan,
-		   struct castfs_diag *d)
+		   size_t nxt, const char *xwhy,
+		   const struct ns_gguf_shards *sh, const struct ns_ckpt *ck,
+		   struct castfs_plan **plan, struct castfs_diag *d)
 {
 	const struct castfs_header *one = ck->h, **hs = NULL;
 	struct castfs_qsrc_opts qo;
@@ -271,6 +298,7 @@ static int plan_of(const struct castfs_view *v, char *const text[NTEXTS],
 		.chat_json_len = len[4],
 		.xtmpl = xt,
 		.nxtmpl = nxt,
+		.xtmpl_why = xwhy,
 		.h = &one,
 		.nh = 1,
 		/* the FP8 block size config.json gives: the first shard's
@@ -296,15 +324,27 @@ static int plan_of(const struct castfs_view *v, char *const text[NTEXTS],
 	return rc;
 }
 
+/* Why the builder must refuse @x if it reads the templates, or NULL. */
+static const char *xtmpls_why(const struct xtmpls *x)
+{
+	_Static_assert(XTMPL_MAX == 64, "the message says 64");
+	if (x->link)
+		return "GGUF: additional_chat_templates is a symbolic link, "
+		       "which castfs does not follow";
+	if (x->n > XTMPL_MAX)
+		return "GGUF: more than 64 files in additional_chat_templates/";
+	return NULL;
+}
+
 /*
  * The files of @folder's additional_chat_templates/ (@x), read into a new
  * array *@xt, if their fingerprint is still @xdep (else -ESTALE); a file
  * that is not regular or not readable has no text (the builder refuses
- * it when it would read it), too many files are refused (@d).
+ * it when it would read it). None are read past XTMPL_MAX or through a
+ * link (xtmpls_why()).
  */
 static int xtmpls_read(struct castfs_ns *ns, const char *folder, uint64_t xdep,
-		       struct xtmpls *x, struct castfs_md_xtmpl **xt,
-		       struct castfs_diag *d)
+		       struct xtmpls *x, struct castfs_md_xtmpl **xt)
 {
 	uint64_t h = CASTFS_FNV_SEED;
 	int rc = xtmpls_scan(ns, folder, x, &h);
@@ -312,10 +352,8 @@ static int xtmpls_read(struct castfs_ns *ns, const char *folder, uint64_t xdep,
 
 	if (!rc && h != xdep)
 		rc = -ESTALE;
-	if (!rc && x->n > XTMPL_MAX)
-		rc = castfs_diag_set(d, -EINVAL,
-				     "GGUF: more than %d files in %s/",
-				     XTMPL_MAX, xtmpl_dir);
+	if (!rc && (x->n > XTMPL_MAX || x->link))
+		return 0;
 	if (!rc && x->n &&
 	    (!(*xt = calloc(x->n, sizeof(**xt))) ||
 	     !(x->text = calloc(x->n, sizeof(*x->text)))))
@@ -377,11 +415,12 @@ static int build_plan(struct castfs_ns *ns, const char *folder,
 		free(p);
 	}
 	if (!rc && st[TEXT_JINJA].st_mode)
-		rc = xtmpls_read(ns, folder, xdep, &x, &xt, &d);
+		rc = xtmpls_read(ns, folder, xdep, &x, &xt);
 	if (!rc && sh)
 		rc = ns_gguf_shards_text(ns, sh);
 	if (!rc)
-		rc = plan_of(v, text, len, xt, xt ? x.n : 0, sh, ck, plan, &d);
+		rc = plan_of(v, text, len, xt, xt ? x.n : 0, xtmpls_why(&x), sh,
+			     ck, plan, &d);
 	snprintf(reason, 256, "%s", d.msg[0] ? d.msg : rc ? strerror(-rc) : "");
 	if (rc && !ns_err_transient(rc))
 		ns_logf(ns, "%s: view %s: %s", folder, v->name, reason);

@@ -449,6 +449,24 @@ static const char *kind_name(unsigned k)
 	}
 }
 
+/*
+ * Whether weight @qi of kind @k is one a folder declaring @declared reads:
+ * of a declared kind, or, under quant_method "fp8", an F8 weight with one
+ * per-tensor "weight_scale" (transformers' FP8Embedding of
+ * modules_to_convert, AutoFP8's static checkpoints that vLLM's Fp8Config
+ * reads; an F32 scalar's product is the fp32 one of both rules).
+ */
+static bool declared_reads(const struct castfs_header *h,
+			   const struct castfs_qinfo *qi, unsigned k,
+			   unsigned declared)
+{
+	if (k & declared)
+		return true;
+	return k == CASTFS_QK_CT_FP8 && (declared & CASTFS_QK_FP8_BLOCK) &&
+	       h->tensors[qi->scale].nelems == 1 &&
+	       h->tensors[qi->scale].dtype == CASTFS_DTYPE_F32;
+}
+
 /* Every quantized weight of @q must be of a layout in @declared (the
  * folder's config.json): the loader reads them by the config. */
 static int check_declared(const struct castfs_header *h,
@@ -459,7 +477,7 @@ static int check_declared(const struct castfs_header *h,
 		const struct castfs_tensor *t = &h->tensors[i];
 		unsigned k = kind_of(h, &q->t[i]);
 
-		if (k && !(k & declared))
+		if (k && !declared_reads(h, &q->t[i], k, declared))
 			return castfs_diag_set(
 				d, -ENOTSUP,
 				"tensor '%.*s': %s weight, but config.json's "

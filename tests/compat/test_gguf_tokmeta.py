@@ -128,6 +128,16 @@ VARIANTS = {
     "chat_files_default": ([], {"chat_template.jinja": TPL,
                                 XT + "default.jinja": "other default",
                                 XT + "z.jinja": "z"}),
+    # GGUFWriter.add_string writes no empty string (the name is listed)
+    "chat_files_empty": ([], {"chat_template.jinja": TPL,
+                              XT + "e.jinja": "", XT + "r.jinja": "r"}),
+    "chat_jinja_empty": ([], {"chat_template.jinja": ""}),
+    # a file name that is not UTF-8: one "_" per byte, as Python's
+    # surrogateescape reads it
+    "chat_files_bytes": ([], {"chat_template.jinja": TPL,
+                              (XT + "a\x80b.jinja").encode("latin-1"): "ab",
+                              (XT + "\xe2\x82x.jinja").encode("latin-1"):
+                              "x"}),
     "chat_files_nojinja": ([], {"chat_template.json": json.dumps(
         {"chat_template": TPL}), XT + "rag.jinja": "rag"}),
     "chat_json": ([], {"chat_template.json": json.dumps(
@@ -166,6 +176,9 @@ REFUSED = {
                           XT + "tool_use.jinja": "2"}, "both named"),
     "chat_files_latin1": ({"chat_template.jinja": TPL,
                            XT + "l.jinja": b"caf\xe9"}, "not UTF-8"),
+    # gguf-py reads through a link to a folder; castfs follows none
+    "chat_files_link": ({"chat_template.jinja": TPL,
+                         "tpl/q.jinja": "q"}, "symbolic link"),
 }
 
 
@@ -245,11 +258,13 @@ class TokenizerMeta(unittest.TestCase):
             for fn, f in edits:
                 edit(d, fn, f)
             for fn, text in files.items():
-                os.makedirs(os.path.dirname(os.path.join(d, fn)),
-                            exist_ok=True)
-                with open(os.path.join(d, fn), "wb") as fp:
+                p = os.path.join(os.fsencode(d), os.fsencode(fn))
+                os.makedirs(os.path.dirname(p), exist_ok=True)
+                with open(p, "wb") as fp:
                     fp.write(text if isinstance(text, bytes) else
                              text.encode())
+            if name == "chat_files_link":
+                os.symlink("tpl", os.path.join(d, XT.rstrip("/")))
             if name in NO_TC:
                 os.remove(os.path.join(d, TC))
         shutil.rmtree(os.path.dirname(base))
@@ -327,6 +342,9 @@ class TokenizerMeta(unittest.TestCase):
                 if name == "chat_files_clash":  # one of the two
                     self.assertIn(ref_special(d)[
                         "tokenizer.chat_template.tool_use"][0], ("1", "2"))
+                elif name == "chat_files_link":  # read through the link
+                    self.assertEqual(ref_special(d)[
+                        "tokenizer.chat_template.q"][0], "q")
                 else:  # the oracle stops
                     with self.assertRaises(Exception):
                         ref_special(d)

@@ -257,6 +257,7 @@ class Env:
     mnt = None
     corpus = None
     mismatched = None
+    embed = None
     fp8 = None  # the FP8 single file's tensors
 
 
@@ -327,6 +328,19 @@ def setUpModule():
               os.path.join(split, "b.safetensors"))
     json.dump({"model_type": "llama", "quantization_config": QC},
               open(os.path.join(split, "config.json"), "w"))
+    # transformers' FineGrainedFP8 modules_to_convert: an FP8Embedding
+    # with one F32 weight_scale beside FP8 block Linears, under "fp8"
+    emb = os.path.join(src, "fp8-embed")
+    os.mkdir(emb)
+    q, s = quant_fp8_block(torch.randn(130, 140, generator=g))
+    Env.embed = {"model.embed_tokens.weight":
+                 torch.randn(50, 140, generator=g).to(F8),
+                 "model.embed_tokens.weight_scale": torch.tensor([0.037]),
+                 "model.up.weight": q, "model.up.weight_scale_inv": s}
+    save_file(Env.embed, os.path.join(emb, "model.safetensors"))
+    json.dump({"model_type": "llama", "quantization_config":
+               dict(QC, modules_to_convert=["embed_tokens"])},
+              open(os.path.join(emb, "config.json"), "w"))
     Env.mismatched = mismatched()
     for name, (qc, tensors, _) in Env.mismatched.items():
         os.mkdir(os.path.join(src, name))
@@ -446,6 +460,17 @@ class Rejected(unittest.TestCase):
                                if r["path"].startswith(d + "/")]
                 self.assertTrue(reasons and all(why in r for r in reasons[:1]),
                                 reasons)
+
+    def test_fp8_embedding_of_an_fp8_model(self):
+        # FP8Embedding.forward: rows.to(weight_scale.dtype) * weight_scale
+        # (a bug hunt: refused as a compressed-tensors weight for a while)
+        got = load_file(Env.mnt.join("fp8-embed.bf16", "model.safetensors"))
+        e = Env.embed
+        want = (e["model.embed_tokens.weight"].float() *
+                e["model.embed_tokens.weight_scale"]).bfloat16()
+        self.assertTrue(torch.equal(got["model.embed_tokens.weight"].view(
+            torch.int16), want.view(torch.int16)))
+        self.assertNotIn("model.embed_tokens.weight_scale", got)
 
     def test_plain_neighbour_keeps_views(self):
         names = os.listdir(Env.mnt.path)
