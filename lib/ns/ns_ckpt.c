@@ -279,7 +279,8 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 	char *dir = ns_parent_path(ck->path);
 	int rc = dir ? ns_ckpt_dir_quant(ns, dir, &mq) : -ENOMEM;
 	bool sharded = !rc &&
-		       (mq.fp8_block || mq.ct_fp4 || mq.ct_w4 || mq.bnb_4bit) &&
+		       (mq.fp8_block || mq.ct_fp8 || mq.ct_fp4 || mq.ct_w4 ||
+			mq.bnb_4bit) &&
 		       ck_dir_sharded(ns, dir);
 	unsigned w4 = !rc && mq.ct_w4 ? (mq.ct_w4_asym ? CASTFS_QSRC_W4ASYM :
 							 CASTFS_QSRC_W4SYM) :
@@ -646,12 +647,16 @@ bool ns_ckpt_rejected(struct castfs_ns *ns, const char *path, char *why,
 	return bad;
 }
 
-/* The quantized-source options of @ck's plans (its FP8 block size). */
+/* The quantized-source options of @ck's plans: its FP8 block size, and
+ * the layouts its folder declares (a shard holding no quantized weight
+ * of such a folder is planned as its siblings are). */
 const struct castfs_qsrc_opts *ns_ckpt_qopts(const struct ns_ckpt *ck,
 					     struct castfs_qsrc_opts *o)
 {
 	*o = (struct castfs_qsrc_opts){ .brows = ck->qbrows,
-					.bcols = ck->qbcols };
+					.bcols = ck->qbcols,
+					.declared = ck->qdeclared,
+					.ct_strategies = ck->qct_strategies };
 	return o;
 }
 

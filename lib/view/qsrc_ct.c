@@ -126,6 +126,14 @@ int castfs_qsrc_ctfp8(const struct castfs_header *h, struct castfs_qsrc *q,
 	w = castfs_qsrc_sibling(
 		h, t, input ? strlen(".input_scale") : strlen(".weight_scale"),
 		".weight", &err);
+	if (!err && !w && (q->flags & CASTFS_QSRC_XSHARD) &&
+	    (t->dtype == CASTFS_DTYPE_F32 || t->dtype == CASTFS_DTYPE_BF16)) {
+		/* Its weight may be in another shard: the composite header
+		 * pairs them (qsrc_xshard.c). */
+		q->t[i].role = CASTFS_QR_SCALE;
+		q->nxshard++;
+		return 0;
+	}
 	if (err || !w || w->dtype != CASTFS_DTYPE_F8_E4M3)
 		return err ? err : 1;
 	if (!input)

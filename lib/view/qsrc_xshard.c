@@ -100,7 +100,9 @@ static const struct castfs_tensor *bnb4_weight(const struct castfs_header *h,
 /*
  * If @t is the FP8 scale of an F8 weight in @h, that weight; else NULL.
  * The names are the ones qsrc.c pairs: "P_scale_inv" for weight "P",
- * "M.scale" for F8 "M.weight"; and the companions of compressed-tensors
+ * "M.scale" for F8 "M.weight", compressed-tensors FP8's "M.weight_scale"
+ * and "M.input_scale" for F8 "M.weight"; and the companions of
+ * compressed-tensors
  * FP4 packed weights (fp4_weight) and of bitsandbytes 4-bit weights
  * (bnb4_weight).
  */
@@ -116,7 +118,9 @@ static const struct castfs_tensor *scale_weight(const struct castfs_header *h,
 		return w;
 	if (has_suffix(t, "_scale_inv", &base))
 		w = find_join(h, t, base, "");
-	else if (has_suffix(t, ".scale", &base))
+	else if (has_suffix(t, ".scale", &base) ||
+		 has_suffix(t, ".weight_scale", &base) ||
+		 has_suffix(t, ".input_scale", &base))
 		w = find_join(h, t, base, ".weight");
 	if (w && (w->dtype == CASTFS_DTYPE_F8_E4M3 ||
 		  w->dtype == CASTFS_DTYPE_F8_E5M2))

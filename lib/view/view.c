@@ -233,7 +233,11 @@ int castfs_view_plan_opts(const struct castfs_view *v,
 		castfs_qsrc_fini(&q);
 		return rc;
 	}
-	if ((castfs_view_qsrc_quantized(&q) || fq) &&
+	/* A shard of a quantized model's folder that holds none of its
+	 * quantized weights (transformers' sharder put only norms or the
+	 * lm_head there) is planned as its siblings are: its other tensors
+	 * kept as stored, where it was cast as a plain file (a bug hunt). */
+	if ((castfs_view_qsrc_quantized(&q) || fq || plan_o.declared) &&
 	    v->kind != CASTFS_VIEW_GGUF) {
 		rc = plan_quantized(v, h, &q, &plan_o, out, d);
 		castfs_qsrc_fini(&q);

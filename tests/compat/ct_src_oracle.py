@@ -3,7 +3,8 @@
 (scripts/setup-llmc): llm-compressor + compressed-tensors.
 
 python ct_src_oracle.py JOBS.json prints one JSON line of results. Jobs:
-  quantize:   [[src_dir, out_dir, strategy], ...]  data-free oneshot of
+  quantize:   [[src_dir, out_dir, strategy(, max_shard_size)], ...]
+      data-free oneshot of
       FP8 E4M3 weights with that strategy ("tensor", "channel", "block"
       128x128; lm_head ignored), save_pretrained(save_compressed=True):
       the compressed-tensors source castfs reads;
@@ -29,7 +30,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 
-def quantize(src, out, strategy):
+def quantize(src, out, strategy, shard=None):
     from llmcompressor import oneshot
     from llmcompressor.modifiers.quantization import QuantizationModifier
     w = {"num_bits": 8, "type": "float", "symmetric": True,
@@ -40,7 +41,10 @@ def quantize(src, out, strategy):
     oneshot(model=m, recipe=QuantizationModifier(
         config_groups={"group_0": {"targets": ["Linear"], "weights": w}},
         ignore=["lm_head"]))
-    m.save_pretrained(out, save_compressed=True)
+    if shard:
+        m.save_pretrained(out, save_compressed=True, max_shard_size=shard)
+    else:
+        m.save_pretrained(out, save_compressed=True)
     return True
 
 
