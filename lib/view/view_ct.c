@@ -215,6 +215,48 @@ static void ct_same_fn(const struct castfs_tensor *s, void *arg)
 	c->dt = s->dtype;
 }
 
+/* Whether a name of @h starts with @pre (@n bytes): a binary search of
+ * the names in order. */
+static bool has_prefixed(const struct castfs_header *h, const char *pre,
+			 size_t n)
+{
+	size_t lo = 0, hi = h->ntensors;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const struct castfs_tensor *t = h->by_name[mid];
+		size_t m = t->name_len < n ? t->name_len : n;
+		int c = memcmp(t->name, pre, m);
+
+		if (c < 0 || (c == 0 && t->name_len < n))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < h->ntensors && h->by_name[lo]->name_len >= n &&
+	       memcmp(h->by_name[lo]->name, pre, n) == 0;
+}
+
+/*
+ * Whether ComfyUI reads @t of @h through its mixed-precision ops: in a
+ * full checkpoint (a "model.diffusion_model." part) only the diffusion
+ * model's layers are built so, its text encoders and VAE not; and a
+ * LoRA's matrices are added as they are (a bug hunt: their codes would
+ * be used as values).
+ */
+static bool comfy_reads(const struct castfs_header *h,
+			const struct castfs_tensor *t)
+{
+	static const char dm[] = "model.diffusion_model.";
+	const size_t dl = sizeof(dm) - 1;
+
+	if (memmem(t->name, t->name_len, "lora_", 5) ||
+	    memmem(t->name, t->name_len, "lora.", 5))
+		return false;
+	return (t->name_len > dl && memcmp(t->name, dm, dl) == 0) ||
+	       !has_prefixed(h, dm, dl);
+}
+
 bool castfs_view_ct_converts(const struct castfs_view *v,
 			     const struct castfs_header *h,
 			     const struct castfs_tensor *t)
@@ -228,7 +270,8 @@ bool castfs_view_ct_converts(const struct castfs_view *v,
 	/* ComfyUI's marker is named after the module: "P.weight" only. */
 	if (v->kind == CASTFS_VIEW_COMFY_FP8)
 		return t->name_len > wl &&
-		       memcmp(t->name + t->name_len - wl, w, wl) == 0;
+		       memcmp(t->name + t->name_len - wl, w, wl) == 0 &&
+		       comfy_reads(h, t);
 	if (v->kind != CASTFS_VIEW_CT_NVFP4)
 		return true;
 	/* One global scale over the group: its weights share one dtype. */

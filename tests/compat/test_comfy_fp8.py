@@ -102,6 +102,22 @@ class ComfyFp8(unittest.TestCase):
             name = "flux_%s.safetensors" % str(dt)[6:]
             cls.src[name] = checkpoint(dt, 40 + i)
             save_file(cls.src[name], os.path.join(cls.tmp, name))
+        g = torch.Generator().manual_seed(9)
+        r = lambda *s: torch.randn(*s, generator=g).bfloat16()  # noqa: E731
+        cls.full = {  # an SD checkpoint: UNet, text encoder, VAE
+            "model.diffusion_model.input_blocks.1.1.proj_in.weight": r(32, 16),
+            "model.diffusion_model.out.2.weight": r(4, 8, 3, 3),
+            "cond_stage_model.transformer.text_model.encoder.layers.0."
+            "self_attn.q_proj.weight": r(16, 16),
+            "first_stage_model.decoder.mid.attn_1.q.weight": r(8, 8),
+        }
+        cls.lora = {  # kohya and PEFT spellings
+            "lora_unet_input_blocks_1_1_proj_in.lora_down.weight": r(4, 16),
+            "lora_unet_input_blocks_1_1_proj_in.lora_up.weight": r(32, 4),
+            "transformer.blocks.0.attn.to_q.lora_A.weight": r(4, 16),
+        }
+        save_file(cls.full, os.path.join(cls.tmp, "sd_full.safetensors"))
+        save_file(cls.lora, os.path.join(cls.tmp, "lora.safetensors"))
         cls.mnt = tl.Mount(cls.tmp)
 
     @classmethod
@@ -143,6 +159,25 @@ class ComfyFp8(unittest.TestCase):
                                                 codes.view(torch.uint8)))
                     self.assertEqual(sd[p + "weight_scale"].item(), scale.item())
             self.assertEqual(len(sd), len(src) + 2 * 5)  # 5 Linear weights
+
+    def test_comfy__only_what_comfyui_reads_so(self):
+        """In a full checkpoint ComfyUI builds only the diffusion model
+        with its mixed-precision ops (the text encoder and VAE are built
+        from their own parts, without them), and a LoRA's matrices are
+        added as they are: those stay as stored (a bug hunt: quantised,
+        their codes would be read as values)."""
+        sd = load(self.view("sd_full.safetensors")[1])
+        p = "model.diffusion_model.input_blocks.1.1.proj_in."
+        self.assertEqual(sd[p + "weight"].dtype, torch.float8_e4m3fn)
+        self.assertIn(p + "comfy_quant", sd)
+        for k, w in self.full.items():
+            if not k.startswith(p):
+                self.assertTrue(torch.equal(sd[k], w), k)
+        self.assertEqual(len(sd), len(self.full) + 2)
+        sd = load(self.view("lora.safetensors")[1])
+        self.assertEqual(sorted(sd), sorted(self.lora))
+        for k, w in self.lora.items():
+            self.assertTrue(torch.equal(sd[k], w), k)
 
     def test_comfy__reader_dequantises_within_fp8_bound(self):
         for name, src in self.src.items():
