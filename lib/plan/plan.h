@@ -102,6 +102,10 @@ struct castfs_qtensor {
 	/* 0, or BF16 / F16: the scale is first rounded to that dtype, the
 	 * compute dtype ComfyUI multiplies in (docs/FORMATS.md). */
 	uint8_t scale_round;
+	/* GGUF_BLOCKS: the source elements rounded to F16 before they are
+	 * quantised (ComfyUI-GGUF's convert.py writes an F32 source as F16,
+	 * which llama-quantize then quantises), or false. */
+	bool via_f16;
 	/* DEQ_FP8: the codes' dtype: F8_E4M3 (0 reads as that), or I8 for
 	 * LLM.int8 (bitsandbytes: code * row scale, then * fp32(1/127)), or
 	 * U8 for compressed-tensors packed E2M1 pairs (plan_gen_fp4.c: an

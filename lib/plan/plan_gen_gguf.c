@@ -64,10 +64,11 @@ static int chunk_deq(const struct castfs_read_env *env,
  * widened into @x first.
  */
 static int quantize_raw(const struct castfs_qtensor *q, uint8_t *dst,
-			const uint8_t *raw, float *x, size_t n)
+			uint8_t *raw, float *x, size_t n)
 {
 	bool f16 = q->src_dtype == CASTFS_DTYPE_F16;
-	castfs_convert_fn widen;
+	castfs_convert_fn widen, to16, from16;
+	size_t nel = n * q->blocksize;
 	int rc = -ENOTSUP;
 
 	if (f16 || q->src_dtype == CASTFS_DTYPE_BF16)
@@ -75,9 +76,15 @@ static int quantize_raw(const struct castfs_qtensor *q, uint8_t *dst,
 	if (rc != -ENOTSUP)
 		return rc;
 	widen = castfs_convert_get(q->src_dtype, CASTFS_DTYPE_F32, 0);
-	if (!widen)
+	to16 = castfs_convert_get(CASTFS_DTYPE_F32, CASTFS_DTYPE_F16, 0);
+	from16 = castfs_convert_get(CASTFS_DTYPE_F16, CASTFS_DTYPE_F32, 0);
+	if (!widen || !to16 || !from16)
 		return -EIO; /* unreachable: checked by the caller */
-	widen(x, raw, n * q->blocksize);
+	widen(x, raw, nel);
+	if (q->via_f16) { /* through raw's bytes, read already */
+		to16(raw, x, nel);
+		from16(x, raw, nel);
+	}
 	return castfs_gguf_quantize(q->qtype, dst, x, n);
 }
 

@@ -353,6 +353,9 @@ static int add_data(void *ctx, struct castfs_pb *pb, size_t i)
 			.cols = o->shape[1],
 			.blocksize = CASTFS_GGUF_QK,
 			.src_dtype = o->t->dtype,
+			/* convert.py writes an F32 source as F16 (BF16
+			 * stays; F8 widens exactly) before llama-quantize */
+			.via_f16 = o->t->dtype == CASTFS_DTYPE_F32,
 		};
 
 		q.qtype = (uint8_t)block_qtype(o->type, &p.unit);

@@ -4,7 +4,9 @@
 The oracle is gguf-py itself: GGUFReader must read every view (it maps the
 file with np.memmap), and each tensor's bytes must equal
 gguf.quants.quantize() of the source widened to float32 (Q8_0, Q4_0, F16,
-BF16, F32), which gguf-py documents as the ggml reference rounding. Which
+BF16, F32), which gguf-py documents as the ggml reference rounding; an F32
+source's quantised tensors from its F16 rounding, the file convert.py
+writes for llama-quantize. Which
 tensors get which type, the names, shapes and KVs are the rules of
 ComfyUI-GGUF's convert.py and lcpp.patch as docs/FORMATS.md states them,
 written here from that page, not from castfs. A reader that follows
@@ -189,7 +191,13 @@ class GGUFViews(unittest.TestCase):
             shape = list(v.shape)
             fixed = gguf_shape(arch, shape)
             qt = expected_type(arch, view, name, v.dtype, fixed or shape)
-            out[name] = (qt, fixed, shape, v.float().numpy())
+            data = v.float().numpy()
+            if qt in (QT.Q8_0, QT.Q4_0, QT.Q4_1) and v.dtype == torch.float32:
+                # convert.py writes an F32 tensor as F16, which
+                # llama-quantize then quantises (a bug hunt: castfs
+                # quantised the F32 values)
+                data = data.astype(np.float16).astype(np.float32)
+            out[name] = (qt, fixed, shape, data)
         return out
 
     def check_view(self, src, view):
