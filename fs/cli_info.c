@@ -6,11 +6,14 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "common/escape.h"
 #include "tensors/tensor_files.h"
 #include "view/qsrc.h"
 
@@ -39,27 +42,58 @@ static void info_usage(FILE *f)
 		"errors.\nSee castfs-info(1).\n");
 }
 
-/* Names may hold quotes and control bytes: print those quoted. */
-static int print_name(const char *s, size_t n)
+/* Whether name @s (@n bytes) prints as it is, not quoted. */
+static bool name_plain(const char *s, size_t n)
 {
 	bool plain = strlen(s) == n && n > 0;
 
 	for (size_t i = 0; plain && i < n; i++)
 		plain = (unsigned char)s[i] >= 0x20 && s[i] != 0x7f &&
 			s[i] != '"' && s[i] != ' ';
-	if (plain)
-		return printf("%s", s);
+	return plain;
+}
+
+static bool name_escaped(unsigned char c)
+{
+	return c < 0x20 || c == 0x7f || c == '"' || c == '\\';
+}
+
+/* The columns print_name() takes for @s: one per character (a UTF-8
+ * sequence, or a byte that is none), four per escape, and the quotes;
+ * the table lines up on them, not on bytes (wide CJK characters aside). */
+static int name_cols(const char *s, size_t n)
+{
+	bool plain = name_plain(s, n);
+	size_t cols = plain ? 0 : 2, i = 0;
+
+	while (i < n) {
+		size_t k = castfs_utf8_len(s + i, n - i);
+
+		cols += !plain && name_escaped((unsigned char)s[i]) ? 4 : 1;
+		i += k ? k : 1;
+	}
+	return (int)CASTFS_MIN(cols, (size_t)INT32_MAX);
+}
+
+/* Names may hold quotes and control bytes: print those quoted. Returns
+ * the columns taken. */
+static int print_name(const char *s, size_t n)
+{
+	if (name_plain(s, n)) {
+		fputs(s, stdout);
+		return name_cols(s, n);
+	}
 	putchar('"');
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)s[i];
 
-		if (c < 0x20 || c == 0x7f || c == '"' || c == '\\')
+		if (name_escaped(c))
 			printf("\\x%02x", c);
 		else
 			putchar(c);
 	}
 	putchar('"');
-	return (int)n + 2;
+	return name_cols(s, n);
 }
 
 static void print_dtypes(const struct castfs_header *h)
@@ -110,7 +144,8 @@ static int name_width(const struct castfs_header *h)
 	size_t w = 4;
 
 	for (size_t i = 0; i < h->ntensors; i++)
-		w = CASTFS_MAX(w, h->tensors[i].name_len);
+		w = CASTFS_MAX(w, (size_t)name_cols(h->tensors[i].name,
+						    h->tensors[i].name_len));
 	return (int)CASTFS_MIN(w, 64);
 }
 

@@ -187,6 +187,13 @@ class CommandLine(unittest.TestCase):
                 self.assertEqual(m.group("dtype"), hdr[name]["dtype"])
                 self.assertEqual(json.loads(m.group("shape")), hdr[name]["shape"])
                 self.assertEqual(json.loads(m.group("off")), hdr[name]["data_offsets"])
+            # the DTYPE column lines up in characters, quoted, escaped and
+            # non-ASCII names too (a bug hunt: it was counted in bytes)
+            table = r.stdout.partition("\nNAME ")[2].splitlines()
+            cols = {len(l[:l.index(m.group("dtype"), m.start("dtype"))])
+                    for l, m in ((l, ROW.match(l)) for l in table[1:])
+                    if len(m.group("name")) <= 64}
+            self.assertEqual(len(cols), 1, (f, cols))
 
     def tensor_info(self, tree, name):
         stem = tt.TensorTrees.walk(self, tree)[name]
