@@ -1143,13 +1143,14 @@ class NoSupervise(unittest.TestCase):
 
     def test_sigterm_is_a_clean_stop(self):
         """castfs(1): 0 after a clean unmount; SIGTERM (systemctl stop)
-        unmounts. A -o nosupervise mount exited 1 (a bug hunt)."""
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            m = tl.Mount(Fixture.src, options=["nosupervise"])
-            os.kill(m.proc.pid, sig)
-            self.assertEqual(m.proc.wait(30), 0)
-            self.assertFalse(tl._mounted(m.path))
-            m.unmount()
+        unmounts. A -o nosupervise mount exited 1 (a bug hunt). SIGTERM
+        only: a background job inherits SIGINT ignored (CI's), and libfuse
+        installs its handler only over the default."""
+        m = tl.Mount(Fixture.src, options=["nosupervise"])
+        os.kill(m.proc.pid, signal.SIGTERM)
+        self.assertEqual(m.proc.wait(30), 0)
+        self.assertFalse(tl._mounted(m.path))
+        m.unmount()
 
     def test_one_process_and_no_reload(self):
         with tl.Mount(Fixture.src, options=["nosupervise"]) as m:
