@@ -637,24 +637,43 @@ void castfs_header_free(struct castfs_header *h)
 	free(h); /* one block; see st_alloc() */
 }
 
-const struct castfs_tensor *castfs_header_find(const struct castfs_header *h,
-					       const char *name, size_t len)
+/* The index in h->by_name of the first name not below @name (@len). */
+static size_t st_lower_bound(const struct castfs_header *h, const char *name,
+			     size_t len)
 {
 	size_t lo = 0, hi = h ? h->ntensors : 0;
 
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 		const struct castfs_tensor *t = h->by_name[mid];
-		int r = st_cmp_bytes(t->name, t->name_len, name, len);
 
-		if (!r)
-			return t;
-		if (r < 0)
+		if (st_cmp_bytes(t->name, t->name_len, name, len) < 0)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	return NULL;
+	return lo;
+}
+
+const struct castfs_tensor *castfs_header_find(const struct castfs_header *h,
+					       const char *name, size_t len)
+{
+	size_t i = st_lower_bound(h, name, len);
+	const struct castfs_tensor *t = h && i < h->ntensors ? h->by_name[i] :
+							       NULL;
+
+	return t && !st_cmp_bytes(t->name, t->name_len, name, len) ? t : NULL;
+}
+
+bool castfs_header_has_prefix(const struct castfs_header *h, const char *pre,
+			      size_t len)
+{
+	size_t i = st_lower_bound(h, pre, len);
+	const struct castfs_tensor *t = h && i < h->ntensors ? h->by_name[i] :
+							       NULL;
+
+	/* a name with the prefix sorts first among those not below it */
+	return t && t->name_len >= len && !memcmp(t->name, pre, len);
 }
 
 const struct castfs_meta_kv *castfs_header_meta(const struct castfs_header *h,

@@ -96,6 +96,11 @@ int castfs_header_read(const struct castfs_reader *r, uint64_t file_size,
 /* castfs_header_free - release @h and every string in it; NULL is accepted. */
 void castfs_header_free(struct castfs_header *h);
 
+/* castfs_header_has_prefix - whether a tensor name of @h starts with
+ * @pre (@len bytes): one binary search of the sorted names. */
+bool castfs_header_has_prefix(const struct castfs_header *h, const char *pre,
+			      size_t len);
+
 /* castfs_header_find - the tensor named @name (@len bytes), or NULL.
  * The pointer is valid until castfs_header_free(). */
 const struct castfs_tensor *castfs_header_find(const struct castfs_header *h,

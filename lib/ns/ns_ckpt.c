@@ -285,6 +285,7 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 	unsigned w4 = !rc && mq.ct_w4 ? (mq.ct_w4_asym ? CASTFS_QSRC_W4ASYM :
 							 CASTFS_QSRC_W4SYM) :
 					0;
+	unsigned kinds = rc ? 0 : castfs_md_quant_kinds(&mq);
 
 	free(dir);
 	if (!rc && mq.quantized && !castfs_md_quant_dequantized(&mq))
@@ -304,7 +305,7 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 				 (mq.mxfp4 ? CASTFS_QSRC_MX : 0) | w4,
 			.brows = mq.block_rows,
 			.bcols = mq.block_cols,
-			.declared = castfs_md_quant_kinds(&mq),
+			.declared = kinds,
 			.ct_strategies = mq.ct_fp8_strategies,
 		};
 
@@ -317,7 +318,7 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 		ck->qbrows = mq.block_rows;
 		ck->qbcols = mq.block_cols;
 		ck->qw4flags = w4;
-		ck->qdeclared = castfs_md_quant_kinds(&mq);
+		ck->qdeclared = kinds;
 		ck->qct_strategies = mq.ct_fp8_strategies;
 		castfs_qsrc_fini(&q);
 		return;

@@ -227,7 +227,7 @@ int castfs_view_plan_opts(const struct castfs_view *v,
 	/* Never a silent mis-cast: quantized layouts are recognised first. */
 	if (rc)
 		return rc;
-	if (!castfs_view_qsrc_quantized(&q))
+	if (!castfs_view_qsrc_quantized(&q) && !plan_o.declared)
 		rc = fuses_quantized(v, &plan_o, &fq);
 	if (rc) {
 		castfs_qsrc_fini(&q);

@@ -215,28 +215,6 @@ static void ct_same_fn(const struct castfs_tensor *s, void *arg)
 	c->dt = s->dtype;
 }
 
-/* Whether a name of @h starts with @pre (@n bytes): a binary search of
- * the names in order. */
-static bool has_prefixed(const struct castfs_header *h, const char *pre,
-			 size_t n)
-{
-	size_t lo = 0, hi = h->ntensors;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		const struct castfs_tensor *t = h->by_name[mid];
-		size_t m = t->name_len < n ? t->name_len : n;
-		int c = memcmp(t->name, pre, m);
-
-		if (c < 0 || (c == 0 && t->name_len < n))
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < h->ntensors && h->by_name[lo]->name_len >= n &&
-	       memcmp(h->by_name[lo]->name, pre, n) == 0;
-}
-
 /*
  * Whether ComfyUI reads @t of @h through its mixed-precision ops: in a
  * full checkpoint (a "model.diffusion_model." part) only the diffusion
@@ -254,7 +232,7 @@ static bool comfy_reads(const struct castfs_header *h,
 	    memmem(t->name, t->name_len, "lora.", 5))
 		return false;
 	return (t->name_len > dl && memcmp(t->name, dm, dl) == 0) ||
-	       !has_prefixed(h, dm, dl);
+	       !castfs_header_has_prefix(h, dm, dl);
 }
 
 bool castfs_view_ct_converts(const struct castfs_view *v,
