@@ -54,6 +54,8 @@ struct xtmpls {
 	struct stat *st; /* st_mode 0: not a regular file */
 	char **text; /* read by xtmpls_read(), NULL: not read */
 	bool link; /* the folder is a symbolic link (not followed; none) */
+	int open_err; /* the folder could not be opened (none read) */
+	char why[128]; /* xtmpls_why()'s text for @open_err */
 };
 
 /* The index of sharded weights (their GGUF file's node's path). */
@@ -176,8 +178,15 @@ static int xtmpls_open(struct castfs_ns *ns, const char *dir, struct xtmpls *x,
 	if (!S_ISDIR(st.st_mode))
 		return 0; /* a file: glob() finds nothing in it either */
 	fd = ns_src_open(ns, dir, O_RDONLY | O_DIRECTORY);
-	if (fd < 0)
+	if (fd == -ENOENT || fd == -ENOMEM || fd == -EMFILE || fd == -ENFILE)
 		return fd == -ENOENT ? -ESTALE : fd;
+	if (fd < 0) {
+		/* EACCES...: a reason for the builder, not a GGUF that
+		 * vanishes without one (gguf-py's glob() would skip the
+		 * folder silently: a GGUF without its templates) */
+		x->open_err = fd;
+		return 0;
+	}
 	*dp = fdopendir(fd);
 	if (!*dp) {
 		rc = -errno;
@@ -223,6 +232,7 @@ static int xtmpls_scan(struct castfs_ns *ns, const char *folder,
 	}
 	*h = castfs_fnv1a(*h, &x->n, sizeof(x->n));
 	*h = castfs_fnv1a(*h, &x->link, sizeof(x->link));
+	*h = castfs_fnv1a(*h, &x->open_err, sizeof(x->open_err));
 	free(dir);
 	if (rc)
 		xtmpls_fini(x);
@@ -325,9 +335,15 @@ static int plan_of(const struct castfs_view *v, char *const text[NTEXTS],
 }
 
 /* Why the builder must refuse @x if it reads the templates, or NULL. */
-static const char *xtmpls_why(const struct xtmpls *x)
+static const char *xtmpls_why(struct xtmpls *x)
 {
 	_Static_assert(XTMPL_MAX == 64, "the message says 64");
+	if (x->open_err) {
+		snprintf(x->why, sizeof(x->why),
+			 "GGUF: additional_chat_templates/ cannot be read: %s",
+			 strerror(-x->open_err));
+		return x->why;
+	}
 	if (x->link)
 		return "GGUF: additional_chat_templates is a symbolic link, "
 		       "which castfs does not follow";
@@ -352,7 +368,7 @@ static int xtmpls_read(struct castfs_ns *ns, const char *folder, uint64_t xdep,
 
 	if (!rc && h != xdep)
 		rc = -ESTALE;
-	if (!rc && (x->n > XTMPL_MAX || x->link))
+	if (!rc && (x->n > XTMPL_MAX || x->link || x->open_err))
 		return 0;
 	if (!rc && x->n &&
 	    (!(*xt = calloc(x->n, sizeof(**xt))) ||

@@ -22,6 +22,7 @@ Hugging Face tokenizer does and sees the chat template.
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import unittest
 
@@ -352,6 +353,36 @@ class TokenizerMeta(unittest.TestCase):
                 self.assertFalse(os.path.exists(
                     self.mount.join(name + ".f16.gguf")))
         self.assertNotIn("chat_files", got)
+
+    def test_unopenable_templates_folder_refused(self):
+        # A folder castfs may not open (its daemon without
+        # CAP_DAC_OVERRIDE): a reason, not a GGUF that vanishes without
+        # one; the folder beside it keeps its GGUF.
+        if subprocess.run(["setpriv", "--bounding-set=-dac_override",
+                           "true"], capture_output=True).returncode:
+            raise unittest.SkipTest("setpriv cannot drop CAP_DAC_OVERRIDE")
+        with tl.tempdir() as src:
+            os.chmod(src, 0o755)
+            for name in ("chat_files", "chat_tc"):
+                shutil.copytree(os.path.join(self.src, name),
+                                os.path.join(src, name))
+            xt = os.path.join(src, "chat_files", XT)
+            os.chmod(xt, 0)
+            caps = "-dac_override,-dac_read_search"
+            try:
+                with tl.Mount(src, prefix=["setpriv", "--inh-caps=" + caps,
+                                           "--bounding-set=" + caps]) as m:
+                    self.assertTrue(os.path.exists(
+                        m.join("chat_tc.f16.gguf")))
+                    self.assertFalse(os.path.exists(
+                        m.join("chat_files.f16.gguf")))
+                    with open(m.join(".castfs", "refused")) as f:
+                        got = {e["path"]: e["reason"] for e in json.load(f)}
+                    self.assertIn("additional_chat_templates/ cannot be "
+                                  "read: Permission denied",
+                                  got.get("chat_files", ""), got)
+            finally:
+                os.chmod(xt, 0o755)
 
     def test_token_types(self):
         for name in ("types", "chat_tc"):
