@@ -40,12 +40,17 @@ static void st_puts(struct st_sink *s, const char *str)
 	st_put(s, str, strlen(str));
 }
 
+/* Decimal digits by hand: snprintf() per number made a header of many
+ * shape entries cost seconds per view. */
 static void st_put_u64(struct st_sink *s, uint64_t v)
 {
-	char b[24];
-	int n = snprintf(b, sizeof(b), "%" PRIu64, v);
+	char b[20];
+	size_t i = sizeof(b);
 
-	st_put(s, b, (size_t)n);
+	do
+		b[--i] = (char)('0' + v % 10);
+	while (v /= 10);
+	st_put(s, b + i, sizeof(b) - i);
 }
 
 /* serde_json's escaping: \" \\ \b \f \n \r \t, other C0 as \u00xx. */

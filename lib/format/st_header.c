@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * safetensors headers: a strict lexer pass (st_lex.c), cJSON for the
- * structure, then the reference reader's validate() rules.
+ * safetensors headers: a strict lexer pass (st_lex.c), the structure
+ * (st_tree.c), then the reference reader's validate() rules.
  */
 #include <assert.h>
 #include <errno.h>
@@ -11,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
-
 #include "common/bytes.h"
 #include "common/ckd.h"
 #include "common/escape.h"
@@ -20,38 +18,13 @@
 #include "format/st_side.h"
 #include "format/st_internal.h"
 
-/*
- * cJSON builds the structure. Note: cJSON_ParseWithLengthOpts() resets and
- * sets cJSON's global error position, which is racy but harmless: we only
- * use return_parse_end.
- */
-static int st_json(const struct st_lex *lx, cJSON **root)
-{
-	const char *js = (const char *)lx->js, *end = NULL;
-	cJSON *j = cJSON_ParseWithLengthOpts(js, lx->len, &end, 0);
-	size_t at = end ? (size_t)(end - js) : 0;
-
-	if (!j)
-		return castfs_diag_set(lx->d, -EINVAL,
-				       "invalid JSON near header byte %zu", at);
-	at = castfs_json_skip_ws(lx->js, lx->len, at);
-	if (at < lx->len) {
-		cJSON_Delete(j);
-		return castfs_diag_set(
-			lx->d, -EINVAL,
-			"byte 0x%02x after the JSON object at header byte %zu",
-			lx->js[at], at);
-	}
-	*root = j;
-	return 0;
-}
-
 /* ---- walking the tree (twice: count, then fill) ---- */
 
 struct st_ctx {
 	const uint8_t *js;
 	const struct st_str *str;
-	size_t next; /* the next string token, in cJSON's pre-order */
+	const struct st_tree *t;
+	size_t next; /* the next string token, in pre-order */
 	struct castfs_diag *d;
 	size_t nt, nmeta, ndims, nchars;
 	bool seen_meta, has_meta;
@@ -103,27 +76,40 @@ static int st_terr(const struct st_ctx *c, size_t k, int rc, const char *fmt,
 			       st_tok_show(c, k, name), why);
 }
 
-static const char *st_type(const cJSON *it)
+static enum st_kind st_kind(const struct st_ctx *c, uint32_t it)
 {
-	if (cJSON_IsNull(it))
-		return "null";
-	if (cJSON_IsBool(it))
-		return "a boolean";
-	if (cJSON_IsNumber(it))
-		return "a number";
-	if (cJSON_IsString(it))
-		return "a string";
-	return cJSON_IsArray(it) ? "an array" : "an object";
+	return st_node_kind(c->t, it);
+}
+
+static const char *st_type(const struct st_ctx *c, uint32_t it)
+{
+	static const char *const names[] = {
+		[ST_NULL] = "null",	  [ST_BOOL] = "a boolean",
+		[ST_NUMBER] = "a number", [ST_STRING] = "a string",
+		[ST_ARRAY] = "an array",  [ST_OBJECT] = "an object",
+	};
+
+	return names[st_kind(c, it)];
+}
+
+static uint32_t st_child(const struct st_ctx *c, uint32_t it)
+{
+	return c->t->node[it].child;
+}
+
+static uint32_t st_next(const struct st_ctx *c, uint32_t it)
+{
+	return c->t->node[it].next;
 }
 
 /* Strings in @it's subtree, object keys included. Depth <= ST_MAX_DEPTH. */
-static size_t st_count_strings(const cJSON *it)
+static size_t st_count_strings(const struct st_ctx *c, uint32_t it)
 {
-	size_t n = cJSON_IsString(it) ? 1 : 0;
-	size_t key = cJSON_IsObject(it) ? 1 : 0;
+	size_t n = st_kind(c, it) == ST_STRING ? 1 : 0;
+	size_t key = st_kind(c, it) == ST_OBJECT ? 1 : 0;
 
-	for (const cJSON *ch = it->child; ch; ch = ch->next)
-		n += key + st_count_strings(ch);
+	for (uint32_t ch = st_child(c, it); ch; ch = st_next(c, ch))
+		n += key + st_count_strings(c, ch);
 	return n;
 }
 
@@ -137,7 +123,7 @@ static char *st_store_str(struct st_ctx *c, size_t k, size_t *len)
 	return p;
 }
 
-static int st_meta(struct st_ctx *c, const cJSON *obj)
+static int st_meta(struct st_ctx *c, uint32_t obj)
 {
 	char s[ST_SHOW];
 
@@ -145,23 +131,23 @@ static int st_meta(struct st_ctx *c, const cJSON *obj)
 		return castfs_diag_set(c->d, -EINVAL,
 				       "duplicate key '" ST_META "'");
 	c->seen_meta = true;
-	if (cJSON_IsNull(obj))
+	if (st_kind(c, obj) == ST_NULL)
 		return 0;
-	if (!cJSON_IsObject(obj))
+	if (st_kind(c, obj) != ST_OBJECT)
 		return castfs_diag_set(c->d, -EINVAL,
 				       ST_META
 				       " must be an object or null, got %s",
-				       st_type(obj));
+				       st_type(c, obj));
 	c->has_meta = true;
-	for (const cJSON *it = obj->child; it; it = it->next) {
+	for (uint32_t it = st_child(c, obj); it; it = st_next(c, it)) {
 		size_t k = c->next++;
 		struct castfs_meta_kv *kv;
 
-		if (!cJSON_IsString(it))
+		if (st_kind(c, it) != ST_STRING)
 			return castfs_diag_set(
 				c->d, -EINVAL,
 				ST_META " '%s': value must be a string, got %s",
-				st_tok_show(c, k, s), st_type(it));
+				st_tok_show(c, k, s), st_type(c, it));
 		if (c->h) {
 			kv = &c->h->meta[c->nmeta];
 			kv->key = st_store_str(c, k, &kv->key_len);
@@ -175,17 +161,17 @@ static int st_meta(struct st_ctx *c, const cJSON *obj)
 }
 
 struct st_fields {
-	const cJSON *dtype, *shape, *offs;
+	uint32_t dtype, shape, offs; /* 0: none */
 	size_t dtype_tok;
 };
 
-static int st_fields(struct st_ctx *c, size_t k, const cJSON *obj,
+static int st_fields(struct st_ctx *c, size_t k, uint32_t obj,
 		     struct st_fields *f)
 {
 	static const char *const names[] = { "dtype", "shape", "data_offsets" };
-	const cJSON **slot[] = { &f->dtype, &f->shape, &f->offs };
+	uint32_t *slot[] = { &f->dtype, &f->shape, &f->offs };
 
-	for (const cJSON *it = obj->child; it; it = it->next) {
+	for (uint32_t it = st_child(c, obj); it; it = st_next(c, it)) {
 		size_t fk = c->next++, i = 0;
 
 		while (i < 3 && !st_tok_is(c, fk, names[i]))
@@ -197,7 +183,7 @@ static int st_fields(struct st_ctx *c, size_t k, const cJSON *obj,
 			*slot[i] = it;
 		if (i == 0)
 			f->dtype_tok = c->next;
-		c->next += st_count_strings(it);
+		c->next += st_count_strings(c, it);
 	}
 	for (size_t i = 0; i < 3; i++)
 		if (!*slot[i])
@@ -212,10 +198,10 @@ static int st_dtype(const struct st_ctx *c, size_t k, const struct st_fields *f,
 	char buf[16], s[ST_SHOW];
 	size_t n;
 
-	if (!cJSON_IsString(f->dtype))
+	if (st_kind(c, f->dtype) != ST_STRING)
 		return st_terr(c, k, -EINVAL,
 			       "field 'dtype' must be a string, got %s",
-			       st_type(f->dtype));
+			       st_type(c, f->dtype));
 	n = st_tok_decode(c, f->dtype_tok, buf, sizeof(buf));
 	*dt = n < sizeof(buf) ? castfs_dtype_from_name(buf, n) :
 				CASTFS_DTYPE_INVALID;
@@ -227,29 +213,29 @@ static int st_dtype(const struct st_ctx *c, size_t k, const struct st_fields *f,
 
 /* The integers of array @a; the first @cap go to @v. The lexer has already
  * proved every number a non-negative integer <= 2^53, exact in a double. */
-static int st_ints(const struct st_ctx *c, size_t k, const cJSON *a,
+static int st_ints(const struct st_ctx *c, size_t k, uint32_t a,
 		   const char *field, uint64_t *v, size_t cap, size_t *n)
 {
 	size_t i = 0;
 
-	if (!cJSON_IsArray(a))
+	if (st_kind(c, a) != ST_ARRAY)
 		return st_terr(c, k, -EINVAL,
 			       "field '%s' must be an array, got %s", field,
-			       st_type(a));
-	for (const cJSON *e = a->child; e; e = e->next, i++) {
-		if (!cJSON_IsNumber(e))
+			       st_type(c, a));
+	for (uint32_t e = st_child(c, a); e; e = st_next(c, e), i++) {
+		if (st_kind(c, e) != ST_NUMBER)
 			return st_terr(c, k, -EINVAL,
 				       "%s[%zu] must be an integer, got %s",
-				       field, i, st_type(e));
-		assert(e->valuedouble >= 0 && e->valuedouble <= 0x1p53);
+				       field, i, st_type(c, e));
+		assert(st_node_num(c->t, e) <= ST_MAX_INT);
 		if (i < cap)
-			v[i] = (uint64_t)e->valuedouble;
+			v[i] = st_node_num(c->t, e);
 	}
 	*n = i;
 	return 0;
 }
 
-static int st_tensor(struct st_ctx *c, const cJSON *obj, size_t k)
+static int st_tensor(struct st_ctx *c, uint32_t obj, size_t k)
 {
 	struct st_fields f = { 0 };
 	enum castfs_dtype dt = CASTFS_DTYPE_INVALID;
@@ -257,9 +243,9 @@ static int st_tensor(struct st_ctx *c, const cJSON *obj, size_t k)
 	size_t ndim = 0, noff = 0;
 	int rc;
 
-	if (!cJSON_IsObject(obj))
+	if (st_kind(c, obj) != ST_OBJECT)
 		return st_terr(c, k, -EINVAL, "expected an object, got %s",
-			       st_type(obj));
+			       st_type(c, obj));
 	rc = st_fields(c, k, obj, &f);
 	if (!rc)
 		rc = st_dtype(c, k, &f, &dt);
@@ -291,11 +277,11 @@ static int st_tensor(struct st_ctx *c, const cJSON *obj, size_t k)
 	return 0;
 }
 
-static int st_walk(struct st_ctx *c, const cJSON *root)
+static int st_walk(struct st_ctx *c)
 {
 	c->next = c->nt = c->nmeta = c->ndims = c->nchars = 0;
 	c->seen_meta = c->has_meta = false;
-	for (const cJSON *it = root->child; it; it = it->next) {
+	for (uint32_t it = st_child(c, 0); it; it = st_next(c, it)) {
 		size_t k = c->next++;
 		int rc = st_tok_is(c, k, ST_META) ? st_meta(c, it) :
 						    st_tensor(c, it, k);
@@ -524,17 +510,17 @@ static int st_prefix(const uint8_t *buf, size_t buf_len, uint64_t file_size,
 	return 0;
 }
 
-static int st_build(const struct st_lex *lx, const cJSON *root, uint64_t n,
-		    uint64_t file_size, struct castfs_header **out)
+static int st_build(const struct st_lex *lx, const struct st_tree *t,
+		    uint64_t n, uint64_t file_size, struct castfs_header **out)
 {
-	struct st_ctx c = { .js = lx->js, .str = lx->str, .d = lx->d };
+	struct st_ctx c = { .js = lx->js, .str = lx->str, .t = t, .d = lx->d };
 	struct castfs_header *h = NULL;
 	int rc;
 
-	if (!cJSON_IsObject(root))
+	if (st_kind(&c, 0) != ST_OBJECT)
 		return castfs_diag_set(lx->d, -EINVAL,
 				       "header JSON is not an object");
-	rc = st_walk(&c, root);
+	rc = st_walk(&c);
 	if (!rc)
 		rc = st_alloc(&c, &h);
 	if (rc)
@@ -545,7 +531,7 @@ static int st_build(const struct st_lex *lx, const cJSON *root, uint64_t n,
 	c.h = h;
 	c.dims = (void *)(h->meta + h->nmeta);
 	c.chars = (char *)(c.dims + c.ndims);
-	rc = st_walk(&c, root);
+	rc = st_walk(&c);
 	assert(!rc && c.nt == h->ntensors);
 	if (h->ntensors > 1)
 		qsort(h->tensors, h->ntensors, sizeof(*h->tensors),
@@ -566,7 +552,7 @@ int castfs_header_parse(const void *buf, size_t buf_len, uint64_t file_size,
 			struct castfs_header **out, struct castfs_diag *d)
 {
 	struct st_lex lx = { .d = d };
-	cJSON *root = NULL;
+	struct st_tree t = { 0 };
 	uint64_t n;
 	int rc;
 
@@ -583,12 +569,10 @@ int castfs_header_parse(const void *buf, size_t buf_len, uint64_t file_size,
 	lx.len = (size_t)n;
 	rc = st_lex(&lx);
 	if (!rc)
-		rc = st_json(&lx, &root);
-	if (rc)
-		goto out_free_tokens;
-	rc = st_build(&lx, root, n, file_size, out);
-	cJSON_Delete(root);
-out_free_tokens:
+		rc = st_tree_parse(&lx, &t);
+	if (!rc)
+		rc = st_build(&lx, &t, n, file_size, out);
+	st_tree_free(&t);
 	free(lx.str);
 	return rc;
 }

@@ -49,4 +49,28 @@ size_t st_decode(const uint8_t *raw, size_t n, char *out, size_t cap);
  * integers only, <= 2^53, nesting <= ST_MAX_DEPTH. Fills lx->str. */
 int st_lex(struct st_lex *lx);
 
+/* The structure of a lexed header (st_tree.c): node 0 is the root; a
+ * child or next of 0 is none. */
+enum st_kind { ST_NULL, ST_BOOL, ST_NUMBER, ST_STRING, ST_ARRAY, ST_OBJECT };
+
+struct st_node {
+	uint32_t next; /* the next sibling */
+	uint32_t child; /* the first child of an array or object */
+	uint64_t v; /* the kind (top byte) and a number's value */
+};
+
+struct st_tree {
+	struct st_node *node;
+	size_t n, cap;
+};
+
+/* Parse the text of @lx (which passed st_lex()) into @t: one JSON value
+ * and only whitespace after it. An object's members are its children, in
+ * document order; their keys, like every string, are the lexer's tokens,
+ * met in the same order (pre-order). */
+int st_tree_parse(const struct st_lex *lx, struct st_tree *t);
+void st_tree_free(struct st_tree *t);
+enum st_kind st_node_kind(const struct st_tree *t, uint32_t i);
+uint64_t st_node_num(const struct st_tree *t, uint32_t i);
+
 #endif
