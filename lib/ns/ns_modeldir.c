@@ -308,42 +308,52 @@ const struct ns_dir_ext ns_modeldir_dir_ext = {
 
 /* ---- inside DIR.<view>/ ---- */
 
-/* Whether @path (identity @st) is a valid checkpoint; its node's dep in
- * view @v for keep set @keep into @dep. */
-static bool is_checkpoint(struct castfs_ns *ns, const char *path,
-			  const struct stat *st, const struct castfs_view *v,
-			  int keep, uint64_t *dep)
+/*
+ * 1 if @path (identity @st) is a valid checkpoint, its node's dep in view
+ * @v for keep set @keep into @dep; 0 if it is none (rejected or gone: the
+ * view passes the file through, and the folder's plan refuses the view
+ * when the file is one of its weights). Any other failure is the lookup's
+ * error: a file being written or changed since the listing passed
+ * through would be the source's bytes under a converted name.
+ */
+static int is_checkpoint(struct castfs_ns *ns, const char *path,
+			 const struct stat *st, const struct castfs_view *v,
+			 int keep, uint64_t *dep)
 {
-	int rc;
-
 	struct ns_ckpt *ck;
 	struct stat now;
-	bool ok;
+	int rc;
 
 	/* By name: a missing X.safetensors may be its pack X.safetensors.zst. */
-	if (ns_ckpt_valid(ns, path, &now, &ck))
-		return false;
-	ok = ns_same_file(&now, st);
+	rc = ns_ckpt_valid(ns, path, &now, &ck);
+	if (rc)
+		return rc == -ENOENT ? 0 : rc;
+	rc = ns_same_file(&now, st) ? 1 : -ESTALE;
 	*dep = (uint64_t)keep;
-	if (ok && ns_md_xshard_wants(ck, v)) {
+	if (rc == 1 && ns_md_xshard_wants(ck, v)) {
 		rc = ns_md_xshard_dep(ns, ck, keep, dep);
 		/* nvfp4 of a file no index names: the file alone */
-		ok = rc == 0 || (rc == -ENOENT && !ck->xshard);
+		rc = rc == 0 || (rc == -ENOENT && !ck->xshard) ? 1 : rc;
 	}
 	ns_ckpt_put(ns, ck);
-	return ok;
+	return rc;
 }
 
 /* A file inside the view: converted, rewritten, or the source's. */
-static void child_file(struct castfs_ns *ns, const struct castfs_view *v,
-		       const char *name, const struct ns_md_dir *s, int keep,
-		       struct ns_node *child)
+static int child_file(struct castfs_ns *ns, const struct castfs_view *v,
+		      const char *name, const struct ns_md_dir *s, int keep,
+		      struct ns_node *child)
 {
+	int rc;
+
 	child->kind = NS_FILE;
 	switch (castfs_md_name_kind(name)) {
 	case CASTFS_MD_WEIGHTS:
-		if (is_checkpoint(ns, child->path, &child->st, v, keep,
-				  &child->dep)) {
+		rc = is_checkpoint(ns, child->path, &child->st, v, keep,
+				   &child->dep);
+		if (rc < 0)
+			return rc;
+		if (rc) {
 			child->kind = NS_MFILE;
 			child->aux = MF_SHARD;
 		}
@@ -364,6 +374,7 @@ static void child_file(struct castfs_ns *ns, const struct castfs_view *v,
 	case CASTFS_MD_OTHER:
 		break;
 	}
+	return 0;
 }
 
 /*
@@ -411,11 +422,13 @@ static int view_child(struct castfs_ns *ns, const struct ns_node *dir,
 	case S_IFLNK:
 		child->kind = NS_LINK;
 		return 0;
-	case S_IFREG:
-		child_file(ns, dir->view, name, s, keep, child);
-		if (child->kind == NS_FILE)
-			return 0;
+	case S_IFREG: {
+		int rc = child_file(ns, dir->view, name, s, keep, child);
+
+		if (rc || child->kind == NS_FILE)
+			return rc;
 		break;
+	}
 	default:
 		return -ENOENT; /* FIFOs, sockets, devices: not mirrored */
 	}
@@ -494,8 +507,8 @@ static int mdir_list_entries(struct castfs_ns *ns, const struct ns_node *dir,
 		if (!rc)
 			rc = ns_list_add(l, name, strlen(name),
 					 c.st.st_mode & S_IFMT, ns_node_id(&c));
-		else if (rc == -ENOENT)
-			rc = 0;
+		else if (rc == -ENOENT || rc == -ESTALE)
+			rc = 0; /* gone, or being written: its lookup says */
 		free(c.path);
 		free(c.sub);
 	}

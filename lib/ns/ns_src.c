@@ -86,41 +86,79 @@ int ns_src_stat(struct castfs_ns *ns, const char *path, struct stat *st)
 	return rc;
 }
 
+/* Read all @len bytes of @fd into a new buffer *@out (NUL-terminated). */
+static int read_whole(struct castfs_ns *ns, int fd, size_t len, char **out)
+{
+	struct castfs_fd_reader fr;
+	char *buf = malloc(len + 1);
+	int rc = buf ? 0 : -ENOMEM;
+
+	castfs_fd_reader_init(&fr, fd);
+	if (!rc && len)
+		rc = castfs_reader_read(&fr.r, buf, len, 0);
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	castfs_stats_count(ns->stats, CASTFS_SCTR_TEXTS_READ, 1);
+	buf[len] = '\0';
+	*out = buf;
+	return 0;
+}
+
+/*
+ * Read @len bytes of @fd (identity @st) as one version: under the source
+ * guard as headers are (ck_load()): a file open for writing is not read,
+ * and a writer arriving during the read fails it. Without a guard (no
+ * lease for this file), the identity is compared again after the read:
+ * a change that completed meanwhile is seen, one still under way is not.
+ */
+static int read_one_version(struct castfs_ns *ns, int fd, const struct stat *st,
+			    char **out)
+{
+	const struct castfs_source_guard *g = ns->guard;
+	int rc, watch = ns_guard_watch(ns, fd);
+	struct stat after;
+
+	if (watch < 0)
+		return -ESTALE; /* being written: a text of no version yet */
+	if (watch == 0 && !g->enter(g->ctx, fd)) {
+		ns_guard_unwatch(ns, fd);
+		return -ESTALE;
+	}
+	rc = read_whole(ns, fd, (size_t)st->st_size, out);
+	if (watch == 0) {
+		if (!g->leave(g->ctx, fd) && !rc) {
+			free(*out);
+			rc = -ESTALE;
+		}
+		ns_guard_unwatch(ns, fd);
+	} else if (!rc &&
+		   (fstat(fd, &after) < 0 || !ns_same_file(&after, st))) {
+		free(*out);
+		rc = -ESTALE;
+	}
+	return rc;
+}
+
 int ns_src_read_text(struct castfs_ns *ns, const char *path,
 		     const struct stat *ident, size_t max, char **out,
 		     size_t *len)
 {
-	struct castfs_fd_reader fr;
 	struct stat st;
-	char *buf = NULL;
 	int rc, fd = ns_src_open_in(ns, path, O_RDONLY);
 
 	if (fd < 0)
 		return fd == -ENOENT || fd == -ELOOP ? -ESTALE : fd;
-	if (fstat(fd, &st) < 0) {
-		rc = -errno;
-		goto out_close;
-	}
-	rc = -ESTALE;
-	if (ident && !ns_same_file(&st, ident))
-		goto out_close;
-	rc = -EFBIG;
-	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > max)
-		goto out_close;
-	buf = malloc((size_t)st.st_size + 1);
-	rc = buf ? 0 : -ENOMEM;
-	castfs_fd_reader_init(&fr, fd);
-	if (!rc && st.st_size)
-		rc = castfs_reader_read(&fr.r, buf, (size_t)st.st_size, 0);
-	if (!rc) {
-		castfs_stats_count(ns->stats, CASTFS_SCTR_TEXTS_READ, 1);
-		buf[st.st_size] = '\0';
-		*out = buf;
+	rc = fstat(fd, &st) < 0 ? -errno : 0;
+	if (!rc && ident && !ns_same_file(&st, ident))
+		rc = -ESTALE;
+	if (!rc && (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > max))
+		rc = -EFBIG;
+	if (!rc)
+		rc = read_one_version(ns, fd, &st, out);
+	if (!rc)
 		*len = (size_t)st.st_size;
-		buf = NULL;
-	}
-out_close:
-	free(buf);
 	close(fd);
 	return rc;
 }

@@ -22,6 +22,8 @@ Each round swaps every shard between two versions (copy, rename) while
 readers read the view; once the source is quiet, every file of
 DIR.nvfp4/ equals the same file of a fresh mount of that version.
 """
+import errno
+import json
 import os
 import shutil
 import threading
@@ -30,6 +32,8 @@ import unittest
 
 import torch
 import transformers as T
+
+from gguf import GGUFReader
 
 import castfs_testlib as tl
 
@@ -102,6 +106,111 @@ class ShardSwap(unittest.TestCase):
                         with open(os.path.join(view, f), "rb") as g, \
                                 open(r.join("llama.nvfp4", f), "rb") as h:
                             self.assertEqual(g.read(), h.read(), f)
+
+
+def rope_theta(c):
+    return c.get("rope_theta", c.get("rope_parameters", {}).get("rope_theta"))
+
+
+class BeingWritten(unittest.TestCase):
+    """Files of a model folder open for writing (a bug hunt, stop 45).
+
+    A shard looked up while a writer held it open (nothing written) was a
+    plain file of the view: the source's bf16 shard under DIR.nf4/'s name,
+    served byte for byte, with no error, while the view's config.json
+    describes nf4. And a config.json half rewritten in place was read as
+    it stood: DIR.<view>/config.json and the GGUF's KVs held the new
+    max_position_embeddings with the old rope_theta, a config that never
+    existed, kept by every handle opened meanwhile. Now both are refused
+    (ESTALE) until the writer is done, as the source itself is."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls._tmp = tl.tempdir()
+        cls.root = cls._tmp.__enter__()
+        cls.v1 = os.path.join(cls.root, "v1")
+        build(cls.v1, 40)
+        cls.shard = files(cls.v1)[0]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls._tmp.__exit__(None, None, None)
+
+    def fresh(self, name):
+        src = os.path.join(self.root, name)
+        shutil.copytree(self.v1, os.path.join(src, "llama"))
+        return src
+
+    def test_shard_open_for_writing_is_not_passed_through(self):
+        raw = open(os.path.join(self.v1, self.shard), "rb").read()
+        for view in ("nf4", "fp8", "int8", "fp8_dynamic"):
+            with self.subTest(view=view):
+                src = self.fresh("shard-" + view)
+                with tl.Mount(src) as m:  # nothing looked up yet
+                    name = m.join("llama." + view, self.shard)
+                    w = open(os.path.join(src, "llama", self.shard), "r+b")
+                    try:
+                        with self.assertRaises(OSError) as cm:
+                            os.stat(name)
+                        self.assertEqual(cm.exception.errno, errno.ESTALE)
+                    finally:
+                        w.close()
+                    with open(name, "rb") as f:
+                        got = f.read()
+                    self.assertNotEqual(got, raw)
+                    self.assertEqual(got[8:9], b"{")
+
+    def test_config_half_rewritten_is_not_read(self):
+        src = self.fresh("config")
+        cfg = os.path.join(src, "llama", "config.json")
+        a = json.load(open(cfg))
+        b = dict(a, max_position_embeddings=2 * a["max_position_embeddings"])
+        if "rope_theta" in b:
+            b["rope_theta"] = rope_theta(a) + 1
+        else:
+            b["rope_parameters"] = dict(a["rope_parameters"],
+                                        rope_theta=rope_theta(a) + 1)
+        ta = json.dumps(a, indent=2).encode()
+        tb = json.dumps(b, indent=2).encode()
+        self.assertEqual(len(ta), len(tb))
+        with open(cfg, "wb") as f:
+            f.write(ta)
+        cut = tb.index(b"rope_theta") - 20  # one edit before, one after
+        self.assertNotEqual(ta[:cut], tb[:cut])
+        whole = {(a["max_position_embeddings"], rope_theta(a)),
+                 (b["max_position_embeddings"], rope_theta(b))}
+        with tl.Mount(src) as m:
+            with open(cfg, "r+b") as w:
+                w.write(tb[:cut])
+                w.flush()
+                for view in ("fp8", "nf4", "fp8_dynamic"):
+                    with self.subTest(view=view):
+                        try:
+                            c = json.load(open(m.join("llama." + view,
+                                                      "config.json")))
+                        except OSError:
+                            continue  # refused while written: right
+                        self.assertIn((c["max_position_embeddings"],
+                                       rope_theta(c)), whole)
+                try:
+                    r = GGUFReader(m.join("llama.q8_0.gguf"))
+                    kv = (int(r.fields["llama.context_length"].contents()),
+                          float(r.fields["llama.rope.freq_base"].contents()))
+                    del r
+                    self.assertIn(kv, whole)
+                except OSError:
+                    pass
+                w.write(tb[cut:])
+            deadline = time.monotonic() + 30
+            while True:  # the watcher sees the writer close
+                c = json.load(open(m.join("llama.nf4", "config.json")))
+                if c["max_position_embeddings"] != \
+                        a["max_position_embeddings"] or \
+                        time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            self.assertEqual((c["max_position_embeddings"], rope_theta(c)),
+                             (b["max_position_embeddings"], rope_theta(b)))
 
 
 if __name__ == "__main__":
