@@ -385,7 +385,8 @@ static void castfs_op_open(fuse_req_t req, fuse_ino_t ino,
 /*
  * The open file of @fh. An fh this daemon never issued was issued by the
  * daemon it replaced (the kernel kept it across the restart): the file is
- * opened again by node id, which names the same bytes.
+ * opened again by node id, which names the same bytes (but for control
+ * files, whose text each open makes: castfs_ns_reopen() refuses them).
  */
 static int file_of(struct castfs_fs *fs, fuse_ino_t ino, uint64_t fh,
 		   struct castfs_file **out)
@@ -397,7 +398,7 @@ static int file_of(struct castfs_fs *fs, fuse_ino_t ino, uint64_t fh,
 		*out = f;
 		return 0;
 	}
-	rc = castfs_ns_open(fs->ns, ino, &f);
+	rc = castfs_ns_reopen(fs->ns, ino, &f);
 	if (rc)
 		return rc;
 	got = castfs_fh_adopt(fs->files, fh, f);

@@ -373,6 +373,20 @@ int castfs_ns_open(struct castfs_ns *ns, uint64_t id, struct castfs_file **out)
 	return rc;
 }
 
+int castfs_ns_reopen(struct castfs_ns *ns, uint64_t id,
+		     struct castfs_file **out)
+{
+	struct ns_node n;
+	int rc = node_get(ns, id, &n);
+	bool ctl;
+
+	if (rc)
+		return rc;
+	ctl = ops_of(&n) == &ns_kind_ctl_file;
+	ns_node_put_copy(&n);
+	return ctl ? -ESTALE : castfs_ns_open(ns, id, out);
+}
+
 ssize_t castfs_ns_getxattr(struct castfs_ns *ns, uint64_t id, const char *name,
 			   char *buf, size_t len)
 {

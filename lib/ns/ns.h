@@ -203,6 +203,15 @@ struct castfs_file;
 int castfs_ns_open(struct castfs_ns *ns, uint64_t id, struct castfs_file **out);
 
 /*
+ * castfs_ns_reopen - open file @id again for a handle a previous daemon
+ * opened (a restart or reload), as castfs_ns_open(). -ESTALE for a control
+ * file: its text is made at open, and this daemon's would not go on from
+ * where the old one's stopped (a read across a reload spliced two).
+ */
+int castfs_ns_reopen(struct castfs_ns *ns, uint64_t id,
+		     struct castfs_file **out);
+
+/*
  * castfs_file_read - bytes [@off, @off + @len) of @f into @buf using the
  * caller thread's scratch. Returns the byte count (short only at EOF), or
  * -EIO/-ESTALE when the source changed under the file (never mixed bytes),

@@ -376,6 +376,30 @@ class Reload(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         return wait_daemon(m.proc.pid, other_than=(first,))
 
+    def test_control_file_read_across_a_reload(self):
+        """A control file's text is made at open: read on across a reload,
+        the new daemon's text went on at the old offset, and stats read
+        that way was two snapshots spliced (invalid JSON; bug hunt). The
+        handle now reads ESTALE after the reload; a new open is whole."""
+        with tl.Mount(Fixture.src) as m:
+            first = wait_daemon(m.proc.pid)
+            for name in ("stats", "metrics"):
+                fd = os.open(m.join(".castfs", name), os.O_RDONLY)
+                try:
+                    self.assertEqual(len(os.read(fd, 200)), 200)
+                    r = subprocess.run([tl.castfs_binary(), "reload",
+                                        m.path], capture_output=True,
+                                       text=True, timeout=30)
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    first = wait_daemon(m.proc.pid, other_than=(first,))
+                    with self.assertRaises(OSError) as cm:
+                        os.read(fd, 1 << 20)
+                    self.assertEqual(cm.exception.errno, errno.ESTALE)
+                finally:
+                    os.close(fd)
+            with open(m.join(".castfs", "stats")) as f:
+                json.load(f)
+
     def test_reload_lists_the_new_views(self):
         """ls after a reload that changes the listed views shows the new
         set: the first open of a directory by the new daemon drops the
