@@ -77,6 +77,11 @@ struct ns_list {
 int ns_list_add(struct ns_list *l, const char *name, size_t len, mode_t type,
 		uint64_t ino);
 
+/* ns_list_shorten - entry @i is shown as the first @len bytes of its
+ * name (a pack as the file it stands for): lookups of the set find it
+ * under that name, unless an entry of that name came first. */
+void ns_list_shorten(struct ns_list *l, size_t i, size_t len);
+
 /* ns_list_has - true if @name is already listed (real entries win).
  * Constant time on average. */
 bool ns_list_has(const struct ns_list *l, const char *name, size_t len);

@@ -735,6 +735,19 @@ int ns_list_add(struct ns_list *l, const char *name, size_t len, mode_t type,
 	return 0;
 }
 
+void ns_list_shorten(struct ns_list *l, size_t i, size_t len)
+{
+	struct castfs_dirent *e = &l->dir->ents[i];
+	uint32_t tag = list_tag(list_hash(e->name, len));
+	uint64_t *slot = list_slot(l, e->name, len, tag);
+
+	/* The old name's slot now names an entry of another name: probes
+	 * pass it by, as they pass any other name of that tag. */
+	e->name[len] = '\0';
+	if (!*slot)
+		*slot = (uint64_t)tag << 32 | (i + 1);
+}
+
 bool ns_list_has(const struct ns_list *l, const char *name, size_t len)
 {
 	return l->nset &&

@@ -85,7 +85,7 @@ static int packed_show(struct castfs_ns *ns, const struct ns_node *dir,
 	if (ck->zix &&
 	    ns_packed_ext_len(ck->path) == ns_packed_ext_len(e->name)) {
 		e = &l->dir->ents[i];
-		e->name[shown] = '\0';
+		ns_list_shorten(l, i, shown);
 		e->type = S_IFREG;
 		e->ino = ns_node_id(&node);
 	}

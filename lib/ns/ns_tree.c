@@ -91,9 +91,14 @@ static int dir_lookup_derived(struct castfs_ns *ns, const struct ns_node *dir,
 		child->path = strdup("");
 		return child->path ? 0 : -ENOMEM;
 	}
-	rc = lookup_view(ns, dir, name, child);
+	/* A pack stands for the plain file it is shown as, and a file wins
+	 * over the view of its name (as the listing shows it). */
+	rc = ns_packed_dir_ext.lookup(ns, dir, name, child);
+	if (rc == -ENOENT)
+		rc = lookup_view(ns, dir, name, child);
 	for (size_t i = 0; rc == -ENOENT && ns->dir_exts[i]; i++) {
-		if (ns->dir_exts[i]->lookup)
+		if (ns->dir_exts[i]->lookup &&
+		    ns->dir_exts[i] != &ns_packed_dir_ext)
 			rc = ns->dir_exts[i]->lookup(ns, dir, name, child);
 	}
 	return rc;
@@ -311,19 +316,22 @@ static int dir_list(struct castfs_ns *ns, const struct ns_node *dir,
 		ns_snap_abort(snap);
 	else
 		ns_snap_commit(ns, snap);
-	for (size_t i = first; i < nsrc && i < first + LIST_AHEAD; i++)
+	/* Every source entry under the name it is shown as (a pack as its
+	 * X.safetensors) before any view is added: a shown name is a file,
+	 * which wins over a view of that name, whatever the order. */
+	for (size_t i = first; !rc && i < nsrc; i++) {
+		for (size_t x = 0; !rc && ns->dir_exts[x]; x++) {
+			if (ns->dir_exts[x]->show)
+				rc = ns->dir_exts[x]->show(ns, dir, l, i);
+		}
+	}
+	for (size_t i = first; !rc && i < nsrc && i < first + LIST_AHEAD; i++)
 		list_prefetch(ns, dir, &l->dir->ents[i]);
 	for (size_t i = first; !rc && i < nsrc; i++) {
 		char *name;
 
 		if (i + LIST_AHEAD < nsrc)
 			list_prefetch(ns, dir, &l->dir->ents[i + LIST_AHEAD]);
-		for (size_t x = 0; !rc && ns->dir_exts[x]; x++) {
-			if (ns->dir_exts[x]->show)
-				rc = ns->dir_exts[x]->show(ns, dir, l, i);
-		}
-		if (rc)
-			return rc;
 		/* Copy: adding entries may move the array. */
 		name = strdup(l->dir->ents[i].name);
 		if (!name)

@@ -23,6 +23,7 @@ import castfs_testlib as tl
 # Eight names: a directory's order is its own (a hash on ext4), so among
 # them both packs come first somewhere; half are also created .zstg first.
 NAMES = ["x%d" % i for i in range(8)]
+VNAMES = ["y%d" % i for i in range(8)]
 
 
 def castfs(*args):
@@ -66,6 +67,14 @@ class PackChoice(unittest.TestCase):
             for key, ext in (order if i % 2 == 0 else order[::-1]):
                 shutil.copy(packs[key], os.path.join(cls.src, name + ".safetensors" + ext))
         cls.zstg_bytes = read(packs["b"])
+        # A pack shown under a neighbour's view name (X.fp32.safetensors.zst
+        # beside X.safetensors: a converted file, then packed): it stands
+        # for a plain file of that name, which wins over the view.
+        for name in VNAMES:
+            shutil.copy(os.path.join(cls.work, "b.safetensors"),
+                        os.path.join(cls.src, name + ".safetensors"))
+            shutil.copy(packs["a"],
+                        os.path.join(cls.src, name + ".fp32.safetensors.zst"))
         # A model folder: its DIR.<view>/ lists the folder by the same rule.
         llama = os.path.join(cls.src, "llama")
         os.mkdir(llama)
@@ -113,6 +122,25 @@ class PackChoice(unittest.TestCase):
         for name in NAMES[1:]:
             with self.subTest(name=name):
                 self.check_shown(name, self.a, self.a_bytes, ".zstg")
+
+    def test_a_pack_wins_over_the_view_of_its_name(self):
+        # Before (a bug hunt): listed twice (the pack and the view, two
+        # inode numbers) or once, by the directory's order, and a lookup
+        # always found the view.
+        listed = [(e.name, e.inode()) for e in os.scandir(self.m())]
+        for name in VNAMES:
+            with self.subTest(name=name):
+                shown = name + ".fp32.safetensors"
+                inos = [i for n, i in listed if n == shown]
+                self.assertEqual(len(inos), 1, inos)
+                self.assertEqual(os.stat(self.m(shown)).st_ino, inos[0])
+                self.assertEqual(read(self.m(shown)), self.a_bytes)
+                self.assertNotIn(shown + ".zst", [n for n, _ in listed])
+                # the pack's own views, and the plain file's others
+                got = load_file(self.m(name + ".fp32.fp32.safetensors"))
+                self.assertEqual(sorted(got), sorted(self.a))
+                got = load_file(self.m(name + ".fp16.safetensors"))
+                self.assertEqual(sorted(got), sorted(self.b))
 
     def test_model_folder_views_follow_the_rule(self):
         names = os.listdir(self.m("llama"))
