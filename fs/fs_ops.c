@@ -386,7 +386,7 @@ static void castfs_op_open(fuse_req_t req, fuse_ino_t ino,
  * The open file of @fh. An fh this daemon never issued was issued by the
  * daemon it replaced (the kernel kept it across the restart): the file is
  * opened again by node id, which names the same bytes (but for control
- * files, whose text each open makes: castfs_ns_reopen() refuses them).
+ * files, whose text each open makes: see castfs_ns_reopen()).
  */
 static int file_of(struct castfs_fs *fs, fuse_ino_t ino, uint64_t fh,
 		   struct castfs_file **out)

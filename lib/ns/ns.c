@@ -384,7 +384,10 @@ int castfs_ns_reopen(struct castfs_ns *ns, uint64_t id,
 		return rc;
 	ctl = ops_of(&n) == &ns_kind_ctl_file;
 	ns_node_put_copy(&n);
-	return ctl ? -ESTALE : castfs_ns_open(ns, id, out);
+	rc = castfs_ns_open(ns, id, out);
+	if (!rc && ctl)
+		ns_file_fresh_text(*out);
+	return rc;
 }
 
 ssize_t castfs_ns_getxattr(struct castfs_ns *ns, uint64_t id, const char *name,

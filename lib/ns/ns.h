@@ -204,9 +204,10 @@ int castfs_ns_open(struct castfs_ns *ns, uint64_t id, struct castfs_file **out);
 
 /*
  * castfs_ns_reopen - open file @id again for a handle a previous daemon
- * opened (a restart or reload), as castfs_ns_open(). -ESTALE for a control
- * file: its text is made at open, and this daemon's would not go on from
- * where the old one's stopped (a read across a reload spliced two).
+ * opened (a restart or reload), as castfs_ns_open(). A control file's text
+ * is made at open, and this daemon's would not go on from where the old
+ * one's stopped (a read across a reload spliced two): its reads fail with
+ * -ESTALE until one starts this text at offset 0.
  */
 int castfs_ns_reopen(struct castfs_ns *ns, uint64_t id,
 		     struct castfs_file **out);

@@ -31,6 +31,11 @@ struct castfs_file {
 	int view;
 	bool direct;
 	bool counted; /* castfs_stats_open() counted it: close counts too */
+	/* Opened again for a previous daemon's handle, with a text this
+	 * open made (a control file): until it is read from offset 0, a
+	 * read elsewhere would go on in another text than the one the
+	 * reader began (castfs_ns_reopen()). */
+	atomic_bool fresh_text;
 	_Atomic uint64_t next_off; /* where the last read ended */
 	_Atomic uint64_t ra_end; /* the source is advised up to here */
 	/* A composite source (the shards of a model folder): part 0 is this
@@ -458,6 +463,12 @@ ssize_t castfs_file_read(struct castfs_file *f, struct castfs_scratch *s,
 	int rc;
 
 	castfs_stats_read_size(f->ns->stats, len);
+	if (atomic_load_explicit(&f->fresh_text, memory_order_relaxed)) {
+		if (off)
+			return -ESTALE;
+		atomic_store_explicit(&f->fresh_text, false,
+				      memory_order_relaxed);
+	}
 	if (!guards_enter(f))
 		return stale(f);
 	/* Views only: the clock is a system call on some hosts (~1 us). */
@@ -476,6 +487,11 @@ ssize_t castfs_file_read(struct castfs_file *f, struct castfs_scratch *s,
 		source_readahead(f, off, (size_t)n);
 	}
 	return n;
+}
+
+void ns_file_fresh_text(struct castfs_file *f)
+{
+	atomic_store(&f->fresh_text, true);
 }
 
 uint64_t castfs_file_size(const struct castfs_file *f)

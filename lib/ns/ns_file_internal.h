@@ -65,6 +65,11 @@ int ns_memshare_new(struct castfs_ns *ns, const void *data, size_t len,
  * accepted. Thread-safe. */
 void ns_memshare_put(struct castfs_ns *ns, struct ns_memshare *m);
 
+/* ns_file_fresh_text - @f serves a text made at its open for a handle a
+ * previous daemon opened: reads fail with -ESTALE until one is at offset 0
+ * (the reader then starts this text; before, it was in another). */
+void ns_file_fresh_text(struct castfs_file *f);
+
 /* ns_file_new_shared - a file serving @m's bytes without a copy, with
  * direct I/O (castfs_file_direct_io(): generated per state, read past
  * their size-0 attribute); one more owner of @m until it is closed. */

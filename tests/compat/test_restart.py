@@ -395,6 +395,11 @@ class Reload(unittest.TestCase):
                     with self.assertRaises(OSError) as cm:
                         os.read(fd, 1 << 20)
                     self.assertEqual(cm.exception.errno, errno.ESTALE)
+                    # from the start: the new daemon's text, whole
+                    text = read_fd_at(fd)
+                    if name == "stats":
+                        json.loads(text)
+                    self.assertTrue(text.endswith(b"\n"), text[-40:])
                 finally:
                     os.close(fd)
             with open(m.join(".castfs", "stats")) as f:
