@@ -862,11 +862,26 @@ static ssize_t tx_value(const struct tfile *f, enum txattr which, char *buf,
 	return -ENODATA;
 }
 
-static int tx_count(const struct tfile *f)
+/*
+ * Whether tensor file @f has attribute @which: the view's ones only in a
+ * view, and no source_tensor for a generated tensor (quant_map, ...), so
+ * that listxattr names only what getxattr answers (cp --preserve=xattr
+ * fails on a listed name it cannot get).
+ */
+static bool tx_has(const struct tfile *f, enum txattr which)
 {
+	struct castfs_torigin o;
+
 	if (!f->t)
-		return 0;
-	return f->tree->c.view ? TX_COUNT : TX_VIEW;
+		return false;
+	if (which < TX_VIEW)
+		return true;
+	if (!f->tree->c.view)
+		return false;
+	if (which != TX_SOURCE)
+		return true;
+	castfs_torigin_find(&f->tree->c, f->t, &o);
+	return o.src != NULL;
 }
 
 static ssize_t tfile_getxattr(struct castfs_ns *ns, const struct ns_node *n,
@@ -874,15 +889,14 @@ static ssize_t tfile_getxattr(struct castfs_ns *ns, const struct ns_node *n,
 {
 	struct tfile f;
 	ssize_t rc = tfile_get(ns, n, &f);
-	int count;
 
 	if (rc)
 		return rc;
-	count = tx_count(&f);
 	rc = -ENODATA;
-	for (int i = 0; i < count; i++) {
+	for (int i = 0; i < TX_COUNT; i++) {
 		if (strcmp(name, tx_names[i]) == 0) {
-			rc = tx_value(&f, (enum txattr)i, buf, len);
+			if (tx_has(&f, (enum txattr)i))
+				rc = tx_value(&f, (enum txattr)i, buf, len);
 			break;
 		}
 	}
@@ -895,19 +909,24 @@ static ssize_t tfile_listxattr(struct castfs_ns *ns, const struct ns_node *n,
 {
 	struct tfile f;
 	size_t need = 0, off = 0;
-	int rc = tfile_get(ns, n, &f), count;
+	bool has[TX_COUNT];
+	int rc = tfile_get(ns, n, &f);
 
 	if (rc)
 		return rc;
-	count = tx_count(&f);
+	for (int i = 0; i < TX_COUNT; i++) {
+		has[i] = tx_has(&f, (enum txattr)i);
+		if (has[i])
+			need += strlen(tx_names[i]) + 1;
+	}
 	ns_ckpt_put(ns, f.ck);
-	for (int i = 0; i < count; i++)
-		need += strlen(tx_names[i]) + 1;
 	if (len == 0)
 		return (ssize_t)need;
 	if (len < need)
 		return -ERANGE;
-	for (int i = 0; i < count; i++) {
+	for (int i = 0; i < TX_COUNT; i++) {
+		if (!has[i])
+			continue;
 		memcpy(buf + off, tx_names[i], strlen(tx_names[i]) + 1);
 		off += strlen(tx_names[i]) + 1;
 	}

@@ -283,6 +283,8 @@ class TensorTrees(unittest.TestCase):
             names = os.listxattr(p)
             self.assertIn("user.castfs.dtype", names)
             self.assertEqual("user.castfs.view" in names, bool(view))
+            for n in names:  # what is listed can be got (cp --preserve=xattr)
+                os.getxattr(p, n)
             with self.assertRaises(OSError) as cm:
                 os.getxattr(p, "user.castfs.nope")
             self.assertEqual(cm.exception.errno, errno.ENODATA)
@@ -451,6 +453,30 @@ class TensorTrees(unittest.TestCase):
         self.assertEqual(float(np.load(os.path.join(tree, "scalar.npy"))), 3.5)
         self.assertEqual(np.load(os.path.join(tree, "empty.npy")).shape, (0, 4))
         self.assertEqual(np.load(os.path.join(tree, "c64.npy")).dtype, np.complex64)
+
+    def test_generated_tensors_list_no_source_tensor(self):
+        """A tensor a view generates (nf4's quant_map, ...) has no source
+        tensor: listxattr must not name user.castfs.source_tensor, whose
+        getxattr is ENODATA (bug hunt: it was listed, and cp
+        --preserve=xattr failed on it)."""
+        tree = self.mnt.join("llama.nf4.safetensors.tensors")
+        generated = 0
+        for name, stem in self.walk(tree).items():
+            for suffix in (".info", ".npy", ".raw"):
+                p = stem + suffix
+                names = os.listxattr(p)
+                for n in names:
+                    os.getxattr(p, n)
+                conv = os.getxattr(p, "user.castfs.conversion").decode()
+                if conv != "generated":
+                    self.assertIn("user.castfs.source_tensor", names, name)
+                    continue
+                generated += 1
+                self.assertNotIn("user.castfs.source_tensor", names, name)
+                with self.assertRaises(OSError) as cm:
+                    os.getxattr(p, "user.castfs.source_tensor")
+                self.assertEqual(cm.exception.errno, errno.ENODATA)
+        self.assertGreater(generated, 0)
 
     def test_empty_tensor_conversion_named_as_the_others(self):
         """An empty tensor has no extent of its own to say how the view
