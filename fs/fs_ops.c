@@ -677,6 +677,17 @@ static void reply_xattr(fuse_req_t req, enum castfs_sop op, char *buf,
 		fuse_reply_buf(req, buf, (size_t)n);
 }
 
+/*
+ * -o noxattr: ENOSYS makes the kernel answer every xattr call of the mount
+ * itself. It is castfs's chosen answer, not a failure: counted as a
+ * request, not as an error.
+ */
+static void reply_noxattr(fuse_req_t req, enum castfs_sop op)
+{
+	castfs_stats_op(fs_of(req)->stats, op, 0);
+	fuse_reply_err(req, ENOSYS);
+}
+
 static void castfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			       size_t size)
 {
@@ -684,8 +695,7 @@ static void castfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	ssize_t n;
 
 	if (fs_of(req)->noxattr) {
-		/* The kernel remembers ENOSYS for the whole mount. */
-		reply_err(req, CASTFS_SOP_GETXATTR, -ENOSYS);
+		reply_noxattr(req, CASTFS_SOP_GETXATTR);
 		return;
 	}
 	if (!t) {
@@ -703,7 +713,7 @@ static void castfs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	ssize_t n;
 
 	if (fs_of(req)->noxattr) {
-		reply_err(req, CASTFS_SOP_LISTXATTR, -ENOSYS);
+		reply_noxattr(req, CASTFS_SOP_LISTXATTR);
 		return;
 	}
 	if (!t) {

@@ -99,6 +99,27 @@ class TestNoXattr(unittest.TestCase):
             names = os.listdir(m.path)
             self.assertIn("c000.fp8.safetensors", names)
 
+    def test_noxattr_enosys_is_no_error(self):
+        """The ENOSYS of -o noxattr is the answer castfs chose, not an
+        error: /.castfs/stats and /.castfs/metrics count the requests but
+        no error (bug hunt: castfs_errors_total{errno="ENOSYS"})."""
+        with tl.Mount(self.src, options=["noxattr"]) as m:
+            p = m.join("c000.fp8.safetensors")
+            for call in (lambda: os.getxattr(p, "user.castfs.view"),
+                         lambda: os.listxattr(p)):
+                with self.assertRaises(OSError):
+                    call()
+            self.ls_l(m)
+            with open(m.join(".castfs", "stats")) as f:
+                st = json.load(f)
+            self.assertGreaterEqual(st["requests"]["getxattr"], 1)
+            self.assertGreaterEqual(st["requests"]["listxattr"], 1)
+            self.assertEqual(st["errors"]["getxattr"], 0)
+            self.assertEqual(st["errors"]["listxattr"], 0)
+            with open(m.join(".castfs", "metrics")) as f:
+                metrics = f.read()
+            self.assertNotIn('errno="ENOSYS"', metrics)
+
 
 if __name__ == "__main__":
     tl.main()
