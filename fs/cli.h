@@ -187,6 +187,15 @@ bool cli_exists(const char *path);
 /* cli_out_abort - close and unlink what was not committed; safe twice. */
 void cli_out_abort(struct cli_out *w);
 
+/*
+ * cli_stdout_close - flush and close stdout, where @cmd printed its output:
+ * a write that failed there (a full disk, an I/O error) is reported on
+ * stderr as "castfs CMD: write error: REASON", or a redirect to a full
+ * disk would leave a cut output behind an exit status of 0. Returns 0, or
+ * -1 after that message.
+ */
+int cli_stdout_close(const char *cmd);
+
 /* ---- Ctrl-C: outputs are removed, then the signal ends the process ---- */
 
 /* cli_catch_signals - from now on SIGINT, SIGTERM and SIGHUP only mark the

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -388,6 +389,19 @@ void cli_catch_signals(void)
 int cli_interrupted(void)
 {
 	return atomic_load(&caught_signal);
+}
+
+int cli_stdout_close(const char *cmd)
+{
+	/* A write failed earlier: its errno is gone, the flag says. */
+	bool failed = ferror(stdout) != 0;
+	int rc = fclose(stdout), err = errno;
+
+	if (!failed && rc == 0)
+		return 0;
+	fprintf(stderr, "castfs %s: write error%s%s\n", cmd, rc ? ": " : "",
+		rc ? strerror(err) : "");
+	return -1;
 }
 
 void cli_exit_signalled(void)

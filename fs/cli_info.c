@@ -38,8 +38,9 @@ static void info_usage(FILE *f)
 		"    -t, --tensor NAME  print the .info text of one tensor\n"
 		"    -h, --help      this help\n\n"
 		"Exit status: 0, 1 if a FILE could not be read or is not a "
-		"valid\ncheckpoint (the reason goes to stderr), 2 for usage "
-		"errors.\nSee castfs-info(1).\n");
+		"valid\ncheckpoint, or the output could not be written (the "
+		"reason goes to\nstderr), 2 for usage errors.\nSee "
+		"castfs-info(1).\n");
 }
 
 /* Whether name @s (@n bytes) prints as it is, not quoted. */
@@ -458,5 +459,7 @@ int castfs_cli_info(int argc, char **argv)
 		cli_src_close(&s);
 	}
 	castfs_views_fini(&vs);
+	if (cli_stdout_close("info"))
+		status = 1;
 	return status;
 }

@@ -14,6 +14,7 @@ import subprocess
 import unittest
 
 import castfs_testlib as tl
+import test_gguf_info
 import test_tensors as tt
 
 import oracle
@@ -291,6 +292,22 @@ class CommandLine(unittest.TestCase):
                    os.path.join(self.src, "llama.safetensors"))
         self.assertEqual(r.returncode, 1)
         self.assertIn("model.norm.weight", r.stdout)
+
+    def test_info_write_error(self):
+        """Output that cannot be written (stdout on a full device) is an
+        error: exit 1 and the reason on stderr (a bug hunt: exit 0 and an
+        empty file), for the table, one tensor and a GGUF file alike."""
+        src = os.path.join(self.src, "flux.safetensors")
+        gguf = os.path.join(self.out, "write-error.gguf")
+        test_gguf_info.write(gguf)
+        for args in ([src], ["-t", "img_in.weight", src], [gguf]):
+            with open("/dev/full", "w") as full:
+                r = subprocess.run([tl.castfs_binary(), "info"] + args,
+                                   stdout=full, stderr=subprocess.PIPE,
+                                   text=True)
+            self.assertEqual(r.returncode, 1, args)
+            self.assertIn("castfs info: write error: No space left on device",
+                          r.stderr, args)
 
     def convert(self, src, view, out, *extra):
         return castfs("convert", src, "--view", view, "-o", out, *extra)
