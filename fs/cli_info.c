@@ -43,55 +43,75 @@ static void info_usage(FILE *f)
 		"castfs-info(1).\n");
 }
 
-/* Whether name @s (@n bytes) prints as it is, not quoted. */
+/*
+ * The length of the character at @s (@n bytes left), and in *@esc whether
+ * it is written as \xHH escapes: what castfs_escape_buf() escapes (bytes
+ * that are not UTF-8, C0 and C1 controls, DEL, the backslash; a terminal
+ * obeys CSI U+009B as it does ESC [), and quotes.
+ */
+static size_t name_next(const char *s, size_t n, bool *esc)
+{
+	size_t len = castfs_escape_next(s, n, esc);
+
+	*esc = *esc || *s == '"';
+	return len;
+}
+
+/* Whether name @s (@n bytes) prints as it is, not quoted: none of its
+ * characters is escaped (but a backslash: unquoted, it says nothing) nor a
+ * space. */
 static bool name_plain(const char *s, size_t n)
 {
-	bool plain = strlen(s) == n && n > 0;
+	bool plain = strlen(s) == n && n > 0, esc;
 
-	for (size_t i = 0; plain && i < n; i++)
-		plain = (unsigned char)s[i] >= 0x20 && s[i] != 0x7f &&
-			s[i] != '"' && s[i] != ' ';
+	for (size_t i = 0; plain && i < n;) {
+		size_t len = name_next(s + i, n - i, &esc);
+
+		plain = (!esc || s[i] == '\\') && s[i] != ' ';
+		i += len;
+	}
 	return plain;
 }
 
-static bool name_escaped(unsigned char c)
-{
-	return c < 0x20 || c == 0x7f || c == '"' || c == '\\';
-}
-
 /* The columns print_name() takes for @s: one per character (a UTF-8
- * sequence, or a byte that is none), four per escape, and the quotes;
- * the table lines up on them, not on bytes (wide CJK characters aside). */
+ * sequence, or a byte that is none), four per escaped byte, and the
+ * quotes; the table lines up on them, not on bytes (wide CJK characters
+ * aside). */
 static int name_cols(const char *s, size_t n)
 {
-	bool plain = name_plain(s, n);
+	bool plain = name_plain(s, n), esc;
 	size_t cols = plain ? 0 : 2, i = 0;
 
 	while (i < n) {
-		size_t k = castfs_utf8_len(s + i, n - i);
+		size_t len = name_next(s + i, n - i, &esc);
 
-		cols += !plain && name_escaped((unsigned char)s[i]) ? 4 : 1;
-		i += k ? k : 1;
+		cols += !plain && esc ? 4 * len : 1;
+		i += len;
 	}
 	return (int)CASTFS_MIN(cols, (size_t)INT32_MAX);
 }
 
-/* Names may hold quotes and control bytes: print those quoted. Returns
- * the columns taken. */
+/* Names may hold quotes and control characters: print those quoted.
+ * Returns the columns taken. */
 static int print_name(const char *s, size_t n)
 {
+	bool esc;
+
 	if (name_plain(s, n)) {
 		fputs(s, stdout);
 		return name_cols(s, n);
 	}
 	putchar('"');
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)s[i];
+	for (size_t i = 0; i < n;) {
+		size_t len = name_next(s + i, n - i, &esc);
 
-		if (name_escaped(c))
-			printf("\\x%02x", c);
-		else
-			putchar(c);
+		for (size_t k = 0; k < len; k++) {
+			if (esc)
+				printf("\\x%02x", (unsigned char)s[i + k]);
+			else
+				putchar(s[i + k]);
+		}
+		i += len;
 	}
 	putchar('"');
 	return name_cols(s, n);

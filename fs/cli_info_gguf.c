@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "common/escape.h"
 #include "view/view.h"
 #include "format/gguf_read.h"
 #include "plan/plan.h"
@@ -22,45 +24,68 @@
 /* Strings longer than this are cut in the listing (a chat template). */
 #define SHOW_MAX 72
 
-static void print_quoted(const char *s, uint64_t n);
+static int print_quoted(const char *s, uint64_t n);
 
-/* Name @s as it is when plain (printable, no space or quote), else
- * quoted like print_quoted(); padded to @width. */
+/*
+ * The length of the character at @s (@n bytes left), and in *@esc whether
+ * it is written as \xHH escapes: what castfs_escape_buf() escapes (bytes
+ * that are not UTF-8, C0 and C1 controls, DEL, the backslash; a terminal
+ * obeys CSI U+009B as it does ESC [), and quotes.
+ */
+static size_t show_next(const char *s, size_t n, bool *esc)
+{
+	size_t len = castfs_escape_next(s, n, esc);
+
+	*esc = *esc || *s == '"';
+	return len;
+}
+
+/* Name @s as it is when plain (nothing escaped, no space), else quoted
+ * like print_quoted(); padded to @width columns. */
 static void print_ident(const char *s, int width)
 {
 	size_t n = strlen(s);
-	bool plain = n > 0;
+	bool plain = n > 0, esc;
 	int w;
 
-	for (size_t i = 0; plain && i < n; i++)
-		plain = (unsigned char)s[i] > 0x20 && s[i] != 0x7f &&
-			s[i] != '"' && s[i] != '\\';
-	if (!plain) {
-		print_quoted(s, n);
-		w = (int)n + 2;
-	} else {
-		w = printf("%s", s);
+	for (size_t i = 0; plain && i < n;) {
+		size_t len = show_next(s + i, n - i, &esc);
+
+		plain = !esc && s[i] != ' ';
+		i += len;
 	}
+	if (!plain)
+		w = print_quoted(s, n);
+	else
+		w = printf("%s", s);
 	printf("%*s", width > w ? width - w : 0, "");
 }
 
-/* @s (@n bytes) quoted, control bytes, quotes and backslashes as \xHH. */
-static void print_quoted(const char *s, uint64_t n)
+/* @s (@n bytes) quoted, what show_next() escapes as \xHH, cut after
+ * SHOW_MAX bytes. Returns the columns of the quoted string. */
+static int print_quoted(const char *s, uint64_t n)
 {
-	uint64_t k = n > SHOW_MAX ? SHOW_MAX : n;
+	size_t k = n > SHOW_MAX ? SHOW_MAX : (size_t)n;
+	int cols = 2;
+	bool esc;
 
 	putchar('"');
-	for (uint64_t i = 0; i < k; i++) {
-		unsigned char c = (unsigned char)s[i];
+	for (size_t i = 0; i < k;) {
+		size_t len = show_next(s + i, k - i, &esc);
 
-		if (c < 0x20 || c == 0x7f || c == '"' || c == '\\')
-			printf("\\x%02x", c);
-		else
-			putchar(c);
+		for (size_t j = 0; j < len; j++) {
+			if (esc)
+				printf("\\x%02x", (unsigned char)s[i + j]);
+			else
+				putchar(s[i + j]);
+		}
+		cols += esc ? 4 * (int)len : 1;
+		i += len;
 	}
 	putchar('"');
 	if (k < n)
 		printf("... (%" PRIu64 " bytes)", n);
+	return cols;
 }
 
 static void print_kv(const struct castfs_gguf_kv *kv)

@@ -70,6 +70,14 @@ static bool escaped(const uint8_t *p, size_t len)
 	return len == 2 && p[0] == 0xc2 && p[1] <= 0x9f; /* C1 controls */
 }
 
+size_t castfs_escape_next(const char *s, size_t n, bool *esc)
+{
+	size_t len = castfs_utf8_len(s, n);
+
+	*esc = escaped((const uint8_t *)s, len);
+	return len ? len : 1;
+}
+
 size_t castfs_escape_buf(char *dst, size_t cap, const char *s, size_t n)
 {
 	static const char hex[] = "0123456789abcdef";

@@ -7,6 +7,7 @@
 #ifndef CASTFS_ESCAPE_H
 #define CASTFS_ESCAPE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /*
@@ -25,6 +26,15 @@ size_t castfs_utf8_bad(const void *s, size_t n);
  * that is not JSON whitespace (space, tab, LF, CR: what Python's
  * json.loads and serde_json allow around a value), or @n. Pure. */
 size_t castfs_json_skip_ws(const void *s, size_t n, size_t i);
+
+/*
+ * castfs_escape_next - the length of the character at @s (@n >= 1 bytes
+ * left: a well-formed UTF-8 sequence, or 1 for a byte that starts none),
+ * and in *@esc whether castfs_escape_buf() writes it as escapes, so that
+ * a printer with quoting rules of its own escapes the same characters.
+ * Pure.
+ */
+size_t castfs_escape_next(const char *s, size_t n, bool *esc);
 
 /*
  * castfs_escape_buf - @s (@n bytes) into @dst (@cap bytes, NUL-terminated)

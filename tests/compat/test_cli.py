@@ -38,7 +38,10 @@ def castfs(*args, **kw):
 def unquote(name):
     if not name.startswith('"'):
         return name
-    return re.sub(r"\\x([0-9a-f]{2})", lambda m: chr(int(m.group(1), 16)), name[1:-1])
+    # \xHH are bytes: a C1 control is two of them
+    raw = re.sub(rb"\\x([0-9a-f]{2})", lambda m: bytes([int(m.group(1), 16)]),
+                 name[1:-1].encode())
+    return raw.decode("utf-8", "surrogateescape")
 
 
 ROW = re.compile(r"^(?P<name>\".*\"|\S+)\s+(?P<dtype>[A-Z0-9_]+)\s+(?P<shape>\[[0-9, ]*\])\s+"
@@ -292,6 +295,32 @@ class CommandLine(unittest.TestCase):
                    os.path.join(self.src, "llama.safetensors"))
         self.assertEqual(r.returncode, 1)
         self.assertIn("model.norm.weight", r.stdout)
+
+    def test_info_c1_controls_escaped(self):
+        """A C1 control (U+009B: CSI to a terminal) in a tensor name and a
+        byte that is not UTF-8 in the file's name are printed quoted, as
+        \\xHH, like C0 controls (a bug hunt: both reached the terminal
+        raw); the table still lines up."""
+        hdr = {"x\u009b2J": {"dtype": "F32", "shape": [1],
+                             "data_offsets": [0, 4]},
+               "plain": {"dtype": "F32", "shape": [1],
+                         "data_offsets": [4, 8]}}
+        h = json.dumps(hdr).encode()
+        h += b" " * (-len(h) % 8)
+        path = os.path.join(os.fsencode(self.out), b"c1\x9b.safetensors")
+        with open(path, "wb") as f:
+            f.write(len(h).to_bytes(8, "little") + h + bytes(8))
+        r = subprocess.run([tl.castfs_binary(), "info", path],
+                           capture_output=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn(b"\x9b", r.stdout)
+        self.assertIn(b'c1\\x9b.safetensors"\n', r.stdout)
+        out = r.stdout.decode("utf-8")
+        _, rows = parse_info(out)
+        self.assertEqual(sorted(rows), ["plain", "x\u009b2J"])
+        self.assertIn('"x\\xc2\\x9b2J"  ', out)
+        table = out.partition("\nNAME ")[2].splitlines()[1:]
+        self.assertEqual(len({l.index("F32") for l in table}), 1, table)
 
     def test_info_write_error(self):
         """Output that cannot be written (stdout on a full device) is an

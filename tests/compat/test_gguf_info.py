@@ -135,6 +135,35 @@ class GGUFInfo(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("not a GGUF file", r.stderr)
 
+    def test_controls_and_bad_utf8_escaped(self):
+        """Keys, string values and tensor names holding a C1 control
+        (U+009B, which terminals obey as CSI), ESC or bytes that are not
+        UTF-8 are printed quoted, as \\xHH (bug hunt: C1 and non-UTF-8
+        bytes reached the terminal raw)."""
+        path = os.path.join(self.tmp, "c1.gguf")
+        w = GGUFWriter(path, "llama")
+        w.add_string("k.c1\u009b2J", "v\u009b31m\x1b[0m")
+        w.add_string("k.bad", "BADxUTF8")
+        w.add_tensor("t\u009b2J", np.zeros(4, dtype=np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        with open(path, "r+b") as f:
+            data = f.read()
+            f.seek(data.index(b"BADxUTF8") + 3)
+            f.write(b"\xff")
+        r = subprocess.run([tl.castfs_binary(), "info", path],
+                           capture_output=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = r.stdout
+        for raw in (b"\xc2\x9b", b"\x1b", b"\xff"):
+            self.assertNotIn(raw, out)
+        for shown in (rb'"k.c1\xc2\x9b2J" string = "v\xc2\x9b31m\x1b[0m"',
+                      rb'k.bad string = "BAD\xffUTF8"', rb'"t\xc2\x9b2J"'):
+            self.assertIn(shown, out)
+        out.decode("utf-8")
+
 
 class GGUFViewInfo(unittest.TestCase):
     """`castfs info X.q8_0.gguf` where only X.safetensors exists (and

@@ -127,6 +127,45 @@ START_TEST(test_escape__cut_at_a_whole_escape)
 }
 END_TEST
 
+/* What castfs_escape_next() says of each character, rebuilt into text,
+ * is what castfs_escape_buf() writes: the CLI's printers quote the same
+ * characters. */
+START_TEST(test_escape__next_agrees_with_escape_buf)
+{
+	static const char hex[] = "0123456789abcdef";
+	char raw[64], want[257], got[257];
+
+	srand(7);
+	for (int round = 0; round < 20000; round++) {
+		size_t n = (size_t)(rand() % 64), o = 0;
+
+		for (size_t i = 0; i < n; i++)
+			raw[i] = (char)(round % 2 ? rand() & 0xff :
+						    0x80 + rand() % 64);
+		for (size_t i = 0; i < n;) {
+			bool esc;
+			size_t len = castfs_escape_next(raw + i, n - i, &esc);
+
+			for (size_t k = 0; k < len; k++, i++) {
+				unsigned char c = (unsigned char)raw[i];
+
+				if (!esc) {
+					got[o++] = (char)c;
+					continue;
+				}
+				got[o++] = '\\';
+				got[o++] = 'x';
+				got[o++] = hex[c >> 4];
+				got[o++] = hex[c & 15];
+			}
+		}
+		got[o] = '\0';
+		castfs_escape_buf(want, sizeof(want), raw, n);
+		ck_assert_str_eq(got, want);
+	}
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("escape");
@@ -135,6 +174,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_escape__known_names);
 	tcase_add_test(tc, test_escape__random_bytes_round_trip);
 	tcase_add_test(tc, test_escape__cut_at_a_whole_escape);
+	tcase_add_test(tc, test_escape__next_agrees_with_escape_buf);
 	suite_add_tcase(s, tc);
 	return s;
 }
