@@ -18,15 +18,16 @@ void castfs_fs_log_init(bool in_foreground)
 		openlog("castfs", LOG_PID, LOG_DAEMON);
 }
 
-/* Messages quote names from the source tree: escaped (common/escape.h),
- * a newline in a file name cannot forge a line, nor a control sequence
- * reach the terminal. */
+/* Messages quote names from the source tree escaped already (ns_logf(),
+ * the parser's reasons); what a message quotes raw is escaped here, but
+ * not those escapes again: a newline in a name cannot forge a line, nor a
+ * control sequence reach the terminal (common/escape.h). */
 void castfs_fs_log(void *ctx, const char *msg)
 {
 	char safe[4096];
 
 	(void)ctx;
-	castfs_escape_buf(safe, sizeof(safe), msg, strlen(msg));
+	castfs_escape_text_buf(safe, sizeof(safe), msg, strlen(msg));
 	if (foreground)
 		fprintf(stderr, "castfs: %s\n", safe);
 	else

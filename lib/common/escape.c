@@ -60,13 +60,14 @@ size_t castfs_utf8_bad(const void *s, size_t n)
 	return i;
 }
 
-/* Whether the sequence of @len bytes at @p is written as escapes. */
-static bool escaped(const uint8_t *p, size_t len)
+/* Whether the sequence of @len bytes at @p is written as escapes (the
+ * backslash too unless @text). */
+static bool escaped(const uint8_t *p, size_t len, bool text)
 {
 	if (len == 0)
 		return true; /* not UTF-8 */
 	if (len == 1)
-		return p[0] < 0x20 || p[0] == 0x7f || p[0] == '\\';
+		return p[0] < 0x20 || p[0] == 0x7f || (p[0] == '\\' && !text);
 	return len == 2 && p[0] == 0xc2 && p[1] <= 0x9f; /* C1 controls */
 }
 
@@ -74,11 +75,12 @@ size_t castfs_escape_next(const char *s, size_t n, bool *esc)
 {
 	size_t len = castfs_utf8_len(s, n);
 
-	*esc = escaped((const uint8_t *)s, len);
+	*esc = escaped((const uint8_t *)s, len, false);
 	return len ? len : 1;
 }
 
-size_t castfs_escape_buf(char *dst, size_t cap, const char *s, size_t n)
+static size_t escape_into(char *dst, size_t cap, const char *s, size_t n,
+			  bool text)
 {
 	static const char hex[] = "0123456789abcdef";
 	const uint8_t *p = (const uint8_t *)s;
@@ -88,7 +90,7 @@ size_t castfs_escape_buf(char *dst, size_t cap, const char *s, size_t n)
 		size_t len = castfs_utf8_len(p + i, n - i);
 		size_t take = len ? len : 1;
 
-		if (escaped(p + i, len)) {
+		if (escaped(p + i, len, text)) {
 			if (o + 4 * take >= cap)
 				break;
 			for (size_t k = 0; k < take; k++) {
@@ -109,12 +111,32 @@ size_t castfs_escape_buf(char *dst, size_t cap, const char *s, size_t n)
 	return o;
 }
 
-char *castfs_escape(const char *s, size_t n)
+size_t castfs_escape_buf(char *dst, size_t cap, const char *s, size_t n)
+{
+	return escape_into(dst, cap, s, n, false);
+}
+
+size_t castfs_escape_text_buf(char *dst, size_t cap, const char *s, size_t n)
+{
+	return escape_into(dst, cap, s, n, true);
+}
+
+static char *escape_new(const char *s, size_t n, bool text)
 {
 	size_t cap = 4 * n + 1;
 	char *out = cap > n ? malloc(cap) : NULL;
 
 	if (out)
-		castfs_escape_buf(out, cap, s, n);
+		escape_into(out, cap, s, n, text);
 	return out;
+}
+
+char *castfs_escape(const char *s, size_t n)
+{
+	return escape_new(s, n, false);
+}
+
+char *castfs_escape_text(const char *s, size_t n)
+{
+	return escape_new(s, n, true);
 }

@@ -56,4 +56,22 @@ size_t castfs_escape_buf(char *dst, size_t cap, const char *s, size_t n);
  */
 char *castfs_escape(const char *s, size_t n);
 
+/*
+ * castfs_escape_text_buf - castfs_escape_buf() for a message (a reason,
+ * a log line) whose names were escaped where they were quoted (with
+ * castfs_escape() or the parser's \xHH quoting): the same bytes are
+ * written as \xHH but the backslash, which is copied, so those escapes
+ * are not escaped a second time. Raw bytes a message quotes unescaped
+ * still come out as valid UTF-8 without control characters; applied to
+ * its own output it changes nothing. Pure; thread-safe.
+ */
+size_t castfs_escape_text_buf(char *dst, size_t cap, const char *s, size_t n);
+
+/*
+ * castfs_escape_text - castfs_escape_text_buf() into a malloc'ed string
+ * the caller frees (at most 4 * @n + 1 bytes). NULL on -ENOMEM.
+ * Thread-safe.
+ */
+char *castfs_escape_text(const char *s, size_t n);
+
 #endif

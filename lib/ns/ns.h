@@ -53,7 +53,9 @@ struct castfs_ns_opts {
 	struct castfs_stats *stats; /* counters to update; may be NULL */
 	const struct castfs_source_guard *guard; /* may be NULL */
 	/* Where rejected files and other events are reported; may be NULL.
-	 * Called from any thread. */
+	 * Called from any thread. The names a message quotes are escaped
+	 * already (common/escape.h): the sink makes the line safe with
+	 * castfs_escape_text_buf(), which does not escape them again. */
 	void (*log)(void *ctx, const char *msg);
 	void *log_ctx;
 	/* Decoded bytes of packed sources kept in memory; 0: the default

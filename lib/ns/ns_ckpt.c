@@ -460,13 +460,8 @@ void ns_ckpt_unlink_locked(struct castfs_ns *ns, struct ns_ckpt *ck)
 
 static void ck_log_rejected(struct castfs_ns *ns, const struct ns_ckpt *ck)
 {
-	char msg[512];
-
 	castfs_stats_count(ns->stats, CASTFS_SCTR_HEADERS_REJECTED, 1);
-	if (!ns->log)
-		return;
-	snprintf(msg, sizeof(msg), "%s: rejected: %s", ck->path, ck->reason);
-	ns->log(ns->log_ctx, msg);
+	ns_logf(ns, ck->path, "rejected: %s", ck->reason);
 }
 
 /* Caller holds ck_lock. An entry of identity @st (with a reference) once
@@ -762,9 +757,10 @@ static void rejected_add(struct castfs_ns *ns, cJSON *arr,
 	o = cJSON_CreateObject();
 	if (!o)
 		return;
-	/* Names from the source tree: valid UTF-8, reversibly (escape.h). */
+	/* Names from the source tree: valid UTF-8, reversibly (escape.h).
+	 * The reason quotes its names escaped already: made safe only. */
 	path = castfs_escape(ck->path, strlen(ck->path));
-	reason = castfs_escape(ck->reason, strlen(ck->reason));
+	reason = castfs_escape_text(ck->reason, strlen(ck->reason));
 	if (path && reason) {
 		cJSON_AddStringToObject(o, "path", path);
 		cJSON_AddStringToObject(o, "error", strerror(-ck->err));

@@ -492,8 +492,15 @@ ssize_t ns_view_getxattr(struct castfs_ns *ns, const struct ns_node *n,
 ssize_t ns_view_listxattr(struct castfs_ns *ns, const struct ns_node *n,
 			  char *buf, size_t len);
 
-/* ns_logf - report an event through the mount's log callback, if any. */
-void ns_logf(struct castfs_ns *ns, const char *fmt, ...) CASTFS_PRINTF(2, 3);
+/*
+ * ns_logf - report an event about source path @path through the mount's
+ * log callback, if any, as "PATH: message". @path is escaped here
+ * (castfs_escape(): reversibly); names the message quotes must be escaped
+ * already (reasons quote them so: the parser's \xHH), the sink does not
+ * escape them again.
+ */
+void ns_logf(struct castfs_ns *ns, const char *path, const char *fmt, ...)
+	CASTFS_PRINTF(3, 4);
 
 /* ns_view_index - position of @v in the mount's view set (for stats). */
 int ns_view_index(const struct castfs_ns *ns, const struct castfs_view *v);

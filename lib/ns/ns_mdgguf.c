@@ -439,7 +439,7 @@ static int build_plan(struct castfs_ns *ns, const char *folder,
 			     ck, plan, &d);
 	snprintf(reason, 256, "%s", d.msg[0] ? d.msg : rc ? strerror(-rc) : "");
 	if (rc && !ns_err_transient(rc))
-		ns_logf(ns, "%s: view %s: %s", folder, v->name, reason);
+		ns_logf(ns, folder, "view %s: %s", v->name, reason);
 	for (size_t i = 0; i < NTEXTS; i++)
 		free(text[i]);
 	free(xt);
@@ -799,7 +799,7 @@ static int refusal_add(cJSON *arr, const char *path, const char *vname,
 	const cJSON *lp = cJSON_GetObjectItemCaseSensitive(last, "path");
 	const cJSON *lr = cJSON_GetObjectItemCaseSensitive(last, "reason");
 	char *p = castfs_escape(path, strlen(path));
-	char *why = castfs_escape(reason, strlen(reason));
+	char *why = castfs_escape_text(reason, strlen(reason));
 	cJSON *o = NULL, *views = NULL;
 	int rc = -ENOMEM;
 

@@ -737,13 +737,7 @@ static int md_shard(void *ctx, const char *name, struct castfs_header **out)
 static void md_log_refused(struct castfs_ns *ns, const struct ns_node *n,
 			   const char *why)
 {
-	char msg[512];
-
-	if (!ns->log)
-		return;
-	snprintf(msg, sizeof(msg), "%s: view %s: refused: %s", n->path,
-		 n->view->name, why);
-	ns->log(ns->log_ctx, msg);
+	ns_logf(ns, n->path, "view %s: refused: %s", n->view->name, why);
 }
 
 static int md_build_index(struct castfs_ns *ns, const struct ns_node *n,

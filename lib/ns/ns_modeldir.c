@@ -268,7 +268,7 @@ static int modeldir_refusals(struct castfs_ns *ns, const char *path, cJSON *arr)
 	}
 	casts_only = ns_md_casts_only(ns, path);
 	p = castfs_escape(path, strlen(path));
-	r = castfs_escape(why, strlen(why));
+	r = castfs_escape_text(why, strlen(why));
 	if (!p || !r || !(o = cJSON_CreateObject()) ||
 	    !cJSON_AddStringToObject(o, "path", p) ||
 	    !(views = cJSON_AddArrayToObject(o, "views")) ||

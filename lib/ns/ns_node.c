@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/escape.h"
 #include "common/hash.h"
 #include "ns/ns_internal.h"
 
@@ -817,15 +818,18 @@ ssize_t ns_xattr_put(const void *val, size_t n, char *buf, size_t len)
 	return (ssize_t)n;
 }
 
-void ns_logf(struct castfs_ns *ns, const char *fmt, ...)
+void ns_logf(struct castfs_ns *ns, const char *path, const char *fmt, ...)
 {
-	char msg[768];
+	char msg[1024];
+	size_t n;
 	va_list ap;
 
 	if (!ns->log)
 		return;
+	n = castfs_escape_buf(msg, sizeof(msg) - 256, path, strlen(path));
+	n += (size_t)snprintf(msg + n, sizeof(msg) - n, ": ");
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	vsnprintf(msg + n, sizeof(msg) - n, fmt, ap);
 	va_end(ap);
 	ns->log(ns->log_ctx, msg);
 }

@@ -192,14 +192,8 @@ static void log_failure(struct castfs_ns *ns, const struct ns_ckpt *ck,
 			const struct castfs_view *view, int rc,
 			const struct castfs_diag *d)
 {
-	char msg[512];
-
-	if (!ns->log)
-		return;
-	snprintf(msg, sizeof(msg), "%s: view %s: %s", ck->path,
-		 view ? view->name : "(none)",
-		 d->msg[0] ? d->msg : strerror(-rc));
-	ns->log(ns->log_ctx, msg);
+	ns_logf(ns, ck->path, "view %s: %s", view ? view->name : "(none)",
+		d->msg[0] ? d->msg : strerror(-rc));
 }
 
 /* The tree of @ck through @view (NULL: the source), built once. */

@@ -455,7 +455,7 @@ static int view_plan(struct castfs_ns *ns, const struct ns_node *n, bool fresh,
 	rc = ns_ckpt_plan(ns, *ck, n->view, plan, &d);
 	if (rc) {
 		if (!known)
-			ns_logf(ns, "%s: view %s: %s", n->path, n->view->name,
+			ns_logf(ns, n->path, "view %s: %s", n->view->name,
 				d.msg[0] ? d.msg : strerror(-rc));
 		ns_ckpt_put(ns, *ck);
 	}

@@ -7,6 +7,7 @@ oracle is Python's strict UTF-8 codec and json module."""
 import json
 import os
 import re
+import subprocess
 import time
 import unittest
 
@@ -71,6 +72,50 @@ class TestNames(unittest.TestCase):
                 self.assertEqual(sum(1 for l in lines
                                      if name in unescape(l.decode())), 1,
                                  name)
+
+    def test_reasons_quote_names_escaped_once(self):
+        """A reason quotes a tensor name as the parser escaped it, so
+        /.castfs/rejected and the log show it as `castfs info` does, not
+        escaped a second time (a bug hunt: 'a\\x5cx5cb\\x5cx1bc' for
+        'a\\x5cb\\x1bc'); what a reason quotes raw (a quant_method from
+        config.json) is still escaped, once."""
+        tensor = {"a\\b\x1bc": {"dtype": "F32", "shape": [4],
+                                "data_offsets": [0, 10]}}
+        method = "x\x1b[31m\u009b\\y"
+        with tl.tempdir() as src:
+            h = json.dumps(tensor).encode()
+            h += b" " * (-len(h) % 8)
+            bad = os.path.join(src, "bad.safetensors")
+            with open(bad, "wb") as f:
+                f.write(len(h).to_bytes(8, "little") + h + bytes(10))
+            os.mkdir(os.path.join(src, "q"))
+            h = json.dumps({"w": {"dtype": "F32", "shape": [1],
+                                  "data_offsets": [0, 4]}}).encode()
+            h += b" " * (-len(h) % 8)
+            with open(os.path.join(src, "q", "model.safetensors"), "wb") as f:
+                f.write(len(h).to_bytes(8, "little") + h + bytes(4))
+            with open(os.path.join(src, "q", "config.json"), "w") as f:
+                json.dump({"architectures": ["LlamaForCausalLM"],
+                           "quantization_config": {"quant_method": method}},
+                          f)
+            info = subprocess.run([tl.castfs_binary(), "info", bad],
+                                  capture_output=True, text=True)
+            shown = info.stderr.strip().split(bad + ": ", 1)[1]
+            self.assertIn("'a\\x5cb\\x1bc'", shown)
+            with tl.Mount(src) as m:
+                os.listdir(m.path)
+                os.listdir(m.join("q"))
+                with open(m.join(".castfs", "rejected"), "rb") as f:
+                    rejected = {r["path"]: r["reason"]
+                                for r in strict_json(f.read())}
+                time.sleep(0.2)
+                log = m.output()
+            self.assertEqual(rejected["bad.safetensors"], shown)
+            self.assertIn("bad.safetensors: rejected: " + shown + "\n", log)
+            quant = rejected["q/model.safetensors"]
+            self.assertIn("'x\\x1b[31m\\xc2\\x9b\\y'", quant)
+            self.assertIn("q/model.safetensors: rejected: " + quant + "\n",
+                          log)
 
 
 if __name__ == "__main__":

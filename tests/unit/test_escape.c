@@ -166,6 +166,31 @@ START_TEST(test_escape__next_agrees_with_escape_buf)
 }
 END_TEST
 
+/* Messages: raw controls escaped, the escapes already there (and any
+ * backslash) kept, so a second pass changes nothing. */
+START_TEST(test_escape__text_escapes_once)
+{
+	char once[512], twice[512], raw[64];
+
+	castfs_escape_text_buf(once, sizeof(once), "'a\\x5cb' \x1b\xc2\x9b\xff",
+			       13);
+	ck_assert_str_eq(once, "'a\\x5cb' \\x1b\\xc2\\x9b\\xff");
+	srand(11);
+	for (int round = 0; round < 20000; round++) {
+		size_t n = (size_t)(rand() % 64);
+
+		for (size_t i = 0; i < n; i++)
+			raw[i] = (char)(rand() & 0xff);
+		castfs_escape_text_buf(once, sizeof(once), raw, n);
+		castfs_escape_text_buf(twice, sizeof(twice), once,
+				       strlen(once));
+		ck_assert_str_eq(once, twice);
+		ck_assert_uint_eq(castfs_utf8_bad(once, strlen(once)),
+				  strlen(once));
+	}
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("escape");
@@ -175,6 +200,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_escape__random_bytes_round_trip);
 	tcase_add_test(tc, test_escape__cut_at_a_whole_escape);
 	tcase_add_test(tc, test_escape__next_agrees_with_escape_buf);
+	tcase_add_test(tc, test_escape__text_escapes_once);
 	suite_add_tcase(s, tc);
 	return s;
 }
