@@ -152,6 +152,32 @@ static void config_archs(const char *js, const struct castfs_md_member *m,
 	cJSON_Delete(a);
 }
 
+/*
+ * A multimodal model's "text_config" (member @m, or none): its language
+ * model's model_type and experts, which the loader's quantisation meets
+ * under the top level's class (LLaVA of a Mixtral: routers and experts
+ * kept), into @out.
+ */
+static int config_text(const char *js, size_t len,
+		       const struct castfs_md_member *m,
+		       struct castfs_md_config *out)
+{
+	struct castfs_md_object t;
+	int rc;
+
+	out->text_model_type[0] = '\0';
+	if (!m || js[m->val] != '{')
+		return 0;
+	rc = castfs_md_scan_object(js, len, m->val, &t);
+	if (rc)
+		return rc == -EINVAL ? 0 : rc;
+	config_str(js, find_member(js, &t, "model_type"), out->text_model_type,
+		   sizeof(out->text_model_type));
+	out->moe = out->moe || config_moe(js, &t);
+	castfs_md_object_fini(&t);
+	return 0;
+}
+
 int castfs_md_config_read(const char *json, size_t len,
 			  struct castfs_md_config *out, struct castfs_diag *d)
 {
@@ -173,8 +199,9 @@ int castfs_md_config_read(const char *json, size_t len,
 		positive_int(json, find_member(json, &o, "num_class_embeds"));
 	out->moe = config_moe(json, &o);
 	config_archs(json, find_member(json, &o, "architectures"), out);
+	rc = config_text(json, len, find_member(json, &o, "text_config"), out);
 	castfs_md_object_fini(&o);
-	return 0;
+	return rc;
 }
 
 /* ---- which models get quantising views ---- */
@@ -277,6 +304,14 @@ bool castfs_md_quantisable(const struct castfs_md_config *c, bool ct)
 {
 	if (c->diffusers)
 		return diffusers_quantisable(c);
+	/* A language model with keep rules inside a multimodal class (LLaVA
+	 * of a GPT-2: Conv1D kept): the loader renames the checkpoint's
+	 * modules (language_model.model.* to model.language_model.*), so
+	 * the skip list would name none of them, and the kept Conv1D
+	 * weights would load into Linear4bit modules (a bug hunt). */
+	if (!castfs_md_keep_id(c->model_type) &&
+	    castfs_md_keep_id(c->text_model_type))
+		return false;
 	for (unsigned i = 0; i < c->narch; i++) {
 		const struct quant_arch *e =
 			bsearch(c->arch[i], quantisable,

@@ -46,8 +46,11 @@ struct castfs_md_config {
 	bool diffusers; /* "_class_name" or "_diffusers_version": no dtype */
 	bool quantized; /* has "quantization_config": castfs offers no views */
 	char model_type[48]; /* transformers "model_type", or "" */
+	/* A multimodal model's language model: "text_config"'s model_type,
+	 * or "" (one with keep rules makes the model not quantisable). */
+	char text_model_type[48];
 	/* A mixture of experts: "num_local_experts", "num_experts" or
-	 * "n_routed_experts" (top level) over 0. */
+	 * "n_routed_experts" over 0, at the top level or in "text_config". */
 	bool moe;
 	/* "architectures": its class names (up to CASTFS_MD_ARCH_MAX) when
 	 * it is a list of plain strings that fit, else @narch is 0. */

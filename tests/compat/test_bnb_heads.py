@@ -37,6 +37,7 @@ Each: the load reports no key trouble, every module is of the oracle's
 class, and the logits equal the oracle's exactly (the same codes).
 """
 import gc
+import json
 import os
 import unittest
 
@@ -114,6 +115,17 @@ def models():
                 hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                 num_attention_heads=2, image_size=32, patch_size=8),
             image_token_index=255)),
+        torch.bfloat16, ["lm_head"]),
+        # its language model a mixture of experts (stop 45, bug hunt):
+        # the expert counts sit in text_config, which castfs did not read
+        "llava_moe": (
+        T.LlavaForConditionalGeneration,
+        T.LlavaForConditionalGeneration(T.LlavaConfig(
+            text_config=T.MixtralConfig(num_local_experts=4, **moe),
+            vision_config=T.CLIPVisionConfig(
+                hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                num_attention_heads=2, image_size=32, patch_size=8),
+            image_token_index=255)),
         torch.bfloat16, ["lm_head"])}
     return {**base, **vl,
             "mixtral": (T.MixtralForCausalLM, mixtral, torch.bfloat16,
@@ -188,13 +200,16 @@ class Heads(unittest.TestCase):
                 "mixtral": "model.layers.1.self_attn.o_proj",
                 "qwen25vl": "model.visual.blocks.0.attn.qkv",
                 "llava": "model.multi_modal_projector.linear_1",
+                "llava_moe": "model.language_model.layers.1.self_attn.o_proj",
                 "qwen3moe": "model.layers.1.self_attn.o_proj"}[name]
         self.assertEqual(kinds[head], "Conv1D" if name == "gpt2" else quant)
-        if name in ("mixtral", "qwen3moe"):
-            self.assertTrue(kinds["model.layers.0.mlp.gate"].endswith(
+        if name in ("mixtral", "qwen3moe", "llava_moe"):
+            lm = "model.language_model" if name == "llava_moe" else "model"
+            self.assertTrue(kinds[lm + ".layers.0.mlp.gate"].endswith(
                 "TopKRouter"))
             for mod in (got, ref):
-                layer = mod.model.layers[0].mlp
+                layer = (mod.model.language_model if name == "llava_moe"
+                         else mod.model).layers[0].mlp
                 self.assertEqual(layer.gate.weight.dtype, dt)
                 self.assertEqual(layer.experts.gate_up_proj.dtype, dt)
         # Every parameter equal: the 4-bit and 8-bit codes, what stays.
@@ -231,6 +246,30 @@ class Heads(unittest.TestCase):
                     # cycles): let them go, or the unmount finds the
                     # mount busy and the daemon is killed.
                     gc.collect()
+
+    def test_llava_of_gpt2_refused(self):
+        # Its Conv1D weights are kept, but transformers renames LLaVA's
+        # modules on load (language_model.model.* to model.language_model.*),
+        # so no skip list names them: they loaded into Linear4bit modules
+        # (int8: the wrong layout; nf4: failed). Refused (stop 45, bug hunt).
+        torch.manual_seed(3)
+        m = T.LlavaForConditionalGeneration(T.LlavaConfig(
+            text_config=T.GPT2Config(n_embd=64, n_layer=1, n_head=2,
+                                     vocab_size=100, n_positions=32,
+                                     tie_word_embeddings=False),
+            vision_config=T.CLIPVisionConfig(
+                hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                num_attention_heads=2, image_size=32, patch_size=8),
+            image_token_index=99, tie_word_embeddings=False))
+        with tl.tempdir() as src:
+            m.save_pretrained(os.path.join(src, "lg"))
+            with tl.Mount(src) as mnt:
+                names = os.listdir(mnt.path)
+                self.assertIn("lg.bf16", names)
+                for view in ("nf4", "int8", "fp4"):
+                    self.assertNotIn("lg." + view, names)
+                with open(mnt.join(".castfs", "refused")) as f:
+                    self.assertIn("lg", [e["path"] for e in json.load(f)])
 
 
 if __name__ == "__main__":
