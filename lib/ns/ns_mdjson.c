@@ -309,25 +309,27 @@ static bool md_bad_weight(struct castfs_ns *ns, const char *dir,
 	return found;
 }
 
-/* Whether scan @s of @path is a model with views, its indexes and its
- * weight files' soundness aside. */
-static bool md_model_of(struct castfs_ns *ns, const char *path,
-			const struct ns_md_dir *s)
+/* 1 if scan @s of @path is a model with views, its indexes and its
+ * weight files' soundness aside, else 0; or a transient error (its
+ * config.json being written: the folder is not gone meanwhile). */
+static int md_model_of(struct castfs_ns *ns, const char *path,
+		       const struct ns_md_dir *s)
 {
 	struct castfs_md_quant q;
 	struct castfs_md_config c;
-	bool yes = false;
+	int rc;
 
-	if (s->pipeline) {
-		yes = true;
-	} else if (s->config && (s->nindex || md_any_valid(ns, path, s))) {
-		/* Unreadable or quantised in a layout castfs does not
-		 * dequantize: no views, not an error. */
-		yes = ns_dir_config(ns, path, &c) == 0 &&
-		      ns_ckpt_dir_quant(ns, path, &q) == 0 &&
-		      (!q.quantized || castfs_md_quant_dequantized(&q));
-	}
-	return yes;
+	if (s->pipeline)
+		return 1;
+	if (!s->config || !(s->nindex || md_any_valid(ns, path, s)))
+		return 0;
+	/* Unreadable or quantised in a layout castfs does not dequantize:
+	 * no views, not an error. */
+	rc = ns_dir_config(ns, path, &c);
+	if (rc)
+		return ns_err_transient(rc) ? rc : 0;
+	return ns_ckpt_dir_quant(ns, path, &q) == 0 &&
+	       (!q.quantized || castfs_md_quant_dequantized(&q));
 }
 
 /* Whether a shard of @sh is rejected (cut short, say): "shard X: <why>"
@@ -413,12 +415,15 @@ static bool md_index_refused(struct castfs_ns *ns, const char *dir,
 int ns_md_is_model(struct castfs_ns *ns, const char *path, bool *yes)
 {
 	struct ns_md_dir s;
-	int rc = ns_md_dir_scan(ns, path, &s);
+	int rc = ns_md_dir_scan(ns, path, &s), model = 0;
 
-	*yes = !rc && md_model_of(ns, path, &s) &&
-	       !md_bad_weight(ns, path, &s, NULL, 0) &&
+	if (!rc)
+		model = md_model_of(ns, path, &s);
+	*yes = model > 0 && !md_bad_weight(ns, path, &s, NULL, 0) &&
 	       !md_index_refused(ns, path, &s, NULL, 0);
 	ns_md_dir_fini(&s);
+	if (model < 0)
+		return model;
 	return rc == -ENOMEM ? rc : 0;
 }
 
@@ -427,7 +432,7 @@ bool ns_md_index_refusal(struct castfs_ns *ns, const char *path, char *why,
 {
 	struct ns_md_dir s;
 	bool refused = ns_md_dir_scan(ns, path, &s) == 0 &&
-		       md_model_of(ns, path, &s) &&
+		       md_model_of(ns, path, &s) > 0 &&
 		       (md_bad_weight(ns, path, &s, why, len) ||
 			md_index_refused(ns, path, &s, why, len));
 

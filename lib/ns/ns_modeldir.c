@@ -190,6 +190,8 @@ static int list_roots(struct castfs_ns *ns, const struct ns_node *dir,
 	bool model = false;
 	int rc = path ? ns_md_is_model(ns, path, &model) : -ENOMEM;
 
+	if (rc == -ESTALE)
+		rc = 0; /* its config.json being written: unlisted this time */
 	if (!rc && model && ns_src_stat(ns, path, &node.st) == 0) {
 		/* once per folder, not per view: bitsandbytes, ct */
 		const bool refused[2] = {

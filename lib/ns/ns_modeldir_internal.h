@@ -55,7 +55,8 @@ bool ns_md_dir_weights(const struct ns_md_dir *s);
 /* md_is_model - whether source directory @path holds a model that gets
  * views: a pipeline (model_index.json), or a config.json without
  * quantization_config next to an index or a valid *.safetensors.
- * Returns 0 (answer in *@yes) or a negative errno. */
+ * Returns 0 (answer in *@yes) or a negative errno: -ESTALE while its
+ * config.json is being written (a lookup fails, not ENOENT). */
 int ns_md_is_model(struct castfs_ns *ns, const char *path, bool *yes);
 
 /* ns_md_casts_only - whether the model in source directory @path is an

@@ -183,13 +183,19 @@ class BeingWritten(unittest.TestCase):
             with open(cfg, "r+b") as w:
                 w.write(tb[:cut])
                 w.flush()
+                # the parent still lists (the folder's views may be
+                # left out meanwhile)
+                self.assertIn("llama", os.listdir(m.path))
                 for view in ("fp8", "nf4", "fp8_dynamic"):
                     with self.subTest(view=view):
                         try:
                             c = json.load(open(m.join("llama." + view,
                                                       "config.json")))
-                        except OSError:
-                            continue  # refused while written: right
+                        except OSError as e:
+                            # refused while written, not gone: ENOENT
+                            # would tell a loader there is no model
+                            self.assertEqual(e.errno, errno.ESTALE)
+                            continue
                         self.assertIn((c["max_position_embeddings"],
                                        rope_theta(c)), whole)
                 try:
