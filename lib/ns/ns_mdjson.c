@@ -255,9 +255,16 @@ int ns_md_keep_of(struct castfs_ns *ns, const char *dir,
 		  const struct castfs_view *v)
 {
 	struct castfs_md_config c;
+	int rc;
 
-	if (v->kind == CASTFS_VIEW_CAST || ns_dir_config(ns, dir, &c))
+	if (v->kind == CASTFS_VIEW_CAST)
 		return 0;
+	/* config.json being written: not "no rules", which would plan the
+	 * shards with none (a MoE's experts quantised) while the config the
+	 * loader read says they are kept */
+	rc = ns_dir_config(ns, dir, &c);
+	if (rc)
+		return ns_err_transient(rc) ? rc : 0;
 	return castfs_md_keep_of(&c);
 }
 
@@ -760,6 +767,10 @@ static int md_build_index(struct castfs_ns *ns, const struct ns_node *n,
 	/* The variant spelling names the single-file views: no model rules. */
 	if (n->aux == MF_INDEX)
 		c.keep = ns_md_keep_of(ns, dir, n->view);
+	if (c.keep < 0) {
+		free(dir);
+		return c.keep;
+	}
 	rc = castfs_md_index_rewrite(text, len,
 				     n->aux == MF_VINDEX ? n->view->name : NULL,
 				     md_shard, &c, out, out_len, &d);

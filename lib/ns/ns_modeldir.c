@@ -456,6 +456,8 @@ static int mdir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 		rc = ns_md_dir_scan(ns, dir->path, &s);
 	if (!rc && kind == CASTFS_MD_WEIGHTS)
 		keep = ns_md_keep_of(ns, dir->path, dir->view);
+	if (keep < 0)
+		rc = keep;
 	if (!rc)
 		rc = view_child(ns, dir, name, &s, keep, child);
 	ns_md_dir_fini(&s);
@@ -490,7 +492,8 @@ static int mdir_list_entries(struct castfs_ns *ns, const struct ns_node *dir,
 			     DIR *dp, const struct ns_md_dir *s,
 			     struct ns_list *l)
 {
-	int rc = 0, keep = ns_md_keep_of(ns, dir->path, dir->view);
+	int keep = ns_md_keep_of(ns, dir->path, dir->view);
+	int rc = keep < 0 ? keep : 0;
 	struct dirent *de;
 
 	while (!rc && (errno = 0, de = readdir(dp))) {

@@ -81,7 +81,8 @@ bool ns_md_view_refused(struct castfs_ns *ns, const char *path,
 
 /* md_keep_of - the keep set (castfs_md_keep_id()) that view @v applies in
  * source directory @dir: that of the model_type of its config.json for
- * bitsandbytes views, else 0. */
+ * bitsandbytes views, else 0; or a transient error (-ESTALE: config.json
+ * being written), never 0 for a config it could not read now. */
 int ns_md_keep_of(struct castfs_ns *ns, const char *dir,
 		  const struct castfs_view *v);
 

@@ -160,6 +160,43 @@ class BeingWritten(unittest.TestCase):
                     self.assertNotEqual(got, raw)
                     self.assertEqual(got[8:9], b"{")
 
+    def test_moe_shard_while_config_is_written(self):
+        # A shard looked up or opened while config.json was open for
+        # writing was planned with no keep rules (the config unreadable
+        # counted as "none"): a Mixtral's experts quantised, while the
+        # config.json the loader had read says they are kept.
+        torch.manual_seed(3)
+        moe = T.MixtralForCausalLM(T.MixtralConfig(
+            hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+            num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+            num_local_experts=4, num_experts_per_tok=2))
+        src = os.path.join(self.root, "moe")
+        moe.to(torch.bfloat16).save_pretrained(os.path.join(src, "mix"))
+        del moe
+        with tl.Mount(src) as m:
+            name = m.join("mix.nf4", "model.safetensors")
+            with open(name, "rb") as f:
+                want = f.read()
+        with tl.Mount(src) as m:
+            os.stat(m.join("mix.nf4"))  # the folder, not its files
+            name = m.join("mix.nf4", "model.safetensors")
+            cfg = os.path.join(src, "mix", "config.json")
+            with open(cfg, "r+b") as w:  # the same text, written anew
+                w.write(open(cfg, "rb").read())
+                w.flush()
+                for op in (os.stat, lambda p: open(p, "rb").read()):
+                    try:
+                        got = op(name)
+                    except OSError as e:
+                        self.assertEqual(e.errno, errno.ESTALE)
+                        continue
+                    if isinstance(got, bytes):
+                        self.assertEqual(got, want)
+                    else:
+                        self.assertEqual(got.st_size, len(want))
+            with open(name, "rb") as f:
+                self.assertEqual(f.read(), want)
+
     def test_config_half_rewritten_is_not_read(self):
         src = self.fresh("config")
         cfg = os.path.join(src, "llama", "config.json")
