@@ -544,7 +544,8 @@ static bool md_named(char *const *names, size_t n, const char *name)
  * an index, the files it does not name; else, beside model.safetensors,
  * every other (a stray Mistral consolidated.safetensors would otherwise
  * add its tensors to the quantization_config). An index that cannot be
- * read keeps all: its view's shards are refused on their own. */
+ * read keeps all: its view's shards are refused on their own; one being
+ * written is -ESTALE. */
 static int md_loaded_weights(struct castfs_ns *ns, const char *dir,
 			     struct ns_md_dir *s)
 {
@@ -563,8 +564,9 @@ static int md_loaded_weights(struct castfs_ns *ns, const char *dir,
 			nkeep = 0;
 		free(text);
 		free(p);
+		/* being written: not "unreadable", which keeps every file */
 		if (rc)
-			return rc == -ENOMEM ? rc : 0;
+			return rc == -ENOMEM || rc == -ESTALE ? rc : 0;
 	} else if (md_named(s->weights, s->nweights, "model.safetensors")) {
 		keep = calloc(1, sizeof(*keep));
 		if (!keep || !(keep[0] = strdup("model.safetensors"))) {

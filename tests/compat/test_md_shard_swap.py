@@ -197,6 +197,37 @@ class BeingWritten(unittest.TestCase):
             with open(name, "rb") as f:
                 self.assertEqual(f.read(), want)
 
+    def test_ct_config_while_index_is_written(self):
+        # The index names the files transformers loads; one being written
+        # counted as unreadable, which keeps every weights file: a stray
+        # consolidated.safetensors then put its modules in the
+        # compressed-tensors config's ignore list.
+        src = self.fresh("ctidx")
+        d = os.path.join(src, "llama")
+        from safetensors.torch import save_file
+        # widths no multiple of w4a16's group: the ignore list's kind
+        save_file({"layers.0.attention.wq.weight":
+                   torch.ones(200, 200, dtype=torch.bfloat16)},
+                  os.path.join(d, "consolidated.safetensors"))
+        with tl.Mount(src) as m:
+            with open(m.join("llama.w4a16", "config.json"), "rb") as f:
+                want = f.read()
+        self.assertNotIn(b"layers.0.attention", want)
+        with tl.Mount(src) as m:
+            os.stat(m.join("llama.w4a16"))
+            idx = os.path.join(d, "model.safetensors.index.json")
+            with open(idx, "r+b") as w:  # the same text, written anew
+                w.write(open(idx, "rb").read())
+                w.flush()
+                try:
+                    with open(m.join("llama.w4a16", "config.json"),
+                              "rb") as f:
+                        self.assertEqual(f.read(), want)
+                except OSError as e:
+                    self.assertEqual(e.errno, errno.ESTALE)
+            with open(m.join("llama.w4a16", "config.json"), "rb") as f:
+                self.assertEqual(f.read(), want)
+
     def test_config_half_rewritten_is_not_read(self):
         src = self.fresh("config")
         cfg = os.path.join(src, "llama", "config.json")
