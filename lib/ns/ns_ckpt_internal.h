@@ -182,8 +182,8 @@ int ns_dir_config(struct castfs_ns *ns, const char *dir,
 
 /* ns_ckpt_dir_quant - the quantization_config of the config.json in
  * source directory @dir, zeroed when there is none or it cannot be read;
- * from the same parse as ns_dir_config(). Returns 0 or -ENOMEM.
- * Thread-safe. */
+ * from the same parse as ns_dir_config(). Returns 0, or a transient error
+ * (-ESTALE while it is being written, -ENOMEM...). Thread-safe. */
 int ns_ckpt_dir_quant(struct castfs_ns *ns, const char *dir,
 		      struct castfs_md_quant *q);
 

@@ -68,7 +68,9 @@ int ns_ckpt_dir_quant(struct castfs_ns *ns, const char *dir,
 	/* A config.json that is not an object still has no quantization
 	 * to dequantize: only a failure to look is an error. */
 	*q = rc && rc != -EINVAL ? (struct castfs_md_quant){ 0 } : c.quant;
-	return rc == -ENOMEM ? rc : 0;
+	/* Being written (ESTALE) is no "none": a shard parsed meanwhile as
+	 * if its folder declared nothing would be cached so. */
+	return ns_err_transient(rc) ? rc : 0;
 }
 
 void ns_dir_config_forget(struct castfs_ns *ns, const char *dir)

@@ -228,6 +228,38 @@ class BeingWritten(unittest.TestCase):
             with open(m.join("llama.w4a16", "config.json"), "rb") as f:
                 self.assertEqual(f.read(), want)
 
+    def test_fp8_block_shard_while_config_is_written(self):
+        # A shard's header parsed while its folder's config.json was open
+        # for writing took the config for one that declares nothing: FP8
+        # blocks of 64 read by the default of 128 (refused: its views
+        # vanished, ENOENT). Now ESTALE meanwhile, and right after.
+        import test_quant_src as q
+        bs, qc = q.BS, q.QC
+        q.BS, q.QC = 64, dict(q.QC, weight_block_size=[64, 64])
+        try:
+            src = os.path.join(self.root, "fp8b")
+            q.write_llama(os.path.join(src, "ds"), 256, 384, 4, 2, "300KB")
+        finally:
+            q.BS, q.QC = bs, qc
+        d = os.path.join(src, "ds")
+        names = [f.replace(".safetensors", ".bf16.safetensors")
+                 for f in files(d)]
+        with tl.Mount(src) as m:
+            want = {n: open(m.join("ds", n), "rb").read() for n in names}
+        cfg = os.path.join(d, "config.json")
+        with tl.Mount(src) as m:
+            with open(cfg, "r+b") as w:  # the same text, written anew
+                w.write(open(cfg, "rb").read())
+                w.flush()
+                for n in names:
+                    try:
+                        self.assertEqual(open(m.join("ds", n), "rb").read(),
+                                         want[n])
+                    except OSError as e:
+                        self.assertEqual(e.errno, errno.ESTALE, n)
+            for n in names:
+                self.assertEqual(open(m.join("ds", n), "rb").read(), want[n])
+
     def test_config_half_rewritten_is_not_read(self):
         src = self.fresh("config")
         cfg = os.path.join(src, "llama", "config.json")
