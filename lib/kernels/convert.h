@@ -34,6 +34,13 @@ enum {
 	 * E4M3 without it with the torch releases before.
 	 */
 	CASTFS_CVT_SATURATE = 1u << 0,
+	/*
+	 * F64 -> F16 only: round once, as numpy's astype(float16) does
+	 * (npy_doublebits_to_halfbits), not through float32 as torch does;
+	 * the two differ on about 1 element in 20,000. GGUF views follow
+	 * convert.py, which casts with numpy.
+	 */
+	CASTFS_CVT_ONE_ROUNDING = 1u << 1,
 };
 
 /*

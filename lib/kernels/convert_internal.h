@@ -38,6 +38,10 @@ struct castfs_cvt_table {
 };
 
 extern const struct castfs_cvt_table castfs_cvt_scalar;
+
+/* F64 -> F16 rounded once (CASTFS_CVT_ONE_ROUNDING); every ISA's. */
+void castfs_cvt_f64_f16_once(void *restrict dst, const void *restrict src,
+			     size_t n);
 #if CASTFS_HAVE_X86_KERNELS
 extern const struct castfs_cvt_table castfs_cvt_avx2;
 extern const struct castfs_cvt_table castfs_cvt_avx512;

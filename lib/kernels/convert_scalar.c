@@ -243,6 +243,54 @@ KERNELS_FROM(bf16, 16)
 KERNELS_FROM(e4m3, 8)
 KERNELS_FROM(e5m2, 8)
 
+/*
+ * numpy's npy_doublebits_to_halfbits: double -> half rounded once (to
+ * nearest, ties to even), overflow to Inf, a NaN keeping the top of its
+ * payload (never turning into Inf).
+ */
+static uint16_t f64_f16_once(uint64_t d)
+{
+	const uint64_t mant = UINT64_C(0x000fffffffffffff);
+	uint16_t sgn = (uint16_t)((d >> 48) & 0x8000);
+	uint64_t exp = d & UINT64_C(0x7ff0000000000000), sig = d & mant;
+
+	if (exp >= UINT64_C(0x40f0000000000000)) { /* >= 2^16, Inf, NaN */
+		uint16_t nan = (uint16_t)(0x7c00 + (sig >> 42));
+
+		if (exp == UINT64_C(0x7ff0000000000000) && sig)
+			return (uint16_t)(sgn | (nan == 0x7c00 ? 0x7c01 : nan));
+		return (uint16_t)(sgn | 0x7c00);
+	}
+	if (exp <= UINT64_C(0x3f00000000000000)) { /* below 2^-14 */
+		if (exp < UINT64_C(0x3e60000000000000))
+			return sgn; /* below 2^-25: zero */
+		/* the subnormal's bits up to bit 53, the rounding bit 52 */
+		sig = (sig | (mant + 1)) << ((exp >> 52) - 998);
+		if ((sig & UINT64_C(0x003fffffffffffff)) !=
+		    UINT64_C(0x0010000000000000))
+			sig += UINT64_C(0x0010000000000000);
+		return (uint16_t)(sgn | (sig >> 53));
+	}
+	/* a carry out of the significand steps the exponent: right, and
+	 * 65520 and up become Inf */
+	if ((sig & UINT64_C(0x000007ffffffffff)) !=
+	    UINT64_C(0x0000020000000000))
+		sig += UINT64_C(0x0000020000000000);
+	return (uint16_t)(sgn + ((exp - UINT64_C(0x3f00000000000000)) >> 42) +
+			  (sig >> 42));
+}
+
+void castfs_cvt_f64_f16_once(void *restrict dst, const void *restrict src,
+			     size_t n)
+{
+	const uint8_t *s = src;
+	uint8_t *o = dst;
+
+	for (size_t i = 0; i < n; i++)
+		castfs_store_le16(o + 2 * i,
+				  f64_f16_once(castfs_load_le64(s + 8 * i)));
+}
+
 /* @from == @to without flags is a copy: NaN payloads pass untouched. */
 static void copy_1(void *restrict dst, const void *restrict src, size_t n)
 {

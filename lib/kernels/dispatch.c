@@ -79,6 +79,11 @@ castfs_convert_fn castfs_convert_get_isa(enum castfs_isa isa,
 	unsigned sat = (flags & CASTFS_CVT_SATURATE) ? 1 : 0;
 	castfs_convert_fn fn;
 
+	if (flags == CASTFS_CVT_ONE_ROUNDING)
+		return castfs_isa_available(isa) && from == CASTFS_DTYPE_F64 &&
+				       to == CASTFS_DTYPE_F16 ?
+			       castfs_cvt_f64_f16_once :
+			       NULL;
 	if (!castfs_isa_available(isa) || (flags & ~CASTFS_CVT_SATURATE) ||
 	    s == CASTFS_CVT_NTYPES || d == CASTFS_CVT_NTYPES)
 		return NULL;

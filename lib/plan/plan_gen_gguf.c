@@ -80,6 +80,15 @@ static int quantize_raw(const struct castfs_qtensor *q, uint8_t *dst,
 	from16 = castfs_convert_get(CASTFS_DTYPE_F16, CASTFS_DTYPE_F32, 0);
 	if (!widen || !to16 || !from16)
 		return -EIO; /* unreachable: checked by the caller */
+	if (q->via_f16 && q->src_dtype == CASTFS_DTYPE_F64) {
+		/* numpy rounds a double to half once (convert.py); the
+		 * halves in x's bytes, widened into raw's (2n, 4n <= 8n) */
+		castfs_convert_get(CASTFS_DTYPE_F64, CASTFS_DTYPE_F16,
+				   CASTFS_CVT_ONE_ROUNDING)(x, raw, nel);
+		from16(raw, x, nel);
+		return castfs_gguf_quantize(q->qtype, dst, (const float *)raw,
+					    n);
+	}
 	widen(x, raw, nel);
 	if (q->via_f16) { /* through raw's bytes, read already */
 		to16(raw, x, nel);

@@ -353,9 +353,11 @@ static int add_data(void *ctx, struct castfs_pb *pb, size_t i)
 			.cols = o->shape[1],
 			.blocksize = CASTFS_GGUF_QK,
 			.src_dtype = o->t->dtype,
-			/* convert.py writes an F32 source as F16 (BF16
-			 * stays; F8 widens exactly) before llama-quantize */
-			.via_f16 = o->t->dtype == CASTFS_DTYPE_F32,
+			/* convert.py writes an F32 or F64 source as F16
+			 * (BF16 stays; F8 widens exactly) before
+			 * llama-quantize */
+			.via_f16 = o->t->dtype == CASTFS_DTYPE_F32 ||
+				   o->t->dtype == CASTFS_DTYPE_F64,
 		};
 
 		q.qtype = (uint8_t)block_qtype(o->type, &p.unit);
@@ -370,6 +372,9 @@ static int add_data(void *ctx, struct castfs_pb *pb, size_t i)
 		p.src_dtype = o->t->dtype;
 		p.dst_dtype = dst;
 		p.unit = castfs_dtype_bits(dst) / 8;
+		/* numpy's cast, as convert.py's (torch's rounds twice) */
+		if (o->t->dtype == CASTFS_DTYPE_F64 && dst == CASTFS_DTYPE_F16)
+			p.flags = CASTFS_CVT_ONE_ROUNDING;
 	}
 	return castfs_pb_append(pb, &p, gd->nbytes[i]);
 }

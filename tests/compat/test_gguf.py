@@ -75,6 +75,15 @@ def flux_tensors(dtype):
     w[5:] = rand((27, 64), g, 3.0)
     t["double_blocks.0.txt_mod.lin.weight"] = w
     out = {"model.diffusion_model." + k: v.to(dtype) for k, v in t.items()}
+    if dtype == torch.float64:
+        # Doubles a hair past the midpoint of two halves: float32 rounds
+        # them onto the midpoint, so torch's cast (through float32) and
+        # numpy's (once) part ways on every one.
+        h = (torch.randn(32, 64, generator=g) * 4).half().numpy()
+        up = np.nextafter(h, np.float16(np.inf))
+        mid = (h.astype(np.float64) + up.astype(np.float64)) / 2
+        out["model.diffusion_model.double_blocks.0.ties.weight"] = \
+            torch.from_numpy(mid + np.abs(mid) * 2.0 ** -40)
     out["first_stage_model.decoder.conv.weight"] = rand((64, 64), g).to(dtype)
     return out
 
@@ -159,6 +168,8 @@ class GGUFViews(unittest.TestCase):
         cls.sources = {
             "flux_bf16": ("flux", flux_tensors(torch.bfloat16)),
             "flux_f32": ("flux", flux_tensors(torch.float32)),
+            # convert.py casts F64 with numpy: one rounding to F16
+            "flux_f64": ("flux", flux_tensors(torch.float64)),
             "sdxl": ("sdxl", sdxl_tensors()),
         }
         for name, (_, t) in cls.sources.items():
@@ -191,11 +202,13 @@ class GGUFViews(unittest.TestCase):
             shape = list(v.shape)
             fixed = gguf_shape(arch, shape)
             qt = expected_type(arch, view, name, v.dtype, fixed or shape)
-            data = v.float().numpy()
-            if qt in (QT.Q8_0, QT.Q4_0, QT.Q4_1) and v.dtype == torch.float32:
-                # convert.py writes an F32 tensor as F16, which
-                # llama-quantize then quantises (a bug hunt: castfs
-                # quantised the F32 values)
+            data = v.numpy() if v.dtype == torch.float64 else \
+                v.float().numpy()
+            if qt in (QT.Q8_0, QT.Q4_0, QT.Q4_1) and \
+                    v.dtype in (torch.float32, torch.float64):
+                # convert.py writes an F32 or F64 tensor as F16 (numpy's
+                # cast: F64 rounded once), which llama-quantize then
+                # quantises (bug hunts: castfs quantised the F32 values)
                 data = data.astype(np.float16).astype(np.float32)
             out[name] = (qt, fixed, shape, data)
         return out
