@@ -29,13 +29,23 @@ struct llm_arch {
 	const char *hf; /* architectures[0] */
 	const char *name; /* general.architecture */
 	bool permute_qk; /* convert_hf_to_gguf LlamaModel.permute */
+	/* The head_dim transformers' config class gives a config.json
+	 * without one: convert_hf_to_gguf reads AutoConfig's to_dict() and
+	 * writes attention.key_length from it. HEAD_DIM_SPLIT: hidden /
+	 * heads, also for a null one (LlamaConfig, MistralConfig); 0: none
+	 * (Qwen2Config has no such field); else that default, for an absent
+	 * one only (Qwen3Config: 128; AutoConfig fails on a null one, and
+	 * the script falls back to config.json as it stands). */
+	uint32_t head_dim_default;
 };
 
+#define HEAD_DIM_SPLIT UINT32_MAX
+
 static const struct llm_arch llm_arches[] = {
-	{ "LlamaForCausalLM", "llama", true },
-	{ "MistralForCausalLM", "llama", true },
-	{ "Qwen2ForCausalLM", "qwen2", false },
-	{ "Qwen3ForCausalLM", "qwen3", false },
+	{ "LlamaForCausalLM", "llama", true, HEAD_DIM_SPLIT },
+	{ "MistralForCausalLM", "llama", true, HEAD_DIM_SPLIT },
+	{ "Qwen2ForCausalLM", "qwen2", false, 0 },
+	{ "Qwen3ForCausalLM", "qwen3", false, 128 },
 };
 
 /* What the builder knows of the model. */
@@ -47,6 +57,23 @@ struct llm {
 	double rope_theta, rms_eps;
 	uint32_t vocab_size;
 };
+
+/* m->head_dim of a config.json without an integer "head_dim", and whether
+ * the GGUF says it, as convert_hf_to_gguf does (llm_arch.head_dim_default):
+ * a Qwen3 of hidden 64 and 4 heads has heads of 128, not 16. */
+static void head_dim_default(struct llm *m)
+{
+	uint32_t def = m->arch->head_dim_default;
+	bool absent = !cJSON_GetObjectItemCaseSensitive(m->cfg, "head_dim");
+
+	m->head_dim = m->n_embd / m->n_head;
+	if (def == HEAD_DIM_SPLIT) {
+		m->has_head_dim = true;
+	} else if (def && absent) {
+		m->head_dim = def;
+		m->has_head_dim = true;
+	}
+}
 
 static int cfg_u32(const cJSON *cfg, const char *key, uint32_t *out,
 		   bool required, struct castfs_diag *d)
@@ -215,7 +242,7 @@ static int read_config(struct llm *m, const cJSON *cfg, struct castfs_diag *d)
 	if (!m->n_head || !m->n_head_kv || m->n_head % m->n_head_kv)
 		return castfs_diag_set(d, -EINVAL, "GGUF: head counts");
 	if (!m->has_head_dim)
-		m->head_dim = m->n_embd / m->n_head;
+		head_dim_default(m);
 	if (!m->head_dim || m->head_dim % 2)
 		return castfs_diag_set(d, -EINVAL, "GGUF: odd head_dim");
 	rc = cfg_double(cfg, "rope_theta", 10000.0, &m->rope_theta, d);

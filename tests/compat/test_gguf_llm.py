@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import unittest
 
+import llama_cpp
 import numpy as np
 import torch
 from gguf import GGMLQuantizationType as QT
@@ -54,7 +55,7 @@ GGUF_ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2",
              "qwen3": "qwen3"}
 
 
-def make_model(out, arch):
+def make_model(out, arch, head_dim=16):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -68,7 +69,7 @@ def make_model(out, arch):
     cfg = AutoConfig.for_model(
         arch, vocab_size=len(tok.get_vocab()), hidden_size=64,
         intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+        num_key_value_heads=2, head_dim=head_dim, max_position_embeddings=256,
         bos_token_id=0, eos_token_id=1, tie_word_embeddings=False,
         rms_norm_eps=1e-5, rope_theta=50000.0)
     model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
@@ -225,6 +226,33 @@ class LLMGGUF(unittest.TestCase):
                         want = quants.quantize(data, qt)
                         self.assertEqual(np.asarray(t.data).tobytes(),
                                          want.tobytes(), t.name)
+
+    def test_head_dim_of_a_config_without_one(self):
+        # convert_hf_to_gguf.py reads AutoConfig's to_dict(), whose class
+        # fills in head_dim: hidden / heads for Llama, 128 for Qwen3. castfs
+        # wrote no key_length then, and llama.cpp took a Qwen3's heads for
+        # 64 / 4 = 16 and failed to load it (a bug hunt).
+        with tl.tempdir() as src:
+            for arch, hd in (("llama", 16), ("qwen3", 128), ("qwen2", 16)):
+                d = os.path.join(src, arch)
+                make_model(d, arch, head_dim=hd)
+                edit_json(os.path.join(d, "config.json"),
+                          lambda c: c.pop("head_dim", None))
+            with tl.Mount(src) as m:
+                for arch in ("llama", "qwen3", "qwen2"):
+                    with self.subTest(arch=arch):
+                        d = os.path.join(src, arch)
+                        want = AutoConfig.from_pretrained(d).to_dict().get(
+                            "head_dim")
+                        path = m.join(arch + ".f16.gguf")
+                        r = GGUFReader(path)
+                        key = GGUF_ARCH[arch] + ".attention.key_length"
+                        got = r.fields[key].contents() \
+                            if key in r.fields else None
+                        del r
+                        self.assertEqual(got, want)
+                        llm = llama_cpp.Llama(path, n_ctx=64, verbose=False)
+                        llm.close()
 
     def test_tokenizer_vocab(self):
         d, _ = self.models["llama"]
