@@ -268,24 +268,30 @@ int ns_md_keep_of(struct castfs_ns *ns, const char *dir,
 	return castfs_md_keep_of(&c);
 }
 
-static bool md_any_valid(struct castfs_ns *ns, const char *dir,
-			 const struct ns_md_dir *s)
+/* 1 if a weights file of scan @s of @dir is a valid checkpoint, else 0;
+ * or the transient error of one (being written, its config.json too: a
+ * folder is not "without weights" meanwhile). */
+static int md_any_valid(struct castfs_ns *ns, const char *dir,
+			const struct ns_md_dir *s)
 {
-	bool found = false;
+	int err = 0;
 
-	for (size_t i = 0; !found && i < s->nweights; i++) {
+	for (size_t i = 0; i < s->nweights; i++) {
 		char *p =
 			ns_path_join(dir, s->weights[i], strlen(s->weights[i]));
 		struct ns_ckpt *ck;
 		struct stat st;
+		int rc = p ? ns_ckpt_valid(ns, p, &st, &ck) : -ENOMEM;
 
-		if (p && ns_ckpt_valid(ns, p, &st, &ck) == 0) {
-			ns_ckpt_put(ns, ck);
-			found = true;
-		}
 		free(p);
+		if (!rc) {
+			ns_ckpt_put(ns, ck);
+			return 1;
+		}
+		if (ns_err_transient(rc))
+			err = rc;
 	}
-	return found;
+	return err;
 }
 
 /*
@@ -328,8 +334,13 @@ static int md_model_of(struct castfs_ns *ns, const char *path,
 
 	if (s->pipeline)
 		return 1;
-	if (!s->config || !(s->nindex || md_any_valid(ns, path, s)))
+	if (!s->config)
 		return 0;
+	if (!s->nindex) {
+		rc = md_any_valid(ns, path, s);
+		if (rc <= 0)
+			return rc;
+	}
 	/* Unreadable or quantised in a layout castfs does not dequantize:
 	 * no views, not an error. */
 	rc = ns_dir_config(ns, path, &c);
