@@ -46,10 +46,11 @@ static int packed_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	if (!path)
 		return -ENOMEM;
 	rc = ns_ckpt_valid(ns, path, &child->st, &ck);
-	if (!rc && !ck->zix)
-		rc = -ENOENT; /* a plain file appeared meanwhile */
-	if (!rc)
+	if (!rc) {
+		if (!ck->zix)
+			rc = -ENOENT; /* a plain file appeared meanwhile */
 		ns_ckpt_put(ns, ck);
+	}
 	if (rc) {
 		free(path);
 		return rc;

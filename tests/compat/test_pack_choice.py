@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 import unittest
 
@@ -141,6 +142,41 @@ class PackChoice(unittest.TestCase):
                 self.assertEqual(sorted(got), sorted(self.a))
                 got = load_file(self.m(name + ".fp16.safetensors"))
                 self.assertEqual(sorted(got), sorted(self.b))
+
+    def test_lookup_racing_a_rename(self):
+        # A lookup of X.safetensors that found no file, then a checkpoint
+        # there by the time the pack extension parsed it, kept its
+        # reference for good (the entry and its plans leaked: the
+        # sanitizer build's unmount fails; a bug hunt).
+        d = os.path.join(self.src, "race")
+        os.mkdir(d)
+        a, b = os.path.join(d, "t.safetensors"), os.path.join(d, "x.safetensors")
+        shutil.copy(os.path.join(self.work, "a.safetensors"), a)
+        stop = time.time() + 5
+        errs = []
+
+        def flip():
+            while time.time() < stop:
+                try:
+                    os.rename(a, b)
+                    os.rename(b, a)
+                except OSError as e:
+                    errs.append(e)
+
+        def look():
+            while time.time() < stop:
+                try:
+                    os.stat(self.m("race", "x.safetensors"))
+                except FileNotFoundError:
+                    pass
+
+        ts = [threading.Thread(target=flip)] + \
+            [threading.Thread(target=look) for _ in range(3)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        self.assertEqual(errs, [])
 
     def test_model_folder_views_follow_the_rule(self):
         names = os.listdir(self.m("llama"))
