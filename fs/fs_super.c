@@ -37,6 +37,7 @@
 #define SV_STABLE_S 10 /* a daemon up this long resets the count */
 #define SV_WATCH_MS 1000 /* how often the serving daemon is looked at */
 #define SV_DYING_S 2.0 /* main thread gone this long: taken for dead */
+#define SV_RETIRE_S 5.0 /* a retired daemon's requests resent after */
 
 struct sv {
 	struct fuse_session *se;
@@ -61,6 +62,8 @@ struct sv {
 	bool had_failure; /* a daemon crashed: our exit status says so */
 	bool reload_due; /* a reload came while sv->next was starting */
 	double dying_since; /* sv->cur's main thread seen gone, or 0 */
+	double retired_at; /* when sv->retiring was told to leave */
+	bool retiring_resent; /* sv_check_retiring() resent for it */
 	char pidfile[PATH_MAX + 32]; /* ours, "" when none was written */
 };
 
@@ -338,6 +341,12 @@ static void sv_next_ready(struct sv *sv)
 	close(sv->ready_fd);
 	sv->ready_fd = -1;
 	if (sv->cur) { /* a reload: the old one finishes and leaves */
+		/* the clock of the oldest one not resent for: reloads
+		 * every second must not keep a stuck one waiting */
+		if (!sv->retiring || sv->retiring_resent) {
+			sv->retired_at = now_s();
+			sv->retiring_resent = false;
+		}
 		sv->retiring = sv->cur;
 		kill(sv->retiring, SIGTERM);
 	}
@@ -496,7 +505,8 @@ static int sv_timeout_ms(const struct sv *sv)
 		left = ts_s(&sv->restart_at) - now_s();
 		t = left <= 0 ? 0 : (int)(left * 1000) + 1;
 	}
-	if (sv->cur && !sv->stopping && (t < 0 || t > SV_WATCH_MS))
+	if (((sv->cur && !sv->stopping) || sv->retiring) &&
+	    (t < 0 || t > SV_WATCH_MS))
 		t = SV_WATCH_MS; /* sv_check_dying() */
 	return t;
 }
@@ -570,6 +580,29 @@ static void sv_check_dying(struct sv *sv)
 	sv_reap_cur(sv, SIGKILL); /* as the kill's own status: at once */
 }
 
+/*
+ * A daemon a reload retired that is still there SV_RETIRE_S later: its
+ * requests are resent to the serving daemon, once. Told to finish and
+ * leave, a daemon whose watcher is inside an invalidation behind a
+ * listing's directory lock never answers the READDIR it read, never exits,
+ * and so was never reaped and resent: the directory hung for good, and
+ * every later daemon's watcher with it (a bug hunt: 800 files changing,
+ * listed, reloaded every second, hung in 20 s). A retiring daemon that is
+ * only slow answers a request the serving one answers too: the first reply
+ * wins, the kernel drops the other.
+ */
+static void sv_check_retiring(struct sv *sv)
+{
+	if (!sv->retiring || sv->retiring_resent ||
+	    now_s() - sv->retired_at < SV_RETIRE_S)
+		return;
+	sv->retiring_resent = true;
+	sv_log("a retired daemon is still running after %.0f s: its requests "
+	       "go to the serving one",
+	       SV_RETIRE_S);
+	sv_resend(sv);
+}
+
 /* One round of the event loop. */
 static void sv_poll(struct sv *sv)
 {
@@ -597,6 +630,7 @@ static void sv_poll(struct sv *sv)
 			sv_log("reload: cannot start a daemon");
 	}
 	sv_check_dying(sv);
+	sv_check_retiring(sv);
 	if (sv->restart_due && !sv->stopping && sv_timeout_ms(sv) == 0 &&
 	    sv_spawn(sv, true))
 		sv_schedule(sv);

@@ -735,6 +735,74 @@ def abort_connection(mnt):
 
 
 class StuckWatcher(unittest.TestCase):
+    def test_reloads_while_a_changing_directory_is_listed(self):
+        """A daemon retired by a reload, its watcher inside an
+        invalidation behind a listing's directory lock, never answered the
+        READDIR it had read and never exited: never reaped, nothing was
+        resent, and the directory hung for good (a bug hunt: within 20 s).
+        The supervisor now resends a retired daemon's requests SV_RETIRE_S
+        after it was told to leave."""
+        secs = SECONDS  # 30, or CASTFS_RESTART_SECONDS (TSan: 10)
+        with tl.tempdir() as src:
+            d = os.path.join(src, "many")
+            os.mkdir(d)
+            for i in range(800):
+                rc.write_ckpt(os.path.join(d, "m%04d.safetensors" % i),
+                              i % 5, 1)
+            m = tl.Mount(src)
+            stop = [time.time() + secs]
+            progress = {k: time.time() for k in range(3)}
+
+            def churn():
+                r = random.Random(1)
+                while time.time() < stop[0]:
+                    p = os.path.join(d, "n%04d.safetensors" % r.randrange(400))
+                    try:
+                        if os.path.exists(p):
+                            os.unlink(p)
+                        else:
+                            rc.write_ckpt(p, 1, 1)
+                    except OSError:
+                        pass
+
+            def lister(k):
+                while time.time() < stop[0]:
+                    try:
+                        os.listdir(m.join("many"))
+                    except OSError:
+                        pass
+                    progress[k] = time.time()
+
+            def reloader():
+                while time.time() < stop[0]:
+                    time.sleep(1.0)
+                    subprocess.run([tl.castfs_binary(), "reload", m.path],
+                                   capture_output=True, timeout=60)
+
+            ts = [threading.Thread(target=churn, daemon=True),
+                  threading.Thread(target=reloader, daemon=True)] + \
+                [threading.Thread(target=lister, args=(k,), daemon=True)
+                 for k in range(3)]
+            for t in ts:
+                t.start()
+            worst = 0.0
+            while time.time() < stop[0] + 5:
+                time.sleep(1)
+                worst = max(worst, max(time.time() - v
+                                       for v in progress.values()))
+                if worst > 20:
+                    break
+            stop[0] = 0
+            if worst > 20:  # hung: nothing would answer the unmount
+                abort_connection(m.path)
+                m.proc.kill()
+                m.proc.wait()
+                subprocess.run(["fusermount3", "-uz", m.path])
+                self.fail("a listing made no progress for 20 s")
+            for t in ts:
+                t.join(60)
+            self.assertEqual(m.unmount(), 0)
+
     def test_kill_while_the_watcher_waits_for_a_lookup(self):
         """The source watcher tells the kernel to drop a changed name; that
         waits, uninterruptibly, for the directory lock a lookup holds while
