@@ -188,6 +188,20 @@ bool cli_exists(const char *path);
 void cli_out_abort(struct cli_out *w);
 
 /*
+ * cli_quote_next - the length of the character at @s (@n bytes left), and
+ * in *@esc whether `castfs info` writes it as \xHH escapes: what
+ * castfs_escape_buf() escapes (bytes that are not UTF-8, C0 and C1
+ * controls, DEL, the backslash; a terminal obeys CSI U+009B as it does
+ * ESC [), and quotes.
+ */
+size_t cli_quote_next(const char *s, size_t n, bool *esc);
+
+/* cli_put_quoted - @n bytes of @s between quotes, what cli_quote_next()
+ * escapes as \xHH; returns the columns taken (one per character, four per
+ * escaped byte, the quotes). */
+int cli_put_quoted(const char *s, size_t n);
+
+/*
  * cli_stdout_close - flush and close stdout, where @cmd printed its output:
  * a write that failed there (a full disk, an I/O error) is reported on
  * stderr as "castfs CMD: write error: REASON", or a redirect to a full

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 
 #include "cli.h"
 #include "fs.h"
+#include "common/escape.h"
 #include "common/reader.h"
 #include "format/st_side.h"
 
@@ -412,4 +414,34 @@ void cli_exit_signalled(void)
 		return;
 	signal(sig, SIG_DFL);
 	raise(sig);
+}
+
+size_t cli_quote_next(const char *s, size_t n, bool *esc)
+{
+	size_t len = castfs_escape_next(s, n, esc);
+
+	*esc = *esc || *s == '"';
+	return len;
+}
+
+int cli_put_quoted(const char *s, size_t n)
+{
+	size_t cols = 2;
+	bool esc;
+
+	putchar('"');
+	for (size_t i = 0; i < n;) {
+		size_t len = cli_quote_next(s + i, n - i, &esc);
+
+		for (size_t k = 0; k < len; k++) {
+			if (esc)
+				printf("\\x%02x", (unsigned char)s[i + k]);
+			else
+				putchar(s[i + k]);
+		}
+		cols += esc ? 4 * len : 1;
+		i += len;
+	}
+	putchar('"');
+	return cols > INT32_MAX ? INT32_MAX : (int)cols;
 }

@@ -43,20 +43,6 @@ static void info_usage(FILE *f)
 		"castfs-info(1).\n");
 }
 
-/*
- * The length of the character at @s (@n bytes left), and in *@esc whether
- * it is written as \xHH escapes: what castfs_escape_buf() escapes (bytes
- * that are not UTF-8, C0 and C1 controls, DEL, the backslash; a terminal
- * obeys CSI U+009B as it does ESC [), and quotes.
- */
-static size_t name_next(const char *s, size_t n, bool *esc)
-{
-	size_t len = castfs_escape_next(s, n, esc);
-
-	*esc = *esc || *s == '"';
-	return len;
-}
-
 /* Whether name @s (@n bytes) prints as it is, not quoted: none of its
  * characters is escaped (but a backslash: unquoted, it says nothing) nor a
  * space. */
@@ -65,7 +51,7 @@ static bool name_plain(const char *s, size_t n)
 	bool plain = strlen(s) == n && n > 0, esc;
 
 	for (size_t i = 0; plain && i < n;) {
-		size_t len = name_next(s + i, n - i, &esc);
+		size_t len = cli_quote_next(s + i, n - i, &esc);
 
 		plain = (!esc || s[i] == '\\') && s[i] != ' ';
 		i += len;
@@ -83,7 +69,7 @@ static int name_cols(const char *s, size_t n)
 	size_t cols = plain ? 0 : 2, i = 0;
 
 	while (i < n) {
-		size_t len = name_next(s + i, n - i, &esc);
+		size_t len = cli_quote_next(s + i, n - i, &esc);
 
 		cols += !plain && esc ? 4 * len : 1;
 		i += len;
@@ -95,26 +81,11 @@ static int name_cols(const char *s, size_t n)
  * Returns the columns taken. */
 static int print_name(const char *s, size_t n)
 {
-	bool esc;
-
 	if (name_plain(s, n)) {
 		fputs(s, stdout);
 		return name_cols(s, n);
 	}
-	putchar('"');
-	for (size_t i = 0; i < n;) {
-		size_t len = name_next(s + i, n - i, &esc);
-
-		for (size_t k = 0; k < len; k++) {
-			if (esc)
-				printf("\\x%02x", (unsigned char)s[i + k]);
-			else
-				putchar(s[i + k]);
-		}
-		i += len;
-	}
-	putchar('"');
-	return name_cols(s, n);
+	return cli_put_quoted(s, n);
 }
 
 static void print_dtypes(const struct castfs_header *h)

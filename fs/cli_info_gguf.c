@@ -26,20 +26,6 @@
 
 static int print_quoted(const char *s, uint64_t n);
 
-/*
- * The length of the character at @s (@n bytes left), and in *@esc whether
- * it is written as \xHH escapes: what castfs_escape_buf() escapes (bytes
- * that are not UTF-8, C0 and C1 controls, DEL, the backslash; a terminal
- * obeys CSI U+009B as it does ESC [), and quotes.
- */
-static size_t show_next(const char *s, size_t n, bool *esc)
-{
-	size_t len = castfs_escape_next(s, n, esc);
-
-	*esc = *esc || *s == '"';
-	return len;
-}
-
 /* Name @s as it is when plain (nothing escaped, no space), else quoted
  * like print_quoted(); padded to @width columns. */
 static void print_ident(const char *s, int width)
@@ -49,7 +35,7 @@ static void print_ident(const char *s, int width)
 	int w;
 
 	for (size_t i = 0; plain && i < n;) {
-		size_t len = show_next(s + i, n - i, &esc);
+		size_t len = cli_quote_next(s + i, n - i, &esc);
 
 		plain = !esc && s[i] != ' ';
 		i += len;
@@ -61,28 +47,13 @@ static void print_ident(const char *s, int width)
 	printf("%*s", width > w ? width - w : 0, "");
 }
 
-/* @s (@n bytes) quoted, what show_next() escapes as \xHH, cut after
+/* @s (@n bytes) quoted, what cli_quote_next() escapes as \xHH, cut after
  * SHOW_MAX bytes. Returns the columns of the quoted string. */
 static int print_quoted(const char *s, uint64_t n)
 {
 	size_t k = n > SHOW_MAX ? SHOW_MAX : (size_t)n;
-	int cols = 2;
-	bool esc;
+	int cols = cli_put_quoted(s, k);
 
-	putchar('"');
-	for (size_t i = 0; i < k;) {
-		size_t len = show_next(s + i, k - i, &esc);
-
-		for (size_t j = 0; j < len; j++) {
-			if (esc)
-				printf("\\x%02x", (unsigned char)s[i + j]);
-			else
-				putchar(s[i + j]);
-		}
-		cols += esc ? 4 * (int)len : 1;
-		i += len;
-	}
-	putchar('"');
 	if (k < n)
 		printf("... (%" PRIu64 " bytes)", n);
 	return cols;
