@@ -358,7 +358,9 @@ int ns_opendir_how(struct castfs_ns *ns, uint64_t id, struct castfs_dir **out,
 	return rc;
 }
 
-int castfs_ns_open(struct castfs_ns *ns, uint64_t id, struct castfs_file **out)
+/* Open file @id; @again: for a handle a previous daemon opened. */
+static int ns_open_how(struct castfs_ns *ns, uint64_t id, bool again,
+		       struct castfs_file **out)
 {
 	struct ns_node n;
 	int rc = node_get(ns, id, &n);
@@ -369,25 +371,21 @@ int castfs_ns_open(struct castfs_ns *ns, uint64_t id, struct castfs_file **out)
 		rc = ops_of(&n)->open(ns, &n, out);
 	else
 		rc = ops_of(&n)->list ? -EISDIR : -EINVAL;
+	if (!rc && again && ops_of(&n) == &ns_kind_ctl_file)
+		ns_file_fresh_text(*out);
 	ns_node_put_copy(&n);
 	return rc;
+}
+
+int castfs_ns_open(struct castfs_ns *ns, uint64_t id, struct castfs_file **out)
+{
+	return ns_open_how(ns, id, false, out);
 }
 
 int castfs_ns_reopen(struct castfs_ns *ns, uint64_t id,
 		     struct castfs_file **out)
 {
-	struct ns_node n;
-	int rc = node_get(ns, id, &n);
-	bool ctl;
-
-	if (rc)
-		return rc;
-	ctl = ops_of(&n) == &ns_kind_ctl_file;
-	ns_node_put_copy(&n);
-	rc = castfs_ns_open(ns, id, out);
-	if (!rc && ctl)
-		ns_file_fresh_text(*out);
-	return rc;
+	return ns_open_how(ns, id, true, out);
 }
 
 ssize_t castfs_ns_getxattr(struct castfs_ns *ns, uint64_t id, const char *name,

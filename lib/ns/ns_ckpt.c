@@ -337,9 +337,8 @@ static void ck_quant(struct castfs_ns *ns, struct ns_ckpt *ck)
 static void ck_load(struct castfs_ns *ns, struct ns_ckpt *ck,
 		    const struct stat *st)
 {
-	const struct castfs_source_guard *g = ns->guard;
 	int fd = ns_src_open_in(ns, ck->path, O_RDONLY);
-	int watch;
+	int begun;
 
 	if (fd < 0) {
 		ck->err = fd;
@@ -347,22 +346,19 @@ static void ck_load(struct castfs_ns *ns, struct ns_ckpt *ck,
 			 strerror(-fd));
 		return;
 	}
-	watch = ns_guard_watch(ns, fd);
-	if (watch < 0) {
-		ck_fail(ck, watch, "being written");
+	begun = ns_guard_read_begin(ns, fd);
+	if (begun < 0) {
+		ck_fail(ck, begun,
+			begun == -EAGAIN ? "being written" :
+					   "changed while being read");
 		goto out_close;
 	}
-	if (watch == 0 && !g->enter(g->ctx, fd))
-		ck_fail(ck, -ESTALE, "changed while being read");
-	else
-		ck_parse(ns, ck, fd, st);
-	if (watch == 0 && !g->leave(g->ctx, fd) && !ck->err) {
+	ck_parse(ns, ck, fd, st);
+	if (!ns_guard_read_end(ns, fd, begun) && !ck->err) {
 		castfs_header_free(ck->h);
 		ck->h = NULL;
 		ck_fail(ck, -ESTALE, "changed while being read");
 	}
-	if (watch == 0)
-		ns_guard_unwatch(ns, fd);
 out_close:
 	close(fd);
 	if (ck->h)

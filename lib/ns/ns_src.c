@@ -116,25 +116,16 @@ static int read_whole(struct castfs_ns *ns, int fd, size_t len, char **out)
 static int read_one_version(struct castfs_ns *ns, int fd, const struct stat *st,
 			    char **out)
 {
-	const struct castfs_source_guard *g = ns->guard;
-	int rc, watch = ns_guard_watch(ns, fd);
+	int rc, begun = ns_guard_read_begin(ns, fd);
 	struct stat after;
+	bool quiet;
 
-	if (watch < 0)
+	if (begun < 0)
 		return -ESTALE; /* being written: a text of no version yet */
-	if (watch == 0 && !g->enter(g->ctx, fd)) {
-		ns_guard_unwatch(ns, fd);
-		return -ESTALE;
-	}
 	rc = read_whole(ns, fd, (size_t)st->st_size, out);
-	if (watch == 0) {
-		if (!g->leave(g->ctx, fd) && !rc) {
-			free(*out);
-			rc = -ESTALE;
-		}
-		ns_guard_unwatch(ns, fd);
-	} else if (!rc &&
-		   (fstat(fd, &after) < 0 || !ns_same_file(&after, st))) {
+	quiet = ns_guard_read_end(ns, fd, begun);
+	if (!rc && (!quiet || (begun && (fstat(fd, &after) < 0 ||
+					 !ns_same_file(&after, st))))) {
 		free(*out);
 		rc = -ESTALE;
 	}
@@ -180,4 +171,28 @@ int ns_guard_watch(struct castfs_ns *ns, int fd)
 void ns_guard_unwatch(struct castfs_ns *ns, int fd)
 {
 	ns->guard->unwatch(ns->guard->ctx, fd);
+}
+
+int ns_guard_read_begin(struct castfs_ns *ns, int fd)
+{
+	int watch = ns_guard_watch(ns, fd);
+
+	if (watch != 0)
+		return watch;
+	if (!ns->guard->enter(ns->guard->ctx, fd)) {
+		ns_guard_unwatch(ns, fd);
+		return -ESTALE;
+	}
+	return 0;
+}
+
+bool ns_guard_read_end(struct castfs_ns *ns, int fd, int begun)
+{
+	bool quiet;
+
+	if (begun != 0)
+		return true;
+	quiet = ns->guard->leave(ns->guard->ctx, fd);
+	ns_guard_unwatch(ns, fd);
+	return quiet;
 }

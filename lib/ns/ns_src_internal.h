@@ -40,6 +40,17 @@ int ns_guard_watch(struct castfs_ns *ns, int fd);
 /* ns_guard_unwatch - undo ns_guard_watch() when it returned 0. */
 void ns_guard_unwatch(struct castfs_ns *ns, int fd);
 
+/*
+ * ns_guard_read_begin - bracket a one-off read of source @fd (a header, a
+ * text) with the guard: -EAGAIN if a writer has it open now, -ESTALE if
+ * one came as watching began; 0: watched; 1: cannot be watched (the caller
+ * compares the identity again after the read). ns_guard_read_end() takes
+ * what it returned (0 or 1): false if a writer came during the read, whose
+ * result must be dropped.
+ */
+int ns_guard_read_begin(struct castfs_ns *ns, int fd);
+bool ns_guard_read_end(struct castfs_ns *ns, int fd, int begun);
+
 /* The largest text source (config.json, index.json) castfs reads. */
 #define NS_TEXT_MAX (64u << 20)
 
