@@ -37,7 +37,8 @@ struct zst_frame {
 
 struct castfs_zcache {
 	pthread_mutex_t lock;
-	size_t capacity, used;
+	size_t capacity;
+	size_t used; /* bytes of the cached frames that are decoded */
 	struct zst_frame *buckets[ZC_BUCKETS];
 	struct zst_frame *head, *tail;
 	pthread_cond_t decoded; /* a frame left state 0 */
@@ -133,7 +134,8 @@ static void zc_drop(struct castfs_zcache *c, struct zst_frame *f)
 		pp = &(*pp)->hnext;
 	*pp = f->hnext;
 	lru_unlink(c, f);
-	c->used -= f->size;
+	if (f->state == 1)
+		c->used -= f->size;
 	f->cached = false;
 	if (--f->refs == 0)
 		free(f);
@@ -154,29 +156,53 @@ static struct zst_frame *zc_find(struct castfs_zcache *c, uint64_t id,
 	return NULL;
 }
 
-/*
- * Make room for and insert @f (held by the caller). Under the lock. A
- * frame larger than the whole cache is kept alone rather than not at all:
- * each read request that cuts it would decode it again otherwise, 33
- * times the bytes for a sequential read of a pack written with 32 MiB
- * frames (castfs pack --frame-size 32M, or another seekable writer)
- * through 1 MiB requests. The cache then holds one frame, at most
- * CASTFS_ZST_MAX_FRAME, over its capacity. Capacity 0 keeps nothing.
- */
+/* Insert @f (held by the caller, being decoded). Under the lock.
+ * Capacity 0 keeps nothing. */
 static void zc_insert_locked(struct castfs_zcache *c, struct zst_frame *f)
 {
 	struct zst_frame **slot = zc_slot(c, f->id, f->frame);
 
 	if (c->capacity == 0)
 		return; /* decoded for this read only */
-	while (c->tail && c->used + f->size > c->capacity)
-		zc_drop(c, c->tail);
 	f->hnext = *slot;
 	*slot = f;
 	lru_push(c, f);
-	c->used += f->size;
 	f->cached = true;
 	f->refs++;
+}
+
+/*
+ * @f (cached) is decoded now: make room for it among the decoded frames,
+ * dropping others least recently used first. Under the lock.
+ *
+ * A frame is charged to the capacity once decoded, not when its decode
+ * starts: frames being decoded are bounded by the in-flight limit
+ * instead, and dropping one frees nothing (its decoder holds it) but
+ * makes the next request for it decode it again. Making room at the
+ * start dropped the frame the requests still in flight needed: at the
+ * boundary of two frames larger than the cache (read-ahead sends their
+ * requests at once), the next frame's start dropped the previous one; a
+ * late request for the previous one's end decoded it again and dropped
+ * the next one, being decoded, and the next one's other requests
+ * decoded that again: each frame twice (seen in CI).
+ *
+ * A frame larger than the whole cache is kept alone rather than not at
+ * all: each read request that cuts it would decode it again otherwise, 33
+ * times the bytes for a sequential read of a pack written with 32 MiB
+ * frames (castfs pack --frame-size 32M, or another seekable writer)
+ * through 1 MiB requests. The decoded frames then take one frame, at most
+ * CASTFS_ZST_MAX_FRAME, over the capacity.
+ */
+static void zc_charge_locked(struct castfs_zcache *c, struct zst_frame *f)
+{
+	struct zst_frame *v = c->tail, *prev;
+
+	for (; v && c->used + f->size > c->capacity; v = prev) {
+		prev = v->prev;
+		if (v != f && v->state == 1)
+			zc_drop(c, v);
+	}
+	c->used += f->size;
 }
 
 static void zc_release(struct castfs_zcache *c, struct zst_frame *f)
@@ -639,6 +665,8 @@ static int frame_get(const struct castfs_zst_index *ix,
 	f->state = rc ? rc : 1;
 	if (rc && f->cached)
 		zc_drop(c, f); /* the next read tries again */
+	else if (f->cached)
+		zc_charge_locked(c, f);
 	pthread_cond_broadcast(&c->decoded);
 	pthread_mutex_unlock(&c->lock);
 out:

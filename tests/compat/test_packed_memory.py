@@ -133,9 +133,17 @@ class PackedMemory(unittest.TestCase):
                                      v, (zst["bytes_decoded"] - d0) / 2**20,
                                      len(got[v]) / 2**20,
                                      zst["cached_bytes"] / 2**20))
-                # Both frames once, and the header's; one frame again at
-                # most (a request waiting on another's decode).
-                self.assertLess(zst["bytes_decoded"] - d0, 3 * frame)
+                # Both frames once, and the header's (a few bytes). The
+                # workers take read-ahead's requests in any order; a
+                # request for the first frame's end that reaches the
+                # cache only after the second frame is decoded (taken
+                # early, then descheduled for a whole decode) decodes the
+                # first again, which leaves the second to be decoded
+                # again too: at most twice each, not once per request
+                # (16 each). The order that CI hit, the next frame's
+                # decode under way, is test_zst's
+                # previous_frame_kept_while_next_decodes.
+                self.assertLess(zst["bytes_decoded"] - d0, 4 * frame + 4096)
                 self.assertLessEqual(zst["cached_bytes"], frame)
             grown = tl.rss_mb(pid) - rss
             sys.stderr.write("daemon RSS +%.1f MiB after the reads\n" % grown)

@@ -846,6 +846,67 @@ START_TEST(test_zst__frames_larger_than_cache_decoded_once)
 }
 END_TEST
 
+/*
+ * Read-ahead sends requests for the end of one frame larger than the
+ * cache and the start of the next at once, and the workers take them in
+ * any order. A request for the previous frame while the next is being
+ * decoded is served from the cache: the next frame is charged to the
+ * cache once decoded, not when its decode starts (which dropped the
+ * previous one, decoded it again for that request, and then dropped the
+ * next one being decoded: each frame twice, seen in CI).
+ */
+START_TEST(test_zst__previous_frame_kept_while_next_decodes)
+{
+	uint8_t *in = membuf_input(30000, 5), buf[1000];
+	struct castfs_zcache *c;
+	struct castfs_zst_index *ix;
+	struct gate g = { .calls = 0 };
+	struct castfs_reader gated = { .pread = gate_pread, .ctx = &g };
+	struct castfs_zst_reader zr, zg;
+	struct castfs_zcache_stats st;
+	struct waiter w;
+	pthread_t th;
+	struct membuf m;
+
+	pack(in, 30000, 8192, false, NULL, 0, &m);
+	ck_assert_int_eq(castfs_zcache_new(5000, &c), 0);
+	ck_assert_int_eq(open_index(&m, c, &g.mr, &ix, NULL), 0);
+	pthread_mutex_init(&g.lock, NULL);
+	pthread_cond_init(&g.opened, NULL);
+	castfs_zst_reader_init(&zr, ix, &g.mr.r);
+	castfs_zst_reader_init(&zg, ix, &gated);
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, 1000, 6000), 0);
+	/* frame 1, held at the gate while being decoded */
+	w = (struct waiter){ .zr = &zg, .off = 8192 + 100 };
+	ck_assert_int_eq(pthread_create(&th, NULL, waiter_run, &w), 0);
+	while (gate_calls(&g) == 0)
+		sched_yield();
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, 1000, 7000), 0);
+	ck_assert_mem_eq(buf, in + 7000, 1000);
+	castfs_zcache_stats_get(c, &st);
+	ck_assert_uint_eq(st.bytes_decoded, 8192); /* frame 0 once */
+	pthread_mutex_lock(&g.lock);
+	g.open = true;
+	pthread_cond_broadcast(&g.opened);
+	pthread_mutex_unlock(&g.lock);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(w.rc, 0);
+	/* frame 1 kept alone once decoded, and read from the cache */
+	castfs_zcache_stats_get(c, &st);
+	ck_assert_uint_eq(st.cached_bytes, 8192);
+	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, 1000, 9000), 0);
+	ck_assert_mem_eq(buf, in + 9000, 1000);
+	castfs_zcache_stats_get(c, &st);
+	ck_assert_uint_eq(st.bytes_decoded, 2 * 8192);
+	castfs_zst_index_free(ix);
+	castfs_zcache_free(c);
+	pthread_cond_destroy(&g.opened);
+	pthread_mutex_destroy(&g.lock);
+	free(m.p);
+	free(in);
+}
+END_TEST
+
 START_TEST(test_zst__idle_context_trimmed)
 {
 	struct zst_dctx *dc = zst_dctx_new();
@@ -1081,6 +1142,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_zst__bad_frame_size_option);
 	tcase_add_loop_test(tc, test_zst__frames_larger_than_cache_decoded_once,
 			    0, 2);
+	tcase_add_test(tc, test_zst__previous_frame_kept_while_next_decodes);
 	tcase_add_test(tc, test_zst__idle_context_trimmed);
 	tcase_add_loop_test(tc, test_zst__verify_names_first_difference, 0, 2);
 	tcase_add_test(tc, test_zst__verify_catches_clean_wrong_decode);
