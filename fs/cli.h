@@ -210,6 +210,11 @@ int cli_put_quoted(const char *s, size_t n);
  */
 int cli_stdout_close(const char *cmd);
 
+/* cli_exit_help - exit once @cmd's --help (or --version) text is on stdout:
+ * 0, or 1 after cli_stdout_close()'s message when it could not be written
+ * (`castfs info --help > /dev/full` said 0 over an empty file). */
+_Noreturn void cli_exit_help(const char *cmd);
+
 /* ---- Ctrl-C: outputs are removed, then the signal ends the process ---- */
 
 /* cli_catch_signals - from now on SIGINT, SIGTERM and SIGHUP only mark the

@@ -406,6 +406,11 @@ int cli_stdout_close(const char *cmd)
 	return -1;
 }
 
+void cli_exit_help(const char *cmd)
+{
+	exit(cli_stdout_close(cmd) ? 1 : 0);
+}
+
 void cli_exit_signalled(void)
 {
 	int sig = cli_interrupted();

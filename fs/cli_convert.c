@@ -422,7 +422,7 @@ static int parse_opts(int argc, char **argv, struct conv_opts *o)
 			break;
 		case 'h':
 			convert_usage(stdout);
-			exit(0);
+			cli_exit_help("convert");
 		default:
 			convert_usage(stderr);
 			return -1;

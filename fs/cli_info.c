@@ -401,7 +401,7 @@ static int parse_opts(int argc, char **argv, struct info_opts *o)
 			break;
 		case 'h':
 			info_usage(stdout);
-			exit(0);
+			cli_exit_help("info");
 		default:
 			info_usage(stderr);
 			return -1;

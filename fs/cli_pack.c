@@ -621,7 +621,7 @@ static int parse_opts(int argc, char **argv, struct pack_opts *o)
 	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		if (ch == 'h') {
 			pack_usage(stdout, o->cmd);
-			exit(0);
+			cli_exit_help(o->cmd);
 		}
 		if (opt_set(o, ch, optarg)) {
 			if (ch != '?') /* getopt said why for those */

@@ -516,6 +516,9 @@ static int mount_main(int argc, char **argv)
 	    fuse_parse_cmdline(&args, &cmd))
 		goto out_args;
 	if (o.help || o.version || cmd.show_help || cmd.show_version) {
+		const char *what = o.version || cmd.show_version ? "--version" :
+								   "--help";
+
 		if (o.version || cmd.show_version) {
 			printf("castfs %s (libfuse %s)\n", PACKAGE_VERSION,
 			       fuse_pkgversion());
@@ -527,7 +530,8 @@ static int mount_main(int argc, char **argv)
 			fuse_cmdline_help();
 			fuse_lowlevel_help();
 		}
-		rc = 0;
+		/* Cut by a full disk, the text is an error (exit 1). */
+		rc = cli_stdout_close(what) ? 1 : 0;
 		goto out_args;
 	}
 	if (!o.source || !cmd.mountpoint) {

@@ -338,6 +338,23 @@ class CommandLine(unittest.TestCase):
             self.assertIn("castfs info: write error: No space left on device",
                           r.stderr, args)
 
+    def test_help_write_error(self):
+        """--help and --version cut by a full device exit 1 with the
+        reason, as castfs info's output does (a bug hunt: exit 0 over an
+        empty file); written whole, 0."""
+        for args in (["--help"], ["--version"], ["info", "--help"],
+                     ["convert", "--help"], ["pack", "--help"],
+                     ["unpack", "--help"]):
+            with open("/dev/full", "w") as full:
+                r = subprocess.run([tl.castfs_binary()] + args, stdout=full,
+                                   stderr=subprocess.PIPE, text=True)
+            self.assertEqual(r.returncode, 1, args)
+            self.assertIn("write error: No space left on device", r.stderr,
+                          args)
+            r = castfs(*args)
+            self.assertEqual(r.returncode, 0, args)
+            self.assertIn("castfs", r.stdout, args)
+
     def convert(self, src, view, out, *extra):
         return castfs("convert", src, "--view", view, "-o", out, *extra)
 
