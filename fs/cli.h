@@ -201,6 +201,21 @@ size_t cli_quote_next(const char *s, size_t n, bool *esc);
  * escaped byte, the quotes). */
 int cli_put_quoted(const char *s, size_t n);
 
+/* cli_put_name - name or path @s (@n bytes) as it is when nothing in it is
+ * escaped (a backslash aside: unquoted, it says nothing) and it holds no
+ * space, else quoted by cli_put_quoted(): names may hold quotes and
+ * control characters. Returns the columns taken. */
+int cli_put_name(const char *s, size_t n);
+
+/* cli_name_plain - whether cli_put_name() prints @s as it is, unquoted. */
+bool cli_name_plain(const char *s, size_t n);
+
+/* cli_name_cols - the columns cli_put_name() takes for @s: one per
+ * character (a UTF-8 sequence, or a byte that is none), four per escaped
+ * byte, and the quotes; tables line up on them, not on bytes (wide CJK
+ * characters aside). */
+int cli_name_cols(const char *s, size_t n);
+
 /*
  * cli_stdout_close - flush and close stdout, where @cmd printed its output:
  * a write that failed there (a full disk, an I/O error) is reported on

@@ -393,6 +393,42 @@ int cli_interrupted(void)
 	return atomic_load(&caught_signal);
 }
 
+bool cli_name_plain(const char *s, size_t n)
+{
+	bool plain = strlen(s) == n && n > 0, esc;
+
+	for (size_t i = 0; plain && i < n;) {
+		size_t len = cli_quote_next(s + i, n - i, &esc);
+
+		plain = (!esc || s[i] == '\\') && s[i] != ' ';
+		i += len;
+	}
+	return plain;
+}
+
+int cli_name_cols(const char *s, size_t n)
+{
+	bool plain = cli_name_plain(s, n), esc;
+	size_t cols = plain ? 0 : 2, i = 0;
+
+	while (i < n) {
+		size_t len = cli_quote_next(s + i, n - i, &esc);
+
+		cols += !plain && esc ? 4 * len : 1;
+		i += len;
+	}
+	return (int)CASTFS_MIN(cols, (size_t)INT32_MAX);
+}
+
+int cli_put_name(const char *s, size_t n)
+{
+	if (cli_name_plain(s, n)) {
+		fputs(s, stdout);
+		return cli_name_cols(s, n);
+	}
+	return cli_put_quoted(s, n);
+}
+
 int cli_stdout_close(const char *cmd)
 {
 	/* A write failed earlier: its errno is gone, the flag says. */

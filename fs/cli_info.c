@@ -43,51 +43,6 @@ static void info_usage(FILE *f)
 		"castfs-info(1).\n");
 }
 
-/* Whether name @s (@n bytes) prints as it is, not quoted: none of its
- * characters is escaped (but a backslash: unquoted, it says nothing) nor a
- * space. */
-static bool name_plain(const char *s, size_t n)
-{
-	bool plain = strlen(s) == n && n > 0, esc;
-
-	for (size_t i = 0; plain && i < n;) {
-		size_t len = cli_quote_next(s + i, n - i, &esc);
-
-		plain = (!esc || s[i] == '\\') && s[i] != ' ';
-		i += len;
-	}
-	return plain;
-}
-
-/* The columns print_name() takes for @s: one per character (a UTF-8
- * sequence, or a byte that is none), four per escaped byte, and the
- * quotes; the table lines up on them, not on bytes (wide CJK characters
- * aside). */
-static int name_cols(const char *s, size_t n)
-{
-	bool plain = name_plain(s, n), esc;
-	size_t cols = plain ? 0 : 2, i = 0;
-
-	while (i < n) {
-		size_t len = cli_quote_next(s + i, n - i, &esc);
-
-		cols += !plain && esc ? 4 * len : 1;
-		i += len;
-	}
-	return (int)CASTFS_MIN(cols, (size_t)INT32_MAX);
-}
-
-/* Names may hold quotes and control characters: print those quoted.
- * Returns the columns taken. */
-static int print_name(const char *s, size_t n)
-{
-	if (name_plain(s, n)) {
-		fputs(s, stdout);
-		return name_cols(s, n);
-	}
-	return cli_put_quoted(s, n);
-}
-
 static void print_dtypes(const struct castfs_header *h)
 {
 	size_t count[CASTFS_DTYPE_COUNT] = { 0 };
@@ -115,10 +70,10 @@ static void print_summary(const struct castfs_tfile_ctx *c, uint64_t size)
 	for (size_t i = 0; i < h->ntensors; i++)
 		elems += h->tensors[i].nelems;
 	printf("file: ");
-	print_name(c->file, strlen(c->file));
+	cli_put_name(c->file, strlen(c->file));
 	if (c->view) {
 		printf("\nview: %s of ", c->view);
-		print_name(c->src_file, strlen(c->src_file));
+		cli_put_name(c->src_file, strlen(c->src_file));
 	}
 	printf("\nsize: %" PRIu64 " bytes\n"
 	       "header: %" PRIu64 " bytes (8 + %" PRIu64 " of JSON)\n"
@@ -136,8 +91,9 @@ static int name_width(const struct castfs_header *h)
 	size_t w = 4;
 
 	for (size_t i = 0; i < h->ntensors; i++)
-		w = CASTFS_MAX(w, (size_t)name_cols(h->tensors[i].name,
-						    h->tensors[i].name_len));
+		w = CASTFS_MAX(w,
+			       (size_t)cli_name_cols(h->tensors[i].name,
+						     h->tensors[i].name_len));
 	return (int)CASTFS_MIN(w, 64);
 }
 
@@ -226,14 +182,14 @@ static void print_scheme(const struct castfs_header *h,
 			printf(" fp8 per-%s, %s scale ",
 			       t->ndim == 3 ? "expert" : "tensor",
 			       castfs_dtype_name(s->dtype));
-		print_name(s->name, s->name_len);
+		cli_put_name(s->name, s->name_len);
 	} else if (qi->role == CASTFS_QR_MXFP4) {
 		const struct castfs_tensor *s = &h->tensors[qi->scale];
 
 		printf(" mxfp4 e2m1 blocks of 32, low nibble first, %s e8m0 "
 		       "scale ",
 		       castfs_dtype_name(s->dtype));
-		print_name(s->name, s->name_len);
+		cli_put_name(s->name, s->name_len);
 	} else if (qi->role == CASTFS_QR_BNB4) {
 		const struct castfs_q4src *s = &q->q4[qi->scale];
 
@@ -249,7 +205,7 @@ static void print_scheme(const struct castfs_header *h,
 		printf(" int4 %s, groups of %" PRIu32 ", %s scale ",
 		       qi->zp ? "asymmetric (zero points)" : "symmetric",
 		       qi->bcols, castfs_dtype_name(s->dtype));
-		print_name(s->name, s->name_len);
+		cli_put_name(s->name, s->name_len);
 	}
 }
 
@@ -258,7 +214,7 @@ static void print_row(const struct castfs_tfile_ctx *c,
 		      const struct castfs_tensor *t, int width)
 {
 	char *shape = castfs_tinfo_shape_str(t->ndim, t->shape), off[64];
-	int n = print_name(t->name, t->name_len);
+	int n = cli_put_name(t->name, t->name_len);
 
 	snprintf(off, sizeof(off), "[%" PRIu64 ", %" PRIu64 "]", t->begin,
 		 t->end);

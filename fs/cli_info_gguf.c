@@ -31,16 +31,9 @@ static int print_quoted(const char *s, uint64_t n);
 static void print_ident(const char *s, int width)
 {
 	size_t n = strlen(s);
-	bool plain = n > 0, esc;
 	int w;
 
-	for (size_t i = 0; plain && i < n;) {
-		size_t len = cli_quote_next(s + i, n - i, &esc);
-
-		plain = !esc && s[i] != ' ';
-		i += len;
-	}
-	if (!plain)
+	if (!cli_name_plain(s, n))
 		w = print_quoted(s, n);
 	else
 		w = printf("%s", s);
@@ -129,7 +122,9 @@ static void print_gguf(const char *name, const struct castfs_gguf_file *f)
 {
 	char buf[16];
 
-	printf("file: %s\n", name);
+	printf("file: ");
+	cli_put_name(name, strlen(name));
+	putchar('\n');
 	printf("format: GGUF v%u, %" PRIu64 " bytes, alignment %u, data at "
 	       "%" PRIu64 "\n",
 	       f->version, f->size, f->alignment, f->data_start);

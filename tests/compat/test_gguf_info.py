@@ -139,8 +139,9 @@ class GGUFInfo(unittest.TestCase):
         """Keys, string values and tensor names holding a C1 control
         (U+009B, which terminals obey as CSI), ESC or bytes that are not
         UTF-8 are printed quoted, as \\xHH (bug hunt: C1 and non-UTF-8
-        bytes reached the terminal raw)."""
-        path = os.path.join(self.tmp, "c1.gguf")
+        bytes reached the terminal raw), and so is the file's own name (a
+        bug hunt: the `file:` line printed it raw)."""
+        path = os.path.join(self.tmp, "c1\u009b2J \x1b.gguf")
         w = GGUFWriter(path, "llama")
         w.add_string("k.c1\u009b2J", "v\u009b31m\x1b[0m")
         w.add_string("k.bad", "BADxUTF8")
@@ -160,7 +161,9 @@ class GGUFInfo(unittest.TestCase):
         for raw in (b"\xc2\x9b", b"\x1b", b"\xff"):
             self.assertNotIn(raw, out)
         for shown in (rb'"k.c1\xc2\x9b2J" string = "v\xc2\x9b31m\x1b[0m"',
-                      rb'k.bad string = "BAD\xffUTF8"', rb'"t\xc2\x9b2J"'):
+                      rb'k.bad string = "BAD\xffUTF8"', rb'"t\xc2\x9b2J"',
+                      b'file: "' + os.fsencode(self.tmp) +
+                      rb'/c1\xc2\x9b2J \x1b.gguf"'):
             self.assertIn(shown, out)
         out.decode("utf-8")
 
