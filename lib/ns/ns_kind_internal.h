@@ -55,6 +55,10 @@ extern const struct ns_kind_ops ns_kind_dir, ns_kind_file, ns_kind_link,
 struct cJSON;
 
 struct ns_dir_ext {
+	/* Its names stand for source entries (a pack for the plain file it
+	 * is shown as): looked up before views, as the listing shows them,
+	 * so that a file wins over the view of its name. */
+	bool before_views;
 	/* @name of source dir @dir as one of this kind's names; -ENOENT if
 	 * it is none. */
 	int (*lookup)(struct castfs_ns *ns, const struct ns_node *dir,

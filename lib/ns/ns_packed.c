@@ -133,6 +133,7 @@ const struct ns_kind_ops ns_kind_packed = {
 /* A pack is looked up by the name it is shown under, and a listing shows
  * it under that name. */
 const struct ns_dir_ext ns_packed_dir_ext = {
+	.before_views = true,
 	.lookup = packed_lookup,
 	.show = packed_show,
 };

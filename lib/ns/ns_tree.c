@@ -79,6 +79,22 @@ static int lookup_source(struct castfs_ns *ns, const struct ns_node *dir,
 	return 0;
 }
 
+/* @name in @dir among the names of the directory extensions looked up
+ * @before_views or after them. */
+static int lookup_exts(struct castfs_ns *ns, const struct ns_node *dir,
+		       const char *name, bool before_views,
+		       struct ns_node *child)
+{
+	int rc = -ENOENT;
+
+	for (size_t i = 0; rc == -ENOENT && ns->dir_exts[i]; i++) {
+		if (ns->dir_exts[i]->lookup &&
+		    ns->dir_exts[i]->before_views == before_views)
+			rc = ns->dir_exts[i]->lookup(ns, dir, name, child);
+	}
+	return rc;
+}
+
 /* @name in @dir among the names castfs derives only. */
 static int dir_lookup_derived(struct castfs_ns *ns, const struct ns_node *dir,
 			      const char *name, struct ns_node *child)
@@ -91,17 +107,10 @@ static int dir_lookup_derived(struct castfs_ns *ns, const struct ns_node *dir,
 		child->path = strdup("");
 		return child->path ? 0 : -ENOMEM;
 	}
-	/* A pack stands for the plain file it is shown as, and a file wins
-	 * over the view of its name (as the listing shows it). */
-	rc = ns_packed_dir_ext.lookup(ns, dir, name, child);
+	rc = lookup_exts(ns, dir, name, true, child);
 	if (rc == -ENOENT)
 		rc = lookup_view(ns, dir, name, child);
-	for (size_t i = 0; rc == -ENOENT && ns->dir_exts[i]; i++) {
-		if (ns->dir_exts[i]->lookup &&
-		    ns->dir_exts[i] != &ns_packed_dir_ext)
-			rc = ns->dir_exts[i]->lookup(ns, dir, name, child);
-	}
-	return rc;
+	return rc == -ENOENT ? lookup_exts(ns, dir, name, false, child) : rc;
 }
 
 static int dir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
