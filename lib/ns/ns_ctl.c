@@ -89,6 +89,16 @@ static int ctl_file_getattr(struct castfs_ns *ns, const struct ns_node *n,
 	(void)ns;
 	/* Size 0 like /proc: the content is made at open, read direct. */
 	ns_view_stat(&n->st, 0, n->id, st);
+	/* These name files anywhere in the source tree and quote their
+	 * headers, whatever the reader may search: the daemon's own user,
+	 * who could read them all, alone reads them (a bug hunt: under
+	 * allow_other, anyone read the names and header bytes of files in
+	 * other users' 0700 directories). */
+	if (n->aux == CTL_REJECTED || n->aux == CTL_REFUSED) {
+		st->st_mode = S_IFREG | 0400;
+		st->st_uid = geteuid();
+		st->st_gid = getegid();
+	}
 	return 0;
 }
 

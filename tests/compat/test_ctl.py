@@ -4,7 +4,9 @@ import errno
 import json
 import os
 import shutil
+import stat
 import subprocess
+import tempfile
 import unittest
 
 import torch
@@ -161,6 +163,41 @@ class Control(unittest.TestCase):
         self.assertTrue(v.endswith("\n"))
         self.assertEqual(v.split()[:2], out.split()[:2])
         self.assertEqual(v.split()[0], "castfs")
+
+    def test_tree_wide_files_for_the_daemons_user(self):
+        """rejected and refused name files anywhere in the tree and quote
+        their headers: under allow_other another user (nobody here) reads
+        neither (a bug hunt: the names and header bytes of files in a 0700
+        directory), and still reads the counters."""
+        # Where nobody may reach the mount and its root (mkdtemp: 0700).
+        os.chmod(self.src, 0o755)
+        top = tempfile.mkdtemp(prefix="castfs-mnt-")
+        os.chmod(top, 0o755)
+        os.mkdir(os.path.join(top, "mnt"))
+        try:
+            self.check_tree_wide_files(os.path.join(top, "mnt"))
+        finally:
+            os.chmod(self.src, 0o700)
+            shutil.rmtree(top, ignore_errors=True)
+
+    def check_tree_wide_files(self, mountpoint):
+        with tl.Mount(self.src, options=["allow_other"],
+                      mountpoint=mountpoint) as m:
+            for name, ok in (("rejected", False), ("refused", False),
+                             ("stats", True), ("version", True)):
+                st = os.stat(m.join(".castfs", name))
+                r = subprocess.run(
+                    ["setpriv", "--reuid=65534", "--regid=65534",
+                     "--clear-groups", "cat", m.join(".castfs", name)],
+                    capture_output=True, text=True)
+                self.assertEqual(r.returncode == 0, ok, (name, r.stderr))
+                if not ok:
+                    self.assertIn("Permission denied", r.stderr)
+                    self.assertEqual(stat.S_IMODE(st.st_mode), 0o400)
+                    self.assertEqual(st.st_uid, os.geteuid())
+            # The daemon's user reads them whole.
+            self.assertIn("deep/er/bad.safetensors",
+                          read(m.join(".castfs", "rejected")).decode())
 
     def test_control_files_read_only(self):
         for name in ("stats", "config", "rejected", "version", "metrics", "refused"):
