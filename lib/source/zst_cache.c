@@ -17,11 +17,13 @@
 #define ZC_BUCKETS 1024u
 
 /* Bytes of frames being decoded into the cache at once (decoded and
- * compressed), beyond the cache's own size: two of the largest frames.
- * Each decode holds both until it ends, so without a bound the daemon
- * grew by threads x 128 MiB (a bug hunt: 715 MB with 16 threads and
- * zcache_mb=16, from a 50 KB pack of 64 MiB frames). */
-#define ZC_INFLIGHT_MIN (256u << 20)
+ * compressed), beyond the cache's own size (they are charged to it when
+ * their decodes end): two of the largest frames. Each decode holds both
+ * until it ends, so without a bound the daemon grew by threads x 128 MiB
+ * (a bug hunt: 715 MB with 16 threads and zcache_mb=16, from a 50 KB pack
+ * of 64 MiB frames). Not scaled with the cache: with zcache_mb=16384 that
+ * would let the decodes under way double the daemon's bound. */
+#define ZC_INFLIGHT_MAX (256u << 20)
 
 struct zst_frame {
 	uint64_t id;
@@ -195,9 +197,13 @@ static void zc_insert_locked(struct castfs_zcache *c, struct zst_frame *f)
  */
 static void zc_charge_locked(struct castfs_zcache *c, struct zst_frame *f)
 {
-	struct zst_frame *v = c->tail, *prev;
+	struct zst_frame *v, *prev;
 
-	for (; v && c->used + f->size > c->capacity; v = prev) {
+	/* Used last now: a slow decode must not end at the tail, the first
+	 * to go, while read-ahead's later requests for it are on their way. */
+	lru_unlink(c, f);
+	lru_push(c, f);
+	for (v = c->tail; v && c->used + f->size > c->capacity; v = prev) {
 		prev = v->prev;
 		if (v != f && v->state == 1)
 			zc_drop(c, v);
@@ -635,7 +641,7 @@ static int frame_get(const struct castfs_zst_index *ix,
 	struct castfs_zcache *c = ix->cache;
 	size_t cost = (size_t)(ix->doff[i + 1] - ix->doff[i] + ix->coff[i + 1] -
 			       ix->coff[i]);
-	size_t cap = CASTFS_MAX(c->capacity, (size_t)ZC_INFLIGHT_MIN);
+	size_t cap = ZC_INFLIGHT_MAX;
 	struct zst_frame *f;
 	int rc;
 
