@@ -22,7 +22,7 @@ LAYERS="common source format kernels quant plan view tensors modeldir ns"
 # private headers (what a level offers) and for the .c files (who uses it).
 NS_HEADERS="1:ns_internal.h 2:ns_src_internal.h 3:ns_ckpt_internal.h
 4:ns_file_internal.h 5:ns_kind_internal.h 5:ns_modeldir_internal.h"
-NS_FILES="1:ns_node.c 1:ns_live.c 1:ns_dircache.c 1:ns_dirshare.c 1:stats.c 2:ns_src.c 2:ns_pack_src.c 2:ns_mdtext.c 3:ns_ckpt.c 3:ns_ckpt_lru.c 3:ns_mdconfig.c 4:ns_file.c
+NS_FILES="1:ns_node.c 1:ns_live.c 1:ns_dircache.c 1:ns_dirshare.c 1:stats.c 2:ns_src.c 2:ns_src_link.c 2:ns_pack_src.c 2:ns_mdtext.c 3:ns_ckpt.c 3:ns_ckpt_lru.c 3:ns_mdconfig.c 4:ns_file.c
 5:ns_tree.c 5:ns_tensors.c 5:ns_ctl.c 5:ns_ctlshare.c 5:ns_modeldir.c 5:ns_mdjson.c
 5:ns_mdplan.c 5:ns_packed.c 5:ns_mdindex.c 5:ns_mdgguf.c 5:ns_mdgguf_shards.c 5:ns_mdxshard.c 6:ns.c
 6:ns_resolve.c 6:ns_rescan.c 2:ns_snap.c"

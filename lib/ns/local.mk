@@ -7,6 +7,7 @@ lib_libcastfs_a_SOURCES += \
 	lib/ns/ns_file_internal.h lib/ns/ns_kind_internal.h lib/ns/ns_tree.c \
 	lib/ns/ns_ckpt.c lib/ns/ns_ckpt_lru.c \
 	lib/ns/ns_ctl.c lib/ns/ns_ctlshare.c lib/ns/ns_file.c lib/ns/ns_resolve.c lib/ns/ns_src.c \
+	lib/ns/ns_src_link.c \
 	lib/ns/stats.c lib/ns/stats.h lib/ns/ns_tensors.c \
 	lib/ns/ns_modeldir.c lib/ns/ns_mdjson.c lib/ns/ns_mdplan.c \
 	lib/ns/ns_modeldir_internal.h lib/ns/ns_packed.c lib/ns/ns_pack_src.c \

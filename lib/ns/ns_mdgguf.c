@@ -609,6 +609,10 @@ static int sharded_node(struct castfs_ns *ns, const char *folder,
 	child->dep = ns_gguf_shards_dep(&sh, child->dep);
 	child->st.st_mode = (child->st.st_mode & S_IFMT) |
 			    shared_perms(&child->st, &sh);
+	/* What links' paths cut from any of them tells this node apart
+	 * (ns_src_link_hide()). */
+	for (size_t k = 0; k < sh.n; k++)
+		child->st.st_rdev |= sh.st[k].st_rdev;
 	ns_gguf_shards_fini(ns, &sh);
 	return 0;
 }

@@ -67,6 +67,10 @@ uint64_t ns_node_id(const struct ns_node *n)
 	h = hash_str(h, n->sub);
 	if (n->dep) /* only model-directory files: other ids unchanged */
 		h = hash_u64(h, n->dep);
+	/* What the path of a link to it hides (ns_src_link_hide()): not
+	 * the inode of the target reached directly. Other ids unchanged. */
+	if (S_ISREG(n->st.st_mode) && n->st.st_rdev)
+		h = hash_u64(h, (uint64_t)n->st.st_rdev);
 	/* A tensor tree's nodes also by the path they were reached by: the
 	 * .info names it, and two hard links (HF-cache blobs) are one
 	 * identity. Other ids unchanged. */

@@ -57,8 +57,10 @@ int ns_src_stat_in(struct castfs_ns *ns, const char *path, struct stat *st)
 		return 0; /* dangling, or leaving the root: the link itself */
 	rc = fstat(fd, &target) < 0 ? -errno : 0;
 	close(fd);
-	if (!rc && S_ISREG(target.st_mode))
+	if (!rc && S_ISREG(target.st_mode)) {
 		*st = target;
+		ns_src_link_hide(ns, path, st);
+	}
 	return rc;
 }
 

@@ -23,10 +23,24 @@ int ns_src_open(struct castfs_ns *ns, const char *path, int flags);
  * content views are computed from: a checkpoint or a model file may be a
  * link to a blob, as in the Hugging Face cache. ns_src_stat_in gives the
  * target's identity only when it is a regular file; otherwise (dangling,
- * leaving the root, a directory) the link's own.
+ * leaving the root, a directory) the link's own, and then only the read
+ * (and search) the link's path allows (ns_src_link_hide()).
  */
 int ns_src_open_in(struct castfs_ns *ns, const char *path, int flags);
 int ns_src_stat_in(struct castfs_ns *ns, const char *path, struct stat *st);
+
+/*
+ * ns_src_link_hide - cut from @st, the stat of the regular file that link
+ * @path reaches, the classes (0700, 0070, 0007) in which some user may be
+ * unable to search a directory the link leads through below those of its
+ * own path (castfs reads the target; the kernel, which checks the link's
+ * own path, never walks the rest). A walk that fails cuts all. The bits
+ * cut are kept in st_rdev, 0 in a regular file's stat otherwise: every
+ * node derived from @st carries them, and they are part of its id
+ * (ns_node_id()), so the view of a target reached through such a link is
+ * not the inode of the view of the target reached directly.
+ */
+void ns_src_link_hide(struct castfs_ns *ns, const char *path, struct stat *st);
 
 /* ns_src_stat - lstat-like stat of @path. Returns 0 or -errno. */
 int ns_src_stat(struct castfs_ns *ns, const char *path, struct stat *st);

@@ -409,6 +409,7 @@ static int file_getattr(struct castfs_ns *ns, const struct ns_node *n,
 	if (!ns_same_file(st, &n->st))
 		return -ESTALE;
 	st->st_mode &= ~(mode_t)0222;
+	st->st_rdev = 0; /* what a link's path cut (ns_src_link_hide()) */
 	return 0;
 }
 
