@@ -44,6 +44,7 @@ EXTRA_DIST += tests/compat/castfs_testlib.py $(COMPAT_TESTS) \
 # Reliability tests under a real mount (docs/RELIABILITY.md).
 REL_TESTS = tests/compat/test_rel_malformed.py \
 	tests/compat/test_rel_containment.py tests/compat/test_rel_changes.py \
+	tests/compat/test_rel_link_perm.py \
 	tests/compat/test_rel_stress.py tests/compat/test_rel_faults.py \
 	tests/compat/test_rel_lease.py tests/compat/test_restart.py \
 	tests/compat/test_rel_mapped.py \
