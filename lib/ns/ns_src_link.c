@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: MIT
+/* SPDX-License-Identifier: MIT */
 /*
  * What the path of a link inside the root hides: a view of a link's
  * target is read by castfs itself, so the kernel never searches the
