@@ -425,6 +425,20 @@ static void sv_reap_next(struct sv *sv, int status)
 		sv_schedule(sv);
 }
 
+/* A replaced daemon's end: told to leave, it exits 0 once its requests
+ * are answered. A crash then, or a sanitizer's report at its exit, is a
+ * failure like the serving daemon's (bug hunt: a retired daemon's leak
+ * report never reached the exit status); nothing restarts for it. */
+static void sv_reap_retired(struct sv *sv, int status)
+{
+	if (!sv_is_failure(status))
+		return;
+	sv->had_failure = true;
+	sv_log("a replaced daemon died (%s %d)",
+	       WIFSIGNALED(status) ? "signal" : "exit",
+	       WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+}
+
 static void sv_reap(struct sv *sv)
 {
 	int status;
@@ -437,10 +451,12 @@ static void sv_reap(struct sv *sv)
 			sv_reap_next(sv, status);
 		} else {
 			/* A retired daemon (maybe of an earlier reload than
-			 * sv->retiring): requeue what it read, not answered. */
+			 * sv->retiring), or one sv_check_dying() took for
+			 * dead: requeue what it read, not answered. */
 			if (pid == sv->retiring)
 				sv->retiring = 0;
 			sv_resend(sv);
+			sv_reap_retired(sv, status);
 		}
 	}
 }

@@ -594,6 +594,45 @@ class Reload(unittest.TestCase):
                                                          "fp8"))
 
 
+    def test_a_retired_daemon_that_crashes_fails_the_mount(self):
+        """A daemon retired by a reload that dies of a crash (or of a
+        sanitizer's report at its exit) fails the mount's exit status,
+        like a serving daemon's crash: its end was not looked at, so a
+        retired daemon's leak report never failed a test (sanitizer hunt).
+        The old daemon is stopped before the reload, so that the SIGTERM
+        retiring it waits, and a SIGSEGV, which it takes first, ends it."""
+        m = tl.Mount(Fixture.src)
+        try:
+            sup = m.proc.pid
+            old = wait_daemon(sup)
+            os.stat(m.join("a.fp8.safetensors"))  # it serves: not "next"
+            os.kill(old, signal.SIGSTOP)
+            r = subprocess.run([tl.castfs_binary(), "reload", m.path],
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            rc.poll(lambda: sigterm_pending(old), 60, "the old one retired")
+            os.kill(old, signal.SIGSEGV)
+            os.kill(old, signal.SIGCONT)
+            wait_daemon(sup, other_than=(old,))
+            with open(m.join("a.fp8.safetensors"), "rb") as f:
+                self.assertEqual(f.read(), rc.view_bytes(Fixture.tensors,
+                                                         "fp8"))
+        finally:
+            status = m.unmount()
+        self.assertEqual(status, 1, m.output())
+        self.assertRegex(m.output(), r"a replaced daemon died \(signal \d+\)")
+
+
+def sigterm_pending(pid):
+    """Whether process @pid has a SIGTERM pending (sent while stopped)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("ShdPnd:"):
+                return bool(int(line.split()[1], 16) &
+                            (1 << (signal.SIGTERM - 1)))
+    return False
+
+
 class Signals(unittest.TestCase):
     def test_sighup_right_after_the_mount_appears(self):
         """systemctl reload right after a Type=simple start: the SIGHUP
