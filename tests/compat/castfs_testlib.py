@@ -44,6 +44,16 @@ def _mounted(mnt):
     return False
 
 
+def _alive(pid):
+    """Whether process @pid exists and is no zombie."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"
+
+
 class Mount:
     """A running castfs daemon in the foreground, mounted at self.path."""
 
@@ -83,9 +93,11 @@ class Mount:
 
     def daemon(self, timeout=30):
         """The pid of the process serving the mount: the one started under
-        -o nosupervise, else the supervisor's (first) child. The supervisor
-        mounts before it starts its daemon, so the mount is there before
-        the daemon is: this waits for it."""
+        -o nosupervise, else the supervisor's newest live child (a killed
+        one stays a child, a zombie, until reaped; a reload's old one
+        until it leaves). The supervisor mounts before it starts its
+        daemon, so the mount is there before the daemon is: this waits
+        for it."""
         pid = self.proc.pid
         if not self.supervised:
             return pid
@@ -98,8 +110,9 @@ class Mount:
                         kids += f.read().split()
             except FileNotFoundError:
                 pass
+            kids = [k for k in kids if _alive(int(k))]
             if kids:
-                return int(kids[0])
+                return int(kids[-1])  # the list is in order of birth
             if self.proc.poll() is not None or time.time() > deadline:
                 raise RuntimeError("no daemon under the supervisor: " +
                                    self.output())
