@@ -62,15 +62,17 @@ void *castfs_fh_get(struct castfs_fh_table *t, uint64_t fh);
 
 /* castfs_fh_adopt - make @obj the object of foreign @fh unless another
  * thread did first. Returns the object now in the table (@obj, or the
- * other thread's: then the caller frees @obj), or NULL when out of
- * memory (the caller frees @obj). */
-void *castfs_fh_adopt(struct castfs_fh_table *t, uint64_t fh, void *obj);
+ * other thread's), or NULL when out of memory; *@took says whether the
+ * table took @obj (else the caller frees it: the other thread's may be
+ * the same pointer, a shared listing). */
+void *castfs_fh_adopt(struct castfs_fh_table *t, uint64_t fh, void *obj,
+		      bool *took);
 
 /* castfs_fh_swap - make @obj the object of @fh if it is still @old;
  * returns the object @fh has now (@obj, or what another thread put there;
- * NULL when @fh is gone). */
+ * NULL when @fh is gone); *@took as for castfs_fh_adopt(). */
 void *castfs_fh_swap(struct castfs_fh_table *t, uint64_t fh, void *old,
-		     void *obj);
+		     void *obj, bool *took);
 
 /* castfs_fh_remove - take @fh out; returns its object (now the caller's)
  * or NULL when unknown. */

@@ -124,31 +124,38 @@ void *castfs_fh_get(struct castfs_fh_table *t, uint64_t fh)
 	return obj;
 }
 
-void *castfs_fh_adopt(struct castfs_fh_table *t, uint64_t fh, void *obj)
+void *castfs_fh_adopt(struct castfs_fh_table *t, uint64_t fh, void *obj,
+		      bool *took)
 {
 	struct fh_ent *e;
 	void *got = obj;
 
+	*took = false;
 	pthread_mutex_lock(&t->lock);
 	e = find_locked(t, fh);
 	if (e)
 		got = e->obj; /* another thread adopted it first */
 	else if (insert_locked(t, fh, obj))
 		got = NULL;
+	else
+		*took = true;
 	pthread_mutex_unlock(&t->lock);
 	return got;
 }
 
 void *castfs_fh_swap(struct castfs_fh_table *t, uint64_t fh, void *old,
-		     void *obj)
+		     void *obj, bool *took)
 {
 	struct fh_ent *e;
 	void *got = NULL;
 
+	*took = false;
 	pthread_mutex_lock(&t->lock);
 	e = find_locked(t, fh);
-	if (e && e->obj == old)
+	if (e && e->obj == old) {
 		e->obj = obj;
+		*took = true;
+	}
 	if (e)
 		got = e->obj;
 	pthread_mutex_unlock(&t->lock);

@@ -392,6 +392,7 @@ static int file_of(struct castfs_fs *fs, fuse_ino_t ino, uint64_t fh,
 		   struct castfs_file **out)
 {
 	struct castfs_file *f = castfs_fh_get(fs->files, fh), *got;
+	bool took;
 	int rc;
 
 	if (f) {
@@ -401,8 +402,8 @@ static int file_of(struct castfs_fs *fs, fuse_ino_t ino, uint64_t fh,
 	rc = castfs_ns_reopen(fs->ns, ino, &f);
 	if (rc)
 		return rc;
-	got = castfs_fh_adopt(fs->files, fh, f);
-	if (got != f)
+	got = castfs_fh_adopt(fs->files, fh, f, &took);
+	if (!took)
 		castfs_file_close(f);
 	if (!got)
 		return -ENOMEM;
@@ -496,6 +497,7 @@ static int dir_of(struct castfs_fs *fs, fuse_ino_t ino, uint64_t fh,
 		  struct castfs_dir **out)
 {
 	struct castfs_dir *was = castfs_fh_get(fs->dirs, fh), *d, *got;
+	bool took;
 	int rc;
 
 	if (was && was != &unlisted) {
@@ -505,9 +507,13 @@ static int dir_of(struct castfs_fs *fs, fuse_ino_t ino, uint64_t fh,
 	rc = castfs_ns_opendir(fs->ns, ino, &d);
 	if (rc)
 		return rc;
-	got = was ? castfs_fh_swap(fs->dirs, fh, was, d) :
-		    castfs_fh_adopt(fs->dirs, fh, d);
-	if (got != d)
+	/* Two READDIRs of one fh at once (a request resent while this
+	 * daemon still answers it) get the same shared listing: the one
+	 * not taken by the table drops its reference, same pointer or not
+	 * (a leak LeakSanitizer found in daemons retired by reloads). */
+	got = was ? castfs_fh_swap(fs->dirs, fh, was, d, &took) :
+		    castfs_fh_adopt(fs->dirs, fh, d, &took);
+	if (!took)
 		castfs_dir_free(d);
 	if (!got)
 		return -ENOMEM;
