@@ -492,7 +492,7 @@ static void castfs_op_opendir(fuse_req_t req, fuse_ino_t ino,
 }
 
 /* The listing of @fh; like file_of(), a previous daemon's fh is listed
- * again (offsets index the new listing). */
+ * again (offsets name the entry to go on after: castfs_dir_off()). */
 static int dir_of(struct castfs_fs *fs, fuse_ino_t ino, uint64_t fh,
 		  struct castfs_dir **out)
 {
@@ -534,12 +534,13 @@ static void castfs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 		return;
 	}
 	size = size < t->out_len ? size : t->out_len;
-	for (size_t i = (size_t)off; off >= 0 && i < dir->n; i++) {
+	for (size_t i = castfs_dir_seek(dir, (uint64_t)off);
+	     off >= 0 && i < dir->n; i++) {
 		struct stat st = { .st_ino = dir->ents[i].ino,
 				   .st_mode = dir->ents[i].type };
 		size_t need = fuse_add_direntry(req, t->out + pos, size - pos,
 						dir->ents[i].name, &st,
-						(off_t)(i + 1));
+						(off_t)castfs_dir_off(dir, i));
 
 		if (need > size - pos)
 			break;
@@ -602,7 +603,7 @@ static void castfs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 	 * rest), so nothing is allocated per request. */
 	uint64_t ids[256];
 	struct castfs_dir *ahead = NULL;
-	size_t i = (size_t)off;
+	size_t i;
 	int rc = t ? dir_of(fs_of(req), ino, fi->fh, &dir) : -ENOMEM;
 
 	if (rc) {
@@ -610,10 +611,12 @@ static void castfs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 		return;
 	}
 	size = size < t->out_len ? size : t->out_len;
+	i = castfs_dir_seek(dir, (uint64_t)off);
 	for (; off >= 0 && i < dir->n && nids < CASTFS_ARRAY_SIZE(ids); i++) {
 		uint64_t id;
 		size_t need = add_plus(req, t->out + pos, size - pos, ino,
-				       &dir->ents[i], (off_t)(i + 1), off > 0,
+				       &dir->ents[i],
+				       (off_t)castfs_dir_off(dir, i), off > 0,
 				       &id);
 
 		if (need > size - pos)

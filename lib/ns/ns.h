@@ -191,6 +191,24 @@ int castfs_ns_dir_cacheable(struct castfs_ns *ns, uint64_t id);
  * it. Returns @dir. Thread-safe. */
 struct castfs_dir *castfs_dir_hold(struct castfs_dir *dir);
 
+/*
+ * castfs_dir_off - the offset a listing hands out after entry @i of @dir
+ * (READDIR's d_off, what telldir() returns): the name's hash above its
+ * position. A listing made again once the directory changed (the kernel
+ * asks at that offset with the handle of a listing it no longer has, or
+ * a restarted daemon's handle) goes on after the same name, where a bare
+ * position went on after another entry, skipping or repeating names
+ * that never changed (a bug hunt: find and tar missed files while a
+ * download ran). Nonzero, positive as an off_t.
+ */
+uint64_t castfs_dir_off(const struct castfs_dir *dir, size_t i);
+
+/* castfs_dir_seek - the entry of @dir to list next after offset @off, as
+ * castfs_dir_off() makes them (0: the first): after the entry of that
+ * name when @dir has it, else at the position @off names (the name is
+ * gone: what came after it cannot be known). Up to @dir->n. */
+size_t castfs_dir_seek(const struct castfs_dir *dir, uint64_t off);
+
 /* castfs_dir_free - release a listing (one owner's share of it); NULL is
  * accepted. Thread-safe for a shared listing. */
 void castfs_dir_free(struct castfs_dir *dir);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/compiler.h"
 #include "common/escape.h"
 #include "common/hash.h"
 #include "ns/ns_internal.h"
@@ -796,6 +797,43 @@ struct castfs_dir *castfs_dir_hold(struct castfs_dir *dir)
 	/* The caller's share keeps refs above zero meanwhile. */
 	atomic_fetch_add(&dir->refs, 1);
 	return dir;
+}
+
+/* Offsets: 32 bits of the name's hash (never 0) above 31 of position. */
+#define DIR_OFF_POS_BITS 31
+#define DIR_OFF_POS_MAX ((1ull << DIR_OFF_POS_BITS) - 1)
+
+static uint64_t dir_name_hash(const char *name)
+{
+	uint64_t h =
+		castfs_mix64(castfs_fnv1a(CASTFS_FNV_SEED, name, strlen(name)));
+
+	return (h >> (64 - 32)) | 1;
+}
+
+uint64_t castfs_dir_off(const struct castfs_dir *dir, size_t i)
+{
+	uint64_t pos = CASTFS_MIN((uint64_t)i + 1, DIR_OFF_POS_MAX);
+
+	return dir_name_hash(dir->ents[i].name) << DIR_OFF_POS_BITS | pos;
+}
+
+size_t castfs_dir_seek(const struct castfs_dir *dir, uint64_t off)
+{
+	uint64_t h = off >> DIR_OFF_POS_BITS, pos = off & DIR_OFF_POS_MAX;
+
+	if (off == 0)
+		return 0;
+	/* The listing that handed it out: its entry is where it says. */
+	if (pos && pos < DIR_OFF_POS_MAX && pos <= dir->n &&
+	    dir_name_hash(dir->ents[pos - 1].name) == h)
+		return (size_t)pos;
+	/* Another listing (once, then the handle keeps this one): by name. */
+	for (size_t i = 0; h && i < dir->n; i++) {
+		if (dir_name_hash(dir->ents[i].name) == h)
+			return i + 1;
+	}
+	return (size_t)CASTFS_MIN(pos, (uint64_t)dir->n);
 }
 
 void castfs_dir_free(struct castfs_dir *dir)

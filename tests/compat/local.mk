@@ -56,7 +56,8 @@ REL_TESTS = tests/compat/test_rel_malformed.py \
 	tests/compat/test_noxattr.py \
 	tests/compat/test_info_path.py tests/compat/test_dircache.py \
 	tests/compat/test_tree_dircache.py \
-	tests/compat/test_readdirplus.py tests/compat/test_dirshare.py \
+	tests/compat/test_readdirplus.py tests/compat/test_readdir_offsets.py \
+	tests/compat/test_dirshare.py \
 	tests/compat/test_ctlshare.py tests/compat/test_passthrough.py
 TESTS += $(REL_TESTS)
 EXTRA_DIST += $(REL_TESTS) tests/compat/rel_common.py tests/tsan.supp
