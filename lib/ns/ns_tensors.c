@@ -274,12 +274,17 @@ static int root_target(struct castfs_ns *ns, const struct ns_node *dir,
 {
 	const struct castfs_view *view = NULL;
 	char *path = ns_path_join(dir->path, base, strlen(base)), *vbase;
+	struct stat st;
 	int rc;
 
 	if (!path)
 		return -ENOMEM;
 	rc = ns_ckpt_has_view(ns, path, NULL, &child->st);
-	if (rc == -ENOENT && ns_split_view_name(ns, base, &vbase, &view) == 0) {
+	/* A source entry of that name shadows the view, whatever it is (a
+	 * bug hunt: a rejected X.nf4.safetensors showed the hidden nf4
+	 * view's tree under its own name). */
+	if (rc == -ENOENT && ns_src_stat(ns, path, &st) == -ENOENT &&
+	    ns_split_view_name(ns, base, &vbase, &view) == 0) {
 		free(path);
 		path = ns_path_join(dir->path, vbase, strlen(vbase));
 		free(vbase);

@@ -145,6 +145,12 @@ class TestScale(unittest.TestCase):
             self.assertEqual(names.count("a.bf16.safetensors"), 1)
             self.assertEqual(os.stat(m.join("a.bf16.safetensors")).st_size,
                              len(b"not a checkpoint"))
+            # ... and so does its tree name: no tree of the hidden view
+            # under it (a bug hunt), while other views keep theirs.
+            self.assertFalse(os.path.exists(
+                m.join("a.bf16.safetensors.tensors")))
+            self.assertTrue(os.path.isdir(
+                m.join("a.fp16.safetensors.tensors")))
 
     def test_4_config_json_read_once_per_identity(self):
         """A 20 MB config.json beside four checkpoints: parsing them and
