@@ -205,8 +205,12 @@ uint64_t castfs_dir_off(const struct castfs_dir *dir, size_t i);
 
 /* castfs_dir_seek - the entry of @dir to list next after offset @off, as
  * castfs_dir_off() makes them (0: the first): after the entry of that
- * name when @dir has it, else at the position @off names (the name is
- * gone: what came after it cannot be known). Up to @dir->n. */
+ * name when @dir has it (the nearest to its old position, should two
+ * names share the 32-bit hash), else one before the position @off names
+ * (the name is gone, and what followed it moved up one, unless more
+ * changed: an entry may come twice, none is skipped for that change
+ * alone). Up to @dir->n.
+ * Listings of more than 2^31 entries resume by a search past that. */
 size_t castfs_dir_seek(const struct castfs_dir *dir, uint64_t off);
 
 /* castfs_dir_free - release a listing (one owner's share of it); NULL is

@@ -649,6 +649,10 @@ static int mdgguf_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	}
 	if (!rc && !S_ISREG(child->st.st_mode))
 		rc = -ENOENT;
+	/* The GGUF lies beside the folder: nobody searches the folder to
+	 * read it (a review: a 0700 folder's weights for everyone). */
+	if (!rc)
+		ns_src_dir_hide(&child->st, &st);
 	free(folder);
 	if (rc) {
 		free(child->path);

@@ -799,16 +799,15 @@ struct castfs_dir *castfs_dir_hold(struct castfs_dir *dir)
 	return dir;
 }
 
-/* Offsets: 32 bits of the name's hash (never 0) above 31 of position. */
+/* Offsets: 32 bits of the name's hash above 31 of position (from 1). */
 #define DIR_OFF_POS_BITS 31
 #define DIR_OFF_POS_MAX ((1ull << DIR_OFF_POS_BITS) - 1)
 
 static uint64_t dir_name_hash(const char *name)
 {
-	uint64_t h =
-		castfs_mix64(castfs_fnv1a(CASTFS_FNV_SEED, name, strlen(name)));
-
-	return (h >> (64 - 32)) | 1;
+	return castfs_mix64(
+		       castfs_fnv1a(CASTFS_FNV_SEED, name, strlen(name))) >>
+	       32;
 }
 
 uint64_t castfs_dir_off(const struct castfs_dir *dir, size_t i)
@@ -818,9 +817,25 @@ uint64_t castfs_dir_off(const struct castfs_dir *dir, size_t i)
 	return dir_name_hash(dir->ents[i].name) << DIR_OFF_POS_BITS | pos;
 }
 
+/* The entry of @dir with name hash @h nearest to index @near, or n. */
+static size_t dir_find_hash(const struct castfs_dir *dir, uint64_t h,
+			    size_t near)
+{
+	for (size_t d = 0; d < near || near + d < dir->n; d++) {
+		if (near + d < dir->n &&
+		    dir_name_hash(dir->ents[near + d].name) == h)
+			return near + d;
+		if (d < near &&
+		    dir_name_hash(dir->ents[near - d - 1].name) == h)
+			return near - d - 1;
+	}
+	return dir->n;
+}
+
 size_t castfs_dir_seek(const struct castfs_dir *dir, uint64_t off)
 {
 	uint64_t h = off >> DIR_OFF_POS_BITS, pos = off & DIR_OFF_POS_MAX;
+	size_t near = (size_t)CASTFS_MIN(pos, (uint64_t)dir->n), i;
 
 	if (off == 0)
 		return 0;
@@ -828,12 +843,17 @@ size_t castfs_dir_seek(const struct castfs_dir *dir, uint64_t off)
 	if (pos && pos < DIR_OFF_POS_MAX && pos <= dir->n &&
 	    dir_name_hash(dir->ents[pos - 1].name) == h)
 		return (size_t)pos;
-	/* Another listing (once, then the handle keeps this one): by name. */
-	for (size_t i = 0; h && i < dir->n; i++) {
-		if (dir_name_hash(dir->ents[i].name) == h)
-			return i + 1;
-	}
-	return (size_t)CASTFS_MIN(pos, (uint64_t)dir->n);
+	/* An offset with no hash (a daemon before stop 46): a position. */
+	if (!h)
+		return near;
+	/* Another listing (once, then the handle keeps this one): the entry
+	 * of that name, searched from where it was outwards (entries added
+	 * or gone before it moved it a little; of two names with one hash,
+	 * the nearer). That entry gone, what followed it moved up one:
+	 * going on one earlier repeats an entry where the position would
+	 * skip one. */
+	i = dir_find_hash(dir, h, near ? near - 1 : 0);
+	return i < dir->n ? i + 1 : (near ? near - 1 : 0);
 }
 
 void castfs_dir_free(struct castfs_dir *dir)

@@ -42,6 +42,15 @@ int ns_src_stat_in(struct castfs_ns *ns, const char *path, struct stat *st);
  */
 void ns_src_link_hide(struct castfs_ns *ns, const char *path, struct stat *st);
 
+/*
+ * ns_src_dir_hide - cut from @st, the stat of a file a node shows from
+ * inside directory @dir where the node itself lies outside it (the kernel
+ * never searches @dir on the way: a model folder's DIR.<q>.gguf beside
+ * it), the classes in which some user may be unable to search @dir, as
+ * ns_src_link_hide() does, adding them to st_rdev.
+ */
+void ns_src_dir_hide(struct stat *st, const struct stat *dir);
+
 /* ns_src_stat - lstat-like stat of @path. Returns 0 or -errno. */
 int ns_src_stat(struct castfs_ns *ns, const char *path, struct stat *st);
 

@@ -174,6 +174,15 @@ static int walk(struct castfs_ns *ns, struct link_walk *w, const char *path,
 		       -ESTALE; /* renamed meanwhile */
 }
 
+void ns_src_dir_hide(struct stat *st, const struct stat *dir)
+{
+	mode_t cut = search_cut(dir, st->st_uid, st->st_gid) & st->st_mode &
+		     0777;
+
+	st->st_mode &= ~cut;
+	st->st_rdev |= (dev_t)cut;
+}
+
 void ns_src_link_hide(struct castfs_ns *ns, const char *path, struct stat *st)
 {
 	const char *slash = strrchr(path, '/');

@@ -131,5 +131,59 @@ class LinkPermissions(unittest.TestCase):
                          os.stat(self.m("pub", rc.view_name("p", "fp16"))).st_ino)
 
 
+class FolderGGUF(unittest.TestCase):
+    """DIR.q8_0.gguf lies beside its folder, so the kernel never searches
+    the folder to read it: a 0700 model folder's GGUF is for its owner's
+    class only, as the folder's DIR.<view>/ is (a review: its weights
+    were everyone's under allow_other); a link into a private blobs
+    directory hides it too, and a public folder's GGUF stays readable."""
+
+    @classmethod
+    def setUpClass(cls):
+        if os.geteuid() != 0:
+            raise unittest.SkipTest("needs root (allow_other, setpriv)")
+        from test_gguf_llm import make_model
+        cls.tmp = tl.tempdir()
+        top = cls.tmp.__enter__()
+        os.chmod(top, 0o755)
+        src = os.path.join(top, "src")
+        os.mkdir(src)
+        for name in ("priv", "pub", "lnk"):
+            make_model(os.path.join(src, name), "llama")
+        blobs = os.path.join(src, "blobs")
+        os.mkdir(blobs)
+        os.rename(os.path.join(src, "lnk", "model.safetensors"),
+                  os.path.join(blobs, "m"))
+        os.symlink("../blobs/m", os.path.join(src, "lnk", "model.safetensors"))
+        for dp, dn, fn in os.walk(src):
+            for x in dn:
+                os.chmod(os.path.join(dp, x), 0o755)
+            for x in fn:
+                if not os.path.islink(os.path.join(dp, x)):
+                    os.chmod(os.path.join(dp, x), 0o644)
+        os.chmod(src, 0o755)
+        os.chmod(os.path.join(src, "priv"), 0o700)
+        os.chmod(blobs, 0o700)
+        cls.mount = tl.Mount(src, options=["allow_other"])
+        os.chmod(cls.mount.tmp, 0o755)
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.mount.unmount()
+        cls.tmp.__exit__(None, None, None)
+        assert code == 0, "castfs exited with %d" % code
+
+    def test_folder_gguf(self):
+        m = self.mount.join
+        got = as_nobody(m("priv.q8_0.gguf"), m("lnk.q8_0.gguf"),
+                        m("pub.q8_0.gguf"))
+        self.assertEqual(got[m("priv.q8_0.gguf")], "EACCES")
+        self.assertEqual(got[m("lnk.q8_0.gguf")], "EACCES")
+        with open(m("pub.q8_0.gguf"), "rb") as f:
+            self.assertEqual(got[m("pub.q8_0.gguf")], sha(f.read()))
+        self.assertEqual(os.stat(m("priv.q8_0.gguf")).st_mode & 0o777, 0o400)
+        self.assertEqual(os.stat(m("pub.q8_0.gguf")).st_mode & 0o777, 0o444)
+
+
 if __name__ == "__main__":
     tl.main()

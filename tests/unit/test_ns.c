@@ -275,6 +275,47 @@ START_TEST(test_ns__rewritten_source_goes_stale)
 }
 END_TEST
 
+/* Listing offsets name the entry to go on after: in the listing that
+ * handed them out, in one made again with an entry gone before it or
+ * added, and for a gone entry (its position); 0 and old bare positions
+ * (no hash) are positions. */
+static struct castfs_dir *names_dir(const char *const *names, size_t n,
+				    struct castfs_dirent *ents)
+{
+	static struct castfs_dir d;
+
+	for (size_t i = 0; i < n; i++)
+		ents[i] = (struct castfs_dirent){ .name = (char *)names[i] };
+	d = (struct castfs_dir){ .n = n, .ents = ents };
+	return &d;
+}
+
+START_TEST(test_ns__dir_offsets_follow_names)
+{
+	static const char *const was[] = { ".", "..", "a", "b", "c", "d", "e" };
+	static const char *const gone[] = { ".", "..", "b", "c", "d", "e" };
+	static const char *const added[] = { ".", "..", "z", "a",
+					     "b", "c",	"d", "e" };
+	struct castfs_dirent e1[8], e2[8];
+	struct castfs_dir *d = names_dir(was, 7, e1), old = *d, *now;
+	uint64_t off_c = castfs_dir_off(&old, 4),
+		 off_a = castfs_dir_off(&old, 2);
+
+	ck_assert_uint_gt(off_c, 0);
+	ck_assert_uint_lt(off_c, (uint64_t)INT64_MAX);
+	ck_assert_uint_eq(castfs_dir_seek(&old, 0), 0);
+	ck_assert_uint_eq(castfs_dir_seek(&old, off_c), 5); /* then "d" */
+	ck_assert_uint_eq(castfs_dir_seek(&old, castfs_dir_off(&old, 6)), 7);
+	now = names_dir(gone, 6, e2);
+	ck_assert_str_eq(now->ents[castfs_dir_seek(now, off_c)].name, "d");
+	/* "a" gone: one before its position, so "b" is not skipped */
+	ck_assert_str_eq(now->ents[castfs_dir_seek(now, off_a)].name, "b");
+	now = names_dir(added, 8, e2);
+	ck_assert_str_eq(now->ents[castfs_dir_seek(now, off_c)].name, "d");
+	ck_assert_uint_eq(castfs_dir_seek(now, 3), 3); /* a bare position */
+}
+END_TEST
+
 START_TEST(test_ns__rejected_listed_with_reason)
 {
 	struct castfs_file *f;
@@ -412,6 +453,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_ns__dot_and_dotdot);
 	tcase_add_test(tc, test_ns__symlinks_shown_never_followed);
 	tcase_add_test(tc, test_ns__rewritten_source_goes_stale);
+	tcase_add_test(tc, test_ns__dir_offsets_follow_names);
 	tcase_add_test(tc, test_ns__rejected_listed_with_reason);
 	tcase_add_test(tc, test_ns__headers_parsed_once);
 	tcase_add_test(tc, test_ns__forgotten_and_unknown_ids_resolve);
