@@ -90,12 +90,32 @@ def queue_limit():
     return n
 
 
+def stop(pid):
+    """SIGSTOP @pid and wait until every thread of it is stopped: a
+    watcher thread woken by the first events would otherwise read a
+    bufferful of them before it stops (CI: the queue then never
+    overflowed)."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def stopped():
+        for task in os.listdir("/proc/%d/task" % pid):
+            try:
+                with open("/proc/%d/task/%s/stat" % (pid, task)) as f:
+                    st = f.read()
+            except FileNotFoundError:
+                continue
+            if st[st.rindex(")") + 2] not in "Tt":
+                return False
+        return True
+    rc.poll(stopped, 10, "the daemon to stop")
+
+
 def flood(src):
-    """More events than a stopped watcher's queue holds: writes to two
-    junk files of @src taking turns (alike events in a row would be
-    merged), each a modify and a close-write."""
+    """More events than a stopped watcher's queue holds (twice): writes
+    to two junk files of @src taking turns (alike events in a row would
+    be merged), each a modify and a close-write."""
     names = [os.path.join(src, "junk%d" % k) for k in range(2)]
-    for i in range(queue_limit() // 2 + 64):
+    for i in range(queue_limit() + 64):  # twice the queue
         with open(names[i % 2], "w") as fp:
             fp.write("y" * (i % 64))
 
@@ -132,7 +152,7 @@ class Overflow(unittest.TestCase):
                            mount.join("sub", rc.view_name("e", "fp16"))]
                 for p in deleted:
                     self.assertTrue(exists(p), p)
-                os.kill(daemon, signal.SIGSTOP)
+                stop(daemon)
                 try:
                     flood(src)
                     # Their events find the queue full.
@@ -215,7 +235,7 @@ class Rescan(unittest.TestCase):
         # loaded machine: a miss would rescan the directory whole).
         time.sleep(3.0)
         before = mount.stats()
-        os.kill(daemon, signal.SIGSTOP)
+        stop(daemon)
         try:
             flood(src)
             replaced = tiny(1000, rows=9)
@@ -269,7 +289,7 @@ def overflow(daemon, src, change):
     """Stop @daemon, make its inotify queue overflow with writes to two
     junk files of @src, call @change (whose events are lost too), and let
     the daemon go on."""
-    os.kill(daemon, signal.SIGSTOP)
+    stop(daemon)
     try:
         flood(src)
         change()
