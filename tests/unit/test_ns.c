@@ -279,23 +279,22 @@ END_TEST
  * handed them out, in one made again with an entry gone before it or
  * added, and for a gone entry (its position); 0 and old bare positions
  * (no hash) are positions. */
-static struct castfs_dir *names_dir(const char *const *names, size_t n,
+static struct castfs_dir *names_dir(char (*names)[3], size_t n,
 				    struct castfs_dirent *ents)
 {
 	static struct castfs_dir d;
 
 	for (size_t i = 0; i < n; i++)
-		ents[i] = (struct castfs_dirent){ .name = (char *)names[i] };
+		ents[i] = (struct castfs_dirent){ .name = names[i] };
 	d = (struct castfs_dir){ .n = n, .ents = ents };
 	return &d;
 }
 
 START_TEST(test_ns__dir_offsets_follow_names)
 {
-	static const char *const was[] = { ".", "..", "a", "b", "c", "d", "e" };
-	static const char *const gone[] = { ".", "..", "b", "c", "d", "e" };
-	static const char *const added[] = { ".", "..", "z", "a",
-					     "b", "c",	"d", "e" };
+	static char was[][3] = { ".", "..", "a", "b", "c", "d", "e" };
+	static char gone[][3] = { ".", "..", "b", "c", "d", "e" };
+	static char added[][3] = { ".", "..", "z", "a", "b", "c", "d", "e" };
 	struct castfs_dirent e1[8], e2[8];
 	struct castfs_dir *d = names_dir(was, 7, e1), old = *d, *now;
 	uint64_t off_c = castfs_dir_off(&old, 4),
