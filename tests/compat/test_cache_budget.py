@@ -156,8 +156,10 @@ class TestCacheBudget(unittest.TestCase):
                 # The files did cost memory (else the test shows nothing):
                 # their parsed headers, which the kernel's nodes keep
                 # (since stop 42 their plans are given back past the
-                # budget; 91 MB measured, 140 before)...
-                self.assertGreater(peak, idle + 50)
+                # budget; 91 MB measured, 140 before; 50-58 MB since stop
+                # 45's leaner header parse, which a bound of 50 failed by
+                # 0.03 MB), well above twice the idle RSS below...
+                self.assertGreater(peak, max(idle + 30, 3 * idle))
                 # ...and it came back.
                 self.assertLessEqual(after, 2 * idle)
             with self.subTest("cache accounting"):
