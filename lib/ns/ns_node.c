@@ -803,11 +803,10 @@ struct castfs_dir *castfs_dir_hold(struct castfs_dir *dir)
 #define DIR_OFF_POS_BITS 31
 #define DIR_OFF_POS_MAX ((1ull << DIR_OFF_POS_BITS) - 1)
 
+/* The name's tag in a listing's name set (list_tag()), 32 bits. */
 static uint64_t dir_name_hash(const char *name)
 {
-	return castfs_mix64(
-		       castfs_fnv1a(CASTFS_FNV_SEED, name, strlen(name))) >>
-	       32;
+	return list_tag(list_hash(name, strlen(name)));
 }
 
 uint64_t castfs_dir_off(const struct castfs_dir *dir, size_t i)
