@@ -44,7 +44,23 @@ def sha(b):
     return hashlib.sha256(b).hexdigest()
 
 
-class LinkPermissions(unittest.TestCase):
+class AllowOtherMount(unittest.TestCase):
+    """A mount for the whole class, with allow_other, its mount point
+    reachable by nobody; the class keeps its source's tempdir in cls.tmp."""
+
+    @classmethod
+    def mount_for_all(cls, src):
+        cls.mount = tl.Mount(src, options=["allow_other"])
+        os.chmod(cls.mount.tmp, 0o755)
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.mount.unmount()
+        cls.tmp.__exit__(None, None, None)
+        assert code == 0, "castfs exited with %d" % code
+
+
+class LinkPermissions(AllowOtherMount):
     @classmethod
     def setUpClass(cls):
         if os.geteuid() != 0:
@@ -70,14 +86,7 @@ class LinkPermissions(unittest.TestCase):
             os.symlink(target, os.path.join(src, name + ".safetensors"))
         # a link in the private directory: its own path is searched
         os.symlink("ok.safetensors", os.path.join(src, "private", "l.safetensors"))
-        cls.mount = tl.Mount(src, options=["allow_other"])
-        os.chmod(cls.mount.tmp, 0o755)
-
-    @classmethod
-    def tearDownClass(cls):
-        code = cls.mount.unmount()
-        cls.tmp.__exit__(None, None, None)
-        assert code == 0, "castfs exited with %d" % code
+        cls.mount_for_all(src)
 
     def m(self, *p):
         return self.mount.join(*p)
@@ -131,7 +140,7 @@ class LinkPermissions(unittest.TestCase):
                          os.stat(self.m("pub", rc.view_name("p", "fp16"))).st_ino)
 
 
-class FolderGGUF(unittest.TestCase):
+class FolderGGUF(AllowOtherMount):
     """DIR.q8_0.gguf lies beside its folder, so the kernel never searches
     the folder to read it: a 0700 model folder's GGUF is for its owner's
     class only, as the folder's DIR.<view>/ is (a review: its weights
@@ -164,14 +173,7 @@ class FolderGGUF(unittest.TestCase):
         os.chmod(src, 0o755)
         os.chmod(os.path.join(src, "priv"), 0o700)
         os.chmod(blobs, 0o700)
-        cls.mount = tl.Mount(src, options=["allow_other"])
-        os.chmod(cls.mount.tmp, 0o755)
-
-    @classmethod
-    def tearDownClass(cls):
-        code = cls.mount.unmount()
-        cls.tmp.__exit__(None, None, None)
-        assert code == 0, "castfs exited with %d" % code
+        cls.mount_for_all(src)
 
     def test_folder_gguf(self):
         m = self.mount.join

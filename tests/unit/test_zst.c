@@ -428,6 +428,27 @@ static ssize_t gate_pread(void *ctx, void *buf, size_t n, uint64_t off)
 	return g->mr.r.pread(g->mr.r.ctx, buf, n, off);
 }
 
+static void gate_init(struct gate *g)
+{
+	pthread_mutex_init(&g->lock, NULL);
+	pthread_cond_init(&g->opened, NULL);
+}
+
+/* Let the pread held at the gate, and every later one, through. */
+static void gate_open(struct gate *g)
+{
+	pthread_mutex_lock(&g->lock);
+	g->open = true;
+	pthread_cond_broadcast(&g->opened);
+	pthread_mutex_unlock(&g->lock);
+}
+
+static void gate_fini(struct gate *g)
+{
+	pthread_cond_destroy(&g->opened);
+	pthread_mutex_destroy(&g->lock);
+}
+
 static int gate_calls(struct gate *g)
 {
 	int n;
@@ -497,8 +518,7 @@ START_TEST(test_zst__waiter_on_failed_frame_gets_eio)
 	m.p[bad] ^= 0x5a;
 	ck_assert_int_eq(castfs_zcache_new(1 << 20, &c), 0);
 	ck_assert_int_eq(open_index(&m, c, &g.mr, &ix, NULL), 0);
-	pthread_mutex_init(&g.lock, NULL);
-	pthread_cond_init(&g.opened, NULL);
+	gate_init(&g);
 	castfs_zst_reader_init(&zr, ix, &raw);
 	for (int k = 0; k < 2; k++) {
 		w[k] = (struct waiter){ .zr = &zr, .off = 10 + 200u * k };
@@ -515,10 +535,7 @@ START_TEST(test_zst__waiter_on_failed_frame_gets_eio)
 	       !(__atomic_load_n(&w[1].tid, __ATOMIC_SEQ_CST) &&
 		 thread_sleeps(w[1].tid)))
 		sched_yield();
-	pthread_mutex_lock(&g.lock);
-	g.open = true;
-	pthread_cond_broadcast(&g.opened);
-	pthread_mutex_unlock(&g.lock);
+	gate_open(&g);
 	for (int k = 0; k < 2; k++) {
 		pthread_join(th[k], NULL);
 		ck_assert_int_eq(w[k].rc, -EIO);
@@ -533,8 +550,7 @@ START_TEST(test_zst__waiter_on_failed_frame_gets_eio)
 	ck_assert_mem_eq(buf, in + 9000, 4000);
 	castfs_zst_index_free(ix);
 	castfs_zcache_free(c);
-	pthread_cond_destroy(&g.opened);
-	pthread_mutex_destroy(&g.lock);
+	gate_fini(&g);
 	free(m.p);
 	free(in);
 }
@@ -871,8 +887,7 @@ START_TEST(test_zst__previous_frame_kept_while_next_decodes)
 	pack(in, 30000, 8192, false, NULL, 0, &m);
 	ck_assert_int_eq(castfs_zcache_new(5000, &c), 0);
 	ck_assert_int_eq(open_index(&m, c, &g.mr, &ix, NULL), 0);
-	pthread_mutex_init(&g.lock, NULL);
-	pthread_cond_init(&g.opened, NULL);
+	gate_init(&g);
 	castfs_zst_reader_init(&zr, ix, &g.mr.r);
 	castfs_zst_reader_init(&zg, ix, &gated);
 	ck_assert_int_eq(castfs_reader_read(&zr.r, buf, 1000, 6000), 0);
@@ -885,10 +900,7 @@ START_TEST(test_zst__previous_frame_kept_while_next_decodes)
 	ck_assert_mem_eq(buf, in + 7000, 1000);
 	castfs_zcache_stats_get(c, &st);
 	ck_assert_uint_eq(st.bytes_decoded, 8192); /* frame 0 once */
-	pthread_mutex_lock(&g.lock);
-	g.open = true;
-	pthread_cond_broadcast(&g.opened);
-	pthread_mutex_unlock(&g.lock);
+	gate_open(&g);
 	pthread_join(th, NULL);
 	ck_assert_int_eq(w.rc, 0);
 	/* frame 1 kept alone once decoded, and read from the cache */
@@ -900,8 +912,7 @@ START_TEST(test_zst__previous_frame_kept_while_next_decodes)
 	ck_assert_uint_eq(st.bytes_decoded, 2 * 8192);
 	castfs_zst_index_free(ix);
 	castfs_zcache_free(c);
-	pthread_cond_destroy(&g.opened);
-	pthread_mutex_destroy(&g.lock);
+	gate_fini(&g);
 	free(m.p);
 	free(in);
 }
