@@ -83,25 +83,6 @@ const struct ns_kind_ops ns_kind_ctl_dir = {
 	.getattr = ctl_dir_getattr,
 };
 
-static int ctl_file_getattr(struct castfs_ns *ns, const struct ns_node *n,
-			    struct stat *st)
-{
-	(void)ns;
-	/* Size 0 like /proc: the content is made at open, read direct. */
-	ns_view_stat(&n->st, 0, n->id, st);
-	/* These name files anywhere in the source tree and quote their
-	 * headers, whatever the reader may search: the daemon's own user,
-	 * who could read them all, alone reads them (a bug hunt: under
-	 * allow_other, anyone read the names and header bytes of files in
-	 * other users' 0700 directories). */
-	if (n->aux == CTL_REJECTED || n->aux == CTL_REFUSED) {
-		st->st_mode = S_IFREG | 0400;
-		st->st_uid = geteuid();
-		st->st_gid = getegid();
-	}
-	return 0;
-}
-
 /* Bounds of the walk that makes /.castfs/rejected complete. */
 #define SCAN_MAX_DEPTH 64
 #define SCAN_MAX_FILES 100000
@@ -339,6 +320,25 @@ static const struct {
 	[CTL_METRICS] = { ctl_metrics, -1 },
 	[CTL_REFUSED] = { ctl_refused, 1 },
 };
+
+static int ctl_file_getattr(struct castfs_ns *ns, const struct ns_node *n,
+			    struct stat *st)
+{
+	(void)ns;
+	/* Size 0 like /proc: the content is made at open, read direct. */
+	ns_view_stat(&n->st, 0, n->id, st);
+	/* Those that walk the source tree name files anywhere in it and
+	 * quote their headers, whatever the reader may search: the daemon's
+	 * own user, who could read them all, alone reads them (a bug hunt:
+	 * under allow_other, anyone read the names and header bytes of files
+	 * in other users' 0700 directories). */
+	if (n->aux < CTL_COUNT && ctl_how[n->aux].slot >= 0) {
+		st->st_mode = S_IFREG | 0400;
+		st->st_uid = geteuid();
+		st->st_gid = getegid();
+	}
+	return 0;
+}
 
 static int ctl_file_open(struct castfs_ns *ns, const struct ns_node *n,
 			 struct castfs_file **out)
