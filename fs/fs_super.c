@@ -377,8 +377,18 @@ static bool sv_conn_alive(const struct sv *sv)
 	return poll(&p, 1, 0) >= 0 && !(p.revents & (POLLERR | POLLHUP));
 }
 
+/* "signal N" or "exit N": how wait status @status ended, for the log. */
+static const char *sv_how_ended(int status, char how[24])
+{
+	snprintf(how, 24, "%s %d", WIFSIGNALED(status) ? "signal" : "exit",
+		 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+	return how;
+}
+
 static void sv_reap_cur(struct sv *sv, int status)
 {
+	char how[24];
+
 	sv->cur = 0;
 	if (sv->stopping || (WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
 			     !sv_conn_alive(sv))) {
@@ -396,15 +406,15 @@ static void sv_reap_cur(struct sv *sv, int status)
 		sv->failures = 1;
 	else
 		sv->failures++;
-	sv_log("the daemon died (%s %d): restarting",
-	       WIFSIGNALED(status) ? "signal" : "exit",
-	       WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+	sv_log("the daemon died (%s): restarting", sv_how_ended(status, how));
 	if (!sv->next)
 		sv_schedule(sv);
 }
 
 static void sv_reap_next(struct sv *sv, int status)
 {
+	char how[24];
+
 	sv->next = 0;
 	if (sv->ready_fd >= 0)
 		close(sv->ready_fd);
@@ -417,9 +427,7 @@ static void sv_reap_next(struct sv *sv, int status)
 	if (sv_is_failure(status))
 		sv->failures++;
 	sv->had_failure |= sv_is_failure(status);
-	sv_log("a new daemon failed to start (%s %d)%s",
-	       WIFSIGNALED(status) ? "signal" : "exit",
-	       WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+	sv_log("a new daemon failed to start (%s)%s", sv_how_ended(status, how),
 	       sv->cur ? ": the running one keeps serving" : "");
 	if (!sv->cur)
 		sv_schedule(sv);
@@ -431,12 +439,12 @@ static void sv_reap_next(struct sv *sv, int status)
  * report never reached the exit status); nothing restarts for it. */
 static void sv_reap_retired(struct sv *sv, int status)
 {
+	char how[24];
+
 	if (!sv_is_failure(status))
 		return;
 	sv->had_failure = true;
-	sv_log("a replaced daemon died (%s %d)",
-	       WIFSIGNALED(status) ? "signal" : "exit",
-	       WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+	sv_log("a replaced daemon died (%s)", sv_how_ended(status, how));
 }
 
 static void sv_reap(struct sv *sv)
