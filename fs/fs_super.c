@@ -394,7 +394,15 @@ static void sv_reap_cur(struct sv *sv, int status)
 			     !sv_conn_alive(sv))) {
 		/* Unmounted, or told to stop: the mount is over. A daemon
 		 * that exits 0 under a live mount was stopped by someone
-		 * else (a SIGTERM to it alone): replaced like any death. */
+		 * else (a SIGTERM to it alone): replaced like any death.
+		 * A crash on its way out (a sanitizer's report at exit) is
+		 * still one: nothing restarts, but our exit status says so
+		 * (it was lost whenever the stop came first). */
+		if (sv_is_failure(status)) {
+			sv->had_failure = true;
+			sv_log("the daemon died as the mount ended (%s)",
+			       sv_how_ended(status, how));
+		}
 		sv->stopping = true;
 		return;
 	}

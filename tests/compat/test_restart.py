@@ -609,6 +609,7 @@ class Reload(unittest.TestCase):
             old = wait_daemon(sup)
             os.stat(m.join("a.fp8.safetensors"))  # it serves: not "next"
             os.kill(old, signal.SIGSTOP)
+            rc.poll(lambda: all_stopped(old), 30, "the old daemon stopped")
             r = subprocess.run([tl.castfs_binary(), "reload", m.path],
                                capture_output=True, text=True, timeout=30)
             self.assertEqual(r.returncode, 0, r.stderr)
@@ -626,6 +627,45 @@ class Reload(unittest.TestCase):
             status = m.unmount()
         self.assertEqual(status, 1, m.output())
         self.assertRegex(m.output(), r"a replaced daemon died \(signal \d+\)")
+
+    def test_a_daemon_that_crashes_as_the_mount_ends_fails_it(self):
+        """The serving daemon dying of a crash while the supervisor stops
+        the mount fails the exit status too: the supervisor, told to stop,
+        did not look at how its daemon ended, so a report at the exit of
+        a supervised daemon counted only when the unmount reached the
+        daemon first. Stopped, the daemon keeps the supervisor's SIGTERM
+        pending; SIGUSR1 (no handler) then ends it as a crash would."""
+        m = tl.Mount(Fixture.src)
+        try:
+            sup = m.proc.pid
+            d = wait_daemon(sup)
+            os.stat(m.join("a.fp8.safetensors"))
+            os.kill(d, signal.SIGSTOP)
+            # Each thread takes a pending SIGTERM before a SIGSTOP (the
+            # lower number) until the stop is under way.
+            rc.poll(lambda: all_stopped(d), 30, "the daemon stopped")
+            os.kill(sup, signal.SIGTERM)
+            rc.poll(lambda: sigterm_pending(d), 60, "the stop sent")
+            os.kill(d, signal.SIGUSR1)
+            try:
+                os.kill(d, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        finally:
+            status = m.unmount()
+        self.assertEqual(status, 1, m.output())
+        self.assertRegex(m.output(),
+                         r"the daemon died as the mount ended \(signal %d\)"
+                         % signal.SIGUSR1)
+
+
+def all_stopped(pid):
+    """Whether every thread of process @pid is stopped (SIGSTOP)."""
+    for t in os.listdir("/proc/%d/task" % pid):
+        with open("/proc/%d/task/%s/stat" % (pid, t)) as f:
+            if f.read().rsplit(")", 1)[1].split()[0] != "T":
+                return False
+    return True
 
 
 def sigterm_pending(pid):
