@@ -99,7 +99,9 @@ class CommandLine(unittest.TestCase):
         r = castfs("--version")
         self.assertEqual(r.returncode, 0)
         self.assertRegex(r.stdout, r"^castfs \d+\.\d+\.\d+")
-        for sub in ("info", "convert"):
+        for sub in ("info", "convert", "pack", "unpack"):
+            # castfs --help sends the reader to each sub-command's help
+            self.assertIn("`castfs %s --help`" % sub, castfs("--help").stdout)
             r = castfs(sub, "--help")
             self.assertEqual(r.returncode, 0)
             self.assertIn("castfs " + sub, r.stdout)
