@@ -2,7 +2,7 @@
 /*
  * castfs: mount a directory of checkpoints with converted views
  * (`castfs [options] SOURCE MOUNTPOINT`), or run a sub-command
- * (`castfs info`, `castfs convert`).
+ * (`castfs info`, `convert`, `pack`, `unpack`, `reload`).
  */
 #include <errno.h>
 #include <limits.h>
@@ -202,7 +202,9 @@ static void usage(const char *prog)
 	       "    -o config=FILE         JSON file defining more views and rules\n"
 	       "    -o timeout=SECONDS     entry and attribute timeout (86400)\n"
 	       "    -o read_ahead_kb=N     kernel read-ahead of the mount (1024)\n"
-	       "    -o threads=N           worker threads (default 2 x CPUs, >= 4)\n"
+	       "    -o threads=N           worker threads (default 2 x CPUs, >= 4;\n"
+	       "                           FUSE's max_threads and max_idle_threads\n"
+	       "                           below are not used)\n"
 	       "    -o zcache_mb=N         decoded frames of packed sources\n"
 	       "                           (*.safetensors.zst, .zstg) kept in\n"
 	       "                           memory, in MiB (16)\n"
