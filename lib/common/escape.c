@@ -50,6 +50,23 @@ size_t castfs_json_skip_ws(const void *s, size_t n, size_t i)
 	return i;
 }
 
+size_t castfs_json_values(const void *s, size_t n, size_t stop)
+{
+	const uint8_t *u = s;
+	size_t values = 1;
+	bool str = false;
+
+	for (size_t i = 0; i < n && values <= stop; i++) {
+		if (str && u[i] == '\\')
+			i++; /* the escaped byte cannot end the string */
+		else if (u[i] == '"')
+			str = !str;
+		else if (!str && (u[i] == '[' || u[i] == '{' || u[i] == ','))
+			values++;
+	}
+	return values;
+}
+
 size_t castfs_utf8_bad(const void *s, size_t n)
 {
 	const uint8_t *p = s;

@@ -28,6 +28,15 @@ size_t castfs_utf8_bad(const void *s, size_t n);
 size_t castfs_json_skip_ws(const void *s, size_t n, size_t i);
 
 /*
+ * castfs_json_values - an upper bound on the values a JSON parser makes of
+ * @s (@n bytes): one, and one for each '[', '{' and ',' outside strings.
+ * Counting stops once it passes @stop, so a caller asks cheaply whether a
+ * text is over a cap before a tree parser (cJSON: ~80 bytes a value) costs
+ * forty times the text's size. Pure.
+ */
+size_t castfs_json_values(const void *s, size_t n, size_t stop);
+
+/*
  * castfs_escape_next - the length of the character at @s (@n >= 1 bytes
  * left: a well-formed UTF-8 sequence, or 1 for a byte that starts none),
  * and in *@esc whether castfs_escape_buf() writes it as escapes, so that

@@ -710,18 +710,40 @@ int castfs_md_gguf_plan(const struct castfs_view *v, const char *config,
 	return castfs_md_gguf_plan_src(v, &s, out, d);
 }
 
+/* 0 if no text of @s is over its cap of JSON values, which cJSON would
+ * turn into ~80 bytes each, else -E2BIG (@d says which). */
+static int texts_capped(const struct castfs_md_gguf_src *s,
+			struct castfs_diag *d)
+{
+	int rc = castfs_md_json_cap(s->config, s->config_len,
+				    CASTFS_MD_JSON_VALUES_MAX, d,
+				    "GGUF: config.json");
+
+	if (!rc)
+		rc = castfs_md_json_cap(s->tokenizer, s->tokenizer_len,
+					CASTFS_MD_TOK_VALUES_MAX, d,
+					"GGUF: tokenizer.json");
+	if (!rc && s->tok_config)
+		rc = castfs_md_json_cap(s->tok_config, s->tok_config_len,
+					CASTFS_MD_TOK_VALUES_MAX, d,
+					"GGUF: tokenizer_config.json");
+	return rc;
+}
+
 int castfs_md_gguf_plan_src(const struct castfs_view *v,
 			    const struct castfs_md_gguf_src *s,
 			    struct castfs_plan **out, struct castfs_diag *d)
 {
-	cJSON *cfg = cJSON_ParseWithLength(s->config, s->config_len);
-	cJSON *tok = cJSON_ParseWithLength(s->tokenizer, s->tokenizer_len);
-	cJSON *tc = s->tok_config ? cJSON_ParseWithLength(s->tok_config,
-							  s->tok_config_len) :
-				    NULL;
+	cJSON *cfg, *tok, *tc = NULL;
 	struct llm m = { 0 };
-	int rc;
+	int rc = texts_capped(s, d);
 
+	if (rc)
+		return rc;
+	cfg = cJSON_ParseWithLength(s->config, s->config_len);
+	tok = cJSON_ParseWithLength(s->tokenizer, s->tokenizer_len);
+	if (s->tok_config)
+		tc = cJSON_ParseWithLength(s->tok_config, s->tok_config_len);
 	if (v->kind != CASTFS_VIEW_GGUF)
 		rc = castfs_diag_set(d, -EINVAL, "not a GGUF view");
 	else if (!s->nh || s->nh > CASTFS_PART_MAX || (s->nh > 1 && !s->index))

@@ -61,10 +61,31 @@ bool castfs_md_key_is(const char *js, const struct castfs_md_member *m,
 		      const char *key);
 
 /*
+ * The most values a model folder's JSON text may hold before cJSON parses
+ * it: a cJSON value costs ~80 bytes, so a 64 MiB config.json of "0,"
+ * (32 million values) took the daemon to 2.5 GB for a listing of its
+ * parent (a bug hunt). Real config.json and index files hold thousands to
+ * a few hundred thousand (DeepSeek-V3's index: ~92,000); tokenizer.json
+ * (and tokenizer_config.json), parsed for the GGUF views only, holds up to
+ * ~1.2 million (Llama 3's 128,256 tokens and 280,147 merges as pairs).
+ */
+#define CASTFS_MD_JSON_VALUES_MAX ((size_t)1 << 20)
+#define CASTFS_MD_TOK_VALUES_MAX ((size_t)1 << 22)
+
+/*
+ * castfs_md_json_cap - 0 if @len bytes of @json hold at most @max JSON
+ * values (castfs_json_values()), else -E2BIG (@d says so, naming the file
+ * as @what). Pure.
+ */
+int castfs_md_json_cap(const char *json, size_t len, size_t max,
+		       struct castfs_diag *d, const char *what);
+
+/*
  * castfs_md_parse - validate @len bytes of @json (not NUL-terminated) as one
  * JSON object with cJSON, surrounded by JSON space only. With @root set,
- * *@root is the parsed tree (the caller cJSON_Delete()s it). Returns 0 or
- * -EINVAL (@d says why, naming the file as @what).
+ * *@root is the parsed tree (the caller cJSON_Delete()s it). Returns 0,
+ * -EINVAL or -E2BIG (over CASTFS_MD_JSON_VALUES_MAX values; @d says why,
+ * naming the file as @what).
  */
 int castfs_md_parse(const char *json, size_t len, struct cJSON **root,
 		    struct castfs_diag *d, const char *what);

@@ -266,13 +266,28 @@ bool castfs_md_key_is(const char *js, const struct castfs_md_member *m,
 	return m->key_len == n + 2 && memcmp(js + m->key + 1, key, n) == 0;
 }
 
+int castfs_md_json_cap(const char *json, size_t len, size_t max,
+		       struct castfs_diag *d, const char *what)
+{
+	if (castfs_json_values(json, len, max) <= max)
+		return 0;
+	return castfs_diag_set(d, -E2BIG, "%s: more than %zu JSON values", what,
+			       max);
+}
+
 int castfs_md_parse(const char *json, size_t len, cJSON **root,
 		    struct castfs_diag *d, const char *what)
 {
 	const char *end = NULL;
-	cJSON *r = cJSON_ParseWithLengthOpts(json, len, &end, false);
-	size_t tail = end ? (size_t)(end - json) : 0;
+	cJSON *r;
+	size_t tail;
+	int rc = castfs_md_json_cap(json, len, CASTFS_MD_JSON_VALUES_MAX, d,
+				    what);
 
+	if (rc)
+		return rc;
+	r = cJSON_ParseWithLengthOpts(json, len, &end, false);
+	tail = end ? (size_t)(end - json) : 0;
 	if (r)
 		tail = castfs_json_skip_ws(json, len, tail);
 	if (!r || tail != len || !cJSON_IsObject(r)) {

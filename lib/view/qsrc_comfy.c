@@ -248,6 +248,10 @@ static int meta_layer(const struct castfs_header *h, struct castfs_qsrc *q,
 	return comfy_pair(h, q, s, len + 1, &current, d);
 }
 
+/* The most JSON values of a "_quantization_metadata": a few per layer,
+ * and a checkpoint of a million layers is not made. */
+#define COMFY_META_VALUES ((size_t)1 << 20)
+
 /*
  * The "_quantization_metadata" form: a JSON {"layers": {"<layer>": {...}}}
  * in the header's __metadata__, which convert_old_quants turns into one
@@ -257,12 +261,20 @@ static int comfy_meta(const struct castfs_header *h, struct castfs_qsrc *q,
 		      const struct castfs_meta_kv *kv, struct castfs_diag *d)
 {
 	const char *end = NULL, *lim = kv->value + kv->value_len;
-	cJSON *o = cJSON_ParseWithLengthOpts(kv->value, kv->value_len, &end,
-					     false);
-	const cJSON *layers = cJSON_GetObjectItemCaseSensitive(o, "layers");
-	const cJSON *l;
+	cJSON *o;
+	const cJSON *layers, *l;
 	int rc = 0;
 
+	/* cJSON spends ~80 bytes a value: a 100 MB header of "0," in this
+	 * string took the daemon to 4.9 GB (a bug hunt). */
+	if (castfs_json_values(kv->value, kv->value_len, COMFY_META_VALUES) >
+	    COMFY_META_VALUES)
+		return castfs_diag_set(d, -E2BIG,
+				       "_quantization_metadata of more than "
+				       "%zu JSON values",
+				       (size_t)COMFY_META_VALUES);
+	o = cJSON_ParseWithLengthOpts(kv->value, kv->value_len, &end, false);
+	layers = cJSON_GetObjectItemCaseSensitive(o, "layers");
 	/* json.loads allows only whitespace after the value. */
 	if (o && end)
 		end += castfs_json_skip_ws(end, (size_t)(lim - end), 0);

@@ -16,8 +16,10 @@ metadata object's text (docs/ARCHITECTURE.md, "Plans").
   twice per view; eight views here). Skipped under a sanitizer, whose
   allocator keeps freed memory.
 """
+import errno
 import json
 import os
+import shutil
 import struct
 import unittest
 
@@ -152,6 +154,82 @@ class ManyDims(unittest.TestCase):
                 print("peak %.0f MB over the idle daemon" % peak)
                 if not tl.sanitizer(pid):
                     self.assertLess(peak, 120)
+
+
+class ManyJsonValues(unittest.TestCase):
+    """JSON texts of many tiny values: a model folder's config.json and
+    tokenizer.json (read up to 64 MiB) and a ComfyUI
+    "_quantization_metadata" (up to the 100 MB header limit). cJSON spends
+    ~80 bytes a value, so a 62 MB config.json of "0," took the daemon to
+    2.5 GB and 11.6 s for a listing of its parent, a tokenizer.json so to
+    2.4 GB for a `stat` of a GGUF view, a metadata string to 4.9 GB (a bug
+    hunt). Now each text is counted before it is parsed: over its cap
+    (1,048,576 values; 4,194,304 for the tokenizer's) the GGUF views are
+    refused and the checkpoint rejected with the reason (`E2BIG`), the
+    raw files read as they are, and the daemon's peak stays near the
+    texts' own size."""
+
+    @staticmethod
+    def zeros(n):
+        return "[" + "0," * (n - 1) + "0]"
+
+    @classmethod
+    def setUpClass(cls):
+        import test_gguf_llm
+        cls.ctx = tl.tempdir()
+        cls.src = cls.ctx.__enter__()
+        test_gguf_llm.make_model(os.path.join(cls.src, "ok"), "llama")
+        for name, f, n in (("cfg", "config.json", 8 << 20),
+                           ("tok", "tokenizer.json", 5 << 20)):
+            d = os.path.join(cls.src, name)
+            shutil.copytree(os.path.join(cls.src, "ok"), d)
+            with open(os.path.join(d, f)) as fh:
+                text = fh.read().rstrip()
+            with open(os.path.join(d, f), "w") as fh:
+                fh.write(text[:-1] + ', "x": ' + cls.zeros(n) + "}")
+        meta = '{"layers": {}, "x": ' + cls.zeros(1100000) + "}"
+        save_file({"w": torch.ones(4, 4, dtype=torch.bfloat16)},
+                  os.path.join(cls.src, "comfy.safetensors"),
+                  metadata={"_quantization_metadata": meta})
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.ctx.__exit__(None, None, None)
+
+    def test_refused_within_bounds(self):
+        with tl.Mount(self.src) as m:
+            pid = m.daemon()
+            base = tl.rss_mb(pid)
+            names = os.listdir(m.path)
+            for n in names:
+                os.stat(m.join(n))
+            for n in ("cfg", "tok"):
+                with self.assertRaises(FileNotFoundError):
+                    os.stat(m.join(n + ".q8_0.gguf"))
+            self.assertGreater(os.stat(m.join("ok.q8_0.gguf")).st_size, 0)
+            self.assertIn("ok.bf16", names)
+            self.assertIn("tok.bf16", names)
+            peak = tl.rss_mb(pid, "VmHWM") - base
+            with open(m.join(".castfs/refused")) as f:
+                why = {e["path"]: e["reason"] for e in json.load(f)}
+            self.assertEqual(why.get("cfg"), "GGUF: config.json: more "
+                             "than 1048576 JSON values")
+            self.assertEqual(why.get("tok"), "GGUF: tokenizer.json: more "
+                             "than 4194304 JSON values")
+            with open(m.join(".castfs/rejected")) as f:
+                bad = {e["path"]: e for e in json.load(f)}
+            self.assertEqual(bad["comfy.safetensors"]["error"],
+                             os.strerror(errno.E2BIG))
+            self.assertIn("more than 1048576 JSON values",
+                          bad["comfy.safetensors"]["reason"])
+            for f in ("comfy.safetensors", "cfg/config.json",
+                      "tok/tokenizer.json"):
+                with open(m.join(f), "rb") as a, \
+                        open(os.path.join(self.src, f), "rb") as b:
+                    self.assertEqual(a.read(), b.read(), f)
+            print("peak %.0f MB over the idle daemon" % peak)
+            if not tl.sanitizer(pid):
+                self.assertLess(peak, 120)
 
 
 if __name__ == "__main__":

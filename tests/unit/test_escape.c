@@ -191,6 +191,30 @@ START_TEST(test_escape__text_escapes_once)
 }
 END_TEST
 
+/* The bound on a parser's values: exact for non-empty containers, blind
+ * to brackets and commas in strings (escaped quotes too), and cut short
+ * past the caller's cap. */
+START_TEST(test_escape__json_values_bound)
+{
+	static const struct {
+		const char *js;
+		size_t values;
+	} cases[] = {
+		{ "0", 1 },
+		{ "[0,0,0]", 4 },
+		{ "{\"a\": 1, \"b\": [2, 3]}", 5 },
+		{ "[\"a,b[\", \"c\\\"{,\", \"\\\\\"]", 4 },
+		{ "[]", 2 },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		ck_assert_uint_eq(castfs_json_values(cases[i].js,
+						     strlen(cases[i].js), 100),
+				  cases[i].values);
+	ck_assert_uint_eq(castfs_json_values("[0,0,0,0,0,0]", 13, 2), 3);
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("escape");
@@ -201,6 +225,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_escape__cut_at_a_whole_escape);
 	tcase_add_test(tc, test_escape__next_agrees_with_escape_buf);
 	tcase_add_test(tc, test_escape__text_escapes_once);
+	tcase_add_test(tc, test_escape__json_values_bound);
 	suite_add_tcase(s, tc);
 	return s;
 }
