@@ -71,6 +71,12 @@ int ns_packed_find(struct castfs_ns *ns, const char *path, char **packed,
 		if (rc)
 			return rc;
 		rc = ns_src_stat_in(ns, p, st);
+		/* A pack's name is 4 or 5 bytes longer: past NAME_MAX (or
+		 * PATH_MAX) there is none. Said so, the lookup of a listed
+		 * view "X.fp8.safetensors" of 252 bytes or more, which asks
+		 * for a pack of that name first, failed (a bug hunt). */
+		if (rc == -ENAMETOOLONG)
+			rc = -ENOENT;
 		if (rc)
 			free(p);
 		else

@@ -118,5 +118,39 @@ class TestNames(unittest.TestCase):
                           log)
 
 
+class LongNames(unittest.TestCase):
+    """Source names up to NAME_MAX (255 bytes): every name a listing shows
+    is looked up, and the views whose names fit are listed and read
+    torch's cast. A view name of 252 bytes or more answered ENAMETOOLONG
+    to its lookup although listed: the lookup asks for a pack
+    "X.fp8.safetensors.zst" first, a name past NAME_MAX (a bug hunt)."""
+
+    def test_every_listed_name_looks_up(self):
+        import torch
+        from safetensors.torch import load, save_file
+        w = torch.arange(16, dtype=torch.bfloat16).reshape(4, 4)
+        with tl.tempdir() as src:
+            for total in range(240, 256):
+                stem = "a" * (total - len(".safetensors"))
+                save_file({"w": w}, os.path.join(src, stem + ".safetensors"))
+            with tl.Mount(src) as m:
+                names = os.listdir(m.path)
+                bad = {}
+                for n in names:
+                    try:
+                        os.stat(m.join(n))
+                    except OSError as e:
+                        bad[len(n)] = e.strerror
+                self.assertEqual(bad, {})
+                views = [n for n in names if n.endswith(".fp16.safetensors")]
+                # stems of 228 to 238 bytes: 255 - len(".fp16.safetensors")
+                self.assertEqual(sorted(len(n) for n in views),
+                                 list(range(245, 256)))
+                for n in views:
+                    with open(m.join(n), "rb") as f:
+                        got = load(f.read())["w"]
+                    self.assertTrue(torch.equal(got, w.half()), n)
+
+
 if __name__ == "__main__":
     tl.main()
