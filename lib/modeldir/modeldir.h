@@ -316,11 +316,14 @@ int castfs_md_index_rewrite(const char *json, size_t len, const char *variant,
 /*
  * castfs_md_index_check - whether castfs_md_index_rewrite() would accept
  * the shape of index @json (@len bytes): a JSON object whose "weight_map"
- * is an object of plain "*.safetensors" file names. Reads no shard, so a
- * listing can afford it. Returns 0, -EINVAL (@d says why) or -ENOMEM.
- * Thread-safe.
+ * is an object of plain "*.safetensors" file names; on success the length
+ * of the longest such name into *@longest (if not NULL), so that a caller
+ * knows which variant spellings of the shards fit NAME_MAX. Reads no
+ * shard, so a listing can afford it. Returns 0, -EINVAL, -E2BIG (@d says
+ * why) or -ENOMEM. Thread-safe.
  */
-int castfs_md_index_check(const char *json, size_t len, struct castfs_diag *d);
+int castfs_md_index_check(const char *json, size_t len, size_t *longest,
+			  struct castfs_diag *d);
 
 /*
  * castfs_md_gguf_plan - the llama.cpp GGUF file of a transformers

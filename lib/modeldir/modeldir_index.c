@@ -370,11 +370,19 @@ int castfs_md_index_rewrite(const char *json, size_t len, const char *variant,
 	return rc;
 }
 
-int castfs_md_index_check(const char *json, size_t len, struct castfs_diag *d)
+int castfs_md_index_check(const char *json, size_t len, size_t *longest,
+			  struct castfs_diag *d)
 {
 	struct ix x = { .js = json, .len = len };
 	int rc = ix_read(&x, d);
+	size_t most = 0;
 
+	for (size_t i = 0; !rc && i < x.nshards; i++) {
+		if (strlen(x.shards[i]) > most)
+			most = strlen(x.shards[i]);
+	}
+	if (!rc && longest)
+		*longest = most;
 	ix_fini(&x);
 	return rc;
 }

@@ -12,23 +12,33 @@
 #include "modeldir/modeldir.h"
 #include "ns/ns_modeldir_internal.h"
 
+/* What the cache keeps of a check. */
+struct ixc_out {
+	struct castfs_diag d;
+	size_t longest; /* the longest shard name */
+};
+
 static int ixc_parse(const char *text, size_t len, void *out)
 {
-	return castfs_md_index_check(text, len, out);
+	struct ixc_out *o = out;
+
+	return castfs_md_index_check(text, len, &o->longest, &o->d);
 }
 
 int ns_md_ixc_new(struct ns_mdtext **out)
 {
-	return ns_mdtext_new(sizeof(struct castfs_diag), ixc_parse, out);
+	return ns_mdtext_new(sizeof(struct ixc_out), ixc_parse, out);
 }
 
 int ns_md_ixc_check(struct castfs_ns *ns, struct ns_mdtext *c, const char *path,
-		    char *why, size_t len)
+		    size_t *longest, char *why, size_t len)
 {
-	struct castfs_diag d = { { 0 } };
-	int rc = ns_mdtext_get(ns, c, path, &d);
+	struct ixc_out o = { { { 0 } }, 0 };
+	int rc = ns_mdtext_get(ns, c, path, &o);
 
 	if (rc && why && len)
-		snprintf(why, len, "%s", d.msg);
+		snprintf(why, len, "%s", o.d.msg);
+	if (!rc && longest)
+		*longest = o.longest;
 	return rc;
 }

@@ -417,7 +417,8 @@ static bool md_index_refused(struct castfs_ns *ns, const char *dir,
 	for (size_t i = 0; i < s->nindex; i++) {
 		const char *name = s->indexes[i];
 		char *p = ns_path_join(dir, name, strlen(name));
-		int rc = p ? ns_md_index_ok(ns, p, reason, sizeof(reason)) :
+		int rc = p ? ns_md_index_ok(ns, p, NULL, reason,
+					    sizeof(reason)) :
 			     -ENOMEM;
 
 		free(p);
@@ -876,10 +877,10 @@ struct ns_mdcache {
 	struct ns_md_dir ix;
 };
 
-int ns_md_index_ok(struct castfs_ns *ns, const char *path, char *why,
-		   size_t len)
+int ns_md_index_ok(struct castfs_ns *ns, const char *path, size_t *longest,
+		   char *why, size_t len)
 {
-	int rc = ns_md_ixc_check(ns, ns->md->ixc, path, why, len);
+	int rc = ns_md_ixc_check(ns, ns->md->ixc, path, longest, why, len);
 	const char *slash = strrchr(path, '/');
 	char *dir, reason[512];
 

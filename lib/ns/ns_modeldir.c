@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,11 +99,23 @@ static bool md_quantized(struct castfs_ns *ns, const char *path)
 	return ns_ckpt_dir_quant(ns, path, &q) != 0 || q.quantized;
 }
 
+/*
+ * The longest view name whose variant spelling of an index is listed, for
+ * an index whose longest shard name has @longest bytes: that spelling
+ * names each shard's view "X.<view>.safetensors", which must fit NAME_MAX
+ * (a bug hunt: index.fp8_e5m2.json of 250-byte shards was listed and named
+ * shard views of 259 bytes, which no listing shows and no lookup finds).
+ */
+static size_t vindex_room(size_t longest)
+{
+	return longest + 1 < NAME_MAX ? NAME_MAX - longest - 1 : 0;
+}
+
 static int lookup_vindex(struct castfs_ns *ns, const struct ns_node *dir,
 			 const char *name, struct ns_node *child)
 {
 	const struct castfs_view *v;
-	size_t stem, vlen;
+	size_t stem, vlen, longest = 0;
 	const char *vname;
 	char base[300];
 	int rc;
@@ -122,8 +135,12 @@ static int lookup_vindex(struct castfs_ns *ns, const struct ns_node *dir,
 		rc = -ENOENT;
 	if (!rc && md_quantized(ns, dir->path))
 		rc = -ENOENT;
-	/* An index castfs refuses has no variant spellings (not listed). */
-	if (!rc && ns_md_index_ok(ns, child->path, NULL, 0) == -EINVAL)
+	/* An index castfs refuses has no variant spellings (not listed),
+	 * nor one that would name shard views past NAME_MAX. */
+	if (!rc &&
+	    ns_md_index_ok(ns, child->path, &longest, NULL, 0) == -EINVAL)
+		rc = -ENOENT;
+	if (!rc && vlen > vindex_room(longest))
 		rc = -ENOENT;
 	if (!rc)
 		rc = dir_fp(ns, dir->path, &child->dep);
@@ -149,12 +166,14 @@ static int modeldir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 }
 
 /* Add "@name.<view>@ext" (@name @len bytes) with the id of @node for
- * every listed view: only casts when @casts_only, only views computed from
- * dequantized values when @deq_only (what lookup_root serves for a
- * quantized model: a listed name must not answer ENOENT). */
+ * every listed view whose name has at most @vmax bytes: only casts when
+ * @casts_only, only views computed from dequantized values when @deq_only
+ * (what lookup_root serves for a quantized model: a listed name must not
+ * answer ENOENT). */
 static int list_views(struct castfs_ns *ns, struct ns_list *l, const char *name,
 		      size_t len, const char *ext, struct ns_node *node,
-		      bool casts_only, bool deq_only, const bool refused[2])
+		      bool casts_only, bool deq_only, const bool refused[2],
+		      size_t vmax)
 {
 	char buf[512];
 	int rc = 0;
@@ -163,7 +182,8 @@ static int list_views(struct castfs_ns *ns, struct ns_list *l, const char *name,
 		const struct castfs_view *v = &ns->views->v[i];
 		int n;
 
-		if (!v->listed || v->kind == CASTFS_VIEW_GGUF ||
+		if (!v->listed || strlen(v->name) > vmax ||
+		    v->kind == CASTFS_VIEW_GGUF ||
 		    v->kind == CASTFS_VIEW_COMFY_FP8 ||
 		    (casts_only && v->kind != CASTFS_VIEW_CAST) ||
 		    (deq_only && !castfs_view_dequantizes(v)) ||
@@ -200,7 +220,7 @@ static int list_roots(struct castfs_ns *ns, const struct ns_node *dir,
 		};
 
 		rc = list_views(ns, l, name, strlen(name), "", &node, false,
-				ns_md_casts_only(ns, path), refused);
+				ns_md_casts_only(ns, path), refused, SIZE_MAX);
 	}
 	free(path);
 	return rc;
@@ -214,18 +234,19 @@ static int list_vindex(struct castfs_ns *ns, const struct ns_node *dir,
 	struct ns_node node = { .kind = NS_MFILE, .aux = MF_VINDEX };
 	char *path = ns_path_join(dir->path, name, strlen(name));
 	int rc = path ? ns_src_stat_in(ns, path, &node.st) : -ENOMEM;
+	size_t longest = 0;
 
 	if (!rc && !S_ISREG(node.st.st_mode))
 		rc = -ENOENT;
 	if (!rc && md_quantized(ns, dir->path))
 		rc = -ENOENT;
-	if (!rc && ns_md_index_ok(ns, path, NULL, 0) == -EINVAL)
+	if (!rc && ns_md_index_ok(ns, path, &longest, NULL, 0) == -EINVAL)
 		rc = -ENOENT;
 	if (!rc)
 		rc = dir_fp(ns, dir->path, &node.dep);
 	if (!rc)
 		rc = list_views(ns, l, name, strlen(name) - 5, ".json", &node,
-				true, false, NULL);
+				true, false, NULL, vindex_room(longest));
 	free(path);
 	return rc == -ENOMEM ? rc : 0;
 }

@@ -190,12 +190,13 @@ int ns_md_ixc_new(struct ns_mdtext **out);
 
 /*
  * ns_md_ixc_check - whether source index @path would be rewritten
- * (castfs_md_index_check()), from cache @c. Returns 0, -EINVAL (the reason
- * copied to @why, @len bytes, if @why is not NULL) or the error of the
- * stat or read. Thread-safe.
+ * (castfs_md_index_check(), which gives *@longest if @longest is not
+ * NULL), from cache @c. Returns 0, -EINVAL (the reason copied to @why,
+ * @len bytes, if @why is not NULL) or the error of the stat or read.
+ * Thread-safe.
  */
 int ns_md_ixc_check(struct castfs_ns *ns, struct ns_mdtext *c, const char *path,
-		    char *why, size_t len);
+		    size_t *longest, char *why, size_t len);
 
 /* ns_md_index_forget - ns_mdtext_forget() of index @path in the mount's
  * caches (its check and its parsed shard names). */
@@ -206,10 +207,12 @@ void ns_md_index_forget(struct castfs_ns *ns, const char *path);
  * cache; a weights index that names a shard not there (nor packed), a
  * shard castfs rejects, or more shards than it reads is refused too
  * (-EINVAL, "shard X is missing", "shard X: <why>" in @why), checked at
- * each call since the shard may come back. Same returns. Thread-safe.
+ * each call since the shard may come back. Same returns, and the length
+ * of the longest shard name into *@longest if @longest is not NULL.
+ * Thread-safe.
  */
-int ns_md_index_ok(struct castfs_ns *ns, const char *path, char *why,
-		   size_t len);
+int ns_md_index_ok(struct castfs_ns *ns, const char *path, size_t *longest,
+		   char *why, size_t len);
 
 /*
  * ns_md_index_refusal - whether source directory @path would hold a model

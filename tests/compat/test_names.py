@@ -151,6 +151,43 @@ class LongNames(unittest.TestCase):
                         got = load(f.read())["w"]
                     self.assertTrue(torch.equal(got, w.half()), n)
 
+    def test_index_spellings_name_shards_that_exist(self):
+        """An index's variant spelling (model.safetensors.index.fp8.json)
+        names each shard's view (X.fp8.safetensors): listed only where
+        every such name fits NAME_MAX. With 250-byte shard names,
+        index.fp8_e5m2.json was listed and named views of 259 bytes."""
+        import torch
+        from safetensors.torch import save_file
+        with tl.tempdir() as src:
+            d = os.path.join(src, "lm")
+            os.mkdir(d)
+            wm = {}
+            for i in range(2):
+                shard = str(i) + "s" * 237 + ".safetensors"  # 250 bytes
+                save_file({"l%d.weight" % i: torch.ones(8, 8).bfloat16()},
+                          os.path.join(d, shard), metadata={"format": "pt"})
+                wm["l%d.weight" % i] = shard
+            with open(os.path.join(d, "model.safetensors.index.json"),
+                      "w") as f:
+                json.dump({"metadata": {"total_size": 256},
+                           "weight_map": wm}, f)
+            with tl.Mount(src) as m:
+                names = os.listdir(m.join("lm"))
+                spellings = [n for n in names
+                             if n.startswith("model.safetensors.index.")]
+                self.assertIn("model.safetensors.index.fp8.json", spellings)
+                self.assertNotIn("model.safetensors.index.fp8_e5m2.json",
+                                 spellings)
+                with self.assertRaises(FileNotFoundError):
+                    os.stat(m.join("lm/model.safetensors.index."
+                                   "fp8_e5m2.json"))
+                for n in spellings:
+                    with open(m.join("lm", n)) as f:
+                        shards = set(json.load(f)["weight_map"].values())
+                    for shard in shards:
+                        self.assertIn(shard, names, n)
+                        os.stat(m.join("lm", shard))
+
 
 if __name__ == "__main__":
     tl.main()

@@ -609,21 +609,24 @@ START_TEST(test_modeldir__index_check_agrees_with_rewrite)
 		"\"b\": \"gone.safetensors\", "
 		"\"c\": \"m-1.safetensors\"}}";
 	struct castfs_diag d = { { 0 } };
+	size_t longest = 0;
 	int rc;
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		memset(&d, 0, sizeof(d));
 		ck_assert_int_eq(castfs_md_index_check(bad[i], strlen(bad[i]),
-						       &d),
+						       NULL, &d),
 				 -EINVAL);
 		ck_assert_str_ne(d.msg, "");
 		ck_assert_ptr_null(rewrite(bad[i], NULL, &rc));
 		ck_assert_int_eq(rc, -EINVAL);
 	}
 	memset(&d, 0, sizeof(d));
-	castfs_md_index_check(bad[4], strlen(bad[4]), &d);
+	castfs_md_index_check(bad[4], strlen(bad[4]), NULL, &d);
 	ck_assert_str_eq(d.msg, "index: bad shard name for 'a'");
-	ck_assert_int_eq(castfs_md_index_check(ok, strlen(ok), NULL), 0);
+	ck_assert_int_eq(castfs_md_index_check(ok, strlen(ok), &longest, NULL),
+			 0);
+	ck_assert_uint_eq(longest, strlen("gone.safetensors"));
 }
 END_TEST
 
