@@ -7,6 +7,7 @@
  * "../x" or "/x") makes no DIR.<view>/ name instead of a name that then
  * fails.
  */
+#include <errno.h>
 #include <stdio.h>
 
 #include "modeldir/modeldir.h"
@@ -36,6 +37,11 @@ int ns_md_ixc_check(struct castfs_ns *ns, struct ns_mdtext *c, const char *path,
 	struct ixc_out o = { { { 0 } }, 0 };
 	int rc = ns_mdtext_get(ns, c, path, &o);
 
+	/* Over the cap of JSON values (castfs_md_parse()): refused as a bad
+	 * shape is, so that no DIR.<view>/ is listed whose index then fails
+	 * E2BIG. */
+	if (rc == -E2BIG)
+		rc = -EINVAL;
 	if (rc && why && len)
 		snprintf(why, len, "%s", o.d.msg);
 	if (!rc && longest)

@@ -191,8 +191,9 @@ int ns_md_ixc_new(struct ns_mdtext **out);
 /*
  * ns_md_ixc_check - whether source index @path would be rewritten
  * (castfs_md_index_check(), which gives *@longest if @longest is not
- * NULL), from cache @c. Returns 0, -EINVAL (the reason copied to @why,
- * @len bytes, if @why is not NULL) or the error of the stat or read.
+ * NULL), from cache @c. Returns 0, -EINVAL (refused, over the cap of JSON
+ * values too; the reason copied to @why, @len bytes, if @why is not NULL)
+ * or the error of the stat or read.
  * Thread-safe.
  */
 int ns_md_ixc_check(struct castfs_ns *ns, struct ns_mdtext *c, const char *path,

@@ -187,6 +187,15 @@ class ManyJsonValues(unittest.TestCase):
                 text = fh.read().rstrip()
             with open(os.path.join(d, f), "w") as fh:
                 fh.write(text[:-1] + ', "x": ' + cls.zeros(n) + "}")
+        # an index of 1.1 million names: over the cap, the folder is
+        # refused (no DIR.<view>/ whose index would then fail E2BIG)
+        d = os.path.join(cls.src, "idx")
+        shutil.copytree(os.path.join(cls.src, "ok"), d)
+        shard = "model-00001-of-00001.safetensors"
+        os.rename(os.path.join(d, "model.safetensors"), os.path.join(d, shard))
+        wm = {"t.%d" % i: shard for i in range(1100000)}
+        with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {}, "weight_map": wm}, f)
         meta = '{"layers": {}, "x": ' + cls.zeros(1100000) + "}"
         save_file({"w": torch.ones(4, 4, dtype=torch.bfloat16)},
                   os.path.join(cls.src, "comfy.safetensors"),
@@ -209,13 +218,19 @@ class ManyJsonValues(unittest.TestCase):
             self.assertGreater(os.stat(m.join("ok.q8_0.gguf")).st_size, 0)
             self.assertIn("ok.bf16", names)
             self.assertIn("tok.bf16", names)
+            self.assertNotIn("idx.bf16", names)
+            self.assertNotIn("model.safetensors.index.bf16.json",
+                             os.listdir(m.join("idx")))
             peak = tl.rss_mb(pid, "VmHWM") - base
             with open(m.join(".castfs/refused")) as f:
-                why = {e["path"]: e["reason"] for e in json.load(f)}
-            self.assertEqual(why.get("cfg"), "GGUF: config.json: more "
-                             "than 1048576 JSON values")
-            self.assertEqual(why.get("tok"), "GGUF: tokenizer.json: more "
-                             "than 4194304 JSON values")
+                why = {(e["path"], e["views"][0], e["reason"])
+                       for e in json.load(f)}
+            self.assertIn(("cfg", "f16.gguf", "GGUF: config.json: more "
+                           "than 1048576 JSON values"), why)
+            self.assertIn(("tok", "f16.gguf", "GGUF: tokenizer.json: more "
+                           "than 4194304 JSON values"), why)
+            self.assertIn(("idx", "fp32", "model.safetensors.index.json: "
+                           "index: more than 1048576 JSON values"), why)
             with open(m.join(".castfs/rejected")) as f:
                 bad = {e["path"]: e for e in json.load(f)}
             self.assertEqual(bad["comfy.safetensors"]["error"],
