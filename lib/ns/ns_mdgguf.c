@@ -62,8 +62,16 @@ struct xtmpls {
 static const char index_name[] = "model.safetensors.index.json";
 #define INDEX_NAME_LEN (sizeof(index_name) - 1)
 
-/* Larger text files are refused (a tokenizer.json is a few MiB). */
-#define TEXT_MAX (256u << 20)
+/*
+ * The most bytes of text files one build reads, all of them together:
+ * each GGUF view's header holds them, and a build peaks at four times
+ * them. Each file could take 256 MiB, the 64 additional templates too: a
+ * folder of 300 MB of templates kept 300 MB per GGUF view built and
+ * peaked at 1.2 GB, 17 GB of them would have been read at once (a bug
+ * hunt). A real tokenizer.json is at most a few tens of MiB, a template
+ * kilobytes.
+ */
+#define TEXT_BUDGET NS_TEXT_MAX
 
 /* Cached outcomes per checkpoint entry; beyond, plans are per open (a
  * folder whose texts keep changing must not grow the cache forever). */
@@ -360,7 +368,8 @@ static const char *xtmpls_why(struct xtmpls *x)
  * link (xtmpls_why()).
  */
 static int xtmpls_read(struct castfs_ns *ns, const char *folder, uint64_t xdep,
-		       struct xtmpls *x, struct castfs_md_xtmpl **xt)
+		       struct xtmpls *x, struct castfs_md_xtmpl **xt,
+		       size_t *used)
 {
 	uint64_t h = CASTFS_FNV_SEED;
 	int rc = xtmpls_scan(ns, folder, x, &h);
@@ -387,11 +396,13 @@ static int xtmpls_read(struct castfs_ns *ns, const char *folder, uint64_t xdep,
 					 sizeof(xtmpl_dir) - 1);
 		p = dir ? ns_path_join(dir, x->name[i], strlen(x->name[i])) :
 			  NULL;
-		r = p ? ns_src_read_text(ns, p, &x->st[i], TEXT_MAX, &t, &len) :
+		r = p ? ns_src_read_text(ns, p, &x->st[i], TEXT_BUDGET - *used,
+					 &t, &len) :
 			-ENOMEM;
 		free(p);
-		if (r == -ENOMEM || r == -ESTALE)
+		if (r == -ENOMEM || r == -ESTALE || r == -EFBIG)
 			rc = r;
+		*used += len;
 		x->text[i] = t;
 		(*xt)[i].text = r ? NULL : t;
 		(*xt)[i].len = len;
@@ -417,6 +428,7 @@ static int build_plan(struct castfs_ns *ns, const char *folder,
 	size_t len[NTEXTS] = { 0 };
 	struct castfs_md_xtmpl *xt = NULL;
 	struct xtmpls x = { 0 };
+	size_t used = 0;
 	int rc = 0;
 
 	for (size_t i = 0; !rc && i < NTEXTS; i++) {
@@ -425,13 +437,19 @@ static int build_plan(struct castfs_ns *ns, const char *folder,
 		if (!st[i].st_mode)
 			continue; /* tokenizer_config.json ... are optional */
 		p = ns_path_join(folder, texts[i], strlen(texts[i]));
-		rc = p ? ns_src_read_text(ns, p, &st[i], TEXT_MAX, &text[i],
-					  &len[i]) :
+		rc = p ? ns_src_read_text(ns, p, &st[i], TEXT_BUDGET - used,
+					  &text[i], &len[i]) :
 			 -ENOMEM;
 		free(p);
+		used += len[i];
 	}
 	if (!rc && st[TEXT_JINJA].st_mode)
-		rc = xtmpls_read(ns, folder, xdep, &x, &xt);
+		rc = xtmpls_read(ns, folder, xdep, &x, &xt, &used);
+	if (rc == -EFBIG)
+		castfs_diag_set(&d, rc,
+				"GGUF: the text files hold more than the "
+				"%u MiB castfs reads",
+				TEXT_BUDGET >> 20);
 	if (!rc && sh)
 		rc = ns_gguf_shards_text(ns, sh);
 	if (!rc)

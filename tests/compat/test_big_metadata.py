@@ -167,7 +167,9 @@ class ManyJsonValues(unittest.TestCase):
     (1,048,576 values; 4,194,304 for the tokenizer's) the GGUF views are
     refused and the checkpoint rejected with the reason (`E2BIG`), the
     raw files read as they are, and the daemon's peak stays near the
-    texts' own size."""
+    texts' own size. The text files of one GGUF build (each up to 256 MiB,
+    64 additional chat templates too) are read up to 64 MiB in all: a
+    folder of 300 MB of templates kept 300 MB per GGUF view built."""
 
     @staticmethod
     def zeros(n):
@@ -196,6 +198,15 @@ class ManyJsonValues(unittest.TestCase):
         wm = {"t.%d" % i: shard for i in range(1100000)}
         with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
             json.dump({"metadata": {}, "weight_map": wm}, f)
+        # 70 MB of chat templates: each GGUF view's header held them all
+        d = os.path.join(cls.src, "tmpl")
+        shutil.copytree(os.path.join(cls.src, "ok"), d)
+        os.mkdir(os.path.join(d, "additional_chat_templates"))
+        for f, mb in (("chat_template.jinja", 30),
+                      ("additional_chat_templates/rag.jinja", 20),
+                      ("additional_chat_templates/tool.jinja", 20)):
+            with open(os.path.join(d, f), "w") as fh:
+                fh.write("{{ messages }}" + "a" * (mb << 20))
         meta = '{"layers": {}, "x": ' + cls.zeros(1100000) + "}"
         save_file({"w": torch.ones(4, 4, dtype=torch.bfloat16)},
                   os.path.join(cls.src, "comfy.safetensors"),
@@ -212,7 +223,7 @@ class ManyJsonValues(unittest.TestCase):
             names = os.listdir(m.path)
             for n in names:
                 os.stat(m.join(n))
-            for n in ("cfg", "tok"):
+            for n in ("cfg", "tok", "tmpl"):
                 with self.assertRaises(FileNotFoundError):
                     os.stat(m.join(n + ".q8_0.gguf"))
             self.assertGreater(os.stat(m.join("ok.q8_0.gguf")).st_size, 0)
@@ -231,6 +242,8 @@ class ManyJsonValues(unittest.TestCase):
                            "than 4194304 JSON values"), why)
             self.assertIn(("idx", "fp32", "model.safetensors.index.json: "
                            "index: more than 1048576 JSON values"), why)
+            self.assertIn(("tmpl", "f16.gguf", "GGUF: the text files hold "
+                           "more than the 64 MiB castfs reads"), why)
             with open(m.join(".castfs/rejected")) as f:
                 bad = {e["path"]: e for e in json.load(f)}
             self.assertEqual(bad["comfy.safetensors"]["error"],
