@@ -64,6 +64,8 @@ int castfs_ns_new(const struct castfs_ns_opts *o, struct castfs_ns **out,
 	pthread_mutex_init(&ns->lock, NULL);
 	pthread_mutex_init(&ns->ck_lock, NULL);
 	pthread_cond_init(&ns->ck_loaded, NULL);
+	pthread_mutex_init(&ns->gguf_gate_lock, NULL);
+	pthread_cond_init(&ns->gguf_gate_free, NULL);
 	ns->views = o->views;
 	ns->stats = o->stats;
 	ns->log = o->log;
@@ -138,6 +140,8 @@ void castfs_ns_free(struct castfs_ns *ns)
 	pthread_mutex_destroy(&ns->lock);
 	pthread_mutex_destroy(&ns->ck_lock);
 	pthread_cond_destroy(&ns->ck_loaded);
+	pthread_mutex_destroy(&ns->gguf_gate_lock);
+	pthread_cond_destroy(&ns->gguf_gate_free);
 	free(ns->source);
 	free(ns->config_json);
 	free(ns);

@@ -207,6 +207,13 @@ struct castfs_ns {
 	/* Each model.safetensors.index.json's shard names, parsed once per
 	 * identity (ns_mdgguf_shards.c). */
 	struct ns_mdtext *shard_ix;
+	/* DIR.<q>.gguf builds running at once, at most GGUF_BUILDS_MAX
+	 * (ns_mdgguf.c): each parses a tokenizer.json with cJSON (~100 MB
+	 * for Llama 3's), and `ls -l` of a folder's parent asks for every
+	 * view at once on the workers, seven builds peaking at 668 MB. */
+	pthread_mutex_t gguf_gate_lock;
+	pthread_cond_t gguf_gate_free;
+	unsigned gguf_builds;
 	size_t ck_budget;
 	/* No trim below this many bytes: the last pass found the cold end
 	 * of the list held (ns_ckpt_lru.c, trim_backoff_locked); 0 when it

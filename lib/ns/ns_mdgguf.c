@@ -20,6 +20,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,12 +78,33 @@ static const char index_name[] = "model.safetensors.index.json";
  * folder whose texts keep changing must not grow the cache forever). */
 #define GGUF_ENTS_MAX 64
 
+/*
+ * Builds running at once in the mount (ns->gguf_builds). A build holds
+ * its texts and their cJSON trees (~80 bytes a JSON value: ~100 MB for
+ * Llama 3's tokenizer.json), and `ls -l` of a folder's parent asks for
+ * every DIR.<q>.gguf at once: seven builds of a 4 M-value tokenizer
+ * peaked at 668 MB (a bug hunt).
+ */
+#define GGUF_BUILDS_MAX 2
+
+/* A build that read more text than this hands the heap it freed back to
+ * the system: glibc keeps it in the worker's arena, so the peak of the
+ * builds stayed resident. Small builds skip the trim's walk. */
+#define GGUF_TRIM_TEXT (1u << 20)
+
 /* One outcome of (view, dep) in a checkpoint entry's NS_CKPT_GGUF slot.
- * Never removed before the entry is freed; @plan is set at most once. */
+ * Never removed before the entry is freed; @plan is set at most once.
+ * All fields under the checkpoint's lock. */
 struct gguf_ent {
 	struct gguf_ent *next;
 	const struct castfs_view *view;
 	uint64_t dep;
+	bool known; /* @err and @reason hold the builder's outcome */
+	/* A request builds it now; the others for it wait on @built, which
+	 * is broadcast when that build ends, whatever its outcome. */
+	bool building;
+	bool wanted; /* a waiter wants the plan: the build keeps it */
+	pthread_cond_t built;
 	int err; /* 0: builds; else the builder's error */
 	struct castfs_plan *plan; /* NULL until first needed (err == 0) */
 	char reason[256];
@@ -96,6 +118,7 @@ static void gguf_ents_fini(struct ns_ckpt *ck)
 	while ((e = ck->slot[NS_CKPT_GGUF])) {
 		ck->slot[NS_CKPT_GGUF] = e->next;
 		castfs_plan_free(e->plan);
+		pthread_cond_destroy(&e->built);
 		free(e);
 	}
 }
@@ -411,17 +434,29 @@ static int xtmpls_read(struct castfs_ns *ns, const char *folder, uint64_t xdep,
 	return rc;
 }
 
+/* What one lookup of the cache needs and gives. */
+struct gguf_req {
+	const char *folder;
+	const struct castfs_view *view;
+	uint64_t dep;
+	struct stat st[NTEXTS];
+	uint64_t xdep; /* additional_chat_templates/'s fingerprint */
+	bool want_plan; /* false: only whether it builds (listings) */
+	struct ns_gguf_shards sh; /* sharded weights (sh.n > 0), held */
+	const struct castfs_plan *plan; /* out: held by the checkpoint */
+	struct castfs_plan *owned; /* out: not cached, the caller's */
+	char reason[256]; /* out: why not, when it does not build */
+	size_t text_bytes; /* out: the text a build read */
+};
+
 /*
- * Build the GGUF plan of @folder through @v from checkpoint @ck (or the
- * shards @sh) and the text files of identities @st (read again; a file
- * that changed since is -ESTALE, so a plan never mixes two versions). The
- * builder's reason goes to @reason and the log.
+ * Build the GGUF plan of r->folder through r->view from checkpoint @ck
+ * (or the shards r->sh) and the text files of identities r->st (read
+ * again; a file that changed since is -ESTALE, so a plan never mixes two
+ * versions). The builder's reason goes to r->reason and the log.
  */
-static int build_plan(struct castfs_ns *ns, const char *folder,
-		      const struct castfs_view *v, const struct stat st[NTEXTS],
-		      uint64_t xdep, struct ns_ckpt *ck,
-		      struct ns_gguf_shards *sh, struct castfs_plan **plan,
-		      char reason[256])
+static int build_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
+		      struct gguf_req *r, struct castfs_plan **plan)
 {
 	struct castfs_diag d = { { 0 } };
 	char *text[NTEXTS] = { 0 };
@@ -434,35 +469,73 @@ static int build_plan(struct castfs_ns *ns, const char *folder,
 	for (size_t i = 0; !rc && i < NTEXTS; i++) {
 		char *p;
 
-		if (!st[i].st_mode)
+		if (!r->st[i].st_mode)
 			continue; /* tokenizer_config.json ... are optional */
-		p = ns_path_join(folder, texts[i], strlen(texts[i]));
-		rc = p ? ns_src_read_text(ns, p, &st[i], TEXT_BUDGET - used,
+		p = ns_path_join(r->folder, texts[i], strlen(texts[i]));
+		rc = p ? ns_src_read_text(ns, p, &r->st[i], TEXT_BUDGET - used,
 					  &text[i], &len[i]) :
 			 -ENOMEM;
 		free(p);
 		used += len[i];
 	}
-	if (!rc && st[TEXT_JINJA].st_mode)
-		rc = xtmpls_read(ns, folder, xdep, &x, &xt, &used);
+	if (!rc && r->st[TEXT_JINJA].st_mode)
+		rc = xtmpls_read(ns, r->folder, r->xdep, &x, &xt, &used);
 	if (rc == -EFBIG)
 		castfs_diag_set(&d, rc,
 				"GGUF: the text files hold more than the "
 				"%u MiB castfs reads",
 				TEXT_BUDGET >> 20);
-	if (!rc && sh)
-		rc = ns_gguf_shards_text(ns, sh);
+	if (!rc && r->sh.n)
+		rc = ns_gguf_shards_text(ns, &r->sh);
 	if (!rc)
-		rc = plan_of(v, text, len, xt, xt ? x.n : 0, xtmpls_why(&x), sh,
-			     ck, plan, &d);
-	snprintf(reason, 256, "%s", d.msg[0] ? d.msg : rc ? strerror(-rc) : "");
+		rc = plan_of(r->view, text, len, xt, xt ? x.n : 0,
+			     xtmpls_why(&x), r->sh.n ? &r->sh : NULL, ck, plan,
+			     &d);
+	snprintf(r->reason, sizeof(r->reason), "%s",
+		 d.msg[0] ? d.msg :
+		 rc	  ? strerror(-rc) :
+			    "");
 	if (rc && !ns_err_transient(rc))
-		ns_logf(ns, folder, "view %s: %s", v->name, reason);
+		ns_logf(ns, r->folder, "view %s: %s", r->view->name, r->reason);
 	for (size_t i = 0; i < NTEXTS; i++)
 		free(text[i]);
 	free(xt);
 	xtmpls_fini(&x);
+	r->text_bytes = used;
 	return rc;
+}
+
+/* build_plan() once one of the mount's GGUF_BUILDS_MAX slots is free:
+ * the daemon's peak is a few builds', however many views are asked for
+ * at once. */
+static int build_gated(struct castfs_ns *ns, struct ns_ckpt *ck,
+		       struct gguf_req *r, struct castfs_plan **plan)
+{
+	int rc;
+
+	pthread_mutex_lock(&ns->gguf_gate_lock);
+	while (ns->gguf_builds >= GGUF_BUILDS_MAX)
+		pthread_cond_wait(&ns->gguf_gate_free, &ns->gguf_gate_lock);
+	ns->gguf_builds++;
+	pthread_mutex_unlock(&ns->gguf_gate_lock);
+	rc = build_plan(ns, ck, r, plan);
+	pthread_mutex_lock(&ns->gguf_gate_lock);
+	ns->gguf_builds--;
+	pthread_cond_signal(&ns->gguf_gate_free);
+	pthread_mutex_unlock(&ns->gguf_gate_lock);
+	return rc;
+}
+
+/* Give the heap a build of @text_bytes of text freed back to the system
+ * (a cJSON tree is many small blocks, which glibc keeps). */
+static void trim_after(size_t text_bytes)
+{
+#ifdef __GLIBC__
+	if (text_bytes > GGUF_TRIM_TEXT)
+		malloc_trim(0);
+#else
+	(void)text_bytes;
+#endif
 }
 
 /* The entry of (@v, @dep) in @ck and the number of entries; under
@@ -480,41 +553,57 @@ static struct gguf_ent *ent_find(struct ns_ckpt *ck,
 	return NULL;
 }
 
-/* What one lookup of the cache needs and gives. */
-struct gguf_req {
-	const char *folder;
-	const struct castfs_view *view;
-	uint64_t dep;
-	struct stat st[NTEXTS];
-	uint64_t xdep; /* additional_chat_templates/'s fingerprint */
-	bool want_plan; /* false: only whether it builds (listings) */
-	struct ns_gguf_shards sh; /* sharded weights (sh.n > 0), held */
-	const struct castfs_plan *plan; /* out: held by the checkpoint */
-	struct castfs_plan *owned; /* out: not cached, the caller's */
-	char reason[256]; /* out: why not, when it does not build */
-};
-
-/* Record the outcome @rc / @plan of @r in @ck (under ck->lock); a plan
- * that is not kept goes to r->owned. */
-static void ent_store(struct ns_ckpt *ck, struct gguf_req *r, int rc,
-		      struct castfs_plan *plan)
+/* The entry of @r in @ck (and the number of entries) once no build of it
+ * is under way, or NULL; under ck->lock. A waiter that wants the plan
+ * tells the builder to keep it: a listing's build would drop it. */
+static struct gguf_ent *ent_settled(struct ns_ckpt *ck, struct gguf_req *r,
+				    size_t *n)
 {
-	size_t n;
-	struct gguf_ent *e = ent_find(ck, r->view, r->dep, &n);
+	struct gguf_ent *e;
 
+	while ((e = ent_find(ck, r->view, r->dep, n)) && e->building) {
+		e->wanted = e->wanted || r->want_plan;
+		pthread_cond_wait(&e->built, &ck->lock);
+	}
+	return e;
+}
+
+/* Mark the build of @r under way in its entry @e of @ck, made when NULL
+ * (@n entries so far); under ck->lock. Returns the entry, or NULL when
+ * the cache is full or memory short: that build is then not shared. */
+static struct gguf_ent *ent_claim(struct ns_ckpt *ck, struct gguf_req *r,
+				  struct gguf_ent *e, size_t n)
+{
 	if (!e && n < GGUF_ENTS_MAX && (e = calloc(1, sizeof(*e)))) {
 		e->view = r->view;
 		e->dep = r->dep;
-		e->err = rc;
-		memcpy(e->reason, r->reason, sizeof(e->reason));
+		pthread_cond_init(&e->built, NULL);
 		e->next = ck->slot[NS_CKPT_GGUF];
 		ck->slot[NS_CKPT_GGUF] = e;
 	}
-	if (e && !e->err && !e->plan && r->want_plan) {
+	if (e)
+		e->building = true;
+	return e;
+}
+
+/* Record the outcome @rc / @plan of @r's build in its entry @e (NULL:
+ * none) and wake the requests waiting for it; under ck->lock. A transient
+ * error is not kept: a waiter then builds again. A plan that is not kept
+ * goes to r->owned when wanted, else is freed. */
+static void ent_store(struct gguf_ent *e, struct gguf_req *r, int rc,
+		      struct castfs_plan *plan)
+{
+	if (e && !e->known && !ns_err_transient(rc)) {
+		e->known = true;
+		e->err = rc;
+		memcpy(e->reason, r->reason, sizeof(e->reason));
+	}
+	if (e && e->known && !e->err && !e->plan &&
+	    (r->want_plan || e->wanted)) {
 		e->plan = plan; /* only plans asked for are kept */
 		plan = NULL;
 	}
-	if (e) {
+	if (e && e->known) {
 		r->plan = e->plan;
 		memcpy(r->reason, e->reason, sizeof(r->reason));
 	}
@@ -524,13 +613,18 @@ static void ent_store(struct ns_ckpt *ck, struct gguf_req *r, int rc,
 		plan = NULL;
 	}
 	castfs_plan_free(plan);
+	if (e) {
+		e->building = false;
+		pthread_cond_broadcast(&e->built);
+	}
 }
 
 /*
  * The cached outcome of @r in @ck, built on first need. Returns 0 (with
  * r->plan when r->want_plan), the builder's error (r->reason says why;
- * cached) or a transient errno (not cached). Thread-safe: concurrent first
- * builds of one entry may both run, and one result is kept.
+ * cached) or a transient errno (not cached). Thread-safe: concurrent
+ * requests for one entry share one build, the others waiting for it; a
+ * transient failure wakes them, and one of them builds again.
  */
 static int gguf_get(struct castfs_ns *ns, struct ns_ckpt *ck,
 		    struct gguf_req *r)
@@ -543,9 +637,10 @@ static int gguf_get(struct castfs_ns *ns, struct ns_ckpt *ck,
 	r->plan = NULL;
 	r->owned = NULL;
 	r->reason[0] = '\0';
+	r->text_bytes = 0;
 	pthread_mutex_lock(&ck->lock);
-	e = ent_find(ck, r->view, r->dep, &n);
-	if (e && (e->err || e->plan || !r->want_plan)) {
+	e = ent_settled(ck, r, &n);
+	if (e && e->known && (e->err || e->plan || !r->want_plan)) {
 		r->plan = e->plan;
 		memcpy(r->reason, e->reason, sizeof(r->reason));
 		rc = e->err;
@@ -553,19 +648,17 @@ static int gguf_get(struct castfs_ns *ns, struct ns_ckpt *ck,
 		castfs_stats_count(ns->stats, CASTFS_SCTR_PLAN_CACHE_HITS, 1);
 		return rc;
 	}
+	e = ent_claim(ck, r, e, n);
 	pthread_mutex_unlock(&ck->lock);
-	rc = build_plan(ns, r->folder, r->view, r->st, r->xdep, ck,
-			r->sh.n ? &r->sh : NULL, &plan, r->reason);
-	if (ns_err_transient(rc))
-		return rc;
+	rc = build_gated(ns, ck, r, &plan);
 	if (!rc)
 		castfs_stats_count(ns->stats, CASTFS_SCTR_PLANS_BUILT, 1);
 	pthread_mutex_lock(&ck->lock);
-	ent_store(ck, r, rc, plan);
-	e = ent_find(ck, r->view, r->dep, &n);
-	if (e)
-		rc = e->err; /* another build may have won */
+	ent_store(e, r, rc, plan);
+	if (!ns_err_transient(rc) && e && e->known)
+		rc = e->err; /* an earlier build's outcome stands */
 	pthread_mutex_unlock(&ck->lock);
+	trim_after(r->text_bytes);
 	if (!rc && r->want_plan && !r->plan)
 		return -ENOMEM;
 	return rc;
