@@ -20,6 +20,7 @@
 #include "common/escape.h"
 #include "common/strbuf.h"
 #include "modeldir/modeldir_gguf_tok.h"
+#include "modeldir/modeldir_internal.h"
 
 /* SpecialVocab.special_token_types, eot and eom appended on demand. */
 enum {
@@ -698,6 +699,14 @@ static int chat_template(struct castfs_gguf_w *w,
 		return rc;
 	}
 	if (!v && in->ct_json) {
+		/* Parsed while the tokenizer's trees are held: uncapped, a
+		 * chat_template.json of "0," within the text budget cost
+		 * cJSON ~80 bytes a value on top of them. */
+		rc = castfs_md_json_cap(in->ct_json, in->ct_json_len,
+					CASTFS_MD_JSON_VALUES_MAX, d,
+					"GGUF: chat_template.json");
+		if (rc)
+			return rc;
 		ct = cJSON_ParseWithLength(in->ct_json, in->ct_json_len);
 		if (!cJSON_IsObject(ct)) {
 			cJSON_Delete(ct);

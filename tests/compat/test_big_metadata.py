@@ -157,8 +157,8 @@ class ManyDims(unittest.TestCase):
 
 
 class ManyJsonValues(unittest.TestCase):
-    """JSON texts of many tiny values: a model folder's config.json and
-    tokenizer.json (read up to 64 MiB) and a ComfyUI
+    """JSON texts of many tiny values: a model folder's config.json,
+    tokenizer.json and chat_template.json (read up to 64 MiB) and a ComfyUI
     "_quantization_metadata" (up to the 100 MB header limit). cJSON spends
     ~80 bytes a value, so a 62 MB config.json of "0," took the daemon to
     2.5 GB and 11.6 s for a listing of its parent, a tokenizer.json so to
@@ -207,6 +207,14 @@ class ManyJsonValues(unittest.TestCase):
                       ("additional_chat_templates/tool.jinja", 20)):
             with open(os.path.join(d, f), "w") as fh:
                 fh.write("{{ messages }}" + "a" * (mb << 20))
+        # a chat_template.json over the cap (read without a .jinja and
+        # without tokenizer_config.json's key): parsed uncapped while
+        # the tokenizer's trees were held
+        d = os.path.join(cls.src, "ctj")
+        shutil.copytree(os.path.join(cls.src, "ok"), d)
+        with open(os.path.join(d, "chat_template.json"), "w") as fh:
+            fh.write('{"chat_template": "{{ messages }}", "x": ' +
+                     cls.zeros(1100000) + "}")
         meta = '{"layers": {}, "x": ' + cls.zeros(1100000) + "}"
         save_file({"w": torch.ones(4, 4, dtype=torch.bfloat16)},
                   os.path.join(cls.src, "comfy.safetensors"),
@@ -223,7 +231,7 @@ class ManyJsonValues(unittest.TestCase):
             names = os.listdir(m.path)
             for n in names:
                 os.stat(m.join(n))
-            for n in ("cfg", "tok", "tmpl"):
+            for n in ("cfg", "tok", "tmpl", "ctj"):
                 with self.assertRaises(FileNotFoundError):
                     os.stat(m.join(n + ".q8_0.gguf"))
             self.assertGreater(os.stat(m.join("ok.q8_0.gguf")).st_size, 0)
@@ -244,6 +252,8 @@ class ManyJsonValues(unittest.TestCase):
                            "index: more than 1048576 JSON values"), why)
             self.assertIn(("tmpl", "f16.gguf", "GGUF: the text files hold "
                            "more than the 64 MiB castfs reads"), why)
+            self.assertIn(("ctj", "f16.gguf", "GGUF: chat_template.json: "
+                           "more than 1048576 JSON values"), why)
             with open(m.join(".castfs/rejected")) as f:
                 bad = {e["path"]: e for e in json.load(f)}
             self.assertEqual(bad["comfy.safetensors"]["error"],
