@@ -43,7 +43,7 @@ static const char *const texts[] = { "config.json", "tokenizer.json",
 
 /* Read beside chat_template.jinja only, as gguf-py's SpecialVocab: its
  * *.jinja files are named chat templates. More than XTMPL_MAX are
- * refused (each is a text up to TEXT_MAX). */
+ * refused (their texts count in the build's TEXT_BUDGET). */
 static const char xtmpl_dir[] = "additional_chat_templates";
 #define XTMPL_MAX 64
 #define XTMPL_JINJA ".jinja"
@@ -505,9 +505,23 @@ static int build_plan(struct castfs_ns *ns, struct ns_ckpt *ck,
 	return rc;
 }
 
+/* Give the heap a build of @text_bytes of text freed back to the system
+ * (a cJSON tree is many small blocks, which glibc keeps). */
+static void trim_after(size_t text_bytes)
+{
+#ifdef __GLIBC__
+	if (text_bytes > GGUF_TRIM_TEXT)
+		malloc_trim(0);
+#else
+	(void)text_bytes;
+#endif
+}
+
 /* build_plan() once one of the mount's GGUF_BUILDS_MAX slots is free:
  * the daemon's peak is a few builds', however many views are asked for
- * at once. */
+ * at once. The slot is held until the build's heap is trimmed: freed
+ * but still resident, it would add to the next build's peak (a third
+ * build's worth while the trim waited for the CPU). */
 static int build_gated(struct castfs_ns *ns, struct ns_ckpt *ck,
 		       struct gguf_req *r, struct castfs_plan **plan)
 {
@@ -519,23 +533,12 @@ static int build_gated(struct castfs_ns *ns, struct ns_ckpt *ck,
 	ns->gguf_builds++;
 	pthread_mutex_unlock(&ns->gguf_gate_lock);
 	rc = build_plan(ns, ck, r, plan);
+	trim_after(r->text_bytes);
 	pthread_mutex_lock(&ns->gguf_gate_lock);
 	ns->gguf_builds--;
 	pthread_cond_signal(&ns->gguf_gate_free);
 	pthread_mutex_unlock(&ns->gguf_gate_lock);
 	return rc;
-}
-
-/* Give the heap a build of @text_bytes of text freed back to the system
- * (a cJSON tree is many small blocks, which glibc keeps). */
-static void trim_after(size_t text_bytes)
-{
-#ifdef __GLIBC__
-	if (text_bytes > GGUF_TRIM_TEXT)
-		malloc_trim(0);
-#else
-	(void)text_bytes;
-#endif
 }
 
 /* The entry of (@v, @dep) in @ck and the number of entries; under
@@ -658,7 +661,6 @@ static int gguf_get(struct castfs_ns *ns, struct ns_ckpt *ck,
 	if (!ns_err_transient(rc) && e && e->known)
 		rc = e->err; /* an earlier build's outcome stands */
 	pthread_mutex_unlock(&ck->lock);
-	trim_after(r->text_bytes);
 	if (!rc && r->want_plan && !r->plan)
 		return -ENOMEM;
 	return rc;
