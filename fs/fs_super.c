@@ -368,6 +368,19 @@ static bool sv_is_failure(int status)
 	return WEXITSTATUS(status) != 0;
 }
 
+/* Whether wait status @status is a death by a signal that asks for a
+ * stop. The daemon catches them (libfuse's handlers) until its loop has
+ * ended, then frees its state with the default actions back: a second
+ * one then kills it. A stop sends two often enough (Ctrl-C or systemd's
+ * SIGTERM to every process of the unit, and ours forwarded): a clean
+ * stop must not read as the daemon's crash. */
+static bool sv_stop_signal(int status)
+{
+	return WIFSIGNALED(status) &&
+	       (WTERMSIG(status) == SIGTERM || WTERMSIG(status) == SIGINT ||
+		WTERMSIG(status) == SIGHUP);
+}
+
 /* Whether the kernel still serves the mount: an unmounted (or aborted)
  * connection polls as an error on the supervisor's fd. */
 static bool sv_conn_alive(const struct sv *sv)
@@ -398,7 +411,7 @@ static void sv_reap_cur(struct sv *sv, int status)
 		 * A crash on its way out (a sanitizer's report at exit) is
 		 * still one: nothing restarts, but our exit status says so
 		 * (it was lost whenever the stop came first). */
-		if (sv_is_failure(status)) {
+		if (sv_is_failure(status) && !sv_stop_signal(status)) {
 			sv->had_failure = true;
 			sv_log("the daemon died as the mount ended (%s)",
 			       sv_how_ended(status, how));
