@@ -657,9 +657,10 @@ static int gguf_get(struct castfs_ns *ns, struct ns_ckpt *ck,
 	if (!rc)
 		castfs_stats_count(ns->stats, CASTFS_SCTR_PLANS_BUILT, 1);
 	pthread_mutex_lock(&ck->lock);
+	/* This build's own outcome is returned: with builds shared, an
+	 * entry already known here said "builds" (a listing's build, which
+	 * kept no plan), and a failure now is the truth, not -ENOMEM. */
 	ent_store(e, r, rc, plan);
-	if (!ns_err_transient(rc) && e && e->known)
-		rc = e->err; /* an earlier build's outcome stands */
 	pthread_mutex_unlock(&ck->lock);
 	if (!rc && r->want_plan && !r->plan)
 		return -ENOMEM;
