@@ -558,13 +558,16 @@ static struct gguf_ent *ent_find(struct ns_ckpt *ck,
 
 /* The entry of @r in @ck (and the number of entries) once no build of it
  * is under way, or NULL; under ck->lock. A waiter that wants the plan
- * tells the builder to keep it: a listing's build would drop it. */
+ * tells the builder to keep it: a listing's build would drop it. A
+ * listing does not wait for a build of the plan when the outcome is
+ * known already (a second build only makes the plan). */
 static struct gguf_ent *ent_settled(struct ns_ckpt *ck, struct gguf_req *r,
 				    size_t *n)
 {
 	struct gguf_ent *e;
 
-	while ((e = ent_find(ck, r->view, r->dep, n)) && e->building) {
+	while ((e = ent_find(ck, r->view, r->dep, n)) && e->building &&
+	       (r->want_plan || !e->known)) {
 		e->wanted = e->wanted || r->want_plan;
 		pthread_cond_wait(&e->built, &ck->lock);
 	}
