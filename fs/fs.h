@@ -44,8 +44,10 @@ struct castfs_fs {
 struct castfs_fh_table;
 
 /* castfs_fh_table_new - an empty table whose numbers carry a random
- * per-daemon prefix. Returns 0 or -ENOMEM. */
-int castfs_fh_table_new(struct castfs_fh_table **out);
+ * per-daemon prefix; get, adopt and swap hand out objects through @hold
+ * (one more share of an object, taken under the table's lock). Returns 0
+ * or -ENOMEM. */
+int castfs_fh_table_new(void *(*hold)(void *), struct castfs_fh_table **out);
 
 /* castfs_fh_table_free - free @t, calling @free_obj on every object still
  * in it; NULL is accepted. */
@@ -56,21 +58,25 @@ void castfs_fh_table_free(struct castfs_fh_table *t, void (*free_obj)(void *));
 uint64_t castfs_fh_add(struct castfs_fh_table *t, void *obj);
 
 /* castfs_fh_get - the object of @fh, or NULL when this daemon does not
- * know @fh (an open of a previous daemon, or none). Borrowed: valid until
- * castfs_fh_remove(@fh), which the kernel sends only after the last use. */
+ * know @fh (an open of a previous daemon, or none), with a share of it
+ * (@hold's) that the caller drops. Not borrowed: a request the supervisor
+ * had resent (FUSE_NOTIFY_RESEND sends again every request being
+ * answered) is answered twice, and the kernel takes the first answer and
+ * may send the RELEASE while the other copy still runs. */
 void *castfs_fh_get(struct castfs_fh_table *t, uint64_t fh);
 
 /* castfs_fh_adopt - make @obj the object of foreign @fh unless another
  * thread did first. Returns the object now in the table (@obj, or the
- * other thread's), or NULL when out of memory; *@took says whether the
- * table took @obj (else the caller frees it: the other thread's may be
- * the same pointer, a shared listing). */
+ * other thread's) with a share of it for the caller, or NULL when out of
+ * memory; *@took says whether the table took @obj (else the caller frees
+ * it: the other thread's may be the same pointer, a shared listing). */
 void *castfs_fh_adopt(struct castfs_fh_table *t, uint64_t fh, void *obj,
 		      bool *took);
 
 /* castfs_fh_swap - make @obj the object of @fh if it is still @old;
  * returns the object @fh has now (@obj, or what another thread put there;
- * NULL when @fh is gone); *@took as for castfs_fh_adopt(). */
+ * NULL when @fh is gone) with a share for the caller; *@took as for
+ * castfs_fh_adopt(). */
 void *castfs_fh_swap(struct castfs_fh_table *t, uint64_t fh, void *old,
 		     void *obj, bool *took);
 

@@ -25,6 +25,7 @@ struct fh_ent {
 
 struct castfs_fh_table {
 	pthread_mutex_t lock;
+	void *(*hold)(void *obj); /* a share for a caller, under the lock */
 	uint64_t prefix; /* this daemon's random high 32 bits */
 	uint32_t next;
 	struct fh_ent *b[FH_BUCKETS];
@@ -42,13 +43,14 @@ static uint64_t random_prefix(void)
 	return (uint64_t)(r | 1u) << 32; /* never 0: 0 is no fh at all */
 }
 
-int castfs_fh_table_new(struct castfs_fh_table **out)
+int castfs_fh_table_new(void *(*hold)(void *), struct castfs_fh_table **out)
 {
 	struct castfs_fh_table *t = calloc(1, sizeof(*t));
 
 	if (!t)
 		return -ENOMEM;
 	pthread_mutex_init(&t->lock, NULL);
+	t->hold = hold;
 	t->prefix = random_prefix();
 	*out = t;
 	return 0;
@@ -119,7 +121,9 @@ void *castfs_fh_get(struct castfs_fh_table *t, uint64_t fh)
 
 	pthread_mutex_lock(&t->lock);
 	e = find_locked(t, fh);
-	obj = e ? e->obj : NULL; /* the entry is only valid under the lock */
+	/* The entry is only valid under the lock, and the object only with
+	 * a share taken under it: a RELEASE may take it out next. */
+	obj = e ? t->hold(e->obj) : NULL;
 	pthread_mutex_unlock(&t->lock);
 	return obj;
 }
@@ -134,11 +138,13 @@ void *castfs_fh_adopt(struct castfs_fh_table *t, uint64_t fh, void *obj,
 	pthread_mutex_lock(&t->lock);
 	e = find_locked(t, fh);
 	if (e)
-		got = e->obj; /* another thread adopted it first */
+		got = t->hold(e->obj); /* another thread adopted it first */
 	else if (insert_locked(t, fh, obj))
 		got = NULL;
 	else
 		*took = true;
+	if (*took)
+		got = t->hold(obj); /* the table's share, and the caller's */
 	pthread_mutex_unlock(&t->lock);
 	return got;
 }
@@ -157,7 +163,7 @@ void *castfs_fh_swap(struct castfs_fh_table *t, uint64_t fh, void *old,
 		*took = true;
 	}
 	if (e)
-		got = e->obj;
+		got = t->hold(e->obj);
 	pthread_mutex_unlock(&t->lock);
 	return got;
 }

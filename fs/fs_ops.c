@@ -186,11 +186,22 @@ static void dir_free_any(void *d)
 	dir_release(d);
 }
 
+/* The tables' shares for a request (fs/fs.h, castfs_fh_get). */
+static void *dir_hold_any(void *d)
+{
+	return d != &unlisted ? castfs_dir_hold(d) : d;
+}
+
+static void *file_hold_any(void *f)
+{
+	return castfs_file_hold(f);
+}
+
 int castfs_fs_handles_init(struct castfs_fs *fs)
 {
-	int rc = castfs_fh_table_new(&fs->files);
+	int rc = castfs_fh_table_new(file_hold_any, &fs->files);
 
-	return rc ? rc : castfs_fh_table_new(&fs->dirs);
+	return rc ? rc : castfs_fh_table_new(dir_hold_any, &fs->dirs);
 }
 
 void castfs_fs_handles_fini(struct castfs_fs *fs)
@@ -403,7 +414,7 @@ static int file_of(struct castfs_fs *fs, fuse_ino_t ino, uint64_t fh,
 	if (rc)
 		return rc;
 	got = castfs_fh_adopt(fs->files, fh, f, &took);
-	if (!took)
+	if (!took) /* the table has another, or none */
 		castfs_file_close(f);
 	if (!got)
 		return -ENOMEM;
@@ -427,6 +438,7 @@ static void castfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 	}
 	buf = size <= t->out_len ? t->out : malloc(size);
 	if (!buf) {
+		castfs_file_close(f);
 		reply_err(req, CASTFS_SOP_READ, -ENOMEM);
 		return;
 	}
@@ -444,6 +456,7 @@ static void castfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 	}
 	if (buf != t->out)
 		free(buf);
+	castfs_file_close(f); /* this request's share */
 }
 
 static void castfs_op_release(fuse_req_t req, fuse_ino_t ino,
@@ -549,6 +562,7 @@ static void castfs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 	last_use_before_reply(dir);
 	castfs_stats_op(fs_of(req)->stats, CASTFS_SOP_READDIR, 0);
 	fuse_reply_buf(req, t->out, pos);
+	dir_release(dir); /* this request's share */
 }
 
 /*
@@ -644,6 +658,7 @@ static void castfs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 				       CASTFS_MIN(nids, ahead->n - i));
 	}
 	castfs_dir_free(ahead);
+	dir_release(dir); /* this request's share */
 }
 
 static void castfs_op_releasedir(fuse_req_t req, fuse_ino_t ino,

@@ -265,7 +265,13 @@ bool castfs_file_direct_io(const struct castfs_file *f);
  */
 int castfs_file_backing_fd(const struct castfs_file *f);
 
-/* castfs_file_close - release @f; NULL is accepted. */
+/* castfs_file_hold - one more share of @f, which the caller holds (a
+ * request that may outlive the handle's RELEASE); castfs_file_close()
+ * drops one. Thread-safe. */
+struct castfs_file *castfs_file_hold(struct castfs_file *f);
+
+/* castfs_file_close - drop a share of @f, closing it with the last one;
+ * NULL is accepted. */
 void castfs_file_close(struct castfs_file *f);
 
 /*

@@ -15,6 +15,9 @@
 #include "plan/plan_layer.h"
 
 struct castfs_file {
+	/* Shares: the handle's, and one per request using it (a resent
+	 * request may outlive the RELEASE; fs/fs.h, castfs_fh_get). */
+	_Atomic unsigned refs;
 	struct castfs_ns *ns;
 	int fd; /* the source, or -1 for plans of memory only */
 	bool guarded; /* the guard reports writers of fd */
@@ -62,6 +65,7 @@ static int file_alloc(struct castfs_ns *ns, int view, struct castfs_file **out)
 
 	if (!f)
 		return -ENOMEM;
+	atomic_init(&f->refs, 1);
 	f->ns = ns;
 	f->fd = -1;
 	f->view = view;
@@ -517,9 +521,16 @@ int castfs_file_backing_fd(const struct castfs_file *f)
 	return f->fd;
 }
 
+struct castfs_file *castfs_file_hold(struct castfs_file *f)
+{
+	/* The caller's share keeps refs above zero meanwhile. */
+	atomic_fetch_add(&f->refs, 1);
+	return f;
+}
+
 void castfs_file_close(struct castfs_file *f)
 {
-	if (!f)
+	if (!f || atomic_fetch_sub(&f->refs, 1) != 1)
 		return;
 	if (f->counted)
 		castfs_stats_close(f->ns->stats, f->view);
