@@ -672,6 +672,10 @@ class Reload(unittest.TestCase):
         try:
             sup = m.proc.pid
             d = wait_daemon(sup)
+            if tl.sanitizer(d):
+                # gdb's `finish` missed its return under TSan once and
+                # let the daemon run out: a test of gdb, not of castfs.
+                self.skipTest("not under %s" % tl.sanitizer(d))
             os.stat(m.join("a.fp8.safetensors"))
             gdb = subprocess.Popen(
                 ["gdb", "-nx", "-batch", "-p", str(d),
