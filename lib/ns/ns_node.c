@@ -5,6 +5,7 @@
  * else in ns/.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1006,6 +1007,11 @@ int ns_split_view_name(struct castfs_ns *ns, const char *name, char **base,
 			return -ENOENT;
 		base_len = (size_t)(dot - name);
 	}
+	/* "X.q8_0.gguf" of 255 bytes names a source of 257, which cannot
+	 * be: no such view (ENAMETOOLONG from the stat of it hid the
+	 * DIR.q8_0.gguf of that name, listed; a bug hunt). */
+	if (base_len + ST_EXT_LEN > NAME_MAX)
+		return -ENOENT;
 	*base = malloc(base_len + ST_EXT_LEN + 1);
 	if (!*base)
 		return -ENOMEM;
