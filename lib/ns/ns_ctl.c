@@ -9,10 +9,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/escape.h"
 #include "ns/ns_kind_internal.h"
 
 enum ctl_file {
@@ -201,6 +204,70 @@ static char *ctl_rejected(struct castfs_ns *ns, struct ns_ctlstamp *s)
 	return ns_ckpt_rejected_json(ns);
 }
 
+/* ---- /.castfs/refused ---- */
+
+int ns_refusal_add(cJSON *arr, const char *path, const char *vname,
+		   const char *reason)
+{
+	cJSON *last = cJSON_GetArrayItem(arr, cJSON_GetArraySize(arr) - 1);
+	const cJSON *lp = cJSON_GetObjectItemCaseSensitive(last, "path");
+	const cJSON *lr = cJSON_GetObjectItemCaseSensitive(last, "reason");
+	char *p = castfs_escape(path, strlen(path));
+	char *why = castfs_escape_text(reason, strlen(reason));
+	cJSON *o = NULL, *views = NULL;
+	int rc = -ENOMEM;
+
+	if (!p || !why)
+		goto out;
+	if (cJSON_IsString(lp) && !strcmp(lp->valuestring, p) &&
+	    cJSON_IsString(lr) && !strcmp(lr->valuestring, why)) {
+		views = cJSON_GetObjectItemCaseSensitive(last, "views");
+	} else if ((o = cJSON_CreateObject()) &&
+		   cJSON_AddStringToObject(o, "path", p) &&
+		   (views = cJSON_AddArrayToObject(o, "views")) &&
+		   cJSON_AddStringToObject(o, "reason", why)) {
+		cJSON_AddItemToArray(arr, o);
+		o = NULL;
+	} else {
+		views = NULL;
+	}
+	if (views && cJSON_AddItemToArray(views, cJSON_CreateString(vname)))
+		rc = 0;
+out:
+	cJSON_Delete(o);
+	free(p);
+	free(why);
+	return rc;
+}
+
+int ns_list_too_long(struct ns_list *l, const char *dir, const char *src,
+		     const char *vname, const char *name, size_t len,
+		     const char *reason)
+{
+	char *path, *shown, why[1280];
+	int rc;
+
+	if (!l->too_long)
+		return 0; /* a listing: the name cannot exist, nothing to say */
+	path = ns_path_join(dir, src, strlen(src));
+	shown = castfs_escape(name, len);
+	rc = path && shown ? 0 : -ENOMEM;
+	if (!rc && !reason) {
+		/* The name escaped as a path is, so that its bytes come back
+		 * by the documented rule (at most 4 bytes a byte). */
+		snprintf(why, sizeof(why),
+			 "name too long: %s would be %zu bytes, past "
+			 "NAME_MAX %d",
+			 shown, len, NAME_MAX);
+		reason = why;
+	}
+	if (!rc)
+		rc = ns_refusal_add(l->too_long, path, vname, reason);
+	free(shown);
+	free(path);
+	return rc;
+}
+
 static void refused_dir(struct scan *w, const char *dir, int depth);
 
 /* Ask every directory extension why it shows none of its names for
@@ -218,26 +285,41 @@ static void refused_entry(struct scan *w, const char *dir, int depth)
 	refused_dir(w, dir, depth + 1);
 }
 
-/* Every directory below @dir (bounded like the rejected scan). */
+/*
+ * The longest entry name of a directory below which none of its derived
+ * names can pass NAME_MAX: the longest suffix a name gains is "." and a
+ * view's name (".safetensors" stays; a tree's ".tensors" is shorter).
+ * Only directories with a longer name are listed again to find them.
+ */
+#define NAME_SAFE_MAX (NAME_MAX - 1 - (CASTFS_VIEW_NAME_MAX - 1))
+
+/* Every directory below @dir (bounded like the rejected scan), and the
+ * names @dir leaves out for NAME_MAX. */
 static void refused_dir(struct scan *w, const char *dir, int depth)
 {
+	size_t longest = 0;
 	struct dirent *de;
 	DIR *dp = scan_open(w, dir, depth);
 
 	if (!dp)
 		return;
 	while (w->budget && (de = readdir(dp))) {
+		size_t len = strlen(de->d_name);
 		char *path;
 
+		if (len > longest)
+			longest = len;
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
 		    scan_type(dp, de) != S_IFDIR)
 			continue;
-		path = ns_path_join(dir, de->d_name, strlen(de->d_name));
+		path = ns_path_join(dir, de->d_name, len);
 		if (path)
 			refused_entry(w, path, depth);
 		free(path);
 	}
 	closedir(dp);
+	if (longest > NAME_SAFE_MAX)
+		(void)ns_tree_too_long(w->ns, dir, w->arr); /* what it has */
 }
 
 /* JSON array of what the directory extensions refuse, with reasons. */

@@ -60,6 +60,8 @@ struct ns_node {
 	uint64_t dep;
 };
 
+struct cJSON;
+
 /*
  * A listing under construction, with a set of the names it holds so that
  * ns_list_has() costs the same for the 100,000th entry as for the first:
@@ -71,6 +73,9 @@ struct ns_list {
 	size_t cap;
 	uint64_t *set; /* names by hash (ns_node.c) */
 	size_t nset; /* slots, a power of two */
+	/* Set only in the listings /.castfs/refused makes (ns_ctl.c): the
+	 * derived names too long to list go there (ns_list_too_long()). */
+	struct cJSON *too_long;
 };
 
 /* ns_list_add - append an entry (name copied). Returns 0 or -ENOMEM. */

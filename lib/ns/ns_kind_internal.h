@@ -84,6 +84,31 @@ struct ns_dir_ext {
 extern const struct ns_dir_ext ns_packed_dir_ext, ns_tensors_dir_ext,
 	ns_modeldir_dir_ext, ns_mdgguf_dir_ext;
 
+/* ---- /.castfs/refused (ns_ctl.c, ns_tree.c) ---- */
+
+/* ns_refusal_add - add view @vname of source @path to JSON array @arr
+ * with @reason: to its last object when that one is @path's with the
+ * same reason, else as a new {"path", "views", "reason"} (@path escaped
+ * here, @reason with castfs_escape_text()). Returns 0 or -ENOMEM, and
+ * then @arr holds what it held. */
+int ns_refusal_add(struct cJSON *arr, const char *path, const char *vname,
+		   const char *reason);
+
+/* ns_list_too_long - @name (@len bytes, past NAME_MAX) that view @vname
+ * of entry @src of source directory @dir would have: not listed in @l,
+ * and, when @l is a listing /.castfs/refused makes (l->too_long), said
+ * there with its length. @reason, when not NULL, says why instead.
+ * Returns 0 or -ENOMEM. */
+int ns_list_too_long(struct ns_list *l, const char *dir, const char *src,
+		     const char *vname, const char *name, size_t len,
+		     const char *reason);
+
+/* ns_tree_too_long - list source directory @path as a listing would,
+ * into nothing, adding to JSON array @arr the names it leaves out for
+ * NAME_MAX (ns_list_too_long()). Keeps no listing and no snapshot.
+ * Returns 0, -ENOMEM, or the error opening @path. */
+int ns_tree_too_long(struct castfs_ns *ns, const char *path, struct cJSON *arr);
+
 /* ---- what the facade sets up ---- */
 
 /* ns_tensors_init - register what the tensor trees keep per checkpoint. */

@@ -20,6 +20,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -894,7 +895,11 @@ static int mdgguf_list(struct castfs_ns *ns, const struct ns_node *dir,
 		if (!v->listed || v->kind != CASTFS_VIEW_GGUF)
 			continue;
 		k = snprintf(buf, sizeof(buf), "%s.%s", name, v->name);
-		if (k < 0 || k > 255 || ns_list_has(l, buf, (size_t)k))
+		/* Past NAME_MAX it cannot be: what it would be is asked
+		 * only for /.castfs/refused. */
+		if (k < 0 || (size_t)k >= sizeof(buf) ||
+		    (k > NAME_MAX && !l->too_long) ||
+		    (k <= NAME_MAX && ns_list_has(l, buf, (size_t)k)))
 			continue;
 		rc = mdgguf_lookup(ns, dir, buf, &n);
 		if (rc == -ENOMEM)
@@ -902,9 +907,13 @@ static int mdgguf_list(struct castfs_ns *ns, const struct ns_node *dir,
 		if (rc)
 			return 0; /* not a model folder */
 		n.id = ns_node_id(&n);
-		rc = maps(ns, &n) ?
-			     ns_list_add(l, buf, (size_t)k, S_IFREG, n.id) :
-			     0;
+		if (!maps(ns, &n))
+			rc = 0;
+		else if (k > NAME_MAX)
+			rc = ns_list_too_long(l, dir->path, name, v->name, buf,
+					      (size_t)k, NULL);
+		else
+			rc = ns_list_add(l, buf, (size_t)k, S_IFREG, n.id);
 		free(n.path);
 		if (rc)
 			return rc;
@@ -913,43 +922,6 @@ static int mdgguf_list(struct castfs_ns *ns, const struct ns_node *dir,
 }
 
 /* ---- /.castfs/refused ---- */
-
-/* Add view @v with @reason to @arr: to its last object when that one is
- * @path's with the same reason (most refusals are the folder's, not the
- * view's), else as a new {"path", "views", "reason"}. */
-static int refusal_add(cJSON *arr, const char *path, const char *vname,
-		       const char *reason)
-{
-	cJSON *last = cJSON_GetArrayItem(arr, cJSON_GetArraySize(arr) - 1);
-	const cJSON *lp = cJSON_GetObjectItemCaseSensitive(last, "path");
-	const cJSON *lr = cJSON_GetObjectItemCaseSensitive(last, "reason");
-	char *p = castfs_escape(path, strlen(path));
-	char *why = castfs_escape_text(reason, strlen(reason));
-	cJSON *o = NULL, *views = NULL;
-	int rc = -ENOMEM;
-
-	if (!p || !why)
-		goto out;
-	if (cJSON_IsString(lp) && !strcmp(lp->valuestring, p) &&
-	    cJSON_IsString(lr) && !strcmp(lr->valuestring, why)) {
-		views = cJSON_GetObjectItemCaseSensitive(last, "views");
-	} else if ((o = cJSON_CreateObject()) &&
-		   cJSON_AddStringToObject(o, "path", p) &&
-		   (views = cJSON_AddArrayToObject(o, "views")) &&
-		   cJSON_AddStringToObject(o, "reason", why)) {
-		cJSON_AddItemToArray(arr, o);
-		o = NULL;
-	} else {
-		views = NULL;
-	}
-	if (views && cJSON_AddItemToArray(views, cJSON_CreateString(vname)))
-		rc = 0;
-out:
-	cJSON_Delete(o);
-	free(p);
-	free(why);
-	return rc;
-}
 
 /* Whether @folder holds a regular @name. */
 static bool has_file(struct castfs_ns *ns, const char *folder, const char *name)
@@ -1046,14 +1018,14 @@ static int mdgguf_refusals(struct castfs_ns *ns, const char *path, cJSON *arr)
 		if (v->kind != CASTFS_VIEW_GGUF || (why && !why[0]))
 			continue;
 		if (why) {
-			rc = refusal_add(arr, path, v->name, why);
+			rc = ns_refusal_add(arr, path, v->name, why);
 			continue;
 		}
 		r.view = v;
 		rc = gguf_get(ns, ck, &r);
 		castfs_plan_free(r.owned);
 		if (rc && !ns_err_transient(rc))
-			rc = refusal_add(arr, path, v->name, r.reason);
+			rc = ns_refusal_add(arr, path, v->name, r.reason);
 		else if (rc != -ENOMEM)
 			rc = 0;
 	}

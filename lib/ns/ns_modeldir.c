@@ -165,39 +165,74 @@ static int modeldir_lookup(struct castfs_ns *ns, const struct ns_node *dir,
 	return lookup_root(ns, dir, name, child);
 }
 
-/* Add "@name.<view>@ext" (@name @len bytes) with the id of @node for
- * every listed view whose name has at most @vmax bytes: only casts when
- * @casts_only, only views computed from dequantized values when @deq_only
- * (what lookup_root serves for a quantized model: a listed name must not
- * answer ENOENT). */
-static int list_views(struct castfs_ns *ns, struct ns_list *l, const char *name,
-		      size_t len, const char *ext, struct ns_node *node,
-		      bool casts_only, bool deq_only, const bool refused[2],
-		      size_t vmax)
+/* Which views of a source entry get a name "@stem.<view>@ext" (@stem
+ * @len bytes of entry @name of source directory @dir), with the id of
+ * @node: only casts when @casts_only, only views computed from
+ * dequantized values when @deq_only (what lookup_root serves for a
+ * quantized model: a listed name must not answer ENOENT), none that
+ * @refused (by kind: bitsandbytes, ct), none whose name has more than
+ * @vmax bytes (an index's shards would then be named past NAME_MAX). */
+struct md_views {
+	const struct ns_node *dir;
+	const char *name;
+	size_t len;
+	const char *ext;
+	struct ns_node *node;
+	bool casts_only, deq_only;
+	const bool *refused;
+	size_t vmax;
+};
+
+static bool md_view_wanted(const struct md_views *w,
+			   const struct castfs_view *v)
 {
-	char buf[512];
+	return v->listed && v->kind != CASTFS_VIEW_GGUF &&
+	       v->kind != CASTFS_VIEW_COMFY_FP8 &&
+	       (!w->casts_only || v->kind == CASTFS_VIEW_CAST) &&
+	       (!w->deq_only || castfs_view_dequantizes(v)) &&
+	       (!w->refused || v->kind == CASTFS_VIEW_CAST ||
+		!w->refused[castfs_view_is_ct(v)]);
+}
+
+/* Add @w's name of view @v to @l, or say in /.castfs/refused why it has
+ * none past NAME_MAX. */
+static int list_view(struct ns_list *l, const struct md_views *w,
+		     const struct castfs_view *v)
+{
+	char buf[512], why[160];
+	size_t vlen = strlen(v->name);
+	int n;
+
+	n = snprintf(buf, sizeof(buf), "%.*s.%s%s", (int)w->len, w->name,
+		     v->name, w->ext);
+	if (n < 0 || (size_t)n >= sizeof(buf) ||
+	    (n <= NAME_MAX && ns_list_has(l, buf, (size_t)n)))
+		return 0; /* a source entry of that name is shown */
+	if (vlen > w->vmax) {
+		snprintf(why, sizeof(why),
+			 "name too long: its shards' files in this view "
+			 "would be up to %zu bytes, past NAME_MAX %d",
+			 NAME_MAX - w->vmax + vlen, NAME_MAX);
+		return ns_list_too_long(l, w->dir->path, w->name, v->name, buf,
+					(size_t)n, why);
+	}
+	if (n > NAME_MAX)
+		return ns_list_too_long(l, w->dir->path, w->name, v->name, buf,
+					(size_t)n, NULL);
+	w->node->view = v;
+	return ns_list_add(l, buf, (size_t)n,
+			   w->node->kind == NS_MDIR ? S_IFDIR : S_IFREG,
+			   ns_node_id(w->node));
+}
+
+static int list_views(struct castfs_ns *ns, struct ns_list *l,
+		      const struct md_views *w)
+{
 	int rc = 0;
 
 	for (size_t i = 0; !rc && i < ns->views->n; i++) {
-		const struct castfs_view *v = &ns->views->v[i];
-		int n;
-
-		if (!v->listed || strlen(v->name) > vmax ||
-		    v->kind == CASTFS_VIEW_GGUF ||
-		    v->kind == CASTFS_VIEW_COMFY_FP8 ||
-		    (casts_only && v->kind != CASTFS_VIEW_CAST) ||
-		    (deq_only && !castfs_view_dequantizes(v)) ||
-		    (refused && v->kind != CASTFS_VIEW_CAST &&
-		     refused[castfs_view_is_ct(v)]))
-			continue;
-		n = snprintf(buf, sizeof(buf), "%.*s.%s%s", (int)len, name,
-			     v->name, ext);
-		if (n < 0 || n > 255 || ns_list_has(l, buf, (size_t)n))
-			continue;
-		node->view = v;
-		rc = ns_list_add(l, buf, (size_t)n,
-				 node->kind == NS_MDIR ? S_IFDIR : S_IFREG,
-				 ns_node_id(node));
+		if (md_view_wanted(w, &ns->views->v[i]))
+			rc = list_view(l, w, &ns->views->v[i]);
 	}
 	return rc;
 }
@@ -218,9 +253,18 @@ static int list_roots(struct castfs_ns *ns, const struct ns_node *dir,
 			ns_md_quant_refusal(ns, path, false, NULL, 0),
 			ns_md_quant_refusal(ns, path, true, NULL, 0)
 		};
+		const struct md_views w = {
+			.dir = dir,
+			.name = name,
+			.len = strlen(name),
+			.ext = "",
+			.node = &node,
+			.deq_only = ns_md_casts_only(ns, path),
+			.refused = refused,
+			.vmax = SIZE_MAX,
+		};
 
-		rc = list_views(ns, l, name, strlen(name), "", &node, false,
-				ns_md_casts_only(ns, path), refused, SIZE_MAX);
+		rc = list_views(ns, l, &w);
 	}
 	free(path);
 	return rc;
@@ -244,9 +288,19 @@ static int list_vindex(struct castfs_ns *ns, const struct ns_node *dir,
 		rc = -ENOENT;
 	if (!rc)
 		rc = dir_fp(ns, dir->path, &node.dep);
-	if (!rc)
-		rc = list_views(ns, l, name, strlen(name) - 5, ".json", &node,
-				true, false, NULL, vindex_room(longest));
+	if (!rc) {
+		const struct md_views w = {
+			.dir = dir,
+			.name = name,
+			.len = strlen(name) - 5,
+			.ext = ".json",
+			.node = &node,
+			.casts_only = true,
+			.vmax = vindex_room(longest),
+		};
+
+		rc = list_views(ns, l, &w);
+	}
 	free(path);
 	return rc == -ENOMEM ? rc : 0;
 }

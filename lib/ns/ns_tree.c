@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,12 +136,12 @@ static bool gguf_maps(struct castfs_ns *ns, struct ns_ckpt *ck,
 	return ns_ckpt_plan(ns, ck, v, &plan, NULL) == 0;
 }
 
-/* The views of checkpoint @name (a valid one, @ck of identity @st),
- * but those known not to build: an entry that cannot be served is not
- * listed. */
-static int list_views(struct castfs_ns *ns, const char *name,
-		      const struct stat *st, struct ns_ckpt *ck,
-		      struct ns_list *l)
+/* The views of checkpoint @name of @dir (a valid one, @ck of identity
+ * @st), but those known not to build: an entry that cannot be served is
+ * not listed, nor one past NAME_MAX (said in /.castfs/refused). */
+static int list_views(struct castfs_ns *ns, const struct ns_node *dir,
+		      const char *name, const struct stat *st,
+		      struct ns_ckpt *ck, struct ns_list *l)
 {
 	size_t stem = strlen(name) - ST_EXT_LEN;
 	char buf[512];
@@ -159,10 +160,14 @@ static int list_views(struct castfs_ns *ns, const char *name,
 		n = snprintf(buf, sizeof(buf), "%.*s.%s%s", (int)stem, name,
 			     v->name,
 			     v->kind == CASTFS_VIEW_GGUF ? "" : st_ext);
-		if (n < 0 || (size_t)n >= sizeof(buf) || n > 255 ||
-		    ns_list_has(l, buf, (size_t)n))
+		if (n < 0 || (size_t)n >= sizeof(buf))
 			continue;
-		rc = ns_list_add(l, buf, (size_t)n, S_IFREG, ns_node_id(&node));
+		if (n > NAME_MAX)
+			rc = ns_list_too_long(l, dir->path, name, v->name, buf,
+					      (size_t)n, NULL);
+		else if (!ns_list_has(l, buf, (size_t)n))
+			rc = ns_list_add(l, buf, (size_t)n, S_IFREG,
+					 ns_node_id(&node));
 	}
 	return rc;
 }
@@ -209,7 +214,7 @@ static int list_virtual(struct castfs_ns *ns, const struct ns_node *dir,
 	int rc = entry_ckpt(ns, dir, name, type, &st, &ck);
 
 	if (!rc && ck)
-		rc = list_views(ns, name, &st, ck, l);
+		rc = list_views(ns, dir, name, &st, ck, l);
 	for (size_t i = 0; !rc && ns->dir_exts[i]; i++) {
 		if (ns->dir_exts[i]->list)
 			rc = ns->dir_exts[i]->list(ns, dir, name, type,
@@ -318,7 +323,9 @@ static int dir_list(struct castfs_ns *ns, const struct ns_node *dir,
 		close(fd);
 		return -errno;
 	}
-	snap = ns_snap_begin(ns, dir->path); /* before the directory is read */
+	/* Before the directory is read; none for /.castfs/refused, whose
+	 * listing no kernel holds (a rescan compares with what one does). */
+	snap = l->too_long ? NULL : ns_snap_begin(ns, dir->path);
 	rc = list_source(dp, l, &nsrc, snap);
 	closedir(dp);
 	if (rc)
@@ -358,6 +365,24 @@ static int dir_list(struct castfs_ns *ns, const struct ns_node *dir,
 		if (!rc)
 			l->dir->ents[l->dir->n - 1].derived = true;
 	}
+	return rc;
+}
+
+int ns_tree_too_long(struct castfs_ns *ns, const char *path, struct cJSON *arr)
+{
+	struct ns_node dir = { .kind = NS_DIR, .path = strdup(path) };
+	struct ns_list l = { .too_long = arr };
+	int rc = dir.path ? ns_src_stat(ns, path, &dir.st) : -ENOMEM;
+
+	if (rc)
+		goto out_free_path;
+	dir.id = path[0] ? ns_node_id(&dir) : CASTFS_NS_ROOT_ID;
+	l.dir = calloc(1, sizeof(*l.dir));
+	rc = l.dir ? dir_list(ns, &dir, &l) : -ENOMEM;
+	ns_list_fini(&l);
+	castfs_dir_free(l.dir);
+out_free_path:
+	free(dir.path);
 	return rc;
 }
 
