@@ -24,6 +24,7 @@ COMPAT_TESTS = tests/compat/test_casts.py tests/compat/test_hf_cache.py \
 	tests/compat/test_quant_src_comfy.py tests/compat/test_quant_src_int8.py \
 	tests/compat/test_comfy_fp8.py tests/compat/test_ct_qsrc.py \
 	tests/compat/test_md_index_refused.py tests/compat/test_gguf_shards.py \
+	tests/compat/test_name_max.py \
 	tests/compat/test_bnb4_src.py tests/compat/test_ct_w4_src.py \
 	tests/compat/test_requant.py tests/compat/test_quant_src_xshard.py \
 	tests/compat/test_gguf_qsrc.py tests/compat/test_gguf_qsrc_ct.py \
