@@ -353,6 +353,17 @@ static int check_foreign(const struct castfs_header *h,
 			return reject(d, t,
 				      "scale of a packed or 8-bit weight");
 	}
+	/* Transformer Engine keeps a module's FP8 scaling (scale, amax
+	 * history) pickled in its "_extra_state" bytes: beside an fp8 or
+	 * integer weight, the codes are not values, and nothing here reads
+	 * a pickle. Beside a float weight it is run-time state, copied. */
+	if (!err && comp_is(t, "_extra_state")) {
+		w = module_tensor(h, t, "weight", &err);
+		if (w && coded(w->dtype))
+			return reject(d, t,
+				      "Transformer Engine FP8 (its scales are "
+				      "pickled in _extra_state)");
+	}
 	return err;
 }
 

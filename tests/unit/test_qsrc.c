@@ -319,6 +319,19 @@ static const struct {
 	  { { 4, 4 }, { 4, 0 } },
 	  { 2, 1 },
 	  "scale of a packed" },
+	/* Transformer Engine's te.Linear saved with FP8 weights: its
+	 * scales are in the module's pickled "_extra_state" bytes (a
+	 * note left it cast as unscaled codes). */
+	{ { "l.weight", "l._extra_state" },
+	  { "F8_E4M3", "U8" },
+	  { { 4, 4 }, { 64, 0 } },
+	  { 2, 1 },
+	  "Transformer Engine FP8" },
+	{ { "l.weight", "l.bias", "l._extra_state" },
+	  { "F8_E5M2", "BF16", "U8" },
+	  { { 4, 4 }, { 4, 0 }, { 64, 0 } },
+	  { 2, 1, 1 },
+	  "Transformer Engine FP8" },
 };
 
 /* The generic words of those layouts alone are plain parameters. */
@@ -334,6 +347,9 @@ START_TEST(test_qsrc__generic_words_plain)
 	tu_st_add(b, "ssm.B", "F32", SHAPE(4, 4), NULL);
 	tu_st_add(b, "ssm.s", "F32", SHAPE(4), NULL);
 	tu_st_add(b, "attn.q_weight", "BF16", SHAPE(4, 4), NULL);
+	/* A te.Linear of bf16 weights: its _extra_state is run-time state. */
+	tu_st_add(b, "te.weight", "BF16", SHAPE(4, 4), NULL);
+	tu_st_add(b, "te._extra_state", "U8", SHAPE(64), NULL);
 	h = stt_build_take(b);
 	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
 	ck_assert_uint_eq(q.nfp8, 0);
