@@ -744,6 +744,80 @@ START_TEST(test_zst__grouped_pack_reads_back)
 }
 END_TEST
 
+/*
+ * The grouping marker's own rules (FORMATS.md), checked on a pack without
+ * checksums, where no checksum of the marker hides them: a transform byte
+ * past the last transform, a transform on the marker frame itself, and a
+ * transform whose element width does not divide its frame's decoded size
+ * are each refused (-EINVAL) when the pack is opened, never un-grouped.
+ */
+START_TEST(test_zst__grouped_marker_rules)
+{
+	uint8_t *in = membuf_input(N_IN, 12);
+	uint64_t cuts[] = { 96, 60000, 120000 };
+	uint8_t tr[] = { CASTFS_ZST_BF16, CASTFS_ZST_F32, CASTFS_ZST_NONE };
+	struct castfs_mem_reader mr;
+	struct castfs_writer w;
+	struct castfs_zst_pack_opts o = { .frame_size = 8192,
+					  .level = 1,
+					  .cuts = cuts,
+					  .ncuts = 3,
+					  .cut_transforms = tr };
+	struct castfs_zcache *c;
+	struct castfs_zst_index *ix;
+	struct castfs_diag d;
+	struct membuf m = { 0 };
+	uint32_t nf;
+	size_t table, marks, last;
+	struct {
+		size_t frame;
+		uint8_t t;
+	} bad[3];
+
+	w = (struct castfs_writer){ mem_write, &m };
+	castfs_mem_reader_init(&mr, in, N_IN);
+	ck_assert_int_eq(castfs_zst_pack(&mr.r, N_IN, &o, &w, NULL), 0);
+	ck_assert_int_eq(castfs_zcache_new(1 << 20, &c), 0);
+	ck_assert_int_eq(open_index(&m, c, &mr, &ix, NULL), 0);
+	ck_assert(castfs_zst_index_grouped(ix));
+	castfs_zst_index_free(ix);
+	/* No checksums: 8-byte entries after the table's 8-byte header; the
+	 * marker's transform bytes (one per frame) end where it begins. */
+	nf = castfs_load_le32(m.p + m.n - 9);
+	table = m.n - 9 - (size_t)nf * 8 - 8;
+	marks = table - nf;
+	/* The last data frame: [120000 + k * 8192, N_IN) holds 4114 bytes,
+	 * whole 2-byte but not 4-byte elements. */
+	last = nf - 2;
+	ck_assert_uint_eq(castfs_load_le32(m.p + table + 8 + last * 8 + 4),
+			  (N_IN - 120000) % 8192);
+	ck_assert_uint_eq(m.p[marks + last], CASTFS_ZST_NONE);
+	bad[0].frame = 1;
+	bad[0].t = CASTFS_ZST_TRANSFORM_COUNT;
+	bad[1].frame = nf - 1;
+	bad[1].t = CASTFS_ZST_BF16;
+	bad[2].frame = last;
+	bad[2].t = CASTFS_ZST_F32;
+	for (size_t k = 0; k < 3; k++) {
+		uint8_t was = m.p[marks + bad[k].frame];
+
+		m.p[marks + bad[k].frame] = bad[k].t;
+		memset(&d, 0, sizeof(d));
+		ck_assert_msg(open_index(&m, c, &mr, &ix, &d) == -EINVAL,
+			      "edit %zu accepted", k);
+		ck_assert_ptr_nonnull(strstr(d.msg, "grouping marker"));
+		m.p[marks + bad[k].frame] = was;
+	}
+	/* The same edit to a width the frame holds is taken. */
+	m.p[marks + last] = CASTFS_ZST_BF16;
+	ck_assert_int_eq(open_index(&m, c, &mr, &ix, NULL), 0);
+	castfs_zst_index_free(ix);
+	castfs_zcache_free(c);
+	free(m.p);
+	free(in);
+}
+END_TEST
+
 /* @n bytes of bf16 weights, roughly N(0, 0.02) (a sum of four uniforms),
  * truncated from float as a bf16 checkpoint holds them. */
 static uint8_t *make_bf16_weights(size_t n, uint32_t seed)
@@ -1149,6 +1223,7 @@ Suite *unit_suite(void)
 				    isa + 1);
 	}
 	tcase_add_test(tc, test_zst__grouped_pack_reads_back);
+	tcase_add_test(tc, test_zst__grouped_marker_rules);
 	tcase_add_test(tc, test_zst__grouped_literals_and_matches);
 	tcase_add_test(tc, test_zst__bad_frame_size_option);
 	tcase_add_loop_test(tc, test_zst__frames_larger_than_cache_decoded_once,
