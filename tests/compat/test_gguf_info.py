@@ -115,6 +115,30 @@ class GGUFInfo(unittest.TestCase):
             self.assertEqual(data_at + off, t.data_offset, t.name)
             self.assertEqual(nbytes, t.n_bytes, t.name)
 
+    def test_default_alignment(self):
+        """Without general.alignment the data starts at the next multiple
+        of 32 (the GGUF spec's default; gguf-py's GGUFReader), here 20
+        bytes past the header: not at the next multiple of 16."""
+        path = os.path.join(self.tmp, "default.gguf")
+        w = GGUFWriter(path, "llama")
+        w.add_string("t.pad", "x")
+        w.add_tensor("a.f32", np.arange(15, dtype=np.float32).reshape(3, 5))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        g = GGUFReader(path)
+        t = g.tensors[0]
+        end = t.field.offset + sum(p.nbytes for p in t.field.parts)
+        self.assertTrue(0 < end % 32 < 16, end)
+        want = int(t.data_offset)
+        del g, t
+        r = info(path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        head = r.stdout.splitlines()[1]
+        self.assertIn("alignment 32", head)
+        self.assertEqual(int(head.rsplit(" ", 1)[1]), want)
+
     def test_truncated_or_corrupt_is_refused(self):
         with open(self.path, "rb") as f:
             data = f.read()
@@ -129,6 +153,19 @@ class GGUFInfo(unittest.TestCase):
             r = info(bad)
             self.assertEqual(r.returncode, 1, cut)
             self.assertIn(why, r.stderr, cut)
+        # A tensor offset the file's alignment (64) does not divide, its
+        # data still within the file: the GGUF spec (and llama.cpp's
+        # gguf_init) refuse it.
+        g = GGUFReader(self.path)
+        fld = next(t for t in g.tensors if t.name == "a.f32").field
+        at = fld.offset + sum(p.nbytes for p in fld.parts[:-1])
+        self.assertEqual(int(fld.parts[-1][0]), 0)
+        del g, fld
+        with open(bad, "wb") as f:
+            f.write(data[:at] + (8).to_bytes(8, "little") + data[at + 8:])
+        r = info(bad)
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn("is not aligned", r.stderr)
         with open(bad, "wb") as f:
             f.write(b"GGUX" + data[4:])
         r = info(bad)
