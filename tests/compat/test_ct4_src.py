@@ -33,10 +33,11 @@ transformers' own CPU dequantization of the source
   whole folder, each output shard holding its source shard's tensors less
   the companions, and DIR.bf16/ loads with from_pretrained.
 - Layouts castfs does not follow (asymmetric, g_idx, a missing or 0-d
-  global scale, an E8M0-typed scale, a scale grid that does not fit, a
-  config.json with another group size or activation order) get no views
-  and a reason in /.castfs/rejected; castfs info and the tensor tree's
-  .info name the scheme; castfs convert writes the mounted bytes.
+  global scale, an E8M0-typed scale, a scale grid that does not fit,
+  columns that are not whole groups, a config.json with another group
+  size or activation order) get no views and a reason in
+  /.castfs/rejected; castfs info and the tensor tree's .info name the
+  scheme; castfs convert writes the mounted bytes.
 Exits 77 when FUSE, torch, transformers or the oracle venv is unavailable.
 """
 import gc
@@ -102,6 +103,14 @@ def corpus(src):
             torch.float8_e8m0fnu)), "neither F8_E4M3"),
         "misfit": (dict(base, weight_scale=base["weight_scale"][:, :cols // 32]
                         .contiguous()), "cols / 16"),
+        # 216 columns, 13 whole groups of 16 and half of one, under a
+        # scale of 216 // 16 = 13 columns: the last 8 elements have no
+        # scale (compressed-tensors would write ceil(216 / 16) = 14, with
+        # its "requires strict division" warning; castfs follows whole
+        # groups only).
+        "partial": (dict(base, weight_packed=base["weight_packed"][
+            :, :108].contiguous(), weight_scale=base["weight_scale"][
+                :, :13].contiguous()), "cols / 16"),
         "noscale": ({"weight_packed": base["weight_packed"]},
                     "without its weight_scale"),
     }
