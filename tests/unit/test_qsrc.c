@@ -687,6 +687,24 @@ START_TEST(test_qsrc__mxfp4)
 	ck_assert_ptr_nonnull(strstr(d.msg, "MXFP4"));
 	castfs_header_free(h);
 
+	/* Scales of the right shape in a dtype other than E8M0 bytes (what
+	 * a tool that widened them writes): their bytes are not exponents,
+	 * so refused, not read one byte a scale. */
+	for (int k = 0; k < 3; k++) {
+		static const char *const dt[] = { "BF16", "F32", "I8" };
+
+		b = tu_st_new();
+		tu_st_add(b, "m.experts.gate_up_proj_blocks", "U8",
+			  SHAPE(2, 6, 3, 16), NULL);
+		tu_st_add(b, "m.experts.gate_up_proj_scales", dt[k],
+			  SHAPE(2, 6, 3), NULL);
+		h = stt_build_take(b);
+		memset(&d, 0, sizeof(d));
+		ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), -ENOTSUP);
+		ck_assert_ptr_nonnull(strstr(d.msg, "E8M0"));
+		castfs_header_free(h);
+	}
+
 	ck_assert_int_eq(castfs_md_quant_read(mx, strlen(mx), &mq, NULL), 0);
 	ck_assert(mq.quantized && mq.mxfp4 && !mq.fp8_block);
 }
