@@ -745,6 +745,26 @@ START_TEST(test_qsrc__ct_fp8)
 	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), -ENOTSUP);
 	ck_assert_ptr_nonnull(strstr(d.msg, "F32/BF16"));
 	castfs_header_free(h);
+
+	/* A 200 x 320 weight's 128 x 128 grid is [2, 3] (partial edge
+	 * blocks count): a grid one block short or long in either dimension
+	 * is no strategy's. */
+	for (int k = 0; k < 4; k++) {
+		static const uint64_t grid[][2] = {
+			{ 2, 2 }, { 2, 4 }, { 1, 3 }, { 3, 3 }
+		};
+
+		b = tu_st_new();
+		tu_st_add(b, "k.weight", "F8_E4M3", SHAPE(200, 320), NULL);
+		tu_st_add(b, "k.weight_scale", "BF16",
+			  SHAPE(grid[k][0], grid[k][1]), NULL);
+		h = stt_build_take(b);
+		memset(&d, 0, sizeof(d));
+		ck_assert_msg(castfs_qsrc_scan(h, 0, &q, &d) == -ENOTSUP,
+			      "grid %d accepted", k);
+		ck_assert_ptr_nonnull(strstr(d.msg, "128x128"));
+		castfs_header_free(h);
+	}
 }
 END_TEST
 
