@@ -34,6 +34,7 @@ NP_TYPES = {
     "F8_E4M3": (ml_dtypes.float8_e4m3fn, True),
     "F8_E5M2": (ml_dtypes.float8_e5m2, True),
     "F8_E8M0": (np.uint8, False),  # bit patterns
+    "F4": (np.uint8, False),  # bit patterns (expected_array)
 }
 
 CAST_VIEWS = ["fp32", "fp16", "bf16", "fp8", "fp8_e5m2"]
@@ -77,6 +78,11 @@ def decode_path(rel):
 
 
 def expected_array(dtype, shape, raw):
+    if dtype == "F4":  # bit patterns: pairs a byte, else one flat row
+        a = np.frombuffer(raw, dtype=np.uint8)
+        if shape and shape[-1] % 2 == 0:
+            return a.reshape(shape[:-1] + [shape[-1] // 2])
+        return a
     np_type, widen = NP_TYPES[dtype]
     a = np.frombuffer(raw, dtype=np_type).reshape(shape)
     return a.astype(np.float32) if widen else a
@@ -181,7 +187,28 @@ def dtypes(d):
     save_file(t, os.path.join(d, "dtypes.safetensors"))
 
 
-FIXTURES = [llama, flux, sdunet, hostile, dtypes]
+def fp4(d):
+    """F4 (E2M1) bit patterns, written by hand (torch's float4_e2m1fn_x2
+    holds only even rows): a last dimension of 4 (two bytes a row) and
+    of 3 (a row ends inside a byte: one flat array of the 3 bytes)."""
+    g = torch.Generator().manual_seed(4)
+    parts = [("f4_even", "F4", [2, 4], bytes([0x21, 0x43, 0x65, 0x87])),
+             ("f4_odd", "F4", [2, 3], bytes([0xa9, 0xcb, 0xed])),
+             ("w", "BF16", [4, 4],
+              torch.randn(4, 4, generator=g).bfloat16().view(
+                  torch.uint8).numpy().tobytes())]
+    hdr, data = {}, b""
+    for name, dt, shape, raw in parts:
+        hdr[name] = {"dtype": dt, "shape": shape,
+                     "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    h = json.dumps(hdr).encode()
+    h += b" " * (-len(h) % 8)
+    with open(os.path.join(d, "fp4.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + data)
+
+
+FIXTURES = [llama, flux, sdunet, hostile, dtypes, fp4]
 
 
 class TensorTrees(unittest.TestCase):
@@ -315,6 +342,10 @@ class TensorTrees(unittest.TestCase):
                     hdr = self.check_tree(vf + ".tensors", vf, v)
                     if v in VIEW_DTYPE:
                         self.check_cast_origin(vf + ".tensors", src_hdr, hdr, v)
+                    # safetensors' torch loader refuses an F4 row that
+                    # ends inside a byte: fp4's cast views are checked by
+                    # check_tree and check_cast_origin only.
+                    if v in VIEW_DTYPE and f != "fp4.safetensors":
                         self.check_cast_values(vf + ".tensors",
                                                os.path.join(self.src, f), v)
 
