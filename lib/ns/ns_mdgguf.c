@@ -13,8 +13,11 @@
  * listings parse the JSON once per identity of the files, not per call.
  * An edited text file changes the dep (a new entry); an edited config.json
  * also drops the checkpoint entry (castfs_ns_invalidate), and changed
- * weights are a new checkpoint entry. Entries live as long as their
- * checkpoint entry, which open files hold, so a plan in use is never freed.
+ * weights are a new checkpoint entry. Plans, a listing's too, are kept
+ * and charged to the cache budget: past it, an entry nothing holds is
+ * evicted and one only the kernel's nodes hold gives its outcomes back
+ * (built again on need); open files and requests hold the entry, so a
+ * plan in use is never freed.
  */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -94,8 +97,9 @@ static const char index_name[] = "model.safetensors.index.json";
 #define GGUF_TRIM_TEXT (1u << 20)
 
 /* One outcome of (view, dep) in a checkpoint entry's NS_CKPT_GGUF slot.
- * Never removed before the entry is freed; @plan is set at most once.
- * All fields under the checkpoint's lock. */
+ * Never removed while the checkpoint entry is held (the budget's trim
+ * frees the slot only of an entry nobody holds); @plan is set at most
+ * once. All fields under the checkpoint's lock. */
 struct gguf_ent {
 	struct gguf_ent *next;
 	const struct castfs_view *view;
@@ -104,7 +108,6 @@ struct gguf_ent {
 	/* A request builds it now; the others for it wait on @built, which
 	 * is broadcast when that build ends, whatever its outcome. */
 	bool building;
-	bool wanted; /* a waiter wants the plan: the build keeps it */
 	pthread_cond_t built;
 	int err; /* 0: builds; else the builder's error */
 	struct castfs_plan *plan; /* NULL until first needed (err == 0) */
@@ -442,7 +445,7 @@ struct gguf_req {
 	uint64_t dep;
 	struct stat st[NTEXTS];
 	uint64_t xdep; /* additional_chat_templates/'s fingerprint */
-	bool want_plan; /* false: only whether it builds (listings) */
+	bool want_plan; /* false: whether it builds (listings): no uncached plan */
 	struct ns_gguf_shards sh; /* sharded weights (sh.n > 0), held */
 	const struct castfs_plan *plan; /* out: held by the checkpoint */
 	struct castfs_plan *owned; /* out: not cached, the caller's */
@@ -558,20 +561,14 @@ static struct gguf_ent *ent_find(struct ns_ckpt *ck,
 }
 
 /* The entry of @r in @ck (and the number of entries) once no build of it
- * is under way, or NULL; under ck->lock. A waiter that wants the plan
- * tells the builder to keep it: a listing's build would drop it. A
- * listing does not wait for a build of the plan when the outcome is
- * known already (a second build only makes the plan). */
+ * is under way, or NULL; under ck->lock. */
 static struct gguf_ent *ent_settled(struct ns_ckpt *ck, struct gguf_req *r,
 				    size_t *n)
 {
 	struct gguf_ent *e;
 
-	while ((e = ent_find(ck, r->view, r->dep, n)) && e->building &&
-	       (r->want_plan || !e->known)) {
-		e->wanted = e->wanted || r->want_plan;
+	while ((e = ent_find(ck, r->view, r->dep, n)) && e->building)
 		pthread_cond_wait(&e->built, &ck->lock);
-	}
 	return e;
 }
 
@@ -593,21 +590,28 @@ static struct gguf_ent *ent_claim(struct ns_ckpt *ck, struct gguf_req *r,
 	return e;
 }
 
-/* Record the outcome @rc / @plan of @r's build in its entry @e (NULL:
+/*
+ * Record the outcome @rc / @plan of @r's build in its entry @e (NULL:
  * none) and wake the requests waiting for it; under ck->lock. A transient
- * error is not kept: a waiter then builds again. A plan that is not kept
- * goes to r->owned when wanted, else is freed. */
-static void ent_store(struct gguf_ent *e, struct gguf_req *r, int rc,
-		      struct castfs_plan *plan)
+ * error is not kept: a waiter then builds again. The plan is kept, a
+ * listing's too: `ls -l` lists the file and then looks it up, which
+ * needs the plan (its size), and a build costs the texts' parse. A plan
+ * that is not kept goes to r->owned when wanted, else is freed. Returns
+ * the bytes kept, for the caller to charge to the cache budget.
+ */
+static size_t ent_store(struct gguf_ent *e, struct gguf_req *r, int rc,
+			struct castfs_plan *plan)
 {
+	size_t kept = 0;
+
 	if (e && !e->known && !ns_err_transient(rc)) {
 		e->known = true;
 		e->err = rc;
 		memcpy(e->reason, r->reason, sizeof(e->reason));
 	}
-	if (e && e->known && !e->err && !e->plan &&
-	    (r->want_plan || e->wanted)) {
-		e->plan = plan; /* only plans asked for are kept */
+	if (e && e->known && !e->err && !e->plan && plan) {
+		e->plan = plan;
+		kept = ns_ckpt_plan_cost(plan);
 		plan = NULL;
 	}
 	if (e && e->known) {
@@ -624,6 +628,7 @@ static void ent_store(struct gguf_ent *e, struct gguf_req *r, int rc,
 		e->building = false;
 		pthread_cond_broadcast(&e->built);
 	}
+	return kept;
 }
 
 /*
@@ -638,7 +643,7 @@ static int gguf_get(struct castfs_ns *ns, struct ns_ckpt *ck,
 {
 	struct castfs_plan *plan = NULL;
 	struct gguf_ent *e;
-	size_t n;
+	size_t n, kept;
 	int rc;
 
 	r->plan = NULL;
@@ -661,11 +666,16 @@ static int gguf_get(struct castfs_ns *ns, struct ns_ckpt *ck,
 	if (!rc)
 		castfs_stats_count(ns->stats, CASTFS_SCTR_PLANS_BUILT, 1);
 	pthread_mutex_lock(&ck->lock);
-	/* This build's own outcome is returned: with builds shared, an
-	 * entry already known here said "builds" (a listing's build, which
-	 * kept no plan), and a failure now is the truth, not -ENOMEM. */
-	ent_store(e, r, rc, plan);
+	/* This build's own outcome is returned: an entry already known
+	 * here said "builds" (its plan given back to the budget, or never
+	 * kept), and a failure now is the truth, not -ENOMEM. */
+	kept = ent_store(e, r, rc, plan);
 	pthread_mutex_unlock(&ck->lock);
+	/* Counted like the checkpoint's own plans: past the budget, entries
+	 * nothing uses go, and those only nodes hold give their plans back
+	 * (a header holds up to 64 MiB of text per view). */
+	if (kept)
+		ns_ckpt_charge(ns, ck, kept);
 	if (!rc && r->want_plan && !r->plan)
 		return -ENOMEM;
 	return rc;

@@ -12,6 +12,7 @@ import errno
 import json
 import os
 import shutil
+import subprocess
 import unittest
 
 from gguf import GGUFReader
@@ -64,6 +65,39 @@ class GGUFCache(unittest.TestCase):
             self.assertEqual(self.stats(m)["plans_built"], built)
             self.assertGreater(self.stats(m)["cache_hits"]["plans"], 0)
             self.assertEqual(len(first), os.path.getsize(p))
+
+    def test_ls_l_builds_each_view_once(self):
+        """`ls -l` of the folder's parent learns each view's size from its
+        plan (the listing's build, then READDIRPLUS or the lookups of its
+        stats); that plan is kept, so the stats, opens and reads after it
+        build nothing more: one build per view, not two (a listing's build
+        kept no plan until the budget counted GGUF plans)."""
+        src = os.path.join(self.tmp, "lsl")  # no other test's folders
+        shutil.copytree(self.base, os.path.join(src, "listed"))
+        views = ["q8_0", "q4_0"]
+        opts = ["views=" + ":".join(v + ".gguf" for v in views)]
+        names = ["listed.%s.gguf" % v for v in views]
+        with tl.Mount(src, options=opts) as m:
+            ls = subprocess.run(["ls", "-l", m.path], check=True,
+                                capture_output=True, text=True).stdout
+            for n in names:
+                self.assertIn(n, ls)
+            got = {}
+            for n in names:
+                os.stat(m.join(n))
+                with open(m.join(n), "rb") as f:
+                    got[n] = f.read()
+                self.assertEqual(len(got[n]), os.path.getsize(m.join(n)))
+            self.assertEqual(self.stats(m)["plans_built"], len(views))
+        # The bytes the listing's plan served: what a mount that never
+        # listed serves, and a GGUF file to gguf-py.
+        with tl.Mount(src, options=opts) as m:
+            for n in names:
+                with open(m.join(n), "rb") as f:
+                    self.assertEqual(f.read(), got[n], n)
+                r = GGUFReader(m.join(n))
+                self.assertGreater(len(r.tensors), 0, n)
+                del r  # it maps the file, which would keep the mount busy
 
     def settles(self, m, name, check):
         def now():
