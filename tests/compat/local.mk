@@ -32,7 +32,7 @@ COMPAT_TESTS = tests/compat/test_casts.py tests/compat/test_hf_cache.py \
 	tests/compat/test_hardlinks.py tests/compat/test_md_arch.py \
 	tests/compat/test_gpu_bnb.py tests/compat/test_big_metadata.py \
 	tests/compat/test_md_shard_swap.py tests/compat/test_inplace_rewrite.py \
-	tests/compat/test_gguf_build_mem.py
+	tests/compat/test_gguf_build_mem.py tests/compat/test_gguf_budget.py
 TESTS += $(COMPAT_TESTS)
 EXTRA_DIST += tests/compat/castfs_testlib.py $(COMPAT_TESTS) \
 	tests/compat/bnb_ref.py tests/compat/bnb_check.py tests/compat/oracle.py \
