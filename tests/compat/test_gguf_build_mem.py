@@ -32,6 +32,8 @@ FILLER = 600000  # JSON values added to tokenizer.json
 FOLDERS = ["m0", "m1", "m2"]
 FIRST = "m0.q8_0.gguf"  # built alone first: one build's growth
 THREADS = 8  # statting threads, and the daemon's workers
+LINKS = "links"  # LINKED/h/: folders of hard links to m0's files
+LINKED = ["d%d" % i for i in range(THREADS)]
 
 
 def digest(path):
@@ -53,6 +55,13 @@ class GGUFBuildMemory(unittest.TestCase):
             f.write(text[:-1] + ', "x": [' + "0," * (FILLER - 1) + "0]}")
         for d in FOLDERS[1:]:
             shutil.copytree(first, os.path.join(cls.src, d))
+        # Folders of hard links to m0's files, each in a directory of its
+        # own (LINKED), all under LINKS so the test above never lists them.
+        for d in LINKED:
+            dst = os.path.join(cls.src, LINKS, d, "h")
+            os.makedirs(dst)
+            for f in os.listdir(first):
+                os.link(os.path.join(first, f), os.path.join(dst, f))
 
     @classmethod
     def tearDownClass(cls):
@@ -124,6 +133,47 @@ class GGUFBuildMemory(unittest.TestCase):
             for d in FOLDERS[1:]:
                 self.assertEqual(got["%s.%s.gguf" % (d, v)], got[n], (d, v))
             os.unlink(out)
+
+    def test_one_build_through_many_names(self):
+        """Requests that reach one outcome through different names share
+        its build. The kernel merges concurrent lookups of one name, and
+        serializes lookups in one directory (libfuse 3.14 does not pass
+        FUSE_PARALLEL_DIROPS on), so the names here are in different
+        directories: links/d<i>/h.q8_0.gguf of folders of hard links to
+        the same files are one checkpoint entry and one dep (the
+        identities of the same text files), hence one entry of its GGUF
+        cache, asked for by THREADS lookups at once. Without the entry's
+        single flight each lookup builds (two at a time, the gate)."""
+        opts = ["views=q8_0.gguf", "threads=%d" % THREADS]
+        names = ["%s/%s/h.q8_0.gguf" % (LINKS, d) for d in LINKED]
+        with tl.Mount(self.src, options=opts) as m:
+            for d in LINKED:
+                os.stat(m.join(LINKS, d))
+            start = threading.Barrier(THREADS)
+            sizes, errors = {}, []
+
+            def run(name):
+                start.wait()
+                try:
+                    sizes[name] = os.stat(m.join(name)).st_size
+                except OSError as e:  # pragma: no cover - reported below
+                    errors.append((name, e))
+
+            ts = [threading.Thread(target=run, args=(n,)) for n in names]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            self.assertEqual(errors, [])
+            self.assertEqual(m.stats()["plans_built"], 1)
+            self.assertEqual(len(set(sizes.values())), 1, sizes)
+            got = digest(m.join(names[-1]))
+        out = os.path.join(self.src, "out.gguf")
+        subprocess.run([tl.castfs_binary(), "convert",
+                        os.path.join(self.src, FOLDERS[0]), "--view",
+                        "q8_0", "-o", out, "--no-progress"], check=True)
+        self.assertEqual(digest(out), got)
+        os.unlink(out)
 
 
 if __name__ == "__main__":
