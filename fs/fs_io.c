@@ -16,6 +16,8 @@
  * before the first read means the copy never faults.
  */
 #include <fcntl.h>
+#include <linux/fuse.h>
+#include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -36,6 +38,56 @@ static __thread const void *touched;
 
 /* -o passthrough's state (fs_pt.c), or NULL: set before any request. */
 static struct castfs_pt *io_pt;
+
+/*
+ * FUSE_PARALLEL_DIROPS, asked for by castfs_op_init(): libfuse before
+ * 3.16 never puts it in its INIT reply (libfuse#861), so the kernel held
+ * one lock per directory across every LOOKUP and READDIR in it. A
+ * first lookup of a view can build a plan (a GGUF file's header parses
+ * its tokenizer: seconds), and every other name of that directory, for
+ * every process and NFS client, waited behind it. The reply to the INIT
+ * whose request offered the flag gets it: the daemon serves any two
+ * requests at once already (lookups of different directories always
+ * could run together).
+ */
+#define IO_PARALLEL_DIROPS (1u << 18) /* FUSE_PARALLEL_DIROPS */
+
+static uint64_t io_init_unique; /* the INIT that offered it, or 0 */
+
+/* Note an INIT request that offers parallel directory operations. */
+static void io_saw_init(const void *buf, size_t len)
+{
+	const struct fuse_in_header *h = buf;
+	uint32_t flags;
+
+	/* fuse_init_in: major, minor, max_readahead, flags. */
+	if (len < sizeof(*h) + 4 * sizeof(uint32_t) || h->opcode != FUSE_INIT)
+		return;
+	memcpy(&flags, (const char *)buf + sizeof(*h) + 3 * sizeof(uint32_t),
+	       sizeof(flags));
+	__atomic_store_n(&io_init_unique,
+			 flags & IO_PARALLEL_DIROPS ? h->unique : 0,
+			 __ATOMIC_RELAXED);
+}
+
+/* Add FUSE_PARALLEL_DIROPS to the reply of the INIT that offered it. */
+static void io_amend_init(struct iovec *iov, int count)
+{
+	const struct fuse_out_header *h = iov[0].iov_base;
+	uint64_t unique = __atomic_load_n(&io_init_unique, __ATOMIC_RELAXED);
+	uint32_t flags;
+	char *out;
+
+	if (!unique || count < 2 || iov[0].iov_len < sizeof(*h) ||
+	    h->unique != unique || h->error ||
+	    iov[1].iov_len < 4 * sizeof(uint32_t))
+		return;
+	/* fuse_init_out: major, minor, max_readahead, flags. */
+	out = (char *)iov[1].iov_base + 3 * sizeof(uint32_t);
+	memcpy(&flags, out, sizeof(flags));
+	flags |= IO_PARALLEL_DIROPS;
+	memcpy(out, &flags, sizeof(flags));
+}
 
 static void touch(void *buf, size_t len)
 {
@@ -59,14 +111,15 @@ static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 		touched = buf;
 	}
 	n = read(fd, buf, len);
-	if (io_pt && n > 0)
-		castfs_pt_saw_request(io_pt, buf, (size_t)n);
+	if (n > 0)
+		castfs_fs_io_saw(buf, (size_t)n);
 	return n;
 }
 
 static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
 	(void)userdata;
+	io_amend_init(iov, count);
 	if (io_pt)
 		castfs_pt_amend_reply(io_pt, iov, count);
 	return writev(fd, iov, count);
@@ -83,6 +136,7 @@ static ssize_t io_splice(int fdin, off_t *offin, int fdout, off_t *offout,
 
 void castfs_fs_io_saw(const void *buf, size_t len)
 {
+	io_saw_init(buf, len);
 	if (io_pt)
 		castfs_pt_saw_request(io_pt, buf, len);
 }
