@@ -214,6 +214,27 @@ START_TEST(test_st_header__emit_late_run)
 }
 END_TEST
 
+/* A 2-byte late tensor counts too: after an odd run it would start at an
+ * odd offset, so every tensor takes its usual place (an element of 2
+ * bytes needs an even offset as one of 4 needs a multiple of 4). */
+START_TEST(test_st_header__emit_late_run_two_byte)
+{
+	static const char *const names[] = { "a", "b", "c" };
+	static const enum castfs_dtype dt[] = { CASTFS_DTYPE_BF16,
+						CASTFS_DTYPE_U8,
+						CASTFS_DTYPE_F32 };
+	static const bool late[] = { true, false, false };
+	static const uint64_t even[] = { 4, 4, 4 }, odd[] = { 4, 3, 4 };
+	/* c, b | a */
+	static const uint64_t want_even[] = { 8, 4, 0 };
+	/* c, a, b: safetensors' order (F32, BF16, U8 by the dtype enum) */
+	static const uint64_t want_odd[] = { 4, 8, 0 };
+
+	emit_late(names, dt, even, late, 3, want_even);
+	emit_late(names, dt, odd, late, 3, want_odd);
+}
+END_TEST
+
 START_TEST(test_st_header__emit_name_order_bytewise)
 {
 	struct castfs_emit_tensor t[] = {
@@ -466,6 +487,7 @@ static void st_emit_tests(TCase *tc)
 	tcase_add_test(tc, test_st_header__emit_dtype_order);
 	tcase_add_test(tc, test_st_header__emit_name_order_bytewise);
 	tcase_add_test(tc, test_st_header__emit_late_run);
+	tcase_add_test(tc, test_st_header__emit_late_run_two_byte);
 	tcase_add_test(tc, test_st_header__emit_roundtrip);
 	tcase_add_test(tc, test_st_header__emit_random_roundtrip);
 	tcase_add_test(tc, test_st_header__emit_matches_builder);
