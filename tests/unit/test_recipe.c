@@ -242,6 +242,55 @@ static struct castfs_tensor tensor(const char *name, enum castfs_dtype dt,
 	return t;
 }
 
+/*
+ * A config view's rules as FORMATS.md states them: the first rule that
+ * matches a tensor decides; a rule matches when its glob (fnmatch), its
+ * dtypes and its rank bounds all do ("rank" is both bounds). Each tensor
+ * below is decided by one rule, and any other rule deciding it gives
+ * another answer: a rule whose dtypes, min_rank or max_rank were not
+ * checked would catch "c", the last matching rule would decide "a.keep.w".
+ */
+START_TEST(test_recipe__rules_pick_tensors)
+{
+	struct castfs_diag d = { { 0 } };
+	const struct castfs_view *v;
+	static const struct {
+		const char *name;
+		enum castfs_dtype dt;
+		uint32_t ndim;
+		bool converts;
+	} want[] = {
+		{ "a.keep.w", CASTFS_DTYPE_BF16, 2, false }, /* the glob */
+		{ "b", CASTFS_DTYPE_F16, 2, false }, /* dtypes F16 */
+		{ "conv", CASTFS_DTYPE_BF16, 4, false }, /* min_rank 3 */
+		{ "scalar", CASTFS_DTYPE_BF16, 0, false }, /* max_rank 0 */
+		{ "bias", CASTFS_DTYPE_BF16, 1, false }, /* rank 1 */
+		{ "c", CASTFS_DTYPE_BF16, 2, true }, /* the last rule */
+		{ "a.kept", CASTFS_DTYPE_BF16, 2, true }, /* not the glob */
+		{ "d", CASTFS_DTYPE_F32, 3, false }, /* dtypes F32, rank 3 */
+	};
+
+	ck_assert_int_eq(load("{\"views\":{\"r\":{\"base\":\"fp16\","
+			      "\"rules\":["
+			      "{\"match\":\"a.keep.*\",\"convert\":false},"
+			      "{\"dtypes\":[\"F16\"],\"convert\":false},"
+			      "{\"min_rank\":3,\"convert\":false},"
+			      "{\"max_rank\":0,\"convert\":false},"
+			      "{\"rank\":1,\"convert\":false},"
+			      "{\"convert\":true}]}}}",
+			      &d),
+			 0);
+	v = find("r");
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		struct castfs_tensor t =
+			tensor(want[i].name, want[i].dt, want[i].ndim);
+
+		ck_assert_msg(castfs_view_converts(v, &t) == want[i].converts,
+			      "%s", want[i].name);
+	}
+}
+END_TEST
+
 START_TEST(test_recipe__default_rules_pick_linear_weights)
 {
 	const struct castfs_view *nf4 = find("nf4"), *fp8 = find("fp8");
@@ -285,6 +334,7 @@ Suite *unit_suite(void)
 		(int)(sizeof(bad_configs) / sizeof(bad_configs[0])));
 	tcase_add_test(tc, test_recipe__select_lists_only_named_views);
 	tcase_add_test(tc, test_recipe__default_rules_pick_linear_weights);
+	tcase_add_test(tc, test_recipe__rules_pick_tensors);
 	suite_add_tcase(s, tc);
 	return s;
 }
