@@ -254,6 +254,38 @@ class LLMGGUF(unittest.TestCase):
                         llm = llama_cpp.Llama(path, n_ctx=64, verbose=False)
                         llm.close()
 
+    def test_defaults_of_a_config_without_them(self):
+        # A config.json without rms_norm_eps or rope_theta (hand-written,
+        # or saved by an older transformers): convert_hf_to_gguf.py writes
+        # the values of AutoConfig's to_dict(), the config class's
+        # defaults; castfs must write the same (nothing checked them).
+        with tl.tempdir() as src:
+            for arch in GGUF_ARCH:
+                d = os.path.join(src, arch)
+                shutil.copytree(self.models[arch][0], d)
+
+                def drop(c):
+                    c.pop("rms_norm_eps", None)
+                    c.pop("rope_theta", None)
+                    c.pop("rope_parameters", None)
+                    c.pop("rope_scaling", None)
+                edit_json(os.path.join(d, "config.json"), drop)
+            with tl.Mount(src) as m:
+                for arch in GGUF_ARCH:
+                    with self.subTest(arch=arch):
+                        cfg = AutoConfig.from_pretrained(
+                            os.path.join(src, arch)).to_dict()
+                        ga = GGUF_ARCH[arch]
+                        r = GGUFReader(m.join(arch + ".f16.gguf"))
+                        f = lambda k: r.fields[k].contents()
+                        self.assertEqual(
+                            f(ga + ".attention.layer_norm_rms_epsilon"),
+                            np.float32(cfg["rms_norm_eps"]))
+                        self.assertEqual(
+                            f(ga + ".rope.freq_base"),
+                            np.float32(cfg["rope_parameters"]["rope_theta"]))
+                        del r
+
     def test_tokenizer_vocab(self):
         d, _ = self.models["llama"]
         hf = PreTrainedTokenizerFast.from_pretrained(d)
