@@ -2,7 +2,7 @@
 """The tokenizer metadata of DIR.<q>.gguf beyond the vocabulary: token
 types, special token ids, add_bos/add_eos/add_sep and the chat template.
 
-One tiny Llama folder (BPE tokenizer trained here, 5 ids past the
+One tiny Llama folder (BPE tokenizer trained here, 8 ids past the
 vocabulary) and variants of its tokenizer.json, tokenizer_config.json,
 config.json and chat template files, each the layout of some published
 model family: Qwen2's null bos_token, a TemplateProcessing post-processor
@@ -37,7 +37,7 @@ from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer,
 import castfs_testlib as tl
 from test_gguf_llm import TEXT
 
-EXTRA = 5  # ids past the tokenizer's: get_vocab_base's [PAD<i>]
+EXTRA = 8  # ids past the tokenizer's: get_vocab_base's [PAD<i>]
 TPL = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
 NOT_META = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
             "tokenizer.ggml.merges", "tokenizer.ggml.model",
@@ -112,9 +112,16 @@ VARIANTS = {
     "types": ([(TJ, added("<|fim_prefix|>", False, False)),
                (TJ, added("\u0120hello", False, False)),
                (TJ, added("\u00fcn\u00efcode", False, False)),
-               (TJ, added("a\u2581b", False, True))], {}),
+               (TJ, added("a\u2581b", False, True)),
+               # does_token_look_special's other shapes: CONTROL too
+               (TJ, added("<unused7>", False, False)),
+               (TJ, added("<pad>", False, True)),
+               (TJ, added("<\uff5cend\u2581of\u2581text\uff5c>", False,
+                          False))], {}),
     "chat_tc": ([(TC, put(chat_template=TPL))], {}),
-    "chat_jinja": ([], {"chat_template.jinja": TPL.replace("%}<", "%}\r\n<")}),
+    # Python's text mode reads "\r\n" and a lone "\r" as "\n"
+    "chat_jinja": ([], {"chat_template.jinja":
+                        TPL.replace("%}<", "%}\r\n<").replace("}}{", "}}\r{")}),
     "chat_both": ([(TC, put(chat_template="tc wins"))],
                   {"chat_template.jinja": TPL, XT + "rag.jinja": "rag"}),
     "chat_null": ([(TC, put(chat_template=None))],
@@ -300,7 +307,9 @@ class TokenizerMeta(unittest.TestCase):
 
     def test_chat_templates_present(self):
         # the oracle itself must have something to compare
-        want = {"chat_tc": TPL, "chat_jinja": TPL.replace("%}<", "%}\n<"),
+        want = {"chat_tc": TPL,
+                "chat_jinja": TPL.replace("%}<", "%}\n<").replace("}}{",
+                                                                   "}}\n{"),
                 "chat_both": "tc wins", "chat_json": TPL + "json",
                 "chat_list": TPL}
         for name, tpl in want.items():
