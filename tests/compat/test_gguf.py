@@ -32,13 +32,27 @@ VIEWS = {"f16": QT.F16, "bf16": QT.BF16, "q8_0": QT.Q8_0, "q4_0": QT.Q4_0}
 FILE_TYPE = {"f16": 1, "bf16": 32, "q8_0": 7, "q4_0": 2}
 IMG_ARCH_LIST = {"flux", "sd1", "sdxl", "sd3", "aura", "hidream", "cosmos",
                  "ltxv", "hyvid", "wan", "lumina2", "qwen_image"}
-KEEP = {
+# lcpp.patch llama_model_quantize_internal, "rules for image models": the
+# names containing one of KEEP_FIND or equal to one of KEEP_EXACT stay
+# unquantised (castfs matches prefixes: the same for these names)
+UNET_FIND = ("class_embedding.", "time_embedding.", "add_embedding.",
+             "time_embed.", "label_emb.", "conv_in.", "conv_out.")
+KEEP_FIND = {
     "flux": ("txt_in.", "img_in.", "time_in.", "vector_in.", "guidance_in.",
              "final_layer."),
-    "sdxl": ("class_embedding.", "time_embedding.", "add_embedding.",
-             "time_embed.", "label_emb.", "conv_in.", "conv_out.",
-             "input_blocks.0.0.weight", "out.2.weight"),
+    "sdxl": UNET_FIND,
+    "sd1": UNET_FIND,
+    "sd3": ("final_layer.", "time_text_embed.", "context_embedder.",
+            "t_embedder.", "y_embedder.", "x_embedder."),
 }
+UNET_EXACT = ("input_blocks.0.0.weight", "out.2.weight")
+KEEP_EXACT = {"flux": (), "sdxl": UNET_EXACT, "sd1": UNET_EXACT,
+              "sd3": ("proj_out.weight", "pos_embed")}
+
+
+def kept(arch, name):
+    return any(k in name for k in KEEP_FIND[arch]) or \
+        name in KEEP_EXACT[arch]
 # Largest |error| per element, relative to the block's largest |x|: half a
 # step (Q8_0: amax / 127 / 2; Q4_0: a whole step, amax / 8, where +max
 # clips from code 16 to 15), plus the fp16 rounding of the scale (half an
@@ -121,6 +135,51 @@ def sdxl_tensors():
     return {k: v.to(torch.float16) for k, v in t.items()}
 
 
+def sd1_tensors():
+    """convert.py's SD 1.x detection keys (and not SDXL's), the keep-list's
+    2-D time_embed and convolutions, a 3x3 convolution reshaped."""
+    g = torch.Generator().manual_seed(6)
+    t = {k: rand((32, 32, 3, 3), g) for k in (
+        "input_blocks.3.0.op.weight", "input_blocks.6.0.op.weight",
+        "input_blocks.9.0.op.weight", "output_blocks.2.1.conv.weight",
+        "output_blocks.5.2.conv.weight", "output_blocks.8.2.conv.weight")}
+    t.update({
+        "input_blocks.0.0.weight": rand((32, 4, 3, 3), g),
+        "out.2.weight": rand((4, 32, 3, 3), g),
+        "time_embed.0.weight": rand((64, 32), g),
+        "time_embed.2.weight": rand((64, 64), g),
+        "input_blocks.1.1.proj_in.weight": rand((64, 64), g),
+        "input_blocks.1.1.transformer_blocks.0.attn1.to_q.weight":
+            rand((64, 64), g),
+        "input_blocks.1.1.transformer_blocks.0.ff.net.2.weight":
+            ff_down(g),
+    })
+    return {k: v.to(torch.float16) for k, v in t.items()}
+
+
+def sd3_tensors():
+    """convert.py's SD3 detection key, every entry of its keep-list."""
+    g = torch.Generator().manual_seed(7)
+    t = {
+        "joint_blocks.0.x_block.attn.qkv.weight": rand((96, 64), g),
+        "joint_blocks.0.context_block.mlp.fc2.weight": rand((64, 128), g),
+        "joint_blocks.0.x_block.adaLN_modulation.1.weight":
+            rand((128, 64), g),
+        "context_embedder.weight": rand((64, 96), g),
+        "x_embedder.proj.weight": rand((64, 16, 2, 2), g),
+        "x_embedder.mlp.weight": rand((64, 64), g),
+        "t_embedder.mlp.0.weight": rand((64, 64), g),
+        "y_embedder.mlp.0.weight": rand((64, 96), g),
+        "final_layer.linear.weight": rand((64, 64), g),
+        "final_layer.adaLN_modulation.1.weight": rand((128, 64), g),
+        "time_text_embed.text_embedder.linear_1.weight": rand((64, 64), g),
+        "proj_out.weight": rand((64, 64), g),
+        "pos_embed": rand((1, 32, 64), g),
+    }
+    return {"model.diffusion_model." + k: v.to(torch.bfloat16)
+            for k, v in t.items()}
+
+
 # lcpp.patch img_tensor_get_type, "Rules for ffn" (substrings of the name)
 FFN_DOWN = ("ffn_down", ".ffn.2.weight", ".ff.net.2.weight",
             ".mlp.layer2.weight", ".adaln_modulation_mlp.2.weight",
@@ -138,7 +197,7 @@ def expected_type(arch, view, name, src_dtype, shape):
     if want in (QT.F16, QT.BF16):
         return want
     base = QT.BF16 if src_dtype == torch.bfloat16 else QT.F16
-    if len(shape) != 2 or shape[-1] % 32 or name.startswith(KEEP[arch]):
+    if len(shape) != 2 or shape[-1] % 32 or kept(arch, name):
         return base
     if want == QT.Q4_0 and (any(p in name for p in FFN_DOWN) or (
             "experts." in name and ".w2.weight" in name)):
@@ -171,6 +230,8 @@ class GGUFViews(unittest.TestCase):
             # convert.py casts F64 with numpy: one rounding to F16
             "flux_f64": ("flux", flux_tensors(torch.float64)),
             "sdxl": ("sdxl", sdxl_tensors()),
+            "sd1": ("sd1", sd1_tensors()),
+            "sd3": ("sd3", sd3_tensors()),
         }
         for name, (_, t) in cls.sources.items():
             save_file(t, os.path.join(cls.src, name + ".safetensors"))
