@@ -275,6 +275,15 @@ int ns_lookup_how(struct castfs_ns *ns, uint64_t parent, const char *name,
 		rc = -ENOTDIR;
 		goto out;
 	}
+	/* Seen before the source is looked at, not after: a change made
+	 * while this lookup runs (a parse can take seconds) is then told to
+	 * the kernel, whose invalidation waits for this lookup's reply
+	 * under the directory's lock and drops it. Marked after the look,
+	 * the watcher skipped the name as one no lookup answered, and the
+	 * answer stayed a day beside listings that show the change
+	 * (test_seen_race). A failed lookup costs a spare notification. */
+	if (!(how & NS_LOOKUP_AHEAD))
+		ns_name_seen_add(ns, dir.id, name);
 	rc = kind_lookup(ops_of(&dir), ns, &dir, name, &child, how);
 	if (rc) {
 		ns_node_put_copy(&child);
@@ -287,8 +296,6 @@ int ns_lookup_how(struct castfs_ns *ns, uint64_t parent, const char *name,
 		ns_node_put_copy(&child);
 		goto out;
 	}
-	/* Before the reply: the watcher may tell the kernel about it. */
-	ns_name_seen_add(ns, dir.id, name);
 	rc = ns_node_intern(ns, &child, id);
 	st->st_ino = *id;
 out:

@@ -176,7 +176,8 @@ struct castfs_ns {
 	 * set and the table is walked. Under @lock. */
 	struct ns_tids *tids;
 	bool tids_broken;
-	/* Every (directory, name) a lookup answered, by hash, never
+	/* Every (directory, name) a lookup was asked for (marked before
+	 * it looks at the source: ns_lookup_how()), by hash, never
 	 * cleared: a name not in it has no dentry in the kernel, so the
 	 * watcher tells the kernel nothing about it (ns_name_seen()). NULL
 	 * for a daemon that took over a connection: the kernel may hold

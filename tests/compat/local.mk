@@ -55,7 +55,8 @@ REL_TESTS = tests/compat/test_rel_malformed.py \
 	tests/compat/test_rel_watch.py tests/compat/test_cache_budget.py \
 	tests/compat/test_stop.py tests/compat/test_gen_shared.py \
 	tests/compat/test_gen_range.py \
-	tests/compat/test_watch_seen.py tests/compat/test_watch_expire.py \
+	tests/compat/test_watch_seen.py tests/compat/test_seen_race.py \
+	tests/compat/test_watch_expire.py \
 	tests/compat/test_noxattr.py \
 	tests/compat/test_info_path.py tests/compat/test_dircache.py \
 	tests/compat/test_tree_dircache.py \
