@@ -26,16 +26,21 @@ import rel_common as rc
 from test_restart import wait_daemon
 
 
-class SecondStopSignal(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tl.tempdir()
-        cls.src = cls.tmp.__enter__()
-        rc.write_ckpt(os.path.join(cls.src, "a.safetensors"), 1, 4)
+# One checkpoint, made once for every mount of this file.
+SOURCE = tl.ModuleSource()
 
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.__exit__(None, None, None)
+
+def setUpModule():
+    SOURCE.start(lambda src: rc.write_ckpt(os.path.join(src, "a.safetensors"),
+                                           1, 4))
+
+
+def tearDownModule():
+    SOURCE.stop()
+
+
+class SecondStopSignal(unittest.TestCase):
+    src = property(lambda self: SOURCE.src)
 
     @unittest.skipUnless(shutil.which("gdb"), "gdb not installed")
     def test_a_second_stop_signal_as_the_daemon_ends_is_no_failure(self):
@@ -82,15 +87,7 @@ class SecondStopSignal(unittest.TestCase):
 
 
 class EndedBeforeReadyRead(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tl.tempdir()
-        cls.src = cls.tmp.__enter__()
-        rc.write_ckpt(os.path.join(cls.src, "a.safetensors"), 1, 4)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.__exit__(None, None, None)
+    src = property(lambda self: SOURCE.src)
 
     def test_a_daemon_that_served_then_ended_is_no_failed_start(self):
         """The supervisor took the SIGCHLD of its first daemon before the
