@@ -326,7 +326,7 @@ static void sv_keep_exe(struct sv *sv)
 	sv->exe_fd = fd;
 }
 
-static void sv_next_ready(struct sv *sv)
+static void sv_next_ready(struct sv *sv, bool reaped)
 {
 	char c;
 	ssize_t n = read(sv->ready_fd, &c, 1);
@@ -354,7 +354,8 @@ static void sv_next_ready(struct sv *sv)
 	sv->next = 0;
 	sv->failed = false;
 	sv->first = false;
-	sv_keep_exe(sv);
+	if (!reaped) /* a reaped pid's /proc entry is gone, or another's */
+		sv_keep_exe(sv);
 	clock_gettime(CLOCK_MONOTONIC, &sv->ready_at);
 }
 
@@ -451,9 +452,10 @@ static void sv_reap_next(struct sv *sv, int status)
 	 * while we were not scheduled): it served, so it ends as the
 	 * serving one. Taken for one that never started, the first
 	 * daemon's end failed the mount: exit 1, nothing logged (a CI run
-	 * of test_names). */
-	if (sv_ready_waiting(sv)) {
-		sv_next_ready(sv);
+	 * of test_names). Only with none serving: a reload's new daemon
+	 * that died keeps the old one serving, as before. */
+	if (!sv->cur && sv_ready_waiting(sv)) {
+		sv_next_ready(sv, true);
 		if (sv->cur == pid) {
 			sv_reap_cur(sv, status);
 			return;
@@ -686,7 +688,7 @@ static void sv_poll(struct sv *sv)
 	if (p[0].revents)
 		sv_signal(sv);
 	if (sv->ready_fd >= 0 && p[1].revents)
-		sv_next_ready(sv);
+		sv_next_ready(sv, false);
 	if (p[2].fd >= 0 && (p[2].revents & (POLLERR | POLLHUP)))
 		sv_stop(sv); /* unmounted */
 	else if (p[2].fd >= 0 && (p[2].revents & POLLIN) && !sv_answer_eio(sv))
