@@ -181,6 +181,7 @@ struct md_views {
 	bool casts_only, deq_only;
 	const bool *refused;
 	size_t vmax;
+	size_t longest; /* an index's longest shard name (the reason) */
 };
 
 static bool md_view_wanted(const struct md_views *w,
@@ -212,7 +213,7 @@ static int list_view(struct ns_list *l, const struct md_views *w,
 		snprintf(why, sizeof(why),
 			 "name too long: its shards' files in this view "
 			 "would be up to %zu bytes, past NAME_MAX %d",
-			 NAME_MAX - w->vmax + vlen, NAME_MAX);
+			 w->longest + 1 + vlen, NAME_MAX);
 		return ns_list_too_long(l, w->dir->path, w->name, v->name, buf,
 					(size_t)n, why);
 	}
@@ -297,6 +298,7 @@ static int list_vindex(struct castfs_ns *ns, const struct ns_node *dir,
 			.node = &node,
 			.casts_only = true,
 			.vmax = vindex_room(longest),
+			.longest = longest,
 		};
 
 		rc = list_views(ns, l, &w);

@@ -337,6 +337,33 @@ static int check_named(const struct castfs_header *h,
 	return err;
 }
 
+/*
+ * Reject @t, a module's "_extra_state", beside an fp8 or integer weight:
+ * Transformer Engine keeps the module's FP8 scaling (scale, amax history)
+ * pickled there, so the codes are not values, and nothing here reads a
+ * pickle. Beside float weights it is run-time state, copied. The weights
+ * TE's modules save: Linear and LayerNormLinear "weight", LayerNormMLP
+ * "fc1_weight" / "fc2_weight", GroupedLinear "weight0"...
+ */
+static int check_te(const struct castfs_header *h,
+		    const struct castfs_tensor *t, struct castfs_diag *d)
+{
+	static const char *const leaves[] = { "weight", "fc1_weight",
+					      "fc2_weight", "weight0" };
+	const struct castfs_tensor *w;
+	int err = 0;
+
+	for (size_t i = 0; !err && i < sizeof(leaves) / sizeof(leaves[0]);
+	     i++) {
+		w = module_tensor(h, t, leaves[i], &err);
+		if (w && coded(w->dtype))
+			return reject(d, t,
+				      "Transformer Engine FP8 (its scales are "
+				      "pickled in _extra_state)");
+	}
+	return err;
+}
+
 /* Reject @t if it is a scale-like companion of a coded weight. */
 static int check_foreign(const struct castfs_header *h,
 			 const struct castfs_tensor *t, struct castfs_diag *d)
@@ -353,17 +380,8 @@ static int check_foreign(const struct castfs_header *h,
 			return reject(d, t,
 				      "scale of a packed or 8-bit weight");
 	}
-	/* Transformer Engine keeps a module's FP8 scaling (scale, amax
-	 * history) pickled in its "_extra_state" bytes: beside an fp8 or
-	 * integer weight, the codes are not values, and nothing here reads
-	 * a pickle. Beside a float weight it is run-time state, copied. */
-	if (!err && comp_is(t, "_extra_state")) {
-		w = module_tensor(h, t, "weight", &err);
-		if (w && coded(w->dtype))
-			return reject(d, t,
-				      "Transformer Engine FP8 (its scales are "
-				      "pickled in _extra_state)");
-	}
+	if (!err && comp_is(t, "_extra_state"))
+		return check_te(h, t, d);
 	return err;
 }
 

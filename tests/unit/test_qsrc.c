@@ -332,6 +332,17 @@ static const struct {
 	  { { 4, 4 }, { 4, 0 }, { 64, 0 } },
 	  { 2, 1, 1 },
 	  "Transformer Engine FP8" },
+	/* te.LayerNormMLP's and te.GroupedLinear's weights (a review). */
+	{ { "mlp.fc1_weight", "mlp.fc2_weight", "mlp._extra_state" },
+	  { "BF16", "F8_E4M3", "U8" },
+	  { { 4, 4 }, { 4, 4 }, { 64, 0 } },
+	  { 2, 2, 1 },
+	  "Transformer Engine FP8" },
+	{ { "experts.weight0", "experts.weight1", "experts._extra_state" },
+	  { "F8_E4M3", "F8_E4M3", "U8" },
+	  { { 4, 4 }, { 4, 4 }, { 64, 0 } },
+	  { 2, 2, 1 },
+	  "Transformer Engine FP8" },
 };
 
 /* The generic words of those layouts alone are plain parameters. */
@@ -350,6 +361,8 @@ START_TEST(test_qsrc__generic_words_plain)
 	/* A te.Linear of bf16 weights: its _extra_state is run-time state. */
 	tu_st_add(b, "te.weight", "BF16", SHAPE(4, 4), NULL);
 	tu_st_add(b, "te._extra_state", "U8", SHAPE(64), NULL);
+	tu_st_add(b, "mlp.fc1_weight", "BF16", SHAPE(4, 4), NULL);
+	tu_st_add(b, "mlp._extra_state", "U8", SHAPE(64), NULL);
 	h = stt_build_take(b);
 	ck_assert_int_eq(castfs_qsrc_scan(h, 0, &q, &d), 0);
 	ck_assert_uint_eq(q.nfp8, 0);
