@@ -111,6 +111,15 @@ class NameMax(unittest.TestCase):
         self.assertEqual(len(got), 1, (path, view, refused))
         self.assertEqual(got[0]["reason"], want)
 
+    def assert_listed_or_refused(self, m, names, refused, path, view, name):
+        """@name, view @view of source @path: listed when it fits
+        NAME_MAX, else absent and said in /.castfs/refused."""
+        if len(name) <= NAME_MAX:
+            self.assertIn(name, names)
+            return
+        self.assert_absent(m, names, name)
+        self.assert_name_refused(refused, path, view, name)
+
     def assert_absent(self, m, names, name):
         self.assertNotIn(name, names)
         with self.assertRaises(OSError) as cm:
@@ -145,18 +154,10 @@ class NameMax(unittest.TestCase):
                 stem = name[:-len(ST)]
                 self.assertIn(name, names)
                 for v in views:
-                    view = stem + "." + v + ST
-                    if len(view) <= NAME_MAX:
-                        self.assertIn(view, names)
-                        continue
-                    self.assert_absent(m, names, view)
-                    self.assert_name_refused(refused, name, v, view)
-                tree = name + ".tensors"
-                if len(tree) <= NAME_MAX:
-                    self.assertIn(tree, names)
-                    continue
-                self.assert_absent(m, names, tree)
-                self.assert_name_refused(refused, name, "tensors", tree)
+                    self.assert_listed_or_refused(m, names, refused, name, v,
+                                                  stem + "." + v + ST)
+                self.assert_listed_or_refused(m, names, refused, name,
+                                              "tensors", name + ".tensors")
             # Exactly 255 bytes: listed and served.
             edge = EDGE[:-len(ST)] + ".fp8" + ST
             self.assertEqual(len(edge), NAME_MAX)
@@ -176,12 +177,8 @@ class NameMax(unittest.TestCase):
             self.assertEqual([r for r in refused if r["path"] == NEIGHBOUR
                               and "too long" in r["reason"]], [])
             for v in views:
-                name = FOLDER + "." + v
-                if len(name) <= NAME_MAX:
-                    self.assertIn(name, names)
-                    continue
-                self.assert_absent(m, names, name)
-                self.assert_name_refused(refused, FOLDER, v, name)
+                self.assert_listed_or_refused(m, names, refused, FOLDER, v,
+                                              FOLDER + "." + v)
             # DIR.fp16 is exactly 255 bytes: listed and served.
             edge = FOLDER + ".fp16"
             self.assertEqual(len(edge), NAME_MAX)

@@ -757,7 +757,6 @@ START_TEST(test_zst__grouped_marker_rules)
 	uint64_t cuts[] = { 96, 60000, 120000 };
 	uint8_t tr[] = { CASTFS_ZST_BF16, CASTFS_ZST_F32, CASTFS_ZST_NONE };
 	struct castfs_mem_reader mr;
-	struct castfs_writer w;
 	struct castfs_zst_pack_opts o = { .frame_size = 8192,
 					  .level = 1,
 					  .cuts = cuts,
@@ -774,9 +773,7 @@ START_TEST(test_zst__grouped_marker_rules)
 		uint8_t t;
 	} bad[3];
 
-	w = (struct castfs_writer){ mem_write, &m };
-	castfs_mem_reader_init(&mr, in, N_IN);
-	ck_assert_int_eq(castfs_zst_pack(&mr.r, N_IN, &o, &w, NULL), 0);
+	membuf_pack(&m, in, N_IN, &o);
 	ck_assert_int_eq(castfs_zcache_new(1 << 20, &c), 0);
 	ck_assert_int_eq(open_index(&m, c, &mr, &ix, NULL), 0);
 	ck_assert(castfs_zst_index_grouped(ix));
