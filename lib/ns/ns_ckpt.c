@@ -147,7 +147,10 @@ void ns_ckpt_unref(struct ns_ckpt *ck)
 
 void ns_ckpt_put(struct castfs_ns *ns, struct ns_ckpt *ck)
 {
-	ns_ckpt_unref(ck);
+	if (ck && ns && atomic_load(&ck->idle_wanted))
+		ns_ckpt_put_idle(ns, ck);
+	else
+		ns_ckpt_unref(ck);
 	/* The entry a request used may be the one past the budget. */
 	if (ck && ns && ns_ckpt_over_budget(ns))
 		ns_ckpt_trim(ns);

@@ -8,6 +8,8 @@
 #ifndef CASTFS_NS_CKPT_INTERNAL_H
 #define CASTFS_NS_CKPT_INTERNAL_H
 
+#include <stdatomic.h>
+
 #include "ns/ns_src_internal.h"
 
 /* The checkpoint cache entry: one identity of one *.safetensors file. */
@@ -44,6 +46,10 @@ struct ns_ckpt {
 	int err;
 	bool loading; /* being parsed; under the cache lock */
 	bool in_table; /* holds the table's reference; under the cache lock */
+	/* The kernel forgot the last node of its source while a reference
+	 * (a release still on its way) held it: the last put evicts it
+	 * (ns_ckpt_put_idle()). Set under the cache lock. */
+	atomic_bool idle_wanted;
 	/* In the LRU list (valid entries in the table), its neighbours and
 	 * the bytes it is estimated to hold (counted in ns->ck_bytes while
 	 * in the list); all under the cache lock. */
@@ -88,6 +94,11 @@ void ns_ckpt_charge(struct castfs_ns *ns, struct ns_ckpt *ck, size_t bytes);
  * more: evict its valid entries that no open file or request uses, and
  * give the memory back to the system. Thread-safe. */
 void ns_ckpt_idle_path(struct castfs_ns *ns, const char *path);
+
+/* ns_ckpt_put_idle - drop a reference to @ck, whose idle_wanted is set:
+ * evict it when that was the last one besides the table's and no node
+ * shows its source yet. Without the cache lock held. */
+void ns_ckpt_put_idle(struct castfs_ns *ns, struct ns_ckpt *ck);
 
 /* ns_ckpt_plan_cost - the bytes @p holds: its extents and its arena
  * (header text, names, kept bytes, quantiser records). */

@@ -339,6 +339,38 @@ void ns_ckpt_trim(struct castfs_ns *ns)
 	free_dead(ns, dead, freed);
 }
 
+/* Caller holds ck_lock. Evict @ck, an entry of a source path the kernel
+ * just forgot, if nothing uses it; else, when only references keep it (no
+ * node shows the path again), leave its eviction to the last of them. A
+ * file's RELEASE is sent in the background after its node lets go, and
+ * FORGETs are read before other requests: the forget often comes first. */
+static void idle_one_locked(struct castfs_ns *ns, struct ns_ckpt *ck,
+			    struct ns_ckpt **dead, size_t *freed)
+{
+	if (evictable_locked(ns, ck))
+		evict_locked(ns, ck, dead, freed);
+	else if (ck->in_lru && !ck_live(ns, ck))
+		atomic_store(&ck->idle_wanted, true);
+}
+
+void ns_ckpt_put_idle(struct castfs_ns *ns, struct ns_ckpt *ck)
+{
+	struct ns_ckpt *dead = NULL;
+	size_t freed = 0;
+
+	pthread_mutex_lock(&ns->ck_lock);
+	/* Ours and the table's: no other, as references are only taken
+	 * under this lock. A node shown again keeps it, as at a forget. */
+	if (ck->in_lru && !ck->loading && atomic_load(&ck->refs) == 2 &&
+	    !ck_live(ns, ck))
+		evict_locked(ns, ck, &dead, &freed);
+	if (!ck->in_lru || ck_live(ns, ck))
+		atomic_store(&ck->idle_wanted, false);
+	pthread_mutex_unlock(&ns->ck_lock);
+	ns_ckpt_unref(ck);
+	free_dead(ns, dead, freed);
+}
+
 /* Caller holds ck_lock. The entries of the packs shown as @path
  * (X.safetensors.zst, .zstg: ns_pack_src.c), whose own paths the kernel's
  * nodes never carry (a bug hunt: their seek tables were never given back). */
@@ -354,9 +386,8 @@ static void idle_packs_locked(struct castfs_ns *ns, const char *path,
 		for (ck = ns->ckpaths[ns_ckpt_path_bucket(ns, p)]; ck;
 		     ck = next) {
 			next = ck->pnext;
-			if (strcmp(ck->path, p) == 0 &&
-			    evictable_locked(ns, ck))
-				evict_locked(ns, ck, dead, freed);
+			if (strcmp(ck->path, p) == 0)
+				idle_one_locked(ns, ck, dead, freed);
 		}
 		free(p);
 	}
@@ -372,8 +403,8 @@ void ns_ckpt_idle_path(struct castfs_ns *ns, const char *path)
 	 * again since the forget, and then the entry stays. */
 	for (ck = ns->ckpaths[ns_ckpt_path_bucket(ns, path)]; ck; ck = next) {
 		next = ck->pnext;
-		if (strcmp(ck->path, path) == 0 && evictable_locked(ns, ck))
-			evict_locked(ns, ck, &dead, &freed);
+		if (strcmp(ck->path, path) == 0)
+			idle_one_locked(ns, ck, &dead, &freed);
 	}
 	idle_packs_locked(ns, path, &dead, &freed);
 	pthread_mutex_unlock(&ns->ck_lock);
