@@ -260,7 +260,7 @@ class SeekTables(unittest.TestCase):
                 # Each node dropped as soon as its file is closed: the
                 # FORGET then often overtakes the RELEASE (sent in the
                 # background, after the readahead's reads), and the entry
-                # must go at that release. Before stop 49 it stayed when
+                # must go at that release. Before ad7d1551 it stayed when
                 # it was the most recently used (the others go at the
                 # next one's charge): each round failed 3 times in 5.
                 for n in names:
