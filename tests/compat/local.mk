@@ -49,7 +49,8 @@ REL_TESTS = tests/compat/test_rel_malformed.py \
 	tests/compat/test_rel_link_perm.py \
 	tests/compat/test_rel_stress.py tests/compat/test_rel_faults.py \
 	tests/compat/test_rel_lease.py tests/compat/test_restart.py \
-	tests/compat/test_stop_signal.py tests/compat/test_parallel_dirops.py \
+	tests/compat/test_stop_signal.py tests/compat/test_sup_ready.py \
+	tests/compat/test_parallel_dirops.py \
 	tests/compat/test_rel_mapped.py \
 	tests/compat/test_scale.py tests/compat/test_names.py \
 	tests/compat/test_rel_watch.py tests/compat/test_cache_budget.py \
