@@ -145,12 +145,27 @@ void ns_ckpt_unref(struct ns_ckpt *ck)
 		ck_free(ck, ck->nviews);
 }
 
+/* Drop a reference to @ck unless it is one of the last two (ours and,
+ * most often, the table's): those are dropped under the cache lock, where
+ * a forget that found the entry in use leaves its eviction to them
+ * (ns_ckpt_put_last()). Returns whether it was dropped. */
+static bool unref_unless_last_two(struct ns_ckpt *ck)
+{
+	uint64_t r = atomic_load(&ck->refs);
+
+	do {
+		if (r <= 2)
+			return false;
+	} while (!atomic_compare_exchange_weak(&ck->refs, &r, r - 1));
+	return true;
+}
+
 void ns_ckpt_put(struct castfs_ns *ns, struct ns_ckpt *ck)
 {
-	if (ck && ns && atomic_load(&ck->idle_wanted))
-		ns_ckpt_put_idle(ns, ck);
-	else
+	if (ck && !ns)
 		ns_ckpt_unref(ck);
+	else if (ck && !unref_unless_last_two(ck))
+		ns_ckpt_put_last(ns, ck);
 	/* The entry a request used may be the one past the budget. */
 	if (ck && ns && ns_ckpt_over_budget(ns))
 		ns_ckpt_trim(ns);

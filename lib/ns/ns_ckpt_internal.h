@@ -47,8 +47,9 @@ struct ns_ckpt {
 	bool loading; /* being parsed; under the cache lock */
 	bool in_table; /* holds the table's reference; under the cache lock */
 	/* The kernel forgot the last node of its source while a reference
-	 * (a release still on its way) held it: the last put evicts it
-	 * (ns_ckpt_put_idle()). Set under the cache lock. */
+	 * (a release still on its way) held it: the put that leaves the
+	 * table's alone evicts it (ns_ckpt_put_last()). Under the cache lock;
+	 * atomic for the entry's own free. */
 	atomic_bool idle_wanted;
 	/* In the LRU list (valid entries in the table), its neighbours and
 	 * the bytes it is estimated to hold (counted in ns->ck_bytes while
@@ -95,10 +96,10 @@ void ns_ckpt_charge(struct castfs_ns *ns, struct ns_ckpt *ck, size_t bytes);
  * give the memory back to the system. Thread-safe. */
 void ns_ckpt_idle_path(struct castfs_ns *ns, const char *path);
 
-/* ns_ckpt_put_idle - drop a reference to @ck, whose idle_wanted is set:
- * evict it when that was the last one besides the table's and no node
- * shows its source yet. Without the cache lock held. */
-void ns_ckpt_put_idle(struct castfs_ns *ns, struct ns_ckpt *ck);
+/* ns_ckpt_put_last - ns_ckpt_put() of one of the last two references to
+ * @ck: under the cache lock, evicting it when a forget of its source
+ * found it in use (idle_wanted) and no node shows the source again. */
+void ns_ckpt_put_last(struct castfs_ns *ns, struct ns_ckpt *ck);
 
 /* ns_ckpt_plan_cost - the bytes @p holds: its extents and its arena
  * (header text, names, kept bytes, quantiser records). */

@@ -353,19 +353,31 @@ static void idle_one_locked(struct castfs_ns *ns, struct ns_ckpt *ck,
 		atomic_store(&ck->idle_wanted, true);
 }
 
-void ns_ckpt_put_idle(struct castfs_ns *ns, struct ns_ckpt *ck)
+void ns_ckpt_put_last(struct castfs_ns *ns, struct ns_ckpt *ck)
 {
 	struct ns_ckpt *dead = NULL;
 	size_t freed = 0;
 
 	pthread_mutex_lock(&ns->ck_lock);
-	/* Ours and the table's: no other, as references are only taken
-	 * under this lock. A node shown again keeps it, as at a forget. */
-	if (ck->in_lru && !ck->loading && atomic_load(&ck->refs) == 2 &&
-	    !ck_live(ns, ck))
-		evict_locked(ns, ck, &dead, &freed);
-	if (!ck->in_lru || ck_live(ns, ck))
-		atomic_store(&ck->idle_wanted, false);
+	/* References are only taken under this lock, and the forget marks
+	 * under it: with ours and the table's left, the entry is ours to
+	 * evict if the forget asked and no node shows its source again. */
+	if (atomic_load(&ck->idle_wanted)) {
+		bool live = ck_live(ns, ck);
+
+		if (ck->in_lru && !ck->loading && atomic_load(&ck->refs) == 2 &&
+		    !live)
+			evict_locked(ns, ck, &dead, &freed);
+		if (!ck->in_lru || live)
+			atomic_store(&ck->idle_wanted, false);
+	}
+	/* Dropped under the lock, or a forget could mark it between here
+	 * and the drop; not the very last (out of the table: no one else
+	 * can reach it), whose free waits for the unlock. */
+	if (atomic_load(&ck->refs) > 1) {
+		atomic_fetch_sub(&ck->refs, 1);
+		ck = NULL;
+	}
 	pthread_mutex_unlock(&ns->ck_lock);
 	ns_ckpt_unref(ck);
 	free_dead(ns, dead, freed);
