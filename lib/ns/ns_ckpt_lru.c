@@ -6,8 +6,10 @@
  * kernel holds) are evicted from the cold end, and entries only the
  * kernel's nodes hold give back their plans (built again on need); when
  * the kernel forgets the last node of a source path, its entries are
- * evicted at once. Evicted memory goes back to
- * the system (malloc_trim), so a forgotten mount shrinks.
+ * evicted at once, or at the put of the last reference that still held
+ * them (a file's release comes after its forget as often as not). Evicted
+ * memory goes back to the system (malloc_trim), so a forgotten mount
+ * shrinks.
  */
 #include <malloc.h>
 #include <stdatomic.h>
