@@ -281,6 +281,58 @@ START_TEST(test_ns_bounds__cache_budget_and_forget)
 }
 END_TEST
 
+/* Entries in the checkpoint cache. */
+static size_t cached(void)
+{
+	size_t n, bytes;
+
+	ns_ckpt_usage(ns, &n, &bytes);
+	return n;
+}
+
+/*
+ * The kernel sends a file's RELEASE in the background and reads FORGETs
+ * first: the forget of a source's last node often finds its entry still
+ * held by the file. The release then evicts it, unless a lookup showed
+ * the source again meanwhile (before, the entry stayed until another came
+ * along: a CI failure of test_packed_memory).
+ */
+START_TEST(test_ns_bounds__forget_before_release)
+{
+	struct ns_ckpt *ck;
+	struct stat s, src;
+	uint64_t id;
+	char path[128];
+
+	remount(0); /* a budget it fits in: only the forget evicts */
+	snprintf(path, sizeof(path), "%s/a.safetensors", root);
+	ck_assert_int_eq(stat(path, &src), 0);
+	ck_assert_int_eq(castfs_ns_lookup(ns, CASTFS_NS_ROOT_ID,
+					  "a.bf16.safetensors", &id, &s),
+			 0);
+	/* What an open file of the view holds. */
+	ck_assert_int_eq(ns_ckpt_get(ns, "a.safetensors", &src, &ck), 0);
+	castfs_ns_forget(ns, id, 1);
+	ck_assert_uint_eq(cached(), 1);
+	ns_ckpt_put(ns, ck); /* the release */
+	ck_assert_uint_eq(cached(), 0);
+	/* Looked up again between the forget and the release: kept. */
+	ck_assert_int_eq(castfs_ns_lookup(ns, CASTFS_NS_ROOT_ID,
+					  "a.bf16.safetensors", &id, &s),
+			 0);
+	ck_assert_int_eq(ns_ckpt_get(ns, "a.safetensors", &src, &ck), 0);
+	castfs_ns_forget(ns, id, 1);
+	ck_assert_int_eq(castfs_ns_lookup(ns, CASTFS_NS_ROOT_ID,
+					  "a.bf16.safetensors", &id, &s),
+			 0);
+	ns_ckpt_put(ns, ck);
+	ck_assert_uint_eq(cached(), 1);
+	/* Its mark gone with the lookup: the next forget evicts at once. */
+	castfs_ns_forget(ns, id, 1);
+	ck_assert_uint_eq(cached(), 0);
+}
+END_TEST
+
 /* Look up view @view of checkpoints c0000..c@n, each held (nlookup). */
 static void lookup_views(int n, const char *view)
 {
@@ -771,6 +823,7 @@ Suite *unit_suite(void)
 	tcase_add_test(tc, test_ns_bounds__node_table_grows);
 	tcase_add_test(tc, test_ns_bounds__checkpoint_cache_grows);
 	tcase_add_test(tc, test_ns_bounds__cache_budget_and_forget);
+	tcase_add_test(tc, test_ns_bounds__forget_before_release);
 	tcase_add_test(tc, test_ns_bounds__held_cache_not_walked_per_request);
 	tcase_add_test(tc, test_ns_bounds__held_paths_exact_past_65536);
 	tcase_add_test(tc, test_ns_bounds__node_tags_after_sweep);
