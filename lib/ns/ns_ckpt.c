@@ -162,12 +162,12 @@ static bool unref_unless_last_two(struct ns_ckpt *ck)
 
 void ns_ckpt_put(struct castfs_ns *ns, struct ns_ckpt *ck)
 {
-	if (ck && !ns)
-		ns_ckpt_unref(ck);
-	else if (ck && !unref_unless_last_two(ck))
+	if (!ck)
+		return;
+	if (!unref_unless_last_two(ck))
 		ns_ckpt_put_last(ns, ck);
 	/* The entry a request used may be the one past the budget. */
-	if (ck && ns && ns_ckpt_over_budget(ns))
+	if (ns_ckpt_over_budget(ns))
 		ns_ckpt_trim(ns);
 }
 
@@ -565,7 +565,7 @@ int ns_ckpt_get(struct castfs_ns *ns, const char *path, const struct stat *st,
 		pthread_mutex_unlock(&ns->ck_lock);
 	}
 	if (ck) {
-		ns_ckpt_put(ns, fresh);
+		ns_ckpt_unref(fresh); /* never in the table nor shared */
 		castfs_stats_count(ns->stats, CASTFS_SCTR_HEADER_CACHE_HITS, 1);
 		*out = ck;
 		return 0;

@@ -8,8 +8,6 @@
 #ifndef CASTFS_NS_CKPT_INTERNAL_H
 #define CASTFS_NS_CKPT_INTERNAL_H
 
-#include <stdatomic.h>
-
 #include "ns/ns_src_internal.h"
 
 /* The checkpoint cache entry: one identity of one *.safetensors file. */
@@ -48,9 +46,9 @@ struct ns_ckpt {
 	bool in_table; /* holds the table's reference; under the cache lock */
 	/* The kernel forgot the last node of its source while a reference
 	 * (a release still on its way) held it: the put that leaves the
-	 * table's alone evicts it (ns_ckpt_put_last()). Under the cache lock;
-	 * atomic for the entry's own free. */
-	atomic_bool idle_wanted;
+	 * table's alone evicts it (ns_ckpt_put_last()). Under the cache
+	 * lock. */
+	bool idle_wanted;
 	/* In the LRU list (valid entries in the table), its neighbours and
 	 * the bytes it is estimated to hold (counted in ns->ck_bytes while
 	 * in the list); all under the cache lock. */
@@ -81,8 +79,10 @@ int ns_ckpt_get(struct castfs_ns *ns, const char *path, const struct stat *st,
 
 /* ns_ckpt_put - drop a reference; NULL is accepted. When the cache then
  * holds more than its budget, entries nothing uses (no reference, no node
- * the kernel holds) are evicted, least recently used first. Must not be
- * called with the cache lock held. */
+ * the kernel holds) are evicted, least recently used first. One of the
+ * last two references is dropped under the cache lock (an entry a forget
+ * found in use is evicted then): must not be called with the cache lock
+ * or any entry's own lock held. */
 void ns_ckpt_put(struct castfs_ns *ns, struct ns_ckpt *ck);
 
 /* ns_ckpt_charge - count @bytes more held by @ck (a tree or plan the
@@ -92,8 +92,9 @@ void ns_ckpt_put(struct castfs_ns *ns, struct ns_ckpt *ck);
 void ns_ckpt_charge(struct castfs_ns *ns, struct ns_ckpt *ck, size_t bytes);
 
 /* ns_ckpt_idle_path - the kernel holds no node of source path @path any
- * more: evict its valid entries that no open file or request uses, and
- * give the memory back to the system. Thread-safe. */
+ * more: evict its valid entries that no open file or request uses, mark
+ * those still in use for the put that leaves them unused, and give the
+ * memory back to the system. Thread-safe. */
 void ns_ckpt_idle_path(struct castfs_ns *ns, const char *path);
 
 /* ns_ckpt_put_last - ns_ckpt_put() of one of the last two references to

@@ -134,9 +134,9 @@ static bool ck_live(const struct castfs_ns *ns, const struct ns_ckpt *ck)
 }
 
 /* Caller holds ck_lock. Whether @ck may go: valid, parsed, held by the
- * table alone (a reference is only ever taken under ck_lock, so none can
- * appear while it is held) and by no node the kernel holds (the next
- * request would parse it again at once). */
+ * table alone (a reference is taken from no holder only under ck_lock, so
+ * none can appear while it is held) and by no node the kernel holds (the
+ * next request would parse it again at once). */
 static bool evictable_locked(const struct castfs_ns *ns,
 			     const struct ns_ckpt *ck)
 {
@@ -352,36 +352,32 @@ static void idle_one_locked(struct castfs_ns *ns, struct ns_ckpt *ck,
 	if (evictable_locked(ns, ck))
 		evict_locked(ns, ck, dead, freed);
 	else if (ck->in_lru && !ck_live(ns, ck))
-		atomic_store(&ck->idle_wanted, true);
+		ck->idle_wanted = true;
 }
 
 void ns_ckpt_put_last(struct castfs_ns *ns, struct ns_ckpt *ck)
 {
 	struct ns_ckpt *dead = NULL;
 	size_t freed = 0;
+	bool sole;
 
 	pthread_mutex_lock(&ns->ck_lock);
-	/* References are only taken under this lock, and the forget marks
-	 * under it: with ours and the table's left, the entry is ours to
-	 * evict if the forget asked and no node shows its source again. */
-	if (atomic_load(&ck->idle_wanted)) {
-		bool live = ck_live(ns, ck);
-
-		if (ck->in_lru && !ck->loading && atomic_load(&ck->refs) == 2 &&
-		    !live)
-			evict_locked(ns, ck, &dead, &freed);
-		if (!ck->in_lru || live)
-			atomic_store(&ck->idle_wanted, false);
-	}
-	/* Dropped under the lock, or a forget could mark it between here
-	 * and the drop; not the very last (out of the table: no one else
-	 * can reach it), whose free waits for the unlock. */
-	if (atomic_load(&ck->refs) > 1) {
+	/* Alone, out of the table: no one can take a reference (they are
+	 * taken from no holder only under this lock), so it is freed after
+	 * the unlock. Else the drop is made here, where the forget marks,
+	 * and checked after it: puts lock-free never leave fewer than two,
+	 * so whoever leaves the table's alone sees the mark. */
+	sole = atomic_load(&ck->refs) == 1;
+	if (!sole) {
 		atomic_fetch_sub(&ck->refs, 1);
-		ck = NULL;
+		if (ck->idle_wanted && evictable_locked(ns, ck))
+			evict_locked(ns, ck, &dead, &freed);
+		else if (ck->idle_wanted && (!ck->in_lru || ck_live(ns, ck)))
+			ck->idle_wanted = false; /* shown again, or gone */
 	}
 	pthread_mutex_unlock(&ns->ck_lock);
-	ns_ckpt_unref(ck);
+	if (sole)
+		ns_ckpt_unref(ck);
 	free_dead(ns, dead, freed);
 }
 
