@@ -127,14 +127,15 @@ int castfs_fs_views_parse(struct castfs_views *vs, const char *json, size_t len,
 char *castfs_mount_device(const char *mountpoint);
 
 /* castfs_fs_io_attach - read @se's requests into buffers mapped before
- * their first read (fs_io.c says why), and let @pt (may be NULL) see the
- * INIT request and amend replies. Call once the session has its fd, before
- * the INIT request is processed. Returns 0 or a negative errno. */
+ * their first read (fs_io.c says why), amend the INIT reply, and let @pt
+ * (may be NULL) see the INIT request and amend replies. Call once the
+ * session has its fd, before the INIT request is processed. Returns 0 or
+ * a negative errno. */
 int castfs_fs_io_attach(struct fuse_session *se, struct castfs_pt *pt);
 
-/* castfs_fs_io_saw - hand a request processed without being read through
- * the session (the supervisor's copy of INIT) to the @pt of the last
- * castfs_fs_io_attach(). */
+/* castfs_fs_io_saw - note a request processed without being read through
+ * the session (the supervisor's copy of INIT), as castfs_fs_io_attach()'s
+ * reads do. */
 void castfs_fs_io_saw(const void *buf, size_t len);
 
 /*
@@ -157,13 +158,17 @@ void castfs_pt_set_journal(struct castfs_pt *pt, int fd);
 /* castfs_pt_attach - the connection's /dev/fuse fd, for the ioctls. */
 void castfs_pt_attach(struct castfs_pt *pt, int dev_fd);
 
-/* castfs_pt_saw_request - look at a request: INIT decides whether
- * passthrough is on. */
-void castfs_pt_saw_request(struct castfs_pt *pt, const void *buf, size_t len);
+/* castfs_pt_saw_init - the kernel's INIT offered protocol @major.@minor
+ * and @flags2 (0 without FUSE_INIT_EXT): whether passthrough is on. */
+void castfs_pt_saw_init(struct castfs_pt *pt, uint32_t major, uint32_t minor,
+			uint32_t flags2);
 
-/* castfs_pt_amend_reply - the writev hook: add passthrough to the INIT
- * reply, and the backing id to the open reply castfs_pt_open() prepared
- * in this thread. */
+/* castfs_pt_amend_init - the INIT reply's fuse_init_out, @len bytes: ask
+ * for passthrough when it is on (fs_io.c finds the reply). */
+void castfs_pt_amend_init(struct castfs_pt *pt, void *out, size_t len);
+
+/* castfs_pt_amend_reply - the writev hook: add the backing id to the
+ * open reply castfs_pt_open() prepared in this thread. */
 void castfs_pt_amend_reply(struct castfs_pt *pt, struct iovec *iov, int count);
 
 /*

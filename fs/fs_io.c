@@ -51,30 +51,39 @@ static struct castfs_pt *io_pt;
  * could run together).
  */
 #define IO_PARALLEL_DIROPS (1u << 18) /* FUSE_PARALLEL_DIROPS */
+#define IO_INIT_EXT (1u << 30) /* FUSE_INIT_EXT: flags2 is valid */
 
-static uint64_t io_init_unique; /* the INIT that offered it, or 0 */
+/* The INIT request being answered (0: none seen) and whether it offered
+ * parallel directory operations. The one place that reads INIT and
+ * amends its reply: passthrough (fs_pt.c) is told of both from here. */
+static uint64_t io_init_unique;
+static bool io_init_dirops;
 
-/* Note an INIT request that offers parallel directory operations. */
+/* Note an INIT request: what it offers decides its reply's amendments. */
 static void io_saw_init(const void *buf, size_t len)
 {
 	const struct fuse_in_header *h = buf;
-	uint32_t flags;
+	uint32_t in[5] = { 0 }; /* major, minor, max_readahead, flags, flags2 */
 
-	/* fuse_init_in: major, minor, max_readahead, flags. */
 	if (len < sizeof(*h) + 4 * sizeof(uint32_t) || h->opcode != FUSE_INIT)
 		return;
-	memcpy(&flags, (const char *)buf + sizeof(*h) + 3 * sizeof(uint32_t),
-	       sizeof(flags));
-	__atomic_store_n(&io_init_unique,
-			 flags & IO_PARALLEL_DIROPS ? h->unique : 0,
+	memcpy(in, (const char *)buf + sizeof(*h),
+	       (len >= sizeof(*h) + sizeof(in) ? 5 : 4) * sizeof(uint32_t));
+	if (!(in[3] & IO_INIT_EXT))
+		in[4] = 0;
+	__atomic_store_n(&io_init_dirops, (in[3] & IO_PARALLEL_DIROPS) != 0,
 			 __ATOMIC_RELAXED);
+	__atomic_store_n(&io_init_unique, h->unique, __ATOMIC_RELEASE);
+	if (io_pt)
+		castfs_pt_saw_init(io_pt, in[0], in[1], in[4]);
 }
 
-/* Add FUSE_PARALLEL_DIROPS to the reply of the INIT that offered it. */
+/* Amend the reply to the INIT noted: FUSE_PARALLEL_DIROPS if offered,
+ * then what passthrough asks for. */
 static void io_amend_init(struct iovec *iov, int count)
 {
 	const struct fuse_out_header *h = iov[0].iov_base;
-	uint64_t unique = __atomic_load_n(&io_init_unique, __ATOMIC_RELAXED);
+	uint64_t unique = __atomic_load_n(&io_init_unique, __ATOMIC_ACQUIRE);
 	uint32_t flags;
 	char *out;
 
@@ -82,11 +91,15 @@ static void io_amend_init(struct iovec *iov, int count)
 	    h->unique != unique || h->error ||
 	    iov[1].iov_len < 4 * sizeof(uint32_t))
 		return;
-	/* fuse_init_out: major, minor, max_readahead, flags. */
-	out = (char *)iov[1].iov_base + 3 * sizeof(uint32_t);
-	memcpy(&flags, out, sizeof(flags));
-	flags |= IO_PARALLEL_DIROPS;
-	memcpy(out, &flags, sizeof(flags));
+	if (__atomic_load_n(&io_init_dirops, __ATOMIC_RELAXED)) {
+		/* fuse_init_out: major, minor, max_readahead, flags. */
+		out = (char *)iov[1].iov_base + 3 * sizeof(uint32_t);
+		memcpy(&flags, out, sizeof(flags));
+		flags |= IO_PARALLEL_DIROPS;
+		memcpy(out, &flags, sizeof(flags));
+	}
+	if (io_pt)
+		castfs_pt_amend_init(io_pt, iov[1].iov_base, iov[1].iov_len);
 }
 
 static void touch(void *buf, size_t len)
@@ -137,8 +150,6 @@ static ssize_t io_splice(int fdin, off_t *offin, int fdout, off_t *offout,
 void castfs_fs_io_saw(const void *buf, size_t len)
 {
 	io_saw_init(buf, len);
-	if (io_pt)
-		castfs_pt_saw_request(io_pt, buf, len);
 }
 
 int castfs_fs_io_attach(struct fuse_session *se, struct castfs_pt *pt)

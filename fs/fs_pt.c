@@ -10,9 +10,11 @@
  *
  * libfuse 3.14 knows nothing of it, so the two replies that carry it are
  * amended on their way out (fs_io.c's writev): the INIT reply asks for
- * FUSE_PASSTHROUGH when the kernel offers it, and the open reply of such
- * a file gets FOPEN_PASSTHROUGH and the backing id, which the open handler
- * leaves in a thread-local for the reply it is about to send.
+ * FUSE_PASSTHROUGH when the kernel offers it (fs_io.c reads the INIT and
+ * finds its reply: castfs_pt_saw_init(), castfs_pt_amend_init()), and the
+ * open reply of such a file gets FOPEN_PASSTHROUGH and the backing id,
+ * which the open handler leaves in a thread-local for the reply it is
+ * about to send.
  *
  * The kernel accepts one backing file per inode while any file of it is
  * open (a second one fails the opener's open), so a node keeps one
@@ -39,7 +41,6 @@
 #define PT_MINOR 40
 #define PT_FLAGS2_PASSTHROUGH (1u << 5) /* FUSE_PASSTHROUGH, bit 37 */
 #define PT_FOPEN_PASSTHROUGH (1u << 7)
-#define PT_INIT_EXT (1u << 30) /* FUSE_INIT_EXT: flags2 is valid */
 #define PT_DEV_IOC_MAGIC 229
 
 struct pt_backing_map {
@@ -51,11 +52,7 @@ struct pt_backing_map {
 #define PT_IOC_BACKING_OPEN _IOW(PT_DEV_IOC_MAGIC, 1, struct pt_backing_map)
 #define PT_IOC_BACKING_CLOSE _IOW(PT_DEV_IOC_MAGIC, 2, uint32_t)
 
-/* fuse_init_in / fuse_init_out as 7.40 lays them out. */
-struct pt_init_in {
-	uint32_t major, minor, max_readahead, flags, flags2;
-};
-
+/* fuse_init_out as 7.40 lays it out. */
 struct pt_init_out {
 	uint32_t major, minor, max_readahead, flags;
 	uint16_t max_background, congestion_threshold;
@@ -90,7 +87,6 @@ struct castfs_pt {
 	struct castfs_stats *stats;
 	int dev_fd; /* the connection's /dev/fuse fd */
 	bool on; /* asked for, offered by the kernel, not refused */
-	uint64_t init_unique;
 	pthread_mutex_t lock;
 	struct pt_slot *slot; /* open addressing, linear probing */
 	size_t cap, used; /* used: live and tombstones */
@@ -137,23 +133,26 @@ void castfs_pt_attach(struct castfs_pt *pt, int dev_fd)
 	pt->dev_fd = dev_fd;
 }
 
-void castfs_pt_saw_request(struct castfs_pt *pt, const void *buf, size_t len)
+void castfs_pt_saw_init(struct castfs_pt *pt, uint32_t major, uint32_t minor,
+			uint32_t flags2)
 {
-	const struct fuse_in_header *h = buf;
-	struct pt_init_in in;
-
-	if (!pt || len < sizeof(*h) + sizeof(in) || h->opcode != FUSE_INIT)
-		return;
-	memcpy(&in, (const char *)buf + sizeof(*h), sizeof(in));
-	__atomic_store_n(&pt->init_unique, h->unique, __ATOMIC_RELAXED);
 	/* Every daemon on the connection sees the same INIT and decides the
 	 * same; the first one's reply is the one the kernel takes. */
 	__atomic_store_n(&pt->on,
-			 in.major == FUSE_KERNEL_VERSION &&
-				 in.minor >= PT_MINOR &&
-				 (in.flags & PT_INIT_EXT) &&
-				 (in.flags2 & PT_FLAGS2_PASSTHROUGH),
+			 major == FUSE_KERNEL_VERSION && minor >= PT_MINOR &&
+				 (flags2 & PT_FLAGS2_PASSTHROUGH),
 			 __ATOMIC_RELEASE);
+}
+
+void castfs_pt_amend_init(struct castfs_pt *pt, void *out, size_t len)
+{
+	struct pt_init_out *o = out;
+
+	if (castfs_pt_on(pt) && len >= sizeof(*o)) {
+		o->flags2 |= PT_FLAGS2_PASSTHROUGH;
+		/* Sources may not be stacked filesystems themselves. */
+		o->max_stack_depth = 1;
+	}
 }
 
 void castfs_pt_amend_reply(struct castfs_pt *pt, struct iovec *iov, int count)
@@ -168,15 +167,6 @@ void castfs_pt_amend_reply(struct castfs_pt *pt, struct iovec *iov, int count)
 		o->open_flags |= PT_FOPEN_PASSTHROUGH;
 		o->backing_id = pending_backing;
 		pending_backing = 0;
-		return;
-	}
-	if (h->unique == __atomic_load_n(&pt->init_unique, __ATOMIC_RELAXED) &&
-	    castfs_pt_on(pt) && iov[1].iov_len >= sizeof(struct pt_init_out)) {
-		struct pt_init_out *o = iov[1].iov_base;
-
-		o->flags2 |= PT_FLAGS2_PASSTHROUGH;
-		/* Sources may not be stacked filesystems themselves. */
-		o->max_stack_depth = 1;
 	}
 }
 
