@@ -9,6 +9,8 @@ import time
 import torch
 from safetensors.torch import save, save_file
 
+import castfs_testlib as tl
+
 # Cast views and the torch dtype whose .to() gives their tensors (random
 # normal values: no overflow, no NaN, so every torch rule agrees).
 CAST_VIEWS = {"fp32": torch.float32, "fp16": torch.float16,
@@ -24,6 +26,18 @@ def make_tensors(seed, scale=1):
         "norm": torch.randn(7, generator=g).to(torch.float16),
         "ids": torch.arange(10, dtype=torch.int64),
     }
+
+
+def one_ckpt_source():
+    """A module's source folder of one checkpoint, a.safetensors, made once
+    for all its mounts: (source, setUpModule, tearDownModule)."""
+    source = tl.ModuleSource()
+
+    def set_up():
+        source.start(lambda src: write_ckpt(os.path.join(src,
+                                                         "a.safetensors"),
+                                            1, 4))
+    return source, set_up, source.stop
 
 
 def write_ckpt(path, seed, scale=1):

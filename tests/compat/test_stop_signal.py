@@ -22,16 +22,7 @@ from test_restart import wait_daemon
 
 
 # One checkpoint, made once for every mount of this file.
-SOURCE = tl.ModuleSource()
-
-
-def setUpModule():
-    SOURCE.start(lambda src: rc.write_ckpt(os.path.join(src, "a.safetensors"),
-                                           1, 4))
-
-
-def tearDownModule():
-    SOURCE.stop()
+SOURCE, setUpModule, tearDownModule = rc.one_ckpt_source()
 
 
 class SecondStopSignal(unittest.TestCase):

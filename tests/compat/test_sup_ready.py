@@ -19,16 +19,7 @@ import rel_common as rc
 
 
 # One checkpoint, made once for every mount of this file.
-SOURCE = tl.ModuleSource()
-
-
-def setUpModule():
-    SOURCE.start(lambda src: rc.write_ckpt(os.path.join(src, "a.safetensors"),
-                                           1, 4))
-
-
-def tearDownModule():
-    SOURCE.stop()
+SOURCE, setUpModule, tearDownModule = rc.one_ckpt_source()
 
 
 class EndedBeforeReadyRead(unittest.TestCase):
