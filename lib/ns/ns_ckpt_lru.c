@@ -368,11 +368,12 @@ void ns_ckpt_put_last(struct castfs_ns *ns, struct ns_ckpt *ck)
 	 * and checked after it: puts lock-free never leave fewer than two,
 	 * so whoever leaves the table's alone sees the mark. */
 	sole = atomic_load(&ck->refs) == 1;
-	if (!sole) {
+	if (!sole)
 		atomic_fetch_sub(&ck->refs, 1);
-		if (ck->idle_wanted && evictable_locked(ns, ck))
+	if (!sole && ck->idle_wanted) {
+		if (evictable_locked(ns, ck))
 			evict_locked(ns, ck, &dead, &freed);
-		else if (ck->idle_wanted && (!ck->in_lru || ck_live(ns, ck)))
+		else if (!ck->in_lru || ck_live(ns, ck))
 			ck->idle_wanted = false; /* shown again, or gone */
 	}
 	pthread_mutex_unlock(&ns->ck_lock);
