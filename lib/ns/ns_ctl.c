@@ -268,6 +268,17 @@ int ns_list_too_long(struct ns_list *l, const char *dir, const char *src,
 	return rc;
 }
 
+int ns_list_derived(struct ns_list *l, const char *dir, const char *src,
+		    const char *vname, const char *name, size_t len,
+		    mode_t type, uint64_t id)
+{
+	if (len > NAME_MAX)
+		return ns_list_too_long(l, dir, src, vname, name, len, NULL);
+	if (ns_list_has(l, name, len))
+		return 0;
+	return ns_list_add(l, name, len, type, id);
+}
+
 static void refused_dir(struct scan *w, const char *dir, int depth);
 
 /* Ask every directory extension why it shows none of its names for

@@ -103,6 +103,16 @@ int ns_list_too_long(struct ns_list *l, const char *dir, const char *src,
 		     const char *vname, const char *name, size_t len,
 		     const char *reason);
 
+/* ns_list_derived - list @name (@len bytes), the name view @vname gives
+ * entry @src of source directory @dir, as an entry of @type and node id
+ * @id: past NAME_MAX through ns_list_too_long() instead, and not at all
+ * when a source entry of that name is listed (it wins). Every listing of
+ * derived names goes through here, so the NAME_MAX rule is in one place.
+ * Returns 0 or -ENOMEM. */
+int ns_list_derived(struct ns_list *l, const char *dir, const char *src,
+		    const char *vname, const char *name, size_t len,
+		    mode_t type, uint64_t id);
+
 /* ns_tree_too_long - list source directory @path as a listing would,
  * into nothing, adding to JSON array @arr the names it leaves out for
  * NAME_MAX (ns_list_too_long()). Keeps no listing and no snapshot.

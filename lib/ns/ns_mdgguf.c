@@ -919,11 +919,9 @@ static int mdgguf_list(struct castfs_ns *ns, const struct ns_node *dir,
 		n.id = ns_node_id(&n);
 		if (!maps(ns, &n))
 			rc = 0;
-		else if (k > NAME_MAX)
-			rc = ns_list_too_long(l, dir->path, name, v->name, buf,
-					      (size_t)k, NULL);
 		else
-			rc = ns_list_add(l, buf, (size_t)k, S_IFREG, n.id);
+			rc = ns_list_derived(l, dir->path, name, v->name, buf,
+					     (size_t)k, S_IFREG, n.id);
 		free(n.path);
 		if (rc)
 			return rc;

@@ -206,10 +206,11 @@ static int list_view(struct ns_list *l, const struct md_views *w,
 
 	n = snprintf(buf, sizeof(buf), "%.*s.%s%s", (int)w->len, w->name,
 		     v->name, w->ext);
-	if (n < 0 || (size_t)n >= sizeof(buf) ||
-	    (n <= NAME_MAX && ns_list_has(l, buf, (size_t)n)))
-		return 0; /* a source entry of that name is shown */
-	if (vlen > w->vmax) {
+	if (n < 0 || (size_t)n >= sizeof(buf))
+		return 0;
+	/* A source entry of that name is shown, and says nothing. */
+	if (vlen > w->vmax &&
+	    !(n <= NAME_MAX && ns_list_has(l, buf, (size_t)n))) {
 		snprintf(why, sizeof(why),
 			 "name too long: its shards' files in this view "
 			 "would be up to %zu bytes, past NAME_MAX %d",
@@ -217,13 +218,11 @@ static int list_view(struct ns_list *l, const struct md_views *w,
 		return ns_list_too_long(l, w->dir->path, w->name, v->name, buf,
 					(size_t)n, why);
 	}
-	if (n > NAME_MAX)
-		return ns_list_too_long(l, w->dir->path, w->name, v->name, buf,
-					(size_t)n, NULL);
 	w->node->view = v;
-	return ns_list_add(l, buf, (size_t)n,
-			   w->node->kind == NS_MDIR ? S_IFDIR : S_IFREG,
-			   ns_node_id(w->node));
+	return ns_list_derived(l, w->dir->path, w->name, v->name, buf,
+			       (size_t)n,
+			       w->node->kind == NS_MDIR ? S_IFDIR : S_IFREG,
+			       ns_node_id(w->node));
 }
 
 static int list_views(struct castfs_ns *ns, struct ns_list *l,

@@ -340,15 +340,13 @@ static int tensors_list(struct castfs_ns *ns, const struct ns_node *dir,
 		return 0;
 	/* Only the source's tree is listed; a view's resolves on lookup. */
 	n = snprintf(buf, sizeof(buf), "%s%s", name, tree_ext);
-	if (n > NAME_MAX && (size_t)n < sizeof(buf))
-		return ns_list_too_long(l, dir->path, name, "tensors", buf,
-					(size_t)n, NULL);
-	if (n < 0 || n > NAME_MAX || ns_list_has(l, buf, (size_t)n))
+	if (n < 0 || (size_t)n >= sizeof(buf))
 		return 0;
 	root.path = ns_path_join(dir->path, name, strlen(name));
 	if (!root.path)
 		return -ENOMEM;
-	rc = ns_list_add(l, buf, (size_t)n, S_IFDIR, ns_node_id(&root));
+	rc = ns_list_derived(l, dir->path, name, "tensors", buf, (size_t)n,
+			     S_IFDIR, ns_node_id(&root));
 	free(root.path);
 	return rc;
 }

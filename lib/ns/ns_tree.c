@@ -162,12 +162,8 @@ static int list_views(struct castfs_ns *ns, const struct ns_node *dir,
 			     v->kind == CASTFS_VIEW_GGUF ? "" : st_ext);
 		if (n < 0 || (size_t)n >= sizeof(buf))
 			continue;
-		if (n > NAME_MAX)
-			rc = ns_list_too_long(l, dir->path, name, v->name, buf,
-					      (size_t)n, NULL);
-		else if (!ns_list_has(l, buf, (size_t)n))
-			rc = ns_list_add(l, buf, (size_t)n, S_IFREG,
-					 ns_node_id(&node));
+		rc = ns_list_derived(l, dir->path, name, v->name, buf,
+				     (size_t)n, S_IFREG, ns_node_id(&node));
 	}
 	return rc;
 }
