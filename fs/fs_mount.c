@@ -50,7 +50,9 @@ char *castfs_mount_device(const char *mountpoint)
 	return found;
 }
 
-/* Raise the mount's read-ahead: the INIT reply can only lower it. */
+/* Raise the mount's read-ahead. Written before the daemon answers INIT,
+ * whose reply lowers it to its max_readahead: castfs_op_init() sends the
+ * same value, so the window is the one asked for. */
 void castfs_fs_set_read_ahead(const char *mountpoint, unsigned kb)
 {
 	char path[128], *dev = castfs_mount_device(mountpoint);

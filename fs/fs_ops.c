@@ -247,7 +247,8 @@ static void reply_err(fuse_req_t req, enum castfs_sop op, int rc)
 
 static void castfs_op_init(void *userdata, struct fuse_conn_info *conn)
 {
-	(void)userdata;
+	const struct castfs_fs *fs = userdata;
+
 	/* Node ids are stable across restarts: NFS handles can use them. */
 	if (conn->capable & FUSE_CAP_EXPORT_SUPPORT)
 		conn->want |= FUSE_CAP_EXPORT_SUPPORT;
@@ -262,7 +263,12 @@ static void castfs_op_init(void *userdata, struct fuse_conn_info *conn)
 	/* Splice did not pay off at 1 MiB requests (DESIGN.md section 4). */
 	conn->want &= ~(unsigned)(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
 				  FUSE_CAP_SPLICE_MOVE);
-	conn->max_readahead = FS_OUT_LEN;
+	/* The kernel sets the mount's read-ahead to the lesser of this and
+	 * what read_ahead_kb was set to before the reply (fs_mount.c): sent
+	 * as 1 MiB, it cut -o read_ahead_kb=4096 back to 1024, one request
+	 * ahead of a sequential reader. Requests stay at most FS_OUT_LEN
+	 * (max_pages); a larger window is sent as more of them at once. */
+	conn->max_readahead = fs ? fs->read_ahead_kb * 1024u : FS_OUT_LEN;
 }
 
 static void reply_entry(fuse_req_t req, uint64_t id, const struct stat *st)

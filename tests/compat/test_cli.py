@@ -150,6 +150,23 @@ class CommandLine(unittest.TestCase):
             self.assertEqual((c["threads"], c["timeout_s"], c["read_ahead_kb"]),
                              (3, 0.5, 0))
 
+    def test_read_ahead_reaches_the_kernel(self):
+        """-o read_ahead_kb=N is the mount's read-ahead: the INIT reply
+        sent 1 MiB as max_readahead, and the kernel kept the lesser, so
+        4096 read back 1024 (one request ahead of a sequential reader).
+        Supervised and not, larger and smaller than 1 MiB."""
+        if os.geteuid() != 0:
+            self.skipTest("writing /sys/class/bdi needs root")
+        for kb, extra in ((4096, []), (256, []), (8192, ["nosupervise"])):
+            with tl.Mount(self.src,
+                          options=["read_ahead_kb=%d" % kb] + extra) as m:
+                os.listdir(m.path)  # INIT answered before this
+                dev = os.stat(m.path).st_dev
+                bdi = "/sys/class/bdi/%d:%d/read_ahead_kb" % (
+                    os.major(dev), os.minor(dev))
+                with open(bdi) as f:
+                    self.assertEqual(int(f.read()), kb, extra)
+
     def test_mount_point_overlapping_source_refused(self):
         """A mount point that is the source, lies in it or holds it is
         refused: castfs walks the source by path and would reach its own
