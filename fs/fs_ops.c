@@ -264,11 +264,10 @@ static void castfs_op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~(unsigned)(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
 				  FUSE_CAP_SPLICE_MOVE);
 	/* The kernel sets the mount's read-ahead to the lesser of this and
-	 * what read_ahead_kb was set to before the reply (fs_mount.c): sent
-	 * as 1 MiB, it cut -o read_ahead_kb=4096 back to 1024, one request
-	 * ahead of a sequential reader. Requests stay at most FS_OUT_LEN
+	 * the read_ahead_kb written before the reply (fs_mount.c), so both
+	 * say the option's value. Requests stay at most FS_OUT_LEN
 	 * (max_pages); a larger window is sent as more of them at once. */
-	conn->max_readahead = fs ? fs->read_ahead_kb * 1024u : FS_OUT_LEN;
+	conn->max_readahead = fs->read_ahead_kb * 1024u;
 }
 
 static void reply_entry(fuse_req_t req, uint64_t id, const struct stat *st)
