@@ -245,6 +245,26 @@ static void reply_err(fuse_req_t req, enum castfs_sop op, int rc)
 	fuse_reply_err(req, -rc);
 }
 
+/*
+ * The kernel stops sending read-ahead's requests while congestion_threshold
+ * background requests are queued (9, of max_background 12, when the INIT
+ * reply says 0, as libfuse does unless told). A sequential reader has up to
+ * two windows in flight: a window of more than 4 MiB (four requests) would
+ * be cut short, its rest read later one request at a time. Leave the
+ * kernel's defaults up to that, and scale both past it, keeping its ratio.
+ */
+static void set_background(struct fuse_conn_info *conn, unsigned ra_kb)
+{
+	unsigned reqs = (unsigned)(((uint64_t)ra_kb * 1024u + FS_OUT_LEN - 1) /
+				   FS_OUT_LEN);
+	unsigned congestion = 2 * reqs + 1;
+
+	if (congestion <= 9)
+		return;
+	conn->congestion_threshold = congestion;
+	conn->max_background = congestion * 4 / 3;
+}
+
 static void castfs_op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	const struct castfs_fs *fs = userdata;
@@ -268,6 +288,7 @@ static void castfs_op_init(void *userdata, struct fuse_conn_info *conn)
 	 * say the option's value. Requests stay at most FS_OUT_LEN
 	 * (max_pages); a larger window is sent as more of them at once. */
 	conn->max_readahead = fs->read_ahead_kb * 1024u;
+	set_background(conn, fs->read_ahead_kb);
 }
 
 static void reply_entry(fuse_req_t req, uint64_t id, const struct stat *st)

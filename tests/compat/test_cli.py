@@ -154,18 +154,32 @@ class CommandLine(unittest.TestCase):
         """-o read_ahead_kb=N is the mount's read-ahead: the INIT reply
         sent 1 MiB as max_readahead, and the kernel kept the lesser, so
         4096 read back 1024 (one request ahead of a sequential reader).
-        Supervised and not, larger and smaller than 1 MiB."""
+        Supervised and not, the default (4096) and smaller and larger
+        windows. The connection lets two windows of 1 MiB requests be in
+        flight before read-ahead stops for congestion: the kernel's
+        threshold (9) held four at most, so a 16 MiB window was cut."""
         if os.geteuid() != 0:
             self.skipTest("writing /sys/class/bdi needs root")
-        for kb, extra in ((4096, []), (256, []), (8192, ["nosupervise"])):
-            with tl.Mount(self.src,
-                          options=["read_ahead_kb=%d" % kb] + extra) as m:
+        if not os.listdir("/sys/fs/fuse/connections"):
+            subprocess.run(["mount", "-t", "fusectl", "none",
+                            "/sys/fs/fuse/connections"], check=True)
+        for kb, extra in ((None, []), (256, []), (8192, ["nosupervise"]),
+                          (16384, [])):
+            opts = [] if kb is None else ["read_ahead_kb=%d" % kb]
+            with tl.Mount(self.src, options=opts + extra) as m:
                 os.listdir(m.path)  # INIT answered before this
                 dev = os.stat(m.path).st_dev
                 bdi = "/sys/class/bdi/%d:%d/read_ahead_kb" % (
                     os.major(dev), os.minor(dev))
                 with open(bdi) as f:
-                    self.assertEqual(int(f.read()), kb, extra)
+                    self.assertEqual(int(f.read()), kb or 4096, extra)
+                conn = "/sys/fs/fuse/connections/%d/" % os.minor(dev)
+                with open(conn + "congestion_threshold") as f:
+                    cong = int(f.read())
+                with open(conn + "max_background") as f:
+                    most = int(f.read())
+                self.assertGreaterEqual(cong, 2 * ((kb or 4096) // 1024) + 1, kb)
+                self.assertGreaterEqual(most, cong, kb)
 
     def test_mount_point_overlapping_source_refused(self):
         """A mount point that is the source, lies in it or holds it is
