@@ -249,9 +249,10 @@ static void reply_err(fuse_req_t req, enum castfs_sop op, int rc)
  * The kernel stops sending read-ahead's requests while congestion_threshold
  * background requests are queued (9, of max_background 12, when the INIT
  * reply says 0, as libfuse does unless told). A sequential reader has up to
- * two windows in flight: a window of more than 4 MiB (four requests) would
- * be cut short, its rest read later one request at a time. Leave the
- * kernel's defaults up to that, and scale both past it, keeping its ratio.
+ * two windows in flight: of a window of more than 4 MiB (four requests),
+ * the part past the threshold would not be read ahead (the reader then
+ * waits for it). Leave the kernel's defaults up to that, and scale both
+ * past it, keeping its ratio.
  */
 static void set_background(struct fuse_conn_info *conn, unsigned ra_kb)
 {
