@@ -174,6 +174,17 @@ class Mount:
 CACHE_LOCK = os.path.join(tempfile.gettempdir(), "castfs-tests-caches.lock")
 
 
+def fuse_connections():
+    """The fusectl directory (/sys/fs/fuse/connections), mounted first
+    when it is not (best effort: a caller reading a file there then
+    fails with the reason). Not by its being empty: it is, mounted,
+    while no FUSE file system is."""
+    ctl = "/sys/fs/fuse/connections"
+    if not os.path.ismount(ctl):
+        subprocess.run(["mount", "-t", "fusectl", "none", ctl])
+    return ctl
+
+
 def drop_caches(what):
     """Write @what (1 pages, 2 dentries and inodes, 3 both) to
     /proc/sys/vm/drop_caches, outside every caches_kept() of the run.

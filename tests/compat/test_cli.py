@@ -160,9 +160,7 @@ class CommandLine(unittest.TestCase):
         threshold (9) held four at most, so a 16 MiB window was cut."""
         if os.geteuid() != 0:
             self.skipTest("writing /sys/class/bdi needs root")
-        if not os.listdir("/sys/fs/fuse/connections"):
-            subprocess.run(["mount", "-t", "fusectl", "none",
-                            "/sys/fs/fuse/connections"], check=True)
+        ctl = tl.fuse_connections()
         for kb, extra in ((None, []), (256, []), (8192, ["nosupervise"]),
                           (16384, [])):
             opts = [] if kb is None else ["read_ahead_kb=%d" % kb]
@@ -173,7 +171,7 @@ class CommandLine(unittest.TestCase):
                     os.major(dev), os.minor(dev))
                 with open(bdi) as f:
                     self.assertEqual(int(f.read()), kb or 4096, extra)
-                conn = "/sys/fs/fuse/connections/%d/" % os.minor(dev)
+                conn = "%s/%d/" % (ctl, os.minor(dev))
                 with open(conn + "congestion_threshold") as f:
                     cong = int(f.read())
                 with open(conn + "max_background") as f:

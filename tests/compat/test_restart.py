@@ -800,7 +800,6 @@ def stuck_threads(pid):
 def abort_connection(mnt):
     """Abort @mnt's FUSE connection (fusectl), so that a hung mount can
     be unmounted at the end of a failed test."""
-    ctl = "/sys/fs/fuse/connections"
     # realpath() would stat the mount point itself: a hung mount's root
     mnt = os.path.join(os.path.realpath(os.path.dirname(mnt)),
                        os.path.basename(mnt))
@@ -812,8 +811,7 @@ def abort_connection(mnt):
                 minor = int(parts[2].split(":")[1])
     if minor is None:
         return
-    if not os.listdir(ctl):
-        subprocess.run(["mount", "-t", "fusectl", "none", ctl])
+    ctl = tl.fuse_connections()
     try:
         with open("%s/%d/abort" % (ctl, minor), "w") as f:
             f.write("1")
