@@ -254,13 +254,15 @@ static void reply_err(fuse_req_t req, enum castfs_sop op, int rc)
  * waits for it). Leave the kernel's defaults up to that, and scale both
  * past it, keeping its ratio.
  */
+#define FS_KERNEL_CONGESTION 9u /* the kernel's threshold for a reply of 0 */
+
 static void set_background(struct fuse_conn_info *conn, unsigned ra_kb)
 {
 	unsigned reqs = (unsigned)(((uint64_t)ra_kb * 1024u + FS_OUT_LEN - 1) /
 				   FS_OUT_LEN);
 	unsigned congestion = 2 * reqs + 1;
 
-	if (congestion <= 9)
+	if (congestion <= FS_KERNEL_CONGESTION)
 		return;
 	conn->congestion_threshold = congestion;
 	conn->max_background = congestion * 4 / 3;
