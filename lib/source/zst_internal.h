@@ -397,11 +397,14 @@ bool zst_tier_isa_runs(enum zst_tier_isa isa);
  * @out, code c < 2^w - 1 as @map[c], each escape (2^w - 1) as the next
  * byte of @next, in order. @next holds @nnext bytes, exactly one per
  * escape among the @n codes. Reads at most ceil(@n * @w / 8) bytes of
- * @codes.
+ * @codes. Where @low is not NULL (tier 0 of a PLANES2_TIERED frame), each
+ * byte is then (byte << 1) | bit i of @low (LSB-first, ceil(@n / 8)
+ * bytes): zst_tier_lowbits_scalar() fused into the store.
  */
 void zst_tier_expand_isa(uint8_t *out, const uint8_t *codes, size_t n,
 			 unsigned w, const uint8_t *map, const uint8_t *next,
-			 size_t nnext, enum zst_tier_isa isa);
+			 size_t nnext, const uint8_t *low,
+			 enum zst_tier_isa isa);
 /*
  * zst_tier_escapes_isa - the escapes among the codes of @w bits in the
  * @len bytes at @p (padding bits zero), with variant @isa (which must
@@ -432,25 +435,22 @@ static inline uint64_t zst_tier_escape_bits(const uint8_t *p, size_t len,
 size_t zst_tier_escapes_avx2(const uint8_t *p, size_t len, unsigned w);
 size_t zst_tier_escapes_avx512(const uint8_t *p, size_t len, unsigned w);
 void zst_tier_expand_scalar(uint8_t *out, const uint8_t *codes, size_t n,
-			    unsigned w, const uint8_t *map,
-			    const uint8_t *next);
+			    unsigned w, const uint8_t *map, const uint8_t *next,
+			    const uint8_t *low);
 void zst_tier_expand_avx2(uint8_t *out, const uint8_t *codes, size_t n,
 			  unsigned w, const uint8_t *map, const uint8_t *next,
-			  size_t nnext);
+			  size_t nnext, const uint8_t *low);
 void zst_tier_expand_avx512(uint8_t *out, const uint8_t *codes, size_t n,
-			    unsigned w, const uint8_t *map,
-			    const uint8_t *next);
+			    unsigned w, const uint8_t *map, const uint8_t *next,
+			    const uint8_t *low);
 
 /*
- * zst_tier_lowbits_isa - the low bits of a PLANES2_TIERED frame's coded
- * plane put back, with variant @isa (which must run): each of the @count
- * symbols at @ex becomes (symbol << 1) | bit i of @low (LSB-first).
+ * zst_tier_lowbits_scalar - the low bits of a PLANES2_TIERED frame's
+ * coded plane put back: each of the @count symbols at @ex becomes
+ * (symbol << 1) | bit i of @low (LSB-first). The reference of the merge
+ * the vector tier decoders fuse into tier 0.
  */
-void zst_tier_lowbits_isa(uint8_t *ex, const uint8_t *low, size_t count,
-			  enum zst_tier_isa isa);
 void zst_tier_lowbits_scalar(uint8_t *ex, const uint8_t *low, size_t count);
-void zst_tier_lowbits_avx2(uint8_t *ex, const uint8_t *low, size_t count);
-void zst_tier_lowbits_avx512(uint8_t *ex, const uint8_t *low, size_t count);
 
 /* zst_xform_bf16 - whether frames of @t hold bf16 planes (exponent
  * aligned), whichever way they are coded. */

@@ -224,13 +224,36 @@ static size_t map_bytes(uint8_t *out, const uint8_t *codes, size_t n,
 }
 
 /*
+ * The low bits put back: each byte of @ex (a symbol) shifted up by one,
+ * bit i of @low below it. Eight bytes a step: bit k of a low byte spread
+ * to byte k by a multiply, the masked bytes then made 0 or 1.
+ */
+void zst_tier_lowbits_scalar(uint8_t *ex, const uint8_t *low, size_t count)
+{
+	const uint64_t ones = 0x0101010101010101ull;
+	size_t i = 0;
+
+	for (; i + 8 <= count; i += 8) {
+		uint64_t x = castfs_load_le64(ex + i);
+		uint64_t b = (uint64_t)low[i / 8] * ones &
+			     0x8040201008040201ull;
+
+		b = ((b + 0x7F7F7F7F7F7F7F7Full) >> 7) & ones;
+		castfs_store_le64(ex + i, ((x << 1) & ~ones) | b);
+	}
+	for (; i < count; i++)
+		ex[i] = (uint8_t)(ex[i] << 1 | ((low[i / 8] >> (i % 8)) & 1u));
+}
+
+/*
  * Two passes, without a branch per code (escapes are a third of tier 1's
  * codes, unpredictable: a branch each made this loop 80 % of a read):
  * every code through the map, then the escapes' bytes put in place, the
  * escapes found a word at a time as zst_tier_escapes_isa() counts them.
  */
 void zst_tier_expand_scalar(uint8_t *out, const uint8_t *codes, size_t n,
-			    unsigned w, const uint8_t *map, const uint8_t *next)
+			    unsigned w, const uint8_t *map, const uint8_t *next,
+			    const uint8_t *low)
 {
 	unsigned esc = (1u << w) - 1, lg = w >> 1; /* log2 of 1, 2, 4 */
 	size_t i = 0, j = 0, bits = n * w, len = (bits + 7) / 8;
@@ -250,6 +273,8 @@ void zst_tier_expand_scalar(uint8_t *out, const uint8_t *codes, size_t n,
 			out[(8 * at + (size_t)__builtin_ctzll(m)) >> lg] =
 				next[j++];
 	}
+	if (low)
+		zst_tier_lowbits_scalar(out, low, n);
 }
 
 size_t zst_tier_escapes_isa(const uint8_t *p, size_t len, unsigned w,
@@ -284,59 +309,21 @@ bool zst_tier_isa_runs(enum zst_tier_isa isa)
 
 void zst_tier_expand_isa(uint8_t *out, const uint8_t *codes, size_t n,
 			 unsigned w, const uint8_t *map, const uint8_t *next,
-			 size_t nnext, enum zst_tier_isa isa)
+			 size_t nnext, const uint8_t *low,
+			 enum zst_tier_isa isa)
 {
 #if ZST_HAVE_X86
 	if (isa == ZST_TIER_AVX512) {
-		zst_tier_expand_avx512(out, codes, n, w, map, next);
+		zst_tier_expand_avx512(out, codes, n, w, map, next, low);
 		return;
 	}
 	if (isa == ZST_TIER_AVX2) {
-		zst_tier_expand_avx2(out, codes, n, w, map, next, nnext);
+		zst_tier_expand_avx2(out, codes, n, w, map, next, nnext, low);
 		return;
 	}
 #endif
 	(void)nnext;
-	zst_tier_expand_scalar(out, codes, n, w, map, next);
-}
-
-/*
- * The low bits put back: each byte of @ex (a symbol) shifted up by one,
- * bit i of @low below it. Eight bytes a step: bit k of a low byte spread
- * to byte k by a multiply, the masked bytes then made 0 or 1.
- */
-void zst_tier_lowbits_scalar(uint8_t *ex, const uint8_t *low, size_t count)
-{
-	const uint64_t ones = 0x0101010101010101ull;
-	size_t i = 0;
-
-	for (; i + 8 <= count; i += 8) {
-		uint64_t x = castfs_load_le64(ex + i);
-		uint64_t b = (uint64_t)low[i / 8] * ones &
-			     0x8040201008040201ull;
-
-		b = ((b + 0x7F7F7F7F7F7F7F7Full) >> 7) & ones;
-		castfs_store_le64(ex + i, ((x << 1) & ~ones) | b);
-	}
-	for (; i < count; i++)
-		ex[i] = (uint8_t)(ex[i] << 1 | ((low[i / 8] >> (i % 8)) & 1u));
-}
-
-void zst_tier_lowbits_isa(uint8_t *ex, const uint8_t *low, size_t count,
-			  enum zst_tier_isa isa)
-{
-#if ZST_HAVE_X86
-	if (isa == ZST_TIER_AVX512) {
-		zst_tier_lowbits_avx512(ex, low, count);
-		return;
-	}
-	if (isa == ZST_TIER_AVX2) {
-		zst_tier_lowbits_avx2(ex, low, count);
-		return;
-	}
-#endif
-	(void)isa;
-	zst_tier_lowbits_scalar(ex, low, count);
+	zst_tier_expand_scalar(out, codes, n, w, map, next, low);
 }
 
 /*
@@ -368,12 +355,13 @@ int zst_tier_decode(uint8_t *dst, size_t dsize, const uint8_t *src,
 		uint8_t *out = k % 2 ? dst : coded;
 
 		table -= (1u << f.w[k]) - 1;
+		/* Tier 0's bytes are the plane's symbols: the low bits go
+		 * below them as they are stored, not in a pass of their own. */
 		zst_tier_expand_isa(out, f.stream[k], f.n[k], f.w[k], table,
-				    next, f.n[k + 1], tier_isa);
+				    next, f.n[k + 1],
+				    k == 0 && f.shift ? f.low : NULL, tier_isa);
 		next = out;
 	}
-	if (f.shift)
-		zst_tier_lowbits_isa(coded, f.low, f.count, tier_isa);
 	for (unsigned p = 0; p + 1 < f.planes; p++)
 		plane[p] = f.raw + p * f.count;
 	plane[f.planes - 1] = coded;

@@ -113,12 +113,15 @@ AVX2_INLINE static __m256i fill_escapes(__m256i v, __m256i m, const uint8_t *nx,
 }
 
 /*
- * The 32 codes at @p mapped through @lut into @out, escapes from @nx;
- * returns the escapes used, counting only those at the positions set in
- * @keep (the others lie past the tier's last code, in padding).
+ * The 32 codes at @p mapped through @lut into @out, escapes from @nx,
+ * each byte then shifted up by one with the next of the 32 bits at @low
+ * below it where @low is not NULL; returns the escapes used, counting
+ * only those at the positions set in @keep (the others lie past the
+ * tier's last code, in padding).
  */
 AVX2_INLINE static unsigned step(uint8_t *out, const uint8_t *p, unsigned w,
-				 __m256i lut, const uint8_t *nx, uint32_t keep)
+				 __m256i lut, const uint8_t *nx, uint32_t keep,
+				 const uint8_t *low)
 {
 	__m256i c, v, m;
 	uint32_t e;
@@ -134,6 +137,10 @@ AVX2_INLINE static unsigned step(uint8_t *out, const uint8_t *p, unsigned w,
 	}
 	e = (uint32_t)_mm256_movemask_epi8(m) & keep;
 	v = fill_escapes(v, m, nx, (unsigned)__builtin_popcount(e & 0xFFFF));
+	if (low)
+		v = _mm256_or_si256(_mm256_add_epi8(v, v),
+				    _mm256_and_si256(bits_mask(low),
+						     _mm256_set1_epi8(1)));
 	_mm256_storeu_si256((__m256i *)out, v);
 	return (unsigned)__builtin_popcount(e);
 }
@@ -141,9 +148,9 @@ AVX2_INLINE static unsigned step(uint8_t *out, const uint8_t *p, unsigned w,
 /* The tier's loop for one width @w (a constant where it is inlined). */
 AVX2_INLINE static void expand_w(uint8_t *out, const uint8_t *codes, size_t n,
 				 unsigned w, __m256i lut, const uint8_t *next,
-				 size_t left)
+				 size_t left, const uint8_t *low)
 {
-	uint8_t cbuf[16] = { 0 }, obuf[32], tail[64] = { 0 };
+	uint8_t cbuf[16] = { 0 }, obuf[32], tail[64] = { 0 }, lbuf[4] = { 0 };
 	bool own = false; /* @next copied to @tail: under 32 bytes left */
 
 	for (size_t i = 0; i < n; i += 32) {
@@ -156,11 +163,13 @@ AVX2_INLINE static void expand_w(uint8_t *out, const uint8_t *codes, size_t n,
 		}
 		if (n - i >= 32) {
 			used = step(out + i, codes + i * w / 8, w, lut, next,
-				    ~0u);
+				    ~0u, low ? low + i / 8 : NULL);
 		} else {
 			memcpy(cbuf, codes + i * w / 8, ((n - i) * w + 7) / 8);
+			if (low)
+				memcpy(lbuf, low + i / 8, (n - i + 7) / 8);
 			used = step(obuf, cbuf, w, lut, next,
-				    (1u << (n - i)) - 1);
+				    (1u << (n - i)) - 1, low ? lbuf : NULL);
 			memcpy(out + i, obuf, n - i);
 		}
 		next += used;
@@ -170,7 +179,8 @@ AVX2_INLINE static void expand_w(uint8_t *out, const uint8_t *codes, size_t n,
 
 AVX2 void zst_tier_expand_avx2(uint8_t *out, const uint8_t *codes, size_t n,
 			       unsigned w, const uint8_t *map,
-			       const uint8_t *next, size_t nnext)
+			       const uint8_t *next, size_t nnext,
+			       const uint8_t *low)
 {
 	uint8_t tab[16] = { 0 };
 	__m256i lut;
@@ -179,31 +189,12 @@ AVX2 void zst_tier_expand_avx2(uint8_t *out, const uint8_t *codes, size_t n,
 	lut = _mm256_broadcastsi128_si256(
 		_mm_loadu_si128((const __m128i *)tab));
 	if (w == 4)
-		expand_w(out, codes, n, 4, lut, next, nnext);
+		expand_w(out, codes, n, 4, lut, next, nnext, low);
 	else if (w == 2)
-		expand_w(out, codes, n, 2, lut, next, nnext);
+		expand_w(out, codes, n, 2, lut, next, nnext, low);
 	else
 		expand_w(out, codes, n, 1, _mm256_set1_epi8((char)map[0]), next,
-			 nnext);
-}
-
-/* zst_tier_lowbits_scalar() 32 bytes a step: bits_mask() makes a low-bit
- * word 32 bytes of 0 or 0xFF. */
-AVX2 void zst_tier_lowbits_avx2(uint8_t *ex, const uint8_t *low, size_t count)
-{
-	__m256i one = _mm256_set1_epi8(1);
-	size_t i = 0;
-
-	for (; i + 32 <= count; i += 32) {
-		__m256i x = _mm256_loadu_si256((const __m256i *)(ex + i));
-
-		x = _mm256_or_si256(_mm256_add_epi8(x, x),
-				    _mm256_and_si256(bits_mask(low + i / 8),
-						     one));
-		_mm256_storeu_si256((__m256i *)(ex + i), x);
-	}
-	if (i < count)
-		zst_tier_lowbits_scalar(ex + i, low + i / 8, count - i);
+			 nnext, low);
 }
 
 #endif

@@ -66,9 +66,24 @@ AVX512 size_t zst_tier_escapes_avx512(const uint8_t *p, size_t len, unsigned w)
 	return e;
 }
 
+/* @v's bytes shifted up by one, bit k of the @left (1..64) bits at @low
+ * below byte k: a low-bit word is a mask, the add of one an or. */
+AVX512 static inline __m512i with_low(__m512i v, const uint8_t *low,
+				      size_t left)
+{
+	uint64_t bits = 0;
+
+	if (left == 64)
+		memcpy(&bits, low, 8); /* a load, not a call */
+	else
+		memcpy(&bits, low, (left + 7) / 8);
+	v = _mm512_add_epi8(v, v);
+	return _mm512_mask_add_epi8(v, (__mmask64)bits, v, _mm512_set1_epi8(1));
+}
+
 AVX512 void zst_tier_expand_avx512(uint8_t *out, const uint8_t *codes, size_t n,
 				   unsigned w, const uint8_t *map,
-				   const uint8_t *next)
+				   const uint8_t *next, const uint8_t *low)
 {
 	uint8_t tab[64] = { 0 };
 	__m512i spread, shift, esc = _mm512_set1_epi8((char)((1u << w) - 1));
@@ -95,29 +110,10 @@ AVX512 void zst_tier_expand_avx512(uint8_t *out, const uint8_t *codes, size_t n,
 
 		v = _mm512_mask_expandloadu_epi8(v, e, next);
 		next += __builtin_popcountll(e);
+		if (low)
+			v = with_low(v, low + i / 8, left);
 		_mm512_mask_storeu_epi8(out + i, m, v);
 	}
 }
 
-/* zst_tier_lowbits_scalar() 64 bytes a step: a low-bit word is a mask,
- * vpmovm2b makes it bytes of 0 or 0xFF. */
-AVX512 void zst_tier_lowbits_avx512(uint8_t *ex, const uint8_t *low,
-				    size_t count)
-{
-	__m512i one = _mm512_set1_epi8(1);
-	size_t i = 0;
-
-	for (; i < count; i += 64) {
-		size_t left = count - i < 64 ? count - i : 64;
-		__mmask64 m = left == 64 ? ~0ull : (1ull << left) - 1;
-		uint64_t bits = 0;
-		__m512i x = _mm512_maskz_loadu_epi8(m, ex + i);
-
-		memcpy(&bits, low + i / 8, (left + 7) / 8);
-		x = _mm512_or_si512(_mm512_add_epi8(x, x),
-				    _mm512_and_si512(_mm512_movm_epi8(bits),
-						     one));
-		_mm512_mask_storeu_epi8(ex + i, m, x);
-	}
-}
 #endif

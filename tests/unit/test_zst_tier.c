@@ -85,11 +85,12 @@ START_TEST(test_zst_tier__expand_isas_equal_scalar)
 				memset(got, 0x5A, cap + 64);
 				zst_tier_expand_isa(want + at, codes + at, n,
 						    widths[a], map,
-						    next + cap - esc, esc,
+						    next + cap - esc, esc, NULL,
 						    ZST_TIER_SCALAR);
 				zst_tier_expand_isa(got + at, codes + at, n,
 						    widths[a], map,
-						    next + cap - esc, esc, isa);
+						    next + cap - esc, esc, NULL,
+						    isa);
 				ck_assert_mem_eq(got, want, cap + 64);
 				ck_assert_uint_eq(
 					zst_tier_escapes_isa(codes + at, len,
@@ -272,32 +273,58 @@ START_TEST(test_zst_tier__frames_round_trip)
 }
 END_TEST
 
-/* The low-bit merge of every variant against a loop over bits, counts
- * around the 8-, 32- and 64-byte steps, at odd addresses; bytes past @count
- * are left alone. */
+/* The low-bit merge each variant fuses into tier 0 (expand with @low)
+ * against the reference's expand and a loop over bits: widths 1, 2, 4,
+ * counts around the 8-, 32- and 64-code steps, at odd addresses; bytes
+ * past @n are left alone, and neither the codes nor the low bits are
+ * read past their ends (a sanitizer build sees that). */
 START_TEST(test_zst_tier__lowbits_isas_equal_bitwise)
 {
 	enum zst_tier_isa isa = (enum zst_tier_isa)_i;
 	static const size_t counts[] = { 0,  1,	 7,  8,	 9,  31,  32,  33,
 					 63, 64, 65, 71, 95, 127, 129, 4099 };
-	uint8_t ex[4200], want[4200], low[600];
+	static const unsigned widths[] = { 1, 2, 4 };
+	size_t cap = 4200;
+	uint8_t *want = malloc(cap), *got = malloc(cap), *next = malloc(cap);
+	uint8_t map[16];
 	uint32_t s = 11;
 
-	for (size_t c = 0; c < sizeof(counts) / sizeof(*counts); c++) {
-		size_t n = counts[c], at = c % 7;
+	for (size_t i = 0; i < cap; i++)
+		next[i] = (uint8_t)(lcg(&s) & 0x7F);
+	for (unsigned m = 0; m < 16; m++)
+		map[m] = (uint8_t)(lcg(&s) & 0x7F);
+	for (unsigned a = 0; a < 3; a++)
+		for (size_t c = 0; c < sizeof(counts) / sizeof(*counts); c++) {
+			size_t n = counts[c], at = c % 7, lown = (n + 7) / 8;
+			size_t len = (n * widths[a] + 7) / 8, esc;
+			uint8_t *codes = malloc(len + !len),
+				*low = malloc(lown + !lown);
 
-		for (size_t i = 0; i < sizeof(ex); i++)
-			ex[i] = (uint8_t)(lcg(&s) & 0x7F);
-		memset(low, 0, sizeof(low));
-		for (size_t i = 0; i < n; i++)
-			low[i / 8] |= (uint8_t)((lcg(&s) & 1) << (i % 8));
-		memcpy(want, ex, sizeof(ex));
-		for (size_t i = 0; i < n; i++)
-			want[at + i] = (uint8_t)(want[at + i] * 2 +
-						 ((low[i / 8] >> (i % 8)) & 1));
-		zst_tier_lowbits_isa(ex + at, low, n, isa);
-		ck_assert_mem_eq(ex, want, sizeof(ex));
-	}
+			codes_fill(codes, len, c % 4, &s);
+			esc = escapes_among(codes, n, widths[a]);
+			for (size_t i = 0; i < lown; i++)
+				low[i] = (uint8_t)lcg(&s);
+			if (n % 8) /* the stream's padding bits are zero */
+				low[lown - 1] &= (uint8_t)((1u << (n % 8)) - 1);
+			memset(want, 0x5A, cap);
+			memset(got, 0x5A, cap);
+			zst_tier_expand_isa(want + at, codes, n, widths[a], map,
+					    next + cap - esc, esc, NULL,
+					    ZST_TIER_SCALAR);
+			for (size_t i = 0; i < n; i++)
+				want[at + i] =
+					(uint8_t)(want[at + i] * 2 +
+						  ((low[i / 8] >> (i % 8)) &
+						   1));
+			zst_tier_expand_isa(got + at, codes, n, widths[a], map,
+					    next + cap - esc, esc, low, isa);
+			ck_assert_mem_eq(got, want, cap);
+			free(codes);
+			free(low);
+		}
+	free(want);
+	free(got);
+	free(next);
 }
 END_TEST
 
