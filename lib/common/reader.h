@@ -55,8 +55,11 @@ struct castfs_reader {
 	 * can (a grouped pack's frame as its planes where @how takes that
 	 * frame's kind, else un-grouped a cache-sized piece at a time).
 	 * Returns 0, @fn's or the read's negative errno (pieces before it
-	 * were handed), or -ENOTSUP, having handed nothing, when the reader
-	 * declines this range (read it with pread then).
+	 * were handed, and maybe the piece the read failed on: a grouped
+	 * pack read through a mapping verifies a frame once handed, so
+	 * what @fn made of it is garbage then), or -ENOTSUP, having handed
+	 * nothing, when the reader declines this range (read it with pread
+	 * then).
 	 */
 	int (*visit)(void *ctx, uint64_t off, size_t n, unsigned how,
 		     castfs_visit_fn fn, void *arg);

@@ -183,6 +183,19 @@ static struct zst_frame *zc_find(struct castfs_zcache *c, uint64_t id,
 	return NULL;
 }
 
+/* Whether frame @i of @id is in the cache (decoded or being decoded). */
+static bool zc_has(struct castfs_zcache *c, uint64_t id, size_t frame)
+{
+	bool has = false;
+
+	pthread_mutex_lock(&c->lock);
+	for (struct zst_frame *f = *zc_slot(c, id, frame); f && !has;
+	     f = f->hnext)
+		has = f->id == id && f->frame == frame;
+	pthread_mutex_unlock(&c->lock);
+	return has;
+}
+
 /* Insert @f (held by the caller, being decoded). Under the lock.
  * Capacity 0 keeps nothing. */
 static void zc_insert_locked(struct castfs_zcache *c, struct zst_frame *f)
@@ -277,28 +290,48 @@ static enum castfs_zst_transform frame_xform(const struct castfs_zst_index *ix,
 }
 
 /*
- * Decode and verify grouped frame @i (@csize bytes at @src) into its
- * planes, pointed at by @plane: into @dc's second buffer, except a raw
- * plane, which is read where it lies in @src (no copy of it). Valid until
- * the next use of @dc.
+ * Decode grouped frame @i (@csize bytes at @src) into its planes, pointed
+ * at by @plane: into @dc's second buffer, except a raw plane, which is
+ * read where it lies in @src (no copy of it). Not verified: see
+ * frame_sum_ok(). Valid until the next use of @dc.
  */
-static int frame_planes_dc(const struct castfs_zst_index *ix, size_t i,
-			   struct zst_dctx *dc, const void *src, size_t csize,
-			   const uint8_t **plane)
+static int frame_planes_raw(const struct castfs_zst_index *ix, size_t i,
+			    struct zst_dctx *dc, const void *src, size_t csize,
+			    const uint8_t **plane)
 {
 	size_t dsize = (size_t)(ix->doff[i + 1] - ix->doff[i]);
 	enum castfs_zst_transform t = frame_xform(ix, i);
 	unsigned w = zst_group_width(t);
 	void *planes = zst_dctx_ubuf(dc, dsize);
-	int rc;
 
 	if (!planes)
 		return -ENOMEM;
-	rc = zst_xform_tiered(t) ?
-		     zst_tier_decode(planes, dsize, src, csize, t, plane) :
-		     zst_decode_planes(dc, planes, dsize, src, csize, w, plane);
-	if (!rc && ix->sum &&
-	    zst_frame_sum(t, src, csize, plane, dsize) != ix->sum[i])
+	return zst_xform_tiered(t) ?
+		       zst_tier_decode(planes, dsize, src, csize, t, plane) :
+		       zst_decode_planes(dc, planes, dsize, src, csize, w,
+					 plane);
+}
+
+/* Whether grouped frame @i, decoded from @src into @plane, matches its
+ * checksum in the seek table (true without one). */
+static bool frame_sum_ok(const struct castfs_zst_index *ix, size_t i,
+			 const void *src, size_t csize,
+			 const uint8_t *const *plane)
+{
+	size_t dsize = (size_t)(ix->doff[i + 1] - ix->doff[i]);
+
+	return !ix->sum || zst_frame_sum(frame_xform(ix, i), src, csize, plane,
+					 dsize) == ix->sum[i];
+}
+
+/* frame_planes_raw(), verified. */
+static int frame_planes_dc(const struct castfs_zst_index *ix, size_t i,
+			   struct zst_dctx *dc, const void *src, size_t csize,
+			   const uint8_t **plane)
+{
+	int rc = frame_planes_raw(ix, i, dc, src, csize, plane);
+
+	if (!rc && !frame_sum_ok(ix, i, src, csize, plane))
 		rc = -EIO;
 	return rc;
 }
@@ -573,19 +606,39 @@ static bool visit_takes_planes(enum castfs_zst_transform t, unsigned how)
 }
 
 /*
- * Read, decode and verify grouped frame @i of @ix and hand it to @fn:
- * as its planes when @how takes those of its kind (the un-grouping left
- * to the visitor, a fused cast), else un-grouped a piece at a time.
- * The context, whose buffers the planes are, is held until @fn returns.
+ * Hand decoded grouped frame @i of @ix (@plane, in @dc) to @fn: as its
+ * planes when @how takes those of its kind (the un-grouping left to the
+ * visitor, a fused cast), else un-grouped a piece at a time.
+ */
+static int planes_hand(const struct castfs_zst_index *ix, size_t i,
+		       const uint8_t *const *plane, struct zst_dctx *dc,
+		       unsigned how, castfs_visit_fn fn, void *arg)
+{
+	enum castfs_zst_transform t = frame_xform(ix, i);
+	struct castfs_piece p = { .n = (size_t)(ix->doff[i + 1] -
+						ix->doff[i]) };
+
+	if (!visit_takes_planes(t, how))
+		return planes_visit_chunks(plane, p.n, t, dc->chunk, fn, arg);
+	if (zst_xform_bf16(t)) {
+		p.sm = plane[0];
+		p.ex = plane[1];
+	} else {
+		p.planes = plane;
+	}
+	return fn(arg, &p);
+}
+
+/*
+ * Read, decode and verify grouped frame @i of @ix and hand it to @fn
+ * (planes_hand()). The context, whose buffers the planes are, is held
+ * until @fn returns.
  */
 static int frame_visit_planes(const struct castfs_zst_index *ix,
 			      const struct castfs_reader *raw, size_t i,
 			      unsigned how, castfs_visit_fn fn, void *arg)
 {
 	size_t csize = (size_t)(ix->coff[i + 1] - ix->coff[i]);
-	enum castfs_zst_transform t = frame_xform(ix, i);
-	struct castfs_piece p = { .n = (size_t)(ix->doff[i + 1] -
-						ix->doff[i]) };
 	struct zst_dctx *dc = pool_take(ix->cache);
 	const uint8_t *plane[ZST_MAX_PLANES];
 	void *src = NULL;
@@ -598,20 +651,122 @@ static int frame_visit_planes(const struct castfs_zst_index *ix,
 	count_decode(ix, i, rc);
 	if (!rc)
 		prefix_decoded(ix, i);
-	if (!rc && visit_takes_planes(t, how)) {
-		if (zst_xform_bf16(t)) {
-			p.sm = plane[0];
-			p.ex = plane[1];
-		} else {
-			p.planes = plane;
-		}
-		rc = fn(arg, &p);
-	} else if (!rc) {
-		rc = planes_visit_chunks(plane, p.n, t, dc->chunk, fn, arg);
-	}
+	if (!rc)
+		rc = planes_hand(ix, i, plane, dc, how, fn, arg);
 	if (dc)
 		pool_give(ix->cache, dc);
 	return rc;
+}
+
+/* Whole tiered frames [@a, @b) of @ix visited from one mapping of their
+ * compressed bytes (frames_visit_mapped()). */
+struct zst_run {
+	const struct castfs_zst_index *ix;
+	size_t a, b;
+	size_t done; /* frames handed over and verified */
+	unsigned how;
+	castfs_visit_fn fn;
+	void *arg;
+	struct zst_dctx *dc;
+	bool entered; /* the mapping was made: frames may have been handed */
+	bool fn_failed; /* @fn's error, not the frame's */
+};
+
+/*
+ * Under castfs_fault_call(), with the compressed bytes of the run's frames
+ * at @m->bytes: each frame decoded where it lies, handed over, and only
+ * then verified. Its raw planes (most of a frame: the mantissa bytes) are
+ * read once, by the visitor's cast, from the page cache as it computes,
+ * as an uncompressed source's words are; verified first, they were read
+ * by a copy (pread) or by the checksum's pass, neither overlapping any
+ * work, which cost a grouped fp16 pack a quarter of the daemon. The
+ * checksum then finds them in cache. A frame that fails it fails the
+ * read: what @fn wrote from it is never served.
+ */
+static int run_visit(void *arg, const struct castfs_piece *m)
+{
+	struct zst_run *r = arg;
+	const struct castfs_zst_index *ix = r->ix;
+
+	r->entered = true;
+	for (size_t i = r->a; i < r->b; i++) {
+		const uint8_t *src = m->bytes + (ix->coff[i] - ix->coff[r->a]);
+		size_t csize = (size_t)(ix->coff[i + 1] - ix->coff[i]);
+		const uint8_t *plane[ZST_MAX_PLANES];
+		int rc = frame_planes_raw(ix, i, r->dc, src, csize, plane);
+
+		if (!rc) {
+			rc = planes_hand(ix, i, plane, r->dc, r->how, r->fn,
+					 r->arg);
+			r->fn_failed = rc != 0;
+		}
+		if (!rc && !frame_sum_ok(ix, i, src, csize, plane))
+			rc = -EIO;
+		if (rc)
+			return rc;
+		r->done++;
+	}
+	return 0;
+}
+
+/*
+ * The end of the run of frames from @i that frames_visit_mapped() takes:
+ * whole grouped frames of tiered planes, not empty, lying in [@i's start,
+ * @end), not cached, each in its place.
+ */
+static size_t run_end(const struct castfs_zst_index *ix,
+		      const struct castfs_reader *raw, size_t i, uint64_t end)
+{
+	size_t j = i;
+
+	while (j < ix->nframes && ix->doff[j + 1] <= end &&
+	       ix->doff[j + 1] > ix->doff[j] &&
+	       zst_xform_tiered(frame_xform(ix, j)) &&
+	       !zc_has(ix->cache, ix->id, j) && prefix_check(ix, raw, j) == 0)
+		j++;
+	return j;
+}
+
+/*
+ * Whole frames from @i (starting the range left, which ends at @end)
+ * handed to @fn from a mapping of their compressed bytes; *@rc their
+ * error. Returns how many frames were handed over, or 0 where the run is
+ * not worth a mapping or the raw reader offers none: the caller visits
+ * frame @i its own way then.
+ */
+static size_t frames_visit_mapped(const struct castfs_zst_index *ix,
+				  const struct castfs_reader *raw, size_t i,
+				  uint64_t end, unsigned how,
+				  castfs_visit_fn fn, void *arg, int *rc)
+{
+	struct zst_run r = {
+		.ix = ix, .a = i, .how = how, .fn = fn, .arg = arg
+	};
+
+	*rc = 0;
+	if (!raw->map)
+		return 0;
+	r.b = run_end(ix, raw, i, end);
+	if (r.b - r.a < 2)
+		return 0; /* a frame alone: not worth a mapping */
+	r.dc = pool_take(ix->cache);
+	if (!r.dc)
+		return 0;
+	*rc = castfs_reader_map(raw, ix->coff[r.a],
+				(size_t)(ix->coff[r.b] - ix->coff[r.a]),
+				run_visit, &r);
+	pool_give(ix->cache, r.dc);
+	if (!r.entered) { /* declined: nothing handed over */
+		*rc = 0;
+		return 0;
+	}
+	for (size_t k = r.a; k < r.a + r.done; k++) {
+		count_decode(ix, k, 0);
+		prefix_decoded(ix, k);
+	}
+	if (*rc && r.a + r.done < r.b)
+		count_decode(ix, r.a + r.done, r.fn_failed ? 0 : *rc);
+	return *rc ? r.done + 1 : r.done;
 }
 
 /* Frame @i of @id if cached and decoded (referenced, a hit), else NULL. */
@@ -832,10 +987,21 @@ static int zr_visit(void *ctx, uint64_t off, size_t n, unsigned how,
 		size_t in = (size_t)(at - ix->doff[i]);
 		size_t take =
 			(size_t)CASTFS_MIN(ix->doff[i + 1] - at, n - done);
-		int rc;
+		size_t k = 0;
+		int rc = 0;
 
 		if (take == 0)
 			continue; /* an empty (skippable) frame */
+		if (in == 0)
+			k = frames_visit_mapped(ix, zr->raw, i, off + n, how,
+						fn, arg, &rc);
+		if (rc)
+			return rc;
+		if (k) {
+			done += (size_t)(ix->doff[i + k] - at);
+			i += k - 1;
+			continue;
+		}
 		rc = frame_visit(ix, zr->raw, i, in, take, how, fn, arg);
 		if (rc)
 			return rc;

@@ -6,7 +6,10 @@
  * give FUSE; scripts/bench compares it with the mount. Rates are per CPU
  * second of the reading thread.
  *
- *   bench_plan_read [-b BYTES] [-r REPEATS] [-c CACHE_MB] FILE [VIEW...]
+ *   bench_plan_read [-b BYTES] [-r REPEATS] [-c CACHE_MB] [-m] FILE [VIEW...]
+ *
+ * -m reads the file through mappings, as the daemon does under a lease
+ * (castfs_fd_reader_map; nothing guards against the file shrinking).
  *
  * VIEW "-" is the file itself (pread). Default views: - fp8 nf4. A FILE
  * ending in .zst or .zstg is a pack, read through its seek table and a
@@ -173,11 +176,14 @@ int main(int argc, char **argv)
 	const struct castfs_reader *src;
 	size_t req = 1u << 20;
 	int repeats = 5, c, fd, rc = 1;
+	bool map = false;
 	uint64_t size;
 	struct stat st;
 
-	while ((c = getopt(argc, argv, "b:r:c:")) != -1) {
-		if (c == 'b')
+	while ((c = getopt(argc, argv, "b:r:c:m")) != -1) {
+		if (c == 'm')
+			map = true;
+		else if (c == 'b')
 			req = strtoul(optarg, NULL, 0);
 		else if (c == 'r')
 			repeats = atoi(optarg);
@@ -194,6 +200,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	castfs_fd_reader_init(&fr, fd);
+	if (map)
+		castfs_fd_reader_map(&fr);
 	src = &fr.r;
 	size = (uint64_t)st.st_size;
 	if (is_pack(argv[optind]) &&
@@ -225,7 +233,7 @@ out:
 	return rc ? 1 : 0;
 usage:
 	fprintf(stderr,
-		"usage: %s [-b BYTES] [-r REPEATS] [-c CACHE_MB] FILE "
+		"usage: %s [-b BYTES] [-r REPEATS] [-c CACHE_MB] [-m] FILE "
 		"[VIEW...]\n",
 		argv[0]);
 	return 2;

@@ -32,6 +32,27 @@ static uint8_t *make_input(unsigned seed)
 	return p;
 }
 
+/* make_input() with bf16 elements as weights have them: exponents a
+ * few steps below 2^-6 with geometric odds, which castfs pack codes in
+ * tiers (make_input()'s four equally likely ones stay zstd). */
+static uint8_t *make_weights(unsigned seed)
+{
+	uint8_t *p = make_input(seed);
+
+	for (size_t i = HDR; i + 2 <= HDR + BF16_LEN; i += 2) {
+		unsigned r = (unsigned)rand(), e = 121;
+
+		while ((r & 1) && e > 100) {
+			e--;
+			r >>= 1;
+		}
+		castfs_store_le16(p + i,
+				  (uint16_t)((r & 0x8000u) | e << 7 |
+					     ((unsigned)rand() & 0x7Fu)));
+	}
+	return p;
+}
+
 /* A grouped pack of @in (checksums on) into @m. */
 static void pack_grouped(const uint8_t *in, struct membuf *m)
 {
@@ -224,12 +245,13 @@ END_TEST
 
 /*
  * A memory source that offers the map op as a leased file does: the
- * bytes handed where they lie. Counts its calls (the pack's reader reads
- * compressed bytes with pread today: a mapping measured no faster).
+ * bytes handed where they lie. Counts its calls; declines them all (as
+ * the fd reader does a short range) when @decline is set.
  */
 struct mapped_mem {
 	struct castfs_mem_reader mr;
 	unsigned maps;
+	bool decline;
 };
 
 static int mapped_map(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
@@ -238,6 +260,8 @@ static int mapped_map(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
 	struct mapped_mem *mm = ctx;
 
 	mm->maps++;
+	if (mm->decline)
+		return -ENOTSUP;
 	ck_assert_uint_le(off + n, mm->mr.len);
 	return fn(arg,
 		  &(struct castfs_piece){ .bytes = mm->mr.data + off, .n = n });
@@ -252,6 +276,7 @@ static void open_mapped(struct fixture *f, struct mapped_mem *mm, size_t cache)
 	mm->mr.r.pread = f->mr.r.pread;
 	mm->mr.r.map = mapped_map;
 	mm->maps = 0;
+	mm->decline = false;
 	castfs_zst_reader_init(&f->zr, f->ix, &mm->mr.r);
 }
 
@@ -334,6 +359,58 @@ START_TEST(test_zst_visit__mapped_bad_frame_fails_every_range_over_it)
 	ck_assert_int_eq(visit(&f, bad + FRAME, FRAME, &s), 0);
 	ck_assert_mem_eq(s.out, f.in + bad + FRAME, FRAME);
 	free(s.out);
+	close_pack(&f);
+}
+END_TEST
+
+/*
+ * Whole tiered frames in a row are decoded from one mapping of their
+ * compressed bytes and verified after the visitor has them: a visit of
+ * eight whole bf16 frames gives the input through the map op (loop 0),
+ * and the same where the map op declines (loop 1: pread, as before). A
+ * byte changed in frame 4 (loop 2): the run fails with -EIO once that
+ * frame is handed, the frames before it handed exact, the error counted;
+ * runs beside it still read.
+ */
+START_TEST(test_zst_visit__mapped_runs_verified)
+{
+	struct fixture f = { .in = make_weights(9) };
+	struct castfs_zcache_stats st;
+	struct mapped_mem mm;
+	struct sink s;
+	size_t c0, c1;
+
+	pack_grouped(f.in, &f.m);
+	if (_i == 2) {
+		c0 = frame_coff(&f.m, 4);
+		c1 = frame_coff(&f.m, 5);
+		f.m.p[c0 + (c1 - c0) / 2] ^= 0x10;
+	}
+	open_mapped(&f, &mm, 1);
+	mm.decline = _i == 1;
+	if (_i < 2) {
+		ck_assert_int_eq(visit(&f, HDR, 8 * FRAME, &s), 0);
+		ck_assert_mem_eq(s.out, f.in + HDR, 8 * FRAME);
+		ck_assert_uint_eq(s.planes, 8);
+		ck_assert_uint_ge(mm.maps, 1);
+		free(s.out);
+		close_pack(&f);
+		return;
+	}
+	ck_assert_int_eq(visit(&f, HDR, 8 * FRAME, &s), -EIO);
+	ck_assert_uint_eq(mm.maps, 1);
+	ck_assert_uint_ge(s.at, 3 * FRAME);
+	ck_assert_mem_eq(s.out, f.in + HDR, 3 * FRAME);
+	free(s.out);
+	castfs_zcache_stats_get(f.c, &st);
+	ck_assert_uint_eq(st.errors, 1);
+	ck_assert_int_eq(visit(&f, HDR + 4 * FRAME, 4 * FRAME, &s), 0);
+	ck_assert_mem_eq(s.out, f.in + HDR + 4 * FRAME, 4 * FRAME);
+	free(s.out);
+	ck_assert_int_eq(visit(&f, HDR, 3 * FRAME, &s), 0);
+	ck_assert_mem_eq(s.out, f.in + HDR, 3 * FRAME);
+	free(s.out);
+	ck_assert_uint_eq(mm.maps, 3);
 	close_pack(&f);
 }
 END_TEST
@@ -451,6 +528,7 @@ Suite *unit_suite(void)
 		tc, test_zst_visit__mapped_bad_frame_fails_every_range_over_it);
 	tcase_add_loop_test(tc, test_zst_visit__wide_frames_planes_where_taken,
 			    0, 7);
+	tcase_add_loop_test(tc, test_zst_visit__mapped_runs_verified, 0, 3);
 	suite_add_tcase(s, tc);
 	return s;
 }
