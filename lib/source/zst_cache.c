@@ -731,21 +731,21 @@ static size_t run_end(const struct castfs_zst_index *ix,
  * Whole frames from @i (starting the range left, which ends at @end)
  * handed to @fn from a mapping of their compressed bytes; *@rc their
  * error. Returns how many frames were handed over, or 0 where the run is
- * not worth a mapping or the raw reader offers none: the caller visits
- * frame @i its own way then.
+ * not worth a mapping or the raw reader declines it: the caller visits
+ * frame @i its own way then, and after a refusal (*@try_map cleared) the
+ * rest of its range too, rather than ask again frame by frame.
  */
 static size_t frames_visit_mapped(const struct castfs_zst_index *ix,
 				  const struct castfs_reader *raw, size_t i,
 				  uint64_t end, unsigned how,
-				  castfs_visit_fn fn, void *arg, int *rc)
+				  castfs_visit_fn fn, void *arg, bool *try_map,
+				  int *rc)
 {
 	struct zst_run r = {
 		.ix = ix, .a = i, .how = how, .fn = fn, .arg = arg
 	};
 
 	*rc = 0;
-	if (!raw->map)
-		return 0;
 	r.b = run_end(ix, raw, i, end);
 	if (r.b - r.a < 2)
 		return 0; /* a frame alone: not worth a mapping */
@@ -757,6 +757,7 @@ static size_t frames_visit_mapped(const struct castfs_zst_index *ix,
 				run_visit, &r);
 	pool_give(ix->cache, r.dc);
 	if (!r.entered) { /* declined: nothing handed over */
+		*try_map = false;
 		*rc = 0;
 		return 0;
 	}
@@ -978,6 +979,7 @@ static int zr_visit(void *ctx, uint64_t off, size_t n, unsigned how,
 	const struct castfs_zst_reader *zr = ctx;
 	const struct castfs_zst_index *ix = zr->ix;
 	uint64_t total = castfs_zst_index_size(ix);
+	bool try_map = zr->raw->map != NULL;
 
 	if (off > total || n > total - off ||
 	    !visit_whole(ix, off, n, how & CASTFS_VISIT_SIZE))
@@ -992,9 +994,9 @@ static int zr_visit(void *ctx, uint64_t off, size_t n, unsigned how,
 
 		if (take == 0)
 			continue; /* an empty (skippable) frame */
-		if (in == 0)
+		if (in == 0 && try_map)
 			k = frames_visit_mapped(ix, zr->raw, i, off + n, how,
-						fn, arg, &rc);
+						fn, arg, &try_map, &rc);
 		if (rc)
 			return rc;
 		if (k) {
