@@ -168,30 +168,39 @@ static void zc_drop(struct castfs_zcache *c, struct zst_frame *f)
 		zc_free_locked(c, f);
 }
 
-/* A referenced cached frame, or NULL. Under the lock. */
+/* The cached frame @frame of @id (decoded or being decoded), or NULL;
+ * neither referenced nor moved. Under the lock. */
+static struct zst_frame *zc_match_locked(struct castfs_zcache *c, uint64_t id,
+					 size_t frame)
+{
+	struct zst_frame *f = *zc_slot(c, id, frame);
+
+	while (f && !(f->id == id && f->frame == frame))
+		f = f->hnext;
+	return f;
+}
+
+/* A referenced cached frame, used last now, or NULL. Under the lock. */
 static struct zst_frame *zc_find(struct castfs_zcache *c, uint64_t id,
 				 size_t frame)
 {
-	for (struct zst_frame *f = *zc_slot(c, id, frame); f; f = f->hnext) {
-		if (f->id == id && f->frame == frame) {
-			lru_unlink(c, f);
-			lru_push(c, f);
-			f->refs++;
-			return f;
-		}
+	struct zst_frame *f = zc_match_locked(c, id, frame);
+
+	if (f) {
+		lru_unlink(c, f);
+		lru_push(c, f);
+		f->refs++;
 	}
-	return NULL;
+	return f;
 }
 
 /* Whether frame @i of @id is in the cache (decoded or being decoded). */
 static bool zc_has(struct castfs_zcache *c, uint64_t id, size_t frame)
 {
-	bool has = false;
+	bool has;
 
 	pthread_mutex_lock(&c->lock);
-	for (struct zst_frame *f = *zc_slot(c, id, frame); f && !has;
-	     f = f->hnext)
-		has = f->id == id && f->frame == frame;
+	has = zc_match_locked(c, id, frame) != NULL;
 	pthread_mutex_unlock(&c->lock);
 	return has;
 }
@@ -730,7 +739,8 @@ static size_t run_end(const struct castfs_zst_index *ix,
 /*
  * Whole frames from @i (starting the range left, which ends at @end)
  * handed to @fn from a mapping of their compressed bytes; *@rc their
- * error. Returns how many frames were handed over, or 0 where the run is
+ * error (the caller stops there). Returns how many frames were handed
+ * over and verified, or 0 where the run is
  * not worth a mapping or the raw reader declines it: the caller visits
  * frame @i its own way then, and after a refusal (*@try_map cleared) the
  * rest of its range too, rather than ask again frame by frame.
@@ -767,7 +777,7 @@ static size_t frames_visit_mapped(const struct castfs_zst_index *ix,
 	}
 	if (*rc && r.a + r.done < r.b)
 		count_decode(ix, r.a + r.done, r.fn_failed ? 0 : *rc);
-	return *rc ? r.done + 1 : r.done;
+	return r.done;
 }
 
 /* Frame @i of @id if cached and decoded (referenced, a hit), else NULL. */
