@@ -9,11 +9,13 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/bytes.h"
 #include "source/zst.h"
+#include "source/zst_internal.h"
 #include "unit.h"
 #include "unit_membuf.h"
 
@@ -516,6 +518,103 @@ START_TEST(test_zst_visit__wide_frames_planes_where_taken)
 }
 END_TEST
 
+/* Elements of @w bytes (fp16 or fp32) drawn from N(0, 0.02), as weights
+ * are, over [@at, @at + @n) of @p: castfs pack codes their frames in
+ * tiers. */
+static void fill_weights(uint8_t *p, size_t at, size_t n, unsigned w,
+			 unsigned *seed)
+{
+	for (size_t i = at; i + w <= at + n; i += w) {
+		double u1 = (rand_r(seed) + 1.0) / (RAND_MAX + 2.0);
+		double u2 = rand_r(seed) / (RAND_MAX + 1.0);
+		float x =
+			(float)(0.02 * sqrt(-2 * log(u1)) * cos(2 * M_PI * u2));
+		_Float16 h = (_Float16)x;
+
+		memcpy(p + i, w == 2 ? (void *)&h : (void *)&x, w);
+	}
+}
+
+/*
+ * Frames cut by a visit are cached as planes and handed as planes: the
+ * tail of one frame, a whole one and the head of the next come as three
+ * pieces of planes, none of bytes, then the first frame's head from the
+ * cache. A frame that has handed out each of its bytes once is dropped;
+ * one read twice stays. Odd reads inside cached frames (elements cut at
+ * either end) and a visitor that takes bytes only give the input.
+ * Loop: fp16 then fp32 span; random (zstd planes), then weights (tiers).
+ */
+START_TEST(test_zst_visit__cut_frames_kept_as_planes)
+{
+	static const uint64_t cuts[] = { W_HDR, W_HDR + W_LEN,
+					 W_HDR + 2 * W_LEN };
+	static const uint8_t tr[] = { CASTFS_ZST_PLANES2, CASTFS_ZST_F32,
+				      CASTFS_ZST_PLANES4 };
+	unsigned span = (unsigned)_i % 2, w = span ? 4 : 2, seed = 11;
+	unsigned how = w | (span ? CASTFS_VISIT_F32 : CASTFS_VISIT_F16);
+	uint64_t off = W_HDR + span * W_LEN, cut = off + FRAME / 2;
+	struct fixture f = { .in = malloc(W_N) };
+	struct wsink *s = calloc(1, sizeof(*s));
+	struct castfs_zcache_stats st;
+
+	for (size_t i = 0; i < W_N; i++)
+		f.in[i] = (uint8_t)rand_r(&seed);
+	if (_i >= 2)
+		fill_weights(f.in, off, W_LEN, w, &seed);
+	membuf_pack_grouped(&f.m, f.in, W_N, FRAME, cuts, tr, 3);
+	open_pack(&f, 1u << 20);
+	for (size_t i = 0; i < f.ix->nframes; i++)
+		if (f.ix->doff[i] == off) /* the weights' frames are tiered */
+			ck_assert_int_eq(zst_xform_tiered(f.ix->xform[i]),
+					 _i >= 2);
+	s->w = w;
+	ck_assert_int_eq(
+		f.zr.r.visit(f.zr.r.ctx, cut, 2 * FRAME, how, wcollect, s), 0);
+	ck_assert_mem_eq(s->out, f.in + cut, 2 * FRAME);
+	ck_assert_uint_eq(s->planes, 3);
+	ck_assert_uint_eq(s->bytes, 0);
+	castfs_zcache_stats_get(f.c, &st);
+	ck_assert_uint_eq(st.cached_bytes, 2 * FRAME); /* the cut two */
+	memset(s, 0, sizeof(*s));
+	s->w = w;
+	ck_assert_int_eq(
+		f.zr.r.visit(f.zr.r.ctx, off, FRAME / 2, how, wcollect, s), 0);
+	ck_assert_mem_eq(s->out, f.in + off, FRAME / 2);
+	ck_assert_uint_eq(s->planes, 1);
+	castfs_zcache_stats_get(f.c, &st);
+	ck_assert_uint_eq(st.hits, 1);
+	ck_assert_uint_eq(st.cached_bytes, FRAME); /* frame 0 all served */
+	/* Frame 2's head again, then its tail: read twice, it stays. */
+	memset(s, 0, sizeof(*s));
+	s->w = w;
+	ck_assert_int_eq(f.zr.r.visit(f.zr.r.ctx, off + 2 * FRAME, FRAME / 2,
+				      how, wcollect, s),
+			 0);
+	ck_assert_mem_eq(s->out, f.in + off + 2 * FRAME, FRAME / 2);
+	pread_ok(&f, cut + 2 * FRAME, FRAME / 2);
+	castfs_zcache_stats_get(f.c, &st);
+	ck_assert_uint_eq(st.cached_bytes, FRAME);
+	for (size_t k = 1; k < 2 * w; k++) {
+		pread_ok(&f, off + 2 * FRAME + k, 2 * w - k);
+		pread_ok(&f, off + 2 * FRAME + FRAME - 3 * w + k, 1);
+	}
+	/* A visitor taking bytes only: the cached frame un-grouped a
+	 * piece at a time. */
+	memset(s, 0, sizeof(*s));
+	s->w = w;
+	ck_assert_int_eq(f.zr.r.visit(f.zr.r.ctx, off + 2 * FRAME + w,
+				      FRAME - 2 * w, w, wcollect, s),
+			 0);
+	ck_assert_mem_eq(s->out, f.in + off + 2 * FRAME + w, FRAME - 2 * w);
+	ck_assert_uint_eq(s->planes, 0);
+	castfs_zcache_stats_get(f.c, &st);
+	ck_assert_uint_eq(st.misses, 3);
+	ck_assert_uint_eq(st.errors, 0);
+	free(s);
+	close_pack(&f);
+}
+END_TEST
+
 Suite *unit_suite(void)
 {
 	Suite *s = suite_create("zst_visit");
@@ -532,6 +631,8 @@ Suite *unit_suite(void)
 	tcase_add_loop_test(tc, test_zst_visit__wide_frames_planes_where_taken,
 			    0, 7);
 	tcase_add_loop_test(tc, test_zst_visit__mapped_runs_verified, 0, 3);
+	tcase_add_loop_test(tc, test_zst_visit__cut_frames_kept_as_planes, 0,
+			    4);
 	suite_add_tcase(s, tc);
 	return s;
 }
