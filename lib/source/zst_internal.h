@@ -442,7 +442,7 @@ void zst_tier_expand_avx2(uint8_t *out, const uint8_t *codes, size_t n,
 			  size_t nnext, const uint8_t *low);
 void zst_tier_expand_avx512(uint8_t *out, const uint8_t *codes, size_t n,
 			    unsigned w, const uint8_t *map, const uint8_t *next,
-			    const uint8_t *low);
+			    size_t nnext, const uint8_t *low);
 
 /*
  * zst_tier_lowbits_scalar - the low bits of a PLANES2_TIERED frame's

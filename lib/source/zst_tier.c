@@ -314,7 +314,7 @@ void zst_tier_expand_isa(uint8_t *out, const uint8_t *codes, size_t n,
 {
 #if ZST_HAVE_X86
 	if (isa == ZST_TIER_AVX512) {
-		zst_tier_expand_avx512(out, codes, n, w, map, next, low);
+		zst_tier_expand_avx512(out, codes, n, w, map, next, nnext, low);
 		return;
 	}
 	if (isa == ZST_TIER_AVX2) {
