@@ -145,9 +145,12 @@ static void lru_push(struct castfs_zcache *c, struct zst_frame *f)
 	c->head = f;
 }
 
-/* @f, unreferenced, kept as a spare or freed. Under the lock. */
-static void zc_free_locked(struct castfs_zcache *c, struct zst_frame *f)
+/* Drop a reference to @f: unreferenced, it is kept as a spare or freed.
+ * Under the lock. */
+static void zc_unref_locked(struct castfs_zcache *c, struct zst_frame *f)
 {
+	if (--f->refs)
+		return;
 	if (f->cap <= ZC_SPARE_MAX && c->nspare < ZC_SPARES)
 		c->spare[c->nspare++] = f;
 	else
@@ -166,8 +169,7 @@ static void zc_drop(struct castfs_zcache *c, struct zst_frame *f)
 	if (f->state == 1)
 		c->used -= f->size;
 	f->cached = false;
-	if (--f->refs == 0)
-		zc_free_locked(c, f);
+	zc_unref_locked(c, f);
 }
 
 /* The cached frame @frame of @id (decoded or being decoded), or NULL;
@@ -263,8 +265,7 @@ static void zc_charge_locked(struct castfs_zcache *c, struct zst_frame *f)
 static void zc_release(struct castfs_zcache *c, struct zst_frame *f)
 {
 	pthread_mutex_lock(&c->lock);
-	if (--f->refs == 0)
-		zc_free_locked(c, f);
+	zc_unref_locked(c, f);
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -303,8 +304,7 @@ static void zc_release_served(struct castfs_zcache *c, struct zst_frame *f,
 	pthread_mutex_lock(&c->lock);
 	if (zc_served_locked(f, in, n) && f->cached && f->state == 1)
 		zc_drop(c, f);
-	if (--f->refs == 0)
-		zc_free_locked(c, f);
+	zc_unref_locked(c, f);
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -728,12 +728,19 @@ static bool visit_takes_planes(enum castfs_zst_transform t, unsigned how)
 	       (how & CASTFS_VISIT_F16);
 }
 
+/* Whether bytes [@in, @in + @n) of a grouped frame of @t go to a visitor
+ * taking @how as planes: the kind it takes, whole elements. */
+static bool hand_as_planes(enum castfs_zst_transform t, unsigned how, size_t in,
+			   size_t n)
+{
+	return visit_takes_planes(t, how) && (in | n) % zst_group_width(t) == 0;
+}
+
 /*
  * Hand bytes [@in, @in + @n) of a grouped frame of @t, whose planes are
- * @plane, to @fn: as planes (from element @in / width) when @how takes
- * those of its kind and the range is whole elements (the un-grouping
- * left to the visitor, a fused cast), else un-grouped a piece at a time
- * through @chunk.
+ * @plane, to @fn: as planes (from element @in / width) where
+ * hand_as_planes() (the un-grouping left to the visitor, a fused cast),
+ * else un-grouped a piece at a time through @chunk (unused then).
  */
 static int planes_hand(enum castfs_zst_transform t, const uint8_t *const *plane,
 		       size_t in, size_t n, uint8_t *chunk, unsigned how,
@@ -743,7 +750,7 @@ static int planes_hand(enum castfs_zst_transform t, const uint8_t *const *plane,
 	const uint8_t *pl[ZST_MAX_PLANES];
 	struct castfs_piece p = { .n = n };
 
-	if (!visit_takes_planes(t, how) || in % w || n % w)
+	if (!hand_as_planes(t, how, in, n))
 		return planes_visit_chunks(plane, t, in, n, chunk, fn, arg);
 	for (unsigned k = 0; k < w; k++)
 		pl[k] = plane[k] + in / w;
@@ -1107,7 +1114,7 @@ static int entry_visit(const struct castfs_zst_index *ix, size_t i,
 		return fn(arg, &(struct castfs_piece){ .bytes = f->data + in,
 						       .n = n });
 	entry_planes(ix, i, f, plane);
-	if (visit_takes_planes(t, how) && (in | n) % zst_group_width(t) == 0)
+	if (hand_as_planes(t, how, in, n))
 		return planes_hand(t, plane, in, n, NULL, how, fn, arg);
 	dc = pool_take(ix->cache);
 	if (!dc)

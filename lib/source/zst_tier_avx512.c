@@ -83,14 +83,14 @@ AVX512 static inline __m512i with_low(__m512i v, const uint8_t *low,
 
 /*
  * One step: the 64 codes of @raw (those in @m) mapped, the escapes filled
- * from *@next (@left bytes there), which moves past them. A whole vector
+ * from *@next (bytes up to @end), which moves past them. A whole vector
  * of @next is loaded where 64 bytes remain, else only the escapes' bytes
  * (a masked load, which never reads past them): vpexpandb then takes a
  * register, where its memory form cost a third more on Zen 4.
  */
 AVX512 static inline __m512i step(__m512i raw, __mmask64 m, __m512i spread,
 				  __m512i shift, __m512i esc, __m512i lut,
-				  const uint8_t **next, size_t left)
+				  const uint8_t **next, const uint8_t *end)
 {
 	__m512i c = _mm512_and_si512(
 		_mm512_maskz_multishift_epi64_epi8(
@@ -101,7 +101,7 @@ AVX512 static inline __m512i step(__m512i raw, __mmask64 m, __m512i spread,
 	/* The maskz forms: GCC 12's plain ones warn (undefined src). */
 	__m512i v = _mm512_maskz_permutexvar_epi8(~0ull, c, lut);
 	unsigned k = (unsigned)__builtin_popcountll(e);
-	__m512i x = left >= 64 ?
+	__m512i x = end - *next >= 64 ?
 			    _mm512_loadu_si512(*next) :
 			    _mm512_maskz_loadu_epi8(
 				    k < 64 ? (1ull << k) - 1 : ~0ull, *next);
@@ -129,7 +129,7 @@ AVX512 void zst_tier_expand_avx512(uint8_t *out, const uint8_t *codes, size_t n,
 	 * stores (the masked ones cost more). */
 	for (; i + 64 <= n && len - i * w / 8 >= 64; i += 64) {
 		v = step(_mm512_loadu_si512(codes + i * w / 8), ~0ull, spread,
-			 shift, esc, lut, &next, (size_t)(end - next));
+			 shift, esc, lut, &next, end);
 		if (low)
 			v = with_low(v, low + i / 8, 64);
 		_mm512_storeu_si512(out + i, v);
@@ -140,7 +140,7 @@ AVX512 void zst_tier_expand_avx512(uint8_t *out, const uint8_t *codes, size_t n,
 		__mmask64 lm = (1ull << ((left * w + 7) / 8)) - 1;
 
 		v = step(_mm512_maskz_loadu_epi8(lm, codes + i * w / 8), m,
-			 spread, shift, esc, lut, &next, (size_t)(end - next));
+			 spread, shift, esc, lut, &next, end);
 		if (low)
 			v = with_low(v, low + i / 8, left);
 		_mm512_mask_storeu_epi8(out + i, m, v);

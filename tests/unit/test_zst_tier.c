@@ -639,20 +639,7 @@ static uint8_t *weights_make_wide(size_t n, bool fp16)
 	uint8_t *p = calloc(1, n);
 	uint32_t s = 9;
 
-	for (size_t i = 64; i + (fp16 ? 2 : 4) <= n; i += fp16 ? 2 : 4) {
-		float x = -2.0f;
-
-		for (int k = 0; k < 4; k++)
-			x += (float)lcg(&s) / (float)(1u << 24);
-		x *= 0.02f * 1.7320508f;
-		if (fp16) {
-			_Float16 h = (_Float16)x;
-
-			memcpy(p + i, &h, 2);
-		} else {
-			memcpy(p + i, &x, 4);
-		}
-	}
+	membuf_fill_weights(p, 64, n - 64, fp16, &s);
 	return p;
 }
 

@@ -9,7 +9,6 @@
  */
 #include <check.h>
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -518,23 +517,6 @@ START_TEST(test_zst_visit__wide_frames_planes_where_taken)
 }
 END_TEST
 
-/* Elements of @w bytes (fp16 or fp32) drawn from N(0, 0.02), as weights
- * are, over [@at, @at + @n) of @p: castfs pack codes their frames in
- * tiers. */
-static void fill_weights(uint8_t *p, size_t at, size_t n, unsigned w,
-			 unsigned *seed)
-{
-	for (size_t i = at; i + w <= at + n; i += w) {
-		double u1 = (rand_r(seed) + 1.0) / (RAND_MAX + 2.0);
-		double u2 = rand_r(seed) / (RAND_MAX + 1.0);
-		float x =
-			(float)(0.02 * sqrt(-2 * log(u1)) * cos(2 * M_PI * u2));
-		_Float16 h = (_Float16)x;
-
-		memcpy(p + i, w == 2 ? (void *)&h : (void *)&x, w);
-	}
-}
-
 /*
  * Frames cut by a visit are cached as planes and handed as planes: the
  * tail of one frame, a whole one and the head of the next come as three
@@ -551,6 +533,7 @@ START_TEST(test_zst_visit__cut_frames_kept_as_planes)
 	static const uint8_t tr[] = { CASTFS_ZST_PLANES2, CASTFS_ZST_F32,
 				      CASTFS_ZST_PLANES4 };
 	unsigned span = (unsigned)_i % 2, w = span ? 4 : 2, seed = 11;
+	uint32_t wseed = 11;
 	unsigned how = w | (span ? CASTFS_VISIT_F32 : CASTFS_VISIT_F16);
 	uint64_t off = W_HDR + span * W_LEN, cut = off + FRAME / 2;
 	struct fixture f = { .in = malloc(W_N) };
@@ -560,7 +543,7 @@ START_TEST(test_zst_visit__cut_frames_kept_as_planes)
 	for (size_t i = 0; i < W_N; i++)
 		f.in[i] = (uint8_t)rand_r(&seed);
 	if (_i >= 2)
-		fill_weights(f.in, off, W_LEN, w, &seed);
+		membuf_fill_weights(f.in, off, W_LEN, w == 2, &wseed);
 	membuf_pack_grouped(&f.m, f.in, W_N, FRAME, cuts, tr, 3);
 	open_pack(&f, 1u << 20);
 	for (size_t i = 0; i < f.ix->nframes; i++)

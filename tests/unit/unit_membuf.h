@@ -7,6 +7,7 @@
 #ifndef CASTFS_TESTS_UNIT_MEMBUF_H
 #define CASTFS_TESTS_UNIT_MEMBUF_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,35 @@ struct membuf {
 	uint8_t *p;
 	size_t n, cap;
 };
+
+/*
+ * Elements drawn from N(0, 0.02) (four uniform draws summed, scaled to
+ * that spread), fp16 or fp32, over [@at, @at + @n) of @p, from generator
+ * state *@s: weights as a checkpoint has them, whose grouped frames castfs
+ * pack codes in tiers.
+ */
+static inline void membuf_fill_weights(uint8_t *p, size_t at, size_t n,
+				       bool fp16, uint32_t *s)
+{
+	unsigned w = fp16 ? 2 : 4;
+
+	for (size_t i = at; i + w <= at + n; i += w) {
+		float x = -2.0f;
+
+		for (int k = 0; k < 4; k++) {
+			*s = *s * 1664525u + 1013904223u;
+			x += (float)(*s >> 8) / (float)(1u << 24);
+		}
+		x *= 0.02f * 1.7320508f;
+		if (fp16) {
+			_Float16 h = (_Float16)x;
+
+			memcpy(p + i, &h, 2);
+		} else {
+			memcpy(p + i, &x, 4);
+		}
+	}
+}
 
 /* @n weight-like bytes (malloc'ed): a smooth ramp with noise, so that
  * frames compress a bit. */
