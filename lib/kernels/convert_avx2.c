@@ -297,14 +297,19 @@ static inline AVX2 __m256i w8_codes(__m256i a, struct w8 f, int sat)
 	return r;
 }
 
-/* The codes of 16 elements at @p with their signs, as 16-bit lanes. */
-static inline AVX2 __m256i w8_signed(const uint8_t *p, struct w8 f, int sat)
+/* The codes of 16 elements @x with their signs, as 16-bit lanes. */
+static inline AVX2 __m256i w8_signed_v(__m256i x, struct w8 f, int sat)
 {
-	__m256i x = _mm256_loadu_si256((const void *)p);
 	__m256i r = w8_codes(_mm256_and_si256(x, set1w(0x7fff)), f, sat);
 
 	return _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi16(x, 8),
 						   set1w(0x80)));
+}
+
+/* The codes of 16 elements at @p with their signs, as 16-bit lanes. */
+static inline AVX2 __m256i w8_signed(const uint8_t *p, struct w8 f, int sat)
+{
+	return w8_signed_v(_mm256_loadu_si256((const void *)p), f, sat);
 }
 
 /* Stores 16 signed codes (16-bit lanes, each <= 0xff: packus is exact). */
@@ -353,6 +358,49 @@ static inline AVX2 __m256i w8_planes(const uint8_t *sm, const uint8_t *ex,
 {
 	return w8_planes_v(_mm_loadu_si128((const void *)sm),
 			   _mm_loadu_si128((const void *)ex), sat);
+}
+
+/* Planes two vectors a step, interleaved into 16-bit lanes and packed
+ * back within 128-bit lanes, as convert_avx512.c's w8_unpack() says. */
+#define W8_VEC __m256i
+
+static inline AVX2 __m256i w8_load(const uint8_t *p)
+{
+	return _mm256_loadu_si256((const void *)p);
+}
+
+static inline AVX2 void w8_unpack(__m256i lo, __m256i hi, __m256i *a,
+				  __m256i *b)
+{
+	*a = _mm256_unpacklo_epi8(lo, hi);
+	*b = _mm256_unpackhi_epi8(lo, hi);
+}
+
+static inline AVX2 void store_w8_lanes(void *p, __m256i a, __m256i b)
+{
+	_mm256_storeu_si256(p, _mm256_packus_epi16(a, b)); /* codes <= 0xff */
+}
+
+/* The codes of 16 bf16 elements whose planes w8_unpack() interleaved,
+ * @w = ex << 8 | sm: |x| is ex << 7 | (sm & 0x7f), the sign bit 7. */
+static inline AVX2 __m256i w8_sm_ex(__m256i w, int sat)
+{
+	__m256i a = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(w, 1),
+						     set1w(0x7f80)),
+				    _mm256_and_si256(w, set1w(0x7f)));
+	__m256i r = w8_codes(a, W8_BF16_E4M3, sat);
+
+	return _mm256_or_si256(r, _mm256_and_si256(w, set1w(0x80)));
+}
+
+/* fp32 planes 0..2 of 32 elements at @i folded into bf16's sign and
+ * mantissa plane with the low 16 bits' sticky bit (w8_f32_planes()). */
+static inline AVX2 __m256i w8_sticky(const uint8_t *const *p, size_t i)
+{
+	__m256i low = _mm256_or_si256(w8_load(p[0] + i), w8_load(p[1] + i));
+
+	return _mm256_or_si256(w8_load(p[2] + i),
+			       _mm256_min_epu8(low, _mm256_set1_epi8(1)));
 }
 
 W8_PLANES_KERNEL(e4m3, 0)
