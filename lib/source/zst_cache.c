@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/compiler.h"
+#include "common/fault.h"
 #include "source/zst_internal.h"
 
 #define ZC_BUCKETS 1024u
@@ -802,119 +803,6 @@ static int frame_visit_planes(const struct castfs_zst_index *ix,
 	return rc;
 }
 
-/* Whole tiered frames [@a, @b) of @ix visited from one mapping of their
- * compressed bytes (frames_visit_mapped()). */
-struct zst_run {
-	const struct castfs_zst_index *ix;
-	size_t a, b;
-	size_t done; /* frames handed over and verified */
-	unsigned how;
-	castfs_visit_fn fn;
-	void *arg;
-	struct zst_dctx *dc;
-	bool entered; /* the mapping was made: frames may have been handed */
-	bool fn_failed; /* @fn's error, not the frame's */
-};
-
-/*
- * Under castfs_fault_call(), with the compressed bytes of the run's frames
- * at @m->bytes: each frame decoded where it lies, handed over, and only
- * then verified. Its raw planes (most of a frame: the mantissa bytes) are
- * read once, by the visitor's cast, from the page cache as it computes,
- * as an uncompressed source's words are; verified first, they were read
- * by a copy (pread) or by the checksum's pass, neither overlapping any
- * work, which cost a grouped fp16 pack a quarter of the daemon. The
- * checksum then finds them in cache. A frame that fails it fails the
- * read: what @fn wrote from it is never served.
- */
-static int run_visit(void *arg, const struct castfs_piece *m)
-{
-	struct zst_run *r = arg;
-	const struct castfs_zst_index *ix = r->ix;
-
-	r->entered = true;
-	for (size_t i = r->a; i < r->b; i++) {
-		const uint8_t *src = m->bytes + (ix->coff[i] - ix->coff[r->a]);
-		size_t csize = (size_t)(ix->coff[i + 1] - ix->coff[i]);
-		const uint8_t *plane[ZST_MAX_PLANES];
-		int rc = frame_planes_raw(ix, i, r->dc, src, csize, plane);
-
-		if (!rc) {
-			rc = frame_hand(ix, i, plane, r->dc, r->how, r->fn,
-					r->arg);
-			r->fn_failed = rc != 0;
-		}
-		if (!rc && !frame_sum_ok(ix, i, src, csize, plane))
-			rc = -EIO;
-		if (rc)
-			return rc;
-		r->done++;
-	}
-	return 0;
-}
-
-/*
- * The end of the run of frames from @i that frames_visit_mapped() takes:
- * whole grouped frames of tiered planes, not empty, lying in [@i's start,
- * @end), not cached, each in its place.
- */
-static size_t run_end(const struct castfs_zst_index *ix,
-		      const struct castfs_reader *raw, size_t i, uint64_t end)
-{
-	size_t j = i;
-
-	while (j < ix->nframes && ix->doff[j + 1] <= end &&
-	       ix->doff[j + 1] > ix->doff[j] &&
-	       zst_xform_tiered(frame_xform(ix, j)) &&
-	       !zc_has(ix->cache, ix->id, j) && prefix_check(ix, raw, j) == 0)
-		j++;
-	return j;
-}
-
-/*
- * Whole frames from @i (starting the range left, which ends at @end)
- * handed to @fn from a mapping of their compressed bytes; *@rc their
- * error (the caller stops there). Returns how many frames were handed
- * over and verified, or 0 where the run is
- * not worth a mapping or the raw reader declines it: the caller visits
- * frame @i its own way then, and after a refusal (*@try_map cleared) the
- * rest of its range too, rather than ask again frame by frame.
- */
-static size_t frames_visit_mapped(const struct castfs_zst_index *ix,
-				  const struct castfs_reader *raw, size_t i,
-				  uint64_t end, unsigned how,
-				  castfs_visit_fn fn, void *arg, bool *try_map,
-				  int *rc)
-{
-	struct zst_run r = {
-		.ix = ix, .a = i, .how = how, .fn = fn, .arg = arg
-	};
-
-	*rc = 0;
-	r.b = run_end(ix, raw, i, end);
-	if (r.b - r.a < 2)
-		return 0; /* a frame alone: not worth a mapping */
-	r.dc = pool_take(ix->cache);
-	if (!r.dc)
-		return 0;
-	*rc = castfs_reader_map(raw, ix->coff[r.a],
-				(size_t)(ix->coff[r.b] - ix->coff[r.a]),
-				run_visit, &r);
-	pool_give(ix->cache, r.dc);
-	if (!r.entered) { /* declined: nothing handed over */
-		*try_map = false;
-		*rc = 0;
-		return 0;
-	}
-	for (size_t k = r.a; k < r.a + r.done; k++) {
-		count_decode(ix, k, 0);
-		prefix_decoded(ix, k);
-	}
-	if (*rc && r.a + r.done < r.b)
-		count_decode(ix, r.a + r.done, r.fn_failed ? 0 : *rc);
-	return r.done;
-}
-
 /* Frame @i of @id if cached and decoded (referenced, a hit), else NULL. */
 static struct zst_frame *zc_lookup(struct castfs_zcache *c, uint64_t id,
 				   size_t frame)
@@ -979,11 +867,59 @@ static struct zst_frame *zc_pending_locked(const struct castfs_zst_index *ix,
 	return f;
 }
 
+/*
+ * A grouped frame's compressed bytes at hand where they lie in a mapping
+ * (run_cut()), and the context to decode them with: no read.
+ */
+struct zst_mapped {
+	const void *src;
+	struct zst_dctx *dc;
+};
+
+struct store_call {
+	const struct castfs_zst_index *ix;
+	size_t i;
+	const struct zst_mapped *m;
+	uint8_t *dst;
+};
+
+static int store_call_run(void *arg)
+{
+	const struct store_call *s = arg;
+	size_t csize = (size_t)(s->ix->coff[s->i + 1] - s->ix->coff[s->i]);
+
+	return frame_store_dc(s->ix, s->i, s->m->dc, s->m->src, csize, s->dst);
+}
+
+/*
+ * frame_decode_checked() of grouped frame @i into @dst, as a cache entry
+ * holds it, from @m. The decode has a fault guard of its own: a page of
+ * the mapping that cannot be read fails it with -EIO here, so that
+ * frame_get() drops the entry as after any failed decode; the guard of
+ * the whole mapping would jump past that and leave the entry "being
+ * decoded" for every other reader to wait on.
+ */
+static int frame_store_mapped(const struct castfs_zst_index *ix,
+			      const struct castfs_reader *raw, size_t i,
+			      const struct zst_mapped *m, uint8_t *dst)
+{
+	size_t csize = (size_t)(ix->coff[i + 1] - ix->coff[i]);
+	struct store_call s = { .ix = ix, .i = i, .m = m, .dst = dst };
+	int rc = prefix_check(ix, raw, i);
+
+	if (!rc)
+		rc = castfs_fault_call(m->src, csize, store_call_run, &s);
+	count_decode(ix, i, rc);
+	if (!rc)
+		prefix_decoded(ix, i);
+	return rc;
+}
+
 /* Frame @i of @ix, referenced: cached, being decoded by another thread
- * (then waited for), or decoded now. */
+ * (then waited for), or decoded now: read, or from @m where given. */
 static int frame_get(const struct castfs_zst_index *ix,
 		     const struct castfs_reader *raw, size_t i,
-		     struct zst_frame **out)
+		     const struct zst_mapped *m, struct zst_frame **out)
 {
 	struct castfs_zcache *c = ix->cache;
 	size_t cost = (size_t)(ix->doff[i + 1] - ix->doff[i] + ix->coff[i + 1] -
@@ -1011,7 +947,8 @@ static int frame_get(const struct castfs_zst_index *ix,
 	pthread_mutex_unlock(&c->lock);
 	if (!f)
 		return -ENOMEM;
-	rc = frame_decode_checked(ix, raw, i, f->data, true);
+	rc = m ? frame_store_mapped(ix, raw, i, m, f->data) :
+		 frame_decode_checked(ix, raw, i, f->data, true);
 	pthread_mutex_lock(&c->lock);
 	c->inflight -= cost;
 	pthread_cond_broadcast(&c->room);
@@ -1087,7 +1024,7 @@ static int frame_copy(const struct castfs_zst_index *ix,
 		if (!f)
 			return frame_decode_checked(ix, raw, i, dst, false);
 	} else {
-		rc = frame_get(ix, raw, i, &f);
+		rc = frame_get(ix, raw, i, NULL, &f);
 		if (rc)
 			return rc;
 	}
@@ -1140,13 +1077,174 @@ static int frame_visit(const struct castfs_zst_index *ix,
 	    n == ix->doff[i + 1] - ix->doff[i])
 		return frame_visit_planes(ix, raw, i, how, fn, arg);
 	if (!f) {
-		rc = frame_get(ix, raw, i, &f);
+		rc = frame_get(ix, raw, i, NULL, &f);
 		if (rc)
 			return rc;
 	}
 	rc = entry_visit(ix, i, f, in, n, how, fn, arg);
 	zc_release_served(ix->cache, f, in, n);
 	return rc;
+}
+
+/* Whole tiered frames [@a, @b) of @ix visited from one mapping of their
+ * compressed bytes (frames_visit_mapped()). */
+struct zst_run {
+	const struct castfs_zst_index *ix;
+	const struct castfs_reader *raw;
+	size_t a, b;
+	uint64_t end; /* the range's end: inside frame @b when @cut */
+	bool cut; /* frame @b, cut by @end, is mapped too (run_cut()) */
+	size_t done; /* frames handed over and verified */
+	unsigned how;
+	castfs_visit_fn fn;
+	void *arg;
+	struct zst_dctx *dc;
+	bool entered; /* the mapping was made: frames may have been handed */
+	bool fn_failed; /* @fn's error, not the frame's */
+};
+
+/*
+ * After a run's whole frames, the frame its range's end cuts: decoded
+ * from the mapping into the cache, where the next request of a
+ * sequential reader starts, and its first bytes handed over from there,
+ * as frame_visit() does after a read (which was a copy of the frame's
+ * compressed bytes, 3 % of a grouped fp16 pack's sequential fp8 view).
+ */
+static int run_cut(struct zst_run *r, const struct castfs_piece *m)
+{
+	const struct castfs_zst_index *ix = r->ix;
+	size_t b = r->b, n = (size_t)(r->end - ix->doff[b]);
+	struct zst_mapped at = {
+		.src = m->bytes + (ix->coff[b] - ix->coff[r->a]), .dc = r->dc
+	};
+	struct zst_frame *f;
+	int rc = frame_get(ix, r->raw, b, &at, &f);
+
+	if (rc)
+		return rc;
+	rc = entry_visit(ix, b, f, 0, n, r->how, r->fn, r->arg);
+	r->fn_failed = rc != 0;
+	zc_release_served(ix->cache, f, 0, n);
+	return rc;
+}
+
+/*
+ * Under castfs_fault_call(), with the compressed bytes of the run's frames
+ * at @m->bytes: each frame decoded where it lies, handed over, and only
+ * then verified. Its raw planes (most of a frame: the mantissa bytes) are
+ * read once, by the visitor's cast, from the page cache as it computes,
+ * as an uncompressed source's words are; verified first, they were read
+ * by a copy (pread) or by the checksum's pass, neither overlapping any
+ * work, which cost a grouped fp16 pack a quarter of the daemon. The
+ * checksum then finds them in cache. A frame that fails it fails the
+ * read: what @fn wrote from it is never served.
+ */
+static int run_visit(void *arg, const struct castfs_piece *m)
+{
+	struct zst_run *r = arg;
+	const struct castfs_zst_index *ix = r->ix;
+
+	r->entered = true;
+	for (size_t i = r->a; i < r->b; i++) {
+		const uint8_t *src = m->bytes + (ix->coff[i] - ix->coff[r->a]);
+		size_t csize = (size_t)(ix->coff[i + 1] - ix->coff[i]);
+		const uint8_t *plane[ZST_MAX_PLANES];
+		int rc = frame_planes_raw(ix, i, r->dc, src, csize, plane);
+
+		if (!rc) {
+			rc = frame_hand(ix, i, plane, r->dc, r->how, r->fn,
+					r->arg);
+			r->fn_failed = rc != 0;
+		}
+		if (!rc && !frame_sum_ok(ix, i, src, csize, plane))
+			rc = -EIO;
+		if (rc)
+			return rc;
+		r->done++;
+	}
+	return r->cut ? run_cut(r, m) : 0;
+}
+
+/* Whether frame @j may be decoded from a run's mapping: grouped, of
+ * tiered planes, not cached, in its place. */
+static bool run_takes(const struct castfs_zst_index *ix,
+		      const struct castfs_reader *raw, size_t j)
+{
+	return zst_xform_tiered(frame_xform(ix, j)) &&
+	       !zc_has(ix->cache, ix->id, j) && prefix_check(ix, raw, j) == 0;
+}
+
+/*
+ * The end of the run of frames from @i that frames_visit_mapped() takes:
+ * whole frames run_takes(), not empty, lying in [@i's start, @end).
+ */
+static size_t run_end(const struct castfs_zst_index *ix,
+		      const struct castfs_reader *raw, size_t i, uint64_t end)
+{
+	size_t j = i;
+
+	while (j < ix->nframes && ix->doff[j + 1] <= end &&
+	       ix->doff[j + 1] > ix->doff[j] && run_takes(ix, raw, j))
+		j++;
+	return j;
+}
+
+/* Whether frame @j, after a run, is cut by @end and run_takes() it. */
+static bool run_cuts(const struct castfs_zst_index *ix,
+		     const struct castfs_reader *raw, size_t j, uint64_t end)
+{
+	return j < ix->nframes && ix->doff[j] < end && end < ix->doff[j + 1] &&
+	       run_takes(ix, raw, j);
+}
+
+/*
+ * Whole frames from @i (starting the range left, which ends at @end),
+ * and the frame @end cuts after them (run_cut()), handed to @fn from a
+ * mapping of their compressed bytes; *@rc their error (the caller stops
+ * there). Returns how many frames were handed over and verified (the cut
+ * one counted), or 0 where the run is not worth a mapping or the raw
+ * reader declines it: the caller visits frame @i its own way then, and
+ * after a refusal (*@try_map cleared) the rest of its range too, rather
+ * than ask again frame by frame.
+ */
+static size_t frames_visit_mapped(const struct castfs_zst_index *ix,
+				  const struct castfs_reader *raw, size_t i,
+				  uint64_t end, unsigned how,
+				  castfs_visit_fn fn, void *arg, bool *try_map,
+				  int *rc)
+{
+	struct zst_run r = { .ix = ix,
+			     .raw = raw,
+			     .a = i,
+			     .end = end,
+			     .how = how,
+			     .fn = fn,
+			     .arg = arg };
+
+	*rc = 0;
+	r.b = run_end(ix, raw, i, end);
+	r.cut = run_cuts(ix, raw, r.b, end);
+	if (r.b + r.cut - r.a < 2)
+		return 0; /* a frame alone: not worth a mapping */
+	r.dc = pool_take(ix->cache);
+	if (!r.dc)
+		return 0;
+	*rc = castfs_reader_map(raw, ix->coff[r.a],
+				(size_t)(ix->coff[r.b + r.cut] - ix->coff[r.a]),
+				run_visit, &r);
+	pool_give(ix->cache, r.dc);
+	if (!r.entered) { /* declined: nothing handed over */
+		*try_map = false;
+		*rc = 0;
+		return 0;
+	}
+	for (size_t k = r.a; k < r.a + r.done; k++) {
+		count_decode(ix, k, 0);
+		prefix_decoded(ix, k);
+	}
+	if (*rc && r.a + r.done < r.b)
+		count_decode(ix, r.a + r.done, r.fn_failed ? 0 : *rc);
+	return r.done + (r.cut && !*rc);
 }
 
 /*
@@ -1196,7 +1294,8 @@ static int zr_visit(void *ctx, uint64_t off, size_t n, unsigned how,
 		if (rc)
 			return rc;
 		if (k) {
-			done += (size_t)(ix->doff[i + k] - at);
+			done += (size_t)(CASTFS_MIN(ix->doff[i + k], off + n) -
+					 at);
 			i += k - 1;
 			continue;
 		}

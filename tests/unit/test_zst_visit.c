@@ -247,13 +247,24 @@ END_TEST
 /*
  * A memory source that offers the map op as a leased file does: the
  * bytes handed where they lie. Counts its calls; declines them all (as
- * the fd reader does a short range) when @decline is set.
+ * the fd reader does a short range) when @decline is set. Its preads
+ * keep the largest count asked.
  */
 struct mapped_mem {
 	struct castfs_mem_reader mr;
+	ssize_t (*pread)(void *ctx, void *buf, size_t n, uint64_t off);
 	unsigned maps;
+	size_t pread_max;
 	bool decline;
 };
+
+static ssize_t mapped_pread(void *ctx, void *buf, size_t n, uint64_t off)
+{
+	struct mapped_mem *mm = ctx;
+
+	mm->pread_max = n > mm->pread_max ? n : mm->pread_max;
+	return mm->pread(&mm->mr, buf, n, off);
+}
 
 static int mapped_map(void *ctx, uint64_t off, size_t n, castfs_visit_fn fn,
 		      void *arg)
@@ -274,9 +285,11 @@ static void open_mapped(struct fixture *f, struct mapped_mem *mm, size_t cache)
 	open_pack(f, cache);
 	castfs_mem_reader_init(&mm->mr, f->m.p, f->m.n);
 	mm->mr.r.ctx = mm;
-	mm->mr.r.pread = f->mr.r.pread;
+	mm->pread = f->mr.r.pread;
+	mm->mr.r.pread = mapped_pread;
 	mm->mr.r.map = mapped_map;
 	mm->maps = 0;
+	mm->pread_max = 0;
 	mm->decline = false;
 	castfs_zst_reader_init(&f->zr, f->ix, &mm->mr.r);
 }
@@ -415,6 +428,62 @@ START_TEST(test_zst_visit__mapped_runs_verified)
 	ck_assert_mem_eq(s.out, f.in + HDR, 3 * FRAME);
 	free(s.out);
 	ck_assert_uint_eq(mm.maps, 3);
+	close_pack(&f);
+}
+END_TEST
+
+/*
+ * A mapped run whose range ends inside a frame maps that frame too and
+ * decodes it from there into the cache (a sequential reader's next range
+ * starts in it): a visit of 3.5 whole bf16 frames is exact, one mapping,
+ * no frame read (the only preads are frame headers), the cut frame
+ * cached; the next range takes the rest of it from the cache, served
+ * whole, it leaves. Loop 1: a byte changed in the cut frame fails the
+ * visit with -EIO, counted once, the frame not cached (not left "being
+ * decoded" either: the next read of it fails again instead of waiting),
+ * and the frames before it still read.
+ */
+START_TEST(test_zst_visit__mapped_run_decodes_its_cut_end)
+{
+	struct fixture f = { .in = make_weights(13) };
+	struct castfs_zcache_stats st;
+	size_t at = HDR + 3 * FRAME + FRAME / 2, c0, c1;
+	struct mapped_mem mm;
+	uint8_t buf[FRAME];
+	struct sink s;
+
+	pack_grouped(f.in, &f.m);
+	if (_i) {
+		c0 = frame_coff(&f.m, 4); /* frame 0 is the header's */
+		c1 = frame_coff(&f.m, 5);
+		f.m.p[c0 + (c1 - c0) / 2] ^= 0x10;
+	}
+	open_mapped(&f, &mm, 1u << 20);
+	ck_assert_int_eq(visit(&f, HDR, at - HDR, &s), _i ? -EIO : 0);
+	ck_assert_uint_eq(mm.maps, 1);
+	ck_assert_uint_le(mm.pread_max, ZST_FRAME_HEAD);
+	ck_assert_mem_eq(s.out, f.in + HDR, 3 * FRAME);
+	castfs_zcache_stats_get(f.c, &st);
+	ck_assert_uint_eq(st.misses, 4);
+	ck_assert_uint_eq(st.errors, _i);
+	ck_assert_uint_eq(st.cached_bytes, _i ? 0 : FRAME);
+	if (!_i)
+		ck_assert_mem_eq(s.out + 3 * FRAME, f.in + HDR + 3 * FRAME,
+				 FRAME / 2);
+	free(s.out);
+	if (_i) {
+		ck_assert_int_eq(f.zr.r.pread(f.zr.r.ctx, buf, 2, at), -EIO);
+		pread_ok(&f, HDR + 2 * FRAME, FRAME);
+		close_pack(&f);
+		return;
+	}
+	ck_assert_int_eq(visit(&f, at, FRAME / 2 + 2 * FRAME, &s), 0);
+	ck_assert_mem_eq(s.out, f.in + at, FRAME / 2 + 2 * FRAME);
+	free(s.out);
+	castfs_zcache_stats_get(f.c, &st);
+	ck_assert_uint_eq(st.hits, 1);
+	ck_assert_uint_eq(st.misses, 6);
+	ck_assert_uint_eq(st.cached_bytes, 0);
 	close_pack(&f);
 }
 END_TEST
@@ -614,6 +683,8 @@ Suite *unit_suite(void)
 	tcase_add_loop_test(tc, test_zst_visit__wide_frames_planes_where_taken,
 			    0, 7);
 	tcase_add_loop_test(tc, test_zst_visit__mapped_runs_verified, 0, 3);
+	tcase_add_loop_test(tc, test_zst_visit__mapped_run_decodes_its_cut_end,
+			    0, 2);
 	tcase_add_loop_test(tc, test_zst_visit__cut_frames_kept_as_planes, 0,
 			    4);
 	suite_add_tcase(s, tc);
