@@ -1091,40 +1091,45 @@ static int frame_visit(const struct castfs_zst_index *ix,
 struct zst_run {
 	const struct castfs_zst_index *ix;
 	const struct castfs_reader *raw;
-	size_t a, b;
+	size_t a; /* the first frame mapped: cut at @in when @in > 0 */
+	size_t in;
+	size_t w, b; /* the whole frames [@w, @b) */
 	uint64_t end; /* the range's end: inside frame @b when @cut */
-	bool cut; /* frame @b, cut by @end, is mapped too (run_cut()) */
-	size_t done; /* frames handed over and verified */
+	bool cut; /* frame @b, cut by @end, is mapped too */
+	size_t done; /* whole frames handed over and verified */
 	unsigned how;
 	castfs_visit_fn fn;
 	void *arg;
 	struct zst_dctx *dc;
 	bool entered; /* the mapping was made: frames may have been handed */
+	bool in_whole; /* failed among the whole frames (else in a cut one) */
 	bool fn_failed; /* @fn's error, not the frame's */
 };
 
 /*
- * After a run's whole frames, the frame its range's end cuts: decoded
- * from the mapping into the cache, where the next request of a
- * sequential reader starts, and its first bytes handed over from there,
- * as frame_visit() does after a read (which was a copy of the frame's
+ * Bytes [@in, @in + @n) of frame @i, one that the run's range cuts:
+ * decoded from the mapping into the cache and handed over from there, as
+ * frame_visit() does after a read (which was a copy of the frame's
  * compressed bytes, 3 % of a grouped fp16 pack's sequential fp8 view).
+ * The next request of a sequential reader starts in the frame a range's
+ * end cuts; the kernel's read-ahead often has it under way on another
+ * thread before this one reaches it, so that request cuts it at its
+ * start.
  */
-static int run_cut(struct zst_run *r, const struct castfs_piece *m)
+static int run_piece(struct zst_run *r, const struct castfs_piece *m, size_t i,
+		     size_t in, size_t n)
 {
 	const struct castfs_zst_index *ix = r->ix;
-	size_t b = r->b, n = (size_t)(r->end - ix->doff[b]);
 	struct zst_mapped at = {
-		.src = m->bytes + (ix->coff[b] - ix->coff[r->a]), .dc = r->dc
+		.src = m->bytes + (ix->coff[i] - ix->coff[r->a]), .dc = r->dc
 	};
 	struct zst_frame *f;
-	int rc = frame_get(ix, r->raw, b, &at, &f);
+	int rc = frame_get(ix, r->raw, i, &at, &f);
 
 	if (rc)
 		return rc;
-	rc = entry_visit(ix, b, f, 0, n, r->how, r->fn, r->arg);
-	r->fn_failed = rc != 0;
-	zc_release_served(ix->cache, f, 0, n);
+	rc = entry_visit(ix, i, f, in, n, r->how, r->fn, r->arg);
+	zc_release_served(ix->cache, f, in, n);
 	return rc;
 }
 
@@ -1144,13 +1149,21 @@ static int run_visit(void *arg, const struct castfs_piece *m)
 	struct zst_run *r = arg;
 	const struct castfs_zst_index *ix = r->ix;
 
+	int rc = 0;
+
 	r->entered = true;
-	for (size_t i = r->a; i < r->b; i++) {
+	if (r->in)
+		rc = run_piece(r, m, r->a, r->in,
+			       (size_t)(ix->doff[r->w] - ix->doff[r->a]) -
+				       r->in);
+	if (rc)
+		return rc;
+	r->in_whole = true;
+	for (size_t i = r->w; i < r->b; i++) {
 		const uint8_t *src = m->bytes + (ix->coff[i] - ix->coff[r->a]);
 		size_t csize = (size_t)(ix->coff[i + 1] - ix->coff[i]);
 		const uint8_t *plane[ZST_MAX_PLANES];
-		int rc = frame_planes_raw(ix, i, r->dc, src, csize, plane);
-
+		rc = frame_planes_raw(ix, i, r->dc, src, csize, plane);
 		if (!rc) {
 			rc = frame_hand(ix, i, plane, r->dc, r->how, r->fn,
 					r->arg);
@@ -1162,7 +1175,10 @@ static int run_visit(void *arg, const struct castfs_piece *m)
 			return rc;
 		r->done++;
 	}
-	return r->cut ? run_cut(r, m) : 0;
+	r->in_whole = false;
+	return r->cut ? run_piece(r, m, r->b, 0,
+				  (size_t)(r->end - ix->doff[r->b])) :
+			0;
 }
 
 /* Whether frame @j may be decoded from a run's mapping: grouped, of
@@ -1198,31 +1214,35 @@ static bool run_cuts(const struct castfs_zst_index *ix,
 }
 
 /*
- * Whole frames from @i (starting the range left, which ends at @end),
- * and the frame @end cuts after them (run_cut()), handed to @fn from a
- * mapping of their compressed bytes; *@rc their error (the caller stops
- * there). Returns how many frames were handed over and verified (the cut
- * one counted), or 0 where the run is not worth a mapping or the raw
- * reader declines it: the caller visits frame @i its own way then, and
- * after a refusal (*@try_map cleared) the rest of its range too, rather
- * than ask again frame by frame.
+ * The range left, from byte @in of frame @i to @end, handed to @fn from
+ * one mapping of the compressed bytes of its frames: the whole ones, and
+ * those it cuts at either end (run_piece()) where they are not cached
+ * already; *@rc their error (the caller stops there). Returns how many
+ * frames were handed over and verified, or 0 where the run is not worth
+ * a mapping or the raw reader declines it: the caller visits frame @i its
+ * own way then, and after a refusal (*@try_map cleared) the rest of its
+ * range too, rather than ask again frame by frame.
  */
 static size_t frames_visit_mapped(const struct castfs_zst_index *ix,
 				  const struct castfs_reader *raw, size_t i,
-				  uint64_t end, unsigned how,
+				  size_t in, uint64_t end, unsigned how,
 				  castfs_visit_fn fn, void *arg, bool *try_map,
 				  int *rc)
 {
 	struct zst_run r = { .ix = ix,
 			     .raw = raw,
 			     .a = i,
+			     .in = in,
+			     .w = i + (in > 0),
 			     .end = end,
 			     .how = how,
 			     .fn = fn,
 			     .arg = arg };
 
 	*rc = 0;
-	r.b = run_end(ix, raw, i, end);
+	if (in && (ix->doff[i + 1] > end || !run_takes(ix, raw, i)))
+		return 0; /* inside one frame, or cached: not from here */
+	r.b = run_end(ix, raw, r.w, end);
 	r.cut = run_cuts(ix, raw, r.b, end);
 	if (r.b + r.cut - r.a < 2)
 		return 0; /* a frame alone: not worth a mapping */
@@ -1238,13 +1258,13 @@ static size_t frames_visit_mapped(const struct castfs_zst_index *ix,
 		*rc = 0;
 		return 0;
 	}
-	for (size_t k = r.a; k < r.a + r.done; k++) {
+	for (size_t k = r.w; k < r.w + r.done; k++) {
 		count_decode(ix, k, 0);
 		prefix_decoded(ix, k);
 	}
-	if (*rc && r.a + r.done < r.b)
-		count_decode(ix, r.a + r.done, r.fn_failed ? 0 : *rc);
-	return r.done + (r.cut && !*rc);
+	if (*rc && r.in_whole) /* a cut frame's decode counted itself */
+		count_decode(ix, r.w + r.done, r.fn_failed ? 0 : *rc);
+	return *rc ? 0 : r.b + r.cut - r.a;
 }
 
 /*
@@ -1288,9 +1308,9 @@ static int zr_visit(void *ctx, uint64_t off, size_t n, unsigned how,
 
 		if (take == 0)
 			continue; /* an empty (skippable) frame */
-		if (in == 0 && try_map)
-			k = frames_visit_mapped(ix, zr->raw, i, off + n, how,
-						fn, arg, &try_map, &rc);
+		if (try_map)
+			k = frames_visit_mapped(ix, zr->raw, i, in, off + n,
+						how, fn, arg, &try_map, &rc);
 		if (rc)
 			return rc;
 		if (k) {

@@ -433,6 +433,45 @@ START_TEST(test_zst_visit__mapped_runs_verified)
 END_TEST
 
 /*
+ * A range that starts inside a frame not cached (a request the kernel's
+ * read-ahead sent before the one ending in that frame was served) maps
+ * it with the run: a visit of 2.5 frames from the middle of frame 1 to
+ * the middle of frame 4 is exact, one mapping, no frame read, the two cut
+ * frames cached with the halves not served; the rest of each then comes
+ * from the cache (two hits) and, served whole, leaves it.
+ */
+START_TEST(test_zst_visit__mapped_run_decodes_its_cut_start)
+{
+	struct fixture f = { .in = make_weights(17) };
+	struct castfs_zcache_stats st;
+	size_t a = HDR + FRAME / 2, b = HDR + 3 * FRAME + FRAME / 2;
+	struct mapped_mem mm;
+	struct sink s;
+
+	pack_grouped(f.in, &f.m);
+	open_mapped(&f, &mm, 1u << 20);
+	ck_assert_int_eq(visit(&f, a, b - a, &s), 0);
+	ck_assert_mem_eq(s.out, f.in + a, b - a);
+	free(s.out);
+	ck_assert_uint_eq(mm.maps, 1);
+	ck_assert_uint_le(mm.pread_max, ZST_FRAME_HEAD);
+	castfs_zcache_stats_get(f.c, &st);
+	ck_assert_uint_eq(st.misses, 4);
+	ck_assert_uint_eq(st.hits, 0);
+	ck_assert_uint_eq(st.cached_bytes, 2 * FRAME);
+	ck_assert_int_eq(visit(&f, HDR, FRAME / 2, &s), 0);
+	ck_assert_mem_eq(s.out, f.in + HDR, FRAME / 2);
+	free(s.out);
+	pread_ok(&f, b, FRAME / 2);
+	castfs_zcache_stats_get(f.c, &st);
+	ck_assert_uint_eq(st.misses, 4);
+	ck_assert_uint_eq(st.hits, 2);
+	ck_assert_uint_eq(st.cached_bytes, 0);
+	close_pack(&f);
+}
+END_TEST
+
+/*
  * A mapped run whose range ends inside a frame maps that frame too and
  * decodes it from there into the cache (a sequential reader's next range
  * starts in it): a visit of 3.5 whole bf16 frames is exact, one mapping,
@@ -685,6 +724,7 @@ Suite *unit_suite(void)
 	tcase_add_loop_test(tc, test_zst_visit__mapped_runs_verified, 0, 3);
 	tcase_add_loop_test(tc, test_zst_visit__mapped_run_decodes_its_cut_end,
 			    0, 2);
+	tcase_add_test(tc, test_zst_visit__mapped_run_decodes_its_cut_start);
 	tcase_add_loop_test(tc, test_zst_visit__cut_frames_kept_as_planes, 0,
 			    4);
 	suite_add_tcase(s, tc);
