@@ -432,6 +432,30 @@ START_TEST(test_zst_visit__mapped_runs_verified)
 }
 END_TEST
 
+/* A visit of @n bytes at @off through @f's reader gives the input. */
+static void visit_ok(struct fixture *f, size_t off, size_t n)
+{
+	struct sink s;
+
+	ck_assert_int_eq(visit(f, off, n, &s), 0);
+	ck_assert_mem_eq(s.out, f->in + off, n);
+	free(s.out);
+}
+
+/* @f's frame cache has counted @misses, @hits and @errors, and holds
+ * @cached bytes. */
+static void cache_is(struct fixture *f, uint64_t misses, uint64_t hits,
+		     uint64_t errors, uint64_t cached)
+{
+	struct castfs_zcache_stats st;
+
+	castfs_zcache_stats_get(f->c, &st);
+	ck_assert_uint_eq(st.misses, misses);
+	ck_assert_uint_eq(st.hits, hits);
+	ck_assert_uint_eq(st.errors, errors);
+	ck_assert_uint_eq(st.cached_bytes, cached);
+}
+
 /*
  * A range that starts inside a frame not cached (a request the kernel's
  * read-ahead sent before the one ending in that frame was served) maps
@@ -443,30 +467,18 @@ END_TEST
 START_TEST(test_zst_visit__mapped_run_decodes_its_cut_start)
 {
 	struct fixture f = { .in = make_weights(17) };
-	struct castfs_zcache_stats st;
 	size_t a = HDR + FRAME / 2, b = HDR + 3 * FRAME + FRAME / 2;
 	struct mapped_mem mm;
-	struct sink s;
 
 	pack_grouped(f.in, &f.m);
 	open_mapped(&f, &mm, 1u << 20);
-	ck_assert_int_eq(visit(&f, a, b - a, &s), 0);
-	ck_assert_mem_eq(s.out, f.in + a, b - a);
-	free(s.out);
+	visit_ok(&f, a, b - a);
 	ck_assert_uint_eq(mm.maps, 1);
 	ck_assert_uint_le(mm.pread_max, ZST_FRAME_HEAD);
-	castfs_zcache_stats_get(f.c, &st);
-	ck_assert_uint_eq(st.misses, 4);
-	ck_assert_uint_eq(st.hits, 0);
-	ck_assert_uint_eq(st.cached_bytes, 2 * FRAME);
-	ck_assert_int_eq(visit(&f, HDR, FRAME / 2, &s), 0);
-	ck_assert_mem_eq(s.out, f.in + HDR, FRAME / 2);
-	free(s.out);
+	cache_is(&f, 4, 0, 0, 2 * FRAME);
+	visit_ok(&f, HDR, FRAME / 2);
 	pread_ok(&f, b, FRAME / 2);
-	castfs_zcache_stats_get(f.c, &st);
-	ck_assert_uint_eq(st.misses, 4);
-	ck_assert_uint_eq(st.hits, 2);
-	ck_assert_uint_eq(st.cached_bytes, 0);
+	cache_is(&f, 4, 2, 0, 0);
 	close_pack(&f);
 }
 END_TEST
@@ -485,7 +497,6 @@ END_TEST
 START_TEST(test_zst_visit__mapped_run_decodes_its_cut_end)
 {
 	struct fixture f = { .in = make_weights(13) };
-	struct castfs_zcache_stats st;
 	size_t at = HDR + 3 * FRAME + FRAME / 2, c0, c1;
 	struct mapped_mem mm;
 	uint8_t buf[FRAME];
@@ -502,10 +513,7 @@ START_TEST(test_zst_visit__mapped_run_decodes_its_cut_end)
 	ck_assert_uint_eq(mm.maps, 1);
 	ck_assert_uint_le(mm.pread_max, ZST_FRAME_HEAD);
 	ck_assert_mem_eq(s.out, f.in + HDR, 3 * FRAME);
-	castfs_zcache_stats_get(f.c, &st);
-	ck_assert_uint_eq(st.misses, 4);
-	ck_assert_uint_eq(st.errors, _i);
-	ck_assert_uint_eq(st.cached_bytes, _i ? 0 : FRAME);
+	cache_is(&f, 4, 0, _i, _i ? 0 : FRAME);
 	if (!_i)
 		ck_assert_mem_eq(s.out + 3 * FRAME, f.in + HDR + 3 * FRAME,
 				 FRAME / 2);
@@ -516,13 +524,8 @@ START_TEST(test_zst_visit__mapped_run_decodes_its_cut_end)
 		close_pack(&f);
 		return;
 	}
-	ck_assert_int_eq(visit(&f, at, FRAME / 2 + 2 * FRAME, &s), 0);
-	ck_assert_mem_eq(s.out, f.in + at, FRAME / 2 + 2 * FRAME);
-	free(s.out);
-	castfs_zcache_stats_get(f.c, &st);
-	ck_assert_uint_eq(st.hits, 1);
-	ck_assert_uint_eq(st.misses, 6);
-	ck_assert_uint_eq(st.cached_bytes, 0);
+	visit_ok(&f, at, FRAME / 2 + 2 * FRAME);
+	cache_is(&f, 6, 1, 0, 0);
 	close_pack(&f);
 }
 END_TEST
