@@ -869,7 +869,7 @@ static struct zst_frame *zc_pending_locked(const struct castfs_zst_index *ix,
 
 /*
  * A grouped frame's compressed bytes at hand where they lie in a mapping
- * (run_cut()), and the context to decode them with: no read.
+ * (run_piece()), and the context to decode them with: no read.
  */
 struct zst_mapped {
 	const void *src;
@@ -1086,7 +1086,7 @@ static int frame_visit(const struct castfs_zst_index *ix,
 	return rc;
 }
 
-/* Whole tiered frames [@a, @b) of @ix visited from one mapping of their
+/* A range's tiered frames from @a visited from one mapping of their
  * compressed bytes (frames_visit_mapped()). */
 struct zst_run {
 	const struct castfs_zst_index *ix;
@@ -1135,7 +1135,9 @@ static int run_piece(struct zst_run *r, const struct castfs_piece *m, size_t i,
 
 /*
  * Under castfs_fault_call(), with the compressed bytes of the run's frames
- * at @m->bytes: each frame decoded where it lies, handed over, and only
+ * at @m->bytes: the frame the range starts inside, if mapped, and the
+ * one its end cuts, if mapped, through the cache (run_piece()); between
+ * them each whole frame decoded where it lies, handed over, and only
  * then verified. Its raw planes (most of a frame: the mantissa bytes) are
  * read once, by the visitor's cast, from the page cache as it computes,
  * as an uncompressed source's words are; verified first, they were read
@@ -1148,7 +1150,6 @@ static int run_visit(void *arg, const struct castfs_piece *m)
 {
 	struct zst_run *r = arg;
 	const struct castfs_zst_index *ix = r->ix;
-
 	int rc = 0;
 
 	r->entered = true;
@@ -1163,6 +1164,7 @@ static int run_visit(void *arg, const struct castfs_piece *m)
 		const uint8_t *src = m->bytes + (ix->coff[i] - ix->coff[r->a]);
 		size_t csize = (size_t)(ix->coff[i + 1] - ix->coff[i]);
 		const uint8_t *plane[ZST_MAX_PLANES];
+
 		rc = frame_planes_raw(ix, i, r->dc, src, csize, plane);
 		if (!rc) {
 			rc = frame_hand(ix, i, plane, r->dc, r->how, r->fn,
