@@ -507,6 +507,49 @@ static int frame_decode(const struct castfs_zst_index *ix,
 }
 
 /*
+ * A grouped frame's compressed bytes at hand where they lie in a mapping
+ * (run_piece()), and the context to decode them with: no read.
+ */
+struct zst_mapped {
+	const void *src;
+	struct zst_dctx *dc;
+};
+
+struct store_call {
+	const struct castfs_zst_index *ix;
+	size_t i;
+	const struct zst_mapped *m;
+	uint8_t *dst;
+};
+
+static int store_call_run(void *arg)
+{
+	const struct store_call *s = arg;
+	size_t csize = (size_t)(s->ix->coff[s->i + 1] - s->ix->coff[s->i]);
+
+	return frame_store_dc(s->ix, s->i, s->m->dc, s->m->src, csize, s->dst);
+}
+
+/*
+ * frame_store_dc() of grouped frame @i from @m into @dst, counted in the
+ * cache's stats, as frame_decode() reads and decodes. The decode has a
+ * fault guard of its own: a page of the mapping that cannot be read
+ * fails it with -EIO here, so that frame_get() drops the entry as after
+ * any failed decode; the guard of the whole mapping would jump past that
+ * and leave the entry "being decoded" for every other reader to wait on.
+ */
+static int frame_store_mapped(const struct castfs_zst_index *ix, size_t i,
+			      const struct zst_mapped *m, uint8_t *dst)
+{
+	size_t csize = (size_t)(ix->coff[i + 1] - ix->coff[i]);
+	struct store_call s = { .ix = ix, .i = i, .m = m, .dst = dst };
+	int rc = castfs_fault_call(m->src, csize, store_call_run, &s);
+
+	count_decode(ix, i, rc);
+	return rc;
+}
+
+/*
  * The decoded size frame @i's own header gives, in *@size: the zstd
  * frame's content size, count x width for a tiered frame, 0 for another
  * skippable frame; -ENODATA when a zstd frame does not say, -EBADMSG when
@@ -646,17 +689,20 @@ static void prefix_decoded(const struct castfs_zst_index *ix, size_t i)
 	pthread_mutex_unlock(&p->lock);
 }
 
-/* frame_decode() of frame @i once it is known to lie in its place. */
+/* frame_decode() of frame @i once it is known to lie in its place, or,
+ * given @m, frame_store_mapped(). */
 static int frame_decode_checked(const struct castfs_zst_index *ix,
 				const struct castfs_reader *raw, size_t i,
-				void *dst, bool store)
+				const struct zst_mapped *m, void *dst,
+				bool store)
 {
 	int rc = prefix_check(ix, raw, i);
 
 	if (rc)
 		count_decode(ix, i, rc);
 	else
-		rc = frame_decode(ix, raw, i, dst, store);
+		rc = m ? frame_store_mapped(ix, i, m, dst) :
+			 frame_decode(ix, raw, i, dst, store);
 	if (!rc)
 		prefix_decoded(ix, i);
 	return rc;
@@ -867,54 +913,6 @@ static struct zst_frame *zc_pending_locked(const struct castfs_zst_index *ix,
 	return f;
 }
 
-/*
- * A grouped frame's compressed bytes at hand where they lie in a mapping
- * (run_piece()), and the context to decode them with: no read.
- */
-struct zst_mapped {
-	const void *src;
-	struct zst_dctx *dc;
-};
-
-struct store_call {
-	const struct castfs_zst_index *ix;
-	size_t i;
-	const struct zst_mapped *m;
-	uint8_t *dst;
-};
-
-static int store_call_run(void *arg)
-{
-	const struct store_call *s = arg;
-	size_t csize = (size_t)(s->ix->coff[s->i + 1] - s->ix->coff[s->i]);
-
-	return frame_store_dc(s->ix, s->i, s->m->dc, s->m->src, csize, s->dst);
-}
-
-/*
- * frame_decode_checked() of grouped frame @i into @dst, as a cache entry
- * holds it, from @m. The decode has a fault guard of its own: a page of
- * the mapping that cannot be read fails it with -EIO here, so that
- * frame_get() drops the entry as after any failed decode; the guard of
- * the whole mapping would jump past that and leave the entry "being
- * decoded" for every other reader to wait on.
- */
-static int frame_store_mapped(const struct castfs_zst_index *ix,
-			      const struct castfs_reader *raw, size_t i,
-			      const struct zst_mapped *m, uint8_t *dst)
-{
-	size_t csize = (size_t)(ix->coff[i + 1] - ix->coff[i]);
-	struct store_call s = { .ix = ix, .i = i, .m = m, .dst = dst };
-	int rc = prefix_check(ix, raw, i);
-
-	if (!rc)
-		rc = castfs_fault_call(m->src, csize, store_call_run, &s);
-	count_decode(ix, i, rc);
-	if (!rc)
-		prefix_decoded(ix, i);
-	return rc;
-}
-
 /* Frame @i of @ix, referenced: cached, being decoded by another thread
  * (then waited for), or decoded now: read, or from @m where given. */
 static int frame_get(const struct castfs_zst_index *ix,
@@ -947,8 +945,7 @@ static int frame_get(const struct castfs_zst_index *ix,
 	pthread_mutex_unlock(&c->lock);
 	if (!f)
 		return -ENOMEM;
-	rc = m ? frame_store_mapped(ix, raw, i, m, f->data) :
-		 frame_decode_checked(ix, raw, i, f->data, true);
+	rc = frame_decode_checked(ix, raw, i, m, f->data, true);
 	pthread_mutex_lock(&c->lock);
 	c->inflight -= cost;
 	pthread_cond_broadcast(&c->room);
@@ -1022,7 +1019,8 @@ static int frame_copy(const struct castfs_zst_index *ix,
 	if (in == 0 && n == ix->doff[i + 1] - ix->doff[i]) {
 		f = zc_lookup(ix->cache, ix->id, i);
 		if (!f)
-			return frame_decode_checked(ix, raw, i, dst, false);
+			return frame_decode_checked(ix, raw, i, NULL, dst,
+						    false);
 	} else {
 		rc = frame_get(ix, raw, i, NULL, &f);
 		if (rc)
@@ -1062,6 +1060,29 @@ static int entry_visit(const struct castfs_zst_index *ix, size_t i,
 }
 
 /*
+ * Hand bytes [@in, @in + @n) of frame @i to @fn from the cache: from @f
+ * (referenced) where given, else from frame_get() (decoding from @m where
+ * given); the bytes then count as served (zc_release_served()).
+ */
+static int frame_visit_cached(const struct castfs_zst_index *ix,
+			      const struct castfs_reader *raw, size_t i,
+			      const struct zst_mapped *m, struct zst_frame *f,
+			      size_t in, size_t n, unsigned how,
+			      castfs_visit_fn fn, void *arg)
+{
+	int rc;
+
+	if (!f) {
+		rc = frame_get(ix, raw, i, m, &f);
+		if (rc)
+			return rc;
+	}
+	rc = entry_visit(ix, i, f, in, n, how, fn, arg);
+	zc_release_served(ix->cache, f, in, n);
+	return rc;
+}
+
+/*
  * Hand bytes [@in, @in + @n) of frame @i to @fn: a whole grouped frame
  * not cached by frame_visit_planes(), anything else from the cache (a cut
  * frame is decoded into it, as for pread), without a copy.
@@ -1071,19 +1092,11 @@ static int frame_visit(const struct castfs_zst_index *ix,
 		       size_t n, unsigned how, castfs_visit_fn fn, void *arg)
 {
 	struct zst_frame *f = zc_lookup(ix->cache, ix->id, i);
-	int rc;
 
 	if (!f && frame_xform(ix, i) != CASTFS_ZST_NONE && in == 0 &&
 	    n == ix->doff[i + 1] - ix->doff[i])
 		return frame_visit_planes(ix, raw, i, how, fn, arg);
-	if (!f) {
-		rc = frame_get(ix, raw, i, NULL, &f);
-		if (rc)
-			return rc;
-	}
-	rc = entry_visit(ix, i, f, in, n, how, fn, arg);
-	zc_release_served(ix->cache, f, in, n);
-	return rc;
+	return frame_visit_cached(ix, raw, i, NULL, f, in, n, how, fn, arg);
 }
 
 /* A range's tiered frames from @a visited from one mapping of their
@@ -1123,14 +1136,9 @@ static int run_piece(struct zst_run *r, const struct castfs_piece *m, size_t i,
 	struct zst_mapped at = {
 		.src = m->bytes + (ix->coff[i] - ix->coff[r->a]), .dc = r->dc
 	};
-	struct zst_frame *f;
-	int rc = frame_get(ix, r->raw, i, &at, &f);
 
-	if (rc)
-		return rc;
-	rc = entry_visit(ix, i, f, in, n, r->how, r->fn, r->arg);
-	zc_release_served(ix->cache, f, in, n);
-	return rc;
+	return frame_visit_cached(ix, r->raw, i, &at, NULL, in, n, r->how,
+				  r->fn, r->arg);
 }
 
 /*
